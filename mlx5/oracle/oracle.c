@@ -1,0 +1,395 @@
+/*
+ * rdma-core oracle for the mlx5::prm module (tests/oracle.rs).
+ *
+ * Everything here is computed by the C compiler from rdma-core's public header
+ * <infiniband/mlx5dv.h> (Debian: libibverbs-dev): struct sizes and field
+ * offsets, enum values, and the header's own inline helpers
+ * (mlx5dv_set_ctrl_seg, mlx5dv_set_data_seg, mlx5dv_get_cqe_*). Only static
+ * inline functions of the header are used, so nothing links against
+ * libibverbs.
+ *
+ * build.rs compiles this file twice on x86 targets: once plainly (everything
+ * but the SSE variant) and once with -DORACLE_X86_ONLY -mssse3 (only
+ * oracle_x86_ctrl_seg, which tests/oracle.rs calls only after checking the CPU
+ * at run time).
+ */
+#include <endian.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <infiniband/mlx5dv.h>
+
+#ifndef ORACLE_X86_ONLY
+
+/* ------------------------------------------------------------------------ */
+/* Sizes, offsets and enum values                                            */
+/* ------------------------------------------------------------------------ */
+
+struct oracle_entry {
+	const char *name;
+	int64_t value;
+};
+
+#define SIZE(st) { "sizeof:" #st, (int64_t)sizeof(struct st) }
+/* offsetof and sizeof of one member: "offsetof:st.f" and "fieldsize:st.f". */
+#define FIELD(st, f)                                                        \
+	{ "offsetof:" #st "." #f, (int64_t)offsetof(struct st, f) },           \
+	{ "fieldsize:" #st "." #f, (int64_t)sizeof(((struct st *)0)->f) }
+#define VALUE(v) { #v, (int64_t)(v) }
+
+static const struct oracle_entry oracle_entries[] = {
+	/* struct mlx5_wqe_ctrl_seg */
+	SIZE(mlx5_wqe_ctrl_seg),
+	FIELD(mlx5_wqe_ctrl_seg, opmod_idx_opcode),
+	FIELD(mlx5_wqe_ctrl_seg, qpn_ds),
+	FIELD(mlx5_wqe_ctrl_seg, signature),
+	FIELD(mlx5_wqe_ctrl_seg, dci_stream_channel_id),
+	FIELD(mlx5_wqe_ctrl_seg, fm_ce_se),
+	FIELD(mlx5_wqe_ctrl_seg, imm),
+
+	/* struct mlx5_wqe_raddr_seg */
+	SIZE(mlx5_wqe_raddr_seg),
+	FIELD(mlx5_wqe_raddr_seg, raddr),
+	FIELD(mlx5_wqe_raddr_seg, rkey),
+	FIELD(mlx5_wqe_raddr_seg, reserved),
+
+	/* struct mlx5_wqe_data_seg */
+	SIZE(mlx5_wqe_data_seg),
+	FIELD(mlx5_wqe_data_seg, byte_count),
+	FIELD(mlx5_wqe_data_seg, lkey),
+	FIELD(mlx5_wqe_data_seg, addr),
+
+	/* struct mlx5_wqe_inl_data_seg */
+	SIZE(mlx5_wqe_inl_data_seg),
+	FIELD(mlx5_wqe_inl_data_seg, byte_count),
+
+	/* struct mlx5_wqe_atomic_seg */
+	SIZE(mlx5_wqe_atomic_seg),
+	FIELD(mlx5_wqe_atomic_seg, swap_add),
+	FIELD(mlx5_wqe_atomic_seg, compare),
+
+	/* struct mlx5_wqe_srq_next_seg */
+	SIZE(mlx5_wqe_srq_next_seg),
+	FIELD(mlx5_wqe_srq_next_seg, rsvd0),
+	FIELD(mlx5_wqe_srq_next_seg, next_wqe_index),
+	FIELD(mlx5_wqe_srq_next_seg, signature),
+	FIELD(mlx5_wqe_srq_next_seg, rsvd1),
+
+	/* struct mlx5_cqe64 (the first 32 bytes are a union; these are the
+	 * members of its anonymous struct) */
+	SIZE(mlx5_cqe64),
+	FIELD(mlx5_cqe64, rsvd0),
+	FIELD(mlx5_cqe64, wqe_id),
+	FIELD(mlx5_cqe64, rsvd4),
+	FIELD(mlx5_cqe64, ml_path),
+	FIELD(mlx5_cqe64, rsvd20),
+	FIELD(mlx5_cqe64, slid),
+	FIELD(mlx5_cqe64, flags_rqpn),
+	FIELD(mlx5_cqe64, hds_ip_ext),
+	FIELD(mlx5_cqe64, l4_hdr_type_etc),
+	FIELD(mlx5_cqe64, vlan_info),
+	FIELD(mlx5_cqe64, srqn_uidx),
+	FIELD(mlx5_cqe64, imm_inval_pkey),
+	FIELD(mlx5_cqe64, app),
+	FIELD(mlx5_cqe64, app_op),
+	FIELD(mlx5_cqe64, app_info),
+	FIELD(mlx5_cqe64, byte_cnt),
+	FIELD(mlx5_cqe64, timestamp),
+	FIELD(mlx5_cqe64, sop_drop_qpn),
+	FIELD(mlx5_cqe64, wqe_counter),
+	FIELD(mlx5_cqe64, signature),
+	FIELD(mlx5_cqe64, op_own),
+
+	/* struct mlx5_err_cqe */
+	SIZE(mlx5_err_cqe),
+	FIELD(mlx5_err_cqe, rsvd0),
+	FIELD(mlx5_err_cqe, srqn),
+	FIELD(mlx5_err_cqe, rsvd1),
+	FIELD(mlx5_err_cqe, vendor_err_synd),
+	FIELD(mlx5_err_cqe, syndrome),
+	FIELD(mlx5_err_cqe, s_wqe_opcode_qpn),
+	FIELD(mlx5_err_cqe, wqe_counter),
+	FIELD(mlx5_err_cqe, signature),
+	FIELD(mlx5_err_cqe, op_own),
+
+	/* Send WQE opcodes */
+	VALUE(MLX5_OPCODE_NOP),
+	VALUE(MLX5_OPCODE_SEND_INVAL),
+	VALUE(MLX5_OPCODE_RDMA_WRITE),
+	VALUE(MLX5_OPCODE_RDMA_WRITE_IMM),
+	VALUE(MLX5_OPCODE_SEND),
+	VALUE(MLX5_OPCODE_SEND_IMM),
+	VALUE(MLX5_OPCODE_RDMA_READ),
+	VALUE(MLX5_OPCODE_ATOMIC_CS),
+	VALUE(MLX5_OPCODE_ATOMIC_FA),
+	VALUE(MLX5_OPCODE_ATOMIC_MASKED_CS),
+	VALUE(MLX5_OPCODE_ATOMIC_MASKED_FA),
+	VALUE(MLX5_OPCODE_LOCAL_INVAL),
+
+	/* CQE opcodes */
+	VALUE(MLX5_CQE_REQ),
+	VALUE(MLX5_CQE_RESP_WR_IMM),
+	VALUE(MLX5_CQE_RESP_SEND),
+	VALUE(MLX5_CQE_RESP_SEND_IMM),
+	VALUE(MLX5_CQE_RESP_SEND_INV),
+	VALUE(MLX5_CQE_RESIZE_CQ),
+	VALUE(MLX5_CQE_NO_PACKET),
+	VALUE(MLX5_CQE_SIG_ERR),
+	VALUE(MLX5_CQE_REQ_ERR),
+	VALUE(MLX5_CQE_RESP_ERR),
+	VALUE(MLX5_CQE_INVALID),
+
+	/* Error CQE syndromes */
+	VALUE(MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR),
+	VALUE(MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR),
+	VALUE(MLX5_CQE_SYNDROME_LOCAL_PROT_ERR),
+	VALUE(MLX5_CQE_SYNDROME_WR_FLUSH_ERR),
+	VALUE(MLX5_CQE_SYNDROME_MW_BIND_ERR),
+	VALUE(MLX5_CQE_SYNDROME_BAD_RESP_ERR),
+	VALUE(MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR),
+	VALUE(MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR),
+	VALUE(MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR),
+	VALUE(MLX5_CQE_SYNDROME_REMOTE_OP_ERR),
+	VALUE(MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR),
+	VALUE(MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR),
+	VALUE(MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR),
+
+	/* Control segment flags */
+	VALUE(MLX5_WQE_CTRL_CQ_UPDATE),
+	VALUE(MLX5_WQE_CTRL_SOLICITED),
+	VALUE(MLX5_WQE_CTRL_FENCE),
+	VALUE(MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE),
+
+	/* CQE op_own / format */
+	VALUE(MLX5_CQE_OWNER_MASK),
+	VALUE(MLX5_INLINE_SCATTER_32),
+	VALUE(MLX5_INLINE_SCATTER_64),
+
+	/* Mini CQE responder formats */
+	VALUE(MLX5DV_CQE_RES_FORMAT_HASH),
+	VALUE(MLX5DV_CQE_RES_FORMAT_CSUM),
+	VALUE(MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX),
+
+	/* Miscellaneous */
+	VALUE(MLX5_INLINE_SEG),
+	VALUE(MLX5_INVALID_LKEY),
+	VALUE(MLX5_SEND_WQE_BB),
+	VALUE(MLX5_SEND_WQE_SHIFT),
+	VALUE(MLX5_RCV_DBR),
+	VALUE(MLX5_SND_DBR),
+	VALUE(MLX5_CQ_DOORBELL),
+	VALUE(MLX5_CQ_DB_REQ_NOT_SOL),
+	VALUE(MLX5_CQ_DB_REQ_NOT),
+};
+
+/* Points *out at the table and returns its length. */
+size_t oracle_table(const struct oracle_entry **out)
+{
+	*out = oracle_entries;
+	return sizeof(oracle_entries) / sizeof(oracle_entries[0]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* WQE segment writers                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* mlx5dv_set_ctrl_seg; `imm` is stored as passed (raw, not byte-swapped). */
+void oracle_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode,
+		     uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se, uint8_t ds,
+		     uint8_t signature, uint32_t imm)
+{
+	struct mlx5_wqe_ctrl_seg seg;
+
+	memcpy(&seg, out, sizeof(seg));
+	mlx5dv_set_ctrl_seg(&seg, pi, opcode, opmod, qpn, fm_ce_se, ds,
+			    signature, imm);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* mlx5dv_set_data_seg. */
+void oracle_data_seg(uint8_t out[16], uint32_t length, uint32_t lkey,
+		     uint64_t addr)
+{
+	struct mlx5_wqe_data_seg seg;
+
+	memcpy(&seg, out, sizeof(seg));
+	mlx5dv_set_data_seg(&seg, length, lkey, (uintptr_t)addr);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* Remote address segment, as rdma-core's providers/mlx5 set_raddr_seg. */
+void oracle_raddr_seg(uint8_t out[16], uint64_t raddr, uint32_t rkey)
+{
+	struct mlx5_wqe_raddr_seg seg;
+
+	memcpy(&seg, out, sizeof(seg));
+	seg.raddr = htobe64(raddr);
+	seg.rkey = htobe32(rkey);
+	seg.reserved = 0;
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* Atomic segment (compare-and-swap / fetch-and-add operands). */
+void oracle_atomic_seg(uint8_t out[16], uint64_t swap_add, uint64_t compare)
+{
+	struct mlx5_wqe_atomic_seg seg;
+
+	memcpy(&seg, out, sizeof(seg));
+	seg.swap_add = htobe64(swap_add);
+	seg.compare = htobe64(compare);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* Inline data segment header, as providers/mlx5 set_data_inl_seg. */
+void oracle_inline_seg(uint8_t out[4], uint32_t len)
+{
+	struct mlx5_wqe_inl_data_seg seg;
+
+	memcpy(&seg, out, sizeof(seg));
+	seg.byte_count = htobe32(len | MLX5_INLINE_SEG);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* SRQ next segment, as providers/mlx5 does when it links an SRQ's WQEs:
+ * all zero but next_wqe_index. */
+void oracle_srq_next_seg(uint8_t out[16], uint16_t next_wqe_index)
+{
+	struct mlx5_wqe_srq_next_seg seg;
+
+	memset(&seg, 0, sizeof(seg));
+	seg.next_wqe_index = htobe16(next_wqe_index);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* ------------------------------------------------------------------------ */
+/* CQE readers                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Indices into oracle_cqe64's output; tests/oracle.rs mirrors them. */
+enum {
+	CQE64_OWNER,		/* mlx5dv_get_cqe_owner */
+	CQE64_SE,		/* mlx5dv_get_cqe_se */
+	CQE64_FORMAT,		/* mlx5dv_get_cqe_format */
+	CQE64_OPCODE,		/* mlx5dv_get_cqe_opcode */
+	CQE64_OP_OWN,
+	CQE64_SIGNATURE,
+	CQE64_WQE_COUNTER,
+	CQE64_BYTE_CNT,
+	CQE64_IMM_INVAL_PKEY,
+	CQE64_SRQN_UIDX,
+	CQE64_SRQN,		/* srqn_uidx & 0xffffff */
+	CQE64_SOP_DROP_QPN,
+	CQE64_QPN,		/* sop_drop_qpn & 0xffffff */
+	CQE64_S_WQE_OPCODE,	/* sop_drop_qpn >> 24 */
+	CQE64_TIMESTAMP,
+	CQE64_WQE_ID,
+	CQE64_ML_PATH,
+	CQE64_SLID,
+	CQE64_FLAGS_RQPN,
+	CQE64_HDS_IP_EXT,
+	CQE64_L4_HDR_TYPE_ETC,
+	CQE64_VLAN_INFO,
+	CQE64_APP,
+	CQE64_APP_OP,
+	CQE64_APP_INFO,
+	CQE64_NFIELDS
+};
+
+/* Returns the number of values oracle_cqe64 writes. */
+size_t oracle_cqe64_nfields(void)
+{
+	return CQE64_NFIELDS;
+}
+
+/* Decodes a 64-byte CQE through struct mlx5_cqe64 and the mlx5dv_get_cqe_*
+ * helpers. */
+void oracle_cqe64(const uint8_t in[64], uint64_t out[CQE64_NFIELDS])
+{
+	struct mlx5_cqe64 cqe;
+
+	memcpy(&cqe, in, sizeof(cqe));
+	out[CQE64_OWNER] = mlx5dv_get_cqe_owner(&cqe);
+	out[CQE64_SE] = mlx5dv_get_cqe_se(&cqe);
+	out[CQE64_FORMAT] = mlx5dv_get_cqe_format(&cqe);
+	out[CQE64_OPCODE] = mlx5dv_get_cqe_opcode(&cqe);
+	out[CQE64_OP_OWN] = cqe.op_own;
+	out[CQE64_SIGNATURE] = cqe.signature;
+	out[CQE64_WQE_COUNTER] = be16toh(cqe.wqe_counter);
+	out[CQE64_BYTE_CNT] = be32toh(cqe.byte_cnt);
+	out[CQE64_IMM_INVAL_PKEY] = be32toh(cqe.imm_inval_pkey);
+	out[CQE64_SRQN_UIDX] = be32toh(cqe.srqn_uidx);
+	out[CQE64_SRQN] = be32toh(cqe.srqn_uidx) & 0xffffff;
+	out[CQE64_SOP_DROP_QPN] = be32toh(cqe.sop_drop_qpn);
+	out[CQE64_QPN] = be32toh(cqe.sop_drop_qpn) & 0xffffff;
+	out[CQE64_S_WQE_OPCODE] = be32toh(cqe.sop_drop_qpn) >> 24;
+	out[CQE64_TIMESTAMP] = be64toh(cqe.timestamp);
+	out[CQE64_WQE_ID] = be16toh(cqe.wqe_id);
+	out[CQE64_ML_PATH] = cqe.ml_path;
+	out[CQE64_SLID] = be16toh(cqe.slid);
+	out[CQE64_FLAGS_RQPN] = be32toh(cqe.flags_rqpn);
+	out[CQE64_HDS_IP_EXT] = cqe.hds_ip_ext;
+	out[CQE64_L4_HDR_TYPE_ETC] = cqe.l4_hdr_type_etc;
+	out[CQE64_VLAN_INFO] = be16toh(cqe.vlan_info);
+	out[CQE64_APP] = cqe.app;
+	out[CQE64_APP_OP] = cqe.app_op;
+	out[CQE64_APP_INFO] = be16toh(cqe.app_info);
+}
+
+/* Indices into oracle_err_cqe's output; tests/oracle.rs mirrors them. */
+enum {
+	ERR_SRQN,
+	ERR_VENDOR_ERR_SYND,
+	ERR_SYNDROME,
+	ERR_S_WQE_OPCODE_QPN,
+	ERR_QPN,		/* s_wqe_opcode_qpn & 0xffffff */
+	ERR_S_WQE_OPCODE,	/* s_wqe_opcode_qpn >> 24 */
+	ERR_WQE_COUNTER,
+	ERR_SIGNATURE,
+	ERR_OP_OWN,
+	ERR_NFIELDS
+};
+
+/* Returns the number of values oracle_err_cqe writes. */
+size_t oracle_err_cqe_nfields(void)
+{
+	return ERR_NFIELDS;
+}
+
+/* Decodes a 64-byte error CQE through struct mlx5_err_cqe. */
+void oracle_err_cqe(const uint8_t in[64], uint64_t out[ERR_NFIELDS])
+{
+	struct mlx5_err_cqe e;
+
+	memcpy(&e, in, sizeof(e));
+	out[ERR_SRQN] = be32toh(e.srqn);
+	out[ERR_VENDOR_ERR_SYND] = e.vendor_err_synd;
+	out[ERR_SYNDROME] = e.syndrome;
+	out[ERR_S_WQE_OPCODE_QPN] = be32toh(e.s_wqe_opcode_qpn);
+	out[ERR_QPN] = be32toh(e.s_wqe_opcode_qpn) & 0xffffff;
+	out[ERR_S_WQE_OPCODE] = be32toh(e.s_wqe_opcode_qpn) >> 24;
+	out[ERR_WQE_COUNTER] = be16toh(e.wqe_counter);
+	out[ERR_SIGNATURE] = e.signature;
+	out[ERR_OP_OWN] = e.op_own;
+}
+
+#else /* ORACLE_X86_ONLY */
+
+#if !defined(__SSE3__) || !defined(__SSSE3__)
+#error "ORACLE_X86_ONLY needs -mssse3 (mlx5dv_x86_set_ctrl_seg uses _mm_shuffle_epi8)"
+#endif
+
+/* mlx5dv_x86_set_ctrl_seg (SSE shuffle variant); `imm` is stored raw. Writes
+ * all 16 bytes, including the reserved dci_stream_channel_id (zero). */
+void oracle_x86_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode,
+			 uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se,
+			 uint8_t ds, uint8_t signature, uint32_t imm)
+{
+	struct mlx5_wqe_ctrl_seg seg __attribute__((aligned(16)));
+
+	mlx5dv_x86_set_ctrl_seg(&seg, pi, opcode, opmod, qpn, fm_ce_se, ds,
+				signature, imm);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+#endif /* ORACLE_X86_ONLY */

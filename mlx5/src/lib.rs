@@ -1,0 +1,36 @@
+//! Direct-verbs data path for mlx5 (NVIDIA/Mellanox ConnectX) NICs.
+//!
+//! This crate writes work queue entries straight into a send queue's memory,
+//! rings doorbells (doorbell record + BlueFlame), and polls completions straight
+//! out of completion queue memory, the way rdma-core's `providers/mlx5` and UCX's
+//! `uct/ib/mlx5` do, without going through libibverbs on the fast path.
+//!
+//! It is device-independent: a backend (real hardware through rdma-core's
+//! `mlx5dv_init_obj`, or the software device) supplies the queue memory, the
+//! doorbell records and the BlueFlame register, and the same posting and polling
+//! code runs on either.
+//!
+//! - [`prm`]: the hardware byte layouts, as zero-copy views, and their constants.
+//! - [`barrier`]: the DMA / MMIO barriers, per architecture.
+//! - [`sq`]: the send queue and its WQE builder; [`doorbell`]: doorbell record
+//!   and BlueFlame.
+//! - [`rq`]: receive queues (RQ) and shared receive queues (SRQ).
+//! - [`cq`]: completion queue polling (owner bit, compressed CQEs,
+//!   scatter-to-CQE), [`cq::Cq`] with QPN dispatch and [`cq::MonoCq`].
+//! - [`wqe_table`]: per-WQE user data and free-space accounting (seed 002).
+//! - [`fastmap`]: the direct-indexed QPN table.
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod barrier;
+pub mod cq;
+pub mod doorbell;
+pub mod fastmap;
+pub mod mem;
+pub mod prm;
+pub mod rq;
+pub mod sq;
+pub mod wqe_table;
+
+pub use cq::{Completion, Cq, CqRing, MonoCq};
+pub use sq::SendQueue;

@@ -1,0 +1,94 @@
+//! Doorbell records: small big-endian words in host memory that software
+//! writes and the NIC reads (QP, SRQ) or that software writes to tell the NIC
+//! how far it has consumed (CQ).
+
+use super::{be32, put32, view, Field};
+
+mod field {
+    use super::Field;
+    pub const WORD0: Field = 0..4;
+    pub const WORD1: Field = 4..8;
+}
+
+view!(
+    /// QP doorbell record: receive counter ([`RCV_DBR`](super::RCV_DBR)) and send
+    /// counter ([`SND_DBR`](super::SND_DBR)).
+    QpDbRec,
+    8
+);
+view!(
+    /// CQ doorbell record: consumer index ([`CQ_SET_CI`](super::CQ_SET_CI), 24 bits)
+    /// and arm word ([`CQ_ARM_DB`](super::CQ_ARM_DB)).
+    CqDbRec,
+    8
+);
+view!(
+    /// SRQ doorbell record: the WQE counter.
+    SrqDbRec,
+    4
+);
+
+impl<T: AsRef<[u8]>> QpDbRec<T> {
+    /// Receive counter.
+    #[inline]
+    pub fn recv_counter(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::WORD0)
+    }
+    /// Send counter.
+    #[inline]
+    pub fn send_counter(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::WORD1)
+    }
+}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> QpDbRec<T> {
+    /// Sets the receive counter (low 16 bits of the RQ head).
+    #[inline]
+    pub fn set_recv_counter(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::WORD0, v & 0xffff)
+    }
+    /// Sets the send counter (low 16 bits of the SQ producer index).
+    #[inline]
+    pub fn set_send_counter(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::WORD1, v & 0xffff)
+    }
+}
+
+impl<T: AsRef<[u8]>> CqDbRec<T> {
+    /// Consumer index (24 bits).
+    #[inline]
+    pub fn ci(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::WORD0)
+    }
+    /// Arm word.
+    #[inline]
+    pub fn arm(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::WORD1)
+    }
+}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> CqDbRec<T> {
+    /// Sets the consumer index (masked to 24 bits).
+    #[inline]
+    pub fn set_ci(&mut self, ci: u32) {
+        put32(self.buffer.as_mut(), field::WORD0, ci & 0x00ff_ffff)
+    }
+    /// Sets the arm word.
+    #[inline]
+    pub fn set_arm(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::WORD1, v)
+    }
+}
+
+impl<T: AsRef<[u8]>> SrqDbRec<T> {
+    /// WQE counter.
+    #[inline]
+    pub fn counter(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::WORD0)
+    }
+}
+impl<T: AsRef<[u8]> + AsMut<[u8]>> SrqDbRec<T> {
+    /// Sets the WQE counter (low 16 bits).
+    #[inline]
+    pub fn set_counter(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::WORD0, v & 0xffff)
+    }
+}

@@ -1,0 +1,160 @@
+//! The WQE builder: segments are written in place into the reserved BBs; `post`
+//! writes the control segment and records the WQE in the table.
+
+use super::{write_atomic_seg, write_data_seg, write_raddr_seg, Payload, SendQueue};
+use crate::prm::{ctrl_flags, CtrlSeg, InlineSeg, WqeOpcode, WQE_SEG_UNIT};
+use crate::wqe_table::SendTable;
+
+/// A WQE being built in the send queue. Dropping it without
+/// [`post`](Self::post) abandons the WQE: nothing is recorded and the producer
+/// index does not move.
+#[must_use = "a WQE is only queued by post()"]
+pub struct WqeBuilder<'a, T> {
+    sq: &'a mut SendQueue<T>,
+    start: u16,
+    opcode: u8,
+    ds: u8,
+    bbs: u16,
+    off: usize,
+    flags: u8,
+    imm: u32,
+    force_signal: bool,
+}
+
+impl<'a, T: SendTable> WqeBuilder<'a, T> {
+    #[inline(always)]
+    pub(super) fn new(sq: &'a mut SendQueue<T>, opcode: WqeOpcode, ds: u8, bbs: u16) -> Self {
+        let start = sq.pi;
+        Self {
+            sq,
+            start,
+            opcode: opcode as u8,
+            ds,
+            bbs,
+            off: WQE_SEG_UNIT,
+            flags: 0,
+            imm: 0,
+            force_signal: false,
+        }
+    }
+
+    #[inline(always)]
+    pub(super) fn set_imm(&mut self, imm: u32) {
+        self.imm = imm;
+    }
+
+    #[inline(always)]
+    pub(super) fn put_raddr(&mut self, raddr: u64, rkey: u32) {
+        let seg = self.sq.seg16(self.start, self.off);
+        write_raddr_seg(seg, raddr, rkey);
+        self.off += 16;
+    }
+
+    #[inline(always)]
+    pub(super) fn put_atomic(&mut self, swap_add: u64, compare: u64) {
+        let seg = self.sq.seg16(self.start, self.off);
+        write_atomic_seg(seg, swap_add, compare);
+        self.off += 16;
+    }
+
+    #[inline(always)]
+    pub(super) fn put_payload(&mut self, p: &Payload<'_>) {
+        match p {
+            Payload::None => {}
+            Payload::Sges(s) => self.put_sges(s),
+            Payload::Inline(d) => self.put_inline(d),
+            Payload::InlineSges(d, s) => {
+                self.put_inline(d);
+                self.put_sges(s);
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn put_sges(&mut self, sges: &[super::Sge]) {
+        for s in sges {
+            let seg = self.sq.seg16(self.start, self.off);
+            write_data_seg(seg, s);
+            self.off += 16;
+        }
+    }
+
+    #[inline(always)]
+    fn put_inline(&mut self, d: &[u8]) {
+        let total = InlineSeg::wqe_bytes(d.len());
+        let seg = self.sq.seg(self.start, self.off, total);
+        InlineSeg::new_unchecked(&mut seg[..4]).set_len(d.len() as u32);
+        seg[4..4 + d.len()].copy_from_slice(d);
+        seg[4 + d.len()..].fill(0);
+        self.off += total;
+    }
+
+    /// Waits for earlier READs and atomics of this QP before executing
+    /// (`MLX5_WQE_CTRL_FENCE`).
+    #[inline(always)]
+    pub fn fence(mut self) -> Self {
+        self.flags |= ctrl_flags::FENCE;
+        self
+    }
+
+    /// Sets the initiator small fence (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`).
+    #[inline(always)]
+    pub fn small_fence(mut self) -> Self {
+        self.flags |= ctrl_flags::INITIATOR_SMALL_FENCE;
+        self
+    }
+
+    /// Raises a solicited event at the responder (SEND / WRITE_IMM).
+    #[inline(always)]
+    pub fn solicited(mut self) -> Self {
+        self.flags |= ctrl_flags::SOLICITED;
+        self
+    }
+
+    /// Requests a CQE for this WQE whatever the signal interval says.
+    #[inline(always)]
+    pub fn signaled(mut self) -> Self {
+        self.force_signal = true;
+        self
+    }
+
+    /// Size of the WQE in 16-byte units.
+    pub fn ds(&self) -> u8 {
+        self.ds
+    }
+
+    /// The WQE counter this WQE will have.
+    pub fn counter(&self) -> u16 {
+        self.start
+    }
+
+    /// Finishes the WQE: writes the control segment, records `input` in the WQE
+    /// table and advances the producer index. Returns the WQE counter. The NIC
+    /// sees it after the next [`ring_doorbell`](SendQueue::ring_doorbell).
+    #[inline(always)]
+    pub fn post(self, input: T::Input) -> u16 {
+        debug_assert_eq!(self.off, usize::from(self.ds) * WQE_SEG_UNIT);
+        let signaled = self.force_signal
+            || T::ALWAYS_SIGNALED
+            || T::wants_signal(&input)
+            || self.sq.interval_says_signal(self.bbs);
+        let flags = self.flags | if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
+        let (start, bbs, qpn) = (self.start, self.bbs, self.sq.qpn);
+        let ctrl = self.sq.seg16(start, 0);
+        CtrlSeg::new_unchecked(ctrl).set_all(
+            start,
+            self.opcode,
+            0,
+            qpn,
+            flags,
+            self.ds,
+            0,
+            self.imm,
+        );
+        self.sq
+            .table
+            .record(start, start.wrapping_add(bbs), Some(input), signaled);
+        self.sq.note_posted(start, bbs, signaled);
+        start
+    }
+}

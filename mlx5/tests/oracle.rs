@@ -1,0 +1,1244 @@
+//! rdma-core oracle tests: the `mlx5::prm` views and constants against what a C
+//! compiler makes of rdma-core's `<infiniband/mlx5dv.h>` (`oracle/oracle.c`).
+//!
+//! Run with `cargo test -p mlx5 --features rdma-core-oracle --test oracle`
+//! (needs `libibverbs-dev`).
+#![cfg(feature = "rdma-core-oracle")]
+
+use std::collections::HashMap;
+use std::ffi::{c_char, CStr};
+use std::ops::Range;
+
+use mlx5::prm::{
+    cqe_res_format, ctrl_flags, op_own, AtomicSeg, Cqe64, CqeFormat, CqeOpcode, CtrlSeg, DataSeg,
+    ErrCqe, InlineSeg, RaddrSeg, SrqNextSeg, Syndrome, WqeOpcode, CQ_DB_REQ_NOT, CQ_DB_REQ_NOT_SOL,
+    CQ_DOORBELL, INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB, SEND_WQE_SHIFT, SND_DBR,
+};
+
+// ---------------------------------------------------------------------------
+// The C side
+// ---------------------------------------------------------------------------
+
+#[repr(C)]
+struct OracleEntry {
+    name: *const c_char,
+    value: i64,
+}
+
+extern "C" {
+    fn oracle_table(out: *mut *const OracleEntry) -> usize;
+    #[allow(clippy::too_many_arguments)]
+    fn oracle_ctrl_seg(
+        out: *mut u8,
+        pi: u16,
+        opcode: u8,
+        opmod: u8,
+        qpn: u32,
+        fm_ce_se: u8,
+        ds: u8,
+        signature: u8,
+        imm: u32,
+    );
+    fn oracle_data_seg(out: *mut u8, length: u32, lkey: u32, addr: u64);
+    fn oracle_raddr_seg(out: *mut u8, raddr: u64, rkey: u32);
+    fn oracle_atomic_seg(out: *mut u8, swap_add: u64, compare: u64);
+    fn oracle_inline_seg(out: *mut u8, len: u32);
+    fn oracle_srq_next_seg(out: *mut u8, next_wqe_index: u16);
+    fn oracle_cqe64_nfields() -> usize;
+    fn oracle_cqe64(input: *const u8, out: *mut u64);
+    fn oracle_err_cqe_nfields() -> usize;
+    fn oracle_err_cqe(input: *const u8, out: *mut u64);
+}
+
+#[cfg(mlx5_oracle_x86)]
+extern "C" {
+    #[allow(clippy::too_many_arguments)]
+    fn oracle_x86_ctrl_seg(
+        out: *mut u8,
+        pi: u16,
+        opcode: u8,
+        opmod: u8,
+        qpn: u32,
+        fm_ce_se: u8,
+        ds: u8,
+        signature: u8,
+        imm: u32,
+    );
+}
+
+/// Indices into `oracle_cqe64`'s output (the enum in oracle.c).
+mod c64 {
+    pub const OWNER: usize = 0;
+    pub const SE: usize = 1;
+    pub const FORMAT: usize = 2;
+    pub const OPCODE: usize = 3;
+    pub const OP_OWN: usize = 4;
+    pub const SIGNATURE: usize = 5;
+    pub const WQE_COUNTER: usize = 6;
+    pub const BYTE_CNT: usize = 7;
+    pub const IMM_INVAL_PKEY: usize = 8;
+    pub const SRQN_UIDX: usize = 9;
+    pub const SRQN: usize = 10;
+    pub const SOP_DROP_QPN: usize = 11;
+    pub const QPN: usize = 12;
+    pub const S_WQE_OPCODE: usize = 13;
+    pub const TIMESTAMP: usize = 14;
+    pub const WQE_ID: usize = 15;
+    pub const ML_PATH: usize = 16;
+    pub const SLID: usize = 17;
+    pub const FLAGS_RQPN: usize = 18;
+    pub const HDS_IP_EXT: usize = 19;
+    pub const L4_HDR_TYPE_ETC: usize = 20;
+    pub const VLAN_INFO: usize = 21;
+    pub const APP: usize = 22;
+    pub const APP_OP: usize = 23;
+    pub const APP_INFO: usize = 24;
+    pub const N: usize = 25;
+}
+
+/// Indices into `oracle_err_cqe`'s output (the enum in oracle.c).
+mod cerr {
+    pub const SRQN: usize = 0;
+    pub const VENDOR_ERR_SYND: usize = 1;
+    pub const SYNDROME: usize = 2;
+    pub const S_WQE_OPCODE_QPN: usize = 3;
+    pub const QPN: usize = 4;
+    pub const S_WQE_OPCODE: usize = 5;
+    pub const WQE_COUNTER: usize = 6;
+    pub const SIGNATURE: usize = 7;
+    pub const OP_OWN: usize = 8;
+    pub const N: usize = 9;
+}
+
+/// The oracle's table of sizes, offsets and enum values.
+struct Table(HashMap<String, i64>);
+
+impl Table {
+    fn load() -> Self {
+        let mut p: *const OracleEntry = std::ptr::null();
+        // SAFETY: oracle_table points `p` at a static array of the returned length.
+        let n = unsafe { oracle_table(&mut p) };
+        assert!(!p.is_null() && n > 0);
+        // SAFETY: as above; the names are static NUL-terminated strings.
+        let entries = unsafe { std::slice::from_raw_parts(p, n) };
+        let map: HashMap<String, i64> = entries
+            .iter()
+            .map(|e| {
+                let name = unsafe { CStr::from_ptr(e.name) }
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                (name, e.value)
+            })
+            .collect();
+        assert_eq!(map.len(), n, "duplicate names in the oracle table");
+        Table(map)
+    }
+
+    fn get(&self, name: &str) -> i64 {
+        *self
+            .0
+            .get(name)
+            .unwrap_or_else(|| panic!("oracle.c has no entry `{name}`"))
+    }
+
+    fn usize(&self, name: &str) -> usize {
+        usize::try_from(self.get(name)).unwrap()
+    }
+
+    fn sizeof(&self, st: &str) -> usize {
+        self.usize(&format!("sizeof:{st}"))
+    }
+
+    /// The byte range of `st.field` in the C struct.
+    fn range(&self, st: &str, field: &str) -> Range<usize> {
+        let off = self.usize(&format!("offsetof:{st}.{field}"));
+        let size = self.usize(&format!("fieldsize:{st}.{field}"));
+        off..off + size
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// xorshift64: deterministic random field values without dependencies.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed | 1)
+    }
+    fn u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+    fn u32(&mut self) -> u32 {
+        (self.u64() >> 32) as u32
+    }
+    fn u16(&mut self) -> u16 {
+        (self.u64() >> 48) as u16
+    }
+    fn u8(&mut self) -> u8 {
+        (self.u64() >> 56) as u8
+    }
+    fn fill(&mut self, b: &mut [u8]) {
+        for x in b {
+            *x = self.u8();
+        }
+    }
+    /// Mostly uniform values, with a share of all-zero and all-one patterns.
+    fn edgy_u64(&mut self) -> u64 {
+        match self.u64() % 8 {
+            0 => 0,
+            1 => u64::MAX,
+            _ => self.u64(),
+        }
+    }
+}
+
+const ITERS: usize = 10_000;
+
+/// Writes `value` (every byte nonzero) with a Rust setter into a zeroed buffer
+/// of `len` bytes and checks that it lands exactly, big-endian, on the C field
+/// `st.field`.
+fn assert_lands(t: &Table, st: &str, field: &str, len: usize, value: u64, set: impl Fn(&mut [u8])) {
+    let r = t.range(st, field);
+    let mut b = vec![0u8; len];
+    set(&mut b);
+    let mut expect = vec![0u8; len];
+    expect[r.clone()].copy_from_slice(&value.to_be_bytes()[8 - r.len()..]);
+    assert_eq!(
+        b, expect,
+        "{st}.{field}: setter wrote outside C bytes {r:?}"
+    );
+}
+
+/// Checks that a Rust getter reads exactly the C field `st.field`, big-endian:
+/// it must return the pattern placed at the field's bytes whatever the other
+/// bytes hold, and zero when only the field's bytes are zero.
+fn assert_reads(t: &Table, st: &str, field: &str, len: usize, get: impl Fn(&[u8]) -> u64) {
+    let r = t.range(st, field);
+    let pat = 0x8192_a3b4_c5d6_e7f8u64;
+    let want = pat >> (64 - 8 * r.len());
+    for bg in [0x00u8, 0xff, 0x5a] {
+        let mut b = vec![bg; len];
+        b[r.clone()].copy_from_slice(&pat.to_be_bytes()[..r.len()]);
+        assert_eq!(
+            get(&b),
+            want,
+            "{st}.{field}: getter did not read C bytes {r:?}"
+        );
+        b[r.clone()].fill(0);
+        assert_eq!(get(&b), 0, "{st}.{field}: getter read bytes outside {r:?}");
+    }
+}
+
+/// Checks that a Rust whole-segment setter zeroes the C field `st.field`.
+fn assert_zeroes(t: &Table, st: &str, field: &str, len: usize, set: impl Fn(&mut [u8])) {
+    let r = t.range(st, field);
+    let mut b = vec![0xffu8; len];
+    set(&mut b);
+    assert!(
+        b[r.clone()].iter().all(|&x| x == 0),
+        "{st}.{field} {r:?} not zeroed: {b:02x?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Sizes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn struct_sizes_match_len() {
+    let t = Table::load();
+    assert_eq!(CtrlSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_ctrl_seg"));
+    assert_eq!(RaddrSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_raddr_seg"));
+    assert_eq!(DataSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_data_seg"));
+    assert_eq!(InlineSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_inl_data_seg"));
+    assert_eq!(AtomicSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_atomic_seg"));
+    assert_eq!(SrqNextSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_srq_next_seg"));
+    assert_eq!(Cqe64::<&[u8]>::LEN, t.sizeof("mlx5_cqe64"));
+    assert_eq!(ErrCqe::<&[u8]>::LEN, t.sizeof("mlx5_err_cqe"));
+}
+
+// ---------------------------------------------------------------------------
+// Offsets
+// ---------------------------------------------------------------------------
+
+#[test]
+fn ctrl_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_ctrl_seg";
+    let n = CtrlSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> CtrlSeg<&mut [u8]> {
+        CtrlSeg::new_unchecked(b)
+    }
+    let r = |b: &[u8]| CtrlSeg::new_unchecked(b.to_vec());
+    // Setters.
+    assert_lands(&t, st, "opmod_idx_opcode", n, 0x8192_a3b4, |b| {
+        w(b).set_opmod_idx_opcode(0x81, 0x92a3, 0xb4)
+    });
+    assert_lands(&t, st, "qpn_ds", n, 0x8192_a3b4, |b| {
+        w(b).set_qpn_ds(0x81_92a3, 0xb4)
+    });
+    assert_lands(&t, st, "signature", n, 0xa5, |b| w(b).set_signature(0xa5));
+    assert_lands(&t, st, "fm_ce_se", n, 0xa5, |b| w(b).set_fm_ce_se(0xa5));
+    assert_lands(&t, st, "imm", n, 0x8192_a3b4, |b| w(b).set_imm(0x8192_a3b4));
+    assert_lands(&t, st, "opmod_idx_opcode", n, 0x8192_a3b4, |b| {
+        w(b).set_all(0x92a3, 0xb4, 0x81, 0, 0, 0, 0, 0)
+    });
+    assert_lands(&t, st, "qpn_ds", n, 0x8192_a3b4, |b| {
+        w(b).set_all(0, 0, 0, 0x81_92a3, 0, 0xb4, 0, 0)
+    });
+    assert_lands(&t, st, "signature", n, 0xa5, |b| {
+        w(b).set_all(0, 0, 0, 0, 0, 0, 0xa5, 0)
+    });
+    assert_lands(&t, st, "fm_ce_se", n, 0xa5, |b| {
+        w(b).set_all(0, 0, 0, 0, 0xa5, 0, 0, 0)
+    });
+    assert_lands(&t, st, "imm", n, 0x8192_a3b4, |b| {
+        w(b).set_all(0, 0, 0, 0, 0, 0, 0, 0x8192_a3b4)
+    });
+    assert_zeroes(&t, st, "dci_stream_channel_id", n, |b| {
+        w(b).set_all(0xffff, 0xff, 0xff, 0xff_ffff, 0xff, 0xff, 0xff, 0xffff_ffff)
+    });
+    // Getters.
+    assert_reads(&t, st, "opmod_idx_opcode", n, |b| {
+        let c = r(b);
+        (u64::from(c.opmod()) << 24) | (u64::from(c.wqe_index()) << 8) | u64::from(c.opcode_raw())
+    });
+    assert_reads(&t, st, "qpn_ds", n, |b| {
+        let c = r(b);
+        (u64::from(c.qpn()) << 8) | u64::from(c.ds())
+    });
+    assert_reads(&t, st, "signature", n, |b| r(b).signature().into());
+    assert_reads(&t, st, "dci_stream_channel_id", n, |b| {
+        r(b).dci_stream_channel_id().into()
+    });
+    assert_reads(&t, st, "fm_ce_se", n, |b| r(b).fm_ce_se().into());
+    assert_reads(&t, st, "imm", n, |b| r(b).imm().into());
+}
+
+#[test]
+fn data_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_data_seg";
+    let n = DataSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> DataSeg<&mut [u8]> {
+        DataSeg::new_unchecked(b)
+    }
+    let r = |b: &[u8]| DataSeg::new_unchecked(b.to_vec());
+    assert_lands(&t, st, "byte_count", n, 0x8192_a3b4, |b| {
+        w(b).set(0x8192_a3b4, 0, 0)
+    });
+    assert_lands(&t, st, "lkey", n, 0x8192_a3b4, |b| {
+        w(b).set(0, 0x8192_a3b4, 0)
+    });
+    let a = 0x8192_a3b4_c5d6_e7f8;
+    assert_lands(&t, st, "addr", n, a, |b| w(b).set(0, 0, a));
+    assert_reads(&t, st, "byte_count", n, |b| r(b).byte_count().into());
+    assert_reads(&t, st, "lkey", n, |b| r(b).lkey().into());
+    assert_reads(&t, st, "addr", n, |b| r(b).addr());
+}
+
+#[test]
+fn raddr_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_raddr_seg";
+    let n = RaddrSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> RaddrSeg<&mut [u8]> {
+        RaddrSeg::new_unchecked(b)
+    }
+    let r = |b: &[u8]| RaddrSeg::new_unchecked(b.to_vec());
+    let a = 0x8192_a3b4_c5d6_e7f8;
+    assert_lands(&t, st, "raddr", n, a, |b| w(b).set(a, 0));
+    assert_lands(&t, st, "rkey", n, 0x8192_a3b4, |b| w(b).set(0, 0x8192_a3b4));
+    assert_zeroes(&t, st, "reserved", n, |b| w(b).set(u64::MAX, u32::MAX));
+    assert_reads(&t, st, "raddr", n, |b| r(b).raddr());
+    assert_reads(&t, st, "rkey", n, |b| r(b).rkey().into());
+}
+
+#[test]
+fn atomic_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_atomic_seg";
+    let n = AtomicSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> AtomicSeg<&mut [u8]> {
+        AtomicSeg::new_unchecked(b)
+    }
+    let r = |b: &[u8]| AtomicSeg::new_unchecked(b.to_vec());
+    let a = 0x8192_a3b4_c5d6_e7f8;
+    assert_lands(&t, st, "swap_add", n, a, |b| w(b).set(a, 0));
+    assert_lands(&t, st, "compare", n, a, |b| w(b).set(0, a));
+    assert_reads(&t, st, "swap_add", n, |b| r(b).swap_add());
+    assert_reads(&t, st, "compare", n, |b| r(b).compare());
+}
+
+#[test]
+fn inline_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_inl_data_seg";
+    let n = InlineSeg::<&[u8]>::LEN;
+    // The header sets INLINE_SEG (bit 31) on top of the length.
+    assert_lands(&t, st, "byte_count", n, 0x8192_a3b4, |b| {
+        InlineSeg::new_unchecked(b).set_len(0x0192_a3b4)
+    });
+    assert_reads(&t, st, "byte_count", n, |b| {
+        let s = InlineSeg::new_unchecked(b);
+        u64::from(s.len()) | if s.is_inline() { 0x8000_0000 } else { 0 }
+    });
+}
+
+#[test]
+fn srq_next_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_srq_next_seg";
+    let n = SrqNextSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> SrqNextSeg<&mut [u8]> {
+        SrqNextSeg::new_unchecked(b)
+    }
+    let r = |b: &[u8]| SrqNextSeg::new_unchecked(b.to_vec());
+    assert_lands(&t, st, "next_wqe_index", n, 0xa3b4, |b| w(b).set(0xa3b4));
+    for f in ["rsvd0", "signature", "rsvd1"] {
+        assert_zeroes(&t, st, f, n, |b| w(b).set(0xffff));
+    }
+    assert_reads(&t, st, "next_wqe_index", n, |b| {
+        r(b).next_wqe_index().into()
+    });
+    assert_reads(&t, st, "signature", n, |b| r(b).signature().into());
+}
+
+#[test]
+fn cqe64_offsets() {
+    let t = Table::load();
+    let st = "mlx5_cqe64";
+    let n = Cqe64::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> Cqe64<&mut [u8]> {
+        Cqe64::new_unchecked(b)
+    }
+    let r = |b: &[u8]| Cqe64::new_unchecked(b.to_vec());
+    let (v8, v16, v32, v64) = (0xa5u8, 0xa3b4u16, 0x8192_a3b4u32, 0x8192_a3b4_c5d6_e7f8u64);
+    // Setters.
+    assert_lands(&t, st, "wqe_id", n, v16.into(), |b| w(b).set_wqe_id(v16));
+    assert_lands(&t, st, "slid", n, v16.into(), |b| w(b).set_slid(v16));
+    assert_lands(&t, st, "flags_rqpn", n, v32.into(), |b| {
+        w(b).set_flags_rqpn(v32)
+    });
+    assert_lands(&t, st, "srqn_uidx", n, v32.into(), |b| {
+        w(b).set_srqn_uidx(v32)
+    });
+    assert_lands(&t, st, "imm_inval_pkey", n, v32.into(), |b| {
+        w(b).set_imm_inval_pkey(v32)
+    });
+    assert_lands(&t, st, "byte_cnt", n, v32.into(), |b| {
+        w(b).set_byte_cnt(v32)
+    });
+    assert_lands(&t, st, "timestamp", n, v64, |b| w(b).set_timestamp(v64));
+    assert_lands(&t, st, "sop_drop_qpn", n, v32.into(), |b| {
+        w(b).set_sop_drop_qpn(v32)
+    });
+    assert_lands(&t, st, "wqe_counter", n, v16.into(), |b| {
+        w(b).set_wqe_counter(v16)
+    });
+    assert_lands(&t, st, "signature", n, v8.into(), |b| {
+        w(b).set_signature(v8)
+    });
+    assert_lands(&t, st, "op_own", n, v8.into(), |b| w(b).set_op_own(v8));
+    // Getters.
+    assert_reads(&t, st, "wqe_id", n, |b| r(b).wqe_id().into());
+    assert_reads(&t, st, "ml_path", n, |b| r(b).ml_path().into());
+    assert_reads(&t, st, "slid", n, |b| r(b).slid().into());
+    assert_reads(&t, st, "flags_rqpn", n, |b| r(b).flags_rqpn().into());
+    assert_reads(&t, st, "hds_ip_ext", n, |b| r(b).hds_ip_ext().into());
+    assert_reads(&t, st, "l4_hdr_type_etc", n, |b| {
+        r(b).l4_hdr_type_etc().into()
+    });
+    assert_reads(&t, st, "vlan_info", n, |b| r(b).vlan_info().into());
+    assert_reads(&t, st, "srqn_uidx", n, |b| r(b).srqn_uidx().into());
+    assert_reads(&t, st, "imm_inval_pkey", n, |b| {
+        r(b).imm_inval_pkey().into()
+    });
+    assert_reads(&t, st, "app", n, |b| r(b).app().into());
+    assert_reads(&t, st, "app_op", n, |b| r(b).app_op().into());
+    assert_reads(&t, st, "app_info", n, |b| r(b).app_info().into());
+    assert_reads(&t, st, "byte_cnt", n, |b| r(b).byte_cnt().into());
+    assert_reads(&t, st, "timestamp", n, |b| r(b).timestamp());
+    assert_reads(&t, st, "sop_drop_qpn", n, |b| r(b).sop_drop_qpn().into());
+    assert_reads(&t, st, "wqe_counter", n, |b| r(b).wqe_counter().into());
+    assert_reads(&t, st, "signature", n, |b| r(b).signature().into());
+    assert_reads(&t, st, "op_own", n, |b| r(b).op_own().into());
+    // The byte-offset constants.
+    assert_eq!(
+        Cqe64::<&[u8]>::SIGNATURE_OFFSET,
+        t.range(st, "signature").start
+    );
+    assert_eq!(Cqe64::<&[u8]>::OP_OWN_OFFSET, t.range(st, "op_own").start);
+    // Scatter-to-CQE data (format 1) fills the union in front of srqn_uidx.
+    let mut b = [0u8; 64];
+    w(&mut b).inline32_mut().fill(0xff);
+    assert_eq!(
+        b.iter().rposition(|&x| x != 0),
+        Some(t.range(st, "srqn_uidx").start - 1)
+    );
+    assert_eq!(r(&b).inline32().len(), t.range(st, "srqn_uidx").start);
+}
+
+#[test]
+fn err_cqe_offsets() {
+    let t = Table::load();
+    let st = "mlx5_err_cqe";
+    let n = ErrCqe::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> ErrCqe<&mut [u8]> {
+        ErrCqe::new_unchecked(b)
+    }
+    let r = |b: &[u8]| ErrCqe::new_unchecked(b.to_vec());
+    let (v8, v16, v32) = (0xa5u8, 0xa3b4u16, 0x8192_a3b4u32);
+    // Setters.
+    assert_lands(&t, st, "srqn", n, v32.into(), |b| w(b).set_srqn(v32));
+    assert_lands(&t, st, "vendor_err_synd", n, v8.into(), |b| {
+        w(b).set_vendor_err_synd(v8)
+    });
+    assert_lands(&t, st, "syndrome", n, v8.into(), |b| w(b).set_syndrome(v8));
+    assert_lands(&t, st, "s_wqe_opcode_qpn", n, v32.into(), |b| {
+        w(b).set_s_wqe_opcode_qpn(0x81, 0x92_a3b4)
+    });
+    assert_lands(&t, st, "wqe_counter", n, v16.into(), |b| {
+        w(b).set_wqe_counter(v16)
+    });
+    assert_lands(&t, st, "signature", n, v8.into(), |b| {
+        w(b).set_signature(v8)
+    });
+    assert_lands(&t, st, "op_own", n, v8.into(), |b| w(b).set_op_own(v8));
+    // Getters.
+    assert_reads(&t, st, "srqn", n, |b| r(b).srqn().into());
+    assert_reads(&t, st, "vendor_err_synd", n, |b| {
+        r(b).vendor_err_synd().into()
+    });
+    assert_reads(&t, st, "syndrome", n, |b| r(b).syndrome_raw().into());
+    assert_reads(&t, st, "s_wqe_opcode_qpn", n, |b| {
+        r(b).s_wqe_opcode_qpn().into()
+    });
+    assert_reads(&t, st, "wqe_counter", n, |b| r(b).wqe_counter().into());
+    assert_reads(&t, st, "signature", n, |b| r(b).signature().into());
+    assert_reads(&t, st, "op_own", n, |b| r(b).op_own().into());
+    // The error CQE shares its tail with the normal CQE.
+    for f in ["wqe_counter", "signature", "op_own"] {
+        assert_eq!(t.range(st, f), t.range("mlx5_cqe64", f), "{f}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Constants
+// ---------------------------------------------------------------------------
+
+/// Checks a Rust enum against the header: every variant in `pairs` equals its C
+/// value, and `pairs` covers `all` exactly (so a new variant needs an oracle name).
+fn check_enum<E: Copy + PartialEq + std::fmt::Debug + Into<u8>>(
+    t: &Table,
+    all: &[E],
+    pairs: &[(E, &str)],
+) {
+    for &(v, name) in pairs {
+        assert_eq!(i64::from(v.into()), t.get(name), "{v:?} vs {name}");
+    }
+    assert_eq!(all.len(), pairs.len(), "ALL and the oracle list differ");
+    for v in all {
+        assert!(
+            pairs.iter().any(|(p, _)| p == v),
+            "{v:?} has no oracle name"
+        );
+    }
+}
+
+#[test]
+fn wqe_opcodes_match() {
+    use WqeOpcode::*;
+    check_enum(
+        &Table::load(),
+        WqeOpcode::ALL,
+        &[
+            (Nop, "MLX5_OPCODE_NOP"),
+            (SendInval, "MLX5_OPCODE_SEND_INVAL"),
+            (RdmaWrite, "MLX5_OPCODE_RDMA_WRITE"),
+            (RdmaWriteImm, "MLX5_OPCODE_RDMA_WRITE_IMM"),
+            (Send, "MLX5_OPCODE_SEND"),
+            (SendImm, "MLX5_OPCODE_SEND_IMM"),
+            (RdmaRead, "MLX5_OPCODE_RDMA_READ"),
+            (AtomicCs, "MLX5_OPCODE_ATOMIC_CS"),
+            (AtomicFa, "MLX5_OPCODE_ATOMIC_FA"),
+            (AtomicMaskedCs, "MLX5_OPCODE_ATOMIC_MASKED_CS"),
+            (AtomicMaskedFa, "MLX5_OPCODE_ATOMIC_MASKED_FA"),
+            (LocalInval, "MLX5_OPCODE_LOCAL_INVAL"),
+        ],
+    );
+}
+
+#[test]
+fn cqe_opcodes_match() {
+    use CqeOpcode::*;
+    check_enum(
+        &Table::load(),
+        CqeOpcode::ALL,
+        &[
+            (Req, "MLX5_CQE_REQ"),
+            (RespWrImm, "MLX5_CQE_RESP_WR_IMM"),
+            (RespSend, "MLX5_CQE_RESP_SEND"),
+            (RespSendImm, "MLX5_CQE_RESP_SEND_IMM"),
+            (RespSendInv, "MLX5_CQE_RESP_SEND_INV"),
+            (ResizeCq, "MLX5_CQE_RESIZE_CQ"),
+            (NoPacket, "MLX5_CQE_NO_PACKET"),
+            (SigErr, "MLX5_CQE_SIG_ERR"),
+            (ReqErr, "MLX5_CQE_REQ_ERR"),
+            (RespErr, "MLX5_CQE_RESP_ERR"),
+            (Invalid, "MLX5_CQE_INVALID"),
+        ],
+    );
+}
+
+#[test]
+fn syndromes_match() {
+    use Syndrome::*;
+    check_enum(
+        &Table::load(),
+        Syndrome::ALL,
+        &[
+            (LocalLength, "MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR"),
+            (LocalQpOp, "MLX5_CQE_SYNDROME_LOCAL_QP_OP_ERR"),
+            (LocalProt, "MLX5_CQE_SYNDROME_LOCAL_PROT_ERR"),
+            (WrFlush, "MLX5_CQE_SYNDROME_WR_FLUSH_ERR"),
+            (MwBind, "MLX5_CQE_SYNDROME_MW_BIND_ERR"),
+            (BadResp, "MLX5_CQE_SYNDROME_BAD_RESP_ERR"),
+            (LocalAccess, "MLX5_CQE_SYNDROME_LOCAL_ACCESS_ERR"),
+            (RemoteInvalReq, "MLX5_CQE_SYNDROME_REMOTE_INVAL_REQ_ERR"),
+            (RemoteAccess, "MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR"),
+            (RemoteOp, "MLX5_CQE_SYNDROME_REMOTE_OP_ERR"),
+            (
+                TransportRetryExc,
+                "MLX5_CQE_SYNDROME_TRANSPORT_RETRY_EXC_ERR",
+            ),
+            (RnrRetryExc, "MLX5_CQE_SYNDROME_RNR_RETRY_EXC_ERR"),
+            (RemoteAborted, "MLX5_CQE_SYNDROME_REMOTE_ABORTED_ERR"),
+        ],
+    );
+}
+
+#[test]
+fn flag_and_misc_constants_match() {
+    let t = Table::load();
+    let eq = |rust: i64, name: &str| assert_eq!(rust, t.get(name), "{name}");
+
+    eq(ctrl_flags::CQ_UPDATE.into(), "MLX5_WQE_CTRL_CQ_UPDATE");
+    eq(ctrl_flags::SOLICITED.into(), "MLX5_WQE_CTRL_SOLICITED");
+    eq(ctrl_flags::FENCE.into(), "MLX5_WQE_CTRL_FENCE");
+    eq(
+        ctrl_flags::INITIATOR_SMALL_FENCE.into(),
+        "MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE",
+    );
+
+    eq(op_own::OWNER_MASK.into(), "MLX5_CQE_OWNER_MASK");
+    eq(op_own::INLINE_SCATTER_32.into(), "MLX5_INLINE_SCATTER_32");
+    eq(op_own::INLINE_SCATTER_64.into(), "MLX5_INLINE_SCATTER_64");
+    // CqeFormat is the format field (bits 2-3) that INLINE_SCATTER_* sit in.
+    eq(
+        i64::from(CqeFormat::Inline32 as u8) << 2,
+        "MLX5_INLINE_SCATTER_32",
+    );
+    eq(
+        i64::from(CqeFormat::Inline64 as u8) << 2,
+        "MLX5_INLINE_SCATTER_64",
+    );
+    // INITIAL: opcode INVALID, owner set.
+    eq(i64::from(op_own::INITIAL >> 4), "MLX5_CQE_INVALID");
+    eq(
+        i64::from(op_own::INITIAL & op_own::OWNER_MASK),
+        "MLX5_CQE_OWNER_MASK",
+    );
+
+    eq(cqe_res_format::HASH.into(), "MLX5DV_CQE_RES_FORMAT_HASH");
+    eq(cqe_res_format::CSUM.into(), "MLX5DV_CQE_RES_FORMAT_CSUM");
+    eq(
+        cqe_res_format::CSUM_STRIDX.into(),
+        "MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX",
+    );
+
+    eq(INLINE_SEG.into(), "MLX5_INLINE_SEG");
+    eq(INVALID_LKEY.into(), "MLX5_INVALID_LKEY");
+    eq(SEND_WQE_BB as i64, "MLX5_SEND_WQE_BB");
+    eq(SEND_WQE_SHIFT.into(), "MLX5_SEND_WQE_SHIFT");
+    assert_eq!(1usize << SEND_WQE_SHIFT, SEND_WQE_BB);
+    eq(RCV_DBR as i64, "MLX5_RCV_DBR");
+    eq(SND_DBR as i64, "MLX5_SND_DBR");
+    eq(CQ_DOORBELL as i64, "MLX5_CQ_DOORBELL");
+    eq(CQ_DB_REQ_NOT_SOL.into(), "MLX5_CQ_DB_REQ_NOT_SOL");
+    eq(CQ_DB_REQ_NOT.into(), "MLX5_CQ_DB_REQ_NOT");
+}
+
+#[test]
+fn op_own_masks_match_cqe_getters() {
+    // SE_MASK / FORMAT_MASK have no header constant: check them against
+    // mlx5dv_get_cqe_se / _format, one op_own value at a time.
+    for v in 0..=255u8 {
+        let mut b = [0u8; 64];
+        b[63] = v;
+        let mut c = [0u64; c64::N];
+        unsafe { oracle_cqe64(b.as_ptr(), c.as_mut_ptr()) };
+        assert_eq!(u64::from(v & op_own::OWNER_MASK), c[c64::OWNER], "{v:#x}");
+        assert_eq!(u64::from(v & op_own::SE_MASK), c[c64::SE] << 1, "{v:#x}");
+        assert_eq!(
+            u64::from(v & op_own::FORMAT_MASK),
+            c[c64::FORMAT] << 2,
+            "{v:#x}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Random field values: Rust setters vs the header's writers
+// ---------------------------------------------------------------------------
+
+/// One random control-segment input: (pi, opcode, opmod, qpn, fm_ce_se, ds,
+/// signature, imm as a host value).
+type CtrlArgs = (u16, u8, u8, u32, u8, u8, u8, u32);
+
+fn random_ctrl(rng: &mut Rng) -> CtrlArgs {
+    let opcodes = WqeOpcode::ALL;
+    let opcode = if rng.u8() < 128 {
+        opcodes[rng.u64() as usize % opcodes.len()].into()
+    } else {
+        rng.u8()
+    };
+    // qpn: usually 24 bits, sometimes with garbage above (both sides shift it out).
+    let qpn = if rng.u8() < 200 {
+        rng.u32() & 0x00ff_ffff
+    } else {
+        rng.u32()
+    };
+    (
+        rng.edgy_u64() as u16,
+        opcode,
+        rng.u8(),
+        qpn,
+        rng.u8(),
+        rng.u8(),
+        rng.u8(),
+        rng.edgy_u64() as u32,
+    )
+}
+
+fn rust_ctrl(garbage: &mut Rng, a: CtrlArgs) -> [u8; 16] {
+    let (pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
+    let mut b = [0u8; 16];
+    garbage.fill(&mut b); // set_all must write every byte
+    CtrlSeg::new_unchecked(&mut b[..])
+        .set_all(pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm);
+    b
+}
+
+#[test]
+fn ctrl_seg_random_vs_mlx5dv_set_ctrl_seg() {
+    let mut rng = Rng::new(0x0c7a_15e6);
+    let mut garbage = Rng::new(0x9a7b_a6e0);
+    for i in 0..ITERS {
+        let a = random_ctrl(&mut rng);
+        let (pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
+        let rust = rust_ctrl(&mut garbage, a);
+        // The helper does not write dci_stream_channel_id: start from zero.
+        let mut c = [0u8; 16];
+        // The helper stores imm raw: hand it the big-endian form.
+        unsafe {
+            oracle_ctrl_seg(
+                c.as_mut_ptr(),
+                pi,
+                opcode,
+                opmod,
+                qpn,
+                fm_ce_se,
+                ds,
+                signature,
+                imm.to_be(),
+            )
+        };
+        assert_eq!(rust, c, "iteration {i}: {a:x?}");
+        // And the getters read back what was set.
+        let s = CtrlSeg::new_checked(&rust[..]).unwrap();
+        assert_eq!(
+            (
+                s.wqe_index(),
+                s.opcode_raw(),
+                s.opmod(),
+                s.qpn(),
+                s.fm_ce_se(),
+                s.ds(),
+                s.signature(),
+                s.imm()
+            ),
+            (
+                pi,
+                opcode,
+                opmod,
+                qpn & 0x00ff_ffff,
+                fm_ce_se,
+                ds,
+                signature,
+                imm
+            ),
+            "iteration {i}"
+        );
+    }
+}
+
+#[cfg(mlx5_oracle_x86)]
+#[test]
+fn ctrl_seg_random_vs_mlx5dv_x86_set_ctrl_seg() {
+    if !std::arch::is_x86_feature_detected!("ssse3") {
+        eprintln!("skipped: CPU lacks SSSE3, needed by mlx5dv_x86_set_ctrl_seg");
+        return;
+    }
+    let mut rng = Rng::new(0x05e3_c7a1);
+    let mut garbage = Rng::new(0x4a3b_2c1d);
+    for i in 0..ITERS {
+        let a = random_ctrl(&mut rng);
+        let (pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
+        let rust = rust_ctrl(&mut garbage, a);
+        let mut c = [0u8; 16];
+        garbage.fill(&mut c); // the SSE variant writes all 16 bytes
+                              // SAFETY: the CPU has SSSE3 (checked above).
+        unsafe {
+            oracle_x86_ctrl_seg(
+                c.as_mut_ptr(),
+                pi,
+                opcode,
+                opmod,
+                qpn,
+                fm_ce_se,
+                ds,
+                signature,
+                imm.to_be(),
+            )
+        };
+        assert_eq!(rust, c, "iteration {i}: {a:x?}");
+    }
+}
+
+#[test]
+fn data_seg_random_vs_mlx5dv_set_data_seg() {
+    let mut rng = Rng::new(0x0da7_a5e6);
+    for i in 0..ITERS {
+        let (len, lkey, addr) = (rng.edgy_u64() as u32, rng.edgy_u64() as u32, rng.edgy_u64());
+        let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        DataSeg::new_unchecked(&mut r[..]).set(len, lkey, addr);
+        unsafe { oracle_data_seg(c.as_mut_ptr(), len, lkey, addr) };
+        assert_eq!(
+            r, c,
+            "iteration {i}: len {len:#x} lkey {lkey:#x} addr {addr:#x}"
+        );
+        let s = DataSeg::new_checked(&r[..]).unwrap();
+        assert_eq!((s.byte_count(), s.lkey(), s.addr()), (len, lkey, addr));
+    }
+}
+
+#[test]
+fn raddr_seg_random_vs_c_struct() {
+    let mut rng = Rng::new(0x04ad_d5e6);
+    for i in 0..ITERS {
+        let (raddr, rkey) = (rng.edgy_u64(), rng.edgy_u64() as u32);
+        let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        RaddrSeg::new_unchecked(&mut r[..]).set(raddr, rkey);
+        unsafe { oracle_raddr_seg(c.as_mut_ptr(), raddr, rkey) };
+        assert_eq!(r, c, "iteration {i}: raddr {raddr:#x} rkey {rkey:#x}");
+        let s = RaddrSeg::new_checked(&r[..]).unwrap();
+        assert_eq!((s.raddr(), s.rkey()), (raddr, rkey));
+    }
+}
+
+#[test]
+fn atomic_seg_random_vs_c_struct() {
+    let mut rng = Rng::new(0x0a70_311c);
+    for i in 0..ITERS {
+        let (swap_add, compare) = (rng.edgy_u64(), rng.edgy_u64());
+        let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        AtomicSeg::new_unchecked(&mut r[..]).set(swap_add, compare);
+        unsafe { oracle_atomic_seg(c.as_mut_ptr(), swap_add, compare) };
+        assert_eq!(
+            r, c,
+            "iteration {i}: swap_add {swap_add:#x} compare {compare:#x}"
+        );
+        let s = AtomicSeg::new_checked(&r[..]).unwrap();
+        assert_eq!((s.swap_add(), s.compare()), (swap_add, compare));
+    }
+}
+
+#[test]
+fn inline_seg_random_vs_c_struct() {
+    let mut rng = Rng::new(0x0001_411e);
+    for i in 0..ITERS {
+        // Usually a plausible length; sometimes any u32 (bit 31 is ORed either way).
+        let len = if rng.u8() < 192 {
+            rng.u32() & 0x3ff
+        } else {
+            rng.u32()
+        };
+        let (mut r, mut c) = ([0u8; 4], [0u8; 4]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        InlineSeg::new_unchecked(&mut r[..]).set_len(len);
+        unsafe { oracle_inline_seg(c.as_mut_ptr(), len) };
+        assert_eq!(r, c, "iteration {i}: len {len:#x}");
+        let s = InlineSeg::new_checked(&r[..]).unwrap();
+        assert!(s.is_inline());
+        assert_eq!(s.len(), len & !INLINE_SEG);
+    }
+}
+
+#[test]
+fn srq_next_seg_random_vs_c_struct() {
+    let mut rng = Rng::new(0x054a_4e47);
+    for i in 0..ITERS {
+        let next = rng.edgy_u64() as u16;
+        let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        SrqNextSeg::new_unchecked(&mut r[..]).set(next);
+        unsafe { oracle_srq_next_seg(c.as_mut_ptr(), next) };
+        assert_eq!(r, c, "iteration {i}: next {next:#x}");
+        assert_eq!(
+            SrqNextSeg::new_checked(&r[..]).unwrap().next_wqe_index(),
+            next
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Random CQEs: Rust getters vs the header's getters and struct members
+// ---------------------------------------------------------------------------
+
+fn c_cqe64(b: &[u8; 64]) -> [u64; c64::N] {
+    let mut out = [0u64; c64::N];
+    unsafe { oracle_cqe64(b.as_ptr(), out.as_mut_ptr()) };
+    out
+}
+
+fn c_err_cqe(b: &[u8; 64]) -> [u64; cerr::N] {
+    let mut out = [0u64; cerr::N];
+    unsafe { oracle_err_cqe(b.as_ptr(), out.as_mut_ptr()) };
+    out
+}
+
+fn rust_cqe64(b: &[u8; 64]) -> [u64; c64::N] {
+    let c = Cqe64::new_checked(&b[..]).unwrap();
+    let mut o = [0u64; c64::N];
+    o[c64::OWNER] = c.owner().into();
+    o[c64::SE] = c.se().into();
+    o[c64::FORMAT] = c.format_raw().into();
+    o[c64::OPCODE] = c.opcode_raw().into();
+    o[c64::OP_OWN] = c.op_own().into();
+    o[c64::SIGNATURE] = c.signature().into();
+    o[c64::WQE_COUNTER] = c.wqe_counter().into();
+    o[c64::BYTE_CNT] = c.byte_cnt().into();
+    o[c64::IMM_INVAL_PKEY] = c.imm_inval_pkey().into();
+    o[c64::SRQN_UIDX] = c.srqn_uidx().into();
+    o[c64::SRQN] = c.srqn().into();
+    o[c64::SOP_DROP_QPN] = c.sop_drop_qpn().into();
+    o[c64::QPN] = c.qpn().into();
+    o[c64::S_WQE_OPCODE] = c.s_wqe_opcode().into();
+    o[c64::TIMESTAMP] = c.timestamp();
+    o[c64::WQE_ID] = c.wqe_id().into();
+    o[c64::ML_PATH] = c.ml_path().into();
+    o[c64::SLID] = c.slid().into();
+    o[c64::FLAGS_RQPN] = c.flags_rqpn().into();
+    o[c64::HDS_IP_EXT] = c.hds_ip_ext().into();
+    o[c64::L4_HDR_TYPE_ETC] = c.l4_hdr_type_etc().into();
+    o[c64::VLAN_INFO] = c.vlan_info().into();
+    o[c64::APP] = c.app().into();
+    o[c64::APP_OP] = c.app_op().into();
+    o[c64::APP_INFO] = c.app_info().into();
+    o
+}
+
+fn rust_err_cqe(b: &[u8; 64]) -> [u64; cerr::N] {
+    let e = ErrCqe::new_checked(&b[..]).unwrap();
+    let mut o = [0u64; cerr::N];
+    o[cerr::SRQN] = e.srqn().into();
+    o[cerr::VENDOR_ERR_SYND] = e.vendor_err_synd().into();
+    o[cerr::SYNDROME] = e.syndrome_raw().into();
+    o[cerr::S_WQE_OPCODE_QPN] = e.s_wqe_opcode_qpn().into();
+    o[cerr::QPN] = e.qpn().into();
+    o[cerr::S_WQE_OPCODE] = e.s_wqe_opcode().into();
+    o[cerr::WQE_COUNTER] = e.wqe_counter().into();
+    o[cerr::SIGNATURE] = e.signature().into();
+    o[cerr::OP_OWN] = e.op_own().into();
+    o
+}
+
+#[test]
+fn cqe_output_layouts_agree() {
+    assert_eq!(unsafe { oracle_cqe64_nfields() }, c64::N);
+    assert_eq!(unsafe { oracle_err_cqe_nfields() }, cerr::N);
+}
+
+#[test]
+fn cqe64_random_getters_vs_mlx5dv() {
+    let mut rng = Rng::new(0xc9e6_4000);
+    for i in 0..ITERS {
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        let (r, c) = (rust_cqe64(&b), c_cqe64(&b));
+        assert_eq!(r, c, "iteration {i}: cqe {b:02x?}");
+        // The typed getters agree with the raw ones.
+        let v = Cqe64::new_checked(&b[..]).unwrap();
+        assert_eq!(u64::from(v.format() as u8), c[c64::FORMAT]);
+        if let Some(o) = v.opcode() {
+            assert_eq!(u64::from(u8::from(o)), c[c64::OPCODE]);
+        }
+    }
+}
+
+#[test]
+fn cqe64_random_setters_vs_mlx5dv() {
+    let mut rng = Rng::new(0x05e7_c9e6);
+    for i in 0..ITERS {
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        let (wqe_id, slid, wqe_counter) = (rng.u16(), rng.u16(), rng.u16());
+        let (flags_rqpn, srqn_uidx, imm, byte_cnt, sop) =
+            (rng.u32(), rng.u32(), rng.u32(), rng.u32(), rng.u32());
+        let (ts, sig, oo) = (rng.u64(), rng.u8(), rng.u8());
+        let mut v = Cqe64::new_unchecked(&mut b[..]);
+        v.set_wqe_id(wqe_id);
+        v.set_slid(slid);
+        v.set_flags_rqpn(flags_rqpn);
+        v.set_srqn_uidx(srqn_uidx);
+        v.set_imm_inval_pkey(imm);
+        v.set_byte_cnt(byte_cnt);
+        v.set_timestamp(ts);
+        v.set_sop_drop_qpn(sop);
+        v.set_wqe_counter(wqe_counter);
+        v.set_signature(sig);
+        v.set_op_own(oo);
+        let c = c_cqe64(&b);
+        let got = [
+            c[c64::WQE_ID],
+            c[c64::SLID],
+            c[c64::FLAGS_RQPN],
+            c[c64::SRQN_UIDX],
+            c[c64::IMM_INVAL_PKEY],
+            c[c64::BYTE_CNT],
+            c[c64::TIMESTAMP],
+            c[c64::SOP_DROP_QPN],
+            c[c64::WQE_COUNTER],
+            c[c64::SIGNATURE],
+            c[c64::OP_OWN],
+        ];
+        let want = [
+            wqe_id.into(),
+            slid.into(),
+            flags_rqpn.into(),
+            srqn_uidx.into(),
+            imm.into(),
+            byte_cnt.into(),
+            ts,
+            sop.into(),
+            wqe_counter.into(),
+            sig.into(),
+            oo.into(),
+        ];
+        assert_eq!(got, want, "iteration {i}");
+    }
+}
+
+#[test]
+fn err_cqe_random_getters_vs_c_struct() {
+    let t = Table::load();
+    let syndrome_at = t.range("mlx5_err_cqe", "syndrome").start;
+    let op_own_at = t.range("mlx5_err_cqe", "op_own").start;
+    let err_opcodes = [t.get("MLX5_CQE_REQ_ERR"), t.get("MLX5_CQE_RESP_ERR")];
+    let mut rng = Rng::new(0x0e44_c9e6);
+    for i in 0..ITERS {
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        // Half the time an actual error CQE with a known syndrome.
+        if rng.u8() < 128 {
+            let syn = Syndrome::ALL[rng.u64() as usize % Syndrome::ALL.len()];
+            b[syndrome_at] = syn.into();
+            let op = err_opcodes[usize::from(rng.u8() & 1)] as u8;
+            b[op_own_at] = (b[op_own_at] & 0x0f) | (op << 4);
+        }
+        let (r, c) = (rust_err_cqe(&b), c_err_cqe(&b));
+        assert_eq!(r, c, "iteration {i}: cqe {b:02x?}");
+        if let Some(s) = ErrCqe::new_checked(&b[..]).unwrap().syndrome() {
+            assert_eq!(u64::from(u8::from(s)), c[cerr::SYNDROME]);
+        }
+        // CqeOpcode::is_error picks exactly the header's two error opcodes.
+        let c_op = c_cqe64(&b)[c64::OPCODE] as i64;
+        let op = Cqe64::new_checked(&b[..]).unwrap().opcode();
+        assert_eq!(
+            op.is_some_and(CqeOpcode::is_error),
+            err_opcodes.contains(&c_op),
+            "{c_op}"
+        );
+    }
+}
+
+#[test]
+fn err_cqe_random_setters_vs_c_struct() {
+    let mut rng = Rng::new(0x005e_7e44);
+    for i in 0..ITERS {
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        let (srqn, vendor, syn, opcode, qpn) = (rng.u32(), rng.u8(), rng.u8(), rng.u8(), rng.u32());
+        let (wqe_counter, sig, oo) = (rng.u16(), rng.u8(), rng.u8());
+        let mut e = ErrCqe::new_unchecked(&mut b[..]);
+        e.set_srqn(srqn);
+        e.set_vendor_err_synd(vendor);
+        e.set_syndrome(syn);
+        e.set_s_wqe_opcode_qpn(opcode, qpn);
+        e.set_wqe_counter(wqe_counter);
+        e.set_signature(sig);
+        e.set_op_own(oo);
+        let c = c_err_cqe(&b);
+        let want = [
+            srqn.into(),
+            vendor.into(),
+            syn.into(),
+            (u64::from(opcode) << 24) | u64::from(qpn & 0x00ff_ffff),
+            (qpn & 0x00ff_ffff).into(),
+            opcode.into(),
+            wqe_counter.into(),
+            sig.into(),
+            oo.into(),
+        ];
+        assert_eq!(c, want, "iteration {i}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Whole WQEs built by the send queue vs the same WQE assembled with rdma-core's
+// helpers
+// ---------------------------------------------------------------------------
+
+#[test]
+fn send_queue_wqes_match_rdma_core_helpers() {
+    use mlx5::doorbell::BfMode;
+    use mlx5::mem::AlignedBuf;
+    use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqMemory};
+    use mlx5::wqe_table::OrderedSparse;
+
+    let buf = AlignedBuf::new(256 * 64);
+    let db = AlignedBuf::new(64);
+    let bf = AlignedBuf::new(4096);
+    let mut rng = Rng::new(0x5eed_0f_0a11);
+    let qpn = rng.u32() & 0xff_ffff;
+    let mem = SqMemory {
+        buf: buf.as_non_null(),
+        wqe_cnt: 256,
+        dbrec: db.as_non_null(),
+        bf_reg: bf.as_non_null(),
+        bf_half: 256,
+        qpn,
+        notify: None,
+        keepalive: None,
+    };
+    let cfg = SqConfig {
+        signal_interval: 0,
+        max_inline: 256,
+        bf_mode: BfMode::Auto,
+    };
+    // SAFETY: the buffers outlive the queue.
+    let mut sq: SendQueue<OrderedSparse<()>> = unsafe { SendQueue::new(mem, cfg) }.unwrap();
+    let mut last_wc = 0u16;
+    for _ in 0..10_000 {
+        let raddr = rng.u64();
+        let rkey = rng.u32();
+        let imm = rng.u32();
+        let nsge = 1 + (rng.u8() % 3) as usize;
+        let sges: Vec<Sge> = (0..nsge)
+            .map(|_| Sge {
+                addr: rng.u64(),
+                len: rng.u32(),
+                lkey: rng.u32(),
+            })
+            .collect();
+        let kind = rng.u8() % 4;
+        let signaled = rng.u8() & 1 == 1;
+        let (opcode, b) = match kind {
+            0 => (0x09u8, sq.write_imm(raddr, rkey, imm, Payload::Sges(&sges))),
+            1 => (0x10, sq.read(raddr, rkey, &sges)),
+            2 => (
+                0x11,
+                sq.atomic_cs(raddr, rkey, imm.into(), rkey.into(), sges[0]),
+            ),
+            _ => (0x12, sq.atomic_fa(raddr, rkey, imm.into(), sges[0])),
+        };
+        let b = match b {
+            Ok(b) => b,
+            Err(_) => {
+                // Full: a completion for the newest WQE retires everything.
+                let mut c = [0u8; 64];
+                Cqe64::new_unchecked(&mut c[..]).set_wqe_counter(last_wc);
+                sq.complete(&mlx5::Completion::new(&c, &[]), |_, _| {});
+                continue;
+            }
+        };
+        let b = if signaled { b.signaled() } else { b };
+        let ds = b.ds();
+        let wc = b.post(None);
+        last_wc = wc;
+        let got = &sq.bb(wc)[..];
+        // The same WQE from rdma-core's helpers.
+        let mut want = vec![0u8; usize::from(ds) * 16];
+        let fm_ce_se = if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
+        let imm_raw = if opcode == 0x09 { imm.to_be() } else { 0 };
+        // SAFETY: each helper writes exactly one 16-byte segment into `want`.
+        unsafe {
+            oracle_ctrl_seg(
+                want.as_mut_ptr(),
+                wc,
+                opcode,
+                0,
+                qpn,
+                fm_ce_se,
+                ds,
+                0,
+                imm_raw,
+            );
+            oracle_raddr_seg(want.as_mut_ptr().add(16), raddr, rkey);
+            let mut off = 32;
+            if opcode == 0x11 {
+                oracle_atomic_seg(want.as_mut_ptr().add(off), rkey.into(), imm.into());
+                off += 16;
+            } else if opcode == 0x12 {
+                oracle_atomic_seg(want.as_mut_ptr().add(off), imm.into(), 0);
+                off += 16;
+            }
+            let used = if opcode >= 0x11 {
+                &sges[..1]
+            } else {
+                &sges[..]
+            };
+            for s in used {
+                oracle_data_seg(want.as_mut_ptr().add(off), s.len, s.lkey, s.addr);
+                off += 16;
+            }
+            assert_eq!(off, want.len());
+        }
+        // WQEs of up to 4 segments fit one BB; larger ones continue contiguously.
+        let n = want.len();
+        let got: Vec<u8> = if n <= 64 {
+            got[..n].to_vec()
+        } else {
+            [&got[..], &sq.bb(wc.wrapping_add(1))[..n - 64]].concat()
+        };
+        assert_eq!(got, want, "opcode {opcode:#x}, ds {ds}");
+    }
+}
