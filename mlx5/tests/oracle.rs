@@ -1137,7 +1137,7 @@ fn send_queue_wqes_match_rdma_core_helpers() {
     let buf = AlignedBuf::new(256 * 64);
     let db = AlignedBuf::new(64);
     let bf = AlignedBuf::new(4096);
-    let mut rng = Rng::new(0x5eed_0f_0a11);
+    let mut rng = Rng::new(0x5eed_0f0a_1100);
     let qpn = rng.u32() & 0xff_ffff;
     let mem = SqMemory {
         buf: buf.as_non_null(),
@@ -1237,7 +1237,7 @@ fn send_queue_wqes_match_rdma_core_helpers() {
         let got: Vec<u8> = if n <= 64 {
             got[..n].to_vec()
         } else {
-            [&got[..], &sq.bb(wc.wrapping_add(1))[..n - 64]].concat()
+            [got, &sq.bb(wc.wrapping_add(1))[..n - 64]].concat()
         };
         assert_eq!(got, want, "opcode {opcode:#x}, ds {ds}");
     }
