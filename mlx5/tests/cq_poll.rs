@@ -361,3 +361,26 @@ fn enhanced_skipped_slots_never_alias_a_later_pass() {
         );
     }
 }
+
+#[test]
+fn enhanced_block_that_spans_the_cq_end() {
+    // 16 entries: 13 plain CQEs, then a block of 7 in slot 13 standing for CQ
+    // indices 13..20 — i.e. slots 13, 14, 15 of this pass and 0..3 of the next.
+    let (mut hw, mut ring) = HandCq::new(16, 64, Compression::Enhanced);
+    for i in 0..13 {
+        hw.push_req(2, i, 0);
+    }
+    assert_eq!(drain(&mut ring).len(), 13);
+    let minis: Vec<_> = (13..20u16).map(|wc| (wc, 0x08, 0)).collect();
+    hw.push_enhanced_block(&minis);
+    hw.push_req(2, 20, 0); // slot 4 of the next pass
+    let got: Vec<u16> = drain(&mut ring).iter().map(|s| s.wc).collect();
+    assert_eq!(got, (13..=20).collect::<Vec<_>>());
+    assert_eq!(hw.dbrec_ci(), 21);
+    assert!(ring.poll_one().is_none());
+    // The next pass continues normally from slot 5.
+    for wc in 21..40 {
+        hw.push_req(2, wc, 0);
+        assert_eq!(drain(&mut ring)[0].wc, wc);
+    }
+}
