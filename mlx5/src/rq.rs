@@ -64,6 +64,17 @@ pub struct RqMemory {
     pub keepalive: Option<Arc<dyn Any + Send + Sync>>,
 }
 
+#[inline(always)]
+fn check_sges(sges: &[Sge], max: usize) -> Result<(), RqError> {
+    if sges.len() > max {
+        return Err(RqError::TooManySges {
+            got: sges.len(),
+            max,
+        });
+    }
+    Ok(())
+}
+
 struct Ring {
     buf: NonNull<u8>,
     mask: u16,
@@ -167,12 +178,7 @@ impl<T: RecvTable> RecvQueue<T> {
     /// Posts a receive of `sges` with `entry`; announced by [`ring_doorbell`](Self::ring_doorbell).
     #[inline]
     pub fn post(&mut self, sges: &[Sge], entry: T::Entry) -> Result<u16, RqError> {
-        if sges.len() > self.max_sge {
-            return Err(RqError::TooManySges {
-                got: sges.len(),
-                max: self.max_sge,
-            });
-        }
+        check_sges(sges, self.max_sge)?;
         let idx = self.head;
         if !self.table.is_free(idx) {
             return Err(RqError::Full);
@@ -293,12 +299,7 @@ impl<T: SrqTopology> Srq<T> {
     /// WQE index that completions will name.
     #[inline]
     pub fn post(&mut self, sges: &[Sge], entry: T::Entry) -> Result<u16, RqError> {
-        if sges.len() > self.max_sge {
-            return Err(RqError::TooManySges {
-                got: sges.len(),
-                max: self.max_sge,
-            });
-        }
+        check_sges(sges, self.max_sge)?;
         let idx = if T::CYCLIC {
             let idx = self.head & self.ring.mask;
             if !self.table.is_free(idx) {
