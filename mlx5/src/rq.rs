@@ -121,12 +121,15 @@ impl Ring {
         }
     }
     #[inline(always)]
+    /// Writes the non-empty SGEs (a zero byte count would mean 2 GiB to the
+    /// NIC; rdma-core skips them too) and the terminator when there is room.
     fn write_sges(seg: &mut [u8], sges: &[Sge], max: usize) {
-        for (i, s) in sges.iter().enumerate() {
+        let mut i = 0;
+        for s in sges.iter().filter(|s| s.len != 0) {
             DataSeg::new_unchecked(&mut seg[i * 16..i * 16 + 16]).set(s.len, s.lkey, s.addr);
+            i += 1;
         }
-        if sges.len() < max {
-            let i = sges.len();
+        if i < max {
             DataSeg::new_unchecked(&mut seg[i * 16..i * 16 + 16]).set(0, INVALID_LKEY, 0);
         }
     }

@@ -408,3 +408,27 @@ fn unordered_queue_signals_everything_and_frees_per_wqe() {
     assert_ne!(t.gen, sq.table().ticket(wcs[0]).gen.wrapping_sub(1));
     assert!(sq.table().is_pending(t));
 }
+
+#[test]
+fn zero_length_sges_are_skipped() {
+    // A data segment with byte count 0 means 2 GiB to the NIC.
+    let (hw, mut sq) = HandSq::new::<OrderedDense<()>>(64, 256, cfg());
+    let z = Sge {
+        addr: 1,
+        len: 0,
+        lkey: 1,
+    };
+    let s = Sge {
+        addr: 2,
+        len: 5,
+        lkey: 2,
+    };
+    let b = sq.write(0, 0, Payload::Sges(&[z, s, z])).unwrap();
+    assert_eq!(b.ds(), 3);
+    b.post(());
+    let w = wqe_bytes(&hw, 0, 3);
+    assert_eq!(DataSeg::new_unchecked(&w[32..48]).addr(), 2);
+    let b = sq.write_imm(0, 0, 1, Payload::Sges(&[z])).unwrap();
+    assert_eq!(b.ds(), 2, "a zero-length WRITE_IMM has no data segment");
+    b.post(());
+}

@@ -72,7 +72,7 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
 
     #[inline(always)]
     fn put_sges(&mut self, sges: &[super::Sge]) {
-        for s in sges {
+        for s in sges.iter().filter(|s| s.len != 0) {
             let seg = self.sq.seg16(self.start, self.off);
             write_data_seg(seg, s);
             self.off += 16;

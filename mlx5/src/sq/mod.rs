@@ -54,15 +54,24 @@ pub enum Payload<'a> {
     InlineSges(&'a [u8], &'a [Sge]),
 }
 
+/// Data segments the SGEs take: zero-length SGEs are skipped, because a data
+/// segment with byte count 0 means 2 GiB to the NIC (rdma-core skips them too).
+#[inline(always)]
+pub(crate) fn sge_segments(s: &[Sge]) -> usize {
+    s.iter().filter(|s| s.len != 0).count()
+}
+
 impl Payload<'_> {
     /// 16-byte units this payload takes in the WQE.
     #[inline(always)]
     fn ds(&self) -> usize {
         match self {
             Payload::None => 0,
-            Payload::Sges(s) => s.len(),
+            Payload::Sges(s) => sge_segments(s),
             Payload::Inline(d) => InlineSeg::wqe_bytes(d.len()) / WQE_SEG_UNIT,
-            Payload::InlineSges(d, s) => InlineSeg::wqe_bytes(d.len()) / WQE_SEG_UNIT + s.len(),
+            Payload::InlineSges(d, s) => {
+                InlineSeg::wqe_bytes(d.len()) / WQE_SEG_UNIT + sge_segments(s)
+            }
         }
     }
     #[inline(always)]
@@ -412,7 +421,7 @@ impl<T: SendTable> SendQueue<T> {
         rkey: u32,
         sges: &[Sge],
     ) -> Result<WqeBuilder<'_, T>, SqError> {
-        let mut b = self.begin(WqeOpcode::RdmaRead, 2 + sges.len(), 0)?;
+        let mut b = self.begin(WqeOpcode::RdmaRead, 2 + sge_segments(sges), 0)?;
         b.put_raddr(raddr, rkey);
         b.put_payload(&Payload::Sges(sges));
         Ok(b)

@@ -1,0 +1,363 @@
+//! A fabric: the registry and the shared-memory segments of a set of simulated
+//! devices, shared by every process that opens the same fabric name. Two
+//! processes on one host that open the same fabric talk exactly as two hosts
+//! on one network would.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_SEGS};
+use super::shm::{my_pid, pid_alive, unlink, ShmMap};
+
+/// Environment variable naming the fabric that `sim*` devices open.
+pub const FABRIC_ENV: &str = "MLX5_SIM_FABRIC";
+/// Fabric used when the variable is not set.
+pub const DEFAULT_FABRIC: &str = "default";
+
+/// Why a fabric could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// The name has characters other than `[A-Za-z0-9_.-]`, or is empty.
+    #[error("invalid fabric name {0:?}: use letters, digits, '.', '_' and '-'")]
+    BadName(String),
+    /// The shared-memory files could not be created or mapped.
+    #[error("fabric {name}: {source}")]
+    Io {
+        /// Fabric name.
+        name: String,
+        /// What failed.
+        source: io::Error,
+    },
+    /// Another process is initialising the registry and did not finish.
+    #[error("fabric {0}: registry never became ready")]
+    NotReady(String),
+    /// A table of the registry is full.
+    #[error("fabric {0}: no free {1} slot")]
+    Full(String, &'static str),
+}
+
+/// A mapped segment of another process (or our own), cached by slot.
+struct CachedSeg {
+    gen: u32,
+    map: ShmMap,
+}
+
+/// One process's handle on a fabric.
+pub struct Fabric {
+    name: String,
+    dir: PathBuf,
+    reg: ShmMap,
+    /// Lock-free cache of mapped segments, indexed by slot. Entries are never
+    /// freed while the fabric lives (kept alive by `keep`).
+    cache: Box<[AtomicPtr<CachedSeg>]>,
+    keep: Mutex<Vec<Box<CachedSeg>>>,
+}
+
+impl std::fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fabric").field("name", &self.name).finish()
+    }
+}
+
+static FABRICS: OnceLock<Mutex<HashMap<String, Arc<Fabric>>>> = OnceLock::new();
+
+/// The name of the fabric from [`FABRIC_ENV`], or [`DEFAULT_FABRIC`].
+pub fn fabric_name_from_env() -> String {
+    std::env::var(FABRIC_ENV).unwrap_or_else(|_| DEFAULT_FABRIC.to_owned())
+}
+
+fn shm_root() -> PathBuf {
+    PathBuf::from("/dev/shm")
+}
+
+impl Fabric {
+    /// Opens (creating if needed) the fabric `name`; one handle per process.
+    pub fn open(name: &str) -> Result<Arc<Fabric>, FabricError> {
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
+            return Err(FabricError::BadName(name.to_owned()));
+        }
+        let map = FABRICS.get_or_init(Default::default);
+        let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(f) = m.get(name) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(Self::open_uncached(name)?);
+        f.reap_dead();
+        m.insert(name.to_owned(), f.clone());
+        Ok(f)
+    }
+
+    fn open_uncached(name: &str) -> Result<Fabric, FabricError> {
+        let io = |source| FabricError::Io {
+            name: name.to_owned(),
+            source,
+        };
+        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
+        let path = dir.join("registry");
+        let len = std::mem::size_of::<Registry>();
+        let reg = match ShmMap::create(&path, len) {
+            Ok(m) => {
+                // SAFETY: a fresh zero-filled mapping of exactly size_of::<Registry>()
+                // bytes; all-zero is a valid Registry of atomics.
+                let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
+                r.header.magic.store(registry::MAGIC, Ordering::Relaxed);
+                r.header.ready.store(1, Ordering::Release);
+                m
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let m = ShmMap::open(&path).map_err(io)?;
+                if m.len() != len {
+                    return Err(io(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("registry {} has another layout (size {})", path.display(), m.len()),
+                    )));
+                }
+                // SAFETY: size checked; the creator zero-filled it.
+                let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
+                let t = std::time::Instant::now();
+                while r.header.ready.load(Ordering::Acquire) == 0 {
+                    if t.elapsed() > std::time::Duration::from_secs(5) {
+                        return Err(FabricError::NotReady(name.to_owned()));
+                    }
+                    std::thread::yield_now();
+                }
+                if r.header.magic.load(Ordering::Relaxed) != registry::MAGIC {
+                    return Err(io(io::Error::new(io::ErrorKind::InvalidData, "bad registry magic")));
+                }
+                m
+            }
+            Err(e) => return Err(io(e)),
+        };
+        Ok(Fabric {
+            name: name.to_owned(),
+            dir,
+            reg,
+            cache: (0..MAX_SEGS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            keep: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The fabric's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The registry.
+    #[inline(always)]
+    pub fn reg(&self) -> &Registry {
+        // SAFETY: mapped with exactly this layout for the fabric's life.
+        unsafe { &*(self.reg.base().as_ptr() as *const Registry) }
+    }
+
+    fn seg_path(&self, slot: usize, gen: u32) -> PathBuf {
+        self.dir.join(format!("seg-{slot}-{gen}"))
+    }
+
+    /// Allocates a zero-filled segment of `len` bytes owned by this process.
+    pub fn alloc_segment(self: &Arc<Self>, len: usize) -> Result<Segment, FabricError> {
+        let r = self.reg();
+        let slot = registry::claim(&r.segs[..], |e| &e.state)
+            .ok_or_else(|| FabricError::Full(self.name.clone(), "segment"))?;
+        let e = &r.segs[slot];
+        let gen = r.next_gen();
+        let path = self.seg_path(slot, gen);
+        unlink(&path);
+        let len = len.max(1).next_multiple_of(4096);
+        let map = match ShmMap::create(&path, len) {
+            Ok(m) => m,
+            Err(source) => {
+                e.state.store(FREE, Ordering::Release);
+                return Err(FabricError::Io {
+                    name: self.name.clone(),
+                    source,
+                });
+            }
+        };
+        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.gen.store(gen, Ordering::Relaxed);
+        e.len.store(len as u64, Ordering::Relaxed);
+        e.state.store(LIVE, Ordering::Release);
+        let base = map.base();
+        self.install(slot, gen, map);
+        Ok(Segment {
+            fabric: self.clone(),
+            slot: slot as u32,
+            base,
+            len,
+        })
+    }
+
+    fn install(&self, slot: usize, gen: u32, map: ShmMap) -> *mut CachedSeg {
+        let mut b = Box::new(CachedSeg { gen, map });
+        let p: *mut CachedSeg = &mut *b;
+        let mut keep = self.keep.lock().unwrap_or_else(|e| e.into_inner());
+        keep.push(b);
+        self.cache[slot].store(p, Ordering::Release);
+        p
+    }
+
+    /// Base address and length of segment `slot` in this process, mapping it on
+    /// first use. `None` when the segment is not live.
+    #[inline]
+    pub fn segment(&self, slot: u32) -> Option<(NonNull<u8>, usize)> {
+        let slot = slot as usize;
+        if slot >= MAX_SEGS {
+            return None;
+        }
+        let e = &self.reg().segs[slot];
+        if e.state.load(Ordering::Acquire) != LIVE {
+            return None;
+        }
+        let gen = e.gen.load(Ordering::Relaxed);
+        let p = self.cache[slot].load(Ordering::Acquire);
+        // SAFETY: cached entries live as long as the fabric (kept in `keep`).
+        if let Some(c) = unsafe { p.as_ref() } {
+            if c.gen == gen {
+                return Some((c.map.base(), c.map.len()));
+            }
+        }
+        self.map_slow(slot, gen)
+    }
+
+    #[cold]
+    fn map_slow(&self, slot: usize, gen: u32) -> Option<(NonNull<u8>, usize)> {
+        let map = ShmMap::open(&self.seg_path(slot, gen)).ok()?;
+        let p = self.install(slot, gen, map);
+        // SAFETY: just installed, kept alive by `keep`.
+        let c = unsafe { &*p };
+        Some((c.map.base(), c.map.len()))
+    }
+
+    /// Pointer to `len` bytes at `off` of segment `slot`, bounds-checked.
+    #[inline]
+    pub fn seg_ptr(&self, slot: u32, off: u64, len: u64) -> Option<NonNull<u8>> {
+        let (base, seg_len) = self.segment(slot)?;
+        let end = off.checked_add(len)?;
+        if end > seg_len as u64 {
+            return None;
+        }
+        // SAFETY: in bounds of the mapping.
+        Some(unsafe { NonNull::new_unchecked(base.as_ptr().add(off as usize)) })
+    }
+
+    /// Frees every registry entry whose owner process is gone, and its files.
+    pub fn reap_dead(&self) {
+        let r = self.reg();
+        fn reap<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32, pid: impl Fn(&T) -> u32, mut on_free: impl FnMut(usize, &T)) {
+            for (i, e) in table.iter().enumerate() {
+                if state(e).load(Ordering::Acquire) == LIVE
+                    && !pid_alive(pid(e))
+                    && state(e)
+                        .compare_exchange(LIVE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    on_free(i, e);
+                    state(e).store(FREE, Ordering::Release);
+                }
+            }
+        }
+        reap(&r.qps[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
+        reap(&r.srqs[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
+        reap(&r.cqs[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
+        reap(&r.mrs[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
+        reap(
+            &r.segs[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |i, e| unlink(&self.seg_path(i, e.gen.load(Ordering::Relaxed))),
+        );
+    }
+
+    /// Removes the fabric's files if no live process uses it any more (tests
+    /// call this when done; a later open recreates it).
+    pub fn remove_if_unused(name: &str) {
+        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        if let Ok(f) = Fabric::open(name) {
+            f.reap_dead();
+            let r = f.reg();
+            let mine = my_pid();
+            let busy = r.segs.iter().any(|e| {
+                e.state.load(Ordering::Acquire) != FREE && e.pid.load(Ordering::Relaxed) != mine
+            });
+            if busy {
+                return;
+            }
+        }
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                unlink(&e.path());
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    /// The directory holding the fabric's files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// A segment owned by this process; freed (file removed) on drop.
+#[derive(Debug)]
+pub struct Segment {
+    fabric: Arc<Fabric>,
+    slot: u32,
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: plain shared memory; see ShmMap.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl Segment {
+    /// Registry slot.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+    /// Base address in this process.
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+    /// Length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// Pointer at `off`.
+    ///
+    /// # Panics
+    /// When `off` is outside the segment.
+    pub fn at(&self, off: usize) -> NonNull<u8> {
+        assert!(off < self.len, "offset {off} outside segment of {} bytes", self.len);
+        // SAFETY: in bounds.
+        unsafe { NonNull::new_unchecked(self.base.as_ptr().add(off)) }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        let r = self.fabric.reg();
+        let e = &r.segs[self.slot as usize];
+        let gen = e.gen.load(Ordering::Relaxed);
+        unlink(&self.fabric.seg_path(self.slot as usize, gen));
+        e.state.store(FREE, Ordering::Release);
+    }
+}

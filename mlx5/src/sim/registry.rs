@@ -1,0 +1,297 @@
+//! The fabric registry: one shared-memory file per fabric holding every
+//! object the simulated NICs know about — segments, memory regions, CQs, SRQs
+//! and QPs — as fixed tables of atomics, so that any process of the fabric can
+//! resolve a QPN, an rkey or a CQN exactly as a NIC resolves them from its own
+//! context memory.
+//!
+//! Object numbers carry a generation in their high bits, so a stale number
+//! (a QP destroyed and its slot reused) does not resolve to the new object.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use super::sync::ShmLock;
+
+/// Magic number of a registry file ("mlx5sim" + layout version).
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d02;
+/// Simulated devices per fabric (`sim0` .. `sim7`).
+pub const MAX_DEVS: usize = 8;
+/// Shared-memory segments per fabric.
+pub const MAX_SEGS: usize = 8192;
+/// Memory regions per fabric.
+pub const MAX_MRS: usize = 16384;
+/// CQs per fabric.
+pub const MAX_CQS: usize = 4096;
+/// SRQs per fabric.
+pub const MAX_SRQS: usize = 1024;
+/// QPs per fabric.
+pub const MAX_QPS: usize = 16384;
+
+/// Slot state: free.
+pub const FREE: u32 = 0;
+/// Slot state: being set up by its creator.
+pub const CLAIMED: u32 = 1;
+/// Slot state: live.
+pub const LIVE: u32 = 2;
+
+/// `seg` value of a memory region registered from ordinary process memory.
+pub const NO_SEG: u32 = u32::MAX;
+
+/// QP states, as stored in [`QpEntry::qp_state`].
+pub mod qp_state {
+    /// RESET.
+    pub const RESET: u32 = 0;
+    /// INIT.
+    pub const INIT: u32 = 1;
+    /// RTR.
+    pub const RTR: u32 = 2;
+    /// RTS.
+    pub const RTS: u32 = 3;
+    /// ERR.
+    pub const ERR: u32 = 4;
+}
+
+/// Registry header.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Header {
+    /// [`MAGIC`] once initialised.
+    pub magic: AtomicU64,
+    /// 0: being initialised; 1: ready.
+    pub ready: AtomicU32,
+    /// Serialises slot allocation.
+    pub alloc_lock: ShmLock,
+    /// Generation counter for object numbers.
+    pub gen: AtomicU32,
+    _pad: [u32; 11],
+}
+
+/// A shared-memory segment.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SegEntry {
+    /// FREE / CLAIMED / LIVE.
+    pub state: AtomicU32,
+    /// Owner process.
+    pub pid: AtomicU32,
+    /// Generation (part of the file name).
+    pub gen: AtomicU32,
+    _pad: u32,
+    /// Length in bytes.
+    pub len: AtomicU64,
+}
+
+/// A memory region.
+#[repr(C)]
+#[derive(Debug)]
+pub struct MrEntry {
+    /// FREE / CLAIMED / LIVE.
+    pub state: AtomicU32,
+    /// The key (`slot << 8 | generation`); lkey and rkey are equal.
+    pub key: AtomicU32,
+    /// Owner process.
+    pub pid: AtomicU32,
+    /// Device.
+    pub dev: AtomicU32,
+    /// Protection domain number.
+    pub pd: AtomicU32,
+    /// Access flags ([`access`](crate::device::access)).
+    pub access: AtomicU32,
+    /// Backing segment, or [`NO_SEG`] for ordinary memory of the owner.
+    pub seg: AtomicU32,
+    _pad: u32,
+    /// Offset of the region inside its segment.
+    pub off: AtomicU64,
+    /// Virtual address the owner registered (what keys are checked against).
+    pub va: AtomicU64,
+    /// Length in bytes.
+    pub len: AtomicU64,
+}
+
+/// A completion queue: where its memory is, and the NIC's producer state.
+#[repr(C)]
+#[derive(Debug)]
+pub struct CqEntry {
+    /// FREE / CLAIMED / LIVE.
+    pub state: AtomicU32,
+    /// CQ number.
+    pub cqn: AtomicU32,
+    /// Owner process.
+    pub pid: AtomicU32,
+    /// Device.
+    pub dev: AtomicU32,
+    /// Segment of the CQ buffer and doorbell record.
+    pub seg: AtomicU32,
+    /// Number of CQEs.
+    pub cqe_cnt: AtomicU32,
+    /// CQE size, 64 or 128.
+    pub cqe_size: AtomicU32,
+    /// 0 off, 1 enhanced, 2 basic.
+    pub zip: AtomicU32,
+    /// Offset of the CQE buffer in the segment.
+    pub buf_off: AtomicU64,
+    /// Offset of the doorbell record in the segment.
+    pub dbrec_off: AtomicU64,
+    /// Serialises CQE production.
+    pub lock: ShmLock,
+    /// NIC producer index.
+    pub pi: AtomicU32,
+    /// Set when the NIC found the CQ full (the CQ is then in error).
+    pub overrun: AtomicU32,
+    /// Enhanced compression: the producer index of the last plain CQE (the
+    /// title), or `u32::MAX`.
+    pub title: AtomicU32,
+    /// Enhanced compression: compressed slots written since the title.
+    pub since_title: AtomicU32,
+    _pad: [u32; 2],
+}
+
+/// A shared receive queue: its memory and the NIC's consumer state.
+#[repr(C)]
+#[derive(Debug)]
+pub struct SrqEntry {
+    /// FREE / CLAIMED / LIVE.
+    pub state: AtomicU32,
+    /// SRQ number.
+    pub srqn: AtomicU32,
+    /// Owner process.
+    pub pid: AtomicU32,
+    /// Device.
+    pub dev: AtomicU32,
+    /// Protection domain.
+    pub pd: AtomicU32,
+    /// Segment of buffer and doorbell record.
+    pub seg: AtomicU32,
+    /// Bytes per WQE.
+    pub stride: AtomicU32,
+    /// Number of WQEs.
+    pub cnt: AtomicU32,
+    /// Offset of the WQE buffer.
+    pub buf_off: AtomicU64,
+    /// Offset of the doorbell record.
+    pub dbrec_off: AtomicU64,
+    /// Serialises consumption by many senders.
+    pub lock: ShmLock,
+    /// Index of the next WQE the NIC consumes (follows the `next` links).
+    pub head: AtomicU32,
+    /// WQEs consumed (compared with the doorbell-record counter).
+    pub consumed: AtomicU32,
+    _pad: u32,
+}
+
+/// A QP: its memory, attributes and the NIC's execution state.
+#[repr(C)]
+#[derive(Debug)]
+pub struct QpEntry {
+    /// FREE / CLAIMED / LIVE.
+    pub state: AtomicU32,
+    /// QP number.
+    pub qpn: AtomicU32,
+    /// Owner process.
+    pub pid: AtomicU32,
+    /// Device.
+    pub dev: AtomicU32,
+    /// Protection domain.
+    pub pd: AtomicU32,
+    /// RESET / INIT / RTR / RTS / ERR ([`qp_state`]).
+    pub qp_state: AtomicU32,
+    /// Segment of the SQ, RQ and doorbell record.
+    pub seg: AtomicU32,
+    /// SQ size in BBs.
+    pub sq_cnt: AtomicU32,
+    /// RQ size in WQEs (0 with an SRQ).
+    pub rq_cnt: AtomicU32,
+    /// RQ stride.
+    pub rq_stride: AtomicU32,
+    /// SRQ number, or `u32::MAX`.
+    pub srqn: AtomicU32,
+    /// Send CQ number.
+    pub send_cqn: AtomicU32,
+    /// Receive CQ number.
+    pub recv_cqn: AtomicU32,
+    /// Remote QPN (from RTR).
+    pub remote_qpn: AtomicU32,
+    /// Remote device (from RTR).
+    pub remote_dev: AtomicU32,
+    /// Remote access the QP allows (REMOTE_WRITE / READ / ATOMIC).
+    pub access: AtomicU32,
+    /// RNR retry count (7: forever).
+    pub rnr_retry: AtomicU32,
+    /// Transport retry count.
+    pub retry_cnt: AtomicU32,
+    /// RNR delay the responder asks for, in microseconds.
+    pub min_rnr_us: AtomicU32,
+    /// Transport timeout per try, in microseconds.
+    pub timeout_us: AtomicU32,
+    /// Offset of the SQ buffer.
+    pub sq_off: AtomicU64,
+    /// Offset of the RQ buffer.
+    pub rq_off: AtomicU64,
+    /// Offset of the doorbell record.
+    pub dbrec_off: AtomicU64,
+    /// Serialises execution of the SQ.
+    pub exec_lock: ShmLock,
+    /// NIC consumer counter of the SQ (BBs executed).
+    pub sq_ci: AtomicU32,
+    /// Serialises RQ consumption.
+    pub rq_lock: ShmLock,
+    /// RQ WQEs consumed by the NIC.
+    pub rq_ci: AtomicU32,
+    /// RQ WQEs flushed after an error.
+    pub rq_flushed: AtomicU32,
+    _pad: [u32; 3],
+}
+
+/// The whole registry.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Registry {
+    /// Header.
+    pub header: Header,
+    /// Devices that were opened at least once (1) or not (0).
+    pub devs: [AtomicU32; MAX_DEVS],
+    /// Segments.
+    pub segs: [SegEntry; MAX_SEGS],
+    /// Memory regions.
+    pub mrs: [MrEntry; MAX_MRS],
+    /// CQs.
+    pub cqs: [CqEntry; MAX_CQS],
+    /// SRQs.
+    pub srqs: [SrqEntry; MAX_SRQS],
+    /// QPs.
+    pub qps: [QpEntry; MAX_QPS],
+}
+
+/// Bits of an object number that select its slot, per table.
+pub const fn slot_bits(max: usize) -> u32 {
+    max.trailing_zeros()
+}
+
+/// Builds an object number from a slot and a generation (24 bits in all;
+/// never 0).
+pub fn object_number(slot: usize, max: usize, gen: u32) -> u32 {
+    let bits = slot_bits(max);
+    let g = (gen % ((1 << (24 - bits)) - 1)) + 1;
+    (g << bits) | slot as u32
+}
+
+/// The slot an object number names.
+#[inline(always)]
+pub fn slot_of(n: u32, max: usize) -> usize {
+    (n as usize) & (max - 1)
+}
+
+impl Registry {
+    /// Bumps and returns the generation counter.
+    pub fn next_gen(&self) -> u32 {
+        self.header.gen.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Claims the first free slot of a table (`state` FREE → CLAIMED).
+pub fn claim<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32) -> Option<usize> {
+    table.iter().position(|e| {
+        state(e)
+            .compare_exchange(FREE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    })
+}

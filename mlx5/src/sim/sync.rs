@@ -1,0 +1,59 @@
+//! A spinlock that lives in shared memory and survives the death of its
+//! holder: the lock word holds the holder's pid, and a waiter that finds the
+//! holder dead takes the lock over.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::shm::{my_pid, pid_alive};
+
+/// A lock word in shared memory (0: free; otherwise the holder's pid).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ShmLock {
+    word: AtomicU32,
+}
+
+/// Holds a [`ShmLock`] until dropped.
+#[derive(Debug)]
+pub struct ShmGuard<'a> {
+    lock: &'a ShmLock,
+}
+
+impl ShmLock {
+    /// Takes the lock, spinning; steals it from a dead holder.
+    pub fn lock(&self) -> ShmGuard<'_> {
+        let me = my_pid();
+        let mut spins = 0u32;
+        loop {
+            let cur = self.word.load(Ordering::Relaxed);
+            if cur == 0 {
+                if self
+                    .word
+                    .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return ShmGuard { lock: self };
+                }
+            } else {
+                spins += 1;
+                if spins % 4096 == 0 {
+                    if cur != me && !pid_alive(cur) {
+                        // The holder died inside its critical section.
+                        let _ = self
+                            .word
+                            .compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed);
+                    }
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ShmGuard<'_> {
+    fn drop(&mut self) {
+        self.lock.word.store(0, Ordering::Release);
+    }
+}
