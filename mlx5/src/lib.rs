@@ -19,16 +19,20 @@
 //!   scatter-to-CQE), [`cq::Cq`] with QPN dispatch and [`cq::MonoCq`].
 //! - [`wqe_table`]: per-WQE user data and free-space accounting (seed 002).
 //! - [`fastmap`]: the direct-indexed QPN table.
+//! - [`device`]: opening devices and creating PDs, MRs, CQs, SRQs and QPs;
+//!   [`sim`]: the software mlx5 device behind it.
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod barrier;
 pub mod cq;
+pub mod device;
 pub mod doorbell;
 pub mod fastmap;
 pub mod mem;
 pub mod prm;
 pub mod rq;
+pub mod sim;
 pub mod sq;
 pub mod wqe_table;
 

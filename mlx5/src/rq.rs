@@ -349,7 +349,13 @@ impl<T: SrqTopology> Srq<T> {
     /// Retires the receive WQE that completion `c` names.
     #[inline]
     pub fn take(&mut self, c: &Completion<'_>) -> Option<T::Entry> {
-        let idx = c.wqe_counter() & self.ring.mask;
+        self.take_index(c.wqe_counter())
+    }
+
+    /// Retires receive WQE `wqe_counter` (a CQE's WQE counter).
+    #[inline]
+    pub fn take_index(&mut self, wqe_counter: u16) -> Option<T::Entry> {
+        let idx = wqe_counter & self.ring.mask;
         let e = self.table.take(idx)?;
         if !T::CYCLIC {
             // rdma-core mlx5_free_srq_wqe: link the freed WQE after the tail.

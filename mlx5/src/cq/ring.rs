@@ -100,6 +100,7 @@ pub struct CqRing {
     zip: Compression,
     unzip: Box<Unzip>,
     cqn: u32,
+    expanded: u64,
     notify: Option<Arc<dyn DeviceNotify>>,
     _keepalive: Option<Arc<dyn Any + Send + Sync>>,
 }
@@ -161,6 +162,7 @@ impl CqRing {
                 session_start: 0,
             }),
             cqn: mem.cqn,
+            expanded: 0,
             notify: mem.notify,
             _keepalive: mem.keepalive,
         };
@@ -193,6 +195,11 @@ impl CqRing {
     #[inline(always)]
     pub fn consumer_index(&self) -> u32 {
         self.ci
+    }
+
+    /// Completions expanded from mini CQEs so far.
+    pub fn expanded(&self) -> u64 {
+        self.expanded
     }
 
     /// The compression layout.
@@ -434,6 +441,7 @@ impl CqRing {
             }
         }
         self.ci = ci.wrapping_add(1);
+        self.expanded += 1;
         Completion::new(&self.unzip.out.0, &[])
     }
 }

@@ -54,6 +54,8 @@ pub struct Fabric {
     /// Lock-free cache of mapped segments, indexed by slot. Entries are never
     /// freed while the fabric lives (kept alive by `keep`).
     cache: Box<[AtomicPtr<CachedSeg>]>,
+    // Boxed so that the addresses in `cache` stay valid when the Vec grows.
+    #[allow(clippy::vec_box)]
     keep: Mutex<Vec<Box<CachedSeg>>>,
 }
 
@@ -122,7 +124,11 @@ impl Fabric {
                 if m.len() != len {
                     return Err(io(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        format!("registry {} has another layout (size {})", path.display(), m.len()),
+                        format!(
+                            "registry {} has another layout (size {})",
+                            path.display(),
+                            m.len()
+                        ),
                     )));
                 }
                 // SAFETY: size checked; the creator zero-filled it.
@@ -135,7 +141,10 @@ impl Fabric {
                     std::thread::yield_now();
                 }
                 if r.header.magic.load(Ordering::Relaxed) != registry::MAGIC {
-                    return Err(io(io::Error::new(io::ErrorKind::InvalidData, "bad registry magic")));
+                    return Err(io(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "bad registry magic",
+                    )));
                 }
                 m
             }
@@ -145,7 +154,9 @@ impl Fabric {
             name: name.to_owned(),
             dir,
             reg,
-            cache: (0..MAX_SEGS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            cache: (0..MAX_SEGS)
+                .map(|_| AtomicPtr::new(std::ptr::null_mut()))
+                .collect(),
             keep: Mutex::new(Vec::new()),
         })
     }
@@ -256,7 +267,12 @@ impl Fabric {
     /// Frees every registry entry whose owner process is gone, and its files.
     pub fn reap_dead(&self) {
         let r = self.reg();
-        fn reap<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32, pid: impl Fn(&T) -> u32, mut on_free: impl FnMut(usize, &T)) {
+        fn reap<T>(
+            table: &[T],
+            state: impl Fn(&T) -> &AtomicU32,
+            pid: impl Fn(&T) -> u32,
+            mut on_free: impl FnMut(usize, &T),
+        ) {
             for (i, e) in table.iter().enumerate() {
                 if state(e).load(Ordering::Acquire) == LIVE
                     && !pid_alive(pid(e))
@@ -269,10 +285,30 @@ impl Fabric {
                 }
             }
         }
-        reap(&r.qps[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
-        reap(&r.srqs[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
-        reap(&r.cqs[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
-        reap(&r.mrs[..], |e| &e.state, |e| e.pid.load(Ordering::Relaxed), |_, _| {});
+        reap(
+            &r.qps[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |_, _| {},
+        );
+        reap(
+            &r.srqs[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |_, _| {},
+        );
+        reap(
+            &r.cqs[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |_, _| {},
+        );
+        reap(
+            &r.mrs[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |_, _| {},
+        );
         reap(
             &r.segs[..],
             |e| &e.state,
@@ -302,6 +338,9 @@ impl Fabric {
             }
         }
         let _ = std::fs::remove_dir(&dir);
+        if let Some(m) = FABRICS.get() {
+            m.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+        }
     }
 
     /// The directory holding the fabric's files.
@@ -346,7 +385,11 @@ impl Segment {
     /// # Panics
     /// When `off` is outside the segment.
     pub fn at(&self, off: usize) -> NonNull<u8> {
-        assert!(off < self.len, "offset {off} outside segment of {} bytes", self.len);
+        assert!(
+            off < self.len,
+            "offset {off} outside segment of {} bytes",
+            self.len
+        );
         // SAFETY: in bounds.
         unsafe { NonNull::new_unchecked(self.base.as_ptr().add(off)) }
     }

@@ -140,10 +140,15 @@ pub struct CqEntry {
     /// Enhanced compression: the producer index of the last plain CQE (the
     /// title), or `u32::MAX`.
     pub title: AtomicU32,
-    /// Enhanced compression: compressed slots written since the title.
+    /// Enhanced compression: mini CQEs written since the title.
     pub since_title: AtomicU32,
-    _pad: [u32; 2],
+    /// [`CQ_SCATTER_TO_CQE`] and other flags.
+    pub flags: AtomicU32,
+    _pad: u32,
 }
+
+/// CQ flag: small receives on QPs with their own RQ land in the CQE.
+pub const CQ_SCATTER_TO_CQE: u32 = 1;
 
 /// A shared receive queue: its memory and the NIC's consumer state.
 #[repr(C)]
@@ -236,9 +241,13 @@ pub struct QpEntry {
     pub rq_lock: ShmLock,
     /// RQ WQEs consumed by the NIC.
     pub rq_ci: AtomicU32,
-    /// RQ WQEs flushed after an error.
-    pub rq_flushed: AtomicU32,
-    _pad: [u32; 3],
+    /// Failed tries (RNR or transport) of the WQE at the SQ head.
+    pub retry_tries: AtomicU32,
+    /// SQ counter of the WQE the tries are for.
+    pub retry_wqe: AtomicU32,
+    /// Owner-process clock (ns) before which the head WQE is not retried.
+    pub retry_due_ns: AtomicU64,
+    _pad: [u32; 2],
 }
 
 /// The whole registry.

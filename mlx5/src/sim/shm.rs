@@ -42,7 +42,10 @@ impl ShmMap {
         let f = OpenOptions::new().read(true).write(true).open(path)?;
         let len = f.metadata()?.len() as usize;
         if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "empty shared-memory file"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "empty shared-memory file",
+            ));
         }
         Self::map(&f, path, len)
     }

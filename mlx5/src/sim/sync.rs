@@ -39,9 +39,12 @@ impl ShmLock {
                 if spins % 4096 == 0 {
                     if cur != me && !pid_alive(cur) {
                         // The holder died inside its critical section.
-                        let _ = self
-                            .word
-                            .compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed);
+                        let _ = self.word.compare_exchange(
+                            cur,
+                            0,
+                            Ordering::Relaxed,
+                            Ordering::Relaxed,
+                        );
                     }
                     std::thread::yield_now();
                 } else {

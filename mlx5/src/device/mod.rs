@@ -1,0 +1,16 @@
+//! The device API: one interface for the backends that supply queue memory to
+//! the data path — the software mlx5 device ([`crate::sim`]) now, real
+//! hardware through rdma-core next.
+//!
+//! Open a device by name (`sim0`, `sim1`, …, or `auto`), allocate protection
+//! domains and memory regions, create CQs, SRQs and RC QPs, move QPs through
+//! RESET → INIT → RTR → RTS, exchange [`ConnInfo`] with the peer, and take the
+//! data-path objects ([`SendQueue`](crate::sq::SendQueue),
+//! [`RecvQueue`](crate::rq::RecvQueue), [`Srq`](crate::rq::Srq),
+//! [`CqRing`](crate::cq::CqRing)) out of them.
+
+mod types;
+
+pub use types::*;
+
+pub use crate::sim::device::{Context, ExecMode, Mr, Pd, Qp, SimCq as Cq, SimSrq as SrqHandle};

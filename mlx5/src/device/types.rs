@@ -1,0 +1,179 @@
+//! Types shared by every backend of the device API.
+
+/// Memory-region access flags (the values of `IBV_ACCESS_*`).
+pub mod access {
+    /// The NIC may write the region locally (receives, READ results, atomics).
+    pub const LOCAL_WRITE: u32 = 1;
+    /// Peers may RDMA WRITE into the region.
+    pub const REMOTE_WRITE: u32 = 2;
+    /// Peers may RDMA READ the region.
+    pub const REMOTE_READ: u32 = 4;
+    /// Peers may run atomics on the region.
+    pub const REMOTE_ATOMIC: u32 = 8;
+}
+
+/// RC QP states.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    /// Just created, or reset.
+    Reset,
+    /// Receives may be posted.
+    Init,
+    /// Ready to receive.
+    Rtr,
+    /// Ready to send.
+    Rts,
+    /// In error: every outstanding WQE completes with a flush error.
+    Err,
+}
+
+/// What a peer needs to connect to a QP: exchanged out of band (TCP, MPI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ConnInfo {
+    /// QP number.
+    pub qpn: u32,
+    /// Port LID (InfiniBand); on the software device, the device number + 1.
+    pub lid: u16,
+    /// GID (RoCE); on the software device, derived from fabric and device.
+    pub gid: [u8; 16],
+    /// Initial packet sequence number.
+    pub psn: u32,
+}
+
+/// How a CQ is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CqAttr {
+    /// Number of CQEs (rounded up to a power of two).
+    pub cqe_cnt: u32,
+    /// 64 or 128 bytes per CQE.
+    pub cqe_size: usize,
+    /// Compression layout the NIC may use.
+    pub compression: crate::cq::Compression,
+    /// Small receives (on QPs with their own RQ) land in the CQE.
+    pub scatter_to_cqe: bool,
+}
+
+impl Default for CqAttr {
+    fn default() -> Self {
+        Self {
+            cqe_cnt: 4096,
+            cqe_size: 64,
+            compression: crate::cq::Compression::Off,
+            scatter_to_cqe: false,
+        }
+    }
+}
+
+/// How an RC QP is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    /// SQ size in 64-byte basic blocks (rounded up to a power of two).
+    pub sq_wqe_cnt: u32,
+    /// RQ size in WQEs (ignored with an SRQ).
+    pub rq_wqe_cnt: u32,
+    /// SGEs per receive WQE (ignored with an SRQ).
+    pub max_recv_sge: u32,
+    /// Largest inline payload.
+    pub max_inline: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        Self {
+            sq_wqe_cnt: 256,
+            rq_wqe_cnt: 256,
+            max_recv_sge: 1,
+            max_inline: 256,
+        }
+    }
+}
+
+/// Attributes for INIT → RTR.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtrAttr {
+    /// The peer.
+    pub remote: ConnInfo,
+    /// Remote operations this QP accepts ([`access`] REMOTE_* bits).
+    pub access: u32,
+    /// RNR NAK delay asked of peers, IB encoding (0 = 655.36 ms, 1 = 0.01 ms,
+    /// … 12 = 0.64 ms, 31 = 491.52 ms).
+    pub min_rnr_timer: u8,
+    /// Incoming READ/atomic depth.
+    pub max_dest_rd_atomic: u8,
+}
+
+/// Attributes for RTR → RTS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RtsAttr {
+    /// Local ACK timeout, IB encoding: 4.096 µs × 2^timeout (0: infinite).
+    pub timeout: u8,
+    /// Transport retries before TRANSPORT_RETRY_EXC_ERR.
+    pub retry_cnt: u8,
+    /// RNR retries before RNR_RETRY_EXC_ERR (7: forever).
+    pub rnr_retry: u8,
+    /// Outgoing READ/atomic depth.
+    pub max_rd_atomic: u8,
+    /// Initial send PSN.
+    pub sq_psn: u32,
+}
+
+impl Default for RtsAttr {
+    fn default() -> Self {
+        Self {
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 4,
+            sq_psn: 0,
+        }
+    }
+}
+
+/// IB `min_rnr_timer` encoding to microseconds (IBA table 45).
+pub fn rnr_timer_us(code: u8) -> u32 {
+    const T: [u32; 32] = [
+        655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
+        5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,
+        245_760, 327_680, 491_520,
+    ];
+    T[usize::from(code & 31)]
+}
+
+/// IB local ACK timeout encoding to microseconds (0: infinite).
+pub fn ack_timeout_us(code: u8) -> u32 {
+    if code == 0 {
+        u32::MAX
+    } else {
+        (4.096f64 * f64::from(1u32 << code.min(31))).min(f64::from(u32::MAX - 1)) as u32
+    }
+}
+
+/// Errors of the device API.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// No device of that name.
+    #[error("no device named {0:?} (software devices are sim0..sim7; `auto` picks one)")]
+    UnknownDevice(String),
+    /// The fabric could not be opened.
+    #[error(transparent)]
+    Fabric(#[from] crate::sim::fabric::FabricError),
+    /// An argument is out of range.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// A QP state change that the state machine does not allow.
+    #[error("QP {qpn:#x}: cannot go from {from:?} to {to:?}")]
+    BadTransition {
+        /// QP number.
+        qpn: u32,
+        /// Current state.
+        from: QpState,
+        /// Requested state.
+        to: QpState,
+    },
+    /// The data-path object was already taken.
+    #[error("{0} already taken")]
+    Taken(&'static str),
+    /// A data-path object rejected the memory it was given.
+    #[error("queue memory: {0}")]
+    Queue(String),
+}

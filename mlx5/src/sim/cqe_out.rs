@@ -1,0 +1,323 @@
+//! The NIC's side of a CQ: writing CQEs into CQ memory in PRM format, with the
+//! owner bit (or, in the enhanced compression layout, the iteration count) set
+//! last; compressing runs of similar CQEs when the CQ asks for it; and refusing
+//! to overwrite CQEs software has not consumed (overrun).
+//!
+//! CQEs are produced into a per-thread batch and written per CQ when the batch
+//! is flushed, so that a burst of work can be compressed as a NIC compresses a
+//! burst of completions.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use super::fabric::Fabric;
+use super::registry::{slot_of, CqEntry, LIVE, MAX_CQS};
+use crate::doorbell::load_dbrec;
+use crate::prm::{
+    Cqe64, CqeOpcode, MiniCqe, CQ_SET_CI, MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
+};
+
+/// A CQE waiting to be written: the 64-byte CQE, and for 128-byte CQEs the
+/// 64 bytes that precede it (scatter-to-CQE data).
+#[derive(Clone, Copy)]
+pub struct PendingCqe {
+    /// Target CQ number.
+    pub cqn: u32,
+    /// The CQE (op_own's owner bit and byte 62 are filled in when written).
+    pub cqe: [u8; 64],
+    /// Data for the first half of a 128-byte CQE.
+    pub pre: Option<[u8; 64]>,
+}
+
+thread_local! {
+    static BATCH: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
+    static RUN: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
+}
+
+const BATCH_MAX: usize = 64;
+
+/// What became of a batch: CQs that overran (their CQEs were dropped, and the
+/// CQ is in error).
+#[derive(Debug, Default)]
+pub struct FlushReport {
+    /// CQNs found full.
+    pub overrun: Vec<u32>,
+}
+
+/// Queues a CQE; writes the batch when it is full.
+pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
+    let full = BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        b.push(c);
+        b.len() >= BATCH_MAX
+    });
+    if full {
+        flush(fab, report);
+    }
+}
+
+/// Writes every queued CQE.
+pub fn flush(fab: &Fabric, report: &mut FlushReport) {
+    BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.is_empty() {
+            return;
+        }
+        // Per CQ, each CQ's CQEs in production order (a NIC orders completions
+        // per CQ, not across CQs).
+        RUN.with(|run| {
+            let mut run = run.borrow_mut();
+            let mut done = 0;
+            while done < b.len() {
+                let cqn = b
+                    .iter()
+                    .find(|c| c.cqn != u32::MAX)
+                    .map(|c| c.cqn)
+                    .unwrap_or(u32::MAX);
+                run.clear();
+                for c in b.iter_mut().filter(|c| c.cqn == cqn) {
+                    run.push(*c);
+                    c.cqn = u32::MAX;
+                }
+                done += run.len();
+                if !write_run(fab, cqn, &run) {
+                    report.overrun.push(cqn);
+                }
+            }
+        });
+        b.clear();
+    });
+}
+
+struct CqView<'a> {
+    e: &'a CqEntry,
+    buf: *mut u8,
+    dbrec: core::ptr::NonNull<u8>,
+    cnt: u32,
+    size: usize,
+    zip: u32,
+}
+
+impl CqView<'_> {
+    fn cqe64(&self, n: u32) -> *mut u8 {
+        // SAFETY: (n & (cnt-1)) * size + size - 64 is inside the CQ buffer.
+        unsafe {
+            self.buf
+                .add(((n & (self.cnt - 1)) as usize) * self.size + self.size - 64)
+        }
+    }
+    fn pass(&self, n: u32) -> u32 {
+        n / self.cnt
+    }
+    fn free(&self, pi: u32) -> u32 {
+        // SAFETY: the doorbell record lies in the CQ's segment.
+        let ci = unsafe { load_dbrec(self.dbrec, CQ_SET_CI) };
+        let used = (pi.wrapping_sub(ci)) & 0x00ff_ffff;
+        self.cnt.saturating_sub(used)
+    }
+    /// Writes 64 bytes (plus the preceding half for 128-byte CQEs), validity
+    /// bytes last.
+    fn write(&self, n: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>, op_own: u8) {
+        let p = self.cqe64(n);
+        // SAFETY: a CQE slot the consumer has released (checked by the caller
+        // through `free`); the validity bytes are stored atomically last.
+        unsafe {
+            if let (Some(d), 128) = (pre, self.size) {
+                std::ptr::copy_nonoverlapping(d.as_ptr(), p.sub(64), 64);
+            }
+            std::ptr::copy_nonoverlapping(cqe.as_ptr(), p, 62);
+            let sig = &*(p.add(62) as *const AtomicU8);
+            let oo = &*(p.add(63) as *const AtomicU8);
+            if self.zip == 1 {
+                oo.store(op_own, Ordering::Relaxed);
+                sig.store(self.pass(n) as u8, Ordering::Release);
+            } else {
+                sig.store(cqe[62], Ordering::Relaxed);
+                oo.store(op_own, Ordering::Release);
+            }
+        }
+    }
+}
+
+fn view(fab: &Fabric, cqn: u32) -> Option<CqView<'_>> {
+    let e = &fab.reg().cqs[slot_of(cqn, MAX_CQS)];
+    if e.state.load(Ordering::Acquire) != LIVE || e.cqn.load(Ordering::Relaxed) != cqn {
+        return None;
+    }
+    let seg = e.seg.load(Ordering::Relaxed);
+    let cnt = e.cqe_cnt.load(Ordering::Relaxed);
+    let size = e.cqe_size.load(Ordering::Relaxed) as usize;
+    let buf = fab.seg_ptr(
+        seg,
+        e.buf_off.load(Ordering::Relaxed),
+        u64::from(cnt) * size as u64,
+    )?;
+    let dbrec = fab.seg_ptr(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?;
+    Some(CqView {
+        e,
+        buf: buf.as_ptr(),
+        dbrec,
+        cnt,
+        size,
+        zip: e.zip.load(Ordering::Relaxed),
+    })
+}
+
+fn is_compressible(c: &PendingCqe) -> bool {
+    let v = Cqe64::new_unchecked(&c.cqe[..]);
+    let op = v.opcode_raw();
+    c.pre.is_none() && v.format_raw() == 0 && matches!(op, 0..=3)
+}
+
+/// Whether `c` can be expanded from a mini CQE under `title`, as the `k`-th
+/// (1-based) responder CQE after it (enhanced) or the `k`-th of a session
+/// (basic, 0-based).
+fn fits_title(title: &[u8], c: &PendingCqe, responder_step: u32) -> bool {
+    let t = Cqe64::new_unchecked(title);
+    let v = Cqe64::new_unchecked(&c.cqe[..]);
+    if !is_compressible(c) || t.opcode_raw() != v.opcode_raw() || t.qpn() != v.qpn() {
+        return false;
+    }
+    if v.opcode_raw() == CqeOpcode::Req as u8 {
+        return true;
+    }
+    t.srqn_uidx() == v.srqn_uidx()
+        && v.wqe_counter() == t.wqe_counter().wrapping_add(responder_step as u16)
+}
+
+fn mini_of(c: &PendingCqe, out: &mut [u8]) {
+    let v = Cqe64::new_unchecked(&c.cqe[..]);
+    let mut m = MiniCqe::new_unchecked(out);
+    if v.opcode_raw() == CqeOpcode::Req as u8 {
+        m.set_requester(v.wqe_counter(), v.s_wqe_opcode(), v.byte_cnt());
+    } else {
+        m.set_responder_hash(0, v.byte_cnt());
+    }
+}
+
+/// Writes a run of CQEs for one CQ. False when the CQ overran (or is gone).
+fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
+    let Some(cq) = view(fab, cqn) else {
+        return false;
+    };
+    let _g = cq.e.lock.lock();
+    if cq.e.overrun.load(Ordering::Relaxed) != 0 {
+        return false;
+    }
+    let mut pi = cq.e.pi.load(Ordering::Relaxed);
+    let mut i = 0;
+    let mut ok = true;
+    while i < run.len() {
+        let used = match cq.zip {
+            1 => write_enhanced(&cq, &mut pi, &run[i..]),
+            2 => write_basic(&cq, &mut pi, &run[i..]),
+            _ => write_plain(&cq, &mut pi, &run[i]),
+        };
+        match used {
+            Some(n) => i += n,
+            None => {
+                cq.e.overrun.store(1, Ordering::Release);
+                ok = false;
+                break;
+            }
+        }
+    }
+    cq.e.pi.store(pi, Ordering::Release);
+    ok
+}
+
+fn op_own_of(cq: &CqView<'_>, n: u32, c: &PendingCqe) -> u8 {
+    (c.cqe[63] & 0xfe) | (cq.pass(n) & 1) as u8
+}
+
+fn write_plain(cq: &CqView<'_>, pi: &mut u32, c: &PendingCqe) -> Option<usize> {
+    if cq.free(*pi) < 1 {
+        return None;
+    }
+    cq.write(*pi, &c.cqe, c.pre.as_ref(), op_own_of(cq, *pi, c));
+    *pi = pi.wrapping_add(1);
+    Some(1)
+}
+
+/// Enhanced layout: a CQE that fits the current title joins a compressed block
+/// (up to 7 mini CQEs per slot, one CQ index per mini CQE); otherwise it is
+/// written plain and becomes the title.
+fn write_enhanced(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<usize> {
+    let title_at = cq.e.title.load(Ordering::Relaxed);
+    let since = cq.e.since_title.load(Ordering::Relaxed);
+    // The title is usable only if nothing but its blocks were written after it.
+    let title_ok = title_at != u32::MAX && title_at.wrapping_add(1).wrapping_add(since) == *pi;
+    if title_ok {
+        // SAFETY: the title slot holds a CQE this CQ wrote; software does not
+        // modify plain CQEs.
+        let title: [u8; 64] = unsafe { *(cq.cqe64(title_at) as *const [u8; 64]) };
+        let mut k = 0usize;
+        while k < run.len()
+            && k < MINI_PER_ENHANCED_SLOT
+            && fits_title(&title, &run[k], since + k as u32 + 1)
+        {
+            k += 1;
+        }
+        if k > 0 {
+            if cq.free(*pi) < k as u32 {
+                return None;
+            }
+            let mut block = [0u8; 64];
+            for (j, c) in run[..k].iter().enumerate() {
+                mini_of(c, &mut block[j * 8..j * 8 + 8]);
+            }
+            let op_own = (((k - 1) as u8) << 4) | 0x0c | (cq.pass(*pi) & 1) as u8;
+            cq.write(*pi, &block, None, op_own);
+            *pi = pi.wrapping_add(k as u32);
+            cq.e.since_title.store(since + k as u32, Ordering::Relaxed);
+            return Some(k);
+        }
+    }
+    let c = &run[0];
+    write_plain(cq, pi, c)?;
+    if is_compressible(c) {
+        cq.e.title.store(pi.wrapping_sub(1), Ordering::Relaxed);
+        cq.e.since_title.store(0, Ordering::Relaxed);
+    } else {
+        cq.e.title.store(u32::MAX, Ordering::Relaxed);
+    }
+    Some(1)
+}
+
+/// Basic layout: a run of at least two CQEs that fit the first becomes a
+/// session: a compressed title whose byte count is the session size, mini CQE
+/// arrays at the next slot and every 8th slot after.
+fn write_basic(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<usize> {
+    let first = &run[0];
+    let mut n = 1usize;
+    if is_compressible(first) {
+        while n < run.len() && n < 256 && fits_title(&first.cqe, &run[n], n as u32) {
+            n += 1;
+        }
+    }
+    if n < 2 {
+        return write_plain(cq, pi, first);
+    }
+    if cq.free(*pi) < n as u32 {
+        return None;
+    }
+    let t = *pi;
+    let groups = n.div_ceil(MINI_PER_BASIC_SLOT);
+    for g in 0..groups {
+        let slot = if g == 0 { t + 1 } else { t + (8 * g) as u32 };
+        let mut arr = [0u8; 64];
+        for (j, c) in run[g * 8..n.min(g * 8 + 8)].iter().enumerate() {
+            mini_of(c, &mut arr[j * 8..j * 8 + 8]);
+        }
+        // Array slots are not ownership-checked by software; byte 63 is data.
+        // SAFETY: a released slot of this session.
+        unsafe { std::ptr::copy_nonoverlapping(arr.as_ptr(), cq.cqe64(slot), 64) };
+    }
+    let mut title = first.cqe;
+    Cqe64::new_unchecked(&mut title[..]).set_byte_cnt(n as u32);
+    let op_own = (first.cqe[63] & 0xf0) | 0x0c | (cq.pass(t) & 1) as u8;
+    std::sync::atomic::fence(Ordering::Release);
+    cq.write(t, &title, None, op_own);
+    *pi = pi.wrapping_add(n as u32);
+    Some(n)
+}

@@ -1,0 +1,924 @@
+//! The software device behind the device API: contexts, PDs, MRs, CQs, SRQs and
+//! RC QPs whose memory lives in the fabric's shared segments, and the doorbell
+//! hook that makes the simulated NIC execute work.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::engine;
+use super::fabric::{fabric_name_from_env, Fabric, Segment};
+use super::registry::{
+    self, qp_state, slot_of, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_DEVS, MAX_MRS, MAX_QPS,
+    MAX_SRQS, NO_SEG,
+};
+use super::shm::my_pid;
+use crate::cq::{Compression, CqMemory, CqRing};
+use crate::device::{
+    ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr,
+};
+use crate::doorbell::DeviceNotify;
+use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
+use crate::sq::{SendQueue, SqConfig, SqMemory};
+use crate::wqe_table::{RecvTable, SendTable};
+
+/// How the simulated NIC runs work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// In the doorbell call, before it returns (the default).
+    Inline,
+}
+
+/// The doorbell hook: executes work as the NIC would, in the calling thread.
+struct SimNotify {
+    fab: Arc<Fabric>,
+    origin: Instant,
+    stalled: Mutex<Vec<u32>>,
+    n_stalled: AtomicUsize,
+}
+
+impl SimNotify {
+    fn now_ns(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    fn run(&self, qpn: u32) {
+        let r = engine::run_sq(&self.fab, qpn, usize::MAX, self.now_ns());
+        if r.stalled.is_some() {
+            let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
+            if !s.contains(&qpn) {
+                s.push(qpn);
+                self.n_stalled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Retries every stalled QP of this process. Returns how many are still stalled.
+    fn progress(&self) -> usize {
+        if self.n_stalled.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let list = {
+            let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
+            self.n_stalled.store(0, Ordering::Relaxed);
+            std::mem::take(&mut *s)
+        };
+        for qpn in list {
+            self.run(qpn);
+        }
+        self.n_stalled.load(Ordering::Relaxed)
+    }
+}
+
+impl DeviceNotify for SimNotify {
+    fn sq_doorbell(&self, qpn: u32) {
+        self.run(qpn);
+    }
+    fn rq_doorbell(&self, qn: u32) {
+        // Receives posted to a QP in ERR are flushed at once.
+        if let Some((_, e)) = engine::qp_by_num(&self.fab, qn) {
+            if e.qp_state.load(Ordering::Acquire) == qp_state::ERR {
+                engine::flush_qp(&self.fab, qn);
+            }
+        }
+        self.progress();
+    }
+    fn cq_idle(&self, _cqn: u32) {
+        self.progress();
+    }
+}
+
+struct Dev {
+    fab: Arc<Fabric>,
+    dev: u32,
+    name: String,
+    notify: Arc<SimNotify>,
+}
+
+/// An opened device.
+#[derive(Clone)]
+pub struct Context {
+    d: Arc<Dev>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("name", &self.d.name)
+            .field("fabric", &self.d.fab.name())
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens a device by name: `sim0` .. `sim7` (the software device, in the
+    /// fabric named by `MLX5_SIM_FABRIC`), or `auto` (a hardware device when one
+    /// exists — the hardware backend is not built yet — else `sim0`, with a
+    /// one-line notice on stderr).
+    pub fn open(name: &str) -> Result<Context, DeviceError> {
+        let name = if name == "auto" {
+            eprintln!("mlx5: no RDMA hardware backend available; using the software device sim0");
+            "sim0"
+        } else {
+            name
+        };
+        Self::open_in(&fabric_name_from_env(), name)
+    }
+
+    /// Opens software device `name` (`sim0` .. `sim7`) in fabric `fabric`.
+    pub fn open_in(fabric: &str, name: &str) -> Result<Context, DeviceError> {
+        let dev = name
+            .strip_prefix("sim")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|&n| (n as usize) < MAX_DEVS && name == format!("sim{n}"))
+            .ok_or_else(|| DeviceError::UnknownDevice(name.to_owned()))?;
+        let fab = Fabric::open(fabric)?;
+        fab.reg().devs[dev as usize].store(1, Ordering::Relaxed);
+        let notify = Arc::new(SimNotify {
+            fab: fab.clone(),
+            origin: Instant::now(),
+            stalled: Mutex::new(Vec::new()),
+            n_stalled: AtomicUsize::new(0),
+        });
+        Ok(Context {
+            d: Arc::new(Dev {
+                fab,
+                dev,
+                name: name.to_owned(),
+                notify,
+            }),
+        })
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        &self.d.name
+    }
+
+    /// The fabric this device lives in.
+    pub fn fabric(&self) -> &Arc<Fabric> {
+        &self.d.fab
+    }
+
+    /// The execution mode.
+    pub fn exec_mode(&self) -> ExecMode {
+        ExecMode::Inline
+    }
+
+    /// Port LID: the device number + 1.
+    pub fn lid(&self) -> u16 {
+        self.d.dev as u16 + 1
+    }
+
+    /// GID-like address: `fe80::` + a hash of the fabric name + the device number.
+    pub fn gid(&self) -> [u8; 16] {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.d.fab.name().bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        let mut g = [0u8; 16];
+        g[0] = 0xfe;
+        g[1] = 0x80;
+        g[8..15].copy_from_slice(&h.to_be_bytes()[..7]);
+        g[15] = self.d.dev as u8;
+        g
+    }
+
+    /// Retries work stalled on RNR or an unreachable peer. Polling an empty CQ
+    /// does this too; returns how many QPs are still stalled.
+    pub fn progress(&self) -> usize {
+        self.d.notify.progress()
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Pd {
+        Pd {
+            ctx: self.clone(),
+            pdn: self.d.fab.reg().next_gen() | 0x8000_0000,
+        }
+    }
+
+    fn notify(&self) -> Arc<dyn DeviceNotify> {
+        self.d.notify.clone()
+    }
+
+    /// Creates a CQ.
+    pub fn create_cq(&self, attr: &CqAttr) -> Result<SimCq, DeviceError> {
+        let cnt = attr.cqe_cnt.max(2).next_power_of_two();
+        if cnt > 1 << 22 {
+            return Err(DeviceError::Invalid(format!(
+                "{} CQEs exceed 2^22",
+                attr.cqe_cnt
+            )));
+        }
+        if attr.cqe_size != 64 && attr.cqe_size != 128 {
+            return Err(DeviceError::Invalid(format!(
+                "CQE size {} is neither 64 nor 128",
+                attr.cqe_size
+            )));
+        }
+        if attr.compression != Compression::Off && attr.cqe_size != 64 {
+            return Err(DeviceError::Invalid(
+                "CQE compression needs 64-byte CQEs".into(),
+            ));
+        }
+        let fab = &self.d.fab;
+        let buf_len = cnt as usize * attr.cqe_size;
+        let seg = fab.alloc_segment(buf_len + 64)?;
+        let r = fab.reg();
+        let slot = registry::claim(&r.cqs[..], |e| &e.state).ok_or_else(|| {
+            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "CQ"))
+        })?;
+        let cqn = registry::object_number(slot, MAX_CQS, r.next_gen());
+        let e = &r.cqs[slot];
+        e.cqn.store(cqn, Ordering::Relaxed);
+        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.dev.store(self.d.dev, Ordering::Relaxed);
+        e.seg.store(seg.slot(), Ordering::Relaxed);
+        e.cqe_cnt.store(cnt, Ordering::Relaxed);
+        e.cqe_size.store(attr.cqe_size as u32, Ordering::Relaxed);
+        e.zip.store(
+            match attr.compression {
+                Compression::Off => 0,
+                Compression::Enhanced => 1,
+                Compression::Basic => 2,
+            },
+            Ordering::Relaxed,
+        );
+        e.buf_off.store(0, Ordering::Relaxed);
+        e.dbrec_off.store(buf_len as u64, Ordering::Relaxed);
+        e.pi.store(0, Ordering::Relaxed);
+        e.overrun.store(0, Ordering::Relaxed);
+        e.title.store(u32::MAX, Ordering::Relaxed);
+        e.since_title.store(0, Ordering::Relaxed);
+        e.flags.store(
+            if attr.scatter_to_cqe {
+                CQ_SCATTER_TO_CQE
+            } else {
+                0
+            },
+            Ordering::Relaxed,
+        );
+        e.state.store(LIVE, Ordering::Release);
+        Ok(SimCq {
+            inner: Arc::new(CqInner {
+                ctx: self.clone(),
+                slot,
+                cqn,
+                seg,
+                cnt,
+                size: attr.cqe_size,
+                zip: attr.compression,
+                taken: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Creates an SRQ of `wqe_cnt` WQEs with up to `max_sge` SGEs each.
+    pub fn create_srq(&self, pd: &Pd, wqe_cnt: u32, max_sge: u32) -> Result<SimSrq, DeviceError> {
+        let cnt = wqe_cnt.max(2).next_power_of_two();
+        if cnt > 32768 || max_sge > 63 {
+            return Err(DeviceError::Invalid(format!(
+                "SRQ of {wqe_cnt} WQEs x {max_sge} SGEs"
+            )));
+        }
+        let stride = (16 * (1 + max_sge.max(1))).next_power_of_two().max(32);
+        let fab = &self.d.fab;
+        let buf_len = (cnt * stride) as usize;
+        let seg = fab.alloc_segment(buf_len + 64)?;
+        let r = fab.reg();
+        let slot = registry::claim(&r.srqs[..], |e| &e.state).ok_or_else(|| {
+            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "SRQ"))
+        })?;
+        let srqn = registry::object_number(slot, MAX_SRQS, r.next_gen());
+        let e = &r.srqs[slot];
+        e.srqn.store(srqn, Ordering::Relaxed);
+        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.dev.store(self.d.dev, Ordering::Relaxed);
+        e.pd.store(pd.pdn, Ordering::Relaxed);
+        e.seg.store(seg.slot(), Ordering::Relaxed);
+        e.stride.store(stride, Ordering::Relaxed);
+        e.cnt.store(cnt, Ordering::Relaxed);
+        e.buf_off.store(0, Ordering::Relaxed);
+        e.dbrec_off.store(buf_len as u64, Ordering::Relaxed);
+        e.head.store(0, Ordering::Relaxed);
+        e.consumed.store(0, Ordering::Relaxed);
+        e.state.store(LIVE, Ordering::Release);
+        Ok(SimSrq {
+            inner: Arc::new(SrqInner {
+                ctx: self.clone(),
+                slot,
+                srqn,
+                seg,
+                cnt,
+                stride,
+                taken: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Creates an RC QP on `pd` with the given CQs, on `srq` or on an RQ of its own.
+    pub fn create_qp(
+        &self,
+        pd: &Pd,
+        send_cq: &SimCq,
+        recv_cq: &SimCq,
+        srq: Option<&SimSrq>,
+        caps: &QpCaps,
+    ) -> Result<Qp, DeviceError> {
+        let sq_cnt = caps.sq_wqe_cnt.max(1).next_power_of_two();
+        if sq_cnt > 32768 {
+            return Err(DeviceError::Invalid(format!(
+                "SQ of {} BBs exceeds 32768",
+                caps.sq_wqe_cnt
+            )));
+        }
+        let (rq_cnt, rq_stride) = if srq.is_some() {
+            (0, 0)
+        } else {
+            if caps.rq_wqe_cnt > 32768 || caps.max_recv_sge > 63 {
+                return Err(DeviceError::Invalid("RQ too large".into()));
+            }
+            (
+                caps.rq_wqe_cnt.max(1).next_power_of_two(),
+                (16 * caps.max_recv_sge.max(1)).next_power_of_two(),
+            )
+        };
+        let fab = &self.d.fab;
+        let sq_len = sq_cnt as u64 * 64;
+        let rq_len = u64::from(rq_cnt) * u64::from(rq_stride);
+        let dbrec_off = (sq_len + rq_len).next_multiple_of(64);
+        let bf_off = (dbrec_off + 64).next_multiple_of(4096);
+        let seg = fab.alloc_segment((bf_off + 512) as usize)?;
+        let r = fab.reg();
+        let slot = registry::claim(&r.qps[..], |e| &e.state).ok_or_else(|| {
+            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "QP"))
+        })?;
+        let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
+        let e = &r.qps[slot];
+        e.qpn.store(qpn, Ordering::Relaxed);
+        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.dev.store(self.d.dev, Ordering::Relaxed);
+        e.pd.store(pd.pdn, Ordering::Relaxed);
+        e.qp_state.store(qp_state::RESET, Ordering::Relaxed);
+        e.seg.store(seg.slot(), Ordering::Relaxed);
+        e.sq_cnt.store(sq_cnt, Ordering::Relaxed);
+        e.rq_cnt.store(rq_cnt, Ordering::Relaxed);
+        e.rq_stride.store(rq_stride, Ordering::Relaxed);
+        e.srqn
+            .store(srq.map_or(u32::MAX, |s| s.inner.srqn), Ordering::Relaxed);
+        e.send_cqn.store(send_cq.inner.cqn, Ordering::Relaxed);
+        e.recv_cqn.store(recv_cq.inner.cqn, Ordering::Relaxed);
+        e.remote_qpn.store(0, Ordering::Relaxed);
+        e.access.store(0, Ordering::Relaxed);
+        e.sq_off.store(0, Ordering::Relaxed);
+        e.rq_off.store(sq_len, Ordering::Relaxed);
+        e.dbrec_off.store(dbrec_off, Ordering::Relaxed);
+        e.sq_ci.store(0, Ordering::Relaxed);
+        e.rq_ci.store(0, Ordering::Relaxed);
+        e.retry_tries.store(0, Ordering::Relaxed);
+        e.retry_wqe.store(u32::MAX, Ordering::Relaxed);
+        e.retry_due_ns.store(0, Ordering::Relaxed);
+        e.state.store(LIVE, Ordering::Release);
+        Ok(Qp {
+            inner: Arc::new(QpInner {
+                ctx: self.clone(),
+                slot,
+                qpn,
+                seg,
+                sq_cnt,
+                rq_cnt,
+                rq_stride,
+                dbrec_off: dbrec_off as usize,
+                bf_off: bf_off as usize,
+                has_srq: srq.is_some(),
+                max_inline: caps.max_inline,
+                _cqs: (send_cq.clone(), recv_cq.clone()),
+                _srq: srq.cloned(),
+                sq_taken: AtomicBool::new(false),
+                rq_taken: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+/// A protection domain.
+#[derive(Debug, Clone)]
+pub struct Pd {
+    ctx: Context,
+    pdn: u32,
+}
+
+impl Pd {
+    /// The PD number.
+    pub fn pdn(&self) -> u32 {
+        self.pdn
+    }
+
+    fn register(
+        &self,
+        seg: Option<Segment>,
+        va: u64,
+        off: u64,
+        len: u64,
+        access: u32,
+    ) -> Result<Mr, DeviceError> {
+        let fab = &self.ctx.d.fab;
+        let r = fab.reg();
+        let slot = registry::claim(&r.mrs[..], |e| &e.state).ok_or_else(|| {
+            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "MR"))
+        })?;
+        let key = ((slot as u32) << 8) | (r.next_gen() % 255 + 1);
+        let e = &r.mrs[slot];
+        e.key.store(key, Ordering::Relaxed);
+        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.dev.store(self.ctx.d.dev, Ordering::Relaxed);
+        e.pd.store(self.pdn, Ordering::Relaxed);
+        e.access.store(access, Ordering::Relaxed);
+        e.seg
+            .store(seg.as_ref().map_or(NO_SEG, |s| s.slot()), Ordering::Relaxed);
+        e.off.store(off, Ordering::Relaxed);
+        e.va.store(va, Ordering::Relaxed);
+        e.len.store(len, Ordering::Relaxed);
+        e.state.store(LIVE, Ordering::Release);
+        Ok(Mr {
+            inner: Arc::new(MrInner {
+                fab: fab.clone(),
+                slot,
+                key,
+                addr: va,
+                len: len as usize,
+                _seg: seg,
+            }),
+        })
+    }
+
+    /// Allocates `len` zeroed bytes of device memory that peers in any process of
+    /// the fabric can reach, registered with `access`
+    /// ([`access`](crate::device::access) flags).
+    pub fn alloc_mr(&self, len: usize, access: u32) -> Result<Mr, DeviceError> {
+        let seg = self.ctx.d.fab.alloc_segment(len.max(1))?;
+        let va = seg.base().as_ptr() as u64;
+        self.register(Some(seg), va, 0, len as u64, access)
+    }
+
+    /// Registers ordinary memory of this process. Peers in the same process can
+    /// reach it; a peer in another process gets a remote access error (the
+    /// software device can only share memory it allocated — use
+    /// [`alloc_mr`](Self::alloc_mr) for that).
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay valid until the MR is dropped, and the
+    /// NIC may write it at any time its access flags allow.
+    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<Mr, DeviceError> {
+        self.register(None, addr as u64, 0, len as u64, access)
+    }
+}
+
+struct MrInner {
+    fab: Arc<Fabric>,
+    slot: usize,
+    key: u32,
+    addr: u64,
+    len: usize,
+    _seg: Option<Segment>,
+}
+
+impl Drop for MrInner {
+    fn drop(&mut self) {
+        self.fab.reg().mrs[self.slot]
+            .state
+            .store(registry::FREE, Ordering::Release);
+    }
+}
+
+/// A memory region.
+#[derive(Clone)]
+pub struct Mr {
+    inner: Arc<MrInner>,
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("key", &format_args!("{:#x}", self.inner.key))
+            .field("addr", &format_args!("{:#x}", self.inner.addr))
+            .field("len", &self.inner.len)
+            .finish()
+    }
+}
+
+impl Mr {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.inner.key
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.inner.key
+    }
+    /// Address of the region in this process (what SGEs and remote addresses use).
+    pub fn addr(&self) -> u64 {
+        self.inner.addr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+    /// Base pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.inner.addr as *mut u8
+    }
+    /// Copies `data` into the region at `off`.
+    ///
+    /// # Panics
+    /// When the range is outside the region.
+    pub fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.inner.len, "write outside the MR");
+        // SAFETY: inside the region; the NIC's concurrent writes are the
+        // caller's protocol, as with any DMA buffer.
+        unsafe { std::ptr::copy(data.as_ptr(), self.as_ptr().add(off), data.len()) };
+    }
+    /// Copies bytes at `off` out of the region.
+    ///
+    /// # Panics
+    /// When the range is outside the region.
+    pub fn read(&self, off: usize, out: &mut [u8]) {
+        assert!(off + out.len() <= self.inner.len, "read outside the MR");
+        // SAFETY: as for write.
+        unsafe { std::ptr::copy(self.as_ptr().add(off), out.as_mut_ptr(), out.len()) };
+    }
+    /// `len` bytes at `off`, copied out.
+    pub fn to_vec(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(off, &mut v);
+        v
+    }
+}
+
+struct CqInner {
+    ctx: Context,
+    slot: usize,
+    cqn: u32,
+    seg: Segment,
+    cnt: u32,
+    size: usize,
+    zip: Compression,
+    taken: AtomicBool,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        self.ctx.d.fab.reg().cqs[self.slot]
+            .state
+            .store(registry::FREE, Ordering::Release);
+    }
+}
+
+/// A CQ of the software device.
+#[derive(Clone)]
+pub struct SimCq {
+    inner: Arc<CqInner>,
+}
+
+impl std::fmt::Debug for SimCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cq").field("cqn", &self.inner.cqn).finish()
+    }
+}
+
+impl SimCq {
+    /// CQ number.
+    pub fn cqn(&self) -> u32 {
+        self.inner.cqn
+    }
+    /// Whether the NIC found the CQ full. Completions are never overwritten: an
+    /// overrun CQ is in error and takes no more CQEs.
+    pub fn overrun(&self) -> bool {
+        self.inner.ctx.d.fab.reg().cqs[slot_of(self.inner.cqn, MAX_CQS)]
+            .overrun
+            .load(Ordering::Acquire)
+            != 0
+    }
+    /// The consumer side of the CQ for the data path (once).
+    pub fn ring(&self) -> Result<CqRing, DeviceError> {
+        if self.inner.taken.swap(true, Ordering::AcqRel) {
+            return Err(DeviceError::Taken("CQ ring"));
+        }
+        let i = &self.inner;
+        let mem = CqMemory {
+            buf: i.seg.at(0),
+            cqe_cnt: i.cnt,
+            cqe_size: i.size,
+            dbrec: i.seg.at(i.cnt as usize * i.size),
+            cqn: i.cqn,
+            notify: Some(i.ctx.notify()),
+            keepalive: Some(i.clone() as Arc<dyn Any + Send + Sync>),
+        };
+        // SAFETY: the segment holds the buffer and the doorbell record and is
+        // kept alive by `keepalive`; the ring is handed out once.
+        unsafe { CqRing::new(mem, i.zip) }.map_err(|e| DeviceError::Queue(e.to_string()))
+    }
+}
+
+struct SrqInner {
+    ctx: Context,
+    slot: usize,
+    srqn: u32,
+    seg: Segment,
+    cnt: u32,
+    stride: u32,
+    taken: AtomicBool,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        self.ctx.d.fab.reg().srqs[self.slot]
+            .state
+            .store(registry::FREE, Ordering::Release);
+    }
+}
+
+/// An SRQ of the software device.
+#[derive(Clone)]
+pub struct SimSrq {
+    inner: Arc<SrqInner>,
+}
+
+impl std::fmt::Debug for SimSrq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Srq")
+            .field("srqn", &self.inner.srqn)
+            .finish()
+    }
+}
+
+impl SimSrq {
+    /// SRQ number.
+    pub fn srqn(&self) -> u32 {
+        self.inner.srqn
+    }
+    /// The posting side of the SRQ for the data path (once).
+    pub fn srq<T: SrqTopology>(&self) -> Result<Srq<T>, DeviceError> {
+        if self.inner.taken.swap(true, Ordering::AcqRel) {
+            return Err(DeviceError::Taken("SRQ"));
+        }
+        let i = &self.inner;
+        let mem = RqMemory {
+            buf: i.seg.at(0),
+            wqe_cnt: i.cnt,
+            stride: i.stride as usize,
+            dbrec: i.seg.at((i.cnt * i.stride) as usize),
+            qn: i.srqn,
+            notify: Some(i.ctx.notify()),
+            keepalive: Some(i.clone() as Arc<dyn Any + Send + Sync>),
+        };
+        // SAFETY: as for SimCq::ring.
+        unsafe { Srq::new(mem) }.map_err(|e| DeviceError::Queue(e.to_string()))
+    }
+}
+
+// SAFETY (for the Any + Send + Sync keepalives): the inner types hold only
+// atomics, Arcs and segments (shared memory handles).
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+// SAFETY: as above.
+unsafe impl Send for SrqInner {}
+// SAFETY: as above.
+unsafe impl Sync for SrqInner {}
+// SAFETY: as above.
+unsafe impl Send for QpInner {}
+// SAFETY: as above.
+unsafe impl Sync for QpInner {}
+
+struct QpInner {
+    ctx: Context,
+    slot: usize,
+    qpn: u32,
+    seg: Segment,
+    sq_cnt: u32,
+    rq_cnt: u32,
+    rq_stride: u32,
+    dbrec_off: usize,
+    bf_off: usize,
+    has_srq: bool,
+    max_inline: u32,
+    _cqs: (SimCq, SimCq),
+    _srq: Option<SimSrq>,
+    sq_taken: AtomicBool,
+    rq_taken: AtomicBool,
+}
+
+impl Drop for QpInner {
+    fn drop(&mut self) {
+        let e = &self.ctx.d.fab.reg().qps[self.slot];
+        e.qp_state.store(qp_state::RESET, Ordering::Release);
+        e.state.store(registry::FREE, Ordering::Release);
+    }
+}
+
+/// An RC QP of the software device.
+#[derive(Clone)]
+pub struct Qp {
+    inner: Arc<QpInner>,
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.inner.qpn)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+fn state_of(v: u32) -> QpState {
+    match v {
+        qp_state::RESET => QpState::Reset,
+        qp_state::INIT => QpState::Init,
+        qp_state::RTR => QpState::Rtr,
+        qp_state::RTS => QpState::Rts,
+        _ => QpState::Err,
+    }
+}
+
+impl Qp {
+    fn e(&self) -> &registry::QpEntry {
+        &self.inner.ctx.d.fab.reg().qps[self.inner.slot]
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        self.inner.qpn
+    }
+
+    /// Current state (the NIC moves a QP to ERR on its own after an error).
+    pub fn state(&self) -> QpState {
+        state_of(self.e().qp_state.load(Ordering::Acquire))
+    }
+
+    /// What the peer needs to connect.
+    pub fn conn_info(&self) -> ConnInfo {
+        ConnInfo {
+            qpn: self.inner.qpn,
+            lid: self.inner.ctx.lid(),
+            gid: self.inner.ctx.gid(),
+            psn: 0,
+        }
+    }
+
+    fn transition(
+        &self,
+        from: &[QpState],
+        to: QpState,
+        f: impl FnOnce(&registry::QpEntry),
+    ) -> Result<(), DeviceError> {
+        let e = self.e();
+        let _g = e.exec_lock.lock();
+        let cur = state_of(e.qp_state.load(Ordering::Acquire));
+        if !from.contains(&cur) {
+            return Err(DeviceError::BadTransition {
+                qpn: self.inner.qpn,
+                from: cur,
+                to,
+            });
+        }
+        f(e);
+        let v = match to {
+            QpState::Reset => qp_state::RESET,
+            QpState::Init => qp_state::INIT,
+            QpState::Rtr => qp_state::RTR,
+            QpState::Rts => qp_state::RTS,
+            QpState::Err => qp_state::ERR,
+        };
+        e.qp_state.store(v, Ordering::Release);
+        Ok(())
+    }
+
+    /// RESET → INIT.
+    pub fn to_init(&self) -> Result<(), DeviceError> {
+        self.transition(&[QpState::Reset], QpState::Init, |_| {})
+    }
+
+    /// INIT → RTR: connect to `attr.remote` and accept `attr.access` remote
+    /// operations.
+    pub fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
+        let remote_dev = u32::from(attr.remote.lid).wrapping_sub(1);
+        if remote_dev as usize >= MAX_DEVS {
+            return Err(DeviceError::Invalid(format!(
+                "remote LID {} names no device",
+                attr.remote.lid
+            )));
+        }
+        self.transition(&[QpState::Init], QpState::Rtr, |e| {
+            e.remote_qpn.store(attr.remote.qpn, Ordering::Relaxed);
+            e.remote_dev.store(remote_dev, Ordering::Relaxed);
+            e.access.store(attr.access, Ordering::Relaxed);
+            e.min_rnr_us
+                .store(rnr_timer_us(attr.min_rnr_timer), Ordering::Relaxed);
+        })
+    }
+
+    /// RTR → RTS.
+    pub fn to_rts(&self, attr: &RtsAttr) -> Result<(), DeviceError> {
+        if attr.rnr_retry > 7 || attr.retry_cnt > 7 {
+            return Err(DeviceError::Invalid("retry counts are 3 bits".into()));
+        }
+        self.transition(&[QpState::Rtr], QpState::Rts, |e| {
+            e.rnr_retry
+                .store(u32::from(attr.rnr_retry), Ordering::Relaxed);
+            e.retry_cnt
+                .store(u32::from(attr.retry_cnt), Ordering::Relaxed);
+            e.timeout_us
+                .store(ack_timeout_us(attr.timeout), Ordering::Relaxed);
+        })
+    }
+
+    /// Any state → ERR: every outstanding WQE completes with WR_FLUSH_ERR.
+    pub fn to_err(&self) -> Result<(), DeviceError> {
+        self.transition(
+            &[
+                QpState::Reset,
+                QpState::Init,
+                QpState::Rtr,
+                QpState::Rts,
+                QpState::Err,
+            ],
+            QpState::Err,
+            |_| {},
+        )?;
+        engine::flush_qp(&self.inner.ctx.d.fab, self.inner.qpn);
+        Ok(())
+    }
+
+    /// The send queue for the data path (once).
+    pub fn send_queue<T: SendTable>(&self, mut cfg: SqConfig) -> Result<SendQueue<T>, DeviceError> {
+        if self.inner.sq_taken.swap(true, Ordering::AcqRel) {
+            return Err(DeviceError::Taken("send queue"));
+        }
+        let i = &self.inner;
+        cfg.max_inline = cfg.max_inline.min(i.max_inline as usize);
+        let mem = SqMemory {
+            buf: i.seg.at(0),
+            wqe_cnt: i.sq_cnt,
+            dbrec: i.seg.at(i.dbrec_off),
+            bf_reg: i.seg.at(i.bf_off),
+            bf_half: 256,
+            qpn: i.qpn,
+            notify: Some(i.ctx.notify()),
+            keepalive: Some(i.clone() as Arc<dyn Any + Send + Sync>),
+        };
+        // SAFETY: the segment holds SQ, doorbell record and BF page, kept alive
+        // by `keepalive`; the SQ is handed out once.
+        unsafe { SendQueue::new(mem, cfg) }.map_err(|e| DeviceError::Queue(e.to_string()))
+    }
+
+    /// The QP's own receive queue for the data path (once; not with an SRQ).
+    pub fn recv_queue<T: RecvTable>(&self) -> Result<RecvQueue<T>, DeviceError> {
+        if self.inner.has_srq {
+            return Err(DeviceError::Invalid("the QP receives on an SRQ".into()));
+        }
+        if self.inner.rq_taken.swap(true, Ordering::AcqRel) {
+            return Err(DeviceError::Taken("receive queue"));
+        }
+        let i = &self.inner;
+        let mem = RqMemory {
+            buf: i.seg.at(i.sq_cnt as usize * 64),
+            wqe_cnt: i.rq_cnt,
+            stride: i.rq_stride as usize,
+            dbrec: i.seg.at(i.dbrec_off),
+            qn: i.qpn,
+            notify: Some(i.ctx.notify()),
+            keepalive: Some(i.clone() as Arc<dyn Any + Send + Sync>),
+        };
+        // SAFETY: as for send_queue.
+        unsafe { RecvQueue::new(mem) }.map_err(|e| DeviceError::Queue(e.to_string()))
+    }
+}
+
+/// Checks that a registry slot count fits the object-number scheme.
+const _: () = assert!(MAX_MRS <= 1 << 16 && MAX_QPS <= 1 << 16 && MAX_CQS <= 1 << 16);
+
+/// Device-wide counters for tests: live QPs of this process in the fabric.
+pub fn live_qps(ctx: &Context) -> usize {
+    let me = my_pid();
+    ctx.d
+        .fab
+        .reg()
+        .qps
+        .iter()
+        .filter(|e| e.state.load(Ordering::Acquire) == LIVE && e.pid.load(Ordering::Relaxed) == me)
+        .count()
+}
+
+#[allow(dead_code)]
+fn _assert_send_sync() {
+    fn f<T: Send + Sync>() {}
+    f::<AtomicU32>();
+}

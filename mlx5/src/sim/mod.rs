@@ -1,0 +1,19 @@
+//! The software mlx5 device: a NIC model that behaves like a ConnectX as seen
+//! through memory.
+//!
+//! It reads WQEs from SQ memory after the doorbell record moves, executes them
+//! with RC verbs semantics (keys, bounds, access rights, PDs, QP states, RNR,
+//! transport retries), and writes CQEs in PRM format — owner bit per pass,
+//! compressed blocks when the CQ asks for them, scatter-to-CQE — so code under
+//! test cannot tell it from hardware by looking at memory.
+//!
+//! Devices live in a *fabric* in shared memory (`/dev/shm/mlx5sim-<name>`), so
+//! processes on one host connect exactly as hosts on a network do.
+
+pub(crate) mod cqe_out;
+pub mod device;
+pub mod engine;
+pub mod fabric;
+pub mod registry;
+pub mod shm;
+pub mod sync;

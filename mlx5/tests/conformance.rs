@@ -1,0 +1,853 @@
+//! Device conformance suite: RC semantics through the device API and the data
+//! path only (no backend internals), so the same tests can run on any backend.
+//! On the software device each test uses a fabric of its own.
+
+use mlx5::cq::{Compression, CqRing};
+use mlx5::device::{access, Context, Cq, CqAttr, Mr, Pd, Qp, QpCaps, QpState, RtrAttr, RtsAttr};
+use mlx5::prm::{CqeOpcode, Syndrome};
+use mlx5::rq::RecvQueue;
+use mlx5::sim::fabric::Fabric;
+use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
+use mlx5::wqe_table::{OrderedDense, OrderedRecv};
+
+/// A fabric used by one test, removed at the end.
+struct TestFabric(String);
+impl TestFabric {
+    fn new(test: &str) -> Self {
+        TestFabric(format!("conf-{}-{test}", std::process::id()))
+    }
+    fn open(&self, dev: &str) -> Context {
+        Context::open_in(&self.0, dev).expect("open device")
+    }
+}
+impl Drop for TestFabric {
+    fn drop(&mut self) {
+        Fabric::remove_if_unused(&self.0);
+    }
+}
+
+/// A completion as a test sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    opcode: u8,
+    qpn: u32,
+    wc: u16,
+    bc: u32,
+    imm: u32,
+    syndrome: Option<u8>,
+    scatter: Vec<u8>,
+}
+
+fn rec(c: &mlx5::Completion<'_>) -> Rec {
+    Rec {
+        opcode: c.opcode_raw(),
+        qpn: c.qpn(),
+        wc: c.wqe_counter(),
+        bc: if c.is_error() { 0 } else { c.byte_cnt() },
+        imm: if c.is_error() { 0 } else { c.imm() },
+        syndrome: c.syndrome_raw(),
+        scatter: c.scatter_data().to_vec(),
+    }
+}
+
+fn drain(ring: &mut CqRing) -> Vec<Rec> {
+    let mut v = Vec::new();
+    ring.poll(usize::MAX, |c| v.push(rec(c)));
+    v
+}
+
+/// Polls until `n` completions arrived (or fails after many empty polls).
+fn wait(ring: &mut CqRing, n: usize) -> Vec<Rec> {
+    let mut v = Vec::new();
+    for _ in 0..200_000 {
+        v.extend(drain(ring));
+        if v.len() >= n {
+            return v;
+        }
+        std::thread::yield_now();
+    }
+    panic!("expected {n} completions, got {}: {v:?}", v.len());
+}
+
+const MR_LEN: usize = 1 << 16;
+
+/// One end of an RC connection.
+struct End {
+    ctx: Context,
+    pd: Pd,
+    mr: Mr,
+    qp: Qp,
+    sq: SendQueue<OrderedDense<u64>>,
+    scq: CqRing,
+    rcq: CqRing,
+    rq: Option<RecvQueue<OrderedRecv<u64>>>,
+    _cqs: (Cq, Cq),
+}
+
+impl End {
+    fn new(ctx: Context, attr: CqAttr) -> End {
+        let pd = ctx.alloc_pd();
+        let all = access::LOCAL_WRITE
+            | access::REMOTE_WRITE
+            | access::REMOTE_READ
+            | access::REMOTE_ATOMIC;
+        let mr = pd.alloc_mr(MR_LEN, all).unwrap();
+        let scq = ctx
+            .create_cq(&CqAttr {
+                cqe_cnt: 256,
+                ..attr
+            })
+            .unwrap();
+        let rcq = ctx
+            .create_cq(&CqAttr {
+                cqe_cnt: 256,
+                ..attr
+            })
+            .unwrap();
+        let qp = ctx
+            .create_qp(&pd, &scq, &rcq, None, &QpCaps::default())
+            .unwrap();
+        let sq = qp
+            .send_queue(SqConfig {
+                signal_interval: 1,
+                ..SqConfig::default()
+            })
+            .unwrap();
+        let rq = Some(qp.recv_queue().unwrap());
+        End {
+            scq: scq.ring().unwrap(),
+            rcq: rcq.ring().unwrap(),
+            _cqs: (scq, rcq),
+            ctx,
+            pd,
+            mr,
+            qp,
+            sq,
+            rq,
+        }
+    }
+
+    fn sge(&self, off: u64, len: u32) -> Sge {
+        Sge {
+            addr: self.mr.addr() + off,
+            len,
+            lkey: self.mr.lkey(),
+        }
+    }
+
+    fn post_recv(&mut self, n: usize, off: u64, len: u32) {
+        let sge = self.sge(off, len);
+        let rq = self.rq.as_mut().unwrap();
+        for i in 0..n {
+            rq.post(&[sge], i as u64).unwrap();
+        }
+        rq.ring_doorbell();
+    }
+
+    /// Waits for `n` send completions, retiring their WQEs from the SQ's table.
+    fn send_done(&mut self, n: usize) -> Vec<Rec> {
+        let mut v = Vec::new();
+        for _ in 0..200_000 {
+            let sq = &mut self.sq;
+            self.scq.poll(usize::MAX, |c| {
+                sq.complete(c, |_, _| {});
+                v.push(rec(c));
+            });
+            if v.len() >= n {
+                return v;
+            }
+            std::thread::yield_now();
+        }
+        panic!("expected {n} send completions, got {v:?}");
+    }
+
+    /// Waits for `n` receive completions, retiring their RQ WQEs.
+    fn recv_done(&mut self, n: usize) -> Vec<Rec> {
+        let mut v = Vec::new();
+        for _ in 0..200_000 {
+            let rq = self.rq.as_mut().unwrap();
+            self.rcq.poll(usize::MAX, |c| {
+                mlx5::cq::CompletionSource::complete(rq, c, |_, _| {});
+                v.push(rec(c));
+            });
+            if v.len() >= n {
+                return v;
+            }
+            std::thread::yield_now();
+        }
+        panic!("expected {n} receive completions, got {v:?}");
+    }
+}
+
+fn connect_with(a: &End, b: &End, rts: RtsAttr, access_bits: u32) {
+    for (x, y) in [(a, b), (b, a)] {
+        x.qp.to_init().unwrap();
+        x.qp.to_rtr(&RtrAttr {
+            remote: y.qp.conn_info(),
+            access: access_bits,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 4,
+        })
+        .unwrap();
+        x.qp.to_rts(&rts).unwrap();
+    }
+}
+
+fn connect(a: &End, b: &End) {
+    connect_with(
+        a,
+        b,
+        RtsAttr::default(),
+        access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC,
+    );
+}
+
+fn pair(f: &TestFabric, attr: CqAttr) -> (End, End) {
+    let a = End::new(f.open("sim0"), attr);
+    let b = End::new(f.open("sim1"), attr);
+    connect(&a, &b);
+    (a, b)
+}
+
+#[test]
+fn open_by_name() {
+    let f = TestFabric::new("open");
+    assert_eq!(f.open("sim0").name(), "sim0");
+    assert_eq!(f.open("sim7").lid(), 8);
+    for bad in ["sim8", "sim", "mlx5_0", "sim01", ""] {
+        assert!(Context::open_in(&f.0, bad).is_err(), "{bad}");
+    }
+    assert!(Context::open_in("bad/name", "sim0").is_err());
+}
+
+#[test]
+fn qp_state_machine() {
+    let f = TestFabric::new("states");
+    let a = End::new(f.open("sim0"), CqAttr::default());
+    let b = End::new(f.open("sim0"), CqAttr::default());
+    assert_eq!(a.qp.state(), QpState::Reset);
+    assert!(
+        a.qp.to_rts(&RtsAttr::default()).is_err(),
+        "RESET -> RTS is not allowed"
+    );
+    a.qp.to_init().unwrap();
+    assert!(a.qp.to_init().is_err());
+    let rtr = RtrAttr {
+        remote: b.qp.conn_info(),
+        access: access::REMOTE_WRITE,
+        min_rnr_timer: 1,
+        max_dest_rd_atomic: 1,
+    };
+    a.qp.to_rtr(&rtr).unwrap();
+    assert_eq!(a.qp.state(), QpState::Rtr);
+    a.qp.to_rts(&RtsAttr::default()).unwrap();
+    assert_eq!(a.qp.state(), QpState::Rts);
+    a.qp.to_err().unwrap();
+    assert_eq!(a.qp.state(), QpState::Err);
+    assert!(a.qp.to_rts(&RtsAttr::default()).is_err());
+    assert!(
+        a.qp.send_queue::<OrderedDense<()>>(SqConfig::default())
+            .is_err(),
+        "taken once"
+    );
+}
+
+#[test]
+fn write_imm_ping_pong_every_byte_checked() {
+    let f = TestFabric::new("pingpong");
+    let (mut a, mut b) = pair(&f, CqAttr::default());
+    a.post_recv(64, 0, 0);
+    b.post_recv(64, 0, 0);
+    let (a_rkey, b_rkey) = (a.mr.rkey(), b.mr.rkey());
+    let (a_addr, b_addr) = (a.mr.addr(), b.mr.addr());
+    for i in 0..1000u32 {
+        let len = 1 + (i as usize * 37) % 4000;
+        let msg: Vec<u8> = (0..len).map(|k| (k as u32 ^ i) as u8).collect();
+        // a -> b
+        a.mr.write(8192, &msg);
+        let s = a.sge(8192, len as u32);
+        a.sq.write_imm(b_addr + 100, b_rkey, i, Payload::Sges(&[s]))
+            .unwrap()
+            .post(u64::from(i));
+        a.sq.ring_doorbell();
+        let r = b.recv_done(1);
+        assert_eq!(r[0].opcode, CqeOpcode::RespWrImm as u8);
+        assert_eq!((r[0].imm, r[0].bc, r[0].qpn), (i, len as u32, b.qp.qpn()));
+        assert_eq!(b.mr.to_vec(100, len), msg);
+        b.post_recv(1, 0, 0);
+        // b -> a, echoing the bytes back
+        let s = b.sge(100, len as u32);
+        b.sq.write_imm(a_addr + 200, a_rkey, !i, Payload::Sges(&[s]))
+            .unwrap()
+            .post(0);
+        b.sq.ring_doorbell();
+        let r = a.recv_done(1);
+        assert_eq!((r[0].imm, r[0].bc), (!i, len as u32));
+        assert_eq!(a.mr.to_vec(200, len), msg);
+        a.post_recv(1, 0, 0);
+        let sa = a.send_done(1);
+        assert_eq!(sa[0].opcode, CqeOpcode::Req as u8);
+        assert_eq!(sa[0].qpn, a.qp.qpn());
+        b.send_done(1);
+    }
+}
+
+#[test]
+fn send_recv_and_send_imm_scatter_into_receive_buffers() {
+    let f = TestFabric::new("send");
+    let (mut a, mut b) = pair(&f, CqAttr::default());
+    b.post_recv(2, 1024, 512);
+    let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    a.sq.send(Payload::Inline(&data[..200])).unwrap().post(1);
+    a.mr.write(0, &data);
+    let s = a.sge(0, 300);
+    a.sq.send_imm(0xfeed, Payload::Sges(&[s])).unwrap().post(2);
+    a.sq.ring_doorbell();
+    let r = wait(&mut b.rcq, 2);
+    assert_eq!(
+        (r[0].opcode, r[0].bc, r[0].wc),
+        (CqeOpcode::RespSend as u8, 200, 0)
+    );
+    assert_eq!(
+        (r[1].opcode, r[1].bc, r[1].imm, r[1].wc),
+        (CqeOpcode::RespSendImm as u8, 300, 0xfeed, 1)
+    );
+    // Both receives used the same buffer (the test posted two WQEs at 1024).
+    assert_eq!(b.mr.to_vec(1024, 300), data);
+    assert_eq!(a.send_done(2).len(), 2);
+}
+
+#[test]
+fn rdma_read_and_atomics() {
+    let f = TestFabric::new("read");
+    let (mut a, b) = pair(&f, CqAttr::default());
+    let remote: Vec<u8> = (0..1000u32).map(|i| (i * 3 + 1) as u8).collect();
+    b.mr.write(4096, &remote);
+    let dst = [a.sge(0, 600), a.sge(2000, 400)];
+    a.sq.read(b.mr.addr() + 4096, b.mr.rkey(), &dst)
+        .unwrap()
+        .post(1);
+    // Atomics: the target is big-endian in memory, and so is the result.
+    b.mr.write(64, &100u64.to_be_bytes());
+    a.sq.atomic_fa(b.mr.addr() + 64, b.mr.rkey(), 5, a.sge(3000, 8))
+        .unwrap()
+        .post(2);
+    a.sq.atomic_cs(b.mr.addr() + 64, b.mr.rkey(), 105, 7, a.sge(3008, 8))
+        .unwrap()
+        .post(3);
+    a.sq.atomic_cs(b.mr.addr() + 64, b.mr.rkey(), 105, 9, a.sge(3016, 8))
+        .unwrap()
+        .post(4);
+    a.sq.ring_doorbell();
+    let r = a.send_done(4);
+    assert!(r.iter().all(|c| c.opcode == CqeOpcode::Req as u8), "{r:?}");
+    assert_eq!(r[0].bc, 1000);
+    assert_eq!(a.mr.to_vec(0, 600), &remote[..600]);
+    assert_eq!(a.mr.to_vec(2000, 400), &remote[600..]);
+    let be = |off| u64::from_be_bytes(a.mr.to_vec(off, 8).try_into().unwrap());
+    assert_eq!(be(3000), 100, "fetch-add returns the old value");
+    assert_eq!(be(3008), 105, "CAS returns the old value (swapped)");
+    assert_eq!(be(3016), 7, "CAS that failed returns the current value");
+    assert_eq!(
+        u64::from_be_bytes(b.mr.to_vec(64, 8).try_into().unwrap()),
+        7
+    );
+}
+
+#[test]
+fn one_srq_shared_by_many_qps() {
+    let f = TestFabric::new("srq");
+    let sctx = f.open("sim0");
+    let cctx = f.open("sim1");
+    let spd = sctx.alloc_pd();
+    let smr = spd
+        .alloc_mr(MR_LEN, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let srq_h = sctx.create_srq(&spd, 64, 1).unwrap();
+    let mut srq = srq_h.srq::<OrderedRecv<u32>>().unwrap();
+    let s_rcq = sctx.create_cq(&CqAttr::default()).unwrap();
+    let s_scq = sctx.create_cq(&CqAttr::default()).unwrap();
+    let mut ring = s_rcq.ring().unwrap();
+    let c_cq = cctx.create_cq(&CqAttr::default()).unwrap();
+    let cpd = cctx.alloc_pd();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        let sq_ = sctx
+            .create_qp(&spd, &s_scq, &s_rcq, Some(&srq_h), &QpCaps::default())
+            .unwrap();
+        let cq_ = cctx
+            .create_qp(&cpd, &c_cq, &c_cq, None, &QpCaps::default())
+            .unwrap();
+        for (x, y, acc) in [(&sq_, &cq_, access::REMOTE_WRITE), (&cq_, &sq_, 0)] {
+            x.to_init().unwrap();
+            x.to_rtr(&RtrAttr {
+                remote: y.conn_info(),
+                access: acc,
+                min_rnr_timer: 1,
+                max_dest_rd_atomic: 0,
+            })
+            .unwrap();
+            x.to_rts(&RtsAttr::default()).unwrap();
+        }
+        let sqq = cq_
+            .send_queue::<OrderedDense<()>>(SqConfig::default())
+            .unwrap();
+        clients.push((sq_, cq_, sqq));
+    }
+    for i in 0..64u32 {
+        srq.post(&[], 1000 + i).unwrap();
+    }
+    srq.ring_doorbell();
+    for round in 0..4u32 {
+        for (k, (_, _, sqq)) in clients.iter_mut().enumerate() {
+            sqq.write_imm(
+                smr.addr() + 8 * k as u64,
+                smr.rkey(),
+                round * 100 + k as u32,
+                Payload::Inline(&[k as u8; 8]),
+            )
+            .unwrap()
+            .post(());
+            sqq.ring_doorbell();
+        }
+    }
+    let got = wait(&mut ring, 32);
+    let mut entries = Vec::new();
+    for r in &got {
+        assert_eq!(r.opcode, CqeOpcode::RespWrImm as u8);
+        let k = (r.imm % 100) as usize;
+        assert_eq!(r.qpn, clients[k].0.qpn(), "CQE names the receiving QP");
+        entries.push(srq.take_index(r.wc).unwrap());
+    }
+    entries.sort();
+    assert_eq!(
+        entries,
+        (1000..1032).collect::<Vec<_>>(),
+        "each SRQ WQE used once"
+    );
+    for k in 0..8 {
+        assert_eq!(smr.to_vec(8 * k, 8), vec![k as u8; 8]);
+    }
+}
+
+#[test]
+fn a_thousand_qps_on_one_cq() {
+    let f = TestFabric::new("1024");
+    let a = f.open("sim0");
+    let b = f.open("sim1");
+    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let bmr = bpd
+        .alloc_mr(1024 * 8, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let attr = CqAttr {
+        cqe_cnt: 4096,
+        ..CqAttr::default()
+    };
+    let acq = a.create_cq(&attr).unwrap();
+    let bcq = b.create_cq(&attr).unwrap();
+    let srq_h = b.create_srq(&bpd, 2048, 1).unwrap();
+    let mut srq = srq_h.srq::<OrderedRecv<()>>().unwrap();
+    for _ in 0..1024 {
+        srq.post(&[], ()).unwrap();
+    }
+    srq.ring_doorbell();
+    let mut cq = mlx5::Cq::new(bcq.ring().unwrap());
+    let mut senders = Vec::new();
+    let mut receivers = Vec::new();
+    for i in 0..1024u32 {
+        let x = a
+            .create_qp(
+                &apd,
+                &acq,
+                &acq,
+                None,
+                &QpCaps {
+                    sq_wqe_cnt: 4,
+                    rq_wqe_cnt: 1,
+                    ..QpCaps::default()
+                },
+            )
+            .unwrap();
+        let y = b
+            .create_qp(
+                &bpd,
+                &bcq,
+                &bcq,
+                Some(&srq_h),
+                &QpCaps {
+                    sq_wqe_cnt: 4,
+                    ..QpCaps::default()
+                },
+            )
+            .unwrap();
+        for (p, q, acc) in [(&x, &y, 0), (&y, &x, access::REMOTE_WRITE)] {
+            p.to_init().unwrap();
+            p.to_rtr(&RtrAttr {
+                remote: q.conn_info(),
+                access: acc,
+                min_rnr_timer: 1,
+                max_dest_rd_atomic: 0,
+            })
+            .unwrap();
+            p.to_rts(&RtsAttr::default()).unwrap();
+        }
+        cq.register(y.qpn(), (i, 0u32));
+        senders.push((
+            x.send_queue::<OrderedDense<()>>(SqConfig::default())
+                .unwrap(),
+            x,
+        ));
+        receivers.push(y);
+    }
+    for (i, (sq, _)) in senders.iter_mut().enumerate() {
+        sq.write_imm(
+            bmr.addr() + 8 * i as u64,
+            bmr.rkey(),
+            i as u32,
+            Payload::Inline(&(i as u64).to_le_bytes()),
+        )
+        .unwrap()
+        .post(());
+        sq.ring_doorbell();
+    }
+    let mut n = 0;
+    while n < 1024 {
+        n += cq.poll(usize::MAX, |e, c| {
+            assert_eq!(c.imm(), e.0, "dispatched to the right QP");
+            e.1 += 1;
+        });
+    }
+    for (i, r) in receivers.iter().enumerate() {
+        assert_eq!(cq.get_mut(r.qpn()).unwrap().1, 1);
+        assert_eq!(bmr.to_vec(8 * i, 8), (i as u64).to_le_bytes());
+    }
+    assert_eq!(cq.unknown_completions(), 0);
+}
+
+fn expect_error(r: &Rec, syndrome: Syndrome) {
+    assert_eq!(r.opcode, CqeOpcode::ReqErr as u8, "{r:?}");
+    assert_eq!(r.syndrome, Some(syndrome as u8), "{r:?}");
+}
+
+#[test]
+fn remote_access_errors_flush_the_rest() {
+    let f = TestFabric::new("raccess");
+    // Bad rkey, out of bounds, missing access, another PD's region.
+    let cases: Vec<(&str, Box<dyn Fn(&End, &End) -> (u64, u32)>)> = vec![
+        (
+            "bad rkey",
+            Box::new(|_, b| (b.mr.addr(), b.mr.rkey() ^ 0x5500)),
+        ),
+        (
+            "out of bounds",
+            Box::new(|_, b| (b.mr.addr() + MR_LEN as u64 - 4, b.mr.rkey())),
+        ),
+        (
+            "below the region",
+            Box::new(|_, b| (b.mr.addr() - 8, b.mr.rkey())),
+        ),
+        (
+            "read-only region",
+            Box::new(|_, b| {
+                let mr = b.pd.alloc_mr(64, access::REMOTE_READ).unwrap();
+                let k = (mr.addr(), mr.rkey());
+                std::mem::forget(mr);
+                k
+            }),
+        ),
+        (
+            "another PD",
+            Box::new(|_, b| {
+                let pd = b.ctx.alloc_pd();
+                let mr = pd.alloc_mr(64, access::REMOTE_WRITE).unwrap();
+                let k = (mr.addr(), mr.rkey());
+                std::mem::forget(mr);
+                k
+            }),
+        ),
+    ];
+    for (name, target) in cases {
+        let (mut a, mut b) = pair(&f, CqAttr::default());
+        b.post_recv(4, 0, 0);
+        let (raddr, rkey) = target(&a, &b);
+        let s = a.sge(0, 16);
+        a.sq.write(raddr, rkey, Payload::Sges(&[s]))
+            .unwrap()
+            .post(1);
+        a.sq.write(b.mr.addr(), b.mr.rkey(), Payload::Sges(&[s]))
+            .unwrap()
+            .post(2);
+        a.sq.send(Payload::Inline(b"x")).unwrap().post(3);
+        a.sq.ring_doorbell();
+        let r = a.send_done(3);
+        expect_error(&r[0], Syndrome::RemoteAccess);
+        expect_error(&r[1], Syndrome::WrFlush);
+        expect_error(&r[2], Syndrome::WrFlush);
+        assert_eq!((r[0].wc, r[1].wc, r[2].wc), (0, 1, 2), "{name}");
+        assert_eq!(a.qp.state(), QpState::Err, "{name}");
+        // The responder QP went to error as well; its posted receives are flushed.
+        assert_eq!(b.qp.state(), QpState::Err, "{name}");
+        let rr = wait(&mut b.rcq, 4);
+        assert!(
+            rr.iter()
+                .all(|c| c.opcode == CqeOpcode::RespErr as u8 && c.syndrome == Some(5)),
+            "{name}: {rr:?}"
+        );
+        // Posting after the error: flushed at the doorbell.
+        a.sq.nop().unwrap().post(4);
+        a.sq.ring_doorbell();
+        expect_error(&a.send_done(1)[0], Syndrome::WrFlush);
+        // Nothing reached b's memory.
+        assert_eq!(b.mr.to_vec(0, 16), vec![0; 16], "{name}");
+    }
+}
+
+#[test]
+fn missing_qp_remote_access_right() {
+    let f = TestFabric::new("qpaccess");
+    let mut a = End::new(f.open("sim0"), CqAttr::default());
+    let b = End::new(f.open("sim1"), CqAttr::default());
+    connect_with(&a, &b, RtsAttr::default(), access::REMOTE_WRITE);
+    let s = a.sge(0, 8);
+    a.sq.read(b.mr.addr(), b.mr.rkey(), &[s]).unwrap().post(1);
+    a.sq.ring_doorbell();
+    expect_error(&a.send_done(1)[0], Syndrome::RemoteAccess);
+}
+
+#[test]
+fn local_protection_errors() {
+    let f = TestFabric::new("lprot");
+    let (mut a, b) = pair(&f, CqAttr::default());
+    let bad = Sge {
+        addr: a.mr.addr(),
+        len: 8,
+        lkey: a.mr.lkey() ^ 0x100,
+    };
+    a.sq.write(b.mr.addr(), b.mr.rkey(), Payload::Sges(&[bad]))
+        .unwrap()
+        .post(1);
+    a.sq.ring_doorbell();
+    expect_error(&a.send_done(1)[0], Syndrome::LocalProt);
+    assert_eq!(a.qp.state(), QpState::Err);
+    // The responder is not affected by a local error.
+    assert_eq!(b.qp.state(), QpState::Rts);
+
+    let (mut a, b) = pair(&f, CqAttr::default());
+    // READ into a region without LOCAL_WRITE.
+    let ro = a.pd.alloc_mr(64, access::REMOTE_READ).unwrap();
+    let s = Sge {
+        addr: ro.addr(),
+        len: 8,
+        lkey: ro.lkey(),
+    };
+    a.sq.read(b.mr.addr(), b.mr.rkey(), &[s]).unwrap().post(1);
+    a.sq.ring_doorbell();
+    expect_error(&a.send_done(1)[0], Syndrome::LocalProt);
+}
+
+#[test]
+fn send_longer_than_the_receive_buffer() {
+    let f = TestFabric::new("len");
+    let (mut a, mut b) = pair(&f, CqAttr::default());
+    b.post_recv(1, 0, 16);
+    a.sq.send(Payload::Inline(&[1; 17])).unwrap().post(1);
+    a.sq.ring_doorbell();
+    expect_error(&a.send_done(1)[0], Syndrome::RemoteInvalReq);
+    let r = wait(&mut b.rcq, 1);
+    assert_eq!(
+        (r[0].opcode, r[0].syndrome),
+        (CqeOpcode::RespErr as u8, Some(Syndrome::LocalLength as u8))
+    );
+}
+
+#[test]
+fn rnr_retried_then_exceeded() {
+    let f = TestFabric::new("rnr");
+    // rnr_retry = 7: waits forever; succeeds once a receive is posted.
+    let (mut a, mut b) = pair(&f, CqAttr::default());
+    a.sq.send(Payload::Inline(b"hello")).unwrap().post(1);
+    a.sq.ring_doorbell();
+    assert!(drain(&mut a.scq).is_empty(), "stalled on RNR");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    assert!(drain(&mut a.scq).is_empty(), "still stalled");
+    b.post_recv(1, 0, 64);
+    let r = a.send_done(1);
+    assert_eq!(r[0].opcode, CqeOpcode::Req as u8);
+    assert_eq!(wait(&mut b.rcq, 1)[0].bc, 5);
+    assert_eq!(b.mr.to_vec(0, 5), b"hello");
+
+    // rnr_retry = 2: fails with RNR_RETRY_EXC_ERR after the retries.
+    let a = End::new(f.open("sim0"), CqAttr::default());
+    let b = End::new(f.open("sim1"), CqAttr::default());
+    let rts = RtsAttr {
+        rnr_retry: 2,
+        ..RtsAttr::default()
+    };
+    connect_with(&a, &b, rts, access::REMOTE_WRITE);
+    let mut a = a;
+    a.sq.write_imm(b.mr.addr(), b.mr.rkey(), 1, Payload::None)
+        .unwrap()
+        .post(1);
+    a.sq.ring_doorbell();
+    let r = a.send_done(1);
+    expect_error(&r[0], Syndrome::RnrRetryExc);
+    assert_eq!(a.qp.state(), QpState::Err);
+}
+
+#[test]
+fn vanished_peer_is_a_transport_retry_error() {
+    let f = TestFabric::new("vanish");
+    let a = End::new(f.open("sim0"), CqAttr::default());
+    let b = End::new(f.open("sim1"), CqAttr::default());
+    // 8 µs ACK timeout, 3 retries.
+    connect_with(
+        &a,
+        &b,
+        RtsAttr {
+            timeout: 1,
+            retry_cnt: 3,
+            ..RtsAttr::default()
+        },
+        access::REMOTE_WRITE,
+    );
+    let mut a = a;
+    drop(b);
+    a.sq.write(0, 0, Payload::Inline(b"lost")).unwrap().post(1);
+    a.sq.ring_doorbell();
+    let r = a.send_done(1);
+    expect_error(&r[0], Syndrome::TransportRetryExc);
+}
+
+#[test]
+fn cq_overrun_is_detected_not_overwritten() {
+    let f = TestFabric::new("overrun");
+    let ctx = f.open("sim0");
+    let pd = ctx.alloc_pd();
+    let small = ctx
+        .create_cq(&CqAttr {
+            cqe_cnt: 4,
+            ..CqAttr::default()
+        })
+        .unwrap();
+    let other = ctx.create_cq(&CqAttr::default()).unwrap();
+    let a = ctx
+        .create_qp(&pd, &small, &other, None, &QpCaps::default())
+        .unwrap();
+    let b = ctx
+        .create_qp(&pd, &other, &other, None, &QpCaps::default())
+        .unwrap();
+    for (x, y) in [(&a, &b), (&b, &a)] {
+        x.to_init().unwrap();
+        x.to_rtr(&RtrAttr {
+            remote: y.conn_info(),
+            access: 0,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 0,
+        })
+        .unwrap();
+        x.to_rts(&RtsAttr::default()).unwrap();
+    }
+    let mut sq = a
+        .send_queue::<OrderedDense<u32>>(SqConfig {
+            signal_interval: 1,
+            ..SqConfig::default()
+        })
+        .unwrap();
+    let mut ring = small.ring().unwrap();
+    for i in 0..6 {
+        sq.nop().unwrap().post(i);
+    }
+    sq.ring_doorbell();
+    assert!(small.overrun(), "the NIC saw the CQ full");
+    // The four CQEs that fit are intact and in order; nothing was overwritten.
+    let r = drain(&mut ring);
+    assert_eq!(r.iter().map(|c| c.wc).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert_eq!(a.state(), QpState::Err);
+}
+
+#[test]
+fn scatter_to_cqe_formats() {
+    let f = TestFabric::new("scatter");
+    for (size, cap) in [(64usize, 32usize), (128, 64)] {
+        let attr = CqAttr {
+            cqe_size: size,
+            scatter_to_cqe: true,
+            ..CqAttr::default()
+        };
+        let (mut a, mut b) = pair(&f, attr);
+        b.post_recv(1, 0, 256);
+        b.post_recv(1, 512, 256);
+        let msg: Vec<u8> = (0..cap as u8).collect();
+        a.sq.send(Payload::Inline(&msg)).unwrap().post(1);
+        a.sq.send(Payload::Inline(&[7; 100])).unwrap().post(2);
+        a.sq.ring_doorbell();
+        let r = wait(&mut b.rcq, 2);
+        assert_eq!(
+            r[0].scatter, msg,
+            "small message in the CQE ({size} B CQEs)"
+        );
+        assert_eq!(b.mr.to_vec(0, cap), vec![0; cap], "not in the buffer");
+        assert!(r[1].scatter.is_empty());
+        assert_eq!(b.mr.to_vec(512, 100), vec![7; 100]);
+    }
+}
+
+/// The same workload's completions, as the data path reports them.
+fn workload(f: &TestFabric, zip: Compression) -> (Vec<Rec>, Vec<Rec>, u64) {
+    let attr = CqAttr {
+        compression: zip,
+        ..CqAttr::default()
+    };
+    let (mut a, mut b) = pair(f, attr);
+    b.post_recv(200, 0, 0);
+    let (mut sends, mut recvs) = (Vec::new(), Vec::new());
+    for burst in 0..20u32 {
+        for k in 0..(burst % 9 + 1) {
+            let s = a.sge(0, 64 + k);
+            a.sq.write_imm(
+                b.mr.addr(),
+                b.mr.rkey(),
+                burst * 100 + k,
+                Payload::Sges(&[s]),
+            )
+            .unwrap()
+            .post(0);
+        }
+        a.sq.ring_doorbell();
+        sends.extend(drain(&mut a.scq));
+        recvs.extend(drain(&mut b.rcq));
+    }
+    sends.extend(drain(&mut a.scq));
+    recvs.extend(drain(&mut b.rcq));
+    // Mini CQEs carry no immediate: compare the rest.
+    for r in recvs.iter_mut() {
+        r.imm = 0;
+    }
+    for r in sends.iter_mut() {
+        r.qpn = 0;
+    }
+    for r in recvs.iter_mut() {
+        r.qpn = 0;
+    }
+    (sends, recvs, a.scq.expanded() + b.rcq.expanded())
+}
+
+#[test]
+fn compression_on_and_off_give_the_same_completions() {
+    let f = TestFabric::new("zip");
+    let off = workload(&f, Compression::Off);
+    let total: u32 = (0..20u32).map(|b| b % 9 + 1).sum();
+    assert_eq!(off.0.len(), total as usize);
+    assert_eq!(off.1.len(), total as usize);
+    assert_eq!(off.2, 0);
+    for zip in [Compression::Enhanced, Compression::Basic] {
+        let z = workload(&f, zip);
+        assert!(
+            z.2 > total as u64 / 2,
+            "{zip:?}: only {} of {} completions came compressed",
+            z.2,
+            2 * total
+        );
+        assert_eq!((z.0, z.1), (off.0.clone(), off.1.clone()), "{zip:?}");
+    }
+}
