@@ -533,7 +533,8 @@ fn expect_error(r: &Rec, syndrome: Syndrome) {
 fn remote_access_errors_flush_the_rest() {
     let f = TestFabric::new("raccess");
     // Bad rkey, out of bounds, missing access, another PD's region.
-    let cases: Vec<(&str, Box<dyn Fn(&End, &End) -> (u64, u32)>)> = vec![
+    type Target = Box<dyn Fn(&End, &End) -> (u64, u32)>;
+    let cases: Vec<(&str, Target)> = vec![
         (
             "bad rkey",
             Box::new(|_, b| (b.mr.addr(), b.mr.rkey() ^ 0x5500)),
