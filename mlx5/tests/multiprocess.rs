@@ -1,0 +1,396 @@
+//! Two processes on one fabric, as two hosts on one network: a million
+//! WRITE_IMM messages with every byte checked, and a peer process that dies.
+//!
+//! The test binary runs itself again as the peer (`MLX5_MP_ROLE` tells the
+//! child what to do); connection details travel over the child's stdin/stdout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+use mlx5::cq::CompletionSource;
+use mlx5::device::{access, ConnInfo, Context, CqAttr, QpCaps, RtrAttr, RtsAttr};
+use mlx5::prm::{CqeOpcode, Syndrome};
+use mlx5::sim::fabric::Fabric;
+use mlx5::sq::{Payload, Sge, SqConfig};
+use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
+
+const SLOTS: u64 = 64;
+const SLOT: u64 = 256;
+
+fn msg_len(i: u64) -> usize {
+    1 + (i.wrapping_mul(7919) % SLOT) as usize
+}
+fn msg_byte(i: u64, k: usize) -> u8 {
+    (i as u8).wrapping_mul(31) ^ (k as u8).wrapping_add((i >> 8) as u8)
+}
+
+/// "INFO qpn lid addr rkey" lines.
+fn info_line(c: &ConnInfo, addr: u64, rkey: u32) -> String {
+    format!("INFO {} {} {} {}", c.qpn, c.lid, addr, rkey)
+}
+fn parse_info(l: &str) -> (ConnInfo, u64, u32) {
+    let f: Vec<&str> = l.split_whitespace().collect();
+    assert_eq!(f[0], "INFO", "{l}");
+    (
+        ConnInfo {
+            qpn: f[1].parse().unwrap(),
+            lid: f[2].parse().unwrap(),
+            gid: [0; 16],
+            psn: 0,
+        },
+        f[3].parse().unwrap(),
+        f[4].parse().unwrap(),
+    )
+}
+
+fn child_lines(child: &mut std::process::Child) -> impl Iterator<Item = String> {
+    BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        // The harness prints "test <name> ... " before the test's own output.
+        .filter_map(|l| {
+            let at = l.find("INFO ").or_else(|| l.find("DONE "))?;
+            Some(l[at..].to_owned())
+        })
+}
+
+fn spawn(test: &str, role: &str, fabric: &str, n: u64) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("MLX5_MP_ROLE", role)
+        .env("MLX5_MP_FABRIC", fabric)
+        .env("MLX5_MP_N", n.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn messages() -> u64 {
+    std::env::var("MLX5_MP_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000)
+}
+
+/// The receiving process: verifies every message and returns credits by RDMA
+/// WRITE into the sender's memory.
+fn receiver(fabric: &str, n: u64) {
+    let ctx = Context::open_in(fabric, "sim1").unwrap();
+    let pd = ctx.alloc_pd();
+    let ring = pd
+        .alloc_mr(
+            (SLOTS * SLOT) as usize,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )
+        .unwrap();
+    let credit = pd.alloc_mr(8, access::LOCAL_WRITE).unwrap();
+    let scq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let rcq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(
+            &pd,
+            &scq,
+            &rcq,
+            None,
+            &QpCaps {
+                rq_wqe_cnt: 128,
+                ..QpCaps::default()
+            },
+        )
+        .unwrap();
+    let mut rq = qp.recv_queue::<OrderedRecv<()>>().unwrap();
+    for _ in 0..128 {
+        rq.post(&[], ()).unwrap();
+    }
+    rq.ring_doorbell();
+    println!("{}", info_line(&qp.conn_info(), ring.addr(), ring.rkey()));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let (peer, peer_credit_addr, peer_credit_rkey) = parse_info(&line);
+    qp.to_init().unwrap();
+    qp.to_rtr(&RtrAttr {
+        remote: peer,
+        access: access::REMOTE_WRITE,
+        min_rnr_timer: 1,
+        max_dest_rd_atomic: 0,
+    })
+    .unwrap();
+    qp.to_rts(&RtsAttr::default()).unwrap();
+    let mut sq = qp
+        .send_queue::<OrderedSparse<()>>(SqConfig {
+            signal_interval: 32,
+            ..SqConfig::default()
+        })
+        .unwrap();
+    let mut rring = rcq.ring().unwrap();
+    let mut sring = scq.ring().unwrap();
+    let mut expect = 0u64;
+    let mut buf = vec![0u8; SLOT as usize];
+    while expect < n {
+        let mut got = 0;
+        rring.poll(usize::MAX, |c| {
+            assert_eq!(c.opcode(), Some(CqeOpcode::RespWrImm), "{c:?}");
+            assert_eq!(
+                u64::from(c.imm()),
+                expect & 0xffff_ffff,
+                "messages in order"
+            );
+            let len = msg_len(expect);
+            assert_eq!(c.byte_cnt() as usize, len);
+            ring.read(((expect % SLOTS) * SLOT) as usize, &mut buf[..len]);
+            for (k, b) in buf[..len].iter().enumerate() {
+                assert_eq!(*b, msg_byte(expect, k), "message {expect} byte {k}");
+            }
+            rq.complete(c, |_, _| {});
+            expect += 1;
+            got += 1;
+        });
+        for _ in 0..got {
+            rq.post(&[], ()).unwrap();
+        }
+        rq.ring_doorbell();
+        if got > 0 && (expect % 16 == 0 || expect == n || got > 8) {
+            credit.write(0, &expect.to_be_bytes());
+            let s = Sge {
+                addr: credit.addr(),
+                len: 8,
+                lkey: credit.lkey(),
+            };
+            loop {
+                match sq.write(peer_credit_addr, peer_credit_rkey, Payload::Sges(&[s])) {
+                    Ok(b) => {
+                        b.post(None);
+                        break;
+                    }
+                    Err(_) => {
+                        sring.poll(usize::MAX, |c| {
+                            sq.complete(c, |_, _| {});
+                        });
+                    }
+                }
+            }
+            sq.ring_doorbell();
+        }
+        sring.poll(usize::MAX, |c| {
+            assert!(!c.is_error(), "{c:?}");
+            sq.complete(c, |_, _| {});
+        });
+    }
+    println!("DONE {expect}");
+}
+
+#[test]
+fn two_processes_exchange_a_million_write_imm() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("receiver") => return receiver(&std::env::var("MLX5_MP_FABRIC").unwrap(), messages()),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mp-{}", std::process::id());
+    let n = messages();
+    let mut child = spawn(
+        "two_processes_exchange_a_million_write_imm",
+        "receiver",
+        &fabric,
+        n,
+    );
+    let mut lines = child_lines(&mut child);
+    let (peer, ring_addr, ring_rkey) = parse_info(&lines.next().expect("receiver info"));
+
+    let ctx = Context::open_in(&fabric, "sim0").unwrap();
+    let pd = ctx.alloc_pd();
+    let src = pd.alloc_mr((SLOTS * SLOT) as usize, 0).unwrap();
+    let credit = pd
+        .alloc_mr(8, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let scq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let rcq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &scq, &rcq, None, &QpCaps::default())
+        .unwrap();
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        info_line(&qp.conn_info(), credit.addr(), credit.rkey())
+    )
+    .unwrap();
+    qp.to_init().unwrap();
+    qp.to_rtr(&RtrAttr {
+        remote: peer,
+        access: access::REMOTE_WRITE,
+        min_rnr_timer: 1,
+        max_dest_rd_atomic: 0,
+    })
+    .unwrap();
+    qp.to_rts(&RtsAttr::default()).unwrap();
+    let mut sq = qp
+        .send_queue::<OrderedSparse<()>>(SqConfig {
+            signal_interval: 64,
+            ..SqConfig::default()
+        })
+        .unwrap();
+    let mut sring = scq.ring().unwrap();
+    let mut acked = 0u64;
+    let mut msg = vec![0u8; SLOT as usize];
+    let t = std::time::Instant::now();
+    for i in 0..n {
+        while i - acked >= SLOTS {
+            let mut w = [0u8; 8];
+            credit.read(0, &mut w);
+            acked = u64::from_be_bytes(w);
+            sring.poll(usize::MAX, |c| {
+                assert!(!c.is_error(), "{c:?}");
+                sq.complete(c, |_, _| {});
+            });
+            assert!(
+                t.elapsed().as_secs() < 600,
+                "stuck at message {i}, acked {acked}"
+            );
+        }
+        let len = msg_len(i);
+        for (k, b) in msg[..len].iter_mut().enumerate() {
+            *b = msg_byte(i, k);
+        }
+        let off = (i % SLOTS) * SLOT;
+        src.write(off as usize, &msg[..len]);
+        let s = Sge {
+            addr: src.addr() + off,
+            len: len as u32,
+            lkey: src.lkey(),
+        };
+        loop {
+            match sq.write_imm(ring_addr + off, ring_rkey, i as u32, Payload::Sges(&[s])) {
+                Ok(b) => {
+                    b.post(None);
+                    break;
+                }
+                Err(_) => {
+                    sring.poll(usize::MAX, |c| {
+                        sq.complete(c, |_, _| {});
+                    });
+                }
+            }
+        }
+        sq.ring_doorbell();
+    }
+    assert_eq!(lines.next().as_deref(), Some(format!("DONE {n}").as_str()));
+    assert!(child.wait().unwrap().success());
+    eprintln!(
+        "{n} WRITE_IMM messages between two processes in {:?}",
+        t.elapsed()
+    );
+    drop((sq, sring, qp, scq, rcq, src, credit, pd, ctx));
+    Fabric::remove_if_unused(&fabric);
+}
+
+fn dying_peer(fabric: &str) {
+    let ctx = Context::open_in(fabric, "sim1").unwrap();
+    let pd = ctx.alloc_pd();
+    let mr = pd
+        .alloc_mr(4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    println!("{}", info_line(&qp.conn_info(), mr.addr(), mr.rkey()));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let (peer, _, _) = parse_info(&line);
+    qp.to_init().unwrap();
+    qp.to_rtr(&RtrAttr {
+        remote: peer,
+        access: access::REMOTE_WRITE,
+        min_rnr_timer: 1,
+        max_dest_rd_atomic: 0,
+    })
+    .unwrap();
+    qp.to_rts(&RtsAttr::default()).unwrap();
+    println!("INFO 0 0 0 0");
+    // Wait to be killed; never clean up.
+    std::thread::sleep(std::time::Duration::from_secs(600));
+}
+
+#[test]
+fn a_peer_process_that_dies() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("dying") => return dying_peer(&std::env::var("MLX5_MP_FABRIC").unwrap()),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mpdie-{}", std::process::id());
+    let mut child = spawn("a_peer_process_that_dies", "dying", &fabric, 0);
+    let mut lines = child_lines(&mut child);
+    let (peer, raddr, rkey) = parse_info(&lines.next().unwrap());
+    let ctx = Context::open_in(&fabric, "sim0").unwrap();
+    let pd = ctx.alloc_pd();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        info_line(&qp.conn_info(), 0, 0)
+    )
+    .unwrap();
+    qp.to_init().unwrap();
+    qp.to_rtr(&RtrAttr {
+        remote: peer,
+        access: 0,
+        min_rnr_timer: 1,
+        max_dest_rd_atomic: 0,
+    })
+    .unwrap();
+    qp.to_rts(&RtsAttr {
+        timeout: 1,
+        retry_cnt: 2,
+        ..RtsAttr::default()
+    })
+    .unwrap();
+    let _ = lines.next(); // the peer is in RTS
+    let mut sq = qp
+        .send_queue::<OrderedSparse<u32>>(SqConfig::default())
+        .unwrap();
+    let mut ring = cq.ring().unwrap();
+    // While the peer lives, a write goes through.
+    sq.write(raddr, rkey, Payload::Inline(b"alive"))
+        .unwrap()
+        .post(Some(1));
+    sq.ring_doorbell();
+    let mut ok = Vec::new();
+    ring.poll(16, |c| ok.push((c.opcode(), c.syndrome_raw())));
+    assert_eq!(ok, vec![(Some(CqeOpcode::Req), None)]);
+    // Kill it: it cleans nothing up.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let dir = Fabric::open(&fabric).unwrap().dir().to_owned();
+    let files_before = std::fs::read_dir(&dir).unwrap().count();
+    sq.write(raddr, rkey, Payload::Inline(b"dead"))
+        .unwrap()
+        .post(Some(2));
+    sq.ring_doorbell();
+    let mut got = Vec::new();
+    let t = std::time::Instant::now();
+    while got.is_empty() && t.elapsed().as_secs() < 10 {
+        ring.poll(16, |c| got.push((c.opcode(), c.syndrome_raw())));
+    }
+    assert_eq!(
+        got,
+        vec![(
+            Some(CqeOpcode::ReqErr),
+            Some(Syndrome::TransportRetryExc as u8)
+        )]
+    );
+    // The dead process's segments are reclaimed by the survivors.
+    Fabric::open(&fabric).unwrap().reap_dead();
+    let files_after = std::fs::read_dir(&dir).unwrap().count();
+    assert_eq!(
+        files_before - files_after,
+        3,
+        "the peer's MR, CQ and QP segments (and no more) were removed"
+    );
+    drop((sq, ring, qp, cq, pd, ctx));
+    Fabric::remove_if_unused(&fabric);
+}
