@@ -1,9 +1,13 @@
 //! Device conformance suite: RC semantics through the device API and the data
 //! path only (no backend internals), so the same tests can run on any backend.
-//! On the software device each test uses a fabric of its own.
+//! On the software device each scenario runs twice, in a fabric of its own: with
+//! the NIC executing at the doorbell (inline) and with a seeded scheduler
+//! executing later, in its own order (deferred).
 
 use mlx5::cq::{Compression, CqRing};
-use mlx5::device::{access, Context, Cq, CqAttr, Mr, Pd, Qp, QpCaps, QpState, RtrAttr, RtsAttr};
+use mlx5::device::{
+    access, Context, Cq, CqAttr, ExecMode, FaultPlan, Mr, Pd, Qp, QpCaps, QpState, RtrAttr, RtsAttr,
+};
 use mlx5::prm::{CqeOpcode, Syndrome};
 use mlx5::rq::RecvQueue;
 use mlx5::sim::fabric::Fabric;
@@ -11,15 +15,56 @@ use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedDense, OrderedRecv};
 
 /// A fabric used by one test, removed at the end.
-struct TestFabric(String);
+struct TestFabric(String, ExecMode);
 impl TestFabric {
-    fn new(test: &str) -> Self {
-        TestFabric(format!("conf-{}-{test}", std::process::id()))
+    fn new(test: &str, mode: ExecMode) -> Self {
+        TestFabric(format!("conf-{}-{test}", std::process::id()), mode)
     }
     fn open(&self, dev: &str) -> Context {
-        Context::open_in(&self.0, dev).expect("open device")
+        Context::open_in_mode(&self.0, dev, self.1).expect("open device")
     }
 }
+
+fn deferred() -> ExecMode {
+    ExecMode::Deferred {
+        seed: 42,
+        faults: FaultPlan::default(),
+    }
+}
+
+/// Each scenario as two tests: `<name>::inline` and `<name>::deferred`.
+macro_rules! both_modes {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn inline() {
+                super::$name(&super::TestFabric::new(stringify!($name), mlx5::device::ExecMode::Inline));
+            }
+            #[test]
+            fn deferred() {
+                super::$name(&super::TestFabric::new(concat!(stringify!($name), "-d"), super::deferred()));
+            }
+        }
+    )*};
+}
+
+both_modes!(
+    qp_state_machine,
+    write_imm_ping_pong_every_byte_checked,
+    send_recv_and_send_imm_scatter_into_receive_buffers,
+    rdma_read_and_atomics,
+    one_srq_shared_by_many_qps,
+    a_thousand_qps_on_one_cq,
+    remote_access_errors_flush_the_rest,
+    missing_qp_remote_access_right,
+    local_protection_errors,
+    send_longer_than_the_receive_buffer,
+    rnr_retried_then_exceeded,
+    vanished_peer_is_a_transport_retry_error,
+    cq_overrun_is_detected_not_overwritten,
+    scatter_to_cqe_formats,
+    compression_on_and_off_give_the_same_completions,
+);
 impl Drop for TestFabric {
     fn drop(&mut self) {
         Fabric::remove_if_unused(&self.0);
@@ -211,7 +256,7 @@ fn pair(f: &TestFabric, attr: CqAttr) -> (End, End) {
 
 #[test]
 fn open_by_name() {
-    let f = TestFabric::new("open");
+    let f = TestFabric::new("open", ExecMode::Inline);
     assert_eq!(f.open("sim0").name(), "sim0");
     assert_eq!(f.open("sim7").lid(), 8);
     for bad in ["sim8", "sim", "mlx5_0", "sim01", ""] {
@@ -220,9 +265,7 @@ fn open_by_name() {
     assert!(Context::open_in("bad/name", "sim0").is_err());
 }
 
-#[test]
-fn qp_state_machine() {
-    let f = TestFabric::new("states");
+fn qp_state_machine(f: &TestFabric) {
     let a = End::new(f.open("sim0"), CqAttr::default());
     let b = End::new(f.open("sim0"), CqAttr::default());
     assert_eq!(a.qp.state(), QpState::Reset);
@@ -252,10 +295,8 @@ fn qp_state_machine() {
     );
 }
 
-#[test]
-fn write_imm_ping_pong_every_byte_checked() {
-    let f = TestFabric::new("pingpong");
-    let (mut a, mut b) = pair(&f, CqAttr::default());
+fn write_imm_ping_pong_every_byte_checked(f: &TestFabric) {
+    let (mut a, mut b) = pair(f, CqAttr::default());
     a.post_recv(64, 0, 0);
     b.post_recv(64, 0, 0);
     let (a_rkey, b_rkey) = (a.mr.rkey(), b.mr.rkey());
@@ -292,10 +333,8 @@ fn write_imm_ping_pong_every_byte_checked() {
     }
 }
 
-#[test]
-fn send_recv_and_send_imm_scatter_into_receive_buffers() {
-    let f = TestFabric::new("send");
-    let (mut a, mut b) = pair(&f, CqAttr::default());
+fn send_recv_and_send_imm_scatter_into_receive_buffers(f: &TestFabric) {
+    let (mut a, mut b) = pair(f, CqAttr::default());
     b.post_recv(2, 1024, 512);
     let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
     a.sq.send(Payload::Inline(&data[..200])).unwrap().post(1);
@@ -317,10 +356,8 @@ fn send_recv_and_send_imm_scatter_into_receive_buffers() {
     assert_eq!(a.send_done(2).len(), 2);
 }
 
-#[test]
-fn rdma_read_and_atomics() {
-    let f = TestFabric::new("read");
-    let (mut a, b) = pair(&f, CqAttr::default());
+fn rdma_read_and_atomics(f: &TestFabric) {
+    let (mut a, b) = pair(f, CqAttr::default());
     let remote: Vec<u8> = (0..1000u32).map(|i| (i * 3 + 1) as u8).collect();
     b.mr.write(4096, &remote);
     let dst = [a.sge(0, 600), a.sge(2000, 400)];
@@ -354,9 +391,7 @@ fn rdma_read_and_atomics() {
     );
 }
 
-#[test]
-fn one_srq_shared_by_many_qps() {
-    let f = TestFabric::new("srq");
+fn one_srq_shared_by_many_qps(f: &TestFabric) {
     let sctx = f.open("sim0");
     let cctx = f.open("sim1");
     let spd = sctx.alloc_pd();
@@ -430,9 +465,7 @@ fn one_srq_shared_by_many_qps() {
     }
 }
 
-#[test]
-fn a_thousand_qps_on_one_cq() {
-    let f = TestFabric::new("1024");
+fn a_thousand_qps_on_one_cq(f: &TestFabric) {
     let a = f.open("sim0");
     let b = f.open("sim1");
     let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
@@ -529,9 +562,7 @@ fn expect_error(r: &Rec, syndrome: Syndrome) {
     assert_eq!(r.syndrome, Some(syndrome as u8), "{r:?}");
 }
 
-#[test]
-fn remote_access_errors_flush_the_rest() {
-    let f = TestFabric::new("raccess");
+fn remote_access_errors_flush_the_rest(f: &TestFabric) {
     // Bad rkey, out of bounds, missing access, another PD's region.
     type Target = Box<dyn Fn(&End, &End) -> (u64, u32)>;
     let cases: Vec<(&str, Target)> = vec![
@@ -568,7 +599,7 @@ fn remote_access_errors_flush_the_rest() {
         ),
     ];
     for (name, target) in cases {
-        let (mut a, mut b) = pair(&f, CqAttr::default());
+        let (mut a, mut b) = pair(f, CqAttr::default());
         b.post_recv(4, 0, 0);
         let (raddr, rkey) = target(&a, &b);
         let s = a.sge(0, 16);
@@ -603,9 +634,7 @@ fn remote_access_errors_flush_the_rest() {
     }
 }
 
-#[test]
-fn missing_qp_remote_access_right() {
-    let f = TestFabric::new("qpaccess");
+fn missing_qp_remote_access_right(f: &TestFabric) {
     let mut a = End::new(f.open("sim0"), CqAttr::default());
     let b = End::new(f.open("sim1"), CqAttr::default());
     connect_with(&a, &b, RtsAttr::default(), access::REMOTE_WRITE);
@@ -615,10 +644,8 @@ fn missing_qp_remote_access_right() {
     expect_error(&a.send_done(1)[0], Syndrome::RemoteAccess);
 }
 
-#[test]
-fn local_protection_errors() {
-    let f = TestFabric::new("lprot");
-    let (mut a, b) = pair(&f, CqAttr::default());
+fn local_protection_errors(f: &TestFabric) {
+    let (mut a, b) = pair(f, CqAttr::default());
     let bad = Sge {
         addr: a.mr.addr(),
         len: 8,
@@ -633,7 +660,7 @@ fn local_protection_errors() {
     // The responder is not affected by a local error.
     assert_eq!(b.qp.state(), QpState::Rts);
 
-    let (mut a, b) = pair(&f, CqAttr::default());
+    let (mut a, b) = pair(f, CqAttr::default());
     // READ into a region without LOCAL_WRITE.
     let ro = a.pd.alloc_mr(64, access::REMOTE_READ).unwrap();
     let s = Sge {
@@ -646,10 +673,8 @@ fn local_protection_errors() {
     expect_error(&a.send_done(1)[0], Syndrome::LocalProt);
 }
 
-#[test]
-fn send_longer_than_the_receive_buffer() {
-    let f = TestFabric::new("len");
-    let (mut a, mut b) = pair(&f, CqAttr::default());
+fn send_longer_than_the_receive_buffer(f: &TestFabric) {
+    let (mut a, mut b) = pair(f, CqAttr::default());
     b.post_recv(1, 0, 16);
     a.sq.send(Payload::Inline(&[1; 17])).unwrap().post(1);
     a.sq.ring_doorbell();
@@ -661,11 +686,9 @@ fn send_longer_than_the_receive_buffer() {
     );
 }
 
-#[test]
-fn rnr_retried_then_exceeded() {
-    let f = TestFabric::new("rnr");
+fn rnr_retried_then_exceeded(f: &TestFabric) {
     // rnr_retry = 7: waits forever; succeeds once a receive is posted.
-    let (mut a, mut b) = pair(&f, CqAttr::default());
+    let (mut a, mut b) = pair(f, CqAttr::default());
     a.sq.send(Payload::Inline(b"hello")).unwrap().post(1);
     a.sq.ring_doorbell();
     assert!(drain(&mut a.scq).is_empty(), "stalled on RNR");
@@ -695,9 +718,7 @@ fn rnr_retried_then_exceeded() {
     assert_eq!(a.qp.state(), QpState::Err);
 }
 
-#[test]
-fn vanished_peer_is_a_transport_retry_error() {
-    let f = TestFabric::new("vanish");
+fn vanished_peer_is_a_transport_retry_error(f: &TestFabric) {
     let a = End::new(f.open("sim0"), CqAttr::default());
     let b = End::new(f.open("sim1"), CqAttr::default());
     // 8 µs ACK timeout, 3 retries.
@@ -719,9 +740,7 @@ fn vanished_peer_is_a_transport_retry_error() {
     expect_error(&r[0], Syndrome::TransportRetryExc);
 }
 
-#[test]
-fn cq_overrun_is_detected_not_overwritten() {
-    let f = TestFabric::new("overrun");
+fn cq_overrun_is_detected_not_overwritten(f: &TestFabric) {
     let ctx = f.open("sim0");
     let pd = ctx.alloc_pd();
     let small = ctx
@@ -759,6 +778,7 @@ fn cq_overrun_is_detected_not_overwritten() {
         sq.nop().unwrap().post(i);
     }
     sq.ring_doorbell();
+    ctx.progress();
     assert!(small.overrun(), "the NIC saw the CQ full");
     // The four CQEs that fit are intact and in order; nothing was overwritten.
     let r = drain(&mut ring);
@@ -766,16 +786,14 @@ fn cq_overrun_is_detected_not_overwritten() {
     assert_eq!(a.state(), QpState::Err);
 }
 
-#[test]
-fn scatter_to_cqe_formats() {
-    let f = TestFabric::new("scatter");
+fn scatter_to_cqe_formats(f: &TestFabric) {
     for (size, cap) in [(64usize, 32usize), (128, 64)] {
         let attr = CqAttr {
             cqe_size: size,
             scatter_to_cqe: true,
             ..CqAttr::default()
         };
-        let (mut a, mut b) = pair(&f, attr);
+        let (mut a, mut b) = pair(f, attr);
         b.post_recv(1, 0, 256);
         b.post_recv(1, 512, 256);
         let msg: Vec<u8> = (0..cap as u8).collect();
@@ -818,6 +836,7 @@ fn workload(f: &TestFabric, zip: Compression) -> (Vec<Rec>, Vec<Rec>, u64) {
         sends.extend(drain(&mut a.scq));
         recvs.extend(drain(&mut b.rcq));
     }
+    a.ctx.progress();
     sends.extend(drain(&mut a.scq));
     recvs.extend(drain(&mut b.rcq));
     // Mini CQEs carry no immediate: compare the rest.
@@ -833,16 +852,14 @@ fn workload(f: &TestFabric, zip: Compression) -> (Vec<Rec>, Vec<Rec>, u64) {
     (sends, recvs, a.scq.expanded() + b.rcq.expanded())
 }
 
-#[test]
-fn compression_on_and_off_give_the_same_completions() {
-    let f = TestFabric::new("zip");
-    let off = workload(&f, Compression::Off);
+fn compression_on_and_off_give_the_same_completions(f: &TestFabric) {
+    let off = workload(f, Compression::Off);
     let total: u32 = (0..20u32).map(|b| b % 9 + 1).sum();
     assert_eq!(off.0.len(), total as usize);
     assert_eq!(off.1.len(), total as usize);
     assert_eq!(off.2, 0);
     for zip in [Compression::Enhanced, Compression::Basic] {
-        let z = workload(&f, zip);
+        let z = workload(f, zip);
         assert!(
             z.2 > total as u64 / 2,
             "{zip:?}: only {} of {} completions came compressed",

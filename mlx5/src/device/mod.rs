@@ -13,4 +13,5 @@ mod types;
 
 pub use types::*;
 
-pub use crate::sim::device::{Context, ExecMode, Mr, Pd, Qp, SimCq as Cq, SimSrq as SrqHandle};
+pub use crate::sim::device::{Context, Mr, Pd, Qp, SimCq as Cq, SimSrq as SrqHandle};
+pub use crate::sim::sched::{ExecMode, FaultPlan, SchedStats};

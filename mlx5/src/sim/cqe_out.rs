@@ -30,6 +30,7 @@ pub struct PendingCqe {
 }
 
 thread_local! {
+    static HOLD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     static BATCH: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
     static RUN: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
 }
@@ -52,12 +53,27 @@ pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
         b.len() >= BATCH_MAX
     });
     if full {
-        flush(fab, report);
+        flush_now(fab, report);
     }
 }
 
-/// Writes every queued CQE.
+/// While held, [`flush`] leaves CQEs queued (up to the batch size), so that
+/// completions of several scheduler steps are written — and compressed —
+/// together, as a NIC coalesces completions that queue up.
+pub fn hold(on: bool) {
+    HOLD.with(|h| h.set(on));
+}
+
+/// Writes every queued CQE (unless [`hold`] is on).
 pub fn flush(fab: &Fabric, report: &mut FlushReport) {
+    if HOLD.with(|h| h.get()) {
+        return;
+    }
+    flush_now(fab, report);
+}
+
+/// Writes every queued CQE.
+pub fn flush_now(fab: &Fabric, report: &mut FlushReport) {
     BATCH.with(|b| {
         let mut b = b.borrow_mut();
         if b.is_empty() {
@@ -208,9 +224,16 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
     let mut i = 0;
     let mut ok = true;
     while i < run.len() {
+        let compress = super::sched::compression_allowed();
         let used = match cq.zip {
-            1 => write_enhanced(&cq, &mut pi, &run[i..]),
-            2 => write_basic(&cq, &mut pi, &run[i..]),
+            1 if compress => write_enhanced(&cq, &mut pi, &run[i..]),
+            1 => {
+                // Plain, but still in the enhanced layout's ownership format;
+                // it ends any title a later block could share.
+                cq.e.title.store(u32::MAX, Ordering::Relaxed);
+                write_plain(&cq, &mut pi, &run[i])
+            }
+            2 if compress => write_basic(&cq, &mut pi, &run[i..]),
             _ => write_plain(&cq, &mut pi, &run[i]),
         };
         match used {

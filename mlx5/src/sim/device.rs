@@ -3,9 +3,8 @@
 //! hook that makes the simulated NIC execute work.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 
 use super::engine;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
@@ -13,6 +12,7 @@ use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_DEVS, MAX_MRS, MAX_QPS,
     MAX_SRQS, NO_SEG,
 };
+use super::sched::{ExecMode, Nic, SchedStats};
 use super::shm::my_pid;
 use crate::cq::{Compression, CqMemory, CqRing};
 use crate::device::{
@@ -23,77 +23,11 @@ use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
 use crate::sq::{SendQueue, SqConfig, SqMemory};
 use crate::wqe_table::{RecvTable, SendTable};
 
-/// How the simulated NIC runs work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecMode {
-    /// In the doorbell call, before it returns (the default).
-    Inline,
-}
-
-/// The doorbell hook: executes work as the NIC would, in the calling thread.
-struct SimNotify {
-    fab: Arc<Fabric>,
-    origin: Instant,
-    stalled: Mutex<Vec<u32>>,
-    n_stalled: AtomicUsize,
-}
-
-impl SimNotify {
-    fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
-    }
-
-    fn run(&self, qpn: u32) {
-        let r = engine::run_sq(&self.fab, qpn, usize::MAX, self.now_ns());
-        if r.stalled.is_some() {
-            let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
-            if !s.contains(&qpn) {
-                s.push(qpn);
-                self.n_stalled.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Retries every stalled QP of this process. Returns how many are still stalled.
-    fn progress(&self) -> usize {
-        if self.n_stalled.load(Ordering::Relaxed) == 0 {
-            return 0;
-        }
-        let list = {
-            let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
-            self.n_stalled.store(0, Ordering::Relaxed);
-            std::mem::take(&mut *s)
-        };
-        for qpn in list {
-            self.run(qpn);
-        }
-        self.n_stalled.load(Ordering::Relaxed)
-    }
-}
-
-impl DeviceNotify for SimNotify {
-    fn sq_doorbell(&self, qpn: u32) {
-        self.run(qpn);
-    }
-    fn rq_doorbell(&self, qn: u32) {
-        // Receives posted to a QP in ERR are flushed at once.
-        if let Some((_, e)) = engine::qp_by_num(&self.fab, qn) {
-            if e.qp_state.load(Ordering::Acquire) == qp_state::ERR {
-                engine::flush_qp(&self.fab, qn);
-            }
-        }
-        self.progress();
-    }
-    fn cq_idle(&self, _cqn: u32) {
-        self.progress();
-    }
-}
-
 struct Dev {
     fab: Arc<Fabric>,
     dev: u32,
     name: String,
-    notify: Arc<SimNotify>,
+    nic: Arc<Nic>,
 }
 
 /// An opened device.
@@ -126,8 +60,20 @@ impl Context {
         Self::open_in(&fabric_name_from_env(), name)
     }
 
-    /// Opens software device `name` (`sim0` .. `sim7`) in fabric `fabric`.
+    /// Opens software device `name` (`sim0` .. `sim7`) in fabric `fabric`, in the
+    /// execution mode this process already uses there (inline if none).
     pub fn open_in(fabric: &str, name: &str) -> Result<Context, DeviceError> {
+        Self::open_with(fabric, name, None)
+    }
+
+    /// Opens software device `name` in fabric `fabric`, with the simulated NIC
+    /// of this process running in `mode` (all devices of one fabric in one
+    /// process share it).
+    pub fn open_in_mode(fabric: &str, name: &str, mode: ExecMode) -> Result<Context, DeviceError> {
+        Self::open_with(fabric, name, Some(mode))
+    }
+
+    fn open_with(fabric: &str, name: &str, mode: Option<ExecMode>) -> Result<Context, DeviceError> {
         let dev = name
             .strip_prefix("sim")
             .and_then(|n| n.parse::<u32>().ok())
@@ -135,18 +81,13 @@ impl Context {
             .ok_or_else(|| DeviceError::UnknownDevice(name.to_owned()))?;
         let fab = Fabric::open(fabric)?;
         fab.reg().devs[dev as usize].store(1, Ordering::Relaxed);
-        let notify = Arc::new(SimNotify {
-            fab: fab.clone(),
-            origin: Instant::now(),
-            stalled: Mutex::new(Vec::new()),
-            n_stalled: AtomicUsize::new(0),
-        });
+        let nic = fab.nic(mode)?;
         Ok(Context {
             d: Arc::new(Dev {
                 fab,
                 dev,
                 name: name.to_owned(),
-                notify,
+                nic,
             }),
         })
     }
@@ -161,9 +102,14 @@ impl Context {
         &self.d.fab
     }
 
-    /// The execution mode.
+    /// The execution mode of the simulated NIC.
     pub fn exec_mode(&self) -> ExecMode {
-        ExecMode::Inline
+        self.d.nic.mode()
+    }
+
+    /// What the deferred scheduler did so far.
+    pub fn sched_stats(&self) -> SchedStats {
+        self.d.nic.stats()
     }
 
     /// Port LID: the device number + 1.
@@ -185,10 +131,11 @@ impl Context {
         g
     }
 
-    /// Retries work stalled on RNR or an unreachable peer. Polling an empty CQ
-    /// does this too; returns how many QPs are still stalled.
+    /// Runs queued work (deferred mode) and retries work stalled on RNR or an
+    /// unreachable peer. Polling an empty CQ does some of this too. Returns how
+    /// many QPs still wait.
     pub fn progress(&self) -> usize {
-        self.d.notify.progress()
+        self.d.nic.progress()
     }
 
     /// Allocates a protection domain.
@@ -200,7 +147,7 @@ impl Context {
     }
 
     fn notify(&self) -> Arc<dyn DeviceNotify> {
-        self.d.notify.clone()
+        self.d.nic.clone()
     }
 
     /// Creates a CQ.

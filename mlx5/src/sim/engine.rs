@@ -15,6 +15,7 @@ use super::fabric::Fabric;
 use super::registry::{
     qp_state, slot_of, MrEntry, QpEntry, LIVE, MAX_MRS, MAX_QPS, MAX_SRQS, NO_SEG,
 };
+use super::sched;
 use super::shm::{my_pid, pid_alive};
 use crate::device::access;
 use crate::doorbell::load_dbrec;
@@ -608,6 +609,9 @@ fn gather(
 /// or not ready to receive does not answer.
 fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Result<(usize, &'a QpEntry), Fail> {
     let timeout_us = qp.e.timeout_us.load(Ordering::Relaxed);
+    if sched::take_peer_fault() {
+        return Err(Fail::Transport { timeout_us });
+    }
     let rqpn = qp.e.remote_qpn.load(Ordering::Relaxed);
     let Some((slot, r)) = qp_by_num(fab, rqpn) else {
         return Err(Fail::Transport { timeout_us });
@@ -621,6 +625,14 @@ fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Result<(usize, &'a QpEntry), F
         return Err(Fail::Transport { timeout_us });
     }
     Ok((slot, r))
+}
+
+/// An injected access fault, checked where the responder validates the rkey.
+fn access_fault(slot: usize) -> Result<(), Fail> {
+    if sched::take_access_fault() {
+        return Err(remote_access(slot, 0));
+    }
+    Ok(())
 }
 
 fn remote_access(slot: usize, vendor: u8) -> Fail {
@@ -654,6 +666,7 @@ fn execute(
             let mut src = SgList::new();
             gather(fab, qp, body, 32, 0, &mut src)?;
             let (rslot, r) = responder(fab, qp)?;
+            access_fault(rslot)?;
             let len = src.total;
             let rpd = r.pd.load(Ordering::Relaxed);
             let rdev = r.dev.load(Ordering::Relaxed);
@@ -745,6 +758,7 @@ fn execute(
             let mut dst = SgList::new();
             gather(fab, qp, body, 32, access::LOCAL_WRITE, &mut dst)?;
             let (rslot, r) = responder(fab, qp)?;
+            access_fault(rslot)?;
             let len = dst.total;
             if r.access.load(Ordering::Relaxed) & access::REMOTE_READ == 0 {
                 return Err(remote_access(rslot, 0));
@@ -782,6 +796,7 @@ fn execute(
                 });
             }
             let (rslot, r) = responder(fab, qp)?;
+            access_fault(rslot)?;
             if r.access.load(Ordering::Relaxed) & access::REMOTE_ATOMIC == 0 {
                 return Err(remote_access(rslot, 0));
             }
@@ -855,6 +870,9 @@ struct Recv {
 
 fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
     let delay_us = r.min_rnr_us.load(Ordering::Relaxed);
+    if sched::take_rnr_fault() {
+        return Err(Fail::Rnr { delay_us });
+    }
     let srqn = r.srqn.load(Ordering::Relaxed);
     let seg = r.seg.load(Ordering::Relaxed);
     if srqn != u32::MAX {
@@ -1056,6 +1074,20 @@ fn complete_recv_err(fab: &Fabric, r: &QpEntry, rv: &Recv, syndrome: Syndrome, _
         },
         &mut report,
     );
+}
+
+/// Moves this process's QPs whose send CQ is `cqn` to ERR (after that CQ
+/// overran).
+pub fn fail_qps_of_cq(fab: &Fabric, cqn: u32) {
+    let me = my_pid();
+    for e in fab.reg().qps.iter() {
+        if e.state.load(Ordering::Acquire) == LIVE
+            && e.pid.load(Ordering::Relaxed) == me
+            && e.send_cqn.load(Ordering::Relaxed) == cqn
+        {
+            e.qp_state.store(qp_state::ERR, Ordering::Release);
+        }
+    }
 }
 
 /// Flushes a QP's RQ after it entered ERR through a verb (modify to ERR), with

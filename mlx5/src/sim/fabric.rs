@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_SEGS};
+use super::sched::{ExecMode, Nic};
 use super::shm::{my_pid, pid_alive, unlink, ShmMap};
 
 /// Environment variable naming the fabric that `sim*` devices open.
@@ -38,6 +39,9 @@ pub enum FabricError {
     /// A table of the registry is full.
     #[error("fabric {0}: no free {1} slot")]
     Full(String, &'static str),
+    /// This process already drives the fabric in another execution mode.
+    #[error("fabric {0}: already opened in this process in another execution mode")]
+    ModeConflict(String),
 }
 
 /// A mapped segment of another process (or our own), cached by slot.
@@ -54,6 +58,7 @@ pub struct Fabric {
     /// Lock-free cache of mapped segments, indexed by slot. Entries are never
     /// freed while the fabric lives (kept alive by `keep`).
     cache: Box<[AtomicPtr<CachedSeg>]>,
+    nic: OnceLock<Arc<Nic>>,
     // Boxed so that the addresses in `cache` stay valid when the Vec grows.
     #[allow(clippy::vec_box)]
     keep: Mutex<Vec<Box<CachedSeg>>>,
@@ -157,8 +162,22 @@ impl Fabric {
             cache: (0..MAX_SEGS)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
+            nic: OnceLock::new(),
             keep: Mutex::new(Vec::new()),
         })
+    }
+
+    /// This process's NIC in the fabric, created in `mode` on first use. With
+    /// `mode` `None`, whatever mode it has (inline if new); with `Some`, an
+    /// error if it already runs in another mode.
+    pub fn nic(self: &Arc<Self>, mode: Option<ExecMode>) -> Result<Arc<Nic>, FabricError> {
+        let nic = self
+            .nic
+            .get_or_init(|| Arc::new(Nic::new(self.clone(), mode.unwrap_or(ExecMode::Inline))));
+        match mode {
+            Some(m) if m != nic.mode() => Err(FabricError::ModeConflict(self.name.clone())),
+            _ => Ok(nic.clone()),
+        }
     }
 
     /// The fabric's name.

@@ -15,5 +15,6 @@ pub mod device;
 pub mod engine;
 pub mod fabric;
 pub mod registry;
+pub mod sched;
 pub mod shm;
 pub mod sync;

@@ -1,0 +1,307 @@
+//! The NIC of one process in one fabric: when work runs.
+//!
+//! - [`ExecMode::Inline`]: a doorbell executes the QP's new WQEs before it
+//!   returns; work stalled on RNR or an unreachable peer is retried when the
+//!   process polls an empty CQ (or calls `progress`).
+//! - [`ExecMode::Deferred`]: a doorbell only queues the QP. Work runs one WQE at
+//!   a time when the process polls an empty CQ (or calls `progress`), in an
+//!   order a seeded generator picks (per-QP order is kept), on a logical clock,
+//!   with faults from a seeded [`FaultPlan`]. Source memory is read when the WQE
+//!   runs, as DMA would. The same seed and the same calls give the same run,
+//!   byte for byte.
+//!
+//! No hidden thread runs anything: progress happens in the application's own
+//! calls.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::cqe_out;
+use super::engine;
+use super::fabric::Fabric;
+use super::registry::qp_state;
+use crate::doorbell::DeviceNotify;
+
+/// Faults the deferred scheduler injects, each a probability in parts per
+/// thousand per step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// A step does nothing (the NIC is slow).
+    pub delay: u16,
+    /// The responder has no receive WQE for this message (RNR NAK).
+    pub rnr: u16,
+    /// The responder rejects the rkey (remote access error; both QPs to ERR).
+    pub access: u16,
+    /// The peer does not answer this try (transport retry; fatal once
+    /// `retry_cnt` is used up).
+    pub peer_loss: u16,
+    /// CQEs written in this step are not compressed even if the CQ allows it.
+    pub no_compress: u16,
+}
+
+/// When the simulated NIC runs work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// In the doorbell call (the default).
+    Inline,
+    /// Later, in a seeded order, with faults.
+    Deferred {
+        /// Seed of the scheduler and the fault plan.
+        seed: u64,
+        /// Faults to inject.
+        faults: FaultPlan,
+    },
+}
+
+/// What the deferred scheduler did (for tests and diagnostics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Steps taken.
+    pub steps: u64,
+    /// Steps skipped by a delay fault.
+    pub delays: u64,
+    /// WQEs executed (completed, failed or flushed).
+    pub executed: u64,
+    /// Faults armed: RNR, access, peer loss, compression off.
+    pub rnr: u64,
+    /// See `rnr`.
+    pub access: u64,
+    /// See `rnr`.
+    pub peer_loss: u64,
+    /// See `rnr`.
+    pub no_compress: u64,
+}
+
+thread_local! {
+    static FAULT_RNR: Cell<bool> = const { Cell::new(false) };
+    static FAULT_ACCESS: Cell<bool> = const { Cell::new(false) };
+    static FAULT_PEER: Cell<bool> = const { Cell::new(false) };
+    static COMPRESS: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Takes the armed RNR fault, if any (engine side).
+pub(crate) fn take_rnr_fault() -> bool {
+    FAULT_RNR.with(|c| c.replace(false))
+}
+/// Takes the armed access fault, if any.
+pub(crate) fn take_access_fault() -> bool {
+    FAULT_ACCESS.with(|c| c.replace(false))
+}
+/// Takes the armed peer-loss fault, if any.
+pub(crate) fn take_peer_fault() -> bool {
+    FAULT_PEER.with(|c| c.replace(false))
+}
+/// Whether CQEs written now may be compressed.
+pub(crate) fn compression_allowed() -> bool {
+    COMPRESS.with(|c| c.get())
+}
+
+struct Deferred {
+    rng: u64,
+    plan: FaultPlan,
+    pending: Vec<u32>,
+    clock_ns: u64,
+    stats: SchedStats,
+}
+
+impl Deferred {
+    fn next(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn roll(&mut self, per_mille: u16) -> bool {
+        per_mille > 0 && (self.next() % 1000) < u64::from(per_mille)
+    }
+}
+
+/// The NIC of this process in one fabric.
+pub struct Nic {
+    fab: Arc<Fabric>,
+    mode: ExecMode,
+    origin: Instant,
+    stalled: Mutex<Vec<u32>>,
+    n_stalled: AtomicUsize,
+    deferred: Option<Mutex<Deferred>>,
+}
+
+impl std::fmt::Debug for Nic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Nic").field("mode", &self.mode).finish()
+    }
+}
+
+/// Steps a poll of an empty CQ may take in deferred mode.
+const IDLE_STEPS: usize = 8;
+/// Steps `progress` takes at most in deferred mode.
+const PROGRESS_STEPS: usize = 100_000;
+
+impl Nic {
+    pub(crate) fn new(fab: Arc<Fabric>, mode: ExecMode) -> Nic {
+        let deferred = match mode {
+            ExecMode::Inline => None,
+            ExecMode::Deferred { seed, faults } => Some(Mutex::new(Deferred {
+                rng: seed ^ 0x9e37_79b9_7f4a_7c15 | 1,
+                plan: faults,
+                pending: Vec::new(),
+                clock_ns: 0,
+                stats: SchedStats::default(),
+            })),
+        };
+        Nic {
+            fab,
+            mode,
+            origin: Instant::now(),
+            stalled: Mutex::new(Vec::new()),
+            n_stalled: AtomicUsize::new(0),
+            deferred,
+        }
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> ExecMode {
+        self.mode
+    }
+
+    /// Deferred-mode statistics (zero in inline mode).
+    pub fn stats(&self) -> SchedStats {
+        self.deferred
+            .as_ref()
+            .map(|d| d.lock().unwrap_or_else(|e| e.into_inner()).stats)
+            .unwrap_or_default()
+    }
+
+    fn run_inline(&self, qpn: u32) {
+        let now = self.origin.elapsed().as_nanos() as u64;
+        let r = engine::run_sq(&self.fab, qpn, usize::MAX, now);
+        if r.stalled.is_some() {
+            let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
+            if !s.contains(&qpn) {
+                s.push(qpn);
+                self.n_stalled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn progress_inline(&self) -> usize {
+        if self.n_stalled.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        let list = {
+            let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
+            self.n_stalled.store(0, Ordering::Relaxed);
+            std::mem::take(&mut *s)
+        };
+        for qpn in list {
+            self.run_inline(qpn);
+        }
+        self.n_stalled.load(Ordering::Relaxed)
+    }
+
+    /// Takes up to `budget` scheduler steps; returns the QPs still pending.
+    /// CQEs of the steps are written together at the end.
+    fn steps(&self, d: &Mutex<Deferred>, budget: usize) -> usize {
+        let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
+        cqe_out::hold(true);
+        self.steps_held(&mut d, budget);
+        cqe_out::hold(false);
+        let mut report = cqe_out::FlushReport::default();
+        cqe_out::flush_now(&self.fab, &mut report);
+        for cqn in report.overrun {
+            // A completion could not be delivered: this process's QPs that
+            // complete into that CQ cannot go on.
+            engine::fail_qps_of_cq(&self.fab, cqn);
+        }
+        d.pending.len()
+    }
+
+    fn steps_held(&self, d: &mut Deferred, budget: usize) {
+        for _ in 0..budget {
+            if d.pending.is_empty() {
+                break;
+            }
+            d.clock_ns += 1000;
+            d.stats.steps += 1;
+            let plan = d.plan;
+            if d.roll(plan.delay) {
+                d.stats.delays += 1;
+                continue;
+            }
+            let i = (d.next() % d.pending.len() as u64) as usize;
+            let qpn = d.pending[i];
+            let (rnr, acc, peer, nocomp) = (
+                d.roll(plan.rnr),
+                d.roll(plan.access),
+                d.roll(plan.peer_loss),
+                d.roll(plan.no_compress),
+            );
+            d.stats.rnr += u64::from(rnr);
+            d.stats.access += u64::from(acc);
+            d.stats.peer_loss += u64::from(peer);
+            d.stats.no_compress += u64::from(nocomp);
+            FAULT_RNR.with(|c| c.set(rnr));
+            FAULT_ACCESS.with(|c| c.set(acc));
+            FAULT_PEER.with(|c| c.set(peer));
+            COMPRESS.with(|c| c.set(!nocomp));
+            let r = engine::run_sq(&self.fab, qpn, 1, d.clock_ns);
+            FAULT_RNR.with(|c| c.set(false));
+            FAULT_ACCESS.with(|c| c.set(false));
+            FAULT_PEER.with(|c| c.set(false));
+            COMPRESS.with(|c| c.set(true));
+            d.stats.executed += r.executed as u64;
+            if r.executed == 0 && r.stalled.is_none() {
+                d.pending.swap_remove(i);
+            }
+        }
+    }
+
+    /// Runs stalled or queued work. Inline mode: retries stalled QPs once.
+    /// Deferred mode: steps until nothing is pending (or a large step budget is
+    /// used up, e.g. a QP waiting forever on RNR). Returns the QPs still waiting.
+    pub fn progress(&self) -> usize {
+        match &self.deferred {
+            None => self.progress_inline(),
+            Some(d) => self.steps(d, PROGRESS_STEPS),
+        }
+    }
+}
+
+impl DeviceNotify for Nic {
+    fn sq_doorbell(&self, qpn: u32) {
+        match &self.deferred {
+            None => self.run_inline(qpn),
+            Some(d) => {
+                let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
+                if !d.pending.contains(&qpn) {
+                    d.pending.push(qpn);
+                }
+            }
+        }
+    }
+    fn rq_doorbell(&self, qn: u32) {
+        // Receives posted to a QP in ERR are flushed at once.
+        if let Some((_, e)) = engine::qp_by_num(&self.fab, qn) {
+            if e.qp_state.load(Ordering::Acquire) == qp_state::ERR {
+                engine::flush_qp(&self.fab, qn);
+            }
+        }
+        if self.deferred.is_none() {
+            self.progress_inline();
+        }
+    }
+    fn cq_idle(&self, _cqn: u32) {
+        match &self.deferred {
+            None => {
+                self.progress_inline();
+            }
+            Some(d) => {
+                self.steps(d, IDLE_STEPS);
+            }
+        }
+    }
+}
