@@ -126,6 +126,7 @@ fn receiver(fabric: &str, n: u64) {
     let mut rring = rcq.ring().unwrap();
     let mut sring = scq.ring().unwrap();
     let mut expect = 0u64;
+    let mut credited = 0u64;
     let mut buf = vec![0u8; SLOT as usize];
     while expect < n {
         let mut got = 0;
@@ -150,7 +151,9 @@ fn receiver(fabric: &str, n: u64) {
             rq.post(&[], ()).unwrap();
         }
         rq.ring_doorbell();
-        if got > 0 && (expect % 16 == 0 || expect == n || got > 8) {
+        // Credit whenever 16 or more messages are uncredited (or at the end).
+        if expect - credited >= 16 || (expect == n && credited < n) {
+            credited = expect;
             credit.write(0, &expect.to_be_bytes());
             let s = Sge {
                 addr: credit.addr(),
@@ -244,7 +247,7 @@ fn two_processes_exchange_a_million_write_imm() {
                 sq.complete(c, |_, _| {});
             });
             assert!(
-                t.elapsed().as_secs() < 600,
+                t.elapsed().as_secs() < 120,
                 "stuck at message {i}, acked {acked}"
             );
         }
@@ -365,6 +368,8 @@ fn a_peer_process_that_dies() {
     // Kill it: it cleans nothing up.
     child.kill().unwrap();
     child.wait().unwrap();
+    // Liveness of a peer is checked at most once per millisecond.
+    std::thread::sleep(std::time::Duration::from_millis(5));
     let dir = Fabric::open(&fabric).unwrap().dir().to_owned();
     let files_before = std::fs::read_dir(&dir).unwrap().count();
     sq.write(raddr, rkey, Payload::Inline(b"dead"))

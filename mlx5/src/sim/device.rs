@@ -107,6 +107,17 @@ impl Context {
         self.d.nic.mode()
     }
 
+    /// Starts or stops accounting the time the simulated NIC of this process
+    /// spends executing doorbells (inline mode).
+    pub fn set_sim_timing(&self, on: bool) {
+        self.d.nic.set_timing(on);
+    }
+
+    /// Nanoseconds the simulated NIC spent executing doorbells while timing was on.
+    pub fn sim_busy_ns(&self) -> u64 {
+        self.d.nic.busy_ns()
+    }
+
     /// What the deferred scheduler did so far.
     pub fn sched_stats(&self) -> SchedStats {
         self.d.nic.stats()
@@ -327,6 +338,7 @@ impl Context {
         e.retry_tries.store(0, Ordering::Relaxed);
         e.retry_wqe.store(u32::MAX, Ordering::Relaxed);
         e.retry_due_ns.store(0, Ordering::Relaxed);
+        e.peer_seen_ns.store(u64::MAX, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
         Ok(Qp {
             inner: Arc::new(QpInner {

@@ -310,7 +310,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, now_ns: u64) -> RunResult {
         } else {
             // SAFETY: the WQE's ds*16 bytes lie inside the SQ (checked above).
             let body = unsafe { std::slice::from_raw_parts(wqe, usize::from(ds) * 16) };
-            execute(fab, &qp, body, opcode, imm, flags)
+            execute(fab, &qp, body, opcode, imm, flags, now_ns)
         };
         if e.retry_wqe.load(Ordering::Relaxed) != ci {
             e.retry_wqe.store(ci, Ordering::Relaxed);
@@ -607,7 +607,10 @@ fn gather(
 
 /// The responder QP of `qp`, checked as the transport would: a peer that is gone
 /// or not ready to receive does not answer.
-fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Result<(usize, &'a QpEntry), Fail> {
+/// How often a requester checks that its peer's process is alive.
+const PEER_CHECK_NS: u64 = 1_000_000;
+
+fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>, now_ns: u64) -> Result<(usize, &'a QpEntry), Fail> {
     let timeout_us = qp.e.timeout_us.load(Ordering::Relaxed);
     if sched::take_peer_fault() {
         return Err(Fail::Transport { timeout_us });
@@ -620,9 +623,18 @@ fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Result<(usize, &'a QpEntry), F
     if r.dev.load(Ordering::Relaxed) != qp.e.remote_dev.load(Ordering::Relaxed)
         || r.remote_qpn.load(Ordering::Relaxed) != qp.qpn
         || !(st == qp_state::RTR || st == qp_state::RTS)
-        || !pid_alive(r.pid.load(Ordering::Relaxed))
     {
         return Err(Fail::Transport { timeout_us });
+    }
+    // A peer process that died leaves its queues behind in the registry; ask
+    // the kernel whether it lives at most once per millisecond of this NIC's
+    // clock (a system call per message would dominate the simulation).
+    let seen = qp.e.peer_seen_ns.load(Ordering::Relaxed);
+    if now_ns.wrapping_sub(seen) > PEER_CHECK_NS || seen > now_ns {
+        if !pid_alive(r.pid.load(Ordering::Relaxed)) {
+            return Err(Fail::Transport { timeout_us });
+        }
+        qp.e.peer_seen_ns.store(now_ns, Ordering::Relaxed);
     }
     Ok((slot, r))
 }
@@ -651,6 +663,7 @@ fn execute(
     opcode: u8,
     imm: u32,
     flags: u8,
+    now_ns: u64,
 ) -> Result<u32, Fail> {
     let op = WqeOpcode::from_u8(opcode).ok_or(Fail::Err {
         syndrome: Syndrome::LocalQpOp,
@@ -665,7 +678,7 @@ fn execute(
             let (raddr, rkey) = (raddr_seg.raddr(), raddr_seg.rkey());
             let mut src = SgList::new();
             gather(fab, qp, body, 32, 0, &mut src)?;
-            let (rslot, r) = responder(fab, qp)?;
+            let (rslot, r) = responder(fab, qp, now_ns)?;
             access_fault(rslot)?;
             let len = src.total;
             let rpd = r.pd.load(Ordering::Relaxed);
@@ -705,7 +718,7 @@ fn execute(
         WqeOpcode::Send | WqeOpcode::SendImm => {
             let mut src = SgList::new();
             gather(fab, qp, body, 16, 0, &mut src)?;
-            let (rslot, r) = responder(fab, qp)?;
+            let (rslot, r) = responder(fab, qp, now_ns)?;
             let rv = take_recv(fab, r)?;
             let len = src.total;
             let mut dst = SgList::new();
@@ -757,7 +770,7 @@ fn execute(
             let (raddr, rkey) = (raddr_seg.raddr(), raddr_seg.rkey());
             let mut dst = SgList::new();
             gather(fab, qp, body, 32, access::LOCAL_WRITE, &mut dst)?;
-            let (rslot, r) = responder(fab, qp)?;
+            let (rslot, r) = responder(fab, qp, now_ns)?;
             access_fault(rslot)?;
             let len = dst.total;
             if r.access.load(Ordering::Relaxed) & access::REMOTE_READ == 0 {
@@ -795,7 +808,7 @@ fn execute(
                     remote_err: None,
                 });
             }
-            let (rslot, r) = responder(fab, qp)?;
+            let (rslot, r) = responder(fab, qp, now_ns)?;
             access_fault(rslot)?;
             if r.access.load(Ordering::Relaxed) & access::REMOTE_ATOMIC == 0 {
                 return Err(remote_access(rslot, 0));

@@ -247,7 +247,8 @@ pub struct QpEntry {
     pub retry_wqe: AtomicU32,
     /// Owner-process clock (ns) before which the head WQE is not retried.
     pub retry_due_ns: AtomicU64,
-    _pad: [u32; 2],
+    /// Owner-process clock (ns) when the peer process was last seen alive.
+    pub peer_seen_ns: AtomicU64,
 }
 
 /// The whole registry.

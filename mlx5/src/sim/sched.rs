@@ -14,7 +14,7 @@
 //! calls.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -128,6 +128,8 @@ pub struct Nic {
     stalled: Mutex<Vec<u32>>,
     n_stalled: AtomicUsize,
     deferred: Option<Mutex<Deferred>>,
+    timing: AtomicBool,
+    busy_ns: AtomicU64,
 }
 
 impl std::fmt::Debug for Nic {
@@ -160,7 +162,21 @@ impl Nic {
             stalled: Mutex::new(Vec::new()),
             n_stalled: AtomicUsize::new(0),
             deferred,
+            timing: AtomicBool::new(false),
+            busy_ns: AtomicU64::new(0),
         }
+    }
+
+    /// Starts or stops accounting the time the NIC spends executing doorbells
+    /// (for benchmarks that separate the simulator's work from the
+    /// application's).
+    pub fn set_timing(&self, on: bool) {
+        self.timing.store(on, Ordering::Relaxed);
+    }
+
+    /// Nanoseconds spent executing doorbells while timing was on.
+    pub fn busy_ns(&self) -> u64 {
+        self.busy_ns.load(Ordering::Relaxed)
     }
 
     /// The mode.
@@ -274,6 +290,12 @@ impl Nic {
 impl DeviceNotify for Nic {
     fn sq_doorbell(&self, qpn: u32) {
         match &self.deferred {
+            None if self.timing.load(Ordering::Relaxed) => {
+                let t = Instant::now();
+                self.run_inline(qpn);
+                self.busy_ns
+                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            }
             None => self.run_inline(qpn),
             Some(d) => {
                 let mut d = d.lock().unwrap_or_else(|e| e.into_inner());

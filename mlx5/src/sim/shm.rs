@@ -126,9 +126,19 @@ pub fn pid_alive(pid: u32) -> bool {
     r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// This process's id.
+/// This process's id (cached: `getpid` is a system call, and the device asks
+/// for it on every lock).
 pub fn my_pid() -> u32 {
-    std::process::id()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let p = std::process::id();
+            PID.store(p, Ordering::Relaxed);
+            p
+        }
+        p => p,
+    }
 }
 
 /// Removes a file, ignoring "not found".
