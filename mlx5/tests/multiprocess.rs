@@ -43,6 +43,19 @@ fn parse_info(l: &str) -> (ConnInfo, u64, u32) {
     )
 }
 
+/// RESET -> INIT -> RTR (accepting RDMA WRITE) -> RTS.
+fn connect(qp: &mlx5::device::Qp, peer: ConnInfo, rts: RtsAttr) {
+    qp.to_init().unwrap();
+    qp.to_rtr(&RtrAttr {
+        remote: peer,
+        access: access::REMOTE_WRITE,
+        min_rnr_timer: 1,
+        max_dest_rd_atomic: 0,
+    })
+    .unwrap();
+    qp.to_rts(&rts).unwrap();
+}
+
 fn child_lines(child: &mut std::process::Child) -> impl Iterator<Item = String> {
     BufReader::new(child.stdout.take().unwrap())
         .lines()
@@ -108,15 +121,7 @@ fn receiver(fabric: &str, n: u64) {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     let (peer, peer_credit_addr, peer_credit_rkey) = parse_info(&line);
-    qp.to_init().unwrap();
-    qp.to_rtr(&RtrAttr {
-        remote: peer,
-        access: access::REMOTE_WRITE,
-        min_rnr_timer: 1,
-        max_dest_rd_atomic: 0,
-    })
-    .unwrap();
-    qp.to_rts(&RtsAttr::default()).unwrap();
+    connect(&qp, peer, RtsAttr::default());
     let mut sq = qp
         .send_queue::<OrderedSparse<()>>(SqConfig {
             signal_interval: 32,
@@ -218,15 +223,7 @@ fn two_processes_exchange_a_million_write_imm() {
         info_line(&qp.conn_info(), credit.addr(), credit.rkey())
     )
     .unwrap();
-    qp.to_init().unwrap();
-    qp.to_rtr(&RtrAttr {
-        remote: peer,
-        access: access::REMOTE_WRITE,
-        min_rnr_timer: 1,
-        max_dest_rd_atomic: 0,
-    })
-    .unwrap();
-    qp.to_rts(&RtsAttr::default()).unwrap();
+    connect(&qp, peer, RtsAttr::default());
     let mut sq = qp
         .send_queue::<OrderedSparse<()>>(SqConfig {
             signal_interval: 64,
@@ -301,15 +298,7 @@ fn dying_peer(fabric: &str) {
     let mut line = String::new();
     std::io::stdin().read_line(&mut line).unwrap();
     let (peer, _, _) = parse_info(&line);
-    qp.to_init().unwrap();
-    qp.to_rtr(&RtrAttr {
-        remote: peer,
-        access: access::REMOTE_WRITE,
-        min_rnr_timer: 1,
-        max_dest_rd_atomic: 0,
-    })
-    .unwrap();
-    qp.to_rts(&RtsAttr::default()).unwrap();
+    connect(&qp, peer, RtsAttr::default());
     println!("INFO 0 0 0 0");
     // Wait to be killed; never clean up.
     std::thread::sleep(std::time::Duration::from_secs(600));

@@ -65,12 +65,29 @@ enum Fail {
         vendor: u8,
         remote_err: Option<usize>,
     },
-    Rnr {
-        delay_us: u32,
-    },
-    Transport {
-        timeout_us: u32,
-    },
+    /// Retry the WQE after `delay_us` (an RNR NAK, or no answer from the peer).
+    Retry { kind: RetryKind, delay_us: u32 },
+}
+
+#[derive(Clone, Copy)]
+enum RetryKind {
+    Rnr,
+    Transport,
+}
+
+impl Fail {
+    fn rnr(delay_us: u32) -> Fail {
+        Fail::Retry {
+            kind: RetryKind::Rnr,
+            delay_us,
+        }
+    }
+    fn transport(timeout_us: u32) -> Fail {
+        Fail::Retry {
+            kind: RetryKind::Transport,
+            delay_us: timeout_us,
+        }
+    }
 }
 
 struct Sg {
@@ -335,18 +352,38 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, now_ns: u64) -> RunResult {
                 res.executed += 1;
                 e.retry_tries.store(0, Ordering::Relaxed);
             }
-            Err(Fail::Rnr { delay_us }) => {
-                let limit = e.rnr_retry.load(Ordering::Relaxed);
-                res.stalled = Some(Stall::Rnr {
-                    retry_after_us: delay_us,
-                });
+            Err(Fail::Retry { kind, delay_us }) => {
+                // RNR NAK or no answer: retry the head WQE after the delay,
+                // until the QP's retry budget is used up (rnr_retry 7: never).
+                let (limit, forever, syndrome, stall) = match kind {
+                    RetryKind::Rnr => {
+                        let l = e.rnr_retry.load(Ordering::Relaxed);
+                        (
+                            l,
+                            l == 7,
+                            Syndrome::RnrRetryExc,
+                            Stall::Rnr {
+                                retry_after_us: delay_us,
+                            },
+                        )
+                    }
+                    RetryKind::Transport => (
+                        e.retry_cnt.load(Ordering::Relaxed),
+                        false,
+                        Syndrome::TransportRetryExc,
+                        Stall::Transport {
+                            retry_after_us: delay_us,
+                        },
+                    ),
+                };
+                res.stalled = Some(stall);
                 if tries > 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
                     break;
                 }
                 e.retry_tries.store(tries + 1, Ordering::Relaxed);
                 e.retry_due_ns
                     .store(now_ns + u64::from(delay_us) * 1000, Ordering::Relaxed);
-                if limit == 7 || tries < limit {
+                if forever || tries < limit {
                     break;
                 }
                 res.stalled = None;
@@ -357,37 +394,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, now_ns: u64) -> RunResult {
                     bbs,
                     idx,
                     opcode,
-                    Syndrome::RnrRetryExc,
-                    0,
-                    send_cqn,
-                    &mut res,
-                    &mut report,
-                );
-                break;
-            }
-            Err(Fail::Transport { timeout_us }) => {
-                let limit = e.retry_cnt.load(Ordering::Relaxed);
-                res.stalled = Some(Stall::Transport {
-                    retry_after_us: timeout_us,
-                });
-                if tries > 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
-                    break;
-                }
-                e.retry_tries.store(tries + 1, Ordering::Relaxed);
-                e.retry_due_ns
-                    .store(now_ns + u64::from(timeout_us) * 1000, Ordering::Relaxed);
-                if tries < limit {
-                    break;
-                }
-                res.stalled = None;
-                fail(
-                    fab,
-                    &qp,
-                    &mut ci,
-                    bbs,
-                    idx,
-                    opcode,
-                    Syndrome::TransportRetryExc,
+                    syndrome,
                     0,
                     send_cqn,
                     &mut res,
@@ -613,18 +620,18 @@ const PEER_CHECK_NS: u64 = 1_000_000;
 fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>, now_ns: u64) -> Result<(usize, &'a QpEntry), Fail> {
     let timeout_us = qp.e.timeout_us.load(Ordering::Relaxed);
     if sched::take_peer_fault() {
-        return Err(Fail::Transport { timeout_us });
+        return Err(Fail::transport(timeout_us));
     }
     let rqpn = qp.e.remote_qpn.load(Ordering::Relaxed);
     let Some((slot, r)) = qp_by_num(fab, rqpn) else {
-        return Err(Fail::Transport { timeout_us });
+        return Err(Fail::transport(timeout_us));
     };
     let st = r.qp_state.load(Ordering::Acquire);
     if r.dev.load(Ordering::Relaxed) != qp.e.remote_dev.load(Ordering::Relaxed)
         || r.remote_qpn.load(Ordering::Relaxed) != qp.qpn
         || !(st == qp_state::RTR || st == qp_state::RTS)
     {
-        return Err(Fail::Transport { timeout_us });
+        return Err(Fail::transport(timeout_us));
     }
     // A peer process that died leaves its queues behind in the registry; ask
     // the kernel whether it lives at most once per millisecond of this NIC's
@@ -632,7 +639,7 @@ fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>, now_ns: u64) -> Result<(usize, &'
     let seen = qp.e.peer_seen_ns.load(Ordering::Relaxed);
     if now_ns.wrapping_sub(seen) > PEER_CHECK_NS || seen > now_ns {
         if !pid_alive(r.pid.load(Ordering::Relaxed)) {
-            return Err(Fail::Transport { timeout_us });
+            return Err(Fail::transport(timeout_us));
         }
         qp.e.peer_seen_ns.store(now_ns, Ordering::Relaxed);
     }
@@ -884,14 +891,14 @@ struct Recv {
 fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
     let delay_us = r.min_rnr_us.load(Ordering::Relaxed);
     if sched::take_rnr_fault() {
-        return Err(Fail::Rnr { delay_us });
+        return Err(Fail::rnr(delay_us));
     }
     let srqn = r.srqn.load(Ordering::Relaxed);
     let seg = r.seg.load(Ordering::Relaxed);
     if srqn != u32::MAX {
         let s = &fab.reg().srqs[slot_of(srqn, MAX_SRQS)];
         if s.state.load(Ordering::Acquire) != LIVE || s.srqn.load(Ordering::Relaxed) != srqn {
-            return Err(Fail::Rnr { delay_us });
+            return Err(Fail::rnr(delay_us));
         }
         let sseg = s.seg.load(Ordering::Relaxed);
         let cnt = s.cnt.load(Ordering::Relaxed);
@@ -903,14 +910,14 @@ fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
         );
         let db = fab.seg_ptr(sseg, s.dbrec_off.load(Ordering::Relaxed), 4);
         let (Some(buf), Some(db)) = (buf, db) else {
-            return Err(Fail::Rnr { delay_us });
+            return Err(Fail::rnr(delay_us));
         };
         let _g = s.lock.lock();
         // SAFETY: the SRQ doorbell record.
         let posted = unsafe { load_dbrec(db, 0) } as u16;
         let consumed = s.consumed.load(Ordering::Relaxed);
         if consumed as u16 == posted {
-            return Err(Fail::Rnr { delay_us });
+            return Err(Fail::rnr(delay_us));
         }
         let idx = (s.head.load(Ordering::Relaxed) & (cnt - 1)) as u16;
         // SAFETY: WQE `idx` inside the SRQ buffer.
@@ -931,7 +938,7 @@ fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
     } else {
         let cnt = r.rq_cnt.load(Ordering::Relaxed);
         if cnt == 0 {
-            return Err(Fail::Rnr { delay_us });
+            return Err(Fail::rnr(delay_us));
         }
         let stride = r.rq_stride.load(Ordering::Relaxed) as usize;
         let buf = fab.seg_ptr(
@@ -941,14 +948,14 @@ fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
         );
         let db = fab.seg_ptr(seg, r.dbrec_off.load(Ordering::Relaxed), 8);
         let (Some(buf), Some(db)) = (buf, db) else {
-            return Err(Fail::Rnr { delay_us });
+            return Err(Fail::rnr(delay_us));
         };
         let _g = r.rq_lock.lock();
         // SAFETY: the QP doorbell record.
         let posted = unsafe { load_dbrec(db, RCV_DBR) } as u16;
         let ci = r.rq_ci.load(Ordering::Relaxed);
         if ci as u16 == posted {
-            return Err(Fail::Rnr { delay_us });
+            return Err(Fail::rnr(delay_us));
         }
         r.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
         let slot = (ci & (cnt - 1)) as usize;
