@@ -17,6 +17,7 @@ mod oracle {
     use std::{env, fs, path::PathBuf};
 
     const SOURCE: &str = "oracle/oracle.c";
+    const ABI_SOURCE: &str = "oracle/abi.c";
     const INSTALL_HINT: &str = "the `rdma-core-oracle` feature needs rdma-core's \
         <infiniband/mlx5dv.h>; install it with `apt-get install libibverbs-dev` \
         (Debian/Ubuntu) or `dnf install rdma-core-devel` (Fedora/RHEL)";
@@ -30,6 +31,13 @@ mod oracle {
             .warnings(true)
             .extra_warnings(true)
             .compile("mlx5_prm_oracle");
+
+        // sizeof/offsetof of the hardware backend's hand-written bindings.
+        println!("cargo:rerun-if-changed={ABI_SOURCE}");
+        cc::Build::new()
+            .file(ABI_SOURCE)
+            .warnings(true)
+            .compile("mlx5_abi_oracle");
 
         // The SSE variant of the control-segment helper exists only when the
         // header is compiled with SSE3 (and needs SSSE3 for its shuffle), so it

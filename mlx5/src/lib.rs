@@ -29,6 +29,7 @@ pub mod cq;
 pub mod device;
 pub mod doorbell;
 pub mod fastmap;
+pub mod hw;
 pub mod mem;
 pub mod prm;
 pub mod rq;

@@ -52,7 +52,13 @@ impl Context {
     /// one-line notice on stderr).
     pub fn open(name: &str) -> Result<Context, DeviceError> {
         let name = if name == "auto" {
-            eprintln!("mlx5: no RDMA hardware backend available; using the software device sim0");
+            match crate::hw::list_devices() {
+                Ok(devs) => eprintln!(
+                    "mlx5: RDMA devices present ({}), but the device API drives only the software device so far; using sim0",
+                    devs.join(", ")
+                ),
+                Err(e) => eprintln!("mlx5: {e}; using the software device sim0"),
+            }
             "sim0"
         } else {
             name

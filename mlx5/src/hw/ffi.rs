@@ -1,0 +1,569 @@
+//! Hand-written bindings for the parts of libibverbs and libmlx5 the hardware
+//! backend uses, mirroring rdma-core's installed `infiniband/verbs.h` and
+//! `infiniband/mlx5dv.h` (rdma-core 44 here).
+//!
+//! Every struct is declared through [`abi_struct!`], which also records each
+//! field's offset and size; the ABI test (`tests/abi.rs`, feature
+//! `rdma-core-oracle`) compares that table with what a C compiler makes of the
+//! headers. Structs marked *prefix* declare only their leading fields: they are
+//! allocated by the library and only read through pointers.
+#![allow(non_camel_case_types, missing_docs)]
+
+use std::ffi::{c_char, c_int, c_void};
+
+/// One row of a struct's layout: `("struct.field", offset, size)`.
+pub type LayoutRow = (&'static str, usize, usize);
+
+macro_rules! abi_struct {
+    ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
+        $(#[$m])*
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        pub struct $name { $(pub $field: $ty),* }
+
+        impl $name {
+            /// Offsets and sizes of the fields, for the ABI test.
+            pub fn layout() -> Vec<LayoutRow> {
+                let mut v = vec![(concat!(stringify!($name), "."), 0, std::mem::size_of::<$name>())];
+                $(
+                    v.push((
+                        concat!(stringify!($name), ".", stringify!($field)),
+                        std::mem::offset_of!($name, $field),
+                        {
+                            fn size_of_field<T>(_: fn(&$name) -> &T) -> usize { std::mem::size_of::<T>() }
+                            size_of_field(|s: &$name| &s.$field)
+                        },
+                    ));
+                )*
+                v
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                // SAFETY: a C struct of integers, pointers and arrays of them:
+                // all-zero is a valid value (and what the C callers memset to).
+                unsafe { std::mem::zeroed() }
+            }
+        }
+    };
+}
+
+/// Opaque `struct ibv_device`.
+#[repr(C)]
+pub struct ibv_device {
+    _p: [u8; 0],
+}
+/// Opaque `struct ibv_context`.
+#[repr(C)]
+pub struct ibv_context {
+    _p: [u8; 0],
+}
+/// Opaque `struct ibv_comp_channel`.
+#[repr(C)]
+pub struct ibv_comp_channel {
+    _p: [u8; 0],
+}
+
+/// `union ibv_gid`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct ibv_gid {
+    pub raw: [u8; 16],
+}
+
+abi_struct!(ibv_device_attr {
+    fw_ver: [c_char; 64],
+    node_guid: u64,
+    sys_image_guid: u64,
+    max_mr_size: u64,
+    page_size_cap: u64,
+    vendor_id: u32,
+    vendor_part_id: u32,
+    hw_ver: u32,
+    max_qp: c_int,
+    max_qp_wr: c_int,
+    device_cap_flags: u32,
+    max_sge: c_int,
+    max_sge_rd: c_int,
+    max_cq: c_int,
+    max_cqe: c_int,
+    max_mr: c_int,
+    max_pd: c_int,
+    max_qp_rd_atom: c_int,
+    max_ee_rd_atom: c_int,
+    max_res_rd_atom: c_int,
+    max_qp_init_rd_atom: c_int,
+    max_ee_init_rd_atom: c_int,
+    atomic_cap: u32,
+    max_ee: c_int,
+    max_rdd: c_int,
+    max_mw: c_int,
+    max_raw_ipv6_qp: c_int,
+    max_raw_ethy_qp: c_int,
+    max_mcast_grp: c_int,
+    max_mcast_qp_attach: c_int,
+    max_total_mcast_qp_attach: c_int,
+    max_ah: c_int,
+    max_fmr: c_int,
+    max_map_per_fmr: c_int,
+    max_srq: c_int,
+    max_srq_wr: c_int,
+    max_srq_sge: c_int,
+    max_pkeys: u16,
+    local_ca_ack_delay: u8,
+    phys_port_cnt: u8,
+});
+
+abi_struct!(ibv_port_attr {
+    state: u32,
+    max_mtu: u32,
+    active_mtu: u32,
+    gid_tbl_len: c_int,
+    port_cap_flags: u32,
+    max_msg_sz: u32,
+    bad_pkey_cntr: u32,
+    qkey_viol_cntr: u32,
+    pkey_tbl_len: u16,
+    lid: u16,
+    sm_lid: u16,
+    lmc: u8,
+    max_vl_num: u8,
+    sm_sl: u8,
+    subnet_timeout: u8,
+    init_type_reply: u8,
+    active_width: u8,
+    active_speed: u8,
+    phys_state: u8,
+    link_layer: u8,
+    flags: u8,
+    port_cap_flags2: u16,
+});
+
+abi_struct!(ibv_global_route {
+    dgid: ibv_gid,
+    flow_label: u32,
+    sgid_index: u8,
+    hop_limit: u8,
+    traffic_class: u8,
+});
+
+abi_struct!(ibv_ah_attr {
+    grh: ibv_global_route,
+    dlid: u16,
+    sl: u8,
+    src_path_bits: u8,
+    static_rate: u8,
+    is_global: u8,
+    port_num: u8,
+});
+
+abi_struct!(ibv_qp_cap {
+    max_send_wr: u32,
+    max_recv_wr: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    max_inline_data: u32,
+});
+
+abi_struct!(ibv_qp_attr {
+    qp_state: u32,
+    cur_qp_state: u32,
+    path_mtu: u32,
+    path_mig_state: u32,
+    qkey: u32,
+    rq_psn: u32,
+    sq_psn: u32,
+    dest_qp_num: u32,
+    qp_access_flags: u32,
+    cap: ibv_qp_cap,
+    ah_attr: ibv_ah_attr,
+    alt_ah_attr: ibv_ah_attr,
+    pkey_index: u16,
+    alt_pkey_index: u16,
+    en_sqd_async_notify: u8,
+    sq_draining: u8,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
+    min_rnr_timer: u8,
+    port_num: u8,
+    timeout: u8,
+    retry_cnt: u8,
+    rnr_retry: u8,
+    alt_port_num: u8,
+    alt_timeout: u8,
+    rate_limit: u32,
+});
+
+abi_struct!(ibv_qp_init_attr {
+    qp_context: *mut c_void,
+    send_cq: *mut ibv_cq,
+    recv_cq: *mut ibv_cq,
+    srq: *mut ibv_srq,
+    cap: ibv_qp_cap,
+    qp_type: u32,
+    sq_sig_all: c_int,
+});
+
+abi_struct!(ibv_srq_attr {
+    max_wr: u32,
+    max_sge: u32,
+    srq_limit: u32,
+});
+
+abi_struct!(ibv_srq_init_attr {
+    srq_context: *mut c_void,
+    attr: ibv_srq_attr,
+});
+
+abi_struct!(ibv_cq_init_attr_ex {
+    cqe: u32,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: u32,
+    wc_flags: u64,
+    comp_mask: u32,
+    flags: u32,
+    parent_domain: *mut ibv_pd,
+});
+
+abi_struct!(ibv_gid_entry {
+    gid: ibv_gid,
+    gid_index: u32,
+    port_num: u32,
+    gid_type: u32,
+    ndev_ifindex: u32,
+});
+
+abi_struct!(ibv_pd {
+    context: *mut ibv_context,
+    handle: u32,
+});
+
+abi_struct!(ibv_mr {
+    context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    handle: u32,
+    lkey: u32,
+    rkey: u32,
+});
+
+abi_struct!(
+    /// Prefix of `struct ibv_cq`.
+    ibv_cq {
+        context: *mut ibv_context,
+        channel: *mut ibv_comp_channel,
+        cq_context: *mut c_void,
+        handle: u32,
+        cqe: c_int,
+    }
+);
+
+abi_struct!(
+    /// Prefix of `struct ibv_srq`.
+    ibv_srq {
+        context: *mut ibv_context,
+        srq_context: *mut c_void,
+        pd: *mut ibv_pd,
+        handle: u32,
+    }
+);
+
+abi_struct!(
+    /// Prefix of `struct ibv_qp`.
+    ibv_qp {
+        context: *mut ibv_context,
+        qp_context: *mut c_void,
+        pd: *mut ibv_pd,
+        send_cq: *mut ibv_cq,
+        recv_cq: *mut ibv_cq,
+        srq: *mut ibv_srq,
+        handle: u32,
+        qp_num: u32,
+        state: u32,
+        qp_type: u32,
+    }
+);
+
+abi_struct!(mlx5dv_obj_pair {
+    in_: *mut c_void,
+    out: *mut c_void,
+});
+
+abi_struct!(mlx5dv_obj {
+    qp: mlx5dv_obj_pair,
+    cq: mlx5dv_obj_pair,
+    srq: mlx5dv_obj_pair,
+    rwq: mlx5dv_obj_pair,
+    dm: mlx5dv_obj_pair,
+    ah: mlx5dv_obj_pair,
+    pd: mlx5dv_obj_pair,
+});
+
+abi_struct!(mlx5dv_qp_queue {
+    buf: *mut c_void,
+    wqe_cnt: u32,
+    stride: u32,
+});
+
+abi_struct!(mlx5dv_qp_bf {
+    reg: *mut c_void,
+    size: u32,
+});
+
+abi_struct!(mlx5dv_qp {
+    dbrec: *mut u32,
+    sq: mlx5dv_qp_queue,
+    rq: mlx5dv_qp_queue,
+    bf: mlx5dv_qp_bf,
+    comp_mask: u64,
+    uar_mmap_offset: i64,
+    tirn: u32,
+    tisn: u32,
+    rqn: u32,
+    sqn: u32,
+    tir_icm_addr: u64,
+});
+
+abi_struct!(mlx5dv_cq {
+    buf: *mut c_void,
+    dbrec: *mut u32,
+    cqe_cnt: u32,
+    cqe_size: u32,
+    cq_uar: *mut c_void,
+    cqn: u32,
+    comp_mask: u64,
+});
+
+abi_struct!(mlx5dv_srq {
+    buf: *mut c_void,
+    dbrec: *mut u32,
+    stride: u32,
+    head: u32,
+    tail: u32,
+    comp_mask: u64,
+    srqn: u32,
+});
+
+abi_struct!(mlx5dv_cq_init_attr {
+    comp_mask: u64,
+    cqe_comp_res_format: u8,
+    flags: u32,
+    cqe_size: u16,
+});
+
+abi_struct!(mlx5dv_cqe_comp_caps {
+    max_num: u32,
+    supported_format: u32,
+});
+
+abi_struct!(mlx5dv_sw_parsing_caps {
+    sw_parsing_offloads: u32,
+    supported_qpts: u32,
+});
+
+abi_struct!(mlx5dv_striding_rq_caps {
+    min_single_stride_log_num_of_bytes: u32,
+    max_single_stride_log_num_of_bytes: u32,
+    min_single_wqe_log_num_of_strides: u32,
+    max_single_wqe_log_num_of_strides: u32,
+    supported_qpts: u32,
+});
+
+abi_struct!(mlx5dv_sig_caps {
+    block_size: u64,
+    block_prot: u32,
+    t10dif_bg: u16,
+    crc_type: u16,
+});
+
+abi_struct!(mlx5dv_dci_streams_caps {
+    max_log_num_concurent: u8,
+    max_log_num_errored: u8,
+});
+
+abi_struct!(mlx5dv_crypto_caps {
+    failed_selftests: u16,
+    crypto_engines: u8,
+    wrapped_import_method: u8,
+    log_max_num_deks: u8,
+    flags: u32,
+});
+
+abi_struct!(mlx5dv_context {
+    version: u8,
+    flags: u64,
+    comp_mask: u64,
+    cqe_comp_caps: mlx5dv_cqe_comp_caps,
+    sw_parsing_caps: mlx5dv_sw_parsing_caps,
+    striding_rq_caps: mlx5dv_striding_rq_caps,
+    tunnel_offloads_caps: u32,
+    max_dynamic_bfregs: u32,
+    max_clock_info_update_nsec: u64,
+    flow_action_flags: u32,
+    dc_odp_caps: u32,
+    hca_core_clock: *mut c_void,
+    num_lag_ports: u8,
+    sig_caps: mlx5dv_sig_caps,
+    dci_streams_caps: mlx5dv_dci_streams_caps,
+    max_wr_memcpy_length: usize,
+    crypto_caps: mlx5dv_crypto_caps,
+});
+
+/// Every struct's layout, for the ABI test.
+pub fn all_layouts() -> Vec<LayoutRow> {
+    [
+        ibv_device_attr::layout(),
+        ibv_port_attr::layout(),
+        ibv_global_route::layout(),
+        ibv_ah_attr::layout(),
+        ibv_qp_cap::layout(),
+        ibv_qp_attr::layout(),
+        ibv_qp_init_attr::layout(),
+        ibv_srq_attr::layout(),
+        ibv_srq_init_attr::layout(),
+        ibv_cq_init_attr_ex::layout(),
+        ibv_gid_entry::layout(),
+        ibv_pd::layout(),
+        ibv_mr::layout(),
+        ibv_cq::layout(),
+        ibv_srq::layout(),
+        ibv_qp::layout(),
+        mlx5dv_obj_pair::layout(),
+        mlx5dv_obj::layout(),
+        mlx5dv_qp_queue::layout(),
+        mlx5dv_qp_bf::layout(),
+        mlx5dv_qp::layout(),
+        mlx5dv_cq::layout(),
+        mlx5dv_srq::layout(),
+        mlx5dv_cq_init_attr::layout(),
+        mlx5dv_cqe_comp_caps::layout(),
+        mlx5dv_sw_parsing_caps::layout(),
+        mlx5dv_striding_rq_caps::layout(),
+        mlx5dv_sig_caps::layout(),
+        mlx5dv_dci_streams_caps::layout(),
+        mlx5dv_crypto_caps::layout(),
+        mlx5dv_context::layout(),
+    ]
+    .concat()
+}
+
+/// `enum ibv_qp_state` values.
+pub mod qp_state {
+    pub const RESET: u32 = 0;
+    pub const INIT: u32 = 1;
+    pub const RTR: u32 = 2;
+    pub const RTS: u32 = 3;
+    pub const ERR: u32 = 6;
+}
+
+/// `enum ibv_qp_attr_mask` bits.
+pub mod qp_attr_mask {
+    pub const STATE: i32 = 1 << 0;
+    pub const ACCESS_FLAGS: i32 = 1 << 3;
+    pub const PKEY_INDEX: i32 = 1 << 4;
+    pub const PORT: i32 = 1 << 5;
+    pub const AV: i32 = 1 << 7;
+    pub const PATH_MTU: i32 = 1 << 8;
+    pub const TIMEOUT: i32 = 1 << 9;
+    pub const RETRY_CNT: i32 = 1 << 10;
+    pub const RNR_RETRY: i32 = 1 << 11;
+    pub const RQ_PSN: i32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+    pub const MIN_RNR_TIMER: i32 = 1 << 15;
+    pub const SQ_PSN: i32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+    pub const DEST_QPN: i32 = 1 << 20;
+}
+
+/// Other constants.
+pub const IBV_QPT_RC: u32 = 2;
+pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
+pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+pub const IBV_PORT_ACTIVE: u32 = 4;
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
+pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
+pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+pub const MLX5DV_CONTEXT_MASK_CQE_COMPRESION: u64 = 1 << 0;
+pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
+pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
+
+/// `(name, value)` of every constant above, for the ABI test.
+pub fn all_constants() -> Vec<(&'static str, i64)> {
+    vec![
+        ("IBV_QPS_RESET", i64::from(qp_state::RESET)),
+        ("IBV_QPS_INIT", i64::from(qp_state::INIT)),
+        ("IBV_QPS_RTR", i64::from(qp_state::RTR)),
+        ("IBV_QPS_RTS", i64::from(qp_state::RTS)),
+        ("IBV_QPS_ERR", i64::from(qp_state::ERR)),
+        ("IBV_QP_STATE", i64::from(qp_attr_mask::STATE)),
+        ("IBV_QP_ACCESS_FLAGS", i64::from(qp_attr_mask::ACCESS_FLAGS)),
+        ("IBV_QP_PKEY_INDEX", i64::from(qp_attr_mask::PKEY_INDEX)),
+        ("IBV_QP_PORT", i64::from(qp_attr_mask::PORT)),
+        ("IBV_QP_AV", i64::from(qp_attr_mask::AV)),
+        ("IBV_QP_PATH_MTU", i64::from(qp_attr_mask::PATH_MTU)),
+        ("IBV_QP_TIMEOUT", i64::from(qp_attr_mask::TIMEOUT)),
+        ("IBV_QP_RETRY_CNT", i64::from(qp_attr_mask::RETRY_CNT)),
+        ("IBV_QP_RNR_RETRY", i64::from(qp_attr_mask::RNR_RETRY)),
+        ("IBV_QP_RQ_PSN", i64::from(qp_attr_mask::RQ_PSN)),
+        (
+            "IBV_QP_MAX_QP_RD_ATOMIC",
+            i64::from(qp_attr_mask::MAX_QP_RD_ATOMIC),
+        ),
+        (
+            "IBV_QP_MIN_RNR_TIMER",
+            i64::from(qp_attr_mask::MIN_RNR_TIMER),
+        ),
+        ("IBV_QP_SQ_PSN", i64::from(qp_attr_mask::SQ_PSN)),
+        (
+            "IBV_QP_MAX_DEST_RD_ATOMIC",
+            i64::from(qp_attr_mask::MAX_DEST_RD_ATOMIC),
+        ),
+        ("IBV_QP_DEST_QPN", i64::from(qp_attr_mask::DEST_QPN)),
+        ("IBV_QPT_RC", i64::from(IBV_QPT_RC)),
+        (
+            "IBV_LINK_LAYER_INFINIBAND",
+            i64::from(IBV_LINK_LAYER_INFINIBAND),
+        ),
+        (
+            "IBV_LINK_LAYER_ETHERNET",
+            i64::from(IBV_LINK_LAYER_ETHERNET),
+        ),
+        ("IBV_PORT_ACTIVE", i64::from(IBV_PORT_ACTIVE)),
+        ("IBV_GID_TYPE_ROCE_V2", i64::from(IBV_GID_TYPE_ROCE_V2)),
+        (
+            "IBV_ACCESS_LOCAL_WRITE",
+            i64::from(crate::device::access::LOCAL_WRITE),
+        ),
+        (
+            "IBV_ACCESS_REMOTE_WRITE",
+            i64::from(crate::device::access::REMOTE_WRITE),
+        ),
+        (
+            "IBV_ACCESS_REMOTE_READ",
+            i64::from(crate::device::access::REMOTE_READ),
+        ),
+        (
+            "IBV_ACCESS_REMOTE_ATOMIC",
+            i64::from(crate::device::access::REMOTE_ATOMIC),
+        ),
+        ("MLX5DV_OBJ_QP", MLX5DV_OBJ_QP as i64),
+        ("MLX5DV_OBJ_CQ", MLX5DV_OBJ_CQ as i64),
+        ("MLX5DV_OBJ_SRQ", MLX5DV_OBJ_SRQ as i64),
+        (
+            "MLX5DV_CONTEXT_MASK_CQE_COMPRESION",
+            MLX5DV_CONTEXT_MASK_CQE_COMPRESION as i64,
+        ),
+        (
+            "MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE",
+            MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE as i64,
+        ),
+        (
+            "MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE",
+            MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE as i64,
+        ),
+    ]
+}

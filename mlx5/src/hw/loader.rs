@@ -1,0 +1,225 @@
+//! Loading libibverbs and libmlx5 at run time (`dlopen`, as NCCL's ibvwrap
+//! does), so the default build needs no RDMA packages and one binary works with
+//! or without a NIC.
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+use super::ffi::*;
+
+/// Environment variable overriding the libibverbs file name.
+pub const IBVERBS_ENV: &str = "MLX5_LIBIBVERBS";
+/// Environment variable overriding the libmlx5 file name.
+pub const MLX5_ENV: &str = "MLX5_LIBMLX5";
+
+/// Errors of the hardware backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HwError {
+    /// The library could not be loaded.
+    #[error("cannot load {lib}: {reason} (install rdma-core: apt-get install libibverbs1 ibverbs-providers)")]
+    LibraryMissing {
+        /// File name tried.
+        lib: String,
+        /// `dlerror()`.
+        reason: String,
+    },
+    /// The library lacks a function we need (too old an rdma-core).
+    #[error("{lib} has no symbol {symbol} (rdma-core too old?)")]
+    SymbolMissing {
+        /// Library.
+        lib: String,
+        /// Symbol.
+        symbol: &'static str,
+    },
+    /// No RDMA device is present.
+    #[error("no RDMA device found")]
+    NoDevice,
+    /// No device has that name.
+    #[error("no RDMA device named {name:?} (present: {present})")]
+    UnknownDevice {
+        /// Name asked for.
+        name: String,
+        /// Names present, comma-separated.
+        present: String,
+    },
+    /// A verb failed.
+    #[error("{verb} failed: {}", std::io::Error::from_raw_os_error(*errno))]
+    Verb {
+        /// The verb.
+        verb: &'static str,
+        /// `errno`.
+        errno: i32,
+    },
+    /// The device is not an mlx5 device (the direct data path needs one).
+    #[error("{0} is not an mlx5 device")]
+    NotMlx5(String),
+}
+
+struct Lib(*mut c_void);
+// SAFETY: a dlopen handle may be used from any thread.
+unsafe impl Send for Lib {}
+// SAFETY: as above.
+unsafe impl Sync for Lib {}
+
+impl Lib {
+    fn open(name: &str) -> Result<Lib, HwError> {
+        let c = CString::new(name).map_err(|_| HwError::LibraryMissing {
+            lib: name.into(),
+            reason: "name contains NUL".into(),
+        })?;
+        // SAFETY: dlopen with a valid C string.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            return Err(HwError::LibraryMissing {
+                lib: name.into(),
+                reason: dlerror(),
+            });
+        }
+        Ok(Lib(h))
+    }
+
+    /// # Safety
+    /// `T` must be the function pointer type of the symbol's C prototype.
+    unsafe fn sym<T: Copy>(&self, lib: &str, name: &'static str) -> Result<T, HwError> {
+        debug_assert_eq!(std::mem::size_of::<T>(), std::mem::size_of::<*mut c_void>());
+        let c = CString::new(name).expect("symbol names have no NUL");
+        // SAFETY: a live handle and a valid C string.
+        let p = unsafe { libc::dlsym(self.0, c.as_ptr()) };
+        if p.is_null() {
+            return Err(HwError::SymbolMissing {
+                lib: lib.into(),
+                symbol: name,
+            });
+        }
+        // SAFETY: the caller names the right prototype; pointer-sized.
+        Ok(unsafe { std::mem::transmute_copy::<*mut c_void, T>(&p) })
+    }
+}
+
+fn dlerror() -> String {
+    // SAFETY: dlerror returns a thread-local string or null.
+    let p = unsafe { libc::dlerror() };
+    if p.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: a NUL-terminated string from libdl.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    }
+}
+
+/// The libmlx5 entry points; each field is the `mlx5dv_*` function of that name.
+#[allow(missing_docs)]
+pub struct Mlx5Fns {
+    pub is_supported: unsafe extern "C" fn(*mut ibv_device) -> bool,
+    pub query_device: unsafe extern "C" fn(*mut ibv_context, *mut mlx5dv_context) -> c_int,
+    pub create_cq: unsafe extern "C" fn(
+        *mut ibv_context,
+        *mut ibv_cq_init_attr_ex,
+        *mut mlx5dv_cq_init_attr,
+    ) -> *mut ibv_cq,
+    pub init_obj: unsafe extern "C" fn(*mut mlx5dv_obj, u64) -> c_int,
+    _lib: Lib,
+}
+
+/// The libibverbs entry points (each field is the `ibv_*` function of that
+/// name; `query_gid_ex` is `_ibv_query_gid_ex`), and libmlx5's when it loads.
+#[allow(missing_docs)]
+pub struct Verbs {
+    pub get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
+    pub free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
+    pub get_device_name: unsafe extern "C" fn(*mut ibv_device) -> *const c_char,
+    pub open_device: unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context,
+    pub close_device: unsafe extern "C" fn(*mut ibv_context) -> c_int,
+    pub query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
+    pub query_port: unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int,
+    pub query_gid: unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int,
+    pub query_gid_ex:
+        unsafe extern "C" fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int,
+    pub alloc_pd: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd,
+    pub dealloc_pd: unsafe extern "C" fn(*mut ibv_pd) -> c_int,
+    pub reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
+    pub dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
+    pub create_cq: unsafe extern "C" fn(
+        *mut ibv_context,
+        c_int,
+        *mut c_void,
+        *mut ibv_comp_channel,
+        c_int,
+    ) -> *mut ibv_cq,
+    pub destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
+    pub create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
+    pub destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
+    pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
+    pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    /// libmlx5, or why it did not load.
+    pub mlx5: Result<Mlx5Fns, HwError>,
+    _lib: Lib,
+}
+
+impl Verbs {
+    /// Loads the libraries under the given file names.
+    pub fn load_from(ibverbs: &str, mlx5: &str) -> Result<Verbs, HwError> {
+        let lib = Lib::open(ibverbs)?;
+        let l = ibverbs;
+        // SAFETY: each prototype matches rdma-core's verbs.h.
+        unsafe {
+            Ok(Verbs {
+                get_device_list: lib.sym(l, "ibv_get_device_list")?,
+                free_device_list: lib.sym(l, "ibv_free_device_list")?,
+                get_device_name: lib.sym(l, "ibv_get_device_name")?,
+                open_device: lib.sym(l, "ibv_open_device")?,
+                close_device: lib.sym(l, "ibv_close_device")?,
+                query_device: lib.sym(l, "ibv_query_device")?,
+                query_port: lib.sym(l, "ibv_query_port")?,
+                query_gid: lib.sym(l, "ibv_query_gid")?,
+                query_gid_ex: lib.sym(l, "_ibv_query_gid_ex")?,
+                alloc_pd: lib.sym(l, "ibv_alloc_pd")?,
+                dealloc_pd: lib.sym(l, "ibv_dealloc_pd")?,
+                reg_mr: lib.sym(l, "ibv_reg_mr")?,
+                dereg_mr: lib.sym(l, "ibv_dereg_mr")?,
+                create_cq: lib.sym(l, "ibv_create_cq")?,
+                destroy_cq: lib.sym(l, "ibv_destroy_cq")?,
+                create_srq: lib.sym(l, "ibv_create_srq")?,
+                destroy_srq: lib.sym(l, "ibv_destroy_srq")?,
+                create_qp: lib.sym(l, "ibv_create_qp")?,
+                modify_qp: lib.sym(l, "ibv_modify_qp")?,
+                destroy_qp: lib.sym(l, "ibv_destroy_qp")?,
+                mlx5: Self::load_mlx5(mlx5),
+                _lib: lib,
+            })
+        }
+    }
+
+    fn load_mlx5(name: &str) -> Result<Mlx5Fns, HwError> {
+        let lib = Lib::open(name)?;
+        // SAFETY: each prototype matches rdma-core's mlx5dv.h.
+        unsafe {
+            Ok(Mlx5Fns {
+                is_supported: lib.sym(name, "mlx5dv_is_supported")?,
+                query_device: lib.sym(name, "mlx5dv_query_device")?,
+                create_cq: lib.sym(name, "mlx5dv_create_cq")?,
+                init_obj: lib.sym(name, "mlx5dv_init_obj")?,
+                _lib: lib,
+            })
+        }
+    }
+}
+
+/// The process-wide libraries, loaded on first use from the names in
+/// [`IBVERBS_ENV`] / [`MLX5_ENV`] (default `libibverbs.so.1`, `libmlx5.so.1`).
+pub fn verbs() -> Result<&'static Verbs, HwError> {
+    static V: OnceLock<Result<Verbs, HwError>> = OnceLock::new();
+    V.get_or_init(|| {
+        let ib = std::env::var(IBVERBS_ENV).unwrap_or_else(|_| "libibverbs.so.1".into());
+        let m5 = std::env::var(MLX5_ENV).unwrap_or_else(|_| "libmlx5.so.1".into());
+        Verbs::load_from(&ib, &m5)
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// The errno of the last failed call.
+pub fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
