@@ -87,7 +87,7 @@ struct Ep {
 
 fn endpoint(fabric: &str, dev: &str, ch: &mut dyn Chan, size: usize) -> Ep {
     let ctx = Context::open_in(fabric, dev).unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let mr = pd
         .alloc_mr(
             size.max(64) * 2 + 64,
@@ -453,7 +453,10 @@ fn posting_loop(n: u64) {
     });
     let mut ch = ThreadChan(tx1, rx2);
     let mut ep = endpoint(&fabric, "sim0", &mut ch, 32);
-    ep.ctx.set_sim_timing(true);
+    ep.ctx
+        .as_sim()
+        .expect("software device")
+        .set_sim_timing(true);
     let (mut timed, mut nic_ns, mut i, mut acked) = (0u128, 0u64, 0u64, 0u64);
     while i < n {
         while i + 64 - acked > WINDOW {
@@ -463,7 +466,7 @@ fn posting_loop(n: u64) {
             }
             ep.retire_sends();
         }
-        let b0 = ep.ctx.sim_busy_ns();
+        let b0 = ep.ctx.as_sim().expect("software device").sim_busy_ns();
         let t = Instant::now();
         for _ in 0..64 {
             ep.send(32, 0, i as u32);
@@ -471,7 +474,7 @@ fn posting_loop(n: u64) {
             i += 1;
         }
         timed += t.elapsed().as_nanos();
-        nic_ns += ep.ctx.sim_busy_ns() - b0;
+        nic_ns += ep.ctx.as_sim().expect("software device").sim_busy_ns() - b0;
     }
     while acked < n {
         let (k, last) = ep.recv();

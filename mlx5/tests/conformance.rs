@@ -131,7 +131,7 @@ struct End {
 
 impl End {
     fn new(ctx: Context, attr: CqAttr) -> End {
-        let pd = ctx.alloc_pd();
+        let pd = ctx.alloc_pd().unwrap();
         let all = access::LOCAL_WRITE
             | access::REMOTE_WRITE
             | access::REMOTE_READ
@@ -394,7 +394,7 @@ fn rdma_read_and_atomics(f: &TestFabric) {
 fn one_srq_shared_by_many_qps(f: &TestFabric) {
     let sctx = f.open("sim0");
     let cctx = f.open("sim1");
-    let spd = sctx.alloc_pd();
+    let spd = sctx.alloc_pd().unwrap();
     let smr = spd
         .alloc_mr(MR_LEN, access::LOCAL_WRITE | access::REMOTE_WRITE)
         .unwrap();
@@ -404,7 +404,7 @@ fn one_srq_shared_by_many_qps(f: &TestFabric) {
     let s_scq = sctx.create_cq(&CqAttr::default()).unwrap();
     let mut ring = s_rcq.ring().unwrap();
     let c_cq = cctx.create_cq(&CqAttr::default()).unwrap();
-    let cpd = cctx.alloc_pd();
+    let cpd = cctx.alloc_pd().unwrap();
     let mut clients = Vec::new();
     for _ in 0..8 {
         let sq_ = sctx
@@ -468,7 +468,7 @@ fn one_srq_shared_by_many_qps(f: &TestFabric) {
 fn a_thousand_qps_on_one_cq(f: &TestFabric) {
     let a = f.open("sim0");
     let b = f.open("sim1");
-    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let bmr = bpd
         .alloc_mr(1024 * 8, access::LOCAL_WRITE | access::REMOTE_WRITE)
         .unwrap();
@@ -590,7 +590,7 @@ fn remote_access_errors_flush_the_rest(f: &TestFabric) {
         (
             "another PD",
             Box::new(|_, b| {
-                let pd = b.ctx.alloc_pd();
+                let pd = b.ctx.alloc_pd().unwrap();
                 let mr = pd.alloc_mr(64, access::REMOTE_WRITE).unwrap();
                 let k = (mr.addr(), mr.rkey());
                 std::mem::forget(mr);
@@ -742,7 +742,7 @@ fn vanished_peer_is_a_transport_retry_error(f: &TestFabric) {
 
 fn cq_overrun_is_detected_not_overwritten(f: &TestFabric) {
     let ctx = f.open("sim0");
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let small = ctx
         .create_cq(&CqAttr {
             cqe_cnt: 4,

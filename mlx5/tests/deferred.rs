@@ -39,7 +39,7 @@ fn world(tag: &str, mode: ExecMode, n: usize, rts: RtsAttr) -> World {
     let name = format!("defer-{}-{tag}", std::process::id());
     let a = Context::open_in_mode(&name, "sim0", mode).unwrap();
     let b = Context::open_in_mode(&name, "sim1", mode).unwrap();
-    let (apd, bpd) = (a.alloc_pd(), b.alloc_pd());
+    let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
     let attr = CqAttr {
         cqe_cnt: 1024,
         compression: Compression::Enhanced,

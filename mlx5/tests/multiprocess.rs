@@ -90,7 +90,7 @@ fn messages() -> u64 {
 /// WRITE into the sender's memory.
 fn receiver(fabric: &str, n: u64) {
     let ctx = Context::open_in(fabric, "sim1").unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let ring = pd
         .alloc_mr(
             (SLOTS * SLOT) as usize,
@@ -207,7 +207,7 @@ fn two_processes_exchange_a_million_write_imm() {
     let (peer, ring_addr, ring_rkey) = parse_info(&lines.next().expect("receiver info"));
 
     let ctx = Context::open_in(&fabric, "sim0").unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let src = pd.alloc_mr((SLOTS * SLOT) as usize, 0).unwrap();
     let credit = pd
         .alloc_mr(8, access::LOCAL_WRITE | access::REMOTE_WRITE)
@@ -286,7 +286,7 @@ fn two_processes_exchange_a_million_write_imm() {
 
 fn dying_peer(fabric: &str) {
     let ctx = Context::open_in(fabric, "sim1").unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let mr = pd
         .alloc_mr(4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
         .unwrap();
@@ -316,7 +316,7 @@ fn a_peer_process_that_dies() {
     let mut lines = child_lines(&mut child);
     let (peer, raddr, rkey) = parse_info(&lines.next().unwrap());
     let ctx = Context::open_in(&fabric, "sim0").unwrap();
-    let pd = ctx.alloc_pd();
+    let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(&CqAttr::default()).unwrap();
     let qp = ctx
         .create_qp(&pd, &cq, &cq, None, &QpCaps::default())

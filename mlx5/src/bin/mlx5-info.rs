@@ -125,7 +125,7 @@ fn show_hw(name: &str) -> Result<(), HwError> {
 
 fn show_sim(name: &str) {
     let fabric = mlx5::sim::fabric::fabric_name_from_env();
-    match mlx5::device::Context::open_in(&fabric, name) {
+    match mlx5::sim::device::SimContext::open_in(&fabric, name) {
         Ok(c) => {
             println!("hca_id: {name}  (software mlx5 device, fabric {fabric:?})");
             println!("    lid:             {}", c.lid());

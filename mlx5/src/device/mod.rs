@@ -1,6 +1,6 @@
 //! The device API: one interface for the backends that supply queue memory to
-//! the data path — the software mlx5 device ([`crate::sim`]) now, real
-//! hardware through rdma-core next.
+//! the data path — the software mlx5 device ([`crate::sim`]) and NICs through
+//! rdma-core ([`crate::hw`]).
 //!
 //! Open a device by name (`sim0`, `sim1`, …, or `auto`), allocate protection
 //! domains and memory regions, create CQs, SRQs and RC QPs, move QPs through
@@ -9,9 +9,9 @@
 //! [`RecvQueue`](crate::rq::RecvQueue), [`Srq`](crate::rq::Srq),
 //! [`CqRing`](crate::cq::CqRing)) out of them.
 
+mod front;
 mod types;
 
-pub use types::*;
-
-pub use crate::sim::device::{Context, Mr, Pd, Qp, SimCq as Cq, SimSrq as SrqHandle};
 pub use crate::sim::sched::{ExecMode, FaultPlan, SchedStats};
+pub use front::{Context, Cq, Mr, Pd, Qp, SrqHandle};
+pub use types::*;

@@ -176,4 +176,7 @@ pub enum DeviceError {
     /// A data-path object rejected the memory it was given.
     #[error("queue memory: {0}")]
     Queue(String),
+    /// The hardware backend failed.
+    #[error(transparent)]
+    Hw(crate::hw::HwError),
 }

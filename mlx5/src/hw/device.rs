@@ -235,6 +235,11 @@ impl HwContext {
         self.c.is_mlx5
     }
 
+    /// Port 1's LID (0 on Ethernet).
+    pub fn lid(&self) -> u16 {
+        self.lid
+    }
+
     /// The GID chosen for connections.
     pub fn gid(&self) -> GidInfo {
         self.gid
@@ -701,8 +706,7 @@ pub struct HwCq {
 }
 
 impl HwCq {
-    /// The consumer side for the data path, over the CQ's real memory.
-    pub fn ring(&self) -> Result<CqRing, HwError> {
+    fn dv(&self) -> Result<mlx5dv_cq, HwError> {
         let m = self.q.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let mut out = mlx5dv_cq::default();
         let mut obj = mlx5dv_obj::default();
@@ -712,6 +716,17 @@ impl HwCq {
         verb("mlx5dv_init_obj(CQ)", unsafe {
             (m.init_obj)(&mut obj, MLX5DV_OBJ_CQ)
         })?;
+        Ok(out)
+    }
+
+    /// CQ number.
+    pub fn cqn(&self) -> Result<u32, HwError> {
+        Ok(self.dv()?.cqn)
+    }
+
+    /// The consumer side for the data path, over the CQ's real memory.
+    pub fn ring(&self) -> Result<CqRing, HwError> {
+        let out = self.dv()?;
         let mem = CqMemory {
             buf: nonnull("mlx5dv_init_obj(CQ).buf", out.buf as *mut u8)?,
             cqe_cnt: out.cqe_cnt,
@@ -751,8 +766,7 @@ pub struct HwSrq {
 }
 
 impl HwSrq {
-    /// The posting side for the data path, over the SRQ's real memory.
-    pub fn srq<T: SrqTopology>(&self) -> Result<Srq<T>, HwError> {
+    fn dv(&self) -> Result<mlx5dv_srq, HwError> {
         let m = self.s.pd.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let mut out = mlx5dv_srq::default();
         let mut obj = mlx5dv_obj::default();
@@ -762,6 +776,17 @@ impl HwSrq {
         verb("mlx5dv_init_obj(SRQ)", unsafe {
             (m.init_obj)(&mut obj, MLX5DV_OBJ_SRQ)
         })?;
+        Ok(out)
+    }
+
+    /// SRQ number.
+    pub fn srqn(&self) -> Result<u32, HwError> {
+        Ok(self.dv()?.srqn)
+    }
+
+    /// The posting side for the data path, over the SRQ's real memory.
+    pub fn srq<T: SrqTopology>(&self) -> Result<Srq<T>, HwError> {
+        let out = self.dv()?;
         // rdma-core allocates max_wr + 1 rounded to a power of two; the buffer
         // holds (tail + 1) WQEs.
         let cnt = out.tail + 1;
@@ -818,6 +843,17 @@ impl HwQp {
         self.raw().qp_num
     }
 
+    /// The QP's state as the device reports it (`ibv_query_qp`): `IBV_QPS_*`.
+    pub fn query_state(&self) -> Result<u32, HwError> {
+        let mut a = ibv_qp_attr::default();
+        let mut i = ibv_qp_init_attr::default();
+        // SAFETY: a live QP and zeroed out-structs.
+        verb("ibv_query_qp", unsafe {
+            (self.q.pd.c.v.query_qp)(self.q.qp.as_ptr(), &mut a, qp_attr_mask::STATE, &mut i)
+        })?;
+        Ok(a.qp_state)
+    }
+
     /// What the peer needs, with the context's port LID and chosen GID.
     pub fn conn_info(&self, ctx: &HwContext, psn: u32) -> ConnInfo {
         ConnInfo {
@@ -861,6 +897,7 @@ impl HwQp {
             rq_psn: attr.remote.psn,
             max_dest_rd_atomic: attr.max_dest_rd_atomic,
             min_rnr_timer: attr.min_rnr_timer,
+            qp_access_flags: attr.access,
             ..Default::default()
         };
         a.ah_attr.dlid = attr.remote.lid;

@@ -151,6 +151,8 @@ pub struct Verbs {
     pub destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    pub query_qp:
+        unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
     /// libmlx5, or why it did not load.
     pub mlx5: Result<Mlx5Fns, HwError>,
@@ -184,6 +186,7 @@ impl Verbs {
                 destroy_srq: lib.sym(l, "ibv_destroy_srq")?,
                 create_qp: lib.sym(l, "ibv_create_qp")?,
                 modify_qp: lib.sym(l, "ibv_modify_qp")?,
+                query_qp: lib.sym(l, "ibv_query_qp")?,
                 destroy_qp: lib.sym(l, "ibv_destroy_qp")?,
                 mlx5: Self::load_mlx5(mlx5),
                 _lib: lib,

@@ -32,11 +32,11 @@ struct Dev {
 
 /// An opened device.
 #[derive(Clone)]
-pub struct Context {
+pub struct SimContext {
     d: Arc<Dev>,
 }
 
-impl std::fmt::Debug for Context {
+impl std::fmt::Debug for SimContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("name", &self.d.name)
@@ -45,41 +45,34 @@ impl std::fmt::Debug for Context {
     }
 }
 
-impl Context {
-    /// Opens a device by name: `sim0` .. `sim7` (the software device, in the
-    /// fabric named by `MLX5_SIM_FABRIC`), or `auto` (a hardware device when one
-    /// exists — the hardware backend is not built yet — else `sim0`, with a
-    /// one-line notice on stderr).
-    pub fn open(name: &str) -> Result<Context, DeviceError> {
-        let name = if name == "auto" {
-            match crate::hw::list_devices() {
-                Ok(devs) => eprintln!(
-                    "mlx5: RDMA devices present ({}), but the device API drives only the software device so far; using sim0",
-                    devs.join(", ")
-                ),
-                Err(e) => eprintln!("mlx5: {e}; using the software device sim0"),
-            }
-            "sim0"
-        } else {
-            name
-        };
+impl SimContext {
+    /// Opens `sim0` .. `sim7` in the fabric named by `MLX5_SIM_FABRIC`.
+    pub fn open(name: &str) -> Result<SimContext, DeviceError> {
         Self::open_in(&fabric_name_from_env(), name)
     }
 
     /// Opens software device `name` (`sim0` .. `sim7`) in fabric `fabric`, in the
     /// execution mode this process already uses there (inline if none).
-    pub fn open_in(fabric: &str, name: &str) -> Result<Context, DeviceError> {
+    pub fn open_in(fabric: &str, name: &str) -> Result<SimContext, DeviceError> {
         Self::open_with(fabric, name, None)
     }
 
     /// Opens software device `name` in fabric `fabric`, with the simulated NIC
     /// of this process running in `mode` (all devices of one fabric in one
     /// process share it).
-    pub fn open_in_mode(fabric: &str, name: &str, mode: ExecMode) -> Result<Context, DeviceError> {
+    pub fn open_in_mode(
+        fabric: &str,
+        name: &str,
+        mode: ExecMode,
+    ) -> Result<SimContext, DeviceError> {
         Self::open_with(fabric, name, Some(mode))
     }
 
-    fn open_with(fabric: &str, name: &str, mode: Option<ExecMode>) -> Result<Context, DeviceError> {
+    fn open_with(
+        fabric: &str,
+        name: &str,
+        mode: Option<ExecMode>,
+    ) -> Result<SimContext, DeviceError> {
         let dev = name
             .strip_prefix("sim")
             .and_then(|n| n.parse::<u32>().ok())
@@ -88,7 +81,7 @@ impl Context {
         let fab = Fabric::open(fabric)?;
         fab.reg().devs[dev as usize].store(1, Ordering::Relaxed);
         let nic = fab.nic(mode)?;
-        Ok(Context {
+        Ok(SimContext {
             d: Arc::new(Dev {
                 fab,
                 dev,
@@ -156,8 +149,8 @@ impl Context {
     }
 
     /// Allocates a protection domain.
-    pub fn alloc_pd(&self) -> Pd {
-        Pd {
+    pub fn alloc_pd(&self) -> SimPd {
+        SimPd {
             ctx: self.clone(),
             pdn: self.d.fab.reg().next_gen() | 0x8000_0000,
         }
@@ -240,7 +233,12 @@ impl Context {
     }
 
     /// Creates an SRQ of `wqe_cnt` WQEs with up to `max_sge` SGEs each.
-    pub fn create_srq(&self, pd: &Pd, wqe_cnt: u32, max_sge: u32) -> Result<SimSrq, DeviceError> {
+    pub fn create_srq(
+        &self,
+        pd: &SimPd,
+        wqe_cnt: u32,
+        max_sge: u32,
+    ) -> Result<SimSrq, DeviceError> {
         let cnt = wqe_cnt.max(2).next_power_of_two();
         if cnt > 32768 || max_sge > 63 {
             return Err(DeviceError::Invalid(format!(
@@ -285,12 +283,12 @@ impl Context {
     /// Creates an RC QP on `pd` with the given CQs, on `srq` or on an RQ of its own.
     pub fn create_qp(
         &self,
-        pd: &Pd,
+        pd: &SimPd,
         send_cq: &SimCq,
         recv_cq: &SimCq,
         srq: Option<&SimSrq>,
         caps: &QpCaps,
-    ) -> Result<Qp, DeviceError> {
+    ) -> Result<SimQp, DeviceError> {
         let sq_cnt = caps.sq_wqe_cnt.max(1).next_power_of_two();
         if sq_cnt > 32768 {
             return Err(DeviceError::Invalid(format!(
@@ -346,7 +344,7 @@ impl Context {
         e.retry_due_ns.store(0, Ordering::Relaxed);
         e.peer_seen_ns.store(u64::MAX, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
-        Ok(Qp {
+        Ok(SimQp {
             inner: Arc::new(QpInner {
                 ctx: self.clone(),
                 slot,
@@ -370,12 +368,12 @@ impl Context {
 
 /// A protection domain.
 #[derive(Debug, Clone)]
-pub struct Pd {
-    ctx: Context,
+pub struct SimPd {
+    ctx: SimContext,
     pdn: u32,
 }
 
-impl Pd {
+impl SimPd {
     /// The PD number.
     pub fn pdn(&self) -> u32 {
         self.pdn
@@ -388,7 +386,7 @@ impl Pd {
         off: u64,
         len: u64,
         access: u32,
-    ) -> Result<Mr, DeviceError> {
+    ) -> Result<SimMr, DeviceError> {
         let fab = &self.ctx.d.fab;
         let r = fab.reg();
         let slot = registry::claim(&r.mrs[..], |e| &e.state).ok_or_else(|| {
@@ -407,7 +405,7 @@ impl Pd {
         e.va.store(va, Ordering::Relaxed);
         e.len.store(len, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
-        Ok(Mr {
+        Ok(SimMr {
             inner: Arc::new(MrInner {
                 fab: fab.clone(),
                 slot,
@@ -422,7 +420,7 @@ impl Pd {
     /// Allocates `len` zeroed bytes of device memory that peers in any process of
     /// the fabric can reach, registered with `access`
     /// ([`access`](crate::device::access) flags).
-    pub fn alloc_mr(&self, len: usize, access: u32) -> Result<Mr, DeviceError> {
+    pub fn alloc_mr(&self, len: usize, access: u32) -> Result<SimMr, DeviceError> {
         let seg = self.ctx.d.fab.alloc_segment(len.max(1))?;
         let va = seg.base().as_ptr() as u64;
         self.register(Some(seg), va, 0, len as u64, access)
@@ -436,7 +434,12 @@ impl Pd {
     /// # Safety
     /// `[addr, addr + len)` must stay valid until the MR is dropped, and the
     /// NIC may write it at any time its access flags allow.
-    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<Mr, DeviceError> {
+    pub unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        access: u32,
+    ) -> Result<SimMr, DeviceError> {
         self.register(None, addr as u64, 0, len as u64, access)
     }
 }
@@ -460,11 +463,11 @@ impl Drop for MrInner {
 
 /// A memory region.
 #[derive(Clone)]
-pub struct Mr {
+pub struct SimMr {
     inner: Arc<MrInner>,
 }
 
-impl std::fmt::Debug for Mr {
+impl std::fmt::Debug for SimMr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mr")
             .field("key", &format_args!("{:#x}", self.inner.key))
@@ -474,7 +477,7 @@ impl std::fmt::Debug for Mr {
     }
 }
 
-impl Mr {
+impl SimMr {
     /// Local key.
     pub fn lkey(&self) -> u32 {
         self.inner.key
@@ -527,7 +530,7 @@ impl Mr {
 }
 
 struct CqInner {
-    ctx: Context,
+    ctx: SimContext,
     slot: usize,
     cqn: u32,
     seg: Segment,
@@ -592,7 +595,7 @@ impl SimCq {
 }
 
 struct SrqInner {
-    ctx: Context,
+    ctx: SimContext,
     slot: usize,
     srqn: u32,
     seg: Segment,
@@ -663,7 +666,7 @@ unsafe impl Send for QpInner {}
 unsafe impl Sync for QpInner {}
 
 struct QpInner {
-    ctx: Context,
+    ctx: SimContext,
     slot: usize,
     qpn: u32,
     seg: Segment,
@@ -690,11 +693,11 @@ impl Drop for QpInner {
 
 /// An RC QP of the software device.
 #[derive(Clone)]
-pub struct Qp {
+pub struct SimQp {
     inner: Arc<QpInner>,
 }
 
-impl std::fmt::Debug for Qp {
+impl std::fmt::Debug for SimQp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
             .field("qpn", &self.inner.qpn)
@@ -713,7 +716,7 @@ fn state_of(v: u32) -> QpState {
     }
 }
 
-impl Qp {
+impl SimQp {
     fn e(&self) -> &registry::QpEntry {
         &self.inner.ctx.d.fab.reg().qps[self.inner.slot]
     }
@@ -871,7 +874,7 @@ impl Qp {
 const _: () = assert!(MAX_MRS <= 1 << 16 && MAX_QPS <= 1 << 16 && MAX_CQS <= 1 << 16);
 
 /// Device-wide counters for tests: live QPs of this process in the fabric.
-pub fn live_qps(ctx: &Context) -> usize {
+pub fn live_qps(ctx: &SimContext) -> usize {
     let me = my_pid();
     ctx.d
         .fab

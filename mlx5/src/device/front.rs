@@ -1,0 +1,497 @@
+//! The device API's objects: each an enum over the two backends, with one set
+//! of methods. Open a device by name and everything created from it belongs to
+//! the same backend.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use super::{ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};
+use crate::cq::CqRing;
+use crate::hw::{self, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq};
+use crate::rq::{RecvQueue, Srq, SrqTopology};
+use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
+use crate::sim::sched::{ExecMode, SchedStats};
+use crate::sq::{SendQueue, SqConfig};
+use crate::wqe_table::{RecvTable, SendTable};
+
+impl From<HwError> for DeviceError {
+    fn from(e: HwError) -> Self {
+        DeviceError::Hw(e)
+    }
+}
+
+fn mixed() -> DeviceError {
+    DeviceError::Invalid("objects of different devices".into())
+}
+
+/// An opened device: the software mlx5 device or a NIC.
+#[derive(Clone, Debug)]
+pub enum Context {
+    /// The software device.
+    Sim(SimContext),
+    /// A NIC through rdma-core.
+    Hw(HwContext),
+}
+
+impl Context {
+    /// Opens a device by name: `sim0` .. `sim7` (the software device, in the
+    /// fabric `MLX5_SIM_FABRIC` names), a NIC (`mlx5_0`, …), or `auto`: the first
+    /// mlx5 NIC, else `sim0` with a one-line notice on stderr.
+    pub fn open(name: &str) -> Result<Context, DeviceError> {
+        if name == "auto" {
+            match hw::list_devices() {
+                Ok(devs) => {
+                    for d in &devs {
+                        if let Ok(c) = HwContext::open(d) {
+                            if c.is_mlx5() {
+                                return Ok(Context::Hw(c));
+                            }
+                        }
+                    }
+                    eprintln!(
+                        "mlx5: no usable mlx5 NIC among {}; using the software device sim0",
+                        devs.join(", ")
+                    );
+                }
+                Err(e) => eprintln!("mlx5: {e}; using the software device sim0"),
+            }
+            return Self::open("sim0");
+        }
+        if name.starts_with("sim") {
+            return Ok(Context::Sim(SimContext::open(name)?));
+        }
+        Ok(Context::Hw(HwContext::open(name)?))
+    }
+
+    /// Opens software device `name` in fabric `fabric` (inline mode unless this
+    /// process already drives the fabric in another).
+    pub fn open_in(fabric: &str, name: &str) -> Result<Context, DeviceError> {
+        Ok(Context::Sim(SimContext::open_in(fabric, name)?))
+    }
+
+    /// Opens software device `name` in fabric `fabric` with the simulated NIC
+    /// in `mode`.
+    pub fn open_in_mode(fabric: &str, name: &str, mode: ExecMode) -> Result<Context, DeviceError> {
+        Ok(Context::Sim(SimContext::open_in_mode(fabric, name, mode)?))
+    }
+
+    /// Device name.
+    pub fn name(&self) -> &str {
+        match self {
+            Context::Sim(c) => c.name(),
+            Context::Hw(c) => c.name(),
+        }
+    }
+
+    /// Port LID (on the software device, the device number + 1).
+    pub fn lid(&self) -> u16 {
+        match self {
+            Context::Sim(c) => c.lid(),
+            Context::Hw(c) => c.lid(),
+        }
+    }
+
+    /// The GID used for connections.
+    pub fn gid(&self) -> [u8; 16] {
+        match self {
+            Context::Sim(c) => c.gid(),
+            Context::Hw(c) => c.gid().gid,
+        }
+    }
+
+    /// The software device, if this is one (for its own controls).
+    pub fn as_sim(&self) -> Option<&SimContext> {
+        match self {
+            Context::Sim(c) => Some(c),
+            Context::Hw(_) => None,
+        }
+    }
+
+    /// Runs the software device's queued or stalled work (nothing on hardware,
+    /// whose NIC needs no help). Returns the QPs still waiting.
+    pub fn progress(&self) -> usize {
+        match self {
+            Context::Sim(c) => c.progress(),
+            Context::Hw(_) => 0,
+        }
+    }
+
+    /// Deferred-mode statistics of the software device (zero on hardware).
+    pub fn sched_stats(&self) -> SchedStats {
+        self.as_sim()
+            .map(SimContext::sched_stats)
+            .unwrap_or_default()
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<Pd, DeviceError> {
+        Ok(match self {
+            Context::Sim(c) => Pd::Sim(c.alloc_pd()),
+            Context::Hw(c) => Pd::Hw(c.alloc_pd()?),
+        })
+    }
+
+    /// Creates a CQ.
+    pub fn create_cq(&self, attr: &CqAttr) -> Result<Cq, DeviceError> {
+        Ok(match self {
+            Context::Sim(c) => Cq::Sim(c.create_cq(attr)?),
+            Context::Hw(c) => {
+                if attr.scatter_to_cqe {
+                    return Err(DeviceError::Invalid(
+                        "scatter-to-CQE is not set up on hardware CQs yet".into(),
+                    ));
+                }
+                Cq::Hw(c.create_cq(attr.cqe_cnt, attr.cqe_size, attr.compression)?)
+            }
+        })
+    }
+
+    /// Creates an SRQ of `wqe_cnt` WQEs with up to `max_sge` SGEs each.
+    pub fn create_srq(
+        &self,
+        pd: &Pd,
+        wqe_cnt: u32,
+        max_sge: u32,
+    ) -> Result<SrqHandle, DeviceError> {
+        Ok(match (self, pd) {
+            (Context::Sim(c), Pd::Sim(p)) => SrqHandle::Sim(c.create_srq(p, wqe_cnt, max_sge)?),
+            (Context::Hw(_), Pd::Hw(p)) => SrqHandle::Hw(p.create_srq(wqe_cnt, max_sge)?),
+            _ => return Err(mixed()),
+        })
+    }
+
+    /// Creates an RC QP on `pd` with the given CQs, on `srq` or an RQ of its own.
+    pub fn create_qp(
+        &self,
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&SrqHandle>,
+        caps: &QpCaps,
+    ) -> Result<Qp, DeviceError> {
+        Ok(match (self, pd, send_cq, recv_cq) {
+            (Context::Sim(c), Pd::Sim(p), Cq::Sim(s), Cq::Sim(r)) => {
+                let srq = match srq {
+                    None => None,
+                    Some(SrqHandle::Sim(x)) => Some(x),
+                    Some(_) => return Err(mixed()),
+                };
+                Qp::Sim(c.create_qp(p, s, r, srq, caps)?)
+            }
+            (Context::Hw(c), Pd::Hw(p), Cq::Hw(s), Cq::Hw(r)) => {
+                let srq = match srq {
+                    None => None,
+                    Some(SrqHandle::Hw(x)) => Some(x),
+                    Some(_) => return Err(mixed()),
+                };
+                let qp = p.create_qp(s, r, srq, caps)?;
+                Qp::Hw {
+                    qp,
+                    ctx: c.clone(),
+                    state: Arc::new(AtomicU32::new(hw::ffi::qp_state::RESET)),
+                }
+            }
+            _ => return Err(mixed()),
+        })
+    }
+}
+
+/// A protection domain.
+#[derive(Clone)]
+pub enum Pd {
+    /// Software device.
+    Sim(SimPd),
+    /// NIC.
+    Hw(HwPd),
+}
+
+impl Pd {
+    /// Allocates `len` zeroed bytes registered with `access` (on the software
+    /// device: shared memory any process of the fabric can reach).
+    pub fn alloc_mr(&self, len: usize, access: u32) -> Result<Mr, DeviceError> {
+        Ok(match self {
+            Pd::Sim(p) => Mr::Sim(p.alloc_mr(len, access)?),
+            Pd::Hw(p) => Mr::Hw(p.alloc_mr(len, access, false)?),
+        })
+    }
+
+    /// Registers memory of this process.
+    ///
+    /// # Safety
+    /// `[addr, addr + len)` must stay valid until the MR is dropped, and the NIC
+    /// may write it whenever its access flags allow.
+    pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<Mr, DeviceError> {
+        // SAFETY: forwarded.
+        Ok(match self {
+            Pd::Sim(p) => Mr::Sim(unsafe { p.reg_mr(addr, len, access) }?),
+            Pd::Hw(p) => Mr::Hw(unsafe { p.reg_mr(addr, len, access) }?),
+        })
+    }
+}
+
+/// A memory region.
+#[derive(Clone)]
+pub enum Mr {
+    /// Software device.
+    Sim(SimMr),
+    /// NIC.
+    Hw(HwMr),
+}
+
+impl std::fmt::Debug for Mr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mr")
+            .field("lkey", &self.lkey())
+            .field("addr", &self.addr())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl Mr {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        match self {
+            Mr::Sim(m) => m.lkey(),
+            Mr::Hw(m) => m.lkey(),
+        }
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        match self {
+            Mr::Sim(m) => m.rkey(),
+            Mr::Hw(m) => m.rkey(),
+        }
+    }
+    /// Address in this process (what SGEs and remote addresses use).
+    pub fn addr(&self) -> u64 {
+        match self {
+            Mr::Sim(m) => m.addr(),
+            Mr::Hw(m) => m.addr(),
+        }
+    }
+    /// Length.
+    pub fn len(&self) -> usize {
+        match self {
+            Mr::Sim(m) => m.len(),
+            Mr::Hw(m) => m.len(),
+        }
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Base pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr() as *mut u8
+    }
+    /// Copies `data` into the region at `off`.
+    ///
+    /// # Panics
+    /// When the range is outside the region.
+    pub fn write(&self, off: usize, data: &[u8]) {
+        assert!(off + data.len() <= self.len(), "write outside the MR");
+        // SAFETY: inside the region; concurrent NIC writes are the caller's
+        // protocol, as with any DMA buffer.
+        unsafe { std::ptr::copy(data.as_ptr(), self.as_ptr().add(off), data.len()) };
+    }
+    /// Copies bytes at `off` out of the region.
+    ///
+    /// # Panics
+    /// When the range is outside the region.
+    pub fn read(&self, off: usize, out: &mut [u8]) {
+        assert!(off + out.len() <= self.len(), "read outside the MR");
+        // SAFETY: as for write.
+        unsafe { std::ptr::copy(self.as_ptr().add(off), out.as_mut_ptr(), out.len()) };
+    }
+    /// `len` bytes at `off`, copied out.
+    pub fn to_vec(&self, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.read(off, &mut v);
+        v
+    }
+}
+
+/// A completion queue.
+#[derive(Clone)]
+pub enum Cq {
+    /// Software device.
+    Sim(SimCq),
+    /// NIC.
+    Hw(HwCq),
+}
+
+impl Cq {
+    /// CQ number.
+    pub fn cqn(&self) -> u32 {
+        match self {
+            Cq::Sim(c) => c.cqn(),
+            Cq::Hw(c) => c.cqn().unwrap_or(0),
+        }
+    }
+    /// Whether the software device found the CQ full (hardware reports an
+    /// overrun as an asynchronous event, which this API does not read yet).
+    pub fn overrun(&self) -> bool {
+        match self {
+            Cq::Sim(c) => c.overrun(),
+            Cq::Hw(_) => false,
+        }
+    }
+    /// The consumer side for the data path (once on the software device).
+    pub fn ring(&self) -> Result<CqRing, DeviceError> {
+        Ok(match self {
+            Cq::Sim(c) => c.ring()?,
+            Cq::Hw(c) => c.ring()?,
+        })
+    }
+}
+
+/// A shared receive queue.
+#[derive(Clone)]
+pub enum SrqHandle {
+    /// Software device.
+    Sim(SimSrq),
+    /// NIC.
+    Hw(HwSrq),
+}
+
+impl SrqHandle {
+    /// SRQ number.
+    pub fn srqn(&self) -> u32 {
+        match self {
+            SrqHandle::Sim(s) => s.srqn(),
+            SrqHandle::Hw(s) => s.srqn().unwrap_or(0),
+        }
+    }
+    /// The posting side for the data path.
+    pub fn srq<T: SrqTopology>(&self) -> Result<Srq<T>, DeviceError> {
+        Ok(match self {
+            SrqHandle::Sim(s) => s.srq()?,
+            SrqHandle::Hw(s) => s.srq()?,
+        })
+    }
+}
+
+/// An RC queue pair.
+#[derive(Clone)]
+pub enum Qp {
+    /// Software device.
+    Sim(SimQp),
+    /// NIC, with the context it was created on.
+    Hw {
+        /// The QP.
+        qp: HwQp,
+        /// Its device (port, GID and MTU for RTR).
+        ctx: HwContext,
+        /// The last state this API moved it to.
+        state: Arc<AtomicU32>,
+    },
+}
+
+impl std::fmt::Debug for Qp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Qp")
+            .field("qpn", &self.qpn())
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+fn hw_state(v: u32) -> QpState {
+    use hw::ffi::qp_state::*;
+    match v {
+        RESET => QpState::Reset,
+        INIT => QpState::Init,
+        RTR => QpState::Rtr,
+        RTS => QpState::Rts,
+        _ => QpState::Err,
+    }
+}
+
+impl Qp {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        match self {
+            Qp::Sim(q) => q.qpn(),
+            Qp::Hw { qp, .. } => qp.qpn(),
+        }
+    }
+
+    /// Current state (the NIC moves a QP to ERR on its own after an error).
+    pub fn state(&self) -> QpState {
+        match self {
+            Qp::Sim(q) => q.state(),
+            Qp::Hw { qp, state, .. } => {
+                hw_state(qp.query_state().unwrap_or(state.load(Ordering::Relaxed)))
+            }
+        }
+    }
+
+    /// What the peer needs to connect.
+    pub fn conn_info(&self) -> ConnInfo {
+        match self {
+            Qp::Sim(q) => q.conn_info(),
+            Qp::Hw { qp, ctx, .. } => qp.conn_info(ctx, 0),
+        }
+    }
+
+    fn hw_step(state: &AtomicU32, v: u32, r: Result<(), HwError>) -> Result<(), DeviceError> {
+        r?;
+        state.store(v, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// RESET → INIT.
+    pub fn to_init(&self) -> Result<(), DeviceError> {
+        match self {
+            Qp::Sim(q) => q.to_init(),
+            Qp::Hw { qp, state, .. } => {
+                Self::hw_step(state, hw::ffi::qp_state::INIT, qp.to_init(0))
+            }
+        }
+    }
+
+    /// INIT → RTR: connect to `attr.remote`, accept `attr.access` remote operations.
+    pub fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
+        match self {
+            Qp::Sim(q) => q.to_rtr(attr),
+            Qp::Hw { qp, ctx, state } => {
+                Self::hw_step(state, hw::ffi::qp_state::RTR, qp.to_rtr(ctx, attr))
+            }
+        }
+    }
+
+    /// RTR → RTS.
+    pub fn to_rts(&self, attr: &RtsAttr) -> Result<(), DeviceError> {
+        match self {
+            Qp::Sim(q) => q.to_rts(attr),
+            Qp::Hw { qp, state, .. } => {
+                Self::hw_step(state, hw::ffi::qp_state::RTS, qp.to_rts(attr))
+            }
+        }
+    }
+
+    /// Any state → ERR: every outstanding WQE completes with WR_FLUSH_ERR.
+    pub fn to_err(&self) -> Result<(), DeviceError> {
+        match self {
+            Qp::Sim(q) => q.to_err(),
+            Qp::Hw { qp, state, .. } => Self::hw_step(state, hw::ffi::qp_state::ERR, qp.to_err()),
+        }
+    }
+
+    /// The send queue for the data path.
+    pub fn send_queue<T: SendTable>(&self, cfg: SqConfig) -> Result<SendQueue<T>, DeviceError> {
+        Ok(match self {
+            Qp::Sim(q) => q.send_queue(cfg)?,
+            Qp::Hw { qp, .. } => qp.send_queue(cfg)?,
+        })
+    }
+
+    /// The QP's own receive queue for the data path.
+    pub fn recv_queue<T: RecvTable>(&self) -> Result<RecvQueue<T>, DeviceError> {
+        Ok(match self {
+            Qp::Sim(q) => q.recv_queue()?,
+            Qp::Hw { qp, .. } => qp.recv_queue()?,
+        })
+    }
+}
