@@ -14,14 +14,28 @@ use mlx5::sim::fabric::Fabric;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedDense, OrderedRecv};
 
-/// A fabric used by one test, removed at the end.
-struct TestFabric(String, ExecMode);
+/// Where a scenario runs: a software-device fabric of its own (removed at the
+/// end), or a real NIC (both ends on it).
+struct TestFabric(String, ExecMode, Option<String>);
 impl TestFabric {
     fn new(test: &str, mode: ExecMode) -> Self {
-        TestFabric(format!("conf-{}-{test}", std::process::id()), mode)
+        TestFabric(format!("conf-{}-{test}", std::process::id()), mode, None)
+    }
+    fn hardware(test: &str) -> Self {
+        let dev = std::env::var("MLX5_TEST_DEVICE").expect(
+            "set MLX5_TEST_DEVICE to an mlx5 device (e.g. mlx5_0) to run the suite on hardware",
+        );
+        TestFabric(
+            format!("conf-{}-{test}-hw", std::process::id()),
+            ExecMode::Inline,
+            Some(dev),
+        )
     }
     fn open(&self, dev: &str) -> Context {
-        Context::open_in_mode(&self.0, dev, self.1).expect("open device")
+        match &self.2 {
+            Some(hw) => Context::open(hw).expect("open the hardware device"),
+            None => Context::open_in_mode(&self.0, dev, self.1).expect("open device"),
+        }
     }
 }
 
@@ -47,6 +61,39 @@ macro_rules! both_modes {
         }
     )*};
 }
+
+/// Scenarios that run on a NIC too, with `MLX5_TEST_DEVICE` naming it:
+/// `MLX5_TEST_DEVICE=mlx5_0 cargo test -p mlx5 --test conformance -- --ignored`.
+/// (CQ overrun, scatter-to-CQE and the compression check use software-device
+/// controls and run there only.)
+macro_rules! on_hardware {
+    ($($name:ident),* $(,)?) => {
+        mod hardware {
+            $(
+                #[test]
+                #[ignore = "needs MLX5_TEST_DEVICE naming an mlx5 NIC"]
+                fn $name() {
+                    super::$name(&super::TestFabric::hardware(stringify!($name)));
+                }
+            )*
+        }
+    };
+}
+
+on_hardware!(
+    qp_state_machine,
+    write_imm_ping_pong_every_byte_checked,
+    send_recv_and_send_imm_scatter_into_receive_buffers,
+    rdma_read_and_atomics,
+    one_srq_shared_by_many_qps,
+    a_thousand_qps_on_one_cq,
+    remote_access_errors_flush_the_rest,
+    missing_qp_remote_access_right,
+    local_protection_errors,
+    send_longer_than_the_receive_buffer,
+    rnr_retried_then_exceeded,
+    vanished_peer_is_a_transport_retry_error,
+);
 
 both_modes!(
     qp_state_machine,

@@ -8,6 +8,7 @@
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::ffi::*;
@@ -678,6 +679,8 @@ impl HwPd {
                 _cqs: (send_cq.clone(), recv_cq.clone()),
                 _srq: srq.cloned(),
                 max_inline: a.cap.max_inline_data,
+                sq_taken: AtomicBool::new(false),
+                rq_taken: AtomicBool::new(false),
             }),
         })
     }
@@ -687,6 +690,7 @@ struct CqInner {
     c: Arc<Ctx>,
     cq: NonNull<ibv_cq>,
     zip: Compression,
+    taken: AtomicBool,
 }
 // SAFETY: as for PdInner.
 unsafe impl Send for CqInner {}
@@ -724,8 +728,11 @@ impl HwCq {
         Ok(self.dv()?.cqn)
     }
 
-    /// The consumer side for the data path, over the CQ's real memory.
+    /// The consumer side for the data path, over the CQ's real memory (once).
     pub fn ring(&self) -> Result<CqRing, HwError> {
+        if self.q.taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("CQ ring"));
+        }
         let out = self.dv()?;
         let mem = CqMemory {
             buf: nonnull("mlx5dv_init_obj(CQ).buf", out.buf as *mut u8)?,
@@ -747,6 +754,7 @@ impl HwCq {
 struct SrqInner {
     pd: Arc<PdInner>,
     srq: NonNull<ibv_srq>,
+    taken: AtomicBool,
 }
 // SAFETY: as for PdInner.
 unsafe impl Send for SrqInner {}
@@ -784,8 +792,11 @@ impl HwSrq {
         Ok(self.dv()?.srqn)
     }
 
-    /// The posting side for the data path, over the SRQ's real memory.
+    /// The posting side for the data path, over the SRQ's real memory (once).
     pub fn srq<T: SrqTopology>(&self) -> Result<Srq<T>, HwError> {
+        if self.s.taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("SRQ"));
+        }
         let out = self.dv()?;
         // rdma-core allocates max_wr + 1 rounded to a power of two; the buffer
         // holds (tail + 1) WQEs.
@@ -813,6 +824,8 @@ struct QpInner {
     _cqs: (HwCq, HwCq),
     _srq: Option<HwSrq>,
     max_inline: u32,
+    sq_taken: AtomicBool,
+    rq_taken: AtomicBool,
 }
 // SAFETY: as for PdInner.
 unsafe impl Send for QpInner {}
@@ -964,6 +977,9 @@ impl HwQp {
     /// The send queue for the data path, over the QP's real SQ, doorbell record
     /// and BlueFlame register.
     pub fn send_queue<T: SendTable>(&self, mut cfg: SqConfig) -> Result<SendQueue<T>, HwError> {
+        if self.q.sq_taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("send queue"));
+        }
         let d = self.dv()?;
         cfg.max_inline = cfg.max_inline.min(self.q.max_inline as usize);
         let mem = SqMemory {
@@ -985,6 +1001,9 @@ impl HwQp {
 
     /// The QP's own receive queue for the data path.
     pub fn recv_queue<T: RecvTable>(&self) -> Result<RecvQueue<T>, HwError> {
+        if self.q.rq_taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("receive queue"));
+        }
         let d = self.dv()?;
         // The receive counter is word 0 of the QP doorbell record.
         let mem = RqMemory {

@@ -53,6 +53,9 @@ pub enum HwError {
     /// The device is not an mlx5 device (the direct data path needs one).
     #[error("{0} is not an mlx5 device")]
     NotMlx5(String),
+    /// A data-path object was already taken (each is handed out once).
+    #[error("{0} already taken")]
+    Taken(&'static str),
 }
 
 struct Lib(*mut c_void);
