@@ -302,6 +302,7 @@ impl HwContext {
                 c: self.c.clone(),
                 cq,
                 zip,
+                taken: AtomicBool::new(false),
             }),
         })
     }
@@ -640,7 +641,11 @@ impl HwPd {
             (p.c.v.create_srq)(p.pd.as_ptr(), &mut a)
         })?;
         Ok(HwSrq {
-            s: Arc::new(SrqInner { pd: p.clone(), srq }),
+            s: Arc::new(SrqInner {
+                pd: p.clone(),
+                srq,
+                taken: AtomicBool::new(false),
+            }),
         })
     }
 
