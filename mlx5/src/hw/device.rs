@@ -260,19 +260,38 @@ impl HwContext {
         })
     }
 
-    /// Creates a CQ through `mlx5dv_create_cq`, with CQE compression in the
-    /// requested layout when the device supports it (hardware compresses in
-    /// the layout the CQ was created with; this crate's consumer handles both).
+    /// Creates a CQ: on mlx5 through `mlx5dv_create_cq`, with CQE compression
+    /// in the requested layout when the device supports it; on other devices a
+    /// plain verbs CQ.
     pub fn create_cq(
         &self,
         cqe_cnt: u32,
         cqe_size: usize,
         zip: Compression,
     ) -> Result<HwCq, HwError> {
-        let m = self.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         if !self.c.is_mlx5 {
-            return Err(HwError::NotMlx5(self.c.name.clone()));
+            // A verbs CQ: enough for the control path (and the verbs data path
+            // to come); it has no direct data path (`ring` says so).
+            // SAFETY: a live context; no channel, vector 0.
+            let cq = nonnull("ibv_create_cq", unsafe {
+                (self.c.v.create_cq)(
+                    self.c.ctx.as_ptr(),
+                    cqe_cnt as c_int,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                )
+            })?;
+            return Ok(HwCq {
+                q: Arc::new(CqInner {
+                    c: self.c.clone(),
+                    cq,
+                    zip: Compression::Off,
+                    taken: AtomicBool::new(false),
+                }),
+            });
         }
+        let m = self.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let caps = mlx5_caps(&self.c)?;
         let mut attr = ibv_cq_init_attr_ex {
             cqe: cqe_cnt,
@@ -716,6 +735,9 @@ pub struct HwCq {
 
 impl HwCq {
     fn dv(&self) -> Result<mlx5dv_cq, HwError> {
+        if !self.q.c.is_mlx5 {
+            return Err(HwError::NotMlx5(self.q.c.name.clone()));
+        }
         let m = self.q.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let mut out = mlx5dv_cq::default();
         let mut obj = mlx5dv_obj::default();
@@ -780,6 +802,9 @@ pub struct HwSrq {
 
 impl HwSrq {
     fn dv(&self) -> Result<mlx5dv_srq, HwError> {
+        if !self.s.pd.c.is_mlx5 {
+            return Err(HwError::NotMlx5(self.s.pd.c.name.clone()));
+        }
         let m = self.s.pd.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let mut out = mlx5dv_srq::default();
         let mut obj = mlx5dv_obj::default();
@@ -967,6 +992,9 @@ impl HwQp {
     }
 
     fn dv(&self) -> Result<mlx5dv_qp, HwError> {
+        if !self.q.pd.c.is_mlx5 {
+            return Err(HwError::NotMlx5(self.q.pd.c.name.clone()));
+        }
         let m = self.q.pd.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let mut out = mlx5dv_qp::default();
         let mut obj = mlx5dv_obj::default();
