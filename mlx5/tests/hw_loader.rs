@@ -63,3 +63,71 @@ fn an_unknown_device_name() {
     }
     assert!(!e.to_string().is_empty());
 }
+
+#[test]
+fn auto_falls_back_to_the_software_device_with_a_notice() {
+    if real_device().is_some() {
+        return;
+    }
+    // In a child process, so that its stderr can be read.
+    if std::env::var("MLX5_AUTO_CHILD").is_ok() {
+        let c = mlx5::device::Context::open("auto").unwrap();
+        assert!(c.as_sim().is_some());
+        println!("OPENED {}", c.name());
+        return;
+    }
+    let fabric = format!("auto-{}", std::process::id());
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "auto_falls_back_to_the_software_device_with_a_notice",
+            "--nocapture",
+        ])
+        .env("MLX5_AUTO_CHILD", "1")
+        .env("MLX5_SIM_FABRIC", &fabric)
+        .output()
+        .unwrap();
+    mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("OPENED sim0"), "{stdout}");
+    let notice: Vec<&str> = stderr.lines().filter(|l| l.starts_with("mlx5: ")).collect();
+    assert_eq!(notice.len(), 1, "one notice line: {stderr}");
+    assert!(
+        notice[0].ends_with("using the software device sim0"),
+        "{}",
+        notice[0]
+    );
+}
+
+#[test]
+fn mlx5_info_lists_the_software_devices() {
+    let fabric = format!("info-{}", std::process::id());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlx5-info"))
+        .env("MLX5_SIM_FABRIC", &fabric)
+        .output()
+        .unwrap();
+    mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        s.contains("hca_id: sim0") && s.contains("hca_id: sim1"),
+        "{s}"
+    );
+    assert!(
+        s.contains("cqe_compression") && s.contains("blueflame") && s.contains("max_inline"),
+        "{s}"
+    );
+    if real_device().is_none() {
+        assert!(
+            s.contains("hardware: "),
+            "the hardware line says why there is none: {s}"
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mlx5-info"))
+        .args(["--device", "nope", "--no-sim"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "an unknown device is an error");
+}
