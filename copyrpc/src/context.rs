@@ -1,0 +1,734 @@
+//! The context: one SRQ, one receive CQ and one send CQ shared by all
+//! endpoints, and `poll()`, which runs the protocol.
+
+use std::collections::VecDeque;
+
+use mlx5::cq::{Cq as DispatchCq, CqRing};
+use mlx5::device::{
+    access, Context as Device, Cq, CqAttr, Pd, QpCaps, RtrAttr, RtsAttr, SrqHandle,
+};
+use mlx5::fastmap::FastMap;
+use mlx5::rq::Srq;
+use mlx5::sq::{Sge, SqConfig};
+use mlx5::wqe_table::OrderedRecv;
+
+use crate::encoding::*;
+use crate::endpoint::{EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION};
+use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
+use crate::slab::Slab;
+
+/// An endpoint of a context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EndpointId(pub u32);
+
+/// A received request: answer it with [`Context::reply`]. Its payload is
+/// readable with [`Context::request`] until the next `poll()`.
+#[derive(Debug)]
+pub struct RecvHandle {
+    ep: u32,
+    call_id: u32,
+    allowance: u64,
+    pos: u64,
+    len: u32,
+    epoch: u64,
+}
+
+impl RecvHandle {
+    /// The endpoint the request came on.
+    pub fn endpoint(&self) -> EndpointId {
+        EndpointId(self.ep)
+    }
+    /// Largest response payload the caller allowed.
+    pub fn max_response(&self) -> usize {
+        max_payload(self.allowance)
+    }
+}
+
+/// The largest payload a response allowance (in bytes, as carried) admits: the
+/// allowance covers the message and a possible wrap marker.
+fn max_payload(allowance: u64) -> usize {
+    (allowance.saturating_sub(FLOW_METADATA_SIZE) as usize).saturating_sub(HEADER_SIZE)
+}
+
+/// Context settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextBuilder {
+    ring_size: u64,
+    max_resp_reservation: Option<u64>,
+    srq_size: u32,
+    cq_size: u32,
+    sq_size: u32,
+    max_endpoints: u32,
+    compression: mlx5::cq::Compression,
+}
+
+impl Default for ContextBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ContextBuilder {
+    /// Defaults of seed 000: 1 MiB rings, SRQ of 1024, CQ of 4096, SQ of 256.
+    pub fn new() -> Self {
+        Self {
+            ring_size: 1 << 20,
+            max_resp_reservation: None,
+            srq_size: 1024,
+            cq_size: 4096,
+            sq_size: 256,
+            max_endpoints: 1024,
+            compression: mlx5::cq::Compression::Off,
+        }
+    }
+    /// Receive (and send) ring size per endpoint, a power of two.
+    pub fn ring_size(mut self, n: u64) -> Self {
+        self.ring_size = n;
+        self
+    }
+    /// Largest response reservation R (default ring size / 4).
+    pub fn max_resp_reservation(mut self, n: u64) -> Self {
+        self.max_resp_reservation = Some(n);
+        self
+    }
+    /// SRQ size (zero-length receives, refilled below 2/3).
+    pub fn srq_size(mut self, n: u32) -> Self {
+        self.srq_size = n;
+        self
+    }
+    /// CQ size.
+    pub fn cq_size(mut self, n: u32) -> Self {
+        self.cq_size = n;
+        self
+    }
+    /// Send queue size per endpoint, in basic blocks.
+    pub fn sq_size(mut self, n: u32) -> Self {
+        self.sq_size = n;
+        self
+    }
+    /// Most endpoints the context will hold.
+    pub fn max_endpoints(mut self, n: u32) -> Self {
+        self.max_endpoints = n;
+        self
+    }
+    /// CQE compression on both CQs (the receive side reads batch sizes from
+    /// the CQE byte count, which mini CQEs keep).
+    pub fn compression(mut self, c: mlx5::cq::Compression) -> Self {
+        self.compression = c;
+        self
+    }
+
+    /// Builds a context on `device`; `on_response` receives every response (or
+    /// the failure of a call whose endpoint closed) with the call's user data.
+    pub fn build<U, F>(self, device: &Device, on_response: F) -> Result<Context<U, F>, SetupError>
+    where
+        F: FnMut(U, Result<&[u8], CallFailed>),
+    {
+        if !self.ring_size.is_power_of_two() || self.ring_size < 256 {
+            return Err(SetupError::Invalid(format!(
+                "ring size {} must be a power of two >= 256",
+                self.ring_size
+            )));
+        }
+        let max_resp = self.max_resp_reservation.unwrap_or(self.ring_size / 4) & !(ALIGNMENT - 1);
+        if max_resp > self.ring_size / 4 || max_resp < 2 * ALIGNMENT {
+            return Err(SetupError::Invalid(format!(
+                "max response reservation {max_resp} must be in [64, ring/4]"
+            )));
+        }
+        let pd = device.alloc_pd()?;
+        let attr = CqAttr {
+            cqe_cnt: self.cq_size,
+            compression: self.compression,
+            ..CqAttr::default()
+        };
+        let rcq = device.create_cq(&attr)?;
+        let scq = device.create_cq(&attr)?;
+        let srq_h = device.create_srq(&pd, self.srq_size, 1)?;
+        let mut srq = srq_h.srq::<OrderedRecv<()>>()?;
+        let mut posted = 0;
+        while srq.post(&[], ()).is_ok() {
+            posted += 1;
+        }
+        srq.ring_doorbell();
+        let n = self.max_endpoints as usize;
+        let consumer_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE | access::REMOTE_READ)?;
+        let read_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE)?;
+        Ok(Context {
+            recv_cq: rcq.ring()?,
+            send_cq: DispatchCq::new(scq.ring()?),
+            cqs: (rcq, scq),
+            device: device.clone(),
+            pd,
+            srq,
+            _srq_h: srq_h,
+            srq_posted: posted,
+            srq_cap: posted,
+            eps: Vec::with_capacity(n),
+            by_qpn: FastMap::new(),
+            consumer_arena,
+            read_arena,
+            dirty: Vec::with_capacity(n),
+            reads: Vec::with_capacity(n),
+            consumed: Vec::with_capacity(n),
+            recvq: VecDeque::with_capacity(1024),
+            on_response,
+            epoch: 0,
+            cfg: self,
+            max_resp,
+        })
+    }
+}
+
+/// A copyrpc context: endpoints sharing one SRQ and two CQs, polled by one
+/// thread. `U` is the user data of a call, handed back with its response.
+pub struct Context<U, F> {
+    device: Device,
+    pd: Pd,
+    recv_cq: CqRing,
+    send_cq: DispatchCq<u32>,
+    cqs: (Cq, Cq),
+    srq: Srq<OrderedRecv<()>>,
+    _srq_h: SrqHandle,
+    srq_posted: u32,
+    srq_cap: u32,
+    eps: Vec<Ep<U>>,
+    by_qpn: FastMap<u32>,
+    consumer_arena: mlx5::device::Mr,
+    read_arena: mlx5::device::Mr,
+    dirty: Vec<u32>,
+    reads: Vec<u32>,
+    consumed: Vec<u32>,
+    recvq: VecDeque<RecvHandle>,
+    on_response: F,
+    epoch: u64,
+    cfg: ContextBuilder,
+    max_resp: u64,
+}
+
+impl<U, F> std::fmt::Debug for Context<U, F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("endpoints", &self.eps.len())
+            .finish()
+    }
+}
+
+impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
+    /// Creates an endpoint; exchange its [`EndpointInfo`] with the peer, then
+    /// [`connect`](Self::connect).
+    pub fn create_endpoint(&mut self) -> Result<(EndpointId, EndpointInfo), SetupError> {
+        let idx = self.eps.len();
+        if idx >= self.cfg.max_endpoints as usize {
+            return Err(SetupError::TooManyEndpoints(idx));
+        }
+        let c = self.cfg.ring_size;
+        let caps = QpCaps {
+            sq_wqe_cnt: self.cfg.sq_size,
+            rq_wqe_cnt: 0,
+            max_recv_sge: 1,
+            max_inline: 0,
+        };
+        let qp = self.device.create_qp(
+            &self.pd,
+            &self.cqs.1,
+            &self.cqs.0,
+            Some(&self._srq_h),
+            &caps,
+        )?;
+        let sq = qp.send_queue(SqConfig {
+            signal_interval: 64,
+            max_inline: 0,
+            ..SqConfig::default()
+        })?;
+        let send_mr = self.pd.alloc_mr(c as usize, access::LOCAL_WRITE)?;
+        let recv_mr = self
+            .pd
+            .alloc_mr(c as usize, access::LOCAL_WRITE | access::REMOTE_WRITE)?;
+        let ci = qp.conn_info();
+        let info = EndpointInfo {
+            version: ENDPOINT_INFO_VERSION,
+            qpn: ci.qpn,
+            lid: ci.lid,
+            gid: ci.gid,
+            psn: ci.psn,
+            ring_addr: recv_mr.addr(),
+            ring_rkey: recv_mr.rkey(),
+            ring_size: c,
+            consumer_addr: self.consumer_arena.addr() + 8 * idx as u64,
+            consumer_rkey: self.consumer_arena.rkey(),
+            max_resp_reservation: self.max_resp,
+        };
+        self.by_qpn.insert(ci.qpn, idx as u32);
+        self.send_cq.register(ci.qpn, idx as u32);
+        self.eps.push(Ep {
+            send_base: send_mr.as_ptr(),
+            send_lkey: send_mr.lkey(),
+            send_size: c,
+            recv_base: recv_mr.as_ptr(),
+            recv_size: c,
+            _send_mr: send_mr,
+            _recv_mr: recv_mr,
+            qp,
+            sq,
+            remote: None,
+            state: State::Idle,
+            send_producer: 0,
+            posted_pos: 0,
+            meta_pos: None,
+            batch_count: 0,
+            ready: VecDeque::with_capacity(8),
+            remote_consumer: 0,
+            resp_reservation: 0,
+            max_resp: self.max_resp,
+            peer_credit: 0,
+            peer_unused_credit: 0,
+            recv_producer: 0,
+            last_recv_pos: 0,
+            pending: Slab::with_capacity(256),
+            read_inflight: false,
+            want_read: false,
+            dirty: false,
+            consumed_dirty: false,
+            stats: EndpointStats::default(),
+        });
+        Ok((EndpointId(idx as u32), info))
+    }
+
+    /// Connects an endpoint to the peer described by `remote`. No handshake:
+    /// each side starts with the credit the other reserves for it.
+    pub fn connect(&mut self, ep: EndpointId, remote: &EndpointInfo) -> Result<(), SetupError> {
+        let e = self
+            .eps
+            .get_mut(ep.0 as usize)
+            .ok_or(SetupError::Invalid("no such endpoint".into()))?;
+        if remote.version != ENDPOINT_INFO_VERSION {
+            return Err(SetupError::Invalid(format!(
+                "endpoint info version {} (want {ENDPOINT_INFO_VERSION})",
+                remote.version
+            )));
+        }
+        if remote.ring_size != e.send_size {
+            return Err(SetupError::Invalid(format!(
+                "peer ring size {} differs from ours ({})",
+                remote.ring_size, e.send_size
+            )));
+        }
+        if e.state != State::Idle {
+            return Err(SetupError::Invalid("endpoint already connected".into()));
+        }
+        let peer = mlx5::device::ConnInfo {
+            qpn: remote.qpn,
+            lid: remote.lid,
+            gid: remote.gid,
+            psn: remote.psn,
+        };
+        e.qp.to_init()?;
+        e.qp.to_rtr(&RtrAttr {
+            remote: peer,
+            access: access::REMOTE_WRITE | access::REMOTE_READ,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 4,
+        })?;
+        e.qp.to_rts(&RtsAttr::default())?;
+        e.remote = Some(Remote {
+            ring_addr: remote.ring_addr,
+            ring_rkey: remote.ring_rkey,
+            consumer_addr: remote.consumer_addr,
+            consumer_rkey: remote.consumer_rkey,
+        });
+        // We reserve R for the peer's requests; the peer reserves its share for ours.
+        e.resp_reservation = e.max_resp.min(e.send_size / 4) & !(ALIGNMENT - 1);
+        e.peer_unused_credit = e.resp_reservation;
+        e.peer_credit = remote.max_resp_reservation.min(e.recv_size / 4) & !(ALIGNMENT - 1);
+        e.state = State::Open;
+        e.check_invariant();
+        Ok(())
+    }
+
+    /// Queues a request of `payload` expecting a response of up to
+    /// `max_response` bytes; `user` comes back with the response. Sent by the
+    /// next `poll()`. `RingFull` and `InsufficientCredit` are retryable.
+    pub fn call(
+        &mut self,
+        ep: EndpointId,
+        payload: &[u8],
+        max_response: usize,
+        user: U,
+    ) -> Result<(), CallError<U>> {
+        let Some(e) = self.eps.get_mut(ep.0 as usize) else {
+            return Err(CallError::NoEndpoint(user));
+        };
+        match &e.state {
+            State::Open => {}
+            State::Closed(r) => return Err(CallError::Closed(user, r.clone())),
+            State::Idle => return Err(CallError::Closed(user, CloseReason::Local)),
+        }
+        let msg = padded_message_size(payload.len());
+        let allowance = align_up(padded_message_size(max_response) + FLOW_METADATA_SIZE);
+        // Never fits: a message (and the tail it may waste) must fit beside the
+        // largest reservation; an allowance above the peer's maximum is never granted.
+        if 2 * (msg + FLOW_METADATA_SIZE) > e.send_size - 2 * e.max_resp
+            || allowance > e.recv_size / 4
+        {
+            return Err(CallError::TooLarge(user, payload.len().max(max_response)));
+        }
+        if e.peer_credit < allowance {
+            return Err(CallError::InsufficientCredit(user));
+        }
+        if e.in_flight() + e.space_needed(msg) + 2 * e.resp_reservation > e.send_size {
+            if !e.read_inflight && !e.want_read {
+                e.want_read = true;
+                self.reads.push(ep.0);
+            }
+            return Err(CallError::RingFull(user));
+        }
+        let id = e.pending.insert(user);
+        debug_assert!(id & RESPONSE_FLAG == 0);
+        e.peer_credit -= allowance;
+        e.write_message(id, (allowance / ALIGNMENT) as u32, payload);
+        e.stats.calls += 1;
+        if !e.dirty {
+            e.dirty = true;
+            self.dirty.push(ep.0);
+        }
+        Ok(())
+    }
+
+    /// The next received request, in arrival order per endpoint.
+    pub fn recv(&mut self) -> Option<RecvHandle> {
+        self.recvq.pop_front()
+    }
+
+    /// The payload of a request received since the last `poll()` (`None` once a
+    /// later poll has released it to the peer).
+    pub fn request(&self, h: &RecvHandle) -> Option<&[u8]> {
+        if h.epoch != self.epoch {
+            return None;
+        }
+        let e = self.eps.get(h.ep as usize)?;
+        Some(e.recv_slice(h.pos, u64::from(h.len)))
+    }
+
+    /// Answers a request, in any order. Never `RingFull`: the caller's
+    /// allowance was reserved when the credit was granted.
+    pub fn reply(&mut self, h: RecvHandle, payload: &[u8]) -> Result<(), ReplyError> {
+        let e = &mut self.eps[h.ep as usize];
+        if let State::Closed(r) = &e.state {
+            return Err(ReplyError::Closed(r.clone()));
+        }
+        let max = max_payload(h.allowance);
+        if payload.len() > max {
+            return Err(ReplyError::TooLarge {
+                len: payload.len(),
+                max,
+            });
+        }
+        e.write_message(h.call_id | RESPONSE_FLAG, 0, payload);
+        e.resp_reservation -= h.allowance;
+        e.check_invariant();
+        e.stats.replies += 1;
+        if !e.dirty {
+            e.dirty = true;
+            self.dirty.push(h.ep);
+        }
+        Ok(())
+    }
+
+    /// Runs the protocol: publishes consumer positions, reads receive
+    /// completions (batches) and send completions, refills the SRQ, posts
+    /// pending batches and READs. Touches only endpoints with work. Returns the
+    /// number of completions handled.
+    pub fn poll(&mut self) -> usize {
+        // Requests handed out by the previous poll are released to the peer.
+        self.epoch += 1;
+        for &i in &self.consumed {
+            let e = &mut self.eps[i as usize];
+            e.consumed_dirty = false;
+            let w = e.recv_producer;
+            e.last_recv_pos = w;
+            self.consumer_arena.write(8 * i as usize, &w.to_le_bytes());
+        }
+        self.consumed.clear();
+
+        let mut n = 0;
+        // Receive completions: one per batch.
+        {
+            let Self {
+                recv_cq,
+                srq,
+                srq_posted,
+                eps,
+                by_qpn,
+                on_response,
+                recvq,
+                consumed,
+                epoch,
+                ..
+            } = self;
+            n += recv_cq.poll(256, |c| {
+                let idx = by_qpn.get(c.qpn()).copied();
+                if !c.is_error() && srq.take(c).is_some() {
+                    *srq_posted -= 1;
+                }
+                let Some(i) = idx else { return };
+                let e = &mut eps[i as usize];
+                if c.is_error() {
+                    close(
+                        e,
+                        CloseReason::Transport(c.syndrome_raw().unwrap_or(0)),
+                        on_response,
+                    );
+                    return;
+                }
+                if e.state != State::Open {
+                    return;
+                }
+                match on_batch(e, i, c.byte_cnt(), *epoch, on_response, recvq) {
+                    Ok(()) => {
+                        if !e.consumed_dirty {
+                            e.consumed_dirty = true;
+                            consumed.push(i);
+                        }
+                    }
+                    Err(why) => close(e, CloseReason::Violation(why), on_response),
+                }
+            });
+        }
+        // Keep the SRQ above 2/3 full.
+        if self.srq_posted < self.srq_cap * 2 / 3 {
+            while self.srq_posted < self.srq_cap && self.srq.post(&[], ()).is_ok() {
+                self.srq_posted += 1;
+            }
+            self.srq.ring_doorbell();
+        }
+        // Send completions: retire WQEs; READ results update the peer's consumer.
+        {
+            let Self {
+                send_cq,
+                eps,
+                read_arena,
+                on_response,
+                dirty,
+                ..
+            } = self;
+            n += send_cq.poll(256, |&mut i, c| {
+                let e = &mut eps[i as usize];
+                if c.is_error() {
+                    e.sq.complete(c, |_, _| {});
+                    if e.state == State::Open {
+                        close(
+                            e,
+                            CloseReason::Transport(c.syndrome_raw().unwrap_or(0)),
+                            on_response,
+                        );
+                    }
+                    return;
+                }
+                let mut read_done = false;
+                e.sq.complete(c, |is_read, _| read_done |= is_read);
+                if read_done {
+                    e.read_inflight = false;
+                    let mut w = [0u8; 8];
+                    read_arena.read(8 * i as usize, &mut w);
+                    if let Err(why) = e.update_remote_consumer(u64::from_le_bytes(w)) {
+                        close(e, CloseReason::Violation(why), on_response);
+                    } else if !e.dirty {
+                        // Space may have opened for queued ranges.
+                        e.dirty = true;
+                        dirty.push(i);
+                    }
+                }
+            });
+        }
+        // Flush endpoints with data; issue READs where asked.
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let idx = self.dirty[i];
+            let e = &mut self.eps[idx as usize];
+            if e.state != State::Open {
+                e.dirty = false;
+                self.dirty.swap_remove(i);
+                continue;
+            }
+            e.close_batch();
+            if e.post_ready() {
+                e.dirty = false;
+                self.dirty.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        let Self {
+            reads,
+            eps,
+            read_arena,
+            ..
+        } = self;
+        reads.retain(|&idx| {
+            let e = &mut eps[idx as usize];
+            if e.state != State::Open {
+                e.want_read = false;
+                return false;
+            }
+            let dst = Sge {
+                addr: read_arena.addr() + 8 * u64::from(idx),
+                len: 8,
+                lkey: read_arena.lkey(),
+            };
+            if e.post_read(dst) {
+                e.want_read = false;
+                false
+            } else {
+                true
+            }
+        });
+        n
+    }
+
+    /// Closes an endpoint: its QP goes to the error state and its pending calls
+    /// fail (through the response callback).
+    pub fn close(&mut self, ep: EndpointId) {
+        if let Some(e) = self.eps.get_mut(ep.0 as usize) {
+            if e.state == State::Open || e.state == State::Idle {
+                close(e, CloseReason::Local, &mut self.on_response);
+            }
+        }
+    }
+
+    /// Why an endpoint is closed, if it is.
+    pub fn closed(&self, ep: EndpointId) -> Option<&CloseReason> {
+        match &self.eps.get(ep.0 as usize)?.state {
+            State::Closed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Calls waiting for their response on an endpoint.
+    pub fn pending_calls(&self, ep: EndpointId) -> usize {
+        self.eps.get(ep.0 as usize).map_or(0, |e| e.pending.len())
+    }
+
+    /// An endpoint's counters.
+    pub fn stats(&self, ep: EndpointId) -> EndpointStats {
+        self.eps
+            .get(ep.0 as usize)
+            .map(|e| e.stats)
+            .unwrap_or_default()
+    }
+
+    /// The response callback (to reach state it owns).
+    pub fn handler(&mut self) -> &mut F {
+        &mut self.on_response
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
+
+fn close<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
+    e: &mut Ep<U>,
+    why: CloseReason,
+    on_response: &mut F,
+) {
+    if let State::Closed(_) = e.state {
+        return;
+    }
+    e.state = State::Closed(why.clone());
+    let _ = e.qp.to_err();
+    for u in e.pending.drain() {
+        on_response(u, Err(CallFailed(why.clone())));
+    }
+}
+
+/// Processes one received batch of `delta` bytes (from the CQE byte count):
+/// validates every byte of it and delivers its messages.
+fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
+    e: &mut Ep<U>,
+    idx: u32,
+    delta: u32,
+    epoch: u64,
+    on_response: &mut F,
+    recvq: &mut VecDeque<RecvHandle>,
+) -> Result<(), &'static str> {
+    let pos = e.recv_producer;
+    let off = pos & (e.recv_size - 1);
+    let delta = u64::from(delta);
+    if delta < FLOW_METADATA_SIZE || delta % ALIGNMENT != 0 {
+        return Err("batch size not a positive multiple of 32");
+    }
+    if off + delta > e.recv_size {
+        return Err("batch crosses the ring's end");
+    }
+    if pos + delta - e.last_recv_pos > e.recv_size {
+        return Err("batch overruns unconsumed data");
+    }
+    let meta =
+        FlowMetadata::new_checked(e.recv_slice(pos, FLOW_METADATA_SIZE)).ok_or("short batch")?;
+    let (consumer, grant, count) = (
+        meta.consumer_pos(),
+        meta.credit_grant(),
+        meta.message_count(),
+    );
+    e.update_remote_consumer(consumer)?;
+    if grant % ALIGNMENT != 0 || e.peer_credit + grant > e.recv_size / 2 {
+        return Err("credit grant beyond what the peer can reserve");
+    }
+    e.peer_credit += grant;
+    if count == WRAP_MESSAGE_COUNT {
+        if delta != FLOW_METADATA_SIZE {
+            return Err("wrap marker with a body");
+        }
+        // The rest of the ring is skipped.
+        e.recv_producer = pos + (e.recv_size - off);
+        return Ok(());
+    }
+    if count == 0 {
+        return Err("empty batch");
+    }
+    let end = pos + delta;
+    let mut cur = pos + FLOW_METADATA_SIZE;
+    for _ in 0..count {
+        if cur + HEADER_SIZE as u64 > end {
+            return Err("message header beyond the batch");
+        }
+        let h = MessageHeader::new_checked(e.recv_slice(cur, HEADER_SIZE as u64))
+            .ok_or("short header")?;
+        let (call_id, piggyback, len) = (h.call_id(), h.piggyback(), h.len());
+        let size = padded_message_size(len as usize);
+        if len as u64 > e.recv_size || cur + size > end {
+            return Err("message length beyond the batch");
+        }
+        let data = cur + HEADER_SIZE as u64;
+        if call_id & RESPONSE_FLAG != 0 {
+            let Some(u) = e.pending.remove(call_id & !RESPONSE_FLAG) else {
+                return Err("response to no pending call");
+            };
+            e.stats.responses += 1;
+            on_response(u, Ok(e.recv_slice(data, u64::from(len))));
+        } else {
+            let allowance = u64::from(piggyback) * ALIGNMENT;
+            if allowance < 2 * ALIGNMENT || allowance > e.peer_unused_credit {
+                return Err("request without the credit for its response");
+            }
+            e.peer_unused_credit -= allowance;
+            e.stats.requests += 1;
+            recvq.push_back(RecvHandle {
+                ep: idx,
+                call_id,
+                allowance,
+                pos: data,
+                len,
+                epoch,
+            });
+        }
+        cur += size;
+    }
+    if cur != end {
+        return Err("batch longer than its messages");
+    }
+    e.recv_producer = end;
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! One connection's state: the send ring that mirrors the peer's receive ring,
+//! the receive ring the peer writes into, batching, and the flow-control
+//! bookkeeping of seed 000 (`in_flight + 2R <= C`).
+
+use std::collections::VecDeque;
+
+use mlx5::device::{Mr, Qp};
+use mlx5::sq::{Payload, SendQueue, Sge};
+use mlx5::wqe_table::OrderedSparse;
+
+use crate::encoding::*;
+use crate::error::CloseReason;
+use crate::slab::Slab;
+
+/// What the peer needs to connect to an endpoint (exchanged out of band).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EndpointInfo {
+    /// Layout version of this record.
+    pub version: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// Port LID.
+    pub lid: u16,
+    /// GID.
+    pub gid: [u8; 16],
+    /// Initial PSN.
+    pub psn: u32,
+    /// Receive ring address and key, and size in bytes.
+    pub ring_addr: u64,
+    /// See `ring_addr`.
+    pub ring_rkey: u32,
+    /// See `ring_addr`.
+    pub ring_size: u64,
+    /// Address and key of the word holding this side's consumer position (for
+    /// the peer's RDMA READ).
+    pub consumer_addr: u64,
+    /// See `consumer_addr`.
+    pub consumer_rkey: u32,
+    /// Largest response reservation this side keeps (bounds the credit it grants).
+    pub max_resp_reservation: u64,
+}
+
+/// The current version of [`EndpointInfo`].
+pub const ENDPOINT_INFO_VERSION: u32 = 1;
+
+/// Where the peer's receive ring and consumer word are.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Remote {
+    pub ring_addr: u64,
+    pub ring_rkey: u32,
+    pub consumer_addr: u64,
+    pub consumer_rkey: u32,
+}
+
+/// A closed range of the send ring, ready to be posted as one WRITE_IMM.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ready {
+    /// Position of the range's first byte (virtual, monotonic).
+    pub pos: u64,
+    /// Bytes to write.
+    pub len: u64,
+    /// Immediate: the batch size in 32-byte blocks (a wrap marker counts to the
+    /// ring's end).
+    pub imm: u32,
+}
+
+/// Per-endpoint counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Batches (WRITE_IMMs) sent, wrap markers included.
+    pub batches: u64,
+    /// Wrap markers sent.
+    pub wraps: u64,
+    /// RDMA READs of the peer's consumer position (the fallback when piggybacked
+    /// positions are stale).
+    pub reads: u64,
+    /// Requests sent and received, responses sent and received.
+    pub calls: u64,
+    /// See `calls`.
+    pub requests: u64,
+    /// See `calls`.
+    pub replies: u64,
+    /// See `calls`.
+    pub responses: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Created, waiting for `connect`.
+    Idle,
+    Open,
+    Closed(CloseReason),
+}
+
+pub(crate) struct Ep<U> {
+    pub qp: Qp,
+    pub sq: SendQueue<OrderedSparse<bool>>,
+    pub _send_mr: Mr,
+    pub send_base: *mut u8,
+    pub send_lkey: u32,
+    /// Size of the peer's receive ring (and of our send ring): C.
+    pub send_size: u64,
+    pub _recv_mr: Mr,
+    pub recv_base: *const u8,
+    pub recv_size: u64,
+    pub remote: Option<Remote>,
+    pub state: State,
+
+    // Producer side.
+    pub send_producer: u64,
+    pub posted_pos: u64,
+    pub meta_pos: Option<u64>,
+    pub batch_count: u32,
+    pub ready: VecDeque<Ready>,
+    pub remote_consumer: u64,
+    /// R: bytes reserved in the peer's ring for responses we owe.
+    pub resp_reservation: u64,
+    pub max_resp: u64,
+    /// Credit the peer granted us for requests.
+    pub peer_credit: u64,
+    /// Credit we granted the peer that it has not used yet.
+    pub peer_unused_credit: u64,
+
+    // Consumer side.
+    /// End of the batches received (the peer's producer, as far as we know).
+    pub recv_producer: u64,
+    /// Consumer position published to the peer.
+    pub last_recv_pos: u64,
+
+    pub pending: Slab<U>,
+    pub read_inflight: bool,
+    pub want_read: bool,
+    pub dirty: bool,
+    pub consumed_dirty: bool,
+    pub stats: EndpointStats,
+}
+
+// SAFETY: the raw ring pointers point into MRs the endpoint owns.
+unsafe impl<U: Send> Send for Ep<U> {}
+
+impl<U> Ep<U> {
+    #[inline(always)]
+    pub fn in_flight(&self) -> u64 {
+        self.send_producer - self.remote_consumer
+    }
+
+    #[inline(always)]
+    fn send_off(&self, pos: u64) -> u64 {
+        pos & (self.send_size - 1)
+    }
+
+    /// `in_flight + 2R <= C`, checked at every state change in debug builds.
+    #[inline(always)]
+    pub fn check_invariant(&self) {
+        debug_assert!(
+            self.in_flight() + 2 * self.resp_reservation <= self.send_size,
+            "flow-control invariant violated: in_flight {} + 2R {} > C {}",
+            self.in_flight(),
+            2 * self.resp_reservation,
+            self.send_size
+        );
+    }
+
+    /// Ring bytes a message of `msg` padded bytes needs now, including a new
+    /// batch's metadata and, when it would not fit before the ring's end, the
+    /// wasted tail, the wrap marker and the next batch's metadata.
+    #[inline]
+    pub fn space_needed(&self, msg: u64) -> u64 {
+        let off = self.send_off(self.send_producer);
+        let head = if self.meta_pos.is_some() {
+            0
+        } else {
+            FLOW_METADATA_SIZE
+        };
+        if off + head + msg < self.send_size {
+            head + msg
+        } else {
+            // Close the batch, wrap marker at `off` (the tail counts as used),
+            // new batch at the ring's start.
+            (self.send_size - off) + FLOW_METADATA_SIZE + msg
+        }
+    }
+
+    /// Credit to grant with the batch being closed (seed 000): bounded by the
+    /// invariant and by the reservation policy, aligned down.
+    fn take_grant(&mut self) -> u64 {
+        let by_invariant =
+            ((self.send_size - self.in_flight()) / 2).saturating_sub(self.resp_reservation);
+        let by_policy = self.max_resp.saturating_sub(self.resp_reservation);
+        let g = by_invariant.min(by_policy) & !(ALIGNMENT - 1);
+        self.resp_reservation += g;
+        self.peer_unused_credit += g;
+        self.check_invariant();
+        g
+    }
+
+    fn write_meta(&mut self, pos: u64, count: u32) {
+        let grant = self.take_grant();
+        let off = self.send_off(pos) as usize;
+        // SAFETY: 32 bytes at an aligned offset inside the send ring.
+        let b = unsafe {
+            std::slice::from_raw_parts_mut(self.send_base.add(off), FLOW_METADATA_SIZE as usize)
+        };
+        FlowMetadata::new_checked(b)
+            .expect("32 bytes")
+            .set(self.last_recv_pos, grant, count);
+    }
+
+    /// Closes the current batch, queueing it for posting.
+    pub fn close_batch(&mut self) {
+        if let Some(meta) = self.meta_pos.take() {
+            let count = self.batch_count;
+            self.write_meta(meta, count);
+            let len = self.send_producer - meta;
+            self.ready.push_back(Ready {
+                pos: meta,
+                len,
+                imm: encode_imm(len),
+            });
+            self.batch_count = 0;
+        }
+    }
+
+    /// Closes the batch and writes a wrap marker at the current position; the
+    /// producer moves to the ring's next start.
+    fn wrap(&mut self) {
+        self.close_batch();
+        let pos = self.send_producer;
+        let tail = self.send_size - self.send_off(pos);
+        self.write_meta(pos, WRAP_MESSAGE_COUNT);
+        self.ready.push_back(Ready {
+            pos,
+            len: FLOW_METADATA_SIZE,
+            imm: encode_imm(tail),
+        });
+        self.send_producer += tail;
+        self.stats.wraps += 1;
+    }
+
+    /// Appends a message to the current batch (starting one, and wrapping,
+    /// as needed). The caller has checked ring space (requests) or holds a
+    /// reservation (responses).
+    pub fn write_message(&mut self, call_id: u32, piggyback: u32, payload: &[u8]) {
+        let msg = padded_message_size(payload.len());
+        if self.meta_pos.is_some() {
+            if self.send_off(self.send_producer) + msg >= self.send_size {
+                self.wrap();
+            }
+        } else if self.send_off(self.send_producer) + FLOW_METADATA_SIZE + msg >= self.send_size {
+            self.wrap();
+        }
+        if self.meta_pos.is_none() {
+            self.meta_pos = Some(self.send_producer);
+            self.send_producer += FLOW_METADATA_SIZE;
+        }
+        let off = self.send_off(self.send_producer) as usize;
+        // SAFETY: `msg` bytes at `off` lie before the ring's end (checked above,
+        // strict `<`), inside the send ring MR.
+        let b = unsafe { std::slice::from_raw_parts_mut(self.send_base.add(off), msg as usize) };
+        MessageHeader::new_checked(&mut b[..HEADER_SIZE])
+            .expect("12 bytes")
+            .set(call_id, piggyback, payload.len() as u32);
+        b[HEADER_SIZE..HEADER_SIZE + payload.len()].copy_from_slice(payload);
+        b[HEADER_SIZE + payload.len()..].fill(0);
+        self.send_producer += msg;
+        self.batch_count += 1;
+        self.check_invariant();
+    }
+
+    /// Posts every ready range as a WRITE_IMM and rings once. Ranges the SQ has
+    /// no room for stay queued. Returns false when something is left.
+    pub fn post_ready(&mut self) -> bool {
+        let Some(remote) = self.remote else {
+            return true;
+        };
+        let mut posted = 0;
+        while let Some(r) = self.ready.front().copied() {
+            let off = self.send_off(r.pos);
+            let sge = Sge {
+                addr: self.send_base as u64 + off,
+                len: r.len as u32,
+                lkey: self.send_lkey,
+            };
+            match self.sq.write_imm(
+                remote.ring_addr + off,
+                remote.ring_rkey,
+                r.imm,
+                Payload::Sges(&[sge]),
+            ) {
+                Ok(b) => {
+                    b.post(None);
+                }
+                Err(_) => break,
+            }
+            self.ready.pop_front();
+            self.posted_pos = r.pos + r.len;
+            self.stats.batches += 1;
+            posted += 1;
+        }
+        if posted > 0 {
+            self.sq.ring_doorbell();
+        }
+        self.ready.is_empty()
+    }
+
+    /// Posts the RDMA READ of the peer's consumer word into `dst`.
+    pub fn post_read(&mut self, dst: Sge) -> bool {
+        let Some(remote) = self.remote else {
+            return false;
+        };
+        match self
+            .sq
+            .read(remote.consumer_addr, remote.consumer_rkey, &[dst])
+        {
+            Ok(b) => {
+                b.signaled().post(Some(true));
+                self.sq.ring_doorbell();
+                self.read_inflight = true;
+                self.stats.reads += 1;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Takes a consumer position the peer reported (piggybacked or read).
+    pub fn update_remote_consumer(&mut self, pos: u64) -> Result<(), &'static str> {
+        if pos % ALIGNMENT != 0 {
+            return Err("consumer position not aligned");
+        }
+        if pos > self.posted_pos {
+            return Err("consumer position beyond what was sent");
+        }
+        if pos > self.remote_consumer {
+            self.remote_consumer = pos;
+        }
+        self.check_invariant();
+        Ok(())
+    }
+
+    /// Bytes of the receive ring at position `pos` (`len` bytes, not crossing
+    /// the ring's end).
+    #[inline(always)]
+    pub fn recv_slice(&self, pos: u64, len: u64) -> &[u8] {
+        let off = (pos & (self.recv_size - 1)) as usize;
+        debug_assert!(off as u64 + len <= self.recv_size);
+        // SAFETY: inside the receive ring MR; the peer writes only beyond our
+        // published consumer position, and we read only completed batches.
+        unsafe { std::slice::from_raw_parts(self.recv_base.add(off), len as usize) }
+    }
+}

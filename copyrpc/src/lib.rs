@@ -1,0 +1,41 @@
+//! copyrpc: RPC over RDMA WRITE-with-immediate into per-connection rings, on
+//! the mlx5 direct data path (seed 000).
+//!
+//! `call()` and `reply()` write messages into a local copy of the peer's
+//! receive ring; `poll()` sends each endpoint's batch with one WRITE_IMM whose
+//! immediate is the batch size, and reads the peer's batches as receive
+//! completions. Flow control rides on every batch (the sender's consumer
+//! position and a credit grant) and keeps `in_flight + 2R <= C`, so replies
+//! never need a ring check; a stale consumer position is refreshed by an RDMA
+//! READ of the peer's consumer word.
+//!
+//! ```no_run
+//! use copyrpc::{ContextBuilder, EndpointId};
+//! let dev = mlx5::device::Context::open("sim0").unwrap();
+//! let mut ctx = ContextBuilder::new().build(&dev, |_tag: u64, resp| {
+//!     println!("response: {:?}", resp.map(|b| b.len()));
+//! }).unwrap();
+//! let (ep, info) = ctx.create_endpoint().unwrap();
+//! // ... send `info` to the peer, receive its info as `peer` ...
+//! # let peer = info;
+//! ctx.connect(ep, &peer).unwrap();
+//! ctx.call(ep, b"hello", 64, 1).unwrap();
+//! loop {
+//!     ctx.poll();
+//!     while let Some(req) = ctx.recv() {
+//!         let answer = ctx.request(&req).map(|d| d.len()).unwrap_or(0);
+//!         ctx.reply(req, &answer.to_le_bytes()).unwrap();
+//!     }
+//! }
+//! ```
+#![warn(missing_docs)]
+
+mod context;
+pub mod encoding;
+mod endpoint;
+mod error;
+mod slab;
+
+pub use context::{Context, ContextBuilder, EndpointId, RecvHandle};
+pub use endpoint::{EndpointInfo, EndpointStats, ENDPOINT_INFO_VERSION};
+pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};

@@ -1,0 +1,194 @@
+//! Echo through the public API, every byte verified, in inline and deferred
+//! mode; wrap across ring and message sizes; out-of-order replies.
+
+mod support;
+
+use copyrpc::{CallError, ContextBuilder};
+use mlx5::device::{ExecMode, FaultPlan};
+use support::*;
+
+fn modes() -> [(&'static str, ExecMode); 2] {
+    [
+        ("i", ExecMode::Inline),
+        (
+            "d",
+            ExecMode::Deferred {
+                seed: 5,
+                faults: FaultPlan::default(),
+            },
+        ),
+    ]
+}
+
+/// Sends `count` calls of sizes from `sizes`, retrying the retryable errors;
+/// verifies every response byte.
+fn echo_run(w: &mut World, count: u64, mut size: impl FnMut(u64) -> usize) {
+    let (c, _) = w.pairs[0];
+    let mut sent = 0u64;
+    let mut steps = 0;
+    while (w.log.borrow().len() as u64) < count {
+        while sent < count {
+            let len = size(sent);
+            let p = payload(sent, len);
+            match w.client.call(c, &p, len, sent) {
+                Ok(()) => sent += 1,
+                Err(e) if e.is_retryable() => break,
+                Err(e) => panic!("call {sent}: {e}"),
+            }
+        }
+        w.step();
+        steps += 1;
+        assert!(
+            steps < 1_000_000,
+            "stuck: {} of {count}",
+            w.log.borrow().len()
+        );
+    }
+    let log = w.log.borrow();
+    let mut seen = vec![false; count as usize];
+    for (tag, r) in log.iter() {
+        let len = size(*tag);
+        let got = r.as_ref().expect("no failures");
+        assert_eq!(got, &transform(&payload(*tag, len)), "call {tag} ({len} B)");
+        assert!(!seen[*tag as usize], "call {tag} answered twice");
+        seen[*tag as usize] = true;
+    }
+    assert!(seen.iter().all(|&s| s));
+}
+
+#[test]
+fn echo_every_byte_verified() {
+    for (m, mode) in modes() {
+        let mut w = world(
+            &format!("echo-{m}"),
+            mode,
+            ContextBuilder::new().ring_size(1 << 16),
+            1,
+        );
+        echo_run(&mut w, 3000, |i| (i as usize * 97) % 1500);
+        let st = w.client.stats(w.pairs[0].0);
+        assert_eq!(st.calls, 3000);
+        assert_eq!(st.responses, 3000);
+        assert!(
+            st.batches < 3000,
+            "calls were batched ({} batches)",
+            st.batches
+        );
+    }
+}
+
+#[test]
+fn wrap_across_ring_and_message_sizes() {
+    // Property: for every ring size and message-size distribution, every echo
+    // comes back intact, and the ring wrapped.
+    let mut rng = Rng(0xfeed);
+    for ring in [256u64, 512, 1024, 4096, 16384] {
+        for max_len in [0usize, 8, 20, 21, 52, 53, 100] {
+            // The largest message and allowance the ring admits: C/4 - 44 bytes.
+            let max_len = max_len.min((ring / 4 - 44) as usize);
+            let tag = format!("wrap-{ring}-{max_len}");
+            let mut w = world(
+                &tag,
+                ExecMode::Inline,
+                ContextBuilder::new().ring_size(ring),
+                1,
+            );
+            let seed = rng.next();
+            let sizes =
+                move |i: u64| ((seed ^ i.wrapping_mul(0x9e37)) % (max_len as u64 + 1)) as usize;
+            // Enough traffic to go around the ring several times.
+            echo_run(&mut w, 400.max(3 * ring / 32), sizes);
+            let st = w.client.stats(w.pairs[0].0);
+            assert!(st.wraps > 0, "{tag}: the ring wrapped");
+        }
+    }
+}
+
+#[test]
+fn out_of_order_replies() {
+    for (m, mode) in modes() {
+        let mut w = world(
+            &format!("ooo-{m}"),
+            mode,
+            ContextBuilder::new().ring_size(1 << 14),
+            1,
+        );
+        let (c, _) = w.pairs[0];
+        // 40 calls of 96 B allowance each fit the initial credit (ring / 4).
+        for i in 0..40u64 {
+            w.client.call(c, &payload(i, 40), 40, i).unwrap();
+        }
+        let mut handles = Vec::new();
+        while handles.len() < 40 {
+            w.client.poll();
+            w.server.poll();
+            while let Some(h) = w.server.recv() {
+                // Answer from the data now (it is released at the next poll).
+                let d = transform(w.server.request(&h).unwrap());
+                handles.push((h, d));
+            }
+        }
+        // Reply in reverse order of arrival.
+        while let Some((h, d)) = handles.pop() {
+            w.server.reply(h, &d).unwrap();
+        }
+        w.until_responses(40, 10_000);
+        let order: Vec<u64> = w.log.borrow().iter().map(|(t, _)| *t).collect();
+        assert_eq!(
+            order,
+            (0..40).rev().collect::<Vec<_>>(),
+            "responses in reply order"
+        );
+        for (t, r) in w.log.borrow().iter() {
+            assert_eq!(r.as_ref().unwrap(), &transform(&payload(*t, 40)));
+        }
+    }
+}
+
+#[test]
+fn request_data_is_released_by_the_next_poll() {
+    let mut w = world(
+        "epoch",
+        ExecMode::Inline,
+        ContextBuilder::new().ring_size(4096),
+        1,
+    );
+    let (c, _) = w.pairs[0];
+    w.client.call(c, b"abc", 8, 1).unwrap();
+    w.client.poll();
+    w.server.poll();
+    let h = w.server.recv().unwrap();
+    assert_eq!(w.server.request(&h), Some(&b"abc"[..]));
+    w.server.poll();
+    assert_eq!(w.server.request(&h), None, "stale after the next poll");
+    // Replying is still fine.
+    w.server.reply(h, b"ok").unwrap();
+    w.until_responses(1, 100);
+}
+
+#[test]
+fn limits_are_clear_errors() {
+    let mut w = world(
+        "limits",
+        ExecMode::Inline,
+        ContextBuilder::new().ring_size(4096),
+        1,
+    );
+    let (c, _) = w.pairs[0];
+    match w.client.call(c, &[0; 4096], 8, 7) {
+        Err(CallError::TooLarge(u, _)) => assert_eq!(u, 7),
+        other => panic!("{other:?}"),
+    }
+    match w.client.call(c, b"x", 100_000, 8) {
+        Err(CallError::TooLarge(u, _)) => assert_eq!(u, 8),
+        other => panic!("{other:?}"),
+    }
+    // A reply larger than the caller allowed.
+    w.client.call(c, b"x", 10, 9).unwrap();
+    w.client.poll();
+    w.server.poll();
+    let h = w.server.recv().unwrap();
+    assert!(h.max_response() >= 10);
+    let too_big = vec![0; h.max_response() + 1];
+    assert!(w.server.reply(h, &too_big).is_err());
+}
