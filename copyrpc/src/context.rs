@@ -50,6 +50,28 @@ fn max_payload(allowance: u64) -> usize {
     (allowance.saturating_sub(FLOW_METADATA_SIZE) as usize).saturating_sub(HEADER_SIZE)
 }
 
+/// Flow-control state of an endpoint (seed 000's quantities).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowState {
+    /// Bytes written towards the peer's ring and not known consumed.
+    pub in_flight: u64,
+    /// R: bytes reserved in the peer's ring for responses this side owes.
+    pub resp_reservation: u64,
+    /// C: the peer's ring size.
+    pub ring_size: u64,
+    /// Credit the peer granted for this side's requests.
+    pub peer_credit: u64,
+    /// Credit this side granted that the peer has not used.
+    pub peer_unused_credit: u64,
+}
+
+impl FlowState {
+    /// `in_flight + 2R <= C`.
+    pub fn invariant_holds(&self) -> bool {
+        self.in_flight + 2 * self.resp_reservation <= self.ring_size
+    }
+}
+
 /// Context settings.
 #[derive(Debug, Clone, Copy)]
 pub struct ContextBuilder {
@@ -285,6 +307,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
             peer_unused_credit: 0,
             recv_producer: 0,
             last_recv_pos: 0,
+            queued: VecDeque::with_capacity(64),
             pending: Slab::with_capacity(256),
             read_inflight: false,
             want_read: false,
@@ -395,9 +418,25 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         Ok(())
     }
 
-    /// The next received request, in arrival order per endpoint.
+    /// The next received request, in arrival order per endpoint. Its payload
+    /// ([`request`](Self::request)) stays readable until the next `poll()`.
     pub fn recv(&mut self) -> Option<RecvHandle> {
-        self.recvq.pop_front()
+        loop {
+            let mut h = self.recvq.pop_front()?;
+            let i = h.ep;
+            let e = &mut self.eps[i as usize];
+            e.queued.pop_front();
+            if !e.consumed_dirty {
+                e.consumed_dirty = true;
+                self.consumed.push(i);
+            }
+            // Requests of an endpoint that closed since cannot be answered.
+            if e.state != State::Open {
+                continue;
+            }
+            h.epoch = self.epoch;
+            return Some(h);
+        }
     }
 
     /// The payload of a request received since the last `poll()` (`None` once a
@@ -424,9 +463,11 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 max,
             });
         }
-        e.write_message(h.call_id | RESPONSE_FLAG, 0, payload);
+        // The reservation turns into the response: the message, a batch's
+        // metadata and a wrap's wasted tail cost at most twice the allowance,
+        // which `2R` covered.
         e.resp_reservation -= h.allowance;
-        e.check_invariant();
+        e.write_message(h.call_id | RESPONSE_FLAG, 0, payload);
         e.stats.replies += 1;
         if !e.dirty {
             e.dirty = true;
@@ -443,11 +484,15 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         // Requests handed out by the previous poll are released to the peer.
         self.epoch += 1;
         for &i in &self.consumed {
+            // Ring space is released up to the oldest request not yet taken by
+            // `recv()`: a request's bytes stay until its handle's poll is over.
             let e = &mut self.eps[i as usize];
             e.consumed_dirty = false;
-            let w = e.recv_producer;
-            e.last_recv_pos = w;
-            self.consumer_arena.write(8 * i as usize, &w.to_le_bytes());
+            let w = e.queued.front().copied().unwrap_or(e.recv_producer);
+            if w > e.last_recv_pos {
+                e.last_recv_pos = w;
+                self.consumer_arena.write(8 * i as usize, &w.to_le_bytes());
+            }
         }
         self.consumed.clear();
 
@@ -463,7 +508,6 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 on_response,
                 recvq,
                 consumed,
-                epoch,
                 ..
             } = self;
             n += recv_cq.poll(256, |c| {
@@ -484,7 +528,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 if e.state != State::Open {
                     return;
                 }
-                match on_batch(e, i, c.byte_cnt(), *epoch, on_response, recvq) {
+                match on_batch(e, i, c.byte_cnt(), on_response, recvq) {
                     Ok(()) => {
                         if !e.consumed_dirty {
                             e.consumed_dirty = true;
@@ -551,7 +595,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 self.dirty.swap_remove(i);
                 continue;
             }
-            e.close_batch();
+            e.close_batch(true);
             if e.post_ready() {
                 e.dirty = false;
                 self.dirty.swap_remove(i);
@@ -609,6 +653,18 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         self.eps.get(ep.0 as usize).map_or(0, |e| e.pending.len())
     }
 
+    /// An endpoint's flow-control state.
+    pub fn flow_state(&self, ep: EndpointId) -> Option<FlowState> {
+        let e = self.eps.get(ep.0 as usize)?;
+        Some(FlowState {
+            in_flight: e.in_flight(),
+            resp_reservation: e.resp_reservation,
+            ring_size: e.send_size,
+            peer_credit: e.peer_credit,
+            peer_unused_credit: e.peer_unused_credit,
+        })
+    }
+
     /// An endpoint's counters.
     pub fn stats(&self, ep: EndpointId) -> EndpointStats {
         self.eps
@@ -649,7 +705,6 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
     e: &mut Ep<U>,
     idx: u32,
     delta: u32,
-    epoch: u64,
     on_response: &mut F,
     recvq: &mut VecDeque<RecvHandle>,
 ) -> Result<(), &'static str> {
@@ -689,7 +744,9 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
         return Err("empty batch");
     }
     let end = pos + delta;
+    // Pass 1: the whole batch is checked before anything in it is delivered.
     let mut cur = pos + FLOW_METADATA_SIZE;
+    let mut credit_used = 0u64;
     for _ in 0..count {
         if cur + HEADER_SIZE as u64 > end {
             return Err("message header beyond the batch");
@@ -701,34 +758,52 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
         if len as u64 > e.recv_size || cur + size > end {
             return Err("message length beyond the batch");
         }
-        let data = cur + HEADER_SIZE as u64;
         if call_id & RESPONSE_FLAG != 0 {
-            let Some(u) = e.pending.remove(call_id & !RESPONSE_FLAG) else {
+            if !e.pending.contains(call_id & !RESPONSE_FLAG) {
                 return Err("response to no pending call");
-            };
-            e.stats.responses += 1;
-            on_response(u, Ok(e.recv_slice(data, u64::from(len))));
+            }
         } else {
             let allowance = u64::from(piggyback) * ALIGNMENT;
-            if allowance < 2 * ALIGNMENT || allowance > e.peer_unused_credit {
+            credit_used += allowance;
+            if allowance < 2 * ALIGNMENT || credit_used > e.peer_unused_credit {
                 return Err("request without the credit for its response");
             }
-            e.peer_unused_credit -= allowance;
-            e.stats.requests += 1;
-            recvq.push_back(RecvHandle {
-                ep: idx,
-                call_id,
-                allowance,
-                pos: data,
-                len,
-                epoch,
-            });
         }
         cur += size;
     }
     if cur != end {
         return Err("batch longer than its messages");
     }
+    // Pass 2: deliver. (A response id repeated within the batch is caught here.)
+    let mut cur = pos + FLOW_METADATA_SIZE;
+    for _ in 0..count {
+        let h = MessageHeader::new_checked(e.recv_slice(cur, HEADER_SIZE as u64))
+            .ok_or("short header")?;
+        let (call_id, piggyback, len) = (h.call_id(), h.piggyback(), h.len());
+        let data = cur + HEADER_SIZE as u64;
+        if call_id & RESPONSE_FLAG != 0 {
+            let Some(u) = e.pending.remove(call_id & !RESPONSE_FLAG) else {
+                return Err("two responses to one call");
+            };
+            e.stats.responses += 1;
+            on_response(u, Ok(e.recv_slice(data, u64::from(len))));
+        } else {
+            let allowance = u64::from(piggyback) * ALIGNMENT;
+            e.peer_unused_credit -= allowance;
+            e.stats.requests += 1;
+            e.queued.push_back(cur);
+            recvq.push_back(RecvHandle {
+                ep: idx,
+                call_id,
+                allowance,
+                pos: data,
+                len,
+                epoch: u64::MAX,
+            });
+        }
+        cur += padded_message_size(len as usize);
+    }
+
     e.recv_producer = end;
     Ok(())
 }

@@ -127,6 +127,9 @@ pub(crate) struct Ep<U> {
     /// Consumer position published to the peer.
     pub last_recv_pos: u64,
 
+    /// Header positions of received requests not yet taken by `recv()`:
+    /// consumption is not released past the oldest.
+    pub queued: VecDeque<u64>,
     pub pending: Slab<U>,
     pub read_inflight: bool,
     pub want_read: bool,
@@ -194,8 +197,11 @@ impl<U> Ep<U> {
         g
     }
 
-    fn write_meta(&mut self, pos: u64, count: u32) {
-        let grant = self.take_grant();
+    /// Writes a batch's metadata. A grant is computed only when `poll()` closes
+    /// a batch: a batch closed in the middle of `call`/`reply` (at a wrap) must
+    /// not reserve space the message being written was promised.
+    fn write_meta(&mut self, pos: u64, count: u32, grant: bool) {
+        let grant = if grant { self.take_grant() } else { 0 };
         let off = self.send_off(pos) as usize;
         // SAFETY: 32 bytes at an aligned offset inside the send ring.
         let b = unsafe {
@@ -206,11 +212,12 @@ impl<U> Ep<U> {
             .set(self.last_recv_pos, grant, count);
     }
 
-    /// Closes the current batch, queueing it for posting.
-    pub fn close_batch(&mut self) {
+    /// Closes the current batch, queueing it for posting; `grant` adds a credit
+    /// grant (only from `poll()`).
+    pub fn close_batch(&mut self, grant: bool) {
         if let Some(meta) = self.meta_pos.take() {
             let count = self.batch_count;
-            self.write_meta(meta, count);
+            self.write_meta(meta, count, grant);
             let len = self.send_producer - meta;
             self.ready.push_back(Ready {
                 pos: meta,
@@ -224,10 +231,10 @@ impl<U> Ep<U> {
     /// Closes the batch and writes a wrap marker at the current position; the
     /// producer moves to the ring's next start.
     fn wrap(&mut self) {
-        self.close_batch();
+        self.close_batch(false);
         let pos = self.send_producer;
         let tail = self.send_size - self.send_off(pos);
-        self.write_meta(pos, WRAP_MESSAGE_COUNT);
+        self.write_meta(pos, WRAP_MESSAGE_COUNT, false);
         self.ready.push_back(Ready {
             pos,
             len: FLOW_METADATA_SIZE,

@@ -36,6 +36,6 @@ mod endpoint;
 mod error;
 mod slab;
 
-pub use context::{Context, ContextBuilder, EndpointId, RecvHandle};
+pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};
 pub use endpoint::{EndpointInfo, EndpointStats, ENDPOINT_INFO_VERSION};
 pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};

@@ -40,6 +40,11 @@ impl<U> Slab<U> {
         self.len -= 1;
         Some(u)
     }
+    /// Whether `id` holds an entry.
+    #[inline]
+    pub(crate) fn contains(&self, id: u32) -> bool {
+        self.slots.get(id as usize).is_some_and(Option::is_some)
+    }
     pub(crate) fn len(&self) -> usize {
         self.len
     }
