@@ -13,7 +13,7 @@ use crate::error::CloseReason;
 use crate::slab::Slab;
 
 /// What the peer needs to connect to an endpoint (exchanged out of band).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EndpointInfo {
     /// Layout version of this record.
     pub version: u32,

@@ -30,6 +30,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod conn;
 mod context;
 pub mod encoding;
 mod endpoint;
