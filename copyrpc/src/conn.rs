@@ -35,11 +35,14 @@ where
     let (ep, info) = ctx.create_endpoint()?;
     let mut line = serde_json::to_string(&info).map_err(|e| ConnError::Record(e.to_string()))?;
     line.push('\n');
-    (&*stream).write_all(line.as_bytes())?;
+    {
+        let mut w = stream;
+        w.write_all(line.as_bytes())?;
+    }
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut peer = String::new();
     // One line, at most 4 KiB: the peer is untrusted.
-    let n = BufReader::new((&*stream).take(4096)).read_line(&mut peer)?;
+    let n = BufReader::new(stream.take(4096)).read_line(&mut peer)?;
     if n == 0 || !peer.ends_with('\n') {
         ctx.close(ep);
         return Err(ConnError::Record("no complete record".into()));
