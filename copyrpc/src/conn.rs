@@ -84,6 +84,14 @@ impl Listener {
         })
     }
 
+    /// Another handle on the same listening socket (for accepting from several
+    /// threads).
+    pub fn tcp_clone(&self) -> Listener {
+        Listener {
+            tcp: self.tcp.try_clone().expect("clone a listening socket"),
+        }
+    }
+
     /// The address listened on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.tcp.local_addr()

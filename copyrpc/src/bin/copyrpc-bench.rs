@@ -1,0 +1,356 @@
+//! `copyrpc-bench`: RPC rate and round-trip latency between a client and a
+//! server over copyrpc, connected over TCP (or run both as local processes with
+//! `--spawn`). Prints Mrps and hdrhistogram percentiles.
+//!
+//! ```text
+//! copyrpc-bench server --listen 0.0.0.0:7000 --device mlx5_0
+//! copyrpc-bench client --connect host:7000 --device mlx5_0 --payload 32 --depth 64
+//! copyrpc-bench client --spawn --payload 32 --depth 64          # both on this host (software device)
+//! ```
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use copyrpc::conn::{connect, Listener};
+use copyrpc::{CallFailed, ContextBuilder};
+use hdrhistogram::Histogram;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "copyrpc-bench",
+    version,
+    about = "copyrpc RPC rate and latency"
+)]
+struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+struct Common {
+    /// Device (`sim0`, `mlx5_0`, `auto`).
+    #[arg(long)]
+    device: Option<String>,
+    /// Receive ring size per endpoint.
+    #[arg(long, default_value_t = 1 << 20)]
+    ring: u64,
+    /// Threads, each with its own context and share of the endpoints.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Endpoints (connections), split over the threads.
+    #[arg(long, default_value_t = 1)]
+    endpoints: usize,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Answer every request with a response of the same size.
+    Server {
+        #[command(flatten)]
+        common: Common,
+        /// Address to listen on.
+        #[arg(long, default_value = "127.0.0.1:7000")]
+        listen: SocketAddr,
+    },
+    /// Send requests and measure.
+    Client {
+        #[command(flatten)]
+        common: Common,
+        /// Server address.
+        #[arg(long, default_value = "127.0.0.1:7000")]
+        connect: SocketAddr,
+        /// Start a server process on this host (software device) first.
+        #[arg(long)]
+        spawn: bool,
+        /// Request and response payload bytes.
+        #[arg(long, default_value_t = 32)]
+        payload: usize,
+        /// Calls in flight per busy endpoint.
+        #[arg(long, default_value_t = 64)]
+        depth: usize,
+        /// Endpoints that carry traffic (the rest stay idle); default all.
+        #[arg(long)]
+        busy: Option<usize>,
+        /// Seconds to measure (after one second of warm-up).
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+    },
+}
+
+fn device(common: &Common, default: &str) -> mlx5::device::Context {
+    let name = common.device.clone().unwrap_or_else(|| default.to_string());
+    mlx5::device::Context::open(&name).unwrap_or_else(|e| {
+        eprintln!("copyrpc-bench: {e}");
+        std::process::exit(1)
+    })
+}
+
+fn server(common: Common, listen: SocketAddr) {
+    let listener = Listener::bind(listen).unwrap_or_else(|e| {
+        eprintln!("copyrpc-bench: {e}");
+        std::process::exit(1)
+    });
+    // Announce the port (for --spawn) once listening.
+    println!("LISTENING {}", listener.local_addr().unwrap());
+    let per = common.endpoints.div_ceil(common.threads);
+    let threads: Vec<_> = (0..common.threads)
+        .map(|t| {
+            let l = listener.tcp_clone();
+            let common = common.clone();
+            std::thread::spawn(move || {
+                let dev = device(&common, "sim1");
+                let n = per.min(common.endpoints - (t * per).min(common.endpoints));
+                let b = ContextBuilder::new()
+                    .ring_size(common.ring)
+                    .max_endpoints(n.max(1) as u32)
+                    .srq_size(4096)
+                    .cq_size(16384);
+                let mut ctx = b.build(&dev, |_: u64, _| {}).unwrap();
+                let mut conns: Vec<_> = (0..n).map(|_| l.accept(&mut ctx).unwrap()).collect();
+                let mut i = 0u64;
+                let mut last_check = Instant::now();
+                // Replies echo the request; one buffer, reused.
+                let mut out = vec![0u8; 1 << 16];
+                while !conns.is_empty() {
+                    ctx.poll();
+                    while let Some(h) = ctx.recv() {
+                        let len = match ctx.request(&h) {
+                            Some(d) => {
+                                let len = d.len().min(h.max_response()).min(out.len());
+                                out[..len].copy_from_slice(&d[..len]);
+                                len
+                            }
+                            None => 0,
+                        };
+                        let _ = ctx.reply(h, &out[..len]);
+                    }
+                    // Liveness: every 100 ms (one read per connection), not per poll.
+                    i += 1;
+                    if i % 1024 == 0 && last_check.elapsed() >= Duration::from_millis(100) {
+                        last_check = Instant::now();
+                        conns.retain_mut(|c| c.check(&mut ctx));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+struct Shared {
+    hist: Histogram<u64>,
+    done: u64,
+    failed: u64,
+    measuring: bool,
+    origin: Instant,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn client_thread(
+    common: Common,
+    addr: SocketAddr,
+    n: usize,
+    busy: usize,
+    payload: usize,
+    depth: usize,
+    warm: Duration,
+    dur: Duration,
+) -> (u64, Histogram<u64>, u64) {
+    let dev = device(&common, "sim0");
+    let shared = Rc::new(RefCell::new(Shared {
+        hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
+        done: 0,
+        failed: 0,
+        measuring: false,
+        origin: Instant::now(),
+    }));
+    let s2 = shared.clone();
+    // User data: the call's start time in ns since `origin`.
+    // User data: the call's start time in ns since `origin`, for one call in
+    // 16 (0 for the others: two clock reads per call would be a measurable
+    // share of a 32-byte RPC).
+    let handler = move |t0: u64, r: Result<&[u8], CallFailed>| {
+        let mut s = s2.borrow_mut();
+        match r {
+            Ok(_) if s.measuring => {
+                s.done += 1;
+                if t0 != 0 {
+                    let now = s.origin.elapsed().as_nanos() as u64;
+                    let _ = s.hist.record(now.saturating_sub(t0).max(1));
+                }
+            }
+            Ok(_) => {}
+            Err(_) => s.failed += 1,
+        }
+    };
+    let b = ContextBuilder::new()
+        .ring_size(common.ring)
+        .max_endpoints(n.max(1) as u32)
+        .srq_size(4096)
+        .cq_size(16384);
+    let mut ctx = b.build(&dev, handler).unwrap();
+    let conns: Vec<_> = (0..n).map(|_| connect(addr, &mut ctx).unwrap()).collect();
+    let eps: Vec<_> = conns.iter().take(busy).map(|c| c.endpoint()).collect();
+    let data = vec![0x5au8; payload];
+    let origin = shared.borrow().origin;
+    let start = Instant::now();
+    let mut inflight = vec![0usize; eps.len()];
+    let mut last_done = vec![0u64; eps.len()];
+    let _ = &mut last_done;
+    let mut iter = 0u64;
+    let mut el = Duration::ZERO;
+    let mut seq = 0u64;
+    loop {
+        iter += 1;
+        if iter % 256 == 0 {
+            el = start.elapsed();
+        }
+        if el >= warm && !shared.borrow().measuring {
+            let mut s = shared.borrow_mut();
+            s.measuring = true;
+            s.done = 0;
+            s.hist.reset();
+        }
+        if el >= warm + dur {
+            break;
+        }
+        for (k, &ep) in eps.iter().enumerate() {
+            while inflight[k] < depth {
+                seq += 1;
+                let t0 = if seq % 16 == 0 || depth == 1 {
+                    (origin.elapsed().as_nanos() as u64).max(1)
+                } else {
+                    0
+                };
+                match ctx.call(ep, &data, payload, t0) {
+                    Ok(()) => inflight[k] += 1,
+                    Err(_) => break,
+                }
+            }
+        }
+        ctx.poll();
+        // Responses free slots: recount from the per-endpoint pending calls.
+        for (k, &ep) in eps.iter().enumerate() {
+            inflight[k] = ctx.pending_calls(ep);
+        }
+    }
+    let s = shared.borrow();
+    (s.done, s.hist.clone(), s.failed)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn client(
+    common: Common,
+    mut addr: SocketAddr,
+    spawn: bool,
+    payload: usize,
+    depth: usize,
+    busy: Option<usize>,
+    duration: f64,
+) {
+    let mut child = None;
+    if spawn {
+        let fabric = std::env::var("MLX5_SIM_FABRIC")
+            .unwrap_or_else(|_| format!("bench-{}", std::process::id()));
+        std::env::set_var("MLX5_SIM_FABRIC", &fabric);
+        let mut c = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "server",
+                "--listen",
+                "127.0.0.1:0",
+                "--ring",
+                &common.ring.to_string(),
+            ])
+            .args([
+                "--threads",
+                &common.threads.to_string(),
+                "--endpoints",
+                &common.endpoints.to_string(),
+            ])
+            .args(
+                common
+                    .device
+                    .as_ref()
+                    .map(|_| vec!["--device".to_string(), "sim1".to_string()])
+                    .unwrap_or_default(),
+            )
+            .env("MLX5_SIM_FABRIC", &fabric)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        addr = line
+            .trim()
+            .strip_prefix("LISTENING ")
+            .expect("server announces its port")
+            .parse()
+            .unwrap();
+        child = Some(c);
+    }
+    let busy = busy
+        .unwrap_or(common.endpoints)
+        .min(common.endpoints)
+        .max(1);
+    let per = common.endpoints.div_ceil(common.threads);
+    let warm = Duration::from_secs(1);
+    let dur = Duration::from_secs_f64(duration);
+    let threads: Vec<_> = (0..common.threads)
+        .map(|t| {
+            let common = common.clone();
+            let n = per.min(common.endpoints - (t * per).min(common.endpoints));
+            let b = busy.div_ceil(common.threads).min(n);
+            std::thread::spawn(move || client_thread(common, addr, n, b, payload, depth, warm, dur))
+        })
+        .collect();
+    let mut done = 0;
+    let mut failed = 0;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+    for t in threads {
+        let (d, h, f) = t.join().unwrap();
+        done += d;
+        failed += f;
+        hist.add(h).unwrap();
+    }
+    let mrps = done as f64 / dur.as_secs_f64() / 1e6;
+    println!(
+        "copyrpc: {payload} B, {} endpoints ({busy} busy), depth {depth}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
+        common.endpoints,
+        common.threads,
+        hist.value_at_quantile(0.5) as f64 / 1000.0,
+        hist.value_at_quantile(0.99) as f64 / 1000.0,
+        hist.value_at_quantile(0.999) as f64 / 1000.0,
+        if failed > 0 { format!(" ({failed} failed)") } else { String::new() }
+    );
+    if let Some(mut c) = child {
+        let _ = c.wait();
+        if let Ok(f) = std::env::var("MLX5_SIM_FABRIC") {
+            mlx5::sim::fabric::Fabric::remove_if_unused(&f);
+        }
+    }
+}
+
+fn main() {
+    match Args::parse().cmd {
+        Cmd::Server { common, listen } => server(common, listen),
+        Cmd::Client {
+            common,
+            connect,
+            spawn,
+            payload,
+            depth,
+            busy,
+            duration,
+        } => client(common, connect, spawn, payload, depth, busy, duration),
+    }
+}
