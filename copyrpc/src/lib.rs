@@ -35,6 +35,8 @@ mod context;
 pub mod encoding;
 mod endpoint;
 mod error;
+#[cfg(feature = "mpi")]
+pub mod mpi_setup;
 mod slab;
 
 pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};
