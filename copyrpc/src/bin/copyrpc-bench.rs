@@ -79,6 +79,133 @@ enum Cmd {
         #[arg(long, default_value_t = 5.0)]
         duration: f64,
     },
+    /// As MPI ranks (feature `mpi`): rank 0 calls every other rank, which answer.
+    #[cfg(feature = "mpi")]
+    Mpi {
+        /// Device; `sim` means `sim<rank>` in the fabric `MLX5_SIM_FABRIC` names.
+        #[arg(long, default_value = "sim")]
+        device: String,
+        /// Receive ring size per endpoint.
+        #[arg(long, default_value_t = 1 << 20)]
+        ring: u64,
+        /// Request and response payload bytes.
+        #[arg(long, default_value_t = 32)]
+        payload: usize,
+        /// Calls in flight per peer.
+        #[arg(long, default_value_t = 64)]
+        depth: usize,
+        /// Seconds to measure (after one second of warm-up).
+        #[arg(long, default_value_t = 5.0)]
+        duration: f64,
+    },
+}
+
+#[cfg(feature = "mpi")]
+fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: f64) {
+    use mpi::traits::{Communicator, CommunicatorCollectives};
+    let universe = mpi::initialize().expect("MPI");
+    let world = universe.world();
+    let me = world.rank();
+    let name = if device == "sim" {
+        format!("sim{me}")
+    } else {
+        device
+    };
+    let dev = mlx5::device::Context::open(&name).unwrap_or_else(|e| {
+        eprintln!("rank {me}: {e}");
+        std::process::exit(1)
+    });
+    let origin = Instant::now();
+    let hist = Rc::new(RefCell::new(
+        Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
+    ));
+    let count = Rc::new(RefCell::new(0u64));
+    let (h2, c2) = (hist.clone(), count.clone());
+    let handler = move |t0: u64, r: Result<&[u8], CallFailed>| {
+        if r.is_ok() {
+            *c2.borrow_mut() += 1;
+            if t0 != 0 {
+                let _ = h2.borrow_mut().record(
+                    (origin.elapsed().as_nanos() as u64)
+                        .saturating_sub(t0)
+                        .max(1),
+                );
+            }
+        }
+    };
+    let n = world.size() as u32;
+    let mut ctx = ContextBuilder::new()
+        .ring_size(ring)
+        .max_endpoints(n)
+        .build(&dev, handler)
+        .unwrap();
+    let eps = copyrpc::mpi_setup::connect_all(&world, &mut ctx).unwrap();
+    let peers: Vec<_> = eps.iter().flatten().copied().collect();
+    let data = vec![0x5au8; payload];
+    let mut out = vec![0u8; payload.max(1)];
+    let (warm, dur) = (Duration::from_secs(1), Duration::from_secs_f64(duration));
+    let start = Instant::now();
+    let mut measured_from = 0u64;
+    let mut started = false;
+    let mut seq = 0u64;
+    let mut iter = 0u64;
+    let mut el = Duration::ZERO;
+    loop {
+        iter += 1;
+        if iter % 256 == 0 {
+            el = start.elapsed();
+        }
+        if !started && el >= warm {
+            started = true;
+            measured_from = *count.borrow();
+            hist.borrow_mut().reset();
+        }
+        if el >= warm + dur {
+            break;
+        }
+        if me == 0 {
+            for &ep in &peers {
+                while ctx.pending_calls(ep) < depth {
+                    seq += 1;
+                    let t0 = if seq % 16 == 0 || depth == 1 {
+                        (origin.elapsed().as_nanos() as u64).max(1)
+                    } else {
+                        0
+                    };
+                    if ctx.call(ep, &data, payload, t0).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        ctx.poll();
+        while let Some(h) = ctx.recv() {
+            let len = ctx.request(&h).map_or(0, |d| {
+                out[..d.len()].copy_from_slice(d);
+                d.len()
+            });
+            let _ = ctx.reply(h, &out[..len]);
+        }
+    }
+    // Drain what is in flight, then finish together.
+    for _ in 0..100_000 {
+        ctx.poll();
+        while let Some(h) = ctx.recv() {
+            let _ = ctx.reply(h, &[]);
+        }
+    }
+    world.barrier();
+    if me == 0 {
+        let done = *count.borrow() - measured_from;
+        let h = hist.borrow();
+        println!(
+            "copyrpc over MPI: {payload} B, {} peer(s), depth {depth}: {:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us",
+            peers.len(),
+            done as f64 / dur.as_secs_f64() / 1e6,
+            h.value_at_quantile(0.5) as f64 / 1000.0,
+            h.value_at_quantile(0.99) as f64 / 1000.0
+        );
+    }
 }
 
 fn device(common: &Common, default: &str) -> mlx5::device::Context {
@@ -352,5 +479,13 @@ fn main() {
             busy,
             duration,
         } => client(common, connect, spawn, payload, depth, busy, duration),
+        #[cfg(feature = "mpi")]
+        Cmd::Mpi {
+            device,
+            ring,
+            payload,
+            depth,
+            duration,
+        } => mpi_bench(device, ring, payload, depth, duration),
     }
 }
