@@ -45,8 +45,23 @@ pub struct FlushReport {
     pub overrun: Vec<u32>,
 }
 
-/// Queues a CQE; writes the batch when it is full.
+/// Queues a CQE; writes the batch when it is full. A CQE for a CQ without
+/// compression is written at once (there is nothing to coalesce), unless CQEs
+/// are being held for a burst.
 pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
+    if !HOLD.with(|h| h.get()) {
+        let e = &fab.reg().cqs[slot_of(c.cqn, MAX_CQS)];
+        if e.zip.load(Ordering::Relaxed) == 0 {
+            // Earlier queued CQEs of this CQ keep their order.
+            let queued = BATCH.with(|b| b.borrow().iter().any(|q| q.cqn == c.cqn));
+            if !queued {
+                if !write_run(fab, c.cqn, std::slice::from_ref(&c)) {
+                    report.overrun.push(c.cqn);
+                }
+                return;
+            }
+        }
+    }
     let full = BATCH.with(|b| {
         let mut b = b.borrow_mut();
         b.push(c);
