@@ -20,7 +20,7 @@ use mlx5::prm::Cqe64;
 use mlx5::rq::RecvQueue;
 use mlx5::sim::fabric::Fabric;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqMemory};
-use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
+use mlx5::wqe_table::{OrderedRecv, OrderedSparse, SendTable};
 use mlx5::Completion;
 
 const WINDOW: u64 = 128;
@@ -495,8 +495,93 @@ fn posting_loop(n: u64) {
     Fabric::remove_if_unused(&fabric);
 }
 
+/// One thread drives both ends: the NIC's cost per WRITE_IMM without any
+/// waiting (for callgrind: `valgrind --tool=callgrind <bench> --nic-only`).
+fn nic_only(n: u64) {
+    use mlx5::wqe_table::OrderedDense;
+    let fabric = format!("bench-{}-nic", std::process::id());
+    let a = Context::open_in(&fabric, "sim0").unwrap();
+    let b = Context::open_in(&fabric, "sim1").unwrap();
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let dst = pb
+        .alloc_mr(4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let (acq, bcq) = (
+        a.create_cq(&CqAttr::default()).unwrap(),
+        b.create_cq(&CqAttr::default()).unwrap(),
+    );
+    let caps = QpCaps {
+        sq_wqe_cnt: 1024,
+        rq_wqe_cnt: 1024,
+        ..QpCaps::default()
+    };
+    let qa = a.create_qp(&pa, &acq, &acq, None, &caps).unwrap();
+    let qb = b.create_qp(&pb, &bcq, &bcq, None, &caps).unwrap();
+    for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
+        x.to_init().unwrap();
+        x.to_rtr(&RtrAttr {
+            remote: y.conn_info(),
+            access: acc,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 0,
+        })
+        .unwrap();
+        x.to_rts(&RtsAttr::default()).unwrap();
+    }
+    let mut sq = qa
+        .send_queue::<OrderedSparse<()>>(SqConfig {
+            signal_interval: 64,
+            max_inline: 64,
+            bf_mode: BfMode::Auto,
+        })
+        .unwrap();
+    let mut rq = qb.recv_queue::<OrderedRecv<()>>().unwrap();
+    let (mut sring, mut rring) = (acq.ring().unwrap(), bcq.ring().unwrap());
+    for _ in 0..1024 {
+        rq.post(&[], ()).unwrap();
+    }
+    rq.ring_doorbell();
+    let data = [7u8; 32];
+    let t = Instant::now();
+    for i in 0..n {
+        sq.write_imm(dst.addr(), dst.rkey(), i as u32, Payload::Inline(&data))
+            .unwrap()
+            .post(None);
+        sq.ring_doorbell();
+        if i % 64 == 63 {
+            let mut got = 0;
+            rring.poll(usize::MAX, |c| {
+                mlx5::cq::CompletionSource::complete(&mut rq, c, |_, _| {});
+                got += 1;
+            });
+            for _ in 0..got {
+                rq.post(&[], ()).unwrap();
+            }
+            rq.ring_doorbell();
+            sring.poll(usize::MAX, |c| {
+                sq.complete(c, |_, _| {});
+            });
+        }
+    }
+    println!(
+        "nic   one thread, both ends: {:.1} ns per WRITE_IMM (posting, NIC, polling)",
+        t.elapsed().as_nanos() as f64 / n as f64
+    );
+    let _ = OrderedDense::<()>::with_capacity;
+    drop((sq, rq, sring, rring, qa, qb, acq, bcq, dst, pa, pb, a, b));
+    Fabric::remove_if_unused(&fabric);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "--nic-only") {
+        nic_only(if args.iter().any(|a| a == "--quick") {
+            20_000
+        } else {
+            1_000_000
+        });
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("--peer") {
         let (kind, fabric, size, n) = (
             &args[2],

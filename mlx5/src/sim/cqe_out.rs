@@ -140,11 +140,20 @@ impl CqView<'_> {
     fn pass(&self, n: u32) -> u32 {
         n / self.cnt
     }
-    fn free(&self, pi: u32) -> u32 {
+    /// Slots free at producer index `pi`, at least `need` if that many are: the
+    /// consumer's doorbell record (a cache line it writes on every poll) is read
+    /// only when the last value seen leaves fewer than `need`.
+    fn free(&self, pi: u32, need: u32) -> u32 {
+        let used = |ci: u32| (pi.wrapping_sub(ci)) & 0x00ff_ffff;
+        let seen = self.e.ci_seen.load(Ordering::Relaxed);
+        let f = self.cnt.saturating_sub(used(seen));
+        if f >= need {
+            return f;
+        }
         // SAFETY: the doorbell record lies in the CQ's segment.
-        let ci = unsafe { load_dbrec(self.dbrec, CQ_SET_CI) };
-        let used = (pi.wrapping_sub(ci)) & 0x00ff_ffff;
-        self.cnt.saturating_sub(used)
+        let ci = unsafe { load_dbrec(self.dbrec, CQ_SET_CI) } & 0x00ff_ffff;
+        self.e.ci_seen.store(ci, Ordering::Relaxed);
+        self.cnt.saturating_sub(used(ci))
     }
     /// Writes 64 bytes (plus the preceding half for 128-byte CQEs), validity
     /// bytes last.
@@ -269,7 +278,7 @@ fn op_own_of(cq: &CqView<'_>, n: u32, c: &PendingCqe) -> u8 {
 }
 
 fn write_plain(cq: &CqView<'_>, pi: &mut u32, c: &PendingCqe) -> Option<usize> {
-    if cq.free(*pi) < 1 {
+    if cq.free(*pi, 1) < 1 {
         return None;
     }
     cq.write(*pi, &c.cqe, c.pre.as_ref(), op_own_of(cq, *pi, c));
@@ -297,7 +306,7 @@ fn write_enhanced(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<u
             k += 1;
         }
         if k > 0 {
-            if cq.free(*pi) < k as u32 {
+            if cq.free(*pi, k as u32) < k as u32 {
                 return None;
             }
             let mut block = [0u8; 64];
@@ -336,7 +345,7 @@ fn write_basic(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<usiz
     if n < 2 {
         return write_plain(cq, pi, first);
     }
-    if cq.free(*pi) < n as u32 {
+    if cq.free(*pi, n as u32) < n as u32 {
         return None;
     }
     let t = *pi;

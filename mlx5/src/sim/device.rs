@@ -209,6 +209,7 @@ impl SimContext {
         e.overrun.store(0, Ordering::Relaxed);
         e.title.store(u32::MAX, Ordering::Relaxed);
         e.since_title.store(0, Ordering::Relaxed);
+        e.ci_seen.store(0, Ordering::Relaxed);
         e.flags.store(
             if attr.scatter_to_cqe {
                 CQ_SCATTER_TO_CQE

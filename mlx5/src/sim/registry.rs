@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d02;
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d03;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
 /// Shared-memory segments per fabric.
@@ -108,7 +108,9 @@ pub struct MrEntry {
 }
 
 /// A completion queue: where its memory is, and the NIC's producer state.
-#[repr(C)]
+/// The producer state (written by whichever process's NIC completes work into
+/// the CQ) has a cache line of its own, apart from the read-mostly setup.
+#[repr(C, align(64))]
 #[derive(Debug)]
 pub struct CqEntry {
     /// FREE / CLAIMED / LIVE.
@@ -131,6 +133,9 @@ pub struct CqEntry {
     pub buf_off: AtomicU64,
     /// Offset of the doorbell record in the segment.
     pub dbrec_off: AtomicU64,
+    /// [`CQ_SCATTER_TO_CQE`] and other flags.
+    pub flags: AtomicU32,
+    _pad0: [u32; 3],
     /// Serialises CQE production.
     pub lock: ShmLock,
     /// NIC producer index.
@@ -142,16 +147,18 @@ pub struct CqEntry {
     pub title: AtomicU32,
     /// Enhanced compression: mini CQEs written since the title.
     pub since_title: AtomicU32,
-    /// [`CQ_SCATTER_TO_CQE`] and other flags.
-    pub flags: AtomicU32,
-    _pad: u32,
+    /// The consumer index last read from the doorbell record: the NIC reads
+    /// the record again only when this says the CQ may be full.
+    pub ci_seen: AtomicU32,
+    _pad1: [u32; 10],
 }
 
 /// CQ flag: small receives on QPs with their own RQ land in the CQE.
 pub const CQ_SCATTER_TO_CQE: u32 = 1;
 
-/// A shared receive queue: its memory and the NIC's consumer state.
-#[repr(C)]
+/// A shared receive queue: its memory and the NIC's consumer state (on a
+/// cache line of its own: senders in other processes write it).
+#[repr(C, align(64))]
 #[derive(Debug)]
 pub struct SrqEntry {
     /// FREE / CLAIMED / LIVE.
@@ -174,17 +181,20 @@ pub struct SrqEntry {
     pub buf_off: AtomicU64,
     /// Offset of the doorbell record.
     pub dbrec_off: AtomicU64,
+    _pad0: [u32; 4],
     /// Serialises consumption by many senders.
     pub lock: ShmLock,
     /// Index of the next WQE the NIC consumes (follows the `next` links).
     pub head: AtomicU32,
     /// WQEs consumed (compared with the doorbell-record counter).
     pub consumed: AtomicU32,
-    _pad: u32,
+    _pad1: [u32; 13],
 }
 
-/// A QP: its memory, attributes and the NIC's execution state.
-#[repr(C)]
+/// A QP: its memory, attributes and the NIC's execution state. The setup
+/// (read by every NIC), the requester state (written by the owner's NIC) and the
+/// responder state (written by the peer's NIC) live on separate cache lines.
+#[repr(C, align(64))]
 #[derive(Debug)]
 pub struct QpEntry {
     /// FREE / CLAIMED / LIVE.
@@ -233,14 +243,12 @@ pub struct QpEntry {
     pub rq_off: AtomicU64,
     /// Offset of the doorbell record.
     pub dbrec_off: AtomicU64,
+    _pad0: [u32; 6],
+    // Requester side: written by the owner's NIC as it runs the SQ.
     /// Serialises execution of the SQ.
     pub exec_lock: ShmLock,
     /// NIC consumer counter of the SQ (BBs executed).
     pub sq_ci: AtomicU32,
-    /// Serialises RQ consumption.
-    pub rq_lock: ShmLock,
-    /// RQ WQEs consumed by the NIC.
-    pub rq_ci: AtomicU32,
     /// Failed tries (RNR or transport) of the WQE at the SQ head.
     pub retry_tries: AtomicU32,
     /// SQ counter of the WQE the tries are for.
@@ -249,6 +257,13 @@ pub struct QpEntry {
     pub retry_due_ns: AtomicU64,
     /// Owner-process clock (ns) when the peer process was last seen alive.
     pub peer_seen_ns: AtomicU64,
+    _pad1: [u32; 8],
+    // Responder side: written by the peer's NIC as it consumes receives.
+    /// Serialises RQ consumption.
+    pub rq_lock: ShmLock,
+    /// RQ WQEs consumed by the NIC.
+    pub rq_ci: AtomicU32,
+    _pad2: [u32; 14],
 }
 
 /// The whole registry.
@@ -305,3 +320,14 @@ pub fn claim<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32) -> Option<usize> 
             .is_ok()
     })
 }
+
+// The groups above start on cache lines of their own.
+const _: () = {
+    assert!(std::mem::offset_of!(CqEntry, lock) == 64);
+    assert!(std::mem::size_of::<CqEntry>() == 128);
+    assert!(std::mem::offset_of!(SrqEntry, lock) == 64);
+    assert!(std::mem::size_of::<SrqEntry>() == 128);
+    assert!(std::mem::offset_of!(QpEntry, exec_lock) == 128);
+    assert!(std::mem::offset_of!(QpEntry, rq_lock) == 192);
+    assert!(std::mem::size_of::<QpEntry>() == 256);
+};
