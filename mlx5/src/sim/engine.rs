@@ -888,6 +888,22 @@ struct Recv {
     srqn: u32,
 }
 
+/// A receive queue's WQE buffer (`cnt` × `stride` bytes) and doorbell record
+/// in segment `seg`, resolved in this process.
+fn queue_mem(
+    fab: &Fabric,
+    seg: u32,
+    buf_off: u64,
+    cnt: u32,
+    stride: usize,
+    dbrec_off: u64,
+) -> Option<(NonNull<u8>, NonNull<u8>)> {
+    Some((
+        fab.seg_ptr(seg, buf_off, u64::from(cnt) * stride as u64)?,
+        fab.seg_ptr(seg, dbrec_off, 8)?,
+    ))
+}
+
 fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
     let delay_us = r.min_rnr_us.load(Ordering::Relaxed);
     if sched::take_rnr_fault() {
@@ -900,18 +916,17 @@ fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
         if s.state.load(Ordering::Acquire) != LIVE || s.srqn.load(Ordering::Relaxed) != srqn {
             return Err(Fail::rnr(delay_us));
         }
-        let sseg = s.seg.load(Ordering::Relaxed);
         let cnt = s.cnt.load(Ordering::Relaxed);
         let stride = s.stride.load(Ordering::Relaxed) as usize;
-        let buf = fab.seg_ptr(
-            sseg,
+        let (buf, db) = queue_mem(
+            fab,
+            s.seg.load(Ordering::Relaxed),
             s.buf_off.load(Ordering::Relaxed),
-            u64::from(cnt) * stride as u64,
-        );
-        let db = fab.seg_ptr(sseg, s.dbrec_off.load(Ordering::Relaxed), 4);
-        let (Some(buf), Some(db)) = (buf, db) else {
-            return Err(Fail::rnr(delay_us));
-        };
+            cnt,
+            stride,
+            s.dbrec_off.load(Ordering::Relaxed),
+        )
+        .ok_or(Fail::rnr(delay_us))?;
         let _g = s.lock.lock();
         // SAFETY: the SRQ doorbell record.
         let posted = unsafe { load_dbrec(db, 0) } as u16;
@@ -941,15 +956,15 @@ fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
             return Err(Fail::rnr(delay_us));
         }
         let stride = r.rq_stride.load(Ordering::Relaxed) as usize;
-        let buf = fab.seg_ptr(
+        let (buf, db) = queue_mem(
+            fab,
             seg,
             r.rq_off.load(Ordering::Relaxed),
-            u64::from(cnt) * stride as u64,
-        );
-        let db = fab.seg_ptr(seg, r.dbrec_off.load(Ordering::Relaxed), 8);
-        let (Some(buf), Some(db)) = (buf, db) else {
-            return Err(Fail::rnr(delay_us));
-        };
+            cnt,
+            stride,
+            r.dbrec_off.load(Ordering::Relaxed),
+        )
+        .ok_or(Fail::rnr(delay_us))?;
         let _g = r.rq_lock.lock();
         // SAFETY: the QP doorbell record.
         let posted = unsafe { load_dbrec(db, RCV_DBR) } as u16;
