@@ -19,13 +19,24 @@ use crate::slab::Slab;
 
 /// An endpoint of a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct EndpointId(pub u32);
+pub struct EndpointId {
+    idx: u32,
+    gen: u32,
+}
+
+impl EndpointId {
+    /// The endpoint's slot in its context (reused after `remove`, under a new id).
+    pub fn index(&self) -> u32 {
+        self.idx
+    }
+}
 
 /// A received request: answer it with [`Context::reply`]. Its payload is
 /// readable with [`Context::request`] until the next `poll()`.
 #[derive(Debug)]
 pub struct RecvHandle {
     ep: u32,
+    gen: u32,
     call_id: u32,
     allowance: u64,
     pos: u64,
@@ -36,7 +47,10 @@ pub struct RecvHandle {
 impl RecvHandle {
     /// The endpoint the request came on.
     pub fn endpoint(&self) -> EndpointId {
-        EndpointId(self.ep)
+        EndpointId {
+            idx: self.ep,
+            gen: self.gen,
+        }
     }
     /// Largest response payload the caller allowed.
     pub fn max_response(&self) -> usize {
@@ -187,6 +201,8 @@ impl ContextBuilder {
             srq_posted: posted,
             srq_cap: posted,
             eps: Vec::with_capacity(n),
+            gens: Vec::with_capacity(n),
+            free_slots: Vec::new(),
             by_qpn: FastMap::new(),
             consumer_arena,
             read_arena,
@@ -214,7 +230,9 @@ pub struct Context<U, F> {
     _srq_h: SrqHandle,
     srq_posted: u32,
     srq_cap: u32,
-    eps: Vec<Ep<U>>,
+    eps: Vec<Option<Ep<U>>>,
+    gens: Vec<u32>,
+    free_slots: Vec<u32>,
     by_qpn: FastMap<u32>,
     consumer_arena: mlx5::device::Mr,
     read_arena: mlx5::device::Mr,
@@ -236,14 +254,35 @@ impl<U, F> std::fmt::Debug for Context<U, F> {
     }
 }
 
+impl<U, F> Context<U, F> {
+    fn slot(&self, id: EndpointId) -> Option<&Ep<U>> {
+        self.eps
+            .get(id.idx as usize)?
+            .as_ref()
+            .filter(|e| e.gen == id.gen)
+    }
+    fn slot_mut(&mut self, id: EndpointId) -> Option<&mut Ep<U>> {
+        self.eps
+            .get_mut(id.idx as usize)?
+            .as_mut()
+            .filter(|e| e.gen == id.gen)
+    }
+}
+
 impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
     /// Creates an endpoint; exchange its [`EndpointInfo`] with the peer, then
     /// [`connect`](Self::connect).
     pub fn create_endpoint(&mut self) -> Result<(EndpointId, EndpointInfo), SetupError> {
-        let idx = self.eps.len();
-        if idx >= self.cfg.max_endpoints as usize {
-            return Err(SetupError::TooManyEndpoints(idx));
-        }
+        let idx = match self.free_slots.last() {
+            Some(&i) => i as usize,
+            None if self.eps.len() < self.cfg.max_endpoints as usize => self.eps.len(),
+            None => return Err(SetupError::TooManyEndpoints(self.eps.len())),
+        };
+        let gen = if idx == self.eps.len() {
+            0
+        } else {
+            self.gens[idx]
+        };
         let c = self.cfg.ring_size;
         let caps = QpCaps {
             sq_wqe_cnt: self.cfg.sq_size,
@@ -283,7 +322,8 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         };
         self.by_qpn.insert(ci.qpn, idx as u32);
         self.send_cq.register(ci.qpn, idx as u32);
-        self.eps.push(Ep {
+        let ep = Ep {
+            gen,
             send_base: send_mr.as_ptr(),
             send_lkey: send_mr.lkey(),
             send_size: c,
@@ -314,16 +354,28 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
             dirty: false,
             consumed_dirty: false,
             stats: EndpointStats::default(),
-        });
-        Ok((EndpointId(idx as u32), info))
+        };
+        if idx == self.eps.len() {
+            self.eps.push(Some(ep));
+            self.gens.push(0);
+        } else {
+            self.free_slots.pop();
+            self.eps[idx] = Some(ep);
+        }
+        Ok((
+            EndpointId {
+                idx: idx as u32,
+                gen,
+            },
+            info,
+        ))
     }
 
     /// Connects an endpoint to the peer described by `remote`. No handshake:
     /// each side starts with the credit the other reserves for it.
     pub fn connect(&mut self, ep: EndpointId, remote: &EndpointInfo) -> Result<(), SetupError> {
         let e = self
-            .eps
-            .get_mut(ep.0 as usize)
+            .slot_mut(ep)
             .ok_or(SetupError::Invalid("no such endpoint".into()))?;
         if remote.version != ENDPOINT_INFO_VERSION {
             return Err(SetupError::Invalid(format!(
@@ -379,7 +431,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         max_response: usize,
         user: U,
     ) -> Result<(), CallError<U>> {
-        let Some(e) = self.eps.get_mut(ep.0 as usize) else {
+        let Some(e) = self.slot_mut(ep) else {
             return Err(CallError::NoEndpoint(user));
         };
         match &e.state {
@@ -402,7 +454,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         if e.in_flight() + e.space_needed(msg) + 2 * e.resp_reservation > e.send_size {
             if !e.read_inflight && !e.want_read {
                 e.want_read = true;
-                self.reads.push(ep.0);
+                self.reads.push(ep.idx);
             }
             return Err(CallError::RingFull(user));
         }
@@ -413,7 +465,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         e.stats.calls += 1;
         if !e.dirty {
             e.dirty = true;
-            self.dirty.push(ep.0);
+            self.dirty.push(ep.idx);
         }
         Ok(())
     }
@@ -424,7 +476,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         loop {
             let mut h = self.recvq.pop_front()?;
             let i = h.ep;
-            let e = &mut self.eps[i as usize];
+            // Requests of a removed endpoint are dropped.
+            let Some(e) = self.eps[i as usize].as_mut().filter(|e| e.gen == h.gen) else {
+                continue;
+            };
             e.queued.pop_front();
             if !e.consumed_dirty {
                 e.consumed_dirty = true;
@@ -445,14 +500,20 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         if h.epoch != self.epoch {
             return None;
         }
-        let e = self.eps.get(h.ep as usize)?;
+        let e = self
+            .eps
+            .get(h.ep as usize)?
+            .as_ref()
+            .filter(|e| e.gen == h.gen)?;
         Some(e.recv_slice(h.pos, u64::from(h.len)))
     }
 
     /// Answers a request, in any order. Never `RingFull`: the caller's
     /// allowance was reserved when the credit was granted.
     pub fn reply(&mut self, h: RecvHandle, payload: &[u8]) -> Result<(), ReplyError> {
-        let e = &mut self.eps[h.ep as usize];
+        let Some(e) = self.eps[h.ep as usize].as_mut().filter(|e| e.gen == h.gen) else {
+            return Err(ReplyError::Closed(CloseReason::Local));
+        };
         if let State::Closed(r) = &e.state {
             return Err(ReplyError::Closed(r.clone()));
         }
@@ -486,7 +547,9 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         for &i in &self.consumed {
             // Ring space is released up to the oldest request not yet taken by
             // `recv()`: a request's bytes stay until its handle's poll is over.
-            let e = &mut self.eps[i as usize];
+            let Some(e) = self.eps[i as usize].as_mut() else {
+                continue;
+            };
             e.consumed_dirty = false;
             let w = e.queued.front().copied().unwrap_or(e.recv_producer);
             if w > e.last_recv_pos {
@@ -516,7 +579,9 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                     *srq_posted -= 1;
                 }
                 let Some(i) = idx else { return };
-                let e = &mut eps[i as usize];
+                let Some(e) = eps[i as usize].as_mut() else {
+                    return;
+                };
                 if c.is_error() {
                     close(
                         e,
@@ -557,7 +622,9 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 ..
             } = self;
             n += send_cq.poll(256, |&mut i, c| {
-                let e = &mut eps[i as usize];
+                let Some(e) = eps[i as usize].as_mut() else {
+                    return;
+                };
                 if c.is_error() {
                     e.sq.complete(c, |_, _| {});
                     if e.state == State::Open {
@@ -589,7 +656,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         let mut i = 0;
         while i < self.dirty.len() {
             let idx = self.dirty[i];
-            let e = &mut self.eps[idx as usize];
+            let Some(e) = self.eps[idx as usize].as_mut() else {
+                self.dirty.swap_remove(i);
+                continue;
+            };
             if e.state != State::Open {
                 e.dirty = false;
                 self.dirty.swap_remove(i);
@@ -610,7 +680,9 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
             ..
         } = self;
         reads.retain(|&idx| {
-            let e = &mut eps[idx as usize];
+            let Some(e) = eps[idx as usize].as_mut() else {
+                return false;
+            };
             if e.state != State::Open {
                 e.want_read = false;
                 return false;
@@ -633,16 +705,48 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
     /// Closes an endpoint: its QP goes to the error state and its pending calls
     /// fail (through the response callback).
     pub fn close(&mut self, ep: EndpointId) {
-        if let Some(e) = self.eps.get_mut(ep.0 as usize) {
+        let Self {
+            eps, on_response, ..
+        } = self;
+        let slot = eps.get_mut(ep.idx as usize).and_then(Option::as_mut);
+        if let Some(e) = slot.filter(|e| e.gen == ep.gen) {
             if e.state == State::Open || e.state == State::Idle {
-                close(e, CloseReason::Local, &mut self.on_response);
+                close(e, CloseReason::Local, on_response);
             }
         }
     }
 
+    /// Removes an endpoint (closing it first if it is open: its pending calls
+    /// fail): its QP and rings are freed and its slot serves a later endpoint,
+    /// under a new id. Requests of the endpoint not yet taken are dropped.
+    /// Returns false for an unknown id.
+    pub fn remove(&mut self, ep: EndpointId) -> bool {
+        self.close(ep);
+        let Some(e) = self.slot(ep) else {
+            return false;
+        };
+        let qpn = e.qp.qpn();
+        self.by_qpn.remove(qpn);
+        self.send_cq.unregister(qpn);
+        self.eps[ep.idx as usize] = None;
+        // The work lists must not carry the slot over to its next endpoint.
+        let idx = ep.idx;
+        self.dirty.retain(|&i| i != idx);
+        self.reads.retain(|&i| i != idx);
+        self.consumed.retain(|&i| i != idx);
+        self.gens[ep.idx as usize] = ep.gen.wrapping_add(1);
+        self.free_slots.push(ep.idx);
+        true
+    }
+
+    /// Endpoints in the context (open, idle or closed; not removed).
+    pub fn endpoints(&self) -> usize {
+        self.eps.iter().filter(|e| e.is_some()).count()
+    }
+
     /// Why an endpoint is closed, if it is.
     pub fn closed(&self, ep: EndpointId) -> Option<&CloseReason> {
-        match &self.eps.get(ep.0 as usize)?.state {
+        match &self.slot(ep)?.state {
             State::Closed(r) => Some(r),
             _ => None,
         }
@@ -650,12 +754,12 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
 
     /// Calls waiting for their response on an endpoint.
     pub fn pending_calls(&self, ep: EndpointId) -> usize {
-        self.eps.get(ep.0 as usize).map_or(0, |e| e.pending.len())
+        self.slot(ep).map_or(0, |e| e.pending.len())
     }
 
     /// An endpoint's flow-control state.
     pub fn flow_state(&self, ep: EndpointId) -> Option<FlowState> {
-        let e = self.eps.get(ep.0 as usize)?;
+        let e = self.slot(ep)?;
         Some(FlowState {
             in_flight: e.in_flight(),
             resp_reservation: e.resp_reservation,
@@ -667,10 +771,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
 
     /// An endpoint's counters.
     pub fn stats(&self, ep: EndpointId) -> EndpointStats {
-        self.eps
-            .get(ep.0 as usize)
-            .map(|e| e.stats)
-            .unwrap_or_default()
+        self.slot(ep).map(|e| e.stats).unwrap_or_default()
     }
 
     /// The response callback (to reach state it owns).
@@ -794,6 +895,7 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
             e.queued.push_back(cur);
             recvq.push_back(RecvHandle {
                 ep: idx,
+                gen: e.gen,
                 call_id,
                 allowance,
                 pos: data,

@@ -93,6 +93,8 @@ pub(crate) enum State {
 }
 
 pub(crate) struct Ep<U> {
+    /// Generation of the endpoint's slot (ids of removed endpoints do not match).
+    pub gen: u32,
     pub qp: Qp,
     pub sq: SendQueue<OrderedSparse<bool>>,
     pub _send_mr: Mr,

@@ -259,7 +259,15 @@ fn server(common: Common, listen: SocketAddr) {
                     i += 1;
                     if i % 1024 == 0 && last_check.elapsed() >= Duration::from_millis(100) {
                         last_check = Instant::now();
-                        conns.retain_mut(|c| c.check(&mut ctx));
+                        // A dead connection's endpoint is removed: its QP and
+                        // rings are freed.
+                        conns.retain_mut(|c| {
+                            let alive = c.check(&mut ctx);
+                            if !alive {
+                                ctx.remove(c.endpoint());
+                            }
+                            alive
+                        });
                     }
                 }
             })
