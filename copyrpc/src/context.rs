@@ -718,7 +718,11 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
 
     /// Removes an endpoint (closing it first if it is open: its pending calls
     /// fail): its QP and rings are freed and its slot serves a later endpoint,
-    /// under a new id. Requests of the endpoint not yet taken are dropped.
+    /// under a new id. Requests of the endpoint not yet taken are dropped, and
+    /// so are its completions still in the CQs (the CQs are ours, not
+    /// rdma-core's: `mlx5dv_init_obj` marks them DV-owned, so destroying the
+    /// QP does not clean them). The peer's endpoint closes when its QP gives
+    /// up on this one (transport retries exhausted).
     /// Returns false for an unknown id.
     pub fn remove(&mut self, ep: EndpointId) -> bool {
         self.close(ep);

@@ -155,3 +155,62 @@ fn a_bad_record_is_refused() {
     drop(ctx);
     Fabric::remove_if_unused(&fabric);
 }
+
+/// A long-lived server with a one-endpoint table serves clients one after
+/// another: each leaving client's endpoint is removed and its slot reused.
+#[test]
+fn a_server_removes_endpoints_of_clients_that_left() {
+    let fabric = format!("tcp-seq-{}", std::process::id());
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let f2 = fabric.clone();
+    let server = thread::spawn(move || {
+        let dev = Device::open_in(&f2, "sim1").unwrap();
+        let mut ctx = ContextBuilder::new()
+            .max_endpoints(1)
+            .build(&dev, |_: u64, _| {})
+            .unwrap();
+        let mut served = Vec::new();
+        for _ in 0..3 {
+            let mut conn = listener.accept(&mut ctx).unwrap();
+            let mut n = 0u64;
+            for i in 0u64.. {
+                ctx.poll();
+                while let Some(h) = ctx.recv() {
+                    let d = ctx.request(&h).unwrap().to_vec();
+                    ctx.reply(h, &d).unwrap();
+                    n += 1;
+                }
+                if i % 64 == 0 && !conn.check(&mut ctx) {
+                    break;
+                }
+                assert!(i < 50_000_000, "never saw the client leave");
+            }
+            assert!(ctx.remove(conn.endpoint()));
+            assert_eq!(ctx.endpoints(), 0);
+            served.push(n);
+        }
+        served
+    });
+    for round in 0..3u64 {
+        let dev = Device::open_in(&fabric, "sim0").unwrap();
+        let log: Log = Default::default();
+        let mut ctx = ContextBuilder::new()
+            .build(&dev, log_handler(&log))
+            .unwrap();
+        let conn = connect(addr, &mut ctx).unwrap();
+        let ep = conn.endpoint();
+        let mut sent = 0u64;
+        while log.borrow().len() < 100 {
+            if sent < 100 && ctx.call(ep, &[round as u8; 24], 24, sent).is_ok() {
+                sent += 1;
+            }
+            ctx.poll();
+        }
+        for (_, r) in log.borrow().iter() {
+            assert_eq!(r.as_ref().unwrap(), &vec![round as u8; 24]);
+        }
+    }
+    assert_eq!(server.join().unwrap(), vec![100, 100, 100]);
+    Fabric::remove_if_unused(&fabric);
+}
