@@ -201,7 +201,6 @@ impl ContextBuilder {
             srq_posted: posted,
             srq_cap: posted,
             eps: Vec::with_capacity(n),
-            gens: Vec::with_capacity(n),
             free_slots: Vec::new(),
             by_qpn: FastMap::new(),
             consumer_arena,
@@ -231,8 +230,8 @@ pub struct Context<U, F> {
     srq_posted: u32,
     srq_cap: u32,
     eps: Vec<Option<Ep<U>>>,
-    gens: Vec<u32>,
-    free_slots: Vec<u32>,
+    /// Slots of removed endpoints, with the generation their next endpoint gets.
+    free_slots: Vec<(u32, u32)>,
     by_qpn: FastMap<u32>,
     consumer_arena: mlx5::device::Mr,
     read_arena: mlx5::device::Mr,
@@ -254,18 +253,22 @@ impl<U, F> std::fmt::Debug for Context<U, F> {
     }
 }
 
+/// The endpoint in slot `idx` if it is still generation `gen`.
+fn live<U>(eps: &[Option<Ep<U>>], idx: u32, gen: u32) -> Option<&Ep<U>> {
+    eps.get(idx as usize)?.as_ref().filter(|e| e.gen == gen)
+}
+
+/// [`live`], mutable.
+fn live_mut<U>(eps: &mut [Option<Ep<U>>], idx: u32, gen: u32) -> Option<&mut Ep<U>> {
+    eps.get_mut(idx as usize)?.as_mut().filter(|e| e.gen == gen)
+}
+
 impl<U, F> Context<U, F> {
     fn slot(&self, id: EndpointId) -> Option<&Ep<U>> {
-        self.eps
-            .get(id.idx as usize)?
-            .as_ref()
-            .filter(|e| e.gen == id.gen)
+        live(&self.eps, id.idx, id.gen)
     }
     fn slot_mut(&mut self, id: EndpointId) -> Option<&mut Ep<U>> {
-        self.eps
-            .get_mut(id.idx as usize)?
-            .as_mut()
-            .filter(|e| e.gen == id.gen)
+        live_mut(&mut self.eps, id.idx, id.gen)
     }
 }
 
@@ -273,15 +276,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
     /// Creates an endpoint; exchange its [`EndpointInfo`] with the peer, then
     /// [`connect`](Self::connect).
     pub fn create_endpoint(&mut self) -> Result<(EndpointId, EndpointInfo), SetupError> {
-        let idx = match self.free_slots.last() {
-            Some(&i) => i as usize,
-            None if self.eps.len() < self.cfg.max_endpoints as usize => self.eps.len(),
+        let (idx, gen) = match self.free_slots.last() {
+            Some(&(i, gen)) => (i as usize, gen),
+            None if self.eps.len() < self.cfg.max_endpoints as usize => (self.eps.len(), 0),
             None => return Err(SetupError::TooManyEndpoints(self.eps.len())),
-        };
-        let gen = if idx == self.eps.len() {
-            0
-        } else {
-            self.gens[idx]
         };
         let c = self.cfg.ring_size;
         let caps = QpCaps {
@@ -357,7 +355,6 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         };
         if idx == self.eps.len() {
             self.eps.push(Some(ep));
-            self.gens.push(0);
         } else {
             self.free_slots.pop();
             self.eps[idx] = Some(ep);
@@ -477,7 +474,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
             let mut h = self.recvq.pop_front()?;
             let i = h.ep;
             // Requests of a removed endpoint are dropped.
-            let Some(e) = self.eps[i as usize].as_mut().filter(|e| e.gen == h.gen) else {
+            let Some(e) = live_mut(&mut self.eps, i, h.gen) else {
                 continue;
             };
             e.queued.pop_front();
@@ -500,18 +497,14 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         if h.epoch != self.epoch {
             return None;
         }
-        let e = self
-            .eps
-            .get(h.ep as usize)?
-            .as_ref()
-            .filter(|e| e.gen == h.gen)?;
+        let e = live(&self.eps, h.ep, h.gen)?;
         Some(e.recv_slice(h.pos, u64::from(h.len)))
     }
 
     /// Answers a request, in any order. Never `RingFull`: the caller's
     /// allowance was reserved when the credit was granted.
     pub fn reply(&mut self, h: RecvHandle, payload: &[u8]) -> Result<(), ReplyError> {
-        let Some(e) = self.eps[h.ep as usize].as_mut().filter(|e| e.gen == h.gen) else {
+        let Some(e) = live_mut(&mut self.eps, h.ep, h.gen) else {
             return Err(ReplyError::Closed(CloseReason::Local));
         };
         if let State::Closed(r) = &e.state {
@@ -708,8 +701,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         let Self {
             eps, on_response, ..
         } = self;
-        let slot = eps.get_mut(ep.idx as usize).and_then(Option::as_mut);
-        if let Some(e) = slot.filter(|e| e.gen == ep.gen) {
+        if let Some(e) = live_mut(eps, ep.idx, ep.gen) {
             if e.state == State::Open || e.state == State::Idle {
                 close(e, CloseReason::Local, on_response);
             }
@@ -738,8 +730,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         self.dirty.retain(|&i| i != idx);
         self.reads.retain(|&i| i != idx);
         self.consumed.retain(|&i| i != idx);
-        self.gens[ep.idx as usize] = ep.gen.wrapping_add(1);
-        self.free_slots.push(ep.idx);
+        self.free_slots.push((idx, ep.gen.wrapping_add(1)));
         true
     }
 

@@ -5,8 +5,8 @@ use std::rc::Rc;
 use std::sync::mpsc;
 use std::thread;
 
-use copyrpc::conn::{connect, Listener};
-use copyrpc::{CallFailed, ContextBuilder};
+use copyrpc::conn::{connect, Connection, Listener};
+use copyrpc::{CallFailed, Context, ContextBuilder};
 use mlx5::device::Context as Device;
 use mlx5::sim::fabric::Fabric;
 
@@ -15,6 +15,32 @@ type Log = Rc<RefCell<Vec<(u64, Result<Vec<u8>, CallFailed>)>>>;
 fn log_handler(log: &Log) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
     let l = log.clone();
     move |u, r| l.borrow_mut().push((u, r.map(|b| b.to_vec())))
+}
+
+/// Answers requests (with `answer`) until the client's connection closes;
+/// returns how many were answered.
+fn serve_until_the_client_leaves<U, F>(
+    ctx: &mut Context<U, F>,
+    conn: &mut Connection,
+    answer: impl Fn(&[u8]) -> Vec<u8>,
+) -> u64
+where
+    F: FnMut(U, Result<&[u8], CallFailed>),
+{
+    let mut served = 0;
+    for i in 0u64.. {
+        ctx.poll();
+        while let Some(h) = ctx.recv() {
+            let d = answer(ctx.request(&h).unwrap());
+            ctx.reply(h, &d).unwrap();
+            served += 1;
+        }
+        if i % 64 == 0 && !conn.check(ctx) {
+            break;
+        }
+        assert!(i < 50_000_000, "never saw the client leave");
+    }
+    served
 }
 
 #[test]
@@ -30,20 +56,9 @@ fn echo_over_a_tcp_set_up_endpoint_then_the_client_leaves() {
             .build(&dev, |_: u64, _| {})
             .unwrap();
         let mut conn = listener.accept(&mut ctx).unwrap();
-        let mut served = 0u64;
-        // Serve until the client's connection closes.
-        for i in 0u64.. {
-            ctx.poll();
-            while let Some(h) = ctx.recv() {
-                let d: Vec<u8> = ctx.request(&h).unwrap().iter().rev().copied().collect();
-                ctx.reply(h, &d).unwrap();
-                served += 1;
-            }
-            if i % 64 == 0 && !conn.check(&mut ctx) {
-                break;
-            }
-            assert!(i < 50_000_000, "never saw the client leave");
-        }
+        let served = serve_until_the_client_leaves(&mut ctx, &mut conn, |d| {
+            d.iter().rev().copied().collect()
+        });
         (served, ctx.closed(conn.endpoint()).cloned())
     });
     let dev = Device::open_in(&fabric, "sim0").unwrap();
@@ -173,19 +188,7 @@ fn a_server_removes_endpoints_of_clients_that_left() {
         let mut served = Vec::new();
         for _ in 0..3 {
             let mut conn = listener.accept(&mut ctx).unwrap();
-            let mut n = 0u64;
-            for i in 0u64.. {
-                ctx.poll();
-                while let Some(h) = ctx.recv() {
-                    let d = ctx.request(&h).unwrap().to_vec();
-                    ctx.reply(h, &d).unwrap();
-                    n += 1;
-                }
-                if i % 64 == 0 && !conn.check(&mut ctx) {
-                    break;
-                }
-                assert!(i < 50_000_000, "never saw the client leave");
-            }
+            let n = serve_until_the_client_leaves(&mut ctx, &mut conn, <[u8]>::to_vec);
             assert!(ctx.remove(conn.endpoint()));
             assert_eq!(ctx.endpoints(), 0);
             served.push(n);
