@@ -218,6 +218,20 @@ fn faults_lose_nothing_and_corrupt_nothing() {
     assert!(w.rcq.expanded() > 0, "some completions were compressed");
 }
 
+/// Posts one signaled inline WRITE on the first link, lets the device run,
+/// and returns the syndromes of the send completions (None: success).
+fn one_write_syndromes(w: &mut World) -> Vec<Option<u8>> {
+    let l = &mut w.links[0];
+    l.sq.write(w.dst.addr(), w.dst.rkey(), Payload::Inline(b"x"))
+        .unwrap()
+        .post(Some(1));
+    l.sq.ring_doorbell();
+    w.a.progress();
+    let mut got = Vec::new();
+    w.scq.poll(8, |c| got.push(c.syndrome_raw()));
+    got
+}
+
 #[test]
 fn injected_access_and_peer_loss_faults_are_errors() {
     let mode = ExecMode::Deferred {
@@ -228,14 +242,7 @@ fn injected_access_and_peer_loss_faults_are_errors() {
         },
     };
     let mut w = world("acc", mode, 1, RtsAttr::default());
-    let l = &mut w.links[0];
-    l.sq.write(w.dst.addr(), w.dst.rkey(), Payload::Inline(b"x"))
-        .unwrap()
-        .post(Some(1));
-    l.sq.ring_doorbell();
-    w.a.progress();
-    let mut got = Vec::new();
-    w.scq.poll(8, |c| got.push(c.syndrome_raw()));
+    let got = one_write_syndromes(&mut w);
     assert_eq!(got, vec![Some(Syndrome::RemoteAccess as u8)]);
 
     let rts = RtsAttr {
@@ -251,14 +258,7 @@ fn injected_access_and_peer_loss_faults_are_errors() {
         },
     };
     let mut w = world("peer", mode, 1, rts);
-    let l = &mut w.links[0];
-    l.sq.write(w.dst.addr(), w.dst.rkey(), Payload::Inline(b"x"))
-        .unwrap()
-        .post(Some(1));
-    l.sq.ring_doorbell();
-    w.a.progress();
-    let mut got = Vec::new();
-    w.scq.poll(8, |c| got.push(c.syndrome_raw()));
+    let got = one_write_syndromes(&mut w);
     assert_eq!(got, vec![Some(Syndrome::TransportRetryExc as u8)]);
 }
 
