@@ -20,6 +20,16 @@ use mpi::traits::{Communicator, CommunicatorCollectives};
 fn ranks_connect_and_echo() {
     let universe = mpi::initialize().expect("MPI initialises once");
     let world = universe.world();
+    // A rank that fails must take the job down: otherwise the others wait for
+    // it in a collective forever (and so would MPI_Finalize in this one).
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| connect_and_echo(&world)));
+    if r.is_err() {
+        eprintln!("rank {} failed; aborting the job", world.rank());
+        world.abort(101);
+    }
+}
+
+fn connect_and_echo(world: &mpi::topology::SimpleCommunicator) {
     let (n, me) = (world.size() as usize, world.rank() as usize);
     let fabric =
         std::env::var("MLX5_SIM_FABRIC").unwrap_or_else(|_| format!("mpi-{}", std::process::id()));
@@ -36,7 +46,7 @@ fn ranks_connect_and_echo() {
             },
         )
         .unwrap();
-    let eps = connect_all(&world, &mut ctx).unwrap();
+    let eps = connect_all(world, &mut ctx).unwrap();
     assert_eq!(eps.iter().filter(|e| e.is_some()).count(), n - 1);
     if n == 1 {
         drop(ctx);
@@ -69,9 +79,17 @@ fn ranks_connect_and_echo() {
             break;
         }
     }
-    // Replies written after the last poll go out with the next one.
-    ctx.poll();
-    world.barrier();
+    // Keep polling until every rank is done: replies written after the last
+    // poll go out with the next one, and the software NIC retries stalled
+    // sends (RNR) only from this process's polls.
+    let mut all_done = world.immediate_barrier();
+    loop {
+        ctx.poll();
+        match all_done.test() {
+            Ok(_) => break,
+            Err(pending) => all_done = pending,
+        }
+    }
     assert_eq!(got.borrow().len() as u64, want);
     for (t, d) in got.borrow().iter() {
         let peer = (t >> 32) as usize;

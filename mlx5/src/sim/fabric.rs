@@ -115,15 +115,16 @@ impl Fabric {
         }
         let path = dir.join("registry");
         let len = std::mem::size_of::<Registry>();
-        let reg = match ShmMap::create(&path, len) {
-            Ok(m) => {
-                // SAFETY: a fresh zero-filled mapping of exactly size_of::<Registry>()
-                // bytes; all-zero is a valid Registry of atomics.
-                let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
-                r.header.magic.store(registry::MAGIC, Ordering::Relaxed);
-                r.header.ready.store(1, Ordering::Release);
-                m
-            }
+        // Built under a private name and published whole, so a process that
+        // opens the fabric at the same moment never maps a half-made registry.
+        let reg = match ShmMap::create_published(&path, len, |m| {
+            // SAFETY: a fresh zero-filled mapping of exactly size_of::<Registry>()
+            // bytes; all-zero is a valid Registry of atomics.
+            let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
+            r.header.magic.store(registry::MAGIC, Ordering::Relaxed);
+            r.header.ready.store(1, Ordering::Release);
+        }) {
+            Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 let m = ShmMap::open(&path).map_err(io)?;
                 if m.len() != len {

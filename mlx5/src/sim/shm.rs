@@ -37,6 +37,35 @@ impl ShmMap {
         Self::map(&f, path, len)
     }
 
+    /// Creates a zero-filled file of `len` bytes at `path` that no other
+    /// process can see before `init` has run on it: the file is built under a
+    /// private name and hard-linked into place, so an opener finds either no
+    /// file or a finished one (never an empty or half-written one). Fails with
+    /// `AlreadyExists` if `path` exists, in which case nothing is published.
+    pub fn create_published(
+        path: &Path,
+        len: usize,
+        init: impl FnOnce(&ShmMap),
+    ) -> io::Result<Self> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NONCE: AtomicU32 = AtomicU32::new(0);
+        let mut name = path.file_name().unwrap_or_default().to_owned();
+        name.push(format!(
+            ".tmp-{}-{}",
+            my_pid(),
+            NONCE.fetch_add(1, Ordering::Relaxed)
+        ));
+        let tmp = path.with_file_name(name);
+        let _ = std::fs::remove_file(&tmp);
+        let mut m = Self::create(&tmp, len)?;
+        init(&m);
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        linked?;
+        m.path = path.to_owned();
+        Ok(m)
+    }
+
     /// Maps an existing file, whole.
     pub fn open(path: &Path) -> io::Result<Self> {
         let f = OpenOptions::new().read(true).write(true).open(path)?;
@@ -148,5 +177,48 @@ pub fn unlink(path: &Path) {
         unsafe {
             libc::unlink(c.as_ptr());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// While the creator is still initializing, an opener finds no file at
+    /// all; once published, it finds the finished contents.
+    #[test]
+    fn a_published_file_is_never_seen_half_made() {
+        let dir = std::env::temp_dir().join(format!("shm-publish-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("registry");
+        let (in_init, go_on) = (mpsc::channel(), mpsc::channel::<()>());
+        let p = path.clone();
+        let creator = std::thread::spawn(move || {
+            ShmMap::create_published(&p, 8192, |m| {
+                in_init.0.send(()).unwrap();
+                go_on.1.recv().unwrap();
+                // SAFETY: the mapping is 8192 bytes long.
+                unsafe { m.base().as_ptr().add(100).write(0x5a) };
+            })
+            .unwrap()
+        });
+        in_init.1.recv().unwrap();
+        let early = ShmMap::open(&path).map(|_| ()).unwrap_err();
+        assert_eq!(early.kind(), io::ErrorKind::NotFound);
+        go_on.0.send(()).unwrap();
+        let made = creator.join().unwrap();
+        assert_eq!(made.path(), path.as_path());
+        let seen = ShmMap::open(&path).unwrap();
+        assert_eq!(seen.len(), 8192);
+        // SAFETY: in bounds of the 8192-byte mapping.
+        assert_eq!(unsafe { seen.base().as_ptr().add(100).read() }, 0x5a);
+        // A second creator does not replace it.
+        let again = ShmMap::create_published(&path, 4096, |_| {}).unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(ShmMap::open(&path).unwrap().len(), 8192);
+        // No private names are left behind.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
