@@ -6,7 +6,7 @@
 //! endpoint is closed and its pending calls fail; when the local endpoint
 //! closes, the connection is shut down so the peer learns it.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
@@ -28,46 +28,74 @@ pub enum ConnError {
     Setup(#[from] SetupError),
 }
 
-fn exchange<U, F>(stream: &TcpStream, ctx: &mut Context<U, F>) -> Result<EndpointId, ConnError>
-where
-    F: FnMut(U, Result<&[u8], CallFailed>),
-{
-    let (ep, info) = ctx.create_endpoint()?;
-    let mut line = serde_json::to_string(&info).map_err(|e| ConnError::Record(e.to_string()))?;
-    line.push('\n');
-    {
-        let mut w = stream;
-        w.write_all(line.as_bytes())?;
-    }
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut peer = String::new();
-    // One line, at most 4 KiB: the peer is untrusted.
-    let n = BufReader::new(stream.take(4096)).read_line(&mut peer)?;
-    if n == 0 || !peer.ends_with('\n') {
-        ctx.close(ep);
-        return Err(ConnError::Record("no complete record".into()));
-    }
-    let remote: EndpointInfo = match serde_json::from_str(peer.trim_end()) {
-        Ok(r) => r,
-        Err(e) => {
-            ctx.close(ep);
-            return Err(ConnError::Record(e.to_string()));
-        }
-    };
-    if remote.version != ENDPOINT_INFO_VERSION {
-        ctx.close(ep);
+/// Most bytes of private data a side may attach to its setup record (as RDMA
+/// CM's `private_data`: which service or worker a connection is for, a
+/// protocol version, …).
+pub const MAX_PRIVATE_DATA: usize = 256;
+
+/// The setup line: the endpoint record and the sender's private data.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SetupRecord {
+    #[serde(flatten)]
+    info: EndpointInfo,
+    #[serde(default)]
+    private_data: Vec<u8>,
+}
+
+fn write_record(
+    stream: &TcpStream,
+    info: EndpointInfo,
+    private_data: &[u8],
+) -> Result<(), ConnError> {
+    if private_data.len() > MAX_PRIVATE_DATA {
         return Err(ConnError::Record(format!(
-            "version {} (this side speaks {ENDPOINT_INFO_VERSION})",
-            remote.version
+            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
+            private_data.len()
         )));
     }
-    if let Err(e) = ctx.connect(ep, &remote) {
-        ctx.close(ep);
-        return Err(e.into());
+    let rec = SetupRecord {
+        info,
+        private_data: private_data.to_vec(),
+    };
+    let mut line = serde_json::to_string(&rec).map_err(|e| ConnError::Record(e.to_string()))?;
+    line.push('\n');
+    let mut w = stream;
+    w.write_all(line.as_bytes())?;
+    Ok(())
+}
+
+/// How long a peer may take to send its setup record.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Reads the peer's setup line (at most 4 KiB: the peer is untrusted).
+fn read_record(stream: &TcpStream) -> Result<SetupRecord, ConnError> {
+    stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
+    let mut line = Vec::new();
+    // Byte by byte up to the newline: nothing after it may be consumed.
+    let mut r = stream.take(4096);
+    let mut b = [0u8; 1];
+    loop {
+        match r.read(&mut b)? {
+            0 => return Err(ConnError::Record("no complete record".into())),
+            _ if b[0] == b'\n' => break,
+            _ => line.push(b[0]),
+        }
     }
-    stream.set_read_timeout(None)?;
-    stream.set_nonblocking(true)?;
-    Ok(ep)
+    let rec: SetupRecord =
+        serde_json::from_slice(&line).map_err(|e| ConnError::Record(e.to_string()))?;
+    if rec.info.version != ENDPOINT_INFO_VERSION {
+        return Err(ConnError::Record(format!(
+            "version {} (this side speaks {ENDPOINT_INFO_VERSION})",
+            rec.info.version
+        )));
+    }
+    if rec.private_data.len() > MAX_PRIVATE_DATA {
+        return Err(ConnError::Record(format!(
+            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
+            rec.private_data.len()
+        )));
+    }
+    Ok(rec)
 }
 
 /// Accepts connections and sets up an endpoint for each.
@@ -102,12 +130,82 @@ impl Listener {
     where
         F: FnMut(U, Result<&[u8], CallFailed>),
     {
-        let (stream, _) = self.tcp.accept()?;
+        self.accept_pending()?.establish(ctx, &[])
+    }
+
+    /// Waits for the next peer and reads its setup record, without touching a
+    /// context: for an acceptor thread that hands connections to the threads
+    /// owning the contexts (a [`PendingConnection`] is `Send`). In
+    /// non-blocking mode, `WouldBlock` when no peer is waiting.
+    pub fn accept_pending(&self) -> Result<PendingConnection, ConnError> {
+        let (stream, peer) = self.tcp.accept()?;
+        stream.set_nonblocking(false)?;
         stream.set_nodelay(true)?;
-        let ep = exchange(&stream, ctx)?;
+        let rec = read_record(&stream)?;
+        Ok(PendingConnection {
+            stream,
+            peer,
+            remote: rec.info,
+            private_data: rec.private_data,
+        })
+    }
+
+    /// Makes `accept_pending` return `WouldBlock` instead of waiting.
+    pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        self.tcp.set_nonblocking(on)
+    }
+}
+
+/// A peer that connected and sent its setup record, not yet given an
+/// endpoint. Dropping it refuses the peer (its setup fails).
+#[derive(Debug)]
+pub struct PendingConnection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    remote: EndpointInfo,
+    private_data: Vec<u8>,
+}
+
+impl PendingConnection {
+    /// The private data the peer attached.
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// The peer's TCP address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Creates an endpoint in `ctx`, connects it to the peer, and answers with
+    /// this side's record and `private_data` (at most [`MAX_PRIVATE_DATA`]
+    /// bytes).
+    pub fn establish<U, F>(
+        self,
+        ctx: &mut Context<U, F>,
+        private_data: &[u8],
+    ) -> Result<Connection, ConnError>
+    where
+        F: FnMut(U, Result<&[u8], CallFailed>),
+    {
+        let (ep, info) = ctx.create_endpoint()?;
+        let r = ctx
+            .connect(ep, &self.remote)
+            .map_err(ConnError::from)
+            .and_then(|()| write_record(&self.stream, info, private_data))
+            .and_then(|()| {
+                self.stream.set_read_timeout(None)?;
+                self.stream.set_nonblocking(true)?;
+                Ok(())
+            });
+        if let Err(e) = r {
+            ctx.remove(ep);
+            return Err(e);
+        }
         Ok(Connection {
-            stream: Some(stream),
+            stream: Some(self.stream),
             ep,
+            peer_private_data: self.private_data,
         })
     }
 }
@@ -120,13 +218,47 @@ pub fn connect<U, F>(
 where
     F: FnMut(U, Result<&[u8], CallFailed>),
 {
+    connect_with(addr, ctx, &[])
+}
+
+/// [`connect`], attaching `private_data` (at most [`MAX_PRIVATE_DATA`] bytes)
+/// for the listener to read; the listener's answer is
+/// [`Connection::peer_private_data`].
+pub fn connect_with<U, F>(
+    addr: impl ToSocketAddrs,
+    ctx: &mut Context<U, F>,
+    private_data: &[u8],
+) -> Result<Connection, ConnError>
+where
+    F: FnMut(U, Result<&[u8], CallFailed>),
+{
+    if private_data.len() > MAX_PRIVATE_DATA {
+        return Err(ConnError::Record(format!(
+            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
+            private_data.len()
+        )));
+    }
     let stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
-    let ep = exchange(&stream, ctx)?;
-    Ok(Connection {
-        stream: Some(stream),
-        ep,
-    })
+    let (ep, info) = ctx.create_endpoint()?;
+    let rec = write_record(&stream, info, private_data).and_then(|()| read_record(&stream));
+    let r = rec.and_then(|rec| {
+        ctx.connect(ep, &rec.info)?;
+        stream.set_read_timeout(None)?;
+        stream.set_nonblocking(true)?;
+        Ok(rec)
+    });
+    match r {
+        Ok(rec) => Ok(Connection {
+            stream: Some(stream),
+            ep,
+            peer_private_data: rec.private_data,
+        }),
+        Err(e) => {
+            ctx.remove(ep);
+            Err(e)
+        }
+    }
 }
 
 /// An endpoint's TCP connection, kept open as its liveness channel.
@@ -134,12 +266,18 @@ where
 pub struct Connection {
     stream: Option<TcpStream>,
     ep: EndpointId,
+    peer_private_data: Vec<u8>,
 }
 
 impl Connection {
     /// The endpoint.
     pub fn endpoint(&self) -> EndpointId {
         self.ep
+    }
+
+    /// The private data the peer attached to its setup record.
+    pub fn peer_private_data(&self) -> &[u8] {
+        &self.peer_private_data
     }
 
     /// Checks the channel without blocking (call it every few milliseconds, not

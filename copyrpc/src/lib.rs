@@ -39,6 +39,7 @@ mod error;
 pub mod mpi_setup;
 mod slab;
 
+pub use conn::{PendingConnection, MAX_PRIVATE_DATA};
 pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};
 pub use endpoint::{EndpointInfo, EndpointStats, ENDPOINT_INFO_VERSION};
 pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
