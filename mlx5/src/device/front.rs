@@ -39,28 +39,35 @@ impl Context {
     /// mlx5 NIC, else `sim0` with a one-line notice on stderr.
     pub fn open(name: &str) -> Result<Context, DeviceError> {
         if name == "auto" {
-            match hw::list_devices() {
-                Ok(devs) => {
-                    for d in &devs {
-                        if let Ok(c) = HwContext::open(d) {
-                            if c.is_mlx5() {
-                                return Ok(Context::Hw(c));
-                            }
-                        }
-                    }
-                    eprintln!(
-                        "mlx5: no usable mlx5 NIC among {}; using the software device sim0",
-                        devs.join(", ")
-                    );
-                }
-                Err(e) => eprintln!("mlx5: {e}; using the software device sim0"),
-            }
-            return Self::open("sim0");
+            return Self::open_auto("sim0");
         }
         if name.starts_with("sim") {
             return Ok(Context::Sim(SimContext::open(name)?));
         }
         Ok(Context::Hw(HwContext::open(name)?))
+    }
+
+    /// The first usable mlx5 NIC, else software device `software` (in the
+    /// fabric `MLX5_SIM_FABRIC` names) with a one-line notice on stderr.
+    pub fn open_auto(software: &str) -> Result<Context, DeviceError> {
+        let software = if software == "auto" { "sim0" } else { software };
+        match hw::list_devices() {
+            Ok(devs) => {
+                for d in &devs {
+                    if let Ok(c) = HwContext::open(d) {
+                        if c.is_mlx5() {
+                            return Ok(Context::Hw(c));
+                        }
+                    }
+                }
+                eprintln!(
+                    "mlx5: no usable mlx5 NIC among {}; using the software device {software}",
+                    devs.join(", ")
+                );
+            }
+            Err(e) => eprintln!("mlx5: {e}; using the software device {software}"),
+        }
+        Self::open(software)
     }
 
     /// Opens software device `name` in fabric `fabric` (inline mode unless this

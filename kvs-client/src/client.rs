@@ -1,0 +1,752 @@
+//! The client library: routes each key to the worker owning its shard, writes
+//! calls into the endpoints' batches (sent by the next `poll()`, one WRITE per
+//! endpoint), and completes requests through a callback, without async
+//! machinery.
+
+use std::cell::Cell;
+use std::net::ToSocketAddrs;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use copyrpc::conn::{connect_with, ConnError, Connection};
+use copyrpc::{CallError, CallFailed, CloseReason, Context, ContextBuilder, EndpointId};
+use mlx5::device::Context as Device;
+
+use crate::error::{KvError, SubmitError};
+use crate::proto::{
+    self, Op, Response, ScanRecords, Status, FLAG_TRUNCATED, REQUEST_HEADER, RESPONSE_HEADER,
+    SCAN_RECORD_HEADER,
+};
+use crate::shard::ShardMap;
+
+/// What the client sends as its setup private data: magic, protocol version
+/// and the worker it wants.
+pub(crate) const HELLO_MAGIC: &[u8; 3] = b"KV1";
+
+/// Private data of a connection asking for `worker`.
+pub fn hello(worker: u16) -> [u8; 5] {
+    let w = worker.to_le_bytes();
+    [HELLO_MAGIC[0], HELLO_MAGIC[1], HELLO_MAGIC[2], w[0], w[1]]
+}
+
+/// The worker a hello asks for, if it is one.
+pub fn parse_hello(b: &[u8]) -> Option<u16> {
+    (b.len() == 5 && &b[..3] == HELLO_MAGIC).then(|| u16::from_le_bytes([b[3], b[4]]))
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// copyrpc ring size per endpoint (a power of two).
+    pub ring_size: u64,
+    /// Largest value a GET expects (the response allowance it reserves).
+    /// Larger values come back as [`KvError::AllowanceTooSmall`].
+    pub value_allowance: usize,
+    /// Response allowance of each worker's part of a SCAN; a part that does
+    /// not fit stops early and the scan reports itself incomplete.
+    pub scan_allowance: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            ring_size: 1 << 20,
+            value_allowance: 4096,
+            scan_allowance: 128 << 10,
+        }
+    }
+}
+
+/// A completed request's answer, borrowed until the callback returns.
+#[derive(Debug)]
+pub enum Reply<'a> {
+    /// GET: the value.
+    Value(&'a [u8]),
+    /// PUT, DELETE, UPDATE_RANGE: done.
+    Done,
+    /// GET, DELETE, UPDATE_RANGE: no such key.
+    NotFound,
+    /// SCAN: the records.
+    Scan(ScanReply<'a>),
+}
+
+/// The records of a SCAN, in key order.
+#[derive(Debug)]
+pub struct ScanReply<'a> {
+    buf: &'a [u8],
+    recs: &'a [ScanRec],
+    complete: bool,
+}
+
+impl<'a> ScanReply<'a> {
+    /// How many records.
+    pub fn len(&self) -> usize {
+        self.recs.len()
+    }
+    /// No records.
+    pub fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+    /// False when some worker's part did not fit its response allowance and
+    /// fewer records than asked are returned although more may exist (scan
+    /// again from after the last key).
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+    /// The records, as (key, value).
+    pub fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
+        let buf = self.buf;
+        self.recs.iter().map(move |r| {
+            (
+                &buf[r.key as usize..(r.key + r.key_len) as usize],
+                &buf[r.val as usize..(r.val + r.val_len) as usize],
+            )
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ScanRec {
+    key: u32,
+    key_len: u32,
+    val: u32,
+    val_len: u32,
+}
+
+/// A scan being gathered from the workers.
+#[derive(Debug, Default)]
+struct ScanAgg {
+    want: usize,
+    parts_left: u16,
+    buf: Vec<u8>,
+    recs: Vec<ScanRec>,
+    /// The smallest last key of a part that stopped early.
+    bound: Option<(u32, u32)>,
+    error: Option<KvError>,
+}
+
+#[derive(Debug)]
+struct OpSlot<T> {
+    tag: Option<T>,
+    op: Op,
+    scan: Option<Box<ScanAgg>>,
+}
+
+/// One finished call, its response bytes in the arena.
+#[derive(Debug)]
+struct Done {
+    op: u32,
+    result: Result<(u32, u32), CloseReason>,
+}
+
+/// Where copyrpc's response callback leaves completions: plain cells, moved
+/// out and back (no borrow flag, no lock, no allocation once warm).
+#[derive(Default)]
+struct Inbox {
+    done: Cell<Vec<Done>>,
+    arena: Cell<Vec<u8>>,
+}
+
+type Handler = Box<dyn FnMut(u32, Result<&[u8], CallFailed>)>;
+
+/// A client of one kvs-server: one endpoint per server worker, in one copyrpc
+/// context; used from one thread. `T` is the caller's tag for each request.
+pub struct Client<T> {
+    ctx: Context<u32, Handler>,
+    inbox: Rc<Inbox>,
+    eps: Vec<EndpointId>,
+    conns: Vec<Connection>,
+    map: ShardMap,
+    ops: Vec<OpSlot<T>>,
+    free: Vec<u32>,
+    // Boxed: an aggregate moves between the pool and an op slot by pointer.
+    #[allow(clippy::vec_box)]
+    scan_pool: Vec<Box<ScanAgg>>,
+    req: Vec<u8>,
+    opts: ClientOptions,
+    in_flight: usize,
+    polls: u32,
+    last_check: Instant,
+}
+
+impl<T> std::fmt::Debug for Client<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("workers", &self.eps.len())
+            .field("map_version", &self.map.version())
+            .field("in_flight", &self.in_flight)
+            .finish()
+    }
+}
+
+/// Why a client could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Connection setup failed.
+    #[error(transparent)]
+    Conn(#[from] ConnError),
+    /// The context could not be made.
+    #[error(transparent)]
+    Setup(#[from] copyrpc::SetupError),
+    /// The server is not a kvs-server or answered nonsense.
+    #[error("not a kvs-server: {0}")]
+    Protocol(String),
+    /// The server did not answer in time.
+    #[error("the server did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
+const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl<T> Client<T> {
+    /// Connects to the kvs-server at `addr` through `device`: one endpoint per
+    /// worker, and the server's shard map.
+    pub fn connect(
+        addr: impl ToSocketAddrs + Clone,
+        device: &Device,
+        opts: ClientOptions,
+    ) -> Result<Client<T>, ConnectError> {
+        let inbox = Rc::new(Inbox::default());
+        let ib = inbox.clone();
+        let handler: Handler = Box::new(move |op: u32, r: Result<&[u8], CallFailed>| {
+            let mut done = ib.done.take();
+            let result = match r {
+                Ok(b) => {
+                    let mut arena = ib.arena.take();
+                    let start = arena.len() as u32;
+                    arena.extend_from_slice(b);
+                    ib.arena.set(arena);
+                    Ok((start, b.len() as u32))
+                }
+                Err(CallFailed(why)) => Err(why),
+            };
+            done.push(Done { op, result });
+            ib.done.set(done);
+        });
+        let mut ctx = ContextBuilder::new()
+            .ring_size(opts.ring_size)
+            .build(device, handler)?;
+        let first = connect_with(addr.clone(), &mut ctx, &hello(0))?;
+        let (workers, slots) = match first.peer_private_data() {
+            [a, b, s0, s1, s2, s3] => (
+                u16::from_le_bytes([*a, *b]),
+                u32::from_le_bytes([*s0, *s1, *s2, *s3]),
+            ),
+            _ => return Err(ConnectError::Protocol("bad setup answer".into())),
+        };
+        if workers == 0 {
+            return Err(ConnectError::Protocol("a server with no workers".into()));
+        }
+        let mut conns = vec![first];
+        for w in 1..workers {
+            conns.push(connect_with(addr.clone(), &mut ctx, &hello(w))?);
+        }
+        let eps = conns.iter().map(|c| c.endpoint()).collect();
+        let mut c = Client {
+            ctx,
+            inbox,
+            eps,
+            conns,
+            // Replaced by the server's below.
+            map: ShardMap::round_robin(1, workers)
+                .map_err(|e| ConnectError::Protocol(e.to_string()))?,
+            ops: Vec::new(),
+            free: Vec::new(),
+            scan_pool: Vec::new(),
+            req: Vec::with_capacity(REQUEST_HEADER + 256),
+            opts,
+            in_flight: 0,
+            polls: 0,
+            last_check: Instant::now(),
+        };
+        c.fetch_map(slots)?;
+        Ok(c)
+    }
+
+    /// Asks worker 0 for the shard map, waiting for the answer.
+    fn fetch_map(&mut self, slots: u32) -> Result<(), ConnectError> {
+        proto::write_request(&mut self.req, Op::Map, 0, &[], &[], 0, 0);
+        let allowance = RESPONSE_HEADER + 10 + 2 * slots.min(crate::shard::MAX_SLOTS) as usize;
+        self.ctx
+            .call(self.eps[0], &self.req, allowance, u32::MAX)
+            .map_err(|e| ConnectError::Protocol(e.to_string()))?;
+        let t = Instant::now();
+        loop {
+            self.ctx.poll();
+            let mut done = self.inbox.done.take();
+            let arena = self.inbox.arena.take();
+            let mut r = None;
+            for d in done.drain(..) {
+                if d.op == u32::MAX {
+                    r = Some(match d.result {
+                        Ok((s, n)) => Response::new_checked(&arena[s as usize..(s + n) as usize])
+                            .map_err(|e| e.to_string())
+                            .and_then(|resp| {
+                                ShardMap::decode(resp.payload()).map_err(|e| e.to_string())
+                            }),
+                        Err(why) => Err(why.to_string()),
+                    });
+                }
+            }
+            self.inbox.done.set(done);
+            self.inbox.arena.set(Vec::new());
+            if let Some(r) = r {
+                let m = r.map_err(ConnectError::Protocol)?;
+                if m.workers() as usize != self.eps.len() {
+                    return Err(ConnectError::Protocol(
+                        "shard map and worker count disagree".into(),
+                    ));
+                }
+                self.map = m;
+                return Ok(());
+            }
+            if t.elapsed() > SETUP_TIMEOUT {
+                return Err(ConnectError::Timeout(SETUP_TIMEOUT));
+            }
+        }
+    }
+
+    /// The shard map in use.
+    pub fn map(&self) -> &ShardMap {
+        &self.map
+    }
+
+    /// Requests sent or queued and not yet completed.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The copyrpc context (statistics, flow state).
+    pub fn context(&self) -> &Context<u32, Handler> {
+        &self.ctx
+    }
+
+    fn slot(&mut self, tag: T, op: Op) -> u32 {
+        let s = OpSlot {
+            tag: Some(tag),
+            op,
+            scan: None,
+        };
+        match self.free.pop() {
+            Some(i) => {
+                self.ops[i as usize] = s;
+                i
+            }
+            None => {
+                self.ops.push(s);
+                (self.ops.len() - 1) as u32
+            }
+        }
+    }
+
+    fn release(&mut self, i: u32) -> OpSlot<T> {
+        let s = std::mem::replace(
+            &mut self.ops[i as usize],
+            OpSlot {
+                tag: None,
+                op: Op::Get,
+                scan: None,
+            },
+        );
+        self.free.push(i);
+        s
+    }
+
+    /// Sends one request to the owner of `key` (queued until `poll()`).
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        op: Op,
+        key: &[u8],
+        value: &[u8],
+        val_len: u32,
+        offset: u32,
+        allowance: usize,
+        tag: T,
+    ) -> Result<(), SubmitError<T>> {
+        if key.len() > u16::MAX as usize {
+            return Err(SubmitError::TooLarge(tag, key.len()));
+        }
+        if value.len() > u32::MAX as usize {
+            return Err(SubmitError::TooLarge(tag, value.len()));
+        }
+        let w = self.map.owner(key) as usize;
+        proto::write_request(
+            &mut self.req,
+            op,
+            self.map.version(),
+            key,
+            value,
+            val_len,
+            offset,
+        );
+        let i = self.slot(tag, op);
+        match self.ctx.call(self.eps[w], &self.req, allowance, i) {
+            Ok(()) => {
+                self.in_flight += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let retry = e.is_retryable();
+                let too_large = matches!(e, CallError::TooLarge(..));
+                let why = match &e {
+                    CallError::Closed(_, r) => Some(r.clone()),
+                    _ => None,
+                };
+                let tag = self.release(i).tag.expect("a fresh slot has its tag");
+                Err(if retry {
+                    SubmitError::Busy(tag)
+                } else if too_large {
+                    SubmitError::TooLarge(tag, self.req.len())
+                } else {
+                    SubmitError::Closed(tag, why.unwrap_or(CloseReason::Local))
+                })
+            }
+        }
+    }
+
+    /// Reads `key`. Busy (retryable after `poll()`) when the endpoint's ring or
+    /// credit is used up.
+    pub fn get(&mut self, key: &[u8], tag: T) -> Result<(), SubmitError<T>> {
+        let a = RESPONSE_HEADER + self.opts.value_allowance;
+        self.submit(Op::Get, key, &[], 0, 0, a, tag)
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: &[u8], value: &[u8], tag: T) -> Result<(), SubmitError<T>> {
+        let n = value.len() as u32;
+        self.submit(Op::Put, key, value, n, 0, RESPONSE_HEADER + 64, tag)
+    }
+
+    /// Removes `key`.
+    pub fn delete(&mut self, key: &[u8], tag: T) -> Result<(), SubmitError<T>> {
+        self.submit(Op::Delete, key, &[], 0, 0, RESPONSE_HEADER + 64, tag)
+    }
+
+    /// Overwrites `bytes` of `key`'s value at `offset` (the value never grows:
+    /// a range past its end is [`KvError::OutOfRange`]).
+    pub fn update_range(
+        &mut self,
+        key: &[u8],
+        offset: u32,
+        bytes: &[u8],
+        tag: T,
+    ) -> Result<(), SubmitError<T>> {
+        let n = bytes.len() as u32;
+        self.submit(
+            Op::UpdateRange,
+            key,
+            bytes,
+            n,
+            offset,
+            RESPONSE_HEADER + 64,
+            tag,
+        )
+    }
+
+    /// Up to `count` records with keys from `start` on, in key order, gathered
+    /// from every worker.
+    pub fn scan(&mut self, start: &[u8], count: u32, tag: T) -> Result<(), SubmitError<T>> {
+        if start.len() > u16::MAX as usize {
+            return Err(SubmitError::TooLarge(tag, start.len()));
+        }
+        // One part per worker. Refused before anything is sent, the scan is
+        // handed back (Busy); a later part refused fails the scan once the
+        // parts sent are back.
+        proto::write_request(
+            &mut self.req,
+            Op::Scan,
+            self.map.version(),
+            start,
+            &[],
+            count,
+            0,
+        );
+        let i = self.slot(tag, Op::Scan);
+        let mut agg = self.scan_pool.pop().unwrap_or_default();
+        agg.want = count as usize;
+        agg.parts_left = self.eps.len() as u16;
+        agg.buf.clear();
+        agg.recs.clear();
+        agg.bound = None;
+        agg.error = None;
+        let allowance = RESPONSE_HEADER + self.opts.scan_allowance;
+        for w in 0..self.eps.len() {
+            if let Err(e) = self.ctx.call(self.eps[w], &self.req, allowance, i) {
+                if w == 0 {
+                    let retry = e.is_retryable();
+                    let too_large = matches!(e, CallError::TooLarge(..));
+                    self.scan_pool.push(agg);
+                    let tag = self.release(i).tag.expect("a fresh slot has its tag");
+                    return Err(if retry {
+                        SubmitError::Busy(tag)
+                    } else if too_large {
+                        SubmitError::TooLarge(tag, allowance)
+                    } else {
+                        SubmitError::Closed(tag, CloseReason::Local)
+                    });
+                }
+                // A part that cannot be sent now fails the scan (reported when
+                // the parts already sent are back).
+                agg.parts_left -= 1;
+                agg.error = Some(KvError::Busy);
+            }
+        }
+        self.ops[i as usize].scan = Some(agg);
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// Sends queued requests, reads answers, and calls `f` for every completed
+    /// request. Returns how many completed.
+    pub fn poll(&mut self, mut f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        self.ctx.poll();
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % 1024 == 0 && self.last_check.elapsed() >= Duration::from_millis(100) {
+            self.last_check = Instant::now();
+            for c in &mut self.conns {
+                c.check(&mut self.ctx);
+            }
+        }
+        let mut done = self.inbox.done.take();
+        let arena = self.inbox.arena.take();
+        let mut n = 0;
+        for d in done.drain(..) {
+            let Some(slot) = self.ops.get_mut(d.op as usize) else {
+                continue;
+            };
+            let bytes = d
+                .result
+                .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
+            if slot.op == Op::Scan {
+                let Some(agg) = slot.scan.as_mut() else {
+                    continue;
+                };
+                add_scan_part(agg, bytes);
+                agg.parts_left -= 1;
+                if agg.parts_left > 0 {
+                    continue;
+                }
+                let s = self.release(d.op);
+                let mut agg = s.scan.expect("checked above");
+                let tag = s.tag.expect("a live slot has its tag");
+                self.in_flight -= 1;
+                n += 1;
+                match agg.error.take() {
+                    Some(e) => f(tag, Err(e)),
+                    None => {
+                        finish_scan(&mut agg);
+                        f(
+                            tag,
+                            Ok(Reply::Scan(ScanReply {
+                                buf: &agg.buf,
+                                recs: &agg.recs,
+                                complete: agg.bound.is_none() || agg.recs.len() >= agg.want,
+                            })),
+                        );
+                    }
+                }
+                self.scan_pool.push(agg);
+                continue;
+            }
+            let s = self.release(d.op);
+            let tag = s.tag.expect("a live slot has its tag");
+            self.in_flight -= 1;
+            n += 1;
+            let r = match bytes {
+                Err(why) => Err(KvError::Failed(why)),
+                Ok(b) => match Response::new_checked(b) {
+                    Err(e) => Err(KvError::Malformed(e)),
+                    Ok(resp) => match resp.status() {
+                        Status::Ok => Ok(if s.op == Op::Get {
+                            Reply::Value(resp.payload())
+                        } else {
+                            Reply::Done
+                        }),
+                        Status::NotFound => Ok(Reply::NotFound),
+                        st => Err(self.error_of(st, resp.payload())),
+                    },
+                },
+            };
+            f(tag, r);
+        }
+        self.inbox.done.set(done);
+        let mut arena = arena;
+        arena.clear();
+        self.inbox.arena.set(arena);
+        n
+    }
+
+    /// The error for a non-OK status; a redirect installs the newer map.
+    fn error_of(&mut self, st: Status, payload: &[u8]) -> KvError {
+        match st {
+            Status::Redirect => {
+                match ShardMap::decode(payload) {
+                    Ok(m)
+                        if m.version() > self.map.version()
+                            && m.workers() as usize == self.eps.len() =>
+                    {
+                        self.map = m
+                    }
+                    _ => {}
+                }
+                KvError::Redirected
+            }
+            other => error_of_status(other, payload),
+        }
+    }
+}
+
+fn error_of_status(st: Status, payload: &[u8]) -> KvError {
+    let msg = || String::from_utf8_lossy(payload).into_owned();
+    match st {
+        Status::TooLarge => KvError::TooLarge(msg()),
+        Status::BadRequest => KvError::BadRequest(msg()),
+        Status::ShuttingDown => KvError::ShuttingDown,
+        Status::OutOfRange => KvError::OutOfRange,
+        Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
+            [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
+            _ => 0,
+        }),
+        Status::Redirect => KvError::Redirected,
+        Status::Ok | Status::NotFound => KvError::BadRequest("unexpected status".into()),
+    }
+}
+
+/// Adds one worker's part of a scan.
+fn add_scan_part(agg: &mut ScanAgg, part: Result<&[u8], CloseReason>) {
+    if agg.error.is_some() {
+        return;
+    }
+    let b = match part {
+        Ok(b) => b,
+        Err(why) => {
+            agg.error = Some(KvError::Failed(why));
+            return;
+        }
+    };
+    let resp = match Response::new_checked(b) {
+        Ok(r) => r,
+        Err(e) => {
+            agg.error = Some(KvError::Malformed(e));
+            return;
+        }
+    };
+    if resp.status() != Status::Ok {
+        agg.error = Some(error_of_status(resp.status(), resp.payload()));
+        return;
+    }
+    let mut last = None;
+    for r in ScanRecords::new(resp.payload()) {
+        let (k, v) = match r {
+            Ok(kv) => kv,
+            Err(e) => {
+                agg.error = Some(KvError::Malformed(e));
+                return;
+            }
+        };
+        let key = agg.buf.len() as u32;
+        agg.buf.extend_from_slice(k);
+        let val = agg.buf.len() as u32;
+        agg.buf.extend_from_slice(v);
+        agg.recs.push(ScanRec {
+            key,
+            key_len: k.len() as u32,
+            val,
+            val_len: v.len() as u32,
+        });
+        last = Some((key, k.len() as u32));
+    }
+    if resp.flags() & FLAG_TRUNCATED != 0 {
+        // Keys past this part's last one may be missing from it.
+        let Some((lk, ll)) = last else {
+            agg.error = Some(KvError::AllowanceTooSmall(
+                resp.payload().len() + SCAN_RECORD_HEADER,
+            ));
+            return;
+        };
+        let new = &agg.buf[lk as usize..(lk + ll) as usize];
+        let tighter = match agg.bound {
+            None => true,
+            Some((bk, bl)) => new < &agg.buf[bk as usize..(bk + bl) as usize],
+        };
+        if tighter {
+            agg.bound = Some((lk, ll));
+        }
+    }
+}
+
+/// Merges the parts: key order, nothing past a truncated part's last key, at
+/// most `want` records.
+fn finish_scan(agg: &mut ScanAgg) {
+    let buf = &agg.buf;
+    let key = |r: &ScanRec| &buf[r.key as usize..(r.key + r.key_len) as usize];
+    agg.recs.sort_unstable_by(|a, b| key(a).cmp(key(b)));
+    if let Some((bk, bl)) = agg.bound {
+        let bound = &buf[bk as usize..(bk + bl) as usize];
+        let keep = agg.recs.partition_point(|r| key(r) <= bound);
+        agg.recs.truncate(keep);
+    }
+    agg.recs.truncate(agg.want);
+}
+
+/// A completed request's answer, owned (for the blocking helpers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedReply {
+    /// GET: the value.
+    Value(Vec<u8>),
+    /// Done.
+    Done,
+    /// No such key.
+    NotFound,
+    /// SCAN: the records, and whether the scan is complete.
+    Scan(Vec<(Vec<u8>, Vec<u8>)>, bool),
+}
+
+impl From<Reply<'_>> for OwnedReply {
+    fn from(r: Reply<'_>) -> Self {
+        match r {
+            Reply::Value(v) => OwnedReply::Value(v.to_vec()),
+            Reply::Done => OwnedReply::Done,
+            Reply::NotFound => OwnedReply::NotFound,
+            Reply::Scan(s) => OwnedReply::Scan(
+                s.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(),
+                s.complete(),
+            ),
+        }
+    }
+}
+
+impl Client<u64> {
+    /// Submits with `submit` (retrying while busy) and polls until that
+    /// request completes; other requests' completions are dropped. For tools
+    /// and tests, not for speed.
+    pub fn wait_for(
+        &mut self,
+        mut submit: impl FnMut(&mut Self, u64) -> Result<(), SubmitError<u64>>,
+    ) -> Result<OwnedReply, KvError> {
+        const TAG: u64 = u64::MAX;
+        let t = Instant::now();
+        loop {
+            match submit(self, TAG) {
+                Ok(()) => break,
+                Err(SubmitError::Busy(_)) => {
+                    self.poll(|_, _| {});
+                }
+                Err(e) => return Err(KvError::Submit(e.to_string())),
+            }
+            if t.elapsed() > SETUP_TIMEOUT {
+                return Err(KvError::Busy);
+            }
+        }
+        let mut out = None;
+        while out.is_none() {
+            self.poll(|tag, r| {
+                if tag == TAG {
+                    out = Some(r.map(OwnedReply::from));
+                }
+            });
+        }
+        out.expect("loop ends with an answer")
+    }
+}

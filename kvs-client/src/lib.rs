@@ -1,0 +1,31 @@
+//! The copyrpc key-value store's client: the KV protocol (shared with
+//! kvs-server), shard routing, and a callback-driven client over copyrpc.
+//!
+//! ```no_run
+//! use kvs_client::{Client, ClientOptions, Reply};
+//! let dev = mlx5::device::Context::open("sim0").unwrap();
+//! let mut c: Client<u64> = Client::connect("127.0.0.1:7000", &dev, ClientOptions::default()).unwrap();
+//! c.put(b"user1", b"hello", 1).unwrap();
+//! c.get(b"user1", 2).unwrap();
+//! let mut left = 2;
+//! while left > 0 {
+//!     left -= c.poll(|tag, r| match r {
+//!         Ok(Reply::Value(v)) => println!("{tag}: {}", String::from_utf8_lossy(v)),
+//!         other => println!("{tag}: {other:?}"),
+//!     });
+//! }
+//! ```
+#![warn(missing_docs)]
+
+mod client;
+mod device;
+mod error;
+pub mod proto;
+pub mod shard;
+
+pub use client::{
+    hello, parse_hello, Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply,
+};
+pub use device::open_device;
+pub use error::{KvError, SubmitError};
+pub use shard::ShardMap;

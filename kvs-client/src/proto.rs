@@ -1,0 +1,395 @@
+//! The KV protocol: one request and one response per copyrpc call. Shared by
+//! the server (kvs-server depends on this crate for it) and the client. All
+//! integers little-endian; one zero-copy view per format, byte ranges in the
+//! private `field` module.
+//!
+//! ```text
+//! request:  op u8 | flags u8 | key_len u16 | map_version u32 | val_len u32 | offset u32 | key | value
+//! response: status u8 | flags u8 | reserved u16 | len u32 | payload
+//! scan payload: (key_len u16 | val_len u32 | key | value)*
+//! ```
+//! A request's `val_len` is the value's length for PUT and UPDATE_RANGE and the
+//! most records wanted for SCAN. A GET answer's payload is the value; a SCAN
+//! answer's the records in key order; a REDIRECT's the server's shard map
+//! ([`crate::ShardMap::encode`]); an error's a UTF-8 message.
+
+use std::fmt;
+
+mod field {
+    use std::ops::Range;
+    pub const OP: usize = 0;
+    pub const FLAGS: usize = 1;
+    pub const KEY_LEN: Range<usize> = 2..4;
+    pub const MAP_VERSION: Range<usize> = 4..8;
+    pub const VAL_LEN: Range<usize> = 8..12;
+    pub const OFFSET: Range<usize> = 12..16;
+
+    pub const STATUS: usize = 0;
+    pub const RFLAGS: usize = 1;
+    pub const LEN: Range<usize> = 4..8;
+}
+
+/// Request header bytes.
+pub const REQUEST_HEADER: usize = 16;
+/// Response header bytes.
+pub const RESPONSE_HEADER: usize = 8;
+/// Bytes a scan record takes besides its key and value.
+pub const SCAN_RECORD_HEADER: usize = 6;
+
+/// What a request asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Op {
+    /// The value of a key.
+    Get = 1,
+    /// Sets a key's value.
+    Put = 2,
+    /// Removes a key.
+    Delete = 3,
+    /// Up to `val_len` records from `key` on, in key order.
+    Scan = 4,
+    /// Overwrites part of an existing value at `offset` (as Redis SETRANGE,
+    /// but never growing the value).
+    UpdateRange = 5,
+    /// The server's shard map.
+    Map = 6,
+}
+
+impl Op {
+    /// From the wire.
+    pub fn from_u8(v: u8) -> Option<Op> {
+        Some(match v {
+            1 => Op::Get,
+            2 => Op::Put,
+            3 => Op::Delete,
+            4 => Op::Scan,
+            5 => Op::UpdateRange,
+            6 => Op::Map,
+            _ => return None,
+        })
+    }
+}
+
+/// How a request went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Status {
+    /// Done (GET: the value follows; SCAN: the records follow).
+    Ok = 0,
+    /// No such key.
+    NotFound = 1,
+    /// This server's worker does not own the key's shard; the payload is the
+    /// current shard map.
+    Redirect = 2,
+    /// The key or value exceeds the server's limits (message in the payload).
+    TooLarge = 3,
+    /// The request is malformed (message in the payload).
+    BadRequest = 4,
+    /// The server is shutting down and takes no new work.
+    ShuttingDown = 5,
+    /// The answer does not fit the response size the caller allowed; the
+    /// payload is the size needed (u32).
+    AllowanceTooSmall = 6,
+    /// UPDATE_RANGE outside the existing value.
+    OutOfRange = 7,
+}
+
+impl Status {
+    /// From the wire.
+    pub fn from_u8(v: u8) -> Option<Status> {
+        Some(match v {
+            0 => Status::Ok,
+            1 => Status::NotFound,
+            2 => Status::Redirect,
+            3 => Status::TooLarge,
+            4 => Status::BadRequest,
+            5 => Status::ShuttingDown,
+            6 => Status::AllowanceTooSmall,
+            7 => Status::OutOfRange,
+            _ => return None,
+        })
+    }
+}
+
+/// Response flag: the SCAN answer stopped early because the response
+/// allowance was full; more records may follow the last one.
+pub const FLAG_TRUNCATED: u8 = 1;
+
+/// A malformed message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than its header.
+    #[error("message of {0} bytes is shorter than its header")]
+    Short(usize),
+    /// The lengths in the header disagree with the message's size.
+    #[error("header lengths disagree with the message size")]
+    BadLength,
+    /// Unknown op or status code.
+    #[error("unknown code {0}")]
+    BadCode(u8),
+}
+
+fn le16(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
+}
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// A request, read in place.
+#[derive(Clone, Copy)]
+pub struct Request<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// Checks the header and lengths; never panics on any input.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < REQUEST_HEADER {
+            return Err(WireError::Short(buf.len()));
+        }
+        let r = Request { buf };
+        Op::from_u8(buf[field::OP]).ok_or(WireError::BadCode(buf[field::OP]))?;
+        let key = usize::from(le16(&buf[field::KEY_LEN]));
+        let body = match r.op() {
+            Op::Put | Op::UpdateRange => le32(&buf[field::VAL_LEN]) as usize,
+            _ => 0,
+        };
+        if REQUEST_HEADER + key + body != buf.len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(r)
+    }
+    /// The operation.
+    pub fn op(&self) -> Op {
+        Op::from_u8(self.buf[field::OP]).unwrap_or(Op::Map)
+    }
+    /// Request flags (none defined; zero).
+    pub fn flags(&self) -> u8 {
+        self.buf[field::FLAGS]
+    }
+    /// The shard-map version the client routed with.
+    pub fn map_version(&self) -> u32 {
+        le32(&self.buf[field::MAP_VERSION])
+    }
+    /// The key.
+    pub fn key(&self) -> &'a [u8] {
+        let n = usize::from(le16(&self.buf[field::KEY_LEN]));
+        &self.buf[REQUEST_HEADER..REQUEST_HEADER + n]
+    }
+    /// The value (PUT, UPDATE_RANGE).
+    pub fn value(&self) -> &'a [u8] {
+        let n = usize::from(le16(&self.buf[field::KEY_LEN]));
+        &self.buf[REQUEST_HEADER + n..]
+    }
+    /// The most records wanted (SCAN).
+    pub fn scan_count(&self) -> u32 {
+        le32(&self.buf[field::VAL_LEN])
+    }
+    /// Where the bytes go (UPDATE_RANGE).
+    pub fn offset(&self) -> u32 {
+        le32(&self.buf[field::OFFSET])
+    }
+}
+
+impl fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Request")
+            .field("op", &self.op())
+            .field("key_len", &self.key().len())
+            .field("value_len", &self.value().len())
+            .finish()
+    }
+}
+
+/// Writes a request into `out` (cleared first). The caller checks the key
+/// fits in 16 bits.
+pub fn write_request(
+    out: &mut Vec<u8>,
+    op: Op,
+    map_version: u32,
+    key: &[u8],
+    value: &[u8],
+    val_len: u32,
+    offset: u32,
+) {
+    out.clear();
+    out.push(op as u8);
+    out.push(0);
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&map_version.to_le_bytes());
+    out.extend_from_slice(&val_len.to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// A response, read in place.
+#[derive(Clone, Copy)]
+pub struct Response<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Response<'a> {
+    /// Checks the header and length; never panics on any input.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < RESPONSE_HEADER {
+            return Err(WireError::Short(buf.len()));
+        }
+        Status::from_u8(buf[field::STATUS]).ok_or(WireError::BadCode(buf[field::STATUS]))?;
+        if RESPONSE_HEADER + le32(&buf[field::LEN]) as usize != buf.len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(Response { buf })
+    }
+    /// How it went.
+    pub fn status(&self) -> Status {
+        Status::from_u8(self.buf[field::STATUS]).unwrap_or(Status::BadRequest)
+    }
+    /// Response flags ([`FLAG_TRUNCATED`]).
+    pub fn flags(&self) -> u8 {
+        self.buf[field::RFLAGS]
+    }
+    /// The payload.
+    pub fn payload(&self) -> &'a [u8] {
+        &self.buf[RESPONSE_HEADER..]
+    }
+}
+
+/// Starts a response in `out` (cleared first); finish it with
+/// [`finish_response`] once the payload is appended.
+pub fn begin_response(out: &mut Vec<u8>, status: Status, flags: u8) {
+    out.clear();
+    out.extend_from_slice(&[status as u8, flags, 0, 0, 0, 0, 0, 0]);
+}
+
+/// Sets the payload length of the response in `out`, and its flags.
+pub fn finish_response(out: &mut [u8], flags: u8) {
+    let len = (out.len() - RESPONSE_HEADER) as u32;
+    out[field::RFLAGS] = flags;
+    out[field::LEN].copy_from_slice(&len.to_le_bytes());
+}
+
+/// Appends one scan record.
+pub fn push_scan_record(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// The records of a SCAN answer, in order; stops (returning `Err`) at the
+/// first malformed one.
+#[derive(Debug, Clone)]
+pub struct ScanRecords<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> ScanRecords<'a> {
+    /// Over a SCAN answer's payload.
+    pub fn new(payload: &'a [u8]) -> Self {
+        ScanRecords { rest: payload }
+    }
+}
+
+impl<'a> Iterator for ScanRecords<'a> {
+    type Item = Result<(&'a [u8], &'a [u8]), WireError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let r = self.rest;
+        if r.len() < SCAN_RECORD_HEADER {
+            self.rest = &[];
+            return Some(Err(WireError::Short(r.len())));
+        }
+        let k = usize::from(le16(&r[0..2]));
+        let v = le32(&r[2..6]) as usize;
+        let end = SCAN_RECORD_HEADER + k + v;
+        if end > r.len() {
+            self.rest = &[];
+            return Some(Err(WireError::BadLength));
+        }
+        self.rest = &r[end..];
+        Some(Ok((
+            &r[SCAN_RECORD_HEADER..SCAN_RECORD_HEADER + k],
+            &r[SCAN_RECORD_HEADER + k..end],
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_lengths_are_checked() {
+        let mut b = Vec::new();
+        write_request(&mut b, Op::Put, 7, b"user1", b"value!", 6, 0);
+        assert_eq!(b.len(), REQUEST_HEADER + 5 + 6);
+        let r = Request::new_checked(&b).unwrap();
+        assert_eq!(
+            (r.op(), r.map_version(), r.key(), r.value()),
+            (Op::Put, 7, &b"user1"[..], &b"value!"[..])
+        );
+        // One byte short, one too many, a bad op: errors, never panics.
+        assert_eq!(
+            Request::new_checked(&b[..b.len() - 1]).unwrap_err(),
+            WireError::BadLength
+        );
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(
+            Request::new_checked(&long).unwrap_err(),
+            WireError::BadLength
+        );
+        b[0] = 99;
+        assert_eq!(
+            Request::new_checked(&b).unwrap_err(),
+            WireError::BadCode(99)
+        );
+        assert_eq!(
+            Request::new_checked(&b[..3]).unwrap_err(),
+            WireError::Short(3)
+        );
+        // A SCAN carries the count, not a value.
+        write_request(&mut b, Op::Scan, 1, b"k", &[], 100, 0);
+        let r = Request::new_checked(&b).unwrap();
+        assert_eq!(
+            (r.op(), r.scan_count(), r.value()),
+            (Op::Scan, 100, &b""[..])
+        );
+    }
+
+    #[test]
+    fn every_truncation_of_every_message_is_an_error_not_a_panic() {
+        let mut b = Vec::new();
+        write_request(&mut b, Op::UpdateRange, 1, b"key", b"abc", 3, 9);
+        for n in 0..b.len() {
+            assert!(Request::new_checked(&b[..n]).is_err());
+        }
+        let mut r = Vec::new();
+        begin_response(&mut r, Status::Ok, 0);
+        push_scan_record(&mut r, b"a", b"1");
+        push_scan_record(&mut r, b"bb", b"22");
+        finish_response(&mut r, FLAG_TRUNCATED);
+        let resp = Response::new_checked(&r).unwrap();
+        assert_eq!(resp.flags(), FLAG_TRUNCATED);
+        let recs: Vec<_> = ScanRecords::new(resp.payload()).collect();
+        assert_eq!(
+            recs,
+            vec![Ok((&b"a"[..], &b"1"[..])), Ok((&b"bb"[..], &b"22"[..]))]
+        );
+        for n in 0..r.len() {
+            assert!(Response::new_checked(&r[..n]).is_err());
+        }
+        // A truncated record list ends in an error.
+        let p = resp.payload();
+        for n in 1..p.len() {
+            let recs: Vec<_> = ScanRecords::new(&p[..n]).collect();
+            if n != 8 {
+                assert!(recs.last().unwrap().is_err(), "{n}");
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! One request in, one response out: parsing, limits, shard ownership and the
+//! store, with no I/O (the worker loop feeds it). Every byte of a request is
+//! untrusted: anything malformed gets an error answer, never a panic.
+
+use kvs_client::proto::{
+    begin_response, finish_response, push_scan_record, Op, Request, Status, FLAG_TRUNCATED,
+    RESPONSE_HEADER, SCAN_RECORD_HEADER,
+};
+use kvs_client::ShardMap;
+
+use crate::store::{Patch, Store};
+
+/// What one worker needs to answer requests.
+#[derive(Debug)]
+pub struct Handler {
+    /// This worker's number.
+    pub worker: u16,
+    /// The shard map in force.
+    pub map: ShardMap,
+    /// The map, encoded (the payload of MAP answers and redirects).
+    pub map_bytes: Vec<u8>,
+    /// Largest key.
+    pub max_key: usize,
+    /// Largest value.
+    pub max_value: usize,
+    /// The worker's data.
+    pub store: Store,
+    /// When set, new requests are answered `ShuttingDown`.
+    pub draining: bool,
+}
+
+impl Handler {
+    /// A worker's handler over an empty store.
+    pub fn new(worker: u16, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
+        let mut map_bytes = Vec::new();
+        map.encode(&mut map_bytes);
+        Handler {
+            worker,
+            map,
+            map_bytes,
+            max_key,
+            max_value,
+            store: Store::default(),
+            draining: false,
+        }
+    }
+
+    /// Answers `req` into `out`, in at most `max_response` bytes (the
+    /// caller's allowance; at least the response header, or the caller gets
+    /// nothing useful).
+    pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
+        let r = match Request::new_checked(req) {
+            Ok(r) => r,
+            Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
+        };
+        if self.draining {
+            return error(out, Status::ShuttingDown, "", max_response);
+        }
+        let key = r.key();
+        if key.len() > self.max_key {
+            let m = format!("key of {} bytes (at most {})", key.len(), self.max_key);
+            return error(out, Status::TooLarge, &m, max_response);
+        }
+        match r.op() {
+            Op::Map => {
+                if RESPONSE_HEADER + self.map_bytes.len() > max_response {
+                    return too_small(out, self.map_bytes.len(), max_response);
+                }
+                begin_response(out, Status::Ok, 0);
+                out.extend_from_slice(&self.map_bytes);
+                finish_response(out, 0);
+                return;
+            }
+            Op::Scan => return self.scan(key, r.scan_count() as usize, max_response, out),
+            _ => {}
+        }
+        if self.map.owner(key) != self.worker {
+            if RESPONSE_HEADER + self.map_bytes.len() > max_response {
+                return too_small(out, self.map_bytes.len(), max_response);
+            }
+            begin_response(out, Status::Redirect, 0);
+            out.extend_from_slice(&self.map_bytes);
+            finish_response(out, 0);
+            return;
+        }
+        match r.op() {
+            Op::Get => match self.store.get(key) {
+                Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
+                    begin_response(out, Status::Ok, 0);
+                    out.extend_from_slice(v);
+                    finish_response(out, 0);
+                }
+                Some(v) => too_small(out, v.len(), max_response),
+                None => status(out, Status::NotFound),
+            },
+            Op::Put => {
+                let v = r.value();
+                if v.len() > self.max_value {
+                    let m = format!("value of {} bytes (at most {})", v.len(), self.max_value);
+                    return error(out, Status::TooLarge, &m, max_response);
+                }
+                self.store.put(key, v);
+                status(out, Status::Ok);
+            }
+            Op::Delete => {
+                let found = self.store.delete(key);
+                status(out, if found { Status::Ok } else { Status::NotFound });
+            }
+            Op::UpdateRange => {
+                let st = match self.store.patch(key, r.offset() as usize, r.value()) {
+                    Patch::Done => Status::Ok,
+                    Patch::NotFound => Status::NotFound,
+                    Patch::OutOfRange => Status::OutOfRange,
+                };
+                status(out, st);
+            }
+            Op::Map | Op::Scan => unreachable!("answered above"),
+        }
+    }
+
+    /// Records from `start` on, as many as `count` and the allowance admit.
+    fn scan(&self, start: &[u8], count: usize, max_response: usize, out: &mut Vec<u8>) {
+        begin_response(out, Status::Ok, 0);
+        let mut flags = 0;
+        for (n, (k, v)) in self.store.scan(start).enumerate() {
+            if n == count {
+                break;
+            }
+            if out.len() + SCAN_RECORD_HEADER + k.len() + v.len() > max_response {
+                flags = FLAG_TRUNCATED;
+                break;
+            }
+            push_scan_record(out, k, v);
+        }
+        finish_response(out, flags);
+    }
+}
+
+fn status(out: &mut Vec<u8>, st: Status) {
+    begin_response(out, st, 0);
+    finish_response(out, 0);
+}
+
+/// An error answer with as much of its message as the allowance admits.
+fn error(out: &mut Vec<u8>, st: Status, msg: &str, max_response: usize) {
+    begin_response(out, st, 0);
+    let room = max_response.saturating_sub(RESPONSE_HEADER);
+    let mut end = msg.len().min(room);
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&msg.as_bytes()[..end]);
+    finish_response(out, 0);
+}
+
+fn too_small(out: &mut Vec<u8>, needed: usize, max_response: usize) {
+    begin_response(out, Status::AllowanceTooSmall, 0);
+    if max_response >= RESPONSE_HEADER + 4 {
+        out.extend_from_slice(&(needed as u32).to_le_bytes());
+    }
+    finish_response(out, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvs_client::proto::{write_request, Response, ScanRecords};
+
+    fn ask(h: &mut Handler, op: Op, key: &[u8], val: &[u8], n: u32, max: usize) -> Vec<u8> {
+        let mut req = Vec::new();
+        write_request(&mut req, op, 1, key, val, n, 0);
+        let mut out = Vec::new();
+        h.handle(&req, max, &mut out);
+        assert!(out.len() <= max, "answer exceeds the allowance");
+        out
+    }
+
+    fn st(b: &[u8]) -> Status {
+        Response::new_checked(b).unwrap().status()
+    }
+
+    #[test]
+    fn operations_limits_redirects_and_garbage() {
+        let map = ShardMap::round_robin(16, 2).unwrap();
+        let mine = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| map.owner(k.as_bytes()) == 0)
+            .unwrap();
+        let theirs = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| map.owner(k.as_bytes()) == 1)
+            .unwrap();
+        let mut h = Handler::new(0, map.clone(), 8, 16);
+        let (k, o) = (mine.as_bytes(), theirs.as_bytes());
+        assert_eq!(st(&ask(&mut h, Op::Put, k, b"value", 5, 64)), Status::Ok);
+        let got = ask(&mut h, Op::Get, k, b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"value");
+        // The answer must fit the allowance: the size needed comes back.
+        let small = ask(&mut h, Op::Get, k, b"", 0, RESPONSE_HEADER + 4);
+        let r = Response::new_checked(&small).unwrap();
+        assert_eq!(
+            (r.status(), r.payload()),
+            (Status::AllowanceTooSmall, &5u32.to_le_bytes()[..])
+        );
+        // Limits.
+        assert_eq!(
+            st(&ask(&mut h, Op::Put, k, &[0; 17], 17, 64)),
+            Status::TooLarge
+        );
+        assert_eq!(
+            st(&ask(&mut h, Op::Get, b"123456789", b"", 0, 64)),
+            Status::TooLarge
+        );
+        // Another worker's key: a redirect carrying the map.
+        let red = ask(&mut h, Op::Get, o, b"", 0, 1024);
+        let r = Response::new_checked(&red).unwrap();
+        assert_eq!(r.status(), Status::Redirect);
+        assert_eq!(ShardMap::decode(r.payload()).unwrap(), map);
+        // Garbage: a clear error, whatever the allowance.
+        for max in [0, 3, RESPONSE_HEADER, 64] {
+            let mut out = Vec::new();
+            h.handle(&[9, 9, 9], max, &mut out);
+            assert!(out.len() <= max.max(RESPONSE_HEADER));
+            assert_eq!(st(&out), Status::BadRequest);
+        }
+        // Delete, then not found.
+        assert_eq!(st(&ask(&mut h, Op::Delete, k, b"", 0, 64)), Status::Ok);
+        assert_eq!(st(&ask(&mut h, Op::Get, k, b"", 0, 64)), Status::NotFound);
+        h.draining = true;
+        assert_eq!(
+            st(&ask(&mut h, Op::Get, k, b"", 0, 64)),
+            Status::ShuttingDown
+        );
+    }
+
+    #[test]
+    fn scans_stop_at_the_count_or_the_allowance() {
+        let map = ShardMap::round_robin(1, 1).unwrap();
+        let mut h = Handler::new(0, map, 16, 16);
+        for i in 0..10 {
+            ask(&mut h, Op::Put, format!("key{i}").as_bytes(), b"vv", 2, 64);
+        }
+        let all = ask(&mut h, Op::Scan, b"key3", b"", 4, 4096);
+        let r = Response::new_checked(&all).unwrap();
+        let keys: Vec<_> = ScanRecords::new(r.payload())
+            .map(|x| x.unwrap().0.to_vec())
+            .collect();
+        assert_eq!(
+            keys,
+            [b"key3", b"key4", b"key5", b"key6"].map(|k| k.to_vec())
+        );
+        assert_eq!(r.flags(), 0);
+        // Room for two records (6 + 4 + 2 bytes each) only.
+        let part = ask(&mut h, Op::Scan, b"key3", b"", 4, RESPONSE_HEADER + 25);
+        let r = Response::new_checked(&part).unwrap();
+        assert_eq!(ScanRecords::new(r.payload()).count(), 2);
+        assert_eq!(r.flags(), FLAG_TRUNCATED);
+    }
+}

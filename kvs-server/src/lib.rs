@@ -1,0 +1,19 @@
+//! A sharded in-memory key-value server over copyrpc. Worker threads each own
+//! one copyrpc context and the shards (hash slots) the shard map gives them;
+//! a request for a shard another worker owns is answered with a redirect
+//! carrying the map. GET, PUT, DELETE, SCAN (ordered) and UPDATE_RANGE.
+//!
+//! ```no_run
+//! let server = kvs_server::Server::start(kvs_server::Config::default()).unwrap();
+//! println!("serving on {}", server.addr());
+//! server.wait();
+//! ```
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod handle;
+mod server;
+pub mod store;
+
+pub use config::Config;
+pub use server::{Server, StartError, WorkerStats};

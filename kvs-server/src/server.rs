@@ -1,0 +1,309 @@
+//! The server: an acceptor thread for connection setup and N worker threads,
+//! each with one copyrpc context (one SRQ, one receive CQ) and the shards it
+//! owns.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use copyrpc::conn::{ConnError, Connection, Listener, PendingConnection};
+use copyrpc::ContextBuilder;
+use kvs_client::{parse_hello, ShardMap};
+
+use crate::config::Config;
+use crate::handle::Handler;
+
+/// Counters a worker publishes for stats lines (updated every few thousand
+/// loop turns, not per request).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Requests answered.
+    pub ops: AtomicU64,
+    /// Connected clients.
+    pub clients: AtomicU64,
+    /// Keys held.
+    pub keys: AtomicU64,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is not usable.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The listening socket.
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: ConnError,
+    },
+    /// A worker could not open the device or build its context.
+    #[error("worker {worker}: {why}")]
+    Worker {
+        /// Which worker.
+        worker: u16,
+        /// Why.
+        why: String,
+    },
+}
+
+/// A running server.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    stats: Vec<Arc<WorkerStats>>,
+    workers: Vec<JoinHandle<()>>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+/// How long a draining worker keeps answering (`ShuttingDown`) before it
+/// closes its endpoints.
+const DRAIN: Duration = Duration::from_millis(200);
+
+impl Server {
+    /// Starts the workers and the acceptor; returns once every worker has its
+    /// context and the socket listens.
+    pub fn start(cfg: Config) -> Result<Server, StartError> {
+        cfg.validate()?;
+        let listener = Listener::bind(cfg.listen).map_err(|source| StartError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(|e| StartError::Listen {
+            addr: cfg.listen,
+            source: e.into(),
+        })?;
+        let map = ShardMap::round_robin(cfg.slots, cfg.workers)
+            .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut txs = Vec::new();
+        let mut workers = Vec::new();
+        let mut stats = Vec::new();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError>>();
+        for w in 0..cfg.workers {
+            let (tx, rx) = mpsc::channel::<PendingConnection>();
+            txs.push(tx);
+            let st = Arc::new(WorkerStats::default());
+            stats.push(st.clone());
+            let (cfg, map, stop, ready) =
+                (cfg.clone(), map.clone(), stop.clone(), ready_tx.clone());
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("kvs-worker-{w}"))
+                    .spawn(move || worker(w, cfg, map, rx, stop, st, ready))
+                    .expect("spawn a worker thread"),
+            );
+        }
+        drop(ready_tx);
+        for _ in 0..cfg.workers {
+            match ready_rx.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    stop.store(true, Ordering::Release);
+                    for w in workers {
+                        let _ = w.join();
+                    }
+                    return Err(e);
+                }
+                Err(_) => break,
+            }
+        }
+        let s2 = stop.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("kvs-acceptor".into())
+            .spawn(move || accept(listener, txs, s2))
+            .expect("spawn the acceptor");
+        Ok(Server {
+            addr,
+            stop,
+            stats,
+            workers,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Per-worker counters.
+    pub fn stats(&self) -> &[Arc<WorkerStats>] {
+        &self.stats
+    }
+
+    /// A flag that stops the server when set (for a signal handler).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Whether the server has been asked to stop.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Stops: no new connections; requests already received are answered,
+    /// later ones get `ShuttingDown`; then every endpoint closes (the
+    /// clients' calls still on the wire fail). Waits for the threads.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.join_all();
+    }
+
+    /// Waits until the server stops (after [`stop_flag`](Self::stop_flag) is set).
+    pub fn wait(mut self) {
+        self.join_all();
+    }
+
+    fn join_all(&mut self) {
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        self.join_all();
+    }
+}
+
+/// Accepts connections and hands each to the worker its hello names.
+fn accept(listener: Listener, workers: Vec<Sender<PendingConnection>>, stop: Arc<AtomicBool>) {
+    if listener.set_nonblocking(true).is_err() {
+        return;
+    }
+    while !stop.load(Ordering::Acquire) {
+        match listener.accept_pending() {
+            Ok(p) => {
+                // A connection that is not a kvs client, or names no worker
+                // of ours, is refused by dropping it.
+                if let Some(w) = parse_hello(p.private_data()) {
+                    if let Some(tx) = workers.get(w as usize) {
+                        let _ = tx.send(p);
+                    }
+                }
+            }
+            Err(ConnError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// One worker: serves its endpoints until asked to stop.
+fn worker(
+    w: u16,
+    cfg: Config,
+    map: ShardMap,
+    incoming: Receiver<PendingConnection>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    ready: Sender<Result<(), StartError>>,
+) {
+    let fail = |why: String| StartError::Worker { worker: w, why };
+    let dev = match kvs_client::open_device(&cfg.device, cfg.fabric.as_deref(), "sim1") {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = ready.send(Err(fail(e.to_string())));
+            return;
+        }
+    };
+    let built = ContextBuilder::new()
+        .ring_size(cfg.ring_size)
+        .max_endpoints(cfg.max_endpoints)
+        .srq_size(4096)
+        .cq_size(16384)
+        .build(&dev, |_: u64, _| {});
+    let mut ctx = match built {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = ready.send(Err(fail(e.to_string())));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    drop(ready);
+    let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value);
+    let mut conns: Vec<Connection> = Vec::new();
+    // The setup answer: how many workers (connections to make) and slots.
+    let mut answer = [0u8; 6];
+    answer[..2].copy_from_slice(&cfg.workers.to_le_bytes());
+    answer[2..].copy_from_slice(&cfg.slots.to_le_bytes());
+    let mut out = Vec::with_capacity(cfg.max_value + 64);
+    let mut ops = 0u64;
+    let mut turn = 0u32;
+    let mut last_check = Instant::now();
+    let mut drain_until: Option<Instant> = None;
+    loop {
+        ctx.poll();
+        while let Some(req) = ctx.recv() {
+            let max = req.max_response();
+            match ctx.request(&req) {
+                Some(b) => h.handle(b, max, &mut out),
+                None => out.clear(),
+            }
+            if ctx.reply(req, &out).is_err() {
+                // Only a closed endpoint or an allowance below the header
+                // refuses a reply; nothing more can be said to that caller.
+            }
+            ops += 1;
+        }
+        turn = turn.wrapping_add(1);
+        if turn % 256 != 0 {
+            continue;
+        }
+        // New clients.
+        loop {
+            match incoming.try_recv() {
+                Ok(p) if drain_until.is_none() => match p.establish(&mut ctx, &answer) {
+                    Ok(c) => conns.push(c),
+                    Err(e) => eprintln!("kvs-server: worker {w}: a client's setup failed: {e}"),
+                },
+                Ok(_) => {}
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            }
+        }
+        if turn % 4096 == 0 && last_check.elapsed() >= Duration::from_millis(50) {
+            last_check = Instant::now();
+            // Clients that left: their endpoints are removed.
+            conns.retain_mut(|c| {
+                let alive = c.check(&mut ctx);
+                if !alive {
+                    ctx.remove(c.endpoint());
+                }
+                alive
+            });
+            stats.ops.store(ops, Ordering::Relaxed);
+            stats.clients.store(conns.len() as u64, Ordering::Relaxed);
+            stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+        }
+        match drain_until {
+            None if stop.load(Ordering::Acquire) => {
+                h.draining = true;
+                drain_until = Some(Instant::now() + DRAIN);
+            }
+            Some(t) if Instant::now() >= t => break,
+            _ => {}
+        }
+    }
+    // Answers already written go out; then every endpoint closes.
+    ctx.poll();
+    for c in &mut conns {
+        ctx.close(c.endpoint());
+        c.check(&mut ctx);
+    }
+    stats.ops.store(ops, Ordering::Relaxed);
+    stats.clients.store(0, Ordering::Relaxed);
+}
