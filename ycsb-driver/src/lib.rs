@@ -1,0 +1,12 @@
+//! YCSB (Yahoo! Cloud Serving Benchmark) in Rust, drawing the same keys with the
+//! same distributions as the Java reference and printing its text report.
+#![warn(missing_docs)]
+
+pub mod fnv;
+pub mod generator;
+pub mod measure;
+pub mod properties;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod workload;

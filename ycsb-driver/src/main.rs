@@ -1,0 +1,292 @@
+//! ycsb-driver: YCSB workloads against the copyrpc key-value store.
+//!
+//! ```text
+//! ycsb-driver run -P workloada                          # embedded server, software device
+//! ycsb-driver load -P workloads/workloadc -p recordcount=100000 -threads 4 --server host:7000
+//! ycsb-driver run  -P workloads/workloadc -p operationcount=1000000 -threads 4 -s --server host:7000
+//! ```
+//! Java YCSB's options are accepted as Java spells them (`-P`, `-p`,
+//! `-threads`, `-target`, `-s`). With no server given, a kvs-server runs in
+//! this process on the software device, and `run` loads the records first.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use clap::{Parser, ValueEnum};
+use ycsb_driver::measure::Measurements;
+use ycsb_driver::properties::Properties;
+use ycsb_driver::report::{self, StatusInfo};
+use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions, Target};
+use ycsb_driver::workload::CoreWorkload;
+
+#[derive(Parser, Debug)]
+#[command(version, about = "YCSB workloads against the copyrpc key-value store")]
+struct Args {
+    /// load: insert the records; run: the operation mix.
+    #[arg(value_enum)]
+    command: Command,
+    /// The database binding (only `kvs`).
+    #[arg(default_value = "kvs")]
+    db: String,
+    /// Workload property file: a path, or a shipped workload by name
+    /// (`workloada` … `workloadf`).
+    #[arg(short = 'P')]
+    property_files: Vec<String>,
+    /// A property, `name=value` (overrides the files).
+    #[arg(short = 'p')]
+    properties: Vec<String>,
+    /// Driver threads (property `threadcount`).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Target operations per second, all threads (property `target`).
+    #[arg(long)]
+    target: Option<f64>,
+    /// Status lines on stderr every `status.interval` seconds (default 10).
+    #[arg(short = 's')]
+    status: bool,
+    /// A running kvs-server (property `kvs.server`); none: embedded.
+    #[arg(long)]
+    server: Option<String>,
+    /// Operations each thread keeps in flight (property `kvs.depth`, default 1:
+    /// Java YCSB's one at a time).
+    #[arg(long)]
+    depth: Option<usize>,
+    /// Writes the latency percentile plot (SVG) here.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Writes the latency percentiles (CSV) here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Command {
+    Load,
+    Run,
+}
+
+/// The workloads shipped with the driver, as Java's `workloads/` has them.
+const SHIPPED: [(&str, &str); 6] = [
+    ("workloada", include_str!("../workloads/workloada")),
+    ("workloadb", include_str!("../workloads/workloadb")),
+    ("workloadc", include_str!("../workloads/workloadc")),
+    ("workloadd", include_str!("../workloads/workloadd")),
+    ("workloade", include_str!("../workloads/workloade")),
+    ("workloadf", include_str!("../workloads/workloadf")),
+];
+
+/// Java's single-dash long options, spelled as clap wants them.
+fn java_args() -> Vec<String> {
+    std::env::args()
+        .map(|a| match a.as_str() {
+            "-threads" | "-target" | "-db" => format!("-{a}"),
+            _ => a,
+        })
+        .collect()
+}
+
+fn die(m: &dyn std::fmt::Display) -> ! {
+    eprintln!("ycsb-driver: {m}");
+    std::process::exit(1)
+}
+
+fn main() {
+    let a = Args::parse_from(java_args());
+    if a.db != "kvs" {
+        die(&format!(
+            "unknown binding {:?} (this driver speaks kvs)",
+            a.db
+        ));
+    }
+    let mut props = Properties::new();
+    for f in &a.property_files {
+        let path = std::path::Path::new(f);
+        if path.exists() {
+            let p = Properties::load(path).unwrap_or_else(|e| die(&format!("{f}: {e}")));
+            props.merge(&p);
+        } else {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or(f);
+            match SHIPPED.iter().find(|(n, _)| *n == name) {
+                Some((_, text)) => props.parse_into(text),
+                None => die(&format!("{f}: no such file or shipped workload")),
+            }
+        }
+    }
+    for kv in &a.properties {
+        if !props.set_assignment(kv) {
+            die(&format!("-p {kv}: expected name=value"));
+        }
+    }
+    if let Some(t) = a.threads {
+        props.set("threadcount", t.to_string());
+    }
+    if let Some(t) = a.target {
+        props.set("target", t.to_string());
+    }
+    if let Some(s) = &a.server {
+        props.set("kvs.server", s.clone());
+    }
+    if let Some(d) = a.depth {
+        props.set("kvs.depth", d.to_string());
+    }
+    let num = |k: &str, d: u64| props.get_u64(k, d).unwrap_or_else(|e| die(&e));
+    let threads = num("threadcount", 1) as usize;
+    let depth = num("kvs.depth", 1) as usize;
+    let target_ops = props.get_f64("target", 0.0).unwrap_or_else(|e| die(&e));
+    let verify = props
+        .get_bool("dataintegrity", false)
+        .unwrap_or_else(|e| die(&e));
+    let status_interval = Duration::from_secs(num("status.interval", 10).max(1));
+    let percentiles: Vec<f64> = props
+        .get_str("hdrhistogram.percentiles", "50,95,99")
+        .split(',')
+        .map(|p| {
+            p.trim()
+                .parse()
+                .unwrap_or_else(|_| die(&format!("bad percentile {p:?}")))
+        })
+        .collect();
+    let wl = Arc::new(CoreWorkload::new(&props).unwrap_or_else(|e| die(&e)));
+
+    // The server: given, or embedded on the software device.
+    let mut embedded = None;
+    let target = match props.get("kvs.server") {
+        Some(s) => Target {
+            server: s.to_owned(),
+            device: props.get_str("kvs.device", "auto").to_owned(),
+            fabric: props.get("kvs.fabric").map(str::to_owned),
+        },
+        None => {
+            let fabric = format!("ycsb-{}", std::process::id());
+            let record = wl.field_count() * wl.field_length();
+            let cfg = kvs_server::Config {
+                listen: "127.0.0.1:0".parse().expect("an address"),
+                device: "sim1".into(),
+                fabric: Some(fabric.clone()),
+                workers: num("kvs.workers", 1) as u16,
+                max_value: (record + 1024).max(kvs_server::Config::default().max_value),
+                stats_interval_s: 0,
+                ..kvs_server::Config::default()
+            };
+            let s = kvs_server::Server::start(cfg).unwrap_or_else(|e| die(&e));
+            eprintln!(
+                "ycsb-driver: embedded kvs-server ({} worker(s)) on the software device, fabric {fabric}",
+                num("kvs.workers", 1)
+            );
+            let t = Target {
+                server: s.addr().to_string(),
+                device: "sim0".into(),
+                fabric: Some(fabric.clone()),
+            };
+            embedded = Some((s, fabric));
+            t
+        }
+    };
+    let opts = RunOptions {
+        threads,
+        depth,
+        target_ops: (target_ops > 0.0).then_some(target_ops),
+        verify,
+        seed: num("kvs.seed", 0x5eed),
+    };
+    if a.command == Command::Run && embedded.is_some() {
+        eprintln!(
+            "ycsb-driver: loading {} records into the embedded server first",
+            wl.load_count()
+        );
+        let p = Arc::new(Progress::default());
+        let r = run_phase(&wl, Phase::Load, &target, &opts, &p).unwrap_or_else(|e| die(&e));
+        eprintln!(
+            "ycsb-driver: loaded {} records in {} ms",
+            r.operations,
+            r.runtime.as_millis()
+        );
+    }
+    let phase = match a.command {
+        Command::Load => Phase::Load,
+        Command::Run => Phase::Run,
+    };
+    let todo = match phase {
+        Phase::Load => wl.load_count(),
+        Phase::Run => wl.operation_count(),
+    };
+    let progress = Arc::new(Progress::default());
+    let status = a.status.then(|| {
+        let p = progress.clone();
+        std::thread::spawn(move || status_lines(&p, status_interval, todo))
+    });
+    let r = run_phase(&wl, phase, &target, &opts, &progress).unwrap_or_else(|e| die(&e));
+    if let Some(s) = status {
+        let _ = s.join();
+    }
+    let mut out = std::io::stdout().lock();
+    let ms = r.runtime.as_millis().max(1) as u64;
+    report::write_text_report(&mut out, ms, r.operations, &r.measurements, &percentiles)
+        .unwrap_or_else(|e| die(&e));
+    let _ = out.flush();
+    if let Some(p) = &a.plot {
+        let title = format!(
+            "YCSB {} latency",
+            a.property_files.last().map(String::as_str).unwrap_or("")
+        );
+        let mut f = std::fs::File::create(p).unwrap_or_else(|e| die(&e));
+        report::write_svg_plot(&mut f, &title, &r.measurements).unwrap_or_else(|e| die(&e));
+    }
+    if let Some(p) = &a.csv {
+        let mut f = std::fs::File::create(p).unwrap_or_else(|e| die(&e));
+        report::write_csv(&mut f, &r.measurements).unwrap_or_else(|e| die(&e));
+    }
+    if let Some((s, fabric)) = embedded {
+        s.shutdown();
+        mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+    }
+}
+
+/// Java's status thread: a line on stderr every `every` until the phase ends.
+fn status_lines(p: &Progress, every: Duration, todo: u64) {
+    let start = Instant::now();
+    let mut last = start;
+    let mut last_ops = 0;
+    let mut interval = Measurements::new();
+    loop {
+        let finished = {
+            let t = Instant::now() + every;
+            loop {
+                if p.finished.load(Ordering::Acquire) {
+                    break true;
+                }
+                if Instant::now() >= t {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let now = Instant::now();
+        // The threads add their intervals into the shared one; take it whole.
+        if let Ok(mut g) = p.interval.lock() {
+            std::mem::swap(&mut *g, &mut interval);
+        }
+        let total = p.done.load(Ordering::Relaxed);
+        let info = StatusInfo {
+            label: "",
+            wall_clock: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap_or_default(),
+            elapsed_ms: now.duration_since(start).as_millis() as u64,
+            interval_ms: now.duration_since(last).as_millis().max(1) as u64,
+            total_ops: total,
+            last_total_ops: last_ops,
+            todo_ops: todo.saturating_sub(total),
+        };
+        eprintln!("{}", report::status_line(&info, &interval));
+        interval.clear();
+        last = now;
+        last_ops = total;
+        if finished {
+            break;
+        }
+    }
+}

@@ -1,0 +1,433 @@
+//! Driver threads: each owns a kvs client (one copyrpc context, one endpoint
+//! per server worker) and keeps up to `depth` operations in flight, drawing
+//! them from the workload and timing each from submit to completion.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kvs_client::{open_device, Client, ClientOptions, Reply, SubmitError};
+
+use crate::measure::{Measurements, OpKind, Status};
+use crate::rng::Rng;
+use crate::workload::{CoreWorkload, Op};
+
+/// Where and how the driver threads connect.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The kvs-server's setup address.
+    pub server: String,
+    /// The RDMA device (`auto`: a NIC, else software device `sim0`).
+    pub device: String,
+    /// The software device's fabric.
+    pub fabric: Option<String>,
+}
+
+/// Load or run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Insert the records.
+    Load,
+    /// The operation mix.
+    Run,
+}
+
+/// Settings of one phase.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Driver threads.
+    pub threads: usize,
+    /// Operations each thread keeps in flight (1: Java YCSB's closed loop).
+    pub depth: usize,
+    /// Total operations per second to aim at (None: as fast as possible).
+    pub target_ops: Option<f64>,
+    /// Check every value read (Java's `dataintegrity`): values are a
+    /// deterministic function of key and field.
+    pub verify: bool,
+    /// Seed of the threads' random streams.
+    pub seed: u64,
+}
+
+/// Counters the status reporter reads while a phase runs.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Operations completed, all threads.
+    pub done: AtomicU64,
+    /// Interval measurements the threads hand over (about once a second).
+    pub interval: Mutex<Measurements>,
+    /// Set when every thread has finished.
+    pub finished: AtomicBool,
+}
+
+/// What a phase produced.
+#[derive(Debug)]
+pub struct PhaseResult {
+    /// All threads' measurements, merged.
+    pub measurements: Measurements,
+    /// Operations completed.
+    pub operations: u64,
+    /// Wall time of the phase.
+    pub runtime: Duration,
+}
+
+/// Why a phase could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// A driver thread could not connect.
+    #[error("driver thread {thread}: {why}")]
+    Connect {
+        /// Which thread.
+        thread: usize,
+        /// Why.
+        why: String,
+    },
+}
+
+/// Runs `phase` of `wl` with `opts.threads` threads against `target`.
+pub fn run_phase(
+    wl: &Arc<CoreWorkload>,
+    phase: Phase,
+    target: &Target,
+    opts: &RunOptions,
+    progress: &Arc<Progress>,
+) -> Result<PhaseResult, RunError> {
+    let threads = opts.threads.max(1);
+    let total = match phase {
+        Phase::Load => wl.load_count(),
+        Phase::Run => wl.operation_count(),
+    };
+    let start = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            // Java's split: the first `total % threads` threads do one more.
+            let n = total / threads as u64 + u64::from((t as u64) < total % threads as u64);
+            let (wl, target, opts, progress) =
+                (wl.clone(), target.clone(), opts.clone(), progress.clone());
+            std::thread::Builder::new()
+                .name(format!("ycsb-{t}"))
+                .spawn(move || drive(&wl, phase, &target, &opts, t, threads, n, &progress))
+                .expect("spawn a driver thread")
+        })
+        .collect();
+    let mut merged = Measurements::new();
+    let mut ops = 0;
+    let mut err = None;
+    for h in handles {
+        match h.join().expect("a driver thread panicked") {
+            Ok((m, n)) => {
+                merged.merge(&m);
+                ops += n;
+            }
+            Err(e) => err = Some(e),
+        }
+    }
+    progress.finished.store(true, Ordering::Release);
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok(PhaseResult {
+        measurements: merged,
+        operations: ops,
+        runtime: start.elapsed(),
+    })
+}
+
+/// What a slot's operation is waiting for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Free,
+    Read,
+    Update,
+    Insert(u64),
+    Scan,
+    /// Read-modify-write: the read, then the write.
+    RmwRead,
+    RmwWrite,
+}
+
+fn kind_of(w: Wait) -> OpKind {
+    match w {
+        Wait::Read => OpKind::Read,
+        Wait::Update | Wait::RmwWrite => OpKind::Update,
+        Wait::Insert(_) => OpKind::Insert,
+        Wait::Scan => OpKind::Scan,
+        Wait::RmwRead => OpKind::ReadModifyWrite,
+        Wait::Free => OpKind::Read,
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    wait: Wait,
+    start: Instant,
+    stage: Instant,
+    key: String,
+    field: usize,
+    scan_len: usize,
+}
+
+/// One driver thread; returns its measurements and completed operations.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    wl: &CoreWorkload,
+    phase: Phase,
+    target: &Target,
+    opts: &RunOptions,
+    thread: usize,
+    threads: usize,
+    count: u64,
+    progress: &Progress,
+) -> Result<(Measurements, u64), RunError> {
+    let fail = |why: String| RunError::Connect { thread, why };
+    let dev = open_device(&target.device, target.fabric.as_deref(), "sim0")
+        .map_err(|e| fail(e.to_string()))?;
+    let nf = wl.field_count();
+    let fl = wl.field_length();
+    let record = nf * fl;
+    let ring = 1u64 << 20;
+    let copts = ClientOptions {
+        ring_size: ring,
+        value_allowance: record + 64,
+        scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
+    };
+    let mut client: Client<u32> =
+        Client::connect(target.server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
+    let mut st = wl.thread_state(thread, threads);
+    let mut rng = Rng::for_stream(opts.seed, thread as u64);
+    let depth = opts.depth.clamp(1, 1 << 16);
+    let now = Instant::now();
+    let mut slots: Vec<Slot> = (0..depth)
+        .map(|_| Slot {
+            wait: Wait::Free,
+            start: now,
+            stage: now,
+            key: String::with_capacity(64),
+            field: 0,
+            scan_len: 0,
+        })
+        .collect();
+    let mut free: Vec<u32> = (0..depth as u32).rev().collect();
+    let mut value = vec![0u8; record.max(1)];
+    let mut m = Measurements::new();
+    let (mut issued, mut completed, mut reported) = (0u64, 0u64, 0u64);
+    // Read-modify-writes whose read is back, waiting to send the write.
+    let mut rmw_next: Vec<u32> = Vec::with_capacity(depth);
+    // A drawn operation the client had no room for yet.
+    let mut held: Option<u32> = None;
+    let per_thread_rate = opts.target_ops.map(|t| t / threads as f64);
+    let t0 = Instant::now();
+    let mut last_handover = Instant::now();
+    let verify = opts.verify;
+    while completed < count {
+        // Second halves of read-modify-writes first (their reads are done).
+        while let Some(&i) = rmw_next.last() {
+            let s = &slots[i as usize];
+            let key = s.key.as_bytes();
+            fill_field(verify, &mut rng, key, s.field, &mut value[..fl]);
+            match client.update_range(key, (s.field * fl) as u32, &value[..fl], i) {
+                Ok(()) => {
+                    rmw_next.pop();
+                }
+                Err(SubmitError::Busy(_)) => break,
+                Err(_) => {
+                    rmw_next.pop();
+                    let s = &mut slots[i as usize];
+                    m.record(OpKind::Update, Status::Error, 0);
+                    m.record_latency(OpKind::ReadModifyWrite, 0);
+                    s.wait = Wait::Free;
+                    free.push(i);
+                    completed += 1;
+                }
+            }
+        }
+        // Issue while there is room (and the target rate allows).
+        while issued < count && (held.is_some() || !free.is_empty()) {
+            if let Some(rate) = per_thread_rate {
+                let due = t0 + Duration::from_secs_f64(issued as f64 / rate);
+                if Instant::now() < due {
+                    break;
+                }
+            }
+            let i = match held.take() {
+                Some(i) => i,
+                None => {
+                    let i = free.pop().expect("checked non-empty");
+                    let s = &mut slots[i as usize];
+                    s.wait = match phase {
+                        Phase::Load => Wait::Insert(st.next_load(&mut rng, &mut s.key)),
+                        Phase::Run => match st.next_op(&mut rng, &mut s.key) {
+                            Op::Read => Wait::Read,
+                            Op::Update { field } => {
+                                s.field = field;
+                                Wait::Update
+                            }
+                            Op::Insert { keynum } => Wait::Insert(keynum),
+                            Op::Scan { len } => {
+                                s.scan_len = len;
+                                Wait::Scan
+                            }
+                            Op::ReadModifyWrite { field } => {
+                                s.field = field;
+                                Wait::RmwRead
+                            }
+                        },
+                    };
+                    s.start = Instant::now();
+                    s.stage = s.start;
+                    i
+                }
+            };
+            let s = &slots[i as usize];
+            let key = s.key.as_bytes();
+            let r = match s.wait {
+                Wait::Read | Wait::RmwRead => client.get(key, i),
+                Wait::Update if s.field < nf => {
+                    fill_field(verify, &mut rng, key, s.field, &mut value[..fl]);
+                    client.update_range(key, (s.field * fl) as u32, &value[..fl], i)
+                }
+                // writeallfields: the whole record.
+                Wait::Update => {
+                    fill_record(verify, &mut rng, key, nf, fl, &mut value);
+                    client.update_range(key, 0, &value, i)
+                }
+                Wait::Insert(_) => {
+                    fill_record(verify, &mut rng, key, nf, fl, &mut value);
+                    client.put(key, &value, i)
+                }
+                Wait::Scan => client.scan(key, s.scan_len as u32, i),
+                Wait::RmwWrite | Wait::Free => unreachable!("never drawn"),
+            };
+            match r {
+                Ok(()) => issued += 1,
+                Err(SubmitError::Busy(_)) => {
+                    held = Some(i);
+                    break;
+                }
+                Err(_) => {
+                    // Never sent: an error of its kind.
+                    let s = &mut slots[i as usize];
+                    if let Wait::Insert(k) = s.wait {
+                        st.acknowledge(k);
+                    }
+                    m.record(kind_of(s.wait), Status::Error, 0);
+                    s.wait = Wait::Free;
+                    free.push(i);
+                    issued += 1;
+                    completed += 1;
+                }
+            }
+        }
+        // Complete.
+        client.poll(|i, r| {
+            let s = &mut slots[i as usize];
+            let now = Instant::now();
+            let us = |t: Instant| now.duration_since(t).as_micros() as u64;
+            let status = match &r {
+                Ok(Reply::NotFound) => Status::NotFound,
+                Ok(Reply::Value(v)) if verify && !record_ok(s.key.as_bytes(), nf, fl, v) => {
+                    Status::UnexpectedState
+                }
+                Ok(_) => Status::Ok,
+                Err(_) => Status::Error,
+            };
+            match s.wait {
+                Wait::RmwRead => {
+                    m.record(OpKind::Read, status, us(s.stage));
+                    if status == Status::Ok {
+                        s.wait = Wait::RmwWrite;
+                        s.stage = now;
+                        rmw_next.push(i);
+                        return;
+                    }
+                    // As Java's CoreWorkload: the read and the update carry
+                    // the return codes; READ-MODIFY-WRITE only the latency.
+                    m.record_latency(OpKind::ReadModifyWrite, us(s.start));
+                }
+                Wait::RmwWrite => {
+                    m.record(OpKind::Update, status, us(s.stage));
+                    m.record_latency(OpKind::ReadModifyWrite, us(s.start));
+                }
+                Wait::Insert(keynum) => {
+                    // As Java: acknowledged whatever the outcome, so one failed
+                    // insert does not hide every later key from readers.
+                    st.acknowledge(keynum);
+                    m.record(OpKind::Insert, status, us(s.start));
+                }
+                w => m.record(kind_of(w), status, us(s.start)),
+            }
+            s.wait = Wait::Free;
+            free.push(i);
+            completed += 1;
+        });
+        if completed - reported >= 256 || completed == count {
+            progress
+                .done
+                .fetch_add(completed - reported, Ordering::Relaxed);
+            reported = completed;
+            if last_handover.elapsed() >= Duration::from_millis(250) || completed == count {
+                last_handover = Instant::now();
+                if let Ok(mut g) = progress.interval.lock() {
+                    m.drain_interval_into(&mut g);
+                }
+            }
+        }
+    }
+    Ok((m, completed))
+}
+
+/// Bytes of field `f` of `key`'s record: a function of key and field when
+/// verifying (so any later read can be checked), random printable otherwise.
+fn fill_field(verify: bool, rng: &mut Rng, key: &[u8], f: usize, out: &mut [u8]) {
+    if verify {
+        deterministic_field(key, f, out);
+    } else {
+        crate::workload::fill_value(rng, out);
+    }
+}
+
+fn fill_record(verify: bool, rng: &mut Rng, key: &[u8], nf: usize, fl: usize, out: &mut [u8]) {
+    for f in 0..nf {
+        fill_field(verify, rng, key, f, &mut out[f * fl..(f + 1) * fl]);
+    }
+}
+
+/// Printable bytes from a hash of key and field.
+fn deterministic_field(key: &[u8], f: usize, out: &mut [u8]) {
+    deterministic_chunk(key, f, 0, out);
+}
+
+/// Whether a record read back is exactly what was written (compared in
+/// chunks regenerated on the stack: no allocation).
+fn record_ok(key: &[u8], nf: usize, fl: usize, v: &[u8]) -> bool {
+    if v.len() != nf * fl {
+        return false;
+    }
+    let mut want = [0u8; 256];
+    (0..nf).all(|f| {
+        v[f * fl..(f + 1) * fl]
+            .chunks(want.len())
+            .enumerate()
+            .all(|(c, chunk)| {
+                let w = &mut want[..chunk.len()];
+                deterministic_chunk(key, f, c * 256, w);
+                chunk == w
+            })
+    })
+}
+
+/// Bytes `from..from+out.len()` of [`deterministic_field`].
+fn deterministic_chunk(key: &[u8], f: usize, from: usize, out: &mut [u8]) {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key.iter().chain(&(f as u64).to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15u64.wrapping_mul(from as u64));
+    for b in out.iter_mut() {
+        h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = h;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        *b = b' ' + ((z ^ (z >> 31)) % 95) as u8;
+    }
+}
