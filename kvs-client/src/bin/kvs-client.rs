@@ -1,0 +1,82 @@
+//! kvs-client: one request to a kvs-server from the command line.
+//!
+//! ```text
+//! kvs-client --server 127.0.0.1:7000 put user1 hello
+//! kvs-client --server 127.0.0.1:7000 get user1
+//! kvs-client --server 127.0.0.1:7000 scan user 10
+//! kvs-client --server 127.0.0.1:7000 del user1
+//! ```
+
+use clap::{Parser, Subcommand};
+use kvs_client::{open_device, Client, ClientOptions, OwnedReply};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Client of the copyrpc key-value store")]
+struct Args {
+    /// The server's setup address.
+    #[arg(long, short, default_value = "127.0.0.1:7000")]
+    server: String,
+    /// RDMA device: mlx5_0, sim0, … or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Software device fabric.
+    #[arg(long)]
+    fabric: Option<String>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Prints a key's value.
+    Get { key: String },
+    /// Sets a key's value.
+    Put { key: String, value: String },
+    /// Removes a key.
+    Del { key: String },
+    /// Prints up to COUNT records from START on, in key order.
+    Scan { start: String, count: u32 },
+}
+
+fn main() {
+    let a = Args::parse();
+    let dev = open_device(&a.device, a.fabric.as_deref(), "sim0").unwrap_or_else(|e| die(&e));
+    let opts = ClientOptions {
+        value_allowance: 64 << 10,
+        ..ClientOptions::default()
+    };
+    let mut c: Client<u64> =
+        Client::connect(a.server.as_str(), &dev, opts).unwrap_or_else(|e| die(&e));
+    let r = match &a.cmd {
+        Cmd::Get { key } => c.wait_for(|c, t| c.get(key.as_bytes(), t)),
+        Cmd::Put { key, value } => c.wait_for(|c, t| c.put(key.as_bytes(), value.as_bytes(), t)),
+        Cmd::Del { key } => c.wait_for(|c, t| c.delete(key.as_bytes(), t)),
+        Cmd::Scan { start, count } => c.wait_for(|c, t| c.scan(start.as_bytes(), *count, t)),
+    };
+    match r {
+        Ok(OwnedReply::Value(v)) => println!("{}", String::from_utf8_lossy(&v)),
+        Ok(OwnedReply::Done) => println!("OK"),
+        Ok(OwnedReply::NotFound) => {
+            println!("(not found)");
+            std::process::exit(2)
+        }
+        Ok(OwnedReply::Scan(recs, complete)) => {
+            for (k, v) in recs {
+                println!(
+                    "{}\t{}",
+                    String::from_utf8_lossy(&k),
+                    String::from_utf8_lossy(&v)
+                );
+            }
+            if !complete {
+                println!("(incomplete: more records may follow)");
+            }
+        }
+        Err(e) => die(&e),
+    }
+}
+
+fn die(e: &dyn std::fmt::Display) -> ! {
+    eprintln!("kvs-client: {e}");
+    std::process::exit(1)
+}

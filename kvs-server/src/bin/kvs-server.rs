@@ -1,0 +1,101 @@
+//! kvs-server: the sharded key-value server.
+//!
+//! ```text
+//! kvs-server --config kvs.toml
+//! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0
+//! ```
+//! Ctrl-C stops it cleanly: requests already received are answered, later
+//! ones are refused with "shutting down", then every connection closes.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use kvs_server::{Config, Server};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Sharded in-memory key-value server over copyrpc (RDMA)"
+)]
+struct Args {
+    /// TOML configuration file (every key optional; flags override it).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// TCP address for connection setup.
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+    /// Worker threads.
+    #[arg(long)]
+    workers: Option<u16>,
+    /// RDMA device: mlx5_0, sim1, … or auto.
+    #[arg(long)]
+    device: Option<String>,
+    /// Software device fabric.
+    #[arg(long)]
+    fabric: Option<String>,
+    /// Seconds between stats lines (0: none).
+    #[arg(long)]
+    stats_interval: Option<u64>,
+}
+
+fn main() {
+    let a = Args::parse();
+    let mut cfg = match &a.config {
+        Some(p) => Config::load(p).unwrap_or_else(|e| die(&e.to_string())),
+        None => Config::default(),
+    };
+    if let Some(v) = a.listen {
+        cfg.listen = v;
+    }
+    if let Some(v) = a.workers {
+        cfg.workers = v;
+    }
+    if let Some(v) = a.device {
+        cfg.device = v;
+    }
+    if a.fabric.is_some() {
+        cfg.fabric = a.fabric;
+    }
+    if let Some(v) = a.stats_interval {
+        cfg.stats_interval_s = v;
+    }
+    let interval = cfg.stats_interval_s;
+    let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
+    println!("kvs-server: listening on {}", server.addr());
+    let stop = server.stop_flag();
+    let s2 = stop.clone();
+    if let Err(e) = ctrlc::set_handler(move || s2.store(true, Ordering::Release)) {
+        die(&format!("cannot install the Ctrl-C handler: {e}"));
+    }
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let mut prev: Vec<u64> = vec![0; server.stats().len()];
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        if interval > 0 && last.elapsed() >= Duration::from_secs(interval) {
+            let dt = last.elapsed().as_secs_f64();
+            last = Instant::now();
+            let mut line = format!("kvs-server: {:.0} s:", start.elapsed().as_secs_f64());
+            for (w, (s, p)) in server.stats().iter().zip(prev.iter_mut()).enumerate() {
+                let ops = s.ops.load(Ordering::Relaxed);
+                line += &format!(
+                    " [worker {w}: {:.0} ops/s, {} clients, {} keys]",
+                    (ops - *p) as f64 / dt,
+                    s.clients.load(Ordering::Relaxed),
+                    s.keys.load(Ordering::Relaxed)
+                );
+                *p = ops;
+            }
+            println!("{line}");
+        }
+    }
+    println!("kvs-server: shutting down");
+    server.shutdown();
+}
+
+fn die(m: &str) -> ! {
+    eprintln!("kvs-server: {m}");
+    std::process::exit(1)
+}

@@ -1,0 +1,163 @@
+//! Workloads A-F end to end against a kvs-server on the software device:
+//! embedded (driver threads and server in this process) and as two processes
+//! (the ycsb-driver binary against this process's server), every operation
+//! `Return=OK` and every value read checked (`dataintegrity`).
+
+use std::process::Command;
+use std::sync::Arc;
+
+use kvs_server::{Config, Server};
+use mlx5::sim::fabric::Fabric;
+use ycsb_driver::measure::{OpKind, Series, Status};
+use ycsb_driver::properties::Properties;
+use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions, Target};
+use ycsb_driver::workload::CoreWorkload;
+
+fn server(fabric: &str, workers: u16) -> Server {
+    Server::start(Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        device: "sim1".into(),
+        fabric: Some(fabric.into()),
+        workers,
+        stats_interval_s: 0,
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+fn workload(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/workloads/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
+    let fabric = format!("ycsb-wl-{}", std::process::id());
+    let s = server(&fabric, 2);
+    let target = Target {
+        server: s.addr().to_string(),
+        device: "sim0".into(),
+        fabric: Some(fabric.clone()),
+    };
+    for w in ["workloada", "workloadb", "workloadc", "workloadd", "workloade", "workloadf"] {
+        let mut p = Properties::parse(&workload(w));
+        p.set("recordcount", "300");
+        p.set("operationcount", "1500");
+        p.set("fieldcount", "4");
+        p.set("fieldlength", "50");
+        p.set("zeropadding", "1");
+        let wl = Arc::new(CoreWorkload::new(&p).unwrap());
+        let opts = RunOptions {
+            threads: 2,
+            depth: 4,
+            target_ops: None,
+            verify: true,
+            seed: 7,
+        };
+        let progress = Arc::new(Progress::default());
+        // The workloads share the server and the key names; each loads its
+        // records again (the same deterministic values, key by key and field
+        // by field), and every read checks them.
+        let load = run_phase(&wl, Phase::Load, &target, &opts, &progress).unwrap();
+        assert_eq!(load.operations, 300, "{w}");
+        assert_eq!(
+            load.measurements.status_count(OpKind::Insert, Status::Ok),
+            300,
+            "{w}"
+        );
+        let run = run_phase(&wl, Phase::Run, &target, &opts, &progress).unwrap();
+        assert_eq!(run.operations, 1500, "{w}");
+        let m = &run.measurements;
+        let mut ops = 0;
+        for op in [OpKind::Read, OpKind::Update, OpKind::Insert, OpKind::Scan] {
+            let n = m.operations(Series::Op(op));
+            assert_eq!(m.status_count(op, Status::Ok), n, "{w} {op}");
+            for st in Status::ALL.into_iter().filter(|s| *s != Status::Ok) {
+                assert_eq!(m.status_count(op, st), 0, "{w} {op} {st}");
+            }
+            assert!(!m.has_series(Series::Failed(op)), "{w} {op} failed");
+            ops += n;
+        }
+        // A read-modify-write counts once as itself and once each in READ and
+        // UPDATE.
+        let rmw = m.operations(Series::Op(OpKind::ReadModifyWrite));
+        assert_eq!(ops - rmw, 1500, "{w}: every operation accounted for");
+        match w {
+            "workloadc" => assert_eq!(m.operations(Series::Op(OpKind::Read)), 1500),
+            "workloade" => assert!(m.operations(Series::Op(OpKind::Scan)) > 1300),
+            "workloadf" => assert!(rmw > 600),
+            _ => {}
+        }
+    }
+    s.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
+
+#[test]
+fn the_driver_binary_as_a_second_process() {
+    let fabric = format!("ycsb-2p-{}", std::process::id());
+    let s = server(&fabric, 1);
+    let drive = |cmd: &str, w: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
+            .args([cmd, "-P", w, "-p", "recordcount=200", "-p", "operationcount=2000"])
+            .args(["-p", "dataintegrity=true", "-threads", "2", "--depth", "4"])
+            .args(["--server", &s.addr().to_string(), "-p"])
+            .arg(format!("kvs.fabric={fabric}"))
+            .args(["-p", "kvs.device=sim0"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let load = drive("load", "workloada");
+    assert!(load.contains("[INSERT], Return=OK, 200"), "{load}");
+    let run = drive("run", "workloada");
+    assert!(run.starts_with("[OVERALL], RunTime(ms), "), "{run}");
+    let ok = |op: &str| {
+        run.lines()
+            .find_map(|l| l.strip_prefix(&format!("[{op}], Return=OK, ")))
+            .map(|n| n.parse::<u64>().unwrap())
+            .unwrap_or(0)
+    };
+    assert_eq!(ok("READ") + ok("UPDATE"), 2000, "{run}");
+    assert!(!run.contains("Return=ERROR") && !run.contains("UNEXPECTED"), "{run}");
+    s.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// A driver process killed in the middle of a run leaves the server serving
+/// everyone else.
+#[test]
+fn a_client_killed_mid_run_does_not_disturb_the_others() {
+    let fabric = format!("ycsb-kill-{}", std::process::id());
+    let s = server(&fabric, 1);
+    let addr = s.addr().to_string();
+    let spawn = |ops: &str| {
+        Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
+            .args(["run", "-P", "workloadc", "-p", "recordcount=100"])
+            .args(["-p", &format!("operationcount={ops}"), "--depth", "8"])
+            .args(["--server", &addr, "-p"])
+            .arg(format!("kvs.fabric={fabric}"))
+            .args(["-p", "kvs.device=sim0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut victim = spawn("1000000000");
+    // Let it connect and get going, then kill it without any cleanup.
+    let t = std::time::Instant::now();
+    while s.stats()[0].ops.load(std::sync::atomic::Ordering::Relaxed) < 10_000 {
+        assert!(t.elapsed().as_secs() < 60, "the victim never got going");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    // Others still get every answer (their keys were never loaded: NOT_FOUND
+    // is the answer; what matters is that each one comes).
+    for _ in 0..2 {
+        let st = spawn("5000").wait().unwrap();
+        assert!(st.success());
+    }
+    s.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
