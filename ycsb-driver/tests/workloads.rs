@@ -38,7 +38,14 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
         device: "sim0".into(),
         fabric: Some(fabric.clone()),
     };
-    for w in ["workloada", "workloadb", "workloadc", "workloadd", "workloade", "workloadf"] {
+    for w in [
+        "workloada",
+        "workloadb",
+        "workloadc",
+        "workloadd",
+        "workloade",
+        "workloadf",
+    ] {
         let mut p = Properties::parse(&workload(w));
         p.set("recordcount", "300");
         p.set("operationcount", "1500");
@@ -98,14 +105,26 @@ fn the_driver_binary_as_a_second_process() {
     let s = server(&fabric, 1);
     let drive = |cmd: &str, w: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
-            .args([cmd, "-P", w, "-p", "recordcount=200", "-p", "operationcount=2000"])
+            .args([
+                cmd,
+                "-P",
+                w,
+                "-p",
+                "recordcount=200",
+                "-p",
+                "operationcount=2000",
+            ])
             .args(["-p", "dataintegrity=true", "-threads", "2", "--depth", "4"])
             .args(["--server", &s.addr().to_string(), "-p"])
             .arg(format!("kvs.fabric={fabric}"))
             .args(["-p", "kvs.device=sim0"])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let load = drive("load", "workloada");
@@ -119,7 +138,10 @@ fn the_driver_binary_as_a_second_process() {
             .unwrap_or(0)
     };
     assert_eq!(ok("READ") + ok("UPDATE"), 2000, "{run}");
-    assert!(!run.contains("Return=ERROR") && !run.contains("UNEXPECTED"), "{run}");
+    assert!(
+        !run.contains("Return=ERROR") && !run.contains("UNEXPECTED"),
+        "{run}"
+    );
     s.shutdown();
     Fabric::remove_if_unused(&fabric);
 }
