@@ -53,14 +53,24 @@ for w in a c; do
   done
 done
 
-# Peer, same machine, same run: Redis (Debian's redis-server on loopback) with
-# redis-benchmark GETs of 1000-byte values over 100000 keys, one connection,
-# pipeline depth as above. (ycsb-driver's own Redis backend is not built yet.)
+# Peer, same machine, same run: Redis (Debian's redis-server on loopback), the
+# same workloads through ycsb-driver's Redis backend (Java YCSB's data model:
+# a hash per record), one connection, pipelined to the same depth; and
+# redis-benchmark's plain GET of 1000-byte values for reference.
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null; then
   rport=$((19000 + RANDOM % 1000))
   redis-server --port $rport --save "" --appendonly no --daemonize yes >/dev/null
   trap 'kill $srv 2>/dev/null; redis-cli -p $rport shutdown nosave >/dev/null 2>&1; rm -rf /dev/shm/mlx5sim-$fabric' EXIT
   sleep 0.5
+  rr=(redis -p redis.port=$rport)
+  "$D" load "${rr[@]}" -P workloada "${common[@]}" --depth 16 >/dev/null 2>&1
+  for w in a c; do
+    for d in $DEPTHS; do
+      for i in $(seq "$RUNS"); do
+        "$D" run "${rr[@]}" -P workload$w "${common[@]}" --depth "$d" 2>/dev/null | pick READ
+      done | row "workload $w, Redis backend, depth $d (READ)"
+    done
+  done
   redis-benchmark -p $rport -t set -d 1000 -n "$RECORDS" -r "$RECORDS" -c 1 -P 16 -q >/dev/null 2>&1
   for d in $DEPTHS; do
     for i in $(seq "$RUNS"); do

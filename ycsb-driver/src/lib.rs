@@ -6,6 +6,7 @@ pub mod fnv;
 pub mod generator;
 pub mod measure;
 pub mod properties;
+mod redis_db;
 pub mod report;
 pub mod rng;
 pub mod runner;

@@ -28,7 +28,8 @@ struct Args {
     /// load: insert the records; run: the operation mix.
     #[arg(value_enum)]
     command: Command,
-    /// The database binding (only `kvs`).
+    /// The database binding: `kvs` (the copyrpc store) or `redis` (Java
+    /// YCSB's Redis data model; `-p redis.host=… -p redis.port=…`).
     #[arg(default_value = "kvs")]
     db: String,
     /// Workload property file: a path, or a shipped workload by name
@@ -95,11 +96,8 @@ fn die(m: &dyn std::fmt::Display) -> ! {
 
 fn main() {
     let a = Args::parse_from(java_args());
-    if a.db != "kvs" {
-        die(&format!(
-            "unknown binding {:?} (this driver speaks kvs)",
-            a.db
-        ));
+    if a.db != "kvs" && a.db != "redis" {
+        die(&format!("unknown binding {:?} (kvs or redis)", a.db));
     }
     let mut props = Properties::new();
     for f in &a.property_files {
@@ -154,7 +152,14 @@ fn main() {
     // The server: given, or embedded on the software device.
     let mut embedded = None;
     let target = match props.get("kvs.server") {
-        Some(s) => Target {
+        _ if a.db == "redis" => Target::Redis {
+            url: format!(
+                "redis://{}:{}/",
+                props.get_str("redis.host", "127.0.0.1"),
+                num("redis.port", 6379)
+            ),
+        },
+        Some(s) => Target::Kvs {
             server: s.to_owned(),
             device: props.get_str("kvs.device", "auto").to_owned(),
             fabric: props.get("kvs.fabric").map(str::to_owned),
@@ -176,7 +181,7 @@ fn main() {
                 "ycsb-driver: embedded kvs-server ({} worker(s)) on the software device, fabric {fabric}",
                 num("kvs.workers", 1)
             );
-            let t = Target {
+            let t = Target::Kvs {
                 server: s.addr().to_string(),
                 device: "sim0".into(),
                 fabric: Some(fabric.clone()),

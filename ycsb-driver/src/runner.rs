@@ -12,15 +12,23 @@ use crate::measure::{Measurements, OpKind, Status};
 use crate::rng::Rng;
 use crate::workload::{CoreWorkload, Op};
 
-/// Where and how the driver threads connect.
+/// What the driver threads run against.
 #[derive(Debug, Clone)]
-pub struct Target {
-    /// The kvs-server's setup address.
-    pub server: String,
-    /// The RDMA device (`auto`: a NIC, else software device `sim0`).
-    pub device: String,
-    /// The software device's fabric.
-    pub fabric: Option<String>,
+pub enum Target {
+    /// A kvs-server.
+    Kvs {
+        /// The server's setup address.
+        server: String,
+        /// The RDMA device (`auto`: a NIC, else software device `sim0`).
+        device: String,
+        /// The software device's fabric.
+        fabric: Option<String>,
+    },
+    /// A Redis server (`redis://host:port`), with Java YCSB's data model.
+    Redis {
+        /// The server's URL.
+        url: String,
+    },
 }
 
 /// Load or run.
@@ -179,8 +187,17 @@ fn drive(
     progress: &Progress,
 ) -> Result<(Measurements, u64), RunError> {
     let fail = |why: String| RunError::Connect { thread, why };
-    let dev = open_device(&target.device, target.fabric.as_deref(), "sim0")
-        .map_err(|e| fail(e.to_string()))?;
+    let (server, device, fabric) = match target {
+        Target::Kvs {
+            server,
+            device,
+            fabric,
+        } => (server, device, fabric),
+        Target::Redis { url } => {
+            return crate::redis_db::drive(wl, phase, url, opts, thread, threads, count, progress)
+        }
+    };
+    let dev = open_device(device, fabric.as_deref(), "sim0").map_err(|e| fail(e.to_string()))?;
     let nf = wl.field_count();
     let fl = wl.field_length();
     let record = nf * fl;
@@ -191,7 +208,7 @@ fn drive(
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
     };
     let mut client: Client<u32> =
-        Client::connect(target.server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
+        Client::connect(server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
     let mut st = wl.thread_state(thread, threads);
     let mut rng = Rng::for_stream(opts.seed, thread as u64);
     let depth = opts.depth.clamp(1, 1 << 16);
@@ -377,7 +394,7 @@ fn drive(
 
 /// Bytes of field `f` of `key`'s record: a function of key and field when
 /// verifying (so any later read can be checked), random printable otherwise.
-fn fill_field(verify: bool, rng: &mut Rng, key: &[u8], f: usize, out: &mut [u8]) {
+pub(crate) fn fill_field(verify: bool, rng: &mut Rng, key: &[u8], f: usize, out: &mut [u8]) {
     if verify {
         deterministic_field(key, f, out);
     } else {
@@ -416,7 +433,7 @@ fn record_ok(key: &[u8], nf: usize, fl: usize, v: &[u8]) -> bool {
 }
 
 /// Bytes `from..from+out.len()` of [`deterministic_field`].
-fn deterministic_chunk(key: &[u8], f: usize, from: usize, out: &mut [u8]) {
+pub(crate) fn deterministic_chunk(key: &[u8], f: usize, from: usize, out: &mut [u8]) {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key.iter().chain(&(f as u64).to_le_bytes()) {
         h ^= u64::from(b);

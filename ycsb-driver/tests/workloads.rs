@@ -33,7 +33,7 @@ fn workload(name: &str) -> String {
 fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
     let fabric = format!("ycsb-wl-{}", std::process::id());
     let s = server(&fabric, 2);
-    let target = Target {
+    let target = Target::Kvs {
         server: s.addr().to_string(),
         device: "sim0".into(),
         fabric: Some(fabric.clone()),

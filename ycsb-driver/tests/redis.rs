@@ -1,0 +1,87 @@
+//! The Redis backend against a real redis-server (Debian's), started here on
+//! a free port: load and run with every value read checked. Ignored unless
+//! asked for (`.ci/run` installs redis-server and runs it):
+//! `cargo test -p ycsb-driver --test redis -- --ignored`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Redis(Child, u16);
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn redis() -> Redis {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (apt-get install redis-server)");
+    let t = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "redis-server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Redis(child, port)
+}
+
+fn drive(cmd: &str, w: &str, port: u16, depth: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
+        .args([cmd, "redis", "-P", w, "-p", "recordcount=300"])
+        .args(["-p", "operationcount=3000", "-p", "dataintegrity=true"])
+        .args(["-p", &format!("redis.port={port}"), "-threads", "2"])
+        .args(["--depth", depth])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn count(report: &str, what: &str) -> u64 {
+    report
+        .lines()
+        .find_map(|l| l.strip_prefix(what))
+        .map(|n| n.trim().parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs redis-server (apt-get install redis-server)"]
+fn workloads_against_redis_every_read_checked() {
+    let r = redis();
+    let load = drive("load", "workloada", r.1, "8");
+    assert_eq!(count(&load, "[INSERT], Return=OK,"), 300, "{load}");
+    for (w, depth) in [("workloada", "1"), ("workloadf", "8"), ("workloade", "4")] {
+        let run = drive("run", w, r.1, depth);
+        assert!(!run.contains("Return=ERROR"), "{w}: {run}");
+        assert!(!run.contains("UNEXPECTED_STATE"), "{w}: {run}");
+        let ops = count(&run, "[READ], Return=OK,")
+            + count(&run, "[UPDATE], Return=OK,")
+            + count(&run, "[SCAN], Return=OK,")
+            + count(&run, "[INSERT], Return=OK,")
+            - count(&run, "[READ-MODIFY-WRITE], Operations,");
+        assert_eq!(ops, 3000, "{w}: {run}");
+    }
+}
