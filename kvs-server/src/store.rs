@@ -1,13 +1,17 @@
-//! One worker's data: an ordered map (point operations and in-order scans)
-//! that only its worker thread touches, so no lock is taken on any path.
+//! One worker's data, which only its worker thread touches, so no lock is
+//! taken on any path: a hash map for point operations (std's keyed SipHash:
+//! keys come from clients, and a fixed hash would let one flood a bucket)
+//! and an ordered index of the keys for scans.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;
 
 /// A worker's keys and values.
 #[derive(Debug, Default)]
 pub struct Store {
-    map: BTreeMap<Box<[u8]>, Vec<u8>>,
+    map: HashMap<Box<[u8]>, Vec<u8>>,
+    // The keys again (owned copies: the store stays `Send`, for migration).
+    order: BTreeSet<Box<[u8]>>,
     bytes: usize,
 }
 
@@ -39,6 +43,7 @@ impl Store {
             }
             None => {
                 self.bytes += key.len() + value.len();
+                self.order.insert(key.into());
                 self.map.insert(key.into(), value.to_vec());
             }
         }
@@ -48,6 +53,7 @@ impl Store {
     pub fn delete(&mut self, key: &[u8]) -> bool {
         match self.map.remove(key) {
             Some(v) => {
+                self.order.remove(key);
                 self.bytes -= key.len() + v.len();
                 true
             }
@@ -71,9 +77,9 @@ impl Store {
 
     /// Records with keys from `start` on, in order.
     pub fn scan<'a>(&'a self, start: &[u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
-        self.map
+        self.order
             .range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
-            .map(|(k, v)| (&**k, v.as_slice()))
+            .filter_map(|k| Some((&**k, self.map.get(&**k)?.as_slice())))
     }
 
     /// How many keys.
