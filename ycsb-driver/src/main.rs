@@ -8,6 +8,16 @@
 //! Java YCSB's options are accepted as Java spells them (`-P`, `-p`,
 //! `-threads`, `-target`, `-s`). With no server given, a kvs-server runs in
 //! this process on the software device, and `run` loads the records first.
+//!
+//! Built with the `mpi` feature and started by `mpirun`, every rank drives its
+//! share (the records of `load` split by `insertstart`/`insertcount`, the
+//! operations of `run` split evenly), rank 0 embeds the server when none is
+//! given, and rank 0 prints one report merged from all ranks:
+//!
+//! ```text
+//! cargo build --release -p ycsb-driver --features mpi
+//! mpirun -np 4 target/release/ycsb-driver run -P workloadc -p operationcount=4000000 --server host:7000
+//! ```
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -19,7 +29,7 @@ use clap::{Parser, ValueEnum};
 use ycsb_driver::measure::Measurements;
 use ycsb_driver::properties::Properties;
 use ycsb_driver::report::{self, StatusInfo};
-use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions, Target};
+use ycsb_driver::runner::{run_phase, Phase, PhaseResult, Progress, RunOptions, Target};
 use ycsb_driver::workload::CoreWorkload;
 
 #[derive(Parser, Debug)]
@@ -130,6 +140,11 @@ fn main() {
     if let Some(d) = a.depth {
         props.set("kvs.depth", d.to_string());
     }
+    let full_props = props.clone();
+    let ranks = Ranks::init();
+    if ranks.size > 1 {
+        share_among_ranks(&mut props, a.command, &ranks);
+    }
     let num = |k: &str, d: u64| props.get_u64(k, d).unwrap_or_else(|e| die(&e));
     let threads = num("threadcount", 1) as usize;
     let depth = num("kvs.depth", 1) as usize;
@@ -164,6 +179,15 @@ fn main() {
             device: props.get_str("kvs.device", "auto").to_owned(),
             fabric: props.get("kvs.fabric").map(str::to_owned),
         },
+        None if ranks.rank != 0 => {
+            // Rank 0 embeds the server; the others learn where it is.
+            let (server, fabric) = ranks.broadcast_server(None);
+            Target::Kvs {
+                server,
+                device: "sim0".into(),
+                fabric: Some(fabric),
+            }
+        }
         None => {
             let fabric = format!("ycsb-{}", std::process::id());
             let record = wl.field_count() * wl.field_length();
@@ -186,6 +210,9 @@ fn main() {
                 device: "sim0".into(),
                 fabric: Some(fabric.clone()),
             };
+            if ranks.size > 1 {
+                ranks.broadcast_server(Some((s.addr().to_string(), fabric.clone())));
+            }
             embedded = Some((s, fabric));
             t
         }
@@ -198,12 +225,14 @@ fn main() {
         seed: num("kvs.seed", 0x5eed),
     };
     if a.command == Command::Run && embedded.is_some() {
+        // All the records, whatever share of the operations this rank has.
+        let lw = Arc::new(CoreWorkload::new(&full_props).unwrap_or_else(|e| die(&e)));
         eprintln!(
             "ycsb-driver: loading {} records into the embedded server first",
-            wl.load_count()
+            lw.load_count()
         );
         let p = Arc::new(Progress::default());
-        let r = run_phase(&wl, Phase::Load, &target, &opts, &p).unwrap_or_else(|e| die(&e));
+        let r = run_phase(&lw, Phase::Load, &target, &opts, &p).unwrap_or_else(|e| die(&e));
         eprintln!(
             "ycsb-driver: loaded {} records in {} ms",
             r.operations,
@@ -223,12 +252,18 @@ fn main() {
         let p = progress.clone();
         std::thread::spawn(move || status_lines(&p, status_interval, todo))
     });
+    ranks.barrier();
     let r = run_phase(&wl, phase, &target, &opts, &progress).unwrap_or_else(|e| die(&e));
     if let Some(s) = status {
         let _ = s.join();
     }
+    // Every rank's measurements, merged at rank 0 (which alone reports);
+    // the run time is the slowest rank's.
+    let Some((r, ms)) = ranks.gather(r) else {
+        ranks.barrier();
+        return;
+    };
     let mut out = std::io::stdout().lock();
-    let ms = r.runtime.as_millis().max(1) as u64;
     report::write_text_report(&mut out, ms, r.operations, &r.measurements, &percentiles)
         .unwrap_or_else(|e| die(&e));
     let _ = out.flush();
@@ -244,6 +279,7 @@ fn main() {
         let mut f = std::fs::File::create(p).unwrap_or_else(|e| die(&e));
         report::write_csv(&mut f, &r.measurements).unwrap_or_else(|e| die(&e));
     }
+    ranks.barrier();
     if let Some((s, fabric)) = embedded {
         s.shutdown();
         mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
@@ -293,5 +329,127 @@ fn status_lines(p: &Progress, every: Duration, todo: u64) {
         if finished {
             break;
         }
+    }
+}
+
+/// Gives this rank its share: `load` splits the records (by `insertstart`
+/// and `insertcount`, as several Java clients are run), `run` the operations.
+fn share_among_ranks(props: &mut Properties, cmd: Command, ranks: &Ranks) {
+    let (r, n) = (ranks.rank as u64, ranks.size as u64);
+    let get = |k: &str, d: u64| props.get_u64(k, d).unwrap_or_else(|e| die(&e));
+    let split = |total: u64| total / n + u64::from(r < total % n);
+    let before = |total: u64| r * (total / n) + r.min(total % n);
+    match cmd {
+        Command::Load => {
+            let records = get("recordcount", 0);
+            let start = get("insertstart", 0);
+            let total = get("insertcount", records.saturating_sub(start));
+            props.set("insertstart", (start + before(total)).to_string());
+            props.set("insertcount", split(total).to_string());
+        }
+        Command::Run => {
+            let ops = get("operationcount", 0);
+            props.set("operationcount", split(ops).to_string());
+        }
+    }
+}
+
+/// This process among the driver processes: MPI ranks under `mpirun` (feature
+/// `mpi`), else alone.
+struct Ranks {
+    rank: usize,
+    size: usize,
+    #[cfg(feature = "mpi")]
+    world: Option<(
+        mpi::environment::Universe,
+        mpi::topology::SimpleCommunicator,
+    )>,
+}
+
+impl Ranks {
+    #[cfg(not(feature = "mpi"))]
+    fn init() -> Ranks {
+        Ranks { rank: 0, size: 1 }
+    }
+
+    #[cfg(feature = "mpi")]
+    fn init() -> Ranks {
+        use mpi::traits::Communicator;
+        match mpi::initialize() {
+            Some(u) => {
+                let w = u.world();
+                Ranks {
+                    rank: w.rank() as usize,
+                    size: w.size() as usize,
+                    world: Some((u, w)),
+                }
+            }
+            None => Ranks {
+                rank: 0,
+                size: 1,
+                world: None,
+            },
+        }
+    }
+
+    fn barrier(&self) {
+        #[cfg(feature = "mpi")]
+        if let Some((_, w)) = &self.world {
+            use mpi::traits::CommunicatorCollectives;
+            w.barrier();
+        }
+    }
+
+    /// Rank 0's embedded server (address, fabric), sent to every rank.
+    #[allow(unused_variables)]
+    fn broadcast_server(&self, mine: Option<(String, String)>) -> (String, String) {
+        #[cfg(feature = "mpi")]
+        if let Some((_, w)) = &self.world {
+            use mpi::traits::{Communicator, Root};
+            let mut buf = [0u8; 512];
+            if let Some((a, f)) = &mine {
+                let line = format!("{a}\n{f}");
+                buf[..line.len()].copy_from_slice(line.as_bytes());
+            }
+            w.process_at_rank(0).broadcast_into(&mut buf[..]);
+            let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+            let text = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let (a, f) = text.split_once('\n').unwrap_or((&text, ""));
+            return (a.to_owned(), f.to_owned());
+        }
+        mine.unwrap_or_else(|| die(&"no embedded server to share"))
+    }
+
+    /// Rank 0 gets every rank's result merged, with the slowest rank's run
+    /// time in ms; the other ranks get `None`.
+    fn gather(&self, r: PhaseResult) -> Option<(PhaseResult, u64)> {
+        let ms = r.runtime.as_millis().max(1) as u64;
+        #[cfg(feature = "mpi")]
+        if let Some((_, w)) = &self.world {
+            use mpi::traits::{Communicator, Destination, Source};
+            if self.rank != 0 {
+                let mut b = r.measurements.to_bytes();
+                b.extend_from_slice(&r.operations.to_le_bytes());
+                b.extend_from_slice(&ms.to_le_bytes());
+                w.process_at_rank(0).send(&b[..]);
+                return None;
+            }
+            let mut all = r;
+            let mut slowest = ms;
+            for from in 1..self.size {
+                let (b, _) = w.process_at_rank(from as i32).receive_vec::<u8>();
+                if b.len() < 16 {
+                    die(&format!("rank {from} sent a short result"));
+                }
+                let (m, tail) = b.split_at(b.len() - 16);
+                let m = Measurements::from_bytes(m)
+                    .unwrap_or_else(|e| die(&format!("rank {from}: {e}")));
+                all.measurements.merge(&m);
+                all.operations += u64::from_le_bytes(tail[..8].try_into().expect("8 bytes"));
+                slowest = slowest.max(u64::from_le_bytes(tail[8..].try_into().expect("8 bytes")));
+            }
+            return Some((all, slowest));
+        }
+        Some((r, ms))
     }
 }
