@@ -42,17 +42,23 @@ struct SetupRecord {
     private_data: Vec<u8>,
 }
 
-fn write_record(
-    stream: &TcpStream,
-    info: EndpointInfo,
-    private_data: &[u8],
-) -> Result<(), ConnError> {
+/// Refuses private data over [`MAX_PRIVATE_DATA`].
+fn check_private_data(private_data: &[u8]) -> Result<(), ConnError> {
     if private_data.len() > MAX_PRIVATE_DATA {
         return Err(ConnError::Record(format!(
             "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
             private_data.len()
         )));
     }
+    Ok(())
+}
+
+fn write_record(
+    stream: &TcpStream,
+    info: EndpointInfo,
+    private_data: &[u8],
+) -> Result<(), ConnError> {
+    check_private_data(private_data)?;
     let rec = SetupRecord {
         info,
         private_data: private_data.to_vec(),
@@ -89,12 +95,7 @@ fn read_record(stream: &TcpStream) -> Result<SetupRecord, ConnError> {
             rec.info.version
         )));
     }
-    if rec.private_data.len() > MAX_PRIVATE_DATA {
-        return Err(ConnError::Record(format!(
-            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
-            rec.private_data.len()
-        )));
-    }
+    check_private_data(&rec.private_data)?;
     Ok(rec)
 }
 
@@ -232,12 +233,8 @@ pub fn connect_with<U, F>(
 where
     F: FnMut(U, Result<&[u8], CallFailed>),
 {
-    if private_data.len() > MAX_PRIVATE_DATA {
-        return Err(ConnError::Record(format!(
-            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
-            private_data.len()
-        )));
-    }
+    // Refused before anything reaches the listener.
+    check_private_data(private_data)?;
     let stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
     let (ep, info) = ctx.create_endpoint()?;
@@ -312,4 +309,20 @@ impl Connection {
         self.stream = None;
         false
     }
+}
+
+/// Checks every connection ([`Connection::check`]) and removes the endpoints
+/// of those that closed ([`Context::remove`]: QP and rings freed, slot
+/// reused), dropping them from `conns`. For servers, every few milliseconds.
+pub fn retain_live<U, F>(conns: &mut Vec<Connection>, ctx: &mut Context<U, F>)
+where
+    F: FnMut(U, Result<&[u8], CallFailed>),
+{
+    conns.retain_mut(|c| {
+        let alive = c.check(ctx);
+        if !alive {
+            ctx.remove(c.endpoint());
+        }
+        alive
+    });
 }

@@ -386,22 +386,19 @@ impl<T> Client<T> {
                 self.in_flight += 1;
                 Ok(())
             }
-            Err(e) => {
-                let retry = e.is_retryable();
-                let too_large = matches!(e, CallError::TooLarge(..));
-                let why = match &e {
-                    CallError::Closed(_, r) => Some(r.clone()),
-                    _ => None,
-                };
-                let tag = self.release(i).tag.expect("a fresh slot has its tag");
-                Err(if retry {
-                    SubmitError::Busy(tag)
-                } else if too_large {
-                    SubmitError::TooLarge(tag, self.req.len())
-                } else {
-                    SubmitError::Closed(tag, why.unwrap_or(CloseReason::Local))
-                })
-            }
+            Err(e) => Err(self.refused(i, e, self.req.len())),
+        }
+    }
+
+    /// A call copyrpc refused: frees its op slot and hands the tag back with
+    /// the reason (`size`: the bytes that could never fit).
+    fn refused(&mut self, i: u32, e: CallError<u32>, size: usize) -> SubmitError<T> {
+        let tag = self.release(i).tag.expect("a fresh slot has its tag");
+        match e {
+            CallError::RingFull(_) | CallError::InsufficientCredit(_) => SubmitError::Busy(tag),
+            CallError::TooLarge(..) => SubmitError::TooLarge(tag, size),
+            CallError::Closed(_, why) => SubmitError::Closed(tag, why),
+            CallError::NoEndpoint(_) => SubmitError::Closed(tag, CloseReason::Local),
         }
     }
 
@@ -474,17 +471,8 @@ impl<T> Client<T> {
         for w in 0..self.eps.len() {
             if let Err(e) = self.ctx.call(self.eps[w], &self.req, allowance, i) {
                 if w == 0 {
-                    let retry = e.is_retryable();
-                    let too_large = matches!(e, CallError::TooLarge(..));
                     self.scan_pool.push(agg);
-                    let tag = self.release(i).tag.expect("a fresh slot has its tag");
-                    return Err(if retry {
-                        SubmitError::Busy(tag)
-                    } else if too_large {
-                        SubmitError::TooLarge(tag, allowance)
-                    } else {
-                        SubmitError::Closed(tag, CloseReason::Local)
-                    });
+                    return Err(self.refused(i, e, allowance));
                 }
                 // A part that cannot be sent now fails the scan (reported when
                 // the parts already sent are back).

@@ -62,26 +62,12 @@ impl Handler {
             return error(out, Status::TooLarge, &m, max_response);
         }
         match r.op() {
-            Op::Map => {
-                if RESPONSE_HEADER + self.map_bytes.len() > max_response {
-                    return too_small(out, self.map_bytes.len(), max_response);
-                }
-                begin_response(out, Status::Ok, 0);
-                out.extend_from_slice(&self.map_bytes);
-                finish_response(out, 0);
-                return;
-            }
+            Op::Map => return self.map_answer(out, Status::Ok, max_response),
             Op::Scan => return self.scan(key, r.scan_count() as usize, max_response, out),
             _ => {}
         }
         if self.map.owner(key) != self.worker {
-            if RESPONSE_HEADER + self.map_bytes.len() > max_response {
-                return too_small(out, self.map_bytes.len(), max_response);
-            }
-            begin_response(out, Status::Redirect, 0);
-            out.extend_from_slice(&self.map_bytes);
-            finish_response(out, 0);
-            return;
+            return self.map_answer(out, Status::Redirect, max_response);
         }
         match r.op() {
             Op::Get => match self.store.get(key) {
@@ -116,6 +102,16 @@ impl Handler {
             }
             Op::Map | Op::Scan => unreachable!("answered above"),
         }
+    }
+
+    /// The shard map as the payload (MAP answers and redirects).
+    fn map_answer(&self, out: &mut Vec<u8>, st: Status, max_response: usize) {
+        if RESPONSE_HEADER + self.map_bytes.len() > max_response {
+            return too_small(out, self.map_bytes.len(), max_response);
+        }
+        begin_response(out, st, 0);
+        out.extend_from_slice(&self.map_bytes);
+        finish_response(out, 0);
     }
 
     /// Records from `start` on, as many as `count` and the allowance admit.

@@ -254,10 +254,9 @@ fn worker(
                 Some(b) => h.handle(b, max, &mut out),
                 None => out.clear(),
             }
-            if ctx.reply(req, &out).is_err() {
-                // Only a closed endpoint or an allowance below the header
-                // refuses a reply; nothing more can be said to that caller.
-            }
+            // Only a closed endpoint or an allowance below the header refuses
+            // a reply; nothing more can be said to that caller.
+            let _ = ctx.reply(req, &out);
             ops += 1;
         }
         turn = turn.wrapping_add(1);
@@ -278,13 +277,7 @@ fn worker(
         if turn % 4096 == 0 && last_check.elapsed() >= Duration::from_millis(50) {
             last_check = Instant::now();
             // Clients that left: their endpoints are removed.
-            conns.retain_mut(|c| {
-                let alive = c.check(&mut ctx);
-                if !alive {
-                    ctx.remove(c.endpoint());
-                }
-                alive
-            });
+            copyrpc::conn::retain_live(&mut conns, &mut ctx);
             stats.ops.store(ops, Ordering::Relaxed);
             stats.clients.store(conns.len() as u64, Ordering::Relaxed);
             stats.keys.store(h.store.len() as u64, Ordering::Relaxed);

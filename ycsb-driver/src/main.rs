@@ -337,7 +337,7 @@ fn status_lines(p: &Progress, every: Duration, todo: u64) {
 fn share_among_ranks(props: &mut Properties, cmd: Command, ranks: &Ranks) {
     let (r, n) = (ranks.rank as u64, ranks.size as u64);
     let get = |k: &str, d: u64| props.get_u64(k, d).unwrap_or_else(|e| die(&e));
-    let split = |total: u64| total / n + u64::from(r < total % n);
+    let split = |total: u64| ycsb_driver::workload::ops_for_thread(total, ranks.rank, ranks.size);
     let before = |total: u64| r * (total / n) + r.min(total % n);
     match cmd {
         Command::Load => {

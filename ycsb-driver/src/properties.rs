@@ -213,24 +213,27 @@ impl Properties {
     /// The value of `key` as an unsigned integer (surrounding whitespace
     /// ignored), or `default` when unset.
     pub fn get_u64(&self, key: &str, default: u64) -> Result<u64, PropError> {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map_err(|_| PropError::invalid(key, v, "an unsigned integer")),
-        }
+        self.parse_or(key, default, "an unsigned integer")
     }
 
     /// The value of `key` as a `usize` (surrounding whitespace ignored), or
     /// `default` when unset.
     pub fn get_usize(&self, key: &str, default: usize) -> Result<usize, PropError> {
+        self.parse_or(key, default, "an unsigned integer")
+    }
+
+    fn parse_or<T: std::str::FromStr>(
+        &self,
+        key: &str,
+        default: T,
+        expected: &'static str,
+    ) -> Result<T, PropError> {
         match self.get(key) {
             None => Ok(default),
             Some(v) => v
                 .trim()
                 .parse()
-                .map_err(|_| PropError::invalid(key, v, "an unsigned integer")),
+                .map_err(|_| PropError::invalid(key, v, expected)),
         }
     }
 

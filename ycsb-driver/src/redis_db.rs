@@ -148,9 +148,11 @@ pub(crate) fn drive(
             op.status = match op.kind {
                 Kind::Read | Kind::Rmw(_) => read_status(a, &op.key, &names, fl, opts.verify),
                 Kind::Update(_) => ok_status(a),
-                Kind::Insert(_) => {
-                    ok_status(a).max_err(ok_status(r1.get(op.first + 1).unwrap_or(&Value::Nil)))
-                }
+                // The record, then its index entry.
+                Kind::Insert(_) => match ok_status(a) {
+                    Status::Ok => ok_status(r1.get(op.first + 1).unwrap_or(&Value::Nil)),
+                    bad => bad,
+                },
                 Kind::Scan(_) => match a {
                     Value::Array(keys) => {
                         for k in keys {
@@ -224,19 +226,6 @@ pub(crate) fn drive(
         }
     }
     Ok((m, done))
-}
-
-trait MaxErr {
-    fn max_err(self, other: Status) -> Status;
-}
-impl MaxErr for Status {
-    fn max_err(self, other: Status) -> Status {
-        if self == Status::Ok {
-            other
-        } else {
-            self
-        }
-    }
 }
 
 fn ok_status(v: &Value) -> Status {

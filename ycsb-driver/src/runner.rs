@@ -107,8 +107,7 @@ pub fn run_phase(
     let start = Instant::now();
     let handles: Vec<_> = (0..threads)
         .map(|t| {
-            // Java's split: the first `total % threads` threads do one more.
-            let n = total / threads as u64 + u64::from((t as u64) < total % threads as u64);
+            let n = crate::workload::ops_for_thread(total, t, threads);
             let (wl, target, opts, progress) =
                 (wl.clone(), target.clone(), opts.clone(), progress.clone());
             std::thread::Builder::new()

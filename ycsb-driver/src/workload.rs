@@ -863,36 +863,6 @@ impl WorkloadThread {
         )
     }
 
-    /// `fieldcount`.
-    pub fn field_count(&self) -> usize {
-        self.gens.config.field_count
-    }
-
-    /// `fieldlength`: bytes per field value.
-    pub fn field_length(&self) -> usize {
-        self.gens.config.field_length
-    }
-
-    /// `recordcount`.
-    pub fn record_count(&self) -> u64 {
-        self.gens.config.record_count
-    }
-
-    /// `operationcount` (over all threads).
-    pub fn operation_count(&self) -> u64 {
-        self.gens.config.operation_count
-    }
-
-    /// `readallfields`.
-    pub fn read_all_fields(&self) -> bool {
-        self.gens.config.read_all_fields
-    }
-
-    /// `writeallfields`.
-    pub fn write_all_fields(&self) -> bool {
-        self.gens.config.write_all_fields
-    }
-
     /// The highest key number such that it and all below it are inserted.
     pub fn last_acknowledged(&self) -> u64 {
         self.gens.inserts.last_value()

@@ -261,13 +261,7 @@ fn server(common: Common, listen: SocketAddr) {
                         last_check = Instant::now();
                         // A dead connection's endpoint is removed: its QP and
                         // rings are freed.
-                        conns.retain_mut(|c| {
-                            let alive = c.check(&mut ctx);
-                            if !alive {
-                                ctx.remove(c.endpoint());
-                            }
-                            alive
-                        });
+                        copyrpc::conn::retain_live(&mut conns, &mut ctx);
                     }
                 }
             })
