@@ -6,6 +6,9 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+mod support;
+use support::{ok_count, output_within, report_value};
+
 struct Redis(Child, u16);
 
 impl Drop for Redis {
@@ -44,13 +47,14 @@ fn redis() -> Redis {
 }
 
 fn drive(cmd: &str, w: &str, port: u16, depth: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
-        .args([cmd, "redis", "-P", w, "-p", "recordcount=300"])
-        .args(["-p", "operationcount=3000", "-p", "dataintegrity=true"])
-        .args(["-p", &format!("redis.port={port}"), "-threads", "2"])
-        .args(["--depth", depth])
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
+            .args([cmd, "redis", "-P", w, "-p", "recordcount=300"])
+            .args(["-p", "operationcount=3000", "-p", "dataintegrity=true"])
+            .args(["-p", &format!("redis.port={port}"), "-threads", "2"])
+            .args(["--depth", depth]),
+        120,
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -59,29 +63,21 @@ fn drive(cmd: &str, w: &str, port: u16, depth: &str) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn count(report: &str, what: &str) -> u64 {
-    report
-        .lines()
-        .find_map(|l| l.strip_prefix(what))
-        .map(|n| n.trim().parse().unwrap())
-        .unwrap_or(0)
-}
-
 #[test]
 #[ignore = "needs redis-server (apt-get install redis-server)"]
 fn workloads_against_redis_every_read_checked() {
     let r = redis();
     let load = drive("load", "workloada", r.1, "8");
-    assert_eq!(count(&load, "[INSERT], Return=OK,"), 300, "{load}");
+    assert_eq!(ok_count(&load, "INSERT"), 300, "{load}");
     for (w, depth) in [("workloada", "1"), ("workloadf", "8"), ("workloade", "4")] {
         let run = drive("run", w, r.1, depth);
         assert!(!run.contains("Return=ERROR"), "{w}: {run}");
         assert!(!run.contains("UNEXPECTED_STATE"), "{w}: {run}");
-        let ops = count(&run, "[READ], Return=OK,")
-            + count(&run, "[UPDATE], Return=OK,")
-            + count(&run, "[SCAN], Return=OK,")
-            + count(&run, "[INSERT], Return=OK,")
-            - count(&run, "[READ-MODIFY-WRITE], Operations,");
+        let ops = ok_count(&run, "READ")
+            + ok_count(&run, "UPDATE")
+            + ok_count(&run, "SCAN")
+            + ok_count(&run, "INSERT")
+            - report_value(&run, "READ-MODIFY-WRITE", "Operations");
         assert_eq!(ops, 3000, "{w}: {run}");
     }
 }

@@ -7,7 +7,10 @@ use std::process::Command;
 use std::sync::Arc;
 
 use kvs_server::{Config, Server};
+
+mod support;
 use mlx5::sim::fabric::Fabric;
+use support::{ok_count, output_within};
 use ycsb_driver::measure::{OpKind, Series, Status};
 use ycsb_driver::properties::Properties;
 use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions, Target};
@@ -104,22 +107,23 @@ fn the_driver_binary_as_a_second_process() {
     let fabric = format!("ycsb-2p-{}", std::process::id());
     let s = server(&fabric, 1);
     let drive = |cmd: &str, w: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
-            .args([
-                cmd,
-                "-P",
-                w,
-                "-p",
-                "recordcount=200",
-                "-p",
-                "operationcount=2000",
-            ])
-            .args(["-p", "dataintegrity=true", "-threads", "2", "--depth", "4"])
-            .args(["--server", &s.addr().to_string(), "-p"])
-            .arg(format!("kvs.fabric={fabric}"))
-            .args(["-p", "kvs.device=sim0"])
-            .output()
-            .unwrap();
+        let out = output_within(
+            Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
+                .args([
+                    cmd,
+                    "-P",
+                    w,
+                    "-p",
+                    "recordcount=200",
+                    "-p",
+                    "operationcount=2000",
+                ])
+                .args(["-p", "dataintegrity=true", "-threads", "2", "--depth", "4"])
+                .args(["--server", &s.addr().to_string(), "-p"])
+                .arg(format!("kvs.fabric={fabric}"))
+                .args(["-p", "kvs.device=sim0"]),
+            120,
+        );
         assert!(
             out.status.success(),
             "{}",
@@ -131,12 +135,7 @@ fn the_driver_binary_as_a_second_process() {
     assert!(load.contains("[INSERT], Return=OK, 200"), "{load}");
     let run = drive("run", "workloada");
     assert!(run.starts_with("[OVERALL], RunTime(ms), "), "{run}");
-    let ok = |op: &str| {
-        run.lines()
-            .find_map(|l| l.strip_prefix(&format!("[{op}], Return=OK, ")))
-            .map(|n| n.parse::<u64>().unwrap())
-            .unwrap_or(0)
-    };
+    let ok = |op: &str| ok_count(&run, op);
     assert_eq!(ok("READ") + ok("UPDATE"), 2000, "{run}");
     assert!(
         !run.contains("Return=ERROR") && !run.contains("UNEXPECTED"),
@@ -153,19 +152,20 @@ fn a_client_killed_mid_run_does_not_disturb_the_others() {
     let fabric = format!("ycsb-kill-{}", std::process::id());
     let s = server(&fabric, 1);
     let addr = s.addr().to_string();
-    let spawn = |ops: &str| {
-        Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
-            .args(["run", "-P", "workloadc", "-p", "recordcount=100"])
+    let driver = |ops: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_ycsb-driver"));
+        c.args(["run", "-P", "workloadc", "-p", "recordcount=100"])
             .args(["-p", &format!("operationcount={ops}"), "--depth", "8"])
             .args(["--server", &addr, "-p"])
             .arg(format!("kvs.fabric={fabric}"))
-            .args(["-p", "kvs.device=sim0"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
+            .args(["-p", "kvs.device=sim0"]);
+        c
     };
-    let mut victim = spawn("1000000000");
+    let mut victim = driver("1000000000")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     // Let it connect and get going, then kill it without any cleanup.
     let t = std::time::Instant::now();
     while s.stats()[0].ops.load(std::sync::atomic::Ordering::Relaxed) < 10_000 {
@@ -177,8 +177,12 @@ fn a_client_killed_mid_run_does_not_disturb_the_others() {
     // Others still get every answer (their keys were never loaded: NOT_FOUND
     // is the answer; what matters is that each one comes).
     for _ in 0..2 {
-        let st = spawn("5000").wait().unwrap();
-        assert!(st.success());
+        let out = output_within(&mut driver("5000"), 120);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     s.shutdown();
     Fabric::remove_if_unused(&fabric);
