@@ -21,6 +21,9 @@
 //! - [`fastmap`]: the direct-indexed QPN table.
 //! - [`device`]: opening devices and creating PDs, MRs, CQs, SRQs and QPs;
 //!   [`sim`]: the software mlx5 device behind it.
+//! - [`wr`]: verbs semantics (send work requests, receives, work completions)
+//!   over the direct path or, on devices that are not mlx5, the provider's own
+//!   post/poll entry points ([`hw::verbs`]).
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -36,6 +39,7 @@ pub mod rq;
 pub mod sim;
 pub mod sq;
 pub mod wqe_table;
+pub mod wr;
 
 pub use cq::{Completion, Cq, CqRing, MonoCq};
 pub use sq::SendQueue;

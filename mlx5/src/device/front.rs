@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use super::{ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};
 use crate::cq::CqRing;
-use crate::hw::{self, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq};
+use crate::hw::{
+    self, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, VerbsCq, VerbsQp, VerbsSrq,
+};
 use crate::rq::{RecvQueue, Srq, SrqTopology};
 use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
 use crate::sim::sched::{ExecMode, SchedStats};
@@ -351,6 +353,18 @@ impl Cq {
             Cq::Hw(c) => c.ring()?,
         })
     }
+
+    /// The verbs data path's consumer side (devices opened through rdma-core).
+    pub fn verbs(&self) -> Result<VerbsCq, DeviceError> {
+        match self {
+            Cq::Sim(_) => Err(no_verbs()),
+            Cq::Hw(c) => Ok(VerbsCq::new(c)?),
+        }
+    }
+}
+
+fn no_verbs() -> DeviceError {
+    DeviceError::Invalid("the software device has the direct (mlx5) data path only".into())
 }
 
 /// A shared receive queue.
@@ -376,6 +390,14 @@ impl SrqHandle {
             SrqHandle::Sim(s) => s.srq()?,
             SrqHandle::Hw(s) => s.srq()?,
         })
+    }
+
+    /// The verbs data path's posting side (devices opened through rdma-core).
+    pub fn verbs(&self) -> Result<VerbsSrq, DeviceError> {
+        match self {
+            SrqHandle::Sim(_) => Err(no_verbs()),
+            SrqHandle::Hw(s) => Ok(VerbsSrq::new(s)?),
+        }
     }
 }
 
@@ -500,5 +522,13 @@ impl Qp {
             Qp::Sim(q) => q.recv_queue()?,
             Qp::Hw { qp, .. } => qp.recv_queue()?,
         })
+    }
+
+    /// Both queues on the verbs data path (devices opened through rdma-core).
+    pub fn verbs(&self) -> Result<VerbsQp, DeviceError> {
+        match self {
+            Qp::Sim(_) => Err(no_verbs()),
+            Qp::Hw { qp, .. } => Ok(VerbsQp::new(qp)?),
+        }
     }
 }

@@ -108,6 +108,22 @@ fn verb(name: &'static str, rc: c_int) -> Result<(), HwError> {
     }
 }
 
+/// What the verbs data path takes of an object: a keep-alive, the object, and
+/// the provider's entry point(s) for it.
+pub(super) struct VerbsParts<T, F> {
+    pub keep: Arc<dyn Send + Sync>,
+    pub obj: NonNull<T>,
+    pub entry: F,
+}
+
+/// The provider's data-path entry points (`struct ibv_context_ops`), as
+/// verbs.h's inline `ibv_post_send` / `ibv_poll_cq` reach them.
+fn ops(c: &Ctx) -> &ibv_context_ops {
+    // SAFETY: a live context; `ops` sits right after the device pointer in
+    // every rdma-core since the extended context was introduced (ABI test).
+    unsafe { &(*c.ctx.as_ptr()).ops }
+}
+
 fn nonnull<T>(name: &'static str, p: *mut T) -> Result<NonNull<T>, HwError> {
     NonNull::new(p).ok_or_else(|| HwError::Verb {
         verb: name,
@@ -734,6 +750,22 @@ pub struct HwCq {
 }
 
 impl HwCq {
+    /// The CQ object and the provider's `poll_cq`, taking the data path (once).
+    pub(super) fn take_verbs(&self) -> Result<VerbsParts<ibv_cq, PollCqFn>, HwError> {
+        let poll = ops(&self.q.c).poll_cq.ok_or(HwError::SymbolMissing {
+            lib: self.q.c.name.clone(),
+            symbol: "ibv_context_ops.poll_cq",
+        })?;
+        if self.q.taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("CQ"));
+        }
+        Ok(VerbsParts {
+            keep: self.q.clone(),
+            obj: self.q.cq,
+            entry: poll,
+        })
+    }
+
     fn dv(&self) -> Result<mlx5dv_cq, HwError> {
         if !self.q.c.is_mlx5 {
             return Err(HwError::NotMlx5(self.q.c.name.clone()));
@@ -801,6 +833,25 @@ pub struct HwSrq {
 }
 
 impl HwSrq {
+    /// The SRQ object and the provider's `post_srq_recv`, taking the data path
+    /// (once).
+    pub(super) fn take_verbs(&self) -> Result<VerbsParts<ibv_srq, PostSrqRecvFn>, HwError> {
+        let post = ops(&self.s.pd.c)
+            .post_srq_recv
+            .ok_or(HwError::SymbolMissing {
+                lib: self.s.pd.c.name.clone(),
+                symbol: "ibv_context_ops.post_srq_recv",
+            })?;
+        if self.s.taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("SRQ"));
+        }
+        Ok(VerbsParts {
+            keep: self.s.clone(),
+            obj: self.s.srq,
+            entry: post,
+        })
+    }
+
     fn dv(&self) -> Result<mlx5dv_srq, HwError> {
         if !self.s.pd.c.is_mlx5 {
             return Err(HwError::NotMlx5(self.s.pd.c.name.clone()));
@@ -876,6 +927,40 @@ pub struct HwQp {
 }
 
 impl HwQp {
+    /// The QP object and the provider's `post_send` / `post_recv`, taking both
+    /// queues' data path (once).
+    pub(super) fn take_verbs(
+        &self,
+    ) -> Result<VerbsParts<ibv_qp, (PostSendFn, PostRecvFn)>, HwError> {
+        let o = ops(&self.q.pd.c);
+        let missing = |symbol| HwError::SymbolMissing {
+            lib: self.q.pd.c.name.clone(),
+            symbol,
+        };
+        let send = o
+            .post_send
+            .ok_or_else(|| missing("ibv_context_ops.post_send"))?;
+        let recv = o
+            .post_recv
+            .ok_or_else(|| missing("ibv_context_ops.post_recv"))?;
+        if self.q.sq_taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("send queue"));
+        }
+        if self.q.rq_taken.swap(true, Ordering::AcqRel) {
+            return Err(HwError::Taken("receive queue"));
+        }
+        Ok(VerbsParts {
+            keep: self.q.clone(),
+            obj: self.q.qp,
+            entry: (send, recv),
+        })
+    }
+
+    /// Largest inline payload the QP was created with.
+    pub fn max_inline(&self) -> u32 {
+        self.q.max_inline
+    }
+
     fn raw(&self) -> &ibv_qp {
         // SAFETY: a live QP.
         unsafe { self.q.qp.as_ref() }
@@ -958,7 +1043,16 @@ impl HwQp {
         use qp_attr_mask::*;
         self.modify(
             &mut a,
-            STATE | AV | PATH_MTU | DEST_QPN | RQ_PSN | MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER,
+            // The remote rights are (re)set here: INIT got none (found by the
+            // differential suite on rxe, where WRITEs were refused without it).
+            STATE
+                | AV
+                | PATH_MTU
+                | DEST_QPN
+                | RQ_PSN
+                | MAX_DEST_RD_ATOMIC
+                | MIN_RNR_TIMER
+                | ACCESS_FLAGS,
             "ibv_modify_qp(RTR)",
         )
     }

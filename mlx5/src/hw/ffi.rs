@@ -54,11 +54,6 @@ macro_rules! abi_struct {
 pub struct ibv_device {
     _p: [u8; 0],
 }
-/// Opaque `struct ibv_context`.
-#[repr(C)]
-pub struct ibv_context {
-    _p: [u8; 0],
-}
 /// Opaque `struct ibv_comp_channel`.
 #[repr(C)]
 pub struct ibv_comp_channel {
@@ -287,6 +282,143 @@ abi_struct!(
     }
 );
 
+/// `ibv_context_ops.poll_cq`.
+pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
+/// `ibv_context_ops.post_send`.
+pub type PostSendFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int;
+/// `ibv_context_ops.post_recv`.
+pub type PostRecvFn =
+    unsafe extern "C" fn(*mut ibv_qp, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+/// `ibv_context_ops.post_srq_recv`.
+pub type PostSrqRecvFn =
+    unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int;
+
+abi_struct!(
+    /// `struct ibv_context_ops`: the provider's data-path entry points, which
+    /// verbs.h's inline `ibv_post_send` / `ibv_poll_cq` call through. Entries
+    /// this crate does not call are kept as untyped pointers.
+    ibv_context_ops {
+        _compat_query_device: *mut c_void,
+        _compat_query_port: *mut c_void,
+        _compat_alloc_pd: *mut c_void,
+        _compat_dealloc_pd: *mut c_void,
+        _compat_reg_mr: *mut c_void,
+        _compat_rereg_mr: *mut c_void,
+        _compat_dereg_mr: *mut c_void,
+        alloc_mw: *mut c_void,
+        bind_mw: *mut c_void,
+        dealloc_mw: *mut c_void,
+        _compat_create_cq: *mut c_void,
+        poll_cq: Option<PollCqFn>,
+        req_notify_cq: *mut c_void,
+        _compat_cq_event: *mut c_void,
+        _compat_resize_cq: *mut c_void,
+        _compat_destroy_cq: *mut c_void,
+        _compat_create_srq: *mut c_void,
+        _compat_modify_srq: *mut c_void,
+        _compat_query_srq: *mut c_void,
+        _compat_destroy_srq: *mut c_void,
+        post_srq_recv: Option<PostSrqRecvFn>,
+        _compat_create_qp: *mut c_void,
+        _compat_query_qp: *mut c_void,
+        _compat_modify_qp: *mut c_void,
+        _compat_destroy_qp: *mut c_void,
+        post_send: Option<PostSendFn>,
+        post_recv: Option<PostRecvFn>,
+        _compat_create_ah: *mut c_void,
+        _compat_destroy_ah: *mut c_void,
+        _compat_attach_mcast: *mut c_void,
+        _compat_detach_mcast: *mut c_void,
+        _compat_async_event: *mut c_void,
+    }
+);
+
+abi_struct!(
+    /// Prefix of `struct ibv_context`.
+    ibv_context {
+        device: *mut ibv_device,
+        ops: ibv_context_ops,
+    }
+);
+
+abi_struct!(ibv_sge {
+    addr: u64,
+    length: u32,
+    lkey: u32,
+});
+
+abi_struct!(
+    /// `ibv_send_wr.wr.rdma`.
+    ibv_rdma_wr {
+        remote_addr: u64,
+        rkey: u32,
+    }
+);
+
+abi_struct!(
+    /// `ibv_send_wr.wr.atomic`.
+    ibv_atomic_wr {
+        remote_addr: u64,
+        compare_add: u64,
+        swap: u64,
+        rkey: u32,
+    }
+);
+
+/// `ibv_send_wr.wr`: the operation's remote side (the UD member is not used).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ibv_send_wr_wr {
+    pub rdma: ibv_rdma_wr,
+    pub atomic: ibv_atomic_wr,
+}
+
+abi_struct!(
+    /// `struct ibv_send_wr`; `imm_data` is the anonymous union's first member
+    /// (big-endian on the wire, as verbs wants it), `bind_mw` stands for the
+    /// last anonymous union (bind_mw / tso), unused here.
+    ibv_send_wr {
+        wr_id: u64,
+        next: *mut ibv_send_wr,
+        sg_list: *mut ibv_sge,
+        num_sge: c_int,
+        opcode: u32,
+        send_flags: u32,
+        imm_data: u32,
+        wr: ibv_send_wr_wr,
+        qp_type: u32,
+        bind_mw: [u64; 6],
+    }
+);
+
+abi_struct!(ibv_recv_wr {
+    wr_id: u64,
+    next: *mut ibv_recv_wr,
+    sg_list: *mut ibv_sge,
+    num_sge: c_int,
+});
+
+abi_struct!(
+    /// `struct ibv_wc`; `imm_data` is the anonymous union's first member
+    /// (big-endian).
+    ibv_wc {
+        wr_id: u64,
+        status: u32,
+        opcode: u32,
+        vendor_err: u32,
+        byte_len: u32,
+        imm_data: u32,
+        qp_num: u32,
+        src_qp: u32,
+        wc_flags: u32,
+        pkey_index: u16,
+        slid: u16,
+        sl: u8,
+        dlid_path_bits: u8,
+    }
+);
+
 abi_struct!(mlx5dv_obj_pair {
     in_: *mut c_void,
     out: *mut c_void,
@@ -431,6 +563,14 @@ pub fn all_layouts() -> Vec<LayoutRow> {
         ibv_cq::layout(),
         ibv_srq::layout(),
         ibv_qp::layout(),
+        ibv_context_ops::layout(),
+        ibv_context::layout(),
+        ibv_sge::layout(),
+        ibv_rdma_wr::layout(),
+        ibv_atomic_wr::layout(),
+        ibv_send_wr::layout(),
+        ibv_recv_wr::layout(),
+        ibv_wc::layout(),
         mlx5dv_obj_pair::layout(),
         mlx5dv_obj::layout(),
         mlx5dv_qp_queue::layout(),
@@ -478,6 +618,65 @@ pub mod qp_attr_mask {
     pub const DEST_QPN: i32 = 1 << 20;
 }
 
+/// `enum ibv_wr_opcode` values.
+pub mod wr_opcode {
+    pub const RDMA_WRITE: u32 = 0;
+    pub const RDMA_WRITE_WITH_IMM: u32 = 1;
+    pub const SEND: u32 = 2;
+    pub const SEND_WITH_IMM: u32 = 3;
+    pub const RDMA_READ: u32 = 4;
+    pub const ATOMIC_CMP_AND_SWP: u32 = 5;
+    pub const ATOMIC_FETCH_AND_ADD: u32 = 6;
+}
+
+/// `enum ibv_send_flags` bits.
+pub mod send_flags {
+    pub const FENCE: u32 = 1 << 0;
+    pub const SIGNALED: u32 = 1 << 1;
+    pub const SOLICITED: u32 = 1 << 2;
+    pub const INLINE: u32 = 1 << 3;
+}
+
+/// `enum ibv_wc_opcode` values.
+pub mod wc_opcode {
+    pub const SEND: u32 = 0;
+    pub const RDMA_WRITE: u32 = 1;
+    pub const RDMA_READ: u32 = 2;
+    pub const COMP_SWAP: u32 = 3;
+    pub const FETCH_ADD: u32 = 4;
+    pub const RECV: u32 = 1 << 7;
+    pub const RECV_RDMA_WITH_IMM: u32 = (1 << 7) + 1;
+}
+
+/// `enum ibv_wc_status` values.
+pub mod wc_status {
+    pub const SUCCESS: u32 = 0;
+    pub const LOC_LEN_ERR: u32 = 1;
+    pub const LOC_QP_OP_ERR: u32 = 2;
+    pub const LOC_EEC_OP_ERR: u32 = 3;
+    pub const LOC_PROT_ERR: u32 = 4;
+    pub const WR_FLUSH_ERR: u32 = 5;
+    pub const MW_BIND_ERR: u32 = 6;
+    pub const BAD_RESP_ERR: u32 = 7;
+    pub const LOC_ACCESS_ERR: u32 = 8;
+    pub const REM_INV_REQ_ERR: u32 = 9;
+    pub const REM_ACCESS_ERR: u32 = 10;
+    pub const REM_OP_ERR: u32 = 11;
+    pub const RETRY_EXC_ERR: u32 = 12;
+    pub const RNR_RETRY_EXC_ERR: u32 = 13;
+    pub const LOC_RDD_VIOL_ERR: u32 = 14;
+    pub const REM_INV_RD_REQ_ERR: u32 = 15;
+    pub const REM_ABORT_ERR: u32 = 16;
+    pub const INV_EECN_ERR: u32 = 17;
+    pub const INV_EEC_STATE_ERR: u32 = 18;
+    pub const FATAL_ERR: u32 = 19;
+    pub const RESP_TIMEOUT_ERR: u32 = 20;
+    pub const GENERAL_ERR: u32 = 21;
+}
+
+/// `IBV_WC_WITH_IMM` of `enum ibv_wc_flags`.
+pub const IBV_WC_WITH_IMM: u32 = 1 << 1;
+
 /// Other constants.
 pub const IBV_QPT_RC: u32 = 2;
 pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
@@ -524,6 +723,86 @@ pub fn all_constants() -> Vec<(&'static str, i64)> {
         ),
         ("IBV_QP_DEST_QPN", i64::from(qp_attr_mask::DEST_QPN)),
         ("IBV_QPT_RC", i64::from(IBV_QPT_RC)),
+        ("IBV_WR_RDMA_WRITE", i64::from(wr_opcode::RDMA_WRITE)),
+        (
+            "IBV_WR_RDMA_WRITE_WITH_IMM",
+            i64::from(wr_opcode::RDMA_WRITE_WITH_IMM),
+        ),
+        ("IBV_WR_SEND", i64::from(wr_opcode::SEND)),
+        ("IBV_WR_SEND_WITH_IMM", i64::from(wr_opcode::SEND_WITH_IMM)),
+        ("IBV_WR_RDMA_READ", i64::from(wr_opcode::RDMA_READ)),
+        (
+            "IBV_WR_ATOMIC_CMP_AND_SWP",
+            i64::from(wr_opcode::ATOMIC_CMP_AND_SWP),
+        ),
+        (
+            "IBV_WR_ATOMIC_FETCH_AND_ADD",
+            i64::from(wr_opcode::ATOMIC_FETCH_AND_ADD),
+        ),
+        ("IBV_SEND_FENCE", i64::from(send_flags::FENCE)),
+        ("IBV_SEND_SIGNALED", i64::from(send_flags::SIGNALED)),
+        ("IBV_SEND_SOLICITED", i64::from(send_flags::SOLICITED)),
+        ("IBV_SEND_INLINE", i64::from(send_flags::INLINE)),
+        ("IBV_WC_SEND", i64::from(wc_opcode::SEND)),
+        ("IBV_WC_RDMA_WRITE", i64::from(wc_opcode::RDMA_WRITE)),
+        ("IBV_WC_RDMA_READ", i64::from(wc_opcode::RDMA_READ)),
+        ("IBV_WC_COMP_SWAP", i64::from(wc_opcode::COMP_SWAP)),
+        ("IBV_WC_FETCH_ADD", i64::from(wc_opcode::FETCH_ADD)),
+        ("IBV_WC_RECV", i64::from(wc_opcode::RECV)),
+        (
+            "IBV_WC_RECV_RDMA_WITH_IMM",
+            i64::from(wc_opcode::RECV_RDMA_WITH_IMM),
+        ),
+        ("IBV_WC_WITH_IMM", i64::from(IBV_WC_WITH_IMM)),
+        ("IBV_WC_SUCCESS", i64::from(wc_status::SUCCESS)),
+        ("IBV_WC_LOC_LEN_ERR", i64::from(wc_status::LOC_LEN_ERR)),
+        ("IBV_WC_LOC_QP_OP_ERR", i64::from(wc_status::LOC_QP_OP_ERR)),
+        (
+            "IBV_WC_LOC_EEC_OP_ERR",
+            i64::from(wc_status::LOC_EEC_OP_ERR),
+        ),
+        ("IBV_WC_LOC_PROT_ERR", i64::from(wc_status::LOC_PROT_ERR)),
+        ("IBV_WC_WR_FLUSH_ERR", i64::from(wc_status::WR_FLUSH_ERR)),
+        ("IBV_WC_MW_BIND_ERR", i64::from(wc_status::MW_BIND_ERR)),
+        ("IBV_WC_BAD_RESP_ERR", i64::from(wc_status::BAD_RESP_ERR)),
+        (
+            "IBV_WC_LOC_ACCESS_ERR",
+            i64::from(wc_status::LOC_ACCESS_ERR),
+        ),
+        (
+            "IBV_WC_REM_INV_REQ_ERR",
+            i64::from(wc_status::REM_INV_REQ_ERR),
+        ),
+        (
+            "IBV_WC_REM_ACCESS_ERR",
+            i64::from(wc_status::REM_ACCESS_ERR),
+        ),
+        ("IBV_WC_REM_OP_ERR", i64::from(wc_status::REM_OP_ERR)),
+        ("IBV_WC_RETRY_EXC_ERR", i64::from(wc_status::RETRY_EXC_ERR)),
+        (
+            "IBV_WC_RNR_RETRY_EXC_ERR",
+            i64::from(wc_status::RNR_RETRY_EXC_ERR),
+        ),
+        (
+            "IBV_WC_LOC_RDD_VIOL_ERR",
+            i64::from(wc_status::LOC_RDD_VIOL_ERR),
+        ),
+        (
+            "IBV_WC_REM_INV_RD_REQ_ERR",
+            i64::from(wc_status::REM_INV_RD_REQ_ERR),
+        ),
+        ("IBV_WC_REM_ABORT_ERR", i64::from(wc_status::REM_ABORT_ERR)),
+        ("IBV_WC_INV_EECN_ERR", i64::from(wc_status::INV_EECN_ERR)),
+        (
+            "IBV_WC_INV_EEC_STATE_ERR",
+            i64::from(wc_status::INV_EEC_STATE_ERR),
+        ),
+        ("IBV_WC_FATAL_ERR", i64::from(wc_status::FATAL_ERR)),
+        (
+            "IBV_WC_RESP_TIMEOUT_ERR",
+            i64::from(wc_status::RESP_TIMEOUT_ERR),
+        ),
+        ("IBV_WC_GENERAL_ERR", i64::from(wc_status::GENERAL_ERR)),
         (
             "IBV_LINK_LAYER_INFINIBAND",
             i64::from(IBV_LINK_LAYER_INFINIBAND),

@@ -1,0 +1,191 @@
+//! The verbs data path: for RDMA devices that are not mlx5 (kernel soft-RoCE
+//! `rxe`, in particular), work requests go through the provider's own
+//! `post_send` / `post_recv` / `post_srq_recv` / `poll_cq`, reached through the
+//! context's ops table exactly as verbs.h's inline `ibv_post_send` and
+//! `ibv_poll_cq` reach them.
+//!
+//! The structs passed are rdma-core's own (`ibv_send_wr`, `ibv_recv_wr`,
+//! `ibv_wc`, checked by the ABI test); each queue is handed out once, like the
+//! direct path's rings.
+
+use std::ffi::c_int;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::device::{HwCq, HwQp, HwSrq};
+use super::ffi::*;
+use super::loader::HwError;
+
+fn post_result(verb: &'static str, rc: c_int) -> Result<(), HwError> {
+    // Providers return a positive errno (ENOMEM: the queue is full).
+    match rc {
+        0 => Ok(()),
+        e => Err(HwError::Verb {
+            verb,
+            errno: e.abs(),
+        }),
+    }
+}
+
+/// A QP's send and receive queues on the verbs data path.
+pub struct VerbsQp {
+    _keep: Arc<dyn Send + Sync>,
+    qp: NonNull<ibv_qp>,
+    post_send: PostSendFn,
+    post_recv: PostRecvFn,
+    max_inline: u32,
+}
+
+// SAFETY: the QP is kept alive by `_keep`; providers allow posting from any
+// thread (one at a time, which `&mut self` ensures).
+unsafe impl Send for VerbsQp {}
+
+impl std::fmt::Debug for VerbsQp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsQp").field("qpn", &self.qpn()).finish()
+    }
+}
+
+impl VerbsQp {
+    /// Takes `qp`'s data path (fails if the direct path or another `VerbsQp`
+    /// already has it).
+    pub fn new(qp: &HwQp) -> Result<VerbsQp, HwError> {
+        let p = qp.take_verbs()?;
+        Ok(VerbsQp {
+            _keep: p.keep,
+            qp: p.obj,
+            post_send: p.entry.0,
+            post_recv: p.entry.1,
+            max_inline: qp.max_inline(),
+        })
+    }
+
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: a live QP.
+        unsafe { self.qp.as_ref() }.qp_num
+    }
+
+    /// Largest inline payload (`IBV_SEND_INLINE`) the QP takes.
+    pub fn max_inline(&self) -> u32 {
+        self.max_inline
+    }
+
+    /// Posts one send work request with `sges` as its gather list (`wr`'s own
+    /// `sg_list`, `num_sge` and `next` are overwritten). The provider copies
+    /// the request into its queue before returning; with `IBV_SEND_INLINE` it
+    /// copies the data too, otherwise the device reads it later, within the
+    /// registered regions the lkeys name.
+    pub fn post_send(&mut self, wr: &mut ibv_send_wr, sges: &[ibv_sge]) -> Result<(), HwError> {
+        wr.sg_list = sges.as_ptr() as *mut ibv_sge;
+        wr.num_sge = sges.len() as c_int;
+        wr.next = std::ptr::null_mut();
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP; `wr` and `sges` are valid for the call and the
+        // chain ends here. The device only touches memory through lkeys/rkeys.
+        post_result("ibv_post_send", unsafe {
+            (self.post_send)(self.qp.as_ptr(), wr, &mut bad)
+        })
+    }
+
+    /// Posts one receive of `sges` (on a QP with its own receive queue).
+    pub fn post_recv(&mut self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), HwError> {
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sges.as_ptr() as *mut ibv_sge,
+            num_sge: sges.len() as c_int,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: as for post_send.
+        post_result("ibv_post_recv", unsafe {
+            (self.post_recv)(self.qp.as_ptr(), &mut wr, &mut bad)
+        })
+    }
+}
+
+/// An SRQ on the verbs data path.
+pub struct VerbsSrq {
+    _keep: Arc<dyn Send + Sync>,
+    srq: NonNull<ibv_srq>,
+    post: PostSrqRecvFn,
+}
+
+// SAFETY: as for VerbsQp.
+unsafe impl Send for VerbsSrq {}
+
+impl std::fmt::Debug for VerbsSrq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsSrq").finish_non_exhaustive()
+    }
+}
+
+impl VerbsSrq {
+    /// Takes `srq`'s data path.
+    pub fn new(srq: &HwSrq) -> Result<VerbsSrq, HwError> {
+        let p = srq.take_verbs()?;
+        Ok(VerbsSrq {
+            _keep: p.keep,
+            srq: p.obj,
+            post: p.entry,
+        })
+    }
+
+    /// Posts one receive of `sges` (none: a zero-length receive).
+    pub fn post(&mut self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), HwError> {
+        let mut wr = ibv_recv_wr {
+            wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sges.as_ptr() as *mut ibv_sge,
+            num_sge: sges.len() as c_int,
+        };
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: as for VerbsQp::post_send.
+        post_result("ibv_post_srq_recv", unsafe {
+            (self.post)(self.srq.as_ptr(), &mut wr, &mut bad)
+        })
+    }
+}
+
+/// A CQ on the verbs data path.
+pub struct VerbsCq {
+    _keep: Arc<dyn Send + Sync>,
+    cq: NonNull<ibv_cq>,
+    poll: PollCqFn,
+}
+
+// SAFETY: as for VerbsQp.
+unsafe impl Send for VerbsCq {}
+
+impl std::fmt::Debug for VerbsCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsCq").finish_non_exhaustive()
+    }
+}
+
+impl VerbsCq {
+    /// Takes `cq`'s data path.
+    pub fn new(cq: &HwCq) -> Result<VerbsCq, HwError> {
+        let p = cq.take_verbs()?;
+        Ok(VerbsCq {
+            _keep: p.keep,
+            cq: p.obj,
+            poll: p.entry,
+        })
+    }
+
+    /// Polls up to `out.len()` completions into `out`; returns how many.
+    #[inline]
+    pub fn poll(&mut self, out: &mut [ibv_wc]) -> Result<usize, HwError> {
+        let n = out.len().min(c_int::MAX as usize) as c_int;
+        // SAFETY: a live CQ; `out` holds `n` writable entries.
+        let rc = unsafe { (self.poll)(self.cq.as_ptr(), n, out.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(HwError::Verb {
+                verb: "ibv_poll_cq",
+                errno: -rc,
+            });
+        }
+        Ok(rc as usize)
+    }
+}
