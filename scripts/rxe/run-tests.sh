@@ -1,0 +1,62 @@
+#!/bin/bash
+# The project's real-RDMA suite: everything that runs on kernel soft-RoCE
+# (rdma_rxe, rdma-core's rxe provider -- an RDMA implementation none of us
+# wrote), in ONE boot of a throw-away qemu guest (scripts/rxe/guest.sh).
+#
+#   scripts/rxe/run-tests.sh            # build on the host, run in the guest
+#
+# Needs root for the first run (apt-get: qemu, busybox, rdma-core; the Debian
+# kernel is downloaded once into ~/.cache/rxe-guest). Under qemu's emulation
+# traffic is slow (~0.5 ms per round trip): this is for correctness only.
+#
+# What runs in the guest, on rxe0:
+#   1. mlx5 hw_control     -- the control path (PD/MR/CQ/SRQ/QP, RESET..RTS,
+#                             RoCE v2 GID, errors naming the verb and errno)
+#   2. mlx5 differential   -- the RC scenarios on sim and on rxe, compared
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GUEST_TIMEOUT=${RXE_TESTS_TIMEOUT:-900}
+
+log() { echo "[rxe-tests] $*" >&2; }
+
+# ------------------------------------------------------------- 1. build
+log "building test binaries"
+test_bin() { # package test-target -> path of the test executable
+    cargo test -q -p "$1" --test "$2" --no-run --message-format=json 2>/dev/null |
+        python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$2" | tail -1
+}
+HW_CONTROL=$(test_bin mlx5 hw_control)
+DIFFERENTIAL=$(test_bin mlx5 differential)
+for b in "$HW_CONTROL" "$DIFFERENTIAL"; do
+    [ -x "$b" ] || { log "missing test binary: $b"; exit 1; }
+done
+
+# ------------------------------------------------------- 2. guest script
+WORK=$(mktemp -d /tmp/rxe-tests.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cat > "$WORK/guest.sh" <<EOF
+fail=0
+step() { name=\$1; shift; echo "@@ step \$name"; t0=\$(date +%s)
+    if "\$@"; then echo "@@ ok \$name (\$((\$(date +%s) - t0)) s)"
+    else echo "@@ FAILED \$name (rc \$?)"; fail=1; fi; }
+export MLX5_SIM_FABRIC=rxe-tests RUST_BACKTRACE=1
+step hw_control env MLX5_TEST_DEVICE=rxe0 $HW_CONTROL --ignored --test-threads=1
+step differential env MLX5_DIFF_DEVICE=rxe0 $DIFFERENTIAL --test-threads=1 --nocapture
+exit \$fail
+EOF
+
+# ------------------------------------------------------------ 3. one boot
+log "booting the guest"
+set +e
+scripts/rxe/guest.sh --share "$WORK" --timeout "$GUEST_TIMEOUT" -- "sh $WORK/guest.sh" 2>&1 |
+    tee "$WORK/console.log"
+rc=${PIPESTATUS[0]}
+set -e
+grep -E '^@@ (ok|FAILED)' "$WORK/console.log" || true
+if [ "$rc" -ne 0 ]; then log "FAILED (guest status $rc)"; exit "$rc"; fi
+log "all steps passed on rxe0"
