@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::context::{Context, EndpointId};
 use crate::endpoint::{EndpointInfo, ENDPOINT_INFO_VERSION};
 use crate::error::{CallFailed, SetupError};
+use crate::transport::Transport;
 
 /// Errors of connection setup.
 #[derive(Debug, thiserror::Error)]
@@ -127,7 +128,10 @@ impl Listener {
     }
 
     /// Waits for the next peer; returns its endpoint and liveness channel.
-    pub fn accept<U, F>(&self, ctx: &mut Context<U, F>) -> Result<Connection, ConnError>
+    pub fn accept<U, F, T: Transport>(
+        &self,
+        ctx: &mut Context<U, F, T>,
+    ) -> Result<Connection, ConnError>
     where
         F: FnMut(U, Result<&[u8], CallFailed>),
     {
@@ -181,9 +185,9 @@ impl PendingConnection {
     /// Creates an endpoint in `ctx`, connects it to the peer, and answers with
     /// this side's record and `private_data` (at most [`MAX_PRIVATE_DATA`]
     /// bytes).
-    pub fn establish<U, F>(
+    pub fn establish<U, F, T: Transport>(
         self,
-        ctx: &mut Context<U, F>,
+        ctx: &mut Context<U, F, T>,
         private_data: &[u8],
     ) -> Result<Connection, ConnError>
     where
@@ -212,9 +216,9 @@ impl PendingConnection {
 }
 
 /// Connects to a [`Listener`]; returns the endpoint and its liveness channel.
-pub fn connect<U, F>(
+pub fn connect<U, F, T: Transport>(
     addr: impl ToSocketAddrs,
-    ctx: &mut Context<U, F>,
+    ctx: &mut Context<U, F, T>,
 ) -> Result<Connection, ConnError>
 where
     F: FnMut(U, Result<&[u8], CallFailed>),
@@ -225,9 +229,9 @@ where
 /// [`connect`], attaching `private_data` (at most [`MAX_PRIVATE_DATA`] bytes)
 /// for the listener to read; the listener's answer is
 /// [`Connection::peer_private_data`].
-pub fn connect_with<U, F>(
+pub fn connect_with<U, F, T: Transport>(
     addr: impl ToSocketAddrs,
-    ctx: &mut Context<U, F>,
+    ctx: &mut Context<U, F, T>,
     private_data: &[u8],
 ) -> Result<Connection, ConnError>
 where
@@ -281,7 +285,7 @@ impl Connection {
     /// per message): a closed connection closes the endpoint (its pending calls
     /// fail); a locally closed endpoint shuts the connection down. Returns
     /// whether the endpoint is still open.
-    pub fn check<U, F>(&mut self, ctx: &mut Context<U, F>) -> bool
+    pub fn check<U, F, T: Transport>(&mut self, ctx: &mut Context<U, F, T>) -> bool
     where
         F: FnMut(U, Result<&[u8], CallFailed>),
     {
@@ -314,7 +318,7 @@ impl Connection {
 /// Checks every connection ([`Connection::check`]) and removes the endpoints
 /// of those that closed ([`Context::remove`]: QP and rings freed, slot
 /// reused), dropping them from `conns`. For servers, every few milliseconds.
-pub fn retain_live<U, F>(conns: &mut Vec<Connection>, ctx: &mut Context<U, F>)
+pub fn retain_live<U, F, T: Transport>(conns: &mut Vec<Connection>, ctx: &mut Context<U, F, T>)
 where
     F: FnMut(U, Result<&[u8], CallFailed>),
 {

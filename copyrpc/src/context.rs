@@ -3,19 +3,19 @@
 
 use std::collections::VecDeque;
 
-use mlx5::cq::{Cq as DispatchCq, CqRing};
 use mlx5::device::{
     access, Context as Device, Cq, CqAttr, Pd, QpCaps, RtrAttr, RtsAttr, SrqHandle,
 };
 use mlx5::fastmap::FastMap;
-use mlx5::rq::Srq;
-use mlx5::sq::{Sge, SqConfig};
-use mlx5::wqe_table::OrderedRecv;
 
 use crate::encoding::*;
 use crate::endpoint::{EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION};
 use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
 use crate::slab::Slab;
+use crate::transport::{Completion, Mlx5, Sge, Transport};
+
+/// Work requests between requested completions on an endpoint's send queue.
+const SIGNAL_INTERVAL: u32 = 64;
 
 /// An endpoint of a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,9 +154,24 @@ impl ContextBuilder {
         self
     }
 
-    /// Builds a context on `device`; `on_response` receives every response (or
-    /// the failure of a call whose endpoint closed) with the call's user data.
+    /// Builds a context on `device` with the mlx5 direct data path;
+    /// `on_response` receives every response (or the failure of a call whose
+    /// endpoint closed) with the call's user data.
     pub fn build<U, F>(self, device: &Device, on_response: F) -> Result<Context<U, F>, SetupError>
+    where
+        F: FnMut(U, Result<&[u8], CallFailed>),
+    {
+        self.build_on::<Mlx5, U, F>(device, on_response)
+    }
+
+    /// [`build`](Self::build) with transport `T` for the data path:
+    /// `builder.build_on::<T, _, _>(&dev, on_response)`, or let the result's
+    /// type pick it (`let ctx: Context<_, _, T> = builder.build_on(..)?`).
+    pub fn build_on<T: Transport, U, F>(
+        self,
+        device: &Device,
+        on_response: F,
+    ) -> Result<Context<U, F, T>, SetupError>
     where
         F: FnMut(U, Result<&[u8], CallFailed>),
     {
@@ -181,18 +196,18 @@ impl ContextBuilder {
         let rcq = device.create_cq(&attr)?;
         let scq = device.create_cq(&attr)?;
         let srq_h = device.create_srq(&pd, self.srq_size, 1)?;
-        let mut srq = srq_h.srq::<OrderedRecv<()>>()?;
+        let mut srq = T::srq(&srq_h)?;
         let mut posted = 0;
-        while srq.post(&[], ()).is_ok() {
+        while T::srq_post(&mut srq) {
             posted += 1;
         }
-        srq.ring_doorbell();
+        T::srq_ring(&mut srq);
         let n = self.max_endpoints as usize;
         let consumer_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE | access::REMOTE_READ)?;
         let read_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE)?;
         Ok(Context {
-            recv_cq: rcq.ring()?,
-            send_cq: DispatchCq::new(scq.ring()?),
+            recv_cq: T::recv_cq(&rcq)?,
+            send_cq: T::send_cq(&scq)?,
             cqs: (rcq, scq),
             device: device.clone(),
             pd,
@@ -218,18 +233,20 @@ impl ContextBuilder {
 }
 
 /// A copyrpc context: endpoints sharing one SRQ and two CQs, polled by one
-/// thread. `U` is the user data of a call, handed back with its response.
-pub struct Context<U, F> {
+/// thread. `U` is the user data of a call, handed back with its response; `F`
+/// the response callback; `T` the [`Transport`] of the data path (the mlx5
+/// direct path unless built with [`ContextBuilder::build_on`]).
+pub struct Context<U, F, T: Transport = Mlx5> {
     device: Device,
     pd: Pd,
-    recv_cq: CqRing,
-    send_cq: DispatchCq<u32>,
+    recv_cq: T::RecvCq,
+    send_cq: T::SendCq,
     cqs: (Cq, Cq),
-    srq: Srq<OrderedRecv<()>>,
+    srq: T::Srq,
     _srq_h: SrqHandle,
     srq_posted: u32,
     srq_cap: u32,
-    eps: Vec<Option<Ep<U>>>,
+    eps: Vec<Option<Ep<U, T>>>,
     /// Slots of removed endpoints, with the generation their next endpoint gets.
     free_slots: Vec<(u32, u32)>,
     by_qpn: FastMap<u32>,
@@ -245,7 +262,7 @@ pub struct Context<U, F> {
     max_resp: u64,
 }
 
-impl<U, F> std::fmt::Debug for Context<U, F> {
+impl<U, F, T: Transport> std::fmt::Debug for Context<U, F, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
             .field("endpoints", &self.eps.len())
@@ -254,25 +271,29 @@ impl<U, F> std::fmt::Debug for Context<U, F> {
 }
 
 /// The endpoint in slot `idx` if it is still generation `gen`.
-fn live<U>(eps: &[Option<Ep<U>>], idx: u32, gen: u32) -> Option<&Ep<U>> {
+fn live<U, T: Transport>(eps: &[Option<Ep<U, T>>], idx: u32, gen: u32) -> Option<&Ep<U, T>> {
     eps.get(idx as usize)?.as_ref().filter(|e| e.gen == gen)
 }
 
 /// [`live`], mutable.
-fn live_mut<U>(eps: &mut [Option<Ep<U>>], idx: u32, gen: u32) -> Option<&mut Ep<U>> {
+fn live_mut<U, T: Transport>(
+    eps: &mut [Option<Ep<U, T>>],
+    idx: u32,
+    gen: u32,
+) -> Option<&mut Ep<U, T>> {
     eps.get_mut(idx as usize)?.as_mut().filter(|e| e.gen == gen)
 }
 
-impl<U, F> Context<U, F> {
-    fn slot(&self, id: EndpointId) -> Option<&Ep<U>> {
+impl<U, F, T: Transport> Context<U, F, T> {
+    fn slot(&self, id: EndpointId) -> Option<&Ep<U, T>> {
         live(&self.eps, id.idx, id.gen)
     }
-    fn slot_mut(&mut self, id: EndpointId) -> Option<&mut Ep<U>> {
+    fn slot_mut(&mut self, id: EndpointId) -> Option<&mut Ep<U, T>> {
         live_mut(&mut self.eps, id.idx, id.gen)
     }
 }
 
-impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
+impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// Creates an endpoint; exchange its [`EndpointInfo`] with the peer, then
     /// [`connect`](Self::connect).
     pub fn create_endpoint(&mut self) -> Result<(EndpointId, EndpointInfo), SetupError> {
@@ -295,11 +316,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
             Some(&self._srq_h),
             &caps,
         )?;
-        let sq = qp.send_queue(SqConfig {
-            signal_interval: 64,
-            max_inline: 0,
-            ..SqConfig::default()
-        })?;
+        let sq = T::send_queue(&qp, SIGNAL_INTERVAL, self.cfg.sq_size)?;
         let send_mr = self.pd.alloc_mr(c as usize, access::LOCAL_WRITE)?;
         let recv_mr = self
             .pd
@@ -319,7 +336,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
             max_resp_reservation: self.max_resp,
         };
         self.by_qpn.insert(ci.qpn, idx as u32);
-        self.send_cq.register(ci.qpn, idx as u32);
+        T::register(&mut self.send_cq, ci.qpn, idx as u32);
         let ep = Ep {
             gen,
             send_base: send_mr.as_ptr(),
@@ -566,27 +583,23 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 consumed,
                 ..
             } = self;
-            n += recv_cq.poll(256, |c| {
+            n += T::poll_recv(recv_cq, 256, |c| {
                 let idx = by_qpn.get(c.qpn()).copied();
-                if !c.is_error() && srq.take(c).is_some() {
+                if T::srq_take(srq, c) {
                     *srq_posted -= 1;
                 }
                 let Some(i) = idx else { return };
                 let Some(e) = eps[i as usize].as_mut() else {
                     return;
                 };
-                if c.is_error() {
-                    close(
-                        e,
-                        CloseReason::Transport(c.syndrome_raw().unwrap_or(0)),
-                        on_response,
-                    );
+                if let Some(code) = c.error() {
+                    close(e, transport_error(code), on_response);
                     return;
                 }
                 if e.state != State::Open {
                     return;
                 }
-                match on_batch(e, i, c.byte_cnt(), on_response, recvq) {
+                match on_batch(e, i, c.byte_len(), on_response, recvq) {
                     Ok(()) => {
                         if !e.consumed_dirty {
                             e.consumed_dirty = true;
@@ -599,10 +612,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         }
         // Keep the SRQ above 2/3 full.
         if self.srq_posted < self.srq_cap * 2 / 3 {
-            while self.srq_posted < self.srq_cap && self.srq.post(&[], ()).is_ok() {
+            while self.srq_posted < self.srq_cap && T::srq_post(&mut self.srq) {
                 self.srq_posted += 1;
             }
-            self.srq.ring_doorbell();
+            T::srq_ring(&mut self.srq);
         }
         // Send completions: retire WQEs; READ results update the peer's consumer.
         {
@@ -614,24 +627,18 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
                 dirty,
                 ..
             } = self;
-            n += send_cq.poll(256, |&mut i, c| {
+            n += T::poll_send(send_cq, 256, |i, c| {
                 let Some(e) = eps[i as usize].as_mut() else {
                     return;
                 };
-                if c.is_error() {
-                    e.sq.complete(c, |_, _| {});
+                if let Some(code) = c.error() {
+                    T::sq_complete(&mut e.sq, c);
                     if e.state == State::Open {
-                        close(
-                            e,
-                            CloseReason::Transport(c.syndrome_raw().unwrap_or(0)),
-                            on_response,
-                        );
+                        close(e, transport_error(code), on_response);
                     }
                     return;
                 }
-                let mut read_done = false;
-                e.sq.complete(c, |is_read, _| read_done |= is_read);
-                if read_done {
+                if T::sq_complete(&mut e.sq, c) {
                     e.read_inflight = false;
                     let mut w = [0u8; 8];
                     read_arena.read(8 * i as usize, &mut w);
@@ -723,7 +730,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
         };
         let qpn = e.qp.qpn();
         self.by_qpn.remove(qpn);
-        self.send_cq.unregister(qpn);
+        T::unregister(&mut self.send_cq, qpn);
         self.eps[ep.idx as usize] = None;
         // The work lists must not carry the slot over to its next endpoint.
         let idx = ep.idx;
@@ -780,8 +787,14 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Context<U, F> {
     }
 }
 
-fn close<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
-    e: &mut Ep<U>,
+/// The close reason of a transport error code (codes above 255, which neither
+/// mlx5 syndromes nor `ibv_wc_status` values reach, read as 255).
+fn transport_error(code: u32) -> CloseReason {
+    CloseReason::Transport(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+fn close<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
+    e: &mut Ep<U, T>,
     why: CloseReason,
     on_response: &mut F,
 ) {
@@ -797,8 +810,8 @@ fn close<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
 
 /// Processes one received batch of `delta` bytes (from the CQE byte count):
 /// validates every byte of it and delivers its messages.
-fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>)>(
-    e: &mut Ep<U>,
+fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
+    e: &mut Ep<U, T>,
     idx: u32,
     delta: u32,
     on_response: &mut F,

@@ -5,12 +5,11 @@
 use std::collections::VecDeque;
 
 use mlx5::device::{Mr, Qp};
-use mlx5::sq::{Payload, SendQueue, Sge};
-use mlx5::wqe_table::OrderedSparse;
 
 use crate::encoding::*;
 use crate::error::CloseReason;
 use crate::slab::Slab;
+use crate::transport::{Sge, Transport};
 
 /// What the peer needs to connect to an endpoint (exchanged out of band).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -92,11 +91,11 @@ pub(crate) enum State {
     Closed(CloseReason),
 }
 
-pub(crate) struct Ep<U> {
+pub(crate) struct Ep<U, T: Transport> {
     /// Generation of the endpoint's slot (ids of removed endpoints do not match).
     pub gen: u32,
     pub qp: Qp,
-    pub sq: SendQueue<OrderedSparse<bool>>,
+    pub sq: T::Sq,
     pub _send_mr: Mr,
     pub send_base: *mut u8,
     pub send_lkey: u32,
@@ -140,10 +139,12 @@ pub(crate) struct Ep<U> {
     pub stats: EndpointStats,
 }
 
-// SAFETY: the raw ring pointers point into MRs the endpoint owns.
-unsafe impl<U: Send> Send for Ep<U> {}
+// SAFETY: the raw ring pointers point into MRs the endpoint owns (`_send_mr`,
+// `_recv_mr`), which move with it; the other fields are Send (the user data by
+// `U: Send`, the send queue by the bound, the rest by their own types).
+unsafe impl<U: Send, T: Transport> Send for Ep<U, T> where T::Sq: Send {}
 
-impl<U> Ep<U> {
+impl<U, T: Transport> Ep<U, T> {
     #[inline(always)]
     pub fn in_flight(&self) -> u64 {
         self.send_producer - self.remote_consumer
@@ -290,16 +291,16 @@ impl<U> Ep<U> {
                 len: r.len as u32,
                 lkey: self.send_lkey,
             };
-            match self.sq.write_imm(
+            if T::post_write_imm(
+                &mut self.sq,
+                sge,
                 remote.ring_addr + off,
                 remote.ring_rkey,
                 r.imm,
-                Payload::Sges(&[sge]),
-            ) {
-                Ok(b) => {
-                    b.post(None);
-                }
-                Err(_) => break,
+            )
+            .is_err()
+            {
+                break;
             }
             self.ready.pop_front();
             self.posted_pos = r.pos + r.len;
@@ -307,7 +308,7 @@ impl<U> Ep<U> {
             posted += 1;
         }
         if posted > 0 {
-            self.sq.ring_doorbell();
+            T::ring(&mut self.sq);
         }
         self.ready.is_empty()
     }
@@ -317,13 +318,14 @@ impl<U> Ep<U> {
         let Some(remote) = self.remote else {
             return false;
         };
-        match self
-            .sq
-            .read(remote.consumer_addr, remote.consumer_rkey, &[dst])
-        {
-            Ok(b) => {
-                b.signaled().post(Some(true));
-                self.sq.ring_doorbell();
+        match T::post_read(
+            &mut self.sq,
+            dst,
+            remote.consumer_addr,
+            remote.consumer_rkey,
+        ) {
+            Ok(()) => {
+                T::ring(&mut self.sq);
                 self.read_inflight = true;
                 self.stats.reads += 1;
                 true

@@ -65,7 +65,8 @@ pub enum CloseReason {
     /// The peer sent something the protocol does not allow.
     #[error("protocol violation by the peer: {0}")]
     Violation(&'static str),
-    /// A work request failed (peer gone, access error, …).
+    /// A work request failed (peer gone, access error, …): the transport's
+    /// error code (the mlx5 CQE syndrome; `ibv_wc_status` on verbs).
     #[error("transport error: completion syndrome {0:#x}")]
     Transport(u8),
 }

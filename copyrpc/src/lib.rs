@@ -9,6 +9,10 @@
 //! never need a ring check; a stale consumer position is refreshed by an RDMA
 //! READ of the peer's consumer word.
 //!
+//! The data path sits behind the [`transport::Transport`] trait: contexts run
+//! on the mlx5 direct path ([`transport::Mlx5`]) unless built for another
+//! transport with [`ContextBuilder::build_on`].
+//!
 //! ```no_run
 //! use copyrpc::{ContextBuilder, EndpointId};
 //! let dev = mlx5::device::Context::open("sim0").unwrap();
@@ -38,6 +42,7 @@ mod error;
 #[cfg(feature = "mpi")]
 pub mod mpi_setup;
 mod slab;
+pub mod transport;
 
 pub use conn::{PendingConnection, MAX_PRIVATE_DATA};
 pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};

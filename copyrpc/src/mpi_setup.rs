@@ -8,15 +8,16 @@ use mpi::traits::{Communicator, CommunicatorCollectives};
 use crate::context::{Context, EndpointId};
 use crate::endpoint::EndpointInfo;
 use crate::error::{CallFailed, SetupError};
+use crate::transport::Transport;
 
 /// Bytes per record in the exchange (a JSON record, NUL-padded).
 const RECORD: usize = 1024;
 
 /// Connects one endpoint to every other rank of `comm`; entry `r` of the result
 /// is the endpoint to rank `r` (`None` for this rank).
-pub fn connect_all<C, U, F>(
+pub fn connect_all<C, U, F, T: Transport>(
     comm: &C,
-    ctx: &mut Context<U, F>,
+    ctx: &mut Context<U, F, T>,
 ) -> Result<Vec<Option<EndpointId>>, SetupError>
 where
     C: Communicator,

@@ -1,0 +1,147 @@
+//! The mlx5 direct data path: WQEs written into the send queue's memory, CQEs
+//! read from CQ memory, on the software device and on ConnectX NICs alike.
+
+use mlx5::cq::{Completion as Cqe, Cq as DispatchCq, CqRing};
+use mlx5::device::{Cq, Qp, SrqHandle};
+use mlx5::rq::Srq;
+use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
+use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
+
+use super::{Completion, Full, Transport};
+use crate::error::SetupError;
+
+/// The mlx5 direct data path (the default transport of a
+/// [`Context`](crate::Context)).
+///
+/// Send queues keep an ordered, sparse WQE table (only signaled WQEs carry
+/// data: `true` for a READ); the SRQ's receives are zero-length and carry
+/// nothing; the send CQ dispatches by QPN through a direct-indexed table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Mlx5;
+
+impl Completion for Cqe<'_> {
+    #[inline(always)]
+    fn qpn(&self) -> u32 {
+        Cqe::qpn(self)
+    }
+    #[inline(always)]
+    fn byte_len(&self) -> u32 {
+        Cqe::byte_cnt(self)
+    }
+    #[inline(always)]
+    fn error(&self) -> Option<u32> {
+        Cqe::syndrome_raw(self).map(u32::from)
+    }
+}
+
+impl Transport for Mlx5 {
+    type Cqe<'a> = Cqe<'a>;
+    type Sq = SendQueue<OrderedSparse<bool>>;
+    type RecvCq = CqRing;
+    type SendCq = DispatchCq<u32>;
+    type Srq = Srq<OrderedRecv<()>>;
+
+    /// `sq_size` is the QP's (its send queue memory is already that size).
+    #[inline]
+    fn send_queue(qp: &Qp, signal_interval: u32, _sq_size: u32) -> Result<Self::Sq, SetupError> {
+        let signal_interval = u16::try_from(signal_interval).map_err(|_| {
+            SetupError::Invalid(format!("signal interval {signal_interval} exceeds 65535"))
+        })?;
+        Ok(qp.send_queue(SqConfig {
+            signal_interval,
+            max_inline: 0,
+            ..SqConfig::default()
+        })?)
+    }
+
+    #[inline]
+    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
+        Ok(cq.ring()?)
+    }
+
+    #[inline]
+    fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
+        Ok(DispatchCq::new(cq.ring()?))
+    }
+
+    #[inline]
+    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
+        Ok(srq.srq::<OrderedRecv<()>>()?)
+    }
+
+    #[inline(always)]
+    fn srq_post(srq: &mut Self::Srq) -> bool {
+        srq.post(&[], ()).is_ok()
+    }
+
+    #[inline(always)]
+    fn srq_ring(srq: &mut Self::Srq) {
+        srq.ring_doorbell();
+    }
+
+    /// An error CQE is not taken from the SRQ's table.
+    #[inline(always)]
+    fn srq_take(srq: &mut Self::Srq, c: &Cqe<'_>) -> bool {
+        !c.is_error() && srq.take(c).is_some()
+    }
+
+    #[inline(always)]
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Cqe<'_>)) -> usize {
+        cq.poll(max, f)
+    }
+
+    #[inline(always)]
+    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
+        cq.register(qpn, idx);
+    }
+
+    #[inline(always)]
+    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
+        cq.unregister(qpn);
+    }
+
+    #[inline(always)]
+    fn poll_send(cq: &mut Self::SendCq, max: usize, mut f: impl FnMut(u32, &Cqe<'_>)) -> usize {
+        cq.poll(max, |&mut i, c| f(i, c))
+    }
+
+    #[inline(always)]
+    fn post_write_imm(
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), Full> {
+        match sq.write_imm(raddr, rkey, imm, Payload::Sges(&[local])) {
+            Ok(b) => {
+                b.post(None);
+                Ok(())
+            }
+            Err(_) => Err(Full),
+        }
+    }
+
+    #[inline(always)]
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full> {
+        match sq.read(raddr, rkey, &[local]) {
+            Ok(b) => {
+                b.signaled().post(Some(true));
+                Ok(())
+            }
+            Err(_) => Err(Full),
+        }
+    }
+
+    #[inline(always)]
+    fn ring(sq: &mut Self::Sq) {
+        sq.ring_doorbell();
+    }
+
+    #[inline(always)]
+    fn sq_complete(sq: &mut Self::Sq, c: &Cqe<'_>) -> bool {
+        let mut read = false;
+        sq.complete(c, |is_read, _| read |= is_read);
+        read
+    }
+}

@@ -1,0 +1,156 @@
+//! A context on a transport other than the default, built with `build_on`: a
+//! transport defined outside the crate (delegating to the mlx5 path and
+//! counting what copyrpc asks of it) talks to a default context.
+
+use std::cell::Cell;
+
+use copyrpc::transport::{Completion, Full, Mlx5, Sge, Transport};
+use copyrpc::{CallFailed, Context, ContextBuilder, SetupError};
+use mlx5::device::{Context as Device, Cq, ExecMode, Qp, SrqHandle};
+use mlx5::sim::fabric::Fabric;
+
+thread_local! {
+    static WRITES: Cell<u64> = const { Cell::new(0) };
+    static READS: Cell<u64> = const { Cell::new(0) };
+    static READS_DONE: Cell<u64> = const { Cell::new(0) };
+    static RECVS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn bump(c: &'static std::thread::LocalKey<Cell<u64>>) {
+    c.with(|c| c.set(c.get() + 1));
+}
+
+/// The mlx5 direct path, counted.
+struct Counted;
+
+impl Transport for Counted {
+    type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
+    type Sq = <Mlx5 as Transport>::Sq;
+    type RecvCq = <Mlx5 as Transport>::RecvCq;
+    type SendCq = <Mlx5 as Transport>::SendCq;
+    type Srq = <Mlx5 as Transport>::Srq;
+
+    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
+        Mlx5::send_queue(qp, signal_interval, sq_size)
+    }
+    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
+        Mlx5::recv_cq(cq)
+    }
+    fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
+        Mlx5::send_cq(cq)
+    }
+    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
+        Mlx5::srq(srq)
+    }
+    fn srq_post(srq: &mut Self::Srq) -> bool {
+        Mlx5::srq_post(srq)
+    }
+    fn srq_ring(srq: &mut Self::Srq) {
+        Mlx5::srq_ring(srq)
+    }
+    fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool {
+        Mlx5::srq_take(srq, c)
+    }
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, mut f: impl FnMut(&Self::Cqe<'_>)) -> usize {
+        Mlx5::poll_recv(cq, max, |c| {
+            assert_eq!(c.error(), None);
+            assert!(c.byte_len() >= 32 && c.byte_len() % 32 == 0);
+            bump(&RECVS);
+            f(c)
+        })
+    }
+    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
+        Mlx5::register(cq, qpn, idx)
+    }
+    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
+        Mlx5::unregister(cq, qpn)
+    }
+    fn poll_send(cq: &mut Self::SendCq, max: usize, f: impl FnMut(u32, &Self::Cqe<'_>)) -> usize {
+        Mlx5::poll_send(cq, max, f)
+    }
+    fn post_write_imm(
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), Full> {
+        Mlx5::post_write_imm(sq, local, raddr, rkey, imm).inspect(|()| bump(&WRITES))
+    }
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full> {
+        Mlx5::post_read(sq, local, raddr, rkey).inspect(|()| bump(&READS))
+    }
+    fn ring(sq: &mut Self::Sq) {
+        Mlx5::ring(sq)
+    }
+    fn sq_complete(sq: &mut Self::Sq, c: &Self::Cqe<'_>) -> bool {
+        let read = Mlx5::sq_complete(sq, c);
+        if read {
+            bump(&READS_DONE);
+        }
+        read
+    }
+}
+
+#[test]
+fn counted_transport_talks_to_the_default_one() {
+    let fabric = format!("rpc-{}-transport", std::process::id());
+    let d0 = Device::open_in_mode(&fabric, "sim0", ExecMode::Inline).unwrap();
+    let d1 = Device::open_in_mode(&fabric, "sim1", ExecMode::Inline).unwrap();
+    let b = ContextBuilder::new().ring_size(16384);
+    let done = std::rc::Rc::new(Cell::new(0u64));
+    let seen = done.clone();
+    let mut client: Context<u64, _, Counted> = b
+        .build_on(&d0, move |_: u64, r: Result<&[u8], CallFailed>| {
+            assert_eq!(r.unwrap(), b"pong");
+            seen.set(seen.get() + 1);
+        })
+        .unwrap();
+    let mut server = b.build(&d1, |_: u64, _| {}).unwrap();
+    let (c, ci) = client.create_endpoint().unwrap();
+    let (s, si) = server.create_endpoint().unwrap();
+    client.connect(c, &si).unwrap();
+    server.connect(s, &ci).unwrap();
+
+    // The server takes requests but answers none until 40 KB went through
+    // the 16 KB ring: no batch of its own carries its consumer position, so
+    // the client READs it.
+    let count = 40;
+    let mut held = Vec::new();
+    let mut sent = 0;
+    for _ in 0..10_000 {
+        if sent == count {
+            break;
+        }
+        if client.call(c, &[7u8; 1000], 16, sent).is_ok() {
+            sent += 1;
+        }
+        client.poll();
+        server.poll();
+        while let Some(h) = server.recv() {
+            held.push(h);
+        }
+    }
+    assert_eq!(sent, count);
+    for h in held {
+        server.reply(h, b"pong").unwrap();
+    }
+    for _ in 0..10_000 {
+        if done.get() == count {
+            break;
+        }
+        client.poll();
+        server.poll();
+    }
+    assert_eq!(done.get(), count);
+    let stats = client.stats(c);
+    assert_eq!(WRITES.with(Cell::get), stats.batches);
+    assert_eq!(READS.with(Cell::get), stats.reads);
+    assert!(RECVS.with(Cell::get) > 0);
+    assert!(stats.reads > 0, "no READ fallback: {stats:?}");
+    assert!(READS_DONE.with(Cell::get) > 0);
+    assert!(READS_DONE.with(Cell::get) <= READS.with(Cell::get));
+    assert!(client.remove(c));
+    drop((client, server, d0, d1));
+    Fabric::remove_if_unused(&fabric);
+}
