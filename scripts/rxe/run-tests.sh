@@ -53,7 +53,9 @@ EOF
 # ------------------------------------------------------------ 3. one boot
 log "booting the guest"
 set +e
-scripts/rxe/guest.sh --share "$WORK" --timeout "$GUEST_TIMEOUT" -- "sh $WORK/guest.sh" 2>&1 |
+# The guest sees the host's root read-only, but its /tmp is empty: share the
+# checkout itself (CI clones under /tmp) and the work directory.
+scripts/rxe/guest.sh --share "$PWD" --share "$WORK" --timeout "$GUEST_TIMEOUT" -- "sh $WORK/guest.sh" 2>&1 |
     tee "$WORK/console.log"
 rc=${PIPESTATUS[0]}
 set -e
