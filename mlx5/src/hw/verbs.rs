@@ -27,6 +27,16 @@ fn post_result(verb: &'static str, rc: c_int) -> Result<(), HwError> {
     }
 }
 
+/// One receive work request over `sges` (valid while `sges` is).
+fn recv_wr(wr_id: u64, sges: &[ibv_sge]) -> ibv_recv_wr {
+    ibv_recv_wr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: sges.as_ptr() as *mut ibv_sge,
+        num_sge: sges.len() as c_int,
+    }
+}
+
 /// A QP's send and receive queues on the verbs data path.
 pub struct VerbsQp {
     _keep: Arc<dyn Send + Sync>,
@@ -90,12 +100,7 @@ impl VerbsQp {
 
     /// Posts one receive of `sges` (on a QP with its own receive queue).
     pub fn post_recv(&mut self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), HwError> {
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: sges.as_ptr() as *mut ibv_sge,
-            num_sge: sges.len() as c_int,
-        };
+        let mut wr = recv_wr(wr_id, sges);
         let mut bad = std::ptr::null_mut();
         // SAFETY: as for post_send.
         post_result("ibv_post_recv", unsafe {
@@ -133,12 +138,7 @@ impl VerbsSrq {
 
     /// Posts one receive of `sges` (none: a zero-length receive).
     pub fn post(&mut self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), HwError> {
-        let mut wr = ibv_recv_wr {
-            wr_id,
-            next: std::ptr::null_mut(),
-            sg_list: sges.as_ptr() as *mut ibv_sge,
-            num_sge: sges.len() as c_int,
-        };
+        let mut wr = recv_wr(wr_id, sges);
         let mut bad = std::ptr::null_mut();
         // SAFETY: as for VerbsQp::post_send.
         post_result("ibv_post_srq_recv", unsafe {

@@ -84,6 +84,12 @@ impl Queues {
             remote_addr: raddr,
             rkey,
         };
+        let atomic = |compare_add, swap| ibv_atomic_wr {
+            remote_addr: raddr,
+            compare_add,
+            swap,
+            rkey,
+        };
         let (opcode, imm) = match wr.op {
             SendOp::Write => (wr_opcode::RDMA_WRITE, 0),
             SendOp::WriteImm(imm) => (wr_opcode::RDMA_WRITE_WITH_IMM, imm),
@@ -95,25 +101,10 @@ impl Queues {
         };
         w.opcode = opcode;
         w.imm_data = imm.to_be();
-        w.wr.rdma = rdma;
         match wr.op {
-            SendOp::CompSwap { compare, swap } => {
-                w.wr.atomic = ibv_atomic_wr {
-                    remote_addr: raddr,
-                    compare_add: compare,
-                    swap,
-                    rkey,
-                }
-            }
-            SendOp::FetchAdd(add) => {
-                w.wr.atomic = ibv_atomic_wr {
-                    remote_addr: raddr,
-                    compare_add: add,
-                    swap: 0,
-                    rkey,
-                }
-            }
-            _ => {}
+            SendOp::CompSwap { compare, swap } => w.wr.atomic = atomic(compare, swap),
+            SendOp::FetchAdd(add) => w.wr.atomic = atomic(add, 0),
+            _ => w.wr.rdma = rdma,
         }
         if wr.signaled {
             w.send_flags |= send_flags::SIGNALED;
