@@ -2,6 +2,9 @@
 # Vendored from the team's shared tools (shared/tools/rxe-guest.sh, 2026-11-22)
 # so that a clone of this repository carries its own soft-RoCE harness;
 # scripts/rxe/run-tests.sh is the entry point that uses it.
+# Local change: no_timer_check on the kernel command line. Under TCG on a busy
+# host the kernel's IO-APIC timer check can fail and panic the boot ("IO-APIC +
+# timer doesn't work!"), which we saw once in a few dozen boots.
 # rxe-guest.sh -- run a command inside a throw-away qemu guest whose Debian
 # kernel has the soft-RoCE driver rdma_rxe, with an rxe device (rxe0 on the
 # guest's virtio NIC) already created, so real RDMA verbs traffic works even
@@ -224,7 +227,7 @@ else ACC=(-machine pc -accel tcg,thread=multi,tb-size=256 -cpu max); fi
 QEMU=(qemu-system-x86_64 "${ACC[@]}" -smp "$SMP" -m "$MEM"
       -nodefaults -no-user-config -display none -serial stdio -no-reboot
       -kernel "$BOOTK" -initrd "$RUN/initrd.img"
-      -append "console=ttyS0 ${RXE_KLOG:-quiet loglevel=3} panic=-1 rdinit=/init"
+      -append "console=ttyS0 ${RXE_KLOG:-quiet loglevel=3} no_timer_check panic=-1 rdinit=/init"
       -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
       -nic user,model=virtio-net-pci,restrict=on
       "${VIRTFS[@]}")
