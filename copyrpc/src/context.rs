@@ -16,6 +16,8 @@ use crate::transport::{Completion, Mlx5, Sge, Transport};
 
 /// Work requests between requested completions on an endpoint's send queue.
 const SIGNAL_INTERVAL: u32 = 64;
+/// Transport retries (ACK timeouts) before a QP gives up on its peer.
+const TRANSPORT_RETRIES: u8 = 6;
 
 /// An endpoint of a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -419,7 +421,14 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             min_rnr_timer: 1,
             max_dest_rd_atomic: 4,
         })?;
-        e.qp.to_rts(&RtsAttr::default())?;
+        // A silent peer must end in RETRY_EXC_ERR on every implementation:
+        // kernel soft-RoCE retries forever at retry_cnt 7 (the IB spec gives
+        // 7 that meaning only for rnr_retry). Seven tries of a 67 ms ACK
+        // timeout: a dead peer is seen in about half a second.
+        e.qp.to_rts(&RtsAttr {
+            retry_cnt: TRANSPORT_RETRIES,
+            ..RtsAttr::default()
+        })?;
         e.remote = Some(Remote {
             ring_addr: remote.ring_addr,
             ring_rkey: remote.ring_rkey,

@@ -20,42 +20,6 @@ fn modes() -> [(&'static str, ExecMode); 2] {
     ]
 }
 
-/// Sends `count` calls of sizes from `sizes`, retrying the retryable errors;
-/// verifies every response byte.
-fn echo_run(w: &mut World, count: u64, mut size: impl FnMut(u64) -> usize) {
-    let (c, _) = w.pairs[0];
-    let mut sent = 0u64;
-    let mut steps = 0;
-    while (w.log.borrow().len() as u64) < count {
-        while sent < count {
-            let len = size(sent);
-            let p = payload(sent, len);
-            match w.client.call(c, &p, len, sent) {
-                Ok(()) => sent += 1,
-                Err(e) if e.is_retryable() => break,
-                Err(e) => panic!("call {sent}: {e}"),
-            }
-        }
-        w.step();
-        steps += 1;
-        assert!(
-            steps < 1_000_000,
-            "stuck: {} of {count}",
-            w.log.borrow().len()
-        );
-    }
-    let log = w.log.borrow();
-    let mut seen = vec![false; count as usize];
-    for (tag, r) in log.iter() {
-        let len = size(*tag);
-        let got = r.as_ref().expect("no failures");
-        assert_eq!(got, &transform(&payload(*tag, len)), "call {tag} ({len} B)");
-        assert!(!seen[*tag as usize], "call {tag} answered twice");
-        seen[*tag as usize] = true;
-    }
-    assert!(seen.iter().all(|&s| s));
-}
-
 #[test]
 fn echo_every_byte_verified() {
     for (m, mode) in modes() {
@@ -113,35 +77,7 @@ fn out_of_order_replies() {
             ContextBuilder::new().ring_size(1 << 14),
             1,
         );
-        let (c, _) = w.pairs[0];
-        // 40 calls of 96 B allowance each fit the initial credit (ring / 4).
-        for i in 0..40u64 {
-            w.client.call(c, &payload(i, 40), 40, i).unwrap();
-        }
-        let mut handles = Vec::new();
-        while handles.len() < 40 {
-            w.client.poll();
-            w.server.poll();
-            while let Some(h) = w.server.recv() {
-                // Answer from the data now (it is released at the next poll).
-                let d = transform(w.server.request(&h).unwrap());
-                handles.push((h, d));
-            }
-        }
-        // Reply in reverse order of arrival.
-        while let Some((h, d)) = handles.pop() {
-            w.server.reply(h, &d).unwrap();
-        }
-        w.until_responses(40, 10_000);
-        let order: Vec<u64> = w.log.borrow().iter().map(|(t, _)| *t).collect();
-        assert_eq!(
-            order,
-            (0..40).rev().collect::<Vec<_>>(),
-            "responses in reply order"
-        );
-        for (t, r) in w.log.borrow().iter() {
-            assert_eq!(r.as_ref().unwrap(), &transform(&payload(*t, 40)));
-        }
+        out_of_order(&mut w);
     }
 }
 

@@ -8,7 +8,7 @@
 //!   and with a seeded scheduler executing later; both transcripts must match,
 //!   and each scenario asserts the outcomes the RC rules fix.
 //! - With `MLX5_DIFF_DEVICE` naming a device (`rxe0` in the qemu guest,
-//!   `scripts/rxe-tests.sh`): the same scenarios also run there, and every line
+//!   `scripts/rxe/run-tests.sh`): the same scenarios also run there, and every line
 //!   that differs from `sim`'s transcript fails the test unless [`ALLOWED`]
 //!   lists it with its reason.
 
@@ -506,6 +506,37 @@ fn rnr_retries_exhausted(w: &mut World) {
     assert_eq!(w.state(false, qa, "qa"), QpState::Err);
 }
 
+/// The responder goes silent (a QP in the error state answers nothing): the
+/// requester's ACK timer runs out `retry_cnt` + 1 times, the head WR
+/// completes with RETRY_EXC_ERR and the rest are flushed, the unsignaled one
+/// included. (`retry_cnt` is 2 here: rxe treats 7 as "retry forever", as the
+/// IB spec does only for `rnr_retry`.)
+fn transport_retries_exhausted(w: &mut World) {
+    let rts = RtsAttr {
+        timeout: 10,
+        retry_cnt: 2,
+        ..RtsAttr::default()
+    };
+    let (qa, qb) = w.pair(None, rts, ALL_REMOTE);
+    w.b.dom.qp(qb).to_err().unwrap();
+    let s = w.a.sge(0, 8);
+    let one = [s];
+    let remote = (w.b.mr.addr(), w.b.mr.rkey());
+    w.post(qa, wr(1, SendOp::Write, &one, remote));
+    let mut quiet = wr(2, SendOp::Write, &one, remote);
+    quiet.signaled = false;
+    w.post(qa, quiet);
+    w.post(qa, wr(3, SendOp::Send, &one, (0, 0)));
+    let l = [(qa, "qa"), (qb, "qb")];
+    let sc = w.expect(false, false, 3, &l);
+    assert_eq!(sc[0].status, WcStatus::RetryExcErr, "{sc:?}");
+    assert!(
+        sc[1..].iter().all(|c| c.status == WcStatus::WrFlushErr),
+        "{sc:?}"
+    );
+    assert_eq!(w.state(false, qa, "qa"), QpState::Err);
+}
+
 fn error_state_flushes_receives_and_sends(w: &mut World) {
     let (qa, qb) = w.pair(None, RtsAttr::default(), ALL_REMOTE);
     for i in 0..3 {
@@ -552,6 +583,7 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("send_longer_than_the_receive", send_longer_than_the_receive),
     ("rnr_waits_for_a_receive", rnr_waits_for_a_receive),
     ("rnr_retries_exhausted", rnr_retries_exhausted),
+    ("transport_retries_exhausted", transport_retries_exhausted),
     (
         "error_state_flushes_receives_and_sends",
         error_state_flushes_receives_and_sends,
@@ -636,7 +668,7 @@ fn sim_inline_and_deferred_agree_and_hold_the_rc_rules() {
 #[test]
 fn sim_and_a_real_device_agree() {
     let Ok(dev) = std::env::var("MLX5_DIFF_DEVICE") else {
-        eprintln!("MLX5_DIFF_DEVICE not set: the device half runs in the rxe guest (scripts/rxe-tests.sh)");
+        eprintln!("MLX5_DIFF_DEVICE not set: the device half runs in the rxe guest (scripts/rxe/run-tests.sh)");
         return;
     };
     let device = Target::Device(dev.clone());

@@ -13,6 +13,8 @@
 #   1. mlx5 hw_control     -- the control path (PD/MR/CQ/SRQ/QP, RESET..RTS,
 #                             RoCE v2 GID, errors naming the verb and errno)
 #   2. mlx5 differential   -- the RC scenarios on sim and on rxe, compared
+#   3. copyrpc rxe         -- echo, wrap, out-of-order replies, flow-control
+#                             interleavings, READ fallback, over the verbs path
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GUEST_TIMEOUT=${RXE_TESTS_TIMEOUT:-400}
@@ -32,7 +34,8 @@ for line in sys.stdin:
 }
 HW_CONTROL=$(test_bin mlx5 hw_control)
 DIFFERENTIAL=$(test_bin mlx5 differential)
-for b in "$HW_CONTROL" "$DIFFERENTIAL"; do
+COPYRPC=$(test_bin copyrpc rxe)
+for b in "$HW_CONTROL" "$DIFFERENTIAL" "$COPYRPC"; do
     [ -x "$b" ] || { log "missing test binary: $b"; exit 1; }
 done
 
@@ -47,6 +50,7 @@ step() { name=\$1; shift; echo "@@ step \$name"; t0=\$(date +%s)
 export MLX5_SIM_FABRIC=rxe-tests RUST_BACKTRACE=1
 step hw_control env MLX5_TEST_DEVICE=rxe0 $HW_CONTROL --ignored --test-threads=1
 step differential env MLX5_DIFF_DEVICE=rxe0 $DIFFERENTIAL --test-threads=1 --nocapture
+step copyrpc env COPYRPC_TEST_DEVICE=rxe0 $COPYRPC --ignored --test-threads=1
 exit \$fail
 EOF
 

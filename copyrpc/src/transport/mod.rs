@@ -15,14 +15,20 @@
 //! [`Context`](crate::Context) is monomorphized for its transport and every
 //! call inlines — so the choice costs the mlx5 path nothing.
 //!
+//! [`Verbs`] is the verbs data path for every other RDMA device (kernel
+//! soft-RoCE in particular): the provider's `post_send` / `poll_cq` through
+//! rdma-core, one call per work request.
+//!
 //! Nothing here assumes mlx5 internals: a completion is read only through
 //! [`Completion`] (QPN, byte count, error), a send queue retires work requests
 //! up to a completion however it tracks them, and a full queue is
 //! [`Full`], to be retried after polling.
 
 mod mlx5;
+mod verbs;
 
 pub use self::mlx5::Mlx5;
+pub use self::verbs::{Verbs, VerbsRecvCq, VerbsSendCq, VerbsSq};
 pub use ::mlx5::sq::Sge;
 
 use ::mlx5::device::{Cq, Qp, SrqHandle};

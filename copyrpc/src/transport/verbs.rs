@@ -1,0 +1,281 @@
+//! The verbs data path: work requests through the provider's own `post_send`
+//! / `post_srq_recv` / `poll_cq` (kernel soft-RoCE, or any RDMA NIC that is
+//! not mlx5), with rdma-core's `ibv_send_wr` and `ibv_wc` as the formats.
+//!
+//! Send queues number their work requests: `wr_id` is a per-queue sequence,
+//! so any completion — the signaled one every `signal_interval` requests, a
+//! READ's, or a flush error's — retires every request up to it, as RC orders
+//! completions. Outstanding requests are counted against the queue size here,
+//! so a full queue is [`Full`] before the provider would refuse it.
+
+use std::collections::VecDeque;
+
+use mlx5::device::{Cq, Qp, SrqHandle};
+use mlx5::fastmap::FastMap;
+use mlx5::hw::ffi::{ibv_rdma_wr, ibv_send_wr, ibv_sge, ibv_wc, send_flags, wr_opcode};
+use mlx5::hw::{VerbsCq, VerbsQp, VerbsSrq};
+
+use super::{Completion, Full, Sge, Transport};
+use crate::error::SetupError;
+
+/// Completions read from the provider per `poll_cq` call.
+const POLL_BATCH: usize = 32;
+
+/// The verbs data path, for RDMA devices that are not mlx5 (pick it with
+/// [`mlx5::wr::DataPath::of`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Verbs;
+
+impl Completion for ibv_wc {
+    #[inline(always)]
+    fn qpn(&self) -> u32 {
+        self.qp_num
+    }
+    #[inline(always)]
+    fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+    /// The `ibv_wc_status`.
+    #[inline(always)]
+    fn error(&self) -> Option<u32> {
+        (self.status != 0).then_some(self.status)
+    }
+}
+
+/// An endpoint's send queue on the verbs path.
+#[derive(Debug)]
+pub struct VerbsSq {
+    qp: VerbsQp,
+    /// Requests between two signaled ones (at most half the queue).
+    interval: u32,
+    /// Unsignaled requests posted since the last signaled one.
+    unsignaled: u32,
+    /// Capacity: outstanding requests never exceed it.
+    size: u64,
+    /// `wr_id` of the next request.
+    next: u64,
+    /// Every request below this has completed.
+    retired: u64,
+    /// `wr_id`s of outstanding READs, oldest first (capacity `size`, never
+    /// grown).
+    reads: VecDeque<u64>,
+}
+
+/// A CQ on the verbs path with its completion buffer.
+pub struct VerbsRecvCq {
+    cq: VerbsCq,
+    wcs: Box<[ibv_wc]>,
+}
+
+impl std::fmt::Debug for VerbsRecvCq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VerbsRecvCq")
+            .field("cq", &self.cq)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The send CQ on the verbs path: a CQ, its buffer, and the QPN → endpoint
+/// index table.
+#[derive(Debug)]
+pub struct VerbsSendCq {
+    cq: VerbsRecvCq,
+    by_qpn: FastMap<u32>,
+}
+
+impl VerbsRecvCq {
+    fn new(cq: &Cq) -> Result<Self, SetupError> {
+        Ok(VerbsRecvCq {
+            cq: cq.verbs()?,
+            wcs: vec![ibv_wc::default(); POLL_BATCH].into_boxed_slice(),
+        })
+    }
+
+    /// Polls up to `max` completions, `POLL_BATCH` at a time, calling `f`.
+    /// A failing `poll_cq` (the CQ is broken) reads as empty.
+    #[inline(always)]
+    fn poll(&mut self, max: usize, mut f: impl FnMut(&ibv_wc)) -> usize {
+        let mut done = 0;
+        while done < max {
+            let want = (max - done).min(self.wcs.len());
+            let n = self.cq.poll(&mut self.wcs[..want]).unwrap_or(0);
+            for w in &self.wcs[..n] {
+                f(w);
+            }
+            done += n;
+            if n < want {
+                break;
+            }
+        }
+        done
+    }
+}
+
+impl Transport for Verbs {
+    type Cqe<'a> = ibv_wc;
+    type Sq = VerbsSq;
+    type RecvCq = VerbsRecvCq;
+    type SendCq = VerbsSendCq;
+    type Srq = VerbsSrq;
+
+    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
+        if sq_size < 2 {
+            return Err(SetupError::Invalid(format!(
+                "send queue of {sq_size} entries (at least 2)"
+            )));
+        }
+        Ok(VerbsSq {
+            qp: qp.verbs()?,
+            interval: signal_interval.clamp(1, sq_size / 2),
+            unsignaled: 0,
+            size: u64::from(sq_size),
+            next: 0,
+            retired: 0,
+            reads: VecDeque::with_capacity(sq_size as usize),
+        })
+    }
+
+    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
+        VerbsRecvCq::new(cq)
+    }
+
+    fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
+        Ok(VerbsSendCq {
+            cq: VerbsRecvCq::new(cq)?,
+            by_qpn: FastMap::new(),
+        })
+    }
+
+    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
+        Ok(srq.verbs()?)
+    }
+
+    /// Posts a zero-length receive at once (receives need no doorbell on
+    /// verbs); false when the provider refuses it (the SRQ is full).
+    #[inline(always)]
+    fn srq_post(srq: &mut Self::Srq) -> bool {
+        srq.post(0, &[]).is_ok()
+    }
+
+    #[inline(always)]
+    fn srq_ring(_srq: &mut Self::Srq) {}
+
+    /// Every completion on the receive CQ, error or not, returns one of the
+    /// SRQ's receives: verbs reports a receive once, when the device is done
+    /// with it (a QP's flush never touches an SRQ's receives).
+    #[inline(always)]
+    fn srq_take(_srq: &mut Self::Srq, _c: &ibv_wc) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&ibv_wc)) -> usize {
+        cq.poll(max, f)
+    }
+
+    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
+        cq.by_qpn.insert(qpn, idx);
+    }
+
+    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
+        cq.by_qpn.remove(qpn);
+    }
+
+    #[inline(always)]
+    fn poll_send(cq: &mut Self::SendCq, max: usize, mut f: impl FnMut(u32, &ibv_wc)) -> usize {
+        let VerbsSendCq { cq, by_qpn } = cq;
+        cq.poll(max, |w| {
+            if let Some(&i) = by_qpn.get(w.qp_num) {
+                f(i, w);
+            }
+        })
+    }
+
+    #[inline(always)]
+    fn post_write_imm(
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), Full> {
+        let signaled = sq.unsignaled + 1 >= sq.interval;
+        sq.post(
+            wr_opcode::RDMA_WRITE_WITH_IMM,
+            local,
+            raddr,
+            rkey,
+            imm,
+            signaled,
+        )
+    }
+
+    #[inline(always)]
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full> {
+        let id = sq.next;
+        sq.post(wr_opcode::RDMA_READ, local, raddr, rkey, 0, true)?;
+        sq.reads.push_back(id);
+        Ok(())
+    }
+
+    /// Requests went to the provider as they were posted.
+    #[inline(always)]
+    fn ring(_sq: &mut Self::Sq) {}
+
+    #[inline(always)]
+    fn sq_complete(sq: &mut Self::Sq, c: &ibv_wc) -> bool {
+        // A completion names the request it completes; every earlier one is
+        // done too (RC completes in order). An id never posted is ignored.
+        if c.wr_id >= sq.next || c.wr_id < sq.retired {
+            return false;
+        }
+        sq.retired = c.wr_id + 1;
+        let mut read = false;
+        while sq.reads.front().is_some_and(|&r| r <= c.wr_id) {
+            sq.reads.pop_front();
+            read = true;
+        }
+        read
+    }
+}
+
+impl VerbsSq {
+    /// Posts one request of one SGE, numbered `self.next`.
+    #[inline(always)]
+    fn post(
+        &mut self,
+        opcode: u32,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+        signaled: bool,
+    ) -> Result<(), Full> {
+        if self.next - self.retired >= self.size {
+            return Err(Full);
+        }
+        let mut wr = ibv_send_wr {
+            wr_id: self.next,
+            opcode,
+            send_flags: if signaled { send_flags::SIGNALED } else { 0 },
+            imm_data: imm.to_be(),
+            ..Default::default()
+        };
+        wr.wr.rdma = ibv_rdma_wr {
+            remote_addr: raddr,
+            rkey,
+        };
+        let sge = [ibv_sge {
+            addr: local.addr,
+            length: local.len,
+            lkey: local.lkey,
+        }];
+        // The provider refuses a request only when its queue is full (ENOMEM)
+        // or the request is malformed, which ours are not; either way nothing
+        // was posted, and the caller retries after polling.
+        self.qp.post_send(&mut wr, &sge).map_err(|_| Full)?;
+        self.next += 1;
+        self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
+        Ok(())
+    }
+}

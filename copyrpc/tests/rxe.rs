@@ -1,0 +1,117 @@
+//! copyrpc on a real RDMA device through the verbs data path: kernel
+//! soft-RoCE (`rxe0`) in the qemu guest of `scripts/rxe/run-tests.sh`, which
+//! runs these with `COPYRPC_TEST_DEVICE=rxe0 --ignored`.
+//!
+//! The bodies are the ones the software-device tests run (tests/support):
+//! echo with every byte verified, wrap, out-of-order replies, random
+//! interleavings under the flow-control invariant, the READ fallback, and
+//! removal with calls in flight (the peer's QP exhausting its retries, flush
+//! errors on the verbs path, a neighbouring pair undisturbed). Both
+//! contexts share the one device (RoCE loopback); sizes are small because the
+//! guest's traffic is emulated.
+
+mod support;
+
+use copyrpc::transport::Verbs;
+use copyrpc::ContextBuilder;
+use mlx5::device::Context as Device;
+use mlx5::wr::DataPath;
+use support::*;
+
+const WHY: &str = "needs an RDMA device: COPYRPC_TEST_DEVICE=rxe0 in the rxe guest \
+                   (bash scripts/rxe/run-tests.sh)";
+
+fn device() -> Device {
+    let name = test_device().expect(WHY);
+    let dev = Device::open(&name).unwrap_or_else(|e| panic!("open {name}: {e}"));
+    assert_eq!(
+        DataPath::of(&dev),
+        DataPath::Verbs,
+        "{name} is not mlx5: the verbs data path"
+    );
+    dev
+}
+
+fn rxe_world(b: ContextBuilder, n: usize) -> World<Verbs> {
+    let d = device();
+    let w = world_on::<Verbs>((d.clone(), d), b, n);
+    assert!(w.realtime);
+    w
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn echo_every_byte_verified() {
+    let mut w = rxe_world(ContextBuilder::new().ring_size(1 << 14), 1);
+    echo_run(&mut w, 500, |i| (i as usize * 97) % 1500);
+    let st = w.client.stats(w.pairs[0].0);
+    assert_eq!((st.calls, st.responses), (500, 500));
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn wrap_across_ring_and_message_sizes() {
+    for (ring, max_len) in [(256u64, 20usize), (512, 53), (1024, 100), (4096, 500)] {
+        let mut w = rxe_world(ContextBuilder::new().ring_size(ring), 1);
+        // The largest message and allowance a ring admits: C/4 - 44 bytes.
+        echo_run(&mut w, 3 * ring / 32, move |i| {
+            (i.wrapping_mul(0x9e37) % (max_len as u64 + 1)) as usize
+        });
+        assert!(w.client.stats(w.pairs[0].0).wraps > 0, "{ring}/{max_len}");
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn out_of_order_replies() {
+    let mut w = rxe_world(ContextBuilder::new().ring_size(1 << 14), 1);
+    out_of_order(&mut w);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn random_interleavings_keep_the_invariant() {
+    for seed in 1..=3u64 {
+        let ring = [256u64, 1024, 4096][(seed % 3) as usize];
+        let mut w = rxe_world(ContextBuilder::new().ring_size(ring), 1);
+        interleave(&mut w, seed, ring, 100);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn read_fallback_refreshes_a_stale_consumer_position() {
+    let mut w = rxe_world(ContextBuilder::new().ring_size(16384), 1);
+    read_fallback(&mut w);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn many_endpoints_on_one_context() {
+    let b = ContextBuilder::new()
+        .ring_size(1024)
+        .sq_size(16)
+        .cq_size(1024)
+        .srq_size(256);
+    let mut w = rxe_world(b, 32);
+    for (k, &(c, _)) in w.pairs.iter().enumerate() {
+        for j in 0..2u64 {
+            let tag = (k as u64) << 8 | j;
+            w.client.call(c, &payload(tag, 40), 40, tag).unwrap();
+        }
+    }
+    w.until_responses(64, 0);
+    for (t, r) in w.log.borrow().iter() {
+        assert_eq!(r.as_ref().unwrap(), &transform(&payload(*t, 40)));
+    }
+    for &(c, _) in &w.pairs {
+        assert_eq!(w.client.stats(c).responses, 2);
+    }
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn remove_with_work_in_flight() {
+    let mut w = rxe_world(ContextBuilder::new().ring_size(4096), 2);
+    remove_in_flight(&mut w);
+}
