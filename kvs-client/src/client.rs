@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use copyrpc::conn::{connect_with, ConnError, Connection};
+use copyrpc::transport::{Mlx5, Transport};
 use copyrpc::{CallError, CallFailed, CloseReason, Context, ContextBuilder, EndpointId};
 use mlx5::device::Context as Device;
 
@@ -150,9 +151,11 @@ struct Inbox {
 type Handler = Box<dyn FnMut(u32, Result<&[u8], CallFailed>)>;
 
 /// A client of one kvs-server: one endpoint per server worker, in one copyrpc
-/// context; used from one thread. `T` is the caller's tag for each request.
-pub struct Client<T> {
-    ctx: Context<u32, Handler>,
+/// context; used from one thread. `T` is the caller's tag for each request;
+/// `X` the copyrpc transport (the mlx5 direct path unless the device needs
+/// [`copyrpc::transport::Verbs`]: see [`mlx5::wr::DataPath::of`]).
+pub struct Client<T, X: Transport = Mlx5> {
+    ctx: Context<u32, Handler, X>,
     inbox: Rc<Inbox>,
     eps: Vec<EndpointId>,
     conns: Vec<Connection>,
@@ -169,7 +172,7 @@ pub struct Client<T> {
     last_check: Instant,
 }
 
-impl<T> std::fmt::Debug for Client<T> {
+impl<T, X: Transport> std::fmt::Debug for Client<T, X> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("workers", &self.eps.len())
@@ -198,14 +201,14 @@ pub enum ConnectError {
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl<T> Client<T> {
+impl<T, X: Transport> Client<T, X> {
     /// Connects to the kvs-server at `addr` through `device`: one endpoint per
     /// worker, and the server's shard map.
     pub fn connect(
         addr: impl ToSocketAddrs + Clone,
         device: &Device,
         opts: ClientOptions,
-    ) -> Result<Client<T>, ConnectError> {
+    ) -> Result<Client<T, X>, ConnectError> {
         let inbox = Rc::new(Inbox::default());
         let ib = inbox.clone();
         let handler: Handler = Box::new(move |op: u32, r: Result<&[u8], CallFailed>| {
@@ -225,7 +228,7 @@ impl<T> Client<T> {
         });
         let mut ctx = ContextBuilder::new()
             .ring_size(opts.ring_size)
-            .build(device, handler)?;
+            .build_on::<X, _, _>(device, handler)?;
         let first = connect_with(addr.clone(), &mut ctx, &hello(0))?;
         let (workers, slots) = match first.peer_private_data() {
             [a, b, s0, s1, s2, s3] => (
@@ -317,7 +320,7 @@ impl<T> Client<T> {
     }
 
     /// The copyrpc context (statistics, flow state).
-    pub fn context(&self) -> &Context<u32, Handler> {
+    pub fn context(&self) -> &Context<u32, Handler, X> {
         &self.ctx
     }
 
@@ -705,7 +708,7 @@ impl From<Reply<'_>> for OwnedReply {
     }
 }
 
-impl Client<u64> {
+impl<X: Transport> Client<u64, X> {
     /// Submits with `submit` (retrying while busy) and polls until that
     /// request completes; other requests' completions are dropped. For tools
     /// and tests, not for speed.

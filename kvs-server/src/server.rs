@@ -10,8 +10,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use copyrpc::conn::{ConnError, Connection, Listener, PendingConnection};
+use copyrpc::transport::{Mlx5, Transport, Verbs};
 use copyrpc::ContextBuilder;
 use kvs_client::{parse_hello, ShardMap};
+use mlx5::device::Context as Device;
+use mlx5::wr::DataPath;
 
 use crate::config::Config;
 use crate::handle::Handler;
@@ -220,12 +223,32 @@ fn worker(
             return;
         }
     };
+    // The data path is chosen once per worker; `serve` is monomorphized for it.
+    match DataPath::of(&dev) {
+        DataPath::Direct => serve::<Mlx5>(w, dev, cfg, map, incoming, stop, stats, ready),
+        DataPath::Verbs => serve::<Verbs>(w, dev, cfg, map, incoming, stop, stats, ready),
+    }
+}
+
+/// A worker's service loop on transport `T`.
+#[allow(clippy::too_many_arguments)]
+fn serve<T: Transport>(
+    w: u16,
+    dev: Device,
+    cfg: Config,
+    map: ShardMap,
+    incoming: Receiver<PendingConnection>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+    ready: Sender<Result<(), StartError>>,
+) {
+    let fail = |why: String| StartError::Worker { worker: w, why };
     let built = ContextBuilder::new()
         .ring_size(cfg.ring_size)
         .max_endpoints(cfg.max_endpoints)
         .srq_size(4096)
         .cq_size(16384)
-        .build(&dev, |_: u64, _| {});
+        .build_on::<T, _, _>(&dev, |_: u64, _| {});
     let mut ctx = match built {
         Ok(c) => c,
         Err(e) => {

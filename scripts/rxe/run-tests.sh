@@ -14,7 +14,11 @@
 #                             RoCE v2 GID, errors naming the verb and errno)
 #   2. mlx5 differential   -- the RC scenarios on sim and on rxe, compared
 #   3. copyrpc rxe         -- echo, wrap, out-of-order replies, flow-control
-#                             interleavings, READ fallback, over the verbs path
+#                             interleavings, READ fallback, removal, over the
+#                             verbs path
+#   4. ycsb-a              -- kvs-server and ycsb-driver as two processes,
+#                             YCSB workload A, every operation OK and verified
+#                             (scripts/rxe/ycsb-a.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GUEST_TIMEOUT=${RXE_TESTS_TIMEOUT:-400}
@@ -35,7 +39,9 @@ for line in sys.stdin:
 HW_CONTROL=$(test_bin mlx5 hw_control)
 DIFFERENTIAL=$(test_bin mlx5 differential)
 COPYRPC=$(test_bin copyrpc rxe)
-for b in "$HW_CONTROL" "$DIFFERENTIAL" "$COPYRPC"; do
+cargo build -q -p kvs-server -p kvs-client -p ycsb-driver --bins
+BIN=$PWD/target/debug
+for b in "$HW_CONTROL" "$DIFFERENTIAL" "$COPYRPC" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
     [ -x "$b" ] || { log "missing test binary: $b"; exit 1; }
 done
 
@@ -51,6 +57,7 @@ export MLX5_SIM_FABRIC=rxe-tests RUST_BACKTRACE=1
 step hw_control env MLX5_TEST_DEVICE=rxe0 $HW_CONTROL --ignored --test-threads=1
 step differential env MLX5_DIFF_DEVICE=rxe0 $DIFFERENTIAL --test-threads=1 --nocapture
 step copyrpc env COPYRPC_TEST_DEVICE=rxe0 $COPYRPC --ignored --test-threads=1
+step ycsb-a sh $PWD/scripts/rxe/ycsb-a.sh $BIN rxe0
 exit \$fail
 EOF
 

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use copyrpc::transport::{Mlx5, Transport, Verbs};
 use kvs_client::{open_device, Client, ClientOptions, Reply, SubmitError};
+use mlx5::wr::DataPath;
 
 use crate::measure::{Measurements, OpKind, Status};
 use crate::rng::Rng;
@@ -206,8 +208,37 @@ fn drive(
         value_allowance: record + 64,
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
     };
-    let mut client: Client<u32> =
-        Client::connect(server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
+    // The data path is chosen once, here: everything below is monomorphized
+    // for it.
+    match DataPath::of(&dev) {
+        DataPath::Direct => {
+            let client: Client<u32, Mlx5> =
+                Client::connect(server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
+            drive_on(client, wl, phase, opts, thread, threads, count, progress)
+        }
+        DataPath::Verbs => {
+            let client: Client<u32, Verbs> =
+                Client::connect(server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
+            drive_on(client, wl, phase, opts, thread, threads, count, progress)
+        }
+    }
+}
+
+/// [`drive`] with a connected client.
+#[allow(clippy::too_many_arguments)]
+fn drive_on<X: Transport>(
+    mut client: Client<u32, X>,
+    wl: &CoreWorkload,
+    phase: Phase,
+    opts: &RunOptions,
+    thread: usize,
+    threads: usize,
+    count: u64,
+    progress: &Progress,
+) -> Result<(Measurements, u64), RunError> {
+    let nf = wl.field_count();
+    let fl = wl.field_length();
+    let record = nf * fl;
     let mut st = wl.thread_state(thread, threads);
     let mut rng = Rng::for_stream(opts.seed, thread as u64);
     let depth = opts.depth.clamp(1, 1 << 16);

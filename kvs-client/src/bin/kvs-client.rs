@@ -8,7 +8,10 @@
 //! ```
 
 use clap::{Parser, Subcommand};
-use kvs_client::{open_device, Client, ClientOptions, OwnedReply};
+use copyrpc::transport::{Mlx5, Transport, Verbs};
+use kvs_client::{open_device, Client, ClientOptions, KvError, OwnedReply};
+use mlx5::device::Context as Device;
+use mlx5::wr::DataPath;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "Client of the copyrpc key-value store")]
@@ -45,13 +48,9 @@ fn main() {
         value_allowance: 64 << 10,
         ..ClientOptions::default()
     };
-    let mut c: Client<u64> =
-        Client::connect(a.server.as_str(), &dev, opts).unwrap_or_else(|e| die(&e));
-    let r = match &a.cmd {
-        Cmd::Get { key } => c.wait_for(|c, t| c.get(key.as_bytes(), t)),
-        Cmd::Put { key, value } => c.wait_for(|c, t| c.put(key.as_bytes(), value.as_bytes(), t)),
-        Cmd::Del { key } => c.wait_for(|c, t| c.delete(key.as_bytes(), t)),
-        Cmd::Scan { start, count } => c.wait_for(|c, t| c.scan(start.as_bytes(), *count, t)),
+    let r = match DataPath::of(&dev) {
+        DataPath::Direct => run::<Mlx5>(&a, &dev, opts),
+        DataPath::Verbs => run::<Verbs>(&a, &dev, opts),
     };
     match r {
         Ok(OwnedReply::Value(v)) => println!("{}", String::from_utf8_lossy(&v)),
@@ -73,6 +72,18 @@ fn main() {
             }
         }
         Err(e) => die(&e),
+    }
+}
+
+/// Connects over transport `X` and runs the command.
+fn run<X: Transport>(a: &Args, dev: &Device, opts: ClientOptions) -> Result<OwnedReply, KvError> {
+    let mut c: Client<u64, X> =
+        Client::connect(a.server.as_str(), dev, opts).unwrap_or_else(|e| die(&e));
+    match &a.cmd {
+        Cmd::Get { key } => c.wait_for(|c, t| c.get(key.as_bytes(), t)),
+        Cmd::Put { key, value } => c.wait_for(|c, t| c.put(key.as_bytes(), value.as_bytes(), t)),
+        Cmd::Del { key } => c.wait_for(|c, t| c.delete(key.as_bytes(), t)),
+        Cmd::Scan { start, count } => c.wait_for(|c, t| c.scan(start.as_bytes(), *count, t)),
     }
 }
 
