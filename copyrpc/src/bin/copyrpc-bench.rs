@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use copyrpc::conn::{connect, Listener};
+use copyrpc::transport::{Mlx5, Transport, Verbs};
 use copyrpc::{CallFailed, ContextBuilder};
 use hdrhistogram::Histogram;
+use mlx5::device::Context as Device;
+use mlx5::wr::DataPath;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -102,7 +105,7 @@ enum Cmd {
 
 #[cfg(feature = "mpi")]
 fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: f64) {
-    use mpi::traits::{Communicator, CommunicatorCollectives};
+    use mpi::traits::Communicator;
     let universe = mpi::initialize().expect("MPI");
     let world = universe.world();
     let me = world.rank();
@@ -115,6 +118,22 @@ fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: 
         eprintln!("rank {me}: {e}");
         std::process::exit(1)
     });
+    let go = (ring, payload, depth, duration);
+    match DataPath::of(&dev) {
+        DataPath::Direct => mpi_bench_on::<Mlx5>(&world, &dev, go),
+        DataPath::Verbs => mpi_bench_on::<Verbs>(&world, &dev, go),
+    }
+}
+
+/// [`mpi_bench`] on transport `T`: (ring, payload, depth, duration).
+#[cfg(feature = "mpi")]
+fn mpi_bench_on<T: Transport>(
+    world: &mpi::topology::SimpleCommunicator,
+    dev: &Device,
+    (ring, payload, depth, duration): (u64, usize, usize, f64),
+) {
+    use mpi::traits::{Communicator, CommunicatorCollectives};
+    let me = world.rank();
     let origin = Instant::now();
     let hist = Rc::new(RefCell::new(
         Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
@@ -137,9 +156,10 @@ fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: 
     let mut ctx = ContextBuilder::new()
         .ring_size(ring)
         .max_endpoints(n)
-        .build(&dev, handler)
-        .unwrap();
-    let eps = copyrpc::mpi_setup::connect_all(&world, &mut ctx).unwrap();
+        .build_on::<T, _, _>(dev, handler)
+        .unwrap_or_else(|e| die(&format!("rank {me}: {e}")));
+    let eps = copyrpc::mpi_setup::connect_all(world, &mut ctx)
+        .unwrap_or_else(|e| die(&format!("rank {me}: connecting the ranks: {e}")));
     let peers: Vec<_> = eps.iter().flatten().copied().collect();
     let data = vec![0x5au8; payload];
     let mut out = vec![0u8; payload.max(1)];
@@ -210,10 +230,13 @@ fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: 
 
 fn device(common: &Common, default: &str) -> mlx5::device::Context {
     let name = common.device.clone().unwrap_or_else(|| default.to_string());
-    mlx5::device::Context::open(&name).unwrap_or_else(|e| {
-        eprintln!("copyrpc-bench: {e}");
-        std::process::exit(1)
-    })
+    mlx5::device::Context::open(&name).unwrap_or_else(|e| die(&e))
+}
+
+/// Prints `e` and exits with status 1.
+fn die(e: &dyn std::fmt::Display) -> ! {
+    eprintln!("copyrpc-bench: {e}");
+    std::process::exit(1)
 }
 
 fn server(common: Common, listen: SocketAddr) {
@@ -231,44 +254,63 @@ fn server(common: Common, listen: SocketAddr) {
             std::thread::spawn(move || {
                 let dev = device(&common, "sim1");
                 let n = per.min(common.endpoints - (t * per).min(common.endpoints));
-                let b = ContextBuilder::new()
-                    .ring_size(common.ring)
-                    .max_endpoints(n.max(1) as u32)
-                    .srq_size(4096)
-                    .cq_size(16384);
-                let mut ctx = b.build(&dev, |_: u64, _| {}).unwrap();
-                let mut conns: Vec<_> = (0..n).map(|_| l.accept(&mut ctx).unwrap()).collect();
-                let mut i = 0u64;
-                let mut last_check = Instant::now();
-                // Replies echo the request; one buffer, reused.
-                let mut out = vec![0u8; 1 << 16];
-                while !conns.is_empty() {
-                    ctx.poll();
-                    while let Some(h) = ctx.recv() {
-                        let len = match ctx.request(&h) {
-                            Some(d) => {
-                                let len = d.len().min(h.max_response()).min(out.len());
-                                out[..len].copy_from_slice(&d[..len]);
-                                len
-                            }
-                            None => 0,
-                        };
-                        let _ = ctx.reply(h, &out[..len]);
-                    }
-                    // Liveness: every 100 ms (one read per connection), not per poll.
-                    i += 1;
-                    if i % 1024 == 0 && last_check.elapsed() >= Duration::from_millis(100) {
-                        last_check = Instant::now();
-                        // A dead connection's endpoint is removed: its QP and
-                        // rings are freed.
-                        copyrpc::conn::retain_live(&mut conns, &mut ctx);
-                    }
+                match DataPath::of(&dev) {
+                    DataPath::Direct => serve::<Mlx5>(&dev, &l, &common, n),
+                    DataPath::Verbs => serve::<Verbs>(&dev, &l, &common, n),
                 }
             })
         })
         .collect();
     for t in threads {
         let _ = t.join();
+    }
+}
+
+/// One server thread on transport `T`: accepts `n` endpoints and echoes
+/// until every client is gone.
+fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
+    let b = ContextBuilder::new()
+        .ring_size(common.ring)
+        .max_endpoints(n.max(1) as u32)
+        .srq_size(4096)
+        .cq_size(16384);
+    let mut ctx = b
+        .build_on::<T, _, _>(dev, |_: u64, _| {})
+        .unwrap_or_else(|e| die(&e));
+    // A client whose setup fails (another ring size, a dropped connection)
+    // is told so by the setup itself; the server waits for the next one.
+    let mut conns = Vec::with_capacity(n);
+    while conns.len() < n {
+        match l.accept(&mut ctx) {
+            Ok(c) => conns.push(c),
+            Err(e) => eprintln!("copyrpc-bench: a client's setup failed: {e}"),
+        }
+    }
+    let mut i = 0u64;
+    let mut last_check = Instant::now();
+    // Replies echo the request; one buffer, reused.
+    let mut out = vec![0u8; 1 << 16];
+    while !conns.is_empty() {
+        ctx.poll();
+        while let Some(h) = ctx.recv() {
+            let len = match ctx.request(&h) {
+                Some(d) => {
+                    let len = d.len().min(h.max_response()).min(out.len());
+                    out[..len].copy_from_slice(&d[..len]);
+                    len
+                }
+                None => 0,
+            };
+            let _ = ctx.reply(h, &out[..len]);
+        }
+        // Liveness: every 100 ms (one read per connection), not per poll.
+        i += 1;
+        if i % 1024 == 0 && last_check.elapsed() >= Duration::from_millis(100) {
+            last_check = Instant::now();
+            // A dead connection's endpoint is removed: its QP and
+            // rings are freed.
+            copyrpc::conn::retain_live(&mut conns, &mut ctx);
+        }
     }
 }
 
@@ -292,6 +334,23 @@ fn client_thread(
     dur: Duration,
 ) -> (u64, Histogram<u64>, u64) {
     let dev = device(&common, "sim0");
+    let go = (addr, n, busy, payload, depth, warm, dur);
+    match DataPath::of(&dev) {
+        DataPath::Direct => client_on::<Mlx5>(&dev, &common, go),
+        DataPath::Verbs => client_on::<Verbs>(&dev, &common, go),
+    }
+}
+
+/// What a client thread does: (server, endpoints, busy ones, payload, depth,
+/// warm-up, measured time).
+type ClientRun = (SocketAddr, usize, usize, usize, usize, Duration, Duration);
+
+/// A client thread on transport `T`.
+fn client_on<T: Transport>(
+    dev: &Device,
+    common: &Common,
+    (addr, n, busy, payload, depth, warm, dur): ClientRun,
+) -> (u64, Histogram<u64>, u64) {
     let shared = Rc::new(RefCell::new(Shared {
         hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
         done: 0,
@@ -323,8 +382,12 @@ fn client_thread(
         .max_endpoints(n.max(1) as u32)
         .srq_size(4096)
         .cq_size(16384);
-    let mut ctx = b.build(&dev, handler).unwrap();
-    let conns: Vec<_> = (0..n).map(|_| connect(addr, &mut ctx).unwrap()).collect();
+    let mut ctx = b
+        .build_on::<T, _, _>(dev, handler)
+        .unwrap_or_else(|e| die(&e));
+    let conns: Vec<_> = (0..n)
+        .map(|_| connect(addr, &mut ctx).unwrap_or_else(|e| die(&format!("{addr}: {e}"))))
+        .collect();
     let eps: Vec<_> = conns.iter().take(busy).map(|c| c.endpoint()).collect();
     let data = vec![0x5au8; payload];
     let origin = shared.borrow().origin;
