@@ -675,17 +675,24 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 continue;
             }
             e.close_batch(true);
-            if e.post_ready() {
-                e.dirty = false;
-                self.dirty.swap_remove(i);
-            } else {
-                i += 1;
+            match e.post_ready() {
+                Ok(true) => {
+                    e.dirty = false;
+                    self.dirty.swap_remove(i);
+                }
+                Ok(false) => i += 1,
+                Err(code) => {
+                    close(e, CloseReason::Refused(code), &mut self.on_response);
+                    e.dirty = false;
+                    self.dirty.swap_remove(i);
+                }
             }
         }
         let Self {
             reads,
             eps,
             read_arena,
+            on_response,
             ..
         } = self;
         reads.retain(|&idx| {
@@ -701,11 +708,17 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 len: 8,
                 lkey: read_arena.lkey(),
             };
-            if e.post_read(dst) {
-                e.want_read = false;
-                false
-            } else {
-                true
+            match e.post_read(dst) {
+                Ok(true) => {
+                    e.want_read = false;
+                    false
+                }
+                Ok(false) => true,
+                Err(code) => {
+                    e.want_read = false;
+                    close(e, CloseReason::Refused(code), on_response);
+                    false
+                }
             }
         });
         n

@@ -9,7 +9,7 @@ use mlx5::device::{Mr, Qp};
 use crate::encoding::*;
 use crate::error::CloseReason;
 use crate::slab::Slab;
-use crate::transport::{Sge, Transport};
+use crate::transport::{PostError, Sge, Transport};
 
 /// What the peer needs to connect to an endpoint (exchanged out of band).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -278,11 +278,13 @@ impl<U, T: Transport> Ep<U, T> {
     }
 
     /// Posts every ready range as a WRITE_IMM and rings once. Ranges the SQ has
-    /// no room for stay queued. Returns false when something is left.
-    pub fn post_ready(&mut self) -> bool {
+    /// no room for stay queued. Returns false when something is left, or the
+    /// device's code when it refused a request (the endpoint must close).
+    pub fn post_ready(&mut self) -> Result<bool, u32> {
         let Some(remote) = self.remote else {
-            return true;
+            return Ok(true);
         };
+        let mut failed = None;
         let mut posted = 0;
         while let Some(r) = self.ready.front().copied() {
             let off = self.send_off(r.pos);
@@ -291,16 +293,19 @@ impl<U, T: Transport> Ep<U, T> {
                 len: r.len as u32,
                 lkey: self.send_lkey,
             };
-            if T::post_write_imm(
+            match T::post_write_imm(
                 &mut self.sq,
                 sge,
                 remote.ring_addr + off,
                 remote.ring_rkey,
                 r.imm,
-            )
-            .is_err()
-            {
-                break;
+            ) {
+                Ok(()) => {}
+                Err(PostError::Full) => break,
+                Err(PostError::Failed(code)) => {
+                    failed = Some(code);
+                    break;
+                }
             }
             self.ready.pop_front();
             self.posted_pos = r.pos + r.len;
@@ -310,13 +315,17 @@ impl<U, T: Transport> Ep<U, T> {
         if posted > 0 {
             T::ring(&mut self.sq);
         }
-        self.ready.is_empty()
+        match failed {
+            Some(code) => Err(code),
+            None => Ok(self.ready.is_empty()),
+        }
     }
 
-    /// Posts the RDMA READ of the peer's consumer word into `dst`.
-    pub fn post_read(&mut self, dst: Sge) -> bool {
+    /// Posts the RDMA READ of the peer's consumer word into `dst`: false when
+    /// the SQ has no room, the device's code when it refused the request.
+    pub fn post_read(&mut self, dst: Sge) -> Result<bool, u32> {
         let Some(remote) = self.remote else {
-            return false;
+            return Ok(false);
         };
         match T::post_read(
             &mut self.sq,
@@ -328,9 +337,10 @@ impl<U, T: Transport> Ep<U, T> {
                 T::ring(&mut self.sq);
                 self.read_inflight = true;
                 self.stats.reads += 1;
-                true
+                Ok(true)
             }
-            Err(_) => false,
+            Err(PostError::Full) => Ok(false),
+            Err(PostError::Failed(code)) => Err(code),
         }
     }
 

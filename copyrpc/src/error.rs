@@ -69,6 +69,10 @@ pub enum CloseReason {
     /// error code (the mlx5 CQE syndrome; `ibv_wc_status` on verbs).
     #[error("transport error: completion syndrome {0:#x}")]
     Transport(u8),
+    /// The device refused to post a work request (the provider's errno on
+    /// verbs: the QP cannot take it, now or later).
+    #[error("work request refused by the device: {}", std::io::Error::from_raw_os_error(*.0 as i32))]
+    Refused(u32),
 }
 
 /// A failed call, as the response callback sees it.

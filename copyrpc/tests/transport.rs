@@ -4,8 +4,8 @@
 
 use std::cell::Cell;
 
-use copyrpc::transport::{Completion, Full, Mlx5, Sge, Transport};
-use copyrpc::{CallFailed, Context, ContextBuilder, SetupError};
+use copyrpc::transport::{Completion, Mlx5, PostError, Sge, Transport};
+use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, SetupError};
 use mlx5::device::{Context as Device, Cq, ExecMode, Qp, SrqHandle};
 use mlx5::sim::fabric::Fabric;
 
@@ -74,10 +74,10 @@ impl Transport for Counted {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), Full> {
+    ) -> Result<(), PostError> {
         Mlx5::post_write_imm(sq, local, raddr, rkey, imm).inspect(|()| bump(&WRITES))
     }
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
         Mlx5::post_read(sq, local, raddr, rkey).inspect(|()| bump(&READS))
     }
     fn ring(sq: &mut Self::Sq) {
@@ -151,6 +151,150 @@ fn counted_transport_talks_to_the_default_one() {
     assert!(READS_DONE.with(Cell::get) > 0);
     assert!(READS_DONE.with(Cell::get) <= READS.with(Cell::get));
     assert!(client.remove(c));
+    drop((client, server, d0, d1));
+    Fabric::remove_if_unused(&fabric);
+}
+
+thread_local! {
+    /// The QP whose work requests the device refuses.
+    static REFUSE_QPN: Cell<u32> = const { Cell::new(u32::MAX) };
+}
+
+/// The mlx5 direct path, with a device that refuses every work request of
+/// one QP (as a verbs provider refuses with an errno a request it can never
+/// take).
+struct Refusing;
+
+struct RefusingSq {
+    inner: <Mlx5 as Transport>::Sq,
+    qpn: u32,
+}
+
+impl RefusingSq {
+    fn refused(&self) -> Result<(), PostError> {
+        if REFUSE_QPN.with(Cell::get) == self.qpn {
+            Err(PostError::Failed(22))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Transport for Refusing {
+    type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
+    type Sq = RefusingSq;
+    type RecvCq = <Mlx5 as Transport>::RecvCq;
+    type SendCq = <Mlx5 as Transport>::SendCq;
+    type Srq = <Mlx5 as Transport>::Srq;
+
+    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
+        Ok(RefusingSq {
+            inner: Mlx5::send_queue(qp, signal_interval, sq_size)?,
+            qpn: qp.qpn(),
+        })
+    }
+    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
+        Mlx5::recv_cq(cq)
+    }
+    fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
+        Mlx5::send_cq(cq)
+    }
+    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
+        Mlx5::srq(srq)
+    }
+    fn srq_post(srq: &mut Self::Srq) -> bool {
+        Mlx5::srq_post(srq)
+    }
+    fn srq_ring(srq: &mut Self::Srq) {
+        Mlx5::srq_ring(srq)
+    }
+    fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool {
+        Mlx5::srq_take(srq, c)
+    }
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>)) -> usize {
+        Mlx5::poll_recv(cq, max, f)
+    }
+    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
+        Mlx5::register(cq, qpn, idx)
+    }
+    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
+        Mlx5::unregister(cq, qpn)
+    }
+    fn poll_send(cq: &mut Self::SendCq, max: usize, f: impl FnMut(u32, &Self::Cqe<'_>)) -> usize {
+        Mlx5::poll_send(cq, max, f)
+    }
+    fn post_write_imm(
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+    ) -> Result<(), PostError> {
+        sq.refused()?;
+        Mlx5::post_write_imm(&mut sq.inner, local, raddr, rkey, imm)
+    }
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
+        sq.refused()?;
+        Mlx5::post_read(&mut sq.inner, local, raddr, rkey)
+    }
+    fn ring(sq: &mut Self::Sq) {
+        Mlx5::ring(&mut sq.inner)
+    }
+    fn sq_complete(sq: &mut Self::Sq, c: &Self::Cqe<'_>) -> bool {
+        Mlx5::sq_complete(&mut sq.inner, c)
+    }
+}
+
+/// A work request the device refuses closes its endpoint with the errno, and
+/// fails its calls; the other endpoints of the context carry on.
+#[test]
+fn a_refused_work_request_closes_only_its_endpoint() {
+    let fabric = format!("rpc-{}-refused", std::process::id());
+    let d0 = Device::open_in_mode(&fabric, "sim0", ExecMode::Inline).unwrap();
+    let d1 = Device::open_in_mode(&fabric, "sim1", ExecMode::Inline).unwrap();
+    let b = ContextBuilder::new().ring_size(4096);
+    let log = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let l2 = log.clone();
+    let mut client: Context<u64, _, Refusing> = b
+        .build_on(&d0, move |u: u64, r: Result<&[u8], CallFailed>| {
+            l2.borrow_mut().push((u, r.map(<[u8]>::to_vec)));
+        })
+        .unwrap();
+    let mut server = b.build(&d1, |_: u64, _| {}).unwrap();
+    let mut pairs = Vec::new();
+    for _ in 0..2 {
+        let (c, ci) = client.create_endpoint().unwrap();
+        let (s, si) = server.create_endpoint().unwrap();
+        client.connect(c, &si).unwrap();
+        server.connect(s, &ci).unwrap();
+        pairs.push((c, ci.qpn));
+    }
+    let (bad, good) = (pairs[0].0, pairs[1].0);
+    REFUSE_QPN.with(|q| q.set(pairs[0].1));
+    client.call(bad, b"ping", 8, 1).unwrap();
+    client.call(good, b"ping", 8, 2).unwrap();
+    for _ in 0..1000 {
+        if log.borrow().len() == 2 {
+            break;
+        }
+        client.poll();
+        server.poll();
+        while let Some(h) = server.recv() {
+            server.reply(h, b"pong").unwrap();
+        }
+    }
+    REFUSE_QPN.with(|q| q.set(u32::MAX));
+    let log = log.borrow();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let r = |u| &log.iter().find(|(t, _)| *t == u).unwrap().1;
+    assert_eq!(r(1), &Err(CallFailed(CloseReason::Refused(22))));
+    assert_eq!(r(2), &Ok(b"pong".to_vec()));
+    assert_eq!(client.closed(bad), Some(&CloseReason::Refused(22)));
+    assert_eq!(client.closed(good), None);
+    assert!(CloseReason::Refused(22)
+        .to_string()
+        .contains("Invalid argument"));
+    drop(log);
     drop((client, server, d0, d1));
     Fabric::remove_if_unused(&fabric);
 }

@@ -7,7 +7,7 @@ use mlx5::rq::Srq;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
-use super::{Completion, Full, Transport};
+use super::{Completion, PostError, Transport};
 use crate::error::SetupError;
 
 /// The mlx5 direct data path (the default transport of a
@@ -112,24 +112,26 @@ impl Transport for Mlx5 {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), Full> {
+    ) -> Result<(), PostError> {
         match sq.write_imm(raddr, rkey, imm, Payload::Sges(&[local])) {
             Ok(b) => {
                 b.post(None);
                 Ok(())
             }
-            Err(_) => Err(Full),
+            // One SGE and no inline data: the only error is a full queue.
+            Err(_) => Err(PostError::Full),
         }
     }
 
     #[inline(always)]
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
         match sq.read(raddr, rkey, &[local]) {
             Ok(b) => {
                 b.signaled().post(Some(true));
                 Ok(())
             }
-            Err(_) => Err(Full),
+            // One SGE and no inline data: the only error is a full queue.
+            Err(_) => Err(PostError::Full),
         }
     }
 

@@ -22,7 +22,7 @@
 //! Nothing here assumes mlx5 internals: a completion is read only through
 //! [`Completion`] (QPN, byte count, error), a send queue retires work requests
 //! up to a completion however it tracks them, and a full queue is
-//! [`Full`], to be retried after polling.
+//! [`PostError::Full`], to be retried after polling.
 
 mod mlx5;
 mod verbs;
@@ -35,11 +35,17 @@ use ::mlx5::device::{Cq, Qp, SrqHandle};
 
 use crate::error::SetupError;
 
-/// A queue has no room for another work request now: poll completions and
-/// retry.
+/// Why a work request was not posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("queue full")]
-pub struct Full;
+pub enum PostError {
+    /// The queue has no room now: poll completions and retry.
+    #[error("queue full")]
+    Full,
+    /// The device refused the request (the provider's errno on verbs): the
+    /// queue cannot take it, ever, and its endpoint closes.
+    #[error("refused by the device (code {0})")]
+    Failed(u32),
+}
 
 /// What copyrpc reads from a work completion.
 pub trait Completion {
@@ -114,11 +120,11 @@ pub trait Transport: Sized + 'static {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), Full>;
+    ) -> Result<(), PostError>;
     /// Queues a signaled RDMA READ of `raddr`/`rkey` into `local`, remembered
     /// as a READ: [`sq_complete`](Self::sq_complete) reports its completion.
     /// Announced by [`ring`](Self::ring).
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full>;
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError>;
     /// Hands the work requests queued since the last call to the device.
     fn ring(sq: &mut Self::Sq);
     /// Retires the work requests that completion `c` (of this queue)

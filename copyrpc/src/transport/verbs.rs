@@ -6,16 +6,16 @@
 //! so any completion — the signaled one every `signal_interval` requests, a
 //! READ's, or a flush error's — retires every request up to it, as RC orders
 //! completions. Outstanding requests are counted against the queue size here,
-//! so a full queue is [`Full`] before the provider would refuse it.
+//! so a full queue is [`PostError::Full`] before the provider would refuse it.
 
 use std::collections::VecDeque;
 
 use mlx5::device::{Cq, Qp, SrqHandle};
 use mlx5::fastmap::FastMap;
 use mlx5::hw::ffi::{ibv_rdma_wr, ibv_send_wr, ibv_sge, ibv_wc, send_flags, wr_opcode};
-use mlx5::hw::{VerbsCq, VerbsQp, VerbsSrq};
+use mlx5::hw::{HwError, VerbsCq, VerbsQp, VerbsSrq};
 
-use super::{Completion, Full, Sge, Transport};
+use super::{Completion, PostError, Sge, Transport};
 use crate::error::SetupError;
 
 /// Completions read from the provider per `poll_cq` call.
@@ -198,7 +198,7 @@ impl Transport for Verbs {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), Full> {
+    ) -> Result<(), PostError> {
         let signaled = sq.unsignaled + 1 >= sq.interval;
         sq.post(
             wr_opcode::RDMA_WRITE_WITH_IMM,
@@ -211,7 +211,7 @@ impl Transport for Verbs {
     }
 
     #[inline(always)]
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), Full> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
         let id = sq.next;
         sq.post(wr_opcode::RDMA_READ, local, raddr, rkey, 0, true)?;
         sq.reads.push_back(id);
@@ -250,9 +250,9 @@ impl VerbsSq {
         rkey: u32,
         imm: u32,
         signaled: bool,
-    ) -> Result<(), Full> {
+    ) -> Result<(), PostError> {
         if self.next - self.retired >= self.size {
-            return Err(Full);
+            return Err(PostError::Full);
         }
         let mut wr = ibv_send_wr {
             wr_id: self.next,
@@ -270,10 +270,19 @@ impl VerbsSq {
             length: local.len,
             lkey: local.lkey,
         }];
-        // The provider refuses a request only when its queue is full (ENOMEM)
-        // or the request is malformed, which ours are not; either way nothing
-        // was posted, and the caller retries after polling.
-        self.qp.post_send(&mut wr, &sge).map_err(|_| Full)?;
+        // ENOMEM: the provider's queue is full (retry after polling). Anything
+        // else (EINVAL, a QP the provider will not post to) cannot succeed
+        // later: the endpoint closes with the errno.
+        self.qp.post_send(&mut wr, &sge).map_err(|e| match e {
+            HwError::Verb { errno, .. }
+                if std::io::Error::from_raw_os_error(errno).kind()
+                    == std::io::ErrorKind::OutOfMemory =>
+            {
+                PostError::Full
+            }
+            HwError::Verb { errno, .. } => PostError::Failed(errno as u32),
+            _ => PostError::Failed(u32::MAX),
+        })?;
         self.next += 1;
         self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
         Ok(())
