@@ -20,36 +20,58 @@ fn bump(c: &'static std::thread::LocalKey<Cell<u64>>) {
     c.with(|c| c.set(c.get() + 1));
 }
 
+/// The associated types and functions both test transports take from the
+/// mlx5 path unchanged: CQs, SRQ and QPN dispatch.
+macro_rules! mlx5_queues {
+    () => {
+        type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
+        type RecvCq = <Mlx5 as Transport>::RecvCq;
+        type SendCq = <Mlx5 as Transport>::SendCq;
+        type Srq = <Mlx5 as Transport>::Srq;
+
+        fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
+            Mlx5::recv_cq(cq)
+        }
+        fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
+            Mlx5::send_cq(cq)
+        }
+        fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
+            Mlx5::srq(srq)
+        }
+        fn srq_post(srq: &mut Self::Srq) -> bool {
+            Mlx5::srq_post(srq)
+        }
+        fn srq_ring(srq: &mut Self::Srq) {
+            Mlx5::srq_ring(srq)
+        }
+        fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool {
+            Mlx5::srq_take(srq, c)
+        }
+        fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
+            Mlx5::register(cq, qpn, idx)
+        }
+        fn unregister(cq: &mut Self::SendCq, qpn: u32) {
+            Mlx5::unregister(cq, qpn)
+        }
+        fn poll_send(
+            cq: &mut Self::SendCq,
+            max: usize,
+            f: impl FnMut(u32, &Self::Cqe<'_>),
+        ) -> usize {
+            Mlx5::poll_send(cq, max, f)
+        }
+    };
+}
+
 /// The mlx5 direct path, counted.
 struct Counted;
 
 impl Transport for Counted {
-    type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
     type Sq = <Mlx5 as Transport>::Sq;
-    type RecvCq = <Mlx5 as Transport>::RecvCq;
-    type SendCq = <Mlx5 as Transport>::SendCq;
-    type Srq = <Mlx5 as Transport>::Srq;
+    mlx5_queues!();
 
     fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
         Mlx5::send_queue(qp, signal_interval, sq_size)
-    }
-    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
-        Mlx5::recv_cq(cq)
-    }
-    fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
-        Mlx5::send_cq(cq)
-    }
-    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
-        Mlx5::srq(srq)
-    }
-    fn srq_post(srq: &mut Self::Srq) -> bool {
-        Mlx5::srq_post(srq)
-    }
-    fn srq_ring(srq: &mut Self::Srq) {
-        Mlx5::srq_ring(srq)
-    }
-    fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool {
-        Mlx5::srq_take(srq, c)
     }
     fn poll_recv(cq: &mut Self::RecvCq, max: usize, mut f: impl FnMut(&Self::Cqe<'_>)) -> usize {
         Mlx5::poll_recv(cq, max, |c| {
@@ -58,15 +80,6 @@ impl Transport for Counted {
             bump(&RECVS);
             f(c)
         })
-    }
-    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
-        Mlx5::register(cq, qpn, idx)
-    }
-    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
-        Mlx5::unregister(cq, qpn)
-    }
-    fn poll_send(cq: &mut Self::SendCq, max: usize, f: impl FnMut(u32, &Self::Cqe<'_>)) -> usize {
-        Mlx5::poll_send(cq, max, f)
     }
     fn post_write_imm(
         sq: &mut Self::Sq,
@@ -181,11 +194,8 @@ impl RefusingSq {
 }
 
 impl Transport for Refusing {
-    type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
     type Sq = RefusingSq;
-    type RecvCq = <Mlx5 as Transport>::RecvCq;
-    type SendCq = <Mlx5 as Transport>::SendCq;
-    type Srq = <Mlx5 as Transport>::Srq;
+    mlx5_queues!();
 
     fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
         Ok(RefusingSq {
@@ -193,35 +203,8 @@ impl Transport for Refusing {
             qpn: qp.qpn(),
         })
     }
-    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
-        Mlx5::recv_cq(cq)
-    }
-    fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
-        Mlx5::send_cq(cq)
-    }
-    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
-        Mlx5::srq(srq)
-    }
-    fn srq_post(srq: &mut Self::Srq) -> bool {
-        Mlx5::srq_post(srq)
-    }
-    fn srq_ring(srq: &mut Self::Srq) {
-        Mlx5::srq_ring(srq)
-    }
-    fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool {
-        Mlx5::srq_take(srq, c)
-    }
     fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>)) -> usize {
         Mlx5::poll_recv(cq, max, f)
-    }
-    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
-        Mlx5::register(cq, qpn, idx)
-    }
-    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
-        Mlx5::unregister(cq, qpn)
-    }
-    fn poll_send(cq: &mut Self::SendCq, max: usize, f: impl FnMut(u32, &Self::Cqe<'_>)) -> usize {
-        Mlx5::poll_send(cq, max, f)
     }
     fn post_write_imm(
         sq: &mut Self::Sq,
