@@ -11,6 +11,7 @@ use mlx5::fastmap::FastMap;
 use crate::encoding::*;
 use crate::endpoint::{EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION};
 use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
+use crate::fifo::Fifo;
 use crate::slab::Slab;
 use crate::transport::{Completion, Mlx5, Sge, Transport};
 
@@ -44,6 +45,17 @@ pub struct RecvHandle {
     pos: u64,
     len: u32,
     epoch: u64,
+}
+
+/// A received request waiting for `recv()`: what becomes its handle.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Arrived {
+    ep: u32,
+    gen: u32,
+    call_id: u32,
+    len: u32,
+    allowance: u64,
+    pos: u64,
 }
 
 impl RecvHandle {
@@ -225,7 +237,7 @@ impl ContextBuilder {
             dirty: Vec::with_capacity(n),
             reads: Vec::with_capacity(n),
             consumed: Vec::with_capacity(n),
-            recvq: VecDeque::with_capacity(1024),
+            recvq: Fifo::with_capacity(1024),
             on_response,
             epoch: 0,
             cfg: self,
@@ -257,7 +269,7 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     dirty: Vec<u32>,
     reads: Vec<u32>,
     consumed: Vec<u32>,
-    recvq: VecDeque<RecvHandle>,
+    recvq: Fifo<Arrived>,
     on_response: F,
     epoch: u64,
     cfg: ContextBuilder,
@@ -364,7 +376,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             peer_unused_credit: 0,
             recv_producer: 0,
             last_recv_pos: 0,
-            queued: VecDeque::with_capacity(64),
+            queued: Fifo::with_capacity(64),
             pending: Slab::with_capacity(256),
             read_inflight: false,
             want_read: false,
@@ -497,10 +509,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// ([`request`](Self::request)) stays readable until the next `poll()`.
     pub fn recv(&mut self) -> Option<RecvHandle> {
         loop {
-            let mut h = self.recvq.pop_front()?;
-            let i = h.ep;
+            let a = self.recvq.pop_front()?;
+            let i = a.ep;
             // Requests of a removed endpoint are dropped.
-            let Some(e) = live_mut(&mut self.eps, i, h.gen) else {
+            let Some(e) = live_mut(&mut self.eps, i, a.gen) else {
                 continue;
             };
             e.queued.pop_front();
@@ -512,8 +524,15 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             if e.state != State::Open {
                 continue;
             }
-            h.epoch = self.epoch;
-            return Some(h);
+            return Some(RecvHandle {
+                ep: a.ep,
+                gen: a.gen,
+                call_id: a.call_id,
+                allowance: a.allowance,
+                pos: a.pos,
+                len: a.len,
+                epoch: self.epoch,
+            });
         }
     }
 
@@ -832,12 +851,15 @@ fn close<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
 
 /// Processes one received batch of `delta` bytes (from the CQE byte count):
 /// validates every byte of it and delivers its messages.
+/// How much of a received batch is prefetched before it is parsed.
+const PREFETCH_BYTES: u64 = 4096;
+
 fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     e: &mut Ep<U, T>,
     idx: u32,
     delta: u32,
     on_response: &mut F,
-    recvq: &mut VecDeque<RecvHandle>,
+    recvq: &mut Fifo<Arrived>,
 ) -> Result<(), &'static str> {
     let pos = e.recv_producer;
     let off = pos & (e.recv_size - 1);
@@ -850,6 +872,13 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     }
     if pos + delta - e.last_recv_pos > e.recv_size {
         return Err("batch overruns unconsumed data");
+    }
+    // The batch's lines were written by the peer's NIC (in the software
+    // device: another core): ask for the first few KiB at once rather than
+    // missing on each message header in turn.
+    let body = e.recv_slice(pos, delta.min(PREFETCH_BYTES));
+    for line in (0..body.len()).step_by(64) {
+        mlx5::barrier::prefetch(body[line..].as_ptr());
     }
     let meta =
         FlowMetadata::new_checked(e.recv_slice(pos, FLOW_METADATA_SIZE)).ok_or("short batch")?;
@@ -923,14 +952,13 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
             e.peer_unused_credit -= allowance;
             e.stats.requests += 1;
             e.queued.push_back(cur);
-            recvq.push_back(RecvHandle {
+            recvq.push_back(Arrived {
                 ep: idx,
                 gen: e.gen,
                 call_id,
                 allowance,
                 pos: data,
                 len,
-                epoch: u64::MAX,
             });
         }
         cur += padded_message_size(len as usize);

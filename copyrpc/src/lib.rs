@@ -39,6 +39,7 @@ mod context;
 pub mod encoding;
 mod endpoint;
 mod error;
+mod fifo;
 #[cfg(feature = "mpi")]
 pub mod mpi_setup;
 mod slab;

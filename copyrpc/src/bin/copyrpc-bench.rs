@@ -75,6 +75,10 @@ enum Cmd {
         /// Calls in flight per busy endpoint.
         #[arg(long, default_value_t = 64)]
         depth: usize,
+        /// Poll after every N calls, so that batches leave while the window
+        /// is still being filled (0: poll once the window is full).
+        #[arg(long, default_value_t = 0)]
+        poll_every: usize,
         /// Endpoints that carry traffic (the rest stay idle); default all.
         #[arg(long)]
         busy: Option<usize>,
@@ -330,11 +334,12 @@ fn client_thread(
     busy: usize,
     payload: usize,
     depth: usize,
+    poll_every: usize,
     warm: Duration,
     dur: Duration,
 ) -> (u64, Histogram<u64>, u64) {
     let dev = device(&common, "sim0");
-    let go = (addr, n, busy, payload, depth, warm, dur);
+    let go = (addr, n, busy, payload, depth, poll_every, warm, dur);
     match DataPath::of(&dev) {
         DataPath::Direct => client_on::<Mlx5>(&dev, &common, go),
         DataPath::Verbs => client_on::<Verbs>(&dev, &common, go),
@@ -342,14 +347,23 @@ fn client_thread(
 }
 
 /// What a client thread does: (server, endpoints, busy ones, payload, depth,
-/// warm-up, measured time).
-type ClientRun = (SocketAddr, usize, usize, usize, usize, Duration, Duration);
+/// calls between polls, warm-up, measured time).
+type ClientRun = (
+    SocketAddr,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Duration,
+    Duration,
+);
 
 /// A client thread on transport `T`.
 fn client_on<T: Transport>(
     dev: &Device,
     common: &Common,
-    (addr, n, busy, payload, depth, warm, dur): ClientRun,
+    (addr, n, busy, payload, depth, poll_every, warm, dur): ClientRun,
 ) -> (u64, Histogram<u64>, u64) {
     let shared = Rc::new(RefCell::new(Shared {
         hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
@@ -398,6 +412,12 @@ fn client_on<T: Transport>(
     let mut iter = 0u64;
     let mut el = Duration::ZERO;
     let mut seq = 0u64;
+    let batch = if poll_every == 0 {
+        usize::MAX
+    } else {
+        poll_every
+    };
+    let mut unpolled = 0usize;
     loop {
         iter += 1;
         if iter % 256 == 0 {
@@ -421,7 +441,14 @@ fn client_on<T: Transport>(
                     0
                 };
                 match ctx.call(ep, &data, payload, t0) {
-                    Ok(()) => inflight[k] += 1,
+                    Ok(()) => {
+                        inflight[k] += 1;
+                        unpolled += 1;
+                        if unpolled >= batch {
+                            unpolled = 0;
+                            ctx.poll();
+                        }
+                    }
                     Err(_) => break,
                 }
             }
@@ -443,6 +470,7 @@ fn client(
     spawn: bool,
     payload: usize,
     depth: usize,
+    poll_every: usize,
     busy: Option<usize>,
     duration: f64,
 ) {
@@ -502,7 +530,9 @@ fn client(
             let common = common.clone();
             let n = per.min(common.endpoints - (t * per).min(common.endpoints));
             let b = busy.div_ceil(common.threads).min(n);
-            std::thread::spawn(move || client_thread(common, addr, n, b, payload, depth, warm, dur))
+            std::thread::spawn(move || {
+                client_thread(common, addr, n, b, payload, depth, poll_every, warm, dur)
+            })
         })
         .collect();
     let mut done = 0;
@@ -516,8 +546,13 @@ fn client(
     }
     let mrps = done as f64 / dur.as_secs_f64() / 1e6;
     println!(
-        "copyrpc: {payload} B, {} endpoints ({busy} busy), depth {depth}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
+        "copyrpc: {payload} B, {} endpoints ({busy} busy), depth {depth}{}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
         common.endpoints,
+        if poll_every > 0 {
+            format!(" (poll every {poll_every})")
+        } else {
+            String::new()
+        },
         common.threads,
         hist.value_at_quantile(0.5) as f64 / 1000.0,
         hist.value_at_quantile(0.99) as f64 / 1000.0,
@@ -541,9 +576,12 @@ fn main() {
             spawn,
             payload,
             depth,
+            poll_every,
             busy,
             duration,
-        } => client(common, connect, spawn, payload, depth, busy, duration),
+        } => client(
+            common, connect, spawn, payload, depth, poll_every, busy, duration,
+        ),
         #[cfg(feature = "mpi")]
         Cmd::Mpi {
             device,

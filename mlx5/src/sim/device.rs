@@ -343,7 +343,7 @@ impl SimContext {
         e.retry_tries.store(0, Ordering::Relaxed);
         e.retry_wqe.store(u32::MAX, Ordering::Relaxed);
         e.retry_due_ns.store(0, Ordering::Relaxed);
-        e.peer_seen_ns.store(u64::MAX, Ordering::Relaxed);
+        e.peer_seen.store(u64::MAX, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
         Ok(SimQp {
             inner: Arc::new(QpInner {

@@ -7,9 +7,11 @@
 //! process that rings a doorbell executes its own QP's work against a peer in
 //! another process.
 
+use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use super::cqe_out::{self, FlushReport, PendingCqe};
 use super::fabric::Fabric;
@@ -30,6 +32,57 @@ pub const MAX_MSG: u64 = 1 << 30;
 /// Vendor syndrome the simulator puts in error CQEs caused by a memory region
 /// of ordinary (non-shared) memory that another process tried to reach.
 pub const VENDOR_NOT_SHARED: u8 = 0xe1;
+
+/// The NIC's clock during one run of a send queue.
+pub enum Clock<'a> {
+    /// Deferred mode: the scheduler's logical time (ns).
+    Logical(u64),
+    /// Inline mode: real time since the NIC's origin, read at most once per run
+    /// and only when a retry timer needs it (a clock read per doorbell was a
+    /// seventh of the simulated NIC's time).
+    Real(&'a Instant, Cell<Option<u64>>),
+}
+
+impl<'a> Clock<'a> {
+    /// Real time since `origin`, read lazily.
+    pub fn real(origin: &'a Instant) -> Self {
+        Clock::Real(origin, Cell::new(None))
+    }
+
+    /// Now, in ns.
+    fn ns(&self) -> u64 {
+        match self {
+            Clock::Logical(t) => *t,
+            Clock::Real(origin, c) => c.get().unwrap_or_else(|| {
+                let t = origin.elapsed().as_nanos() as u64;
+                c.set(Some(t));
+                t
+            }),
+        }
+    }
+
+    /// A cheap timestamp (ns) for the peer-liveness check: in inline mode the
+    /// kernel's coarse clock, which the vDSO reads without the time-stamp
+    /// counter (a tick's resolution is plenty for a millisecond period).
+    fn peer_stamp(&self) -> u64 {
+        match self {
+            Clock::Logical(t) => *t,
+            Clock::Real(..) => coarse_ns(),
+        }
+    }
+}
+
+/// `CLOCK_MONOTONIC_COARSE` in ns.
+fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write; the clock id is a constant
+    // every Linux kernel since 2.6.32 knows.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
+}
 
 /// The result of running a QP's send queue.
 #[derive(Debug, Default)]
@@ -287,7 +340,7 @@ fn err_cqe(
 /// (real time in inline mode, logical time in deferred mode); a head WQE that
 /// stalled on RNR or an unreachable peer is retried once its delay has passed,
 /// and fails after `rnr_retry` (7: never) or `retry_cnt` tries.
-pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, now_ns: u64) -> RunResult {
+pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResult {
     let mut res = RunResult::default();
     let mut report = FlushReport::default();
     let Some((_, e)) = qp_by_num(fab, qpn) else {
@@ -336,7 +389,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, now_ns: u64) -> RunResult {
         } else {
             // SAFETY: the WQE's ds*16 bytes lie inside the SQ (checked above).
             let body = unsafe { std::slice::from_raw_parts(wqe, usize::from(ds) * 16) };
-            execute(fab, &qp, body, opcode, imm, flags, now_ns)
+            execute(fab, &qp, body, opcode, imm, flags, clock)
         };
         if e.retry_wqe.load(Ordering::Relaxed) != ci {
             e.retry_wqe.store(ci, Ordering::Relaxed);
@@ -386,6 +439,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, now_ns: u64) -> RunResult {
                     ),
                 };
                 res.stalled = Some(stall);
+                let now_ns = clock.ns();
                 if tries > 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
                     break;
                 }
@@ -626,7 +680,11 @@ fn gather(
 /// How often a requester checks that its peer's process is alive.
 const PEER_CHECK_NS: u64 = 1_000_000;
 
-fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>, now_ns: u64) -> Result<(usize, &'a QpEntry), Fail> {
+fn responder<'a>(
+    fab: &'a Fabric,
+    qp: &Qp<'_>,
+    clock: &Clock<'_>,
+) -> Result<(usize, &'a QpEntry), Fail> {
     let timeout_us = qp.e.timeout_us.load(Ordering::Relaxed);
     if sched::take_peer_fault() {
         return Err(Fail::transport(timeout_us));
@@ -645,12 +703,13 @@ fn responder<'a>(fab: &'a Fabric, qp: &Qp<'_>, now_ns: u64) -> Result<(usize, &'
     // A peer process that died leaves its queues behind in the registry; ask
     // the kernel whether it lives at most once per millisecond of this NIC's
     // clock (a system call per message would dominate the simulation).
-    let seen = qp.e.peer_seen_ns.load(Ordering::Relaxed);
-    if now_ns.wrapping_sub(seen) > PEER_CHECK_NS || seen > now_ns {
+    let now = clock.peer_stamp();
+    let seen = qp.e.peer_seen.load(Ordering::Relaxed);
+    if now.wrapping_sub(seen) > PEER_CHECK_NS || seen > now {
         if !pid_alive(r.pid.load(Ordering::Relaxed)) {
             return Err(Fail::transport(timeout_us));
         }
-        qp.e.peer_seen_ns.store(now_ns, Ordering::Relaxed);
+        qp.e.peer_seen.store(now, Ordering::Relaxed);
     }
     Ok((slot, r))
 }
@@ -679,7 +738,7 @@ fn execute(
     opcode: u8,
     imm: u32,
     flags: u8,
-    now_ns: u64,
+    clock: &Clock<'_>,
 ) -> Result<u32, Fail> {
     let op = WqeOpcode::from_u8(opcode).ok_or(Fail::Err {
         syndrome: Syndrome::LocalQpOp,
@@ -694,7 +753,7 @@ fn execute(
             let (raddr, rkey) = (raddr_seg.raddr(), raddr_seg.rkey());
             let mut src = SgList::new();
             gather(fab, qp, body, 32, 0, &mut src)?;
-            let (rslot, r) = responder(fab, qp, now_ns)?;
+            let (rslot, r) = responder(fab, qp, clock)?;
             access_fault(rslot)?;
             let len = src.total;
             let rpd = r.pd.load(Ordering::Relaxed);
@@ -734,7 +793,7 @@ fn execute(
         WqeOpcode::Send | WqeOpcode::SendImm => {
             let mut src = SgList::new();
             gather(fab, qp, body, 16, 0, &mut src)?;
-            let (rslot, r) = responder(fab, qp, now_ns)?;
+            let (rslot, r) = responder(fab, qp, clock)?;
             let rv = take_recv(fab, r)?;
             let len = src.total;
             let mut dst = SgList::new();
@@ -786,7 +845,7 @@ fn execute(
             let (raddr, rkey) = (raddr_seg.raddr(), raddr_seg.rkey());
             let mut dst = SgList::new();
             gather(fab, qp, body, 32, access::LOCAL_WRITE, &mut dst)?;
-            let (rslot, r) = responder(fab, qp, now_ns)?;
+            let (rslot, r) = responder(fab, qp, clock)?;
             access_fault(rslot)?;
             let len = dst.total;
             if r.access.load(Ordering::Relaxed) & access::REMOTE_READ == 0 {
@@ -824,7 +883,7 @@ fn execute(
                     remote_err: None,
                 });
             }
-            let (rslot, r) = responder(fab, qp, now_ns)?;
+            let (rslot, r) = responder(fab, qp, clock)?;
             access_fault(rslot)?;
             if r.access.load(Ordering::Relaxed) & access::REMOTE_ATOMIC == 0 {
                 return Err(remote_access(rslot, 0));
@@ -950,6 +1009,13 @@ fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
         s.head.store(u32::from(next), Ordering::Relaxed);
         s.consumed
             .store(consumed.wrapping_add(1), Ordering::Relaxed);
+        // Fetch the next receive WQE now, as a NIC keeps receive WQEs cached
+        // ahead of the messages that consume them: software wrote its line,
+        // and the next message should not wait for that line to move.
+        crate::barrier::prefetch(
+            buf.as_ptr()
+                .wrapping_add((u32::from(next) & (cnt - 1)) as usize * stride),
+        );
         Ok(Recv {
             idx,
             // SAFETY: after the 16-byte next segment, inside the WQE.

@@ -255,8 +255,9 @@ pub struct QpEntry {
     pub retry_wqe: AtomicU32,
     /// Owner-process clock (ns) before which the head WQE is not retried.
     pub retry_due_ns: AtomicU64,
-    /// Owner-process clock (ns) when the peer process was last seen alive.
-    pub peer_seen_ns: AtomicU64,
+    /// When the peer process was last seen alive: the owner process's NIC
+    /// clock (ns: logical in deferred mode, the coarse monotonic clock inline).
+    pub peer_seen: AtomicU64,
     _pad1: [u32; 8],
     // Responder side: written by the peer's NIC as it consumes receives.
     /// Serialises RQ consumption.

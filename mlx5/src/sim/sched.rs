@@ -193,8 +193,12 @@ impl Nic {
     }
 
     fn run_inline(&self, qpn: u32) {
-        let now = self.origin.elapsed().as_nanos() as u64;
-        let r = engine::run_sq(&self.fab, qpn, usize::MAX, now);
+        let r = engine::run_sq(
+            &self.fab,
+            qpn,
+            usize::MAX,
+            &engine::Clock::real(&self.origin),
+        );
         if r.stalled.is_some() {
             let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
             if !s.contains(&qpn) {
@@ -264,7 +268,7 @@ impl Nic {
             FAULT_ACCESS.with(|c| c.set(acc));
             FAULT_PEER.with(|c| c.set(peer));
             COMPRESS.with(|c| c.set(!nocomp));
-            let r = engine::run_sq(&self.fab, qpn, 1, d.clock_ns);
+            let r = engine::run_sq(&self.fab, qpn, 1, &engine::Clock::Logical(d.clock_ns));
             FAULT_RNR.with(|c| c.set(false));
             FAULT_ACCESS.with(|c| c.set(false));
             FAULT_PEER.with(|c| c.set(false));
