@@ -37,7 +37,7 @@ impl<T: Copy + Default> Fifo<T> {
     }
 
     /// Appends `v`.
-    #[inline]
+    #[inline(always)]
     pub fn push_back(&mut self, v: T) {
         if self.len() == self.buf.len() {
             self.grow();
@@ -48,7 +48,7 @@ impl<T: Copy + Default> Fifo<T> {
     }
 
     /// Removes and returns the oldest item.
-    #[inline]
+    #[inline(always)]
     pub fn pop_front(&mut self) -> Option<T> {
         if self.is_empty() {
             return None;
@@ -59,7 +59,7 @@ impl<T: Copy + Default> Fifo<T> {
     }
 
     /// The oldest item.
-    #[inline]
+    #[inline(always)]
     pub fn front(&self) -> Option<&T> {
         (!self.is_empty()).then(|| &self.buf[self.head & self.mask()])
     }
