@@ -96,6 +96,5 @@ fn run(fabric: &str, depth: usize, rpcs: u64) -> f64 {
         server.poll();
     }
     let el = start.elapsed().as_nanos() as f64;
-    let _ = (s, client.endpoints());
     el / (done.get() - warm) as f64
 }

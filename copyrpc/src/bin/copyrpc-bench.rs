@@ -270,15 +270,20 @@ fn server(common: Common, listen: SocketAddr) {
     }
 }
 
-/// One server thread on transport `T`: accepts `n` endpoints and echoes
-/// until every client is gone.
-fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
-    let b = ContextBuilder::new()
+/// The context both TCP sides build for `n` endpoints: the same ring size on
+/// both ends, an SRQ and CQ sized for deep windows.
+fn builder(common: &Common, n: usize) -> ContextBuilder {
+    ContextBuilder::new()
         .ring_size(common.ring)
         .max_endpoints(n.max(1) as u32)
         .srq_size(4096)
-        .cq_size(16384);
-    let mut ctx = b
+        .cq_size(16384)
+}
+
+/// One server thread on transport `T`: accepts `n` endpoints and echoes
+/// until every client is gone.
+fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
+    let mut ctx = builder(common, n)
         .build_on::<T, _, _>(dev, |_: u64, _| {})
         .unwrap_or_else(|e| die(&e));
     // A client whose setup fails (another ring size, a dropped connection)
@@ -391,12 +396,7 @@ fn client_on<T: Transport>(
             Err(_) => s.failed += 1,
         }
     };
-    let b = ContextBuilder::new()
-        .ring_size(common.ring)
-        .max_endpoints(n.max(1) as u32)
-        .srq_size(4096)
-        .cq_size(16384);
-    let mut ctx = b
+    let mut ctx = builder(common, n)
         .build_on::<T, _, _>(dev, handler)
         .unwrap_or_else(|e| die(&e));
     let conns: Vec<_> = (0..n)
@@ -407,8 +407,6 @@ fn client_on<T: Transport>(
     let origin = shared.borrow().origin;
     let start = Instant::now();
     let mut inflight = vec![0usize; eps.len()];
-    let mut last_done = vec![0u64; eps.len()];
-    let _ = &mut last_done;
     let mut iter = 0u64;
     let mut el = Duration::ZERO;
     let mut seq = 0u64;
