@@ -7,10 +7,10 @@
 //! is flushed, so that a burst of work can be compressed as a NIC compresses a
 //! burst of completions.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::fabric::Fabric;
+use super::fabric::{in_segment, Fabric};
 use super::registry::{slot_of, CqEntry, LIVE, MAX_CQS};
 use crate::doorbell::load_dbrec;
 use crate::prm::{
@@ -30,7 +30,9 @@ pub struct PendingCqe {
 }
 
 thread_local! {
-    static HOLD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static HOLD: Cell<bool> = const { Cell::new(false) };
+    /// CQEs in `BATCH` (read without borrowing it).
+    static QUEUED: Cell<usize> = const { Cell::new(0) };
     static BATCH: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
     static RUN: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
 }
@@ -53,9 +55,10 @@ pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
         let e = &fab.reg().cqs[slot_of(c.cqn, MAX_CQS)];
         if e.zip.load(Ordering::Relaxed) == 0 {
             // Earlier queued CQEs of this CQ keep their order.
-            let queued = BATCH.with(|b| b.borrow().iter().any(|q| q.cqn == c.cqn));
+            let queued = QUEUED.with(|q| q.get()) != 0
+                && BATCH.with(|b| b.borrow().iter().any(|q| q.cqn == c.cqn));
             if !queued {
-                if !write_run(fab, c.cqn, std::slice::from_ref(&c)) {
+                if !write_one(fab, c.cqn, &c.cqe, c.pre.as_ref()) {
                     report.overrun.push(c.cqn);
                 }
                 return;
@@ -65,11 +68,43 @@ pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
     let full = BATCH.with(|b| {
         let mut b = b.borrow_mut();
         b.push(c);
+        QUEUED.with(|q| q.set(b.len()));
         b.len() >= BATCH_MAX
     });
     if full {
         flush_now(fab, report);
     }
+}
+
+/// Queues a 64-byte CQE, or writes it at once when nothing is held or queued
+/// and the CQ does not compress: the common case, without building a
+/// [`PendingCqe`]. A CQ found full is added to `report`.
+#[inline]
+pub fn push_cqe(fab: &Fabric, cqn: u32, cqe: &[u8; 64], report: &mut FlushReport) {
+    if !HOLD.with(|h| h.get()) && QUEUED.with(|q| q.get()) == 0 {
+        match view(fab, cqn) {
+            Some(cq) if cq.zip == 0 => {
+                if !write_plain_locked(&cq, cqe, None) {
+                    report.overrun.push(cqn);
+                }
+                return;
+            }
+            None => {
+                report.overrun.push(cqn);
+                return;
+            }
+            Some(_) => {}
+        }
+    }
+    push(
+        fab,
+        PendingCqe {
+            cqn,
+            cqe: *cqe,
+            pre: None,
+        },
+        report,
+    );
 }
 
 /// While held, [`flush`] leaves CQEs queued (up to the batch size), so that
@@ -80,8 +115,9 @@ pub fn hold(on: bool) {
 }
 
 /// Writes every queued CQE (unless [`hold`] is on).
+#[inline]
 pub fn flush(fab: &Fabric, report: &mut FlushReport) {
-    if HOLD.with(|h| h.get()) {
+    if QUEUED.with(|q| q.get()) == 0 || HOLD.with(|h| h.get()) {
         return;
     }
     flush_now(fab, report);
@@ -117,6 +153,7 @@ pub fn flush_now(fab: &Fabric, report: &mut FlushReport) {
             }
         });
         b.clear();
+        QUEUED.with(|q| q.set(0));
     });
 }
 
@@ -184,15 +221,15 @@ fn view(fab: &Fabric, cqn: u32) -> Option<CqView<'_>> {
     if e.state.load(Ordering::Acquire) != LIVE || e.cqn.load(Ordering::Relaxed) != cqn {
         return None;
     }
-    let seg = e.seg.load(Ordering::Relaxed);
+    let seg = fab.segment(e.seg.load(Ordering::Relaxed))?;
     let cnt = e.cqe_cnt.load(Ordering::Relaxed);
     let size = e.cqe_size.load(Ordering::Relaxed) as usize;
-    let buf = fab.seg_ptr(
+    let buf = in_segment(
         seg,
         e.buf_off.load(Ordering::Relaxed),
         u64::from(cnt) * size as u64,
     )?;
-    let dbrec = fab.seg_ptr(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?;
+    let dbrec = in_segment(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?;
     Some(CqView {
         e,
         buf: buf.as_ptr(),
@@ -233,6 +270,32 @@ fn mini_of(c: &PendingCqe, out: &mut [u8]) {
     } else {
         m.set_responder_hash(0, v.byte_cnt());
     }
+}
+
+/// Writes one CQE into a CQ that does not compress. False when the CQ
+/// overran (or is gone).
+fn write_one(fab: &Fabric, cqn: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
+    match view(fab, cqn) {
+        Some(cq) => write_plain_locked(&cq, cqe, pre),
+        None => false,
+    }
+}
+
+/// Writes one plain CQE under the CQ's lock. False when the CQ overran.
+#[inline]
+fn write_plain_locked(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
+    let _g = cq.e.lock.lock();
+    if cq.e.overrun.load(Ordering::Relaxed) != 0 {
+        return false;
+    }
+    let pi = cq.e.pi.load(Ordering::Relaxed);
+    if cq.free(pi, 1) < 1 {
+        cq.e.overrun.store(1, Ordering::Release);
+        return false;
+    }
+    cq.write(pi, cqe, pre, (cqe[63] & 0xfe) | (cq.pass(pi) & 1) as u8);
+    cq.e.pi.store(pi.wrapping_add(1), Ordering::Release);
+    true
 }
 
 /// Writes a run of CQEs for one CQ. False when the CQ overran (or is gone).

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::cqe_out::{self, FlushReport, PendingCqe};
-use super::fabric::Fabric;
+use super::fabric::{in_segment, Fabric};
+use super::fast_path;
 use super::registry::{
     qp_state, slot_of, MrEntry, QpEntry, LIVE, MAX_MRS, MAX_QPS, MAX_SRQS, NO_SEG,
 };
@@ -64,7 +65,7 @@ impl<'a> Clock<'a> {
     /// A cheap timestamp (ns) for the peer-liveness check: in inline mode the
     /// kernel's coarse clock, which the vDSO reads without the time-stamp
     /// counter (a tick's resolution is plenty for a millisecond period).
-    fn peer_stamp(&self) -> u64 {
+    pub(super) fn peer_stamp(&self) -> u64 {
         match self {
             Clock::Logical(t) => *t,
             Clock::Real(..) => coarse_ns(),
@@ -111,7 +112,7 @@ pub enum Stall {
     },
 }
 
-enum Fail {
+pub(super) enum Fail {
     /// Error CQE on the requester with this syndrome; `remote_err` moves the
     /// responder QP to ERR as well.
     Err {
@@ -124,7 +125,7 @@ enum Fail {
 }
 
 #[derive(Clone, Copy)]
-enum RetryKind {
+pub(super) enum RetryKind {
     Rnr,
     Transport,
 }
@@ -216,7 +217,7 @@ unsafe fn sg_copy(src: &SgList, dst: &SgList, len: u64) {
 
 /// Resolves `[addr, addr+len)` under `key` for a user of PD `pd` on device
 /// `dev` needing `need` access. Returns a pointer valid in this process.
-fn resolve(
+pub(super) fn resolve(
     fab: &Fabric,
     key: u32,
     pd: u32,
@@ -260,11 +261,11 @@ pub fn qp_by_num(fab: &Fabric, qpn: u32) -> Option<(usize, &QpEntry)> {
         .then_some((slot, e))
 }
 
-struct Qp<'a> {
-    e: &'a QpEntry,
-    qpn: u32,
-    pd: u32,
-    dev: u32,
+pub(super) struct Qp<'a> {
+    pub(super) e: &'a QpEntry,
+    pub(super) qpn: u32,
+    pub(super) pd: u32,
+    pub(super) dev: u32,
     sq: NonNull<u8>,
     sq_cnt: u32,
     dbrec: NonNull<u8>,
@@ -272,7 +273,7 @@ struct Qp<'a> {
 }
 
 fn qp_view<'a>(fab: &'a Fabric, e: &'a QpEntry) -> Option<Qp<'a>> {
-    let seg = e.seg.load(Ordering::Relaxed);
+    let seg = fab.segment(e.seg.load(Ordering::Relaxed))?;
     let sq_cnt = e.sq_cnt.load(Ordering::Relaxed);
     let rq_cnt = e.rq_cnt.load(Ordering::Relaxed);
     let stride = e.rq_stride.load(Ordering::Relaxed);
@@ -281,15 +282,15 @@ fn qp_view<'a>(fab: &'a Fabric, e: &'a QpEntry) -> Option<Qp<'a>> {
         qpn: e.qpn.load(Ordering::Relaxed),
         pd: e.pd.load(Ordering::Relaxed),
         dev: e.dev.load(Ordering::Relaxed),
-        sq: fab.seg_ptr(
+        sq: in_segment(
             seg,
             e.sq_off.load(Ordering::Relaxed),
             u64::from(sq_cnt) * 64,
         )?,
         sq_cnt,
-        dbrec: fab.seg_ptr(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?,
+        dbrec: in_segment(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?,
         rq: if rq_cnt > 0 {
-            Some(fab.seg_ptr(
+            Some(in_segment(
                 seg,
                 e.rq_off.load(Ordering::Relaxed),
                 u64::from(rq_cnt) * u64::from(stride),
@@ -389,30 +390,29 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
         } else {
             // SAFETY: the WQE's ds*16 bytes lie inside the SQ (checked above).
             let body = unsafe { std::slice::from_raw_parts(wqe, usize::from(ds) * 16) };
-            execute(fab, &qp, body, opcode, imm, flags, clock)
+            let fast = if opcode == WqeOpcode::RdmaWriteImm as u8 {
+                fast_path::write(fab, &qp, body, true, imm, clock)
+            } else if opcode == WqeOpcode::RdmaWrite as u8 {
+                fast_path::write(fab, &qp, body, false, 0, clock)
+            } else {
+                None
+            };
+            match fast {
+                Some(n) => Ok(n),
+                None => execute(fab, &qp, body, opcode, imm, flags, clock),
+            }
         };
-        if e.retry_wqe.load(Ordering::Relaxed) != ci {
-            e.retry_wqe.store(ci, Ordering::Relaxed);
-            e.retry_tries.store(0, Ordering::Relaxed);
-        }
-        let tries = e.retry_tries.load(Ordering::Relaxed);
         match out {
             Ok(byte_cnt) => {
                 if flags & ctrl_flags::CQ_UPDATE != 0 {
                     let c = req_cqe(qp.qpn, idx, opcode, byte_cnt);
-                    cqe_out::push(
-                        fab,
-                        PendingCqe {
-                            cqn: send_cqn,
-                            cqe: c,
-                            pre: None,
-                        },
-                        &mut report,
-                    );
+                    cqe_out::push_cqe(fab, send_cqn, &c, &mut report);
                 }
                 ci = ci.wrapping_add(bbs);
                 res.executed += 1;
-                e.retry_tries.store(0, Ordering::Relaxed);
+                if e.retry_tries.load(Ordering::Relaxed) != 0 {
+                    e.retry_tries.store(0, Ordering::Relaxed);
+                }
             }
             Err(Fail::Retry { kind, delay_us }) => {
                 // RNR NAK or no answer: retry the head WQE after the delay,
@@ -439,6 +439,14 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                     ),
                 };
                 res.stalled = Some(stall);
+                // Tries count for the WQE at the head only.
+                let tries = if e.retry_wqe.load(Ordering::Relaxed) == ci {
+                    e.retry_tries.load(Ordering::Relaxed)
+                } else {
+                    e.retry_wqe.store(ci, Ordering::Relaxed);
+                    e.retry_tries.store(0, Ordering::Relaxed);
+                    0
+                };
                 let now_ns = clock.ns();
                 if tries > 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
                     break;
@@ -516,15 +524,7 @@ fn fail(
     report: &mut FlushReport,
 ) {
     let c = err_cqe(true, qp.qpn, idx, opcode, syndrome, vendor, 0);
-    cqe_out::push(
-        fab,
-        PendingCqe {
-            cqn: send_cqn,
-            cqe: c,
-            pre: None,
-        },
-        report,
-    );
+    cqe_out::push_cqe(fab, send_cqn, &c, report);
     *ci = ci.wrapping_add(bbs);
     res.executed += 1;
     qp.e.sq_ci.store(*ci, Ordering::Release);
@@ -567,15 +567,7 @@ fn flush_locked(fab: &Fabric, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
             0,
             0,
         );
-        cqe_out::push(
-            fab,
-            PendingCqe {
-                cqn,
-                cqe: c,
-                pre: None,
-            },
-            report,
-        );
+        cqe_out::push_cqe(fab, cqn, &c, report);
         ci = ci.wrapping_add(u32::from(ctrl.ds().max(1)).div_ceil(4));
         n += 1;
     }
@@ -597,15 +589,7 @@ fn flush_rq(fab: &Fabric, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
     let mut n = 0;
     while ci as u16 != pi {
         let c = err_cqe(false, qp.qpn, ci as u16, 0, Syndrome::WrFlush, 0, 0);
-        cqe_out::push(
-            fab,
-            PendingCqe {
-                cqn,
-                cqe: c,
-                pre: None,
-            },
-            report,
-        );
+        cqe_out::push_cqe(fab, cqn, &c, report);
         ci = ci.wrapping_add(1);
         n += 1;
     }
@@ -678,7 +662,7 @@ fn gather(
 /// The responder QP of `qp`, checked as the transport would: a peer that is gone
 /// or not ready to receive does not answer.
 /// How often a requester checks that its peer's process is alive.
-const PEER_CHECK_NS: u64 = 1_000_000;
+pub(super) const PEER_CHECK_NS: u64 = 1_000_000;
 
 fn responder<'a>(
     fab: &'a Fabric,
@@ -945,7 +929,7 @@ fn qp_op() -> Fail {
 }
 
 /// A receive WQE taken from the responder's RQ or SRQ.
-struct Recv {
+pub(super) struct Recv {
     /// WQE index (RQ: counter; SRQ: index).
     idx: u16,
     /// The WQE's data segments.
@@ -964,13 +948,14 @@ fn queue_mem(
     stride: usize,
     dbrec_off: u64,
 ) -> Option<(NonNull<u8>, NonNull<u8>)> {
+    let seg = fab.segment(seg)?;
     Some((
-        fab.seg_ptr(seg, buf_off, u64::from(cnt) * stride as u64)?,
-        fab.seg_ptr(seg, dbrec_off, 8)?,
+        in_segment(seg, buf_off, u64::from(cnt) * stride as u64)?,
+        in_segment(seg, dbrec_off, 8)?,
     ))
 }
 
-fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
+pub(super) fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
     let delay_us = r.min_rnr_us.load(Ordering::Relaxed);
     if sched::take_rnr_fault() {
         return Err(Fail::rnr(delay_us));
@@ -1119,7 +1104,7 @@ fn scatter_to_cqe(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn complete_recv(
+pub(super) fn complete_recv(
     fab: &Fabric,
     r: &QpEntry,
     rv: Recv,
@@ -1150,16 +1135,14 @@ fn complete_recv(
         }
         c.set_op_own(oo);
     }
+    // A responder CQ that overruns goes to error on its own; the requester's
+    // WQE still completed.
     let mut report = FlushReport::default();
-    cqe_out::push(
-        fab,
-        PendingCqe {
-            cqn: r.recv_cqn.load(Ordering::Relaxed),
-            cqe: b,
-            pre,
-        },
-        &mut report,
-    );
+    let cqn = r.recv_cqn.load(Ordering::Relaxed);
+    match pre {
+        None => cqe_out::push_cqe(fab, cqn, &b, &mut report),
+        Some(_) => cqe_out::push(fab, PendingCqe { cqn, cqe: b, pre }, &mut report),
+    }
 }
 
 fn complete_recv_err(fab: &Fabric, r: &QpEntry, rv: &Recv, syndrome: Syndrome, _src_qpn: u32) {
@@ -1173,15 +1156,7 @@ fn complete_recv_err(fab: &Fabric, r: &QpEntry, rv: &Recv, syndrome: Syndrome, _
         if rv.srqn == u32::MAX { 0 } else { rv.srqn },
     );
     let mut report = FlushReport::default();
-    cqe_out::push(
-        fab,
-        PendingCqe {
-            cqn: r.recv_cqn.load(Ordering::Relaxed),
-            cqe: c,
-            pre: None,
-        },
-        &mut report,
-    );
+    cqe_out::push_cqe(fab, r.recv_cqn.load(Ordering::Relaxed), &c, &mut report);
 }
 
 /// Moves this process's QPs whose send CQ is `cqn` to ERR (after that CQ

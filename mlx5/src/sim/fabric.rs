@@ -50,6 +50,22 @@ struct CachedSeg {
     map: ShmMap,
 }
 
+/// Pointer to `len` bytes at `off` of a mapped segment (`base`, `seg_len`), as
+/// [`Fabric::segment`] returns it; `None` when the range leaves the segment.
+#[inline(always)]
+pub fn in_segment(
+    (base, seg_len): (NonNull<u8>, usize),
+    off: u64,
+    len: u64,
+) -> Option<NonNull<u8>> {
+    let end = off.checked_add(len)?;
+    if end > seg_len as u64 {
+        return None;
+    }
+    // SAFETY: in bounds of the mapping.
+    Some(unsafe { NonNull::new_unchecked(base.as_ptr().add(off as usize)) })
+}
+
 /// One process's handle on a fabric.
 pub struct Fabric {
     name: String,
@@ -275,13 +291,7 @@ impl Fabric {
     /// Pointer to `len` bytes at `off` of segment `slot`, bounds-checked.
     #[inline]
     pub fn seg_ptr(&self, slot: u32, off: u64, len: u64) -> Option<NonNull<u8>> {
-        let (base, seg_len) = self.segment(slot)?;
-        let end = off.checked_add(len)?;
-        if end > seg_len as u64 {
-            return None;
-        }
-        // SAFETY: in bounds of the mapping.
-        Some(unsafe { NonNull::new_unchecked(base.as_ptr().add(off as usize)) })
+        in_segment(self.segment(slot)?, off, len)
     }
 
     /// Frees every registry entry whose owner process is gone, and its files.

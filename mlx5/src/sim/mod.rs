@@ -14,6 +14,7 @@ pub(crate) mod cqe_out;
 pub mod device;
 pub mod engine;
 pub mod fabric;
+mod fast_path;
 pub mod registry;
 pub mod sched;
 pub mod shm;

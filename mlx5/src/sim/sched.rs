@@ -74,28 +74,45 @@ pub struct SchedStats {
     pub no_compress: u64,
 }
 
+/// Faults armed for the WQE the deferred scheduler runs now (bits below), in
+/// one cell so that the engine's fast path asks "anything armed?" once.
+const RNR: u8 = 1;
+const ACCESS: u8 = 2;
+const PEER: u8 = 4;
+const NO_COMPRESS: u8 = 8;
+
 thread_local! {
-    static FAULT_RNR: Cell<bool> = const { Cell::new(false) };
-    static FAULT_ACCESS: Cell<bool> = const { Cell::new(false) };
-    static FAULT_PEER: Cell<bool> = const { Cell::new(false) };
-    static COMPRESS: Cell<bool> = const { Cell::new(true) };
+    static ARMED: Cell<u8> = const { Cell::new(0) };
+}
+
+fn take(bit: u8) -> bool {
+    ARMED.with(|c| {
+        let a = c.get();
+        c.set(a & !bit);
+        a & bit != 0
+    })
 }
 
 /// Takes the armed RNR fault, if any (engine side).
 pub(crate) fn take_rnr_fault() -> bool {
-    FAULT_RNR.with(|c| c.replace(false))
+    take(RNR)
 }
 /// Takes the armed access fault, if any.
 pub(crate) fn take_access_fault() -> bool {
-    FAULT_ACCESS.with(|c| c.replace(false))
+    take(ACCESS)
 }
 /// Takes the armed peer-loss fault, if any.
 pub(crate) fn take_peer_fault() -> bool {
-    FAULT_PEER.with(|c| c.replace(false))
+    take(PEER)
+}
+/// Whether an RNR, access or peer-loss fault is armed.
+#[inline]
+pub(crate) fn fault_armed() -> bool {
+    ARMED.with(|c| c.get() & (RNR | ACCESS | PEER) != 0)
 }
 /// Whether CQEs written now may be compressed.
 pub(crate) fn compression_allowed() -> bool {
-    COMPRESS.with(|c| c.get())
+    ARMED.with(|c| c.get() & NO_COMPRESS == 0)
 }
 
 struct Deferred {
@@ -264,15 +281,12 @@ impl Nic {
             d.stats.access += u64::from(acc);
             d.stats.peer_loss += u64::from(peer);
             d.stats.no_compress += u64::from(nocomp);
-            FAULT_RNR.with(|c| c.set(rnr));
-            FAULT_ACCESS.with(|c| c.set(acc));
-            FAULT_PEER.with(|c| c.set(peer));
-            COMPRESS.with(|c| c.set(!nocomp));
+            let bit = |on: bool, b: u8| if on { b } else { 0 };
+            ARMED.with(|c| {
+                c.set(bit(rnr, RNR) | bit(acc, ACCESS) | bit(peer, PEER) | bit(nocomp, NO_COMPRESS))
+            });
             let r = engine::run_sq(&self.fab, qpn, 1, &engine::Clock::Logical(d.clock_ns));
-            FAULT_RNR.with(|c| c.set(false));
-            FAULT_ACCESS.with(|c| c.set(false));
-            FAULT_PEER.with(|c| c.set(false));
-            COMPRESS.with(|c| c.set(true));
+            ARMED.with(|c| c.set(0));
             d.stats.executed += r.executed as u64;
             if r.executed == 0 && r.stalled.is_none() {
                 d.pending.swap_remove(i);
