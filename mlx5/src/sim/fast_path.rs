@@ -137,7 +137,6 @@ mod tests {
     use super::{OFF, TAKEN};
     use crate::device::{access, Context, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
     use crate::doorbell::BfMode;
-    use crate::rq::RecvQueue;
     use crate::sim::fabric::Fabric;
     use crate::sq::{Payload, Sge, SqConfig};
     use crate::wqe_table::{OrderedRecv, OrderedSparse};
