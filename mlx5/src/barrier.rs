@@ -78,3 +78,31 @@ pub fn prefetch(p: *const u8) {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = p;
 }
+
+/// Moves the cache line at `p` from this core's caches towards the last-level
+/// cache (`cldemote`; a no-op on CPUs without it, and on other
+/// architectures). The software device does this with what it writes as a
+/// NIC's DMA does with DDIO: the reader then finds the line in the shared
+/// cache instead of snooping it out of the writer's core.
+#[inline(always)]
+pub fn demote(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `cldemote` is a hint: it does not change memory, raises no fault
+    // for any address, and executes as a NOP where not supported.
+    unsafe {
+        core::arch::asm!("cldemote [{0}]", in(reg) p, options(nostack, readonly, preserves_flags));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+/// [`demote`] for every cache line of `len` bytes at `p`.
+#[inline(always)]
+pub fn demote_range(p: *const u8, len: usize) {
+    let end = (p as usize).wrapping_add(len);
+    let mut l = (p as usize) & !63;
+    while l < end {
+        demote(l as *const u8);
+        l += 64;
+    }
+}

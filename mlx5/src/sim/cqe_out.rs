@@ -201,6 +201,7 @@ impl CqView<'_> {
         unsafe {
             if let (Some(d), 128) = (pre, self.size) {
                 std::ptr::copy_nonoverlapping(d.as_ptr(), p.sub(64), 64);
+                crate::barrier::demote(p.sub(64));
             }
             std::ptr::copy_nonoverlapping(cqe.as_ptr(), p, 62);
             let sig = &*(p.add(62) as *const AtomicU8);
@@ -212,6 +213,8 @@ impl CqView<'_> {
                 sig.store(cqe[62], Ordering::Relaxed);
                 oo.store(op_own, Ordering::Release);
             }
+            // Into the shared cache, as DDIO places DMA writes.
+            crate::barrier::demote(p);
         }
     }
 }
@@ -422,6 +425,7 @@ fn write_basic(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<usiz
         // Array slots are not ownership-checked by software; byte 63 is data.
         // SAFETY: a released slot of this session.
         unsafe { std::ptr::copy_nonoverlapping(arr.as_ptr(), cq.cqe64(slot), 64) };
+        crate::barrier::demote(cq.cqe64(slot));
     }
     let mut title = first.cqe;
     Cqe64::new_unchecked(&mut title[..]).set_byte_cnt(n as u32);

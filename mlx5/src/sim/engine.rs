@@ -201,6 +201,8 @@ unsafe fn sg_copy(src: &SgList, dst: &SgList, len: u64) {
         let n = (s.len - so).min(d.len - doff).min(left);
         // SAFETY: within both entries (caller contract).
         unsafe { std::ptr::copy(s.ptr.add(so as usize), d.ptr.add(doff as usize), n as usize) };
+        // Into the shared cache, as DDIO places DMA writes.
+        crate::barrier::demote_range(d.ptr.wrapping_add(doff as usize), n as usize);
         so += n;
         doff += n;
         left -= n;

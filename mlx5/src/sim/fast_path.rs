@@ -99,6 +99,8 @@ pub(super) fn write(
     // SAFETY: both ranges were resolved against live regions of `len` bytes
     // (they may overlap: a WRITE may target its own source).
     unsafe { std::ptr::copy(src, dst, len as usize) };
+    // Into the shared cache, as DDIO places DMA writes.
+    crate::barrier::demote_range(dst, len as usize);
     if let Some(rv) = recv {
         complete_recv(
             fab,
