@@ -157,6 +157,7 @@ pub fn pid_alive(pid: u32) -> bool {
 
 /// This process's id (cached: `getpid` is a system call, and the device asks
 /// for it on every lock).
+#[inline]
 pub fn my_pid() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static PID: AtomicU32 = AtomicU32::new(0);

@@ -21,8 +21,22 @@ pub struct ShmGuard<'a> {
 
 impl ShmLock {
     /// Takes the lock, spinning; steals it from a dead holder.
+    #[inline(always)]
     pub fn lock(&self) -> ShmGuard<'_> {
         let me = my_pid();
+        if self
+            .word
+            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return ShmGuard { lock: self };
+        }
+        self.lock_contended(me)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self, me: u32) -> ShmGuard<'_> {
         let mut spins = 0u32;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
