@@ -275,6 +275,40 @@ fn mini_of(c: &PendingCqe, out: &mut [u8]) {
     }
 }
 
+/// A CQ locked ahead of a CQE that will be written straight into it (see
+/// [`lock_for_one`]).
+pub struct LockedCq<'a> {
+    cq: CqView<'a>,
+    _g: super::sync::ShmGuard<'a>,
+}
+
+/// Locks CQ `cqn` for one CQE written straight into it, when the CQ does not
+/// compress and no CQE is held or queued (otherwise `None`: use
+/// [`push_cqe`]). The engine takes the lock before it moves a message's data,
+/// so that no locked instruction stands between the data's stores and the
+/// CQE's: the CPU then gains ownership of both cache lines at once.
+#[inline]
+pub fn lock_for_one(fab: &Fabric, cqn: u32) -> Option<LockedCq<'_>> {
+    if HOLD.with(|h| h.get()) || QUEUED.with(|q| q.get()) != 0 {
+        return None;
+    }
+    let cq = view(fab, cqn)?;
+    if cq.zip != 0 {
+        return None;
+    }
+    let g = cq.e.lock.lock();
+    Some(LockedCq { cq, _g: g })
+}
+
+impl LockedCq<'_> {
+    /// Writes the CQE and unlocks; false when the CQ overran (it is then in
+    /// error and the CQE is dropped).
+    #[inline]
+    pub fn write(self, cqe: &[u8; 64]) -> bool {
+        write_plain_held(&self.cq, cqe, None)
+    }
+}
+
 /// Writes one CQE into a CQ that does not compress. False when the CQ
 /// overran (or is gone).
 fn write_one(fab: &Fabric, cqn: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
@@ -288,6 +322,12 @@ fn write_one(fab: &Fabric, cqn: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> 
 #[inline]
 fn write_plain_locked(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
     let _g = cq.e.lock.lock();
+    write_plain_held(cq, cqe, pre)
+}
+
+/// [`write_plain_locked`] with the CQ's lock already held.
+#[inline(always)]
+fn write_plain_held(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
     if cq.e.overrun.load(Ordering::Relaxed) != 0 {
         return false;
     }

@@ -1105,8 +1105,30 @@ fn scatter_to_cqe(
     Some((fmt, data))
 }
 
+/// The responder CQE of a receive WQE `rv` of QP `r` (no scatter-to-CQE).
+#[inline]
+pub(super) fn recv_cqe(
+    r: &QpEntry,
+    rv: &Recv,
+    opcode: CqeOpcode,
+    byte_cnt: u32,
+    imm: u32,
+    src_qpn: u32,
+) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    let mut c = Cqe64::new_unchecked(&mut b[..]);
+    c.set_sop_drop_qpn(r.qpn.load(Ordering::Relaxed));
+    c.set_wqe_counter(rv.idx);
+    c.set_byte_cnt(byte_cnt);
+    c.set_imm_inval_pkey(imm);
+    c.set_flags_rqpn(src_qpn & 0x00ff_ffff);
+    c.set_srqn_uidx(if rv.srqn == u32::MAX { 0 } else { rv.srqn });
+    c.set_op_own((opcode as u8) << 4);
+    b
+}
+
 #[allow(clippy::too_many_arguments)]
-pub(super) fn complete_recv(
+fn complete_recv(
     fab: &Fabric,
     r: &QpEntry,
     rv: Recv,
@@ -1116,16 +1138,10 @@ pub(super) fn complete_recv(
     src_qpn: u32,
     scatter: Option<(u8, [u8; 64])>,
 ) {
-    let mut b = [0u8; 64];
     let mut pre = None;
+    let mut b = recv_cqe(r, &rv, opcode, byte_cnt, imm, src_qpn);
     {
         let mut c = Cqe64::new_unchecked(&mut b[..]);
-        c.set_sop_drop_qpn(r.qpn.load(Ordering::Relaxed));
-        c.set_wqe_counter(rv.idx);
-        c.set_byte_cnt(byte_cnt);
-        c.set_imm_inval_pkey(imm);
-        c.set_flags_rqpn(src_qpn & 0x00ff_ffff);
-        c.set_srqn_uidx(if rv.srqn == u32::MAX { 0 } else { rv.srqn });
         let mut oo = (opcode as u8) << 4;
         if let Some((fmt, data)) = scatter {
             oo |= fmt << 2;

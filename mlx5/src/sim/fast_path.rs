@@ -11,14 +11,17 @@
 
 use std::sync::atomic::Ordering;
 
-use super::engine::{
-    complete_recv, qp_by_num, resolve, take_recv, Clock, Qp, MAX_MSG, PEER_CHECK_NS,
-};
+use super::cqe_out::{self, FlushReport};
+use super::engine::{qp_by_num, recv_cqe, resolve, take_recv, Clock, Qp, MAX_MSG, PEER_CHECK_NS};
 use super::fabric::Fabric;
 use super::registry::qp_state;
 use super::sched;
 use crate::device::access;
 use crate::prm::{CqeOpcode, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
+
+/// Largest message for which the responder's CQ is locked before the data is
+/// copied (a longer copy would hold other producers of that CQ up).
+const PRELOCK_MAX: u64 = 4096;
 
 /// Executes a WRITE (`with_imm` false) or WRITE_IMM `body` (its `ds` × 16
 /// bytes) of `qp`; returns the byte count, or `None` to leave the WQE to the
@@ -96,22 +99,29 @@ pub(super) fn write(
     } else {
         None
     };
+    // For a small message the responder's CQ is locked before the data moves:
+    // no locked instruction then stands between the data's stores and the
+    // CQE's, and the CPU gains ownership of their cache lines together.
+    let cqn = r.recv_cqn.load(Ordering::Relaxed);
+    let locked = match recv {
+        Some(_) if len <= PRELOCK_MAX => cqe_out::lock_for_one(fab, cqn),
+        _ => None,
+    };
     // SAFETY: both ranges were resolved against live regions of `len` bytes
     // (they may overlap: a WRITE may target its own source).
     unsafe { std::ptr::copy(src, dst, len as usize) };
     // Into the shared cache, as DDIO places DMA writes.
     crate::barrier::demote_range(dst, len as usize);
     if let Some(rv) = recv {
-        complete_recv(
-            fab,
-            r,
-            rv,
-            CqeOpcode::RespWrImm,
-            len as u32,
-            imm,
-            qp.qpn,
-            None,
-        );
+        let cqe = recv_cqe(r, &rv, CqeOpcode::RespWrImm, len as u32, imm, qp.qpn);
+        // A responder CQ that overruns goes to error on its own; the
+        // requester's WQE still completed.
+        match locked {
+            Some(l) => {
+                l.write(&cqe);
+            }
+            None => cqe_out::push_cqe(fab, cqn, &cqe, &mut FlushReport::default()),
+        }
     }
     #[cfg(test)]
     TAKEN.with(|t| t.set(t.get() + 1));
