@@ -378,7 +378,6 @@ fn client_on<T: Transport>(
         origin: Instant::now(),
     }));
     let s2 = shared.clone();
-    // User data: the call's start time in ns since `origin`.
     // User data: the call's start time in ns since `origin`, for one call in
     // 16 (0 for the others: two clock reads per call would be a measurable
     // share of a 32-byte RPC).
