@@ -81,20 +81,11 @@ pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
 /// [`PendingCqe`]. A CQ found full is added to `report`.
 #[inline]
 pub fn push_cqe(fab: &Fabric, cqn: u32, cqe: &[u8; 64], report: &mut FlushReport) {
-    if !HOLD.with(|h| h.get()) && QUEUED.with(|q| q.get()) == 0 {
-        match view(fab, cqn) {
-            Some(cq) if cq.zip == 0 => {
-                if !write_plain_locked(&cq, cqe, None) {
-                    report.overrun.push(cqn);
-                }
-                return;
-            }
-            None => {
-                report.overrun.push(cqn);
-                return;
-            }
-            Some(_) => {}
+    if let Some(cq) = lock_for_one(fab, cqn) {
+        if !cq.write(cqe) {
+            report.overrun.push(cqn);
         }
+        return;
     }
     push(
         fab,
@@ -312,20 +303,14 @@ impl LockedCq<'_> {
 /// Writes one CQE into a CQ that does not compress. False when the CQ
 /// overran (or is gone).
 fn write_one(fab: &Fabric, cqn: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
-    match view(fab, cqn) {
-        Some(cq) => write_plain_locked(&cq, cqe, pre),
-        None => false,
-    }
-}
-
-/// Writes one plain CQE under the CQ's lock. False when the CQ overran.
-#[inline]
-fn write_plain_locked(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
+    let Some(cq) = view(fab, cqn) else {
+        return false;
+    };
     let _g = cq.e.lock.lock();
-    write_plain_held(cq, cqe, pre)
+    write_plain_held(&cq, cqe, pre)
 }
 
-/// [`write_plain_locked`] with the CQ's lock already held.
+/// Writes one plain CQE with the CQ's lock held. False when the CQ overran.
 #[inline(always)]
 fn write_plain_held(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> bool {
     if cq.e.overrun.load(Ordering::Relaxed) != 0 {

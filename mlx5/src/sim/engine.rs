@@ -255,6 +255,22 @@ pub(super) fn resolve(
         .ok_or(0)
 }
 
+/// Resolves `[addr, addr+len)` under `rkey` in the responder QP `r`'s PD and
+/// device, needing the remote access `need`.
+#[inline]
+pub(super) fn resolve_remote(
+    fab: &Fabric,
+    r: &QpEntry,
+    rkey: u32,
+    addr: u64,
+    len: u64,
+    need: u32,
+) -> Result<*mut u8, u8> {
+    let pd = r.pd.load(Ordering::Relaxed);
+    let dev = r.dev.load(Ordering::Relaxed);
+    resolve(fab, rkey, pd, dev, addr, len, need)
+}
+
 /// A QP entry by number, if live.
 pub fn qp_by_num(fab: &Fabric, qpn: u32) -> Option<(usize, &QpEntry)> {
     let slot = slot_of(qpn, MAX_QPS);
@@ -661,11 +677,33 @@ fn gather(
     Ok(())
 }
 
+/// How often a requester checks that its peer's process is alive.
+const PEER_CHECK_NS: u64 = 1_000_000;
+
+/// The responder QP of `qp` if it is connected back to `qp` and ready to
+/// receive (RTR or RTS).
+#[inline]
+pub(super) fn connected_peer<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Option<(usize, &'a QpEntry)> {
+    let (slot, r) = qp_by_num(fab, qp.e.remote_qpn.load(Ordering::Relaxed))?;
+    let st = r.qp_state.load(Ordering::Acquire);
+    (r.dev.load(Ordering::Relaxed) == qp.e.remote_dev.load(Ordering::Relaxed)
+        && r.remote_qpn.load(Ordering::Relaxed) == qp.qpn
+        && (st == qp_state::RTR || st == qp_state::RTS))
+        .then_some((slot, r))
+}
+
+/// Whether `qp`'s peer process is due for its liveness check at `now`. A peer
+/// process that died leaves its queues behind in the registry; the kernel is
+/// asked whether it lives at most once per millisecond of this NIC's clock (a
+/// system call per message would dominate the simulation).
+#[inline]
+pub(super) fn peer_check_due(qp: &Qp<'_>, now: u64) -> bool {
+    let seen = qp.e.peer_seen.load(Ordering::Relaxed);
+    now.wrapping_sub(seen) > PEER_CHECK_NS || seen > now
+}
+
 /// The responder QP of `qp`, checked as the transport would: a peer that is gone
 /// or not ready to receive does not answer.
-/// How often a requester checks that its peer's process is alive.
-pub(super) const PEER_CHECK_NS: u64 = 1_000_000;
-
 fn responder<'a>(
     fab: &'a Fabric,
     qp: &Qp<'_>,
@@ -675,23 +713,11 @@ fn responder<'a>(
     if sched::take_peer_fault() {
         return Err(Fail::transport(timeout_us));
     }
-    let rqpn = qp.e.remote_qpn.load(Ordering::Relaxed);
-    let Some((slot, r)) = qp_by_num(fab, rqpn) else {
+    let Some((slot, r)) = connected_peer(fab, qp) else {
         return Err(Fail::transport(timeout_us));
     };
-    let st = r.qp_state.load(Ordering::Acquire);
-    if r.dev.load(Ordering::Relaxed) != qp.e.remote_dev.load(Ordering::Relaxed)
-        || r.remote_qpn.load(Ordering::Relaxed) != qp.qpn
-        || !(st == qp_state::RTR || st == qp_state::RTS)
-    {
-        return Err(Fail::transport(timeout_us));
-    }
-    // A peer process that died leaves its queues behind in the registry; ask
-    // the kernel whether it lives at most once per millisecond of this NIC's
-    // clock (a system call per message would dominate the simulation).
     let now = clock.peer_stamp();
-    let seen = qp.e.peer_seen.load(Ordering::Relaxed);
-    if now.wrapping_sub(seen) > PEER_CHECK_NS || seen > now {
+    if peer_check_due(qp, now) {
         if !pid_alive(r.pid.load(Ordering::Relaxed)) {
             return Err(Fail::transport(timeout_us));
         }
@@ -742,15 +768,13 @@ fn execute(
             let (rslot, r) = responder(fab, qp, clock)?;
             access_fault(rslot)?;
             let len = src.total;
-            let rpd = r.pd.load(Ordering::Relaxed);
-            let rdev = r.dev.load(Ordering::Relaxed);
             if r.access.load(Ordering::Relaxed) & access::REMOTE_WRITE == 0 {
                 return Err(remote_access(rslot, 0));
             }
             let dst_ptr = if len == 0 {
                 std::ptr::null_mut()
             } else {
-                resolve(fab, rkey, rpd, rdev, raddr, len, access::REMOTE_WRITE)
+                resolve_remote(fab, r, rkey, raddr, len, access::REMOTE_WRITE)
                     .map_err(|v| remote_access(rslot, v))?
             };
             let recv = if op == WqeOpcode::RdmaWriteImm {
@@ -838,16 +862,8 @@ fn execute(
                 return Err(remote_access(rslot, 0));
             }
             if len > 0 {
-                let p = resolve(
-                    fab,
-                    rkey,
-                    r.pd.load(Ordering::Relaxed),
-                    r.dev.load(Ordering::Relaxed),
-                    raddr,
-                    len,
-                    access::REMOTE_READ,
-                )
-                .map_err(|v| remote_access(rslot, v))?;
+                let p = resolve_remote(fab, r, rkey, raddr, len, access::REMOTE_READ)
+                    .map_err(|v| remote_access(rslot, v))?;
                 let mut src = SgList::new();
                 src.push(p, len);
                 // SAFETY: resolved regions.
@@ -881,16 +897,8 @@ fn execute(
                     remote_err: Some(rslot),
                 });
             }
-            let p = resolve(
-                fab,
-                rkey,
-                r.pd.load(Ordering::Relaxed),
-                r.dev.load(Ordering::Relaxed),
-                raddr,
-                8,
-                access::REMOTE_ATOMIC,
-            )
-            .map_err(|v| remote_access(rslot, v))?;
+            let p = resolve_remote(fab, r, rkey, raddr, 8, access::REMOTE_ATOMIC)
+                .map_err(|v| remote_access(rslot, v))?;
             // SAFETY: an 8-byte aligned word inside a live region; other
             // processes access it atomically too. mlx5 treats the target as
             // big-endian and returns the old value big-endian.

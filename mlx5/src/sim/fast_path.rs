@@ -12,9 +12,11 @@
 use std::sync::atomic::Ordering;
 
 use super::cqe_out::{self, FlushReport};
-use super::engine::{qp_by_num, recv_cqe, resolve, take_recv, Clock, Qp, MAX_MSG, PEER_CHECK_NS};
+use super::engine::{
+    connected_peer, peer_check_due, recv_cqe, resolve, resolve_remote, take_recv, Clock, Qp,
+    MAX_MSG,
+};
 use super::fabric::Fabric;
-use super::registry::qp_state;
 use super::sched;
 use crate::device::access;
 use crate::prm::{CqeOpcode, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
@@ -56,43 +58,26 @@ pub(super) fn write(
         let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
         // A byte count of 0 means 2 GiB: the general path's business.
         let len = u64::from(bc & 0x7fff_ffff);
-        if len == 0 || len > MAX_MSG || lkey == INVALID_LKEY {
+        if len > MAX_MSG || lkey == INVALID_LKEY {
             return None;
         }
         let p = resolve(fab, lkey, qp.pd, qp.dev, addr, len, 0).ok()?;
         (p as *const u8, len)
     };
+    // A zero-length message (an empty inline segment, or byte count 2^31).
     if len == 0 {
         return None;
     }
-    // The responder, as `engine::responder` checks it.
-    let e = qp.e;
-    let (_, r) = qp_by_num(fab, e.remote_qpn.load(Ordering::Relaxed))?;
-    let st = r.qp_state.load(Ordering::Acquire);
-    if r.dev.load(Ordering::Relaxed) != e.remote_dev.load(Ordering::Relaxed)
-        || r.remote_qpn.load(Ordering::Relaxed) != qp.qpn
-        || !(st == qp_state::RTR || st == qp_state::RTS)
-    {
-        return None;
-    }
-    let now = clock.peer_stamp();
-    let seen = e.peer_seen.load(Ordering::Relaxed);
-    if now.wrapping_sub(seen) > PEER_CHECK_NS || seen > now {
+    // The responder, as `engine::responder` checks it; a liveness check that
+    // is due is the general path's.
+    let (_, r) = connected_peer(fab, qp)?;
+    if peer_check_due(qp, clock.peer_stamp()) {
         return None;
     }
     if r.access.load(Ordering::Relaxed) & access::REMOTE_WRITE == 0 {
         return None;
     }
-    let dst = resolve(
-        fab,
-        rkey,
-        r.pd.load(Ordering::Relaxed),
-        r.dev.load(Ordering::Relaxed),
-        raddr,
-        len,
-        access::REMOTE_WRITE,
-    )
-    .ok()?;
+    let dst = resolve_remote(fab, r, rkey, raddr, len, access::REMOTE_WRITE).ok()?;
     // Last, the one change that can still fail: taking a receive WQE.
     let recv = if with_imm {
         Some(take_recv(fab, r).ok()?)
