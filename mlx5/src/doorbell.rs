@@ -10,6 +10,7 @@
 
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use crate::barrier;
 use crate::prm::SEND_WQE_BB;
@@ -24,6 +25,13 @@ pub trait DeviceNotify: Send + Sync {
     fn rq_doorbell(&self, qn: u32);
     /// CQ `cqn` was polled and had nothing: a chance for the device to progress.
     fn cq_idle(&self, cqn: u32);
+    /// A word the device keeps nonzero while [`cq_idle`](Self::cq_idle) may
+    /// have work to do; software reads it first, so an empty poll costs one
+    /// load while the device has nothing pending. `None`: call `cq_idle` on
+    /// every empty poll.
+    fn idle_work(&self) -> Option<Arc<AtomicU32>> {
+        None
+    }
 }
 
 /// Stores a 32-bit value big-endian into a doorbell-record word with release

@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::Completion;
@@ -98,10 +98,17 @@ pub struct CqRing {
     cqe_off: usize,
     dbrec: NonNull<u8>,
     zip: Compression,
+    /// The byte whose value says who owns a CQE, and its bits that count:
+    /// with enhanced compression the signature (all of it equals the pass
+    /// count), else op_own's owner bit.
+    own_off: usize,
+    own_mask: u8,
     unzip: Box<Unzip>,
     cqn: u32,
     expanded: u64,
     notify: Option<Arc<dyn DeviceNotify>>,
+    /// The device's [`DeviceNotify::idle_work`] word.
+    idle_work: Option<Arc<AtomicU32>>,
     _keepalive: Option<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -150,6 +157,16 @@ impl CqRing {
             cqe_off: mem.cqe_size - 64,
             dbrec: mem.dbrec,
             zip,
+            own_off: if zip == Compression::Enhanced {
+                Cqe64::<()>::SIGNATURE_OFFSET
+            } else {
+                Cqe64::<()>::OP_OWN_OFFSET
+            },
+            own_mask: if zip == Compression::Enhanced {
+                0xff
+            } else {
+                op_own::OWNER_MASK
+            },
             unzip: Box::new(Unzip {
                 out: Line([0; 64]),
                 title: Line([0; 64]),
@@ -163,6 +180,7 @@ impl CqRing {
             }),
             cqn: mem.cqn,
             expanded: 0,
+            idle_work: mem.notify.as_ref().and_then(|n| n.idle_work()),
             notify: mem.notify,
             _keepalive: mem.keepalive,
         };
@@ -226,55 +244,59 @@ impl CqRing {
 
     #[inline(always)]
     fn sw_owned(&self, n: u32) -> bool {
-        let p = self.cqe_ptr(n);
-        match self.zip {
-            Compression::Enhanced => {
-                // SAFETY: byte 62 of a CQE in the buffer; read atomically because
-                // the NIC writes it.
-                let sig = unsafe {
-                    (*(p.add(Cqe64::<()>::SIGNATURE_OFFSET) as *const AtomicU8))
-                        .load(Ordering::Relaxed)
-                };
-                sig == self.pass(n) as u8
-            }
-            _ => {
-                // SAFETY: byte 63 of a CQE in the buffer, as above.
-                let o = unsafe {
-                    (*(p.add(Cqe64::<()>::OP_OWN_OFFSET) as *const AtomicU8))
-                        .load(Ordering::Relaxed)
-                };
-                (o ^ self.pass(n) as u8) & op_own::OWNER_MASK == 0
-            }
-        }
+        // SAFETY: the validity byte of a CQE in the buffer (the signature with
+        // enhanced compression, else op_own); read atomically because the NIC
+        // writes it.
+        let b = unsafe {
+            (*(self.cqe_ptr(n).add(self.own_off) as *const AtomicU8)).load(Ordering::Relaxed)
+        };
+        (b ^ self.pass(n) as u8) & self.own_mask == 0
     }
 
     /// Polls one completion. Returns `None` when the next CQE still belongs to
     /// the NIC. Does not write the consumer-index doorbell record; call
     /// [`update_ci`](Self::update_ci) after a batch (or use [`poll`](Self::poll)).
-    #[inline]
+    #[inline(always)]
     pub fn poll_one(&mut self) -> Option<Completion<'_>> {
-        if self.unzip.left != 0 {
-            return Some(self.next_unzipped());
+        // An empty CQ costs the owner byte's load (and, on the software
+        // device, one more load while it has nothing pending).
+        if self.unzip.left == 0 && !self.sw_owned(self.ci) && !self.idle() {
+            return None;
         }
-        let ci = self.ci;
-        if !self.sw_owned(ci) {
-            match &self.notify {
-                Some(n) => {
-                    n.cq_idle(self.cqn);
-                    if !self.sw_owned(ci) {
-                        return None;
-                    }
-                }
-                None => return None,
+        Some(self.take_one())
+    }
+
+    /// The CQ was empty: lets the device progress (the software device's
+    /// stalled work); true when the next CQE is software-owned now.
+    #[inline]
+    fn idle(&self) -> bool {
+        let Some(n) = &self.notify else {
+            return false;
+        };
+        if let Some(w) = &self.idle_work {
+            if w.load(Ordering::Relaxed) == 0 {
+                return false;
             }
         }
+        n.cq_idle(self.cqn);
+        self.sw_owned(self.ci)
+    }
+
+    /// Takes the next completion, known to be there (a software-owned CQE or
+    /// an unzipped mini CQE).
+    #[inline]
+    fn take_one(&mut self) -> Completion<'_> {
+        if self.unzip.left != 0 {
+            return self.next_unzipped();
+        }
+        let ci = self.ci;
         barrier::from_device();
         let cqe = self.cqe_ptr(ci);
         // SAFETY: the CQE is software-owned now; the NIC will not write it until
         // the consumer index passes it.
         let oo = unsafe { *cqe.add(Cqe64::<()>::OP_OWN_OFFSET) };
         if oo & op_own::FORMAT_MASK == op_own::FORMAT_MASK {
-            return Some(self.start_unzip(ci, cqe));
+            return self.start_unzip(ci, cqe);
         }
         self.ci = ci.wrapping_add(1);
         self.unzip.title_valid = false;
@@ -294,7 +316,7 @@ impl CqRing {
             }
             _ => &[],
         };
-        Some(Completion::new(bytes, scatter))
+        Completion::new(bytes, scatter)
     }
 
     /// Polls up to `max` completions, calling `f` for each, then writes the

@@ -14,7 +14,7 @@
 //! calls.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -143,7 +143,9 @@ pub struct Nic {
     mode: ExecMode,
     origin: Instant,
     stalled: Mutex<Vec<u32>>,
-    n_stalled: AtomicUsize,
+    /// Stalled QPs in inline mode (always 1 in deferred mode, where every idle
+    /// poll steps the scheduler); CQ rings read it before calling `cq_idle`.
+    n_stalled: Arc<AtomicU32>,
     deferred: Option<Mutex<Deferred>>,
     timing: AtomicBool,
     busy_ns: AtomicU64,
@@ -177,7 +179,7 @@ impl Nic {
             mode,
             origin: Instant::now(),
             stalled: Mutex::new(Vec::new()),
-            n_stalled: AtomicUsize::new(0),
+            n_stalled: Arc::new(AtomicU32::new(u32::from(mode != ExecMode::Inline))),
             deferred,
             timing: AtomicBool::new(false),
             busy_ns: AtomicU64::new(0),
@@ -237,7 +239,7 @@ impl Nic {
         for qpn in list {
             self.run_inline(qpn);
         }
-        self.n_stalled.load(Ordering::Relaxed)
+        self.n_stalled.load(Ordering::Relaxed) as usize
     }
 
     /// Takes up to `budget` scheduler steps; returns the QPs still pending.
@@ -333,6 +335,9 @@ impl DeviceNotify for Nic {
         if self.deferred.is_none() {
             self.progress_inline();
         }
+    }
+    fn idle_work(&self) -> Option<Arc<AtomicU32>> {
+        Some(self.n_stalled.clone())
     }
     fn cq_idle(&self, _cqn: u32) {
         match &self.deferred {
