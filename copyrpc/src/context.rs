@@ -229,6 +229,7 @@ impl ContextBuilder {
             _srq_h: srq_h,
             srq_posted: posted,
             srq_cap: posted,
+            srq_low: posted * 2 / 3,
             eps: Vec::with_capacity(n),
             free_slots: Vec::new(),
             by_qpn: FastMap::new(),
@@ -260,6 +261,8 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     _srq_h: SrqHandle,
     srq_posted: u32,
     srq_cap: u32,
+    /// Below this many posted receives the SRQ is refilled (2/3 of the cap).
+    srq_low: u32,
     eps: Vec<Option<Ep<U, T>>>,
     /// Slots of removed endpoints, with the generation their next endpoint gets.
     free_slots: Vec<(u32, u32)>,
@@ -613,11 +616,17 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             } = self;
             n += T::poll_recv(recv_cq, 256, |c| {
                 let idx = by_qpn.get(c.qpn()).copied();
+                let e = idx.and_then(|i| eps[i as usize].as_mut());
+                // The batch's lines were written by the peer's NIC (in the
+                // software device: another core); they are on their way while
+                // the receive WQE is retired.
+                if let Some(e) = &e {
+                    e.prefetch_batch(u64::from(c.byte_len()));
+                }
                 if T::srq_take(srq, c) {
                     *srq_posted -= 1;
                 }
-                let Some(i) = idx else { return };
-                let Some(e) = eps[i as usize].as_mut() else {
+                let (Some(i), Some(e)) = (idx, e) else {
                     return;
                 };
                 if let Some(code) = c.error() {
@@ -639,7 +648,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             });
         }
         // Keep the SRQ above 2/3 full.
-        if self.srq_posted < self.srq_cap * 2 / 3 {
+        if self.srq_posted < self.srq_low {
             while self.srq_posted < self.srq_cap && T::srq_post(&mut self.srq) {
                 self.srq_posted += 1;
             }
@@ -851,9 +860,6 @@ fn close<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
 
 /// Processes one received batch of `delta` bytes (from the CQE byte count):
 /// validates every byte of it and delivers its messages.
-/// How much of a received batch is prefetched before it is parsed.
-const PREFETCH_BYTES: u64 = 4096;
-
 fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     e: &mut Ep<U, T>,
     idx: u32,
@@ -872,13 +878,6 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     }
     if pos + delta - e.last_recv_pos > e.recv_size {
         return Err("batch overruns unconsumed data");
-    }
-    // The batch's lines were written by the peer's NIC (in the software
-    // device: another core): ask for the first few KiB at once rather than
-    // missing on each message header in turn.
-    let body = e.recv_slice(pos, delta.min(PREFETCH_BYTES));
-    for line in (0..body.len()).step_by(64) {
-        mlx5::barrier::prefetch(body[line..].as_ptr());
     }
     let meta =
         FlowMetadata::new_checked(e.recv_slice(pos, FLOW_METADATA_SIZE)).ok_or("short batch")?;

@@ -148,9 +148,7 @@ fn mpi_bench_on<T: Transport>(
         if r.is_ok() {
             *c2.borrow_mut() += 1;
             if t0 != 0 {
-                let _ = h2
-                    .borrow_mut()
-                    .record(clock.ns().saturating_sub(t0).max(1));
+                let _ = h2.borrow_mut().record(clock.ns().saturating_sub(t0).max(1));
             }
         }
     };
