@@ -429,21 +429,22 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             gid: remote.gid,
             psn: remote.psn,
         };
-        e.qp.to_init()?;
-        e.qp.to_rtr(&RtrAttr {
-            remote: peer,
-            access: access::REMOTE_WRITE | access::REMOTE_READ,
-            min_rnr_timer: 1,
-            max_dest_rd_atomic: 4,
-        })?;
         // A silent peer must end in RETRY_EXC_ERR on every implementation:
         // kernel soft-RoCE retries forever at retry_cnt 7 (the IB spec gives
         // 7 that meaning only for rnr_retry). Seven tries of a 67 ms ACK
         // timeout: a dead peer is seen in about half a second.
-        e.qp.to_rts(&RtsAttr {
-            retry_cnt: TRANSPORT_RETRIES,
-            ..RtsAttr::default()
-        })?;
+        e.qp.connect(
+            &RtrAttr {
+                remote: peer,
+                access: access::REMOTE_WRITE | access::REMOTE_READ,
+                min_rnr_timer: 1,
+                max_dest_rd_atomic: 4,
+            },
+            &RtsAttr {
+                retry_cnt: TRANSPORT_RETRIES,
+                ..RtsAttr::default()
+            },
+        )?;
         e.remote = Some(Remote {
             ring_addr: remote.ring_addr,
             ring_rkey: remote.ring_rkey,

@@ -134,15 +134,16 @@ fn endpoint(fabric: &str, dev: &str, ch: &mut dyn Chan, size: usize) -> Ep {
         gid: [0; 16],
         psn: 0,
     };
-    qp.to_init().unwrap();
-    qp.to_rtr(&RtrAttr {
-        remote,
-        access: access::REMOTE_WRITE,
-        min_rnr_timer: 1,
-        max_dest_rd_atomic: 0,
-    })
+    qp.connect(
+        &RtrAttr {
+            remote,
+            access: access::REMOTE_WRITE,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 0,
+        },
+        &RtsAttr::default(),
+    )
     .unwrap();
-    qp.to_rts(&RtsAttr::default()).unwrap();
     let sq = qp
         .send_queue(SqConfig {
             signal_interval: 64,
@@ -518,15 +519,16 @@ fn nic_only(n: u64) {
     let qa = a.create_qp(&pa, &acq, &acq, None, &caps).unwrap();
     let qb = b.create_qp(&pb, &bcq, &bcq, None, &caps).unwrap();
     for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
-        x.to_init().unwrap();
-        x.to_rtr(&RtrAttr {
-            remote: y.conn_info(),
-            access: acc,
-            min_rnr_timer: 1,
-            max_dest_rd_atomic: 0,
-        })
+        x.connect(
+            &RtrAttr {
+                remote: y.conn_info(),
+                access: acc,
+                min_rnr_timer: 1,
+                max_dest_rd_atomic: 0,
+            },
+            &RtsAttr::default(),
+        )
         .unwrap();
-        x.to_rts(&RtsAttr::default()).unwrap();
     }
     let mut sq = qa
         .send_queue::<OrderedSparse<()>>(SqConfig {

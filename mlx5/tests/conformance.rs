@@ -273,15 +273,16 @@ impl End {
 
 fn connect_with(a: &End, b: &End, rts: RtsAttr, access_bits: u32) {
     for (x, y) in [(a, b), (b, a)] {
-        x.qp.to_init().unwrap();
-        x.qp.to_rtr(&RtrAttr {
-            remote: y.qp.conn_info(),
-            access: access_bits,
-            min_rnr_timer: 1,
-            max_dest_rd_atomic: 4,
-        })
+        x.qp.connect(
+            &RtrAttr {
+                remote: y.qp.conn_info(),
+                access: access_bits,
+                min_rnr_timer: 1,
+                max_dest_rd_atomic: 4,
+            },
+            &rts,
+        )
         .unwrap();
-        x.qp.to_rts(&rts).unwrap();
     }
 }
 
@@ -461,15 +462,16 @@ fn one_srq_shared_by_many_qps(f: &TestFabric) {
             .create_qp(&cpd, &c_cq, &c_cq, None, &QpCaps::default())
             .unwrap();
         for (x, y, acc) in [(&sq_, &cq_, access::REMOTE_WRITE), (&cq_, &sq_, 0)] {
-            x.to_init().unwrap();
-            x.to_rtr(&RtrAttr {
-                remote: y.conn_info(),
-                access: acc,
-                min_rnr_timer: 1,
-                max_dest_rd_atomic: 0,
-            })
+            x.connect(
+                &RtrAttr {
+                    remote: y.conn_info(),
+                    access: acc,
+                    min_rnr_timer: 1,
+                    max_dest_rd_atomic: 0,
+                },
+                &RtsAttr::default(),
+            )
             .unwrap();
-            x.to_rts(&RtsAttr::default()).unwrap();
         }
         let sqq = cq_
             .send_queue::<OrderedDense<()>>(SqConfig::default())
@@ -561,15 +563,16 @@ fn a_thousand_qps_on_one_cq(f: &TestFabric) {
             )
             .unwrap();
         for (p, q, acc) in [(&x, &y, 0), (&y, &x, access::REMOTE_WRITE)] {
-            p.to_init().unwrap();
-            p.to_rtr(&RtrAttr {
-                remote: q.conn_info(),
-                access: acc,
-                min_rnr_timer: 1,
-                max_dest_rd_atomic: 0,
-            })
+            p.connect(
+                &RtrAttr {
+                    remote: q.conn_info(),
+                    access: acc,
+                    min_rnr_timer: 1,
+                    max_dest_rd_atomic: 0,
+                },
+                &RtsAttr::default(),
+            )
             .unwrap();
-            p.to_rts(&RtsAttr::default()).unwrap();
         }
         cq.register(y.qpn(), (i, 0u32));
         senders.push((
@@ -804,15 +807,16 @@ fn cq_overrun_is_detected_not_overwritten(f: &TestFabric) {
         .create_qp(&pd, &other, &other, None, &QpCaps::default())
         .unwrap();
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.to_init().unwrap();
-        x.to_rtr(&RtrAttr {
-            remote: y.conn_info(),
-            access: 0,
-            min_rnr_timer: 1,
-            max_dest_rd_atomic: 0,
-        })
+        x.connect(
+            &RtrAttr {
+                remote: y.conn_info(),
+                access: 0,
+                min_rnr_timer: 1,
+                max_dest_rd_atomic: 0,
+            },
+            &RtsAttr::default(),
+        )
         .unwrap();
-        x.to_rts(&RtsAttr::default()).unwrap();
     }
     let mut sq = a
         .send_queue::<OrderedDense<u32>>(SqConfig {

@@ -16,6 +16,16 @@ use ycsb_driver::properties::Properties;
 use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions, Target};
 use ycsb_driver::workload::CoreWorkload;
 
+/// The core workloads, A to F.
+const WORKLOADS: [&str; 6] = [
+    "workloada",
+    "workloadb",
+    "workloadc",
+    "workloadd",
+    "workloade",
+    "workloadf",
+];
+
 fn server(fabric: &str, workers: u16) -> Server {
     Server::start(Config {
         listen: "127.0.0.1:0".parse().unwrap(),
@@ -41,14 +51,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
         device: "sim0".into(),
         fabric: Some(fabric.clone()),
     };
-    for w in [
-        "workloada",
-        "workloadb",
-        "workloadc",
-        "workloadd",
-        "workloade",
-        "workloadf",
-    ] {
+    for w in WORKLOADS {
         let mut p = Properties::parse(&workload(w));
         p.set("recordcount", "300");
         p.set("operationcount", "1500");
@@ -131,14 +134,7 @@ fn workloads_a_to_f_with_the_driver_binary_as_a_second_process() {
         );
         String::from_utf8(out.stdout).unwrap()
     };
-    for w in [
-        "workloada",
-        "workloadb",
-        "workloadc",
-        "workloadd",
-        "workloade",
-        "workloadf",
-    ] {
+    for w in WORKLOADS {
         // Each workload loads its records again (the same values), and every
         // read checks them.
         let load = drive("load", w);

@@ -500,6 +500,14 @@ impl Qp {
         }
     }
 
+    /// RESET → INIT → RTR → RTS: connects to `rtr.remote` and makes the QP
+    /// ready to send (the usual bring-up in one call).
+    pub fn connect(&self, rtr: &RtrAttr, rts: &RtsAttr) -> Result<(), DeviceError> {
+        self.to_init()?;
+        self.to_rtr(rtr)?;
+        self.to_rts(rts)
+    }
+
     /// Any state → ERR: every outstanding WQE completes with WR_FLUSH_ERR.
     pub fn to_err(&self) -> Result<(), DeviceError> {
         match self {

@@ -178,15 +178,16 @@ mod tests {
                 .create_qp(&pb, &bcq, &bcq, with_srq.then_some(&srq), &caps)
                 .unwrap();
             for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
-                x.to_init().unwrap();
-                x.to_rtr(&RtrAttr {
-                    remote: y.conn_info(),
-                    access: acc,
-                    min_rnr_timer: 1,
-                    max_dest_rd_atomic: 0,
-                })
+                x.connect(
+                    &RtrAttr {
+                        remote: y.conn_info(),
+                        access: acc,
+                        min_rnr_timer: 1,
+                        max_dest_rd_atomic: 0,
+                    },
+                    &RtsAttr::default(),
+                )
                 .unwrap();
-                x.to_rts(&RtsAttr::default()).unwrap();
             }
             pairs.push((qa, qb));
         }
