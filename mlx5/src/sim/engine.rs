@@ -187,6 +187,22 @@ impl SgList {
     }
 }
 
+/// Largest write whose cache lines the device demotes after writing them.
+const DEMOTE_MAX: usize = 256;
+
+/// Moves what the device just wrote towards the shared cache, as DDIO places
+/// DMA writes, so that a poller on another core finds the lines there instead of
+/// snooping them out of this one. Only for short writes: `cldemote` costs about
+/// 18 ns a line on the machine this was measured on (a 4 KiB copy: 135 ns, its
+/// 64 demotes: 1 µs), while the lines a receiver waits on are a message's first few; a long
+/// payload the receiver streams in behind the hardware prefetcher.
+#[inline(always)]
+pub(super) fn demote_written(p: *const u8, len: usize) {
+    if len <= DEMOTE_MAX {
+        crate::barrier::demote_range(p, len);
+    }
+}
+
 /// Copies `len` bytes from a gather list into a scatter list.
 ///
 /// # Safety
@@ -201,8 +217,7 @@ unsafe fn sg_copy(src: &SgList, dst: &SgList, len: u64) {
         let n = (s.len - so).min(d.len - doff).min(left);
         // SAFETY: within both entries (caller contract).
         unsafe { std::ptr::copy(s.ptr.add(so as usize), d.ptr.add(doff as usize), n as usize) };
-        // Into the shared cache, as DDIO places DMA writes.
-        crate::barrier::demote_range(d.ptr.wrapping_add(doff as usize), n as usize);
+        demote_written(d.ptr.wrapping_add(doff as usize), n as usize);
         so += n;
         doff += n;
         left -= n;

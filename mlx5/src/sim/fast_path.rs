@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 
 use super::cqe_out::{self, FlushReport};
 use super::engine::{
-    connected_peer, peer_check_due, recv_cqe, resolve, resolve_remote, take_recv, Clock, Qp,
-    MAX_MSG,
+    connected_peer, demote_written, peer_check_due, recv_cqe, resolve, resolve_remote, take_recv,
+    Clock, Qp, MAX_MSG,
 };
 use super::fabric::Fabric;
 use super::sched;
@@ -95,8 +95,7 @@ pub(super) fn write(
     // SAFETY: both ranges were resolved against live regions of `len` bytes
     // (they may overlap: a WRITE may target its own source).
     unsafe { std::ptr::copy(src, dst, len as usize) };
-    // Into the shared cache, as DDIO places DMA writes.
-    crate::barrier::demote_range(dst, len as usize);
+    demote_written(dst, len as usize);
     if let Some(rv) = recv {
         let cqe = recv_cqe(r, &rv, CqeOpcode::RespWrImm, len as u32, imm, qp.qpn);
         // A responder CQ that overruns goes to error on its own; the
