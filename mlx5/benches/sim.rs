@@ -3,7 +3,8 @@
 //! posting loop on plain memory versus through the simulated NIC (inline), with
 //! the simulator's own work separated out.
 //!
-//! `cargo bench -p mlx5 --bench sim` (`-- --quick` for a short run). Compare with
+//! `cargo bench -p mlx5 --bench sim` (`-- --quick` for a short run; `-- --lat-only`
+//! for the process-to-process 32 B ping-pong alone). Compare with
 //! `ucx_perftest` over shared memory (`UCX_TLS=posix,self`) run the same way.
 
 use std::hint::black_box;
@@ -211,6 +212,12 @@ impl Ep {
     }
     /// Polls received messages; reposts their receives. Returns (count, last imm).
     fn recv(&mut self) -> (u64, u32) {
+        let (n, last) = self.poll_recv();
+        self.repost(n);
+        (n, last)
+    }
+    /// Polls received messages without reposting their receives.
+    fn poll_recv(&mut self) -> (u64, u32) {
         let mut n = 0;
         let mut last = 0;
         let rq = &mut self.rq;
@@ -219,11 +226,14 @@ impl Ep {
             last = c.imm();
             n += 1;
         });
+        (n, last)
+    }
+    /// Reposts `n` receives.
+    fn repost(&mut self, n: u64) {
         for _ in 0..n {
             self.rq.post(&[], ()).unwrap();
         }
         self.rq.ring_doorbell();
-        (n, last)
     }
 }
 
@@ -268,17 +278,23 @@ fn rate_receiver(ep: &mut Ep, n: u64) {
     }
 }
 
-/// Ping-pong: returns half round-trip times in ns.
+/// Ping-pong: returns half round-trip times in ns. As ucx_perftest does, the
+/// clock is read once per iteration and a sample is the whole iteration (send,
+/// wait for the answer, repost the receive), so no clock call of its own lies
+/// inside the round trip.
 fn lat_pinger(ep: &mut Ep, size: usize, n: usize) -> Vec<u64> {
     let mut v = Vec::with_capacity(n);
+    let mut last = Instant::now();
     for i in 0..n + 1000 {
         let t = Instant::now();
+        if i > 1000 {
+            v.push(t.duration_since(last).as_nanos() as u64 / 2);
+        }
+        last = t;
         ep.send(size, 0, i as u32);
         ep.sq.ring_doorbell();
-        while ep.recv().0 == 0 {}
-        if i >= 1000 {
-            v.push(t.elapsed().as_nanos() as u64 / 2);
-        }
+        while ep.poll_recv().0 == 0 {}
+        ep.repost(1);
         ep.retire_sends();
     }
     v
@@ -286,9 +302,10 @@ fn lat_pinger(ep: &mut Ep, size: usize, n: usize) -> Vec<u64> {
 
 fn lat_ponger(ep: &mut Ep, size: usize, n: usize) {
     for i in 0..n + 1000 {
-        while ep.recv().0 == 0 {}
+        while ep.poll_recv().0 == 0 {}
         ep.send(size, 0, i as u32);
         ep.sq.ring_doorbell();
+        ep.repost(1);
         ep.retire_sends();
     }
 }
@@ -595,6 +612,15 @@ fn main() {
         return;
     }
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--lat-only") {
+        // The device's own round trip, for scripts that set it beside an RPC's.
+        let n = if quick { 5_000 } else { 200_000 };
+        println!(
+            "lat   process-to-process     32 B  {}",
+            measure("lat", 32, n, true)
+        );
+        return;
+    }
     let (rate_n, lat_n, loop_n) = if quick {
         (100_000, 5_000, 100_000)
     } else {
