@@ -536,16 +536,8 @@ fn nic_only(n: u64) {
     let qa = a.create_qp(&pa, &acq, &acq, None, &caps).unwrap();
     let qb = b.create_qp(&pb, &bcq, &bcq, None, &caps).unwrap();
     for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
-        x.connect(
-            &RtrAttr {
-                remote: y.conn_info(),
-                access: acc,
-                min_rnr_timer: 1,
-                max_dest_rd_atomic: 0,
-            },
-            &RtsAttr::default(),
-        )
-        .unwrap();
+        x.connect(&RtrAttr::new(y.conn_info(), acc), &RtsAttr::default())
+            .unwrap();
     }
     let mut sq = qa
         .send_queue::<OrderedSparse<()>>(SqConfig {

@@ -462,16 +462,8 @@ fn one_srq_shared_by_many_qps(f: &TestFabric) {
             .create_qp(&cpd, &c_cq, &c_cq, None, &QpCaps::default())
             .unwrap();
         for (x, y, acc) in [(&sq_, &cq_, access::REMOTE_WRITE), (&cq_, &sq_, 0)] {
-            x.connect(
-                &RtrAttr {
-                    remote: y.conn_info(),
-                    access: acc,
-                    min_rnr_timer: 1,
-                    max_dest_rd_atomic: 0,
-                },
-                &RtsAttr::default(),
-            )
-            .unwrap();
+            x.connect(&RtrAttr::new(y.conn_info(), acc), &RtsAttr::default())
+                .unwrap();
         }
         let sqq = cq_
             .send_queue::<OrderedDense<()>>(SqConfig::default())
@@ -563,16 +555,8 @@ fn a_thousand_qps_on_one_cq(f: &TestFabric) {
             )
             .unwrap();
         for (p, q, acc) in [(&x, &y, 0), (&y, &x, access::REMOTE_WRITE)] {
-            p.connect(
-                &RtrAttr {
-                    remote: q.conn_info(),
-                    access: acc,
-                    min_rnr_timer: 1,
-                    max_dest_rd_atomic: 0,
-                },
-                &RtsAttr::default(),
-            )
-            .unwrap();
+            p.connect(&RtrAttr::new(q.conn_info(), acc), &RtsAttr::default())
+                .unwrap();
         }
         cq.register(y.qpn(), (i, 0u32));
         senders.push((
@@ -807,16 +791,8 @@ fn cq_overrun_is_detected_not_overwritten(f: &TestFabric) {
         .create_qp(&pd, &other, &other, None, &QpCaps::default())
         .unwrap();
     for (x, y) in [(&a, &b), (&b, &a)] {
-        x.connect(
-            &RtrAttr {
-                remote: y.conn_info(),
-                access: 0,
-                min_rnr_timer: 1,
-                max_dest_rd_atomic: 0,
-            },
-            &RtsAttr::default(),
-        )
-        .unwrap();
+        x.connect(&RtrAttr::new(y.conn_info(), 0), &RtsAttr::default())
+            .unwrap();
     }
     let mut sq = a
         .send_queue::<OrderedDense<u32>>(SqConfig {

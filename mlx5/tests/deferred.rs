@@ -66,13 +66,7 @@ fn world(tag: &str, mode: ExecMode, n: usize, rts: RtsAttr) -> World {
             .unwrap();
         for (p, q, acc) in [(&x, &y, 0), (&y, &x, access::REMOTE_WRITE)] {
             p.to_init().unwrap();
-            p.to_rtr(&RtrAttr {
-                remote: q.conn_info(),
-                access: acc,
-                min_rnr_timer: 1,
-                max_dest_rd_atomic: 0,
-            })
-            .unwrap();
+            p.to_rtr(&RtrAttr::new(q.conn_info(), acc)).unwrap();
             p.to_rts(&rts).unwrap();
         }
         let sq = x

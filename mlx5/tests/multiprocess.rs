@@ -46,13 +46,8 @@ fn parse_info(l: &str) -> (ConnInfo, u64, u32) {
 /// RESET -> INIT -> RTR (accepting RDMA WRITE) -> RTS.
 fn connect(qp: &mlx5::device::Qp, peer: ConnInfo, rts: RtsAttr) {
     qp.to_init().unwrap();
-    qp.to_rtr(&RtrAttr {
-        remote: peer,
-        access: access::REMOTE_WRITE,
-        min_rnr_timer: 1,
-        max_dest_rd_atomic: 0,
-    })
-    .unwrap();
+    qp.to_rtr(&RtrAttr::new(peer, access::REMOTE_WRITE))
+        .unwrap();
     qp.to_rts(&rts).unwrap();
 }
 
@@ -328,13 +323,7 @@ fn a_peer_process_that_dies() {
     )
     .unwrap();
     qp.to_init().unwrap();
-    qp.to_rtr(&RtrAttr {
-        remote: peer,
-        access: 0,
-        min_rnr_timer: 1,
-        max_dest_rd_atomic: 0,
-    })
-    .unwrap();
+    qp.to_rtr(&RtrAttr::new(peer, 0)).unwrap();
     qp.to_rts(&RtsAttr {
         timeout: 1,
         retry_cnt: 2,

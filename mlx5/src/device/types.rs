@@ -102,6 +102,19 @@ pub struct RtrAttr {
     pub max_dest_rd_atomic: u8,
 }
 
+impl RtrAttr {
+    /// RTR towards `remote`, accepting the remote operations in `access`; an
+    /// RNR NAK asks peers to wait 0.01 ms; no incoming READs or atomics.
+    pub fn new(remote: ConnInfo, access: u32) -> Self {
+        RtrAttr {
+            remote,
+            access,
+            min_rnr_timer: 1,
+            max_dest_rd_atomic: 0,
+        }
+    }
+}
+
 /// Attributes for RTR → RTS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsAttr {

@@ -177,16 +177,8 @@ mod tests {
                 .create_qp(&pb, &bcq, &bcq, with_srq.then_some(&srq), &caps)
                 .unwrap();
             for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
-                x.connect(
-                    &RtrAttr {
-                        remote: y.conn_info(),
-                        access: acc,
-                        min_rnr_timer: 1,
-                        max_dest_rd_atomic: 0,
-                    },
-                    &RtsAttr::default(),
-                )
-                .unwrap();
+                x.connect(&RtrAttr::new(y.conn_info(), acc), &RtsAttr::default())
+                    .unwrap();
             }
             pairs.push((qa, qb));
         }
