@@ -78,7 +78,7 @@ fn max_payload(allowance: u64) -> usize {
     (allowance.saturating_sub(FLOW_METADATA_SIZE) as usize).saturating_sub(HEADER_SIZE)
 }
 
-/// Flow-control state of an endpoint (seed 000's quantities).
+/// Flow-control state of an endpoint (the quantities of docs/protocol.md, "Flow control").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowState {
     /// Bytes written towards the peer's ring and not known consumed.
@@ -119,7 +119,7 @@ impl Default for ContextBuilder {
 }
 
 impl ContextBuilder {
-    /// Defaults of seed 000: 1 MiB rings, SRQ of 1024, CQ of 4096, SQ of 256.
+    /// Defaults (docs/protocol.md): 1 MiB rings, SRQ of 1024, CQ of 4096, SQ of 256.
     pub fn new() -> Self {
         Self {
             ring_size: 1 << 20,

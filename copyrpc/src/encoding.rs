@@ -1,4 +1,4 @@
-//! The wire format of seed 000: what one RDMA WRITE-with-immediate puts into
+//! The wire format (docs/protocol.md): what one RDMA WRITE-with-immediate puts into
 //! the peer's receive ring. All fields little-endian; all positions and sizes
 //! multiples of [`ALIGNMENT`].
 //!

@@ -1,6 +1,6 @@
 //! One connection's state: the send ring that mirrors the peer's receive ring,
 //! the receive ring the peer writes into, batching, and the flow-control
-//! bookkeeping of seed 000 (`in_flight + 2R <= C`).
+//! bookkeeping of docs/protocol.md (`in_flight + 2R <= C`).
 
 use std::collections::VecDeque;
 
@@ -191,7 +191,7 @@ impl<U, T: Transport> Ep<U, T> {
         }
     }
 
-    /// Credit to grant with the batch being closed (seed 000): bounded by the
+    /// Credit to grant with the batch being closed (docs/protocol.md, "Credit"): bounded by the
     /// invariant and by the reservation policy, aligned down.
     fn take_grant(&mut self) -> u64 {
         let by_invariant =

@@ -1,5 +1,5 @@
 //! copyrpc: RPC over RDMA WRITE-with-immediate into per-connection rings, on
-//! the mlx5 direct data path (seed 000).
+//! the mlx5 direct data path (specified in docs/protocol.md).
 //!
 //! `call()` and `reply()` write messages into a local copy of the peer's
 //! receive ring; `poll()` sends each endpoint's batch with one WRITE_IMM whose

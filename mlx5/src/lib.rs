@@ -17,7 +17,7 @@
 //! - [`rq`]: receive queues (RQ) and shared receive queues (SRQ).
 //! - [`cq`]: completion queue polling (owner bit, compressed CQEs,
 //!   scatter-to-CQE), [`cq::Cq`] with QPN dispatch and [`cq::MonoCq`].
-//! - [`wqe_table`]: per-WQE user data and free-space accounting (seed 002).
+//! - [`wqe_table`]: per-WQE user data and free-space accounting.
 //! - [`fastmap`]: the direct-indexed QPN table.
 //! - [`device`]: opening devices and creating PDs, MRs, CQs, SRQs and QPs;
 //!   [`sim`]: the software mlx5 device behind it.

@@ -1,4 +1,4 @@
-//! WQE tables (seed 002): the per-WQE user data the NIC does not keep, and the
+//! WQE tables: the per-WQE user data the NIC does not keep, and the
 //! free-space accounting of a queue, chosen by type at compile time.
 //!
 //! A CQE names a WQE by its `wqe_counter`; the table of the queue maps that

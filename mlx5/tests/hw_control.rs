@@ -2,13 +2,10 @@
 //! device API: open, PD, MR, CQ, SRQ, two RC QPs connected to each other
 //! through RESET → INIT → RTR → RTS → ERR, and a wrong transition reported with
 //! the verb and errno. Runs where `MLX5_TEST_DEVICE` names a device; here that is
-//! kernel soft-RoCE in a qemu guest:
+//! kernel soft-RoCE in a qemu guest.
 //!
-//! ```text
-//! cargo test -p mlx5 --test hw_control --no-run
-//! ../shared/tools/rxe-guest.sh --share "$PWD/target" -- \
-//!     env MLX5_TEST_DEVICE=rxe0 target/debug/deps/hw_control-<hash> --ignored
-//! ```
+//! `bash scripts/rxe/run-tests.sh` boots that guest and runs this test there
+//! (docs/testing.md).
 
 use mlx5::cq::Compression;
 use mlx5::device::{access, Context, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};

@@ -18,7 +18,7 @@ use crate::prm::{
 pub enum Compression {
     /// Every CQE is a full CQE.
     Off,
-    /// The enhanced layout (what UCX unzips; seed 003): every CQE carries the
+    /// The enhanced layout (what UCX unzips): every CQE carries the
     /// validity iteration count in byte 62; a compressed slot holds up to 7 mini
     /// CQEs, `(op_own >> 4) + 1` of them, and stands for that many consecutive
     /// CQ indices; the title is the last plain CQE before it.

@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn reference_bytes() {
-        // shared/reference/mlx5-formats.md: mlx5dv_set_ctrl_seg(pi=5, WRITE_IMM, 0,
+        // bytes from rdma-core: mlx5dv_set_ctrl_seg(pi=5, WRITE_IMM, 0,
         // 0x1234, CQ_UPDATE, ds=3, 0, imm=0xdeadbeef) on x86-64 (imm stored raw,
         // i.e. our host value 0xefbeadde).
         let mut b = [0u8; 16];
