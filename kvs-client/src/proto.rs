@@ -225,7 +225,7 @@ pub fn write_request(
 }
 
 /// A response, read in place.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 pub struct Response<'a> {
     buf: &'a [u8],
 }

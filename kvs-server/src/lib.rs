@@ -8,7 +8,6 @@
 //! println!("serving on {}", server.addr());
 //! server.wait();
 //! ```
-#![warn(missing_docs)]
 
 pub mod config;
 pub mod handle;

@@ -388,6 +388,7 @@ fn follow(kind: &str, fabric: &str, size: usize, n: u64, ch: &mut dyn Chan) {
 }
 
 /// A hook that does nothing: the price of the mechanism itself.
+#[derive(Debug)]
 struct NoopHook;
 impl mlx5::doorbell::DeviceNotify for NoopHook {
     fn sq_doorbell(&self, _: u32) {}

@@ -18,7 +18,7 @@ use crate::prm::SEND_WQE_BB;
 /// The part of a doorbell that is not a memory write: what the software device
 /// does when software rings, or polls an empty CQ. Hardware backends pass no
 /// hook, and the data path then pays one predictable branch.
-pub trait DeviceNotify: Send + Sync {
+pub trait DeviceNotify: Send + Sync + std::fmt::Debug {
     /// The send doorbell of QP `qpn` was rung.
     fn sq_doorbell(&self, qpn: u32);
     /// New receive WQEs were posted to the RQ or SRQ numbered `qn`.

@@ -47,6 +47,7 @@ pub struct BadRqShape {
 }
 
 /// What a backend hands over for one RQ or SRQ.
+#[derive(Debug)]
 pub struct RqMemory {
     /// Queue buffer: `wqe_cnt * stride` bytes.
     pub buf: NonNull<u8>,
@@ -75,6 +76,7 @@ fn check_sges(sges: &[Sge], max: usize) -> Result<(), RqError> {
     Ok(())
 }
 
+#[derive(Debug)]
 struct Ring {
     buf: NonNull<u8>,
     mask: u16,
@@ -146,6 +148,7 @@ impl Ring {
 
 /// A QP's receive queue. Completions arrive in posting order; as in rdma-core,
 /// the entry retired is the queue's tail, not the CQE's WQE counter.
+#[derive(Debug)]
 pub struct RecvQueue<T = OrderedRecv<u64>> {
     ring: Ring,
     table: T,
@@ -247,6 +250,7 @@ impl<U> SrqTopology for UnorderedRecv<U> {
 }
 
 /// A shared receive queue.
+#[derive(Debug)]
 pub struct Srq<T = OrderedRecv<u64>> {
     ring: Ring,
     table: T,
@@ -273,7 +277,8 @@ impl<T: SrqTopology> Srq<T> {
         let cnt = ring.mask + 1;
         let mask = ring.mask;
         for i in 0..cnt {
-            SrqNextSeg::new_unchecked(&mut ring.wqe(i)[..16]).set(i.wrapping_add(1) & mask);
+            SrqNextSeg::new_unchecked(&mut ring.wqe(i)[..SrqNextSeg::<()>::LEN])
+                .set(i.wrapping_add(1) & mask);
         }
         let max_sge = ring.stride / 16 - 1;
         Ok(Self {
@@ -315,12 +320,13 @@ impl<T: SrqTopology> Srq<T> {
             if idx == self.tail {
                 return Err(RqError::Full);
             }
-            self.head = SrqNextSeg::new_unchecked(&self.ring.wqe(idx)[..16]).next_wqe_index()
+            self.head = SrqNextSeg::new_unchecked(&self.ring.wqe(idx)[..SrqNextSeg::<()>::LEN])
+                .next_wqe_index()
                 & self.ring.mask;
             idx
         };
         let max = self.max_sge;
-        Ring::write_sges(&mut self.ring.wqe(idx)[16..], sges, max);
+        Ring::write_sges(&mut self.ring.wqe(idx)[SrqNextSeg::<()>::LEN..], sges, max);
         self.table.insert(idx, entry);
         self.counter = self.counter.wrapping_add(1);
         self.posted += 1;
@@ -360,7 +366,7 @@ impl<T: SrqTopology> Srq<T> {
         if !T::CYCLIC {
             // rdma-core mlx5_free_srq_wqe: link the freed WQE after the tail.
             let tail = self.tail;
-            SrqNextSeg::new_unchecked(&mut self.ring.wqe(tail)[..16]).set(idx);
+            SrqNextSeg::new_unchecked(&mut self.ring.wqe(tail)[..SrqNextSeg::<()>::LEN]).set(idx);
             self.tail = idx;
         }
         Some(e)

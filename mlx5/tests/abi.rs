@@ -85,9 +85,9 @@ fn every_constant_matches_the_headers() {
     // SAFETY: as above.
     let c: HashMap<String, i64> = unsafe { std::slice::from_raw_parts(p, n) }
         .iter()
-        // SAFETY: static C strings.
         .map(|r| {
             (
+                // SAFETY: static NUL-terminated C strings.
                 unsafe { CStr::from_ptr(r.name) }
                     .to_str()
                     .unwrap()

@@ -10,9 +10,7 @@ fn real_device() -> Option<String> {
 
 #[test]
 fn a_missing_library_is_a_clear_error() {
-    let e = Verbs::load_from("libdoesnotexist.so.1", "libmlx5.so.1")
-        .err()
-        .expect("must fail");
+    let e = Verbs::load_from("libdoesnotexist.so.1", "libmlx5.so.1").expect_err("must fail");
     match &e {
         HwError::LibraryMissing { lib, reason } => {
             assert_eq!(lib, "libdoesnotexist.so.1");

@@ -124,6 +124,7 @@ impl Table {
         let map: HashMap<String, i64> = entries
             .iter()
             .map(|e| {
+                // SAFETY: the names are static NUL-terminated strings.
                 let name = unsafe { CStr::from_ptr(e.name) }
                     .to_str()
                     .unwrap()
@@ -686,6 +687,7 @@ fn op_own_masks_match_cqe_getters() {
         let mut b = [0u8; 64];
         b[63] = v;
         let mut c = [0u64; c64::N];
+        // SAFETY: reads 64 bytes of `b`, writes `c64::N` words of `c`.
         unsafe { oracle_cqe64(b.as_ptr(), c.as_mut_ptr()) };
         assert_eq!(u64::from(v & op_own::OWNER_MASK), c[c64::OWNER], "{v:#x}");
         assert_eq!(u64::from(v & op_own::SE_MASK), c[c64::SE] << 1, "{v:#x}");
@@ -750,6 +752,7 @@ fn ctrl_seg_random_vs_mlx5dv_set_ctrl_seg() {
         // The helper does not write dci_stream_channel_id: start from zero.
         let mut c = [0u8; 16];
         // The helper stores imm raw: hand it the big-endian form.
+        // SAFETY: the C helper writes the 16-byte segment into `c`.
         unsafe {
             oracle_ctrl_seg(
                 c.as_mut_ptr(),
@@ -834,6 +837,7 @@ fn data_seg_random_vs_mlx5dv_set_data_seg() {
         rng.fill(&mut r);
         rng.fill(&mut c);
         DataSeg::new_unchecked(&mut r[..]).set(len, lkey, addr);
+        // SAFETY: the C helper writes only the segment into `c`, which is large enough.
         unsafe { oracle_data_seg(c.as_mut_ptr(), len, lkey, addr) };
         assert_eq!(
             r, c,
@@ -853,6 +857,7 @@ fn raddr_seg_random_vs_c_struct() {
         rng.fill(&mut r);
         rng.fill(&mut c);
         RaddrSeg::new_unchecked(&mut r[..]).set(raddr, rkey);
+        // SAFETY: the C helper writes only the segment into `c`, which is large enough.
         unsafe { oracle_raddr_seg(c.as_mut_ptr(), raddr, rkey) };
         assert_eq!(r, c, "iteration {i}: raddr {raddr:#x} rkey {rkey:#x}");
         let s = RaddrSeg::new_checked(&r[..]).unwrap();
@@ -869,6 +874,7 @@ fn atomic_seg_random_vs_c_struct() {
         rng.fill(&mut r);
         rng.fill(&mut c);
         AtomicSeg::new_unchecked(&mut r[..]).set(swap_add, compare);
+        // SAFETY: the C helper writes only the segment into `c`, which is large enough.
         unsafe { oracle_atomic_seg(c.as_mut_ptr(), swap_add, compare) };
         assert_eq!(
             r, c,
@@ -893,6 +899,7 @@ fn inline_seg_random_vs_c_struct() {
         rng.fill(&mut r);
         rng.fill(&mut c);
         InlineSeg::new_unchecked(&mut r[..]).set_len(len);
+        // SAFETY: the C helper writes only the segment into `c`, which is large enough.
         unsafe { oracle_inline_seg(c.as_mut_ptr(), len) };
         assert_eq!(r, c, "iteration {i}: len {len:#x}");
         let s = InlineSeg::new_checked(&r[..]).unwrap();
@@ -910,6 +917,7 @@ fn srq_next_seg_random_vs_c_struct() {
         rng.fill(&mut r);
         rng.fill(&mut c);
         SrqNextSeg::new_unchecked(&mut r[..]).set(next);
+        // SAFETY: the C helper writes only the segment into `c`, which is large enough.
         unsafe { oracle_srq_next_seg(c.as_mut_ptr(), next) };
         assert_eq!(r, c, "iteration {i}: next {next:#x}");
         assert_eq!(
@@ -925,12 +933,14 @@ fn srq_next_seg_random_vs_c_struct() {
 
 fn c_cqe64(b: &[u8; 64]) -> [u64; c64::N] {
     let mut out = [0u64; c64::N];
+    // SAFETY: reads 64 bytes of `b`, writes `c64::N` words of `out`.
     unsafe { oracle_cqe64(b.as_ptr(), out.as_mut_ptr()) };
     out
 }
 
 fn c_err_cqe(b: &[u8; 64]) -> [u64; cerr::N] {
     let mut out = [0u64; cerr::N];
+    // SAFETY: reads 64 bytes of `b`, writes `cerr::N` words of `out`.
     unsafe { oracle_err_cqe(b.as_ptr(), out.as_mut_ptr()) };
     out
 }
@@ -983,7 +993,9 @@ fn rust_err_cqe(b: &[u8; 64]) -> [u64; cerr::N] {
 
 #[test]
 fn cqe_output_layouts_agree() {
+    // SAFETY: a pure C function without arguments.
     assert_eq!(unsafe { oracle_cqe64_nfields() }, c64::N);
+    // SAFETY: as above.
     assert_eq!(unsafe { oracle_err_cqe_nfields() }, cerr::N);
 }
 

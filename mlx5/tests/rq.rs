@@ -64,6 +64,7 @@ fn rq_posts_sges_with_terminator_and_rings() {
     // SAFETY: db lives.
     assert_eq!(unsafe { load_dbrec(db.as_non_null(), RCV_DBR) }, 0);
     rq.ring_doorbell();
+    // SAFETY: db lives.
     assert_eq!(unsafe { load_dbrec(db.as_non_null(), RCV_DBR) }, 2);
     for i in 2..8 {
         rq.post(&[], i).unwrap();

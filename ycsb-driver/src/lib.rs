@@ -1,6 +1,5 @@
 //! YCSB (Yahoo! Cloud Serving Benchmark) in Rust, drawing the same keys with the
 //! same distributions as the Java reference and printing its text report.
-#![warn(missing_docs)]
 
 pub mod fnv;
 pub mod generator;

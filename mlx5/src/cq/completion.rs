@@ -1,6 +1,6 @@
 //! One completion, as handed to the consumer.
 
-use crate::prm::{Cqe64, CqeFormat, CqeOpcode, ErrCqe};
+use crate::prm::{op_own, Cqe64, CqeFormat, CqeOpcode, ErrCqe};
 
 /// A completion: a view of a 64-byte CQE in CQ memory, or of the CQE expanded
 /// from a mini CQE, plus any data the NIC scattered into the CQE. Valid until
@@ -55,7 +55,7 @@ impl<'a> Completion<'a> {
     /// Raw opcode nibble.
     #[inline(always)]
     pub fn opcode_raw(&self) -> u8 {
-        self.cqe[63] >> 4
+        self.cqe[Cqe64::<()>::OP_OWN_OFFSET] >> op_own::OPCODE_SHIFT
     }
 
     /// Opcode, if known.

@@ -45,6 +45,7 @@ pub enum CqError {
 }
 
 /// What a backend hands over for one CQ (on hardware, `struct mlx5dv_cq`).
+#[derive(Debug)]
 pub struct CqMemory {
     /// CQ buffer: `cqe_cnt * cqe_size` bytes, 64-byte aligned.
     pub buf: NonNull<u8>,

@@ -206,7 +206,7 @@ impl Context {
 }
 
 /// A protection domain.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Pd {
     /// Software device.
     Sim(SimPd),
@@ -230,9 +230,10 @@ impl Pd {
     /// `[addr, addr + len)` must stay valid until the MR is dropped, and the NIC
     /// may write it whenever its access flags allow.
     pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<Mr, DeviceError> {
-        // SAFETY: forwarded.
         Ok(match self {
+            // SAFETY: the caller's guarantee, forwarded unchanged.
             Pd::Sim(p) => Mr::Sim(unsafe { p.reg_mr(addr, len, access) }?),
+            // SAFETY: as above.
             Pd::Hw(p) => Mr::Hw(unsafe { p.reg_mr(addr, len, access) }?),
         })
     }
@@ -322,7 +323,7 @@ impl Mr {
 }
 
 /// A completion queue.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum Cq {
     /// Software device.
     Sim(SimCq),
@@ -368,7 +369,7 @@ fn no_verbs() -> DeviceError {
 }
 
 /// A shared receive queue.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub enum SrqHandle {
     /// Software device.
     Sim(SimSrq),

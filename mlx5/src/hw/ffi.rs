@@ -18,7 +18,7 @@ macro_rules! abi_struct {
     ($(#[$m:meta])* $name:ident { $($field:ident : $ty:ty),* $(,)? }) => {
         $(#[$m])*
         #[repr(C)]
-        #[derive(Clone, Copy)]
+        #[derive(Clone, Copy, Debug)]
         pub struct $name { $(pub $field: $ty),* }
 
         impl $name {
@@ -51,11 +51,13 @@ macro_rules! abi_struct {
 
 /// Opaque `struct ibv_device`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_device {
     _p: [u8; 0],
 }
 /// Opaque `struct ibv_comp_channel`.
 #[repr(C)]
+#[derive(Debug)]
 pub struct ibv_comp_channel {
     _p: [u8; 0],
 }
@@ -372,6 +374,14 @@ abi_struct!(
 pub union ibv_send_wr_wr {
     pub rdma: ibv_rdma_wr,
     pub atomic: ibv_atomic_wr,
+}
+
+impl std::fmt::Debug for ibv_send_wr_wr {
+    /// Which member is live depends on the opcode, which the union does not
+    /// know: only its size is shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ibv_send_wr_wr").finish_non_exhaustive()
+    }
 }
 
 abi_struct!(

@@ -58,6 +58,7 @@ pub enum HwError {
     Taken(&'static str),
 }
 
+#[derive(Debug)]
 struct Lib(*mut c_void);
 // SAFETY: a dlopen handle may be used from any thread.
 unsafe impl Send for Lib {}
@@ -112,6 +113,7 @@ fn dlerror() -> String {
 
 /// The libmlx5 entry points; each field is the `mlx5dv_*` function of that name.
 #[allow(missing_docs)]
+#[derive(Debug)]
 pub struct Mlx5Fns {
     pub is_supported: unsafe extern "C" fn(*mut ibv_device) -> bool,
     pub query_device: unsafe extern "C" fn(*mut ibv_context, *mut mlx5dv_context) -> c_int,
@@ -127,6 +129,7 @@ pub struct Mlx5Fns {
 /// The libibverbs entry points (each field is the `ibv_*` function of that
 /// name; `query_gid_ex` is `_ibv_query_gid_ex`), and libmlx5's when it loads.
 #[allow(missing_docs)]
+#[derive(Debug)]
 pub struct Verbs {
     pub get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
     pub free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),

@@ -53,6 +53,12 @@ pub mod op_own {
     pub const SE_MASK: u8 = 1 << 1;
     /// Format bits (2–3).
     pub const FORMAT_MASK: u8 = 0x0c;
+    /// Format: a compressed block's title CQE (`MLX5_COMPRESSED`, 3, in bits 2–3).
+    pub const FORMAT_COMPRESSED: u8 = 3 << 2;
+    /// The opcode is the high nibble.
+    pub const OPCODE_SHIFT: u32 = 4;
+    /// The opcode nibble in place.
+    pub const OPCODE_MASK: u8 = 0xf0;
     /// Format: data scattered to the CQE, 32 bytes (`MLX5_INLINE_SCATTER_32`).
     pub const INLINE_SCATTER_32: u8 = 0x4;
     /// Format: data scattered to the CQE, 64 bytes (`MLX5_INLINE_SCATTER_64`).

@@ -14,8 +14,15 @@ use super::fabric::{in_segment, Fabric};
 use super::registry::{slot_of, CqEntry, LIVE, MAX_CQS};
 use crate::doorbell::load_dbrec;
 use crate::prm::{
-    Cqe64, CqeOpcode, MiniCqe, CQ_SET_CI, MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
+    op_own, Cqe64, CqeOpcode, MiniCqe, CQ_SET_CI, MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
 };
+
+/// Bytes of a CQE (and of the scatter-to-CQE half before it in 128-byte CQEs).
+const CQE_LEN: usize = Cqe64::<()>::LEN;
+/// Where the validity bytes start: everything before is copied plainly.
+const SIGNATURE: usize = Cqe64::<()>::SIGNATURE_OFFSET;
+/// The owner/opcode byte.
+const OP_OWN: usize = Cqe64::<()>::OP_OWN_OFFSET;
 
 /// A CQE waiting to be written: the 64-byte CQE, and for 128-byte CQEs the
 /// 64 bytes that precede it (scatter-to-CQE data).
@@ -191,17 +198,17 @@ impl CqView<'_> {
         // through `free`); the validity bytes are stored atomically last.
         unsafe {
             if let (Some(d), 128) = (pre, self.size) {
-                std::ptr::copy_nonoverlapping(d.as_ptr(), p.sub(64), 64);
-                crate::barrier::demote(p.sub(64));
+                std::ptr::copy_nonoverlapping(d.as_ptr(), p.sub(CQE_LEN), CQE_LEN);
+                crate::barrier::demote(p.sub(CQE_LEN));
             }
-            std::ptr::copy_nonoverlapping(cqe.as_ptr(), p, 62);
-            let sig = &*(p.add(62) as *const AtomicU8);
-            let oo = &*(p.add(63) as *const AtomicU8);
+            std::ptr::copy_nonoverlapping(cqe.as_ptr(), p, SIGNATURE);
+            let sig = &*(p.add(SIGNATURE) as *const AtomicU8);
+            let oo = &*(p.add(OP_OWN) as *const AtomicU8);
             if self.zip == 1 {
                 oo.store(op_own, Ordering::Relaxed);
                 sig.store(self.pass(n) as u8, Ordering::Release);
             } else {
-                sig.store(cqe[62], Ordering::Relaxed);
+                sig.store(cqe[SIGNATURE], Ordering::Relaxed);
                 oo.store(op_own, Ordering::Release);
             }
             // Into the shared cache, as DDIO places DMA writes.
@@ -321,7 +328,12 @@ fn write_plain_held(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> 
         cq.e.overrun.store(1, Ordering::Release);
         return false;
     }
-    cq.write(pi, cqe, pre, (cqe[63] & 0xfe) | (cq.pass(pi) & 1) as u8);
+    cq.write(
+        pi,
+        cqe,
+        pre,
+        (cqe[OP_OWN] & !op_own::OWNER_MASK) | (cq.pass(pi) & 1) as u8,
+    );
     cq.e.pi.store(pi.wrapping_add(1), Ordering::Release);
     true
 }
@@ -365,7 +377,7 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
 }
 
 fn op_own_of(cq: &CqView<'_>, n: u32, c: &PendingCqe) -> u8 {
-    (c.cqe[63] & 0xfe) | (cq.pass(n) & 1) as u8
+    (c.cqe[OP_OWN] & !op_own::OWNER_MASK) | (cq.pass(n) & 1) as u8
 }
 
 fn write_plain(cq: &CqView<'_>, pi: &mut u32, c: &PendingCqe) -> Option<usize> {
@@ -454,7 +466,9 @@ fn write_basic(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<usiz
     }
     let mut title = first.cqe;
     Cqe64::new_unchecked(&mut title[..]).set_byte_cnt(n as u32);
-    let op_own = (first.cqe[63] & 0xf0) | 0x0c | (cq.pass(t) & 1) as u8;
+    let op_own = (first.cqe[OP_OWN] & op_own::OPCODE_MASK)
+        | op_own::FORMAT_COMPRESSED
+        | (cq.pass(t) & 1) as u8;
     std::sync::atomic::fence(Ordering::Release);
     cq.write(t, &title, None, op_own);
     *pi = pi.wrapping_add(n as u32);

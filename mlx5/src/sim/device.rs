@@ -652,7 +652,7 @@ impl SimSrq {
     }
 }
 
-// SAFETY (for the Any + Send + Sync keepalives): the inner types hold only
+// SAFETY: (for the Any + Send + Sync keepalives) the inner types hold only
 // atomics, Arcs and segments (shared memory handles).
 unsafe impl Send for CqInner {}
 // SAFETY: as above.

@@ -25,7 +25,7 @@ use crate::device::access;
 use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, AtomicSeg, Cqe64, CqeOpcode, CtrlSeg, DataSeg, ErrCqe, InlineSeg, RaddrSeg,
-    SrqNextSeg, Syndrome, WqeOpcode, INLINE_SEG, INVALID_LKEY, RCV_DBR, SND_DBR,
+    SrqNextSeg, Syndrome, WqeOpcode, INVALID_LKEY, RCV_DBR, SND_DBR, WQE_SEG_UNIT,
 };
 
 /// Largest message the simulated port carries (as `max_msg_sz` on ConnectX).
@@ -35,6 +35,7 @@ pub const MAX_MSG: u64 = 1 << 30;
 pub const VENDOR_NOT_SHARED: u8 = 0xe1;
 
 /// The NIC's clock during one run of a send queue.
+#[derive(Debug)]
 pub enum Clock<'a> {
     /// Deferred mode: the scheduler's logical time (ns).
     Logical(u64),
@@ -422,7 +423,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
             })
         } else {
             // SAFETY: the WQE's ds*16 bytes lie inside the SQ (checked above).
-            let body = unsafe { std::slice::from_raw_parts(wqe, usize::from(ds) * 16) };
+            let body = unsafe { std::slice::from_raw_parts(wqe, usize::from(ds) * WQE_SEG_UNIT) };
             let fast = if opcode == WqeOpcode::RdmaWriteImm as u8 {
                 fast_path::write(fab, &qp, body, true, imm, clock)
             } else if opcode == WqeOpcode::RdmaWrite as u8 {
@@ -644,10 +645,12 @@ fn gather(
         vendor,
         remote_err: None,
     };
-    while off + 16 <= body.len() {
-        let w0 = u32::from_be_bytes([body[off], body[off + 1], body[off + 2], body[off + 3]]);
-        if w0 & INLINE_SEG != 0 {
-            let len = (InlineSeg::new_unchecked(&body[off..off + 4]).len()) as usize;
+    const INL: usize = InlineSeg::<()>::LEN;
+    const DATA: usize = DataSeg::<()>::LEN;
+    while off + DATA <= body.len() {
+        let inl = InlineSeg::new_unchecked(&body[off..off + INL]);
+        if inl.is_inline() {
+            let len = inl.len() as usize;
             let total = InlineSeg::wqe_bytes(len);
             if off + total > body.len() || need & access::LOCAL_WRITE != 0 {
                 return Err(Fail::Err {
@@ -657,13 +660,13 @@ fn gather(
                 });
             }
             // The WQE bytes themselves are the source.
-            list.push(body[off + 4..].as_ptr() as *mut u8, len as u64);
+            list.push(body[off + INL..].as_ptr() as *mut u8, len as u64);
             off += total;
             continue;
         }
-        let d = DataSeg::new_unchecked(&body[off..off + 16]);
+        let d = DataSeg::new_unchecked(&body[off..off + DATA]);
         let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
-        off += 16;
+        off += DATA;
         if lkey == INVALID_LKEY && bc == 0 {
             break;
         }
@@ -1028,9 +1031,9 @@ pub(super) fn take_recv(fab: &Fabric, r: &QpEntry) -> Result<Recv, Fail> {
         );
         Ok(Recv {
             idx,
-            // SAFETY: after the 16-byte next segment, inside the WQE.
-            segs: unsafe { wqe.add(16) },
-            seg_bytes: stride - 16,
+            // SAFETY: after the next segment, inside the WQE.
+            segs: unsafe { wqe.add(SrqNextSeg::<()>::LEN) },
+            seg_bytes: stride - SrqNextSeg::<()>::LEN,
             srqn,
         })
     } else {
@@ -1072,9 +1075,11 @@ fn recv_sges(fab: &Fabric, r: &QpEntry, rv: &Recv, dst: &mut SgList) -> Result<u
     let pd = r.pd.load(Ordering::Relaxed);
     let dev = r.dev.load(Ordering::Relaxed);
     let mut off = 0;
-    while off + 16 <= rv.seg_bytes {
+    const DATA: usize = DataSeg::<()>::LEN;
+    while off + DATA <= rv.seg_bytes {
         // SAFETY: inside the receive WQE.
-        let d = DataSeg::new_unchecked(unsafe { std::slice::from_raw_parts(rv.segs.add(off), 16) });
+        let d =
+            DataSeg::new_unchecked(unsafe { std::slice::from_raw_parts(rv.segs.add(off), DATA) });
         let (bc, lkey, addr) = (d.byte_count(), d.lkey(), d.addr());
         if lkey == INVALID_LKEY {
             break;
@@ -1169,7 +1174,9 @@ fn complete_recv(
         if let Some((fmt, data)) = scatter {
             oo |= fmt << 2;
             if fmt == 1 {
-                c.inline32_mut().copy_from_slice(&data[..32]);
+                let dst = c.inline32_mut();
+                let n = dst.len();
+                dst.copy_from_slice(&data[..n]);
             } else {
                 pre = Some(data);
             }

@@ -19,7 +19,7 @@ use super::engine::{
 use super::fabric::Fabric;
 use super::sched;
 use crate::device::access;
-use crate::prm::{CqeOpcode, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
+use crate::prm::{CqeOpcode, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
 
 /// Largest message for which the responder's CQ is locked before the data is
 /// copied (a longer copy would hold other producers of that CQ up).
@@ -37,19 +37,23 @@ pub(super) fn write(
     imm: u32,
     clock: &Clock<'_>,
 ) -> Option<u32> {
-    if body.len() < 48 || sched::fault_armed() || !enabled() {
+    const RADDR: usize = CtrlSeg::<()>::LEN;
+    const GATHER: usize = RADDR + RaddrSeg::<()>::LEN;
+    if body.len() < GATHER + DataSeg::<()>::LEN || sched::fault_armed() || !enabled() {
         return None;
     }
-    let r = RaddrSeg::new_unchecked(&body[16..32]);
+    let r = RaddrSeg::new_unchecked(&body[RADDR..GATHER]);
     let (raddr, rkey) = (r.raddr(), r.rkey());
-    let seg = &body[32..];
+    let seg = &body[GATHER..];
     // The gather entry: exactly one inline segment or one data segment.
-    let (src, len) = if InlineSeg::new_unchecked(&seg[..4]).is_inline() {
-        let n = InlineSeg::new_unchecked(&seg[..4]).len() as usize;
+    const INL: usize = InlineSeg::<()>::LEN;
+    let inl = InlineSeg::new_unchecked(&seg[..INL]);
+    let (src, len) = if inl.is_inline() {
+        let n = inl.len() as usize;
         if InlineSeg::wqe_bytes(n) != seg.len() {
             return None;
         }
-        (seg[4..].as_ptr(), n as u64)
+        (seg[INL..].as_ptr(), n as u64)
     } else {
         if seg.len() != 16 {
             return None;

@@ -9,6 +9,7 @@ use crate::wqe_table::SendTable;
 /// [`post`](Self::post) abandons the WQE: nothing is recorded and the producer
 /// index does not move.
 #[must_use = "a WQE is only queued by post()"]
+#[derive(Debug)]
 pub struct WqeBuilder<'a, T> {
     sq: &'a mut SendQueue<T>,
     start: u16,
@@ -83,9 +84,10 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
     fn put_inline(&mut self, d: &[u8]) {
         let total = InlineSeg::wqe_bytes(d.len());
         let seg = self.sq.seg(self.start, self.off, total);
-        InlineSeg::new_unchecked(&mut seg[..4]).set_len(d.len() as u32);
-        seg[4..4 + d.len()].copy_from_slice(d);
-        seg[4 + d.len()..].fill(0);
+        const INL: usize = InlineSeg::<()>::LEN;
+        InlineSeg::new_unchecked(&mut seg[..INL]).set_len(d.len() as u32);
+        seg[INL..INL + d.len()].copy_from_slice(d);
+        seg[INL + d.len()..].fill(0);
         self.off += total;
     }
 

@@ -104,6 +104,7 @@ pub enum SqError {
 
 /// What a backend hands over for one send queue (on hardware, the `sq`,
 /// `dbrec` and `bf` parts of `struct mlx5dv_qp`).
+#[derive(Debug)]
 pub struct SqMemory {
     /// SQ buffer: `wqe_cnt * 64` bytes, 64-byte aligned.
     pub buf: NonNull<u8>,
@@ -520,6 +521,7 @@ impl<T: SendTable> CompletionSource for SendQueue<T> {
 }
 
 /// Several WQEs, one doorbell (see [`SendQueue::batch`]).
+#[derive(Debug)]
 pub struct Batch<'a, T: SendTable> {
     sq: &'a mut SendQueue<T>,
 }
