@@ -13,7 +13,7 @@ use crate::endpoint::{EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_I
 use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
 use crate::fifo::Fifo;
 use crate::slab::Slab;
-use crate::transport::{Completion, Mlx5, Sge, Transport};
+use crate::transport::{Mlx5, Sge, Transport, WorkCompletion};
 
 /// Work requests between requested completions on an endpoint's send queue.
 const SIGNAL_INTERVAL: u32 = 64;

@@ -10,7 +10,7 @@ use crate::encoding::*;
 use crate::error::CloseReason;
 use crate::fifo::Fifo;
 use crate::slab::Slab;
-use crate::transport::{PostError, Sge, Transport};
+use crate::transport::{QueueError, Sge, Transport};
 
 /// What the peer needs to connect to an endpoint (exchanged out of band).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -308,8 +308,8 @@ impl<U, T: Transport> Ep<U, T> {
                 r.imm,
             ) {
                 Ok(()) => {}
-                Err(PostError::Full) => break,
-                Err(PostError::Failed(code)) => {
+                Err(QueueError::Full) => break,
+                Err(QueueError::Failed(code)) => {
                     failed = Some(code);
                     break;
                 }
@@ -346,8 +346,8 @@ impl<U, T: Transport> Ep<U, T> {
                 self.stats.reads += 1;
                 Ok(true)
             }
-            Err(PostError::Full) => Ok(false),
-            Err(PostError::Failed(code)) => Err(code),
+            Err(QueueError::Full) => Ok(false),
+            Err(QueueError::Failed(code)) => Err(code),
         }
     }
 

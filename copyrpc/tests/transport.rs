@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 
-use copyrpc::transport::{Completion, Mlx5, PostError, Sge, Transport};
+use copyrpc::transport::{Mlx5, QueueError, Sge, Transport, WorkCompletion};
 use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, SetupError};
 use mlx5::device::{Context as Device, Cq, ExecMode, Qp, SrqHandle};
 use mlx5::sim::fabric::Fabric;
@@ -87,10 +87,10 @@ impl Transport for Counted {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), PostError> {
+    ) -> Result<(), QueueError> {
         Mlx5::post_write_imm(sq, local, raddr, rkey, imm).inspect(|()| bump(&WRITES))
     }
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
         Mlx5::post_read(sq, local, raddr, rkey).inspect(|()| bump(&READS))
     }
     fn ring(sq: &mut Self::Sq) {
@@ -184,9 +184,9 @@ struct RefusingSq {
 }
 
 impl RefusingSq {
-    fn refused(&self) -> Result<(), PostError> {
+    fn refused(&self) -> Result<(), QueueError> {
         if REFUSE_QPN.with(Cell::get) == self.qpn {
-            Err(PostError::Failed(22))
+            Err(QueueError::Failed(22))
         } else {
             Ok(())
         }
@@ -212,11 +212,11 @@ impl Transport for Refusing {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), PostError> {
+    ) -> Result<(), QueueError> {
         sq.refused()?;
         Mlx5::post_write_imm(&mut sq.inner, local, raddr, rkey, imm)
     }
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
         sq.refused()?;
         Mlx5::post_read(&mut sq.inner, local, raddr, rkey)
     }

@@ -16,7 +16,7 @@
 //!   and BlueFlame.
 //! - [`rq`]: receive queues (RQ) and shared receive queues (SRQ).
 //! - [`cq`]: completion queue polling (owner bit, compressed CQEs,
-//!   scatter-to-CQE), [`cq::Cq`] with QPN dispatch and [`cq::MonoCq`].
+//!   scatter-to-CQE), [`cq::DispatchCq`] with QPN dispatch and [`cq::MonoCq`].
 //! - [`wqe_table`]: per-WQE user data and free-space accounting.
 //! - [`fastmap`]: the direct-indexed QPN table.
 //! - [`device`]: opening devices and creating PDs, MRs, CQs, SRQs and QPs;
@@ -39,5 +39,5 @@ pub mod sq;
 pub mod wqe_table;
 pub mod wr;
 
-pub use cq::{Completion, Cq, CqRing, MonoCq};
+pub use cq::{Completion, CqRing, DispatchCq, MonoCq};
 pub use sq::SendQueue;

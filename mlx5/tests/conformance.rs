@@ -525,7 +525,7 @@ fn a_thousand_qps_on_one_cq(f: &TestFabric) {
         srq.post(&[], ()).unwrap();
     }
     srq.ring_doorbell();
-    let mut cq = mlx5::Cq::new(bcq.ring().unwrap());
+    let mut cq = mlx5::DispatchCq::new(bcq.ring().unwrap());
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
     for i in 0..1024u32 {

@@ -4,7 +4,7 @@
 
 mod support;
 
-use mlx5::cq::{Completion, CompletionSource, Compression, Cq, MonoCq};
+use mlx5::cq::{Completion, CompletionSource, Compression, DispatchCq, MonoCq};
 use mlx5::prm::{CqeFormat, CqeOpcode, Syndrome};
 use support::{HandCq, Rng};
 
@@ -279,7 +279,7 @@ fn basic_layout_sessions_of_every_size_across_wraps() {
 #[test]
 fn shared_cq_dispatches_by_qpn() {
     let (mut hw, ring) = HandCq::new(64, 64, Compression::Off);
-    let mut cq: Cq<Vec<u16>> = Cq::new(ring);
+    let mut cq: DispatchCq<Vec<u16>> = DispatchCq::new(ring);
     for q in [5u32, 0x12_3456, 0xff_fffe] {
         cq.register(q, Vec::new());
     }

@@ -1,13 +1,13 @@
 //! The mlx5 direct data path: WQEs written into the send queue's memory, CQEs
 //! read from CQ memory, on the software device and on ConnectX NICs alike.
 
-use mlx5::cq::{Completion as Cqe, Cq as DispatchCq, CqRing};
+use mlx5::cq::{Completion as Cqe, CqRing, DispatchCq};
 use mlx5::device::{Cq, Qp, SrqHandle};
 use mlx5::rq::Srq;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
-use super::{Completion, PostError, Transport};
+use super::{QueueError, Transport, WorkCompletion};
 use crate::error::SetupError;
 
 /// The mlx5 direct data path (the default transport of a
@@ -19,7 +19,7 @@ use crate::error::SetupError;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Mlx5;
 
-impl Completion for Cqe<'_> {
+impl WorkCompletion for Cqe<'_> {
     #[inline(always)]
     fn qpn(&self) -> u32 {
         Cqe::qpn(self)
@@ -112,26 +112,26 @@ impl Transport for Mlx5 {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), PostError> {
+    ) -> Result<(), QueueError> {
         match sq.write_imm(raddr, rkey, imm, Payload::Sges(&[local])) {
             Ok(b) => {
                 b.post(None);
                 Ok(())
             }
             // One SGE and no inline data: the only error is a full queue.
-            Err(_) => Err(PostError::Full),
+            Err(_) => Err(QueueError::Full),
         }
     }
 
     #[inline(always)]
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
         match sq.read(raddr, rkey, &[local]) {
             Ok(b) => {
                 b.signaled().post(Some(true));
                 Ok(())
             }
             // One SGE and no inline data: the only error is a full queue.
-            Err(_) => Err(PostError::Full),
+            Err(_) => Err(QueueError::Full),
         }
     }
 

@@ -20,9 +20,9 @@
 //! rdma-core, one call per work request.
 //!
 //! Nothing here assumes mlx5 internals: a completion is read only through
-//! [`Completion`] (QPN, byte count, error), a send queue retires work requests
+//! [`WorkCompletion`] (QPN, byte count, error), a send queue retires work requests
 //! up to a completion however it tracks them, and a full queue is
-//! [`PostError::Full`], to be retried after polling.
+//! [`QueueError::Full`], to be retried after polling.
 
 mod mlx5;
 mod verbs;
@@ -37,7 +37,7 @@ use crate::error::SetupError;
 
 /// Why a work request was not posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum PostError {
+pub enum QueueError {
     /// The queue has no room now: poll completions and retry.
     #[error("queue full")]
     Full,
@@ -48,7 +48,7 @@ pub enum PostError {
 }
 
 /// What copyrpc reads from a work completion.
-pub trait Completion {
+pub trait WorkCompletion {
     /// The local QP the completion belongs to.
     fn qpn(&self) -> u32;
     /// Bytes transferred (receive completions: the size of the WRITE_IMM that
@@ -68,7 +68,7 @@ pub trait Completion {
 /// concurrently, so nothing here needs to synchronize.
 pub trait Transport: Sized + 'static {
     /// A completion, borrowed from the CQ for the duration of a callback.
-    type Cqe<'a>: Completion;
+    type Cqe<'a>: WorkCompletion;
     /// An endpoint's send queue.
     type Sq;
     /// The receive CQ (completions of the SRQ's receives).
@@ -120,11 +120,11 @@ pub trait Transport: Sized + 'static {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), PostError>;
+    ) -> Result<(), QueueError>;
     /// Queues a signaled RDMA READ of `raddr`/`rkey` into `local`, remembered
     /// as a READ: [`sq_complete`](Self::sq_complete) reports its completion.
     /// Announced by [`ring`](Self::ring).
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError>;
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError>;
     /// Hands the work requests queued since the last call to the device.
     fn ring(sq: &mut Self::Sq);
     /// Retires the work requests that completion `c` (of this queue)

@@ -6,7 +6,7 @@
 //! so any completion — the signaled one every `signal_interval` requests, a
 //! READ's, or a flush error's — retires every request up to it, as RC orders
 //! completions. Outstanding requests are counted against the queue size here,
-//! so a full queue is [`PostError::Full`] before the provider would refuse it.
+//! so a full queue is [`QueueError::Full`] before the provider would refuse it.
 
 use std::collections::VecDeque;
 
@@ -15,7 +15,7 @@ use mlx5::fastmap::FastMap;
 use mlx5::hw::ffi::{ibv_rdma_wr, ibv_send_wr, ibv_sge, ibv_wc, send_flags, wr_opcode};
 use mlx5::hw::{HwError, VerbsCq, VerbsQp, VerbsSrq};
 
-use super::{Completion, PostError, Sge, Transport};
+use super::{QueueError, Sge, Transport, WorkCompletion};
 use crate::error::SetupError;
 
 /// Completions read from the provider per `poll_cq` call.
@@ -26,7 +26,7 @@ const POLL_BATCH: usize = 32;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Verbs;
 
-impl Completion for ibv_wc {
+impl WorkCompletion for ibv_wc {
     #[inline(always)]
     fn qpn(&self) -> u32 {
         self.qp_num
@@ -198,7 +198,7 @@ impl Transport for Verbs {
         raddr: u64,
         rkey: u32,
         imm: u32,
-    ) -> Result<(), PostError> {
+    ) -> Result<(), QueueError> {
         let signaled = sq.unsignaled + 1 >= sq.interval;
         sq.post(
             wr_opcode::RDMA_WRITE_WITH_IMM,
@@ -211,7 +211,7 @@ impl Transport for Verbs {
     }
 
     #[inline(always)]
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), PostError> {
+    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
         let id = sq.next;
         sq.post(wr_opcode::RDMA_READ, local, raddr, rkey, 0, true)?;
         sq.reads.push_back(id);
@@ -250,9 +250,9 @@ impl VerbsSq {
         rkey: u32,
         imm: u32,
         signaled: bool,
-    ) -> Result<(), PostError> {
+    ) -> Result<(), QueueError> {
         if self.next - self.retired >= self.size {
-            return Err(PostError::Full);
+            return Err(QueueError::Full);
         }
         let mut wr = ibv_send_wr {
             wr_id: self.next,
@@ -278,10 +278,10 @@ impl VerbsSq {
                 if std::io::Error::from_raw_os_error(errno).kind()
                     == std::io::ErrorKind::OutOfMemory =>
             {
-                PostError::Full
+                QueueError::Full
             }
-            HwError::Verb { errno, .. } => PostError::Failed(errno as u32),
-            _ => PostError::Failed(u32::MAX),
+            HwError::Verb { errno, .. } => QueueError::Failed(errno as u32),
+            _ => QueueError::Failed(u32::MAX),
         })?;
         self.next += 1;
         self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };

@@ -5,7 +5,7 @@
 //!   consumer-index doorbell record.
 //! - [`Completion`]: one completion as the consumer sees it, a view of a CQE (or
 //!   of the CQE expanded from a mini CQE).
-//! - [`Cq`]: a CQ shared by many queues, dispatching each completion by QPN
+//! - [`DispatchCq`]: a CQ shared by many queues, dispatching each completion by QPN
 //!   through a [`FastMap`](crate::fastmap::FastMap).
 //! - [`MonoCq`]: a CQ fed by a single completion source (a send queue, an RQ, an
 //!   SRQ), with the source and the callback as type parameters so the whole
@@ -19,4 +19,4 @@ mod shared;
 pub use completion::Completion;
 pub use mono::{CompletionSource, MonoCq};
 pub use ring::{Compression, CqError, CqMemory, CqRing};
-pub use shared::Cq;
+pub use shared::DispatchCq;

@@ -7,15 +7,15 @@ use crate::fastmap::FastMap;
 /// index into the caller's table, a queue's completion state, …); polling
 /// looks the QPN of every completion up in a direct-indexed [`FastMap`] and
 /// hands the callback that value.
-pub struct Cq<E> {
+pub struct DispatchCq<E> {
     ring: CqRing,
     map: FastMap<E>,
     unknown: u64,
 }
 
-impl<E> std::fmt::Debug for Cq<E> {
+impl<E> std::fmt::Debug for DispatchCq<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cq")
+        f.debug_struct("DispatchCq")
             .field("ring", &self.ring)
             .field("queues", &self.map.len())
             .field("unknown", &self.unknown)
@@ -23,7 +23,7 @@ impl<E> std::fmt::Debug for Cq<E> {
     }
 }
 
-impl<E> Cq<E> {
+impl<E> DispatchCq<E> {
     /// Wraps a ring.
     pub fn new(ring: CqRing) -> Self {
         Self {
