@@ -17,7 +17,6 @@
 //! ```
 
 mod client;
-mod device;
 mod error;
 pub mod proto;
 pub mod shard;
@@ -25,6 +24,5 @@ pub mod shard;
 pub use client::{
     hello, parse_hello, Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply,
 };
-pub use device::open_device;
 pub use error::{KvError, SubmitError};
 pub use shard::ShardMap;

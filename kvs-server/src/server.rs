@@ -10,11 +10,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use copyrpc::conn::{ConnError, Connection, Listener, PendingConnection};
-use copyrpc::transport::{Mlx5, Transport, Verbs};
+use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::ContextBuilder;
 use kvs_client::{parse_hello, ShardMap};
 use mlx5::device::Context as Device;
-use mlx5::wr::DataPath;
 
 use crate::config::Config;
 use crate::handle::Handler;
@@ -99,7 +98,18 @@ impl Server {
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("kvs-worker-{w}"))
-                    .spawn(move || worker(w, cfg, map, rx, stop, st, ready))
+                    .spawn(move || {
+                        Worker {
+                            w,
+                            cfg,
+                            map,
+                            incoming: rx,
+                            stop,
+                            stats: st,
+                            ready,
+                        }
+                        .start()
+                    })
                     .expect("spawn a worker thread"),
             );
         }
@@ -205,8 +215,8 @@ fn accept(listener: Listener, workers: Vec<Sender<PendingConnection>>, stop: Arc
     }
 }
 
-/// One worker: serves its endpoints until asked to stop.
-fn worker(
+/// One worker thread: what it was given at start.
+struct Worker {
     w: u16,
     cfg: Config,
     map: ShardMap,
@@ -214,112 +224,122 @@ fn worker(
     stop: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
     ready: Sender<Result<(), StartError>>,
-) {
-    let fail = |why: String| StartError::Worker { worker: w, why };
-    let dev = match kvs_client::open_device(&cfg.device, cfg.fabric.as_deref(), "sim1") {
-        Ok(d) => d,
-        Err(e) => {
-            let _ = ready.send(Err(fail(e.to_string())));
-            return;
+}
+
+impl Worker {
+    /// Opens the worker's device and serves on the transport it calls for.
+    fn start(self) {
+        let spec = DeviceSpec {
+            name: &self.cfg.device,
+            fabric: self.cfg.fabric.as_deref(),
+            software: "sim1",
+        };
+        match spec.open() {
+            Ok(dev) => run_on_device(dev, self),
+            Err(e) => {
+                let why = e.to_string();
+                let _ = self.ready.send(Err(StartError::Worker {
+                    worker: self.w,
+                    why,
+                }));
+            }
         }
-    };
-    // The data path is chosen once per worker; `serve` is monomorphized for it.
-    match DataPath::of(&dev) {
-        DataPath::Direct => serve::<Mlx5>(w, dev, cfg, map, incoming, stop, stats, ready),
-        DataPath::Verbs => serve::<Verbs>(w, dev, cfg, map, incoming, stop, stats, ready),
     }
 }
 
-/// A worker's service loop on transport `T`.
-#[allow(clippy::too_many_arguments)]
-fn serve<T: Transport>(
-    w: u16,
-    dev: Device,
-    cfg: Config,
-    map: ShardMap,
-    incoming: Receiver<PendingConnection>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    ready: Sender<Result<(), StartError>>,
-) {
-    let fail = |why: String| StartError::Worker { worker: w, why };
-    let built = ContextBuilder::new()
-        .ring_size(cfg.ring_size)
-        .max_endpoints(cfg.max_endpoints)
-        .srq_size(4096)
-        .cq_size(16384)
-        .build_on::<T, _, _>(&dev, |_: u64, _| {});
-    let mut ctx = match built {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = ready.send(Err(fail(e.to_string())));
-            return;
-        }
-    };
-    let _ = ready.send(Ok(()));
-    drop(ready);
-    let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value);
-    let mut conns: Vec<Connection> = Vec::new();
-    // The setup answer: how many workers (connections to make) and slots.
-    let mut answer = [0u8; 6];
-    answer[..2].copy_from_slice(&cfg.workers.to_le_bytes());
-    answer[2..].copy_from_slice(&cfg.slots.to_le_bytes());
-    let mut out = Vec::with_capacity(cfg.max_value + 64);
-    let mut ops = 0u64;
-    let mut turn = 0u32;
-    let mut last_check = Instant::now();
-    let mut drain_until: Option<Instant> = None;
-    loop {
-        ctx.poll();
-        while let Some(req) = ctx.recv() {
-            let max = req.max_response();
-            match ctx.request(&req) {
-                Some(b) => h.handle(b, max, &mut out),
-                None => out.clear(),
+impl OnTransport for Worker {
+    type Output = ();
+
+    /// The worker's service loop on transport `T`.
+    fn run<T: Transport>(self, dev: Device) {
+        let Worker {
+            w,
+            cfg,
+            map,
+            incoming,
+            stop,
+            stats,
+            ready,
+        } = self;
+        let fail = |why: String| StartError::Worker { worker: w, why };
+        let built = ContextBuilder::new()
+            .ring_size(cfg.ring_size)
+            .max_endpoints(cfg.max_endpoints)
+            .srq_size(4096)
+            .cq_size(16384)
+            .build_on::<T, _, _>(&dev, |_: u64, _| {});
+        let mut ctx = match built {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = ready.send(Err(fail(e.to_string())));
+                return;
             }
-            // Only a closed endpoint or an allowance below the header refuses
-            // a reply; nothing more can be said to that caller.
-            let _ = ctx.reply(req, &out);
-            ops += 1;
-        }
-        turn = turn.wrapping_add(1);
-        if turn % 256 != 0 {
-            continue;
-        }
-        // New clients.
+        };
+        let _ = ready.send(Ok(()));
+        drop(ready);
+        let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value);
+        let mut conns: Vec<Connection> = Vec::new();
+        // The setup answer: how many workers (connections to make) and slots.
+        let mut answer = [0u8; 6];
+        answer[..2].copy_from_slice(&cfg.workers.to_le_bytes());
+        answer[2..].copy_from_slice(&cfg.slots.to_le_bytes());
+        let mut out = Vec::with_capacity(cfg.max_value + 64);
+        let mut ops = 0u64;
+        let mut turn = 0u32;
+        let mut last_check = Instant::now();
+        let mut drain_until: Option<Instant> = None;
         loop {
-            match incoming.try_recv() {
-                Ok(p) if drain_until.is_none() => match p.establish(&mut ctx, &answer) {
-                    Ok(c) => conns.push(c),
-                    Err(e) => eprintln!("kvs-server: worker {w}: a client's setup failed: {e}"),
-                },
-                Ok(_) => {}
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+            ctx.poll();
+            while let Some(req) = ctx.recv() {
+                let max = req.max_response();
+                match ctx.request(&req) {
+                    Some(b) => h.handle(b, max, &mut out),
+                    None => out.clear(),
+                }
+                // Only a closed endpoint or an allowance below the header refuses
+                // a reply; nothing more can be said to that caller.
+                let _ = ctx.reply(req, &out);
+                ops += 1;
+            }
+            turn = turn.wrapping_add(1);
+            if turn % 256 != 0 {
+                continue;
+            }
+            // New clients.
+            loop {
+                match incoming.try_recv() {
+                    Ok(p) if drain_until.is_none() => match p.establish(&mut ctx, &answer) {
+                        Ok(c) => conns.push(c),
+                        Err(e) => eprintln!("kvs-server: worker {w}: a client's setup failed: {e}"),
+                    },
+                    Ok(_) => {}
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            if turn % 4096 == 0 && last_check.elapsed() >= Duration::from_millis(50) {
+                last_check = Instant::now();
+                // Clients that left: their endpoints are removed.
+                copyrpc::conn::retain_live(&mut conns, &mut ctx);
+                stats.ops.store(ops, Ordering::Relaxed);
+                stats.clients.store(conns.len() as u64, Ordering::Relaxed);
+                stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+            }
+            match drain_until {
+                None if stop.load(Ordering::Acquire) => {
+                    h.draining = true;
+                    drain_until = Some(Instant::now() + DRAIN);
+                }
+                Some(t) if Instant::now() >= t => break,
+                _ => {}
             }
         }
-        if turn % 4096 == 0 && last_check.elapsed() >= Duration::from_millis(50) {
-            last_check = Instant::now();
-            // Clients that left: their endpoints are removed.
-            copyrpc::conn::retain_live(&mut conns, &mut ctx);
-            stats.ops.store(ops, Ordering::Relaxed);
-            stats.clients.store(conns.len() as u64, Ordering::Relaxed);
-            stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+        // Answers already written go out; then every endpoint closes.
+        ctx.poll();
+        for c in &mut conns {
+            ctx.close(c.endpoint());
+            c.check(&mut ctx);
         }
-        match drain_until {
-            None if stop.load(Ordering::Acquire) => {
-                h.draining = true;
-                drain_until = Some(Instant::now() + DRAIN);
-            }
-            Some(t) if Instant::now() >= t => break,
-            _ => {}
-        }
+        stats.ops.store(ops, Ordering::Relaxed);
+        stats.clients.store(0, Ordering::Relaxed);
     }
-    // Answers already written go out; then every endpoint closes.
-    ctx.poll();
-    for c in &mut conns {
-        ctx.close(c.endpoint());
-        c.check(&mut ctx);
-    }
-    stats.ops.store(ops, Ordering::Relaxed);
-    stats.clients.store(0, Ordering::Relaxed);
 }

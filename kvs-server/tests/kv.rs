@@ -1,6 +1,6 @@
 //! The server and the client library end to end on the software device.
 
-use kvs_client::{open_device, Client, ClientOptions, KvError, OwnedReply, Reply, SubmitError};
+use kvs_client::{Client, ClientOptions, KvError, OwnedReply, Reply, SubmitError};
 use kvs_server::{Config, Server};
 use mlx5::sim::fabric::Fabric;
 
@@ -21,7 +21,13 @@ fn start(fabric: &str, workers: u16) -> Server {
 }
 
 fn client(server: &Server, fabric: &str) -> Client<u64> {
-    let dev = open_device("sim0", Some(fabric), "sim0").unwrap();
+    let dev = copyrpc::transport::DeviceSpec {
+        name: "sim0",
+        fabric: Some(fabric),
+        software: "sim0",
+    }
+    .open()
+    .unwrap();
     Client::connect(
         server.addr(),
         &dev,

@@ -12,8 +12,8 @@ use redis::Value;
 
 use crate::measure::{Measurements, OpKind, Status};
 use crate::rng::Rng;
-use crate::runner::{deterministic_chunk, fill_field, Phase, RunError, RunOptions};
-use crate::workload::{CoreWorkload, Op, ALL_FIELDS};
+use crate::runner::{deterministic_chunk, fill_field, Job, Phase, RunError};
+use crate::workload::{Op, ALL_FIELDS};
 
 const INDEX_KEY: &str = "_indices";
 
@@ -41,17 +41,16 @@ struct Pending {
 }
 
 /// One driver thread against Redis at `url`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn drive(
-    wl: &CoreWorkload,
-    phase: Phase,
-    url: &str,
-    opts: &RunOptions,
-    thread: usize,
-    threads: usize,
-    count: u64,
-    progress: &crate::runner::Progress,
-) -> Result<(Measurements, u64), RunError> {
+pub(crate) fn drive(job: Job<'_>, url: &str) -> Result<(Measurements, u64), RunError> {
+    let Job {
+        wl,
+        phase,
+        opts,
+        thread,
+        threads,
+        count,
+        progress,
+    } = job;
     let fail = |why: String| RunError::Connect { thread, why };
     let client = redis::Client::open(url).map_err(|e| fail(e.to_string()))?;
     let mut con = client.get_connection().map_err(|e| fail(e.to_string()))?;

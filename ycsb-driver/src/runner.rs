@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use copyrpc::transport::{Mlx5, Transport, Verbs};
-use kvs_client::{open_device, Client, ClientOptions, Reply, SubmitError};
-use mlx5::wr::DataPath;
+use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use kvs_client::{Client, ClientOptions, Reply, SubmitError};
+use mlx5::device::Context as Device;
 
 use crate::measure::{Measurements, OpKind, Status};
 use crate::rng::Rng;
@@ -114,7 +114,18 @@ pub fn run_phase(
                 (wl.clone(), target.clone(), opts.clone(), progress.clone());
             std::thread::Builder::new()
                 .name(format!("ycsb-{t}"))
-                .spawn(move || drive(&wl, phase, &target, &opts, t, threads, n, &progress))
+                .spawn(move || {
+                    let job = Job {
+                        wl: &wl,
+                        phase,
+                        opts: &opts,
+                        thread: t,
+                        threads,
+                        count: n,
+                        progress: &progress,
+                    };
+                    drive(job, &target)
+                })
                 .expect("spawn a driver thread")
         })
         .collect();
@@ -175,18 +186,23 @@ struct Slot {
     scan_len: usize,
 }
 
+/// What one driver thread does: its share of a phase.
+#[derive(Clone, Copy)]
+pub(crate) struct Job<'a> {
+    pub wl: &'a CoreWorkload,
+    pub phase: Phase,
+    pub opts: &'a RunOptions,
+    /// This thread's index, of `threads`.
+    pub thread: usize,
+    pub threads: usize,
+    /// Operations (or records) to do.
+    pub count: u64,
+    pub progress: &'a Progress,
+}
+
 /// One driver thread; returns its measurements and completed operations.
-#[allow(clippy::too_many_arguments)]
-fn drive(
-    wl: &CoreWorkload,
-    phase: Phase,
-    target: &Target,
-    opts: &RunOptions,
-    thread: usize,
-    threads: usize,
-    count: u64,
-    progress: &Progress,
-) -> Result<(Measurements, u64), RunError> {
+fn drive(job: Job<'_>, target: &Target) -> Result<(Measurements, u64), RunError> {
+    let Job { wl, thread, .. } = job;
     let fail = |why: String| RunError::Connect { thread, why };
     let (server, device, fabric) = match target {
         Target::Kvs {
@@ -194,11 +210,14 @@ fn drive(
             device,
             fabric,
         } => (server, device, fabric),
-        Target::Redis { url } => {
-            return crate::redis_db::drive(wl, phase, url, opts, thread, threads, count, progress)
-        }
+        Target::Redis { url } => return crate::redis_db::drive(job, url),
     };
-    let dev = open_device(device, fabric.as_deref(), "sim0").map_err(|e| fail(e.to_string()))?;
+    let spec = DeviceSpec {
+        name: device,
+        fabric: fabric.as_deref(),
+        software: "sim0",
+    };
+    let dev = spec.open().map_err(|e| fail(e.to_string()))?;
     let nf = wl.field_count();
     let fl = wl.field_length();
     let record = nf * fl;
@@ -208,34 +227,43 @@ fn drive(
         value_allowance: record + 64,
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
     };
-    // The data path is chosen once, here: everything below is monomorphized
-    // for it.
-    match DataPath::of(&dev) {
-        DataPath::Direct => {
-            let client: Client<u32, Mlx5> =
-                Client::connect(server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
-            drive_on(client, wl, phase, opts, thread, threads, count, progress)
-        }
-        DataPath::Verbs => {
-            let client: Client<u32, Verbs> =
-                Client::connect(server.as_str(), &dev, copts).map_err(|e| fail(e.to_string()))?;
-            drive_on(client, wl, phase, opts, thread, threads, count, progress)
-        }
+    run_on_device(dev, KvsJob { job, server, copts })
+}
+
+/// A driver thread against kvs-server, on the transport the device calls for.
+struct KvsJob<'a> {
+    job: Job<'a>,
+    server: &'a str,
+    copts: ClientOptions,
+}
+
+impl OnTransport for KvsJob<'_> {
+    type Output = Result<(Measurements, u64), RunError>;
+    fn run<X: Transport>(self, dev: Device) -> Self::Output {
+        let thread = self.job.thread;
+        let client: Client<u32, X> =
+            Client::connect(self.server, &dev, self.copts).map_err(|e| RunError::Connect {
+                thread,
+                why: e.to_string(),
+            })?;
+        drive_on(client, self.job)
     }
 }
 
 /// [`drive`] with a connected client.
-#[allow(clippy::too_many_arguments)]
 fn drive_on<X: Transport>(
     mut client: Client<u32, X>,
-    wl: &CoreWorkload,
-    phase: Phase,
-    opts: &RunOptions,
-    thread: usize,
-    threads: usize,
-    count: u64,
-    progress: &Progress,
+    job: Job<'_>,
 ) -> Result<(Measurements, u64), RunError> {
+    let Job {
+        wl,
+        phase,
+        opts,
+        thread,
+        threads,
+        count,
+        progress,
+    } = job;
     let nf = wl.field_count();
     let fl = wl.field_length();
     let record = nf * fl;

@@ -16,11 +16,10 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use copyrpc::conn::{connect, Listener};
-use copyrpc::transport::{Mlx5, Transport, Verbs};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{CallFailed, ContextBuilder};
 use hdrhistogram::Histogram;
 use mlx5::device::Context as Device;
-use mlx5::wr::DataPath;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -60,32 +59,7 @@ enum Cmd {
         listen: SocketAddr,
     },
     /// Send requests and measure.
-    Client {
-        #[command(flatten)]
-        common: Common,
-        /// Server address.
-        #[arg(long, default_value = "127.0.0.1:7000")]
-        connect: SocketAddr,
-        /// Start a server process on this host (software device) first.
-        #[arg(long)]
-        spawn: bool,
-        /// Request and response payload bytes.
-        #[arg(long, default_value_t = 32)]
-        payload: usize,
-        /// Calls in flight per busy endpoint.
-        #[arg(long, default_value_t = 64)]
-        depth: usize,
-        /// Poll after every N calls, so that batches leave while the window
-        /// is still being filled (0: poll once the window is full).
-        #[arg(long, default_value_t = 0)]
-        poll_every: usize,
-        /// Endpoints that carry traffic (the rest stay idle); default all.
-        #[arg(long)]
-        busy: Option<usize>,
-        /// Seconds to measure (after one second of warm-up).
-        #[arg(long, default_value_t = 5.0)]
-        duration: f64,
-    },
+    Client(ClientArgs),
     /// As MPI ranks (feature `mpi`): rank 0 calls every other rank, which answer.
     #[cfg(feature = "mpi")]
     Mpi {
@@ -107,6 +81,35 @@ enum Cmd {
     },
 }
 
+/// What `copyrpc-bench client` is told.
+#[derive(clap::Args, Debug)]
+struct ClientArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Server address.
+    #[arg(long, default_value = "127.0.0.1:7000")]
+    connect: SocketAddr,
+    /// Start a server process on this host (software device) first.
+    #[arg(long)]
+    spawn: bool,
+    /// Request and response payload bytes.
+    #[arg(long, default_value_t = 32)]
+    payload: usize,
+    /// Calls in flight per busy endpoint.
+    #[arg(long, default_value_t = 64)]
+    depth: usize,
+    /// Poll after every N calls, so that batches leave while the window
+    /// is still being filled (0: poll once the window is full).
+    #[arg(long, default_value_t = 0)]
+    poll_every: usize,
+    /// Endpoints that carry traffic (the rest stay idle); default all.
+    #[arg(long)]
+    busy: Option<usize>,
+    /// Seconds to measure (after one second of warm-up).
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+}
+
 #[cfg(feature = "mpi")]
 fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: f64) {
     use mpi::traits::Communicator;
@@ -123,9 +126,21 @@ fn mpi_bench(device: String, ring: u64, payload: usize, depth: usize, duration: 
         std::process::exit(1)
     });
     let go = (ring, payload, depth, duration);
-    match DataPath::of(&dev) {
-        DataPath::Direct => mpi_bench_on::<Mlx5>(&world, &dev, go),
-        DataPath::Verbs => mpi_bench_on::<Verbs>(&world, &dev, go),
+    run_on_device(dev, MpiBench { world: &world, go });
+}
+
+/// [`mpi_bench`]'s work: the communicator and (ring, payload, depth, duration).
+#[cfg(feature = "mpi")]
+struct MpiBench<'a> {
+    world: &'a mpi::topology::SimpleCommunicator,
+    go: (u64, usize, usize, f64),
+}
+
+#[cfg(feature = "mpi")]
+impl OnTransport for MpiBench<'_> {
+    type Output = ();
+    fn run<T: Transport>(self, dev: Device) {
+        mpi_bench_on::<T>(self.world, &dev, self.go)
     }
 }
 
@@ -335,10 +350,14 @@ fn server(common: Common, listen: SocketAddr) {
             std::thread::spawn(move || {
                 let dev = device(&common, "sim1");
                 let n = per.min(common.endpoints - (t * per).min(common.endpoints));
-                match DataPath::of(&dev) {
-                    DataPath::Direct => serve::<Mlx5>(&dev, &l, &common, n),
-                    DataPath::Verbs => serve::<Verbs>(&dev, &l, &common, n),
-                }
+                run_on_device(
+                    dev,
+                    Serve {
+                        l: &l,
+                        common: &common,
+                        n,
+                    },
+                )
             })
         })
         .collect();
@@ -359,6 +378,20 @@ fn builder(common: &Common, n: usize) -> ContextBuilder {
 
 /// One server thread on transport `T`: accepts `n` endpoints and echoes
 /// until every client is gone.
+/// One server thread: `n` endpoints accepted on `l`.
+struct Serve<'a> {
+    l: &'a Listener,
+    common: &'a Common,
+    n: usize,
+}
+
+impl OnTransport for Serve<'_> {
+    type Output = ();
+    fn run<T: Transport>(self, dev: Device) {
+        serve::<T>(&dev, self.l, self.common, self.n)
+    }
+}
+
 fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
     let mut ctx = builder(common, n)
         .build_on::<T, _, _>(dev, |_: u64, _| {})
@@ -407,45 +440,50 @@ struct Shared {
     measuring: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn client_thread(
+/// One client thread: its endpoints and its load.
+struct ClientThread {
     common: Common,
+    /// Server address.
     addr: SocketAddr,
+    /// Endpoints, and how many of them carry traffic.
     n: usize,
     busy: usize,
     payload: usize,
     depth: usize,
+    /// Calls between polls (0: poll once the window is full).
     poll_every: usize,
     warm: Duration,
     dur: Duration,
-) -> (u64, Histogram<u64>, u64) {
-    let dev = device(&common, "sim0");
-    let go = (addr, n, busy, payload, depth, poll_every, warm, dur);
-    match DataPath::of(&dev) {
-        DataPath::Direct => client_on::<Mlx5>(&dev, &common, go),
-        DataPath::Verbs => client_on::<Verbs>(&dev, &common, go),
+}
+
+impl ClientThread {
+    fn start(self) -> (u64, Histogram<u64>, u64) {
+        let dev = device(&self.common, "sim0");
+        run_on_device(dev, self)
     }
 }
 
-/// What a client thread does: (server, endpoints, busy ones, payload, depth,
-/// calls between polls, warm-up, measured time).
-type ClientRun = (
-    SocketAddr,
-    usize,
-    usize,
-    usize,
-    usize,
-    usize,
-    Duration,
-    Duration,
-);
+impl OnTransport for ClientThread {
+    type Output = (u64, Histogram<u64>, u64);
+    fn run<T: Transport>(self, dev: Device) -> Self::Output {
+        client_on::<T>(&dev, self)
+    }
+}
 
 /// A client thread on transport `T`.
-fn client_on<T: Transport>(
-    dev: &Device,
-    common: &Common,
-    (addr, n, busy, payload, depth, poll_every, warm, dur): ClientRun,
-) -> (u64, Histogram<u64>, u64) {
+fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u64>, u64) {
+    let ClientThread {
+        common,
+        addr,
+        n,
+        busy,
+        payload,
+        depth,
+        poll_every,
+        warm,
+        dur,
+    } = job;
+    let common = &common;
     let shared = Rc::new(RefCell::new(Shared {
         hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
         done: 0,
@@ -534,17 +572,17 @@ fn client_on<T: Transport>(
     (s.done, s.hist.clone(), s.failed)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn client(
-    common: Common,
-    mut addr: SocketAddr,
-    spawn: bool,
-    payload: usize,
-    depth: usize,
-    poll_every: usize,
-    busy: Option<usize>,
-    duration: f64,
-) {
+fn client(args: ClientArgs) {
+    let ClientArgs {
+        common,
+        connect: mut addr,
+        spawn,
+        payload,
+        depth,
+        poll_every,
+        busy,
+        duration,
+    } = args;
     let mut child = None;
     if spawn {
         let fabric = std::env::var("MLX5_SIM_FABRIC")
@@ -602,7 +640,18 @@ fn client(
             let n = per.min(common.endpoints - (t * per).min(common.endpoints));
             let b = busy.div_ceil(common.threads).min(n);
             std::thread::spawn(move || {
-                client_thread(common, addr, n, b, payload, depth, poll_every, warm, dur)
+                ClientThread {
+                    common,
+                    addr,
+                    n,
+                    busy: b,
+                    payload,
+                    depth,
+                    poll_every,
+                    warm,
+                    dur,
+                }
+                .start()
             })
         })
         .collect();
@@ -641,18 +690,7 @@ fn client(
 fn main() {
     match Args::parse().cmd {
         Cmd::Server { common, listen } => server(common, listen),
-        Cmd::Client {
-            common,
-            connect,
-            spawn,
-            payload,
-            depth,
-            poll_every,
-            busy,
-            duration,
-        } => client(
-            common, connect, spawn, payload, depth, poll_every, busy, duration,
-        ),
+        Cmd::Client(args) => client(args),
         #[cfg(feature = "mpi")]
         Cmd::Mpi {
             device,

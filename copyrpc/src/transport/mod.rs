@@ -25,9 +25,11 @@
 //! [`QueueError::Full`], to be retried after polling.
 
 mod mlx5;
+mod select;
 mod verbs;
 
 pub use self::mlx5::Mlx5;
+pub use self::select::{run_on_device, DeviceSpec, OnTransport};
 pub use self::verbs::{Verbs, VerbsRecvCq, VerbsSendCq, VerbsSq};
 pub use ::mlx5::sq::Sge;
 

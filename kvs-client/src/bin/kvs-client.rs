@@ -8,10 +8,9 @@
 //! ```
 
 use clap::{Parser, Subcommand};
-use copyrpc::transport::{Mlx5, Transport, Verbs};
-use kvs_client::{open_device, Client, ClientOptions, KvError, OwnedReply};
+use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use kvs_client::{Client, ClientOptions, KvError, OwnedReply};
 use mlx5::device::Context as Device;
-use mlx5::wr::DataPath;
 
 #[derive(Parser, Debug)]
 #[command(version, about = "Client of the copyrpc key-value store")]
@@ -43,15 +42,17 @@ enum Cmd {
 
 fn main() {
     let a = Args::parse();
-    let dev = open_device(&a.device, a.fabric.as_deref(), "sim0").unwrap_or_else(|e| die(&e));
+    let spec = DeviceSpec {
+        name: &a.device,
+        fabric: a.fabric.as_deref(),
+        software: "sim0",
+    };
+    let dev = spec.open().unwrap_or_else(|e| die(&e));
     let opts = ClientOptions {
         value_allowance: 64 << 10,
         ..ClientOptions::default()
     };
-    let r = match DataPath::of(&dev) {
-        DataPath::Direct => run::<Mlx5>(&a, &dev, opts),
-        DataPath::Verbs => run::<Verbs>(&a, &dev, opts),
-    };
+    let r = run_on_device(dev, Request { args: &a, opts });
     match r {
         Ok(OwnedReply::Value(v)) => println!("{}", String::from_utf8_lossy(&v)),
         Ok(OwnedReply::Done) => println!("OK"),
@@ -76,6 +77,19 @@ fn main() {
 }
 
 /// Connects over transport `X` and runs the command.
+/// The command's one request, on whichever transport the device calls for.
+struct Request<'a> {
+    args: &'a Args,
+    opts: ClientOptions,
+}
+
+impl OnTransport for Request<'_> {
+    type Output = Result<OwnedReply, KvError>;
+    fn run<X: Transport>(self, dev: Device) -> Self::Output {
+        run::<X>(self.args, &dev, self.opts)
+    }
+}
+
 fn run<X: Transport>(a: &Args, dev: &Device, opts: ClientOptions) -> Result<OwnedReply, KvError> {
     let mut c: Client<u64, X> =
         Client::connect(a.server.as_str(), dev, opts).unwrap_or_else(|e| die(&e));
