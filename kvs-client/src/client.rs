@@ -14,26 +14,12 @@ use copyrpc::{CallError, CallFailed, CloseReason, Context, ContextBuilder, Endpo
 use mlx5::device::Context as Device;
 
 use crate::error::{KvError, SubmitError};
-use crate::proto::{
+use kvs_proto::hello;
+use kvs_proto::proto::{
     self, Op, Response, ScanRecords, Status, FLAG_TRUNCATED, REQUEST_HEADER, RESPONSE_HEADER,
     SCAN_RECORD_HEADER,
 };
-use crate::shard::ShardMap;
-
-/// What the client sends as its setup private data: magic, protocol version
-/// and the worker it wants.
-pub(crate) const HELLO_MAGIC: &[u8; 3] = b"KV1";
-
-/// Private data of a connection asking for `worker`.
-pub fn hello(worker: u16) -> [u8; 5] {
-    let w = worker.to_le_bytes();
-    [HELLO_MAGIC[0], HELLO_MAGIC[1], HELLO_MAGIC[2], w[0], w[1]]
-}
-
-/// The worker a hello asks for, if it is one.
-pub fn parse_hello(b: &[u8]) -> Option<u16> {
-    (b.len() == 5 && &b[..3] == HELLO_MAGIC).then(|| u16::from_le_bytes([b[3], b[4]]))
-}
+use kvs_proto::shard::{self, ShardMap};
 
 /// Client settings.
 #[derive(Debug, Clone)]
@@ -269,7 +255,7 @@ impl<T, X: Transport> Client<T, X> {
     /// Asks worker 0 for the shard map, waiting for the answer.
     fn fetch_map(&mut self, slots: u32) -> Result<(), ConnectError> {
         proto::write_request(&mut self.req, Op::Map, 0, &[], &[], 0, 0);
-        let allowance = RESPONSE_HEADER + 10 + 2 * slots.min(crate::shard::MAX_SLOTS) as usize;
+        let allowance = RESPONSE_HEADER + 10 + 2 * slots.min(shard::MAX_SLOTS) as usize;
         self.ctx
             .call(self.eps[0], &self.req, allowance, u32::MAX)
             .map_err(|e| ConnectError::Protocol(e.to_string()))?;

@@ -2,7 +2,7 @@
 
 use copyrpc::CloseReason;
 
-use crate::proto::WireError;
+use kvs_proto::proto::WireError;
 
 /// Why a request was not sent. Every variant hands the tag back.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
-//! The copyrpc key-value store's client: the KV protocol (shared with
-//! kvs-server), shard routing, and a callback-driven client over copyrpc.
+//! The copyrpc key-value store's client: shard routing and a callback-driven
+//! client over copyrpc. The protocol and the shard map are `kvs-proto`'s.
 //!
 //! ```no_run
 //! use kvs_client::{Client, ClientOptions, Reply};
@@ -18,11 +18,7 @@
 
 mod client;
 mod error;
-pub mod proto;
-pub mod shard;
 
-pub use client::{
-    hello, parse_hello, Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply,
-};
+pub use client::{Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply};
 pub use error::{KvError, SubmitError};
-pub use shard::ShardMap;
+pub use kvs_proto::ShardMap;

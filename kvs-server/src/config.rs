@@ -102,10 +102,10 @@ impl Config {
         if self.workers == 0 {
             return bad("workers must be at least 1".into());
         }
-        if self.slots == 0 || self.slots > kvs_client::shard::MAX_SLOTS {
+        if self.slots == 0 || self.slots > kvs_proto::shard::MAX_SLOTS {
             return bad(format!(
                 "slots must be in 1..={}",
-                kvs_client::shard::MAX_SLOTS
+                kvs_proto::shard::MAX_SLOTS
             ));
         }
         if self.slots < u32::from(self.workers) {

@@ -2,11 +2,11 @@
 //! store, with no I/O (the worker loop feeds it). Every byte of a request is
 //! untrusted: anything malformed gets an error answer, never a panic.
 
-use kvs_client::proto::{
+use kvs_proto::proto::{
     begin_response, finish_response, push_scan_record, Op, Request, Status, FLAG_TRUNCATED,
     RESPONSE_HEADER, SCAN_RECORD_HEADER,
 };
-use kvs_client::ShardMap;
+use kvs_proto::ShardMap;
 
 use crate::store::{Patch, Store};
 
@@ -160,7 +160,7 @@ fn too_small(out: &mut Vec<u8>, needed: usize, max_response: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvs_client::proto::{write_request, Response, ScanRecords};
+    use kvs_proto::proto::{write_request, Response, ScanRecords};
 
     fn ask(h: &mut Handler, op: Op, key: &[u8], val: &[u8], n: u32, max: usize) -> Vec<u8> {
         let mut req = Vec::new();

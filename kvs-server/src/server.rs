@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use copyrpc::conn::{ConnError, Connection, Listener, PendingConnection};
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::ContextBuilder;
-use kvs_client::{parse_hello, ShardMap};
+use kvs_proto::{parse_hello, ShardMap};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;

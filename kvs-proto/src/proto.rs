@@ -1,5 +1,4 @@
-//! The KV protocol: one request and one response per copyrpc call. Shared by
-//! the server (kvs-server depends on this crate for it) and the client. All
+//! The KV protocol: one request and one response per copyrpc call. All
 //! integers little-endian; one zero-copy view per format, byte ranges in the
 //! private `field` module.
 //!
