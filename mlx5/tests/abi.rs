@@ -1,5 +1,5 @@
 //! ABI check of the hardware backend's hand-written bindings
-//! (`mlx5::hw::ffi`): every struct's size and every field's offset and size,
+//! (`mlx5::hw::ffi`, seen through `mlx5::hw::abi`): every struct's size and every field's offset and size,
 //! and every constant, against what a C compiler makes of rdma-core's installed
 //! `verbs.h` and `mlx5dv.h` (`oracle/abi.c`).
 //!
@@ -48,7 +48,7 @@ fn c_rows() -> HashMap<String, (i64, i64)> {
 #[test]
 fn every_struct_and_field_matches_the_headers() {
     let c = c_rows();
-    let rust = mlx5::hw::ffi::all_layouts();
+    let rust = mlx5::hw::abi::all_layouts();
     let mut checked = 0;
     for (name, off, size) in &rust {
         let Some(&(c_off, c_size)) = c.get(*name) else {
@@ -96,7 +96,7 @@ fn every_constant_matches_the_headers() {
             )
         })
         .collect();
-    let rust = mlx5::hw::ffi::all_constants();
+    let rust = mlx5::hw::abi::all_constants();
     assert_eq!(rust.len(), c.len());
     for (name, v) in rust {
         assert_eq!(Some(&v), c.get(name), "{name}");

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use mlx5::device::{Cq, Qp, SrqHandle};
 use mlx5::fastmap::FastMap;
-use mlx5::hw::ffi::{ibv_rdma_wr, ibv_send_wr, ibv_sge, ibv_wc, send_flags, wr_opcode};
+use mlx5::hw::verbs::{ibv_wc, RdmaOp};
 use mlx5::hw::{HwError, VerbsCq, VerbsQp, VerbsSrq};
 
 use super::{QueueError, Sge, Transport, WorkCompletion};
@@ -200,20 +200,13 @@ impl Transport for Verbs {
         imm: u32,
     ) -> Result<(), QueueError> {
         let signaled = sq.unsignaled + 1 >= sq.interval;
-        sq.post(
-            wr_opcode::RDMA_WRITE_WITH_IMM,
-            local,
-            raddr,
-            rkey,
-            imm,
-            signaled,
-        )
+        sq.post(RdmaOp::WriteImm(imm), local, raddr, rkey, signaled)
     }
 
     #[inline(always)]
     fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
         let id = sq.next;
-        sq.post(wr_opcode::RDMA_READ, local, raddr, rkey, 0, true)?;
+        sq.post(RdmaOp::Read, local, raddr, rkey, true)?;
         sq.reads.push_back(id);
         Ok(())
     }
@@ -244,45 +237,30 @@ impl VerbsSq {
     #[inline(always)]
     fn post(
         &mut self,
-        opcode: u32,
+        op: RdmaOp,
         local: Sge,
         raddr: u64,
         rkey: u32,
-        imm: u32,
         signaled: bool,
     ) -> Result<(), QueueError> {
         if self.next - self.retired >= self.size {
             return Err(QueueError::Full);
         }
-        let mut wr = ibv_send_wr {
-            wr_id: self.next,
-            opcode,
-            send_flags: if signaled { send_flags::SIGNALED } else { 0 },
-            imm_data: imm.to_be(),
-            ..Default::default()
-        };
-        wr.wr.rdma = ibv_rdma_wr {
-            remote_addr: raddr,
-            rkey,
-        };
-        let sge = [ibv_sge {
-            addr: local.addr,
-            length: local.len,
-            lkey: local.lkey,
-        }];
         // ENOMEM: the provider's queue is full (retry after polling). Anything
         // else (EINVAL, a QP the provider will not post to) cannot succeed
         // later: the endpoint closes with the errno.
-        self.qp.post_send(&mut wr, &sge).map_err(|e| match e {
-            HwError::Verb { errno, .. }
-                if std::io::Error::from_raw_os_error(errno).kind()
-                    == std::io::ErrorKind::OutOfMemory =>
-            {
-                QueueError::Full
-            }
-            HwError::Verb { errno, .. } => QueueError::Failed(errno as u32),
-            _ => QueueError::Failed(u32::MAX),
-        })?;
+        self.qp
+            .post_rdma(self.next, op, local, raddr, rkey, signaled)
+            .map_err(|e| match e {
+                HwError::Verb { errno, .. }
+                    if std::io::Error::from_raw_os_error(errno).kind()
+                        == std::io::ErrorKind::OutOfMemory =>
+                {
+                    QueueError::Full
+                }
+                HwError::Verb { errno, .. } => QueueError::Failed(errno as u32),
+                _ => QueueError::Failed(u32::MAX),
+            })?;
         self.next += 1;
         self.unsignaled = if signaled { 0 } else { self.unsignaled + 1 };
         Ok(())

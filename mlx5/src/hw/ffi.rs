@@ -12,6 +12,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 /// One row of a struct's layout: `("struct.field", offset, size)`.
+#[cfg(feature = "rdma-core-oracle")]
 pub type LayoutRow = (&'static str, usize, usize);
 
 macro_rules! abi_struct {
@@ -21,6 +22,7 @@ macro_rules! abi_struct {
         #[derive(Clone, Copy, Debug)]
         pub struct $name { $(pub $field: $ty),* }
 
+        #[cfg(feature = "rdma-core-oracle")]
         impl $name {
             /// Offsets and sizes of the fields, for the ABI test.
             pub fn layout() -> Vec<LayoutRow> {
@@ -555,6 +557,7 @@ abi_struct!(mlx5dv_context {
 });
 
 /// Every struct's layout, for the ABI test.
+#[cfg(feature = "rdma-core-oracle")]
 pub fn all_layouts() -> Vec<LayoutRow> {
     [
         ibv_device_attr::layout(),
@@ -701,6 +704,7 @@ pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
 pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
 
 /// `(name, value)` of every constant above, for the ABI test.
+#[cfg(feature = "rdma-core-oracle")]
 pub fn all_constants() -> Vec<(&'static str, i64)> {
     vec![
         ("IBV_QPS_RESET", i64::from(qp_state::RESET)),

@@ -14,6 +14,22 @@ use std::sync::Arc;
 
 use super::device::{HwCq, HwQp, HwSrq};
 use super::ffi::*;
+use crate::sq::Sge;
+
+/// rdma-core's `struct ibv_sge` and `struct ibv_wc`: the gather entries and
+/// work completions of this API.
+pub use super::ffi::{ibv_sge, ibv_wc};
+
+/// An RDMA operation on one remote range (see [`VerbsQp::post_rdma`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaOp {
+    /// RDMA WRITE.
+    Write,
+    /// RDMA WRITE with this immediate (host order; sent big-endian).
+    WriteImm(u32),
+    /// RDMA READ into the local buffer.
+    Read,
+}
 use super::loader::HwError;
 
 fn post_result(verb: &'static str, rc: c_int) -> Result<(), HwError> {
@@ -86,7 +102,11 @@ impl VerbsQp {
     /// the request into its queue before returning; with `IBV_SEND_INLINE` it
     /// copies the data too, otherwise the device reads it later, within the
     /// registered regions the lkeys name.
-    pub fn post_send(&mut self, wr: &mut ibv_send_wr, sges: &[ibv_sge]) -> Result<(), HwError> {
+    pub(crate) fn post_send(
+        &mut self,
+        wr: &mut ibv_send_wr,
+        sges: &[ibv_sge],
+    ) -> Result<(), HwError> {
         wr.sg_list = sges.as_ptr() as *mut ibv_sge;
         wr.num_sge = sges.len() as c_int;
         wr.next = std::ptr::null_mut();
@@ -96,6 +116,42 @@ impl VerbsQp {
         post_result("ibv_post_send", unsafe {
             (self.post_send)(self.qp.as_ptr(), wr, &mut bad)
         })
+    }
+
+    /// Posts `op` between the local buffer `local` and `raddr`/`rkey` as work
+    /// request `wr_id`, with a completion only if `signaled`.
+    #[inline]
+    pub fn post_rdma(
+        &mut self,
+        wr_id: u64,
+        op: RdmaOp,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+        signaled: bool,
+    ) -> Result<(), HwError> {
+        let (opcode, imm) = match op {
+            RdmaOp::Write => (wr_opcode::RDMA_WRITE, 0),
+            RdmaOp::WriteImm(imm) => (wr_opcode::RDMA_WRITE_WITH_IMM, imm),
+            RdmaOp::Read => (wr_opcode::RDMA_READ, 0),
+        };
+        let mut wr = ibv_send_wr {
+            wr_id,
+            opcode,
+            send_flags: if signaled { send_flags::SIGNALED } else { 0 },
+            imm_data: imm.to_be(),
+            ..Default::default()
+        };
+        wr.wr.rdma = ibv_rdma_wr {
+            remote_addr: raddr,
+            rkey,
+        };
+        let sge = [ibv_sge {
+            addr: local.addr,
+            length: local.len,
+            lkey: local.lkey,
+        }];
+        self.post_send(&mut wr, &sge)
     }
 
     /// Posts one receive of `sges` (on a QP with its own receive queue).

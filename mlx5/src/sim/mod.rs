@@ -12,10 +12,10 @@
 
 pub(crate) mod cqe_out;
 pub mod device;
-pub mod engine;
+pub(crate) mod engine;
 pub mod fabric;
 mod fast_path;
-pub mod registry;
-pub mod sched;
-pub mod shm;
-pub mod sync;
+pub(crate) mod registry;
+pub(crate) mod sched;
+pub(crate) mod shm;
+pub(crate) mod sync;

@@ -114,25 +114,10 @@ impl ShmMap {
         self.len
     }
 
-    /// Always false.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
     /// The file's path.
+    #[cfg(test)]
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Pointer to `len` bytes at `off`, if they lie inside the mapping.
-    #[inline(always)]
-    pub fn at(&self, off: u64, len: u64) -> Option<NonNull<u8>> {
-        let end = off.checked_add(len)?;
-        if end > self.len as u64 {
-            return None;
-        }
-        // SAFETY: in bounds, checked above.
-        Some(unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(off as usize)) })
     }
 }
 
