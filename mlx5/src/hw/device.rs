@@ -1150,42 +1150,23 @@ impl HwQp {
     }
 }
 
-impl std::fmt::Debug for HwPd {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HwPd")
-            .field("pd", &self.p.pd)
-            .finish_non_exhaustive()
-    }
+/// `Debug` for the handles: the type and its verbs object's address.
+macro_rules! debug_handle {
+    ($($ty:ident { $inner:ident . $obj:ident }),* $(,)?) => {$(
+        impl std::fmt::Debug for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($ty))
+                    .field(stringify!($obj), &self.$inner.$obj)
+                    .finish_non_exhaustive()
+            }
+        }
+    )*};
 }
 
-impl std::fmt::Debug for HwMr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HwMr")
-            .field("mr", &self.m.mr)
-            .finish_non_exhaustive()
-    }
-}
-
-impl std::fmt::Debug for HwCq {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HwCq")
-            .field("cq", &self.q.cq)
-            .finish_non_exhaustive()
-    }
-}
-
-impl std::fmt::Debug for HwSrq {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HwSrq")
-            .field("srq", &self.s.srq)
-            .finish_non_exhaustive()
-    }
-}
-
-impl std::fmt::Debug for HwQp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HwQp")
-            .field("qp", &self.q.qp)
-            .finish_non_exhaustive()
-    }
-}
+debug_handle!(
+    HwPd { p.pd },
+    HwMr { m.mr },
+    HwCq { q.cq },
+    HwSrq { s.srq },
+    HwQp { q.qp },
+);
