@@ -21,6 +21,31 @@ use kvs_proto::proto::{
 };
 use kvs_proto::shard::{self, ShardMap};
 
+/// One request's fields, as [`proto::write_request`] encodes them.
+#[derive(Clone, Copy)]
+struct Outgoing<'a> {
+    op: Op,
+    key: &'a [u8],
+    value: &'a [u8],
+    /// PUT / UPDATE_RANGE: the value's length; SCAN: the most records.
+    val_len: u32,
+    /// UPDATE_RANGE: where the bytes go.
+    offset: u32,
+}
+
+impl<'a> Outgoing<'a> {
+    /// A request with a key and nothing else.
+    fn keyed(op: Op, key: &'a [u8]) -> Self {
+        Outgoing {
+            op,
+            key,
+            value: &[],
+            val_len: 0,
+            offset: 0,
+        }
+    }
+}
+
 /// Client settings.
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
@@ -341,18 +366,17 @@ impl<T, X: Transport> Client<T, X> {
         s
     }
 
-    /// Sends one request to the owner of `key` (queued until `poll()`).
-    #[allow(clippy::too_many_arguments)]
-    fn submit(
-        &mut self,
-        op: Op,
-        key: &[u8],
-        value: &[u8],
-        val_len: u32,
-        offset: u32,
-        allowance: usize,
-        tag: T,
-    ) -> Result<(), SubmitError<T>> {
+    /// Sends one request to the owner of its key (queued until `poll()`),
+    /// reserving `allowance` bytes for the response.
+    #[inline]
+    fn submit(&mut self, r: Outgoing<'_>, allowance: usize, tag: T) -> Result<(), SubmitError<T>> {
+        let Outgoing {
+            op,
+            key,
+            value,
+            val_len,
+            offset,
+        } = r;
         if key.len() > u16::MAX as usize {
             return Err(SubmitError::TooLarge(tag, key.len()));
         }
@@ -395,18 +419,22 @@ impl<T, X: Transport> Client<T, X> {
     /// credit is used up.
     pub fn get(&mut self, key: &[u8], tag: T) -> Result<(), SubmitError<T>> {
         let a = RESPONSE_HEADER + self.opts.value_allowance;
-        self.submit(Op::Get, key, &[], 0, 0, a, tag)
+        self.submit(Outgoing::keyed(Op::Get, key), a, tag)
     }
 
     /// Sets `key` to `value`.
     pub fn put(&mut self, key: &[u8], value: &[u8], tag: T) -> Result<(), SubmitError<T>> {
-        let n = value.len() as u32;
-        self.submit(Op::Put, key, value, n, 0, RESPONSE_HEADER + 64, tag)
+        let r = Outgoing {
+            value,
+            val_len: value.len() as u32,
+            ..Outgoing::keyed(Op::Put, key)
+        };
+        self.submit(r, RESPONSE_HEADER + 64, tag)
     }
 
     /// Removes `key`.
     pub fn delete(&mut self, key: &[u8], tag: T) -> Result<(), SubmitError<T>> {
-        self.submit(Op::Delete, key, &[], 0, 0, RESPONSE_HEADER + 64, tag)
+        self.submit(Outgoing::keyed(Op::Delete, key), RESPONSE_HEADER + 64, tag)
     }
 
     /// Overwrites `bytes` of `key`'s value at `offset` (the value never grows:
@@ -418,16 +446,13 @@ impl<T, X: Transport> Client<T, X> {
         bytes: &[u8],
         tag: T,
     ) -> Result<(), SubmitError<T>> {
-        let n = bytes.len() as u32;
-        self.submit(
-            Op::UpdateRange,
-            key,
-            bytes,
-            n,
+        let r = Outgoing {
+            value: bytes,
+            val_len: bytes.len() as u32,
             offset,
-            RESPONSE_HEADER + 64,
-            tag,
-        )
+            ..Outgoing::keyed(Op::UpdateRange, key)
+        };
+        self.submit(r, RESPONSE_HEADER + 64, tag)
     }
 
     /// Up to `count` records with keys from `start` on, in key order, gathered
