@@ -492,19 +492,21 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                     break;
                 }
                 res.stalled = None;
-                fail(
-                    fab,
-                    &qp,
-                    &mut ci,
-                    bbs,
+                let wqe = FailedWqe {
                     idx,
+                    bbs,
                     opcode,
                     syndrome,
-                    0,
+                    vendor: 0,
+                };
+                let f = Failure {
+                    wqe,
+                    ci: &mut ci,
                     send_cqn,
-                    &mut res,
-                    &mut report,
-                );
+                    res: &mut res,
+                    report: &mut report,
+                };
+                fail(fab, &qp, f);
                 break;
             }
             Err(Fail::Err {
@@ -516,19 +518,21 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                     let r = &fab.reg().qps[slot];
                     move_to_err(fab, r, &mut report);
                 }
-                fail(
-                    fab,
-                    &qp,
-                    &mut ci,
-                    bbs,
+                let wqe = FailedWqe {
                     idx,
+                    bbs,
                     opcode,
                     syndrome,
                     vendor,
+                };
+                let f = Failure {
+                    wqe,
+                    ci: &mut ci,
                     send_cqn,
-                    &mut res,
-                    &mut report,
-                );
+                    res: &mut res,
+                    report: &mut report,
+                };
+                fail(fab, &qp, f);
                 break;
             }
         }
@@ -543,20 +547,43 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
     res
 }
 
-#[allow(clippy::too_many_arguments)]
-fn fail(
-    fab: &Fabric,
-    qp: &Qp<'_>,
-    ci: &mut u32,
-    bbs: u32,
+/// The WQE that failed, and what its error CQE reports.
+struct FailedWqe {
+    /// Its index (the CQE's wqe_counter) and size in basic blocks.
     idx: u16,
+    bbs: u32,
     opcode: u8,
     syndrome: Syndrome,
     vendor: u8,
+}
+
+/// A failed WQE and the send queue run it ends: what [`fail`] updates.
+struct Failure<'a> {
+    wqe: FailedWqe,
+    /// The run's consumer index.
+    ci: &'a mut u32,
     send_cqn: u32,
-    res: &mut RunResult,
-    report: &mut FlushReport,
-) {
+    res: &'a mut RunResult,
+    report: &'a mut FlushReport,
+}
+
+/// Completes a failed WQE with an error CQE, moves its QP to ERR and flushes
+/// the rest of its send queue.
+fn fail(fab: &Fabric, qp: &Qp<'_>, f: Failure<'_>) {
+    let Failure {
+        wqe:
+            FailedWqe {
+                idx,
+                bbs,
+                opcode,
+                syndrome,
+                vendor,
+            },
+        ci,
+        send_cqn,
+        res,
+        report,
+    } = f;
     let c = err_cqe(true, qp.qpn, idx, opcode, syndrome, vendor, 0);
     cqe_out::push_cqe(fab, send_cqn, &c, report);
     *ci = ci.wrapping_add(bbs);
@@ -805,16 +832,14 @@ fn execute(
             // SAFETY: both lists were resolved against live regions.
             unsafe { sg_copy(&src, &dst, len) };
             if let Some(rv) = recv {
-                complete_recv(
-                    fab,
-                    r,
-                    rv,
-                    CqeOpcode::RespWrImm,
-                    len as u32,
+                let done = RecvDone {
+                    opcode: CqeOpcode::RespWrImm,
+                    byte_cnt: len as u32,
                     imm,
-                    qp.qpn,
-                    None,
-                );
+                    src_qpn: qp.qpn,
+                    scatter: None,
+                };
+                complete_recv(fab, r, rv, done);
             }
             Ok(len as u32)
         }
@@ -856,16 +881,14 @@ fn execute(
             } else {
                 CqeOpcode::RespSend
             };
-            complete_recv(
-                fab,
-                r,
-                rv,
-                opc,
-                len as u32,
-                if op == WqeOpcode::SendImm { imm } else { 0 },
-                qp.qpn,
+            let done = RecvDone {
+                opcode: opc,
+                byte_cnt: len as u32,
+                imm: if op == WqeOpcode::SendImm { imm } else { 0 },
+                src_qpn: qp.qpn,
                 scatter,
-            );
+            };
+            complete_recv(fab, r, rv, done);
             Ok(len as u32)
         }
         WqeOpcode::RdmaRead => {
@@ -1155,17 +1178,26 @@ pub(super) fn recv_cqe(
     b
 }
 
-#[allow(clippy::too_many_arguments)]
-fn complete_recv(
-    fab: &Fabric,
-    r: &QpEntry,
-    rv: Recv,
+/// What a receive completion reports.
+struct RecvDone {
     opcode: CqeOpcode,
     byte_cnt: u32,
     imm: u32,
+    /// The requester's QP.
     src_qpn: u32,
+    /// Data scattered to the CQE: its format and bytes.
     scatter: Option<(u8, [u8; 64])>,
-) {
+}
+
+/// Writes the receive CQE of `rv` on the responder `r`.
+fn complete_recv(fab: &Fabric, r: &QpEntry, rv: Recv, done: RecvDone) {
+    let RecvDone {
+        opcode,
+        byte_cnt,
+        imm,
+        src_qpn,
+        scatter,
+    } = done;
     let mut pre = None;
     let mut b = recv_cqe(r, &rv, opcode, byte_cnt, imm, src_qpn);
     {
