@@ -8,7 +8,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_SEGS};
 use super::sched::{ExecMode, Nic};
@@ -74,7 +74,10 @@ pub struct Fabric {
     /// Lock-free cache of mapped segments, indexed by slot. Entries are never
     /// freed while the fabric lives (kept alive by `keep`).
     cache: Box<[AtomicPtr<CachedSeg>]>,
-    nic: OnceLock<Arc<Nic>>,
+    /// This process's NIC, while some context uses it. The NIC holds the
+    /// fabric, not the other way round: when the last context closes, the NIC
+    /// and then the fabric are dropped and its mappings released.
+    nic: Mutex<Weak<Nic>>,
     // Boxed so that the addresses in `cache` stay valid when the Vec grows.
     #[allow(clippy::vec_box)]
     keep: Mutex<Vec<Box<CachedSeg>>>,
@@ -86,7 +89,9 @@ impl std::fmt::Debug for Fabric {
     }
 }
 
-static FABRICS: OnceLock<Mutex<HashMap<String, Arc<Fabric>>>> = OnceLock::new();
+/// The fabrics this process has open, one handle each; weak, so a fabric
+/// nobody uses is unmapped.
+static FABRICS: OnceLock<Mutex<HashMap<String, Weak<Fabric>>>> = OnceLock::new();
 
 /// The name of the fabric from [`FABRIC_ENV`], or [`DEFAULT_FABRIC`].
 pub fn fabric_name_from_env() -> String {
@@ -109,12 +114,12 @@ impl Fabric {
         }
         let map = FABRICS.get_or_init(Default::default);
         let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(f) = m.get(name) {
-            return Ok(f.clone());
+        if let Some(f) = m.get(name).and_then(Weak::upgrade) {
+            return Ok(f);
         }
         let f = Arc::new(Self::open_uncached(name)?);
         f.reap_dead();
-        m.insert(name.to_owned(), f.clone());
+        m.insert(name.to_owned(), Arc::downgrade(&f));
         Ok(f)
     }
 
@@ -179,21 +184,27 @@ impl Fabric {
             cache: (0..MAX_SEGS)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
-            nic: OnceLock::new(),
+            nic: Mutex::new(Weak::new()),
             keep: Mutex::new(Vec::new()),
         })
     }
 
-    /// This process's NIC in the fabric, created in `mode` on first use. With
-    /// `mode` `None`, whatever mode it has (inline if new); with `Some`, an
-    /// error if it already runs in another mode.
+    /// This process's NIC in the fabric, created in `mode` when no context
+    /// holds one. With `mode` `None`, whatever mode it has (inline if new);
+    /// with `Some`, an error if it already runs in another mode.
     pub fn nic(self: &Arc<Self>, mode: Option<ExecMode>) -> Result<Arc<Nic>, FabricError> {
-        let nic = self
-            .nic
-            .get_or_init(|| Arc::new(Nic::new(self.clone(), mode.unwrap_or(ExecMode::Inline))));
+        let mut slot = self.nic.lock().unwrap_or_else(|e| e.into_inner());
+        let nic = match slot.upgrade() {
+            Some(n) => n,
+            None => {
+                let n = Arc::new(Nic::new(self.clone(), mode.unwrap_or(ExecMode::Inline)));
+                *slot = Arc::downgrade(&n);
+                n
+            }
+        };
         match mode {
             Some(m) if m != nic.mode() => Err(FabricError::ModeConflict(self.name.clone())),
-            _ => Ok(nic.clone()),
+            _ => Ok(nic),
         }
     }
 
