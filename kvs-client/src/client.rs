@@ -27,7 +27,7 @@ struct Outgoing<'a> {
     op: Op,
     key: &'a [u8],
     value: &'a [u8],
-    /// PUT / UPDATE_RANGE: the value's length; SCAN: the most records.
+    /// PUT / UPDATE_RANGE: the value's length.
     val_len: u32,
     /// UPDATE_RANGE: where the bytes go.
     offset: u32,

@@ -436,7 +436,8 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                 None => execute(fab, &qp, body, opcode, imm, flags, clock),
             }
         };
-        match out {
+        // What the WQE's error CQE reports, if it failed for good.
+        let (syndrome, vendor) = match out {
             Ok(byte_cnt) => {
                 if flags & ctrl_flags::CQ_UPDATE != 0 {
                     let c = req_cqe(qp.qpn, idx, opcode, byte_cnt);
@@ -447,6 +448,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                 if e.retry_tries.load(Ordering::Relaxed) != 0 {
                     e.retry_tries.store(0, Ordering::Relaxed);
                 }
+                continue;
             }
             Err(Fail::Retry { kind, delay_us }) => {
                 // RNR NAK or no answer: retry the head WQE after the delay,
@@ -492,22 +494,7 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                     break;
                 }
                 res.stalled = None;
-                let wqe = FailedWqe {
-                    idx,
-                    bbs,
-                    opcode,
-                    syndrome,
-                    vendor: 0,
-                };
-                let f = Failure {
-                    wqe,
-                    ci: &mut ci,
-                    send_cqn,
-                    res: &mut res,
-                    report: &mut report,
-                };
-                fail(fab, &qp, f);
-                break;
+                (syndrome, 0)
             }
             Err(Fail::Err {
                 syndrome,
@@ -518,24 +505,22 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
                     let r = &fab.reg().qps[slot];
                     move_to_err(fab, r, &mut report);
                 }
-                let wqe = FailedWqe {
-                    idx,
-                    bbs,
-                    opcode,
-                    syndrome,
-                    vendor,
-                };
-                let f = Failure {
-                    wqe,
-                    ci: &mut ci,
-                    send_cqn,
-                    res: &mut res,
-                    report: &mut report,
-                };
-                fail(fab, &qp, f);
-                break;
+                (syndrome, vendor)
             }
-        }
+        };
+        let f = Failure {
+            idx,
+            bbs,
+            opcode,
+            syndrome,
+            vendor,
+            ci: &mut ci,
+            send_cqn,
+            res: &mut res,
+            report: &mut report,
+        };
+        fail(fab, &qp, f);
+        break;
     }
     e.sq_ci.store(ci, Ordering::Release);
     cqe_out::flush(fab, &mut report);
@@ -547,19 +532,14 @@ pub fn run_sq(fab: &Fabric, qpn: u32, max: usize, clock: &Clock<'_>) -> RunResul
     res
 }
 
-/// The WQE that failed, and what its error CQE reports.
-struct FailedWqe {
-    /// Its index (the CQE's wqe_counter) and size in basic blocks.
+/// A failed WQE, what its error CQE reports, and the send queue run it ends.
+struct Failure<'a> {
+    /// The WQE's index (the CQE's wqe_counter) and size in basic blocks.
     idx: u16,
     bbs: u32,
     opcode: u8,
     syndrome: Syndrome,
     vendor: u8,
-}
-
-/// A failed WQE and the send queue run it ends: what [`fail`] updates.
-struct Failure<'a> {
-    wqe: FailedWqe,
     /// The run's consumer index.
     ci: &'a mut u32,
     send_cqn: u32,
@@ -571,14 +551,11 @@ struct Failure<'a> {
 /// the rest of its send queue.
 fn fail(fab: &Fabric, qp: &Qp<'_>, f: Failure<'_>) {
     let Failure {
-        wqe:
-            FailedWqe {
-                idx,
-                bbs,
-                opcode,
-                syndrome,
-                vendor,
-            },
+        idx,
+        bbs,
+        opcode,
+        syndrome,
+        vendor,
         ci,
         send_cqn,
         res,

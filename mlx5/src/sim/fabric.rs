@@ -119,6 +119,8 @@ impl Fabric {
         }
         let f = Arc::new(Self::open_uncached(name)?);
         f.reap_dead();
+        // Fabrics this process has let go of leave no entry behind.
+        m.retain(|_, w| w.strong_count() > 0);
         m.insert(name.to_owned(), Arc::downgrade(&f));
         Ok(f)
     }
