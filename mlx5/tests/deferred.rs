@@ -212,6 +212,30 @@ fn faults_lose_nothing_and_corrupt_nothing() {
     assert!(w.rcq.expanded() > 0, "some completions were compressed");
 }
 
+#[test]
+fn compression_off_fault_writes_every_cqe_of_its_step_plain() {
+    // CQEs are held across steps and written together; a step whose
+    // compression is switched off must still have its CQEs written plain.
+    let mode = |no_compress| ExecMode::Deferred {
+        seed: 5,
+        faults: FaultPlan {
+            no_compress,
+            ..FaultPlan::default()
+        },
+    };
+    let mut on = world("zip-on", mode(0), 2, RtsAttr::default());
+    assert_eq!(run(&mut on, 100).1.len(), 200);
+    assert!(on.rcq.expanded() > 0, "without the fault, bursts compress");
+    let mut off = world("zip-off", mode(1000), 2, RtsAttr::default());
+    assert_eq!(run(&mut off, 100).1.len(), 200);
+    assert!(off.a.sched_stats().no_compress > 0);
+    assert_eq!(
+        off.rcq.expanded(),
+        0,
+        "a CQE of a no-compression step came compressed"
+    );
+}
+
 /// Posts one signaled inline WRITE on the first link, lets the device run,
 /// and returns the syndromes of the send completions (None: success).
 fn one_write_syndromes(w: &mut World) -> Vec<Option<u8>> {

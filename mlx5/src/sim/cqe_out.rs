@@ -3,11 +3,11 @@
 //! last; compressing runs of similar CQEs when the CQ asks for it; and refusing
 //! to overwrite CQEs software has not consumed (overrun).
 //!
-//! CQEs are produced into a per-thread batch and written per CQ when the batch
-//! is flushed, so that a burst of work can be compressed as a NIC compresses a
-//! burst of completions.
+//! CQEs are produced into a [`CqeBatch`] that the caller owns and written per
+//! CQ when the batch is flushed, so that a burst of work can be compressed as
+//! a NIC compresses a burst of completions.
 
-use std::cell::{Cell, RefCell};
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::fabric::{in_segment, Fabric};
@@ -27,43 +27,83 @@ const OP_OWN: usize = Cqe64::<()>::OP_OWN_OFFSET;
 /// A CQE waiting to be written: the 64-byte CQE, and for 128-byte CQEs the
 /// 64 bytes that precede it (scatter-to-CQE data).
 #[derive(Clone, Copy)]
-pub struct PendingCqe {
+pub(crate) struct PendingCqe {
     /// Target CQ number.
-    pub cqn: u32,
+    pub(crate) cqn: u32,
     /// The CQE (op_own's owner bit and byte 62 are filled in when written).
-    pub cqe: [u8; 64],
+    pub(crate) cqe: [u8; 64],
     /// Data for the first half of a 128-byte CQE.
-    pub pre: Option<[u8; 64]>,
+    pub(crate) pre: Option<[u8; 64]>,
+    /// Written plain even if the CQ compresses (an injected fault).
+    pub(crate) plain: bool,
 }
 
-thread_local! {
-    static HOLD: Cell<bool> = const { Cell::new(false) };
-    /// CQEs in `BATCH` (read without borrowing it).
-    static QUEUED: Cell<usize> = const { Cell::new(0) };
-    static BATCH: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
-    static RUN: RefCell<Vec<PendingCqe>> = RefCell::new(Vec::with_capacity(BATCH_MAX));
-}
-
+/// CQEs a batch holds at most before it is written.
 const BATCH_MAX: usize = 64;
+
+/// CQEs produced and not yet written, in production order. It lives on the
+/// stack of a send queue's run (inline mode) or in the deferred scheduler
+/// (held across steps); nothing in it is allocated.
+pub(crate) struct CqeBatch {
+    /// While held, [`flush`] leaves CQEs queued (up to the batch size), so
+    /// that completions of several scheduler steps are written — and
+    /// compressed — together, as a NIC coalesces completions that queue up.
+    hold: bool,
+    len: usize,
+    items: [MaybeUninit<PendingCqe>; BATCH_MAX],
+}
+
+impl std::fmt::Debug for CqeBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CqeBatch")
+            .field("hold", &self.hold)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl CqeBatch {
+    /// An empty batch; `hold` keeps CQEs queued until [`flush_now`].
+    #[inline]
+    pub(crate) fn new(hold: bool) -> Self {
+        CqeBatch {
+            hold,
+            len: 0,
+            items: [const { MaybeUninit::uninit() }; BATCH_MAX],
+        }
+    }
+
+    fn queued(&mut self) -> &mut [PendingCqe] {
+        // SAFETY: the first `len` items were written by `push_item`, and
+        // `PendingCqe` is `Copy` (nothing to drop).
+        unsafe { std::slice::from_raw_parts_mut(self.items.as_mut_ptr().cast(), self.len) }
+    }
+
+    /// Queues `c`; true when the batch is full.
+    fn push_item(&mut self, c: PendingCqe) -> bool {
+        self.items[self.len].write(c);
+        self.len += 1;
+        self.len == BATCH_MAX
+    }
+}
 
 /// What became of a batch: CQs that overran (their CQEs were dropped, and the
 /// CQ is in error).
 #[derive(Debug, Default)]
-pub struct FlushReport {
+pub(crate) struct FlushReport {
     /// CQNs found full.
-    pub overrun: Vec<u32>,
+    pub(crate) overrun: Vec<u32>,
 }
 
 /// Queues a CQE; writes the batch when it is full. A CQE for a CQ without
 /// compression is written at once (there is nothing to coalesce), unless CQEs
 /// are being held for a burst.
-pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
-    if !HOLD.with(|h| h.get()) {
+pub(crate) fn push(fab: &Fabric, b: &mut CqeBatch, c: PendingCqe, report: &mut FlushReport) {
+    if !b.hold {
         let e = &fab.reg().cqs[slot_of(c.cqn, MAX_CQS)];
         if e.zip.load(Ordering::Relaxed) == 0 {
             // Earlier queued CQEs of this CQ keep their order.
-            let queued = QUEUED.with(|q| q.get()) != 0
-                && BATCH.with(|b| b.borrow().iter().any(|q| q.cqn == c.cqn));
+            let queued = b.len != 0 && b.queued().iter().any(|q| q.cqn == c.cqn);
             if !queued {
                 if !write_one(fab, c.cqn, &c.cqe, c.pre.as_ref()) {
                     report.overrun.push(c.cqn);
@@ -72,87 +112,70 @@ pub fn push(fab: &Fabric, c: PendingCqe, report: &mut FlushReport) {
             }
         }
     }
-    let full = BATCH.with(|b| {
-        let mut b = b.borrow_mut();
-        b.push(c);
-        QUEUED.with(|q| q.set(b.len()));
-        b.len() >= BATCH_MAX
-    });
-    if full {
-        flush_now(fab, report);
+    if b.push_item(c) {
+        flush_now(fab, b, report);
     }
 }
 
 /// Queues a 64-byte CQE, or writes it at once when nothing is held or queued
 /// and the CQ does not compress: the common case, without building a
-/// [`PendingCqe`]. A CQ found full is added to `report`.
+/// [`PendingCqe`]. `plain` writes it uncompressed whatever the CQ asks. A CQ
+/// found full is added to `report`.
 #[inline]
-pub fn push_cqe(fab: &Fabric, cqn: u32, cqe: &[u8; 64], report: &mut FlushReport) {
-    if let Some(cq) = lock_for_one(fab, cqn) {
+pub(crate) fn push_cqe(
+    fab: &Fabric,
+    b: &mut CqeBatch,
+    cqn: u32,
+    cqe: &[u8; 64],
+    plain: bool,
+    report: &mut FlushReport,
+) {
+    if let Some(cq) = lock_for_one(fab, b, cqn) {
         if !cq.write(cqe) {
             report.overrun.push(cqn);
         }
         return;
     }
-    push(
-        fab,
-        PendingCqe {
-            cqn,
-            cqe: *cqe,
-            pre: None,
-        },
-        report,
-    );
+    let c = PendingCqe {
+        cqn,
+        cqe: *cqe,
+        pre: None,
+        plain,
+    };
+    push(fab, b, c, report);
 }
 
-/// While held, [`flush`] leaves CQEs queued (up to the batch size), so that
-/// completions of several scheduler steps are written — and compressed —
-/// together, as a NIC coalesces completions that queue up.
-pub fn hold(on: bool) {
-    HOLD.with(|h| h.set(on));
-}
-
-/// Writes every queued CQE (unless [`hold`] is on).
+/// Writes every queued CQE (unless the batch is held).
 #[inline]
-pub fn flush(fab: &Fabric, report: &mut FlushReport) {
-    if QUEUED.with(|q| q.get()) == 0 || HOLD.with(|h| h.get()) {
+pub(crate) fn flush(fab: &Fabric, b: &mut CqeBatch, report: &mut FlushReport) {
+    if b.len == 0 || b.hold {
         return;
     }
-    flush_now(fab, report);
+    flush_now(fab, b, report);
 }
 
-/// Writes every queued CQE.
-pub fn flush_now(fab: &Fabric, report: &mut FlushReport) {
-    BATCH.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.is_empty() {
-            return;
-        }
-        // Per CQ, each CQ's CQEs in production order (a NIC orders completions
-        // per CQ, not across CQs).
-        RUN.with(|run| {
-            let mut run = run.borrow_mut();
-            let mut done = 0;
-            while done < b.len() {
-                let cqn = b
-                    .iter()
-                    .find(|c| c.cqn != u32::MAX)
-                    .map(|c| c.cqn)
-                    .unwrap_or(u32::MAX);
-                run.clear();
-                for c in b.iter_mut().filter(|c| c.cqn == cqn) {
-                    run.push(*c);
-                    c.cqn = u32::MAX;
-                }
-                done += run.len();
-                if !write_run(fab, cqn, &run) {
-                    report.overrun.push(cqn);
-                }
+/// Writes every queued CQE, held or not.
+pub(crate) fn flush_now(fab: &Fabric, b: &mut CqeBatch, report: &mut FlushReport) {
+    let q = b.queued();
+    // Per CQ, each CQ's CQEs in production order (a NIC orders completions per
+    // CQ, not across CQs): group the batch by CQ in place, stably, and write
+    // each group as one run.
+    let mut start = 0;
+    while start < q.len() {
+        let cqn = q[start].cqn;
+        let mut end = start + 1;
+        for j in start + 1..q.len() {
+            if q[j].cqn == cqn {
+                q[end..=j].rotate_right(1);
+                end += 1;
             }
-        });
-        b.clear();
-        QUEUED.with(|q| q.set(0));
-    });
+        }
+        if !write_run(fab, cqn, &q[start..end]) {
+            report.overrun.push(cqn);
+        }
+        start = end;
+    }
+    b.len = 0;
 }
 
 struct CqView<'a> {
@@ -244,7 +267,7 @@ fn view(fab: &Fabric, cqn: u32) -> Option<CqView<'_>> {
 fn is_compressible(c: &PendingCqe) -> bool {
     let v = Cqe64::new_unchecked(&c.cqe[..]);
     let op = v.opcode_raw();
-    c.pre.is_none() && v.format_raw() == 0 && matches!(op, 0..=3)
+    !c.plain && c.pre.is_none() && v.format_raw() == 0 && matches!(op, 0..=3)
 }
 
 /// Whether `c` can be expanded from a mini CQE under `title`, as the `k`-th
@@ -275,7 +298,7 @@ fn mini_of(c: &PendingCqe, out: &mut [u8]) {
 
 /// A CQ locked ahead of a CQE that will be written straight into it (see
 /// [`lock_for_one`]).
-pub struct LockedCq<'a> {
+pub(crate) struct LockedCq<'a> {
     cq: CqView<'a>,
     _g: super::sync::ShmGuard<'a>,
 }
@@ -286,8 +309,8 @@ pub struct LockedCq<'a> {
 /// so that no locked instruction stands between the data's stores and the
 /// CQE's: the CPU then gains ownership of both cache lines at once.
 #[inline]
-pub fn lock_for_one(fab: &Fabric, cqn: u32) -> Option<LockedCq<'_>> {
-    if HOLD.with(|h| h.get()) || QUEUED.with(|q| q.get()) != 0 {
+pub(crate) fn lock_for_one<'a>(fab: &'a Fabric, b: &CqeBatch, cqn: u32) -> Option<LockedCq<'a>> {
+    if b.hold || b.len != 0 {
         return None;
     }
     let cq = view(fab, cqn)?;
@@ -302,7 +325,7 @@ impl LockedCq<'_> {
     /// Writes the CQE and unlocks; false when the CQ overran (it is then in
     /// error and the CQE is dropped).
     #[inline]
-    pub fn write(self, cqe: &[u8; 64]) -> bool {
+    pub(crate) fn write(self, cqe: &[u8; 64]) -> bool {
         write_plain_held(&self.cq, cqe, None)
     }
 }
@@ -351,7 +374,7 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
     let mut i = 0;
     let mut ok = true;
     while i < run.len() {
-        let compress = super::sched::compression_allowed();
+        let compress = !run[i].plain;
         let used = match cq.zip {
             1 if compress => write_enhanced(&cq, &mut pi, &run[i..]),
             1 => {

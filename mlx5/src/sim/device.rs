@@ -6,7 +6,6 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-use super::engine;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
 use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_DEVS, MAX_MRS, MAX_QPS,
@@ -80,7 +79,7 @@ impl SimContext {
             .ok_or_else(|| DeviceError::UnknownDevice(name.to_owned()))?;
         let fab = Fabric::open(fabric)?;
         fab.reg().devs[dev as usize].store(1, Ordering::Relaxed);
-        let nic = fab.nic(mode)?;
+        let nic = Nic::attach(&fab, mode)?;
         Ok(SimContext {
             d: Arc::new(Dev {
                 fab,
@@ -154,6 +153,12 @@ impl SimContext {
             ctx: self.clone(),
             pdn: self.d.fab.reg().next_gen() | 0x8000_0000,
         }
+    }
+
+    /// This process's NIC on the context's fabric.
+    #[cfg(test)]
+    pub(crate) fn nic(&self) -> &Arc<Nic> {
+        &self.d.nic
     }
 
     fn notify(&self) -> Arc<dyn DeviceNotify> {
@@ -822,7 +827,7 @@ impl SimQp {
             QpState::Err,
             |_| {},
         )?;
-        engine::flush_qp(&self.inner.ctx.d.fab, self.inner.qpn);
+        self.inner.ctx.d.nic.flush_qp(self.inner.qpn);
         Ok(())
     }
 

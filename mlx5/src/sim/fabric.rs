@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_SEGS};
-use super::sched::{ExecMode, Nic};
 use super::shm::{my_pid, pid_alive, unlink, ShmMap};
 
 /// Environment variable naming the fabric that `sim*` devices open.
@@ -74,10 +73,6 @@ pub struct Fabric {
     /// Lock-free cache of mapped segments, indexed by slot. Entries are never
     /// freed while the fabric lives (kept alive by `keep`).
     cache: Box<[AtomicPtr<CachedSeg>]>,
-    /// This process's NIC, while some context uses it. The NIC holds the
-    /// fabric, not the other way round: when the last context closes, the NIC
-    /// and then the fabric are dropped and its mappings released.
-    nic: Mutex<Weak<Nic>>,
     // Boxed so that the addresses in `cache` stay valid when the Vec grows.
     #[allow(clippy::vec_box)]
     keep: Mutex<Vec<Box<CachedSeg>>>,
@@ -186,28 +181,8 @@ impl Fabric {
             cache: (0..MAX_SEGS)
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
-            nic: Mutex::new(Weak::new()),
             keep: Mutex::new(Vec::new()),
         })
-    }
-
-    /// This process's NIC in the fabric, created in `mode` when no context
-    /// holds one. With `mode` `None`, whatever mode it has (inline if new);
-    /// with `Some`, an error if it already runs in another mode.
-    pub fn nic(self: &Arc<Self>, mode: Option<ExecMode>) -> Result<Arc<Nic>, FabricError> {
-        let mut slot = self.nic.lock().unwrap_or_else(|e| e.into_inner());
-        let nic = match slot.upgrade() {
-            Some(n) => n,
-            None => {
-                let n = Arc::new(Nic::new(self.clone(), mode.unwrap_or(ExecMode::Inline)));
-                *slot = Arc::downgrade(&n);
-                n
-            }
-        };
-        match mode {
-            Some(m) if m != nic.mode() => Err(FabricError::ModeConflict(self.name.clone())),
-            _ => Ok(nic),
-        }
     }
 
     /// The fabric's name.

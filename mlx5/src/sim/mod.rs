@@ -13,8 +13,8 @@
 pub(crate) mod cqe_out;
 pub mod device;
 pub(crate) mod engine;
+pub(crate) mod exec;
 pub mod fabric;
-mod fast_path;
 pub(crate) mod registry;
 pub(crate) mod sched;
 pub(crate) mod shm;

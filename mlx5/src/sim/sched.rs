@@ -13,14 +13,14 @@
 //! No hidden thread runs anything: progress happens in the application's own
 //! calls.
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
-use super::cqe_out;
+use super::cqe_out::{self, CqeBatch, FlushReport};
 use super::engine;
-use super::fabric::Fabric;
+use super::exec::{Clock, Exec, Faults};
+use super::fabric::{Fabric, FabricError};
 use super::registry::qp_state;
 use crate::doorbell::DeviceNotify;
 
@@ -74,53 +74,15 @@ pub struct SchedStats {
     pub no_compress: u64,
 }
 
-/// Faults armed for the WQE the deferred scheduler runs now (bits below), in
-/// one cell so that the engine's fast path asks "anything armed?" once.
-const RNR: u8 = 1;
-const ACCESS: u8 = 2;
-const PEER: u8 = 4;
-const NO_COMPRESS: u8 = 8;
-
-thread_local! {
-    static ARMED: Cell<u8> = const { Cell::new(0) };
-}
-
-fn take(bit: u8) -> bool {
-    ARMED.with(|c| {
-        let a = c.get();
-        c.set(a & !bit);
-        a & bit != 0
-    })
-}
-
-/// Takes the armed RNR fault, if any (engine side).
-pub(crate) fn take_rnr_fault() -> bool {
-    take(RNR)
-}
-/// Takes the armed access fault, if any.
-pub(crate) fn take_access_fault() -> bool {
-    take(ACCESS)
-}
-/// Takes the armed peer-loss fault, if any.
-pub(crate) fn take_peer_fault() -> bool {
-    take(PEER)
-}
-/// Whether an RNR, access or peer-loss fault is armed.
-#[inline]
-pub(crate) fn fault_armed() -> bool {
-    ARMED.with(|c| c.get() & (RNR | ACCESS | PEER) != 0)
-}
-/// Whether CQEs written now may be compressed.
-pub(crate) fn compression_allowed() -> bool {
-    ARMED.with(|c| c.get() & NO_COMPRESS == 0)
-}
-
 struct Deferred {
     rng: u64,
     plan: FaultPlan,
     pending: Vec<u32>,
     clock_ns: u64,
     stats: SchedStats,
+    /// CQEs of the steps taken so far, written together at the end of a
+    /// burst of steps.
+    cqes: CqeBatch,
 }
 
 impl Deferred {
@@ -149,6 +111,12 @@ pub struct Nic {
     deferred: Option<Mutex<Deferred>>,
     timing: AtomicBool,
     busy_ns: AtomicU64,
+    /// Tests turn the fast path off to compare it with the general path.
+    #[cfg(test)]
+    fast_path: AtomicBool,
+    /// WQEs the fast path executed.
+    #[cfg(test)]
+    fast_wqes: AtomicU64,
 }
 
 impl std::fmt::Debug for Nic {
@@ -162,8 +130,37 @@ const IDLE_STEPS: usize = 8;
 /// Steps `progress` takes at most in deferred mode.
 const PROGRESS_STEPS: usize = 100_000;
 
+/// This process's NIC on each fabric it has open, while some context uses it.
+/// Weak: the NIC holds its fabric, so when the last context closes, the NIC
+/// and then the fabric are dropped and the fabric's mappings released.
+static NICS: Mutex<Vec<Weak<Nic>>> = Mutex::new(Vec::new());
+
 impl Nic {
-    pub(crate) fn new(fab: Arc<Fabric>, mode: ExecMode) -> Nic {
+    /// This process's NIC on `fab`, created in `mode` when no context holds
+    /// one. With `mode` `None`, whatever mode it has (inline if new); with
+    /// `Some`, an error if it already runs in another mode.
+    pub(crate) fn attach(
+        fab: &Arc<Fabric>,
+        mode: Option<ExecMode>,
+    ) -> Result<Arc<Nic>, FabricError> {
+        let mut nics = NICS.lock().unwrap_or_else(|e| e.into_inner());
+        nics.retain(|w| w.strong_count() > 0);
+        let live = nics.iter().filter_map(Weak::upgrade);
+        let nic = match live.into_iter().find(|n| Arc::ptr_eq(&n.fab, fab)) {
+            Some(n) => n,
+            None => {
+                let n = Arc::new(Nic::new(fab.clone(), mode.unwrap_or(ExecMode::Inline)));
+                nics.push(Arc::downgrade(&n));
+                n
+            }
+        };
+        match mode {
+            Some(m) if m != nic.mode() => Err(FabricError::ModeConflict(fab.name().to_owned())),
+            _ => Ok(nic),
+        }
+    }
+
+    fn new(fab: Arc<Fabric>, mode: ExecMode) -> Nic {
         let deferred = match mode {
             ExecMode::Inline => None,
             ExecMode::Deferred { seed, faults } => Some(Mutex::new(Deferred {
@@ -172,6 +169,7 @@ impl Nic {
                 pending: Vec::new(),
                 clock_ns: 0,
                 stats: SchedStats::default(),
+                cqes: CqeBatch::new(true),
             })),
         };
         Nic {
@@ -183,7 +181,44 @@ impl Nic {
             deferred,
             timing: AtomicBool::new(false),
             busy_ns: AtomicU64::new(0),
+            #[cfg(test)]
+            fast_path: AtomicBool::new(true),
+            #[cfg(test)]
+            fast_wqes: AtomicU64::new(0),
         }
+    }
+
+    /// Turns the engine's fast path on or off.
+    #[cfg(test)]
+    pub(crate) fn set_fast_path(&self, on: bool) {
+        self.fast_path.store(on, Ordering::Relaxed);
+    }
+
+    /// WQEs the fast path has executed.
+    #[cfg(test)]
+    pub(crate) fn fast_path_wqes(&self) -> u64 {
+        self.fast_wqes.load(Ordering::Relaxed)
+    }
+
+    /// Runs `qpn`'s send queue in `x` (see [`engine::run_sq`]).
+    #[inline]
+    fn run_sq(&self, x: &mut Exec<'_>, qpn: u32, max: usize) -> engine::RunResult {
+        #[cfg(test)]
+        {
+            x.fast_path = self.fast_path.load(Ordering::Relaxed);
+        }
+        let r = engine::run_sq(x, qpn, max);
+        #[cfg(test)]
+        self.fast_wqes
+            .fetch_add(std::mem::take(&mut x.fast_wqes), Ordering::Relaxed);
+        r
+    }
+
+    /// Flushes a QP's queues after a verb moved it to ERR.
+    pub(crate) fn flush_qp(&self, qpn: u32) -> usize {
+        let mut cqes = CqeBatch::new(false);
+        let mut x = Exec::new(&self.fab, Clock::real(&self.origin), &mut cqes);
+        engine::flush_qp(&mut x, qpn)
     }
 
     /// Starts or stops accounting the time the NIC spends executing doorbells
@@ -212,12 +247,10 @@ impl Nic {
     }
 
     fn run_inline(&self, qpn: u32) {
-        let r = engine::run_sq(
-            &self.fab,
-            qpn,
-            usize::MAX,
-            &engine::Clock::real(&self.origin),
-        );
+        // The run's CQEs, written when it ends (or when the batch fills).
+        let mut cqes = CqeBatch::new(false);
+        let mut x = Exec::new(&self.fab, Clock::real(&self.origin), &mut cqes);
+        let r = self.run_sq(&mut x, qpn, usize::MAX);
         if r.stalled.is_some() {
             let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
             if !s.contains(&qpn) {
@@ -246,11 +279,9 @@ impl Nic {
     /// CQEs of the steps are written together at the end.
     fn steps(&self, d: &Mutex<Deferred>, budget: usize) -> usize {
         let mut d = d.lock().unwrap_or_else(|e| e.into_inner());
-        cqe_out::hold(true);
         self.steps_held(&mut d, budget);
-        cqe_out::hold(false);
-        let mut report = cqe_out::FlushReport::default();
-        cqe_out::flush_now(&self.fab, &mut report);
+        let mut report = FlushReport::default();
+        cqe_out::flush_now(&self.fab, &mut d.cqes, &mut report);
         for cqn in report.overrun {
             // A completion could not be delivered: this process's QPs that
             // complete into that CQ cannot go on.
@@ -283,12 +314,10 @@ impl Nic {
             d.stats.access += u64::from(acc);
             d.stats.peer_loss += u64::from(peer);
             d.stats.no_compress += u64::from(nocomp);
-            let bit = |on: bool, b: u8| if on { b } else { 0 };
-            ARMED.with(|c| {
-                c.set(bit(rnr, RNR) | bit(acc, ACCESS) | bit(peer, PEER) | bit(nocomp, NO_COMPRESS))
-            });
-            let r = engine::run_sq(&self.fab, qpn, 1, &engine::Clock::Logical(d.clock_ns));
-            ARMED.with(|c| c.set(0));
+            let clock = Clock::Logical(d.clock_ns);
+            let mut x = Exec::new(&self.fab, clock, &mut d.cqes);
+            x.faults = Faults::armed(rnr, acc, peer, nocomp);
+            let r = self.run_sq(&mut x, qpn, 1);
             d.stats.executed += r.executed as u64;
             if r.executed == 0 && r.stalled.is_none() {
                 d.pending.swap_remove(i);
@@ -329,7 +358,7 @@ impl DeviceNotify for Nic {
         // Receives posted to a QP in ERR are flushed at once.
         if let Some((_, e)) = engine::qp_by_num(&self.fab, qn) {
             if e.qp_state.load(Ordering::Acquire) == qp_state::ERR {
-                engine::flush_qp(&self.fab, qn);
+                self.flush_qp(qn);
             }
         }
         if self.deferred.is_none() {

@@ -2,7 +2,7 @@
 //! WRITE or WRITE_IMM whose data is one gather entry (one data segment, or
 //! inline data) and that succeeds.
 //!
-//! It makes the general path's checks (`engine::execute`) in the same order and
+//! It makes the general path's checks (`requester::execute`) in the same order and
 //! writes the same bytes and CQEs, without its scatter/gather lists and error
 //! plumbing. A WQE it cannot take whole — another layout, an armed fault, a
 //! check that fails, an empty receive queue, a peer due for its liveness check
@@ -11,37 +11,29 @@
 
 use std::sync::atomic::Ordering;
 
-use super::cqe_out::{self, FlushReport};
-use super::engine::{
-    connected_peer, demote_written, peer_check_due, recv_cqe, resolve, resolve_remote, take_recv,
-    Clock, Qp, MAX_MSG,
-};
-use super::fabric::Fabric;
-use super::sched;
+use super::memory::{demote_written, resolve, resolve_remote, MAX_MSG};
+use super::responder::{connected_peer, peer_check_due, recv_cqe, take_recv};
+use super::Qp;
 use crate::device::access;
 use crate::prm::{CqeOpcode, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
+use crate::sim::cqe_out::FlushReport;
+use crate::sim::exec::Exec;
 
 /// Largest message for which the responder's CQ is locked before the data is
 /// copied (a longer copy would hold other producers of that CQ up).
 const PRELOCK_MAX: u64 = 4096;
 
-/// Executes a WRITE (`with_imm` false) or WRITE_IMM `body` (its `ds` × 16
-/// bytes) of `qp`; returns the byte count, or `None` to leave the WQE to the
-/// general path (nothing has been changed then).
+/// Executes a WRITE (`imm` none) or WRITE_IMM `body` (its `ds` × 16 bytes)
+/// of `qp`; returns the byte count, or `None` to leave the WQE to the general
+/// path (nothing has been changed then).
 #[inline]
-pub(super) fn write(
-    fab: &Fabric,
-    qp: &Qp<'_>,
-    body: &[u8],
-    with_imm: bool,
-    imm: u32,
-    clock: &Clock<'_>,
-) -> Option<u32> {
+pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Option<u32> {
     const RADDR: usize = CtrlSeg::<()>::LEN;
     const GATHER: usize = RADDR + RaddrSeg::<()>::LEN;
-    if body.len() < GATHER + DataSeg::<()>::LEN || sched::fault_armed() || !enabled() {
+    if body.len() < GATHER + DataSeg::<()>::LEN || x.faults.any_failure() || !x.fast_path_on() {
         return None;
     }
+    let fab = x.fab;
     let r = RaddrSeg::new_unchecked(&body[RADDR..GATHER]);
     let (raddr, rkey) = (r.raddr(), r.rkey());
     let seg = &body[GATHER..];
@@ -75,7 +67,7 @@ pub(super) fn write(
     // The responder, as `engine::responder` checks it; a liveness check that
     // is due is the general path's.
     let (_, r) = connected_peer(fab, qp)?;
-    if peer_check_due(qp, clock.peer_stamp()) {
+    if peer_check_due(qp, x.clock.peer_stamp()) {
         return None;
     }
     if r.access.load(Ordering::Relaxed) & access::REMOTE_WRITE == 0 {
@@ -83,24 +75,23 @@ pub(super) fn write(
     }
     let dst = resolve_remote(fab, r, rkey, raddr, len, access::REMOTE_WRITE).ok()?;
     // Last, the one change that can still fail: taking a receive WQE.
-    let recv = if with_imm {
-        Some(take_recv(fab, r).ok()?)
-    } else {
-        None
+    let recv = match imm {
+        Some(imm) => Some((take_recv(x, r).ok()?, imm)),
+        None => None,
     };
     // For a small message the responder's CQ is locked before the data moves:
     // no locked instruction then stands between the data's stores and the
     // CQE's, and the CPU gains ownership of their cache lines together.
     let cqn = r.recv_cqn.load(Ordering::Relaxed);
     let locked = match recv {
-        Some(_) if len <= PRELOCK_MAX => cqe_out::lock_for_one(fab, cqn),
+        Some(_) if len <= PRELOCK_MAX => x.lock_for_one(cqn),
         _ => None,
     };
     // SAFETY: both ranges were resolved against live regions of `len` bytes
     // (they may overlap: a WRITE may target its own source).
     unsafe { std::ptr::copy(src, dst, len as usize) };
     demote_written(dst, len as usize);
-    if let Some(rv) = recv {
+    if let Some((rv, imm)) = recv {
         let cqe = recv_cqe(r, &rv, CqeOpcode::RespWrImm, len as u32, imm, qp.qpn);
         // A responder CQ that overruns goes to error on its own; the
         // requester's WQE still completed.
@@ -108,33 +99,18 @@ pub(super) fn write(
             Some(l) => {
                 l.write(&cqe);
             }
-            None => cqe_out::push_cqe(fab, cqn, &cqe, &mut FlushReport::default()),
+            None => x.push_cqe(cqn, &cqe, &mut FlushReport::default()),
         }
     }
     #[cfg(test)]
-    TAKEN.with(|t| t.set(t.get() + 1));
+    {
+        x.fast_wqes += 1;
+    }
     Some(len as u32)
 }
 
 #[cfg(test)]
-thread_local! {
-    /// Tests turn the fast path off to compare it with the general path.
-    static OFF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-    /// WQEs the fast path executed.
-    static TAKEN: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-#[inline(always)]
-fn enabled() -> bool {
-    #[cfg(test)]
-    return !OFF.with(|o| o.get());
-    #[cfg(not(test))]
-    true
-}
-
-#[cfg(test)]
 mod tests {
-    use super::{OFF, TAKEN};
     use crate::device::{access, Context, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
     use crate::doorbell::BfMode;
     use crate::sim::fabric::Fabric;
@@ -147,11 +123,13 @@ mod tests {
     /// and gathered, signaled and not, into an RQ and an SRQ, then one with a
     /// bad rkey): every CQE's bytes and the target memory.
     fn transcript(general_only: bool) -> (Vec<[u8; 64]>, Vec<u8>, u64) {
-        OFF.with(|o| o.set(general_only));
-        TAKEN.with(|t| t.set(0));
         let fabric = format!("fastpath-{}-{}", std::process::id(), general_only as u8);
         let a = Context::open_in_mode(&fabric, "sim0", ExecMode::Inline).unwrap();
         let b = Context::open_in_mode(&fabric, "sim1", ExecMode::Inline).unwrap();
+        // Both contexts share this process's NIC on the fabric.
+        let nic = a.as_sim().unwrap().nic().clone();
+        nic.set_fast_path(!general_only);
+        let taken_before = nic.fast_path_wqes();
         let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
         let src = pa.alloc_mr(1 << 14, access::LOCAL_WRITE).unwrap();
         let dst = pb
@@ -244,13 +222,12 @@ mod tests {
             sq.ring_doorbell();
             drain(&mut cqes);
         }
-        let taken = TAKEN.with(|t| t.get());
+        let taken = nic.fast_path_wqes() - taken_before;
         let mem = dst.to_vec(0, 1 << 14);
         drop((
-            rq, srq_q, aring, bring, pairs, srq, acq, bcq, src, dst, pa, pb, a, b,
+            rq, srq_q, aring, bring, pairs, srq, acq, bcq, src, dst, pa, pb, a, b, nic,
         ));
         Fabric::remove_if_unused(&fabric);
-        OFF.with(|o| o.set(false));
         (cqes, mem, taken)
     }
 

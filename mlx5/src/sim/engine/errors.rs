@@ -1,0 +1,234 @@
+//! WQEs that do not complete: the reasons ([`Fail`]), the retry of a WQE the
+//! peer could not take yet (RNR, no answer), the error CQE of a WQE that failed
+//! for good, and the QP's move to ERR with every outstanding WQE flushed.
+
+use std::sync::atomic::Ordering;
+
+use super::{Qp, RunResult, Stall, Wqe};
+use crate::doorbell::load_dbrec;
+use crate::prm::{CqeOpcode, ErrCqe, Syndrome, RCV_DBR};
+use crate::sim::cqe_out::FlushReport;
+use crate::sim::exec::Exec;
+use crate::sim::registry::{qp_state, QpEntry};
+
+/// Why a WQE did not complete.
+pub(super) enum Fail {
+    /// Error CQE on the requester with this syndrome; `remote_err` moves the
+    /// responder QP (by registry slot) to ERR as well.
+    Err {
+        syndrome: Syndrome,
+        vendor: u8,
+        remote_err: Option<usize>,
+    },
+    /// Retry the WQE after `delay_us` (an RNR NAK, or no answer from the peer).
+    Retry { kind: RetryKind, delay_us: u32 },
+}
+
+/// What a retried WQE waits for.
+#[derive(Clone, Copy)]
+pub(super) enum RetryKind {
+    /// A receive WQE at the responder (RNR NAK).
+    Rnr,
+    /// An answer from the responder (transport retry).
+    Transport,
+}
+
+impl Fail {
+    /// A local error: the requester alone goes to ERR.
+    pub(super) fn local(syndrome: Syndrome) -> Fail {
+        Fail::Err {
+            syndrome,
+            vendor: 0,
+            remote_err: None,
+        }
+    }
+
+    /// An error the responder detected: both QPs go to ERR.
+    pub(super) fn remote(syndrome: Syndrome, vendor: u8, responder_slot: usize) -> Fail {
+        Fail::Err {
+            syndrome,
+            vendor,
+            remote_err: Some(responder_slot),
+        }
+    }
+
+    /// An RNR NAK asking for `delay_us`.
+    pub(super) fn rnr(delay_us: u32) -> Fail {
+        Fail::Retry {
+            kind: RetryKind::Rnr,
+            delay_us,
+        }
+    }
+
+    /// No answer within `timeout_us`.
+    pub(super) fn transport(timeout_us: u32) -> Fail {
+        Fail::Retry {
+            kind: RetryKind::Transport,
+            delay_us: timeout_us,
+        }
+    }
+}
+
+/// Counts a try of the head WQE at `ci` that the peer could not take. `Ok`:
+/// the send queue stalls and the WQE is tried again after `delay_us`; `Err`:
+/// the QP's retry budget is used up (`rnr_retry` 7 never is), and the WQE
+/// fails with that syndrome.
+pub(super) fn retry(
+    x: &Exec<'_>,
+    qp: &Qp<'_>,
+    ci: u32,
+    kind: RetryKind,
+    delay_us: u32,
+) -> Result<Stall, Syndrome> {
+    let e = qp.e;
+    let retry_after_us = delay_us;
+    let (limit, forever, syndrome, stall) = match kind {
+        RetryKind::Rnr => {
+            let l = e.rnr_retry.load(Ordering::Relaxed);
+            (
+                l,
+                l == 7,
+                Syndrome::RnrRetryExc,
+                Stall::Rnr { retry_after_us },
+            )
+        }
+        RetryKind::Transport => (
+            e.retry_cnt.load(Ordering::Relaxed),
+            false,
+            Syndrome::TransportRetryExc,
+            Stall::Transport { retry_after_us },
+        ),
+    };
+    // Tries count for the WQE at the head only.
+    let tries = if e.retry_wqe.load(Ordering::Relaxed) == ci {
+        e.retry_tries.load(Ordering::Relaxed)
+    } else {
+        e.retry_wqe.store(ci, Ordering::Relaxed);
+        e.retry_tries.store(0, Ordering::Relaxed);
+        0
+    };
+    let now_ns = x.clock.ns();
+    if tries > 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
+        // Not due yet: this wait is not a try.
+        return Ok(stall);
+    }
+    e.retry_tries.store(tries + 1, Ordering::Relaxed);
+    e.retry_due_ns
+        .store(now_ns + u64::from(delay_us) * 1000, Ordering::Relaxed);
+    if forever || tries < limit {
+        Ok(stall)
+    } else {
+        Err(syndrome)
+    }
+}
+
+/// A WQE that failed for good, what its error CQE reports, and the send queue
+/// run it ends.
+pub(super) struct Failure<'a> {
+    pub(super) wqe: &'a Wqe<'a>,
+    pub(super) syndrome: Syndrome,
+    pub(super) vendor: u8,
+    /// The run's consumer index.
+    pub(super) ci: &'a mut u32,
+    pub(super) send_cqn: u32,
+    pub(super) res: &'a mut RunResult,
+    pub(super) report: &'a mut FlushReport,
+}
+
+/// Completes a failed WQE with an error CQE, moves its QP to ERR and flushes
+/// the rest of its send queue.
+pub(super) fn fail(x: &mut Exec<'_>, qp: &Qp<'_>, f: Failure<'_>) {
+    let Failure {
+        wqe,
+        syndrome,
+        vendor,
+        ci,
+        send_cqn,
+        res,
+        report,
+    } = f;
+    let c = err_cqe(true, qp.qpn, wqe.idx, wqe.opcode, syndrome, vendor, 0);
+    x.push_cqe(send_cqn, &c, report);
+    *ci = ci.wrapping_add(wqe.bbs);
+    res.executed += 1;
+    qp.e.sq_ci.store(*ci, Ordering::Release);
+    qp.e.qp_state.store(qp_state::ERR, Ordering::Release);
+    res.executed += flush_locked(x, qp, report);
+    *ci = qp.e.sq_ci.load(Ordering::Relaxed);
+}
+
+/// Moves a QP (possibly another process's) to ERR and flushes its receive
+/// queue; its send queue is flushed by its owner's next run.
+pub(crate) fn move_to_err(x: &mut Exec<'_>, e: &QpEntry, report: &mut FlushReport) {
+    e.qp_state.store(qp_state::ERR, Ordering::Release);
+    if let Some(qp) = super::qp_view(x.fab, e) {
+        flush_rq(x, &qp, report);
+    }
+}
+
+/// Flushes (WR_FLUSH_ERR) every posted WQE of the SQ and the RQ of a QP in ERR.
+/// The caller holds the QP's exec lock.
+pub(super) fn flush_locked(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
+    let e = qp.e;
+    let pi = qp.sq_posted();
+    let mut ci = e.sq_ci.load(Ordering::Relaxed);
+    let cqn = e.send_cqn.load(Ordering::Relaxed);
+    let mut n = 0;
+    while ci as u16 != pi {
+        let w = qp.wqe(ci);
+        let c = err_cqe(true, qp.qpn, w.idx, w.opcode, Syndrome::WrFlush, 0, 0);
+        x.push_cqe(cqn, &c, report);
+        ci = ci.wrapping_add(w.bbs);
+        n += 1;
+    }
+    e.sq_ci.store(ci, Ordering::Release);
+    n + flush_rq(x, qp, report)
+}
+
+/// Flushes posted, unconsumed WQEs of a QP's own RQ (an SRQ is not flushed).
+fn flush_rq(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
+    let e = qp.e;
+    if qp.rq.is_none() {
+        return 0;
+    }
+    let _g = e.rq_lock.lock();
+    // SAFETY: the doorbell record lies in the QP's segment.
+    let pi = unsafe { load_dbrec(qp.dbrec, RCV_DBR) } as u16;
+    let mut ci = e.rq_ci.load(Ordering::Relaxed);
+    let cqn = e.recv_cqn.load(Ordering::Relaxed);
+    let mut n = 0;
+    while ci as u16 != pi {
+        let c = err_cqe(false, qp.qpn, ci as u16, 0, Syndrome::WrFlush, 0, 0);
+        x.push_cqe(cqn, &c, report);
+        ci = ci.wrapping_add(1);
+        n += 1;
+    }
+    e.rq_ci.store(ci, Ordering::Release);
+    n
+}
+
+/// An error CQE: the requester's (`req`) or the responder's.
+pub(super) fn err_cqe(
+    req: bool,
+    qpn: u32,
+    wqe_counter: u16,
+    wqe_opcode: u8,
+    syndrome: Syndrome,
+    vendor: u8,
+    srqn: u32,
+) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    let mut e = ErrCqe::new_unchecked(&mut b[..]);
+    e.set_srqn(srqn);
+    e.set_syndrome(syndrome as u8);
+    e.set_vendor_err_synd(vendor);
+    e.set_s_wqe_opcode_qpn(wqe_opcode, qpn);
+    e.set_wqe_counter(wqe_counter);
+    let op = if req {
+        CqeOpcode::ReqErr
+    } else {
+        CqeOpcode::RespErr
+    };
+    e.set_op_own((op as u8) << 4);
+    b
+}

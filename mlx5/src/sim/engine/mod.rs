@@ -1,0 +1,307 @@
+//! The simulated NIC's execution: after a doorbell, read WQEs from SQ memory as
+//! hardware would (up to the doorbell record's counter), check them with verbs
+//! semantics (keys, bounds, access rights, PDs, QP states), move the bytes, and
+//! write CQEs.
+//!
+//! All state the execution touches lives in the fabric's shared memory, so the
+//! process that rings a doorbell executes its own QP's work against a peer in
+//! another process. Everything else a run needs — clock, armed faults, the CQE
+//! batch — comes in its [`Exec`].
+//!
+//! | module | holds |
+//! |---|---|
+//! | this one | the run of a send queue, QP views, the entry points |
+//! | `requester` | each opcode's execution on the requester's side |
+//! | `responder` | reaching the peer QP, taking its receive WQEs, its CQEs |
+//! | `errors` | failed WQEs, retries (RNR, transport), flushes, ERR |
+//! | `memory` | keys resolved to memory, scatter/gather lists, copies |
+//! | `fast_path` | WRITE / WRITE_IMM with one gather entry, the common case |
+
+mod errors;
+mod fast_path;
+mod memory;
+mod requester;
+mod responder;
+
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+
+use super::cqe_out::FlushReport;
+use super::exec::Exec;
+use super::fabric::{in_segment, Fabric};
+use super::registry::{qp_state, slot_of, QpEntry, LIVE, MAX_QPS};
+use super::shm::my_pid;
+use crate::doorbell::load_dbrec;
+use crate::prm::{ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, WqeOpcode, SND_DBR, WQE_SEG_UNIT};
+use errors::{Fail, Failure};
+
+pub(crate) use errors::move_to_err;
+
+/// The result of running a QP's send queue.
+#[derive(Debug, Default)]
+pub(crate) struct RunResult {
+    /// WQEs executed (completed, failed or flushed).
+    pub(crate) executed: usize,
+    /// Work is waiting on a receive WQE at the peer (RNR) or on an unreachable
+    /// peer (transport retry).
+    pub(crate) stalled: Option<Stall>,
+}
+
+/// Why a send queue stopped with work left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stall {
+    /// The peer had no receive WQE.
+    Rnr {
+        /// The delay the responder asked for.
+        retry_after_us: u32,
+    },
+    /// The peer did not answer.
+    Transport {
+        /// Timeout of one try.
+        retry_after_us: u32,
+    },
+}
+
+/// A QP entry by number, if live.
+pub(crate) fn qp_by_num(fab: &Fabric, qpn: u32) -> Option<(usize, &QpEntry)> {
+    let slot = slot_of(qpn, MAX_QPS);
+    let e = &fab.reg().qps[slot];
+    (e.state.load(Ordering::Acquire) == LIVE && e.qpn.load(Ordering::Relaxed) == qpn)
+        .then_some((slot, e))
+}
+
+/// A QP's registry entry with its queues resolved in this process.
+struct Qp<'a> {
+    e: &'a QpEntry,
+    qpn: u32,
+    pd: u32,
+    dev: u32,
+    sq: NonNull<u8>,
+    sq_cnt: u32,
+    dbrec: NonNull<u8>,
+    rq: Option<NonNull<u8>>,
+}
+
+fn qp_view<'a>(fab: &'a Fabric, e: &'a QpEntry) -> Option<Qp<'a>> {
+    let seg = fab.segment(e.seg.load(Ordering::Relaxed))?;
+    let sq_cnt = e.sq_cnt.load(Ordering::Relaxed);
+    let rq_cnt = e.rq_cnt.load(Ordering::Relaxed);
+    let stride = e.rq_stride.load(Ordering::Relaxed);
+    Some(Qp {
+        e,
+        qpn: e.qpn.load(Ordering::Relaxed),
+        pd: e.pd.load(Ordering::Relaxed),
+        dev: e.dev.load(Ordering::Relaxed),
+        sq: in_segment(
+            seg,
+            e.sq_off.load(Ordering::Relaxed),
+            u64::from(sq_cnt) * 64,
+        )?,
+        sq_cnt,
+        dbrec: in_segment(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?,
+        rq: if rq_cnt > 0 {
+            Some(in_segment(
+                seg,
+                e.rq_off.load(Ordering::Relaxed),
+                u64::from(rq_cnt) * u64::from(stride),
+            )?)
+        } else {
+            None
+        },
+    })
+}
+
+/// A WQE of a send queue, as its control segment describes it.
+struct Wqe<'q> {
+    opcode: u8,
+    flags: u8,
+    imm: u32,
+    /// The WQE's index (its CQE's wqe_counter).
+    idx: u16,
+    /// Its size in basic blocks.
+    bbs: u32,
+    /// Its `ds` × 16 bytes; `None` when `ds` is 0 or the WQE runs past the
+    /// ring's end (a malformed WQE).
+    body: Option<&'q [u8]>,
+}
+
+impl<'a> Qp<'a> {
+    /// The producer counter software last wrote to the SQ doorbell record.
+    fn sq_posted(&self) -> u16 {
+        // SAFETY: the doorbell record lies in the QP's segment.
+        unsafe { load_dbrec(self.dbrec, SND_DBR) as u16 }
+    }
+
+    /// The WQE starting at basic block `ci`.
+    fn wqe(&self, ci: u32) -> Wqe<'a> {
+        let first = ci & (self.sq_cnt - 1);
+        let p = self.sq.as_ptr().wrapping_add(first as usize * 64);
+        // SAFETY: 16 bytes at the start of a BB inside the SQ.
+        let ctrl = CtrlSeg::new_unchecked(unsafe { std::slice::from_raw_parts(p, 16) });
+        let ds = ctrl.ds();
+        let bbs = u32::from(ds.max(1)).div_ceil(4);
+        let body = (ds != 0 && first + bbs <= self.sq_cnt).then(|| {
+            // SAFETY: the WQE's ds × 16 bytes lie inside the SQ (checked).
+            unsafe { std::slice::from_raw_parts(p, usize::from(ds) * WQE_SEG_UNIT) }
+        });
+        Wqe {
+            opcode: ctrl.opcode_raw(),
+            flags: ctrl.fm_ce_se(),
+            imm: ctrl.imm(),
+            idx: ctrl.wqe_index(),
+            bbs,
+            body,
+        }
+    }
+}
+
+/// Runs QP `qpn`'s send queue: every WQE between the NIC's consumer counter and
+/// the doorbell record, at most `max` of them. A head WQE that stalled on RNR
+/// or an unreachable peer is retried once its delay has passed on `x`'s clock,
+/// and fails after `rnr_retry` (7: never) or `retry_cnt` tries. A QP in ERR
+/// has its queues flushed.
+pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
+    let mut res = RunResult::default();
+    let mut report = FlushReport::default();
+    let Some((_, e)) = qp_by_num(x.fab, qpn) else {
+        return res;
+    };
+    let _g = e.exec_lock.lock();
+    let Some(qp) = qp_view(x.fab, e) else {
+        return res;
+    };
+    match e.qp_state.load(Ordering::Acquire) {
+        qp_state::RTS => run_wqes(x, &qp, max, &mut res, &mut report),
+        qp_state::ERR => res.executed = errors::flush_locked(x, &qp, &mut report),
+        _ => return res,
+    }
+    x.flush(&mut report);
+    if report.overrun.contains(&e.send_cqn.load(Ordering::Relaxed)) {
+        // Its own completion could not be delivered: the QP cannot go on.
+        e.qp_state.store(qp_state::ERR, Ordering::Release);
+    }
+    res
+}
+
+/// Executes the posted WQEs of a QP in RTS, in order, until one stalls or
+/// fails.
+fn run_wqes(
+    x: &mut Exec<'_>,
+    qp: &Qp<'_>,
+    max: usize,
+    res: &mut RunResult,
+    report: &mut FlushReport,
+) {
+    let e = qp.e;
+    let pi = qp.sq_posted();
+    let mut ci = e.sq_ci.load(Ordering::Relaxed);
+    let send_cqn = e.send_cqn.load(Ordering::Relaxed);
+    while ci as u16 != pi && res.executed < max {
+        let w = qp.wqe(ci);
+        // What the WQE's error CQE reports, if it failed for good.
+        let (syndrome, vendor) = match execute_wqe(x, qp, &w) {
+            Ok(byte_cnt) => {
+                if w.flags & ctrl_flags::CQ_UPDATE != 0 {
+                    let c = req_cqe(qp.qpn, w.idx, w.opcode, byte_cnt);
+                    x.push_cqe(send_cqn, &c, report);
+                }
+                ci = ci.wrapping_add(w.bbs);
+                res.executed += 1;
+                if e.retry_tries.load(Ordering::Relaxed) != 0 {
+                    e.retry_tries.store(0, Ordering::Relaxed);
+                }
+                continue;
+            }
+            Err(Fail::Retry { kind, delay_us }) => match errors::retry(x, qp, ci, kind, delay_us) {
+                Ok(stall) => {
+                    res.stalled = Some(stall);
+                    break;
+                }
+                Err(syndrome) => (syndrome, 0),
+            },
+            Err(Fail::Err {
+                syndrome,
+                vendor,
+                remote_err,
+            }) => {
+                if let Some(slot) = remote_err {
+                    move_to_err(x, &x.fab.reg().qps[slot], report);
+                }
+                (syndrome, vendor)
+            }
+        };
+        let f = Failure {
+            wqe: &w,
+            syndrome,
+            vendor,
+            ci: &mut ci,
+            send_cqn,
+            res: &mut *res,
+            report: &mut *report,
+        };
+        errors::fail(x, qp, f);
+        break;
+    }
+    e.sq_ci.store(ci, Ordering::Release);
+}
+
+/// Executes one WQE, on the fast path when it can take it; returns the byte
+/// count for its CQE.
+#[inline]
+fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<u32, Fail> {
+    let Some(body) = w.body else {
+        return Err(Fail::local(crate::prm::Syndrome::LocalQpOp));
+    };
+    let fast = if w.opcode == WqeOpcode::RdmaWriteImm as u8 {
+        fast_path::write(x, qp, body, Some(w.imm))
+    } else if w.opcode == WqeOpcode::RdmaWrite as u8 {
+        fast_path::write(x, qp, body, None)
+    } else {
+        None
+    };
+    match fast {
+        Some(n) => Ok(n),
+        None => requester::execute(x, qp, body, w.opcode, w.imm),
+    }
+}
+
+/// The requester's CQE of a WQE that completed.
+fn req_cqe(qpn: u32, wqe_counter: u16, wqe_opcode: u8, byte_cnt: u32) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    let mut c = Cqe64::new_unchecked(&mut b[..]);
+    c.set_sop_drop_qpn((u32::from(wqe_opcode) << 24) | qpn);
+    c.set_wqe_counter(wqe_counter);
+    c.set_byte_cnt(byte_cnt);
+    c.set_op_own((CqeOpcode::Req as u8) << 4);
+    b
+}
+
+/// Moves this process's QPs whose send CQ is `cqn` to ERR (after that CQ
+/// overran).
+pub(crate) fn fail_qps_of_cq(fab: &Fabric, cqn: u32) {
+    let me = my_pid();
+    for e in fab.reg().qps.iter() {
+        if e.state.load(Ordering::Acquire) == LIVE
+            && e.pid.load(Ordering::Relaxed) == me
+            && e.send_cqn.load(Ordering::Relaxed) == cqn
+        {
+            e.qp_state.store(qp_state::ERR, Ordering::Release);
+        }
+    }
+}
+
+/// Flushes a QP's queues after it entered ERR through a verb (modify to ERR),
+/// with the QP's exec lock taken.
+pub(crate) fn flush_qp(x: &mut Exec<'_>, qpn: u32) -> usize {
+    let Some((_, e)) = qp_by_num(x.fab, qpn) else {
+        return 0;
+    };
+    let _g = e.exec_lock.lock();
+    let Some(qp) = qp_view(x.fab, e) else {
+        return 0;
+    };
+    let mut report = FlushReport::default();
+    let n = errors::flush_locked(x, &qp, &mut report);
+    x.flush(&mut report);
+    n
+}
