@@ -10,9 +10,10 @@ use std::ffi::{c_char, CStr};
 use std::ops::Range;
 
 use mlx5::prm::{
-    cqe_res_format, ctrl_flags, op_own, AtomicSeg, Cqe64, CqeFormat, CqeOpcode, CtrlSeg, DataSeg,
-    ErrCqe, InlineSeg, RaddrSeg, SrqNextSeg, Syndrome, WqeOpcode, CQ_DB_REQ_NOT, CQ_DB_REQ_NOT_SOL,
-    CQ_DOORBELL, INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB, SEND_WQE_SHIFT, SND_DBR,
+    cqe_res_format, ctrl_flags, op_own, AtomicSeg, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg,
+    DataSeg, ErrCqe, InlineSeg, RaddrSeg, SrqNextSeg, Syndrome, WqeOpcode, CQ_DB_REQ_NOT,
+    CQ_DB_REQ_NOT_SOL, CQ_DOORBELL, INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB, SEND_WQE_SHIFT,
+    SND_DBR,
 };
 
 // ---------------------------------------------------------------------------
@@ -291,22 +292,31 @@ fn ctrl_seg_offsets() {
     assert_lands(&t, st, "fm_ce_se", n, 0xa5, |b| w(b).set_fm_ce_se(0xa5));
     assert_lands(&t, st, "imm", n, 0x8192_a3b4, |b| w(b).set_imm(0x8192_a3b4));
     assert_lands(&t, st, "opmod_idx_opcode", n, 0x8192_a3b4, |b| {
-        w(b).set_all(0x92a3, 0xb4, 0x81, 0, 0, 0, 0, 0)
+        w(b).set_all(ctrl((0x92a3, 0xb4, 0x81, 0, 0, 0, 0, 0)))
     });
     assert_lands(&t, st, "qpn_ds", n, 0x8192_a3b4, |b| {
-        w(b).set_all(0, 0, 0, 0x81_92a3, 0, 0xb4, 0, 0)
+        w(b).set_all(ctrl((0, 0, 0, 0x81_92a3, 0, 0xb4, 0, 0)))
     });
     assert_lands(&t, st, "signature", n, 0xa5, |b| {
-        w(b).set_all(0, 0, 0, 0, 0, 0, 0xa5, 0)
+        w(b).set_all(ctrl((0, 0, 0, 0, 0, 0, 0xa5, 0)))
     });
     assert_lands(&t, st, "fm_ce_se", n, 0xa5, |b| {
-        w(b).set_all(0, 0, 0, 0, 0xa5, 0, 0, 0)
+        w(b).set_all(ctrl((0, 0, 0, 0, 0xa5, 0, 0, 0)))
     });
     assert_lands(&t, st, "imm", n, 0x8192_a3b4, |b| {
-        w(b).set_all(0, 0, 0, 0, 0, 0, 0, 0x8192_a3b4)
+        w(b).set_all(ctrl((0, 0, 0, 0, 0, 0, 0, 0x8192_a3b4)))
     });
     assert_zeroes(&t, st, "dci_stream_channel_id", n, |b| {
-        w(b).set_all(0xffff, 0xff, 0xff, 0xff_ffff, 0xff, 0xff, 0xff, 0xffff_ffff)
+        w(b).set_all(ctrl((
+            0xffff,
+            0xff,
+            0xff,
+            0xff_ffff,
+            0xff,
+            0xff,
+            0xff,
+            0xffff_ffff,
+        )))
     });
     // Getters.
     assert_reads(&t, st, "opmod_idx_opcode", n, |b| {
@@ -732,12 +742,25 @@ fn random_ctrl(rng: &mut Rng) -> CtrlArgs {
     )
 }
 
+/// A control segment's fields from `mlx5dv_set_ctrl_seg`'s arguments.
+fn ctrl(a: CtrlArgs) -> Ctrl {
+    let (wqe_index, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
+    Ctrl {
+        wqe_index,
+        opcode,
+        opmod,
+        qpn,
+        fm_ce_se,
+        ds,
+        signature,
+        imm,
+    }
+}
+
 fn rust_ctrl(garbage: &mut Rng, a: CtrlArgs) -> [u8; 16] {
-    let (pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
     let mut b = [0u8; 16];
     garbage.fill(&mut b); // set_all must write every byte
-    CtrlSeg::new_unchecked(&mut b[..])
-        .set_all(pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm);
+    CtrlSeg::new_unchecked(&mut b[..]).set_all(ctrl(a));
     b
 }
 

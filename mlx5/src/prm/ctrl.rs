@@ -72,22 +72,44 @@ impl<T: AsRef<[u8]>> CtrlSeg<T> {
     }
 }
 
+/// Every field of a control segment, as `mlx5dv_set_ctrl_seg` takes them (in
+/// its order), for [`CtrlSeg::set_all`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ctrl {
+    /// The WQE's index: the producer counter in basic blocks (`pi`).
+    pub wqe_index: u16,
+    /// The opcode ([`WqeOpcode`](super::WqeOpcode)).
+    pub opcode: u8,
+    /// The opcode modifier.
+    pub opmod: u8,
+    /// The QP number (24 bits).
+    pub qpn: u32,
+    /// Fence / completion / solicited flags ([`ctrl_flags`](super::ctrl_flags)).
+    pub fm_ce_se: u8,
+    /// The WQE's size in 16-byte units.
+    pub ds: u8,
+    /// The WQE signature byte.
+    pub signature: u8,
+    /// The immediate, a host value (stored big-endian; `mlx5dv_set_ctrl_seg`
+    /// takes it already swapped).
+    pub imm: u32,
+}
+
 impl<T: AsRef<[u8]> + AsMut<[u8]>> CtrlSeg<T> {
-    /// Writes the whole segment at once, as `mlx5dv_set_ctrl_seg` does, except that
-    /// `imm` is a host value stored big-endian (the helper takes it pre-swapped).
-    #[allow(clippy::too_many_arguments)]
+    /// Writes the whole segment at once, every byte, as `mlx5dv_set_ctrl_seg`
+    /// does.
     #[inline(always)]
-    pub fn set_all(
-        &mut self,
-        wqe_index: u16,
-        opcode: u8,
-        opmod: u8,
-        qpn: u32,
-        fm_ce_se: u8,
-        ds: u8,
-        signature: u8,
-        imm: u32,
-    ) {
+    pub fn set_all(&mut self, c: Ctrl) {
+        let Ctrl {
+            wqe_index,
+            opcode,
+            opmod,
+            qpn,
+            fm_ce_se,
+            ds,
+            signature,
+            imm,
+        } = c;
         let b = self.buffer.as_mut();
         put32(
             b,
@@ -145,7 +167,15 @@ mod tests {
         // 0x1234, CQ_UPDATE, ds=3, 0, imm=0xdeadbeef) on x86-64 (imm stored raw,
         // i.e. our host value 0xefbeadde).
         let mut b = [0u8; 16];
-        CtrlSeg::new_unchecked(&mut b[..]).set_all(5, 0x09, 0, 0x1234, 8, 3, 0, 0xefbe_adde);
+        CtrlSeg::new_unchecked(&mut b[..]).set_all(Ctrl {
+            wqe_index: 5,
+            opcode: 0x09,
+            qpn: 0x1234,
+            fm_ce_se: 8,
+            ds: 3,
+            imm: 0xefbe_adde,
+            ..Ctrl::default()
+        });
         assert_eq!(
             b,
             [0, 0, 5, 9, 0, 0x12, 0x34, 3, 0, 0, 0, 8, 0xef, 0xbe, 0xad, 0xde]

@@ -22,7 +22,7 @@ mod srq_next;
 pub use atomic::AtomicSeg;
 pub use consts::*;
 pub use cqe::Cqe64;
-pub use ctrl::CtrlSeg;
+pub use ctrl::{Ctrl, CtrlSeg};
 pub use data::DataSeg;
 pub use dbrec::{CqDbRec, QpDbRec, SrqDbRec};
 pub use err_cqe::ErrCqe;

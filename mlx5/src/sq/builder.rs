@@ -2,7 +2,7 @@
 //! writes the control segment and records the WQE in the table.
 
 use super::{write_atomic_seg, write_data_seg, write_raddr_seg, Payload, SendQueue};
-use crate::prm::{ctrl_flags, CtrlSeg, InlineSeg, WqeOpcode, WQE_SEG_UNIT};
+use crate::prm::{ctrl_flags, Ctrl, CtrlSeg, InlineSeg, WqeOpcode, WQE_SEG_UNIT};
 use crate::wqe_table::SendTable;
 
 /// A WQE being built in the send queue. Dropping it without
@@ -143,16 +143,15 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
         let flags = self.flags | if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
         let (start, bbs, qpn) = (self.start, self.bbs, self.sq.qpn);
         let ctrl = self.sq.seg16(start, 0);
-        CtrlSeg::new_unchecked(ctrl).set_all(
-            start,
-            self.opcode,
-            0,
+        CtrlSeg::new_unchecked(ctrl).set_all(Ctrl {
+            wqe_index: start,
+            opcode: self.opcode,
             qpn,
-            flags,
-            self.ds,
-            0,
-            self.imm,
-        );
+            fm_ce_se: flags,
+            ds: self.ds,
+            imm: self.imm,
+            ..Ctrl::default()
+        });
         self.sq
             .table
             .record(start, start.wrapping_add(bbs), Some(input), signaled);

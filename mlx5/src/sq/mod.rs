@@ -25,7 +25,7 @@ pub use builder::WqeBuilder;
 use crate::cq::{Completion, CompletionSource};
 use crate::doorbell::{store_dbrec, BfMode, BlueFlame, DeviceNotify};
 use crate::prm::{
-    ctrl_flags, AtomicSeg, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, WqeOpcode, MAX_WQE_DS,
+    ctrl_flags, AtomicSeg, Ctrl, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, WqeOpcode, MAX_WQE_DS,
     SEND_WQE_BB, SND_DBR, WQE_SEG_UNIT,
 };
 use crate::wqe_table::SendTable;
@@ -322,16 +322,14 @@ impl<T: SendTable> SendQueue<T> {
         let signaled = T::ALWAYS_SIGNALED;
         // SAFETY: the reserved BBs start at p and are owned by software.
         let ctrl = unsafe { &mut *(p as *mut [u8; 16]) };
-        CtrlSeg::new_unchecked(ctrl).set_all(
-            start,
-            WqeOpcode::Nop as u8,
-            0,
-            self.qpn,
-            if signaled { ctrl_flags::CQ_UPDATE } else { 0 },
-            (bbs * 4) as u8,
-            0,
-            0,
-        );
+        CtrlSeg::new_unchecked(ctrl).set_all(Ctrl {
+            wqe_index: start,
+            opcode: WqeOpcode::Nop as u8,
+            qpn: self.qpn,
+            fm_ce_se: if signaled { ctrl_flags::CQ_UPDATE } else { 0 },
+            ds: (bbs * 4) as u8,
+            ..Ctrl::default()
+        });
         let end = start.wrapping_add(bbs);
         self.table.record(start, end, None, signaled);
         self.note_posted(start, bbs, signaled);
