@@ -8,9 +8,10 @@
 //! nothing but its arguments and shared memory.
 
 use std::cell::Cell;
-use std::time::Instant;
+use std::sync::atomic::Ordering;
 
 use super::cqe_out::{self, CqeBatch, FlushReport, LockedCq, PendingCqe};
+use super::delay::DelayLine;
 use super::fabric::Fabric;
 
 /// The context of one run of device work.
@@ -18,11 +19,19 @@ pub(crate) struct Exec<'a> {
     /// The fabric whose shared memory the work reads and writes.
     pub(crate) fab: &'a Fabric,
     /// The NIC's clock.
-    pub(crate) clock: Clock<'a>,
+    pub(crate) clock: Clock,
     /// Faults armed for this step (deferred mode; none in inline mode).
     pub(crate) faults: Faults,
     /// Where CQEs go before they are written.
     pub(crate) cqes: &'a mut CqeBatch,
+    /// Where CQEs wait that the link model holds back.
+    delay: &'a DelayLine,
+    /// Some port of the fabric has a link model (read once per run: while
+    /// none has, the model costs nothing).
+    pub(crate) links: bool,
+    /// The delay line may hold CQEs, so every CQE checks whether its CQ has
+    /// some held there.
+    delaying: bool,
     /// Whether the fast path may take WQEs (tests turn it off to compare it
     /// with the general path).
     #[cfg(test)]
@@ -43,12 +52,21 @@ impl std::fmt::Debug for Exec<'_> {
 
 impl<'a> Exec<'a> {
     /// A context with no faults armed and the fast path on.
-    pub(crate) fn new(fab: &'a Fabric, clock: Clock<'a>, cqes: &'a mut CqeBatch) -> Self {
+    #[inline]
+    pub(crate) fn new(
+        fab: &'a Fabric,
+        clock: Clock,
+        cqes: &'a mut CqeBatch,
+        delay: &'a DelayLine,
+    ) -> Self {
         Exec {
             fab,
             clock,
             faults: Faults::default(),
             cqes,
+            delay,
+            links: fab.reg().header.modeled_ports.load(Ordering::Relaxed) != 0,
+            delaying: delay.held() != 0,
             #[cfg(test)]
             fast_path: true,
             #[cfg(test)]
@@ -69,14 +87,61 @@ impl<'a> Exec<'a> {
     /// [`cqe_out::push_cqe`]).
     #[inline]
     pub(crate) fn push_cqe(&mut self, cqn: u32, cqe: &[u8; 64], report: &mut FlushReport) {
+        self.push_cqe_at(cqn, cqe, None, report);
+    }
+
+    /// [`push_cqe`](Self::push_cqe) of a CQE that the link model reveals no
+    /// earlier than `reveal` on the NIC's clock.
+    #[inline]
+    pub(crate) fn push_cqe_at(
+        &mut self,
+        cqn: u32,
+        cqe: &[u8; 64],
+        reveal: Option<u64>,
+        report: &mut FlushReport,
+    ) {
         let plain = !self.faults.compression_allowed();
+        if (reveal.is_some() || self.delaying) && self.held_back(cqn, reveal) {
+            let c = PendingCqe {
+                cqn,
+                cqe: *cqe,
+                pre: None,
+                plain,
+            };
+            self.hold(reveal, c);
+            return;
+        }
         cqe_out::push_cqe(self.fab, self.cqes, cqn, cqe, plain, report);
     }
 
-    /// Queues a CQE with its scatter-to-CQE half (see [`cqe_out::push`]).
-    pub(crate) fn push(&mut self, mut c: PendingCqe, report: &mut FlushReport) {
+    /// Queues a CQE with its scatter-to-CQE half (see [`cqe_out::push`]),
+    /// revealed no earlier than `reveal`.
+    pub(crate) fn push(
+        &mut self,
+        mut c: PendingCqe,
+        reveal: Option<u64>,
+        report: &mut FlushReport,
+    ) {
         c.plain |= !self.faults.compression_allowed();
+        if (reveal.is_some() || self.delaying) && self.held_back(c.cqn, reveal) {
+            self.hold(reveal, c);
+            return;
+        }
         cqe_out::push(self.fab, self.cqes, c, report);
+    }
+
+    /// Whether a CQE for `cqn` revealed at `reveal` must wait: its time has
+    /// not come, or CQEs of its CQ are held before it.
+    #[cold]
+    fn held_back(&self, cqn: u32, reveal: Option<u64>) -> bool {
+        reveal.is_some_and(|t| t > self.clock.ns())
+            || (self.delaying && self.delay.last_due(cqn).is_some())
+    }
+
+    #[cold]
+    fn hold(&mut self, reveal: Option<u64>, c: PendingCqe) {
+        self.delay.hold(reveal.unwrap_or(0), c);
+        self.delaying = true;
     }
 
     /// Writes the queued CQEs unless the batch is held.
@@ -95,27 +160,28 @@ impl<'a> Exec<'a> {
 
 /// The NIC's clock during one run of a send queue.
 #[derive(Debug)]
-pub(crate) enum Clock<'a> {
+pub(crate) enum Clock {
     /// Deferred mode: the scheduler's logical time (ns).
     Logical(u64),
-    /// Inline mode: real time since the NIC's origin, read at most once per run
-    /// and only when a retry timer needs it (a clock read per doorbell was a
+    /// Inline mode: `CLOCK_MONOTONIC`, the same for every process of the host
+    /// (ports are shared), read at most once per run and only when a retry
+    /// timer or the link model needs it (a clock read per doorbell was a
     /// seventh of the simulated NIC's time).
-    Real(&'a Instant, Cell<Option<u64>>),
+    Real(Cell<Option<u64>>),
 }
 
-impl<'a> Clock<'a> {
-    /// Real time since `origin`, read lazily.
-    pub(crate) fn real(origin: &'a Instant) -> Self {
-        Clock::Real(origin, Cell::new(None))
+impl Clock {
+    /// Real time, read lazily.
+    pub(crate) fn real() -> Self {
+        Clock::Real(Cell::new(None))
     }
 
     /// Now, in ns.
     pub(crate) fn ns(&self) -> u64 {
         match self {
             Clock::Logical(t) => *t,
-            Clock::Real(origin, c) => c.get().unwrap_or_else(|| {
-                let t = origin.elapsed().as_nanos() as u64;
+            Clock::Real(c) => c.get().unwrap_or_else(|| {
+                let t = monotonic_ns();
                 c.set(Some(t));
                 t
             }),
@@ -128,20 +194,25 @@ impl<'a> Clock<'a> {
     pub(crate) fn peer_stamp(&self) -> u64 {
         match self {
             Clock::Logical(t) => *t,
-            Clock::Real(..) => coarse_ns(),
+            Clock::Real(_) => clock_ns(libc::CLOCK_MONOTONIC_COARSE),
         }
     }
 }
 
-/// `CLOCK_MONOTONIC_COARSE` in ns.
-fn coarse_ns() -> u64 {
+/// `CLOCK_MONOTONIC` in ns: the link model's time base in inline mode.
+pub(crate) fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// A clock's time in ns.
+fn clock_ns(id: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid timespec to write; the clock id is a constant
+    // SAFETY: `ts` is a valid timespec to write; both clock ids are constants
     // every Linux kernel since 2.6.32 knows.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    unsafe { libc::clock_gettime(id, &mut ts) };
     (ts.tv_sec as u64) * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -10,7 +10,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_SEGS};
+use super::link::{self, Link};
+use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_DEVS, MAX_SEGS};
 use super::shm::{my_pid, pid_alive, unlink, ShmMap};
 
 /// Environment variable naming the fabric that `sim*` devices open.
@@ -38,6 +39,17 @@ pub enum FabricError {
     /// A table of the registry is full.
     #[error("fabric {0}: no free {1} slot")]
     Full(String, &'static str),
+    /// The link models in the environment could not be read.
+    #[error("fabric {name}: {source} (from {env})", env = super::link::LINKS_ENV)]
+    Links {
+        /// Fabric name.
+        name: String,
+        /// What is wrong with the specification.
+        source: super::link::LinkSpecError,
+    },
+    /// There is no such device in a fabric.
+    #[error("fabric {0}: no device sim{1}")]
+    NoDevice(String, u32),
     /// This process already drives the fabric in another execution mode.
     #[error("fabric {0}: already opened in this process in another execution mode")]
     ModeConflict(String),
@@ -125,6 +137,14 @@ impl Fabric {
             name: name.to_owned(),
             source,
         };
+        // Link models a new fabric starts with.
+        let links = match std::env::var(link::LINKS_ENV) {
+            Ok(spec) => link::parse_links(&spec).map_err(|source| FabricError::Links {
+                name: name.to_owned(),
+                source,
+            })?,
+            Err(_) => Vec::new(),
+        };
         let dir = shm_root().join(format!("mlx5sim-{name}"));
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
@@ -140,6 +160,9 @@ impl Fabric {
             // bytes; all-zero is a valid Registry of atomics.
             let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
             r.header.magic.store(registry::MAGIC, Ordering::Relaxed);
+            for &(dev, l) in &links {
+                link::set(r, dev, Some(l));
+            }
             r.header.ready.store(1, Ordering::Release);
         }) {
             Ok(m) => m,
@@ -183,6 +206,25 @@ impl Fabric {
                 .collect(),
             keep: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Sets device `dev`'s link model (`None`: no model, the port is as fast
+    /// as memory). It holds for every process of the fabric, for work executed
+    /// from then on; set it before traffic starts. A new fabric takes its
+    /// models from [`link::LINKS_ENV`].
+    pub fn set_link(&self, dev: u32, link: Option<Link>) -> Result<(), FabricError> {
+        if dev as usize >= MAX_DEVS {
+            return Err(FabricError::NoDevice(self.name.clone(), dev));
+        }
+        link::set(self.reg(), dev, link);
+        Ok(())
+    }
+
+    /// Device `dev`'s link model, if it has one.
+    pub fn link(&self, dev: u32) -> Option<Link> {
+        ((dev as usize) < MAX_DEVS)
+            .then(|| link::get(self.reg(), dev))
+            .flatten()
     }
 
     /// The fabric's name.

@@ -11,10 +11,12 @@
 //! processes on one host connect exactly as hosts on a network do.
 
 pub(crate) mod cqe_out;
+mod delay;
 pub mod device;
 pub(crate) mod engine;
 pub(crate) mod exec;
 pub mod fabric;
+pub mod link;
 pub(crate) mod registry;
 pub(crate) mod sched;
 pub(crate) mod shm;

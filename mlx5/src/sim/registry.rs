@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d03;
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d04;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
 /// Shared-memory segments per fabric.
@@ -62,7 +62,27 @@ pub struct Header {
     pub alloc_lock: ShmLock,
     /// Generation counter for object numbers.
     pub gen: AtomicU32,
-    _pad: [u32; 11],
+    /// Ports with a link model: while 0, the link model costs the engine
+    /// nothing.
+    pub modeled_ports: AtomicU32,
+    _pad: [u32; 10],
+}
+
+/// A device's port under the link model (all zero: no model, the port is as
+/// fast as memory).
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct PortEntry {
+    /// Line rate in Mbit/s; 0: unlimited.
+    pub rate_mbps: AtomicU64,
+    /// One-way latency in ns.
+    pub latency_ns: AtomicU64,
+    /// When the port has sent everything queued on it so far (ns on the
+    /// clock of the NICs that use it).
+    pub busy_until_ns: AtomicU64,
+    /// 1 while the port has a link model (rate or latency).
+    pub modeled: AtomicU32,
+    _pad: [u32; 9],
 }
 
 /// A shared-memory segment.
@@ -275,6 +295,8 @@ pub struct Registry {
     pub header: Header,
     /// Devices that were opened at least once (1) or not (0).
     pub devs: [AtomicU32; MAX_DEVS],
+    /// Each device's port: its link model and when it is next free.
+    pub ports: [PortEntry; MAX_DEVS],
     /// Segments.
     pub segs: [SegEntry; MAX_SEGS],
     /// Memory regions.
@@ -325,6 +347,7 @@ pub fn claim<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32) -> Option<usize> 
 // The groups above start on cache lines of their own.
 const _: () = {
     assert!(std::mem::offset_of!(CqEntry, lock) == 64);
+    assert!(std::mem::size_of::<PortEntry>() == 64);
     assert!(std::mem::size_of::<CqEntry>() == 128);
     assert!(std::mem::offset_of!(SrqEntry, lock) == 64);
     assert!(std::mem::size_of::<SrqEntry>() == 128);

@@ -18,8 +18,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use super::cqe_out::{self, CqeBatch, FlushReport};
+use super::delay::DelayLine;
 use super::engine;
-use super::exec::{Clock, Exec, Faults};
+use super::exec::{monotonic_ns, Clock, Exec, Faults};
 use super::fabric::{Fabric, FabricError};
 use super::registry::qp_state;
 use crate::doorbell::DeviceNotify;
@@ -72,6 +73,10 @@ pub struct SchedStats {
     pub peer_loss: u64,
     /// See `rnr`.
     pub no_compress: u64,
+    /// The logical clock (ns): each step takes a microsecond, and time
+    /// jumps ahead to the next CQE the link model holds when nothing else is
+    /// pending.
+    pub clock_ns: u64,
 }
 
 struct Deferred {
@@ -103,11 +108,14 @@ impl Deferred {
 pub struct Nic {
     fab: Arc<Fabric>,
     mode: ExecMode,
-    origin: Instant,
     stalled: Mutex<Vec<u32>>,
-    /// Stalled QPs in inline mode (always 1 in deferred mode, where every idle
-    /// poll steps the scheduler); CQ rings read it before calling `cq_idle`.
+    /// Work an idle poll should look at: in inline mode the stalled QPs, plus
+    /// one while the delay line holds CQEs; in deferred mode at least 1, since
+    /// every idle poll steps the scheduler. CQ rings read it before calling
+    /// `cq_idle`.
     n_stalled: Arc<AtomicU32>,
+    /// CQEs the link model holds back.
+    delay: DelayLine,
     deferred: Option<Mutex<Deferred>>,
     timing: AtomicBool,
     busy_ns: AtomicU64,
@@ -172,12 +180,13 @@ impl Nic {
                 cqes: CqeBatch::new(true),
             })),
         };
+        let n_stalled = Arc::new(AtomicU32::new(u32::from(mode != ExecMode::Inline)));
         Nic {
             fab,
             mode,
-            origin: Instant::now(),
             stalled: Mutex::new(Vec::new()),
-            n_stalled: Arc::new(AtomicU32::new(u32::from(mode != ExecMode::Inline))),
+            delay: DelayLine::new(n_stalled.clone()),
+            n_stalled,
             deferred,
             timing: AtomicBool::new(false),
             busy_ns: AtomicU64::new(0),
@@ -192,6 +201,12 @@ impl Nic {
     #[cfg(test)]
     pub(crate) fn set_fast_path(&self, on: bool) {
         self.fast_path.store(on, Ordering::Relaxed);
+    }
+
+    /// CQEs the link model has held back.
+    #[cfg(test)]
+    pub(crate) fn held_cqes(&self) -> u64 {
+        self.delay.total()
     }
 
     /// WQEs the fast path has executed.
@@ -217,7 +232,7 @@ impl Nic {
     /// Flushes a QP's queues after a verb moved it to ERR.
     pub(crate) fn flush_qp(&self, qpn: u32) -> usize {
         let mut cqes = CqeBatch::new(false);
-        let mut x = Exec::new(&self.fab, Clock::real(&self.origin), &mut cqes);
+        let mut x = Exec::new(&self.fab, Clock::real(), &mut cqes, &self.delay);
         engine::flush_qp(&mut x, qpn)
     }
 
@@ -242,14 +257,20 @@ impl Nic {
     pub fn stats(&self) -> SchedStats {
         self.deferred
             .as_ref()
-            .map(|d| d.lock().unwrap_or_else(|e| e.into_inner()).stats)
+            .map(|d| {
+                let d = d.lock().unwrap_or_else(|e| e.into_inner());
+                SchedStats {
+                    clock_ns: d.clock_ns,
+                    ..d.stats
+                }
+            })
             .unwrap_or_default()
     }
 
     fn run_inline(&self, qpn: u32) {
         // The run's CQEs, written when it ends (or when the batch fills).
         let mut cqes = CqeBatch::new(false);
-        let mut x = Exec::new(&self.fab, Clock::real(&self.origin), &mut cqes);
+        let mut x = Exec::new(&self.fab, Clock::real(), &mut cqes, &self.delay);
         let r = self.run_sq(&mut x, qpn, usize::MAX);
         if r.stalled.is_some() {
             let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
@@ -266,13 +287,26 @@ impl Nic {
         }
         let list = {
             let mut s = self.stalled.lock().unwrap_or_else(|e| e.into_inner());
-            self.n_stalled.store(0, Ordering::Relaxed);
+            self.n_stalled.fetch_sub(s.len() as u32, Ordering::Relaxed);
             std::mem::take(&mut *s)
         };
         for qpn in list {
             self.run_inline(qpn);
         }
+        if self.delay.held() != 0 {
+            self.release(monotonic_ns());
+        }
         self.n_stalled.load(Ordering::Relaxed) as usize
+    }
+
+    /// Writes the held CQEs due at `now`; returns how many are still held.
+    fn release(&self, now: u64) -> usize {
+        let mut report = FlushReport::default();
+        let left = self.delay.release(&self.fab, now, &mut report);
+        for cqn in report.overrun {
+            engine::fail_qps_of_cq(&self.fab, cqn);
+        }
+        left
     }
 
     /// Takes up to `budget` scheduler steps; returns the QPs still pending.
@@ -287,12 +321,19 @@ impl Nic {
             // complete into that CQ cannot go on.
             engine::fail_qps_of_cq(&self.fab, cqn);
         }
-        d.pending.len()
+        // CQEs the link model held that have come due on the logical clock.
+        let held = self.release(d.clock_ns);
+        d.pending.len() + held
     }
 
     fn steps_held(&self, d: &mut Deferred, budget: usize) {
         for _ in 0..budget {
             if d.pending.is_empty() {
+                // Nothing to run: time passes until the next held CQE is
+                // due (written when the burst of steps ends).
+                if let Some(due) = self.delay.next_due() {
+                    d.clock_ns = d.clock_ns.max(due);
+                }
                 break;
             }
             d.clock_ns += 1000;
@@ -315,7 +356,7 @@ impl Nic {
             d.stats.peer_loss += u64::from(peer);
             d.stats.no_compress += u64::from(nocomp);
             let clock = Clock::Logical(d.clock_ns);
-            let mut x = Exec::new(&self.fab, clock, &mut d.cqes);
+            let mut x = Exec::new(&self.fab, clock, &mut d.cqes, &self.delay);
             x.faults = Faults::armed(rnr, acc, peer, nocomp);
             let r = self.run_sq(&mut x, qpn, 1);
             d.stats.executed += r.executed as u64;

@@ -5,8 +5,8 @@
 //! It makes the general path's checks (`requester::execute`) in the same order and
 //! writes the same bytes and CQEs, without its scatter/gather lists and error
 //! plumbing. A WQE it cannot take whole — another layout, an armed fault, a
-//! check that fails, an empty receive queue, a peer due for its liveness check
-//! — it leaves untouched, and the general path runs it and reports exactly what
+//! check that fails, an empty receive queue, a peer due for its liveness check,
+//! a fabric with a link model — it leaves untouched, and the general path runs it and reports exactly what
 //! went wrong.
 
 use std::sync::atomic::Ordering;
@@ -30,7 +30,11 @@ const PRELOCK_MAX: u64 = 4096;
 pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Option<u32> {
     const RADDR: usize = CtrlSeg::<()>::LEN;
     const GATHER: usize = RADDR + RaddrSeg::<()>::LEN;
-    if body.len() < GATHER + DataSeg::<()>::LEN || x.faults.any_failure() || !x.fast_path_on() {
+    if body.len() < GATHER + DataSeg::<()>::LEN
+        || x.faults.any_failure()
+        || x.links
+        || !x.fast_path_on()
+    {
         return None;
     }
     let fab = x.fab;
@@ -114,22 +118,41 @@ mod tests {
     use crate::device::{access, Context, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
     use crate::doorbell::BfMode;
     use crate::sim::fabric::Fabric;
+    use crate::sim::link::Link;
     use crate::sq::{Payload, Sge, SqConfig};
     use crate::wqe_table::{OrderedRecv, OrderedSparse};
 
     const LENS: [usize; 12] = [1, 7, 12, 31, 32, 33, 60, 64, 100, 250, 1000, 4000];
 
+    /// What software can see after a run.
+    struct Transcript {
+        /// Every CQE's bytes, per CQ, in the order polled.
+        cqes: [Vec<[u8; 64]>; 2],
+        /// The target memory.
+        mem: Vec<u8>,
+        /// WQEs the fast path executed.
+        fast: u64,
+        /// CQEs the link model held back.
+        held: u64,
+    }
+
     /// Everything software can see after a run of WRITEs and WRITE_IMMs (inline
     /// and gathered, signaled and not, into an RQ and an SRQ, then one with a
-    /// bad rkey): every CQE's bytes and the target memory.
-    fn transcript(general_only: bool) -> (Vec<[u8; 64]>, Vec<u8>, u64) {
-        let fabric = format!("fastpath-{}-{}", std::process::id(), general_only as u8);
+    /// bad rkey), with the fast path on or off and the ports' link model.
+    fn transcript(general_only: bool, link: Option<Link>) -> Transcript {
+        static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let fabric = format!("fastpath-{}-{run}", std::process::id());
         let a = Context::open_in_mode(&fabric, "sim0", ExecMode::Inline).unwrap();
         let b = Context::open_in_mode(&fabric, "sim1", ExecMode::Inline).unwrap();
+        for dev in [0, 1] {
+            a.as_sim().unwrap().fabric().set_link(dev, link).unwrap();
+        }
         // Both contexts share this process's NIC on the fabric.
         let nic = a.as_sim().unwrap().nic().clone();
         nic.set_fast_path(!general_only);
         let taken_before = nic.fast_path_wqes();
+        let held_before = nic.held_cqes();
         let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
         let src = pa.alloc_mr(1 << 14, access::LOCAL_WRITE).unwrap();
         let dst = pb
@@ -173,10 +196,10 @@ mod tests {
         rq.ring_doorbell();
         srq_q.ring_doorbell();
         let (mut aring, mut bring) = (acq.ring().unwrap(), bcq.ring().unwrap());
-        let mut cqes = Vec::new();
-        let mut drain = |cqes: &mut Vec<[u8; 64]>| {
-            aring.poll(usize::MAX, |c| cqes.push(*c.bytes()));
-            bring.poll(usize::MAX, |c| cqes.push(*c.bytes()));
+        let mut cqes = [Vec::new(), Vec::new()];
+        let mut drain = |cqes: &mut [Vec<[u8; 64]>; 2]| {
+            aring.poll(usize::MAX, |c| cqes[0].push(*c.bytes()));
+            bring.poll(usize::MAX, |c| cqes[1].push(*c.bytes()));
         };
         for (k, (qa, _)) in pairs.iter().enumerate() {
             let mut sq = qa
@@ -222,30 +245,73 @@ mod tests {
             sq.ring_doorbell();
             drain(&mut cqes);
         }
-        let taken = nic.fast_path_wqes() - taken_before;
+        // CQEs the link model holds come due.
+        while a.progress() > 0 {
+            drain(&mut cqes);
+        }
+        drain(&mut cqes);
+        let fast = nic.fast_path_wqes() - taken_before;
+        let held = nic.held_cqes() - held_before;
         let mem = dst.to_vec(0, 1 << 14);
         drop((
             rq, srq_q, aring, bring, pairs, srq, acq, bcq, src, dst, pa, pb, a, b, nic,
         ));
         Fabric::remove_if_unused(&fabric);
-        (cqes, mem, taken)
+        Transcript {
+            cqes,
+            mem,
+            fast,
+            held,
+        }
     }
 
     #[test]
     fn fast_path_writes_what_the_general_path_writes() {
-        let (fast_cqes, fast_mem, taken) = transcript(false);
-        let (slow_cqes, slow_mem, none) = transcript(true);
+        let fast = transcript(false, None);
+        let slow = transcript(true, None);
         // Of the 2 × 48 good WQEs, all but those due for the peer-liveness
         // check (each QP's first, then one per millisecond) are the fast
         // path's; the bad key is the general path's.
-        assert!((48..=94).contains(&taken), "{taken} WQEs on the fast path");
-        assert_eq!(none, 0);
-        assert!(fast_cqes.len() > 64, "{} CQEs", fast_cqes.len());
-        assert_eq!(fast_cqes.len(), slow_cqes.len());
-        for (i, (f, s)) in fast_cqes.iter().zip(&slow_cqes).enumerate() {
-            assert_eq!(f, s, "CQE {i}");
+        assert!(
+            (48..=94).contains(&fast.fast),
+            "{} WQEs on the fast path",
+            fast.fast
+        );
+        assert_eq!(slow.fast, 0);
+        assert_eq!(fast.held + slow.held, 0, "no link model, nothing held");
+        assert!(fast.cqes.iter().map(Vec::len).sum::<usize>() > 64);
+        same(&fast, &slow, "fast path");
+    }
+
+    #[test]
+    fn the_link_model_changes_when_completions_appear_not_what_they_say() {
+        let slow = transcript(true, None);
+        let link = Link {
+            gbit_per_s: Some(25.0),
+            latency: std::time::Duration::from_micros(3),
+        };
+        let linked = transcript(false, Some(link));
+        // With a link model the fast path steps aside, and every CQE of each
+        // CQ comes in the same order with the same bytes, the error CQEs
+        // behind the successes held before them.
+        assert_eq!(linked.fast, 0);
+        let good = linked.cqes.iter().map(Vec::len).sum::<usize>() as u64;
+        assert!(
+            linked.held >= good / 2,
+            "{} of {good} CQEs held",
+            linked.held
+        );
+        same(&linked, &slow, "link model");
+    }
+
+    fn same(a: &Transcript, b: &Transcript, what: &str) {
+        for cq in 0..2 {
+            assert_eq!(a.cqes[cq].len(), b.cqes[cq].len(), "{what}: CQ {cq}");
+            for (i, (x, y)) in a.cqes[cq].iter().zip(&b.cqes[cq]).enumerate() {
+                assert_eq!(x, y, "{what}: CQ {cq}, CQE {i}");
+            }
         }
-        assert!(fast_mem != vec![0u8; fast_mem.len()]);
-        assert!(fast_mem == slow_mem, "target memory differs");
+        assert!(a.mem != vec![0u8; a.mem.len()]);
+        assert!(a.mem == b.mem, "{what}: target memory differs");
     }
 }

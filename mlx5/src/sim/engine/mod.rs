@@ -62,6 +62,28 @@ pub(crate) enum Stall {
     },
 }
 
+/// A WQE that completed: its CQE's byte count, and when the link model lets
+/// the CQE appear.
+struct Done {
+    byte_cnt: u32,
+    reveal: Option<u64>,
+}
+
+impl Done {
+    /// Completed, to be seen at once.
+    fn now(byte_cnt: u32) -> Done {
+        Done {
+            byte_cnt,
+            reveal: None,
+        }
+    }
+
+    /// Completed, to be seen no earlier than `reveal`.
+    fn at(byte_cnt: u32, reveal: Option<u64>) -> Done {
+        Done { byte_cnt, reveal }
+    }
+}
+
 /// A QP entry by number, if live.
 pub(crate) fn qp_by_num(fab: &Fabric, qpn: u32) -> Option<(usize, &QpEntry)> {
     let slot = slot_of(qpn, MAX_QPS);
@@ -200,10 +222,10 @@ fn run_wqes(
         let w = qp.wqe(ci);
         // What the WQE's error CQE reports, if it failed for good.
         let (syndrome, vendor) = match execute_wqe(x, qp, &w) {
-            Ok(byte_cnt) => {
+            Ok(done) => {
                 if w.flags & ctrl_flags::CQ_UPDATE != 0 {
-                    let c = req_cqe(qp.qpn, w.idx, w.opcode, byte_cnt);
-                    x.push_cqe(send_cqn, &c, report);
+                    let c = req_cqe(qp.qpn, w.idx, w.opcode, done.byte_cnt);
+                    x.push_cqe_at(send_cqn, &c, done.reveal, report);
                 }
                 ci = ci.wrapping_add(w.bbs);
                 res.executed += 1;
@@ -248,7 +270,7 @@ fn run_wqes(
 /// Executes one WQE, on the fast path when it can take it; returns the byte
 /// count for its CQE.
 #[inline]
-fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<u32, Fail> {
+fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail> {
     let Some(body) = w.body else {
         return Err(Fail::local(crate::prm::Syndrome::LocalQpOp));
     };
@@ -260,7 +282,7 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<u32, Fail> 
         None
     };
     match fast {
-        Some(n) => Ok(n),
+        Some(n) => Ok(Done::now(n)),
         None => requester::execute(x, qp, body, w.opcode, w.imm),
     }
 }

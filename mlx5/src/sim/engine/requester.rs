@@ -9,13 +9,15 @@ use super::responder::{
     access_fault, complete_recv, complete_recv_err, recv_sges, remote_access, responder,
     scatter_to_cqe, take_recv, RecvDone,
 };
-use super::Qp;
+use super::{Done, Qp};
 use crate::device::access;
 use crate::prm::{
     AtomicSeg, CqeOpcode, DataSeg, InlineSeg, RaddrSeg, Syndrome, WqeOpcode, INVALID_LKEY,
 };
 use crate::sim::exec::Exec;
 use crate::sim::fabric::Fabric;
+use crate::sim::link::{Port, Reveal};
+use crate::sim::registry::QpEntry;
 
 /// Where the segments after the control segment start (a SEND's gather list,
 /// or the remote address segment).
@@ -33,10 +35,10 @@ pub(super) fn execute(
     body: &[u8],
     opcode: u8,
     imm: u32,
-) -> Result<u32, Fail> {
+) -> Result<Done, Fail> {
     let op = WqeOpcode::from_u8(opcode).ok_or(Fail::local(Syndrome::LocalQpOp))?;
     match op {
-        WqeOpcode::Nop => Ok(0),
+        WqeOpcode::Nop => Ok(Done::now(0)),
         WqeOpcode::RdmaWrite => write(x, qp, body, None),
         WqeOpcode::RdmaWriteImm => write(x, qp, body, Some(imm)),
         WqeOpcode::Send => send(x, qp, body, None),
@@ -44,6 +46,34 @@ pub(super) fn execute(
         WqeOpcode::RdmaRead => read(x, qp, body),
         WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => atomic(x, qp, body, op),
         _ => Err(Fail::local(Syndrome::LocalQpOp)),
+    }
+}
+
+/// When the completions of `len` bytes that `qp` sends may appear, if its
+/// port has a link model.
+fn reveal_push(x: &Exec<'_>, qp: &Qp<'_>, len: u64) -> Option<Reveal> {
+    if !x.links {
+        return None;
+    }
+    Port::of(x.fab.reg(), qp.dev).map(|p| p.push(x.clock.ns(), len))
+}
+
+/// When the requester of a READ of `len` bytes from responder `r` has its
+/// data, if either port has a link model: the responder's port sends the
+/// data, after the request crossed.
+fn reveal_pull(x: &Exec<'_>, qp: &Qp<'_>, r: &QpEntry, len: u64) -> Option<u64> {
+    if !x.links {
+        return None;
+    }
+    let reg = x.fab.reg();
+    let now = x.clock.ns();
+    let req = Port::of(reg, qp.dev);
+    match Port::of(reg, r.dev.load(Ordering::Relaxed)) {
+        Some(p) => {
+            let request = req.map_or(p.latency_ns(), |q| q.latency_ns());
+            Some(p.pull(now, request, len))
+        }
+        None => req.map(|q| q.push(now, 0).requester),
     }
 }
 
@@ -58,7 +88,7 @@ fn remote_of(body: &[u8]) -> Result<(u64, u32), Fail> {
 
 /// RDMA WRITE, and WRITE with immediate (which consumes a receive WQE at the
 /// responder and completes it with the immediate).
-fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<u32, Fail> {
+fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<Done, Fail> {
     let (raddr, rkey) = remote_of(body)?;
     let mut src = SgList::new();
     gather(x.fab, qp, body, AFTER_RADDR, 0, &mut src)?;
@@ -82,6 +112,7 @@ fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result
     dst.push(dst_ptr, len);
     // SAFETY: both lists were resolved against live regions.
     unsafe { sg_copy(&src, &dst, len) };
+    let reveal = reveal_push(x, qp, len);
     if let (Some(rv), Some(imm)) = (recv, imm) {
         let done = RecvDone {
             opcode: CqeOpcode::RespWrImm,
@@ -89,14 +120,15 @@ fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result
             imm,
             src_qpn: qp.qpn,
             scatter: None,
+            reveal: reveal.map(|t| t.responder),
         };
         complete_recv(x, r, rv, done);
     }
-    Ok(len as u32)
+    Ok(Done::at(len as u32, reveal.map(|t| t.requester)))
 }
 
 /// SEND, and SEND with immediate, into the responder's next receive WQE.
-fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<u32, Fail> {
+fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<Done, Fail> {
     let mut src = SgList::new();
     gather(x.fab, qp, body, AFTER_CTRL, 0, &mut src)?;
     let (rslot, r) = responder(x, qp)?;
@@ -117,6 +149,7 @@ fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<
         // SAFETY: resolved regions.
         unsafe { sg_copy(&src, &dst, len) };
     }
+    let reveal = reveal_push(x, qp, len);
     let done = RecvDone {
         opcode: match imm {
             Some(_) => CqeOpcode::RespSendImm,
@@ -126,13 +159,14 @@ fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<
         imm: imm.unwrap_or(0),
         src_qpn: qp.qpn,
         scatter,
+        reveal: reveal.map(|t| t.responder),
     };
     complete_recv(x, r, rv, done);
-    Ok(len as u32)
+    Ok(Done::at(len as u32, reveal.map(|t| t.requester)))
 }
 
 /// RDMA READ from the responder's memory into the local scatter list.
-fn read(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8]) -> Result<u32, Fail> {
+fn read(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8]) -> Result<Done, Fail> {
     let (raddr, rkey) = remote_of(body)?;
     let mut dst = SgList::new();
     gather(x.fab, qp, body, AFTER_RADDR, access::LOCAL_WRITE, &mut dst)?;
@@ -150,12 +184,12 @@ fn read(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8]) -> Result<u32, Fail> {
         // SAFETY: resolved regions.
         unsafe { sg_copy(&src, &dst, len) };
     }
-    Ok(len as u32)
+    Ok(Done::at(len as u32, reveal_pull(x, qp, r, len)))
 }
 
 /// Atomic compare-and-swap or fetch-and-add on an aligned 8-byte word of the
 /// responder's; the old value lands in the one 8-byte local scatter entry.
-fn atomic(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], op: WqeOpcode) -> Result<u32, Fail> {
+fn atomic(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], op: WqeOpcode) -> Result<Done, Fail> {
     let (raddr, rkey) = remote_of(body)?;
     let seg = body
         .get(AFTER_RADDR..AFTER_ATOMIC)
@@ -202,7 +236,7 @@ fn atomic(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], op: WqeOpcode) -> Result<u
     };
     // SAFETY: the 8-byte local destination resolved above.
     unsafe { std::ptr::copy_nonoverlapping(old.to_ne_bytes().as_ptr(), dst.get(0).ptr, 8) };
-    Ok(8)
+    Ok(Done::at(8, reveal_push(x, qp, 8).map(|t| t.requester)))
 }
 
 /// Gathers the data segments (or inline data) of a WQE body from `off`.

@@ -285,6 +285,8 @@ pub(super) struct RecvDone {
     pub(super) src_qpn: u32,
     /// Data scattered to the CQE: its format and bytes.
     pub(super) scatter: Option<(u8, [u8; 64])>,
+    /// When the link model lets the CQE appear.
+    pub(super) reveal: Option<u64>,
 }
 
 /// Writes the receive CQE of `rv` on the responder `r`.
@@ -295,6 +297,7 @@ pub(super) fn complete_recv(x: &mut Exec<'_>, r: &QpEntry, rv: Recv, done: RecvD
         imm,
         src_qpn,
         scatter,
+        reveal,
     } = done;
     let mut pre = None;
     let mut b = recv_cqe(r, &rv, opcode, byte_cnt, imm, src_qpn);
@@ -318,7 +321,7 @@ pub(super) fn complete_recv(x: &mut Exec<'_>, r: &QpEntry, rv: Recv, done: RecvD
     let mut report = FlushReport::default();
     let cqn = r.recv_cqn.load(Ordering::Relaxed);
     match pre {
-        None => x.push_cqe(cqn, &b, &mut report),
+        None => x.push_cqe_at(cqn, &b, reveal, &mut report),
         Some(_) => {
             let c = PendingCqe {
                 cqn,
@@ -326,7 +329,7 @@ pub(super) fn complete_recv(x: &mut Exec<'_>, r: &QpEntry, rv: Recv, done: RecvD
                 pre,
                 plain: false,
             };
-            x.push(c, &mut report)
+            x.push(c, reveal, &mut report)
         }
     }
 }

@@ -1,0 +1,289 @@
+//! The link model: a device's port with a line rate and a one-way latency.
+//!
+//! Off by default: a port without a model is as fast as memory, and the engine
+//! then behaves exactly as without this module. With a model, a WQE's bytes
+//! take `8 × bytes / rate` to leave the port, one transfer at a time in the
+//! order the NICs execute them; its completions are held back until the bytes
+//! could have crossed — the responder's receive CQE one latency after the last
+//! byte left, the requester's CQE when the acknowledgement is back, one more
+//! latency later. Data may land in the responder's memory earlier (as a
+//! NIC's DMA may), but no completion reveals it early.
+//!
+//! The port's state lives in the fabric's registry, so every process sending
+//! through a device shares its port. In inline mode times are
+//! `CLOCK_MONOTONIC` nanoseconds, the same for every process of the host; in
+//! deferred mode they are the scheduler's logical clock, so a seeded run
+//! stays deterministic (a fabric then belongs to one deferred process).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::registry::{PortEntry, Registry, MAX_DEVS};
+
+/// Environment variable with the link models a new fabric starts with:
+/// `sim0=24,sim1=8` (Gbit/s), or with a one-way latency, `sim0=24:2us` (units
+/// `ns`, `us`, `ms`; a bare number is ns). Read by the process that creates
+/// the fabric.
+pub const LINKS_ENV: &str = "MLX5_SIM_LINKS";
+
+/// A port's link model.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Link {
+    /// Line rate in Gbit/s; `None`: unlimited.
+    pub gbit_per_s: Option<f64>,
+    /// One-way latency.
+    pub latency: Duration,
+}
+
+impl Link {
+    /// A link of `gbit_per_s` with no latency.
+    pub fn rate(gbit_per_s: f64) -> Link {
+        Link {
+            gbit_per_s: Some(gbit_per_s),
+            latency: Duration::ZERO,
+        }
+    }
+
+    fn rate_mbps(&self) -> u64 {
+        self.gbit_per_s
+            .map_or(0, |g| ((g * 1000.0).round() as u64).max(1))
+    }
+}
+
+/// Why a link specification was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum LinkSpecError {
+    /// An entry is not `simN=GBPS[:LATENCY]`.
+    #[error("link spec {0:?}: expected simN=GBPS[:LATENCY], e.g. sim0=24,sim1=8:2us")]
+    Syntax(String),
+    /// The device number is not one of the fabric's.
+    #[error("link spec {0:?}: no such device (sim0 .. sim{max})", max = MAX_DEVS - 1)]
+    Device(String),
+    /// The rate is not a positive number of Gbit/s.
+    #[error("link spec {0:?}: the rate must be a positive number of Gbit/s")]
+    Rate(String),
+}
+
+/// Parses `sim0=24,sim1=8:2us` into (device, link) pairs.
+pub fn parse_links(spec: &str) -> Result<Vec<(u32, Link)>, LinkSpecError> {
+    let mut out = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let syntax = || LinkSpecError::Syntax(item.to_owned());
+        let (dev, rest) = item.split_once('=').ok_or_else(syntax)?;
+        let n: u32 = dev
+            .strip_prefix("sim")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(syntax)?;
+        if n as usize >= MAX_DEVS {
+            return Err(LinkSpecError::Device(item.to_owned()));
+        }
+        let (rate, lat) = match rest.split_once(':') {
+            Some((r, l)) => (r, Some(l)),
+            None => (rest, None),
+        };
+        let gbps: f64 = rate
+            .parse()
+            .map_err(|_| LinkSpecError::Rate(item.to_owned()))?;
+        if !(gbps.is_finite() && gbps > 0.0) {
+            return Err(LinkSpecError::Rate(item.to_owned()));
+        }
+        let latency = match lat {
+            None => Duration::ZERO,
+            Some(l) => parse_duration(l).ok_or_else(syntax)?,
+        };
+        out.push((
+            n,
+            Link {
+                gbit_per_s: Some(gbps),
+                latency,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+fn parse_duration(s: &str) -> Option<Duration> {
+    let (num, scale) = if let Some(v) = s.strip_suffix("ns") {
+        (v, 1)
+    } else if let Some(v) = s.strip_suffix("us") {
+        (v, 1_000)
+    } else if let Some(v) = s.strip_suffix("ms") {
+        (v, 1_000_000)
+    } else {
+        (s, 1)
+    };
+    let v: u64 = num.trim().parse().ok()?;
+    Some(Duration::from_nanos(v.checked_mul(scale)?))
+}
+
+/// Sets (or with `None`, removes) device `dev`'s link model in `reg`.
+pub(crate) fn set(reg: &Registry, dev: u32, link: Option<Link>) {
+    let p = &reg.ports[dev as usize];
+    let link = link.unwrap_or_default();
+    let (rate, lat) = (link.rate_mbps(), link.latency.as_nanos() as u64);
+    p.rate_mbps.store(rate, Ordering::Relaxed);
+    p.latency_ns.store(lat, Ordering::Relaxed);
+    let on = u32::from(rate != 0 || lat != 0);
+    if p.modeled.swap(on, Ordering::AcqRel) != on {
+        if on == 1 {
+            reg.header.modeled_ports.fetch_add(1, Ordering::Release);
+        } else {
+            reg.header.modeled_ports.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+/// Device `dev`'s link model, if it has one.
+pub(crate) fn get(reg: &Registry, dev: u32) -> Option<Link> {
+    let p = &reg.ports[dev as usize];
+    if p.modeled.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let rate = p.rate_mbps.load(Ordering::Relaxed);
+    Some(Link {
+        gbit_per_s: (rate != 0).then(|| rate as f64 / 1000.0),
+        latency: Duration::from_nanos(p.latency_ns.load(Ordering::Relaxed)),
+    })
+}
+
+/// When a transfer's completions may appear (ns on the NIC's wire clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reveal {
+    /// The responder's receive CQE.
+    pub(crate) responder: u64,
+    /// The requester's CQE.
+    pub(crate) requester: u64,
+}
+
+/// A port with a link model.
+pub(crate) struct Port<'a> {
+    e: &'a PortEntry,
+    rate_mbps: u64,
+    latency_ns: u64,
+}
+
+impl<'a> Port<'a> {
+    /// Device `dev`'s port, if it has a link model.
+    #[inline]
+    pub(crate) fn of(reg: &'a Registry, dev: u32) -> Option<Port<'a>> {
+        let e = reg.ports.get(dev as usize)?;
+        if e.modeled.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        Some(Port {
+            e,
+            rate_mbps: e.rate_mbps.load(Ordering::Relaxed),
+            latency_ns: e.latency_ns.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Queues `bytes` on the port no earlier than `now`; returns when the last
+    /// byte has left. The port sends one transfer at a time, in the order they
+    /// are queued.
+    pub(crate) fn send(&self, now: u64, bytes: u64) -> u64 {
+        let wire = if self.rate_mbps == 0 {
+            0
+        } else {
+            // ns = bits / (Mbit/s) × 1000; u128 so that 2 GiB cannot overflow.
+            (u128::from(bytes) * 8_000 / u128::from(self.rate_mbps)) as u64
+        };
+        let mut busy = self.e.busy_until_ns.load(Ordering::Relaxed);
+        loop {
+            let done = busy.max(now) + wire;
+            match self.e.busy_until_ns.compare_exchange_weak(
+                busy,
+                done,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return done,
+                Err(b) => busy = b,
+            }
+        }
+    }
+
+    /// A WRITE, SEND or atomic of `bytes` through this (the requester's)
+    /// port, started at `now`.
+    pub(crate) fn push(&self, now: u64, bytes: u64) -> Reveal {
+        let done = self.send(now, bytes);
+        Reveal {
+            responder: done + self.latency_ns,
+            requester: done + 2 * self.latency_ns,
+        }
+    }
+
+    /// A READ of `bytes` answered through this (the responder's) port: the
+    /// request takes `request_latency_ns` to arrive, the data one latency to
+    /// come back after it left.
+    pub(crate) fn pull(&self, now: u64, request_latency_ns: u64, bytes: u64) -> u64 {
+        self.send(now + request_latency_ns, bytes) + self.latency_ns
+    }
+
+    /// The one-way latency in ns.
+    pub(crate) fn latency_ns(&self) -> u64 {
+        self.latency_ns
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_bad_ones_say_why() {
+        let l = parse_links("sim0=24, sim1=8:2us,sim3=100:500").unwrap();
+        assert_eq!(l[0], (0, Link::rate(24.0)));
+        assert_eq!(
+            l[1],
+            (
+                1,
+                Link {
+                    gbit_per_s: Some(8.0),
+                    latency: Duration::from_micros(2)
+                }
+            )
+        );
+        assert_eq!(l[2].1.latency, Duration::from_nanos(500));
+        assert!(parse_links("").unwrap().is_empty());
+        assert!(matches!(parse_links("sim0"), Err(LinkSpecError::Syntax(_))));
+        assert!(matches!(
+            parse_links("eth0=1"),
+            Err(LinkSpecError::Syntax(_))
+        ));
+        assert!(matches!(
+            parse_links("sim8=1"),
+            Err(LinkSpecError::Device(_))
+        ));
+        assert!(matches!(
+            parse_links("sim0=-1"),
+            Err(LinkSpecError::Rate(_))
+        ));
+        assert!(matches!(
+            parse_links("sim0=fast"),
+            Err(LinkSpecError::Rate(_))
+        ));
+        assert!(matches!(
+            parse_links("sim0=1:2xs"),
+            Err(LinkSpecError::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn a_port_sends_one_transfer_at_a_time_at_its_rate() {
+        let e = PortEntry::default();
+        let p = Port {
+            e: &e,
+            rate_mbps: 8_000, // 8 Gbit/s: 1 byte per ns
+            latency_ns: 100,
+        };
+        // Two transfers posted at once leave one after the other.
+        assert_eq!(p.send(1_000, 4096), 5_096);
+        let r = p.push(1_000, 4096);
+        assert_eq!(r.responder, 9_192 + 100);
+        assert_eq!(r.requester, 9_192 + 200);
+        // An idle port starts at `now`.
+        assert_eq!(p.send(100_000, 8), 100_008);
+        // A READ's data leaves after the request arrived.
+        assert_eq!(p.pull(200_000, 50, 1000), 201_050 + 100);
+    }
+}
