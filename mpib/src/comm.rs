@@ -524,11 +524,11 @@ impl Comm {
                 policy::aligned(b.len, self.policy.rail0_bytes(b.len, &t))
             };
             share[i] = [r0, b.len - r0];
-            for r in 0..2 {
-                if share[i][r] > 0 {
+            for (r, (&bytes, tel)) in share[i].iter().zip(&mut t.rails).enumerate() {
+                if bytes > 0 {
                     mask |= 1 << r;
                 }
-                t.rails[r].outstanding_bytes += share[i][r];
+                tel.outstanding_bytes += bytes;
             }
         }
         if mask == 0 {

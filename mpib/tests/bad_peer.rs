@@ -584,3 +584,33 @@ fn dropped_peer_closes_the_other_side() {
         "{why:?}"
     );
 }
+
+#[test]
+fn vanished_peer_without_liveness_channel_is_a_transport_error() {
+    // Set up without a liveness channel (as over MPI): only the QPs can tell.
+    let fab = unique_fabric("vanish");
+    let _g = FabricGuard(fab.clone());
+    let devs = open(&fab, ExecMode::Inline, 4);
+    let a = PendingComm::new(&devs[..2], &CFG).unwrap();
+    let b = PendingComm::new(&devs[2..], &CFG).unwrap();
+    let (ia, ib) = (a.info().clone(), b.info().clone());
+    let mut a = a.connect(&ib).unwrap();
+    let mut b = b.connect(&ia).unwrap();
+    transfer(&mut a, &mut b, &[pattern(1, 3000)], &[3000], 1);
+    drop(b);
+    let buf = a.alloc_buffer(64).unwrap();
+    let t = std::time::Instant::now();
+    // The CTS write finds no QP at the other end: retries run out.
+    let r = a.irecv(&[buf.all()], 2).unwrap().unwrap();
+    let e = loop {
+        match a.test(&r) {
+            Ok(None) => assert!(t.elapsed().as_secs() < 20, "no error after 20 s"),
+            Ok(Some(s)) => panic!("completed with {s:?}"),
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(e, Error::Closed(CloseReason::Transport { rail: 0, .. })),
+        "{e}"
+    );
+}
