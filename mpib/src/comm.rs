@@ -1067,3 +1067,14 @@ impl Comm {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_communicator_can_move_to_another_thread() {
+        fn send<T: Send>() {}
+        send::<super::Comm>();
+        send::<super::PendingComm>();
+        send::<crate::Buffer>();
+    }
+}
