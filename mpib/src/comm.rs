@@ -958,6 +958,13 @@ impl Comm {
     }
 
     /// One immediate from rail `rail`: mask learning and completion.
+    ///
+    /// The receiver knows a slot from the immediate alone. An immediate of an
+    /// earlier use of the slot cannot come from an honest peer: the slot is
+    /// reused only after its receive completed, i.e. after every signal of
+    /// that use arrived, and each rail delivers in order. Anything that does
+    /// not fit the slot's state (idle, completed, a rail already seen, a
+    /// disagreeing mask or size) is a violation.
     fn on_imm(&mut self, rail: usize, imm: u32) -> Result<(), ProtocolError> {
         let i = Imm::decode(imm);
         let bit = 1u8 << rail;
