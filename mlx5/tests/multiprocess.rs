@@ -377,3 +377,97 @@ fn a_peer_process_that_dies() {
     drop((sq, ring, qp, cq, pd, ctx));
     Fabric::remove_if_unused(&fabric);
 }
+
+/// The child of `memory_registered_on_a_second_device_is_reachable_from_another_process`:
+/// allocates region memory on sim0, registers part of it on sim1 (as mpib
+/// registers one buffer on both rails), and checks what the parent wrote there
+/// through sim1. Its last line says whether every byte arrived.
+fn second_device_owner(fabric: &str) {
+    let a = Context::open_in(fabric, "sim0").unwrap();
+    let b = Context::open_in(fabric, "sim1").unwrap();
+    let buf = a
+        .alloc_pd()
+        .unwrap()
+        .alloc_mr(8192, access::LOCAL_WRITE)
+        .unwrap();
+    let pd = b.alloc_pd().unwrap();
+    // SAFETY: inside `buf`, which outlives the region (the region keeps the
+    // memory alive anyway).
+    let part = unsafe {
+        pd.reg_mr(
+            (buf.addr() + 1024) as *mut u8,
+            4096,
+            access::LOCAL_WRITE | access::REMOTE_WRITE,
+        )
+    }
+    .unwrap();
+    let cq = b.create_cq(&CqAttr::default()).unwrap();
+    let qp = b
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    println!("{}", info_line(&qp.conn_info(), part.addr(), part.rkey()));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let (peer, _, _) = parse_info(&line);
+    connect(&qp, peer, RtsAttr::default());
+    println!("INFO 0 0 0 0");
+    // The parent says when its write has completed.
+    line.clear();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let got = buf.to_vec(1024, 4096);
+    let ok = got.iter().enumerate().all(|(k, &v)| v == (k * 7) as u8);
+    println!("DONE {}", u8::from(ok));
+}
+
+#[test]
+fn memory_registered_on_a_second_device_is_reachable_from_another_process() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("second-device") => {
+            return second_device_owner(&std::env::var("MLX5_MP_FABRIC").unwrap())
+        }
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mpreg-{}", std::process::id());
+    let test = "memory_registered_on_a_second_device_is_reachable_from_another_process";
+    let mut child = spawn(test, "second-device", &fabric, 0);
+    let mut lines = child_lines(&mut child);
+    let (peer, raddr, rkey) = parse_info(&lines.next().unwrap());
+    let ctx = Context::open_in(&fabric, "sim2").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.alloc_mr(4096, 0).unwrap();
+    src.write(0, &(0..4096).map(|k| (k * 7) as u8).collect::<Vec<_>>());
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    let stdin = child.stdin.as_mut().unwrap();
+    writeln!(stdin, "{}", info_line(&qp.conn_info(), 0, 0)).unwrap();
+    connect(&qp, peer, RtsAttr::default());
+    let _ = lines.next(); // the peer is in RTS
+    let mut sq = qp
+        .send_queue::<OrderedSparse<u32>>(SqConfig::default())
+        .unwrap();
+    let mut ring = cq.ring().unwrap();
+    let sge = Sge {
+        addr: src.addr(),
+        len: 4096,
+        lkey: src.lkey(),
+    };
+    sq.write(raddr, rkey, Payload::Sges(&[sge]))
+        .unwrap()
+        .post(Some(1));
+    sq.ring_doorbell();
+    let mut status = None;
+    while status.is_none() {
+        ring.poll(1, |c| status = Some((c.opcode(), c.syndrome_raw())));
+    }
+    // Without the segment behind the registration this is a remote access
+    // error (the memory would be the child's private memory).
+    assert_eq!(status, Some((Some(CqeOpcode::Req), None)), "{status:?}");
+    writeln!(child.stdin.as_mut().unwrap(), "written").unwrap();
+    assert_eq!(lines.next().as_deref(), Some("DONE 1"), "bytes differ");
+    child.wait().unwrap();
+    drop((sq, ring, qp, cq, src, pd, ctx));
+    Fabric::remove_if_unused(&fabric);
+}

@@ -387,7 +387,7 @@ impl SimPd {
 
     fn register(
         &self,
-        seg: Option<Segment>,
+        seg: Option<Arc<Segment>>,
         va: u64,
         off: u64,
         len: u64,
@@ -427,15 +427,18 @@ impl SimPd {
     /// the fabric can reach, registered with `access`
     /// ([`access`](crate::device::access) flags).
     pub fn alloc_mr(&self, len: usize, access: u32) -> Result<SimMr, DeviceError> {
-        let seg = self.ctx.d.fab.alloc_segment(len.max(1))?;
+        let seg = self.ctx.d.fab.alloc_region_memory(len.max(1))?;
         let va = seg.base().as_ptr() as u64;
         self.register(Some(seg), va, 0, len as u64, access)
     }
 
-    /// Registers ordinary memory of this process. Peers in the same process can
-    /// reach it; a peer in another process gets a remote access error (the
-    /// software device can only share memory it allocated — use
-    /// [`alloc_mr`](Self::alloc_mr) for that).
+    /// Registers memory of this process. Memory inside a region this process
+    /// allocated with [`alloc_mr`](Self::alloc_mr) — on any device of the
+    /// fabric, e.g. the same buffer registered on both rails — is reachable
+    /// from every process, and the new region keeps it alive. Any other
+    /// memory is reachable from peers in the same process only; a peer in
+    /// another process gets a remote access error, since the software device
+    /// can only share memory it allocated.
     ///
     /// # Safety
     /// `[addr, addr + len)` must stay valid until the MR is dropped, and the
@@ -446,7 +449,14 @@ impl SimPd {
         len: usize,
         access: u32,
     ) -> Result<SimMr, DeviceError> {
-        self.register(None, addr as u64, 0, len as u64, access)
+        let (va, len) = (addr as u64, len as u64);
+        match self.ctx.d.fab.region_memory_containing(va, len) {
+            Some(seg) => {
+                let off = va - seg.base().as_ptr() as u64;
+                self.register(Some(seg), va, off, len, access)
+            }
+            None => self.register(None, va, 0, len, access),
+        }
     }
 }
 
@@ -456,7 +466,7 @@ struct MrInner {
     key: u32,
     addr: u64,
     len: usize,
-    _seg: Option<Segment>,
+    _seg: Option<Arc<Segment>>,
 }
 
 impl Drop for MrInner {

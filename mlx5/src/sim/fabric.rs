@@ -88,6 +88,10 @@ pub struct Fabric {
     // Boxed so that the addresses in `cache` stay valid when the Vec grows.
     #[allow(clippy::vec_box)]
     keep: Mutex<Vec<Box<CachedSeg>>>,
+    /// Memory this process allocated for memory regions, so that a later
+    /// registration of part of it (on any device of the fabric) is reachable
+    /// from other processes too. Weak: the regions own it.
+    region_memory: Mutex<Vec<Weak<Segment>>>,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -205,6 +209,7 @@ impl Fabric {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             keep: Mutex::new(Vec::new()),
+            region_memory: Mutex::new(Vec::new()),
         })
     }
 
@@ -274,6 +279,29 @@ impl Fabric {
             slot: slot as u32,
             base,
             len,
+        })
+    }
+
+    /// Allocates a segment for memory regions: [`alloc_segment`], and
+    /// remembered so that [`region_memory_containing`] finds it.
+    ///
+    /// [`alloc_segment`]: Self::alloc_segment
+    /// [`region_memory_containing`]: Self::region_memory_containing
+    pub fn alloc_region_memory(self: &Arc<Self>, len: usize) -> Result<Arc<Segment>, FabricError> {
+        let seg = Arc::new(self.alloc_segment(len)?);
+        let mut v = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(&seg));
+        Ok(seg)
+    }
+
+    /// The live region memory of this process that holds `[addr, addr+len)`.
+    pub fn region_memory_containing(&self, addr: u64, len: u64) -> Option<Arc<Segment>> {
+        let end = addr.checked_add(len)?;
+        let v = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
+        v.iter().filter_map(Weak::upgrade).find(|s| {
+            let base = s.base().as_ptr() as u64;
+            base <= addr && end <= base + s.len() as u64
         })
     }
 
