@@ -6,9 +6,8 @@
 //! MLX5_SIM_FABRIC=mpi-test mpirun -np 2 -x MLX5_SIM_FABRIC target/debug/deps/mpi_ranks-<hash> --test-threads=1
 //! ```
 //! Rank `r` takes software devices `sim{2r}` and `sim{2r+1}` as its rails.
-//! Data moves on rail 0 (the software device shares memory across processes
-//! only where it allocated it: rail 0's registration of a buffer); CTS entries
-//! travel on both rails. Outside mpirun (a single rank) the test checks that
+//! Data is split across both rails by the adaptive policy; CTS entries travel
+//! on both rails. Outside mpirun (a single rank) the test checks that
 //! a lone rank connects to nobody.
 #![cfg(feature = "mpi")]
 
@@ -45,7 +44,7 @@ fn connect_and_transfer(world: &mpi::topology::SimpleCommunicator) {
         .map(|d| Context::open_in(&fabric, &format!("sim{d}")).unwrap())
         .collect();
     let cfg = Config {
-        policy: PolicyKind::Static(1.0),
+        policy: PolicyKind::Adaptive,
         ..Config::default()
     };
     let mut comms = connect_all(world, &devs, &cfg).unwrap();
