@@ -19,6 +19,10 @@ use crate::error::SetupError;
 use crate::info::{QpInfo, RailInfo};
 use crate::record::RECORD_LEN;
 
+/// Transport retries (ACK timeouts) before a QP gives up on its peer: 7
+/// tries of a 67 ms ACK timeout, about half a second.
+const TRANSPORT_RETRIES: u8 = 6;
+
 /// Queue sizes derived from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sizing {
@@ -159,8 +163,13 @@ impl Rail {
         );
         for (q, p) in pairs {
             let qp = self.dom.qp(q);
+            // A silent peer must end in RETRY_EXC_ERR on every device: kernel
+            // soft-RoCE retries forever at retry_cnt 7 (the IB spec gives 7
+            // that meaning only for rnr_retry), so a peer that vanished
+            // without a liveness channel was never noticed there.
             let rts = RtsAttr {
                 sq_psn: qp.conn_info().psn,
+                retry_cnt: TRANSPORT_RETRIES,
                 ..RtsAttr::default()
             };
             qp.connect(&RtrAttr::new(peer.conn(p), access::REMOTE_WRITE), &rts)?;

@@ -5,6 +5,8 @@
 # Local change: no_timer_check on the kernel command line. Under TCG on a busy
 # host the kernel's IO-APIC timer check can fail and panic the boot ("IO-APIC +
 # timer doesn't work!"), which we saw once in a few dozen boots.
+# Local change: --nics N gives the guest N virtio NICs, NIC i with address
+# 10.0.(2+i).15/24 and soft-RoCE device rxe<i> on it (default 1: rxe0 only).
 # rxe-guest.sh -- run a command inside a throw-away qemu guest whose Debian
 # kernel has the soft-RoCE driver rdma_rxe, with an rxe device (rxe0 on the
 # guest's virtio NIC) already created, so real RDMA verbs traffic works even
@@ -33,6 +35,7 @@
 #     --mem MB          guest memory (default 1024)
 #     --smp N           guest vCPUs (default 2)
 #     --timeout S       hard limit for the qemu run (default 180)
+#     --nics N          N virtio NICs, rxe0 .. rxe<N-1> one on each (default 1)
 #     --accel kvm|tcg   default: auto (kvm only if the CPU has vmx/svm and the
 #                       host KVM is not PVM -- see the note at step 5)
 #     --setup-only      install packages, fetch kernel, build initramfs, exit
@@ -46,13 +49,14 @@
 set -euo pipefail
 
 RXE_DIR=${RXE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rxe-guest}
-MEM=1024; SMP=2; TMO=180; SETUP_ONLY=0; DO_INSTALL=1; ACCEL=auto; SHARES=()
+MEM=1024; SMP=2; NICS=1; TMO=180; SETUP_ONLY=0; DO_INSTALL=1; ACCEL=auto; SHARES=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --share) SHARES+=("$(realpath "$2")"); shift 2;;
         --mem) MEM=$2; shift 2;;
         --smp) SMP=$2; shift 2;;
         --timeout) TMO=$2; shift 2;;
+        --nics) NICS=$2; shift 2;;
         --accel) ACCEL=$2; shift 2;;
         --setup-only) SETUP_ONLY=1; shift;;
         --no-install) DO_INSTALL=0; shift;;
@@ -139,8 +143,10 @@ for ko in $(cat /mods/order); do insmod /mods/$ko || echo "@@ insmod $ko FAILED"
 # user-mode net would hand out by DHCP, set statically.  rxe also accepts lo
 # (GID ::ffff:127.0.0.1), but a real netdev is the usual RoCE setup.
 ip link set lo up
-ETH=$(ls /sys/class/net | grep -v '^lo$' | head -1)
-if [ -n "$ETH" ]; then ip link set "$ETH" up; ip addr add 10.0.2.15/24 dev "$ETH"; fi
+# With several NICs (--nics), NIC i gets 10.0.(2+i).15.
+NICS=$(ls /sys/class/net | grep -v '^lo$')
+i=0
+for ETH in $NICS; do ip link set "$ETH" up; ip addr add "10.0.$((2 + i)).15/24" dev "$ETH"; i=$((i + 1)); done
 # The host's root, read-only, becomes the root of the command.
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000,cache=loose hostroot /host || echo "@@ 9p root mount FAILED"
 mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
@@ -154,11 +160,16 @@ i=0
 done < /shares
 cp /cmd.sh /env.sh /host/tmp/
 echo "@@ guest ready at $(cut -d' ' -f1 /proc/uptime)s uptime"
-# Soft-RoCE device on the NIC, then the command, in the host-root chroot.
-RXE_NETDEV=${ETH:-lo} chroot /host /bin/sh -c '
+# Soft-RoCE device on each NIC (rxe0 on the first), then the command, in the
+# host-root chroot.
+RXE_NETDEVS=${NICS:-lo} chroot /host /bin/sh -c '
   export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
   ulimit -l unlimited
-  rdma link add rxe0 type rxe netdev "$RXE_NETDEV" || echo "@@ rdma link add FAILED"
+  i=0
+  for n in $RXE_NETDEVS; do
+    rdma link add "rxe$i" type rxe netdev "$n" || echo "@@ rdma link add rxe$i FAILED"
+    i=$((i + 1))
+  done
   . /tmp/env.sh
   cd "$RXE_CWD" 2>/dev/null || cd /tmp
   /bin/sh /tmp/cmd.sh'
@@ -224,12 +235,18 @@ if [ "$ACCEL" = auto ]; then
 fi
 if [ "$ACCEL" = kvm ]; then ACC=(-machine pc,accel=kvm -cpu host)
 else ACC=(-machine pc -accel tcg,thread=multi,tb-size=256 -cpu max); fi
+# NIC i: its own guest-only user-mode net, 10.0.(2+i).0/24 (the first is
+# qemu's default).
+NIC_ARGS=(-nic user,model=virtio-net-pci,restrict=on)
+for ((i = 1; i < NICS; i++)); do
+    NIC_ARGS+=(-nic "user,model=virtio-net-pci,restrict=on,net=10.0.$((2 + i)).0/24")
+done
 QEMU=(qemu-system-x86_64 "${ACC[@]}" -smp "$SMP" -m "$MEM"
       -nodefaults -no-user-config -display none -serial stdio -no-reboot
       -kernel "$BOOTK" -initrd "$RUN/initrd.img"
       -append "console=ttyS0 ${RXE_KLOG:-quiet loglevel=3} no_timer_check panic=-1 rdinit=/init"
       -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap
-      -nic user,model=virtio-net-pci,restrict=on
+      "${NIC_ARGS[@]}"
       "${VIRTFS[@]}")
 log "booting $KVER ($ACCEL, ${MEM} MiB, ${SMP} vCPU, timeout ${TMO}s)"
 t0=$(date +%s.%N)

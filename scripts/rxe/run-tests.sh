@@ -9,14 +9,21 @@
 # kernel is downloaded once into ~/.cache/rxe-guest). Under qemu's emulation
 # traffic is slow (~0.5 ms per round trip): this is for correctness only.
 #
-# What runs in the guest, on rxe0:
+# What runs in the guest, on rxe0 (and rxe1: the guest has two virtio NICs,
+# one rxe device on each):
 #   1. mlx5 hw_control     -- the control path (PD/MR/CQ/SRQ/QP, RESET..RTS,
 #                             RoCE v2 GID, errors naming the verb and errno)
 #   2. mlx5 differential   -- the RC scenarios on sim and on rxe, compared
 #   3. copyrpc rxe         -- echo, wrap, out-of-order replies, flow-control
 #                             interleavings, READ fallback, removal, over the
 #                             verbs path
-#   4. ycsb-a              -- kvs-server and ycsb-driver as two processes,
+#   4. mpib rxe            -- dual-rail transfers, rail 0 on rxe0 and rail 1
+#                             on rxe1 (and one test with both rails on rxe0):
+#                             every split and 0-byte transfer, 1..8 buffers,
+#                             the fast and the record path, a pipelined run
+#                             with no RNR (rxe's own counters), bad peers and
+#                             vanished peers, over the verbs path
+#   5. ycsb-a              -- kvs-server and ycsb-driver as two processes,
 #                             YCSB workload A, every operation OK and verified
 #                             (scripts/rxe/ycsb-a.sh)
 set -euo pipefail
@@ -39,9 +46,11 @@ for line in sys.stdin:
 HW_CONTROL=$(test_bin mlx5 hw_control)
 DIFFERENTIAL=$(test_bin mlx5 differential)
 COPYRPC=$(test_bin copyrpc rxe)
+MPIB=$(test_bin mpib rxe)
 cargo build -q -p kvs-server -p kvs-client -p ycsb-driver --bins
-BIN=$PWD/target/debug
-for b in "$HW_CONTROL" "$DIFFERENTIAL" "$COPYRPC" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
+BIN=$(cargo metadata -q --format-version 1 --no-deps |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
+for b in "$HW_CONTROL" "$DIFFERENTIAL" "$COPYRPC" "$MPIB" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
     [ -x "$b" ] || { log "missing test binary: $b"; exit 1; }
 done
 
@@ -57,6 +66,7 @@ export MLX5_SIM_FABRIC=rxe-tests RUST_BACKTRACE=1
 step hw_control env MLX5_TEST_DEVICE=rxe0 $HW_CONTROL --ignored --test-threads=1
 step differential env MLX5_DIFF_DEVICE=rxe0 $DIFFERENTIAL --test-threads=1 --nocapture
 step copyrpc env COPYRPC_TEST_DEVICE=rxe0 $COPYRPC --ignored --test-threads=1
+step mpib env MPIB_TEST_DEVICE=rxe0 MPIB_TEST_DEVICE2=rxe1 $MPIB --ignored --test-threads=1
 step ycsb-a sh $PWD/scripts/rxe/ycsb-a.sh $BIN rxe0
 exit \$fail
 EOF
@@ -68,7 +78,7 @@ log "booting the guest"
 # means no status came back (the guest did not boot or hung): one more boot.
 for attempt in 1 2; do
     set +e
-    scripts/rxe/guest.sh --share "$PWD" --share "$WORK" --timeout "$GUEST_TIMEOUT" -- "sh $WORK/guest.sh" 2>&1 |
+    scripts/rxe/guest.sh --nics 2 --share "$PWD" --share "$WORK" --timeout "$GUEST_TIMEOUT" -- "sh $WORK/guest.sh" 2>&1 |
         tee "$WORK/console.log"
     rc=${PIPESTATUS[0]}
     set -e
@@ -77,4 +87,4 @@ for attempt in 1 2; do
 done
 grep -E '^@@ (ok|FAILED)' "$WORK/console.log" || true
 if [ "$rc" -ne 0 ]; then log "FAILED (guest status $rc)"; exit "$rc"; fi
-log "all steps passed on rxe0"
+log "all steps passed on rxe0 and rxe1"
