@@ -5,7 +5,9 @@
 //! splits every transfer between the rails at the last moment, from fresh
 //! telemetry. It runs over [`mlx5::wr`], so the same code drives the software
 //! mlx5 device (`sim0`, `sim1`, ...), mlx5 NICs, and other RDMA devices such
-//! as kernel soft-RoCE (`rxe0`) through the verbs path.
+//! as kernel soft-RoCE (`rxe0`) through the verbs path. CI runs the transfer
+//! tests on soft-RoCE with rail 0 on `rxe0` and rail 1 on `rxe1`, and with
+//! both rails on `rxe0` (`tests/rxe.rs`).
 //!
 //! # Resources
 //!
