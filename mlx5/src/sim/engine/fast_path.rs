@@ -295,12 +295,8 @@ mod tests {
         // CQ comes in the same order with the same bytes, the error CQEs
         // behind the successes held before them.
         assert_eq!(linked.fast, 0);
-        let good = linked.cqes.iter().map(Vec::len).sum::<usize>() as u64;
-        assert!(
-            linked.held >= good / 2,
-            "{} of {good} CQEs held",
-            linked.held
-        );
+        // At least every receive CQE of the 2 × 32 WRITE_IMMs was held.
+        assert!(linked.held >= 64, "{} CQEs held", linked.held);
         same(&linked, &slow, "link model");
     }
 
