@@ -1370,3 +1370,61 @@ fn cq_arm_word_and_uar_doorbell_match_mlx5_arm_cq() {
         );
     }
 }
+
+#[test]
+fn cq_ring_arm_writes_what_mlx5_arm_cq_writes() {
+    use mlx5::cq::{Compression, CqArmMemory, CqMemory, CqRing};
+    use mlx5::mem::AlignedBuf;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    const CNT: u32 = 256;
+    let mut rng = Rng::new(0x0a7e_d0b1_1100);
+    for _ in 0..500 {
+        let mut buf = AlignedBuf::new(CNT as usize * 64);
+        let db = AlignedBuf::new(64);
+        let uar = AlignedBuf::new(4096);
+        // Events taken so far on the CQ's channel: the arm sequence number.
+        let events = Arc::new(AtomicU32::new(rng.u32()));
+        let cqn = rng.u32() & 0xff_ffff;
+        let mem = CqMemory {
+            buf: buf.as_non_null(),
+            cqe_cnt: CNT,
+            cqe_size: 64,
+            dbrec: db.as_non_null(),
+            cqn,
+            notify: None,
+            keepalive: None,
+            arm: Some(CqArmMemory {
+                uar: uar.as_non_null(),
+                events: events.clone(),
+            }),
+        };
+        // SAFETY: the buffers outlive the ring (dropped at the end of the loop
+        // body, after it).
+        let mut ring = unsafe { CqRing::new(mem, Compression::Off) }.unwrap();
+        // Consume `n` requester CQEs of the first pass, so the arm carries
+        // that consumer index.
+        let n = rng.u32() % CNT;
+        for i in 0..n as usize {
+            buf.as_mut_slice()[i * 64 + 63] = 0; // REQ, owner 0
+        }
+        assert_eq!(ring.poll(usize::MAX, |_| {}), n as usize);
+        let sol = rng.u8() & 1 == 1;
+        ring.arm(sol).unwrap();
+        let (rec, page) = c_arm(events.load(Ordering::Relaxed), n, cqn, sol);
+        assert_eq!(
+            &db.as_slice()[4..8],
+            &rec[4..8],
+            "arm word, ci {n} sol {sol}"
+        );
+        assert_eq!(&uar.as_slice()[..64], &page[..], "UAR, ci {n} sol {sol}");
+        // Another event taken: the next arm has the next sequence number.
+        events.fetch_add(1, Ordering::Relaxed);
+        ring.arm(sol).unwrap();
+        let (rec, page) = c_arm(events.load(Ordering::Relaxed), n, cqn, sol);
+        assert_eq!(&db.as_slice()[4..8], &rec[4..8]);
+        assert_eq!(&uar.as_slice()[..64], &page[..]);
+        drop(ring);
+    }
+}

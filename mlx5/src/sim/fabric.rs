@@ -392,6 +392,12 @@ impl Fabric {
             |_, _| {},
         );
         reap(
+            &r.chans[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |_, _| {},
+        );
+        reap(
             &r.mrs[..],
             |e| &e.state,
             |e| e.pid.load(Ordering::Relaxed),

@@ -10,6 +10,7 @@
 //! Devices live in a *fabric* in shared memory (`/dev/shm/mlx5sim-<name>`), so
 //! processes on one host connect exactly as hosts on a network do.
 
+pub mod channel;
 pub(crate) mod cqe_out;
 mod delay;
 pub mod device;
