@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::fabric::{Fabric, FabricError};
 use super::registry::{self, ChanEntry, LIVE};
-use super::sched::Nic;
+use super::sched::{Nic, IDLE_STEPS, PROGRESS_STEPS};
 use super::shm::my_pid;
 use super::sync::futex_wait;
 
@@ -154,15 +154,19 @@ impl SimChannel {
     /// Waits up to `timeout` for the next completion event of one of the
     /// channel's CQs and returns that CQ's number; `None` when none came.
     /// Each arm of a CQ gives one event, handed out once. While it waits it
-    /// lets this process's NIC progress: in inline mode, stalled work is
-    /// retried and held CQEs written (sleeping at most a millisecond at a time
-    /// while there is such work); in deferred mode, the scheduler takes its
-    /// steps until nothing is pending, so a wait does not block on work only
-    /// its own calls would run, and a seeded run stays the same run. Only an
-    /// event from another process's NIC is then waited for on the futex.
+    /// lets this process's NIC progress. In inline mode, stalled work is
+    /// retried and held CQEs written, sleeping at most a millisecond at a time
+    /// while there is such work. In deferred mode, the scheduler takes its
+    /// steps until an event comes or nothing is pending, whatever the timeout
+    /// (up to the step budget of `progress`): the logical clock, not the wall
+    /// clock, decides what happens, so a seeded run stays the same run. Only
+    /// then does it sleep on the futex, for an event another process's NIC
+    /// may raise.
     pub fn wait(&self, timeout: Duration) -> Option<u32> {
         let t0 = Instant::now();
         let nic = &self.inner.nic;
+        let deferred = nic.is_deferred();
+        let mut steps = 0usize;
         loop {
             // Read before looking: an event raised after this read changes
             // the word, and the sleep below returns at once.
@@ -170,7 +174,7 @@ impl SimChannel {
             if let Some(cqn) = self.take() {
                 return Some(cqn);
             }
-            let left = if nic.is_deferred() || nic.has_idle_work() {
+            let left = if deferred || nic.has_idle_work() {
                 nic.idle_step()
             } else {
                 0
@@ -178,20 +182,25 @@ impl SimChannel {
             if let Some(cqn) = self.take() {
                 return Some(cqn);
             }
+            if deferred && left > 0 && steps < PROGRESS_STEPS {
+                steps += IDLE_STEPS;
+                continue;
+            }
             let elapsed = t0.elapsed();
             if elapsed >= timeout {
                 return None;
             }
             let remaining = timeout - elapsed;
-            match (nic.is_deferred(), left) {
-                // Nothing this process could run: only another process's
-                // NIC can raise an event now.
-                (_, 0) => futex_wait(self.seq(), seq, remaining),
-                // Deferred steps left: take them.
-                (true, _) => std::thread::yield_now(),
-                // Stalled work or held CQEs: retried in slices.
-                (false, _) => futex_wait(self.seq(), seq, remaining.min(SLICE)),
-            }
+            // With nothing this process could run, only another process's
+            // NIC can raise an event: sleep until it does. Otherwise (stalled
+            // work, held CQEs, deferred work past its step budget, such as a
+            // QP that waits forever on RNR) sleep in slices and step again.
+            let sleep = if left == 0 {
+                remaining
+            } else {
+                remaining.min(SLICE)
+            };
+            futex_wait(self.seq(), seq, sleep);
         }
     }
 }

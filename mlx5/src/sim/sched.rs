@@ -134,9 +134,10 @@ impl std::fmt::Debug for Nic {
 }
 
 /// Steps a poll of an empty CQ may take in deferred mode.
-const IDLE_STEPS: usize = 8;
-/// Steps `progress` takes at most in deferred mode.
-const PROGRESS_STEPS: usize = 100_000;
+pub(crate) const IDLE_STEPS: usize = 8;
+/// Steps `progress` takes at most in deferred mode (and a wait for a
+/// completion event, before the wall clock has a say).
+pub(crate) const PROGRESS_STEPS: usize = 100_000;
 
 /// This process's NIC on each fabric it has open, while some context uses it.
 /// Weak: the NIC holds its fabric, so when the last context closes, the NIC
