@@ -194,6 +194,7 @@ impl CqBench {
             cqn: 1,
             notify: None,
             keepalive: None,
+            arm: None,
         };
         // SAFETY: the buffers live in the same struct as the ring.
         let ring = unsafe { CqRing::new(mem, zip) }.unwrap();

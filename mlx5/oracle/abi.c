@@ -19,6 +19,9 @@ struct abi_row {
 #define A(name, st, m, f) { name, (long)(offsetof(struct st, m.f) - offsetof(struct st, m)), (long)sizeof(((struct st *)0)->m.f) },
 
 static const struct abi_row rows[] = {
+	S(ibv_comp_channel)
+	F(ibv_comp_channel, context) F(ibv_comp_channel, fd) F(ibv_comp_channel, refcnt)
+
 	S(ibv_device_attr)
 	F(ibv_device_attr, fw_ver) F(ibv_device_attr, node_guid) F(ibv_device_attr, sys_image_guid)
 	F(ibv_device_attr, max_mr_size) F(ibv_device_attr, page_size_cap) F(ibv_device_attr, vendor_id)

@@ -263,6 +263,46 @@ void oracle_srq_next_seg(uint8_t out[16], uint16_t next_wqe_index)
 }
 
 /* ------------------------------------------------------------------------ */
+/* CQ arm                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* The doorbell-record index of the arm word: rdma-core's providers/mlx5
+ * (MLX5_CQ_ARM_DB), not in the public header. */
+enum { ORACLE_MLX5_CQ_ARM_DB = 1 };
+
+/* rdma-core's mlx5_arm_cq (providers/mlx5/cq.c, rdma-core 44), statement for
+ * statement, with the CQ reduced to the fields it reads (arm_sn, cons_index,
+ * cqn, dbrec) and the context's CQ UAR page passed in: it writes the arm word
+ * into dbrec[MLX5_CQ_ARM_DB] and the 64-bit doorbell, big-endian
+ * (mmio_write64_be of htobe64), at uar + MLX5_CQ_DOORBELL. The command and
+ * doorbell offset are the header's MLX5_CQ_DB_REQ_NOT(_SOL) and
+ * MLX5_CQ_DOORBELL. */
+void oracle_arm_cq(uint32_t dbrec[2], uint8_t *uar, uint32_t arm_sn,
+		   uint32_t cons_index, uint32_t cqn, int solicited)
+{
+	uint64_t doorbell;
+	uint64_t be;
+	uint32_t sn;
+	uint32_t ci;
+	uint32_t cmd;
+
+	sn  = arm_sn & 3;
+	ci  = cons_index & 0xffffff;
+	cmd = solicited ? MLX5_CQ_DB_REQ_NOT_SOL : MLX5_CQ_DB_REQ_NOT;
+
+	doorbell = sn << 28 | cmd | ci;
+	doorbell <<= 32;
+	doorbell |= cqn;
+
+	dbrec[ORACLE_MLX5_CQ_ARM_DB] = htobe32(sn << 28 | cmd | ci);
+
+	/* mmio_write64_be(ctx->cq_uar_reg + MLX5_CQ_DOORBELL, htobe64(doorbell)):
+	 * one 64-bit store of the big-endian value. */
+	be = htobe64(doorbell);
+	memcpy(uar + MLX5_CQ_DOORBELL, &be, sizeof(be));
+}
+
+/* ------------------------------------------------------------------------ */
 /* CQE readers                                                               */
 /* ------------------------------------------------------------------------ */
 

@@ -25,6 +25,12 @@ pub trait DeviceNotify: Send + Sync + std::fmt::Debug {
     fn rq_doorbell(&self, qn: u32);
     /// CQ `cqn` was polled and had nothing: a chance for the device to progress.
     fn cq_idle(&self, cqn: u32);
+    /// CQ `cqn` was armed: its doorbell record's arm word and the UAR's CQ
+    /// doorbell have been written (see [`CqRing::arm`](crate::cq::CqRing::arm)).
+    /// The default does nothing.
+    fn cq_arm(&self, cqn: u32) {
+        let _ = cqn;
+    }
     /// A word the device keeps nonzero while [`cq_idle`](Self::cq_idle) may
     /// have work to do; software reads it first, so an empty poll costs one
     /// load while the device has nothing pending. `None`: call `cq_idle` on

@@ -4,9 +4,12 @@
 //! the NIC executing at the doorbell (inline) and with a seeded scheduler
 //! executing later, in its own order (deferred).
 
+use std::time::Duration;
+
 use mlx5::cq::{Compression, CqRing};
 use mlx5::device::{
-    access, Context, Cq, CqAttr, ExecMode, FaultPlan, Mr, Pd, Qp, QpCaps, QpState, RtrAttr, RtsAttr,
+    access, CompletionChannel, Context, Cq, CqAttr, ExecMode, FaultPlan, Mr, Pd, Qp, QpCaps,
+    QpState, RtrAttr, RtsAttr,
 };
 use mlx5::prm::{CqeOpcode, Syndrome};
 use mlx5::rq::RecvQueue;
@@ -93,6 +96,11 @@ on_hardware!(
     send_longer_than_the_receive_buffer,
     rnr_retried_then_exceeded,
     vanished_peer_is_a_transport_retry_error,
+    cq_events_one_per_arm_and_none_without,
+    cq_event_for_a_cqe_that_landed_before_the_arm,
+    cq_events_solicited_only,
+    cq_events_an_error_cqe_fires_a_solicited_arm,
+    cq_events_never_lost_nor_made_up,
 );
 
 both_modes!(
@@ -111,6 +119,11 @@ both_modes!(
     cq_overrun_is_detected_not_overwritten,
     scatter_to_cqe_formats,
     compression_on_and_off_give_the_same_completions,
+    cq_events_one_per_arm_and_none_without,
+    cq_event_for_a_cqe_that_landed_before_the_arm,
+    cq_events_solicited_only,
+    cq_events_an_error_cqe_fires_a_solicited_arm,
+    cq_events_never_lost_nor_made_up,
 );
 impl Drop for TestFabric {
     fn drop(&mut self) {
@@ -173,29 +186,37 @@ struct End {
     scq: CqRing,
     rcq: CqRing,
     rq: Option<RecvQueue<OrderedRecv<u64>>>,
-    _cqs: (Cq, Cq),
+    cqs: (Cq, Cq),
+    /// The completion channel both CQs are on (event scenarios).
+    chan: Option<CompletionChannel>,
 }
 
 impl End {
     fn new(ctx: Context, attr: CqAttr) -> End {
+        Self::new_with(ctx, attr, false)
+    }
+
+    /// With `events`, both CQs are created on one completion channel.
+    fn new_with(ctx: Context, attr: CqAttr, events: bool) -> End {
+        let chan = events.then(|| ctx.create_comp_channel().unwrap());
+        let mk = |attr: &CqAttr| match &chan {
+            Some(ch) => ctx.create_cq_on(attr, ch).unwrap(),
+            None => ctx.create_cq(attr).unwrap(),
+        };
         let pd = ctx.alloc_pd().unwrap();
         let all = access::LOCAL_WRITE
             | access::REMOTE_WRITE
             | access::REMOTE_READ
             | access::REMOTE_ATOMIC;
         let mr = pd.alloc_mr(MR_LEN, all).unwrap();
-        let scq = ctx
-            .create_cq(&CqAttr {
-                cqe_cnt: 256,
-                ..attr
-            })
-            .unwrap();
-        let rcq = ctx
-            .create_cq(&CqAttr {
-                cqe_cnt: 256,
-                ..attr
-            })
-            .unwrap();
+        let scq = mk(&CqAttr {
+            cqe_cnt: 256,
+            ..attr
+        });
+        let rcq = mk(&CqAttr {
+            cqe_cnt: 256,
+            ..attr
+        });
         let qp = ctx
             .create_qp(&pd, &scq, &rcq, None, &QpCaps::default())
             .unwrap();
@@ -209,7 +230,8 @@ impl End {
         End {
             scq: scq.ring().unwrap(),
             rcq: rcq.ring().unwrap(),
-            _cqs: (scq, rcq),
+            cqs: (scq, rcq),
+            chan,
             ctx,
             pd,
             mr,
@@ -895,4 +917,335 @@ fn compression_on_and_off_give_the_same_completions(f: &TestFabric) {
         );
         assert_eq!((z.0, z.1), (off.0.clone(), off.1.clone()), "{zip:?}");
     }
+}
+
+// ---------------------------------------------------------------------------
+// Completion events: arm a CQ, sleep on its channel
+// ---------------------------------------------------------------------------
+
+/// How long a test waits for an event that must come.
+const EVENT: Duration = Duration::from_secs(10);
+/// How long a test waits to see that no event comes.
+const NO_EVENT: Duration = Duration::from_millis(30);
+
+/// Two connected ends whose CQs are on a completion channel of their own.
+fn event_pair(f: &TestFabric) -> (End, End) {
+    let a = End::new_with(f.open("sim0"), CqAttr::default(), true);
+    let b = End::new_with(f.open("sim1"), CqAttr::default(), true);
+    connect(&a, &b);
+    (a, b)
+}
+
+impl End {
+    fn chan(&self) -> &CompletionChannel {
+        self.chan.as_ref().unwrap()
+    }
+
+    /// The next event of this end's channel within `t`: the CQ's number.
+    fn event(&self, t: Duration) -> Option<u32> {
+        self.chan().wait(t).unwrap().map(|e| e.cqn)
+    }
+
+    /// Posts `n` WRITE_IMMs (8 bytes each) to `to`, `solicited` or not, and
+    /// rings the doorbell once.
+    fn write_imms(&mut self, to: &End, n: u32, solicited: bool) {
+        for i in 0..n {
+            let s = self.sge(0, 8);
+            let b = self
+                .sq
+                .write_imm(to.mr.addr() + 64, to.mr.rkey(), i, Payload::Sges(&[s]))
+                .unwrap();
+            let b = if solicited { b.solicited() } else { b };
+            b.post(u64::from(i));
+        }
+        self.sq.ring_doorbell();
+    }
+
+    /// Takes every receive completion there is (one poll), retiring the
+    /// receive WQEs.
+    fn recv_poll(&mut self) -> usize {
+        let rq = self.rq.as_mut().unwrap();
+        self.rcq.poll(usize::MAX, |c| {
+            mlx5::cq::CompletionSource::complete(rq, c, |_, _| {});
+        })
+    }
+
+    /// Retires every send completion there is.
+    fn reap_sends(&mut self) -> usize {
+        let sq = &mut self.sq;
+        self.scq.poll(usize::MAX, |c| {
+            sq.complete(c, |_, _| {});
+        })
+    }
+}
+
+/// One event per arm, however many CQEs follow it; none without an arm.
+fn cq_events_one_per_arm_and_none_without(f: &TestFabric) {
+    let (mut a, mut b) = event_pair(f);
+    b.post_recv(200, 0, 0);
+    let rcqn = b.cqs.1.cqn();
+    // Not armed: completions, and no event.
+    a.write_imms(&b, 2, false);
+    assert_eq!(b.recv_done(2).len(), 2);
+    assert_eq!(b.event(NO_EVENT), None, "an event without an arm");
+    // Armed with nothing arriving: no event either.
+    b.rcq.arm(false).unwrap();
+    assert_eq!(b.event(NO_EVENT), None, "an event without a CQE");
+    // Three CQEs after one arm: one event.
+    a.write_imms(&b, 3, false);
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    assert_eq!(b.event(NO_EVENT), None, "two events for one arm");
+    assert_eq!(b.recv_done(3).len(), 3);
+    // More CQEs without a new arm: nothing.
+    a.write_imms(&b, 2, false);
+    assert_eq!(b.recv_done(2).len(), 2);
+    assert_eq!(b.event(NO_EVENT), None, "an event after the arm was used");
+    // Arm, event, arm, event: each arm once.
+    for round in 0..20 {
+        b.rcq.arm(false).unwrap();
+        a.write_imms(&b, 1 + round % 3, false);
+        assert_eq!(b.event(EVENT), Some(rcqn), "round {round}");
+        assert_eq!(
+            b.recv_done(1 + round as usize % 3).len(),
+            1 + round as usize % 3
+        );
+        assert_eq!(b.event(Duration::ZERO), None, "round {round}");
+        a.reap_sends();
+    }
+    // Arming twice before the event still gives one event.
+    b.rcq.arm(false).unwrap();
+    b.rcq.arm(false).unwrap();
+    a.write_imms(&b, 1, false);
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    assert_eq!(b.event(NO_EVENT), None);
+    b.recv_done(1);
+    // The sender's CQs, never armed, raised nothing on its channel.
+    a.reap_sends();
+    assert_eq!(a.event(Duration::ZERO), None);
+}
+
+/// The race of every sleeper: a CQE lands between the last empty poll and the
+/// arm. The arm carries the consumer index, so it fires at once; the poll
+/// after the arm finds the CQE.
+fn cq_event_for_a_cqe_that_landed_before_the_arm(f: &TestFabric) {
+    let (mut a, mut b) = event_pair(f);
+    b.post_recv(64, 0, 0);
+    let rcqn = b.cqs.1.cqn();
+    for round in 0..10 {
+        // 1. Poll: empty.
+        assert_eq!(b.recv_poll(), 0);
+        // The CQE lands (deferred mode: the NIC runs the WRITE_IMM now).
+        a.write_imms(&b, 1, false);
+        b.ctx.progress();
+        // 2. Arm: the CQ already holds a CQE past the arm's consumer index.
+        b.rcq.arm(false).unwrap();
+        assert_eq!(
+            b.event(Duration::ZERO),
+            Some(rcqn),
+            "round {round}: the arm did not fire at once"
+        );
+        // 3. Poll again: the CQE that raced the arm.
+        assert_eq!(b.recv_poll(), 1, "round {round}");
+        b.post_recv(1, 0, 0);
+        a.reap_sends();
+    }
+    // A CQE consumed before the arm does not fire it.
+    a.write_imms(&b, 1, false);
+    assert_eq!(b.recv_done(1).len(), 1);
+    b.rcq.arm(false).unwrap();
+    assert_eq!(b.event(NO_EVENT), None);
+    a.write_imms(&b, 1, false);
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    b.recv_done(1);
+    // Solicited-only: an unconsumed unsolicited CQE does not fire it, an
+    // unconsumed solicited one does.
+    a.write_imms(&b, 1, false);
+    b.ctx.progress();
+    b.rcq.arm(true).unwrap();
+    assert_eq!(
+        b.event(NO_EVENT),
+        None,
+        "an unsolicited CQE fired a solicited arm"
+    );
+    a.write_imms(&b, 1, true);
+    b.ctx.progress();
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    assert_eq!(b.recv_poll(), 2);
+    a.write_imms(&b, 1, true);
+    b.ctx.progress();
+    b.rcq.arm(true).unwrap();
+    assert_eq!(
+        b.event(Duration::ZERO),
+        Some(rcqn),
+        "a pending solicited CQE"
+    );
+    assert_eq!(b.recv_poll(), 1);
+}
+
+/// A solicited-only arm ignores unsolicited CQEs and fires on the first CQE
+/// of a solicited SEND or WRITE_IMM, whose CQE has the solicited bit.
+fn cq_events_solicited_only(f: &TestFabric) {
+    let (mut a, mut b) = event_pair(f);
+    b.post_recv(64, 1024, 64);
+    let rcqn = b.cqs.1.cqn();
+    b.rcq.arm(true).unwrap();
+    a.write_imms(&b, 3, false);
+    assert_eq!(b.recv_done(3).len(), 3);
+    assert_eq!(
+        b.event(NO_EVENT),
+        None,
+        "unsolicited CQEs fired a solicited arm"
+    );
+    // A solicited SEND.
+    a.sq.send(Payload::Inline(b"wake up"))
+        .unwrap()
+        .solicited()
+        .post(9);
+    a.sq.ring_doorbell();
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    let mut se = Vec::new();
+    for _ in 0..200_000 {
+        b.rcq
+            .poll(usize::MAX, |c| se.push((c.opcode_raw(), c.cqe().se())));
+        if !se.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(se, vec![(CqeOpcode::RespSend as u8, 1)]);
+    assert_eq!(b.event(NO_EVENT), None);
+    // A solicited WRITE_IMM after unsolicited ones, under one arm: one event.
+    b.rcq.arm(true).unwrap();
+    a.write_imms(&b, 2, false);
+    a.write_imms(&b, 1, true);
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    let r = b.recv_done(3);
+    assert_eq!(r.len(), 3);
+    assert_eq!(b.event(NO_EVENT), None);
+    // An arm for any CQE fires on an unsolicited one.
+    b.rcq.arm(false).unwrap();
+    a.write_imms(&b, 1, false);
+    assert_eq!(b.event(EVENT), Some(rcqn));
+    b.recv_done(1);
+}
+
+/// An error CQE fires a solicited-only arm (on the requester's send CQ, whose
+/// successful CQEs do not).
+fn cq_events_an_error_cqe_fires_a_solicited_arm(f: &TestFabric) {
+    let (mut a, mut b) = event_pair(f);
+    b.post_recv(8, 0, 0);
+    let scqn = a.cqs.0.cqn();
+    a.scq.arm(true).unwrap();
+    // A successful signaled WRITE: a requester CQE, not solicited.
+    let s = a.sge(0, 16);
+    a.sq.write(b.mr.addr(), b.mr.rkey(), Payload::Sges(&[s]))
+        .unwrap()
+        .post(1);
+    a.sq.ring_doorbell();
+    assert_eq!(a.send_done(1).len(), 1);
+    assert_eq!(
+        a.event(NO_EVENT),
+        None,
+        "a successful CQE fired a solicited arm"
+    );
+    // A WRITE with a bad rkey: a remote access error CQE.
+    a.sq.write(b.mr.addr(), b.mr.rkey() ^ 0x5500, Payload::Sges(&[s]))
+        .unwrap()
+        .post(2);
+    a.sq.ring_doorbell();
+    assert_eq!(a.event(EVENT), Some(scqn));
+    let r = a.send_done(1);
+    assert_eq!(r[0].syndrome, Some(Syndrome::RemoteAccess as u8), "{r:?}");
+    assert_eq!(a.event(NO_EVENT), None);
+    // Nothing was armed on the responder: no event there.
+    assert_eq!(b.event(Duration::ZERO), None);
+}
+
+/// A seeded mix of sends, progress and the sleeper's loop (poll, arm, poll,
+/// wait), with a model of what the channel must say at every wait. An arm
+/// fires at the first CQE past its consumer index, so a CQE the sleeper takes
+/// while armed means one event is waiting (a spurious wake-up for the loop);
+/// a message outstanding while armed means one will come; otherwise none may.
+fn cq_events_never_lost_nor_made_up(f: &TestFabric) {
+    let (mut a, mut b) = event_pair(f);
+    let rcqn = b.cqs.1.cqn();
+    b.post_recv(256, 0, 0);
+    let mut rng = 0x5eed_u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let (mut sent, mut got) = (0u64, 0u64);
+    // An arm made and not yet known to have fired.
+    let mut armed = false;
+    // Events raised and not yet taken.
+    let mut raised = 0u32;
+    // One poll of the sleeper, with what it tells the model.
+    let take = |b: &mut End, got: &mut u64, armed: &mut bool, raised: &mut u32| {
+        let n = b.recv_poll();
+        if n > 0 {
+            *got += n as u64;
+            b.post_recv(n, 0, 0);
+            if std::mem::take(armed) {
+                *raised += 1;
+            }
+        }
+        n
+    };
+    for round in 0..400 {
+        a.reap_sends();
+        // The sender, maybe.
+        if next(3) == 0 {
+            let n = next(3) as u32 + 1;
+            a.write_imms(&b, n, false);
+            sent += u64::from(n);
+            if next(2) == 0 {
+                b.ctx.progress();
+            }
+        }
+        // The sleeper: poll until empty, arm, poll again.
+        while take(&mut b, &mut got, &mut armed, &mut raised) > 0 {}
+        b.rcq.arm(false).unwrap();
+        armed = true;
+        // The race window: the sender may strike between arm and poll.
+        if next(4) == 0 {
+            a.write_imms(&b, 1, false);
+            sent += 1;
+            b.ctx.progress();
+        }
+        if take(&mut b, &mut got, &mut armed, &mut raised) > 0 {
+            continue;
+        }
+        // Wait: the model says whether an event must come.
+        if raised > 0 {
+            assert_eq!(b.event(Duration::ZERO), Some(rcqn), "round {round}: lost");
+            raised -= 1;
+            continue;
+        }
+        if sent > got {
+            let ev = b.event(EVENT);
+            assert_eq!(
+                ev,
+                Some(rcqn),
+                "round {round}: lost (sent {sent}, got {got})"
+            );
+        } else {
+            assert_eq!(b.event(Duration::ZERO), None, "round {round}: made up");
+            a.write_imms(&b, 1, false);
+            sent += 1;
+            assert_eq!(b.event(EVENT), Some(rcqn), "round {round}: lost");
+        }
+        armed = false;
+        // Exactly one per arm: nothing more until the next arm.
+        assert_eq!(
+            b.event(Duration::ZERO),
+            None,
+            "round {round}: two for one arm"
+        );
+    }
+    while got < sent {
+        got += b.recv_done(1).len() as u64;
+    }
+    assert_eq!(got, sent);
 }

@@ -384,3 +384,19 @@ fn enhanced_block_that_spans_the_cq_end() {
         assert_eq!(drain(&mut ring)[0].wc, wc);
     }
 }
+
+#[test]
+fn a_cq_without_a_completion_channel_cannot_be_armed() {
+    let (_hw, ring) = HandCq::new(16, 64, Compression::Off);
+    assert!(!ring.armable());
+    let mut cq = MonoCq::new(
+        ring,
+        Counters(Vec::new()),
+        |_: u16, _: Option<&Completion<'_>>| {},
+    );
+    assert_eq!(cq.arm(false), Err(mlx5::cq::CqError::NoChannel(7)));
+    assert_eq!(
+        cq.arm(true).unwrap_err().to_string(),
+        "CQ 0x7 has no completion channel: create it on one to arm it"
+    );
+}

@@ -1,5 +1,6 @@
 //! Two processes on one fabric, as two hosts on one network: a million
-//! WRITE_IMM messages with every byte checked, and a peer process that dies.
+//! WRITE_IMM messages with every byte checked, a peer process that dies, and
+//! two processes that sleep on completion events between messages.
 //!
 //! The test binary runs itself again as the peer (`MLX5_MP_ROLE` tells the
 //! child what to do); connection details travel over the child's stdin/stdout.
@@ -7,10 +8,16 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use mlx5::cq::CompletionSource;
-use mlx5::device::{access, ConnInfo, Context, CqAttr, QpCaps, RtrAttr, RtsAttr};
+use std::time::{Duration, Instant};
+
+use mlx5::cq::{CompletionSource, CqRing};
+use mlx5::device::{
+    access, CompletionChannel, ConnInfo, Context, CqAttr, QpCaps, RtrAttr, RtsAttr,
+};
 use mlx5::prm::{CqeOpcode, Syndrome};
+use mlx5::rq::RecvQueue;
 use mlx5::sim::fabric::Fabric;
+use mlx5::sq::SendQueue;
 use mlx5::sq::{Payload, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
@@ -469,5 +476,206 @@ fn memory_registered_on_a_second_device_is_reachable_from_another_process() {
     assert_eq!(lines.next().as_deref(), Some("DONE 1"), "bytes differ");
     child.wait().unwrap();
     drop((sq, ring, qp, cq, src, pd, ctx));
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// Round trips of `processes_sleep_on_completion_events_and_none_is_lost`.
+const EVENT_ROUNDS: u32 = 2000;
+/// How long the event peer waits before its first reply.
+const FIRST_REPLY_DELAY: Duration = Duration::from_millis(300);
+
+/// One end of the event test: both CQs on a completion channel.
+struct Sleeper {
+    chan: CompletionChannel,
+    mr: mlx5::device::Mr,
+    qp: mlx5::device::Qp,
+    sq: SendQueue<OrderedSparse<()>>,
+    scq: CqRing,
+    rcq: CqRing,
+    rq: RecvQueue<OrderedRecv<()>>,
+    /// Waits that returned an event.
+    events: u32,
+    _keep: (
+        Context,
+        mlx5::device::Pd,
+        mlx5::device::Cq,
+        mlx5::device::Cq,
+    ),
+}
+
+impl Sleeper {
+    fn new(fabric: &str, dev: &str) -> Sleeper {
+        let ctx = Context::open_in(fabric, dev).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let mr = pd
+            .alloc_mr(4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+            .unwrap();
+        let chan = ctx.create_comp_channel().unwrap();
+        let scq = ctx.create_cq_on(&CqAttr::default(), &chan).unwrap();
+        let rcq = ctx.create_cq_on(&CqAttr::default(), &chan).unwrap();
+        let qp = ctx
+            .create_qp(&pd, &scq, &rcq, None, &QpCaps::default())
+            .unwrap();
+        let mut rq = qp.recv_queue::<OrderedRecv<()>>().unwrap();
+        for _ in 0..64 {
+            rq.post(&[], ()).unwrap();
+        }
+        rq.ring_doorbell();
+        let sq = qp
+            .send_queue::<OrderedSparse<()>>(SqConfig {
+                signal_interval: 16,
+                ..SqConfig::default()
+            })
+            .unwrap();
+        Sleeper {
+            chan,
+            mr,
+            sq,
+            scq: scq.ring().unwrap(),
+            rcq: rcq.ring().unwrap(),
+            rq,
+            qp,
+            events: 0,
+            _keep: (ctx, pd, scq, rcq),
+        }
+    }
+
+    /// Sends WRITE_IMM `imm` (8 bytes) to the peer's memory.
+    fn send(&mut self, raddr: u64, rkey: u32, imm: u32) {
+        let sq = &mut self.sq;
+        self.scq.poll(usize::MAX, |c| {
+            assert!(!c.is_error(), "{c:?}");
+            sq.complete(c, |_, _| {});
+        });
+        let s = Sge {
+            addr: self.mr.addr(),
+            len: 8,
+            lkey: self.mr.lkey(),
+        };
+        self.sq
+            .write_imm(raddr, rkey, imm, Payload::Sges(&[s]))
+            .unwrap()
+            .post(None);
+        self.sq.ring_doorbell();
+    }
+
+    /// The next receive, if one is there (its receive WQE is posted again).
+    fn poll_recv(&mut self) -> Option<u32> {
+        let mut imm = None;
+        let rq = &mut self.rq;
+        self.rcq.poll(1, |c| {
+            assert_eq!(c.opcode(), Some(CqeOpcode::RespWrImm), "{c:?}");
+            imm = Some(c.imm());
+            rq.complete(c, |_, _| {});
+        });
+        if imm.is_some() {
+            self.rq.post(&[], ()).unwrap();
+            self.rq.ring_doorbell();
+        }
+        imm
+    }
+
+    /// Receives the next message as a sleeper does: poll, arm, poll, and
+    /// only then wait on the channel. A wait without an event within 10 s
+    /// is a lost event, and one that took 5 s a lost wake-up (the peer
+    /// answers within milliseconds).
+    fn sleep_recv(&mut self) -> u32 {
+        loop {
+            if let Some(imm) = self.poll_recv() {
+                return imm;
+            }
+            self.rcq.arm(false).unwrap();
+            if let Some(imm) = self.poll_recv() {
+                return imm;
+            }
+            let t = Instant::now();
+            let ev = self.chan.wait(Duration::from_secs(10)).unwrap();
+            assert!(ev.is_some(), "no completion event within 10 s: lost");
+            assert!(
+                t.elapsed() < Duration::from_secs(5),
+                "the event's wake-up came late ({:?})",
+                t.elapsed()
+            );
+            self.events += 1;
+        }
+    }
+}
+
+/// The child of `processes_sleep_on_completion_events_and_none_is_lost`:
+/// answers every message with the same immediate, sleeping in between, the
+/// first answer after a delay.
+fn event_peer(fabric: &str) {
+    let mut me = Sleeper::new(fabric, "sim1");
+    println!(
+        "{}",
+        info_line(&me.qp.conn_info(), me.mr.addr(), me.mr.rkey())
+    );
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let (peer, raddr, rkey) = parse_info(&line);
+    connect(&me.qp, peer, RtsAttr::default());
+    println!("INFO 0 0 0 0");
+    for i in 0..EVENT_ROUNDS {
+        let imm = me.sleep_recv();
+        assert_eq!(imm, i, "messages in order");
+        if i == 0 {
+            std::thread::sleep(FIRST_REPLY_DELAY);
+        }
+        me.send(raddr, rkey, imm);
+    }
+    println!("DONE {}", me.events);
+}
+
+/// Two processes ping-pong 2000 WRITE_IMMs and each sleeps on its completion
+/// channel between messages (poll, arm, poll, wait): every wait is woken by
+/// the other process's NIC through the futex in the fabric's shared memory,
+/// and none times out. The parent's first wait sleeps through the peer's
+/// delay, so it was a real sleep ended by the other process.
+#[test]
+fn processes_sleep_on_completion_events_and_none_is_lost() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("event-peer") => return event_peer(&std::env::var("MLX5_MP_FABRIC").unwrap()),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mpev-{}", std::process::id());
+    let test = "processes_sleep_on_completion_events_and_none_is_lost";
+    let mut child = spawn(test, "event-peer", &fabric, 0);
+    let mut lines = child_lines(&mut child);
+    let (peer, raddr, rkey) = parse_info(&lines.next().expect("peer info"));
+    let mut me = Sleeper::new(&fabric, "sim0");
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        info_line(&me.qp.conn_info(), me.mr.addr(), me.mr.rkey())
+    )
+    .unwrap();
+    connect(&me.qp, peer, RtsAttr::default());
+    let _ = lines.next(); // the peer is in RTS
+    let t0 = Instant::now();
+    let mut first = Duration::ZERO;
+    for i in 0..EVENT_ROUNDS {
+        me.send(raddr, rkey, i);
+        let t = Instant::now();
+        assert_eq!(me.sleep_recv(), i);
+        if i == 0 {
+            first = t.elapsed();
+        }
+    }
+    let done = lines.next().expect("peer done");
+    assert!(child.wait().unwrap().success());
+    let peer_events: u32 = done.strip_prefix("DONE ").unwrap().parse().unwrap();
+    eprintln!(
+        "{EVENT_ROUNDS} round trips between sleeping processes in {:?}: {} + {peer_events} events",
+        t0.elapsed(),
+        me.events
+    );
+    assert!(
+        first >= FIRST_REPLY_DELAY - Duration::from_millis(50),
+        "the first answer came after {first:?}"
+    );
+    // Both slept on events (most waits find the peer's answer not there yet).
+    assert!(me.events > 0 && peer_events > 0);
+    drop(me);
     Fabric::remove_if_unused(&fabric);
 }

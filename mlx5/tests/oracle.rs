@@ -10,10 +10,10 @@ use std::ffi::{c_char, CStr};
 use std::ops::Range;
 
 use mlx5::prm::{
-    cqe_res_format, ctrl_flags, op_own, AtomicSeg, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg,
-    DataSeg, ErrCqe, InlineSeg, RaddrSeg, SrqNextSeg, Syndrome, WqeOpcode, CQ_DB_REQ_NOT,
-    CQ_DB_REQ_NOT_SOL, CQ_DOORBELL, INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB, SEND_WQE_SHIFT,
-    SND_DBR,
+    cq_doorbell_bytes, cqe_res_format, ctrl_flags, op_own, ArmCmd, AtomicSeg, CqArm, CqDbRec,
+    CqDoorbell, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg, DataSeg, ErrCqe, InlineSeg, RaddrSeg,
+    SrqNextSeg, Syndrome, WqeOpcode, CQ_ARM_DB, CQ_DB_REQ_NOT, CQ_DB_REQ_NOT_SOL, CQ_DOORBELL,
+    INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB, SEND_WQE_SHIFT, SND_DBR,
 };
 
 // ---------------------------------------------------------------------------
@@ -49,6 +49,14 @@ extern "C" {
     fn oracle_cqe64(input: *const u8, out: *mut u64);
     fn oracle_err_cqe_nfields() -> usize;
     fn oracle_err_cqe(input: *const u8, out: *mut u64);
+    fn oracle_arm_cq(
+        dbrec: *mut u32,
+        uar: *mut u8,
+        arm_sn: u32,
+        cons_index: u32,
+        cqn: u32,
+        solicited: i32,
+    );
 }
 
 #[cfg(mlx5_oracle_x86)]
@@ -1275,5 +1283,148 @@ fn send_queue_wqes_match_rdma_core_helpers() {
             [got, &sq.bb(wc.wrapping_add(1))[..n - 64]].concat()
         };
         assert_eq!(got, want, "opcode {opcode:#x}, ds {ds}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CQ arm: the doorbell-record word and the UAR doorbell of mlx5_arm_cq
+// ---------------------------------------------------------------------------
+
+/// What rdma-core's `mlx5_arm_cq` writes for arm sequence number `sn`,
+/// consumer index `ci`, CQ `cqn`: the doorbell record (8 bytes, only the arm
+/// word written) and the first 64 bytes of the UAR page.
+fn c_arm(sn: u32, ci: u32, cqn: u32, solicited: bool) -> ([u8; 8], [u8; 64]) {
+    let mut dbrec = [0u32; 2];
+    let mut uar = [0u8; 64];
+    // SAFETY: two doorbell-record words and a 64-byte page (the C side writes
+    // 8 bytes at MLX5_CQ_DOORBELL = 0x20).
+    unsafe {
+        oracle_arm_cq(
+            dbrec.as_mut_ptr(),
+            uar.as_mut_ptr(),
+            sn,
+            ci,
+            cqn,
+            i32::from(solicited),
+        )
+    };
+    let mut rec = [0u8; 8];
+    rec[..4].copy_from_slice(&dbrec[0].to_ne_bytes());
+    rec[4..].copy_from_slice(&dbrec[1].to_ne_bytes());
+    (rec, uar)
+}
+
+#[test]
+fn cq_arm_word_and_uar_doorbell_match_mlx5_arm_cq() {
+    let mut rng = Rng::new(0x000a_73c0_ffee);
+    for i in 0..20_000u32 {
+        // Every sn (including values past 2 bits), both commands, CIs and CQNs
+        // across their full ranges and beyond (masked to 24 bits by both).
+        let sn = if i < 16 { i } else { rng.u32() };
+        let ci = match i % 4 {
+            0 => rng.u32(),
+            1 => rng.u32() & 0xff_ffff,
+            2 => 0xff_ffff,
+            _ => 0,
+        };
+        let cqn = if i % 3 == 0 {
+            rng.u32()
+        } else {
+            rng.u32() & 0xff_ffff
+        };
+        let sol = rng.u8() & 1 == 1;
+        let (rec, uar) = c_arm(sn, ci, cqn, sol);
+        let word = CqArm::new(sn, ArmCmd::of(sol), ci);
+        // The doorbell record: the arm word at CQ_ARM_DB, the CI word untouched.
+        let mut ours = [0u8; 8];
+        CqDbRec::new_unchecked(&mut ours[..]).set_arm_word(word);
+        assert_eq!(ours, rec, "doorbell record, sn {sn} ci {ci:#x} sol {sol}");
+        assert_eq!(
+            CqDbRec::new_unchecked(&rec[..]).arm_word(),
+            word,
+            "read back"
+        );
+        assert_eq!(
+            &rec[CQ_ARM_DB * 4..CQ_ARM_DB * 4 + 4],
+            &word.raw().to_be_bytes()
+        );
+        // The UAR: the 8 doorbell bytes at CQ_DOORBELL, nothing else.
+        let mut page = [0u8; 64];
+        page[CQ_DOORBELL..CQ_DOORBELL + 8].copy_from_slice(&cq_doorbell_bytes(word, cqn));
+        assert_eq!(
+            page, uar,
+            "UAR page, sn {sn} ci {ci:#x} cqn {cqn:#x} sol {sol}"
+        );
+        let db = CqDoorbell::new_unchecked(&uar[CQ_DOORBELL..CQ_DOORBELL + 8]);
+        assert_eq!((db.arm(), db.cqn()), (word, cqn));
+        assert_eq!(word.sn(), sn & 3);
+        assert_eq!(word.ci(), ci & 0xff_ffff);
+        assert_eq!(word.cmd(), Some(ArmCmd::of(sol)));
+        assert_eq!(
+            word.raw() & CqArm::CMD_MASK,
+            if sol {
+                CQ_DB_REQ_NOT_SOL
+            } else {
+                CQ_DB_REQ_NOT
+            }
+        );
+    }
+}
+
+#[test]
+fn cq_ring_arm_writes_what_mlx5_arm_cq_writes() {
+    use mlx5::cq::{Compression, CqArmMemory, CqMemory, CqRing};
+    use mlx5::mem::AlignedBuf;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    const CNT: u32 = 256;
+    let mut rng = Rng::new(0x0a7e_d0b1_1100);
+    for _ in 0..500 {
+        let mut buf = AlignedBuf::new(CNT as usize * 64);
+        let db = AlignedBuf::new(64);
+        let uar = AlignedBuf::new(4096);
+        // Events taken so far on the CQ's channel: the arm sequence number.
+        let events = Arc::new(AtomicU32::new(rng.u32()));
+        let cqn = rng.u32() & 0xff_ffff;
+        let mem = CqMemory {
+            buf: buf.as_non_null(),
+            cqe_cnt: CNT,
+            cqe_size: 64,
+            dbrec: db.as_non_null(),
+            cqn,
+            notify: None,
+            keepalive: None,
+            arm: Some(CqArmMemory {
+                uar: uar.as_non_null(),
+                events: events.clone(),
+            }),
+        };
+        // SAFETY: the buffers outlive the ring (dropped at the end of the loop
+        // body, after it).
+        let mut ring = unsafe { CqRing::new(mem, Compression::Off) }.unwrap();
+        // Consume `n` requester CQEs of the first pass, so the arm carries
+        // that consumer index.
+        let n = rng.u32() % CNT;
+        for i in 0..n as usize {
+            buf.as_mut_slice()[i * 64 + 63] = 0; // REQ, owner 0
+        }
+        assert_eq!(ring.poll(usize::MAX, |_| {}), n as usize);
+        let sol = rng.u8() & 1 == 1;
+        ring.arm(sol).unwrap();
+        let (rec, page) = c_arm(events.load(Ordering::Relaxed), n, cqn, sol);
+        assert_eq!(
+            &db.as_slice()[4..8],
+            &rec[4..8],
+            "arm word, ci {n} sol {sol}"
+        );
+        assert_eq!(&uar.as_slice()[..64], &page[..], "UAR, ci {n} sol {sol}");
+        // Another event taken: the next arm has the next sequence number.
+        events.fetch_add(1, Ordering::Relaxed);
+        ring.arm(sol).unwrap();
+        let (rec, page) = c_arm(events.load(Ordering::Relaxed), n, cqn, sol);
+        assert_eq!(&db.as_slice()[4..8], &rec[4..8]);
+        assert_eq!(&uar.as_slice()[..64], &page[..]);
+        drop(ring);
     }
 }

@@ -18,5 +18,5 @@ mod shared;
 
 pub use completion::Completion;
 pub use mono::{CompletionSource, MonoCq};
-pub use ring::{Compression, CqError, CqMemory, CqRing};
+pub use ring::{Compression, CqArmMemory, CqError, CqMemory, CqRing};
 pub use shared::DispatchCq;

@@ -1,7 +1,7 @@
 //! A CQ fed by one completion source, with the source and the callback as type
 //! parameters.
 
-use super::{Completion, CqRing};
+use super::{Completion, CqError, CqRing};
 
 /// A queue whose completions a CQ reports: a send queue, an RQ, an SRQ. Turns a
 /// completion into the user entries it retires (a send queue with an
@@ -88,6 +88,12 @@ where
             self.ring.update_ci();
         }
         n
+    }
+
+    /// Arms the CQ for one completion event ([`CqRing::arm`]: poll, arm,
+    /// poll again, then wait on the CQ's channel).
+    pub fn arm(&mut self, solicited_only: bool) -> Result<(), CqError> {
+        self.ring.arm(solicited_only)
     }
 
     /// Takes the parts apart.

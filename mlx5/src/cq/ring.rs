@@ -1,5 +1,6 @@
 //! CQ memory and its consumer: owner check, read barrier, compressed CQEs,
-//! scatter-to-CQE, and the consumer-index doorbell record.
+//! scatter-to-CQE, the consumer-index doorbell record, and arming the CQ for
+//! a completion event.
 
 use std::any::Any;
 use std::ptr::NonNull;
@@ -10,7 +11,8 @@ use super::Completion;
 use crate::barrier;
 use crate::doorbell::{store_dbrec, DeviceNotify};
 use crate::prm::{
-    op_own, Cqe64, CqeOpcode, MiniCqe, CQ_SET_CI, MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
+    op_own, ArmCmd, CqArm, Cqe64, CqeOpcode, MiniCqe, CQ_ARM_DB, CQ_DOORBELL, CQ_SET_CI,
+    MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
 };
 
 /// How the NIC may compress CQEs in this CQ.
@@ -42,6 +44,21 @@ pub enum CqError {
     /// Compression needs 64-byte CQEs.
     #[error("CQE compression needs 64-byte CQEs")]
     CompressionNeeds64,
+    /// The CQ cannot be armed: it was not created on a completion channel.
+    #[error("CQ {0:#x} has no completion channel: create it on one to arm it")]
+    NoChannel(u32),
+}
+
+/// What a CQ created on a completion channel needs to be armed (on hardware,
+/// `cq_uar` of `struct mlx5dv_cq`).
+#[derive(Debug, Clone)]
+pub struct CqArmMemory {
+    /// The UAR page whose CQ doorbell register, at
+    /// [`CQ_DOORBELL`](crate::prm::CQ_DOORBELL), takes the arm doorbell.
+    pub uar: NonNull<u8>,
+    /// Completion events software has taken for this CQ (the completion
+    /// channel counts them): its low two bits are the arm sequence number.
+    pub events: Arc<AtomicU32>,
 }
 
 /// What a backend hands over for one CQ (on hardware, `struct mlx5dv_cq`).
@@ -61,6 +78,8 @@ pub struct CqMemory {
     pub notify: Option<Arc<dyn DeviceNotify>>,
     /// Keeps the memory alive for as long as the ring exists.
     pub keepalive: Option<Arc<dyn Any + Send + Sync>>,
+    /// How to arm the CQ, when it was created on a completion channel.
+    pub arm: Option<CqArmMemory>,
 }
 
 #[derive(Clone, Copy)]
@@ -110,6 +129,8 @@ pub struct CqRing {
     notify: Option<Arc<dyn DeviceNotify>>,
     /// The device's [`DeviceNotify::idle_work`] word.
     idle_work: Option<Arc<AtomicU32>>,
+    /// How to arm the CQ (off the polling path).
+    arm: Option<Box<CqArmMemory>>,
     _keepalive: Option<Arc<dyn Any + Send + Sync>>,
 }
 
@@ -136,7 +157,8 @@ impl CqRing {
     /// `mem.buf` must be valid for `cqe_cnt * cqe_size` bytes and `mem.dbrec` for
     /// 8 bytes (4-byte aligned), both for the life of the ring (or of
     /// `mem.keepalive`); no other consumer may use this CQ, and the NIC must not
-    /// yet write to it.
+    /// yet write to it. With `mem.arm`, its `uar` must be writable for
+    /// `CQ_DOORBELL + 8` bytes, 8-byte aligned, for as long.
     pub unsafe fn new(mem: CqMemory, zip: Compression) -> Result<Self, CqError> {
         if !mem.cqe_cnt.is_power_of_two() || mem.cqe_cnt < 2 || mem.cqe_cnt > 1 << 22 {
             return Err(CqError::BadCqeCount(mem.cqe_cnt));
@@ -183,6 +205,7 @@ impl CqRing {
             expanded: 0,
             idle_work: mem.notify.as_ref().and_then(|n| n.idle_work()),
             notify: mem.notify,
+            arm: mem.arm.map(Box::new),
             _keepalive: mem.keepalive,
         };
         for i in 0..mem.cqe_cnt {
@@ -344,6 +367,60 @@ impl CqRing {
     pub fn update_ci(&mut self) {
         // SAFETY: the doorbell record is valid for the ring's life.
         unsafe { store_dbrec(self.dbrec, CQ_SET_CI, self.ci & 0x00ff_ffff) };
+    }
+
+    /// Whether the CQ can be armed (it was created on a completion channel).
+    pub fn armable(&self) -> bool {
+        self.arm.is_some()
+    }
+
+    /// Arms the CQ: asks the NIC for one completion event, at the next CQE
+    /// (`solicited_only` false) or at the next CQE of a solicited WQE or in
+    /// error (`solicited_only` true), delivered to the CQ's completion channel.
+    /// This is the PRM's arm sequence, as rdma-core's `mlx5_arm_cq` and UCX
+    /// write it: the arm word `sn << 28 | cmd | ci` into the doorbell record's
+    /// second word, then `word << 32 | cqn` into the UAR's CQ doorbell. `ci` is
+    /// the consumer index now, so if CQEs past it are already in the CQ (one
+    /// landed after the last empty poll), the NIC raises the event at once.
+    /// One arm gives at most one event; arm again after taking it.
+    ///
+    /// To sleep without losing a completion, do as verbs users do:
+    ///
+    /// 1. poll until the CQ is empty;
+    /// 2. `arm`;
+    /// 3. poll once more, and if that finds completions, handle them and go
+    ///    back to 1 (the event the arm raised for them is then a spurious
+    ///    wake-up later, which is harmless);
+    /// 4. otherwise wait on the channel
+    ///    ([`CompletionChannel::wait`](crate::device::CompletionChannel::wait)).
+    ///
+    /// Step 3 covers devices whose arm only looks at CQEs still to come
+    /// (verbs allows that); an mlx5 NIC and the software device compare the
+    /// arm's consumer index with their producer index instead.
+    ///
+    /// # Errors
+    /// [`CqError::NoChannel`] when the CQ was not created on a completion
+    /// channel.
+    pub fn arm(&mut self, solicited_only: bool) -> Result<(), CqError> {
+        let Some(a) = self.arm.as_deref() else {
+            return Err(CqError::NoChannel(self.cqn));
+        };
+        let sn = a.events.load(Ordering::Acquire);
+        let word = CqArm::new(sn, ArmCmd::of(solicited_only), self.ci);
+        let db = word.doorbell(self.cqn).to_be();
+        // SAFETY: the doorbell record is valid for the ring's life; the UAR
+        // page holds the 8-byte CQ doorbell at CQ_DOORBELL (CqArmMemory's
+        // contract, from the backend), 8-byte aligned.
+        unsafe {
+            store_dbrec(self.dbrec, CQ_ARM_DB, word.raw());
+            barrier::wc_start();
+            core::ptr::write_volatile(a.uar.as_ptr().add(CQ_DOORBELL) as *mut u64, db);
+        }
+        barrier::flush_wc();
+        if let Some(n) = &self.notify {
+            n.cq_arm(self.cqn);
+        }
+        Ok(())
     }
 
     #[cold]

@@ -4,13 +4,15 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};
 use crate::cq::CqRing;
 use crate::hw::{
-    self, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, VerbsCq, VerbsQp, VerbsSrq,
+    self, HwChannel, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, VerbsCq, VerbsQp, VerbsSrq,
 };
 use crate::rq::{RecvQueue, Srq, SrqTopology};
+use crate::sim::channel::SimChannel;
 use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
 use crate::sim::sched::{ExecMode, SchedStats};
 use crate::sq::{SendQueue, SqConfig};
@@ -155,6 +157,39 @@ impl Context {
         })
     }
 
+    /// Creates a completion channel: the events of CQs created on it
+    /// ([`create_cq_on`](Self::create_cq_on)) and armed
+    /// ([`CqRing::arm`](crate::cq::CqRing::arm),
+    /// [`VerbsCq::req_notify`]) arrive there, and
+    /// [`CompletionChannel::wait`] sleeps until one does.
+    pub fn create_comp_channel(&self) -> Result<CompletionChannel, DeviceError> {
+        Ok(match self {
+            Context::Sim(c) => CompletionChannel::Sim(c.create_comp_channel()?),
+            Context::Hw(c) => CompletionChannel::Hw(c.create_comp_channel()?),
+        })
+    }
+
+    /// Creates a CQ whose completion events go to `channel` (a channel of this
+    /// device): a CQ that can be armed.
+    pub fn create_cq_on(
+        &self,
+        attr: &CqAttr,
+        channel: &CompletionChannel,
+    ) -> Result<Cq, DeviceError> {
+        Ok(match (self, channel) {
+            (Context::Sim(c), CompletionChannel::Sim(ch)) => Cq::Sim(c.create_cq_on(attr, ch)?),
+            (Context::Hw(c), CompletionChannel::Hw(ch)) => {
+                if attr.scatter_to_cqe {
+                    return Err(DeviceError::Invalid(
+                        "scatter-to-CQE is not set up on hardware CQs yet".into(),
+                    ));
+                }
+                Cq::Hw(c.create_cq_on(attr.cqe_cnt, attr.cqe_size, attr.compression, Some(ch))?)
+            }
+            _ => return Err(mixed()),
+        })
+    }
+
     /// Creates an SRQ of `wqe_cnt` WQEs with up to `max_sge` SGEs each.
     pub fn create_srq(
         &self,
@@ -202,6 +237,48 @@ impl Context {
             }
             _ => return Err(mixed()),
         })
+    }
+}
+
+/// A completion event: an armed CQ of the channel raised it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqEvent {
+    /// The CQ's number ([`Cq::cqn`]).
+    pub cqn: u32,
+}
+
+/// Where the completion events of armed CQs arrive (`ibv_comp_channel`), and
+/// where a thread sleeps until one does.
+///
+/// Each arm of a CQ raises at most one event, and each event is handed out
+/// once. The way to sleep on a CQ without missing a completion is poll, arm,
+/// poll again, then wait (see [`CqRing::arm`](crate::cq::CqRing::arm)).
+#[derive(Clone, Debug)]
+pub enum CompletionChannel {
+    /// The software device: a futex in the fabric's shared memory, so a NIC
+    /// in any process of the fabric wakes the waiter.
+    Sim(SimChannel),
+    /// An RDMA device: `ibv_create_comp_channel`'s file descriptor.
+    Hw(HwChannel),
+}
+
+impl CompletionChannel {
+    /// Waits up to `timeout` for the next completion event of one of the
+    /// channel's CQs; `None` when none came. `Duration::ZERO` only looks.
+    ///
+    /// On the software device the wait also lets this process's simulated
+    /// NIC progress (it has no thread of its own): stalled work is retried,
+    /// held CQEs are written, and in deferred mode the scheduler takes its
+    /// steps, so a seeded run stays deterministic and a wait never blocks on
+    /// work only this process would run. On an RDMA device it is `poll(2)` on
+    /// the channel's descriptor, then `ibv_get_cq_event` and
+    /// `ibv_ack_cq_events`.
+    pub fn wait(&self, timeout: Duration) -> Result<Option<CqEvent>, DeviceError> {
+        let cqn = match self {
+            CompletionChannel::Sim(c) => c.wait(timeout),
+            CompletionChannel::Hw(c) => c.wait(timeout)?,
+        };
+        Ok(cqn.map(|cqn| CqEvent { cqn }))
     }
 }
 

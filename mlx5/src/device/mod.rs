@@ -7,11 +7,13 @@
 //! RESET → INIT → RTR → RTS, exchange [`ConnInfo`] with the peer, and take the
 //! data-path objects ([`SendQueue`](crate::sq::SendQueue),
 //! [`RecvQueue`](crate::rq::RecvQueue), [`Srq`](crate::rq::Srq),
-//! [`CqRing`](crate::cq::CqRing)) out of them.
+//! [`CqRing`](crate::cq::CqRing)) out of them. CQs created on a
+//! [`CompletionChannel`] can be armed, and a thread can sleep on the channel
+//! until one of them raises its completion event.
 
 mod front;
 mod types;
 
 pub use crate::sim::sched::{ExecMode, FaultPlan, SchedStats};
-pub use front::{Context, Cq, Mr, Pd, Qp, SrqHandle};
+pub use front::{CompletionChannel, Context, Cq, CqEvent, Mr, Pd, Qp, SrqHandle};
 pub use types::*;

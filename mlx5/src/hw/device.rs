@@ -11,9 +11,10 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use super::channel::{CqEvents, HwChannel};
 use super::ffi::*;
 use super::loader::{errno, verbs, HwError, Verbs};
-use crate::cq::{Compression, CqMemory, CqRing};
+use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
 use crate::device::{ConnInfo, RtrAttr, RtsAttr};
 use crate::prm::cqe_res_format;
 use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
@@ -183,9 +184,9 @@ pub fn list_devices() -> Result<Vec<String>, HwError> {
     Ok(DevList::get(v)?.devices().map(|(_, n)| n).collect())
 }
 
-struct Ctx {
-    v: &'static Verbs,
-    ctx: NonNull<ibv_context>,
+pub(super) struct Ctx {
+    pub(super) v: &'static Verbs,
+    pub(super) ctx: NonNull<ibv_context>,
     name: String,
     is_mlx5: bool,
 }
@@ -276,6 +277,11 @@ impl HwContext {
         })
     }
 
+    /// Creates a completion channel (`ibv_create_comp_channel`).
+    pub fn create_comp_channel(&self) -> Result<HwChannel, HwError> {
+        HwChannel::new(&self.c)
+    }
+
     /// Creates a CQ: on mlx5 through `mlx5dv_create_cq`, with CQE compression
     /// in the requested layout when the device supports it; on other devices a
     /// plain verbs CQ.
@@ -285,32 +291,80 @@ impl HwContext {
         cqe_size: usize,
         zip: Compression,
     ) -> Result<HwCq, HwError> {
+        self.create_cq_on(cqe_cnt, cqe_size, zip, None)
+    }
+
+    /// [`create_cq`](Self::create_cq), with the CQ's completion events going
+    /// to `channel` (a channel of this device) when given.
+    pub fn create_cq_on(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: usize,
+        zip: Compression,
+        channel: Option<&HwChannel>,
+    ) -> Result<HwCq, HwError> {
+        if channel.is_some_and(|ch| !ch.is_on(&self.c)) {
+            return Err(HwError::Verb {
+                verb: "ibv_create_cq (a completion channel of another device)",
+                errno: libc::EINVAL,
+            });
+        }
+        // The CQ's cq_context: where its events are counted.
+        let events = channel.map(|_| {
+            Arc::new(CqEvents {
+                cqn: std::sync::atomic::AtomicU32::new(0),
+                taken: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            })
+        });
+        let cq = HwCq {
+            q: Arc::new(self.create_cq_raw(cqe_cnt, cqe_size, zip, events, channel.cloned())?),
+        };
+        if let Some(e) = &cq.q.events {
+            e.cqn.store(cq.cqn()?, Ordering::Relaxed);
+        }
+        Ok(cq)
+    }
+
+    fn create_cq_raw(
+        &self,
+        cqe_cnt: u32,
+        cqe_size: usize,
+        zip: Compression,
+        events: Option<Arc<CqEvents>>,
+        chan: Option<HwChannel>,
+    ) -> Result<CqInner, HwError> {
+        let cq_context = events
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |e| Arc::as_ptr(e) as *mut c_void);
+        let channel = chan.as_ref().map_or(std::ptr::null_mut(), HwChannel::raw);
         if !self.c.is_mlx5 {
             // A verbs CQ: enough for the control path (and the verbs data path
             // to come); it has no direct data path (`ring` says so).
-            // SAFETY: a live context; no channel, vector 0.
+            // SAFETY: a live context and channel (or none); vector 0.
             let cq = nonnull("ibv_create_cq", unsafe {
                 (self.c.v.create_cq)(
                     self.c.ctx.as_ptr(),
                     cqe_cnt as c_int,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
+                    cq_context,
+                    channel,
                     0,
                 )
             })?;
-            return Ok(HwCq {
-                q: Arc::new(CqInner {
-                    c: self.c.clone(),
-                    cq,
-                    zip: Compression::Off,
-                    taken: AtomicBool::new(false),
-                }),
+            return Ok(CqInner {
+                c: self.c.clone(),
+                cq,
+                zip: Compression::Off,
+                taken: AtomicBool::new(false),
+                events,
+                chan,
             });
         }
         let m = self.c.v.mlx5.as_ref().map_err(Clone::clone)?;
         let caps = mlx5_caps(&self.c)?;
         let mut attr = ibv_cq_init_attr_ex {
             cqe: cqe_cnt,
+            cq_context,
+            channel,
             ..Default::default()
         };
         let mut dv = mlx5dv_cq_init_attr {
@@ -332,13 +386,13 @@ impl HwContext {
         let cq = nonnull("mlx5dv_create_cq", unsafe {
             (m.create_cq)(self.c.ctx.as_ptr(), &mut attr, &mut dv)
         })?;
-        Ok(HwCq {
-            q: Arc::new(CqInner {
-                c: self.c.clone(),
-                cq,
-                zip,
-                taken: AtomicBool::new(false),
-            }),
+        Ok(CqInner {
+            c: self.c.clone(),
+            cq,
+            zip,
+            taken: AtomicBool::new(false),
+            events,
+            chan,
         })
     }
 
@@ -731,6 +785,10 @@ struct CqInner {
     cq: NonNull<ibv_cq>,
     zip: Compression,
     taken: AtomicBool,
+    /// Its `cq_context` when created on a channel: its number and events.
+    events: Option<Arc<CqEvents>>,
+    /// The channel its events go to (kept alive while the CQ lives).
+    chan: Option<HwChannel>,
 }
 // SAFETY: as for PdInner.
 unsafe impl Send for CqInner {}
@@ -738,7 +796,11 @@ unsafe impl Send for CqInner {}
 unsafe impl Sync for CqInner {}
 impl Drop for CqInner {
     fn drop(&mut self) {
-        // SAFETY: created by mlx5dv_create_cq; QPs using it are gone.
+        // A waiter reading an event of this CQ holds the channel's lock: the
+        // CQ (and `events`, its cq_context) outlive that read.
+        let _g = self.chan.as_ref().map(HwChannel::lock);
+        // SAFETY: created by mlx5dv_create_cq or ibv_create_cq; QPs using it
+        // are gone. Verbs drops the CQ's events still queued on its channel.
         unsafe { (self.c.v.destroy_cq)(self.cq.as_ptr()) };
     }
 }
@@ -751,8 +813,11 @@ pub struct HwCq {
 
 impl HwCq {
     /// The CQ object and the provider's `poll_cq`, taking the data path (once).
-    pub(super) fn take_verbs(&self) -> Result<VerbsParts<ibv_cq, PollCqFn>, HwError> {
-        let poll = ops(&self.q.c).poll_cq.ok_or(HwError::SymbolMissing {
+    pub(super) fn take_verbs(
+        &self,
+    ) -> Result<VerbsParts<ibv_cq, (PollCqFn, Option<ReqNotifyCqFn>)>, HwError> {
+        let o = ops(&self.q.c);
+        let poll = o.poll_cq.ok_or(HwError::SymbolMissing {
             lib: self.q.c.name.clone(),
             symbol: "ibv_context_ops.poll_cq",
         })?;
@@ -762,7 +827,7 @@ impl HwCq {
         Ok(VerbsParts {
             keep: self.q.clone(),
             obj: self.q.cq,
-            entry: poll,
+            entry: (poll, o.req_notify_cq),
         })
     }
 
@@ -782,8 +847,14 @@ impl HwCq {
         Ok(out)
     }
 
-    /// CQ number.
+    /// CQ number (mlx5). On other devices, which have no CQ numbers to show,
+    /// the CQ's kernel handle: unique on its device context, and what a
+    /// completion event names the CQ by.
     pub fn cqn(&self) -> Result<u32, HwError> {
+        if !self.q.c.is_mlx5 {
+            // SAFETY: a live CQ.
+            return Ok(unsafe { self.q.cq.as_ref() }.handle);
+        }
         Ok(self.dv()?.cqn)
     }
 
@@ -793,6 +864,13 @@ impl HwCq {
             return Err(HwError::Taken("CQ ring"));
         }
         let out = self.dv()?;
+        let arm = match &self.q.events {
+            None => None,
+            Some(e) => Some(CqArmMemory {
+                uar: nonnull("mlx5dv_init_obj(CQ).cq_uar", out.cq_uar as *mut u8)?,
+                events: e.taken.clone(),
+            }),
+        };
         let mem = CqMemory {
             buf: nonnull("mlx5dv_init_obj(CQ).buf", out.buf as *mut u8)?,
             cqe_cnt: out.cqe_cnt,
@@ -801,8 +879,11 @@ impl HwCq {
             cqn: out.cqn,
             notify: None,
             keepalive: Some(self.q.clone()),
+            arm,
         };
-        // SAFETY: the CQ's buffer and doorbell record, alive with `keepalive`.
+        // SAFETY: the CQ's buffer, doorbell record and UAR page (the context's
+        // CQ doorbell page, mapped for the context's life), alive with
+        // `keepalive`.
         unsafe { CqRing::new(mem, self.q.zip) }.map_err(|_| HwError::Verb {
             verb: "mlx5dv_init_obj(CQ) shape",
             errno: libc::EINVAL,

@@ -57,12 +57,6 @@ macro_rules! abi_struct {
 pub struct ibv_device {
     _p: [u8; 0],
 }
-/// Opaque `struct ibv_comp_channel`.
-#[repr(C)]
-#[derive(Debug)]
-pub struct ibv_comp_channel {
-    _p: [u8; 0],
-}
 
 /// `union ibv_gid`.
 #[repr(C, align(8))]
@@ -70,6 +64,16 @@ pub struct ibv_comp_channel {
 pub struct ibv_gid {
     pub raw: [u8; 16],
 }
+
+abi_struct!(
+    /// `struct ibv_comp_channel`: a completion channel, whose file descriptor
+    /// becomes readable when a completion event is queued.
+    ibv_comp_channel {
+        context: *mut ibv_context,
+        fd: c_int,
+        refcnt: c_int,
+    }
+);
 
 abi_struct!(ibv_device_attr {
     fw_ver: [c_char; 64],
@@ -286,6 +290,8 @@ abi_struct!(
     }
 );
 
+/// `ibv_context_ops.req_notify_cq`.
+pub type ReqNotifyCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int;
 /// `ibv_context_ops.poll_cq`.
 pub type PollCqFn = unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int;
 /// `ibv_context_ops.post_send`.
@@ -315,7 +321,7 @@ abi_struct!(
         dealloc_mw: *mut c_void,
         _compat_create_cq: *mut c_void,
         poll_cq: Option<PollCqFn>,
-        req_notify_cq: *mut c_void,
+        req_notify_cq: Option<ReqNotifyCqFn>,
         _compat_cq_event: *mut c_void,
         _compat_resize_cq: *mut c_void,
         _compat_destroy_cq: *mut c_void,
@@ -560,6 +566,7 @@ abi_struct!(mlx5dv_context {
 #[cfg(feature = "rdma-core-oracle")]
 pub fn all_layouts() -> Vec<LayoutRow> {
     [
+        ibv_comp_channel::layout(),
         ibv_device_attr::layout(),
         ibv_port_attr::layout(),
         ibv_global_route::layout(),

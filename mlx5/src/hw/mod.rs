@@ -7,6 +7,7 @@
 //! this project runs on has one. The bindings are checked against the installed
 //! headers by the ABI test (`tests/abi.rs`).
 
+pub mod channel;
 pub mod device;
 // A mirror of rdma-core's headers, checked whole by the ABI test; not every
 // item of it is used by the crate.
@@ -22,6 +23,7 @@ pub mod abi {
 pub mod loader;
 pub mod verbs;
 
+pub use channel::HwChannel;
 pub use device::{
     list_devices, query_device, DeviceInfo, GidInfo, HwContext, HwCq, HwMr, HwPd, HwQp, HwSrq,
     Mlx5Caps, PortInfo,

@@ -154,6 +154,37 @@ impl VerbsQp {
         self.post_send(&mut wr, &sge)
     }
 
+    /// Posts a SEND (`imm` none) or SEND with immediate of `sges` as work
+    /// request `wr_id`, with a completion only if `signaled`, and asking the
+    /// responder for a solicited event if `solicited` (`IBV_SEND_SOLICITED`).
+    pub fn post_send_msg(
+        &mut self,
+        wr_id: u64,
+        imm: Option<u32>,
+        sges: &[ibv_sge],
+        signaled: bool,
+        solicited: bool,
+    ) -> Result<(), HwError> {
+        let mut flags = 0;
+        if signaled {
+            flags |= send_flags::SIGNALED;
+        }
+        if solicited {
+            flags |= send_flags::SOLICITED;
+        }
+        let mut wr = ibv_send_wr {
+            wr_id,
+            opcode: match imm {
+                Some(_) => wr_opcode::SEND_WITH_IMM,
+                None => wr_opcode::SEND,
+            },
+            send_flags: flags,
+            imm_data: imm.unwrap_or(0).to_be(),
+            ..Default::default()
+        };
+        self.post_send(&mut wr, sges)
+    }
+
     /// Posts one receive of `sges` (on a QP with its own receive queue).
     pub fn post_recv(&mut self, wr_id: u64, sges: &[ibv_sge]) -> Result<(), HwError> {
         let mut wr = recv_wr(wr_id, sges);
@@ -208,6 +239,7 @@ pub struct VerbsCq {
     _keep: Arc<dyn Send + Sync>,
     cq: NonNull<ibv_cq>,
     poll: PollCqFn,
+    req_notify: Option<ReqNotifyCqFn>,
 }
 
 // SAFETY: as for VerbsQp.
@@ -226,8 +258,25 @@ impl VerbsCq {
         Ok(VerbsCq {
             _keep: p.keep,
             cq: p.obj,
-            poll: p.entry,
+            poll: p.entry.0,
+            req_notify: p.entry.1,
         })
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): one completion event, at the next
+    /// completion (`solicited_only` false) or the next solicited or error
+    /// completion, to the channel the CQ was created on. Completions already
+    /// in the CQ may not raise it (verbs leaves that to the provider): poll
+    /// once more after arming, before waiting (see
+    /// [`CqRing::arm`](crate::cq::CqRing::arm)).
+    pub fn req_notify(&mut self, solicited_only: bool) -> Result<(), HwError> {
+        let f = self.req_notify.ok_or(HwError::SymbolMissing {
+            lib: "the device's provider".into(),
+            symbol: "ibv_context_ops.req_notify_cq",
+        })?;
+        // SAFETY: a live CQ; the provider's own entry point.
+        let rc = unsafe { f(self.cq.as_ptr(), c_int::from(solicited_only)) };
+        post_result("ibv_req_notify_cq", rc)
     }
 
     /// Polls up to `out.len()` completions into `out`; returns how many.

@@ -2,7 +2,7 @@
 //! writes and the NIC reads (QP, SRQ) or that software writes to tell the NIC
 //! how far it has consumed (CQ).
 
-use super::{be32, put32, view, Field};
+use super::{be32, put32, view, CqArm, Field};
 
 mod field {
     use super::Field;
@@ -64,6 +64,11 @@ impl<T: AsRef<[u8]>> CqDbRec<T> {
     pub fn arm(&self) -> u32 {
         be32(self.buffer.as_ref(), field::WORD1)
     }
+    /// Arm word, decoded.
+    #[inline]
+    pub fn arm_word(&self) -> CqArm {
+        CqArm::from_raw(self.arm())
+    }
 }
 impl<T: AsRef<[u8]> + AsMut<[u8]>> CqDbRec<T> {
     /// Sets the consumer index (masked to 24 bits).
@@ -75,6 +80,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> CqDbRec<T> {
     #[inline]
     pub fn set_arm(&mut self, v: u32) {
         put32(self.buffer.as_mut(), field::WORD1, v)
+    }
+    /// Sets the arm word from its fields ([`CqArm`]).
+    #[inline]
+    pub fn set_arm_word(&mut self, v: CqArm) {
+        self.set_arm(v.raw())
     }
 }
 

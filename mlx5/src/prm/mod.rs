@@ -9,6 +9,7 @@
 
 mod atomic;
 mod consts;
+mod cq_arm;
 mod cqe;
 mod ctrl;
 mod data;
@@ -21,6 +22,7 @@ mod srq_next;
 
 pub use atomic::AtomicSeg;
 pub use consts::*;
+pub use cq_arm::{cq_doorbell_bytes, ArmCmd, CqArm, CqDoorbell};
 pub use cqe::Cqe64;
 pub use ctrl::{Ctrl, CtrlSeg};
 pub use data::DataSeg;

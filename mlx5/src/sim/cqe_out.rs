@@ -6,15 +6,27 @@
 //! CQEs are produced into a [`CqeBatch`] that the caller owns and written per
 //! CQ when the batch is flushed, so that a burst of work can be compressed as
 //! a NIC compresses a burst of completions.
+//!
+//! Events: a CQ armed through its doorbell ([`arm`]) raises one completion
+//! event when a CQE it asked for is made visible (solicited-only arms: a CQE
+//! of a solicited WQE, or an error CQE), or at once when such a CQE is
+//! already there, unconsumed as of the arm's consumer index. Raising it
+//! disarms the CQ, counts the event in its registry entry and wakes the
+//! waiters of its completion channel (a futex in the registry). Writing CQEs
+//! costs one extra load for this: the armed state, once per write.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::fabric::{in_segment, Fabric};
-use super::registry::{slot_of, CqEntry, LIVE, MAX_CQS};
+use super::registry::{
+    slot_of, CqEntry, ARMED_NEXT, ARMED_SOLICITED, CQ_UAR_AFTER_DBREC, LIVE, MAX_CHANS, MAX_CQS,
+};
+use super::sync::futex_wake;
 use crate::doorbell::load_dbrec;
 use crate::prm::{
-    op_own, Cqe64, CqeOpcode, MiniCqe, CQ_SET_CI, MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
+    op_own, ArmCmd, CqDoorbell, Cqe64, CqeOpcode, MiniCqe, CQ_DOORBELL, CQ_SET_CI,
+    MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT,
 };
 
 /// Bytes of a CQE (and of the scatter-to-CQE half before it in 128-byte CQEs).
@@ -179,6 +191,7 @@ pub(crate) fn flush_now(fab: &Fabric, b: &mut CqeBatch, report: &mut FlushReport
 }
 
 struct CqView<'a> {
+    fab: &'a Fabric,
     e: &'a CqEntry,
     buf: *mut u8,
     dbrec: core::ptr::NonNull<u8>,
@@ -255,6 +268,7 @@ fn view(fab: &Fabric, cqn: u32) -> Option<CqView<'_>> {
     )?;
     let dbrec = in_segment(seg, e.dbrec_off.load(Ordering::Relaxed), 8)?;
     Some(CqView {
+        fab,
         e,
         buf: buf.as_ptr(),
         dbrec,
@@ -267,7 +281,8 @@ fn view(fab: &Fabric, cqn: u32) -> Option<CqView<'_>> {
 fn is_compressible(c: &PendingCqe) -> bool {
     let v = Cqe64::new_unchecked(&c.cqe[..]);
     let op = v.opcode_raw();
-    !c.plain && c.pre.is_none() && v.format_raw() == 0 && matches!(op, 0..=3)
+    // A solicited CQE stays whole: a mini CQE has no solicited bit.
+    !c.plain && c.pre.is_none() && v.op_own() & 0x0e == 0 && matches!(op, 0..=3)
 }
 
 /// Whether `c` can be expanded from a mini CQE under `title`, as the `k`-th
@@ -351,14 +366,106 @@ fn write_plain_held(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> 
         cq.e.overrun.store(1, Ordering::Release);
         return false;
     }
+    let oo = cqe[OP_OWN];
     cq.write(
         pi,
         cqe,
         pre,
-        (cqe[OP_OWN] & !op_own::OWNER_MASK) | (cq.pass(pi) & 1) as u8,
+        (oo & !op_own::OWNER_MASK) | (cq.pass(pi) & 1) as u8,
     );
-    cq.e.pi.store(pi.wrapping_add(1), Ordering::Release);
+    let next = pi.wrapping_add(1);
+    cq.e.pi.store(next, Ordering::Release);
+    let notable = is_notable(oo);
+    if notable {
+        cq.e.notable_pi.store(next, Ordering::Relaxed);
+    }
+    match cq.e.arm.load(Ordering::Relaxed) {
+        0 => {}
+        ARMED_SOLICITED if !notable => {}
+        _ => raise(cq.fab, cq.e),
+    }
     true
+}
+
+/// Whether a CQE with `op_own` `oo` fires an arm for solicited events: the
+/// solicited bit, or an error opcode.
+#[inline(always)]
+fn is_notable(oo: u8) -> bool {
+    oo & op_own::SE_MASK != 0 || matches!(oo >> 4, 13 | 14)
+}
+
+/// Raises CQ `e`'s event: disarms it, counts the event and wakes the waiters
+/// of its channel. Called with the CQ's lock held.
+#[cold]
+#[inline(never)]
+fn raise(fab: &Fabric, e: &CqEntry) {
+    e.arm.store(0, Ordering::Relaxed);
+    e.events.fetch_add(1, Ordering::Release);
+    let ch = e.chan.load(Ordering::Relaxed) as usize;
+    if ch == 0 || ch > MAX_CHANS {
+        return;
+    }
+    let c = &fab.reg().chans[ch - 1];
+    c.seq.fetch_add(1, Ordering::Release);
+    futex_wake(&c.seq);
+}
+
+/// The software device's side of [`CqRing::arm`](crate::cq::CqRing::arm): reads the
+/// CQ doorbell from the CQ's UAR page and arms the CQ, or raises its event at
+/// once when a CQE the arm asks for is already there, unconsumed as of the
+/// arm's consumer index. A doorbell naming another CQ, or with an unknown
+/// command, is ignored, as is an arm of a CQ in error.
+pub(crate) fn arm(fab: &Fabric, cqn: u32) {
+    let Some(cq) = view(fab, cqn) else {
+        return;
+    };
+    let Some(seg) = fab.segment(cq.e.seg.load(Ordering::Relaxed)) else {
+        return;
+    };
+    let at = cq.e.dbrec_off.load(Ordering::Relaxed) + CQ_UAR_AFTER_DBREC + CQ_DOORBELL as u64;
+    let Some(reg) = in_segment(seg, at, 8) else {
+        return;
+    };
+    // SAFETY: 8 bytes inside the CQ's segment, 8-byte aligned (the UAR page
+    // follows the 64-byte aligned doorbell record); software wrote them with
+    // one 64-bit store before ringing.
+    let raw =
+        unsafe { (*(reg.as_ptr() as *const std::sync::atomic::AtomicU64)).load(Ordering::Acquire) };
+    let bytes = raw.to_ne_bytes();
+    let db = CqDoorbell::new_unchecked(&bytes[..]);
+    let (word, to) = (db.arm(), db.cqn());
+    let Some(cmd) = word.cmd() else {
+        return;
+    };
+    if to & 0x00ff_ffff != cqn & 0x00ff_ffff {
+        return;
+    }
+    let _g = cq.e.lock.lock();
+    if cq.e.overrun.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    cq.e.arm_sn.store(word.sn(), Ordering::Relaxed);
+    let pi = cq.e.pi.load(Ordering::Relaxed);
+    let ci = word.ci();
+    // CQEs software had not consumed when it armed.
+    let unconsumed = pi.wrapping_sub(ci) & 0x00ff_ffff;
+    let fire = unconsumed != 0
+        && match cmd {
+            ArmCmd::Next => true,
+            ArmCmd::Solicited => {
+                let d = cq.e.notable_pi.load(Ordering::Relaxed).wrapping_sub(ci) & 0x00ff_ffff;
+                d != 0 && d <= unconsumed
+            }
+        };
+    if fire {
+        raise(fab, cq.e);
+    } else {
+        let armed = match cmd {
+            ArmCmd::Next => ARMED_NEXT,
+            ArmCmd::Solicited => ARMED_SOLICITED,
+        };
+        cq.e.arm.store(armed, Ordering::Relaxed);
+    }
 }
 
 /// Writes a run of CQEs for one CQ. False when the CQ overran (or is gone).
@@ -370,7 +477,8 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
     if cq.e.overrun.load(Ordering::Relaxed) != 0 {
         return false;
     }
-    let mut pi = cq.e.pi.load(Ordering::Relaxed);
+    let start = cq.e.pi.load(Ordering::Relaxed);
+    let mut pi = start;
     let mut i = 0;
     let mut ok = true;
     while i < run.len() {
@@ -396,6 +504,18 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
         }
     }
     cq.e.pi.store(pi, Ordering::Release);
+    match cq.e.arm.load(Ordering::Relaxed) {
+        0 => {}
+        _ if pi == start => {}
+        ARMED_SOLICITED => {
+            // A solicited or error CQE among those just written.
+            let d = cq.e.notable_pi.load(Ordering::Relaxed).wrapping_sub(start);
+            if d != 0 && d <= pi.wrapping_sub(start) {
+                raise(fab, cq.e);
+            }
+        }
+        _ => raise(fab, cq.e),
+    }
     ok
 }
 
@@ -409,6 +529,9 @@ fn write_plain(cq: &CqView<'_>, pi: &mut u32, c: &PendingCqe) -> Option<usize> {
     }
     cq.write(*pi, &c.cqe, c.pre.as_ref(), op_own_of(cq, *pi, c));
     *pi = pi.wrapping_add(1);
+    if is_notable(c.cqe[OP_OWN]) {
+        cq.e.notable_pi.store(*pi, Ordering::Relaxed);
+    }
     Some(1)
 }
 

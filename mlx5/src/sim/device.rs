@@ -6,14 +6,15 @@ use std::any::Any;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use super::channel::SimChannel;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
 use super::registry::{
-    self, qp_state, slot_of, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_DEVS, MAX_MRS, MAX_QPS,
-    MAX_SRQS, NO_SEG,
+    self, qp_state, slot_of, CQ_SCATTER_TO_CQE, CQ_UAR_AFTER_DBREC, LIVE, MAX_CQS, MAX_DEVS,
+    MAX_MRS, MAX_QPS, MAX_SRQS, NO_SEG,
 };
 use super::sched::{ExecMode, Nic, SchedStats};
 use super::shm::my_pid;
-use crate::cq::{Compression, CqMemory, CqRing};
+use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
 use crate::device::{
     ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr,
 };
@@ -165,8 +166,33 @@ impl SimContext {
         self.d.nic.clone()
     }
 
+    /// Creates a completion channel: CQs created on it
+    /// ([`create_cq_on`](Self::create_cq_on)) can be armed, and their events
+    /// waited for on it.
+    pub fn create_comp_channel(&self) -> Result<SimChannel, DeviceError> {
+        Ok(SimChannel::new(&self.d.fab, &self.d.nic)?)
+    }
+
     /// Creates a CQ.
     pub fn create_cq(&self, attr: &CqAttr) -> Result<SimCq, DeviceError> {
+        self.create_cq_with(attr, None)
+    }
+
+    /// Creates a CQ whose events go to `channel` (a channel of this fabric).
+    pub fn create_cq_on(&self, attr: &CqAttr, channel: &SimChannel) -> Result<SimCq, DeviceError> {
+        if !Arc::ptr_eq(channel.fabric(), &self.d.fab) {
+            return Err(DeviceError::Invalid(
+                "the completion channel belongs to another fabric".into(),
+            ));
+        }
+        self.create_cq_with(attr, Some(channel))
+    }
+
+    fn create_cq_with(
+        &self,
+        attr: &CqAttr,
+        channel: Option<&SimChannel>,
+    ) -> Result<SimCq, DeviceError> {
         let cnt = attr.cqe_cnt.max(2).next_power_of_two();
         if cnt > 1 << 22 {
             return Err(DeviceError::Invalid(format!(
@@ -187,7 +213,9 @@ impl SimContext {
         }
         let fab = &self.d.fab;
         let buf_len = cnt as usize * attr.cqe_size;
-        let seg = fab.alloc_segment(buf_len + 64)?;
+        // The buffer, the doorbell record (64 bytes) and the UAR page whose CQ
+        // doorbell register takes arms (64 bytes).
+        let seg = fab.alloc_segment(buf_len + 64 + CQ_UAR_AFTER_DBREC as usize)?;
         let r = fab.reg();
         let slot = registry::claim(&r.cqs[..], |e| &e.state).ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "CQ"))
@@ -215,6 +243,12 @@ impl SimContext {
         e.title.store(u32::MAX, Ordering::Relaxed);
         e.since_title.store(0, Ordering::Relaxed);
         e.ci_seen.store(0, Ordering::Relaxed);
+        e.arm.store(0, Ordering::Relaxed);
+        e.events.store(0, Ordering::Relaxed);
+        e.notable_pi.store(0, Ordering::Relaxed);
+        e.arm_sn.store(0, Ordering::Relaxed);
+        e.chan
+            .store(channel.map_or(0, SimChannel::tag), Ordering::Relaxed);
         e.flags.store(
             if attr.scatter_to_cqe {
                 CQ_SCATTER_TO_CQE
@@ -223,6 +257,7 @@ impl SimContext {
             },
             Ordering::Relaxed,
         );
+        let events = channel.map(|c| (c.clone(), c.attach(cqn, slot)));
         e.state.store(LIVE, Ordering::Release);
         Ok(SimCq {
             inner: Arc::new(CqInner {
@@ -234,6 +269,7 @@ impl SimContext {
                 size: attr.cqe_size,
                 zip: attr.compression,
                 taken: AtomicBool::new(false),
+                events,
             }),
         })
     }
@@ -554,13 +590,19 @@ struct CqInner {
     size: usize,
     zip: Compression,
     taken: AtomicBool,
+    /// The channel the CQ's events go to, and the events it handed out.
+    events: Option<(SimChannel, Arc<AtomicU32>)>,
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        self.ctx.d.fab.reg().cqs[self.slot]
-            .state
-            .store(registry::FREE, Ordering::Release);
+        let e = &self.ctx.d.fab.reg().cqs[self.slot];
+        e.chan.store(0, Ordering::Relaxed);
+        e.arm.store(0, Ordering::Relaxed);
+        e.state.store(registry::FREE, Ordering::Release);
+        if let Some((ch, _)) = &self.events {
+            ch.detach(self.cqn);
+        }
     }
 }
 
@@ -603,9 +645,16 @@ impl SimCq {
             cqn: i.cqn,
             notify: Some(i.ctx.notify()),
             keepalive: Some(i.clone() as Arc<dyn Any + Send + Sync>),
+            arm: i.events.as_ref().map(|(_, delivered)| CqArmMemory {
+                uar: i
+                    .seg
+                    .at(i.cnt as usize * i.size + CQ_UAR_AFTER_DBREC as usize),
+                events: delivered.clone(),
+            }),
         };
-        // SAFETY: the segment holds the buffer and the doorbell record and is
-        // kept alive by `keepalive`; the ring is handed out once.
+        // SAFETY: the segment holds the buffer, the doorbell record and the
+        // UAR page (64-byte aligned, 64 bytes) and is kept alive by
+        // `keepalive`; the ring is handed out once.
         unsafe { CqRing::new(mem, i.zip) }.map_err(|e| DeviceError::Queue(e.to_string()))
     }
 }

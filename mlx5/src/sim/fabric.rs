@@ -2,9 +2,14 @@
 //! devices, shared by every process that opens the same fabric name. Two
 //! processes on one host that open the same fabric talk exactly as two hosts
 //! on one network would.
+//!
+//! A fabric is private to the user who created it: its directory has mode
+//! 0700 and its files 0600, and a process of another user that opens it gets
+//! [`FabricError::NotOwner`].
 
 use std::collections::HashMap;
 use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -53,6 +58,59 @@ pub enum FabricError {
     /// This process already drives the fabric in another execution mode.
     #[error("fabric {0}: already opened in this process in another execution mode")]
     ModeConflict(String),
+    /// The fabric belongs to another user: a fabric is private to the user
+    /// who created it.
+    #[error(
+        "fabric {name}: {} belongs to uid {owner}, and this process runs as uid {uid}; \
+         a fabric is private to the user who created it (pick another name with {})",
+        path.display(),
+        FABRIC_ENV
+    )]
+    NotOwner {
+        /// Fabric name.
+        name: String,
+        /// The fabric's directory.
+        path: PathBuf,
+        /// The uid that owns it.
+        owner: u32,
+        /// This process's effective uid.
+        uid: u32,
+    },
+}
+
+/// The mode of a fabric's directory: its owner's only.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Makes sure `dir` is a directory of this process's user with mode
+/// [`DIR_MODE`] (tightening an older fabric's 0755); another user's is
+/// [`FabricError::NotOwner`].
+fn check_private(name: &str, dir: &Path) -> Result<(), FabricError> {
+    let io = |source| FabricError::Io {
+        name: name.to_owned(),
+        source,
+    };
+    // Not following a symbolic link: the fabric is this directory itself.
+    let md = std::fs::symlink_metadata(dir).map_err(io)?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if md.uid() != uid {
+        return Err(FabricError::NotOwner {
+            name: name.to_owned(),
+            path: dir.to_owned(),
+            owner: md.uid(),
+            uid,
+        });
+    }
+    if !md.is_dir() {
+        return Err(io(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a directory", dir.display()),
+        )));
+    }
+    if md.mode() & 0o777 != DIR_MODE {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE)).map_err(io)?;
+    }
+    Ok(())
 }
 
 /// A mapped segment of another process (or our own), cached by slot.
@@ -150,11 +208,12 @@ impl Fabric {
             Err(_) => Vec::new(),
         };
         let dir = shm_root().join(format!("mlx5sim-{name}"));
-        match std::fs::create_dir(&dir) {
+        match std::fs::DirBuilder::new().mode(DIR_MODE).create(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io(e)),
         }
+        check_private(name, &dir)?;
         let path = dir.join("registry");
         let len = std::mem::size_of::<Registry>();
         // Built under a private name and published whole, so a process that
@@ -392,6 +451,12 @@ impl Fabric {
             |_, _| {},
         );
         reap(
+            &r.chans[..],
+            |e| &e.state,
+            |e| e.pid.load(Ordering::Relaxed),
+            |_, _| {},
+        );
+        reap(
             &r.mrs[..],
             |e| &e.state,
             |e| e.pid.load(Ordering::Relaxed),
@@ -409,7 +474,12 @@ impl Fabric {
     /// call this when done; a later open recreates it).
     pub fn remove_if_unused(name: &str) {
         let dir = shm_root().join(format!("mlx5sim-{name}"));
-        if let Ok(f) = Fabric::open(name) {
+        let opened = Fabric::open(name);
+        if let Err(FabricError::NotOwner { .. }) = opened {
+            // Another user's: not ours to remove.
+            return;
+        }
+        if let Ok(f) = opened {
             f.reap_dead();
             let r = f.reg();
             let mine = my_pid();

@@ -8,8 +8,10 @@
 //! test cannot tell it from hardware by looking at memory.
 //!
 //! Devices live in a *fabric* in shared memory (`/dev/shm/mlx5sim-<name>`), so
-//! processes on one host connect exactly as hosts on a network do.
+//! processes on one host connect exactly as hosts on a network do. A fabric
+//! is private to the user who created it.
 
+pub mod channel;
 pub(crate) mod cqe_out;
 mod delay;
 pub mod device;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d04;
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d05;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
 /// Shared-memory segments per fabric.
@@ -25,6 +25,8 @@ pub const MAX_CQS: usize = 4096;
 pub const MAX_SRQS: usize = 1024;
 /// QPs per fabric.
 pub const MAX_QPS: usize = 16384;
+/// Completion channels per fabric.
+pub const MAX_CHANS: usize = 1024;
 
 /// Slot state: free.
 pub const FREE: u32 = 0;
@@ -155,8 +157,10 @@ pub struct CqEntry {
     pub dbrec_off: AtomicU64,
     /// [`CQ_SCATTER_TO_CQE`] and other flags.
     pub flags: AtomicU32,
-    _pad0: [u32; 3],
-    /// Serialises CQE production.
+    /// The completion channel the CQ's events go to: its slot + 1; 0: none.
+    pub chan: AtomicU32,
+    _pad0: [u32; 2],
+    /// Serialises CQE production (and arming).
     pub lock: ShmLock,
     /// NIC producer index.
     pub pi: AtomicU32,
@@ -170,7 +174,39 @@ pub struct CqEntry {
     /// The consumer index last read from the doorbell record: the NIC reads
     /// the record again only when this says the CQ may be full.
     pub ci_seen: AtomicU32,
-    _pad1: [u32; 10],
+    /// [`ARMED_NEXT`], [`ARMED_SOLICITED`], or 0 (not armed). Read once per
+    /// write of CQEs, with the lock held.
+    pub arm: AtomicU32,
+    /// Completion events raised so far.
+    pub events: AtomicU32,
+    /// The producer index just past the last solicited or error CQE: an arm
+    /// for solicited events fires at once when that CQE is not consumed.
+    pub notable_pi: AtomicU32,
+    /// The arm sequence number of the last arm.
+    pub arm_sn: AtomicU32,
+    _pad1: [u32; 6],
+}
+
+/// [`CqEntry::arm`]: an event at the next CQE.
+pub const ARMED_NEXT: u32 = 1;
+/// [`CqEntry::arm`]: an event at the next solicited or error CQE.
+pub const ARMED_SOLICITED: u32 = 2;
+/// Where a CQ's UAR page starts in its segment, after its doorbell record:
+/// the CQ doorbell register is at this offset + [`CQ_DOORBELL`](crate::prm::CQ_DOORBELL).
+pub const CQ_UAR_AFTER_DBREC: u64 = 64;
+
+/// A completion channel: the word its waiters sleep on (a futex in shared
+/// memory, so that a NIC in any process of the fabric wakes them).
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct ChanEntry {
+    /// FREE / CLAIMED / LIVE.
+    pub state: AtomicU32,
+    /// Owner process.
+    pub pid: AtomicU32,
+    /// Bumped at every event of one of its CQs; waiters sleep on it.
+    pub seq: AtomicU32,
+    _pad: [u32; 13],
 }
 
 /// CQ flag: small receives on QPs with their own RQ land in the CQE.
@@ -307,6 +343,8 @@ pub struct Registry {
     pub srqs: [SrqEntry; MAX_SRQS],
     /// QPs.
     pub qps: [QpEntry; MAX_QPS],
+    /// Completion channels.
+    pub chans: [ChanEntry; MAX_CHANS],
 }
 
 /// Bits of an object number that select its slot, per table.
@@ -349,6 +387,7 @@ const _: () = {
     assert!(std::mem::offset_of!(CqEntry, lock) == 64);
     assert!(std::mem::size_of::<PortEntry>() == 64);
     assert!(std::mem::size_of::<CqEntry>() == 128);
+    assert!(std::mem::size_of::<ChanEntry>() == 64);
     assert!(std::mem::offset_of!(SrqEntry, lock) == 64);
     assert!(std::mem::size_of::<SrqEntry>() == 128);
     assert!(std::mem::offset_of!(QpEntry, exec_lock) == 128);

@@ -134,9 +134,10 @@ impl std::fmt::Debug for Nic {
 }
 
 /// Steps a poll of an empty CQ may take in deferred mode.
-const IDLE_STEPS: usize = 8;
-/// Steps `progress` takes at most in deferred mode.
-const PROGRESS_STEPS: usize = 100_000;
+pub(crate) const IDLE_STEPS: usize = 8;
+/// Steps `progress` takes at most in deferred mode (and a wait for a
+/// completion event, before the wall clock has a say).
+pub(crate) const PROGRESS_STEPS: usize = 100_000;
 
 /// This process's NIC on each fabric it has open, while some context uses it.
 /// Weak: the NIC holds its fabric, so when the last context closes, the NIC
@@ -366,6 +367,27 @@ impl Nic {
         }
     }
 
+    /// Whether the NIC runs work later, in a seeded order (deferred mode).
+    pub(crate) fn is_deferred(&self) -> bool {
+        self.deferred.is_some()
+    }
+
+    /// Whether an idle poll would find work for the NIC: stalled QPs or held
+    /// CQEs (inline mode), always in deferred mode.
+    pub(crate) fn has_idle_work(&self) -> bool {
+        self.n_stalled.load(Ordering::Relaxed) != 0
+    }
+
+    /// What a waiter for completion events does between checks: an idle
+    /// poll's worth of work (deferred mode: a few scheduler steps). Returns
+    /// the QPs and held CQEs still waiting.
+    pub(crate) fn idle_step(&self) -> usize {
+        match &self.deferred {
+            None => self.progress_inline(),
+            Some(d) => self.steps(d, IDLE_STEPS),
+        }
+    }
+
     /// Runs stalled or queued work. Inline mode: retries stalled QPs once.
     /// Deferred mode: steps until nothing is pending (or a large step budget is
     /// used up, e.g. a QP waiting forever on RNR). Returns the QPs still waiting.
@@ -408,6 +430,9 @@ impl DeviceNotify for Nic {
     }
     fn idle_work(&self) -> Option<Arc<AtomicU32>> {
         Some(self.n_stalled.clone())
+    }
+    fn cq_arm(&self, cqn: u32) {
+        cqe_out::arm(&self.fab, cqn);
     }
     fn cq_idle(&self, _cqn: u32) {
         match &self.deferred {

@@ -1,14 +1,19 @@
 //! Shared-memory files: the backing of everything the software device's peers
 //! may touch (queue memory, doorbell records, memory regions, the fabric
 //! registry). A file under `/dev/shm` mapped `MAP_SHARED`, so another process
-//! that maps the same file sees the same bytes.
+//! that maps the same file sees the same bytes. Files are created with mode
+//! [`FILE_MODE`]: readable and writable by their owner only.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+
+/// The mode of every shared-memory file of a fabric: its owner's only.
+pub const FILE_MODE: u32 = 0o600;
 
 /// A mapped shared-memory file.
 #[derive(Debug)]
@@ -26,13 +31,17 @@ unsafe impl Send for ShmMap {}
 unsafe impl Sync for ShmMap {}
 
 impl ShmMap {
-    /// Creates (exclusively) and maps a zero-filled file of `len` bytes.
+    /// Creates (exclusively) and maps a zero-filled file of `len` bytes, mode
+    /// [`FILE_MODE`] whatever the umask.
     pub fn create(path: &Path, len: usize) -> io::Result<Self> {
         let f = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
+            .mode(FILE_MODE)
             .open(path)?;
+        // The umask may have taken bits away (never added any).
+        f.set_permissions(std::fs::Permissions::from_mode(FILE_MODE))?;
         f.set_len(len as u64)?;
         Self::map(&f, path, len)
     }

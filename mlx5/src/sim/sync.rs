@@ -74,3 +74,45 @@ impl Drop for ShmGuard<'_> {
         self.lock.word.store(0, Ordering::Release);
     }
 }
+
+/// Sleeps while `word` holds `expected`, at most `timeout`: `FUTEX_WAIT`
+/// without `FUTEX_PRIVATE_FLAG`, so a wake from any process that maps the
+/// same shared memory reaches it. Returns at once if the word differs; may
+/// return early (a signal, a spurious wake-up): callers check their condition
+/// again.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a live, aligned 32-bit word; `ts` outlives the call;
+    // the kernel only reads both.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes every process and thread sleeping on `word` ([`futex_wait`]).
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a live, aligned 32-bit word; FUTEX_WAKE reads nothing
+    // else.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}

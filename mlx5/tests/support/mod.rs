@@ -51,6 +51,7 @@ impl HandCq {
             cqn: 7,
             notify: None,
             keepalive: None,
+            arm: None,
         };
         // SAFETY: buffers outlive the ring within each test (HandCq is dropped last).
         let ring = unsafe { CqRing::new(mem, zip) }.expect("valid CQ");

@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering;
 
 use super::memory::{demote_written, resolve, resolve_remote, MAX_MSG};
-use super::responder::{connected_peer, peer_check_due, recv_cqe, take_recv};
+use super::responder::{connected_peer, peer_check_due, recv_cqe, solicited, take_recv};
 use super::Qp;
 use crate::device::access;
 use crate::prm::{CqeOpcode, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
@@ -96,7 +96,8 @@ pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>
     unsafe { std::ptr::copy(src, dst, len as usize) };
     demote_written(dst, len as usize);
     if let Some((rv, imm)) = recv {
-        let cqe = recv_cqe(r, &rv, CqeOpcode::RespWrImm, len as u32, imm, qp.qpn);
+        let se = solicited(body);
+        let cqe = recv_cqe(r, &rv, CqeOpcode::RespWrImm, len as u32, imm, qp.qpn, se);
         // A responder CQ that overruns goes to error on its own; the
         // requester's WQE still completed.
         match locked {

@@ -7,7 +7,7 @@ use super::errors::Fail;
 use super::memory::{resolve, resolve_remote, sg_copy, SgList, MAX_MSG};
 use super::responder::{
     access_fault, complete_recv, complete_recv_err, recv_sges, remote_access, responder,
-    scatter_to_cqe, take_recv, RecvDone,
+    scatter_to_cqe, solicited, take_recv, RecvDone,
 };
 use super::{Done, Qp};
 use crate::device::access;
@@ -121,6 +121,7 @@ fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result
             src_qpn: qp.qpn,
             scatter: None,
             reveal: reveal.map(|t| t.responder),
+            solicited: solicited(body),
         };
         complete_recv(x, r, rv, done);
     }
@@ -160,6 +161,7 @@ fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<
         src_qpn: qp.qpn,
         scatter,
         reveal: reveal.map(|t| t.responder),
+        solicited: solicited(body),
     };
     complete_recv(x, r, rv, done);
     Ok(Done::at(len as u32, reveal.map(|t| t.requester)))

@@ -10,7 +10,10 @@ use super::memory::{resolve, sg_copy, SgList};
 use super::{qp_by_num, Qp};
 use crate::device::access;
 use crate::doorbell::load_dbrec;
-use crate::prm::{Cqe64, CqeOpcode, DataSeg, SrqNextSeg, Syndrome, INVALID_LKEY, RCV_DBR};
+use crate::prm::{
+    ctrl_flags, op_own, Cqe64, CqeOpcode, CtrlSeg, DataSeg, SrqNextSeg, Syndrome, INVALID_LKEY,
+    RCV_DBR,
+};
 use crate::sim::cqe_out::{FlushReport, PendingCqe};
 use crate::sim::exec::Exec;
 use crate::sim::fabric::{in_segment, Fabric};
@@ -254,7 +257,17 @@ pub(super) fn scatter_to_cqe(
     Some((fmt, data))
 }
 
-/// The responder CQE of a receive WQE `rv` of QP `r` (no scatter-to-CQE).
+/// Whether the WQE whose first bytes are `body` asked for a solicited event
+/// at the responder (its control segment's SOLICITED flag): its receive CQE
+/// then has the solicited bit.
+#[inline(always)]
+pub(super) fn solicited(body: &[u8]) -> bool {
+    body.get(..CtrlSeg::<()>::LEN)
+        .is_some_and(|c| CtrlSeg::new_unchecked(c).fm_ce_se() & ctrl_flags::SOLICITED != 0)
+}
+
+/// The responder CQE of a receive WQE `rv` of QP `r` (no scatter-to-CQE),
+/// with the solicited bit if `se`.
 #[inline]
 pub(super) fn recv_cqe(
     r: &QpEntry,
@@ -263,6 +276,7 @@ pub(super) fn recv_cqe(
     byte_cnt: u32,
     imm: u32,
     src_qpn: u32,
+    se: bool,
 ) -> [u8; 64] {
     let mut b = [0u8; 64];
     let mut c = Cqe64::new_unchecked(&mut b[..]);
@@ -272,7 +286,7 @@ pub(super) fn recv_cqe(
     c.set_imm_inval_pkey(imm);
     c.set_flags_rqpn(src_qpn & 0x00ff_ffff);
     c.set_srqn_uidx(if rv.srqn == u32::MAX { 0 } else { rv.srqn });
-    c.set_op_own((opcode as u8) << 4);
+    c.set_op_own(((opcode as u8) << 4) | if se { op_own::SE_MASK } else { 0 });
     b
 }
 
@@ -287,6 +301,8 @@ pub(super) struct RecvDone {
     pub(super) scatter: Option<(u8, [u8; 64])>,
     /// When the link model lets the CQE appear.
     pub(super) reveal: Option<u64>,
+    /// The requester asked for a solicited event.
+    pub(super) solicited: bool,
 }
 
 /// Writes the receive CQE of `rv` on the responder `r`.
@@ -298,12 +314,13 @@ pub(super) fn complete_recv(x: &mut Exec<'_>, r: &QpEntry, rv: Recv, done: RecvD
         src_qpn,
         scatter,
         reveal,
+        solicited,
     } = done;
     let mut pre = None;
-    let mut b = recv_cqe(r, &rv, opcode, byte_cnt, imm, src_qpn);
+    let mut b = recv_cqe(r, &rv, opcode, byte_cnt, imm, src_qpn, solicited);
     {
         let mut c = Cqe64::new_unchecked(&mut b[..]);
-        let mut oo = (opcode as u8) << 4;
+        let mut oo = c.op_own();
         if let Some((fmt, data)) = scatter {
             oo |= fmt << 2;
             if fmt == 1 {
