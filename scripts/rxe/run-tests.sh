@@ -14,6 +14,9 @@
 #   1. mlx5 hw_control     -- the control path (PD/MR/CQ/SRQ/QP, RESET..RTS,
 #                             RoCE v2 GID, errors naming the verb and errno)
 #   2. mlx5 differential   -- the RC scenarios on sim and on rxe, compared
+#      mlx5 events_rxe     -- completion events: one per arm (ibv_req_notify_cq
+#                             and a completion channel), solicited-only arms,
+#                             a sleeping poller against a sender, none lost
 #   3. copyrpc rxe         -- echo, wrap, out-of-order replies, flow-control
 #                             interleavings, READ fallback, removal, over the
 #                             verbs path
@@ -45,12 +48,13 @@ for line in sys.stdin:
 }
 HW_CONTROL=$(test_bin mlx5 hw_control)
 DIFFERENTIAL=$(test_bin mlx5 differential)
+EVENTS=$(test_bin mlx5 events_rxe)
 COPYRPC=$(test_bin copyrpc rxe)
 MPIB=$(test_bin mpib rxe)
 cargo build -q -p kvs-server -p kvs-client -p ycsb-driver --bins
 BIN=$(cargo metadata -q --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
-for b in "$HW_CONTROL" "$DIFFERENTIAL" "$COPYRPC" "$MPIB" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
+for b in "$HW_CONTROL" "$DIFFERENTIAL" "$EVENTS" "$COPYRPC" "$MPIB" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
     [ -x "$b" ] || { log "missing test binary: $b"; exit 1; }
 done
 
@@ -65,6 +69,7 @@ step() { name=\$1; shift; echo "@@ step \$name"; t0=\$(date +%s)
 export MLX5_SIM_FABRIC=rxe-tests RUST_BACKTRACE=1
 step hw_control env MLX5_TEST_DEVICE=rxe0 $HW_CONTROL --ignored --test-threads=1
 step differential env MLX5_DIFF_DEVICE=rxe0 $DIFFERENTIAL --test-threads=1 --nocapture
+step events env MLX5_TEST_DEVICE=rxe0 $EVENTS --ignored --test-threads=1
 step copyrpc env COPYRPC_TEST_DEVICE=rxe0 $COPYRPC --ignored --test-threads=1
 step mpib env MPIB_TEST_DEVICE=rxe0 MPIB_TEST_DEVICE2=rxe1 $MPIB --ignored --test-threads=1
 step ycsb-a sh $PWD/scripts/rxe/ycsb-a.sh $BIN rxe0
