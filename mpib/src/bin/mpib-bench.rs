@@ -289,11 +289,17 @@ fn send_main(a: &SendArgs) -> Result<(), BenchError> {
     let mut common = c.clone();
     let mut child = None;
     let mut addr = a.connect;
+    // A fabric of our own is removed however the run ends (declared first,
+    // so it is dropped after the devices and the communicator).
+    let mut _own_fabric = None;
     if a.spawn {
         let fabric = common
             .fabric
             .clone()
             .unwrap_or_else(|| format!("mpib-bench-{}", std::process::id()));
+        if common.fabric.is_none() {
+            _own_fabric = Some(RemoveFabric(fabric.clone()));
+        }
         common.fabric = Some(fabric.clone());
         set_links(&fabric, c.rails, &a.link_gbps)?;
         let (ch, at) = spawn_receiver(&common)?;
@@ -317,13 +323,16 @@ fn send_main(a: &SendArgs) -> Result<(), BenchError> {
             return Err(BenchError::Child(format!("exited with {st}")));
         }
     }
-    if a.spawn {
-        drop(devs);
-        if let Some(f) = &common.fabric {
-            Fabric::remove_if_unused(f);
-        }
-    }
     r
+}
+
+/// Removes a fabric this run created when dropped (if no process uses it).
+struct RemoveFabric(String);
+
+impl Drop for RemoveFabric {
+    fn drop(&mut self) {
+        Fabric::remove_if_unused(&self.0);
+    }
 }
 
 /// Sets the link model of rail r on both sides' software devices (sim r and
