@@ -8,6 +8,8 @@
 //! Java YCSB's options are accepted as Java spells them (`-P`, `-p`,
 //! `-threads`, `-target`, `-s`). With no server given, a kvs-server runs in
 //! this process on the software device, and `run` loads the records first.
+//! A server that requires an auth token gets it from `-p
+//! kvs.auth_token_file=FILE`, or else from `KVS_AUTH_TOKEN`.
 //!
 //! Built with the `mpi` feature and started by `mpirun`, every rank drives its
 //! share (the records of `load` split by `insertstart`/`insertcount`, the
@@ -58,7 +60,10 @@ struct Args {
     /// Status lines on stderr every `status.interval` seconds (default 10).
     #[arg(short = 's')]
     status: bool,
-    /// A running kvs-server (property `kvs.server`); none: embedded.
+    /// A running kvs-server (property `kvs.server`); none: embedded. One
+    /// that requires an auth token: `-p kvs.auth_token_file=FILE` (a file
+    /// readable by its owner only) or the environment variable
+    /// KVS_AUTH_TOKEN.
     #[arg(long)]
     server: Option<String>,
     /// Operations each thread keeps in flight (property `kvs.depth`, default 1:
@@ -178,6 +183,10 @@ fn main() {
             server: s.to_owned(),
             device: props.get_str("kvs.device", "auto").to_owned(),
             fabric: props.get("kvs.fabric").map(str::to_owned),
+            auth_token: kvs_client::auth_token(
+                props.get("kvs.auth_token_file").map(std::path::Path::new),
+            )
+            .unwrap_or_else(|e| die(&e)),
         },
         None if ranks.rank != 0 => {
             // Rank 0 embeds the server; the others learn where it is.
@@ -186,6 +195,7 @@ fn main() {
                 server,
                 device: "sim0".into(),
                 fabric: Some(fabric),
+                auth_token: None,
             }
         }
         None => {
@@ -209,6 +219,7 @@ fn main() {
                 server: s.addr().to_string(),
                 device: "sim0".into(),
                 fabric: Some(fabric.clone()),
+                auth_token: None,
             };
             if ranks.size > 1 {
                 ranks.broadcast_server(Some((s.addr().to_string(), fabric.clone())));

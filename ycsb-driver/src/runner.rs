@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
-use kvs_client::{Client, ClientOptions, Reply, SubmitError};
+use kvs_client::{AuthToken, Client, ClientOptions, Reply, SubmitError};
 use mlx5::device::Context as Device;
 
 use crate::measure::{Measurements, OpKind, Status};
@@ -25,6 +25,8 @@ pub enum Target {
         device: String,
         /// The software device's fabric.
         fabric: Option<String>,
+        /// The token to present, for a server that requires one.
+        auth_token: Option<AuthToken>,
     },
     /// A Redis server (`redis://host:port`), with Java YCSB's data model.
     Redis {
@@ -204,12 +206,13 @@ pub(crate) struct Job<'a> {
 fn drive(job: Job<'_>, target: &Target) -> Result<(Measurements, u64), RunError> {
     let Job { wl, thread, .. } = job;
     let fail = |why: String| RunError::Connect { thread, why };
-    let (server, device, fabric) = match target {
+    let (server, device, fabric, auth_token) = match target {
         Target::Kvs {
             server,
             device,
             fabric,
-        } => (server, device, fabric),
+            auth_token,
+        } => (server, device, fabric, auth_token),
         Target::Redis { url } => return crate::redis_db::drive(job, url),
     };
     let spec = DeviceSpec {
@@ -226,6 +229,7 @@ fn drive(job: Job<'_>, target: &Target) -> Result<(Measurements, u64), RunError>
         ring_size: ring,
         value_allowance: record + 64,
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
+        auth_token: auth_token.clone(),
     };
     run_on_device(dev, KvsJob { job, server, copts })
 }
