@@ -11,6 +11,10 @@
 //! A server that requires an auth token gets it from `-p
 //! kvs.auth_token_file=FILE`, or else from `KVS_AUTH_TOKEN`.
 //!
+//! A lost connection to the server (it died, or closed the connection) stops
+//! the phase: the report covers the operations that completed, an error line
+//! on stderr names the server, and the driver exits with status 1.
+//!
 //! Built with the `mpi` feature and started by `mpirun`, every rank drives its
 //! share (the records of `load` split by `insertstart`/`insertcount`, the
 //! operations of `run` split evenly), rank 0 embeds the server when none is
@@ -63,7 +67,7 @@ struct Args {
     /// A running kvs-server (property `kvs.server`); none: embedded. One
     /// that requires an auth token: `-p kvs.auth_token_file=FILE` (a file
     /// readable by its owner only) or the environment variable
-    /// KVS_AUTH_TOKEN.
+    /// KVS_AUTH_TOKEN. A lost connection stops the run with exit status 1.
     #[arg(long)]
     server: Option<String>,
     /// Operations each thread keeps in flight (property `kvs.depth`, default 1:
@@ -244,6 +248,9 @@ fn main() {
         );
         let p = Arc::new(Progress::default());
         let r = run_phase(&lw, Phase::Load, &target, &opts, &p).unwrap_or_else(|e| die(&e));
+        if let Some(lost) = &r.lost {
+            die(&format!("loading the embedded server: {lost}"));
+        }
         eprintln!(
             "ycsb-driver: loaded {} records in {} ms",
             r.operations,
@@ -268,10 +275,26 @@ fn main() {
     if let Some(s) = status {
         let _ = s.join();
     }
+    // A lost connection stopped the phase: the report covers what completed,
+    // and the driver fails.
+    let lost = r.lost.clone().map(|l| {
+        let server = match &target {
+            Target::Kvs { server, .. } => server.as_str(),
+            Target::Redis { url } => url.as_str(),
+        };
+        format!(
+            "stopped: lost the connection to the server at {server} ({l}); \
+             the report covers the {} of {todo} operations that completed",
+            r.operations
+        )
+    });
     // Every rank's measurements, merged at rank 0 (which alone reports);
     // the run time is the slowest rank's.
     let Some((r, ms)) = ranks.gather(r) else {
         ranks.barrier();
+        if let Some(why) = lost {
+            die(&why);
+        }
         return;
     };
     let mut out = std::io::stdout().lock();
@@ -294,6 +317,9 @@ fn main() {
     if let Some((s, fabric)) = embedded {
         s.shutdown();
         mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+    }
+    if let Some(why) = lost {
+        die(&why);
     }
 }
 
