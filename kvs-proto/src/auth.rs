@@ -1,5 +1,5 @@
 //! The auth token: a shared secret the server requires and each client
-//! presents in its hello ([`crate::hello`]), compared in constant time.
+//! presents in its hello ([`hello`](mod@crate::hello)), compared in constant time.
 //!
 //! A token is 1 to [`MAX_TOKEN`] bytes; whitespace around it (a file's
 //! trailing newline) is not part of it. A token file must be private to its

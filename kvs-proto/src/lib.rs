@@ -1,7 +1,7 @@
 //! The copyrpc key-value store's wire protocol, shared by kvs-server and
 //! kvs-client: the request and response formats ([`proto`]), the shard map
 //! that says which worker owns each hash slot ([`shard`]), the setup private
-//! data that names the worker a connection is for ([`hello`]), and the auth
+//! data that names the worker a connection is for ([`hello`](mod@hello)), and the auth
 //! token it may carry ([`auth`]).
 
 pub mod auth;

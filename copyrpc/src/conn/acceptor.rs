@@ -1,13 +1,5 @@
 //! Reading many peers' setup records at once, so that no peer can hold up
-//! another.
-//!
-//! The [`Acceptor`] owns the listening socket and every connection whose
-//! record has not arrived in full. One `poll(2)` waits on all of them; each
-//! readable one is read without blocking into its own buffer, bounded by
-//! [`MAX_SETUP_RECORD`]. A peer that sends nothing, sends slowly, or sends
-//! garbage costs one descriptor and a few KiB until its deadline; a peer whose
-//! record is complete is handed out at once, whatever the others do. When
-//! more than `max_pending` peers are waiting, the oldest is dropped.
+//! another: the [`Acceptor`].
 
 use std::collections::VecDeque;
 use std::io::{self, Read};
@@ -57,7 +49,17 @@ pub struct AcceptorStats {
 }
 
 /// Accepts TCP connections and reads their setup records concurrently, each
-/// under a deadline; see the [module documentation](self).
+/// under a deadline.
+///
+/// It owns the listening socket and every connection whose record has not
+/// arrived in full. One `poll(2)` waits on all of them; each readable one is
+/// read without blocking into its own buffer, bounded by
+/// [`MAX_SETUP_RECORD`]. A peer that sends nothing, sends slowly, or sends
+/// garbage costs one descriptor and a few KiB until its deadline; a peer
+/// whose record is complete is handed out at once, whatever the others do.
+/// When more than `max_pending` peers are waiting, or the process runs out of
+/// descriptors, the oldest waiting peer is dropped. Every peer dropped or
+/// refused is told why in a refusal line.
 #[derive(Debug)]
 pub struct Acceptor {
     tcp: TcpListener,
