@@ -102,9 +102,17 @@ const ACCEPT_BATCH: usize = 64;
 const DESCRIPTOR_PAUSE: Duration = Duration::from_millis(50);
 
 impl Acceptor {
-    /// Takes over `listener` (made non-blocking).
+    /// Takes over `listener` (made non-blocking, and given the longest
+    /// accept queue the system allows instead of std's 128, so that a burst
+    /// of connections waits in the kernel rather than being dropped).
     pub fn new(listener: Listener, opts: AcceptorOptions) -> io::Result<Acceptor> {
         listener.tcp.set_nonblocking(true)?;
+        // SAFETY: listen(2) on a descriptor the listener owns; on a socket
+        // that already listens, Linux only changes the queue's length (the
+        // kernel caps it at net.core.somaxconn). Failing leaves the old one.
+        unsafe {
+            libc::listen(listener.tcp.as_raw_fd(), libc::SOMAXCONN);
+        }
         Ok(Acceptor {
             tcp: listener.tcp,
             opts: AcceptorOptions {
