@@ -5,15 +5,27 @@
 //! it closes (the peer process died, or the peer closed its endpoint), the
 //! endpoint is closed and its pending calls fail; when the local endpoint
 //! closes, the connection is shut down so the peer learns it.
+//!
+//! A setup line is at most [`MAX_SETUP_RECORD`] bytes. A side that will not
+//! connect answers with a refusal line instead of its record (`{"version":
+//! 1, "refused": "why"}`), which the other side reports as
+//! [`ConnError::Refused`]. A server reads its peers' records with an
+//! [`Acceptor`], which reads all of them at once under a deadline each, so a
+//! peer that sends nothing or sends slowly holds up nobody else.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
 
 use crate::context::{Context, EndpointId};
-use crate::endpoint::{EndpointInfo, ENDPOINT_INFO_VERSION};
-use crate::error::{CallFailed, SetupError};
+use crate::endpoint::EndpointInfo;
+use crate::error::{CallFailed, CloseReason, SetupError};
 use crate::transport::Transport;
+
+mod acceptor;
+mod record;
+
+pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats};
+use record::{check_private_data, read_record, write_record, write_refusal};
 
 /// Errors of connection setup.
 #[derive(Debug, thiserror::Error)]
@@ -27,6 +39,10 @@ pub enum ConnError {
     /// The context refused.
     #[error(transparent)]
     Setup(#[from] SetupError),
+    /// The peer answered with a refusal instead of its record (its reason,
+    /// with control characters replaced).
+    #[error("refused by the peer: {0}")]
+    Refused(String),
 }
 
 /// Most bytes of private data a side may attach to its setup record (as RDMA
@@ -34,71 +50,9 @@ pub enum ConnError {
 /// protocol version, …).
 pub const MAX_PRIVATE_DATA: usize = 256;
 
-/// The setup line: the endpoint record and the sender's private data.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SetupRecord {
-    #[serde(flatten)]
-    info: EndpointInfo,
-    #[serde(default)]
-    private_data: Vec<u8>,
-}
-
-/// Refuses private data over [`MAX_PRIVATE_DATA`].
-fn check_private_data(private_data: &[u8]) -> Result<(), ConnError> {
-    if private_data.len() > MAX_PRIVATE_DATA {
-        return Err(ConnError::Record(format!(
-            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
-            private_data.len()
-        )));
-    }
-    Ok(())
-}
-
-fn write_record(
-    stream: &TcpStream,
-    info: EndpointInfo,
-    private_data: &[u8],
-) -> Result<(), ConnError> {
-    check_private_data(private_data)?;
-    let rec = SetupRecord {
-        info,
-        private_data: private_data.to_vec(),
-    };
-    let mut line = serde_json::to_string(&rec).map_err(|e| ConnError::Record(e.to_string()))?;
-    line.push('\n');
-    let mut w = stream;
-    w.write_all(line.as_bytes())?;
-    Ok(())
-}
-
-/// How long a peer may take to send its setup record.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Reads the peer's setup line (at most 4 KiB: the peer is untrusted).
-fn read_record(stream: &TcpStream) -> Result<SetupRecord, ConnError> {
-    stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
-    let mut line = Vec::new();
-    // Byte by byte up to the newline: nothing after it may be consumed.
-    let mut r = stream.take(4096);
-    let mut b = [0u8; 1];
-    loop {
-        match r.read(&mut b)? {
-            0 => return Err(ConnError::Record("no complete record".into())),
-            _ if b[0] == b'\n' => break,
-            _ => line.push(b[0]),
-        }
-    }
-    let rec: SetupRecord =
-        serde_json::from_slice(&line).map_err(|e| ConnError::Record(e.to_string()))?;
-    if rec.info.version != ENDPOINT_INFO_VERSION {
-        return Err(ConnError::Record(format!(
-            "version {} (this side speaks {ENDPOINT_INFO_VERSION})",
-            rec.info.version
-        )));
-    }
-    check_private_data(&rec.private_data)?;
-    Ok(rec)
-}
+/// Most bytes of a setup line, its newline included. A reader stops there:
+/// a peer cannot make it buffer more.
+pub const MAX_SETUP_RECORD: usize = 4096;
 
 /// Accepts connections and sets up an endpoint for each.
 #[derive(Debug)]
@@ -142,11 +96,22 @@ impl Listener {
     /// context: for an acceptor thread that hands connections to the threads
     /// owning the contexts (a [`PendingConnection`] is `Send`). In
     /// non-blocking mode, `WouldBlock` when no peer is waiting.
+    ///
+    /// The record is read blocking (up to 30 s per read), so one slow peer
+    /// holds up the next: a server facing untrusted peers uses an
+    /// [`Acceptor`] instead. A malformed record is answered with a refusal.
     pub fn accept_pending(&self) -> Result<PendingConnection, ConnError> {
         let (stream, peer) = self.tcp.accept()?;
         stream.set_nonblocking(false)?;
         stream.set_nodelay(true)?;
-        let rec = read_record(&stream)?;
+        let rec = match read_record(&stream) {
+            Ok(r) => r,
+            Err(ConnError::Record(why)) => {
+                write_refusal(&stream, &format!("bad setup record: {why}"));
+                return Err(ConnError::Record(why));
+            }
+            Err(e) => return Err(e),
+        };
         Ok(PendingConnection {
             stream,
             peer,
@@ -182,9 +147,19 @@ impl PendingConnection {
         self.peer
     }
 
+    /// Refuses the peer: answers with a refusal line carrying `reason` (cut
+    /// to 512 bytes; the peer's setup fails with [`ConnError::Refused`]) and
+    /// closes the connection. Never waits on the peer.
+    pub fn refuse(self, reason: &str) {
+        write_refusal(&self.stream, reason);
+    }
+
     /// Creates an endpoint in `ctx`, connects it to the peer, and answers with
     /// this side's record and `private_data` (at most [`MAX_PRIVATE_DATA`]
-    /// bytes).
+    /// bytes). Never waits on the peer: the answer goes into the connection's
+    /// empty send buffer, and a peer that left fails the setup. A setup that
+    /// fails (the context refuses the peer's parameters, …) is answered with
+    /// a refusal saying why.
     pub fn establish<U, F, T: Transport>(
         self,
         ctx: &mut Context<U, F, T>,
@@ -193,18 +168,27 @@ impl PendingConnection {
     where
         F: FnMut(U, Result<&[u8], CallFailed>),
     {
-        let (ep, info) = ctx.create_endpoint()?;
+        let (ep, info) = match ctx.create_endpoint() {
+            Ok(e) => e,
+            Err(e) => {
+                write_refusal(&self.stream, &format!("endpoint setup failed: {e}"));
+                return Err(e.into());
+            }
+        };
         let r = ctx
             .connect(ep, &self.remote)
             .map_err(ConnError::from)
-            .and_then(|()| write_record(&self.stream, info, private_data))
             .and_then(|()| {
                 self.stream.set_read_timeout(None)?;
                 self.stream.set_nonblocking(true)?;
                 Ok(())
-            });
+            })
+            .and_then(|()| write_record(&self.stream, info, private_data));
         if let Err(e) = r {
             ctx.remove(ep);
+            // The peer learns why (a record half sent is cut short by the
+            // refusal's line and fails to parse on its side all the same).
+            write_refusal(&self.stream, &format!("endpoint setup failed: {e}"));
             return Err(e);
         }
         Ok(Connection {
@@ -228,7 +212,8 @@ where
 
 /// [`connect`], attaching `private_data` (at most [`MAX_PRIVATE_DATA`] bytes)
 /// for the listener to read; the listener's answer is
-/// [`Connection::peer_private_data`].
+/// [`Connection::peer_private_data`]. A listener that refuses the connection
+/// (its refusal line) fails it with [`ConnError::Refused`].
 pub fn connect_with<U, F, T: Transport>(
     addr: impl ToSocketAddrs,
     ctx: &mut Context<U, F, T>,
@@ -282,9 +267,10 @@ impl Connection {
     }
 
     /// Checks the channel without blocking (call it every few milliseconds, not
-    /// per message): a closed connection closes the endpoint (its pending calls
-    /// fail); a locally closed endpoint shuts the connection down. Returns
-    /// whether the endpoint is still open.
+    /// per message): a closed connection closes the endpoint with
+    /// [`CloseReason::PeerGone`] (its pending calls fail); a locally closed
+    /// endpoint shuts the connection down. Returns whether the endpoint is
+    /// still open.
     pub fn check<U, F, T: Transport>(&mut self, ctx: &mut Context<U, F, T>) -> bool
     where
         F: FnMut(U, Result<&[u8], CallFailed>),
@@ -309,7 +295,7 @@ impl Connection {
             }
             Err(_) => {}
         }
-        ctx.close(self.ep);
+        ctx.close_as(self.ep, CloseReason::PeerGone);
         self.stream = None;
         false
     }

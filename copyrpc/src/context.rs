@@ -756,12 +756,18 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// Closes an endpoint: its QP goes to the error state and its pending calls
     /// fail (through the response callback).
     pub fn close(&mut self, ep: EndpointId) {
+        self.close_as(ep, CloseReason::Local);
+    }
+
+    /// [`close`](Self::close), recording `why` as the reason (for the
+    /// liveness channel, which knows the peer is gone).
+    pub(crate) fn close_as(&mut self, ep: EndpointId, why: CloseReason) {
         let Self {
             eps, on_response, ..
         } = self;
         if let Some(e) = live_mut(eps, ep.idx, ep.gen) {
             if e.state == State::Open || e.state == State::Idle {
-                close(e, CloseReason::Local, on_response);
+                close(e, why, on_response);
             }
         }
     }

@@ -62,6 +62,10 @@ pub enum CloseReason {
     /// Closed locally.
     #[error("closed by this side")]
     Local,
+    /// The peer is gone: its liveness channel (the setup's TCP connection)
+    /// closed, because its process died or it closed the endpoint.
+    #[error("the peer is gone (its connection closed)")]
+    PeerGone,
     /// The peer sent something the protocol does not allow.
     #[error("protocol violation by the peer: {0}")]
     Violation(&'static str),

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::thread;
 
 use copyrpc::conn::{connect, Connection, Listener};
-use copyrpc::{CallFailed, Context, ContextBuilder};
+use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder};
 use mlx5::device::Context as Device;
 use mlx5::sim::fabric::Fabric;
 
@@ -140,7 +140,12 @@ fn the_peer_closing_fails_pending_calls() {
     let log = log.borrow();
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].0, 42);
-    assert!(log[0].1.is_err(), "the pending call failed");
+    assert_eq!(
+        log[0].1,
+        Err(CallFailed(CloseReason::PeerGone)),
+        "the pending call failed, saying the peer is gone"
+    );
+    assert_eq!(ctx.closed(conn.endpoint()), Some(&CloseReason::PeerGone));
     server.join().unwrap();
     drop(ctx);
     Fabric::remove_if_unused(&fabric);
@@ -153,13 +158,19 @@ fn a_bad_record_is_refused() {
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let t = thread::spawn(move || {
-        // The connector speaks first; a record of another version gets no
-        // answer, only the closed connection.
+        // The connector speaks first; a record of another version is
+        // answered with a refusal saying why, then the connection closes.
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         s.write_all(b"{\"version\": 99}\n").unwrap();
+        let mut r = BufReader::new(&s);
         let mut line = String::new();
-        let n = BufReader::new(&s).read_line(&mut line).unwrap_or(0);
-        assert_eq!(n, 0, "{line}");
+        r.read_line(&mut line).unwrap();
+        assert!(
+            line.contains("\"refused\"") && line.contains("version 99"),
+            "{line}"
+        );
+        line.clear();
+        assert_eq!(r.read_line(&mut line).unwrap_or(0), 0, "{line}");
     });
     let dev = Device::open_in(&fabric, "sim1").unwrap();
     let mut ctx = ContextBuilder::new()
@@ -301,6 +312,47 @@ fn an_acceptor_thread_hands_connections_to_workers_by_private_data() {
     for (_, h) in workers {
         assert_eq!(h.join().unwrap(), 1);
     }
+    drop(ctx);
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// A setup the listening side cannot make (here, rings of different sizes)
+/// fails on the connecting side with the listener's reason, not with a
+/// closed connection.
+#[test]
+fn a_setup_the_listener_cannot_make_is_refused_saying_why() {
+    use copyrpc::conn::ConnError;
+    let fabric = format!("tcpring-{}", std::process::id());
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let f2 = fabric.clone();
+    let server = thread::spawn(move || {
+        let dev = Device::open_in(&f2, "sim1").unwrap();
+        let mut ctx = ContextBuilder::new()
+            .ring_size(1 << 12)
+            .build(&dev, |_: u64, _| {})
+            .unwrap();
+        let e = listener.accept(&mut ctx).unwrap_err();
+        assert_eq!(ctx.endpoints(), 0);
+        e.to_string()
+    });
+    let dev = Device::open_in(&fabric, "sim0").unwrap();
+    let mut ctx = ContextBuilder::new()
+        .ring_size(1 << 14)
+        .build(&dev, |_: u64, _| {})
+        .unwrap();
+    match connect(addr, &mut ctx) {
+        Err(ConnError::Refused(why)) => {
+            assert!(
+                why.starts_with("endpoint setup failed") && why.contains("ring size"),
+                "{why}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(ctx.endpoints(), 0);
+    let e = server.join().unwrap();
+    assert!(e.contains("ring size"), "{e}");
     drop(ctx);
     Fabric::remove_if_unused(&fabric);
 }

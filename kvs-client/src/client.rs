@@ -14,12 +14,12 @@ use copyrpc::{CallError, CallFailed, CloseReason, Context, ContextBuilder, Endpo
 use mlx5::device::Context as Device;
 
 use crate::error::{KvError, SubmitError};
-use kvs_proto::hello;
 use kvs_proto::proto::{
     self, Op, Response, ScanRecords, Status, FLAG_TRUNCATED, REQUEST_HEADER, RESPONSE_HEADER,
     SCAN_RECORD_HEADER,
 };
 use kvs_proto::shard::{self, ShardMap};
+use kvs_proto::{hello, AuthToken};
 
 /// One request's fields, as [`proto::write_request`] encodes them.
 #[derive(Clone, Copy)]
@@ -57,6 +57,9 @@ pub struct ClientOptions {
     /// Response allowance of each worker's part of a SCAN; a part that does
     /// not fit stops early and the scan reports itself incomplete.
     pub scan_allowance: usize,
+    /// The token to present, for a server that requires one (see
+    /// [`auth_token`](crate::auth_token)).
+    pub auth_token: Option<AuthToken>,
 }
 
 impl Default for ClientOptions {
@@ -65,6 +68,7 @@ impl Default for ClientOptions {
             ring_size: 1 << 20,
             value_allowance: 4096,
             scan_allowance: 128 << 10,
+            auth_token: None,
         }
     }
 }
@@ -199,6 +203,10 @@ pub enum ConnectError {
     /// Connection setup failed.
     #[error(transparent)]
     Conn(#[from] ConnError),
+    /// The server refused the connection, saying why (a missing or wrong
+    /// auth token, …).
+    #[error("the server refused the connection: {0}")]
+    Refused(String),
     /// The context could not be made.
     #[error(transparent)]
     Setup(#[from] copyrpc::SetupError),
@@ -240,7 +248,12 @@ impl<T, X: Transport> Client<T, X> {
         let mut ctx = ContextBuilder::new()
             .ring_size(opts.ring_size)
             .build_on::<X, _, _>(device, handler)?;
-        let first = connect_with(addr.clone(), &mut ctx, &hello(0))?;
+        let token = opts.auth_token.as_ref();
+        let refused = |e: ConnError| match e {
+            ConnError::Refused(why) => ConnectError::Refused(why),
+            e => ConnectError::Conn(e),
+        };
+        let first = connect_with(addr.clone(), &mut ctx, &hello(0, token)).map_err(refused)?;
         let (workers, slots) = match first.peer_private_data() {
             [a, b, s0, s1, s2, s3] => (
                 u16::from_le_bytes([*a, *b]),
@@ -253,7 +266,7 @@ impl<T, X: Transport> Client<T, X> {
         }
         let mut conns = vec![first];
         for w in 1..workers {
-            conns.push(connect_with(addr.clone(), &mut ctx, &hello(w))?);
+            conns.push(connect_with(addr.clone(), &mut ctx, &hello(w, token)).map_err(refused)?);
         }
         let eps = conns.iter().map(|c| c.endpoint()).collect();
         let mut c = Client {

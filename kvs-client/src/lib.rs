@@ -1,6 +1,13 @@
 //! The copyrpc key-value store's client: shard routing and a callback-driven
 //! client over copyrpc. The protocol and the shard map are `kvs-proto`'s.
 //!
+//! A server that requires an auth token gets it from
+//! [`ClientOptions::auth_token`] ([`auth_token`] reads it from a file or the
+//! `KVS_AUTH_TOKEN` environment variable). When the server goes away, the
+//! requests waiting for it and every later one fail with an error
+//! ([`KvError::Failed`], [`SubmitError::Closed`]) once [`Client::poll`] sees
+//! the connection closed (it looks every 100 ms).
+//!
 //! ```no_run
 //! use kvs_client::{Client, ClientOptions, Reply};
 //! let dev = mlx5::device::Context::open("sim0").unwrap();
@@ -16,9 +23,11 @@
 //! }
 //! ```
 
+mod auth;
 mod client;
 mod error;
 
+pub use auth::{auth_token, AUTH_TOKEN_ENV};
 pub use client::{Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply};
 pub use error::{KvError, SubmitError};
-pub use kvs_proto::ShardMap;
+pub use kvs_proto::{AuthToken, ShardMap, TokenError};

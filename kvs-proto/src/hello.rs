@@ -1,22 +1,38 @@
 //! The private data a client attaches to each connection's setup record: which
-//! worker the connection is for (as RDMA CM's `private_data`).
+//! worker the connection is for (as RDMA CM's `private_data`), and the
+//! client's auth token when it has one.
 //!
 //! ```text
-//! hello: magic "KV1" | worker u16 (little-endian)
+//! hello: magic "KV1" | worker u16 (little-endian) | token (0..=MAX_TOKEN bytes)
 //! ```
+//!
+//! A hello without a token is the 5 bytes of magic and worker.
+
+use crate::auth::{AuthToken, MAX_TOKEN};
 
 /// Magic and protocol version.
 const HELLO_MAGIC: &[u8; 3] = b"KV1";
 
-/// Private data of a connection asking for `worker`.
-pub fn hello(worker: u16) -> [u8; 5] {
-    let w = worker.to_le_bytes();
-    [HELLO_MAGIC[0], HELLO_MAGIC[1], HELLO_MAGIC[2], w[0], w[1]]
+/// Bytes before the token.
+const HELLO_HEADER: usize = 5;
+
+/// Private data of a connection asking for `worker`, presenting `token`.
+pub fn hello(worker: u16, token: Option<&AuthToken>) -> Vec<u8> {
+    let t = token.map_or(&[][..], AuthToken::expose);
+    let mut b = Vec::with_capacity(HELLO_HEADER + t.len());
+    b.extend_from_slice(HELLO_MAGIC);
+    b.extend_from_slice(&worker.to_le_bytes());
+    b.extend_from_slice(t);
+    b
 }
 
-/// The worker a hello asks for, if it is one.
-pub fn parse_hello(b: &[u8]) -> Option<u16> {
-    (b.len() == 5 && &b[..3] == HELLO_MAGIC).then(|| u16::from_le_bytes([b[3], b[4]]))
+/// The worker a hello asks for and the token it presents (empty: none), if
+/// it is a hello.
+pub fn parse_hello(b: &[u8]) -> Option<(u16, &[u8])> {
+    if b.len() < HELLO_HEADER || b.len() > HELLO_HEADER + MAX_TOKEN || &b[..3] != HELLO_MAGIC {
+        return None;
+    }
+    Some((u16::from_le_bytes([b[3], b[4]]), &b[HELLO_HEADER..]))
 }
 
 #[cfg(test)]
@@ -26,10 +42,22 @@ mod tests {
     #[test]
     fn a_hello_names_its_worker_and_nothing_else_parses() {
         for w in [0u16, 1, 7, u16::MAX] {
-            assert_eq!(parse_hello(&hello(w)), Some(w));
+            assert_eq!(parse_hello(&hello(w, None)), Some((w, &[][..])));
         }
         assert_eq!(parse_hello(b"KV1\x01"), None);
         assert_eq!(parse_hello(b"KV2\x01\x00"), None);
-        assert_eq!(parse_hello(b"KV1\x01\x00\x00"), None);
+        assert_eq!(parse_hello(&[b'K', b'V', b'1', 1, 0].repeat(60)), None);
+    }
+
+    #[test]
+    fn a_hello_carries_its_token() {
+        let t = AuthToken::new(b"s3cret").unwrap();
+        let h = hello(3, Some(&t));
+        assert_eq!(h.len(), 5 + 6);
+        assert_eq!(parse_hello(&h), Some((3, &b"s3cret"[..])));
+        let longest = AuthToken::new([b'x'; MAX_TOKEN]).unwrap();
+        let h = hello(0, Some(&longest));
+        assert!(h.len() <= 256, "fits copyrpc's private data");
+        assert_eq!(parse_hello(&h).map(|(_, t)| t.len()), Some(MAX_TOKEN));
     }
 }

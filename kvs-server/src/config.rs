@@ -2,6 +2,10 @@
 //!
 //! ```toml
 //! listen = "0.0.0.0:7000"   # TCP address for connection setup
+//! auth_token_file = "/etc/kvs/token"  # the token clients must present (mode 600)
+//! allow_unauthenticated = false  # true: serve a non-loopback address without a token
+//! setup_timeout_ms = 5000   # a client's time to send its setup record
+//! max_pending_setups = 1024 # setup records read at once; one more drops the oldest
 //! device = "auto"           # mlx5_0, sim1, … or auto (a NIC, else sim1)
 //! fabric = "kvs"            # software device fabric (default $MLX5_SIM_FABRIC)
 //! workers = 2               # worker threads, one copyrpc context each
@@ -12,9 +16,14 @@
 //! max_endpoints = 1024      # per worker
 //! stats_interval_s = 10     # 0: no stats lines
 //! ```
+//!
+//! Without `auth_token_file` anyone who can reach the setup port can read and
+//! write everything, so the server then listens only on a loopback address,
+//! unless `allow_unauthenticated = true` says that is intended (the role
+//! Redis's protected mode plays).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -41,6 +50,18 @@ pub struct Config {
     pub max_endpoints: u32,
     /// Seconds between stats lines (0: none).
     pub stats_interval_s: u64,
+    /// File holding the token every client must present (private to its
+    /// owner: mode 600). None: no authentication.
+    pub auth_token_file: Option<PathBuf>,
+    /// Serve a non-loopback address without a token: anyone who can reach
+    /// it can read and write everything.
+    pub allow_unauthenticated: bool,
+    /// Milliseconds a client has, from its TCP connection, to send its whole
+    /// setup record.
+    pub setup_timeout_ms: u64,
+    /// Most connections whose setup record is still being read; one more
+    /// drops the oldest.
+    pub max_pending_setups: usize,
 }
 
 impl Default for Config {
@@ -56,6 +77,10 @@ impl Default for Config {
             ring_size: 1 << 20,
             max_endpoints: 1024,
             stats_interval_s: 10,
+            auth_token_file: None,
+            allow_unauthenticated: false,
+            setup_timeout_ms: 5000,
+            max_pending_setups: 1024,
         }
     }
 }
@@ -82,18 +107,38 @@ pub enum ConfigError {
 impl Config {
     /// Parses TOML text and checks the values.
     pub fn from_toml(s: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(s)?;
+        let c = Self::parse_toml(s)?;
         c.validate()?;
         Ok(c)
     }
 
-    /// Reads and parses a TOML file.
+    /// Parses TOML text without checking the values (for settings that
+    /// command-line flags complete; [`Server::start`](crate::Server::start)
+    /// checks them).
+    pub fn parse_toml(s: &str) -> Result<Config, ConfigError> {
+        Ok(toml::from_str(s)?)
+    }
+
+    /// Reads, parses and checks a TOML file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let c = Self::read(path)?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Reads and parses a TOML file without checking the values (see
+    /// [`parse_toml`](Self::parse_toml)).
+    pub fn read(path: &Path) -> Result<Config, ConfigError> {
         let s = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
             path: path.display().to_string(),
             source,
         })?;
-        Self::from_toml(&s)
+        Self::parse_toml(&s)
+    }
+
+    /// Whether clients reach this server only from this host.
+    pub fn loopback_only(&self) -> bool {
+        self.listen.ip().to_canonical().is_loopback()
     }
 
     /// Checks that the settings can work together.
@@ -132,6 +177,21 @@ impl Config {
         if self.max_endpoints == 0 {
             return bad("max_endpoints must be at least 1".into());
         }
+        if self.setup_timeout_ms == 0 || self.setup_timeout_ms > 600_000 {
+            return bad("setup_timeout_ms must be in 1..=600000".into());
+        }
+        if self.max_pending_setups == 0 {
+            return bad("max_pending_setups must be at least 1".into());
+        }
+        if self.auth_token_file.is_none() && !self.allow_unauthenticated && !self.loopback_only() {
+            return bad(format!(
+                "listen = {} without auth_token_file would let anyone who can reach it read \
+                 and write everything: set auth_token_file (--auth-token-file), listen on a \
+                 loopback address, or set allow_unauthenticated = true \
+                 (--allow-unauthenticated)",
+                self.listen
+            ));
+        }
         Ok(())
     }
 }
@@ -143,7 +203,7 @@ mod tests {
     #[test]
     fn defaults_partial_files_and_errors() {
         assert_eq!(Config::from_toml("").unwrap(), Config::default());
-        let c = Config::from_toml("workers = 4\nlisten = \"0.0.0.0:9000\"\n").unwrap();
+        let c = Config::from_toml("workers = 4\nlisten = \"127.0.0.1:9000\"\n").unwrap();
         assert_eq!((c.workers, c.listen.port(), c.slots), (4, 9000, 1024));
         let e = Config::from_toml("wrokers = 4").unwrap_err().to_string();
         assert!(e.contains("wrokers"), "{e}");
@@ -154,5 +214,36 @@ mod tests {
             .to_string();
         assert!(e.contains("ring_size / 8"), "{e}");
         assert!(Config::from_toml("ring_size = 3000").is_err());
+        assert!(Config::from_toml("max_pending_setups = 0").is_err());
+        assert!(Config::from_toml("setup_timeout_ms = 0").is_err());
+    }
+
+    #[test]
+    fn a_non_loopback_address_needs_a_token_or_an_explicit_opt_out() {
+        for open in ["0.0.0.0:7000", "10.1.2.3:7000", "[::]:7000"] {
+            let text = format!("listen = \"{open}\"\n");
+            let e = Config::from_toml(&text).unwrap_err().to_string();
+            assert!(
+                e.contains("auth_token_file") && e.contains("allow_unauthenticated"),
+                "{e}"
+            );
+            let c = Config::from_toml(&format!("{text}auth_token_file = \"/etc/kvs/token\"\n"));
+            assert!(c.is_ok(), "{open}");
+            let c = Config::from_toml(&format!("{text}allow_unauthenticated = true\n"));
+            assert!(c.is_ok(), "{open}");
+        }
+        for local in [
+            "127.0.0.1:7000",
+            "127.5.5.5:7000",
+            "[::1]:7000",
+            "[::ffff:127.0.0.1]:7000",
+        ] {
+            assert!(
+                Config::from_toml(&format!("listen = \"{local}\"\n")).is_ok(),
+                "{local}"
+            );
+        }
+        // Unchecked parsing leaves it to the flags and Server::start.
+        assert!(Config::parse_toml("listen = \"0.0.0.0:7000\"").is_ok());
     }
 }

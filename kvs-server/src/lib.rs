@@ -2,6 +2,8 @@
 //! one copyrpc context and the shards (hash slots) the shard map gives them;
 //! a request for a shard another worker owns is answered with a redirect
 //! carrying the map. GET, PUT, DELETE, SCAN (ordered) and UPDATE_RANGE.
+//! Connection setup reads every client's setup record at once under a
+//! deadline, and checks the auth token the server's configuration names.
 //!
 //! ```no_run
 //! let server = kvs_server::Server::start(kvs_server::Config::default()).unwrap();
@@ -12,7 +14,9 @@
 pub mod config;
 pub mod handle;
 mod server;
+mod setup;
 pub mod store;
 
 pub use config::Config;
 pub use server::{Server, StartError, WorkerStats};
+pub use setup::SetupStats;

@@ -5,18 +5,21 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use copyrpc::conn::{ConnError, Connection, Listener, PendingConnection};
+use copyrpc::conn::{
+    Acceptor, AcceptorOptions, ConnError, Connection, Listener, PendingConnection,
+};
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::ContextBuilder;
-use kvs_proto::{parse_hello, ShardMap};
+use kvs_proto::{AuthToken, ShardMap, TokenError};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
 use crate::handle::Handler;
+use crate::setup::{accept, SetupStats};
 
 /// Counters a worker publishes for stats lines (updated every few thousand
 /// loop turns, not per request).
@@ -44,6 +47,9 @@ pub enum StartError {
         /// Why.
         source: ConnError,
     },
+    /// The auth token file.
+    #[error(transparent)]
+    Auth(#[from] TokenError),
     /// A worker could not open the device or build its context.
     #[error("worker {worker}: {why}")]
     Worker {
@@ -60,6 +66,7 @@ pub struct Server {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     stats: Vec<Arc<WorkerStats>>,
+    setup: Arc<Mutex<SetupStats>>,
     workers: Vec<JoinHandle<()>>,
     acceptor: Option<JoinHandle<()>>,
 }
@@ -73,14 +80,27 @@ impl Server {
     /// context and the socket listens.
     pub fn start(cfg: Config) -> Result<Server, StartError> {
         cfg.validate()?;
+        let auth = match &cfg.auth_token_file {
+            Some(p) => Some(AuthToken::from_file(p)?),
+            None => None,
+        };
         let listener = Listener::bind(cfg.listen).map_err(|source| StartError::Listen {
             addr: cfg.listen,
             source,
         })?;
-        let addr = listener.local_addr().map_err(|e| StartError::Listen {
+        let listen_error = |e: std::io::Error| StartError::Listen {
             addr: cfg.listen,
             source: e.into(),
-        })?;
+        };
+        let addr = listener.local_addr().map_err(listen_error)?;
+        let acceptor = Acceptor::new(
+            listener,
+            AcceptorOptions {
+                deadline: Duration::from_millis(cfg.setup_timeout_ms),
+                max_pending: cfg.max_pending_setups,
+            },
+        )
+        .map_err(listen_error)?;
         let map = ShardMap::round_robin(cfg.slots, cfg.workers)
             .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -128,14 +148,17 @@ impl Server {
             }
         }
         let s2 = stop.clone();
+        let setup = Arc::new(Mutex::new(SetupStats::default()));
+        let setup2 = setup.clone();
         let acceptor = std::thread::Builder::new()
             .name("kvs-acceptor".into())
-            .spawn(move || accept(listener, txs, s2))
+            .spawn(move || accept(acceptor, txs, auth, s2, setup2))
             .expect("spawn the acceptor");
         Ok(Server {
             addr,
             stop,
             stats,
+            setup,
             workers,
             acceptor: Some(acceptor),
         })
@@ -149,6 +172,12 @@ impl Server {
     /// Per-worker counters.
     pub fn stats(&self) -> &[Arc<WorkerStats>] {
         &self.stats
+    }
+
+    /// What connection setup has done so far (updated by the acceptor
+    /// thread at least every 50 ms).
+    pub fn setup_stats(&self) -> SetupStats {
+        self.setup.lock().map(|s| *s).unwrap_or_default()
     }
 
     /// A flag that stops the server when set (for a signal handler).
@@ -188,30 +217,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         self.join_all();
-    }
-}
-
-/// Accepts connections and hands each to the worker its hello names.
-fn accept(listener: Listener, workers: Vec<Sender<PendingConnection>>, stop: Arc<AtomicBool>) {
-    if listener.set_nonblocking(true).is_err() {
-        return;
-    }
-    while !stop.load(Ordering::Acquire) {
-        match listener.accept_pending() {
-            Ok(p) => {
-                // A connection that is not a kvs client, or names no worker
-                // of ours, is refused by dropping it.
-                if let Some(w) = parse_hello(p.private_data()) {
-                    if let Some(tx) = workers.get(w as usize) {
-                        let _ = tx.send(p);
-                    }
-                }
-            }
-            Err(ConnError::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(_) => {}
-        }
     }
 }
 
@@ -312,7 +317,7 @@ impl OnTransport for Worker {
                         Ok(c) => conns.push(c),
                         Err(e) => eprintln!("kvs-server: worker {w}: a client's setup failed: {e}"),
                     },
-                    Ok(_) => {}
+                    Ok(p) => p.refuse("the server is shutting down"),
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
             }

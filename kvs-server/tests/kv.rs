@@ -35,6 +35,7 @@ fn client(server: &Server, fabric: &str) -> Client<u64> {
             ring_size: 1 << 16,
             value_allowance: 2048,
             scan_allowance: 8192,
+            ..ClientOptions::default()
         },
     )
     .unwrap()

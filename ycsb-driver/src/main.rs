@@ -8,6 +8,12 @@
 //! Java YCSB's options are accepted as Java spells them (`-P`, `-p`,
 //! `-threads`, `-target`, `-s`). With no server given, a kvs-server runs in
 //! this process on the software device, and `run` loads the records first.
+//! A server that requires an auth token gets it from `-p
+//! kvs.auth_token_file=FILE`, or else from `KVS_AUTH_TOKEN`.
+//!
+//! A lost connection to the server (it died, or closed the connection) stops
+//! the phase: the report covers the operations that completed, an error line
+//! on stderr names the server, and the driver exits with status 1.
 //!
 //! Built with the `mpi` feature and started by `mpirun`, every rank drives its
 //! share (the records of `load` split by `insertstart`/`insertcount`, the
@@ -58,7 +64,10 @@ struct Args {
     /// Status lines on stderr every `status.interval` seconds (default 10).
     #[arg(short = 's')]
     status: bool,
-    /// A running kvs-server (property `kvs.server`); none: embedded.
+    /// A running kvs-server (property `kvs.server`); none: embedded. One
+    /// that requires an auth token: `-p kvs.auth_token_file=FILE` (a file
+    /// readable by its owner only) or the environment variable
+    /// KVS_AUTH_TOKEN. A lost connection stops the run with exit status 1.
     #[arg(long)]
     server: Option<String>,
     /// Operations each thread keeps in flight (property `kvs.depth`, default 1:
@@ -178,6 +187,10 @@ fn main() {
             server: s.to_owned(),
             device: props.get_str("kvs.device", "auto").to_owned(),
             fabric: props.get("kvs.fabric").map(str::to_owned),
+            auth_token: kvs_client::auth_token(
+                props.get("kvs.auth_token_file").map(std::path::Path::new),
+            )
+            .unwrap_or_else(|e| die(&e)),
         },
         None if ranks.rank != 0 => {
             // Rank 0 embeds the server; the others learn where it is.
@@ -186,6 +199,7 @@ fn main() {
                 server,
                 device: "sim0".into(),
                 fabric: Some(fabric),
+                auth_token: None,
             }
         }
         None => {
@@ -209,6 +223,7 @@ fn main() {
                 server: s.addr().to_string(),
                 device: "sim0".into(),
                 fabric: Some(fabric.clone()),
+                auth_token: None,
             };
             if ranks.size > 1 {
                 ranks.broadcast_server(Some((s.addr().to_string(), fabric.clone())));
@@ -233,6 +248,9 @@ fn main() {
         );
         let p = Arc::new(Progress::default());
         let r = run_phase(&lw, Phase::Load, &target, &opts, &p).unwrap_or_else(|e| die(&e));
+        if let Some(lost) = &r.lost {
+            die(&format!("loading the embedded server: {lost}"));
+        }
         eprintln!(
             "ycsb-driver: loaded {} records in {} ms",
             r.operations,
@@ -257,10 +275,26 @@ fn main() {
     if let Some(s) = status {
         let _ = s.join();
     }
+    // A lost connection stopped the phase: the report covers what completed,
+    // and the driver fails.
+    let lost = r.lost.clone().map(|l| {
+        let server = match &target {
+            Target::Kvs { server, .. } => server.as_str(),
+            Target::Redis { url } => url.as_str(),
+        };
+        format!(
+            "stopped: lost the connection to the server at {server} ({l}); \
+             the report covers the {} of {todo} operations that completed",
+            r.operations
+        )
+    });
     // Every rank's measurements, merged at rank 0 (which alone reports);
     // the run time is the slowest rank's.
     let Some((r, ms)) = ranks.gather(r) else {
         ranks.barrier();
+        if let Some(why) = lost {
+            die(&why);
+        }
         return;
     };
     let mut out = std::io::stdout().lock();
@@ -283,6 +317,9 @@ fn main() {
     if let Some((s, fabric)) = embedded {
         s.shutdown();
         mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+    }
+    if let Some(why) = lost {
+        die(&why);
     }
 }
 

@@ -50,6 +50,7 @@ pub(crate) fn drive(job: Job<'_>, url: &str) -> Result<(Measurements, u64), RunE
         threads,
         count,
         progress,
+        ..
     } = job;
     let fail = |why: String| RunError::Connect { thread, why };
     let client = redis::Client::open(url).map_err(|e| fail(e.to_string()))?;

@@ -1,13 +1,18 @@
 //! Driver threads: each owns a kvs client (one copyrpc context, one endpoint
 //! per server worker) and keeps up to `depth` operations in flight, drawing
 //! them from the workload and timing each from submit to completion.
+//!
+//! A lost connection to the server ends the phase: the thread that sees it
+//! stops issuing, the others stop too, each waits (at most [`DRAIN_LIMIT`])
+//! for the operations it has in flight, and the phase reports what completed
+//! together with the loss ([`PhaseResult::lost`]).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
-use kvs_client::{Client, ClientOptions, Reply, SubmitError};
+use kvs_client::{AuthToken, Client, ClientOptions, KvError, Reply, SubmitError};
 use mlx5::device::Context as Device;
 
 use crate::measure::{Measurements, OpKind, Status};
@@ -25,6 +30,8 @@ pub enum Target {
         device: String,
         /// The software device's fabric.
         fabric: Option<String>,
+        /// The token to present, for a server that requires one.
+        auth_token: Option<AuthToken>,
     },
     /// A Redis server (`redis://host:port`), with Java YCSB's data model.
     Redis {
@@ -78,7 +85,29 @@ pub struct PhaseResult {
     pub operations: u64,
     /// Wall time of the phase.
     pub runtime: Duration,
+    /// The lost connection that ended the phase early, if one did (the
+    /// measurements cover what completed before).
+    pub lost: Option<ConnectionLost>,
 }
+
+/// A driver thread's connection to the server was lost (the server died, or
+/// closed or broke the connection).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("driver thread {thread} lost its connection to the server: {why}")]
+pub struct ConnectionLost {
+    /// Which thread saw it first.
+    pub thread: usize,
+    /// The error its request met.
+    pub why: KvError,
+}
+
+/// How long threads stopping after a lost connection wait for their
+/// operations in flight before they give up on them.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// What one driver thread did: its measurements, the operations it
+/// completed, and the lost connection that stopped it, if one did.
+pub(crate) type ThreadResult = (Measurements, u64, Option<KvError>);
 
 /// Why a phase could not run.
 #[derive(Debug, thiserror::Error)]
@@ -107,11 +136,19 @@ pub fn run_phase(
         Phase::Run => wl.operation_count(),
     };
     let start = Instant::now();
+    // Set by a thread that lost its connection or could not connect: the
+    // others stop too.
+    let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..threads)
         .map(|t| {
             let n = crate::workload::ops_for_thread(total, t, threads);
-            let (wl, target, opts, progress) =
-                (wl.clone(), target.clone(), opts.clone(), progress.clone());
+            let (wl, target, opts, progress, stop) = (
+                wl.clone(),
+                target.clone(),
+                opts.clone(),
+                progress.clone(),
+                stop.clone(),
+            );
             std::thread::Builder::new()
                 .name(format!("ycsb-{t}"))
                 .spawn(move || {
@@ -123,8 +160,13 @@ pub fn run_phase(
                         threads,
                         count: n,
                         progress: &progress,
+                        stop: &stop,
                     };
-                    drive(job, &target)
+                    let r = drive(job, &target);
+                    if !matches!(r, Ok((_, _, None))) {
+                        stop.store(true, Ordering::Release);
+                    }
+                    r
                 })
                 .expect("spawn a driver thread")
         })
@@ -132,11 +174,15 @@ pub fn run_phase(
     let mut merged = Measurements::new();
     let mut ops = 0;
     let mut err = None;
-    for h in handles {
+    let mut lost = None;
+    for (t, h) in handles.into_iter().enumerate() {
         match h.join().expect("a driver thread panicked") {
-            Ok((m, n)) => {
+            Ok((m, n, l)) => {
                 merged.merge(&m);
                 ops += n;
+                if lost.is_none() {
+                    lost = l.map(|why| ConnectionLost { thread: t, why });
+                }
             }
             Err(e) => err = Some(e),
         }
@@ -149,6 +195,7 @@ pub fn run_phase(
         measurements: merged,
         operations: ops,
         runtime: start.elapsed(),
+        lost,
     })
 }
 
@@ -198,19 +245,25 @@ pub(crate) struct Job<'a> {
     /// Operations (or records) to do.
     pub count: u64,
     pub progress: &'a Progress,
+    /// Set when some thread lost its connection: stop issuing.
+    pub stop: &'a AtomicBool,
 }
 
-/// One driver thread; returns its measurements and completed operations.
-fn drive(job: Job<'_>, target: &Target) -> Result<(Measurements, u64), RunError> {
+/// One driver thread; returns its measurements, completed operations and
+/// lost connection.
+fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
     let Job { wl, thread, .. } = job;
     let fail = |why: String| RunError::Connect { thread, why };
-    let (server, device, fabric) = match target {
+    let (server, device, fabric, auth_token) = match target {
         Target::Kvs {
             server,
             device,
             fabric,
-        } => (server, device, fabric),
-        Target::Redis { url } => return crate::redis_db::drive(job, url),
+            auth_token,
+        } => (server, device, fabric, auth_token),
+        Target::Redis { url } => {
+            return crate::redis_db::drive(job, url).map(|(m, n)| (m, n, None))
+        }
     };
     let spec = DeviceSpec {
         name: device,
@@ -226,6 +279,7 @@ fn drive(job: Job<'_>, target: &Target) -> Result<(Measurements, u64), RunError>
         ring_size: ring,
         value_allowance: record + 64,
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
+        auth_token: auth_token.clone(),
     };
     run_on_device(dev, KvsJob { job, server, copts })
 }
@@ -238,7 +292,7 @@ struct KvsJob<'a> {
 }
 
 impl OnTransport for KvsJob<'_> {
-    type Output = Result<(Measurements, u64), RunError>;
+    type Output = Result<ThreadResult, RunError>;
     fn run<X: Transport>(self, dev: Device) -> Self::Output {
         let thread = self.job.thread;
         let client: Client<u32, X> =
@@ -254,7 +308,7 @@ impl OnTransport for KvsJob<'_> {
 fn drive_on<X: Transport>(
     mut client: Client<u32, X>,
     job: Job<'_>,
-) -> Result<(Measurements, u64), RunError> {
+) -> Result<ThreadResult, RunError> {
     let Job {
         wl,
         phase,
@@ -263,6 +317,7 @@ fn drive_on<X: Transport>(
         threads,
         count,
         progress,
+        stop,
     } = job;
     let nf = wl.field_count();
     let fl = wl.field_length();
@@ -293,9 +348,23 @@ fn drive_on<X: Transport>(
     let t0 = Instant::now();
     let mut last_handover = Instant::now();
     let verify = opts.verify;
+    // The connection this thread lost, and since when it (or another
+    // thread's loss) stopped it.
+    let mut lost: Option<KvError> = None;
+    let mut stopping: Option<Instant> = None;
     while completed < count {
+        if stopping.is_none() && (lost.is_some() || stop.load(Ordering::Relaxed)) {
+            stop.store(true, Ordering::Relaxed);
+            stopping = Some(Instant::now());
+        }
+        if let Some(t) = stopping {
+            // Only the operations in flight still complete (or fail).
+            if client.in_flight() == 0 || t.elapsed() >= DRAIN_LIMIT {
+                break;
+            }
+        }
         // Second halves of read-modify-writes first (their reads are done).
-        while let Some(&i) = rmw_next.last() {
+        while let Some(&i) = rmw_next.last().filter(|_| stopping.is_none()) {
             let s = &slots[i as usize];
             let key = s.key.as_bytes();
             fill_field(verify, &mut rng, key, s.field, &mut value[..fl]);
@@ -304,7 +373,10 @@ fn drive_on<X: Transport>(
                     rmw_next.pop();
                 }
                 Err(SubmitError::Busy(_)) => break,
-                Err(_) => {
+                Err(e) => {
+                    if let SubmitError::Closed(_, why) = e {
+                        lost.get_or_insert(KvError::Failed(why));
+                    }
                     rmw_next.pop();
                     let s = &mut slots[i as usize];
                     m.record(OpKind::Update, Status::Error, 0);
@@ -316,7 +388,11 @@ fn drive_on<X: Transport>(
             }
         }
         // Issue while there is room (and the target rate allows).
-        while issued < count && (held.is_some() || !free.is_empty()) {
+        while stopping.is_none()
+            && lost.is_none()
+            && issued < count
+            && (held.is_some() || !free.is_empty())
+        {
             if let Some(rate) = per_thread_rate {
                 let due = t0 + Duration::from_secs_f64(issued as f64 / rate);
                 if Instant::now() < due {
@@ -378,7 +454,10 @@ fn drive_on<X: Transport>(
                     held = Some(i);
                     break;
                 }
-                Err(_) => {
+                Err(e) => {
+                    if let SubmitError::Closed(_, why) = e {
+                        lost.get_or_insert(KvError::Failed(why));
+                    }
                     // Never sent: an error of its kind.
                     let s = &mut slots[i as usize];
                     if let Wait::Insert(k) = s.wait {
@@ -403,6 +482,10 @@ fn drive_on<X: Transport>(
                     Status::UnexpectedState
                 }
                 Ok(_) => Status::Ok,
+                Err(KvError::Failed(why)) => {
+                    lost.get_or_insert(KvError::Failed(why.clone()));
+                    Status::Error
+                }
                 Err(_) => Status::Error,
             };
             match s.wait {
@@ -447,7 +530,13 @@ fn drive_on<X: Transport>(
             }
         }
     }
-    Ok((m, completed))
+    progress
+        .done
+        .fetch_add(completed - reported, Ordering::Relaxed);
+    if let Ok(mut g) = progress.interval.lock() {
+        m.drain_interval_into(&mut g);
+    }
+    Ok((m, completed, lost))
 }
 
 /// Bytes of field `f` of `key`'s record: a function of key and field when

@@ -50,6 +50,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
         server: s.addr().to_string(),
         device: "sim0".into(),
         fabric: Some(fabric.clone()),
+        auth_token: None,
     };
     for w in WORKLOADS {
         let mut p = Properties::parse(&workload(w));

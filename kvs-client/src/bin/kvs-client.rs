@@ -5,11 +5,14 @@
 //! kvs-client --server 127.0.0.1:7000 get user1
 //! kvs-client --server 127.0.0.1:7000 scan user 10
 //! kvs-client --server 127.0.0.1:7000 del user1
+//! kvs-client --server 10.0.0.5:7000 --auth-token-file ~/.kvs-token get user1
 //! ```
+
+use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
-use kvs_client::{Client, ClientOptions, KvError, OwnedReply};
+use kvs_client::{auth_token, Client, ClientOptions, KvError, OwnedReply};
 use mlx5::device::Context as Device;
 
 #[derive(Parser, Debug)]
@@ -24,6 +27,11 @@ struct Args {
     /// Software device fabric.
     #[arg(long)]
     fabric: Option<String>,
+    /// File holding the server's auth token (readable by its owner only).
+    /// Without it, the token is taken from the environment variable
+    /// KVS_AUTH_TOKEN if that is set.
+    #[arg(long, value_name = "FILE")]
+    auth_token_file: Option<PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -42,6 +50,7 @@ enum Cmd {
 
 fn main() {
     let a = Args::parse();
+    let token = auth_token(a.auth_token_file.as_deref()).unwrap_or_else(|e| die(&e));
     let spec = DeviceSpec {
         name: &a.device,
         fabric: a.fabric.as_deref(),
@@ -50,6 +59,7 @@ fn main() {
     let dev = spec.open().unwrap_or_else(|e| die(&e));
     let opts = ClientOptions {
         value_allowance: 64 << 10,
+        auth_token: token,
         ..ClientOptions::default()
     };
     let r = run_on_device(dev, Request { args: &a, opts });

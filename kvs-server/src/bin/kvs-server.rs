@@ -2,8 +2,11 @@
 //!
 //! ```text
 //! kvs-server --config kvs.toml
-//! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0
+//! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0 --auth-token-file /etc/kvs/token
 //! ```
+//! Without a token the server listens only on a loopback address, unless
+//! `--allow-unauthenticated` (or `allow_unauthenticated = true`) says that
+//! anyone who can reach it may read and write everything.
 //! Ctrl-C stops it cleanly: requests already received are answered, later
 //! ones are refused with "shutting down", then every connection closes.
 
@@ -38,12 +41,21 @@ struct Args {
     /// Seconds between stats lines (0: none).
     #[arg(long)]
     stats_interval: Option<u64>,
+    /// File holding the token every client must present (mode 600: readable
+    /// by its owner only). Config key `auth_token_file`.
+    #[arg(long, value_name = "FILE")]
+    auth_token_file: Option<PathBuf>,
+    /// Serve a non-loopback address without a token: anyone who can reach it
+    /// can read and write everything. Config key `allow_unauthenticated`.
+    #[arg(long)]
+    allow_unauthenticated: bool,
 }
 
 fn main() {
     let a = Args::parse();
     let mut cfg = match &a.config {
-        Some(p) => Config::load(p).unwrap_or_else(|e| die(&e.to_string())),
+        // Checked once the flags are in (Server::start).
+        Some(p) => Config::read(p).unwrap_or_else(|e| die(&e.to_string())),
         None => Config::default(),
     };
     if let Some(v) = a.listen {
@@ -61,9 +73,22 @@ fn main() {
     if let Some(v) = a.stats_interval {
         cfg.stats_interval_s = v;
     }
+    if a.auth_token_file.is_some() {
+        cfg.auth_token_file = a.auth_token_file;
+    }
+    if a.allow_unauthenticated {
+        cfg.allow_unauthenticated = true;
+    }
+    let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
     let interval = cfg.stats_interval_s;
     let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
     println!("kvs-server: listening on {}", server.addr());
+    if open {
+        eprintln!(
+            "kvs-server: WARNING: no auth token (allow_unauthenticated): anyone who can reach {} can read and write everything",
+            server.addr()
+        );
+    }
     let stop = server.stop_flag();
     let s2 = stop.clone();
     if let Err(e) = ctrlc::set_handler(move || s2.store(true, Ordering::Release)) {

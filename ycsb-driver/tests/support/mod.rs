@@ -1,4 +1,5 @@
 //! Reading the driver's text report in tests.
+#![allow(dead_code)]
 
 /// The number on the report line `[OP], METRIC, n` (0 when there is none).
 pub fn report_value(report: &str, op: &str, metric: &str) -> u64 {

@@ -1,0 +1,173 @@
+//! The kvs-server binary as a child process, and clients of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kvs_client::{Client, ClientOptions, ConnectError};
+
+/// A kvs-server process: its address and everything it printed so far.
+pub struct ServerProcess {
+    pub child: Child,
+    pub addr: SocketAddr,
+    out: Arc<Mutex<String>>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl ServerProcess {
+    /// Starts `kvs-server` with `args` (which must listen on a port of its
+    /// own) and waits (at most 60 s) for its "listening on" line.
+    pub fn start(args: &[&str]) -> ServerProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvs-server"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kvs-server");
+        let out = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+        let stdout = child.stdout.take().expect("piped");
+        let o = out.clone();
+        let r1 = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(a) = line.strip_prefix("kvs-server: listening on ") {
+                    let _ = tx.send(a.trim().parse().expect("an address"));
+                }
+                let mut g = o.lock().unwrap();
+                g.push_str(&line);
+                g.push('\n');
+            }
+        });
+        let mut stderr = child.stderr.take().expect("piped");
+        let o = out.clone();
+        let r2 = std::thread::spawn(move || {
+            let mut b = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut b) {
+                if n == 0 {
+                    break;
+                }
+                o.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&b[..n]));
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("kvs-server did not start: {}", out.lock().unwrap());
+            }
+        };
+        ServerProcess {
+            child,
+            addr,
+            out,
+            readers: vec![r1, r2],
+        }
+    }
+
+    /// Kills it with SIGKILL and waits until it is gone.
+    pub fn kill9(&mut self) {
+        // SAFETY: kill(2) with a pid this process spawned and has not reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    /// What it has printed so far.
+    pub fn printed(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    /// Stops it (SIGKILL) and returns everything it printed.
+    pub fn output(mut self) -> String {
+        self.kill9();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let o = self.out.lock().unwrap().clone();
+        o
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the kvs-server binary with `args` and expects it to exit by itself
+/// within 60 s; returns its status and everything it printed.
+pub fn run_server(args: &[&str]) -> (ExitStatus, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvs-server"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kvs-server");
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("kvs-server {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    (status, out)
+}
+
+/// A client of the server at `addr` on software device `sim0` of `fabric`.
+pub fn connect(
+    addr: SocketAddr,
+    fabric: &str,
+    opts: ClientOptions,
+) -> Result<Client<u64>, ConnectError> {
+    let dev = copyrpc::transport::DeviceSpec {
+        name: "sim0",
+        fabric: Some(fabric),
+        software: "sim0",
+    }
+    .open()
+    .unwrap();
+    Client::connect(addr, &dev, opts)
+}
+
+/// A fresh directory for this test's files.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("kvs-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `text` to `path` with permission bits `mode`.
+pub fn write_file(path: &Path, text: &str, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
