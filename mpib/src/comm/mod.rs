@@ -12,7 +12,7 @@ mod send;
 mod setup;
 
 use mlx5::device::Context;
-use mlx5::wr::Wc;
+use mlx5::wr::{CqId, Wc};
 
 use crate::buffer::{Buffer, Span};
 use crate::cts::MAX_BUFFERS;
@@ -219,6 +219,40 @@ impl Comm {
             None => Ok(()),
             Some(_) => Err(self.closed_err()),
         }
+    }
+
+    /// Polls the CQ `cq` picks on every rail, in batches, and hands each
+    /// completion to `on` until the communicator closes. A failed poll closes
+    /// it.
+    fn drain(&mut self, cq: fn(&Rail) -> CqId, mut on: impl FnMut(&mut Comm, usize, &Wc)) {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        for r in 0..self.rails.len() {
+            loop {
+                wcs.clear();
+                let rail = &mut self.rails[r];
+                let n = match rail.dom.poll_cq(cq(rail), POLL_BATCH, &mut wcs) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        self.shut(CloseReason::Post {
+                            rail: r,
+                            why: e.to_string(),
+                        });
+                        break;
+                    }
+                };
+                for wc in &wcs {
+                    if self.closed.is_some() {
+                        break;
+                    }
+                    on(self, r, wc);
+                }
+                if n < POLL_BATCH || self.closed.is_some() {
+                    break;
+                }
+            }
+        }
+        wcs.clear();
+        self.wcs = wcs;
     }
 
     /// Polls every rail's completions, refills the SRQs and reads the

@@ -5,7 +5,7 @@
 use mlx5::sq::Sge;
 use mlx5::wr::{PostError, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 
-use super::{check_spans, Comm, CTS_WR, POLL_BATCH};
+use super::{check_spans, Comm, CTS_WR};
 use crate::buffer::Span;
 use crate::cts::{CtsBuffer, CtsEntry, ENTRY_LEN, MAX_BUFFERS};
 use crate::error::{CloseReason, Error, ProtocolError};
@@ -152,34 +152,7 @@ impl Comm {
     }
 
     pub(super) fn poll_recvs(&mut self) {
-        let mut wcs = std::mem::take(&mut self.wcs);
-        for r in 0..self.rails.len() {
-            loop {
-                wcs.clear();
-                let rail = &mut self.rails[r];
-                let n = match rail.dom.poll_cq(rail.rcq, POLL_BATCH, &mut wcs) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        self.shut(CloseReason::Post {
-                            rail: r,
-                            why: e.to_string(),
-                        });
-                        break;
-                    }
-                };
-                for wc in &wcs {
-                    if self.closed.is_some() {
-                        break;
-                    }
-                    self.on_recv_completion(r, wc);
-                }
-                if n < POLL_BATCH || self.closed.is_some() {
-                    break;
-                }
-            }
-        }
-        wcs.clear();
-        self.wcs = wcs;
+        self.drain(|rail| rail.rcq, Comm::on_recv_completion);
     }
 
     fn on_recv_completion(&mut self, r: usize, wc: &Wc) {

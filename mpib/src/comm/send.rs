@@ -8,7 +8,7 @@ use std::time::Instant;
 use mlx5::sq::Sge;
 use mlx5::wr::{PostError, SendOp, SendWr, Wc, WcStatus};
 
-use super::{check_spans, Comm, CTS_WR, POLL_BATCH};
+use super::{check_spans, Comm, CTS_WR};
 use crate::buffer::Span;
 use crate::cts::{CtsBuffer, CtsEntry, ENTRY_LEN, MAX_BUFFERS};
 use crate::error::{CloseReason, CtsError, Error, ProtocolError};
@@ -293,32 +293,10 @@ impl Comm {
     }
 
     pub(super) fn poll_sends(&mut self) {
-        let mut wcs = std::mem::take(&mut self.wcs);
-        for r in 0..self.rails.len() {
-            loop {
-                wcs.clear();
-                let rail = &mut self.rails[r];
-                let n = match rail.dom.poll_cq(rail.scq, POLL_BATCH, &mut wcs) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        self.shut(CloseReason::Post {
-                            rail: r,
-                            why: e.to_string(),
-                        });
-                        break;
-                    }
-                };
-                let now = Instant::now();
-                for wc in &wcs {
-                    self.on_send_completion(r, wc, now);
-                }
-                if n < POLL_BATCH || self.closed.is_some() {
-                    break;
-                }
-            }
-        }
-        wcs.clear();
-        self.wcs = wcs;
+        self.drain(
+            |rail| rail.scq,
+            |c, r, wc| c.on_send_completion(r, wc, Instant::now()),
+        );
     }
 
     fn on_send_completion(&mut self, r: usize, wc: &Wc, now: Instant) {
