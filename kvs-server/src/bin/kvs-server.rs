@@ -82,13 +82,15 @@ fn main() {
     let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
     let interval = cfg.stats_interval_s;
     let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
-    println!("kvs-server: listening on {}", server.addr());
+    // The warning comes before the line that says the server is up, so
+    // whoever waits for that line has seen it.
     if open {
         eprintln!(
             "kvs-server: WARNING: no auth token (allow_unauthenticated): anyone who can reach {} can read and write everything",
             server.addr()
         );
     }
+    println!("kvs-server: listening on {}", server.addr());
     let stop = server.stop_flag();
     let s2 = stop.clone();
     if let Err(e) = ctrlc::set_handler(move || s2.store(true, Ordering::Release)) {
