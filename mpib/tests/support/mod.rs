@@ -2,6 +2,8 @@
 //! helpers to move verified bytes between them.
 #![allow(dead_code)]
 
+pub mod transfers;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use mlx5::device::{Context, ExecMode};
