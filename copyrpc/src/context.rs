@@ -2,16 +2,21 @@
 //! endpoints, and `poll()`, which runs the protocol.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use mlx5::device::{
-    access, Context as Device, Cq, CqAttr, Pd, QpCaps, RtrAttr, RtsAttr, SrqHandle,
+    access, CompletionChannel, Context as Device, Cq, CqAttr, Pd, QpCaps, RtrAttr, RtsAttr,
+    SrqHandle,
 };
 use mlx5::fastmap::FastMap;
 
 use crate::encoding::*;
 use crate::endpoint::{EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION};
-use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
+use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
 use crate::fifo::Fifo;
+use crate::idle::{take_wake, IdlePolicy, SpinBudget, Waker};
 use crate::slab::Slab;
 use crate::transport::{Mlx5, Sge, Transport, WorkCompletion};
 
@@ -110,6 +115,7 @@ pub struct ContextBuilder {
     sq_size: u32,
     max_endpoints: u32,
     compression: mlx5::cq::Compression,
+    idle: IdlePolicy,
 }
 
 impl Default for ContextBuilder {
@@ -129,6 +135,7 @@ impl ContextBuilder {
             sq_size: 256,
             max_endpoints: 1024,
             compression: mlx5::cq::Compression::Off,
+            idle: IdlePolicy::default(),
         }
     }
     /// Receive (and send) ring size per endpoint, a power of two.
@@ -165,6 +172,13 @@ impl ContextBuilder {
     /// the CQE byte count, which mini CQEs keep).
     pub fn compression(mut self, c: mlx5::cq::Compression) -> Self {
         self.compression = c;
+        self
+    }
+
+    /// What [`Context::wait`] does without work (default: spin 50 µs, then
+    /// sleep on a completion channel).
+    pub fn idle(mut self, p: IdlePolicy) -> Self {
+        self.idle = p;
         self
     }
 
@@ -207,8 +221,18 @@ impl ContextBuilder {
             compression: self.compression,
             ..CqAttr::default()
         };
-        let rcq = device.create_cq(&attr)?;
-        let scq = device.create_cq(&attr)?;
+        // Sleeping needs CQs that can be armed: on a channel of their own.
+        let chan = match self.idle {
+            IdlePolicy::Spin => None,
+            IdlePolicy::SpinThenSleep { .. } => Some(device.create_comp_channel()?),
+        };
+        let (rcq, scq) = match &chan {
+            Some(ch) => (
+                device.create_cq_on(&attr, ch)?,
+                device.create_cq_on(&attr, ch)?,
+            ),
+            None => (device.create_cq(&attr)?, device.create_cq(&attr)?),
+        };
         let srq_h = device.create_srq(&pd, self.srq_size, 1)?;
         let mut srq = T::srq(&srq_h)?;
         let mut posted = 0;
@@ -223,6 +247,10 @@ impl ContextBuilder {
             recv_cq: T::recv_cq(&rcq)?,
             send_cq: T::send_cq(&scq)?,
             cqs: (rcq, scq),
+            chan,
+            woken: Arc::new(AtomicBool::new(false)),
+            sleeps: 0,
+            spin: SpinBudget::new(self.idle),
             device: device.clone(),
             pd,
             srq,
@@ -257,6 +285,14 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     recv_cq: T::RecvCq,
     send_cq: T::SendCq,
     cqs: (Cq, Cq),
+    /// Where the CQs' events arrive (none under [`IdlePolicy::Spin`]).
+    chan: Option<CompletionChannel>,
+    /// Set by a [`Waker`].
+    woken: Arc<AtomicBool>,
+    /// Times [`wait`](Context::wait) slept.
+    sleeps: u64,
+    /// How long `wait` spins before it sleeps.
+    spin: SpinBudget,
     srq: T::Srq,
     _srq_h: SrqHandle,
     srq_posted: u32,
@@ -751,6 +787,96 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             }
         });
         n
+    }
+
+    /// [`poll`](Self::poll)s until there is work, a [`Waker`] fires or
+    /// `timeout` passes; returns the completions handled (0: none came).
+    ///
+    /// With work (completions, or requests `recv()` has not taken yet) it
+    /// returns after one poll, so a loop of `wait` and `recv` under load runs
+    /// at the rate of a loop of `poll` and `recv`. Without work it follows
+    /// the builder's [`IdlePolicy`]: it spins, and under
+    /// [`IdlePolicy::SpinThenSleep`] it then arms both CQs, polls once more
+    /// (a completion may have landed between the last empty poll and the
+    /// arms), and sleeps on the context's completion channel until an event,
+    /// a wake or the timeout. Spurious returns (an event left by an earlier
+    /// arm) are possible and harmless: the caller's loop waits again.
+    ///
+    /// # Errors
+    /// Arming a CQ or waiting on the channel failed (the device is broken);
+    /// the context is still usable with [`poll`](Self::poll).
+    pub fn wait(&mut self, timeout: Duration) -> Result<usize, WaitError> {
+        let n = self.poll();
+        if n > 0 || !self.recvq.is_empty() || self.take_wake() {
+            return Ok(n);
+        }
+        let t0 = Instant::now();
+        let spin = self.spin.now().min(timeout);
+        loop {
+            let n = self.poll();
+            if n > 0 {
+                return Ok(n);
+            }
+            if self.take_wake() {
+                return Ok(0);
+            }
+            if t0.elapsed() >= spin {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let left = timeout.saturating_sub(t0.elapsed());
+        if self.chan.is_none() || left.is_zero() {
+            return Ok(0);
+        }
+        T::arm_recv(&mut self.recv_cq)?;
+        T::arm_send(&mut self.send_cq)?;
+        let n = self.poll();
+        if n > 0 {
+            return Ok(n);
+        }
+        self.sleeps += 1;
+        let slept = Instant::now();
+        let event = match &self.chan {
+            Some(ch) => ch.wait(left)?,
+            None => None,
+        };
+        let slept = slept.elapsed();
+        take_wake(&self.woken);
+        let n = self.poll();
+        if n > 0 {
+            self.spin.woke_to_work(slept);
+        } else if event.is_none() && slept >= left {
+            self.spin.timed_out();
+        }
+        Ok(n)
+    }
+
+    /// Takes a pending wake, and the channel's copy of it, so that it does
+    /// not also end the next sleep.
+    #[inline]
+    fn take_wake(&self) -> bool {
+        let woken = take_wake(&self.woken);
+        if woken {
+            if let Some(ch) = &self.chan {
+                ch.take_wake();
+            }
+        }
+        woken
+    }
+
+    /// A handle that ends this context's [`wait`](Self::wait) from another
+    /// thread.
+    pub fn waker(&self) -> Waker {
+        Waker::new(
+            self.woken.clone(),
+            self.chan.as_ref().map(CompletionChannel::waker),
+        )
+    }
+
+    /// How many times [`wait`](Self::wait) has slept.
+    pub fn sleeps(&self) -> u64 {
+        self.sleeps
     }
 
     /// Closes an endpoint: its QP goes to the error state and its pending calls

@@ -97,3 +97,17 @@ pub enum SetupError {
     #[error("endpoint table full ({0} endpoints)")]
     TooManyEndpoints(usize),
 }
+
+/// Why [`Context::wait`](crate::Context::wait) could not sleep.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// A CQ of the mlx5 direct path could not be armed.
+    #[error("arming a completion queue: {0}")]
+    Arm(#[from] mlx5::cq::CqError),
+    /// A CQ of the verbs path could not be armed (`ibv_req_notify_cq`).
+    #[error("arming a completion queue: {0}")]
+    Notify(#[from] mlx5::hw::HwError),
+    /// The completion channel failed.
+    #[error("waiting on the completion channel: {0}")]
+    Channel(#[from] mlx5::device::DeviceError),
+}

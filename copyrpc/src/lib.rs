@@ -25,7 +25,8 @@
 //! ctx.connect(ep, &peer).unwrap();
 //! ctx.call(ep, b"hello", 64, 1).unwrap();
 //! loop {
-//!     ctx.poll();
+//!     // Polls; when idle, spins a while, then sleeps until work arrives.
+//!     ctx.wait(std::time::Duration::from_millis(100)).unwrap();
 //!     while let Some(req) = ctx.recv() {
 //!         let answer = ctx.request(&req).map(|d| d.len()).unwrap_or(0);
 //!         ctx.reply(req, &answer.to_le_bytes()).unwrap();
@@ -39,6 +40,7 @@ pub mod encoding;
 mod endpoint;
 mod error;
 mod fifo;
+mod idle;
 #[cfg(feature = "mpi")]
 pub mod mpi_setup;
 mod slab;
@@ -47,4 +49,5 @@ pub mod transport;
 pub use conn::{PendingConnection, MAX_PRIVATE_DATA};
 pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};
 pub use endpoint::{EndpointInfo, EndpointStats, ENDPOINT_INFO_VERSION};
-pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError};
+pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
+pub use idle::{IdlePolicy, Waker, DEFAULT_MAX_SPIN, DEFAULT_SPIN};

@@ -6,7 +6,8 @@
 //! echo with every byte verified, wrap, out-of-order replies, random
 //! interleavings under the flow-control invariant, the READ fallback, and
 //! removal with calls in flight (the peer's QP exhausting its retries, flush
-//! errors on the verbs path, a neighbouring pair undisturbed). Both
+//! errors on the verbs path, a neighbouring pair undisturbed), and contexts
+//! that sleep when idle (`ibv_req_notify_cq` and the completion channel). Both
 //! contexts share the one device (RoCE loopback); sizes are small because the
 //! guest's traffic is emulated.
 
@@ -114,4 +115,22 @@ fn many_endpoints_on_one_context() {
 fn remove_with_work_in_flight() {
     let mut w = rxe_world(ContextBuilder::new().ring_size(4096), 2);
     remove_in_flight(&mut w);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn sleepers_answer_every_call() {
+    let d = device();
+    support::sleep::sleepers_answer_every_call::<Verbs>(d.clone(), d, 100);
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn an_idle_context_costs_no_cpu() {
+    let d = device();
+    support::sleep::an_idle_context_costs_no_cpu::<Verbs>(
+        d.clone(),
+        d,
+        std::time::Duration::from_secs(1),
+    );
 }

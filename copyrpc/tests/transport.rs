@@ -60,6 +60,12 @@ macro_rules! mlx5_queues {
         ) -> usize {
             Mlx5::poll_send(cq, max, f)
         }
+        fn arm_recv(cq: &mut Self::RecvCq) -> Result<(), copyrpc::WaitError> {
+            Mlx5::arm_recv(cq)
+        }
+        fn arm_send(cq: &mut Self::SendCq) -> Result<(), copyrpc::WaitError> {
+            Mlx5::arm_send(cq)
+        }
     };
 }
 

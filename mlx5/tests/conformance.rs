@@ -101,6 +101,7 @@ on_hardware!(
     cq_events_solicited_only,
     cq_events_an_error_cqe_fires_a_solicited_arm,
     cq_events_never_lost_nor_made_up,
+    a_waker_ends_a_wait_and_no_event_is_lost,
 );
 
 both_modes!(
@@ -124,6 +125,7 @@ both_modes!(
     cq_events_solicited_only,
     cq_events_an_error_cqe_fires_a_solicited_arm,
     cq_events_never_lost_nor_made_up,
+    a_waker_ends_a_wait_and_no_event_is_lost,
 );
 impl Drop for TestFabric {
     fn drop(&mut self) {
@@ -977,6 +979,50 @@ impl End {
             sq.complete(c, |_, _| {});
         })
     }
+}
+
+/// A waker ends a wait from another thread, or the next wait when it came
+/// first; wakes do not pile up, and an event raised around a wake is still
+/// handed out.
+fn a_waker_ends_a_wait_and_no_event_is_lost(f: &TestFabric) {
+    let (mut a, mut b) = event_pair(f);
+    b.post_recv(16, 0, 0);
+    let rcqn = b.cqs.1.cqn();
+    let waker = b.chan().waker();
+    // A wake before the wait ends it at once; two wakes end one wait.
+    waker.wake();
+    waker.wake();
+    let t = std::time::Instant::now();
+    assert_eq!(b.event(EVENT), None);
+    assert!(
+        t.elapsed() < EVENT / 2,
+        "the pending wake did not end the wait"
+    );
+    assert_eq!(b.event(NO_EVENT), None, "wakes piled up");
+    // A wake from another thread ends a wait under way.
+    let w2 = waker.clone();
+    let th = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        w2.wake();
+    });
+    let t = std::time::Instant::now();
+    assert_eq!(b.event(EVENT), None);
+    assert!(t.elapsed() < EVENT / 2, "the wake did not end the wait");
+    th.join().unwrap();
+    // An event and a wake together: the event is handed out, by this wait
+    // or the next, never dropped.
+    b.rcq.arm(false).unwrap();
+    a.write_imms(&b, 1, false);
+    b.ctx.progress();
+    waker.wake();
+    let first = b.event(EVENT);
+    let got = match first {
+        Some(c) => Some(c),
+        None => b.event(EVENT),
+    };
+    assert_eq!(got, Some(rcqn), "the event raised beside a wake was lost");
+    assert_eq!(b.recv_done(1).len(), 1);
+    a.reap_sends();
 }
 
 /// One event per arm, however many CQEs follow it; none without an arm.

@@ -264,3 +264,42 @@ fn verbs_events_are_not_lost_by_a_sleeper() {
     eprintln!("{N} messages, {waits} sleeps");
     assert!(waits > 0);
 }
+
+/// A waker ends a wait on the device's completion channel from another
+/// thread (an eventfd polled beside the channel), or the next wait when it
+/// came first; an event raised beside a wake is still handed out.
+#[test]
+#[ignore = "needs MLX5_TEST_DEVICE naming an RDMA device"]
+fn verbs_waker_ends_a_wait_and_keeps_events() {
+    let (_ctx, mr, mut a, mut b) = setup();
+    b.post_recvs(4);
+    let waker = b.chan.waker();
+    waker.wake();
+    waker.wake();
+    let t = Instant::now();
+    assert_eq!(b.event(EVENT), None);
+    assert!(
+        t.elapsed() < EVENT / 2,
+        "the pending wake did not end the wait"
+    );
+    assert_eq!(b.event(Duration::from_millis(30)), None, "wakes piled up");
+    let w2 = waker.clone();
+    let th = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        w2.wake();
+    });
+    let t = Instant::now();
+    assert_eq!(b.event(EVENT), None);
+    assert!(t.elapsed() < EVENT / 2, "the wake did not end the wait");
+    th.join().unwrap();
+    b.rcq.req_notify(false).unwrap();
+    write_imm(&mut a, &mr, 1);
+    poll_n(&mut a.scq, 1);
+    waker.wake();
+    let got = match b.event(EVENT) {
+        Some(c) => Some(c),
+        None => b.event(EVENT),
+    };
+    assert_eq!(got, Some(b.cqs.1.cqn()), "the event beside a wake was lost");
+    poll_n(&mut b.rcq, 1);
+}

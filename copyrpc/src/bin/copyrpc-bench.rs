@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use copyrpc::conn::{connect, Listener};
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
-use copyrpc::{CallFailed, ContextBuilder};
+use copyrpc::{CallFailed, ContextBuilder, IdlePolicy};
 use hdrhistogram::Histogram;
 use mlx5::device::Context as Device;
 
@@ -46,6 +46,22 @@ struct Common {
     /// Endpoints (connections), split over the threads.
     #[arg(long, default_value_t = 1)]
     endpoints: usize,
+    /// Without work: `sleep` spins --spin-us, then arms the CQs and sleeps
+    /// until a completion event; `spin` polls without pause.
+    #[arg(long, value_enum, default_value_t = Idle::Sleep)]
+    idle: Idle,
+    /// Microseconds of spinning before an idle context sleeps.
+    #[arg(long, default_value_t = 50)]
+    spin_us: u64,
+}
+
+/// What an idle context does.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Idle {
+    /// Spin, then sleep on a completion channel.
+    Sleep,
+    /// Spin only.
+    Spin,
 }
 
 #[derive(Subcommand, Debug)]
@@ -108,6 +124,11 @@ struct ClientArgs {
     /// Seconds to measure (after one second of warm-up).
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
+    /// Microseconds each client thread pauses after its window completes,
+    /// before the next call: long enough and the server falls asleep, so
+    /// the round trip includes its wake-up (use with --depth 1).
+    #[arg(long, default_value_t = 0)]
+    think_us: u64,
 }
 
 #[cfg(feature = "mpi")]
@@ -369,7 +390,12 @@ fn server(common: Common, listen: SocketAddr) {
 /// The context both TCP sides build for `n` endpoints: the same ring size on
 /// both ends, an SRQ and CQ sized for deep windows.
 fn builder(common: &Common, n: usize) -> ContextBuilder {
+    let idle = match common.idle {
+        Idle::Spin => IdlePolicy::Spin,
+        Idle::Sleep => IdlePolicy::sleep_after(Duration::from_micros(common.spin_us)),
+    };
     ContextBuilder::new()
+        .idle(idle)
         .ring_size(common.ring)
         .max_endpoints(n.max(1) as u32)
         .srq_size(4096)
@@ -410,7 +436,11 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
     // Replies echo the request; one buffer, reused.
     let mut out = vec![0u8; 1 << 16];
     while !conns.is_empty() {
-        ctx.poll();
+        // Sleeps when idle (--idle sleep); the timeout bounds the liveness
+        // checks' period.
+        if let Err(e) = ctx.wait(Duration::from_millis(100)) {
+            die(&e);
+        }
         while let Some(h) = ctx.recv() {
             let len = match ctx.request(&h) {
                 Some(d) => {
@@ -454,6 +484,8 @@ struct ClientThread {
     poll_every: usize,
     warm: Duration,
     dur: Duration,
+    /// Pause after each completed window.
+    think: Option<Duration>,
 }
 
 impl ClientThread {
@@ -482,6 +514,7 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
         poll_every,
         warm,
         dur,
+        think,
     } = job;
     let common = &common;
     let shared = Rc::new(RefCell::new(Shared {
@@ -529,7 +562,7 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
     let mut unpolled = 0usize;
     loop {
         iter += 1;
-        if iter % 256 == 0 {
+        if iter % 256 == 0 || think.is_some() {
             el = start.elapsed();
         }
         if el >= warm && !shared.borrow().measuring {
@@ -562,10 +595,17 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
                 }
             }
         }
-        ctx.poll();
+        if let Err(e) = ctx.wait(Duration::from_millis(100)) {
+            die(&e);
+        }
         // Responses free slots: recount from the per-endpoint pending calls.
         for (k, &ep) in eps.iter().enumerate() {
             inflight[k] = ctx.pending_calls(ep);
+        }
+        if let Some(t) = think {
+            if inflight.iter().all(|&f| f == 0) {
+                std::thread::sleep(t);
+            }
         }
     }
     let s = shared.borrow();
@@ -582,6 +622,7 @@ fn client(args: ClientArgs) {
         poll_every,
         busy,
         duration,
+        think_us,
     } = args;
     let mut child = None;
     if spawn {
@@ -601,6 +642,13 @@ fn client(args: ClientArgs) {
                 &common.threads.to_string(),
                 "--endpoints",
                 &common.endpoints.to_string(),
+                "--idle",
+                match common.idle {
+                    Idle::Sleep => "sleep",
+                    Idle::Spin => "spin",
+                },
+                "--spin-us",
+                &common.spin_us.to_string(),
             ])
             .args(
                 common
@@ -650,6 +698,7 @@ fn client(args: ClientArgs) {
                     poll_every,
                     warm,
                     dur,
+                    think: (think_us > 0).then(|| Duration::from_micros(think_us)),
                 }
                 .start()
             })
@@ -666,12 +715,21 @@ fn client(args: ClientArgs) {
     }
     let mrps = done as f64 / dur.as_secs_f64() / 1e6;
     println!(
-        "copyrpc: {payload} B, {} endpoints ({busy} busy), depth {depth}{}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
+        "copyrpc: {payload} B, {} endpoints ({busy} busy), depth {depth}{}{}, idle {}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
         common.endpoints,
         if poll_every > 0 {
             format!(" (poll every {poll_every})")
         } else {
             String::new()
+        },
+        if think_us > 0 {
+            format!(", think {think_us} us")
+        } else {
+            String::new()
+        },
+        match common.idle {
+            Idle::Sleep => format!("sleep after {} us", common.spin_us),
+            Idle::Spin => "spin".into(),
         },
         common.threads,
         hist.value_at_quantile(0.5) as f64 / 1000.0,

@@ -8,7 +8,7 @@ use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
 use super::{QueueError, Transport, WorkCompletion};
-use crate::error::SetupError;
+use crate::error::{SetupError, WaitError};
 
 /// The mlx5 direct data path (the default transport of a
 /// [`Context`](crate::Context)).
@@ -103,6 +103,16 @@ impl Transport for Mlx5 {
     #[inline(always)]
     fn poll_send(cq: &mut Self::SendCq, max: usize, mut f: impl FnMut(u32, &Cqe<'_>)) -> usize {
         cq.poll(max, |&mut i, c| f(i, c))
+    }
+
+    #[inline]
+    fn arm_recv(cq: &mut Self::RecvCq) -> Result<(), WaitError> {
+        Ok(cq.arm(false)?)
+    }
+
+    #[inline]
+    fn arm_send(cq: &mut Self::SendCq) -> Result<(), WaitError> {
+        Ok(cq.ring_mut().arm(false)?)
     }
 
     #[inline(always)]

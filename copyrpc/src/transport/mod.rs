@@ -35,7 +35,7 @@ pub use ::mlx5::sq::Sge;
 
 use ::mlx5::device::{Cq, Qp, SrqHandle};
 
-use crate::error::SetupError;
+use crate::error::{SetupError, WaitError};
 
 /// Why a work request was not posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -112,6 +112,12 @@ pub trait Transport: Sized + 'static {
     /// registered for the completion's QP (completions of unregistered QPs are
     /// dropped); returns how many were polled.
     fn poll_send(cq: &mut Self::SendCq, max: usize, f: impl FnMut(u32, &Self::Cqe<'_>)) -> usize;
+
+    /// Arms the receive CQ (created on a completion channel): one event at
+    /// its next completion, solicited or not.
+    fn arm_recv(cq: &mut Self::RecvCq) -> Result<(), WaitError>;
+    /// Arms the send CQ likewise.
+    fn arm_send(cq: &mut Self::SendCq) -> Result<(), WaitError>;
 
     /// Queues an RDMA WRITE with immediate `imm` of `local` to `raddr`/`rkey`,
     /// unsignaled unless the signal interval asks for a completion.

@@ -16,7 +16,7 @@ use mlx5::hw::verbs::{ibv_wc, RdmaOp};
 use mlx5::hw::{HwError, VerbsCq, VerbsQp, VerbsSrq};
 
 use super::{QueueError, Sge, Transport, WorkCompletion};
-use crate::error::SetupError;
+use crate::error::{SetupError, WaitError};
 
 /// Completions read from the provider per `poll_cq` call.
 const POLL_BATCH: usize = 32;
@@ -189,6 +189,16 @@ impl Transport for Verbs {
                 f(i, w);
             }
         })
+    }
+
+    #[inline]
+    fn arm_recv(cq: &mut Self::RecvCq) -> Result<(), WaitError> {
+        Ok(cq.cq.req_notify(false)?)
+    }
+
+    #[inline]
+    fn arm_send(cq: &mut Self::SendCq) -> Result<(), WaitError> {
+        Ok(cq.cq.cq.req_notify(false)?)
     }
 
     #[inline(always)]

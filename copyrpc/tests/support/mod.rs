@@ -3,6 +3,8 @@
 //! guest) over the verbs data path.
 #![allow(dead_code)]
 
+pub mod sleep;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};

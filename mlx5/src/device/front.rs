@@ -9,10 +9,11 @@ use std::time::Duration;
 use super::{ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};
 use crate::cq::CqRing;
 use crate::hw::{
-    self, HwChannel, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, VerbsCq, VerbsQp, VerbsSrq,
+    self, HwChannel, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq, VerbsQp,
+    VerbsSrq,
 };
 use crate::rq::{RecvQueue, Srq, SrqTopology};
-use crate::sim::channel::SimChannel;
+use crate::sim::channel::{SimChannel, SimWaker};
 use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
 use crate::sim::sched::{ExecMode, SchedStats};
 use crate::sq::{SendQueue, SqConfig};
@@ -273,12 +274,55 @@ impl CompletionChannel {
     /// work only this process would run. On an RDMA device it is `poll(2)` on
     /// the channel's descriptor, then `ibv_get_cq_event` and
     /// `ibv_ack_cq_events`.
+    ///
+    /// A [`ChannelWaker::wake`] from another thread ends the wait early
+    /// (with `None`), as `ucp_worker_signal` does for UCX; a wake that came
+    /// while nobody waited ends the next wait at once, so none is lost.
     pub fn wait(&self, timeout: Duration) -> Result<Option<CqEvent>, DeviceError> {
         let cqn = match self {
             CompletionChannel::Sim(c) => c.wait(timeout),
             CompletionChannel::Hw(c) => c.wait(timeout)?,
         };
         Ok(cqn.map(|cqn| CqEvent { cqn }))
+    }
+
+    /// Takes a wake that no wait has taken yet: whether there was one. For a
+    /// thread that learnt of the wake by other means and will not wait for
+    /// it.
+    pub fn take_wake(&self) -> bool {
+        match self {
+            CompletionChannel::Sim(c) => c.take_wake(),
+            CompletionChannel::Hw(c) => c.take_wake(),
+        }
+    }
+
+    /// A handle that ends this channel's wait early, from any thread (a
+    /// thread that hands work to the waiter by other means than the CQs).
+    pub fn waker(&self) -> ChannelWaker {
+        match self {
+            CompletionChannel::Sim(c) => ChannelWaker::Sim(c.waker()),
+            CompletionChannel::Hw(c) => ChannelWaker::Hw(c.waker()),
+        }
+    }
+}
+
+/// Ends a [`CompletionChannel::wait`] from another thread.
+#[derive(Clone, Debug)]
+pub enum ChannelWaker {
+    /// The software device: a flag and the channel's futex word.
+    Sim(SimWaker),
+    /// An RDMA device: an eventfd the wait polls beside the channel.
+    Hw(HwWaker),
+}
+
+impl ChannelWaker {
+    /// Ends the channel's current wait, or the next one if none is under
+    /// way. Wakes do not pile up: several before a wait end that one wait.
+    pub fn wake(&self) {
+        match self {
+            ChannelWaker::Sim(w) => w.wake(),
+            ChannelWaker::Hw(w) => w.wake(),
+        }
     }
 }
 

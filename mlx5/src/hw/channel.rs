@@ -1,7 +1,8 @@
 //! Completion channels on rdma-core (`ibv_create_comp_channel`): where the
 //! events of armed CQs arrive, read with `ibv_get_cq_event` and acknowledged
 //! with `ibv_ack_cq_events`. The channel's file descriptor is non-blocking;
-//! a wait is `poll(2)` on it with the timeout.
+//! a wait is `poll(2)` on it with the timeout, and on an `eventfd` of the
+//! channel's own that [`HwWaker::wake`] writes to end a wait early.
 //!
 //! A CQ created on a channel carries, as its `cq_context`, the address of its
 //! `CqEvents`: the event's CQ number and the count of events taken, whose
@@ -35,6 +36,8 @@ pub(super) struct ChanInner {
     /// channel is destroyed: an event's `cq_context` then always points at
     /// a live [`CqEvents`].
     lock: Mutex<()>,
+    /// The eventfd a [`HwWaker`] writes (non-blocking, closed on drop).
+    wake_fd: i32,
 }
 
 // SAFETY: the channel is used under `lock` (reads of events) or through its
@@ -48,6 +51,8 @@ impl Drop for ChanInner {
         // SAFETY: created by ibv_create_comp_channel; every CQ on it holds an
         // Arc to this and is destroyed already.
         unsafe { (self.c.v.destroy_comp_channel)(self.ch.as_ptr()) };
+        // SAFETY: our own eventfd, closed once.
+        unsafe { libc::close(self.wake_fd) };
     }
 }
 
@@ -75,10 +80,22 @@ impl HwChannel {
                 errno: errno(),
             },
         )?;
+        // SAFETY: eventfd takes no pointers.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if wake_fd < 0 {
+            let e = errno();
+            // SAFETY: created above, not shared yet.
+            unsafe { (c.v.destroy_comp_channel)(ch.as_ptr()) };
+            return Err(HwError::Verb {
+                verb: "eventfd for the completion channel's waker",
+                errno: e,
+            });
+        }
         let inner = Arc::new(ChanInner {
             c: c.clone(),
             ch,
             lock: Mutex::new(()),
+            wake_fd,
         });
         let chan = HwChannel { inner };
         let fd = chan.fd();
@@ -149,9 +166,26 @@ impl HwChannel {
         Ok(Some(ev.cqn.load(Ordering::Relaxed)))
     }
 
+    /// A handle that ends this channel's wait early, from any thread.
+    pub fn waker(&self) -> HwWaker {
+        HwWaker {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Takes a wake that no wait has taken yet (empties the waker's
+    /// eventfd): whether there was one.
+    pub fn take_wake(&self) -> bool {
+        let mut v = 0u64;
+        // SAFETY: our own non-blocking eventfd; 8 bytes into a u64.
+        let n = unsafe { libc::read(self.inner.wake_fd, (&mut v as *mut u64).cast(), 8) };
+        n == 8
+    }
+
     /// Waits up to `timeout` for the next completion event and returns its
-    /// CQ's number (`Cq::cqn`); `None` when none came. Each event is
-    /// acknowledged (`ibv_ack_cq_events`) as it is taken.
+    /// CQ's number (`Cq::cqn`); `None` when none came before the timeout or a
+    /// [`HwWaker::wake`] (a wake that came before the wait ends it at once).
+    /// Each event is acknowledged (`ibv_ack_cq_events`) as it is taken.
     pub fn wait(&self, timeout: Duration) -> Result<Option<u32>, HwError> {
         let t0 = Instant::now();
         loop {
@@ -162,14 +196,17 @@ impl HwChannel {
             if left.is_zero() {
                 return Ok(None);
             }
-            let mut p = libc::pollfd {
-                fd: self.fd(),
+            if self.take_wake() {
+                return Ok(None);
+            }
+            let mut p = [self.fd(), self.inner.wake_fd].map(|fd| libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
-            };
+            });
             let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
-            // SAFETY: one valid pollfd.
-            let rc = unsafe { libc::poll(&mut p, 1, ms) };
+            // SAFETY: two valid pollfds.
+            let rc = unsafe { libc::poll(p.as_mut_ptr(), 2, ms) };
             if rc < 0 && errno() != libc::EINTR {
                 return Err(HwError::Verb {
                     verb: "poll on the completion channel",
@@ -177,5 +214,31 @@ impl HwChannel {
                 });
             }
         }
+    }
+}
+
+/// Ends a wait on an RDMA device's channel from another thread
+/// ([`HwChannel::waker`]): a write to the channel's eventfd.
+#[derive(Clone)]
+pub struct HwWaker {
+    inner: Arc<ChanInner>,
+}
+
+impl std::fmt::Debug for HwWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HwWaker")
+            .field("eventfd", &self.inner.wake_fd)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HwWaker {
+    /// Ends the channel's current wait, or the next one if none is under
+    /// way. Wakes do not pile up: several before a wait end that one wait.
+    pub fn wake(&self) {
+        let one = 1u64;
+        // SAFETY: our own eventfd, alive while `inner` is; 8 bytes from a u64.
+        // A full counter (EAGAIN) already means "woken".
+        unsafe { libc::write(self.inner.wake_fd, (&one as *const u64).cast(), 8) };
     }
 }

@@ -23,7 +23,7 @@ pub mod abi {
 pub mod loader;
 pub mod verbs;
 
-pub use channel::HwChannel;
+pub use channel::{HwChannel, HwWaker};
 pub use device::{
     list_devices, query_device, DeviceInfo, GidInfo, HwContext, HwCq, HwMr, HwPd, HwQp, HwSrq,
     Mlx5Caps, PortInfo,

@@ -13,7 +13,7 @@
 //! and in deferred mode the scheduler's steps), so that waiting never stops
 //! the work it waits for.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use super::fabric::{Fabric, FabricError};
 use super::registry::{self, ChanEntry, LIVE};
 use super::sched::{Nic, IDLE_STEPS, PROGRESS_STEPS};
 use super::shm::my_pid;
-use super::sync::futex_wait;
+use super::sync::{futex_wait, futex_wake};
 
 /// Longest sleep while this process's NIC has work waiting (stalled QPs,
 /// held CQEs): it only progresses in this process's calls.
@@ -43,6 +43,8 @@ struct ChanInner {
     nic: Arc<Nic>,
     slot: usize,
     cqs: Mutex<ChanCqs>,
+    /// Set by [`SimWaker::wake`], cleared by the wait it ends.
+    woken: AtomicBool,
 }
 
 #[derive(Default)]
@@ -89,6 +91,7 @@ impl SimChannel {
                 nic: nic.clone(),
                 slot,
                 cqs: Mutex::default(),
+                woken: AtomicBool::new(false),
             }),
         })
     }
@@ -151,8 +154,22 @@ impl SimChannel {
         None
     }
 
+    /// A handle that ends this channel's wait early, from any thread.
+    pub fn waker(&self) -> SimWaker {
+        SimWaker {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Takes a wake that no wait has taken yet: whether there was one.
+    pub fn take_wake(&self) -> bool {
+        self.inner.woken.swap(false, Ordering::AcqRel)
+    }
+
     /// Waits up to `timeout` for the next completion event of one of the
-    /// channel's CQs and returns that CQ's number; `None` when none came.
+    /// channel's CQs and returns that CQ's number; `None` when none came
+    /// before the timeout or a [`SimWaker::wake`] (a wake that came before
+    /// the wait ends it at once).
     /// Each arm of a CQ gives one event, handed out once. While it waits it
     /// lets this process's NIC progress. In inline mode, stalled work is
     /// retried and held CQEs written, sleeping at most a millisecond at a time
@@ -173,6 +190,9 @@ impl SimChannel {
             let seq = self.seq().load(Ordering::Acquire);
             if let Some(cqn) = self.take() {
                 return Some(cqn);
+            }
+            if self.inner.woken.swap(false, Ordering::AcqRel) {
+                return None;
             }
             let left = if deferred || nic.has_idle_work() {
                 nic.idle_step()
@@ -202,5 +222,33 @@ impl SimChannel {
             };
             futex_wait(self.seq(), seq, sleep);
         }
+    }
+}
+
+/// Ends a wait on a software-device channel from another thread
+/// ([`SimChannel::waker`]).
+#[derive(Clone)]
+pub struct SimWaker {
+    inner: Arc<ChanInner>,
+}
+
+impl std::fmt::Debug for SimWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimWaker")
+            .field("slot", &self.inner.slot)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SimWaker {
+    /// Ends the channel's current wait, or the next one if none is under
+    /// way. Wakes do not pile up: several before a wait end that one wait.
+    pub fn wake(&self) {
+        // The flag first: a waiter that reads the new word below (or is woken
+        // by it) then finds the flag set.
+        self.inner.woken.store(true, Ordering::Release);
+        let seq = &self.inner.fab.reg().chans[self.inner.slot].seq;
+        seq.fetch_add(1, Ordering::Release);
+        futex_wake(seq);
     }
 }
