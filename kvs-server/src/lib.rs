@@ -13,6 +13,7 @@
 
 pub mod config;
 pub mod handle;
+pub mod memory;
 mod server;
 mod setup;
 pub mod store;

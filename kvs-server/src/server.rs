@@ -31,6 +31,9 @@ pub struct WorkerStats {
     pub clients: AtomicU64,
     /// Keys held.
     pub keys: AtomicU64,
+    /// Heap bytes the worker's records take (what `max_memory` caps; see
+    /// [`crate::memory`]).
+    pub memory_used: AtomicU64,
 }
 
 /// Why the server could not start.
@@ -282,7 +285,8 @@ impl OnTransport for Worker {
         };
         let _ = ready.send(Ok(()));
         drop(ready);
-        let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value);
+        let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value)
+            .with_memory_limit(cfg.max_memory, cfg.workers);
         let mut conns: Vec<Connection> = Vec::new();
         // The setup answer: how many workers (connections to make) and slots.
         let mut answer = [0u8; 6];
@@ -328,6 +332,9 @@ impl OnTransport for Worker {
                 stats.ops.store(ops, Ordering::Relaxed);
                 stats.clients.store(conns.len() as u64, Ordering::Relaxed);
                 stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+                stats
+                    .memory_used
+                    .store(h.store.memory_used() as u64, Ordering::Relaxed);
             }
             match drain_until {
                 None if stop.load(Ordering::Acquire) => {
