@@ -16,6 +16,7 @@
 //! max_endpoints = 1024      # per worker
 //! stats_interval_s = 10     # 0: no stats lines
 //! max_memory = "16G"        # bytes the records may take (or 17179869184); 0: no cap
+//! metrics_listen = "127.0.0.1:9100"  # Prometheus endpoint (GET /metrics); absent: none
 //! ```
 //!
 //! `max_memory` caps the heap the records occupy (keys, values, their index
@@ -24,6 +25,11 @@
 //! `max_memory / workers` (slots are hashed, so their loads are even) and
 //! refuses PUTs past its share with an out-of-memory error; reads, deletes
 //! and writes that do not grow keep working.
+//!
+//! `metrics_listen` serves metrics in the Prometheus text format. They hold
+//! counts and sizes, never keys or values, and need no token; but they tell
+//! whoever reaches the port how busy the server is, so bind it to an address
+//! only the monitoring system reaches.
 //!
 //! Without `auth_token_file` anyone who can reach the setup port can read and
 //! write everything, so the server then listens only on a loopback address,
@@ -74,6 +80,9 @@ pub struct Config {
     /// (0: no cap). An integer, or a string with a unit (`"64M"`, `"1G"`).
     #[serde(deserialize_with = "crate::memory::deserialize_bytes")]
     pub max_memory: u64,
+    /// Where to serve metrics in the Prometheus text format (`GET /metrics`);
+    /// None: no endpoint.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -94,6 +103,7 @@ impl Default for Config {
             setup_timeout_ms: 5000,
             max_pending_setups: 1024,
             max_memory: 0,
+            metrics_listen: None,
         }
     }
 }
@@ -240,9 +250,12 @@ mod tests {
     }
 
     #[test]
-    fn memory_caps() {
-        let c = Config::from_toml("max_memory = 67108864").unwrap();
+    fn memory_caps_and_the_metrics_address() {
+        let c = Config::from_toml("max_memory = 67108864\nmetrics_listen = \"127.0.0.1:9100\"")
+            .unwrap();
         assert_eq!(c.max_memory, 64 << 20);
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        assert!(Config::from_toml("metrics_listen = \"nowhere\"").is_err());
         let c = Config::from_toml("max_memory = \"2G\"").unwrap();
         assert_eq!(c.max_memory, 2 << 30);
         assert_eq!(Config::from_toml("").unwrap().max_memory, 0);

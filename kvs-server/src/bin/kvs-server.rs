@@ -57,6 +57,13 @@ struct Args {
     /// Config key `max_memory`.
     #[arg(long, value_name = "BYTES", value_parser = kvs_server::memory::parse_bytes)]
     max_memory: Option<u64>,
+    /// Serve metrics in the Prometheus text format on this address
+    /// (`GET /metrics`, HTTP): operations by type and result, service-time
+    /// histograms, keys, memory, connections, setups. No token is asked:
+    /// bind it where only the monitoring system reaches. Config key
+    /// `metrics_listen`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn main() {
@@ -90,6 +97,9 @@ fn main() {
     if let Some(v) = a.max_memory {
         cfg.max_memory = v;
     }
+    if a.metrics_listen.is_some() {
+        cfg.metrics_listen = a.metrics_listen;
+    }
     let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
     let interval = cfg.stats_interval_s;
     let max_memory = cfg.max_memory;
@@ -101,6 +111,9 @@ fn main() {
             "kvs-server: WARNING: no auth token (allow_unauthenticated): anyone who can reach {} can read and write everything",
             server.addr()
         );
+    }
+    if let Some(m) = server.metrics_addr() {
+        println!("kvs-server: metrics on http://{m}/metrics");
     }
     println!("kvs-server: listening on {}", server.addr());
     let stop = server.stop_flag();
