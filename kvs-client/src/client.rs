@@ -619,6 +619,7 @@ fn error_of_status(st: Status, payload: &[u8]) -> KvError {
         Status::BadRequest => KvError::BadRequest(msg()),
         Status::ShuttingDown => KvError::ShuttingDown,
         Status::OutOfRange => KvError::OutOfRange,
+        Status::OutOfMemory => KvError::OutOfMemory(msg()),
         Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
             [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
             _ => 0,

@@ -49,6 +49,11 @@ pub enum KvError {
     /// UPDATE_RANGE past the end of the value.
     #[error("range outside the value")]
     OutOfRange,
+    /// The write would take the server past its memory cap (`max_memory`);
+    /// the server's message says how much it holds. Reads, deletes and
+    /// writes that do not grow a value still work.
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
     /// The connection failed; the request may or may not have been done.
     #[error("connection failed: {0}")]
     Failed(CloseReason),

@@ -91,6 +91,10 @@ pub enum Status {
     AllowanceTooSmall = 6,
     /// UPDATE_RANGE outside the existing value.
     OutOfRange = 7,
+    /// The write would take the server past its memory cap (`max_memory`);
+    /// the message in the payload says how much it holds. Reads, deletes and
+    /// writes that do not grow still work.
+    OutOfMemory = 8,
 }
 
 impl Status {
@@ -105,6 +109,7 @@ impl Status {
             5 => Status::ShuttingDown,
             6 => Status::AllowanceTooSmall,
             7 => Status::OutOfRange,
+            8 => Status::OutOfMemory,
             _ => return None,
         })
     }
@@ -358,6 +363,17 @@ mod tests {
             (r.op(), r.scan_count(), r.value()),
             (Op::Scan, 100, &b""[..])
         );
+    }
+
+    #[test]
+    fn status_codes_round_trip() {
+        for v in 0..=u8::MAX {
+            match Status::from_u8(v) {
+                Some(st) => assert_eq!(st as u8, v),
+                None => assert!(v > 8, "{v}"),
+            }
+        }
+        assert_eq!(Status::from_u8(8), Some(Status::OutOfMemory));
     }
 
     #[test]

@@ -15,7 +15,21 @@
 //! ring_size = 1048576       # copyrpc ring per endpoint (power of two)
 //! max_endpoints = 1024      # per worker
 //! stats_interval_s = 10     # 0: no stats lines
+//! max_memory = "16G"        # bytes the records may take (or 17179869184); 0: no cap
+//! metrics_listen = "127.0.0.1:9100"  # Prometheus endpoint (GET /metrics); absent: none
 //! ```
+//!
+//! `max_memory` caps the heap the records occupy (keys, values, their index
+//! entries: see [`crate::memory`]), not the whole process: add the copyrpc
+//! rings (`ring_size` per client per worker) and a few MiB. Each worker gets
+//! `max_memory / workers` (slots are hashed, so their loads are even) and
+//! refuses PUTs past its share with an out-of-memory error; reads, deletes
+//! and writes that do not grow keep working.
+//!
+//! `metrics_listen` serves metrics in the Prometheus text format. They hold
+//! counts and sizes, never keys or values, and need no token; but they tell
+//! whoever reaches the port how busy the server is, so bind it to an address
+//! only the monitoring system reaches.
 //!
 //! Without `auth_token_file` anyone who can reach the setup port can read and
 //! write everything, so the server then listens only on a loopback address,
@@ -62,6 +76,13 @@ pub struct Config {
     /// Most connections whose setup record is still being read; one more
     /// drops the oldest.
     pub max_pending_setups: usize,
+    /// Heap bytes the records may take, split evenly between the workers
+    /// (0: no cap). An integer, or a string with a unit (`"64M"`, `"1G"`).
+    #[serde(deserialize_with = "crate::memory::deserialize_bytes")]
+    pub max_memory: u64,
+    /// Where to serve metrics in the Prometheus text format (`GET /metrics`);
+    /// None: no endpoint.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -81,6 +102,8 @@ impl Default for Config {
             allow_unauthenticated: false,
             setup_timeout_ms: 5000,
             max_pending_setups: 1024,
+            max_memory: 0,
+            metrics_listen: None,
         }
     }
 }
@@ -183,6 +206,14 @@ impl Config {
         if self.max_pending_setups == 0 {
             return bad("max_pending_setups must be at least 1".into());
         }
+        let largest = crate::memory::record_cost(self.max_key, self.max_value) as u64;
+        if self.max_memory != 0 && self.max_memory / u64::from(self.workers) < largest {
+            return bad(format!(
+                "max_memory = {} leaves each of the {} workers less than one largest record \
+                 ({largest} bytes with max_key and max_value): raise it, or 0 for no cap",
+                self.max_memory, self.workers
+            ));
+        }
         if self.auth_token_file.is_none() && !self.allow_unauthenticated && !self.loopback_only() {
             return bad(format!(
                 "listen = {} without auth_token_file would let anyone who can reach it read \
@@ -216,6 +247,29 @@ mod tests {
         assert!(Config::from_toml("ring_size = 3000").is_err());
         assert!(Config::from_toml("max_pending_setups = 0").is_err());
         assert!(Config::from_toml("setup_timeout_ms = 0").is_err());
+    }
+
+    #[test]
+    fn memory_caps_and_the_metrics_address() {
+        let c = Config::from_toml("max_memory = 67108864\nmetrics_listen = \"127.0.0.1:9100\"")
+            .unwrap();
+        assert_eq!(c.max_memory, 64 << 20);
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9100".parse().unwrap()));
+        assert!(Config::from_toml("metrics_listen = \"nowhere\"").is_err());
+        let c = Config::from_toml("max_memory = \"2G\"").unwrap();
+        assert_eq!(c.max_memory, 2 << 30);
+        assert_eq!(Config::from_toml("").unwrap().max_memory, 0);
+        let e = Config::from_toml("max_memory = \"2 parsecs\"").unwrap_err();
+        assert!(e.to_string().contains("unknown unit"), "{e}");
+        // Each worker's share must hold one largest record (64 KiB values).
+        let e = Config::from_toml("max_memory = \"100K\"\nworkers = 2")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("max_memory") && e.contains("largest record"),
+            "{e}"
+        );
+        assert!(Config::from_toml("max_memory = \"200K\"\nworkers = 2").is_ok());
     }
 
     #[test]

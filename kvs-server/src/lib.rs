@@ -4,6 +4,8 @@
 //! carrying the map. GET, PUT, DELETE, SCAN (ordered) and UPDATE_RANGE.
 //! Connection setup reads every client's setup record at once under a
 //! deadline, and checks the auth token the server's configuration names.
+//! `max_memory` caps the heap the records take ([`memory`]); `metrics_listen`
+//! serves metrics in the Prometheus text format.
 //!
 //! ```no_run
 //! let server = kvs_server::Server::start(kvs_server::Config::default()).unwrap();
@@ -13,6 +15,9 @@
 
 pub mod config;
 pub mod handle;
+pub mod memory;
+mod metrics;
+mod metrics_http;
 mod server;
 mod setup;
 pub mod store;

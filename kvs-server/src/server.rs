@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use copyrpc::conn::{
     Acceptor, AcceptorOptions, ConnError, Connection, Listener, PendingConnection,
@@ -19,6 +19,7 @@ use mlx5::device::Context as Device;
 
 use crate::config::Config;
 use crate::handle::Handler;
+use crate::metrics::{Exposition, Published};
 use crate::setup::{accept, SetupStats};
 
 /// Counters a worker publishes for stats lines (updated every few thousand
@@ -31,6 +32,12 @@ pub struct WorkerStats {
     pub clients: AtomicU64,
     /// Keys held.
     pub keys: AtomicU64,
+    /// Heap bytes the worker's records take (what `max_memory` caps; see
+    /// [`crate::memory`]).
+    pub memory_used: AtomicU64,
+    /// Requests by op and result, and service times (for the metrics
+    /// endpoint).
+    pub(crate) requests: Published,
 }
 
 /// Why the server could not start.
@@ -50,6 +57,14 @@ pub enum StartError {
     /// The auth token file.
     #[error(transparent)]
     Auth(#[from] TokenError),
+    /// The metrics endpoint's socket.
+    #[error("metrics_listen {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// A worker could not open the device or build its context.
     #[error("worker {worker}: {why}")]
     Worker {
@@ -69,6 +84,8 @@ pub struct Server {
     setup: Arc<Mutex<SetupStats>>,
     workers: Vec<JoinHandle<()>>,
     acceptor: Option<JoinHandle<()>>,
+    metrics_addr: Option<SocketAddr>,
+    metrics: Option<JoinHandle<()>>,
 }
 
 /// How long a draining worker keeps answering (`ShuttingDown`) before it
@@ -79,6 +96,7 @@ impl Server {
     /// Starts the workers and the acceptor; returns once every worker has its
     /// context and the socket listens.
     pub fn start(cfg: Config) -> Result<Server, StartError> {
+        let started = SystemTime::now();
         cfg.validate()?;
         let auth = match &cfg.auth_token_file {
             Some(p) => Some(AuthToken::from_file(p)?),
@@ -101,6 +119,14 @@ impl Server {
             },
         )
         .map_err(listen_error)?;
+        let metrics_listener = match cfg.metrics_listen {
+            Some(addr) => Some(
+                crate::metrics_http::bind(addr)
+                    .and_then(|l| Ok((l.local_addr()?, l)))
+                    .map_err(|source| StartError::Metrics { addr, source })?,
+            ),
+            None => None,
+        };
         let map = ShardMap::round_robin(cfg.slots, cfg.workers)
             .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
         let stop = Arc::new(AtomicBool::new(false));
@@ -154,6 +180,20 @@ impl Server {
             .name("kvs-acceptor".into())
             .spawn(move || accept(acceptor, txs, auth, s2, setup2))
             .expect("spawn the acceptor");
+        let (metrics_addr, metrics) = match metrics_listener {
+            Some((addr, l)) => {
+                let exposition = Arc::new(Exposition {
+                    workers: stats.clone(),
+                    setup: setup.clone(),
+                    max_memory: cfg.max_memory,
+                    started,
+                });
+                let t = crate::metrics_http::spawn(l, exposition, stop.clone())
+                    .expect("spawn the metrics thread");
+                (Some(addr), Some(t))
+            }
+            None => (None, None),
+        };
         Ok(Server {
             addr,
             stop,
@@ -161,7 +201,14 @@ impl Server {
             setup,
             workers,
             acceptor: Some(acceptor),
+            metrics_addr,
+            metrics,
         })
+    }
+
+    /// The address of the metrics endpoint (`metrics_listen`), if any.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The address clients connect to.
@@ -209,6 +256,9 @@ impl Server {
         }
         for w in self.workers.drain(..) {
             let _ = w.join();
+        }
+        if let Some(m) = self.metrics.take() {
+            let _ = m.join();
         }
     }
 }
@@ -282,7 +332,8 @@ impl OnTransport for Worker {
         };
         let _ = ready.send(Ok(()));
         drop(ready);
-        let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value);
+        let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value)
+            .with_memory_limit(cfg.max_memory, cfg.workers);
         let mut conns: Vec<Connection> = Vec::new();
         // The setup answer: how many workers (connections to make) and slots.
         let mut answer = [0u8; 6];
@@ -328,6 +379,10 @@ impl OnTransport for Worker {
                 stats.ops.store(ops, Ordering::Relaxed);
                 stats.clients.store(conns.len() as u64, Ordering::Relaxed);
                 stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+                stats
+                    .memory_used
+                    .store(h.store.memory_used() as u64, Ordering::Relaxed);
+                stats.requests.publish(&h.metrics);
             }
             match drain_until {
                 None if stop.load(Ordering::Acquire) => {

@@ -49,6 +49,21 @@ struct Args {
     /// can read and write everything. Config key `allow_unauthenticated`.
     #[arg(long)]
     allow_unauthenticated: bool,
+    /// Heap bytes the records may take, in bytes or with a unit (64M, 16G;
+    /// powers of 1024); 0: no cap. Split evenly between the workers; a PUT
+    /// past a worker's share gets an out-of-memory error, while reads,
+    /// deletes and writes that do not grow keep working. It bounds the
+    /// records, not the process: add the copyrpc rings and a few MiB.
+    /// Config key `max_memory`.
+    #[arg(long, value_name = "BYTES", value_parser = kvs_server::memory::parse_bytes)]
+    max_memory: Option<u64>,
+    /// Serve metrics in the Prometheus text format on this address
+    /// (`GET /metrics`, HTTP): operations by type and result, service-time
+    /// histograms, keys, memory, connections, setups. No token is asked:
+    /// bind it where only the monitoring system reaches. Config key
+    /// `metrics_listen`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 fn main() {
@@ -79,8 +94,15 @@ fn main() {
     if a.allow_unauthenticated {
         cfg.allow_unauthenticated = true;
     }
+    if let Some(v) = a.max_memory {
+        cfg.max_memory = v;
+    }
+    if a.metrics_listen.is_some() {
+        cfg.metrics_listen = a.metrics_listen;
+    }
     let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
     let interval = cfg.stats_interval_s;
+    let max_memory = cfg.max_memory;
     let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
     // The warning comes before the line that says the server is up, so
     // whoever waits for that line has seen it.
@@ -89,6 +111,9 @@ fn main() {
             "kvs-server: WARNING: no auth token (allow_unauthenticated): anyone who can reach {} can read and write everything",
             server.addr()
         );
+    }
+    if let Some(m) = server.metrics_addr() {
+        println!("kvs-server: metrics on http://{m}/metrics");
     }
     println!("kvs-server: listening on {}", server.addr());
     let stop = server.stop_flag();
@@ -104,14 +129,27 @@ fn main() {
         if interval > 0 && last.elapsed() >= Duration::from_secs(interval) {
             let dt = last.elapsed().as_secs_f64();
             last = Instant::now();
-            let mut line = format!("kvs-server: {:.0} s:", start.elapsed().as_secs_f64());
+            let used: u64 = server
+                .stats()
+                .iter()
+                .map(|s| s.memory_used.load(Ordering::Relaxed))
+                .sum();
+            let mut line = format!(
+                "kvs-server: {:.0} s: memory {}",
+                start.elapsed().as_secs_f64(),
+                mib(used)
+            );
+            if max_memory > 0 {
+                line += &format!(" of {} ({:.0}%)", mib(max_memory), pct(used, max_memory));
+            }
             for (w, (s, p)) in server.stats().iter().zip(prev.iter_mut()).enumerate() {
                 let ops = s.ops.load(Ordering::Relaxed);
                 line += &format!(
-                    " [worker {w}: {:.0} ops/s, {} clients, {} keys]",
+                    " [worker {w}: {:.0} ops/s, {} clients, {} keys, {}]",
                     (ops - *p) as f64 / dt,
                     s.clients.load(Ordering::Relaxed),
-                    s.keys.load(Ordering::Relaxed)
+                    s.keys.load(Ordering::Relaxed),
+                    mib(s.memory_used.load(Ordering::Relaxed))
                 );
                 *p = ops;
             }
@@ -120,6 +158,15 @@ fn main() {
     }
     println!("kvs-server: shutting down");
     server.shutdown();
+}
+
+/// Bytes as MiB with one decimal.
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+}
+
+fn pct(part: u64, whole: u64) -> f64 {
+    100.0 * part as f64 / whole.max(1) as f64
 }
 
 fn die(m: &str) -> ! {

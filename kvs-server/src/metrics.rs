@@ -1,0 +1,376 @@
+//! What the metrics endpoint reports, and how it gets there without touching
+//! the request path: each worker counts its requests in plain counters it
+//! owns ([`RequestMetrics`]: no atomics, no lock, no allocation per request),
+//! and copies them into its [`Published`] snapshot every housekeeping turn
+//! (at least every 50 ms) with a `try_lock`, so it never waits for a scrape.
+//! A scrape ([`Exposition`]) reads the snapshots, the workers' gauges
+//! ([`WorkerStats`]) and the setup counters, and encodes them with
+//! `prometheus-client` in the Prometheus text format.
+
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use kvs_proto::proto::{Op, Status};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Unit;
+
+use crate::server::WorkerStats;
+use crate::setup::SetupStats;
+
+/// Op labels, indexed by the request's op code (0: not a known op).
+const OPS: [&str; 7] = [
+    "unknown",
+    "get",
+    "put",
+    "delete",
+    "scan",
+    "update_range",
+    "map",
+];
+
+/// Status codes are 0..RESULTS; column RESULTS counts any other.
+const RESULTS: usize = 9;
+
+/// The `result` label of a status code.
+fn result_name(code: usize) -> &'static str {
+    let Some(st) = u8::try_from(code).ok().and_then(Status::from_u8) else {
+        return "unknown";
+    };
+    // Exhaustive: a new status needs a name here.
+    match st {
+        Status::Ok => "ok",
+        Status::NotFound => "not_found",
+        Status::Redirect => "redirect",
+        Status::TooLarge => "too_large",
+        Status::BadRequest => "bad_request",
+        Status::ShuttingDown => "shutting_down",
+        Status::AllowanceTooSmall => "allowance_too_small",
+        Status::OutOfRange => "out_of_range",
+        Status::OutOfMemory => "out_of_memory",
+    }
+}
+
+/// Upper bounds (seconds) of the service-time histogram's buckets: 100 ns to
+/// 1 s in 1-2.5-5 steps (a request is answered in well under a microsecond
+/// when nothing goes wrong).
+const BUCKETS: [f64; 22] = [
+    1e-7, 2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3,
+    5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// Highest service time the histogram tells apart (60 s); longer ones count
+/// as 60 s.
+const HIST_MAX_NS: u64 = 60_000_000_000;
+
+fn new_histogram() -> Histogram<u64> {
+    // Two significant digits: 1 % resolution in about 32 KiB.
+    Histogram::new_with_bounds(1, HIST_MAX_NS, 2).expect("constant bounds are valid")
+}
+
+/// One worker's request counters, owned by its thread.
+#[derive(Debug, Clone)]
+pub(crate) struct RequestMetrics {
+    /// Requests by op code and status code.
+    counts: [[u64; RESULTS + 1]; OPS.len()],
+    /// Service time (ns) of each request: from the request's bytes to its
+    /// answer's, in the worker (not the network).
+    hist: Histogram<u64>,
+    /// Their sum, exact.
+    sum_ns: u64,
+}
+
+impl Default for RequestMetrics {
+    fn default() -> Self {
+        RequestMetrics {
+            counts: [[0; RESULTS + 1]; OPS.len()],
+            hist: new_histogram(),
+            sum_ns: 0,
+        }
+    }
+}
+
+impl RequestMetrics {
+    /// Counts one request: its op code (untrusted: anything unknown counts
+    /// as `unknown`), its answer's status code, and how long it took.
+    #[inline]
+    pub(crate) fn record(&mut self, op: u8, status: u8, ns: u64) {
+        let op = match Op::from_u8(op) {
+            Some(o) => o as usize,
+            None => 0,
+        };
+        let st = usize::from(status).min(RESULTS);
+        self.counts[op][st] += 1;
+        self.hist.saturating_record(ns.max(1));
+        self.sum_ns = self.sum_ns.wrapping_add(ns);
+    }
+
+    /// Requests counted for `op` (a label of [`OPS`]) and status.
+    #[cfg(test)]
+    fn count(&self, op: &str, st: Status) -> u64 {
+        let o = OPS.iter().position(|n| *n == op).unwrap();
+        self.counts[o][st as usize]
+    }
+}
+
+/// A worker's requests as last published.
+#[derive(Debug, Default)]
+pub(crate) struct Published(Mutex<RequestMetrics>);
+
+impl Published {
+    /// Copies the worker's counters in, unless a scrape is reading them
+    /// (then the next turn does): a worker never waits for the metrics
+    /// thread. No allocation: the histograms have the same bounds.
+    pub(crate) fn publish(&self, m: &RequestMetrics) {
+        if let Ok(mut p) = self.0.try_lock() {
+            p.counts = m.counts;
+            p.sum_ns = m.sum_ns;
+            p.hist.reset();
+            // Same bounds, so this cannot fail.
+            let _ = p.hist.add(&m.hist);
+        }
+    }
+
+    fn snapshot(&self) -> RequestMetrics {
+        match self.0.lock() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// Everything a scrape reads.
+#[derive(Debug)]
+pub(crate) struct Exposition {
+    /// The workers' gauges and published requests.
+    pub(crate) workers: Vec<Arc<WorkerStats>>,
+    /// Connection setup's counters.
+    pub(crate) setup: Arc<Mutex<SetupStats>>,
+    /// The configured cap (0: none).
+    pub(crate) max_memory: u64,
+    /// When the server started.
+    pub(crate) started: SystemTime,
+}
+
+impl Exposition {
+    /// The metrics in the Prometheus text format (version 0.0.4).
+    pub(crate) fn encode(self: &Arc<Self>) -> Result<String, std::fmt::Error> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(self.clone()));
+        let mut out = String::with_capacity(16 << 10);
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)?;
+        Ok(out)
+    }
+}
+
+/// The content type of [`Exposition::encode`]'s text.
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// One of a worker's published gauges.
+type Field = fn(&WorkerStats) -> &std::sync::atomic::AtomicU64;
+
+/// Per-bucket counts (not cumulative: the encoder sums them) of `h` at
+/// [`BUCKETS`], the last one for everything above 1 s.
+fn buckets(h: &Histogram<u64>) -> Vec<(f64, u64)> {
+    let mut b: Vec<(f64, u64)> = BUCKETS.iter().map(|&le| (le, 0)).collect();
+    b.push((f64::INFINITY, 0));
+    for v in h.iter_recorded() {
+        // A bucket of values that compare equal: filed by its lowest.
+        let ns = h.lowest_equivalent(v.value_iterated_to());
+        let s = ns as f64 * 1e-9;
+        let i = BUCKETS
+            .iter()
+            .position(|&le| s <= le)
+            .unwrap_or(BUCKETS.len());
+        b[i].1 += v.count_at_value();
+    }
+    b
+}
+
+impl Collector for Exposition {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let requests: Vec<RequestMetrics> =
+            self.workers.iter().map(|w| w.requests.snapshot()).collect();
+        let worker = |w: usize| -> Labels { vec![("worker", w.to_string())] };
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+
+        let mut m = enc.encode_descriptor(
+            "kvs_operations",
+            "Requests answered, by worker, operation and result (the status of the answer).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (w, r) in requests.iter().enumerate() {
+            for (op, row) in r.counts.iter().enumerate() {
+                for (st, &n) in row.iter().enumerate() {
+                    // Every op's `ok` is there from the start (rates work
+                    // from zero); other results once they happen.
+                    let real_op = op != 0;
+                    if n == 0 && !(real_op && st == Status::Ok as usize) {
+                        continue;
+                    }
+                    let mut l = worker(w);
+                    l.push(("op", OPS[op].to_string()));
+                    l.push(("result", result_name(st).to_string()));
+                    m.encode_family(&l)?
+                        .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+                }
+            }
+        }
+
+        let mut m = enc.encode_descriptor(
+            "kvs_request_duration",
+            "Time a worker takes to answer one request, from its bytes to the answer's \
+             (not the network), to 1 % precision.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (w, r) in requests.iter().enumerate() {
+            m.encode_family(&worker(w))?
+                .encode_histogram::<NoLabelSet>(
+                    r.sum_ns as f64 * 1e-9,
+                    r.hist.len(),
+                    &buckets(&r.hist),
+                    None,
+                )?;
+        }
+
+        let gauges: [(&str, &str, Option<&Unit>, Field); 3] = [
+            ("kvs_keys", "Keys a worker holds.", None, |s| &s.keys),
+            (
+                "kvs_memory_used",
+                "Heap a worker's records take, as max_memory counts it (keys twice, value \
+                 buffers, malloc chunks, a per-record overhead).",
+                Some(&Unit::Bytes),
+                |s| &s.memory_used,
+            ),
+            (
+                "kvs_connections",
+                "Client connections a worker serves.",
+                None,
+                |s| &s.clients,
+            ),
+        ];
+        for (name, help, unit, field) in gauges {
+            let mut m = enc.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+            for (w, s) in self.workers.iter().enumerate() {
+                m.encode_family(&worker(w))?.encode_gauge(&load(field(s)))?;
+            }
+        }
+
+        enc.encode_descriptor(
+            "kvs_memory_limit",
+            "max_memory: the heap the records may take, split evenly between the workers \
+             (0: no cap).",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&self.max_memory)?;
+
+        let s = match self.setup.lock() {
+            Ok(s) => *s,
+            Err(p) => *p.into_inner(),
+        };
+        let r = s.reader;
+        let admitted = r.ready.saturating_sub(s.refused_auth + s.refused_hello);
+        let mut m = enc.encode_descriptor(
+            "kvs_setups",
+            "Client connection setups by outcome: admitted (handed to a worker), refused_auth \
+             (missing or wrong token), refused_hello (not a kvs client, or no such worker), \
+             timed_out, evicted (too many pending), malformed, hung_up.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, n) in [
+            ("admitted", admitted),
+            ("refused_auth", s.refused_auth),
+            ("refused_hello", s.refused_hello),
+            ("timed_out", r.timed_out),
+            ("evicted", r.evicted),
+            ("malformed", r.malformed),
+            ("hung_up", r.hung_up),
+        ] {
+            let l: Labels = vec![("result", result.to_string())];
+            m.encode_family(&l)?
+                .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+        }
+        enc.encode_descriptor(
+            "kvs_setups_pending",
+            "Connections whose setup record is still being read.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&s.pending)?;
+
+        let start = self
+            .started
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        enc.encode_descriptor(
+            "process_start_time",
+            "When the server started, in seconds since the Unix epoch.",
+            Some(&Unit::Seconds),
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&start)?;
+        let l: Labels = vec![("version", env!("CARGO_PKG_VERSION").to_string())];
+        enc.encode_descriptor(
+            "kvs_build_info",
+            "The kvs-server version (always 1).",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_family(&l)?
+        .encode_gauge(&1u64)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_and_published() {
+        let mut m = RequestMetrics::default();
+        m.record(Op::Get as u8, Status::Ok as u8, 150);
+        m.record(Op::Get as u8, Status::NotFound as u8, 300);
+        m.record(Op::Put as u8, Status::OutOfMemory as u8, 2_000);
+        m.record(99, Status::BadRequest as u8, 10);
+        m.record(Op::Scan as u8, 200, u64::MAX);
+        assert_eq!(m.count("get", Status::Ok), 1);
+        assert_eq!(m.count("get", Status::NotFound), 1);
+        assert_eq!(m.count("put", Status::OutOfMemory), 1);
+        assert_eq!(m.count("unknown", Status::BadRequest), 1);
+        assert_eq!(m.counts[Op::Scan as usize][RESULTS], 1);
+        let p = Published::default();
+        p.publish(&m);
+        let s = p.snapshot();
+        assert_eq!((s.counts, s.hist.len()), (m.counts, 5));
+        // 10 ns and 150 ns below 250 ns; 300 ns below 500; 2 µs below
+        // 2.5 µs; the saturated one above 1 s.
+        let b = buckets(&s.hist);
+        assert_eq!(b.len(), BUCKETS.len() + 1);
+        let at = |le: f64| b.iter().find(|x| x.0 == le).unwrap().1;
+        assert_eq!(
+            (
+                at(1e-7),
+                at(2.5e-7),
+                at(5e-7),
+                at(2.5e-6),
+                at(f64::INFINITY)
+            ),
+            (1, 1, 1, 1, 1)
+        );
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), 5);
+        for st in 0..RESULTS {
+            assert_ne!(result_name(st), "unknown");
+        }
+        assert_eq!(result_name(RESULTS), "unknown");
+    }
+}
