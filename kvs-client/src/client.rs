@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use copyrpc::conn::{connect_with, ConnError, Connection};
 use copyrpc::transport::{Mlx5, Transport};
-use copyrpc::{CallError, CallFailed, CloseReason, Context, ContextBuilder, EndpointId};
+use copyrpc::{
+    CallError, CallFailed, CloseReason, Context, ContextBuilder, EndpointId, IdlePolicy, WaitError,
+};
 use mlx5::device::Context as Device;
 
 use crate::error::{KvError, SubmitError};
@@ -60,6 +62,9 @@ pub struct ClientOptions {
     /// The token to present, for a server that requires one (see
     /// [`auth_token`](crate::auth_token)).
     pub auth_token: Option<AuthToken>,
+    /// What [`Client::wait`] does while no answer is back: spin, then sleep
+    /// (the default), or spin only.
+    pub idle: IdlePolicy,
 }
 
 impl Default for ClientOptions {
@@ -69,6 +74,7 @@ impl Default for ClientOptions {
             value_allowance: 4096,
             scan_allowance: 128 << 10,
             auth_token: None,
+            idle: IdlePolicy::default(),
         }
     }
 }
@@ -216,6 +222,10 @@ pub enum ConnectError {
     /// The server did not answer in time.
     #[error("the server did not answer within {0:?}")]
     Timeout(Duration),
+    /// The device could not wait for the answer (arming its CQs, or its
+    /// completion channel, failed).
+    #[error(transparent)]
+    Wait(#[from] WaitError),
 }
 
 const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -246,6 +256,7 @@ impl<T, X: Transport> Client<T, X> {
             ib.done.set(done);
         });
         let mut ctx = ContextBuilder::new()
+            .idle(opts.idle)
             .ring_size(opts.ring_size)
             .build_on::<X, _, _>(device, handler)?;
         let token = opts.auth_token.as_ref();
@@ -299,7 +310,7 @@ impl<T, X: Transport> Client<T, X> {
             .map_err(|e| ConnectError::Protocol(e.to_string()))?;
         let t = Instant::now();
         loop {
-            self.ctx.poll();
+            self.ctx.wait(Duration::from_millis(100))?;
             let mut done = self.inbox.done.take();
             let arena = self.inbox.arena.take();
             let mut r = None;
@@ -514,10 +525,41 @@ impl<T, X: Transport> Client<T, X> {
 
     /// Sends queued requests, reads answers, and calls `f` for every completed
     /// request. Returns how many completed.
-    pub fn poll(&mut self, mut f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
-        self.ctx.poll();
+    pub fn poll(&mut self, f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        let n = self.ctx.poll();
+        self.complete(n, f)
+    }
+
+    /// [`poll`](Self::poll), and if nothing completed, waits for an answer
+    /// up to `timeout`: spinning, then sleeping until one arrives, as
+    /// [`ClientOptions::idle`] says ([`copyrpc::Context::wait`]). Returns
+    /// how many completed (0: none within `timeout`).
+    ///
+    /// # Errors
+    /// The device could not arm its CQs or wait on its completion channel;
+    /// [`poll`](Self::poll) still works.
+    pub fn wait(
+        &mut self,
+        timeout: Duration,
+        f: impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) -> Result<usize, WaitError> {
+        let n = self.ctx.wait(timeout)?;
+        Ok(self.complete(n, f))
+    }
+
+    /// Hands the answers the context received to `f`; `events` is what the
+    /// context's poll or wait handled. The connections' liveness is looked
+    /// at every 100 ms: under load every 1024 polls, and at every poll or
+    /// wait that found nothing (a dead server sends nothing more).
+    fn complete(
+        &mut self,
+        events: usize,
+        mut f: impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) -> usize {
         self.polls = self.polls.wrapping_add(1);
-        if self.polls % 1024 == 0 && self.last_check.elapsed() >= Duration::from_millis(100) {
+        if (events == 0 || self.polls % 1024 == 0)
+            && self.last_check.elapsed() >= Duration::from_millis(100)
+        {
             self.last_check = Instant::now();
             for c in &mut self.conns {
                 c.check(&mut self.ctx);
@@ -757,11 +799,14 @@ impl<X: Transport> Client<u64, X> {
         }
         let mut out = None;
         while out.is_none() {
-            self.poll(|tag, r| {
+            let got = self.wait(Duration::from_millis(100), |tag, r| {
                 if tag == TAG {
                     out = Some(r.map(OwnedReply::from));
                 }
             });
+            if let Err(e) = got {
+                return Err(KvError::Submit(e.to_string()));
+            }
         }
         out.expect("loop ends with an answer")
     }

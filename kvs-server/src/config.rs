@@ -17,7 +17,16 @@
 //! stats_interval_s = 10     # 0: no stats lines
 //! max_memory = "16G"        # bytes the records may take (or 17179869184); 0: no cap
 //! metrics_listen = "127.0.0.1:9100"  # Prometheus endpoint (GET /metrics); absent: none
+//! busy_poll = false         # true: workers spin when idle (a core each, least latency)
+//! idle_spin_us = 50         # spin this long before sleeping
+//! idle_max_spin_us = 1000   # the spin adapts up to this under load
 //! ```
+//!
+//! An idle worker spins `idle_spin_us`, then arms its CQs and sleeps until a
+//! request arrives (a completion event), a client connects, or 50 ms pass.
+//! When requests keep coming soon after it falls asleep, its spin doubles,
+//! up to `idle_max_spin_us`, so a loaded server does not sleep between
+//! requests. `busy_poll = true` spins forever: a core per worker, always.
 //!
 //! `max_memory` caps the heap the records occupy (keys, values, their index
 //! entries: see [`crate::memory`]), not the whole process: add the copyrpc
@@ -38,6 +47,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -83,6 +93,12 @@ pub struct Config {
     /// Where to serve metrics in the Prometheus text format (`GET /metrics`);
     /// None: no endpoint.
     pub metrics_listen: Option<SocketAddr>,
+    /// Workers never sleep: each spins on its CQs, a core each, always.
+    pub busy_poll: bool,
+    /// Microseconds an idle worker spins before it sleeps.
+    pub idle_spin_us: u64,
+    /// The longest spin the adaptation reaches under load, in microseconds.
+    pub idle_max_spin_us: u64,
 }
 
 impl Default for Config {
@@ -104,6 +120,9 @@ impl Default for Config {
             max_pending_setups: 1024,
             max_memory: 0,
             metrics_listen: None,
+            busy_poll: false,
+            idle_spin_us: copyrpc::DEFAULT_SPIN.as_micros() as u64,
+            idle_max_spin_us: copyrpc::DEFAULT_MAX_SPIN.as_micros() as u64,
         }
     }
 }
@@ -159,6 +178,17 @@ impl Config {
         Self::parse_toml(&s)
     }
 
+    /// What an idle worker does.
+    pub fn idle_policy(&self) -> copyrpc::IdlePolicy {
+        if self.busy_poll {
+            return copyrpc::IdlePolicy::Spin;
+        }
+        copyrpc::IdlePolicy::SpinThenSleep {
+            spin: Duration::from_micros(self.idle_spin_us),
+            max_spin: Duration::from_micros(self.idle_max_spin_us),
+        }
+    }
+
     /// Whether clients reach this server only from this host.
     pub fn loopback_only(&self) -> bool {
         self.listen.ip().to_canonical().is_loopback()
@@ -205,6 +235,15 @@ impl Config {
         }
         if self.max_pending_setups == 0 {
             return bad("max_pending_setups must be at least 1".into());
+        }
+        if self.idle_spin_us > 1_000_000 || self.idle_max_spin_us > 1_000_000 {
+            return bad("idle_spin_us and idle_max_spin_us must be at most 1000000 (1 s)".into());
+        }
+        if self.idle_max_spin_us < self.idle_spin_us {
+            return bad(format!(
+                "idle_max_spin_us ({}) must be at least idle_spin_us ({})",
+                self.idle_max_spin_us, self.idle_spin_us
+            ));
         }
         let largest = crate::memory::record_cost(self.max_key, self.max_value) as u64;
         if self.max_memory != 0 && self.max_memory / u64::from(self.workers) < largest {

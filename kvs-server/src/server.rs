@@ -13,7 +13,7 @@ use copyrpc::conn::{
     Acceptor, AcceptorOptions, ConnError, Connection, Listener, PendingConnection,
 };
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
-use copyrpc::ContextBuilder;
+use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::{AuthToken, ShardMap, TokenError};
 use mlx5::device::Context as Device;
 
@@ -83,10 +83,20 @@ pub struct Server {
     stats: Vec<Arc<WorkerStats>>,
     setup: Arc<Mutex<SetupStats>>,
     workers: Vec<JoinHandle<()>>,
+    /// Wake the workers (stop requests).
+    wakers: Vec<Waker>,
     acceptor: Option<JoinHandle<()>>,
     metrics_addr: Option<SocketAddr>,
     metrics: Option<JoinHandle<()>>,
 }
+
+/// How often a worker publishes its counters and checks its clients'
+/// connections while it has work.
+const PUBLISH: Duration = Duration::from_millis(50);
+/// The longest an idle worker sleeps once its counters are published: how
+/// late it sees a stop flag that nobody woke it for (a signal handler's;
+/// [`Server::shutdown`] wakes the workers).
+const IDLE_TICK: Duration = Duration::from_millis(250);
 
 /// How long a draining worker keeps answering (`ShuttingDown`) before it
 /// closes its endpoints.
@@ -133,7 +143,7 @@ impl Server {
         let mut txs = Vec::new();
         let mut workers = Vec::new();
         let mut stats = Vec::new();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), StartError>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
         for w in 0..cfg.workers {
             let (tx, rx) = mpsc::channel::<PendingConnection>();
             txs.push(tx);
@@ -160,9 +170,10 @@ impl Server {
             );
         }
         drop(ready_tx);
+        let mut wakers: Vec<Option<Waker>> = vec![None; cfg.workers as usize];
         for _ in 0..cfg.workers {
             match ready_rx.recv() {
-                Ok(Ok(())) => {}
+                Ok(Ok((w, waker))) => wakers[w as usize] = Some(waker),
                 Ok(Err(e)) => {
                     stop.store(true, Ordering::Release);
                     for w in workers {
@@ -173,12 +184,21 @@ impl Server {
                 Err(_) => break,
             }
         }
+        let wakers: Vec<Waker> = wakers.into_iter().flatten().collect();
+        if wakers.len() != txs.len() {
+            stop.store(true, Ordering::Release);
+            return Err(StartError::Worker {
+                worker: wakers.len() as u16,
+                why: "the worker thread ended before it was ready".into(),
+            });
+        }
+        let links = txs.into_iter().zip(wakers.iter().cloned()).collect();
         let s2 = stop.clone();
         let setup = Arc::new(Mutex::new(SetupStats::default()));
         let setup2 = setup.clone();
         let acceptor = std::thread::Builder::new()
             .name("kvs-acceptor".into())
-            .spawn(move || accept(acceptor, txs, auth, s2, setup2))
+            .spawn(move || accept(acceptor, links, auth, s2, setup2))
             .expect("spawn the acceptor");
         let (metrics_addr, metrics) = match metrics_listener {
             Some((addr, l)) => {
@@ -200,6 +220,7 @@ impl Server {
             stats,
             setup,
             workers,
+            wakers,
             acceptor: Some(acceptor),
             metrics_addr,
             metrics,
@@ -242,12 +263,20 @@ impl Server {
     /// clients' calls still on the wire fail). Waits for the threads.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::Release);
+        self.wake_all();
         self.join_all();
     }
 
     /// Waits until the server stops (after [`stop_flag`](Self::stop_flag) is set).
     pub fn wait(mut self) {
         self.join_all();
+    }
+
+    /// Ends the workers' sleeps, so they see the stop flag now.
+    fn wake_all(&self) {
+        for w in &self.wakers {
+            w.wake();
+        }
     }
 
     fn join_all(&mut self) {
@@ -266,6 +295,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        self.wake_all();
         self.join_all();
     }
 }
@@ -278,7 +308,8 @@ struct Worker {
     incoming: Receiver<PendingConnection>,
     stop: Arc<AtomicBool>,
     stats: Arc<WorkerStats>,
-    ready: Sender<Result<(), StartError>>,
+    /// The worker's number and waker once its context is built.
+    ready: Sender<Result<(u16, Waker), StartError>>,
 }
 
 impl Worker {
@@ -318,6 +349,7 @@ impl OnTransport for Worker {
         } = self;
         let fail = |why: String| StartError::Worker { worker: w, why };
         let built = ContextBuilder::new()
+            .idle(cfg.idle_policy())
             .ring_size(cfg.ring_size)
             .max_endpoints(cfg.max_endpoints)
             .srq_size(4096)
@@ -330,7 +362,7 @@ impl OnTransport for Worker {
                 return;
             }
         };
-        let _ = ready.send(Ok(()));
+        let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
         let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value)
             .with_memory_limit(cfg.max_memory, cfg.workers);
@@ -344,8 +376,23 @@ impl OnTransport for Worker {
         let mut turn = 0u32;
         let mut last_check = Instant::now();
         let mut drain_until: Option<Instant> = None;
+        let mut wait_failed = false;
+        let mut published = 0u64;
         loop {
-            ctx.poll();
+            // Idle, the worker sleeps (after a spin) until a request, a new
+            // client (the acceptor wakes it), or the tick: a short one while
+            // counters wait to be published.
+            let tick = if ops != published { PUBLISH } else { IDLE_TICK };
+            let n = match ctx.wait(tick) {
+                Ok(n) => n,
+                Err(e) => {
+                    if !wait_failed {
+                        eprintln!("kvs-server: worker {w}: cannot sleep, spinning instead: {e}");
+                    }
+                    wait_failed = true;
+                    ctx.poll()
+                }
+            };
             while let Some(req) = ctx.recv() {
                 let max = req.max_response();
                 match ctx.request(&req) {
@@ -357,8 +404,11 @@ impl OnTransport for Worker {
                 let _ = ctx.reply(req, &out);
                 ops += 1;
             }
+            // Under load the chores below run every 256 turns; idle, after
+            // every wait.
             turn = turn.wrapping_add(1);
-            if turn % 256 != 0 {
+            let idle = n == 0;
+            if !idle && turn % 256 != 0 {
                 continue;
             }
             // New clients.
@@ -372,8 +422,9 @@ impl OnTransport for Worker {
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
             }
-            if turn % 4096 == 0 && last_check.elapsed() >= Duration::from_millis(50) {
+            if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
                 last_check = Instant::now();
+                published = ops;
                 // Clients that left: their endpoints are removed.
                 copyrpc::conn::retain_live(&mut conns, &mut ctx);
                 stats.ops.store(ops, Ordering::Relaxed);

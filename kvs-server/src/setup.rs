@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use copyrpc::conn::{Acceptor, AcceptorStats, PendingConnection};
+use copyrpc::Waker;
 use kvs_proto::{parse_hello, AuthToken};
 
 /// What connection setup has done so far.
@@ -124,7 +125,7 @@ impl RefusalLog {
 /// publishes its counters, until `stop` is set.
 pub(crate) fn accept(
     mut acc: Acceptor,
-    workers: Vec<Sender<PendingConnection>>,
+    workers: Vec<(Sender<PendingConnection>, Waker)>,
     auth: Option<AuthToken>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<SetupStats>>,
@@ -145,8 +146,12 @@ pub(crate) fn accept(
         for p in ready.drain(..) {
             match admit(p.private_data(), auth.as_ref(), workers.len()) {
                 Ok(w) => {
-                    // A worker that has stopped drops the connection.
-                    let _ = workers[w].send(p);
+                    // A worker that has stopped drops the connection; a
+                    // sleeping one wakes to take it.
+                    let (tx, waker) = &workers[w];
+                    if tx.send(p).is_ok() {
+                        waker.wake();
+                    }
                 }
                 Err(why) => {
                     match why {

@@ -11,6 +11,10 @@
 //! A server that requires an auth token gets it from `-p
 //! kvs.auth_token_file=FILE`, or else from `KVS_AUTH_TOKEN`.
 //!
+//! Waiting for answers, a driver thread spins `kvs.spin_us` (default 50),
+//! then sleeps until one arrives; `-p kvs.busy_poll=true` spins instead
+//! (and so does the embedded server's worker).
+//!
 //! A lost connection to the server (it died, or closed the connection) stops
 //! the phase: the report covers the operations that completed, an error line
 //! on stderr names the server, and the driver exits with status 1.
@@ -155,6 +159,16 @@ fn main() {
         share_among_ranks(&mut props, a.command, &ranks);
     }
     let num = |k: &str, d: u64| props.get_u64(k, d).unwrap_or_else(|e| die(&e));
+    // Spin, then sleep while waiting (default), or spin only.
+    let busy_poll = props
+        .get_bool("kvs.busy_poll", false)
+        .unwrap_or_else(|e| die(&e));
+    let spin_us = num("kvs.spin_us", copyrpc::DEFAULT_SPIN.as_micros() as u64).min(1_000_000);
+    let idle = if busy_poll {
+        copyrpc::IdlePolicy::Spin
+    } else {
+        copyrpc::IdlePolicy::sleep_after(std::time::Duration::from_micros(spin_us))
+    };
     let threads = num("threadcount", 1) as usize;
     let depth = num("kvs.depth", 1) as usize;
     let target_ops = props.get_f64("target", 0.0).unwrap_or_else(|e| die(&e));
@@ -212,6 +226,9 @@ fn main() {
                 workers: num("kvs.workers", 1) as u16,
                 max_value: (record + 1024).max(kvs_server::Config::default().max_value),
                 stats_interval_s: 0,
+                busy_poll,
+                idle_spin_us: spin_us,
+                idle_max_spin_us: spin_us.max(kvs_server::Config::default().idle_max_spin_us),
                 ..kvs_server::Config::default()
             };
             let s = kvs_server::Server::start(cfg).unwrap_or_else(|e| die(&e));
@@ -237,6 +254,7 @@ fn main() {
         depth,
         target_ops: (target_ops > 0.0).then_some(target_ops),
         verify,
+        idle,
         seed: num("kvs.seed", 0x5eed),
     };
     if a.command == Command::Run && embedded.is_some() {

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::IdlePolicy;
 use kvs_client::{AuthToken, Client, ClientOptions, KvError, Reply, SubmitError};
 use mlx5::device::Context as Device;
 
@@ -61,6 +62,10 @@ pub struct RunOptions {
     /// Check every value read (Java's `dataintegrity`): values are a
     /// deterministic function of key and field.
     pub verify: bool,
+    /// What a driver thread does while waiting for answers (kvs-server
+    /// only): spin, then sleep (default), or spin only
+    /// (`kvs.busy_poll=true`).
+    pub idle: IdlePolicy,
     /// Seed of the threads' random streams.
     pub seed: u64,
 }
@@ -104,6 +109,10 @@ pub struct ConnectionLost {
 /// How long threads stopping after a lost connection wait for their
 /// operations in flight before they give up on them.
 pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+
+/// The longest a driver thread sleeps waiting for answers: how late it sees
+/// a stop request.
+const IDLE_WAIT: Duration = Duration::from_millis(100);
 
 /// What one driver thread did: its measurements, the operations it
 /// completed, and the lost connection that stopped it, if one did.
@@ -280,6 +289,7 @@ fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
         value_allowance: record + 64,
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
         auth_token: auth_token.clone(),
+        idle: job.opts.idle,
     };
     run_on_device(dev, KvsJob { job, server, copts })
 }
@@ -471,8 +481,22 @@ fn drive_on<X: Transport>(
                 }
             }
         }
-        // Complete.
-        client.poll(|i, r| {
+        // Complete: wait for answers while there is nothing to issue (the
+        // window is full, every operation is out, or the target rate says
+        // not yet); otherwise only look.
+        let can_issue = stopping.is_none()
+            && lost.is_none()
+            && issued < count
+            && (!free.is_empty() || (held.is_some() && client.in_flight() == 0));
+        let timeout = match per_thread_rate {
+            _ if !rmw_next.is_empty() => Duration::ZERO,
+            Some(rate) if can_issue => (t0 + Duration::from_secs_f64(issued as f64 / rate))
+                .saturating_duration_since(Instant::now())
+                .min(IDLE_WAIT),
+            None if can_issue => Duration::ZERO,
+            _ => IDLE_WAIT,
+        };
+        let waited = client.wait(timeout, |i, r| {
             let s = &mut slots[i as usize];
             let now = Instant::now();
             let us = |t: Instant| now.duration_since(t).as_micros() as u64;
@@ -517,6 +541,9 @@ fn drive_on<X: Transport>(
             free.push(i);
             completed += 1;
         });
+        if let Err(e) = waited {
+            lost.get_or_insert(KvError::Submit(format!("waiting for answers: {e}")));
+        }
         if completed - reported >= 256 || completed == count {
             progress
                 .done

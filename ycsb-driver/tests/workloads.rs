@@ -65,6 +65,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
             depth: 4,
             target_ops: None,
             verify: true,
+            idle: Default::default(),
             seed: 7,
         };
         let progress = Arc::new(Progress::default());

@@ -64,6 +64,13 @@ struct Args {
     /// `metrics_listen`.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// Workers spin on their CQs when idle instead of sleeping: a core per
+    /// worker, always, for the least latency after idle gaps. By default an
+    /// idle worker spins `idle_spin_us` (50 µs, adapting up to
+    /// `idle_max_spin_us` under load), then sleeps until a request arrives.
+    /// Config key `busy_poll`.
+    #[arg(long)]
+    busy_poll: bool,
 }
 
 fn main() {
@@ -93,6 +100,9 @@ fn main() {
     }
     if a.allow_unauthenticated {
         cfg.allow_unauthenticated = true;
+    }
+    if a.busy_poll {
+        cfg.busy_poll = true;
     }
     if let Some(v) = a.max_memory {
         cfg.max_memory = v;
