@@ -20,6 +20,10 @@ use crate::idle::{take_wake, IdlePolicy, SpinBudget, Waker};
 use crate::slab::Slab;
 use crate::transport::{Mlx5, Sge, Transport, WorkCompletion};
 
+/// How long an idle [`Context::wait`] spins before it starts yielding the
+/// CPU between polls: longer than a round trip that is on its way.
+const POLITE_AFTER: Duration = Duration::from_micros(10);
+
 /// Work requests between requested completions on an endpoint's send queue.
 const SIGNAL_INTERVAL: u32 = 64;
 /// Transport retries (ACK timeouts) before a QP gives up on its peer.
@@ -820,10 +824,20 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             if self.take_wake() {
                 return Ok(0);
             }
-            if t0.elapsed() >= spin {
+            let spun = t0.elapsed();
+            if spun >= spin {
                 break;
             }
-            std::hint::spin_loop();
+            if spun < POLITE_AFTER {
+                std::hint::spin_loop();
+            } else {
+                // Spin politely: a thread this one woke may have been placed
+                // on this CPU (the scheduler puts a wakee near its waker),
+                // and it may be the peer whose answer this spin waits for.
+                // Yielding lets it run now rather than at the end of this
+                // time slice, milliseconds away.
+                std::thread::yield_now();
+            }
         }
         let left = timeout.saturating_sub(t0.elapsed());
         if self.chan.is_none() || left.is_zero() {

@@ -438,9 +438,9 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
     while !conns.is_empty() {
         // Sleeps when idle (--idle sleep); the timeout bounds the liveness
         // checks' period.
-        if let Err(e) = ctx.wait(Duration::from_millis(100)) {
-            die(&e);
-        }
+        let n = ctx
+            .wait(Duration::from_millis(100))
+            .unwrap_or_else(|e| die(&e));
         while let Some(h) = ctx.recv() {
             let len = match ctx.request(&h) {
                 Some(d) => {
@@ -454,12 +454,15 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
         }
         // Liveness: every 100 ms (one read per connection), not per poll.
         i += 1;
-        if i % 1024 == 0 && last_check.elapsed() >= Duration::from_millis(100) {
+        if (n == 0 || i % 1024 == 0) && last_check.elapsed() >= Duration::from_millis(100) {
             last_check = Instant::now();
             // A dead connection's endpoint is removed: its QP and
             // rings are freed.
             copyrpc::conn::retain_live(&mut conns, &mut ctx);
         }
+    }
+    if common.idle == Idle::Sleep {
+        eprintln!("copyrpc-bench server: slept {} times", ctx.sleeps());
     }
 }
 
@@ -609,6 +612,9 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
         }
     }
     let s = shared.borrow();
+    if common.idle == Idle::Sleep {
+        eprintln!("copyrpc-bench client thread: slept {} times", ctx.sleeps());
+    }
     (s.done, s.hist.clone(), s.failed)
 }
 
