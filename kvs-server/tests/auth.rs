@@ -8,7 +8,7 @@ use kvs_server::{Config, Server, StartError};
 use mlx5::sim::fabric::Fabric;
 
 mod support;
-use support::{connect, run_server, temp_dir, write_file, ServerProcess};
+use support::{connect, run_server, temp_dir, test_config, write_file, ServerProcess};
 
 const TOKEN: &str = "tok-7f3a9c1e5b2d";
 
@@ -26,14 +26,8 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
     write_file(&file, &format!("{TOKEN}\n"), 0o600);
     let fabric = format!("kvs-auth-{}", std::process::id());
     let server = Server::start(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        device: "sim1".into(),
-        fabric: Some(fabric.clone()),
-        workers: 2,
-        max_value: 2048,
-        stats_interval_s: 0,
         auth_token_file: Some(file.clone()),
-        ..Config::default()
+        ..test_config(&fabric)
     })
     .unwrap();
     let addr = server.addr();
@@ -99,18 +93,7 @@ fn the_server_never_prints_the_token() {
     let file = dir.join("token");
     write_file(&file, TOKEN, 0o600);
     let fabric = format!("kvs-auth-log-{}", std::process::id());
-    let server = ServerProcess::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--device",
-        "sim1",
-        "--fabric",
-        &fabric,
-        "--stats-interval",
-        "0",
-        "--auth-token-file",
-        file.to_str().unwrap(),
-    ]);
+    let server = ServerProcess::start_on(&fabric, &["--auth-token-file", file.to_str().unwrap()]);
     let wrong = "tok-wrong-0123456";
     match connect(server.addr, &fabric, with_token(Some(wrong))) {
         Err(ConnectError::Refused(why)) => assert_eq!(why, "wrong auth token"),

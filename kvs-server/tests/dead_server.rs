@@ -13,18 +13,7 @@ use support::{connect, ServerProcess};
 #[test]
 fn a_killed_server_fails_outstanding_and_new_requests() {
     let fabric = format!("kvs-dead-{}", std::process::id());
-    let mut server = ServerProcess::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "2",
-        "--device",
-        "sim1",
-        "--fabric",
-        &fabric,
-        "--stats-interval",
-        "0",
-    ]);
+    let mut server = ServerProcess::start_on(&fabric, &[]);
     let mut c = connect(server.addr, &fabric, ClientOptions::default()).unwrap();
     c.wait_for(|c, t| c.put(b"k", b"v", t)).unwrap();
     server.kill9();

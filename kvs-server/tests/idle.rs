@@ -43,20 +43,7 @@ fn cpu_ticks_of(pid: u32) -> Duration {
 /// that CPU time, after checking the first request after it is answered.
 fn idle_cpu(tag: &str, args: &[&str], idle: Duration, window: Duration) -> Duration {
     let fabric = format!("kvs-idle-{tag}-{}", std::process::id());
-    let mut all = vec![
-        "--listen",
-        "127.0.0.1:0",
-        "--workers",
-        "2",
-        "--device",
-        "sim1",
-        "--fabric",
-        &fabric,
-        "--stats-interval",
-        "0",
-    ];
-    all.extend_from_slice(args);
-    let server = ServerProcess::start(&all);
+    let server = ServerProcess::start_on(&fabric, args);
     let mut c = connect(server.addr, &fabric, ClientOptions::default()).unwrap();
     for i in 0..100u32 {
         let k = format!("key{i}");
@@ -103,10 +90,10 @@ fn an_idle_server_sleeps_and_answers_the_first_request_after() {
 fn a_busy_polling_server_spins() {
     let window = Duration::from_secs(1);
     let cpu = idle_cpu("spin", &["--busy-poll"], Duration::from_millis(200), window);
-    // Two spinning workers: far above the sleeping server's limit, even on a
-    // loaded machine.
+    // Two spinning workers: five times the sleeping server's limit or more,
+    // even when they share the machine's two cores with a build.
     assert!(
-        cpu > window / 5,
+        cpu > window / 10,
         "a busy-polling server used only {cpu:?} of CPU in {window:?}"
     );
 }

@@ -11,7 +11,7 @@ use kvs_server::{memory, Config, Server};
 use mlx5::sim::fabric::Fabric;
 
 mod support;
-use support::{connect, ServerProcess};
+use support::{connect, test_config, ServerProcess};
 
 fn key(i: u32) -> Vec<u8> {
     format!("user{i:010}").into_bytes()
@@ -68,15 +68,9 @@ fn puts_until_the_cap_are_refused_and_reads_deletes_and_overwrites_go_on() {
     let fabric = format!("kvs-mem-{}", std::process::id());
     let max_memory = 2u64 << 20;
     let server = Server::start(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        device: "sim1".into(),
-        fabric: Some(fabric.clone()),
-        workers: 2,
-        max_value: 2048,
         ring_size: 1 << 18,
-        stats_interval_s: 0,
         max_memory,
-        ..Config::default()
+        ..test_config(&fabric)
     })
     .unwrap();
     let mut c = connect(
@@ -181,20 +175,8 @@ fn the_process_stays_within_the_cap() {
     let fabric = format!("kvs-mem-rss-{}", std::process::id());
     let max_memory: u64 = 64 << 20;
     let ring: u64 = 1 << 20;
-    let server = ServerProcess::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--device",
-        "sim1",
-        "--fabric",
-        &fabric,
-        "--workers",
-        "2",
-        "--stats-interval",
-        "1",
-        "--max-memory",
-        "64M",
-    ]);
+    let server =
+        ServerProcess::start_on(&fabric, &["--stats-interval", "1", "--max-memory", "64M"]);
     let pid = server.child.id();
     let mut c = connect(
         server.addr,

@@ -14,7 +14,7 @@ use mlx5::sim::fabric::Fabric;
 use prometheus_parse::{Sample, Scrape, Value};
 
 mod support;
-use support::{connect, temp_dir, write_file};
+use support::{connect, temp_dir, test_config, write_file};
 
 const TOKEN: &str = "metrics-test-token-1";
 
@@ -95,16 +95,10 @@ fn the_endpoint_reports_what_was_done() {
     let fabric = format!("kvs-metrics-{}", std::process::id());
     let max_memory = 8u64 << 20;
     let server = Server::start(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        device: "sim1".into(),
-        fabric: Some(fabric.clone()),
-        workers: 2,
-        max_value: 2048,
-        stats_interval_s: 0,
         auth_token_file: Some(token_file),
         max_memory,
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
-        ..Config::default()
+        ..test_config(&fabric)
     })
     .unwrap();
     let m = server.metrics_addr().expect("an endpoint");

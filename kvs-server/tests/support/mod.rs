@@ -11,6 +11,21 @@ use std::time::{Duration, Instant};
 
 use kvs_client::{Client, ClientOptions, ConnectError};
 
+/// The settings of an in-process test server: a loopback port of its own,
+/// software device `sim1` of `fabric`, two workers, values up to 2 KiB, no
+/// stats lines.
+pub fn test_config(fabric: &str) -> kvs_server::Config {
+    kvs_server::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        device: "sim1".into(),
+        fabric: Some(fabric.into()),
+        workers: 2,
+        max_value: 2048,
+        stats_interval_s: 0,
+        ..kvs_server::Config::default()
+    }
+}
+
 /// A kvs-server process: its address and everything it printed so far.
 pub struct ServerProcess {
     pub child: Child,
@@ -20,6 +35,25 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
+    /// Starts `kvs-server` on a loopback port of its own, software device
+    /// `sim1` of `fabric`, with two workers and no stats lines unless `extra`
+    /// says otherwise (later flags win).
+    pub fn start_on(fabric: &str, extra: &[&str]) -> ServerProcess {
+        let base = [
+            "--listen",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--device",
+            "sim1",
+            "--fabric",
+            fabric,
+            "--stats-interval",
+            "0",
+        ];
+        ServerProcess::start(&[&base[..], extra].concat())
+    }
+
     /// Starts `kvs-server` with `args` (which must listen on a port of its
     /// own) and waits (at most 60 s) for its "listening on" line.
     pub fn start(args: &[&str]) -> ServerProcess {
