@@ -36,22 +36,24 @@ pub struct ServerProcess {
 
 impl ServerProcess {
     /// Starts `kvs-server` on a loopback port of its own, software device
-    /// `sim1` of `fabric`, with two workers and no stats lines unless `extra`
-    /// says otherwise (later flags win).
+    /// `sim1` of `fabric`, with two workers and no stats lines, and the flags
+    /// in `extra` (which may set `--workers` or `--stats-interval` instead).
     pub fn start_on(fabric: &str, extra: &[&str]) -> ServerProcess {
-        let base = [
+        let mut args = vec![
             "--listen",
             "127.0.0.1:0",
-            "--workers",
-            "2",
             "--device",
             "sim1",
             "--fabric",
             fabric,
-            "--stats-interval",
-            "0",
         ];
-        ServerProcess::start(&[&base[..], extra].concat())
+        for (flag, default) in [("--workers", "2"), ("--stats-interval", "0")] {
+            if !extra.contains(&flag) {
+                args.extend([flag, default]);
+            }
+        }
+        args.extend_from_slice(extra);
+        ServerProcess::start(&args)
     }
 
     /// Starts `kvs-server` with `args` (which must listen on a port of its
