@@ -6,6 +6,7 @@ use kvs_proto::proto::{
     begin_response, finish_response, push_scan_record, Op, Request, Status, FLAG_TRUNCATED,
     RESPONSE_HEADER, SCAN_RECORD_HEADER,
 };
+use kvs_proto::shard::slot_of;
 use kvs_proto::ShardMap;
 use std::time::Instant;
 
@@ -40,13 +41,14 @@ impl Handler {
     pub fn new(worker: u16, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
         let mut map_bytes = Vec::new();
         map.encode(&mut map_bytes);
+        let slots = map.slots();
         Handler {
             worker,
             map,
             map_bytes,
             max_key,
             max_value,
-            store: Store::default(),
+            store: Store::new(slots, usize::MAX),
             draining: false,
             max_memory: 0,
             metrics: RequestMetrics::default(),
@@ -57,7 +59,10 @@ impl Handler {
     /// the server's `max_memory` (0: no cap).
     pub fn with_memory_limit(mut self, max_memory: u64, workers: u16) -> Handler {
         self.max_memory = max_memory;
-        self.store = Store::with_limit(crate::memory::worker_share(max_memory, workers));
+        self.store = Store::new(
+            self.map.slots(),
+            crate::memory::worker_share(max_memory, workers),
+        );
         self
     }
 
@@ -94,11 +99,12 @@ impl Handler {
             Op::Scan => return self.scan(key, r.scan_count() as usize, max_response, out),
             _ => {}
         }
-        if self.map.owner(key) != self.worker {
+        let slot = slot_of(key, self.map.slots());
+        if self.map.owner_of_slot(slot) != self.worker {
             return self.map_answer(out, Status::Redirect, max_response);
         }
         match r.op() {
-            Op::Get => match self.store.get(key) {
+            Op::Get => match self.store.get(slot, key) {
                 Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
                     begin_response(out, Status::Ok, 0);
                     out.extend_from_slice(v);
@@ -113,7 +119,7 @@ impl Handler {
                     let m = format!("value of {} bytes (at most {})", v.len(), self.max_value);
                     return error(out, Status::TooLarge, &m, max_response);
                 }
-                match self.store.put(key, v) {
+                match self.store.put(slot, key, v) {
                     Ok(()) => status(out, Status::Ok),
                     Err(e) => {
                         let m = format!(
@@ -126,11 +132,11 @@ impl Handler {
                 }
             }
             Op::Delete => {
-                let found = self.store.delete(key);
+                let found = self.store.delete(slot, key);
                 status(out, if found { Status::Ok } else { Status::NotFound });
             }
             Op::UpdateRange => {
-                let st = match self.store.patch(key, r.offset() as usize, r.value()) {
+                let st = match self.store.patch(slot, key, r.offset() as usize, r.value()) {
                     Patch::Done => Status::Ok,
                     Patch::NotFound => Status::NotFound,
                     Patch::OutOfRange => Status::OutOfRange,

@@ -1,31 +1,38 @@
 //! One worker's data, which only its worker thread touches, so no lock is
-//! taken on any path: a hash map for point operations (std's keyed SipHash:
-//! keys come from clients, and a fixed hash would let one flood a bucket)
-//! and an ordered index of the keys for scans. Writes that would take the
-//! heap the records occupy past the store's limit (its worker's share of
-//! `max_memory`) are refused; see [`crate::memory`] for what a record costs.
+//! taken on any path. Records are kept per slot (hash slot of the shard
+//! map): each slot the worker holds has a hash map of its own (std's keyed
+//! SipHash: keys come from clients, and a fixed hash would let one flood a
+//! bucket), so a slot's records can be listed, shipped and dropped without
+//! looking at any other slot's. An ordered index of all the worker's keys
+//! serves scans. Writes that would take the heap the records occupy past the
+//! store's limit (its worker's share of `max_memory`) are refused; see
+//! [`crate::memory`] for what a record costs.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
 use crate::memory::{record_cost, OutOfMemory};
 
-/// A worker's keys and values.
+/// One slot's records.
+#[derive(Debug, Default)]
+struct Slot {
+    map: HashMap<Box<[u8]>, Vec<u8>>,
+    /// Bytes of its keys and values.
+    bytes: usize,
+}
+
+/// A worker's keys and values, by slot.
 #[derive(Debug)]
 pub struct Store {
-    map: HashMap<Box<[u8]>, Vec<u8>>,
-    // The keys again (owned copies: the store stays `Send`, for migration).
-    order: BTreeSet<Box<[u8]>>,
+    /// Index: slot number. None: no record of the slot here.
+    slots: Vec<Option<Box<Slot>>>,
+    // The keys again, in order, with their slots (owned copies: the store
+    // stays `Send`).
+    order: BTreeMap<Box<[u8]>, u32>,
     bytes: usize,
     // Heap bytes the records cost (`memory::record_cost` summed).
     used: usize,
     limit: usize,
-}
-
-impl Default for Store {
-    fn default() -> Self {
-        Store::with_limit(usize::MAX)
-    }
 }
 
 /// UPDATE_RANGE outcome.
@@ -39,31 +46,61 @@ pub enum Patch {
     OutOfRange,
 }
 
+/// What dropping a slot freed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Dropped {
+    /// Records.
+    pub keys: usize,
+    /// Bytes of their keys and values.
+    pub bytes: usize,
+}
+
 impl Store {
-    /// An empty store whose records may cost at most `limit` heap bytes
-    /// (`usize::MAX`: no limit).
-    pub fn with_limit(limit: usize) -> Store {
+    /// An empty store for a map of `slots` slots whose records may cost at
+    /// most `limit` heap bytes (`usize::MAX`: no limit).
+    pub fn new(slots: u32, limit: usize) -> Store {
         Store {
-            map: HashMap::new(),
-            order: BTreeSet::new(),
+            slots: (0..slots).map(|_| None).collect(),
+            order: BTreeMap::new(),
             bytes: 0,
             used: 0,
             limit,
         }
     }
 
-    /// The value of `key`.
     #[inline]
-    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.map.get(key).map(|v| v.as_slice())
+    fn slot(&self, slot: u32) -> Option<&Slot> {
+        self.slots.get(slot as usize)?.as_deref()
     }
 
-    /// Sets `key` to `value`, reusing the old value's memory when it fits
-    /// (and is not four times larger than needed). Refused, with nothing
-    /// changed, when the write would take the records' cost past the limit;
-    /// a write that does not grow the cost is never refused.
-    pub fn put(&mut self, key: &[u8], value: &[u8]) -> Result<(), OutOfMemory> {
-        match self.map.get_mut(key) {
+    #[inline]
+    fn slot_mut(&mut self, slot: u32) -> Option<&mut Slot> {
+        self.slots.get_mut(slot as usize)?.as_deref_mut()
+    }
+
+    /// The value of `key` (of slot `slot`).
+    #[inline]
+    pub fn get(&self, slot: u32, key: &[u8]) -> Option<&[u8]> {
+        self.slot(slot)?.map.get(key).map(|v| v.as_slice())
+    }
+
+    /// Sets `key` (of slot `slot`, below the store's slot count) to
+    /// `value`, reusing the old value's memory when it fits (and is not four
+    /// times larger than needed). Refused, with nothing changed, when the
+    /// write would take the records' cost past the limit; a write that does
+    /// not grow the cost is never refused.
+    pub fn put(&mut self, slot: u32, key: &[u8], value: &[u8]) -> Result<(), OutOfMemory> {
+        let (used, limit) = (self.used, self.limit);
+        let Some(entry) = self.slots.get_mut(slot as usize) else {
+            // A slot the map does not have: nothing can be kept for it.
+            return Err(OutOfMemory {
+                used,
+                limit: 0,
+                needed: record_cost(key.len(), value.len()),
+            });
+        };
+        let sl = entry.get_or_insert_with(Box::default);
+        match sl.map.get_mut(key) {
             Some(v) => {
                 let old_len = v.len();
                 let reuse = value.len() <= v.capacity() && value.len() >= v.capacity() / 4;
@@ -71,45 +108,49 @@ impl Store {
                     let old = record_cost(key.len(), v.capacity());
                     let new = record_cost(key.len(), value.len());
                     if new > old {
-                        charge(self.used, self.limit, new - old)?;
+                        charge(used, limit, new - old)?;
                     }
-                    self.used = self.used - old + new;
+                    self.used = used - old + new;
                     // An exact-size buffer: growing in place would double it.
                     *v = value.to_vec();
                 } else {
                     v.clear();
                     v.extend_from_slice(value);
                 }
+                sl.bytes = sl.bytes - old_len + value.len();
                 self.bytes = self.bytes - old_len + value.len();
             }
             None => {
                 let cost = record_cost(key.len(), value.len());
-                charge(self.used, self.limit, cost)?;
+                charge(used, limit, cost)?;
                 self.used += cost;
+                sl.bytes += key.len() + value.len();
                 self.bytes += key.len() + value.len();
-                self.order.insert(key.into());
-                self.map.insert(key.into(), value.to_vec());
+                sl.map.insert(key.into(), value.to_vec());
+                self.order.insert(key.into(), slot);
             }
         }
         Ok(())
     }
 
-    /// Removes `key`; whether it was there.
-    pub fn delete(&mut self, key: &[u8]) -> bool {
-        match self.map.remove(key) {
-            Some(v) => {
-                self.order.remove(key);
-                self.bytes -= key.len() + v.len();
-                self.used -= record_cost(key.len(), v.capacity());
-                true
-            }
-            None => false,
-        }
+    /// Removes `key` (of slot `slot`); whether it was there.
+    pub fn delete(&mut self, slot: u32, key: &[u8]) -> bool {
+        let Some(sl) = self.slot_mut(slot) else {
+            return false;
+        };
+        let Some(v) = sl.map.remove(key) else {
+            return false;
+        };
+        sl.bytes -= key.len() + v.len();
+        self.order.remove(key);
+        self.bytes -= key.len() + v.len();
+        self.used -= record_cost(key.len(), v.capacity());
+        true
     }
 
-    /// Overwrites `bytes` of `key`'s value at `offset`.
-    pub fn patch(&mut self, key: &[u8], offset: usize, bytes: &[u8]) -> Patch {
-        let Some(v) = self.map.get_mut(key) else {
+    /// Overwrites `bytes` of `key`'s value (of slot `slot`) at `offset`.
+    pub fn patch(&mut self, slot: u32, key: &[u8], offset: usize, bytes: &[u8]) -> Patch {
+        let Some(v) = self.slot_mut(slot).and_then(|s| s.map.get_mut(key)) else {
             return Patch::NotFound;
         };
         match offset.checked_add(bytes.len()) {
@@ -121,21 +162,64 @@ impl Store {
         }
     }
 
-    /// Records with keys from `start` on, in order.
+    /// Records with keys from `start` on, in order, across all slots.
     pub fn scan<'a>(&'a self, start: &[u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         self.order
             .range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
-            .filter_map(|k| Some((&**k, self.map.get(&**k)?.as_slice())))
+            .filter_map(|(k, &slot)| Some((&**k, self.get(slot, k)?)))
+    }
+
+    /// Slot `slot`'s records, in no order (what a migration ships).
+    pub fn slot_records(&self, slot: u32) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.slot(slot)
+            .into_iter()
+            .flat_map(|s| s.map.iter().map(|(k, v)| (&**k, v.as_slice())))
+    }
+
+    /// Slot `slot`'s record count and bytes of keys and values.
+    pub fn slot_size(&self, slot: u32) -> Dropped {
+        self.slot(slot)
+            .map(|s| Dropped {
+                keys: s.map.len(),
+                bytes: s.bytes,
+            })
+            .unwrap_or_default()
+    }
+
+    /// Removes every record of slot `slot` (a slot given away), touching no
+    /// other slot's; what it freed.
+    pub fn drop_slot(&mut self, slot: u32) -> Dropped {
+        let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return Dropped::default();
+        };
+        for (k, v) in &sl.map {
+            self.order.remove(k);
+            self.used -= record_cost(k.len(), v.capacity());
+        }
+        self.bytes -= sl.bytes;
+        Dropped {
+            keys: sl.map.len(),
+            bytes: sl.bytes,
+        }
+    }
+
+    /// The slots this store holds records of.
+    pub fn held_slots(&self) -> impl Iterator<Item = u32> + '_ {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.as_ref().is_some_and(|s| !s.map.is_empty()))
+            .map(|(i, _)| i as u32)
     }
 
     /// How many keys.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.order.len()
     }
 
     /// No keys.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.order.is_empty()
     }
 
     /// Bytes of keys and values held.
@@ -170,25 +254,51 @@ fn charge(used: usize, limit: usize, needed: usize) -> Result<(), OutOfMemory> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvs_proto::shard::slot_of;
+
+    const SLOTS: u32 = 16;
+
+    /// The store with each key in its own slot of a 16-slot map.
+    trait Keyed {
+        fn p(&mut self, k: &[u8], v: &[u8]) -> Result<(), OutOfMemory>;
+        fn g(&self, k: &[u8]) -> Option<&[u8]>;
+        fn d(&mut self, k: &[u8]) -> bool;
+        fn pa(&mut self, k: &[u8], off: usize, b: &[u8]) -> Patch;
+    }
+
+    impl Keyed for Store {
+        fn p(&mut self, k: &[u8], v: &[u8]) -> Result<(), OutOfMemory> {
+            self.put(slot_of(k, SLOTS), k, v)
+        }
+        fn g(&self, k: &[u8]) -> Option<&[u8]> {
+            self.get(slot_of(k, SLOTS), k)
+        }
+        fn d(&mut self, k: &[u8]) -> bool {
+            self.delete(slot_of(k, SLOTS), k)
+        }
+        fn pa(&mut self, k: &[u8], off: usize, b: &[u8]) -> Patch {
+            self.patch(slot_of(k, SLOTS), k, off, b)
+        }
+    }
 
     #[test]
     fn point_operations_patches_and_ordered_scans() {
-        let mut s = Store::default();
-        s.put(b"b", b"2222").unwrap();
-        s.put(b"a", b"1").unwrap();
-        s.put(b"c", b"3").unwrap();
-        s.put(b"b", b"22").unwrap();
-        assert_eq!(s.get(b"b"), Some(&b"22"[..]));
+        let mut s = Store::new(SLOTS, usize::MAX);
+        s.p(b"b", b"2222").unwrap();
+        s.p(b"a", b"1").unwrap();
+        s.p(b"c", b"3").unwrap();
+        s.p(b"b", b"22").unwrap();
+        assert_eq!(s.g(b"b"), Some(&b"22"[..]));
         assert_eq!(s.bytes(), 3 + 1 + 2 + 1);
-        assert_eq!(s.patch(b"b", 1, b"x"), Patch::Done);
-        assert_eq!(s.patch(b"b", 1, b"xy"), Patch::OutOfRange);
-        assert_eq!(s.patch(b"b", usize::MAX, b"x"), Patch::OutOfRange);
-        assert_eq!(s.patch(b"z", 0, b""), Patch::NotFound);
-        assert_eq!(s.get(b"b"), Some(&b"2x"[..]));
+        assert_eq!(s.pa(b"b", 1, b"x"), Patch::Done);
+        assert_eq!(s.pa(b"b", 1, b"xy"), Patch::OutOfRange);
+        assert_eq!(s.pa(b"b", usize::MAX, b"x"), Patch::OutOfRange);
+        assert_eq!(s.pa(b"z", 0, b""), Patch::NotFound);
+        assert_eq!(s.g(b"b"), Some(&b"2x"[..]));
         let keys: Vec<_> = s.scan(b"ab").map(|(k, _)| k.to_vec()).collect();
         assert_eq!(keys, vec![b"b".to_vec(), b"c".to_vec()]);
-        assert!(s.delete(b"a"));
-        assert!(!s.delete(b"a"));
+        assert!(s.d(b"a"));
+        assert!(!s.d(b"a"));
         assert_eq!((s.len(), s.bytes()), (2, 3 + 2));
     }
 
@@ -196,35 +306,79 @@ mod tests {
     fn the_limit_refuses_growth_and_nothing_else() {
         let rec = record_cost(4, 100);
         // Room for three such records and a little more.
-        let mut s = Store::with_limit(3 * rec + 10);
+        let mut s = Store::new(SLOTS, 3 * rec + 10);
         for k in [b"key1", b"key2", b"key3"] {
-            s.put(k, &[1; 100]).unwrap();
+            s.p(k, &[1; 100]).unwrap();
         }
         assert_eq!(s.memory_used(), 3 * rec);
-        let e = s.put(b"key4", &[1; 100]).unwrap_err();
+        let e = s.p(b"key4", &[1; 100]).unwrap_err();
         assert_eq!((e.used, e.limit, e.needed), (3 * rec, 3 * rec + 10, rec));
-        assert_eq!((s.len(), s.get(b"key4")), (3, None));
+        assert_eq!((s.len(), s.g(b"key4")), (3, None));
         // Overwrites that fit the old buffer, patches, reads and deletes go on.
-        s.put(b"key1", &[2; 100]).unwrap();
-        s.put(b"key2", &[2; 60]).unwrap();
-        assert_eq!(s.get(b"key2"), Some(&[2u8; 60][..]));
-        assert_eq!(s.patch(b"key3", 0, &[3; 10]), Patch::Done);
+        s.p(b"key1", &[2; 100]).unwrap();
+        s.p(b"key2", &[2; 60]).unwrap();
+        assert_eq!(s.g(b"key2"), Some(&[2u8; 60][..]));
+        assert_eq!(s.pa(b"key3", 0, &[3; 10]), Patch::Done);
         assert_eq!(s.memory_used(), 3 * rec);
         // Growing a value past its buffer is growth.
-        let e = s.put(b"key1", &[2; 200]).unwrap_err();
+        let e = s.p(b"key1", &[2; 200]).unwrap_err();
         assert_eq!(e.needed, record_cost(4, 200) - rec);
-        assert_eq!(s.get(b"key1"), Some(&[2u8; 100][..]));
+        assert_eq!(s.g(b"key1"), Some(&[2u8; 100][..]));
         // A much smaller value gets a buffer of its own size: less is charged.
-        s.put(b"key3", &[3; 8]).unwrap();
+        s.p(b"key3", &[3; 8]).unwrap();
         assert_eq!(s.memory_used(), 2 * rec + record_cost(4, 8));
-        assert!(s.delete(b"key3"));
+        assert!(s.d(b"key3"));
         assert_eq!(s.memory_used(), 2 * rec);
-        s.put(b"key4", &[4; 100]).unwrap();
+        s.p(b"key4", &[4; 100]).unwrap();
         assert_eq!((s.len(), s.bytes()), (3, 3 * 4 + 100 + 60 + 100));
         let keys: Vec<Vec<u8>> = s.scan(b"").map(|(k, _)| k.to_vec()).collect();
         for k in keys {
-            assert!(s.delete(&k));
+            assert!(s.d(&k));
         }
         assert_eq!((s.memory_used(), s.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_slot_is_listed_and_dropped_without_touching_the_others() {
+        let mut s = Store::new(SLOTS, usize::MAX);
+        let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("key{i}").into_bytes()).collect();
+        for k in &keys {
+            s.p(k, b"value").unwrap();
+        }
+        let target = slot_of(&keys[0], SLOTS);
+        let mine: Vec<&Vec<u8>> = keys
+            .iter()
+            .filter(|k| slot_of(k, SLOTS) == target)
+            .collect();
+        let size = s.slot_size(target);
+        assert_eq!(size.keys, mine.len());
+        assert_eq!(size.bytes, mine.iter().map(|k| k.len() + 5).sum::<usize>());
+        let mut listed: Vec<Vec<u8>> = s.slot_records(target).map(|(k, _)| k.to_vec()).collect();
+        listed.sort();
+        let mut want: Vec<Vec<u8>> = mine.iter().map(|k| k.to_vec()).collect();
+        want.sort();
+        assert_eq!(listed, want);
+        let (used, bytes) = (s.memory_used(), s.bytes());
+        assert_eq!(s.drop_slot(target), size);
+        assert_eq!(s.drop_slot(target), Dropped::default());
+        assert_eq!(s.len(), keys.len() - mine.len());
+        assert_eq!(s.bytes(), bytes - size.bytes);
+        assert_eq!(
+            s.memory_used(),
+            used - mine.iter().map(|k| record_cost(k.len(), 5)).sum::<usize>()
+        );
+        assert!(!s.held_slots().any(|x| x == target));
+        // The other slots' records, point and scan, are all still there.
+        for k in &keys {
+            let here = slot_of(k, SLOTS) != target;
+            assert_eq!(s.g(k).is_some(), here, "{k:?}");
+        }
+        assert_eq!(s.scan(b"").count(), keys.len() - mine.len());
+        assert!(s.scan(b"").all(|(k, _)| slot_of(k, SLOTS) != target));
+        // The slot can be filled again; a slot the map lacks keeps nothing.
+        s.p(&keys[0], b"again").unwrap();
+        assert_eq!(s.g(&keys[0]), Some(&b"again"[..]));
+        assert!(s.put(SLOTS, b"k", b"v").is_err());
+        assert_eq!(s.get(SLOTS, b"k"), None);
     }
 }
