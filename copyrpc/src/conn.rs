@@ -15,6 +15,7 @@
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
 
 use crate::context::{Context, EndpointId};
 use crate::endpoint::EndpointInfo;
@@ -25,6 +26,7 @@ mod acceptor;
 mod record;
 
 pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats};
+pub use record::SETUP_TIMEOUT;
 use record::{check_private_data, read_record, write_record, write_refusal};
 
 /// Errors of connection setup.
@@ -43,6 +45,10 @@ pub enum ConnError {
     /// with control characters replaced).
     #[error("refused by the peer: {0}")]
     Refused(String),
+    /// The peer did not complete connection setup in time (its TCP
+    /// connection, or its whole setup record).
+    #[error("the peer did not complete connection setup within {0:?}")]
+    Timeout(Duration),
 }
 
 /// Most bytes of private data a side may attach to its setup record (as RDMA
@@ -97,14 +103,15 @@ impl Listener {
     /// owning the contexts (a [`PendingConnection`] is `Send`). In
     /// non-blocking mode, `WouldBlock` when no peer is waiting.
     ///
-    /// The record is read blocking (up to 30 s per read), so one slow peer
-    /// holds up the next: a server facing untrusted peers uses an
+    /// The record is read blocking (up to [`SETUP_TIMEOUT`] in all), so one
+    /// slow peer holds up the next: a server facing untrusted peers uses an
     /// [`Acceptor`] instead. A malformed record is answered with a refusal.
     pub fn accept_pending(&self) -> Result<PendingConnection, ConnError> {
         let (stream, peer) = self.tcp.accept()?;
+        let started = Instant::now();
         stream.set_nonblocking(false)?;
         stream.set_nodelay(true)?;
-        let rec = match read_record(&stream) {
+        let rec = match read_record(&stream, started, SETUP_TIMEOUT) {
             Ok(r) => r,
             Err(ConnError::Record(why)) => {
                 write_refusal(&stream, &format!("bad setup record: {why}"));
@@ -213,7 +220,8 @@ where
 /// [`connect`], attaching `private_data` (at most [`MAX_PRIVATE_DATA`] bytes)
 /// for the listener to read; the listener's answer is
 /// [`Connection::peer_private_data`]. A listener that refuses the connection
-/// (its refusal line) fails it with [`ConnError::Refused`].
+/// (its refusal line) fails it with [`ConnError::Refused`]. The whole setup
+/// gets [`SETUP_TIMEOUT`] ([`connect_within`] chooses).
 pub fn connect_with<U, F, T: Transport>(
     addr: impl ToSocketAddrs,
     ctx: &mut Context<U, F, T>,
@@ -222,12 +230,30 @@ pub fn connect_with<U, F, T: Transport>(
 where
     F: FnMut(U, Result<&[u8], CallFailed>),
 {
+    connect_within(addr, ctx, private_data, SETUP_TIMEOUT)
+}
+
+/// [`connect_with`], failing with [`ConnError::Timeout`] when the TCP
+/// connection and the listener's setup record together take longer than
+/// `timeout` (a host that does not answer, a listener that accepts and says
+/// nothing or dribbles its record).
+pub fn connect_within<U, F, T: Transport>(
+    addr: impl ToSocketAddrs,
+    ctx: &mut Context<U, F, T>,
+    private_data: &[u8],
+    timeout: Duration,
+) -> Result<Connection, ConnError>
+where
+    F: FnMut(U, Result<&[u8], CallFailed>),
+{
     // Refused before anything reaches the listener.
     check_private_data(private_data)?;
-    let stream = TcpStream::connect(addr)?;
+    let started = Instant::now();
+    let stream = tcp_connect(addr, started, timeout)?;
     stream.set_nodelay(true)?;
     let (ep, info) = ctx.create_endpoint()?;
-    let rec = write_record(&stream, info, private_data).and_then(|()| read_record(&stream));
+    let rec = write_record(&stream, info, private_data)
+        .and_then(|()| read_record(&stream, started, timeout));
     let r = rec.and_then(|rec| {
         ctx.connect(ep, &rec.info)?;
         stream.set_read_timeout(None)?;
@@ -245,6 +271,36 @@ where
             Err(e)
         }
     }
+}
+
+/// A TCP connection to the first of `addr`'s addresses that answers before
+/// `timeout` after `started`.
+fn tcp_connect(
+    addr: impl ToSocketAddrs,
+    started: Instant,
+    timeout: Duration,
+) -> Result<TcpStream, ConnError> {
+    let mut last = None;
+    for a in addr.to_socket_addrs()? {
+        let left = (started + timeout).saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnError::Timeout(timeout));
+        }
+        match TcpStream::connect_timeout(&a, left) {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
+                last = Some(ConnError::Timeout(timeout));
+            }
+            Err(e) => last = Some(e.into()),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address resolves to nothing",
+        )
+        .into()
+    }))
 }
 
 /// An endpoint's TCP connection, kept open as its liveness channel.

@@ -356,3 +356,50 @@ fn a_setup_the_listener_cannot_make_is_refused_saying_why() {
     drop(ctx);
     Fabric::remove_if_unused(&fabric);
 }
+
+/// A listener that accepts and then says nothing, or dribbles its record a
+/// byte at a time, fails the setup with `ConnError::Timeout` once the whole
+/// setup's time is up, not a read timeout per byte.
+#[test]
+fn a_silent_or_dribbling_listener_fails_the_setup_in_its_time() {
+    use copyrpc::conn::{connect_within, ConnError};
+    use std::io::Write;
+    use std::time::{Duration, Instant};
+    let fabric = format!("tcp-slow-{}", std::process::id());
+    let dev = Device::open_in(&fabric, "sim0").unwrap();
+    let mut ctx = ContextBuilder::new()
+        .build(&dev, |_: u64, _: Result<&[u8], CallFailed>| {})
+        .unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        // The first peer: accepted, never answered.
+        let (silent, _) = l.accept().unwrap();
+        // The second: a byte of a record every 50 ms, for 5 s.
+        let (mut slow, _) = l.accept().unwrap();
+        for _ in 0..100 {
+            if slow.write_all(b" ").is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        drop(silent);
+    });
+    let budget = Duration::from_millis(400);
+    for what in ["silent", "dribbling"] {
+        let t = Instant::now();
+        match connect_within(addr, &mut ctx, b"", budget) {
+            Err(ConnError::Timeout(d)) => assert_eq!(d, budget, "{what}"),
+            other => panic!("{what} listener: {other:?}"),
+        }
+        let took = t.elapsed();
+        assert!(
+            took >= budget && took < budget + Duration::from_secs(2),
+            "{what} listener: failed after {took:?}"
+        );
+    }
+    // The failed setups left no endpoint behind.
+    assert_eq!(ctx.endpoints(), 0);
+    server.join().unwrap();
+    Fabric::remove_if_unused(&fabric);
+}

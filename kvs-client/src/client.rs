@@ -8,7 +8,7 @@ use std::net::ToSocketAddrs;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use copyrpc::conn::{connect_with, ConnError, Connection};
+use copyrpc::conn::{connect_within, ConnError, Connection};
 use copyrpc::transport::{Mlx5, Transport};
 use copyrpc::{
     CallError, CallFailed, CloseReason, Context, ContextBuilder, EndpointId, IdlePolicy, WaitError,
@@ -65,6 +65,9 @@ pub struct ClientOptions {
     /// What [`Client::wait`] does while no answer is back: spin, then sleep
     /// (the default), or spin only.
     pub idle: IdlePolicy,
+    /// How long [`Client::connect`] gives each connection's setup (TCP and
+    /// the server's setup record) and the shard map's answer.
+    pub setup_timeout: Duration,
 }
 
 impl Default for ClientOptions {
@@ -75,6 +78,7 @@ impl Default for ClientOptions {
             scan_allowance: 128 << 10,
             auth_token: None,
             idle: IdlePolicy::default(),
+            setup_timeout: SETUP_TIMEOUT,
         }
     }
 }
@@ -264,7 +268,9 @@ impl<T, X: Transport> Client<T, X> {
             ConnError::Refused(why) => ConnectError::Refused(why),
             e => ConnectError::Conn(e),
         };
-        let first = connect_with(addr.clone(), &mut ctx, &hello(0, token)).map_err(refused)?;
+        let within = opts.setup_timeout;
+        let first =
+            connect_within(addr.clone(), &mut ctx, &hello(0, token), within).map_err(refused)?;
         let (workers, slots) = match first.peer_private_data() {
             [a, b, s0, s1, s2, s3] => (
                 u16::from_le_bytes([*a, *b]),
@@ -277,7 +283,10 @@ impl<T, X: Transport> Client<T, X> {
         }
         let mut conns = vec![first];
         for w in 1..workers {
-            conns.push(connect_with(addr.clone(), &mut ctx, &hello(w, token)).map_err(refused)?);
+            conns.push(
+                connect_within(addr.clone(), &mut ctx, &hello(w, token), within)
+                    .map_err(refused)?,
+            );
         }
         let eps = conns.iter().map(|c| c.endpoint()).collect();
         let mut c = Client {
@@ -338,8 +347,8 @@ impl<T, X: Transport> Client<T, X> {
                 self.map = m;
                 return Ok(());
             }
-            if t.elapsed() > SETUP_TIMEOUT {
-                return Err(ConnectError::Timeout(SETUP_TIMEOUT));
+            if t.elapsed() > self.opts.setup_timeout {
+                return Err(ConnectError::Timeout(self.opts.setup_timeout));
             }
         }
     }

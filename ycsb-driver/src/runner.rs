@@ -290,6 +290,7 @@ fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
         auth_token: auth_token.clone(),
         idle: job.opts.idle,
+        ..ClientOptions::default()
     };
     run_on_device(dev, KvsJob { job, server, copts })
 }

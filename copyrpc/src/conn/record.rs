@@ -3,7 +3,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{ConnError, MAX_PRIVATE_DATA, MAX_SETUP_RECORD};
 use crate::endpoint::{EndpointInfo, ENDPOINT_INFO_VERSION};
@@ -90,19 +90,30 @@ pub(super) fn write_refusal(stream: &TcpStream, reason: &str) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
 }
 
-/// How long a peer may take to send its setup record to the blocking readers
-/// ([`connect_with`](super::connect_with), [`Listener::accept_pending`](super::Listener::accept_pending)).
-pub(super) const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the blocking setups ([`connect_with`](super::connect_with),
+/// [`Listener::accept_pending`](super::Listener::accept_pending)) give a peer,
+/// from the TCP connection to its whole setup record.
+pub const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Reads the peer's setup line, blocking up to [`SETUP_TIMEOUT`] per read and
-/// at most [`MAX_SETUP_RECORD`] bytes (the peer is untrusted).
-pub(super) fn read_record(stream: &TcpStream) -> Result<SetupRecord, ConnError> {
-    stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
+/// Reads the peer's setup line, blocking until `timeout` after `started` at
+/// the latest (however the peer spreads its bytes), at most
+/// [`MAX_SETUP_RECORD`] bytes (the peer is untrusted).
+pub(super) fn read_record(
+    stream: &TcpStream,
+    started: Instant,
+    timeout: Duration,
+) -> Result<SetupRecord, ConnError> {
+    let deadline = started + timeout;
     let mut line = Vec::new();
     // Byte by byte up to the newline: nothing after it may be consumed.
     let mut r = stream.take(MAX_SETUP_RECORD as u64);
     let mut b = [0u8; 1];
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ConnError::Timeout(timeout));
+        }
+        r.get_ref().set_read_timeout(Some(left))?;
         match r.read(&mut b) {
             Ok(0) if line.len() >= MAX_SETUP_RECORD => {
                 return Err(ConnError::Record(format!(
@@ -113,6 +124,12 @@ pub(super) fn read_record(stream: &TcpStream) -> Result<SetupRecord, ConnError> 
             Ok(_) if b[0] == b'\n' => break,
             Ok(_) => line.push(b[0]),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // The read timed out: the loop's deadline check says so.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -32,6 +32,10 @@ struct Args {
     /// KVS_AUTH_TOKEN if that is set.
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<PathBuf>,
+    /// Seconds to wait for the server to accept and answer the connection
+    /// setup (a host that does not answer fails after this long).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    timeout: f64,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -60,6 +64,8 @@ fn main() {
     let opts = ClientOptions {
         value_allowance: 64 << 10,
         auth_token: token,
+        setup_timeout: std::time::Duration::try_from_secs_f64(a.timeout)
+            .unwrap_or_else(|e| die(&format!("--timeout {}: {e}", a.timeout))),
         ..ClientOptions::default()
     };
     let r = run_on_device(dev, Request { args: &a, opts });

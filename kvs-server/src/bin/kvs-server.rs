@@ -113,6 +113,18 @@ fn main() {
     let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
     let interval = cfg.stats_interval_s;
     let max_memory = cfg.max_memory;
+    // Every client holds a TCP connection per worker (its liveness channel)
+    // and every setup under way one more.
+    let wanted =
+        u64::from(cfg.workers) * u64::from(cfg.max_endpoints) + cfg.max_pending_setups as u64 + 64;
+    let files = raise_open_file_limit();
+    if files < wanted {
+        eprintln!(
+            "kvs-server: WARNING: the open-file limit is {files}; {wanted} would let every worker \
+             take max_endpoints clients with max_pending_setups setups under way (raise it: \
+             ulimit -n, or LimitNOFILE= in the systemd unit)"
+        );
+    }
     let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
     // The warning comes before the line that says the server is up, so
     // whoever waits for that line has seen it.
@@ -168,6 +180,32 @@ fn main() {
     }
     println!("kvs-server: shutting down");
     server.shutdown();
+}
+
+/// Raises this process's open-file limit to its hard maximum, as Redis does
+/// for its clients (the usual soft limit, 1024, would cap the server far
+/// below its settings); returns the limit in force.
+fn raise_open_file_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read or fill one valid rlimit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                r.rlim_cur = r.rlim_max;
+            }
+        }
+    }
+    r.rlim_cur
 }
 
 /// Bytes as MiB with one decimal.

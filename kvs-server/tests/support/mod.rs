@@ -59,8 +59,15 @@ impl ServerProcess {
     /// Starts `kvs-server` with `args` (which must listen on a port of its
     /// own) and waits (at most 60 s) for its "listening on" line.
     pub fn start(args: &[&str]) -> ServerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kvs-server"))
-            .args(args)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvs-server"));
+        cmd.args(args);
+        ServerProcess::start_command(cmd)
+    }
+
+    /// [`start`](Self::start) with `cmd` (the kvs-server binary and its
+    /// arguments, set up as the test needs).
+    pub fn start_command(mut cmd: Command) -> ServerProcess {
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
