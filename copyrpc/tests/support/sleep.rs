@@ -134,7 +134,10 @@ pub fn sleepers_answer_every_call<T: Transport>(cdev: Device, sdev: Device, n: u
 pub fn an_idle_context_costs_no_cpu<T: Transport>(cdev: Device, sdev: Device, idle: Duration) {
     let (info_tx, info_rx) = mpsc::channel();
     let (back_tx, back_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel::<()>();
+    // The server says when its idle stretch is over; only then is the call
+    // made (on a slow device the server's connect alone can take longer than
+    // any fixed allowance the client could wait).
+    let (idle_tx, idle_rx) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
         let mut ctx = builder()
             .build_on::<T, u64, _>(&sdev, |_, _: Result<&[u8], CallFailed>| {})
@@ -149,7 +152,7 @@ pub fn an_idle_context_costs_no_cpu<T: Transport>(cdev: Device, sdev: Device, id
         }
         let cpu = thread_cpu() - c0;
         // Now answer one call.
-        go_rx.recv().unwrap();
+        idle_tx.send(()).unwrap();
         let t = Instant::now();
         loop {
             ctx.wait(NEVER).unwrap();
@@ -174,8 +177,7 @@ pub fn an_idle_context_costs_no_cpu<T: Transport>(cdev: Device, sdev: Device, id
     let (ep, info) = ctx.create_endpoint().unwrap();
     ctx.connect(ep, &sinfo).unwrap();
     back_tx.send(info).unwrap();
-    std::thread::sleep(idle + Duration::from_millis(20));
-    go_tx.send(()).unwrap();
+    idle_rx.recv().unwrap();
     ctx.call(ep, b"after idle", 64, 1).unwrap();
     let t = Instant::now();
     while got.lock().unwrap().is_none() {
