@@ -2,9 +2,12 @@
 //! helpers to move verified bytes between them.
 #![allow(dead_code)]
 
+pub mod bad_peer;
+pub mod pipeline;
 pub mod transfers;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use mlx5::device::{Context, ExecMode};
 use mlx5::sim::fabric::Fabric;
@@ -89,6 +92,11 @@ impl Rng {
 
 /// Steps allowed before a loop counts as stuck.
 pub const STEPS: usize = 2_000_000;
+
+/// How long a loop bounded by the wall clock may wait on the software device
+/// before the test counts as stuck: the device works inside the calls, so a
+/// healthy loop finishes in milliseconds and a broken test fails in seconds.
+pub const SIM_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Posts a receive on `rx` until it is accepted.
 pub fn post_recv(rx: &mut Comm, tx: &mut Comm, bufs: &[Span], tag: u32) -> Request {
