@@ -4,7 +4,6 @@
 //! drops the oldest waiting setups so that a good client still gets in.
 
 use std::os::unix::process::CommandExt;
-use std::process::Command;
 
 use mlx5::sim::fabric::Fabric;
 
@@ -25,17 +24,7 @@ fn open_files(pid: u32) -> (u64, u64) {
 /// kvs-server on `fabric` started with open-file limits `soft` and `hard`
 /// (and flags `extra`).
 fn start_limited(fabric: &str, soft: u64, hard: u64, extra: &[&str]) -> ServerProcess {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvs-server"));
-    cmd.args([
-        "--listen",
-        "127.0.0.1:0",
-        "--device",
-        "sim1",
-        "--fabric",
-        fabric,
-    ]);
-    cmd.args(["--stats-interval", "0"]);
-    cmd.args(extra);
+    let mut cmd = ServerProcess::command_on(fabric, extra);
     // SAFETY: setrlimit is async-signal-safe and touches only the child.
     unsafe {
         cmd.pre_exec(move || {
@@ -59,13 +48,13 @@ fn the_open_file_limit_is_raised_to_the_hard_one_or_the_shortfall_said() {
     let (_, hard) = open_files(std::process::id());
     let hard = hard.min(1 << 20);
     if hard >= 4096 {
-        let s = start_limited(&fabric, 256, hard, &[]);
+        let s = start_limited(&fabric, 256, hard, &["--workers", "1"]);
         assert_eq!(open_files(s.child.id()), (hard, hard));
         let out = s.output();
         assert!(!out.contains("open-file limit"), "{out}");
     }
     // One worker, 1024 endpoints, 1024 setups: 300 is too few.
-    let s = start_limited(&fabric, 300, 300, &[]);
+    let s = start_limited(&fabric, 300, 300, &["--workers", "1"]);
     assert_eq!(open_files(s.child.id()), (300, 300));
     let out = s.output();
     assert!(
@@ -84,7 +73,12 @@ fn out_of_descriptors_the_oldest_waiting_peers_make_room() {
     use kvs_client::{ClientOptions, OwnedReply};
     use std::time::{Duration, Instant};
     let fabric = format!("kvs-files-emfile-{}", std::process::id());
-    let s = start_limited(&fabric, 64, 64, &["--metrics-listen", "127.0.0.1:0"]);
+    let s = start_limited(
+        &fabric,
+        64,
+        64,
+        &["--workers", "1", "--metrics-listen", "127.0.0.1:0"],
+    );
     let idle: Vec<std::net::TcpStream> = (0..200)
         .map(|_| std::net::TcpStream::connect(s.addr).unwrap())
         .collect();

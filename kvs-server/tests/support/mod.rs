@@ -39,6 +39,12 @@ impl ServerProcess {
     /// `sim1` of `fabric`, with two workers and no stats lines, and the flags
     /// in `extra` (which may set `--workers` or `--stats-interval` instead).
     pub fn start_on(fabric: &str, extra: &[&str]) -> ServerProcess {
+        ServerProcess::start_command(ServerProcess::command_on(fabric, extra))
+    }
+
+    /// The command [`start_on`](Self::start_on) runs, for a test that sets
+    /// more up before it starts it ([`start_command`](Self::start_command)).
+    pub fn command_on(fabric: &str, extra: &[&str]) -> Command {
         let mut args = vec![
             "--listen",
             "127.0.0.1:0",
@@ -53,7 +59,9 @@ impl ServerProcess {
             }
         }
         args.extend_from_slice(extra);
-        ServerProcess::start(&args)
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvs-server"));
+        cmd.args(args);
+        cmd
     }
 
     /// Starts `kvs-server` with `args` (which must listen on a port of its
