@@ -4,41 +4,27 @@ use kvs_client::{Client, ClientOptions, KvError, OwnedReply, Reply, SubmitError}
 use kvs_server::{Config, Server};
 use mlx5::sim::fabric::Fabric;
 
+mod support;
+
 fn start(fabric: &str, workers: u16) -> Server {
     Server::start(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        device: "sim1".into(),
-        fabric: Some(fabric.into()),
         workers,
         slots: 64,
         max_key: 64,
-        max_value: 2048,
         ring_size: 1 << 16,
-        stats_interval_s: 0,
-        ..Config::default()
+        ..support::test_config(fabric)
     })
     .unwrap()
 }
 
 fn client(server: &Server, fabric: &str) -> Client<u64> {
-    let dev = copyrpc::transport::DeviceSpec {
-        name: "sim0",
-        fabric: Some(fabric),
-        software: "sim0",
-    }
-    .open()
-    .unwrap();
-    Client::connect(
-        server.addr(),
-        &dev,
-        ClientOptions {
-            ring_size: 1 << 16,
-            value_allowance: 2048,
-            scan_allowance: 8192,
-            ..ClientOptions::default()
-        },
-    )
-    .unwrap()
+    let opts = ClientOptions {
+        ring_size: 1 << 16,
+        value_allowance: 2048,
+        scan_allowance: 8192,
+        ..ClientOptions::default()
+    };
+    support::connect(server.addr(), fabric, opts).unwrap()
 }
 
 fn key(i: u32) -> Vec<u8> {
