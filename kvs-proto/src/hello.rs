@@ -10,6 +10,10 @@
 
 use crate::auth::{AuthToken, MAX_TOKEN};
 
+/// The worker number a hello names to reach the server's control endpoint
+/// (membership, map pushes, administration) instead of a worker.
+pub const CONTROL: u16 = u16::MAX;
+
 /// Magic and protocol version.
 const HELLO_MAGIC: &[u8; 3] = b"KV1";
 
@@ -35,9 +39,59 @@ pub fn parse_hello(b: &[u8]) -> Option<(u16, &[u8])> {
     Some((u16::from_le_bytes([b[3], b[4]]), &b[HELLO_HEADER..]))
 }
 
+/// What a worker answers a client's hello with (the private data of its
+/// setup record): how many workers the server has, the cluster's slot
+/// count, and the server's member id.
+///
+/// ```text
+/// answer: workers u16 | slots u32 | member u16
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupAnswer {
+    /// The server's workers.
+    pub workers: u16,
+    /// The cluster's slots.
+    pub slots: u32,
+    /// The server's member id in the shard map.
+    pub member: u16,
+}
+
+impl SetupAnswer {
+    /// Encoded.
+    pub fn encode(&self) -> [u8; 8] {
+        let mut b = [0u8; 8];
+        b[..2].copy_from_slice(&self.workers.to_le_bytes());
+        b[2..6].copy_from_slice(&self.slots.to_le_bytes());
+        b[6..].copy_from_slice(&self.member.to_le_bytes());
+        b
+    }
+    /// From the wire: `None` unless exactly an answer.
+    pub fn parse(b: &[u8]) -> Option<SetupAnswer> {
+        match b {
+            [w0, w1, s0, s1, s2, s3, m0, m1] => Some(SetupAnswer {
+                workers: u16::from_le_bytes([*w0, *w1]),
+                slots: u32::from_le_bytes([*s0, *s1, *s2, *s3]),
+                member: u16::from_le_bytes([*m0, *m1]),
+            }),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn setup_answers_round_trip() {
+        let a = SetupAnswer {
+            workers: 3,
+            slots: 1024,
+            member: 2,
+        };
+        assert_eq!(SetupAnswer::parse(&a.encode()), Some(a));
+        assert_eq!(SetupAnswer::parse(&a.encode()[..7]), None);
+    }
 
     #[test]
     fn a_hello_names_its_worker_and_nothing_else_parses() {

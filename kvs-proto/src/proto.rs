@@ -7,10 +7,16 @@
 //! response: status u8 | flags u8 | reserved u16 | len u32 | payload
 //! scan payload: (key_len u16 | val_len u32 | key | value)*
 //! ```
-//! A request's `val_len` is the value's length for PUT and UPDATE_RANGE and the
-//! most records wanted for SCAN. A GET answer's payload is the value; a SCAN
-//! answer's the records in key order; a REDIRECT's the server's shard map
-//! ([`crate::ShardMap::encode`]); an error's a UTF-8 message.
+//! A request's `val_len` is the value's length for PUT, UPDATE_RANGE, CONTROL
+//! and SET_MAP, and the most records wanted for SCAN. A GET answer's payload
+//! is the value; a SCAN answer's the records in key order; a MAP answer's the
+//! shard map ([`crate::ShardMap::encode`]); a REDIRECT's where the key's slot
+//! lives now ([`Redirect`]); an error's a UTF-8 message.
+//!
+//! CONTROL and SET_MAP go to a server's control endpoint (hello worker
+//! [`crate::hello::CONTROL`]), never to a worker: CONTROL carries a JSON
+//! [`crate::control::ControlRequest`] and is answered with a JSON
+//! [`crate::control::ControlReply`]; SET_MAP carries an encoded map.
 
 use std::fmt;
 
@@ -52,6 +58,11 @@ pub enum Op {
     UpdateRange = 5,
     /// The server's shard map.
     Map = 6,
+    /// A control request (JSON in the value), to the control endpoint.
+    Control = 7,
+    /// Installs the shard map in the value (a newer version only), sent by
+    /// the member that keeps the map to the control endpoint of every other.
+    SetMap = 8,
 }
 
 impl Op {
@@ -64,6 +75,8 @@ impl Op {
             4 => Op::Scan,
             5 => Op::UpdateRange,
             6 => Op::Map,
+            7 => Op::Control,
+            8 => Op::SetMap,
             _ => return None,
         })
     }
@@ -77,8 +90,8 @@ pub enum Status {
     Ok = 0,
     /// No such key.
     NotFound = 1,
-    /// This server's worker does not own the key's shard; the payload is the
-    /// current shard map.
+    /// This server's worker does not own the key's shard; the payload says
+    /// who does, and under which map version ([`Redirect`]).
     Redirect = 2,
     /// The key or value exceeds the server's limits (message in the payload).
     TooLarge = 3,
@@ -95,6 +108,9 @@ pub enum Status {
     /// the message in the payload says how much it holds. Reads, deletes and
     /// writes that do not grow still work.
     OutOfMemory = 8,
+    /// The key's slot is changing hands and this server has not yet seen the
+    /// map the request was routed by: send it again shortly.
+    TryAgain = 9,
 }
 
 impl Status {
@@ -110,6 +126,7 @@ impl Status {
             6 => Status::AllowanceTooSmall,
             7 => Status::OutOfRange,
             8 => Status::OutOfMemory,
+            9 => Status::TryAgain,
             _ => return None,
         })
     }
@@ -156,7 +173,9 @@ impl<'a> Request<'a> {
         Op::from_u8(buf[field::OP]).ok_or(WireError::BadCode(buf[field::OP]))?;
         let key = usize::from(le16(&buf[field::KEY_LEN]));
         let body = match r.op() {
-            Op::Put | Op::UpdateRange => le32(&buf[field::VAL_LEN]) as usize,
+            Op::Put | Op::UpdateRange | Op::Control | Op::SetMap => {
+                le32(&buf[field::VAL_LEN]) as usize
+            }
             _ => 0,
         };
         if REQUEST_HEADER + key + body != buf.len() {
@@ -181,7 +200,7 @@ impl<'a> Request<'a> {
         let n = usize::from(le16(&self.buf[field::KEY_LEN]));
         &self.buf[REQUEST_HEADER..REQUEST_HEADER + n]
     }
-    /// The value (PUT, UPDATE_RANGE).
+    /// The value (PUT, UPDATE_RANGE, CONTROL, SET_MAP).
     pub fn value(&self) -> &'a [u8] {
         let n = usize::from(le16(&self.buf[field::KEY_LEN]));
         &self.buf[REQUEST_HEADER + n..]
@@ -226,6 +245,45 @@ pub fn write_request(
     out.extend_from_slice(&offset.to_le_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(value);
+}
+
+/// A REDIRECT answer's payload: the owner of the key's slot in the
+/// answering server's map, and that map's version.
+///
+/// ```text
+/// redirect: map_version u32 | member u16 | worker u16
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Redirect {
+    /// The answering server's map version.
+    pub map_version: u32,
+    /// The slot's owner under it.
+    pub owner: crate::shard::Owner,
+}
+
+/// A redirect payload's bytes.
+pub const REDIRECT_LEN: usize = 8;
+
+impl Redirect {
+    /// Reads a REDIRECT payload.
+    pub fn parse(b: &[u8]) -> Result<Redirect, WireError> {
+        if b.len() != REDIRECT_LEN {
+            return Err(WireError::BadLength);
+        }
+        Ok(Redirect {
+            map_version: le32(&b[0..4]),
+            owner: crate::shard::Owner {
+                member: le16(&b[4..6]),
+                worker: le16(&b[6..8]),
+            },
+        })
+    }
+    /// Appends the payload.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.map_version.to_le_bytes());
+        out.extend_from_slice(&self.owner.member.to_le_bytes());
+        out.extend_from_slice(&self.owner.worker.to_le_bytes());
+    }
 }
 
 /// A response, read in place.
@@ -370,10 +428,34 @@ mod tests {
         for v in 0..=u8::MAX {
             match Status::from_u8(v) {
                 Some(st) => assert_eq!(st as u8, v),
-                None => assert!(v > 8, "{v}"),
+                None => assert!(v > 9, "{v}"),
             }
         }
         assert_eq!(Status::from_u8(8), Some(Status::OutOfMemory));
+        for v in 0..=u8::MAX {
+            if let Some(op) = Op::from_u8(v) {
+                assert_eq!(op as u8, v);
+            }
+        }
+    }
+
+    #[test]
+    fn redirects_round_trip() {
+        let r = Redirect {
+            map_version: 7,
+            owner: crate::shard::Owner {
+                member: 2,
+                worker: 3,
+            },
+        };
+        let mut b = Vec::new();
+        r.write(&mut b);
+        assert_eq!(Redirect::parse(&b), Ok(r));
+        assert!(Redirect::parse(&b[..7]).is_err());
+        // Control and map pushes carry their value.
+        let mut q = Vec::new();
+        write_request(&mut q, Op::SetMap, 0, b"", b"map", 3, 0);
+        assert_eq!(Request::new_checked(&q).unwrap().value(), b"map");
     }
 
     #[test]

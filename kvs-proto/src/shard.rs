@@ -1,4 +1,21 @@
-//! Shards (hash slots) and the versioned map of which worker owns each.
+//! Shards (hash slots) and the cluster's versioned shard map: its members
+//! (servers), which member and worker owns each slot, and which slots their
+//! new owner is still pulling from their old one (a live migration).
+//!
+//! The map travels in MAP answers and control messages:
+//!
+//! ```text
+//! map:    version u32 | slots u32 | members u16 | runs u32 | member* | run*
+//! member: ip 16 (IPv4 as ::ffff:a.b.c.d) | port u16 | workers u16 | reserved u16
+//! run:    first u32 | count u32 | member u16 | worker u16 | from u16
+//! ```
+//! All integers little-endian. A run is `count` consecutive slots from
+//! `first` with one owner; `from` is the member the owner is importing them
+//! from ([`NO_MEMBER`]: none). The runs cover every slot once, in order. A
+//! map is input from the network: [`ShardMap::decode`] checks all of it.
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::ops::Range;
 
 /// The slot of a key: 64-bit FNV-1a of its bytes, modulo the slot count.
 #[inline]
@@ -11,12 +28,64 @@ pub fn slot_of(key: &[u8], slots: u32) -> u32 {
     (h % u64::from(slots.max(1))) as u32
 }
 
-/// Which worker owns each slot, under a version that grows with every change.
+/// The most slots a map may have.
+pub const MAX_SLOTS: u32 = 1 << 16;
+/// The most members a cluster may have.
+pub const MAX_MEMBERS: u16 = 1024;
+/// The most workers a member may have.
+pub const MAX_WORKERS: u16 = 1024;
+/// "No member": the `from` of a slot nobody is importing.
+pub const NO_MEMBER: u16 = u16::MAX;
+
+mod field {
+    use std::ops::Range;
+    pub const VERSION: Range<usize> = 0..4;
+    pub const SLOTS: Range<usize> = 4..8;
+    pub const MEMBERS: Range<usize> = 8..10;
+    pub const RUNS: Range<usize> = 10..14;
+    pub const HEADER: usize = 14;
+
+    pub const M_IP: Range<usize> = 0..16;
+    pub const M_PORT: Range<usize> = 16..18;
+    pub const M_WORKERS: Range<usize> = 18..20;
+    pub const MEMBER: usize = 22;
+
+    pub const R_FIRST: Range<usize> = 0..4;
+    pub const R_COUNT: Range<usize> = 4..8;
+    pub const R_MEMBER: Range<usize> = 8..10;
+    pub const R_WORKER: Range<usize> = 10..12;
+    pub const R_FROM: Range<usize> = 12..14;
+    pub const RUN: usize = 14;
+}
+
+/// Who owns a slot: a member and one of its workers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Owner {
+    /// The member (an index into [`ShardMap::members`]).
+    pub member: u16,
+    /// The member's worker.
+    pub worker: u16,
+}
+
+/// A server of the cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    /// Where clients and peers set connections up. An unspecified IP
+    /// (`0.0.0.0`) means "the address you reached the map's sender at".
+    pub addr: SocketAddr,
+    /// Its worker threads (one copyrpc endpoint each per client).
+    pub workers: u16,
+}
+
+/// One run of consecutive slots with the same owner and import source.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ShardMap {
-    version: u32,
-    workers: u16,
-    owner: Vec<u16>,
+pub struct Run {
+    /// The slots.
+    pub slots: Range<u32>,
+    /// Their owner.
+    pub owner: Owner,
+    /// The member the owner is still importing them from, if any.
+    pub from: Option<u16>,
 }
 
 /// A shard map that does not decode or is inconsistent.
@@ -24,24 +93,39 @@ pub struct ShardMap {
 #[error("bad shard map: {0}")]
 pub struct BadMap(pub &'static str);
 
-/// The most slots a map may have.
-pub const MAX_SLOTS: u32 = 1 << 16;
+/// Which member and worker owns each slot, under a version that grows with
+/// every change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardMap {
+    version: u32,
+    members: Vec<Member>,
+    owner: Vec<Owner>,
+    /// Per slot: the member its owner imports it from, or [`NO_MEMBER`].
+    from: Vec<u16>,
+}
 
 impl ShardMap {
-    /// `slots` slots dealt round-robin to `workers` workers, version 1.
-    pub fn round_robin(slots: u32, workers: u16) -> Result<ShardMap, BadMap> {
+    /// Version 1 of a one-member cluster: `slots` slots dealt to `workers`
+    /// workers in contiguous blocks (keys are hashed, so blocks load the
+    /// workers as evenly as any other deal).
+    pub fn single(addr: SocketAddr, slots: u32, workers: u16) -> Result<ShardMap, BadMap> {
         if slots == 0 || slots > MAX_SLOTS {
             return Err(BadMap("slot count out of range"));
         }
-        if workers == 0 {
-            return Err(BadMap("no workers"));
+        if workers == 0 || workers > MAX_WORKERS {
+            return Err(BadMap("worker count out of range"));
         }
+        let owner = (0..slots)
+            .map(|s| Owner {
+                member: 0,
+                worker: block_worker(s, slots, workers),
+            })
+            .collect();
         Ok(ShardMap {
             version: 1,
-            workers,
-            owner: (0..slots)
-                .map(|s| (s % u32::from(workers)) as u16)
-                .collect(),
+            members: vec![Member { addr, workers }],
+            owner,
+            from: vec![NO_MEMBER; slots as usize],
         })
     }
 
@@ -49,102 +133,372 @@ impl ShardMap {
     pub fn version(&self) -> u32 {
         self.version
     }
-    /// How many workers.
-    pub fn workers(&self) -> u16 {
-        self.workers
+    /// Sets the version (a changed map takes the next one).
+    pub fn set_version(&mut self, v: u32) {
+        self.version = v;
     }
     /// How many slots.
     pub fn slots(&self) -> u32 {
         self.owner.len() as u32
     }
-    /// The owner of a slot.
+    /// The members, by id.
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+    /// The owner of a slot (`slot < slots()`).
     #[inline]
-    pub fn owner_of_slot(&self, slot: u32) -> u16 {
+    pub fn owner_of_slot(&self, slot: u32) -> Owner {
         self.owner[slot as usize]
     }
-    /// The worker that owns `key`.
+    /// The owner of `key`'s slot.
     #[inline]
-    pub fn owner(&self, key: &[u8]) -> u16 {
+    pub fn owner(&self, key: &[u8]) -> Owner {
         self.owner[slot_of(key, self.slots()) as usize]
     }
-    /// Moves a slot to another worker (a new version).
-    pub fn reassign(&mut self, slot: u32, worker: u16) -> Result<(), BadMap> {
-        if slot >= self.slots() || worker >= self.workers {
-            return Err(BadMap("slot or worker out of range"));
+    /// The member `slot`'s owner is still importing it from, if any.
+    pub fn importing_from(&self, slot: u32) -> Option<u16> {
+        match self.from.get(slot as usize) {
+            Some(&f) if f != NO_MEMBER => Some(f),
+            _ => None,
         }
-        self.owner[slot as usize] = worker;
-        self.version += 1;
+    }
+    /// Whether any slot is being imported.
+    pub fn migrating(&self) -> bool {
+        self.from.iter().any(|&f| f != NO_MEMBER)
+    }
+    /// How many slots `member` owns.
+    pub fn slots_of(&self, member: u16) -> u32 {
+        self.owner.iter().filter(|o| o.member == member).count() as u32
+    }
+
+    /// Adds a member owning no slots; returns its id. The caller sets the
+    /// version.
+    pub fn add_member(&mut self, m: Member) -> Result<u16, BadMap> {
+        if self.members.len() >= usize::from(MAX_MEMBERS) {
+            return Err(BadMap("too many members"));
+        }
+        if m.workers == 0 || m.workers > MAX_WORKERS {
+            return Err(BadMap("worker count out of range"));
+        }
+        self.members.push(m);
+        Ok((self.members.len() - 1) as u16)
+    }
+
+    /// Replaces a member's address (it learned its reachable one).
+    pub fn set_member_addr(&mut self, member: u16, addr: SocketAddr) -> Result<(), BadMap> {
+        let m = self
+            .members
+            .get_mut(usize::from(member))
+            .ok_or(BadMap("no such member"))?;
+        m.addr = addr;
         Ok(())
     }
 
-    /// `version u32 | workers u16 | slots u32 | owner u16 * slots`, little-endian.
+    /// Gives `slots` to `member`, dealt to its workers in contiguous blocks
+    /// (each worker an equal share of the range), with `from` the member the new
+    /// owner imports them from (None: nothing to import). The caller sets
+    /// the version.
+    pub fn assign(
+        &mut self,
+        slots: Range<u32>,
+        member: u16,
+        from: Option<u16>,
+    ) -> Result<(), BadMap> {
+        if slots.start > slots.end || slots.end > self.slots() {
+            return Err(BadMap("slot range out of bounds"));
+        }
+        let workers = self
+            .members
+            .get(usize::from(member))
+            .ok_or(BadMap("no such member"))?
+            .workers;
+        if let Some(f) = from {
+            if usize::from(f) >= self.members.len() || f == member {
+                return Err(BadMap("bad import source"));
+            }
+        }
+        let (first, n) = (slots.start, slots.end - slots.start);
+        for s in slots {
+            self.owner[s as usize] = Owner {
+                member,
+                worker: block_worker(s - first, n, workers),
+            };
+            self.from[s as usize] = from.unwrap_or(NO_MEMBER);
+        }
+        Ok(())
+    }
+
+    /// Marks `slots` imported (nothing left to pull). The caller sets the
+    /// version.
+    pub fn finish_import(&mut self, slots: Range<u32>) -> Result<(), BadMap> {
+        if slots.start > slots.end || slots.end > self.slots() {
+            return Err(BadMap("slot range out of bounds"));
+        }
+        for s in slots {
+            self.from[s as usize] = NO_MEMBER;
+        }
+        Ok(())
+    }
+
+    /// The runs of consecutive slots with one owner and import source, in
+    /// slot order.
+    pub fn runs(&self) -> Vec<Run> {
+        let mut out: Vec<Run> = Vec::new();
+        for (s, (&owner, &f)) in self.owner.iter().zip(&self.from).enumerate() {
+            let s = s as u32;
+            let from = (f != NO_MEMBER).then_some(f);
+            match out.last_mut() {
+                Some(r) if r.owner == owner && r.from == from && r.slots.end == s => {
+                    r.slots.end = s + 1
+                }
+                _ => out.push(Run {
+                    slots: s..s + 1,
+                    owner,
+                    from,
+                }),
+            }
+        }
+        out
+    }
+
+    /// Appends the encoded map to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let runs = self.runs();
         out.extend_from_slice(&self.version.to_le_bytes());
-        out.extend_from_slice(&self.workers.to_le_bytes());
         out.extend_from_slice(&self.slots().to_le_bytes());
-        for o in &self.owner {
-            out.extend_from_slice(&o.to_le_bytes());
+        out.extend_from_slice(&(self.members.len() as u16).to_le_bytes());
+        out.extend_from_slice(&(runs.len() as u32).to_le_bytes());
+        for m in &self.members {
+            let ip = match m.addr.ip() {
+                IpAddr::V4(a) => a.to_ipv6_mapped(),
+                IpAddr::V6(a) => a,
+            };
+            out.extend_from_slice(&ip.octets());
+            out.extend_from_slice(&m.addr.port().to_le_bytes());
+            out.extend_from_slice(&m.workers.to_le_bytes());
+            out.extend_from_slice(&[0, 0]);
+        }
+        for r in &runs {
+            out.extend_from_slice(&r.slots.start.to_le_bytes());
+            out.extend_from_slice(&(r.slots.end - r.slots.start).to_le_bytes());
+            out.extend_from_slice(&r.owner.member.to_le_bytes());
+            out.extend_from_slice(&r.owner.worker.to_le_bytes());
+            out.extend_from_slice(&r.from.unwrap_or(NO_MEMBER).to_le_bytes());
         }
     }
 
-    /// Decodes and checks a map (every owner a real worker).
+    /// The encoded map's length.
+    pub fn encoded_len(&self) -> usize {
+        field::HEADER + field::MEMBER * self.members.len() + field::RUN * self.runs().len()
+    }
+
+    /// Decodes and checks a map: counts in range, runs covering every slot
+    /// once in order, every owner a real member's real worker, every import
+    /// source another real member. Never panics on any input.
     pub fn decode(b: &[u8]) -> Result<ShardMap, BadMap> {
-        if b.len() < 10 {
+        if b.len() < field::HEADER {
             return Err(BadMap("short"));
         }
-        let version = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        let workers = u16::from_le_bytes([b[4], b[5]]);
-        let slots = u32::from_le_bytes([b[6], b[7], b[8], b[9]]);
-        if slots == 0 || slots > MAX_SLOTS || workers == 0 {
-            return Err(BadMap("slot or worker count out of range"));
+        let version = le32(&b[field::VERSION]);
+        let slots = le32(&b[field::SLOTS]);
+        let nmembers = le16(&b[field::MEMBERS]);
+        let nruns = le32(&b[field::RUNS]);
+        if slots == 0 || slots > MAX_SLOTS {
+            return Err(BadMap("slot count out of range"));
         }
-        let body = &b[10..];
-        if body.len() != 2 * slots as usize {
-            return Err(BadMap("length disagrees with the slot count"));
+        if nmembers == 0 || nmembers > MAX_MEMBERS {
+            return Err(BadMap("member count out of range"));
         }
-        let owner: Vec<u16> = body
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect();
-        if owner.iter().any(|&o| o >= workers) {
-            return Err(BadMap("owner out of range"));
+        if nruns == 0 || nruns > slots {
+            return Err(BadMap("run count out of range"));
+        }
+        let want =
+            field::HEADER + field::MEMBER * usize::from(nmembers) + field::RUN * nruns as usize;
+        if b.len() != want {
+            return Err(BadMap("length disagrees with the counts"));
+        }
+        let mut members = Vec::with_capacity(usize::from(nmembers));
+        let mut at = field::HEADER;
+        for _ in 0..nmembers {
+            let m = &b[at..at + field::MEMBER];
+            at += field::MEMBER;
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&m[field::M_IP]);
+            let ip = Ipv6Addr::from(ip);
+            let ip = ip
+                .to_ipv4_mapped()
+                .map_or(IpAddr::V6(ip), IpAddr::V4);
+            let workers = le16(&m[field::M_WORKERS]);
+            if workers == 0 || workers > MAX_WORKERS {
+                return Err(BadMap("worker count out of range"));
+            }
+            members.push(Member {
+                addr: SocketAddr::new(ip, le16(&m[field::M_PORT])),
+                workers,
+            });
+        }
+        let mut owner = Vec::with_capacity(slots as usize);
+        let mut from = Vec::with_capacity(slots as usize);
+        for _ in 0..nruns {
+            let r = &b[at..at + field::RUN];
+            at += field::RUN;
+            let first = le32(&r[field::R_FIRST]);
+            let count = le32(&r[field::R_COUNT]);
+            if first as usize != owner.len() || count == 0 || count > slots - first {
+                return Err(BadMap("runs do not cover the slots once, in order"));
+            }
+            let o = Owner {
+                member: le16(&r[field::R_MEMBER]),
+                worker: le16(&r[field::R_WORKER]),
+            };
+            let m = members
+                .get(usize::from(o.member))
+                .ok_or(BadMap("owner is not a member"))?;
+            if o.worker >= m.workers {
+                return Err(BadMap("owner's worker out of range"));
+            }
+            let f = le16(&r[field::R_FROM]);
+            if f != NO_MEMBER && (f >= nmembers || f == o.member) {
+                return Err(BadMap("bad import source"));
+            }
+            owner.extend(std::iter::repeat_n(o, count as usize));
+            from.extend(std::iter::repeat_n(f, count as usize));
+        }
+        if owner.len() != slots as usize {
+            return Err(BadMap("runs do not cover the slots once, in order"));
         }
         Ok(ShardMap {
             version,
-            workers,
+            members,
             owner,
+            from,
         })
     }
+}
+
+/// The worker a member with `workers` workers gives `slot` of `slots`:
+/// contiguous blocks.
+fn block_worker(slot: u32, slots: u32, workers: u16) -> u16 {
+    (u64::from(slot) * u64::from(workers) / u64::from(slots)) as u16
+}
+
+fn le16(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
+}
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn addr(p: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 1], p))
+    }
+
     #[test]
-    fn maps_round_trip_and_bad_ones_are_refused() {
-        let mut m = ShardMap::round_robin(64, 3).unwrap();
-        m.reassign(5, 0).unwrap();
-        assert_eq!(m.version(), 2);
-        let mut b = Vec::new();
-        m.encode(&mut b);
-        assert_eq!(ShardMap::decode(&b).unwrap(), m);
-        for n in 0..b.len() {
-            assert!(ShardMap::decode(&b[..n]).is_err());
+    fn a_cluster_map_round_trips_and_every_corruption_is_refused() {
+        let mut m = ShardMap::single(addr(7000), 64, 3).unwrap();
+        let b = m.add_member(Member {
+            addr: "[fe80::1]:7001".parse().unwrap(),
+            workers: 2,
+        });
+        assert_eq!(b, Ok(1));
+        m.assign(10..20, 1, Some(0)).unwrap();
+        m.set_version(2);
+        assert_eq!(m.importing_from(15), Some(0));
+        assert_eq!(m.importing_from(20), None);
+        assert_eq!(m.slots_of(1), 10);
+        let mut e = Vec::new();
+        m.encode(&mut e);
+        assert_eq!(e.len(), m.encoded_len());
+        assert_eq!(ShardMap::decode(&e).unwrap(), m);
+        for n in 0..e.len() {
+            assert!(ShardMap::decode(&e[..n]).is_err(), "{n}");
         }
-        let last = b.len() - 2;
-        b[last] = 3; // owner 3 of 3 workers
-        assert!(ShardMap::decode(&b).is_err());
-        assert!(ShardMap::round_robin(0, 1).is_err());
-        assert!(m.reassign(64, 0).is_err());
+        let mut long = e.clone();
+        long.push(0);
+        assert!(ShardMap::decode(&long).is_err());
+        // Every single-byte change either decodes to a consistent map or is
+        // refused; never a panic.
+        for i in 0..e.len() {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut c = e.clone();
+                c[i] = v;
+                if let Ok(d) = ShardMap::decode(&c) {
+                    for s in 0..d.slots() {
+                        let o = d.owner_of_slot(s);
+                        assert!(o.worker < d.members()[usize::from(o.member)].workers);
+                    }
+                }
+            }
+        }
+        m.finish_import(10..20).unwrap();
+        assert!(!m.migrating());
+    }
+
+    #[test]
+    fn runs_are_checked() {
+        let m = ShardMap::single(addr(1), 8, 2).unwrap();
+        let mut e = Vec::new();
+        m.encode(&mut e);
+        let run0 = field::HEADER + field::MEMBER;
+        // The second run's first slot moved: a gap.
+        let mut c = e.clone();
+        c[run0 + field::RUN] = 5;
+        assert_eq!(
+            ShardMap::decode(&c),
+            Err(BadMap("runs do not cover the slots once, in order"))
+        );
+        // An owner's worker past its member's count.
+        let mut c = e.clone();
+        c[run0 + 10] = 2;
+        assert_eq!(
+            ShardMap::decode(&c),
+            Err(BadMap("owner's worker out of range"))
+        );
+        // Importing from itself.
+        let mut c = e.clone();
+        c[run0 + 12..run0 + 14].copy_from_slice(&0u16.to_le_bytes());
+        assert_eq!(ShardMap::decode(&c), Err(BadMap("bad import source")));
+        // A count that would run past the slots, and one of huge size.
+        let mut c = e.clone();
+        c[run0 + 4..run0 + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(ShardMap::decode(&c).is_err());
+    }
+
+    #[test]
+    fn assignment_deals_blocks_and_checks_its_arguments() {
+        let mut m = ShardMap::single(addr(1), 1024, 4).unwrap();
+        assert_eq!(m.runs().len(), 4);
+        assert_eq!(m.owner_of_slot(255).worker, 0);
+        assert_eq!(m.owner_of_slot(256).worker, 1);
+        let id = m
+            .add_member(Member {
+                addr: addr(2),
+                workers: 2,
+            })
+            .unwrap();
+        m.assign(0..512, id, None).unwrap();
+        assert_eq!(m.owner_of_slot(0), Owner { member: 1, worker: 0 });
+        assert_eq!(m.owner_of_slot(255), Owner { member: 1, worker: 0 });
+        assert_eq!(m.owner_of_slot(256), Owner { member: 1, worker: 1 });
+        assert_eq!(m.owner_of_slot(511), Owner { member: 1, worker: 1 });
+        assert_eq!(m.owner_of_slot(512), Owner { member: 0, worker: 2 });
+        assert!(m.assign(0..1025, id, None).is_err());
+        assert!(m.assign(0..1, 2, None).is_err());
+        assert!(m.assign(0..1, 1, Some(1)).is_err());
+        assert!(ShardMap::single(addr(1), 0, 1).is_err());
+        assert!(ShardMap::single(addr(1), 1, 0).is_err());
     }
 
     #[test]
     fn keys_spread_over_slots_and_workers() {
-        let m = ShardMap::round_robin(1024, 4).unwrap();
+        let m = ShardMap::single(addr(1), 1024, 4).unwrap();
         let mut per = [0u32; 4];
         for i in 0..40_000 {
-            per[m.owner(format!("user{i}").as_bytes()) as usize] += 1;
+            per[usize::from(m.owner(format!("user{i}").as_bytes()).worker)] += 1;
         }
         for p in per {
             assert!((9_000..11_000).contains(&p), "{per:?}");
