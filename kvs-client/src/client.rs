@@ -4,7 +4,7 @@
 //! machinery.
 
 use std::cell::Cell;
-use std::net::ToSocketAddrs;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -20,8 +20,8 @@ use kvs_proto::proto::{
     self, Op, Response, ScanRecords, Status, FLAG_TRUNCATED, REQUEST_HEADER, RESPONSE_HEADER,
     SCAN_RECORD_HEADER,
 };
-use kvs_proto::shard::{self, ShardMap};
-use kvs_proto::{hello, AuthToken};
+use kvs_proto::shard::ShardMap;
+use kvs_proto::{hello, AuthToken, SetupAnswer};
 
 /// One request's fields, as [`proto::write_request`] encodes them.
 #[derive(Clone, Copy)]
@@ -271,12 +271,9 @@ impl<T, X: Transport> Client<T, X> {
         let within = opts.setup_timeout;
         let first =
             connect_within(addr.clone(), &mut ctx, &hello(0, token), within).map_err(refused)?;
-        let (workers, slots) = match first.peer_private_data() {
-            [a, b, s0, s1, s2, s3] => (
-                u16::from_le_bytes([*a, *b]),
-                u32::from_le_bytes([*s0, *s1, *s2, *s3]),
-            ),
-            _ => return Err(ConnectError::Protocol("bad setup answer".into())),
+        let (workers, slots) = match SetupAnswer::parse(first.peer_private_data()) {
+            Some(a) => (a.workers, a.slots),
+            None => return Err(ConnectError::Protocol("bad setup answer".into())),
         };
         if workers == 0 {
             return Err(ConnectError::Protocol("a server with no workers".into()));
@@ -295,7 +292,7 @@ impl<T, X: Transport> Client<T, X> {
             eps,
             conns,
             // Replaced by the server's below.
-            map: ShardMap::round_robin(1, workers)
+            map: ShardMap::single(SocketAddr::from(([0, 0, 0, 0], 0)), 1, workers)
                 .map_err(|e| ConnectError::Protocol(e.to_string()))?,
             ops: Vec::new(),
             free: Vec::new(),
@@ -313,7 +310,8 @@ impl<T, X: Transport> Client<T, X> {
     /// Asks worker 0 for the shard map, waiting for the answer.
     fn fetch_map(&mut self, slots: u32) -> Result<(), ConnectError> {
         proto::write_request(&mut self.req, Op::Map, 0, &[], &[], 0, 0);
-        let allowance = RESPONSE_HEADER + 10 + 2 * slots.min(shard::MAX_SLOTS) as usize;
+        let _ = slots;
+        let allowance = (self.opts.ring_size / 8).min(64 << 10) as usize;
         self.ctx
             .call(self.eps[0], &self.req, allowance, u32::MAX)
             .map_err(|e| ConnectError::Protocol(e.to_string()))?;
@@ -339,7 +337,7 @@ impl<T, X: Transport> Client<T, X> {
             self.inbox.arena.set(Vec::new());
             if let Some(r) = r {
                 let m = r.map_err(ConnectError::Protocol)?;
-                if m.workers() as usize != self.eps.len() {
+                if m.members()[0].workers as usize != self.eps.len() {
                     return Err(ConnectError::Protocol(
                         "shard map and worker count disagree".into(),
                     ));
@@ -416,7 +414,7 @@ impl<T, X: Transport> Client<T, X> {
         if value.len() > u32::MAX as usize {
             return Err(SubmitError::TooLarge(tag, value.len()));
         }
-        let w = self.map.owner(key) as usize;
+        let w = self.map.owner(key).worker as usize;
         proto::write_request(
             &mut self.req,
             op,
@@ -647,15 +645,7 @@ impl<T, X: Transport> Client<T, X> {
     fn error_of(&mut self, st: Status, payload: &[u8]) -> KvError {
         match st {
             Status::Redirect => {
-                match ShardMap::decode(payload) {
-                    Ok(m)
-                        if m.version() > self.map.version()
-                            && m.workers() as usize == self.eps.len() =>
-                    {
-                        self.map = m
-                    }
-                    _ => {}
-                }
+                let _ = payload;
                 KvError::Redirected
             }
             other => error_of_status(other, payload),
@@ -675,7 +665,7 @@ fn error_of_status(st: Status, payload: &[u8]) -> KvError {
             [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
             _ => 0,
         }),
-        Status::Redirect => KvError::Redirected,
+        Status::Redirect | Status::TryAgain => KvError::Redirected,
         Status::Ok | Status::NotFound => KvError::BadRequest("unexpected status".into()),
     }
 }

@@ -325,9 +325,7 @@ impl ShardMap {
             let mut ip = [0u8; 16];
             ip.copy_from_slice(&m[field::M_IP]);
             let ip = Ipv6Addr::from(ip);
-            let ip = ip
-                .to_ipv4_mapped()
-                .map_or(IpAddr::V6(ip), IpAddr::V4);
+            let ip = ip.to_ipv4_mapped().map_or(IpAddr::V6(ip), IpAddr::V4);
             let workers = le16(&m[field::M_WORKERS]);
             if workers == 0 || workers > MAX_WORKERS {
                 return Err(BadMap("worker count out of range"));
@@ -481,11 +479,41 @@ mod tests {
             })
             .unwrap();
         m.assign(0..512, id, None).unwrap();
-        assert_eq!(m.owner_of_slot(0), Owner { member: 1, worker: 0 });
-        assert_eq!(m.owner_of_slot(255), Owner { member: 1, worker: 0 });
-        assert_eq!(m.owner_of_slot(256), Owner { member: 1, worker: 1 });
-        assert_eq!(m.owner_of_slot(511), Owner { member: 1, worker: 1 });
-        assert_eq!(m.owner_of_slot(512), Owner { member: 0, worker: 2 });
+        assert_eq!(
+            m.owner_of_slot(0),
+            Owner {
+                member: 1,
+                worker: 0
+            }
+        );
+        assert_eq!(
+            m.owner_of_slot(255),
+            Owner {
+                member: 1,
+                worker: 0
+            }
+        );
+        assert_eq!(
+            m.owner_of_slot(256),
+            Owner {
+                member: 1,
+                worker: 1
+            }
+        );
+        assert_eq!(
+            m.owner_of_slot(511),
+            Owner {
+                member: 1,
+                worker: 1
+            }
+        );
+        assert_eq!(
+            m.owner_of_slot(512),
+            Owner {
+                member: 0,
+                worker: 2
+            }
+        );
         assert!(m.assign(0..1025, id, None).is_err());
         assert!(m.assign(0..1, 2, None).is_err());
         assert!(m.assign(0..1, 1, Some(1)).is_err());

@@ -3,11 +3,11 @@
 //! untrusted: anything malformed gets an error answer, never a panic.
 
 use kvs_proto::proto::{
-    begin_response, finish_response, push_scan_record, Op, Request, Status, FLAG_TRUNCATED,
-    RESPONSE_HEADER, SCAN_RECORD_HEADER,
+    begin_response, finish_response, push_scan_record, Op, Redirect, Request, Status,
+    FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER, SCAN_RECORD_HEADER,
 };
 use kvs_proto::shard::slot_of;
-use kvs_proto::ShardMap;
+use kvs_proto::{Owner, ShardMap};
 use std::time::Instant;
 
 use crate::metrics::RequestMetrics;
@@ -18,6 +18,8 @@ use crate::store::{Patch, Store};
 pub struct Handler {
     /// This worker's number.
     pub worker: u16,
+    /// This worker, as the map names owners: its member and number.
+    me: Owner,
     /// The shard map in force.
     pub map: ShardMap,
     /// The map, encoded (the payload of MAP answers and redirects).
@@ -37,13 +39,14 @@ pub struct Handler {
 }
 
 impl Handler {
-    /// A worker's handler over an empty store.
-    pub fn new(worker: u16, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
+    /// Worker `me` of a member: its handler over an empty store.
+    pub fn new(me: Owner, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
         let mut map_bytes = Vec::new();
         map.encode(&mut map_bytes);
         let slots = map.slots();
         Handler {
-            worker,
+            worker: me.worker,
+            me,
             map,
             map_bytes,
             max_key,
@@ -100,8 +103,9 @@ impl Handler {
             _ => {}
         }
         let slot = slot_of(key, self.map.slots());
-        if self.map.owner_of_slot(slot) != self.worker {
-            return self.map_answer(out, Status::Redirect, max_response);
+        let owner = self.map.owner_of_slot(slot);
+        if owner != self.me {
+            return self.redirect(out, r.map_version(), owner, max_response);
         }
         match r.op() {
             Op::Get => match self.store.get(slot, key) {
@@ -144,10 +148,34 @@ impl Handler {
                 status(out, st);
             }
             Op::Map | Op::Scan => unreachable!("answered above"),
+            Op::Control | Op::SetMap => {
+                let m = "control requests go to the control endpoint, not a worker";
+                error(out, Status::BadRequest, m, max_response)
+            }
         }
     }
 
-    /// The shard map as the payload (MAP answers and redirects).
+    /// Where the key's slot lives: a redirect naming its owner, or, when the
+    /// request was routed by a newer map than this worker's (the slot is
+    /// changing hands and this worker has not heard yet), TryAgain.
+    #[cold]
+    fn redirect(&self, out: &mut Vec<u8>, routed_by: u32, owner: Owner, max_response: usize) {
+        if routed_by > self.map.version() {
+            return status(out, Status::TryAgain);
+        }
+        if RESPONSE_HEADER + REDIRECT_LEN > max_response {
+            return too_small(out, REDIRECT_LEN, max_response);
+        }
+        begin_response(out, Status::Redirect, 0);
+        Redirect {
+            map_version: self.map.version(),
+            owner,
+        }
+        .write(out);
+        finish_response(out, 0);
+    }
+
+    /// The shard map as the payload (MAP answers).
     fn map_answer(&self, out: &mut Vec<u8>, st: Status, max_response: usize) {
         if RESPONSE_HEADER + self.map_bytes.len() > max_response {
             return too_small(out, self.map_bytes.len(), max_response);
@@ -214,22 +242,31 @@ mod tests {
         out
     }
 
+    const W0: Owner = Owner {
+        member: 0,
+        worker: 0,
+    };
+
+    fn addr() -> std::net::SocketAddr {
+        "127.0.0.1:7000".parse().unwrap()
+    }
+
     fn st(b: &[u8]) -> Status {
         Response::new_checked(b).unwrap().status()
     }
 
     #[test]
     fn operations_limits_redirects_and_garbage() {
-        let map = ShardMap::round_robin(16, 2).unwrap();
+        let map = ShardMap::single(addr(), 16, 2).unwrap();
         let mine = (0..)
             .map(|i| format!("k{i}"))
-            .find(|k| map.owner(k.as_bytes()) == 0)
+            .find(|k| map.owner(k.as_bytes()).worker == 0)
             .unwrap();
         let theirs = (0..)
             .map(|i| format!("k{i}"))
-            .find(|k| map.owner(k.as_bytes()) == 1)
+            .find(|k| map.owner(k.as_bytes()).worker == 1)
             .unwrap();
-        let mut h = Handler::new(0, map.clone(), 8, 16);
+        let mut h = Handler::new(W0, map.clone(), 8, 16);
         let (k, o) = (mine.as_bytes(), theirs.as_bytes());
         assert_eq!(st(&ask(&mut h, Op::Put, k, b"value", 5, 64)), Status::Ok);
         let got = ask(&mut h, Op::Get, k, b"", 0, 64);
@@ -250,11 +287,33 @@ mod tests {
             st(&ask(&mut h, Op::Get, b"123456789", b"", 0, 64)),
             Status::TooLarge
         );
-        // Another worker's key: a redirect carrying the map.
+        // Another worker's key: a redirect naming it.
         let red = ask(&mut h, Op::Get, o, b"", 0, 1024);
         let r = Response::new_checked(&red).unwrap();
         assert_eq!(r.status(), Status::Redirect);
+        assert_eq!(
+            Redirect::parse(r.payload()).unwrap(),
+            Redirect {
+                map_version: 1,
+                owner: Owner {
+                    member: 0,
+                    worker: 1
+                }
+            }
+        );
+        // Routed by a map newer than this worker's: try again.
+        let mut req = Vec::new();
+        write_request(&mut req, Op::Get, 2, o, b"", 0, 0);
+        let mut out = Vec::new();
+        h.handle(&req, 64, &mut out);
+        assert_eq!(st(&out), Status::TryAgain);
+        // The map itself.
+        let m = ask(&mut h, Op::Map, b"", b"", 0, 1024);
+        let r = Response::new_checked(&m).unwrap();
         assert_eq!(ShardMap::decode(r.payload()).unwrap(), map);
+        // Control requests are not a worker's.
+        let c = ask(&mut h, Op::Control, b"", b"{}", 2, 1024);
+        assert_eq!(st(&c), Status::BadRequest);
         // Garbage: a clear error, whatever the allowance.
         for max in [0, 3, RESPONSE_HEADER, 64] {
             let mut out = Vec::new();
@@ -274,9 +333,9 @@ mod tests {
 
     #[test]
     fn puts_past_the_cap_are_refused_and_everything_else_goes_on() {
-        let map = ShardMap::round_robin(1, 1).unwrap();
+        let map = ShardMap::single(addr(), 1, 1).unwrap();
         let rec = crate::memory::record_cost(4, 100) as u64;
-        let mut h = Handler::new(0, map, 16, 128).with_memory_limit(2 * rec + 50, 1);
+        let mut h = Handler::new(W0, map, 16, 128).with_memory_limit(2 * rec + 50, 1);
         let put =
             |h: &mut Handler, k: &[u8], n: usize| ask(h, Op::Put, k, &vec![7; n], n as u32, 512);
         assert_eq!(st(&put(&mut h, b"key1", 100)), Status::Ok);
@@ -318,8 +377,8 @@ mod tests {
 
     #[test]
     fn scans_stop_at_the_count_or_the_allowance() {
-        let map = ShardMap::round_robin(1, 1).unwrap();
-        let mut h = Handler::new(0, map, 16, 16);
+        let map = ShardMap::single(addr(), 1, 1).unwrap();
+        let mut h = Handler::new(W0, map, 16, 16);
         for i in 0..10 {
             ask(&mut h, Op::Put, format!("key{i}").as_bytes(), b"vv", 2, 64);
         }

@@ -21,7 +21,7 @@ use crate::server::WorkerStats;
 use crate::setup::SetupStats;
 
 /// Op labels, indexed by the request's op code (0: not a known op).
-const OPS: [&str; 7] = [
+const OPS: [&str; 9] = [
     "unknown",
     "get",
     "put",
@@ -29,10 +29,12 @@ const OPS: [&str; 7] = [
     "scan",
     "update_range",
     "map",
+    "control",
+    "set_map",
 ];
 
 /// Status codes are 0..RESULTS; column RESULTS counts any other.
-const RESULTS: usize = 9;
+const RESULTS: usize = 10;
 
 /// The `result` label of a status code.
 fn result_name(code: usize) -> &'static str {
@@ -50,6 +52,7 @@ fn result_name(code: usize) -> &'static str {
         Status::AllowanceTooSmall => "allowance_too_small",
         Status::OutOfRange => "out_of_range",
         Status::OutOfMemory => "out_of_memory",
+        Status::TryAgain => "try_again",
     }
 }
 
@@ -334,6 +337,21 @@ impl Collector for Exposition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_op_and_status_code_has_a_place() {
+        let mut m = RequestMetrics::default();
+        for op in 0..=u8::MAX {
+            for st in [0, 9, 10, u8::MAX] {
+                m.record(op, st, 1);
+            }
+        }
+        for op in 0..=u8::MAX {
+            if let Some(o) = Op::from_u8(op) {
+                assert_ne!(OPS[o as usize], "unknown");
+            }
+        }
+    }
 
     #[test]
     fn requests_are_counted_and_published() {

@@ -14,7 +14,7 @@ use copyrpc::conn::{
 };
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::{AuthToken, ShardMap, TokenError};
+use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap, TokenError};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
@@ -137,7 +137,7 @@ impl Server {
             ),
             None => None,
         };
-        let map = ShardMap::round_robin(cfg.slots, cfg.workers)
+        let map = ShardMap::single(addr, cfg.slots, cfg.workers)
             .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut txs = Vec::new();
@@ -364,13 +364,20 @@ impl OnTransport for Worker {
         };
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
-        let mut h = Handler::new(w, map, cfg.max_key, cfg.max_value)
+        let me = Owner {
+            member: 0,
+            worker: w,
+        };
+        let mut h = Handler::new(me, map, cfg.max_key, cfg.max_value)
             .with_memory_limit(cfg.max_memory, cfg.workers);
         let mut conns: Vec<Connection> = Vec::new();
         // The setup answer: how many workers (connections to make) and slots.
-        let mut answer = [0u8; 6];
-        answer[..2].copy_from_slice(&cfg.workers.to_le_bytes());
-        answer[2..].copy_from_slice(&cfg.slots.to_le_bytes());
+        let answer = SetupAnswer {
+            workers: cfg.workers,
+            slots: cfg.slots,
+            member: me.member,
+        }
+        .encode();
         let mut out = Vec::with_capacity(cfg.max_value + 64);
         let mut ops = 0u64;
         let mut turn = 0u32;

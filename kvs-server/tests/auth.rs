@@ -59,7 +59,7 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
         },
     )
     .unwrap();
-    assert_eq!(c.map().workers(), 2);
+    assert_eq!(c.map().members()[0].workers, 2);
     for k in 0..20u8 {
         c.wait_for(|c, t| c.put(&[k], &[k; 3], t)).unwrap();
     }

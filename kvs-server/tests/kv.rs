@@ -42,7 +42,7 @@ fn every_operation_on_two_workers_with_data_checked() {
     let fabric = format!("kv-ops-{}", std::process::id());
     let server = start(&fabric, 2);
     let mut c = client(&server, &fabric);
-    assert_eq!(c.map().workers(), 2);
+    assert_eq!(c.map().members()[0].workers, 2);
     // 500 puts in flight at once (retrying while busy), then every get.
     let n = 500u32;
     let mut next = 0u32;
