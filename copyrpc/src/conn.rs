@@ -154,6 +154,12 @@ impl PendingConnection {
         self.peer
     }
 
+    /// This side's TCP address of the connection: the address the peer
+    /// reached us at (useful behind a listener on `0.0.0.0`).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.stream.local_addr()
+    }
+
     /// Refuses the peer: answers with a refusal line carrying `reason` (cut
     /// to 512 bytes; the peer's setup fails with [`ConnError::Refused`]) and
     /// closes the connection. Never waits on the peer.

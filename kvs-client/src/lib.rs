@@ -25,9 +25,11 @@
 
 mod auth;
 mod client;
+pub mod control;
 mod error;
 
 pub use auth::{auth_token, AUTH_TOKEN_ENV};
 pub use client::{Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply};
+pub use control::{ControlClient, ControlError, ControlOptions};
 pub use error::{KvError, SubmitError};
 pub use kvs_proto::{AuthToken, ShardMap, TokenError};

@@ -2,6 +2,8 @@
 //!
 //! ```toml
 //! listen = "0.0.0.0:7000"   # TCP address for connection setup
+//! advertise = "10.0.0.5:7000"  # where clients and members reach this server
+//! join = "10.0.0.4:7000"    # a member of the cluster to join; absent: start one
 //! auth_token_file = "/etc/kvs/token"  # the token clients must present (mode 600)
 //! allow_unauthenticated = false  # true: serve a non-loopback address without a token
 //! setup_timeout_ms = 5000   # a client's time to send its setup record
@@ -55,6 +57,15 @@ use std::time::Duration;
 pub struct Config {
     /// TCP address for connection setup.
     pub listen: SocketAddr,
+    /// The address clients and other members reach this server at, as the
+    /// shard map names it. None: `listen`, whose unspecified IP (`0.0.0.0`)
+    /// a joining server replaces with its IP on the route to the member it
+    /// joins, and the first server leaves for the first member that joins
+    /// to fill in.
+    pub advertise: Option<SocketAddr>,
+    /// Any member of the cluster to join (`host:port`). None: this server
+    /// starts a cluster of its own and owns every slot.
+    pub join: Option<String>,
     /// The RDMA device (`auto`: the first mlx5 NIC, else software device
     /// `sim1`).
     pub device: String,
@@ -105,6 +116,8 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:7000".parse().expect("a valid address"),
+            advertise: None,
+            join: None,
             device: "auto".into(),
             fabric: None,
             workers: 1,
@@ -222,10 +235,6 @@ impl Config {
                 "max_key + max_value ({largest} bytes with headers) must be at most ring_size / 8 ({})",
                 self.ring_size / 8
             ));
-        }
-        // The shard map travels in one answer.
-        if 2 * u64::from(self.slots) + 64 > self.ring_size / 4 {
-            return bad("the shard map (2 bytes per slot) must fit ring_size / 4".into());
         }
         if self.max_endpoints == 0 {
             return bad("max_endpoints must be at least 1".into());

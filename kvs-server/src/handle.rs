@@ -58,6 +58,13 @@ impl Handler {
         }
     }
 
+    /// Serves by `map` from now on (a newer map from the control thread).
+    pub fn install(&mut self, map: ShardMap) {
+        self.map_bytes.clear();
+        map.encode(&mut self.map_bytes);
+        self.map = map;
+    }
+
     /// The same over a store capped at `share` bytes, this worker's part of
     /// the server's `max_memory` (0: no cap).
     pub fn with_memory_limit(mut self, max_memory: u64, workers: u16) -> Handler {

@@ -14,13 +14,17 @@
 //! ```
 
 pub mod config;
+mod control;
 pub mod handle;
+mod join;
 pub mod memory;
 mod metrics;
 mod metrics_http;
+mod push;
 mod server;
 mod setup;
 pub mod store;
+mod worker;
 
 pub use config::Config;
 pub use server::{Server, StartError, WorkerStats};

@@ -1,26 +1,24 @@
-//! The server: an acceptor thread for connection setup and N worker threads,
-//! each with one copyrpc context (one SRQ, one receive CQ) and the shards it
-//! owns.
+//! The server: an acceptor thread for connection setup, N worker threads
+//! ([`crate::worker`]), and a control thread for the cluster
+//! ([`crate::control`]).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use copyrpc::conn::{
-    Acceptor, AcceptorOptions, ConnError, Connection, Listener, PendingConnection,
-};
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
-use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap, TokenError};
-use mlx5::device::Context as Device;
+use copyrpc::conn::{Acceptor, AcceptorOptions, ConnError, Listener, PendingConnection};
+use copyrpc::Waker;
+use kvs_proto::{AuthToken, Owner, ShardMap, TokenError};
 
 use crate::config::Config;
-use crate::handle::Handler;
+use crate::control::{Control, Shared};
 use crate::metrics::{Exposition, Published};
+use crate::push::Pusher;
 use crate::setup::{accept, SetupStats};
+use crate::worker::{ToWorker, Worker};
 
 /// Counters a worker publishes for stats lines (updated every few thousand
 /// loop turns, not per request).
@@ -73,6 +71,12 @@ pub enum StartError {
         /// Why.
         why: String,
     },
+    /// The control thread could not open the device or build its context.
+    #[error("control endpoint: {0}")]
+    Control(String),
+    /// Joining the cluster failed.
+    #[error("{0}")]
+    Join(String),
 }
 
 /// A running server.
@@ -83,24 +87,16 @@ pub struct Server {
     stats: Vec<Arc<WorkerStats>>,
     setup: Arc<Mutex<SetupStats>>,
     workers: Vec<JoinHandle<()>>,
-    /// Wake the workers (stop requests).
+    /// Wake the workers and the control thread (stop requests).
     wakers: Vec<Waker>,
     acceptor: Option<JoinHandle<()>>,
+    /// The control thread and the keeper's pusher.
+    control: Vec<JoinHandle<()>>,
+    member: u16,
+    cluster: Arc<Shared>,
     metrics_addr: Option<SocketAddr>,
     metrics: Option<JoinHandle<()>>,
 }
-
-/// How often a worker publishes its counters and checks its clients'
-/// connections while it has work.
-const PUBLISH: Duration = Duration::from_millis(50);
-/// The longest an idle worker sleeps once its counters are published: how
-/// late it sees a stop flag that nobody woke it for (a signal handler's;
-/// [`Server::shutdown`] wakes the workers).
-const IDLE_TICK: Duration = Duration::from_millis(250);
-
-/// How long a draining worker keeps answering (`ShuttingDown`) before it
-/// closes its endpoints.
-const DRAIN: Duration = Duration::from_millis(200);
 
 impl Server {
     /// Starts the workers and the acceptor; returns once every worker has its
@@ -137,15 +133,28 @@ impl Server {
             ),
             None => None,
         };
-        let map = ShardMap::single(addr, cfg.slots, cfg.workers)
-            .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
+        // A cluster of its own, or a place in the one it joins.
+        let (member, map) = match &cfg.join {
+            None => {
+                let me = crate::join::advertised(&cfg, addr, None)?;
+                let map = ShardMap::single(me, cfg.slots, cfg.workers).map_err(|e| {
+                    StartError::Config(crate::config::ConfigError::Invalid(e.to_string()))
+                })?;
+                (0, map)
+            }
+            Some(j) => {
+                let target = crate::join::resolve(j)?;
+                let me = crate::join::advertised(&cfg, addr, Some(target))?;
+                crate::join::join(&cfg, target, me, auth.clone())?
+            }
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let mut txs = Vec::new();
         let mut workers = Vec::new();
         let mut stats = Vec::new();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
         for w in 0..cfg.workers {
-            let (tx, rx) = mpsc::channel::<PendingConnection>();
+            let (tx, rx) = mpsc::channel::<ToWorker>();
             txs.push(tx);
             let st = Arc::new(WorkerStats::default());
             stats.push(st.clone());
@@ -156,7 +165,7 @@ impl Server {
                     .name(format!("kvs-worker-{w}"))
                     .spawn(move || {
                         Worker {
-                            w,
+                            me: Owner { member, worker: w },
                             cfg,
                             map,
                             incoming: rx,
@@ -192,13 +201,73 @@ impl Server {
                 why: "the worker thread ended before it was ready".into(),
             });
         }
-        let links = txs.into_iter().zip(wakers.iter().cloned()).collect();
+        let links: Vec<(mpsc::Sender<ToWorker>, Waker)> =
+            txs.into_iter().zip(wakers.iter().cloned()).collect();
+        let cluster = Arc::new(Shared {
+            version: AtomicU32::new(map.version()),
+        });
+        let mut control = Vec::new();
+        // The keeper pushes every new map to the other members.
+        let pusher = if member == 0 {
+            let (tx, rx) = mpsc::channel();
+            let p = Pusher {
+                me: member,
+                cfg: cfg.clone(),
+                auth: auth.clone(),
+                maps: rx,
+                stop: stop.clone(),
+            };
+            control.push(
+                std::thread::Builder::new()
+                    .name("kvs-map-pusher".into())
+                    .spawn(move || p.start())
+                    .expect("spawn the map pusher"),
+            );
+            Some(tx)
+        } else {
+            None
+        };
+        let (ctl_tx, ctl_rx) = mpsc::channel::<PendingConnection>();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let c = Control {
+            me: member,
+            cfg: cfg.clone(),
+            map,
+            workers: links.clone(),
+            stats: stats.clone(),
+            incoming: ctl_rx,
+            pusher,
+            shared: cluster.clone(),
+            stop: stop.clone(),
+            ready: ready_tx,
+        };
+        control.push(
+            std::thread::Builder::new()
+                .name("kvs-control".into())
+                .spawn(move || c.start())
+                .expect("spawn the control thread"),
+        );
+        let control_waker = match ready_rx.recv() {
+            Ok(Ok(w)) => w,
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Release);
+                return Err(e);
+            }
+            Err(_) => {
+                stop.store(true, Ordering::Release);
+                return Err(StartError::Control(
+                    "the thread ended before it was ready".into(),
+                ));
+            }
+        };
+        let mut wakers = wakers;
+        wakers.push(control_waker.clone());
         let s2 = stop.clone();
         let setup = Arc::new(Mutex::new(SetupStats::default()));
         let setup2 = setup.clone();
         let acceptor = std::thread::Builder::new()
             .name("kvs-acceptor".into())
-            .spawn(move || accept(acceptor, links, auth, s2, setup2))
+            .spawn(move || accept(acceptor, links, (ctl_tx, control_waker), auth, s2, setup2))
             .expect("spawn the acceptor");
         let (metrics_addr, metrics) = match metrics_listener {
             Some((addr, l)) => {
@@ -222,6 +291,9 @@ impl Server {
             workers,
             wakers,
             acceptor: Some(acceptor),
+            control,
+            member,
+            cluster,
             metrics_addr,
             metrics,
         })
@@ -235,6 +307,17 @@ impl Server {
     /// The address clients connect to.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// This server's member id in the cluster (0: it started the cluster
+    /// and keeps its map).
+    pub fn member(&self) -> u16 {
+        self.member
+    }
+
+    /// The version of the shard map this server serves by.
+    pub fn map_version(&self) -> u32 {
+        self.cluster.version.load(Ordering::Acquire)
     }
 
     /// Per-worker counters.
@@ -286,6 +369,9 @@ impl Server {
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
+        for c in self.control.drain(..) {
+            let _ = c.join();
+        }
         if let Some(m) = self.metrics.take() {
             let _ = m.join();
         }
@@ -297,167 +383,5 @@ impl Drop for Server {
         self.stop.store(true, Ordering::Release);
         self.wake_all();
         self.join_all();
-    }
-}
-
-/// One worker thread: what it was given at start.
-struct Worker {
-    w: u16,
-    cfg: Config,
-    map: ShardMap,
-    incoming: Receiver<PendingConnection>,
-    stop: Arc<AtomicBool>,
-    stats: Arc<WorkerStats>,
-    /// The worker's number and waker once its context is built.
-    ready: Sender<Result<(u16, Waker), StartError>>,
-}
-
-impl Worker {
-    /// Opens the worker's device and serves on the transport it calls for.
-    fn start(self) {
-        let spec = DeviceSpec {
-            name: &self.cfg.device,
-            fabric: self.cfg.fabric.as_deref(),
-            software: "sim1",
-        };
-        match spec.open() {
-            Ok(dev) => run_on_device(dev, self),
-            Err(e) => {
-                let why = e.to_string();
-                let _ = self.ready.send(Err(StartError::Worker {
-                    worker: self.w,
-                    why,
-                }));
-            }
-        }
-    }
-}
-
-impl OnTransport for Worker {
-    type Output = ();
-
-    /// The worker's service loop on transport `T`.
-    fn run<T: Transport>(self, dev: Device) {
-        let Worker {
-            w,
-            cfg,
-            map,
-            incoming,
-            stop,
-            stats,
-            ready,
-        } = self;
-        let fail = |why: String| StartError::Worker { worker: w, why };
-        let built = ContextBuilder::new()
-            .idle(cfg.idle_policy())
-            .ring_size(cfg.ring_size)
-            .max_endpoints(cfg.max_endpoints)
-            .srq_size(4096)
-            .cq_size(16384)
-            .build_on::<T, _, _>(&dev, |_: u64, _| {});
-        let mut ctx = match built {
-            Ok(c) => c,
-            Err(e) => {
-                let _ = ready.send(Err(fail(e.to_string())));
-                return;
-            }
-        };
-        let _ = ready.send(Ok((w, ctx.waker())));
-        drop(ready);
-        let me = Owner {
-            member: 0,
-            worker: w,
-        };
-        let mut h = Handler::new(me, map, cfg.max_key, cfg.max_value)
-            .with_memory_limit(cfg.max_memory, cfg.workers);
-        let mut conns: Vec<Connection> = Vec::new();
-        // The setup answer: how many workers (connections to make) and slots.
-        let answer = SetupAnswer {
-            workers: cfg.workers,
-            slots: cfg.slots,
-            member: me.member,
-        }
-        .encode();
-        let mut out = Vec::with_capacity(cfg.max_value + 64);
-        let mut ops = 0u64;
-        let mut turn = 0u32;
-        let mut last_check = Instant::now();
-        let mut drain_until: Option<Instant> = None;
-        let mut wait_failed = false;
-        let mut published = 0u64;
-        loop {
-            // Idle, the worker sleeps (after a spin) until a request, a new
-            // client (the acceptor wakes it), or the tick: a short one while
-            // counters wait to be published.
-            let tick = if ops != published { PUBLISH } else { IDLE_TICK };
-            let n = match ctx.wait(tick) {
-                Ok(n) => n,
-                Err(e) => {
-                    if !wait_failed {
-                        eprintln!("kvs-server: worker {w}: cannot sleep, spinning instead: {e}");
-                    }
-                    wait_failed = true;
-                    ctx.poll()
-                }
-            };
-            while let Some(req) = ctx.recv() {
-                let max = req.max_response();
-                match ctx.request(&req) {
-                    Some(b) => h.handle(b, max, &mut out),
-                    None => out.clear(),
-                }
-                // Only a closed endpoint or an allowance below the header refuses
-                // a reply; nothing more can be said to that caller.
-                let _ = ctx.reply(req, &out);
-                ops += 1;
-            }
-            // Under load the chores below run every 256 turns; idle, after
-            // every wait.
-            turn = turn.wrapping_add(1);
-            let idle = n == 0;
-            if !idle && turn % 256 != 0 {
-                continue;
-            }
-            // New clients.
-            loop {
-                match incoming.try_recv() {
-                    Ok(p) if drain_until.is_none() => match p.establish(&mut ctx, &answer) {
-                        Ok(c) => conns.push(c),
-                        Err(e) => eprintln!("kvs-server: worker {w}: a client's setup failed: {e}"),
-                    },
-                    Ok(p) => p.refuse("the server is shutting down"),
-                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-                }
-            }
-            if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
-                last_check = Instant::now();
-                published = ops;
-                // Clients that left: their endpoints are removed.
-                copyrpc::conn::retain_live(&mut conns, &mut ctx);
-                stats.ops.store(ops, Ordering::Relaxed);
-                stats.clients.store(conns.len() as u64, Ordering::Relaxed);
-                stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
-                stats
-                    .memory_used
-                    .store(h.store.memory_used() as u64, Ordering::Relaxed);
-                stats.requests.publish(&h.metrics);
-            }
-            match drain_until {
-                None if stop.load(Ordering::Acquire) => {
-                    h.draining = true;
-                    drain_until = Some(Instant::now() + DRAIN);
-                }
-                Some(t) if Instant::now() >= t => break,
-                _ => {}
-            }
-        }
-        // Answers already written go out; then every endpoint closes.
-        ctx.poll();
-        for c in &mut conns {
-            ctx.close(c.endpoint());
-            c.check(&mut ctx);
-        }
-        stats.ops.store(ops, Ordering::Relaxed);
-        stats.clients.store(0, Ordering::Relaxed);
     }
 }

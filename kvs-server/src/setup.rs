@@ -1,7 +1,8 @@
 //! Connection setup: the acceptor thread reads every client's setup record
 //! at once (copyrpc's [`Acceptor`], a deadline each, a cap on how many wait),
-//! checks its hello — the worker it names and the auth token it presents —
-//! and hands it to that worker, or refuses it saying why.
+//! checks its hello — the worker it names (or the control endpoint) and the
+//! auth token it presents — and hands it to that worker or to the control
+//! thread, or refuses it saying why.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use copyrpc::conn::{Acceptor, AcceptorStats, PendingConnection};
 use copyrpc::Waker;
-use kvs_proto::{parse_hello, AuthToken};
+use kvs_proto::{parse_hello, AuthToken, CONTROL};
+
+use crate::worker::ToWorker;
 
 /// What connection setup has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -56,12 +59,21 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// The worker a client's private data asks for, if the server admits it.
+/// Where an admitted connection goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    /// To a worker: a client's data connection.
+    Worker(usize),
+    /// To the control thread: a member's or kvs-admin's.
+    Control,
+}
+
+/// Where a client's private data asks to go, if the server admits it.
 pub(crate) fn admit(
     private_data: &[u8],
     auth: Option<&AuthToken>,
     workers: usize,
-) -> Result<usize, Refusal> {
+) -> Result<Target, Refusal> {
     let (w, token) = parse_hello(private_data).ok_or(Refusal::NotKvs)?;
     if let Some(auth) = auth {
         if token.is_empty() {
@@ -72,10 +84,13 @@ pub(crate) fn admit(
         }
     }
     // A token sent to a server that requires none is ignored.
+    if w == CONTROL {
+        return Ok(Target::Control);
+    }
     if usize::from(w) >= workers {
         return Err(Refusal::NoWorker(w, workers));
     }
-    Ok(usize::from(w))
+    Ok(Target::Worker(usize::from(w)))
 }
 
 /// Refusals are logged at most once a second (a flood of bad clients must not
@@ -125,7 +140,8 @@ impl RefusalLog {
 /// publishes its counters, until `stop` is set.
 pub(crate) fn accept(
     mut acc: Acceptor,
-    workers: Vec<(Sender<PendingConnection>, Waker)>,
+    workers: Vec<(Sender<ToWorker>, Waker)>,
+    control: (Sender<PendingConnection>, Waker),
     auth: Option<AuthToken>,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<SetupStats>>,
@@ -145,10 +161,16 @@ pub(crate) fn accept(
         }
         for p in ready.drain(..) {
             match admit(p.private_data(), auth.as_ref(), workers.len()) {
-                Ok(w) => {
+                Ok(Target::Worker(w)) => {
                     // A worker that has stopped drops the connection; a
                     // sleeping one wakes to take it.
                     let (tx, waker) = &workers[w];
+                    if tx.send(ToWorker::Connection(p)).is_ok() {
+                        waker.wake();
+                    }
+                }
+                Ok(Target::Control) => {
+                    let (tx, waker) = &control;
                     if tx.send(p).is_ok() {
                         waker.wake();
                     }
@@ -181,7 +203,18 @@ mod tests {
     fn hellos_are_admitted_by_worker_and_token() {
         let t = AuthToken::new("the-token").unwrap();
         let other = AuthToken::new("the-tokeN").unwrap();
-        assert_eq!(admit(&hello(1, Some(&t)), Some(&t), 2), Ok(1));
+        assert_eq!(
+            admit(&hello(1, Some(&t)), Some(&t), 2),
+            Ok(Target::Worker(1))
+        );
+        assert_eq!(
+            admit(&hello(CONTROL, Some(&t)), Some(&t), 2),
+            Ok(Target::Control)
+        );
+        assert_eq!(
+            admit(&hello(CONTROL, None), Some(&t), 2),
+            Err(Refusal::NoToken)
+        );
         assert_eq!(admit(&hello(1, None), Some(&t), 2), Err(Refusal::NoToken));
         assert_eq!(
             admit(&hello(1, Some(&other)), Some(&t), 2),
@@ -198,8 +231,8 @@ mod tests {
         );
         assert_eq!(admit(b"GET / HTTP/1.1", Some(&t), 2), Err(Refusal::NotKvs));
         // Without a token configured, any hello naming a worker is admitted.
-        assert_eq!(admit(&hello(0, None), None, 1), Ok(0));
-        assert_eq!(admit(&hello(0, Some(&t)), None, 1), Ok(0));
+        assert_eq!(admit(&hello(0, None), None, 1), Ok(Target::Worker(0)));
+        assert_eq!(admit(&hello(0, Some(&t)), None, 1), Ok(Target::Worker(0)));
         for r in [Refusal::NoToken, Refusal::WrongToken] {
             assert!(!r.to_string().contains("the-token"));
         }

@@ -3,7 +3,11 @@
 //! ```text
 //! kvs-server --config kvs.toml
 //! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0 --auth-token-file /etc/kvs/token
+//! kvs-server --listen 0.0.0.0:7000 --join 10.0.0.4:7000 --auth-token-file /etc/kvs/token
 //! ```
+//! The first server starts a cluster and owns every slot; servers started
+//! with `--join` (any member's address) become members owning none, until
+//! `kvs-admin migrate` or `kvs-admin rebalance` moves slots to them.
 //! Without a token the server listens only on a loopback address, unless
 //! `--allow-unauthenticated` (or `allow_unauthenticated = true`) says that
 //! anyone who can reach it may read and write everything.
@@ -26,9 +30,19 @@ struct Args {
     /// TOML configuration file (every key optional; flags override it).
     #[arg(long, short)]
     config: Option<PathBuf>,
-    /// TCP address for connection setup.
+    /// TCP address for connection setup (clients, members, kvs-admin).
     #[arg(long)]
     listen: Option<std::net::SocketAddr>,
+    /// Join the cluster this member belongs to (HOST:PORT of any member)
+    /// instead of starting a cluster. The new member owns no slots until
+    /// `kvs-admin migrate` or `rebalance` gives it some. Config key `join`.
+    #[arg(long, value_name = "HOST:PORT")]
+    join: Option<String>,
+    /// The address clients and members reach this server at, when it is not
+    /// `--listen` (behind NAT, or listening on 0.0.0.0). Config key
+    /// `advertise`.
+    #[arg(long, value_name = "ADDR")]
+    advertise: Option<std::net::SocketAddr>,
     /// Worker threads.
     #[arg(long)]
     workers: Option<u16>,
@@ -82,6 +96,12 @@ fn main() {
     };
     if let Some(v) = a.listen {
         cfg.listen = v;
+    }
+    if a.join.is_some() {
+        cfg.join = a.join;
+    }
+    if a.advertise.is_some() {
+        cfg.advertise = a.advertise;
     }
     if let Some(v) = a.workers {
         cfg.workers = v;

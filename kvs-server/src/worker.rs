@@ -1,0 +1,210 @@
+//! A worker thread: one copyrpc context (one SRQ, one receive CQ), the slots
+//! the shard map gives it, and their records. It answers requests, takes the
+//! connections the acceptor hands it, installs the maps the control thread
+//! sends, and sleeps when idle.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use copyrpc::conn::{Connection, PendingConnection};
+use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::{ContextBuilder, Waker};
+use kvs_proto::{Owner, SetupAnswer, ShardMap};
+use mlx5::device::Context as Device;
+
+use crate::config::Config;
+use crate::handle::Handler;
+use crate::server::{StartError, WorkerStats};
+
+/// What a worker is sent: by the acceptor, a client's connection; by the
+/// control thread, a new map to serve by (acknowledged once in force).
+#[derive(Debug)]
+pub(crate) enum ToWorker {
+    /// A client to serve.
+    Connection(PendingConnection),
+    /// The map to serve by from now on; the worker sends its number back
+    /// once it does.
+    Map(ShardMap, Sender<u16>),
+}
+
+/// How often a worker publishes its counters and checks its clients'
+/// connections while it has work.
+const PUBLISH: Duration = Duration::from_millis(50);
+/// The longest an idle worker sleeps once its counters are published: how
+/// late it sees a stop flag that nobody woke it for (a signal handler's;
+/// [`Server::shutdown`] wakes the workers).
+const IDLE_TICK: Duration = Duration::from_millis(250);
+
+/// How long a draining worker keeps answering (`ShuttingDown`) before it
+/// closes its endpoints.
+const DRAIN: Duration = Duration::from_millis(200);
+
+/// One worker thread: what it was given at start.
+pub(crate) struct Worker {
+    /// Who it is: its member and number.
+    pub me: Owner,
+    pub cfg: Config,
+    pub map: ShardMap,
+    pub incoming: Receiver<ToWorker>,
+    pub stop: Arc<AtomicBool>,
+    pub stats: Arc<WorkerStats>,
+    /// The worker's number and waker once its context is built.
+    pub ready: Sender<Result<(u16, Waker), StartError>>,
+}
+
+impl Worker {
+    /// Opens the worker's device and serves on the transport it calls for.
+    pub fn start(self) {
+        let spec = DeviceSpec {
+            name: &self.cfg.device,
+            fabric: self.cfg.fabric.as_deref(),
+            software: "sim1",
+        };
+        match spec.open() {
+            Ok(dev) => run_on_device(dev, self),
+            Err(e) => {
+                let why = e.to_string();
+                let _ = self.ready.send(Err(StartError::Worker {
+                    worker: self.me.worker,
+                    why,
+                }));
+            }
+        }
+    }
+}
+
+impl OnTransport for Worker {
+    type Output = ();
+
+    /// The worker's service loop on transport `T`.
+    fn run<T: Transport>(self, dev: Device) {
+        let Worker {
+            me,
+            cfg,
+            map,
+            incoming,
+            stop,
+            stats,
+            ready,
+        } = self;
+        let w = me.worker;
+        let fail = |why: String| StartError::Worker { worker: w, why };
+        let built = ContextBuilder::new()
+            .idle(cfg.idle_policy())
+            .ring_size(cfg.ring_size)
+            .max_endpoints(cfg.max_endpoints)
+            .srq_size(4096)
+            .cq_size(16384)
+            .build_on::<T, _, _>(&dev, |_: u64, _| {});
+        let mut ctx = match built {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = ready.send(Err(fail(e.to_string())));
+                return;
+            }
+        };
+        let _ = ready.send(Ok((w, ctx.waker())));
+        drop(ready);
+        let mut h = Handler::new(me, map, cfg.max_key, cfg.max_value)
+            .with_memory_limit(cfg.max_memory, cfg.workers);
+        let mut conns: Vec<Connection> = Vec::new();
+        // The setup answer: how many workers (connections to make) and slots.
+        let answer = SetupAnswer {
+            workers: cfg.workers,
+            slots: h.map.slots(),
+            member: me.member,
+        }
+        .encode();
+        let mut out = Vec::with_capacity(cfg.max_value + 64);
+        let mut ops = 0u64;
+        let mut turn = 0u32;
+        let mut last_check = Instant::now();
+        let mut drain_until: Option<Instant> = None;
+        let mut wait_failed = false;
+        let mut published = 0u64;
+        loop {
+            // Idle, the worker sleeps (after a spin) until a request, a new
+            // client (the acceptor wakes it), or the tick: a short one while
+            // counters wait to be published.
+            let tick = if ops != published { PUBLISH } else { IDLE_TICK };
+            let n = match ctx.wait(tick) {
+                Ok(n) => n,
+                Err(e) => {
+                    if !wait_failed {
+                        eprintln!("kvs-server: worker {w}: cannot sleep, spinning instead: {e}");
+                    }
+                    wait_failed = true;
+                    ctx.poll()
+                }
+            };
+            while let Some(req) = ctx.recv() {
+                let max = req.max_response();
+                match ctx.request(&req) {
+                    Some(b) => h.handle(b, max, &mut out),
+                    None => out.clear(),
+                }
+                // Only a closed endpoint or an allowance below the header refuses
+                // a reply; nothing more can be said to that caller.
+                let _ = ctx.reply(req, &out);
+                ops += 1;
+            }
+            // Under load the chores below run every 256 turns; idle, after
+            // every wait.
+            turn = turn.wrapping_add(1);
+            let idle = n == 0;
+            if !idle && turn % 256 != 0 {
+                continue;
+            }
+            // New clients and maps.
+            loop {
+                match incoming.try_recv() {
+                    Ok(ToWorker::Connection(p)) if drain_until.is_none() => {
+                        match p.establish(&mut ctx, &answer) {
+                            Ok(c) => conns.push(c),
+                            Err(e) => {
+                                eprintln!("kvs-server: worker {w}: a client's setup failed: {e}")
+                            }
+                        }
+                    }
+                    Ok(ToWorker::Connection(p)) => p.refuse("the server is shutting down"),
+                    Ok(ToWorker::Map(m, ack)) => {
+                        h.install(m);
+                        let _ = ack.send(w);
+                    }
+                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
+                }
+            }
+            if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
+                last_check = Instant::now();
+                published = ops;
+                // Clients that left: their endpoints are removed.
+                copyrpc::conn::retain_live(&mut conns, &mut ctx);
+                stats.ops.store(ops, Ordering::Relaxed);
+                stats.clients.store(conns.len() as u64, Ordering::Relaxed);
+                stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+                stats
+                    .memory_used
+                    .store(h.store.memory_used() as u64, Ordering::Relaxed);
+                stats.requests.publish(&h.metrics);
+            }
+            match drain_until {
+                None if stop.load(Ordering::Acquire) => {
+                    h.draining = true;
+                    drain_until = Some(Instant::now() + DRAIN);
+                }
+                Some(t) if Instant::now() >= t => break,
+                _ => {}
+            }
+        }
+        // Answers already written go out; then every endpoint closes.
+        ctx.poll();
+        for c in &mut conns {
+            ctx.close(c.endpoint());
+            c.check(&mut ctx);
+        }
+        stats.ops.store(ops, Ordering::Relaxed);
+        stats.clients.store(0, Ordering::Relaxed);
+    }
+}
