@@ -26,13 +26,49 @@ pub enum ControlRequest {
         workers: u16,
         /// Its configured slot count.
         slots: u32,
+        /// Its bulk-transfer port (at `addr`'s IP).
+        bulk_port: u16,
     },
-    /// The member's own figures: keys, bytes and slots per worker.
+    /// The member's own figures: keys, bytes and slots per worker, the
+    /// imports it runs, and at the keeper the migration in progress.
     Status,
+    /// The member's shard map.
+    Map,
+    /// Move slots `first..end` (whoever owns them) to member `to` (keeper
+    /// only). Answered once the migration has started; [`Status`] at the
+    /// keeper follows it.
+    ///
+    /// [`Status`]: ControlRequest::Status
+    Migrate {
+        /// First slot.
+        first: u32,
+        /// One past the last slot.
+        end: u32,
+        /// The member to own them.
+        to: u16,
+    },
+    /// Spread the slots evenly over all members (keeper only): a migration
+    /// of every range that moves.
+    Rebalance,
+    /// Stop the migration in progress (keeper only): the slots being pulled
+    /// now finish moving, the rest stay where they are.
+    Cancel,
+    /// A target tells the keeper it has every record of `slots`, imported
+    /// under map `version`.
+    ImportDone {
+        /// The map version that handed the slots over.
+        version: u32,
+        /// The slots, as `[first, end)` ranges.
+        slots: Vec<(u32, u32)>,
+        /// Records and bytes it pulled.
+        records: u64,
+        /// Bytes of keys and values pulled.
+        bytes: u64,
+    },
 }
 
 /// An answer from a control endpoint.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ControlReply {
     /// Done.
@@ -56,10 +92,17 @@ pub enum ControlReply {
     },
     /// A member's figures.
     Status(MemberStatus),
+    /// A member's map (the answer to [`ControlRequest::Map`]).
+    Map {
+        /// The encoded map ([`crate::ShardMap::encode`]).
+        map: Vec<u8>,
+    },
+    /// A migration started (the answer to `migrate` and `rebalance`).
+    Started(MigrationStatus),
 }
 
 /// One member's figures (the answer to [`ControlRequest::Status`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberStatus {
     /// Its member id.
@@ -68,6 +111,58 @@ pub struct MemberStatus {
     pub map_version: u32,
     /// Per worker, by number.
     pub workers: Vec<WorkerStatus>,
+    /// The imports this member runs as a migration's target.
+    #[serde(default)]
+    pub imports: Vec<ImportStatus>,
+    /// At the keeper: the migration in progress or the last one.
+    #[serde(default)]
+    pub migration: Option<MigrationStatus>,
+}
+
+/// One import a target runs: the slots it pulls from one source.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImportStatus {
+    /// The member pulled from.
+    pub from: u16,
+    /// Slots being pulled.
+    pub slots: u32,
+    /// Records received so far.
+    pub records: u64,
+    /// Bytes of keys and values received so far.
+    pub bytes: u64,
+    /// Seconds since it started.
+    pub seconds: f64,
+    /// Times the bulk connection failed and was set up again.
+    pub retries: u32,
+}
+
+/// A migration as the keeper runs it: slots move to `to` in chunks, each
+/// handed over by a new map version and final by the next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigrationStatus {
+    /// Moves still to run after the current one, and the current one:
+    /// `(first, end, to)` slot ranges and their target.
+    pub moves: Vec<(u32, u32, u16)>,
+    /// Slots the whole migration moves.
+    pub slots_total: u32,
+    /// Slots whose move is final.
+    pub slots_done: u32,
+    /// Slots handed over and being pulled now.
+    pub slots_moving: u32,
+    /// Records and bytes the targets reported for the finished chunks.
+    pub records: u64,
+    /// Bytes of keys and values moved in finished chunks.
+    pub bytes: u64,
+    /// Seconds since it started (until it ended, once it has).
+    pub seconds: f64,
+    /// Whether it is over (done, cancelled, or failed).
+    pub finished: bool,
+    /// Whether a cancel stopped it.
+    pub cancelled: bool,
+    /// Why it stopped, if it failed.
+    pub error: Option<String>,
 }
 
 /// One worker's figures.
@@ -125,6 +220,7 @@ mod tests {
             addr: "10.0.0.2:7000".parse().unwrap(),
             workers: 4,
             slots: 1024,
+            bulk_port: 7001,
         };
         assert_eq!(ControlRequest::decode(&j.encode()).unwrap(), j);
         let s = ControlReply::Status(MemberStatus {
@@ -135,6 +231,26 @@ mod tests {
                 keys: 10,
                 bytes: 1000,
             }],
+            imports: vec![ImportStatus {
+                from: 0,
+                slots: 64,
+                records: 5,
+                bytes: 500,
+                seconds: 0.5,
+                retries: 0,
+            }],
+            migration: Some(MigrationStatus {
+                moves: vec![(0, 64, 1)],
+                slots_total: 64,
+                slots_done: 0,
+                slots_moving: 64,
+                records: 0,
+                bytes: 0,
+                seconds: 0.5,
+                finished: false,
+                cancelled: false,
+                error: None,
+            }),
         });
         assert_eq!(ControlReply::decode(&s.encode()).unwrap(), s);
         for junk in [

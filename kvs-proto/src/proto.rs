@@ -13,7 +13,7 @@
 //! shard map ([`crate::ShardMap::encode`]); a REDIRECT's where the key's slot
 //! lives now ([`Redirect`]); an error's a UTF-8 message.
 //!
-//! CONTROL and SET_MAP go to a server's control endpoint (hello worker
+//! CONTROL, SET_MAP and PULL go to a server's control endpoint (hello worker
 //! [`crate::hello::CONTROL`]), never to a worker: CONTROL carries a JSON
 //! [`crate::control::ControlRequest`] and is answered with a JSON
 //! [`crate::control::ControlReply`]; SET_MAP carries an encoded map.
@@ -63,6 +63,10 @@ pub enum Op {
     /// Installs the shard map in the value (a newer version only), sent by
     /// the member that keeps the map to the control endpoint of every other.
     SetMap = 8,
+    /// A migration's priority pull: the value of `key` among the records a
+    /// source holds for the target that now owns its slot (to the source's
+    /// control endpoint). Answered as GET is, from the source's frozen copy.
+    Pull = 9,
 }
 
 impl Op {
@@ -77,6 +81,7 @@ impl Op {
             6 => Op::Map,
             7 => Op::Control,
             8 => Op::SetMap,
+            9 => Op::Pull,
             _ => return None,
         })
     }

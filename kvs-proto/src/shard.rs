@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! map:    version u32 | slots u32 | members u16 | runs u32 | member* | run*
-//! member: ip 16 (IPv4 as ::ffff:a.b.c.d) | port u16 | workers u16 | reserved u16
+//! member: ip 16 (IPv4 as ::ffff:a.b.c.d) | port u16 | workers u16 | bulk_port u16
 //! run:    first u32 | count u32 | member u16 | worker u16 | from u16
 //! ```
 //! All integers little-endian. A run is `count` consecutive slots from
@@ -48,6 +48,7 @@ mod field {
     pub const M_IP: Range<usize> = 0..16;
     pub const M_PORT: Range<usize> = 16..18;
     pub const M_WORKERS: Range<usize> = 18..20;
+    pub const M_BULK_PORT: Range<usize> = 20..22;
     pub const MEMBER: usize = 22;
 
     pub const R_FIRST: Range<usize> = 0..4;
@@ -75,6 +76,9 @@ pub struct Member {
     pub addr: SocketAddr,
     /// Its worker threads (one copyrpc endpoint each per client).
     pub workers: u16,
+    /// The TCP port (at `addr`'s IP) where it sets up bulk transfers for
+    /// migrations; 0: none yet.
+    pub bulk_port: u16,
 }
 
 /// One run of consecutive slots with the same owner and import source.
@@ -123,7 +127,11 @@ impl ShardMap {
             .collect();
         Ok(ShardMap {
             version: 1,
-            members: vec![Member { addr, workers }],
+            members: vec![Member {
+                addr,
+                workers,
+                bulk_port: 0,
+            }],
             owner,
             from: vec![NO_MEMBER; slots as usize],
         })
@@ -184,6 +192,16 @@ impl ShardMap {
         Ok((self.members.len() - 1) as u16)
     }
 
+    /// Sets a member's bulk-transfer port.
+    pub fn set_bulk_port(&mut self, member: u16, port: u16) -> Result<(), BadMap> {
+        let m = self
+            .members
+            .get_mut(usize::from(member))
+            .ok_or(BadMap("no such member"))?;
+        m.bulk_port = port;
+        Ok(())
+    }
+
     /// Replaces a member's address (it learned its reachable one).
     pub fn set_member_addr(&mut self, member: u16, addr: SocketAddr) -> Result<(), BadMap> {
         let m = self
@@ -240,6 +258,48 @@ impl ShardMap {
         Ok(())
     }
 
+    /// The moves that spread the slots evenly over the members: each member
+    /// ends with `slots / members` slots, the first `slots % members` one
+    /// more. Members with too many give up their highest slots; the moves
+    /// come as `(slots, to)` with consecutive slots for one target merged.
+    pub fn rebalance_moves(&self) -> Vec<(Range<u32>, u16)> {
+        let n = self.members.len() as u32;
+        let share = |m: u32| self.slots() / n + u32::from(m < self.slots() % n);
+        let mut held: Vec<Vec<u32>> = vec![Vec::new(); self.members.len()];
+        for (s, o) in self.owner.iter().enumerate() {
+            held[usize::from(o.member)].push(s as u32);
+        }
+        // Surplus slots, highest first from each member with too many.
+        let mut spare: Vec<u32> = Vec::new();
+        for (m, h) in held.iter().enumerate() {
+            let keep = share(m as u32) as usize;
+            if h.len() > keep {
+                spare.extend_from_slice(&h[keep..]);
+            }
+        }
+        spare.sort_unstable();
+        let mut spare = spare.into_iter();
+        let mut to: Vec<(u32, u16)> = Vec::new();
+        for (m, h) in held.iter().enumerate() {
+            let want = share(m as u32) as usize;
+            for _ in h.len()..want {
+                match spare.next() {
+                    Some(s) => to.push((s, m as u16)),
+                    None => break,
+                }
+            }
+        }
+        to.sort_unstable();
+        let mut moves: Vec<(Range<u32>, u16)> = Vec::new();
+        for (s, m) in to {
+            match moves.last_mut() {
+                Some((r, t)) if *t == m && r.end == s => r.end = s + 1,
+                _ => moves.push((s..s + 1, m)),
+            }
+        }
+        moves
+    }
+
     /// The runs of consecutive slots with one owner and import source, in
     /// slot order.
     pub fn runs(&self) -> Vec<Run> {
@@ -276,7 +336,7 @@ impl ShardMap {
             out.extend_from_slice(&ip.octets());
             out.extend_from_slice(&m.addr.port().to_le_bytes());
             out.extend_from_slice(&m.workers.to_le_bytes());
-            out.extend_from_slice(&[0, 0]);
+            out.extend_from_slice(&m.bulk_port.to_le_bytes());
         }
         for r in &runs {
             out.extend_from_slice(&r.slots.start.to_le_bytes());
@@ -333,6 +393,7 @@ impl ShardMap {
             members.push(Member {
                 addr: SocketAddr::new(ip, le16(&m[field::M_PORT])),
                 workers,
+                bulk_port: le16(&m[field::M_BULK_PORT]),
             });
         }
         let mut owner = Vec::with_capacity(slots as usize);
@@ -401,6 +462,7 @@ mod tests {
         let b = m.add_member(Member {
             addr: "[fe80::1]:7001".parse().unwrap(),
             workers: 2,
+            bulk_port: 9,
         });
         assert_eq!(b, Ok(1));
         m.assign(10..20, 1, Some(0)).unwrap();
@@ -476,6 +538,7 @@ mod tests {
             .add_member(Member {
                 addr: addr(2),
                 workers: 2,
+                bulk_port: 0,
             })
             .unwrap();
         m.assign(0..512, id, None).unwrap();
@@ -519,6 +582,47 @@ mod tests {
         assert!(m.assign(0..1, 1, Some(1)).is_err());
         assert!(ShardMap::single(addr(1), 0, 1).is_err());
         assert!(ShardMap::single(addr(1), 1, 0).is_err());
+    }
+
+    #[test]
+    fn rebalancing_evens_the_members_out_with_few_moves() {
+        let mut m = ShardMap::single(addr(1), 1000, 2).unwrap();
+        assert!(m.rebalance_moves().is_empty());
+        for p in 2..=3 {
+            m.add_member(Member {
+                addr: addr(p),
+                workers: 1,
+                bulk_port: 0,
+            })
+            .unwrap();
+        }
+        let moves = m.rebalance_moves();
+        // Member 0 keeps 334 (1000 = 334 + 333 + 333), the rest moves in
+        // two ranges.
+        assert_eq!(moves, vec![(334..667, 1), (667..1000, 2)]);
+        for (r, to) in &moves {
+            m.assign(r.clone(), *to, Some(0)).unwrap();
+        }
+        assert_eq!(
+            (0..3).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
+            [334, 333, 333]
+        );
+        assert!(m.rebalance_moves().is_empty());
+        // A fourth member takes a quarter from the others.
+        m.add_member(Member {
+            addr: addr(4),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        for (r, to) in m.rebalance_moves() {
+            assert_eq!(to, 3);
+            m.assign(r, to, None).unwrap();
+        }
+        assert_eq!(
+            (0..4).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
+            [250, 250, 250, 250]
+        );
     }
 
     #[test]

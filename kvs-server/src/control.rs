@@ -196,8 +196,20 @@ impl State {
                     addr,
                     workers,
                     slots: _,
-                }) => self.join(addr, workers, local),
+                    bulk_port,
+                }) => self.join(addr, workers, bulk_port, local),
                 Ok(ControlRequest::Status) => ControlReply::Status(self.status()),
+                Ok(ControlRequest::Map) => {
+                    let mut map = Vec::new();
+                    self.map.encode(&mut map);
+                    ControlReply::Map { map }
+                }
+                Ok(
+                    ControlRequest::Migrate { .. }
+                    | ControlRequest::Rebalance
+                    | ControlRequest::Cancel
+                    | ControlRequest::ImportDone { .. },
+                ) => ControlReply::error("migrations are being built"),
                 Err(e) => ControlReply::error(e.to_string()),
             },
             op => ControlReply::error(format!(
@@ -233,7 +245,13 @@ impl State {
     }
 
     /// A server asks to join (the keeper adds it).
-    fn join(&mut self, addr: SocketAddr, workers: u16, local: Option<SocketAddr>) -> ControlReply {
+    fn join(
+        &mut self,
+        addr: SocketAddr,
+        workers: u16,
+        bulk_port: u16,
+        local: Option<SocketAddr>,
+    ) -> ControlReply {
         if self.me != 0 {
             return ControlReply::Keeper {
                 addr: self.map.members()[0].addr,
@@ -265,9 +283,15 @@ impl State {
                         m.members()[usize::from(i)].workers
                     ));
                 }
+                // Its bulk port may be a new one.
+                let _ = m.set_bulk_port(i, bulk_port);
                 i
             }
-            None => match m.add_member(Member { addr, workers }) {
+            None => match m.add_member(Member {
+                addr,
+                workers,
+                bulk_port,
+            }) {
                 Ok(i) => i,
                 Err(e) => return ControlReply::error(e.to_string()),
             },
@@ -309,6 +333,8 @@ impl State {
             member: self.me,
             map_version: self.map.version(),
             workers,
+            imports: Vec::new(),
+            migration: None,
         }
     }
 

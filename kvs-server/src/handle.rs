@@ -155,7 +155,7 @@ impl Handler {
                 status(out, st);
             }
             Op::Map | Op::Scan => unreachable!("answered above"),
-            Op::Control | Op::SetMap => {
+            Op::Control | Op::SetMap | Op::Pull => {
                 let m = "control requests go to the control endpoint, not a worker";
                 error(out, Status::BadRequest, m, max_response)
             }

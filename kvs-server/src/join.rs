@@ -62,6 +62,7 @@ pub(crate) fn join(
     cfg: &Config,
     target: SocketAddr,
     me: SocketAddr,
+    bulk_port: u16,
     auth: Option<AuthToken>,
 ) -> Result<(u16, ShardMap), StartError> {
     let spec = DeviceSpec {
@@ -76,6 +77,7 @@ pub(crate) fn join(
         dev,
         Joining {
             cfg,
+            bulk_port,
             target,
             me,
             auth,
@@ -85,6 +87,7 @@ pub(crate) fn join(
 
 struct Joining<'a> {
     cfg: &'a Config,
+    bulk_port: u16,
     target: SocketAddr,
     me: SocketAddr,
     auth: Option<AuthToken>,
@@ -104,6 +107,7 @@ impl OnTransport for Joining<'_> {
             addr: self.me,
             workers: self.cfg.workers,
             slots: self.cfg.slots,
+            bulk_port: self.bulk_port,
         };
         let mut target = self.target;
         // The member asked, then the keeper it names.
@@ -117,9 +121,11 @@ impl OnTransport for Joining<'_> {
                         ShardMap::decode(&map).map_err(|e| fail(format!("join {target}: {e}")))?;
                     match map.members().get(usize::from(member)) {
                         Some(m) if m.addr == self.me && m.workers == self.cfg.workers => {}
-                        _ => return Err(fail(format!(
+                        _ => {
+                            return Err(fail(format!(
                             "join {target}: the map does not have this server as member {member}"
-                        ))),
+                        )))
+                        }
                     }
                     return Ok((member, map));
                 }

@@ -21,7 +21,7 @@ use crate::server::WorkerStats;
 use crate::setup::SetupStats;
 
 /// Op labels, indexed by the request's op code (0: not a known op).
-const OPS: [&str; 9] = [
+const OPS: [&str; 10] = [
     "unknown",
     "get",
     "put",
@@ -31,6 +31,7 @@ const OPS: [&str; 9] = [
     "map",
     "control",
     "set_map",
+    "pull",
 ];
 
 /// Status codes are 0..RESULTS; column RESULTS counts any other.

@@ -145,7 +145,7 @@ impl Server {
             Some(j) => {
                 let target = crate::join::resolve(j)?;
                 let me = crate::join::advertised(&cfg, addr, Some(target))?;
-                crate::join::join(&cfg, target, me, auth.clone())?
+                crate::join::join(&cfg, target, me, 0, auth.clone())?
             }
         };
         let stop = Arc::new(AtomicBool::new(false));
