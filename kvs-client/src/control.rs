@@ -144,7 +144,7 @@ impl<X: Transport> ControlClient<X> {
         addr: SocketAddr,
         req: &ControlRequest,
     ) -> Result<ControlReply, ControlError> {
-        let b = self.call(addr, Op::Control, &req.encode())?;
+        let b = self.call_ok(addr, Op::Control, &req.encode())?;
         ControlReply::decode(&b).map_err(|e| ControlError::Server {
             addr,
             message: e.to_string(),
@@ -156,7 +156,7 @@ impl<X: Transport> ControlClient<X> {
     pub fn set_map(&mut self, addr: SocketAddr, map: &ShardMap) -> Result<(), ControlError> {
         let mut b = Vec::with_capacity(map.encoded_len());
         map.encode(&mut b);
-        let answer = self.call(addr, Op::SetMap, &b)?;
+        let answer = self.call_ok(addr, Op::SetMap, &b)?;
         match ControlReply::decode(&answer) {
             Ok(ControlReply::Ok) => Ok(()),
             Ok(ControlReply::Error { message }) => Err(ControlError::Server { addr, message }),
@@ -168,6 +168,21 @@ impl<X: Transport> ControlClient<X> {
                 addr,
                 message: e.to_string(),
             }),
+        }
+    }
+
+    /// A migration's priority pull: the value of `key` among the records
+    /// the server at `addr` holds for the slot's new owner (`None`: it has
+    /// no such key).
+    pub fn pull(&mut self, addr: SocketAddr, key: &[u8]) -> Result<Option<Vec<u8>>, ControlError> {
+        match self.call(addr, Op::Pull, key) {
+            Ok((Status::Ok, v)) => Ok(Some(v)),
+            Ok((Status::NotFound, _)) => Ok(None),
+            Ok((st, m)) => Err(ControlError::Server {
+                addr,
+                message: format!("{st:?}: {}", String::from_utf8_lossy(&m)),
+            }),
+            Err(e) => Err(e),
         }
     }
 
@@ -201,13 +216,34 @@ impl<X: Transport> ControlClient<X> {
         Ok(ep)
     }
 
-    /// One request, its answer's payload: with an allowance that grows once
-    /// if the answer needs more.
-    fn call(&mut self, addr: SocketAddr, op: Op, value: &[u8]) -> Result<Vec<u8>, ControlError> {
+    /// One request whose answer must be OK; its payload.
+    fn call_ok(&mut self, addr: SocketAddr, op: Op, value: &[u8]) -> Result<Vec<u8>, ControlError> {
+        match self.call(addr, op, value)? {
+            (Status::Ok, b) => Ok(b),
+            (st, m) => Err(ControlError::Server {
+                addr,
+                message: format!("{st:?}: {}", String::from_utf8_lossy(&m)),
+            }),
+        }
+    }
+
+    /// One request (a PULL carries its key, anything else its value); its
+    /// answer's status and payload, with an allowance that grows once if the
+    /// answer needs more.
+    fn call(
+        &mut self,
+        addr: SocketAddr,
+        op: Op,
+        value: &[u8],
+    ) -> Result<(Status, Vec<u8>), ControlError> {
         let mut allowance = FIRST_ALLOWANCE;
         loop {
             let ep = self.endpoint(addr)?;
-            proto::write_request(&mut self.req, op, 0, &[], value, value.len() as u32, 0);
+            if op == Op::Pull {
+                proto::write_request(&mut self.req, op, 0, value, &[], 0, 0);
+            } else {
+                proto::write_request(&mut self.req, op, 0, &[], value, value.len() as u32, 0);
+            }
             self.next = self.next.wrapping_add(1);
             let id = self.next;
             if let Err(e) = self
@@ -228,7 +264,6 @@ impl<X: Transport> ControlClient<X> {
                 message: format!("malformed answer: {e}"),
             })?;
             match resp.status() {
-                Status::Ok => return Ok(resp.payload().to_vec()),
                 Status::AllowanceTooSmall if allowance < MAX_ANSWER => {
                     let need = match resp.payload() {
                         [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
@@ -245,12 +280,7 @@ impl<X: Transport> ControlClient<X> {
                     }
                     allowance = need.max(allowance);
                 }
-                st => {
-                    return Err(ControlError::Server {
-                        addr,
-                        message: format!("{st:?}: {}", String::from_utf8_lossy(resp.payload())),
-                    })
-                }
+                st => return Ok((st, resp.payload().to_vec())),
             }
         }
     }

@@ -53,6 +53,18 @@ pub enum ControlRequest {
     /// Stop the migration in progress (keeper only): the slots being pulled
     /// now finish moving, the rest stay where they are.
     Cancel,
+    /// A target asks the source for a ticket to pull slots `first..end`
+    /// (which map `version` handed to it) over the source's bulk port; the
+    /// ticket goes in the bulk connection's setup, so the bulk port itself
+    /// never sees the cluster's token.
+    OpenPull {
+        /// The map version that handed the slots over.
+        version: u32,
+        /// First slot.
+        first: u32,
+        /// One past the last.
+        end: u32,
+    },
     /// A target tells the keeper it has every record of `slots`, imported
     /// under map `version`.
     ImportDone {
@@ -64,6 +76,10 @@ pub enum ControlRequest {
         records: u64,
         /// Bytes of keys and values pulled.
         bytes: u64,
+        /// Set when the source could not be reached for too long and the
+        /// import ended without every record (why).
+        #[serde(default)]
+        lost: Option<String>,
     },
 }
 
@@ -99,6 +115,12 @@ pub enum ControlReply {
     },
     /// A migration started (the answer to `migrate` and `rebalance`).
     Started(MigrationStatus),
+    /// A pull ticket (the answer to `open_pull`): present it, hex-encoded
+    /// here, in the bulk connection's setup.
+    Ticket {
+        /// 32 hex digits.
+        ticket: String,
+    },
 }
 
 /// One member's figures (the answer to [`ControlRequest::Status`]).
@@ -117,6 +139,10 @@ pub struct MemberStatus {
     /// At the keeper: the migration in progress or the last one.
     #[serde(default)]
     pub migration: Option<MigrationStatus>,
+    /// Slots this member gave away and still holds, frozen, for their new
+    /// owner to pull; and their bytes of keys and values.
+    #[serde(default)]
+    pub held: (u32, u64),
 }
 
 /// One import a target runs: the slots it pulls from one source.
@@ -251,6 +277,7 @@ mod tests {
                 cancelled: false,
                 error: None,
             }),
+            held: (2, 100),
         });
         assert_eq!(ControlReply::decode(&s.encode()).unwrap(), s);
         for junk in [

@@ -4,6 +4,8 @@
 //! listen = "0.0.0.0:7000"   # TCP address for connection setup
 //! advertise = "10.0.0.5:7000"  # where clients and members reach this server
 //! join = "10.0.0.4:7000"    # a member of the cluster to join; absent: start one
+//! bulk_port = 7001          # TCP port for migrations' bulk transfers (0: any free one)
+//! bulk_devices = ["mlx5_0", "mlx5_1"]  # their rails (default: see below)
 //! auth_token_file = "/etc/kvs/token"  # the token clients must present (mode 600)
 //! allow_unauthenticated = false  # true: serve a non-loopback address without a token
 //! setup_timeout_ms = 5000   # a client's time to send its setup record
@@ -66,6 +68,13 @@ pub struct Config {
     /// Any member of the cluster to join (`host:port`). None: this server
     /// starts a cluster of its own and owns every slot.
     pub join: Option<String>,
+    /// The TCP port, on `listen`'s address, where migrations' bulk
+    /// transfers are set up (0: any free port; the map tells members which).
+    pub bulk_port: u16,
+    /// The devices of the bulk transfers' rails (one or two). Empty: the
+    /// worker device alone on a NIC; on the software device, `sim2` and
+    /// `sim3`.
+    pub bulk_devices: Vec<String>,
     /// The RDMA device (`auto`: the first mlx5 NIC, else software device
     /// `sim1`).
     pub device: String,
@@ -118,6 +127,8 @@ impl Default for Config {
             listen: "127.0.0.1:7000".parse().expect("a valid address"),
             advertise: None,
             join: None,
+            bulk_port: 0,
+            bulk_devices: Vec::new(),
             device: "auto".into(),
             fabric: None,
             workers: 1,
@@ -234,6 +245,16 @@ impl Config {
             return bad(format!(
                 "max_key + max_value ({largest} bytes with headers) must be at most ring_size / 8 ({})",
                 self.ring_size / 8
+            ));
+        }
+        if self.bulk_devices.len() > 2 {
+            return bad("bulk_devices names one or two rails".into());
+        }
+        // A record must fit one migration batch.
+        if largest > crate::migration::BATCH - 64 {
+            return bad(format!(
+                "max_key + max_value must be under {} (a migration batch)",
+                crate::migration::BATCH - 64
             ));
         }
         if self.max_endpoints == 0 {

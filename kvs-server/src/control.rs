@@ -4,16 +4,23 @@
 //!
 //! - `SET_MAP`: install a newer map. Every worker serves by it before the
 //!   answer goes back, so a member that answered no longer accepts requests
-//!   for the slots it lost.
+//!   for the slots it lost. Installing starts the imports of slots gained
+//!   ([`crate::migration::import`]) and frees the frozen copies of slots
+//!   whose import is over.
 //! - `join` (at the keeper, member 0): add the member, or take back one that
-//!   restarts at the same address, under the next version; push the map to
-//!   every other member ([`crate::push`]). Other members answer with the
+//!   restarts at the same address, under the next version; deliver the map
+//!   to every member ([`crate::push`]). Other members answer with the
 //!   keeper's address.
-//! - `status`: this member's keys, bytes and slots per worker.
+//! - `migrate`, `rebalance`, `cancel`, `import_done` (at the keeper): run
+//!   migrations ([`crate::migration::plan`]).
+//! - `open_pull` and `PULL` (at a migration's source): a ticket for the bulk
+//!   port, and a priority pull of one key.
+//! - `status`, `map`: this member's figures and map.
 //!
 //! It has a copyrpc context of its own, so control traffic never waits
 //! behind data traffic, and it sleeps when idle as workers do.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -25,10 +32,15 @@ use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::control::{ControlReply, ControlRequest, MemberStatus, WorkerStatus};
 use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
-use kvs_proto::{Member, Owner, SetupAnswer, ShardMap};
+use kvs_proto::shard::slot_of;
+use kvs_proto::{AuthToken, Member, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
+use crate::migration::import::{Importer, Progress};
+use crate::migration::outgoing::{to_hex, Outgoing};
+use crate::migration::plan::Migration;
+use crate::push::Delivery;
 use crate::server::{StartError, WorkerStats};
 use crate::worker::ToWorker;
 
@@ -56,8 +68,12 @@ pub(crate) struct Control {
     /// Control connections from the acceptor.
     pub incoming: Receiver<PendingConnection>,
     /// The keeper's map pusher (member 0 only).
-    pub pusher: Option<Sender<ShardMap>>,
+    pub pusher: Option<Sender<Delivery>>,
     pub shared: Arc<Shared>,
+    pub outgoing: Arc<Outgoing>,
+    pub auth: Option<AuthToken>,
+    /// The bulk transfers' rails.
+    pub rails: Vec<String>,
     pub stop: Arc<AtomicBool>,
     /// The control thread's waker once its context is built.
     pub ready: Sender<Result<Waker, StartError>>,
@@ -100,12 +116,22 @@ impl OnTransport for Control {
         let mut state = State {
             me: self.me,
             workers_n: self.cfg.workers,
+            latest: self.map.clone(),
             map: self.map,
             workers: self.workers,
             stats: self.stats,
             pusher: self.pusher,
             shared: self.shared,
+            outgoing: self.outgoing,
+            migration: None,
+            imports: HashMap::new(),
+            cfg: self.cfg.clone(),
+            auth: self.auth,
+            rails: self.rails,
+            stop: self.stop.clone(),
         };
+        // A member that restarts while importing pulls again.
+        state.start_imports();
         let answer = SetupAnswer {
             workers: self.cfg.workers,
             slots: state.map.slots(),
@@ -161,11 +187,24 @@ impl OnTransport for Control {
 struct State {
     me: u16,
     workers_n: u16,
+    /// The map in force here.
     map: ShardMap,
+    /// At the keeper: the newest map, which deliveries bring to everyone
+    /// (this member included).
+    latest: ShardMap,
     workers: Vec<(Sender<ToWorker>, Waker)>,
     stats: Vec<Arc<WorkerStats>>,
-    pusher: Option<Sender<ShardMap>>,
+    pusher: Option<Sender<Delivery>>,
     shared: Arc<Shared>,
+    outgoing: Arc<Outgoing>,
+    /// At the keeper: the migration running, or the last one.
+    migration: Option<Migration>,
+    /// Imports this member runs, by (first, end, source).
+    imports: HashMap<(u32, u32, u16), Arc<Progress>>,
+    cfg: Config,
+    auth: Option<AuthToken>,
+    rails: Vec<String>,
+    stop: Arc<AtomicBool>,
 }
 
 impl State {
@@ -190,6 +229,7 @@ impl State {
             }
         };
         let answer = match r.op() {
+            Op::Pull => return self.pull(r.key(), max_response, out),
             Op::SetMap => self.set_map(r.value()),
             Op::Control => match ControlRequest::decode(r.value()) {
                 Ok(ControlRequest::Join {
@@ -204,12 +244,48 @@ impl State {
                     self.map.encode(&mut map);
                     ControlReply::Map { map }
                 }
-                Ok(
-                    ControlRequest::Migrate { .. }
-                    | ControlRequest::Rebalance
-                    | ControlRequest::Cancel
-                    | ControlRequest::ImportDone { .. },
-                ) => ControlReply::error("migrations are being built"),
+                Ok(ControlRequest::OpenPull {
+                    version,
+                    first,
+                    end,
+                }) => match self.outgoing.issue(version, first, end) {
+                    Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
+                    Err(e) => ControlReply::error(e),
+                },
+                Ok(_) if self.me != 0 => ControlReply::Keeper {
+                    addr: self.map.members()[0].addr,
+                },
+                Ok(ControlRequest::Migrate { first, end, to }) => self.migrate(first, end, to),
+                Ok(ControlRequest::Rebalance) => {
+                    let moves = self.latest.rebalance_moves();
+                    if moves.is_empty() {
+                        ControlReply::Ok
+                    } else {
+                        self.start_migration(&moves)
+                    }
+                }
+                Ok(ControlRequest::Cancel) => match self.migration.as_mut() {
+                    Some(g) if g.running() => {
+                        g.cancel();
+                        self.advance();
+                        ControlReply::Ok
+                    }
+                    _ => ControlReply::error("no migration is running"),
+                },
+                Ok(ControlRequest::ImportDone {
+                    version,
+                    slots,
+                    records,
+                    bytes,
+                    lost,
+                }) => {
+                    if let Some(g) = self.migration.as_mut() {
+                        if g.imported(version, &slots, records, bytes, lost) {
+                            self.advance();
+                        }
+                    }
+                    ControlReply::Ok
+                }
                 Err(e) => ControlReply::error(e.to_string()),
             },
             op => ControlReply::error(format!(
@@ -219,12 +295,101 @@ impl State {
         reply(out, Status::Ok, &answer.encode(), max_response);
     }
 
+    /// A priority pull: a key's value from the frozen copy of its slot.
+    fn pull(&self, key: &[u8], max_response: usize, out: &mut Vec<u8>) {
+        let slot = slot_of(key, self.map.slots());
+        match self.outgoing.get(slot) {
+            Some(recs) => match recs.get(key) {
+                Some(v) => reply(out, Status::Ok, v, max_response),
+                None => reply(out, Status::NotFound, &[], max_response),
+            },
+            None => {
+                let m = format!("slot {slot} is not held here for a migration");
+                reply(out, Status::BadRequest, m.as_bytes(), max_response)
+            }
+        }
+    }
+
+    /// Starts a migration of `first..end` to member `to` (the keeper).
+    fn migrate(&mut self, first: u32, end: u32, to: u16) -> ControlReply {
+        let slots = self.latest.slots();
+        if first >= end || end > slots {
+            return ControlReply::error(format!(
+                "slot range {first}..{end} out of bounds: the cluster has {slots} slots (0-{})",
+                slots - 1
+            ));
+        }
+        let members = self.latest.members().len();
+        if usize::from(to) >= members {
+            return ControlReply::error(format!(
+                "no member {to}: the cluster has members 0-{}",
+                members - 1
+            ));
+        }
+        self.start_migration(&[(first..end, to)])
+    }
+
+    fn start_migration(&mut self, moves: &[(std::ops::Range<u32>, u16)]) -> ControlReply {
+        if let Some(g) = self.migration.as_ref().filter(|g| g.running()) {
+            let s = g.status();
+            return ControlReply::error(format!(
+                "a migration is already running ({} of {} slots moved); wait for it or cancel it",
+                s.slots_done, s.slots_total
+            ));
+        }
+        match Migration::new(&self.latest, moves) {
+            Ok(g) => {
+                self.migration = Some(g);
+                self.advance();
+                let s = self.migration.as_ref().map(Migration::status);
+                s.map_or(ControlReply::Ok, ControlReply::Started)
+            }
+            Err(e) => ControlReply::error(e),
+        }
+    }
+
+    /// The migration's next step, if it can take one: a new map version
+    /// that finishes the chunk pulled and hands over the next, delivered to
+    /// the next chunk's source, then its target, then everyone.
+    fn advance(&mut self) {
+        let Some(g) = self.migration.as_mut() else {
+            return;
+        };
+        let mut m = self.latest.clone();
+        let version = m.version() + 1;
+        let handed = g.step(&mut m, version);
+        if m == self.latest {
+            return;
+        }
+        m.set_version(version);
+        let stages = match &handed {
+            Some(c) => vec![vec![c.from], vec![c.to]],
+            None => Vec::new(),
+        };
+        match &handed {
+            Some(c) => eprintln!(
+                "kvs-server: map version {version}: slots {}..{} move from member {} to {}",
+                c.first, c.end, c.from, c.to
+            ),
+            None => eprintln!("kvs-server: map version {version}: the migration is over"),
+        }
+        self.latest = m.clone();
+        self.deliver(m, stages);
+    }
+
     /// Installs a pushed map if it is newer.
     fn set_map(&mut self, b: &[u8]) -> ControlReply {
         let m = match ShardMap::decode(b) {
             Ok(m) => m,
             Err(e) => return ControlReply::error(e.to_string()),
         };
+        if m.slots() != self.map.slots() {
+            return ControlReply::error(format!(
+                "a map of {} slots; this cluster has {}",
+                m.slots(),
+                self.map.slots()
+            ));
+        }
         if m.version() <= self.map.version() {
             // An old or repeated push: nothing to do.
             return ControlReply::Ok;
@@ -262,7 +427,7 @@ impl State {
                 "{addr} is not an address others can reach (set advertise)"
             ));
         }
-        let mut m = self.map.clone();
+        let mut m = self.latest.clone();
         // The keeper learns its own address from the first member that
         // reaches it, when it listens on an unspecified one.
         let own = m.members()[0].addr;
@@ -296,16 +461,16 @@ impl State {
                 Err(e) => return ControlReply::error(e.to_string()),
             },
         };
-        if m != self.map {
-            m.set_version(self.map.version() + 1);
-            self.install(m.clone());
-            self.push(m);
+        if m != self.latest {
+            m.set_version(self.latest.version() + 1);
+            self.latest = m.clone();
+            self.deliver(m, Vec::new());
         }
         let mut b = Vec::new();
-        self.map.encode(&mut b);
+        self.latest.encode(&mut b);
         eprintln!(
             "kvs-server: member {id} ({addr}, {workers} workers) joined; map version {}",
-            self.map.version()
+            self.latest.version()
         );
         ControlReply::Joined { member: id, map: b }
     }
@@ -333,8 +498,12 @@ impl State {
             member: self.me,
             map_version: self.map.version(),
             workers,
-            imports: Vec::new(),
-            migration: None,
+            imports: self.imports.values().map(|p| p.status()).collect(),
+            migration: self.migration.as_ref().map(Migration::status),
+            held: {
+                let (slots, _, bytes) = self.outgoing.held();
+                (slots as u32, bytes as u64)
+            },
         }
     }
 
@@ -362,13 +531,86 @@ impl State {
         }
         self.shared.version.store(m.version(), Ordering::Release);
         self.map = m;
+        // Frozen copies whose import is over go.
+        let (me, map) = (self.me, &self.map);
+        let (n, bytes) = self
+            .outgoing
+            .release(|s| map.importing_from(s) == Some(me) && map.owner_of_slot(s).member != me);
+        if n > 0 {
+            eprintln!("kvs-server: freed {n} migrated slots ({bytes} bytes of keys and values)");
+        }
+        self.start_imports();
     }
 
-    /// Hands `m` to the pusher (the keeper's), which sends it to every other
-    /// member.
-    fn push(&self, m: ShardMap) {
+    /// Starts an importer for each run of slots a worker of this member
+    /// imports from one source and that has none yet; forgets those the
+    /// map no longer lists.
+    fn start_imports(&mut self) {
+        let map = &self.map;
+        let mut runs: Vec<(u32, u32, u16, u16)> = Vec::new();
+        for s in 0..map.slots() {
+            let o = map.owner_of_slot(s);
+            let Some(from) = map.importing_from(s).filter(|_| o.member == self.me) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some((_, end, f, w)) if *end == s && *f == from && *w == o.worker => *end += 1,
+                _ => runs.push((s, s + 1, from, o.worker)),
+            }
+        }
+        self.imports
+            .retain(|k, _| runs.iter().any(|&(a, b, f, _)| (a, b, f) == *k));
+        for (first, end, from, worker) in runs {
+            if self.imports.contains_key(&(first, end, from)) {
+                continue;
+            }
+            let (Some(source), Some(link)) = (
+                map.members().get(usize::from(from)),
+                self.workers.get(usize::from(worker)),
+            ) else {
+                continue;
+            };
+            let progress = Arc::new(Progress {
+                from,
+                slots: end - first,
+                records: Default::default(),
+                bytes: Default::default(),
+                retries: Default::default(),
+                started: Instant::now(),
+                done: Default::default(),
+                last_error: Default::default(),
+            });
+            let imp = Importer {
+                version: map.version(),
+                first,
+                end,
+                source: *source,
+                keeper: map.members()[0].addr,
+                slots: map.slots(),
+                worker: link.clone(),
+                cfg: self.cfg.clone(),
+                rails: self.rails.clone(),
+                auth: self.auth.clone(),
+                progress: progress.clone(),
+                stop: self.stop.clone(),
+            };
+            let started = std::thread::Builder::new()
+                .name(format!("kvs-import-{worker}"))
+                .spawn(move || imp.start());
+            match started {
+                Ok(_) => {
+                    self.imports.insert((first, end, from), progress);
+                }
+                Err(e) => eprintln!("kvs-server: cannot start an import: {e}"),
+            }
+        }
+    }
+
+    /// Hands `m` to the pusher (the keeper's), which delivers it stage by
+    /// stage, then to everyone.
+    fn deliver(&self, m: ShardMap, stages: Vec<Vec<u16>>) {
         if let Some(p) = &self.pusher {
-            let _ = p.send(m);
+            let _ = p.send(Delivery { map: m, stages });
         }
     }
 }

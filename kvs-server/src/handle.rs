@@ -13,6 +13,29 @@ use std::time::Instant;
 use crate::metrics::RequestMetrics;
 use crate::store::{Patch, Store};
 
+/// What became of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// The answer is in `out`.
+    Answered,
+    /// The key's slot is being imported and the key has not arrived: the
+    /// request waits for a priority pull of the key from the migration's
+    /// source, then is handled again.
+    Pull {
+        /// The key's slot.
+        slot: u32,
+    },
+}
+
+/// What a map install changed in a worker's store.
+#[derive(Debug, Default)]
+pub struct Installed {
+    /// Slots given away, with their records (frozen, for the target).
+    pub given_away: Vec<(u32, crate::store::SlotRecords)>,
+    /// Slots whose import ended.
+    pub imports_ended: Vec<u32>,
+}
+
 /// What one worker needs to answer requests.
 #[derive(Debug)]
 pub struct Handler {
@@ -34,16 +57,26 @@ pub struct Handler {
     pub draining: bool,
     /// The server's whole memory cap, for messages (0: none).
     max_memory: u64,
+    /// Set by a request that must wait for a priority pull (its slot).
+    pull: Option<u32>,
     /// Requests answered, by op and result, and their service times.
     pub(crate) metrics: RequestMetrics,
 }
 
 impl Handler {
     /// Worker `me` of a member: its handler over an empty store.
+    /// Slots the map says it is importing are served as imports from the
+    /// start (a target that restarted mid-migration pulls them again).
     pub fn new(me: Owner, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
         let mut map_bytes = Vec::new();
         map.encode(&mut map_bytes);
         let slots = map.slots();
+        let mut store = Store::new(slots, usize::MAX);
+        for s in 0..slots {
+            if map.owner_of_slot(s) == me && map.importing_from(s).is_some() {
+                store.begin_import(s);
+            }
+        }
         Handler {
             worker: me.worker,
             me,
@@ -51,28 +84,48 @@ impl Handler {
             map_bytes,
             max_key,
             max_value,
-            store: Store::new(slots, usize::MAX),
+            store,
             draining: false,
             max_memory: 0,
+            pull: None,
             metrics: RequestMetrics::default(),
         }
     }
 
-    /// Serves by `map` from now on (a newer map from the control thread).
-    pub fn install(&mut self, map: ShardMap) {
+    /// Serves by `map` from now on (a newer map from the control thread,
+    /// with the same slot count): takes out the records of slots given away
+    /// (for the migration's target to pull), starts importing slots gained
+    /// from another member, ends the imports the map says are done.
+    pub fn install(&mut self, map: ShardMap) -> Installed {
+        let mut done = Installed::default();
+        for s in 0..map.slots().min(self.map.slots()) {
+            let was = self.map.owner_of_slot(s) == self.me;
+            let is = map.owner_of_slot(s) == self.me;
+            if was && !is {
+                done.given_away.push((s, self.store.take_slot(s)));
+            } else if is {
+                match map.importing_from(s) {
+                    Some(_) if !was => self.store.begin_import(s),
+                    None if self.store.importing(s) => {
+                        self.store.end_import(s);
+                        done.imports_ended.push(s);
+                    }
+                    _ => {}
+                }
+            }
+        }
         self.map_bytes.clear();
         map.encode(&mut self.map_bytes);
         self.map = map;
+        done
     }
 
     /// The same over a store capped at `share` bytes, this worker's part of
     /// the server's `max_memory` (0: no cap).
     pub fn with_memory_limit(mut self, max_memory: u64, workers: u16) -> Handler {
         self.max_memory = max_memory;
-        self.store = Store::new(
-            self.map.slots(),
-            crate::memory::worker_share(max_memory, workers),
-        );
+        self.store
+            .set_limit(crate::memory::worker_share(max_memory, workers));
         self
     }
 
@@ -81,17 +134,36 @@ impl Handler {
     /// nothing useful), and counts it: op, result and service time, in
     /// counters the worker owns (two reads of the vDSO clock and a
     /// histogram slot increment; no allocation, no lock).
+    /// A request that must wait for a priority pull is counted when it is
+    /// answered.
     #[inline]
-    pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
+    pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
         let t = Instant::now();
-        self.answer(req, max_response, out);
-        let ns = t.elapsed().as_nanos() as u64;
-        let op = req.first().copied().unwrap_or(0);
-        let status = out.first().copied().unwrap_or(u8::MAX);
-        self.metrics.record(op, status, ns);
+        let h = self.answer(req, max_response, out);
+        if h == Handled::Answered {
+            let ns = t.elapsed().as_nanos() as u64;
+            let op = req.first().copied().unwrap_or(0);
+            let status = out.first().copied().unwrap_or(u8::MAX);
+            self.metrics.record(op, status, ns);
+        }
+        h
     }
 
-    fn answer(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
+    /// Whether `key` of a slot being imported must be pulled before it can
+    /// be answered: it is not here, and was not deleted here.
+    #[inline]
+    fn must_pull(&self, slot: u32, key: &[u8]) -> bool {
+        self.store.importing(slot) && !self.store.deleted_in_import(slot, key)
+    }
+
+    fn answer(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
+        self.answer_or_pull(req, max_response, out);
+        self.pull
+            .take()
+            .map_or(Handled::Answered, |slot| Handled::Pull { slot })
+    }
+
+    fn answer_or_pull(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
             Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
@@ -106,6 +178,9 @@ impl Handler {
         }
         match r.op() {
             Op::Map => return self.map_answer(out, Status::Ok, max_response),
+            // A scan would miss what has not arrived yet: the client asks
+            // this worker again once its imports are done.
+            Op::Scan if self.store.importing_slots() > 0 => return status(out, Status::TryAgain),
             Op::Scan => return self.scan(key, r.scan_count() as usize, max_response, out),
             _ => {}
         }
@@ -122,6 +197,7 @@ impl Handler {
                     finish_response(out, 0);
                 }
                 Some(v) => too_small(out, v.len(), max_response),
+                None if self.must_pull(slot, key) => self.pull = Some(slot),
                 None => status(out, Status::NotFound),
             },
             Op::Put => {
@@ -142,6 +218,10 @@ impl Handler {
                     }
                 }
             }
+            // Whether the key existed decides the answer: pull it first.
+            Op::Delete if self.store.get(slot, key).is_none() && self.must_pull(slot, key) => {
+                self.pull = Some(slot)
+            }
             Op::Delete => {
                 let found = self.store.delete(slot, key);
                 status(out, if found { Status::Ok } else { Status::NotFound });
@@ -149,6 +229,10 @@ impl Handler {
             Op::UpdateRange => {
                 let st = match self.store.patch(slot, key, r.offset() as usize, r.value()) {
                     Patch::Done => Status::Ok,
+                    Patch::NotFound if self.must_pull(slot, key) => {
+                        self.pull = Some(slot);
+                        return;
+                    }
                     Patch::NotFound => Status::NotFound,
                     Patch::OutOfRange => Status::OutOfRange,
                 };

@@ -20,6 +20,7 @@ mod join;
 pub mod memory;
 mod metrics;
 mod metrics_http;
+mod migration;
 mod push;
 mod server;
 mod setup;

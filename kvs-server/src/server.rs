@@ -16,6 +16,8 @@ use kvs_proto::{AuthToken, Owner, ShardMap, TokenError};
 use crate::config::Config;
 use crate::control::{Control, Shared};
 use crate::metrics::{Exposition, Published};
+use crate::migration::export::BulkServer;
+use crate::migration::outgoing::Outgoing;
 use crate::push::Pusher;
 use crate::setup::{accept, SetupStats};
 use crate::worker::{ToWorker, Worker};
@@ -77,6 +79,9 @@ pub enum StartError {
     /// Joining the cluster failed.
     #[error("{0}")]
     Join(String),
+    /// The bulk port for migrations.
+    #[error("{0}")]
+    Bulk(String),
 }
 
 /// A running server.
@@ -133,21 +138,32 @@ impl Server {
             ),
             None => None,
         };
+        // Migrations' bulk transfers are set up on a port of their own.
+        let bulk_addr = SocketAddr::new(cfg.listen.ip(), cfg.bulk_port);
+        let bulk = mpib::conn::Listener::bind(bulk_addr)
+            .map_err(|e| StartError::Bulk(format!("bulk_port {bulk_addr}: {e}")))?;
+        let bulk_port = bulk
+            .local_addr()
+            .map_err(|e| StartError::Bulk(e.to_string()))?
+            .port();
         // A cluster of its own, or a place in the one it joins.
         let (member, map) = match &cfg.join {
             None => {
                 let me = crate::join::advertised(&cfg, addr, None)?;
-                let map = ShardMap::single(me, cfg.slots, cfg.workers).map_err(|e| {
+                let mut map = ShardMap::single(me, cfg.slots, cfg.workers).map_err(|e| {
                     StartError::Config(crate::config::ConfigError::Invalid(e.to_string()))
                 })?;
+                let _ = map.set_bulk_port(0, bulk_port);
                 (0, map)
             }
             Some(j) => {
                 let target = crate::join::resolve(j)?;
                 let me = crate::join::advertised(&cfg, addr, Some(target))?;
-                crate::join::join(&cfg, target, me, 0, auth.clone())?
+                crate::join::join(&cfg, target, me, bulk_port, auth.clone())?
             }
         };
+        let outgoing = Arc::new(Outgoing::default());
+        let rails = crate::migration::rail_names(&cfg);
         let stop = Arc::new(AtomicBool::new(false));
         let mut txs = Vec::new();
         let mut workers = Vec::new();
@@ -155,7 +171,8 @@ impl Server {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
         for w in 0..cfg.workers {
             let (tx, rx) = mpsc::channel::<ToWorker>();
-            txs.push(tx);
+            txs.push(tx.clone());
+            let (auth, outgoing) = (auth.clone(), outgoing.clone());
             let st = Arc::new(WorkerStats::default());
             stats.push(st.clone());
             let (cfg, map, stop, ready) =
@@ -169,6 +186,9 @@ impl Server {
                             cfg,
                             map,
                             incoming: rx,
+                            to_self: tx,
+                            auth,
+                            outgoing,
                             stop,
                             stats: st,
                             ready,
@@ -210,11 +230,17 @@ impl Server {
         // The keeper pushes every new map to the other members.
         let pusher = if member == 0 {
             let (tx, rx) = mpsc::channel();
+            let own = if addr.ip().is_unspecified() {
+                SocketAddr::from(([127, 0, 0, 1], addr.port()))
+            } else {
+                addr
+            };
             let p = Pusher {
+                own,
                 me: member,
                 cfg: cfg.clone(),
                 auth: auth.clone(),
-                maps: rx,
+                deliveries: rx,
                 stop: stop.clone(),
             };
             control.push(
@@ -238,6 +264,9 @@ impl Server {
             incoming: ctl_rx,
             pusher,
             shared: cluster.clone(),
+            outgoing: outgoing.clone(),
+            auth: auth.clone(),
+            rails: rails.clone(),
             stop: stop.clone(),
             ready: ready_tx,
         };
@@ -262,6 +291,19 @@ impl Server {
         };
         let mut wakers = wakers;
         wakers.push(control_waker.clone());
+        let b = BulkServer {
+            listener: bulk,
+            outgoing,
+            cfg: cfg.clone(),
+            rails,
+            stop: stop.clone(),
+        };
+        control.push(
+            std::thread::Builder::new()
+                .name("kvs-bulk".into())
+                .spawn(move || b.run())
+                .expect("spawn the bulk listener"),
+        );
         let s2 = stop.clone();
         let setup = Arc::new(Mutex::new(SetupStats::default()));
         let setup2 = setup.clone();

@@ -7,8 +7,16 @@
 //! serves scans. Writes that would take the heap the records occupy past the
 //! store's limit (its worker's share of `max_memory`) are refused; see
 //! [`crate::memory`] for what a record costs.
+//!
+//! A migration uses the per-slot layout at both ends. The source *takes* a
+//! slot it gave away ([`Store::take_slot`]): its records leave the store
+//! whole, as read-only [`SlotRecords`] the target pulls from. The target
+//! *imports* the slot ([`Store::begin_import`]): it serves it at once, takes
+//! pulled records only for keys it has neither ([`Store::apply_pulled`]) nor
+//! deleted since the import began (a tombstone remembers those), so a write
+//! at the target always beats the older pulled copy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 
 use crate::memory::{record_cost, OutOfMemory};
@@ -19,6 +27,52 @@ struct Slot {
     map: HashMap<Box<[u8]>, Vec<u8>>,
     /// Bytes of its keys and values.
     bytes: usize,
+    /// While the slot is being imported: keys deleted here since the import
+    /// began (a pulled copy of them is stale).
+    import: Option<HashSet<Box<[u8]>>>,
+}
+
+/// A slot's records taken out of a store: read-only, shared by whatever
+/// ships them (a migration's bulk transfer and its priority pulls).
+#[derive(Debug, Default)]
+pub struct SlotRecords {
+    map: HashMap<Box<[u8]>, Vec<u8>>,
+    bytes: usize,
+}
+
+impl SlotRecords {
+    /// The value of `key`.
+    pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
+        self.map.get(key).map(Vec::as_slice)
+    }
+    /// The records, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.map.iter().map(|(k, v)| (&**k, v.as_slice()))
+    }
+    /// How many records.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+    /// No records.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+    /// Bytes of keys and values.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// Whether a pulled record was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pulled {
+    /// Stored.
+    Taken,
+    /// The key is here already or was deleted here since the import began:
+    /// the local state is newer.
+    Stale,
+    /// The slot is not being imported (any more).
+    NotImporting,
 }
 
 /// A worker's keys and values, by slot.
@@ -33,6 +87,8 @@ pub struct Store {
     // Heap bytes the records cost (`memory::record_cost` summed).
     used: usize,
     limit: usize,
+    /// Slots being imported.
+    importing: u32,
 }
 
 /// UPDATE_RANGE outcome.
@@ -65,6 +121,7 @@ impl Store {
             bytes: 0,
             used: 0,
             limit,
+            importing: 0,
         }
     }
 
@@ -133,11 +190,15 @@ impl Store {
         Ok(())
     }
 
-    /// Removes `key` (of slot `slot`); whether it was there.
+    /// Removes `key` (of slot `slot`); whether it was there. In a slot
+    /// being imported, the key is remembered as deleted.
     pub fn delete(&mut self, slot: u32, key: &[u8]) -> bool {
         let Some(sl) = self.slot_mut(slot) else {
             return false;
         };
+        if let Some(t) = sl.import.as_mut() {
+            t.insert(key.into());
+        }
         let Some(v) = sl.map.remove(key) else {
             return false;
         };
@@ -186,12 +247,107 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// Takes every record of slot `slot` out of the store (a slot given
+    /// away), touching no other slot's.
+    pub fn take_slot(&mut self, slot: u32) -> SlotRecords {
+        let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
+            return SlotRecords::default();
+        };
+        if sl.import.is_some() {
+            self.importing -= 1;
+        }
+        for (k, v) in &sl.map {
+            self.order.remove(k);
+            self.used -= record_cost(k.len(), v.capacity());
+        }
+        self.bytes -= sl.bytes;
+        SlotRecords {
+            map: sl.map,
+            bytes: sl.bytes,
+        }
+    }
+
+    /// Starts importing slot `slot`: it is served from now on, and pulled
+    /// records fill in what it lacks.
+    pub fn begin_import(&mut self, slot: u32) {
+        let Some(entry) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let sl = entry.get_or_insert_with(Box::default);
+        if sl.import.is_none() {
+            sl.import = Some(HashSet::new());
+            self.importing += 1;
+        }
+    }
+
+    /// Ends slot `slot`'s import (every record is in); its tombstones go.
+    pub fn end_import(&mut self, slot: u32) {
+        if let Some(sl) = self.slot_mut(slot) {
+            if sl.import.take().is_some() {
+                self.importing -= 1;
+            }
+        }
+    }
+
+    /// Whether slot `slot` is being imported.
+    #[inline]
+    pub fn importing(&self, slot: u32) -> bool {
+        self.slot(slot).is_some_and(|s| s.import.is_some())
+    }
+
+    /// How many slots are being imported.
+    pub fn importing_slots(&self) -> u32 {
+        self.importing
+    }
+
+    /// Whether `key` was deleted here since slot `slot`'s import began.
+    pub fn deleted_in_import(&self, slot: u32, key: &[u8]) -> bool {
+        self.slot(slot)
+            .and_then(|s| s.import.as_ref())
+            .is_some_and(|t| t.contains(key))
+    }
+
+    /// A record pulled from the migration's source (`None`: the source has
+    /// no such key). Taken only into a slot being imported, for a key this
+    /// store has neither nor deleted since; then the key counts as settled.
+    /// A pulled record is taken even past the memory limit: refusing it
+    /// would lose it.
+    pub fn apply_pulled(&mut self, slot: u32, key: &[u8], value: Option<&[u8]>) -> Pulled {
+        let Some(sl) = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.as_deref_mut())
+        else {
+            return Pulled::NotImporting;
+        };
+        let Some(t) = sl.import.as_mut() else {
+            return Pulled::NotImporting;
+        };
+        if sl.map.contains_key(key) || t.contains(key) {
+            return Pulled::Stale;
+        }
+        let Some(v) = value else {
+            // Absent at the source: settled as absent here.
+            t.insert(key.into());
+            return Pulled::Stale;
+        };
+        self.used += record_cost(key.len(), v.len());
+        sl.bytes += key.len() + v.len();
+        self.bytes += key.len() + v.len();
+        sl.map.insert(key.into(), v.to_vec());
+        self.order.insert(key.into(), slot);
+        Pulled::Taken
+    }
+
     /// Removes every record of slot `slot` (a slot given away), touching no
     /// other slot's; what it freed.
     pub fn drop_slot(&mut self, slot: u32) -> Dropped {
         let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return Dropped::default();
         };
+        if sl.import.is_some() {
+            self.importing -= 1;
+        }
         for (k, v) in &sl.map {
             self.order.remove(k);
             self.used -= record_cost(k.len(), v.capacity());
@@ -230,6 +386,11 @@ impl Store {
     /// Heap bytes the records cost (what the limit bounds).
     pub fn memory_used(&self) -> usize {
         self.used
+    }
+
+    /// Sets the most heap bytes the records may cost.
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit;
     }
 
     /// The most heap bytes the records may cost (`usize::MAX`: no limit).
@@ -336,6 +497,46 @@ mod tests {
             assert!(s.d(&k));
         }
         assert_eq!((s.memory_used(), s.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn an_imported_slot_takes_pulled_records_only_where_it_has_nothing_newer() {
+        let mut s = Store::new(SLOTS, usize::MAX);
+        let k = |i: u32| format!("key{i}").into_bytes();
+        let slot = slot_of(&k(0), SLOTS);
+        let same: Vec<Vec<u8>> = (0..500)
+            .map(k)
+            .filter(|x| slot_of(x, SLOTS) == slot)
+            .take(4)
+            .collect();
+        let (a, b, c, d) = (&same[0], &same[1], &same[2], &same[3]);
+        assert_eq!(s.apply_pulled(slot, a, Some(b"old")), Pulled::NotImporting);
+        s.begin_import(slot);
+        assert!(s.importing(slot));
+        assert_eq!(s.importing_slots(), 1);
+        // Written and deleted here: the pulled copies are stale.
+        s.put(slot, a, b"new").unwrap();
+        assert!(!s.delete(slot, b));
+        assert_eq!(s.apply_pulled(slot, a, Some(b"old")), Pulled::Stale);
+        assert_eq!(s.apply_pulled(slot, b, Some(b"old")), Pulled::Stale);
+        assert!(s.deleted_in_import(slot, b));
+        // Pulled records are taken past the limit.
+        s.limit = 0;
+        assert_eq!(s.apply_pulled(slot, c, Some(b"pulled")), Pulled::Taken);
+        assert_eq!(s.apply_pulled(slot, c, Some(b"again")), Pulled::Stale);
+        assert_eq!(s.apply_pulled(slot, d, None), Pulled::Stale);
+        assert!(s.deleted_in_import(slot, d));
+        assert_eq!(s.get(slot, a), Some(&b"new"[..]));
+        assert_eq!(s.get(slot, b), None);
+        assert_eq!(s.get(slot, c), Some(&b"pulled"[..]));
+        assert_eq!(s.scan(b"").count(), 2);
+        s.end_import(slot);
+        assert!(!s.importing(slot) && !s.deleted_in_import(slot, b));
+        assert_eq!(s.importing_slots(), 0);
+        // Taken out whole, for a migration's source.
+        let t = s.take_slot(slot);
+        assert_eq!((t.len(), t.get(c)), (2, Some(&b"pulled"[..])));
+        assert_eq!((s.len(), s.bytes(), s.memory_used()), (0, 0, 0));
     }
 
     #[test]

@@ -11,15 +11,20 @@ use std::time::{Duration, Instant};
 use copyrpc::conn::{Connection, PendingConnection};
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::{Owner, SetupAnswer, ShardMap};
+use kvs_proto::proto::{begin_response, finish_response, ScanRecords, Status};
+use kvs_proto::shard::slot_of;
+use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
-use crate::handle::Handler;
+use crate::handle::{Handled, Handler};
+use crate::migration::outgoing::Outgoing;
+use crate::migration::waiting::{Parked, Waiting};
 use crate::server::{StartError, WorkerStats};
 
 /// What a worker is sent: by the acceptor, a client's connection; by the
-/// control thread, a new map to serve by (acknowledged once in force).
+/// control thread, a new map to serve by (acknowledged once in force); by a
+/// migration's importer and puller, records of slots it imports.
 #[derive(Debug)]
 pub(crate) enum ToWorker {
     /// A client to serve.
@@ -27,6 +32,24 @@ pub(crate) enum ToWorker {
     /// The map to serve by from now on; the worker sends its number back
     /// once it does.
     Map(ShardMap, Sender<u16>),
+    /// A checked batch of pulled records ([`crate::migration::wire`]); the
+    /// worker says when it has taken them.
+    Records {
+        /// The batch's bytes.
+        batch: Vec<u8>,
+        /// Told once the records are in the store.
+        taken: Sender<()>,
+    },
+    /// The answer to a priority pull of `key`: its value at the source, or
+    /// none, or why the pull failed.
+    Pulled {
+        /// The key's slot.
+        slot: u32,
+        /// The key.
+        key: Vec<u8>,
+        /// Its value at the source (`None`: the source has no such key).
+        value: Result<Option<Vec<u8>>, String>,
+    },
 }
 
 /// How often a worker publishes its counters and checks its clients'
@@ -48,6 +71,12 @@ pub(crate) struct Worker {
     pub cfg: Config,
     pub map: ShardMap,
     pub incoming: Receiver<ToWorker>,
+    /// Its own channel's sending end (for the threads it starts).
+    pub to_self: Sender<ToWorker>,
+    /// The server's auth token (presented to other members).
+    pub auth: Option<AuthToken>,
+    /// Slots given away, held for their new owners.
+    pub outgoing: Arc<Outgoing>,
     pub stop: Arc<AtomicBool>,
     pub stats: Arc<WorkerStats>,
     /// The worker's number and waker once its context is built.
@@ -85,6 +114,9 @@ impl OnTransport for Worker {
             cfg,
             map,
             incoming,
+            to_self,
+            auth,
+            outgoing,
             stop,
             stats,
             ready,
@@ -124,6 +156,8 @@ impl OnTransport for Worker {
         let mut drain_until: Option<Instant> = None;
         let mut wait_failed = false;
         let mut published = 0u64;
+        let waker = ctx.waker();
+        let mut waiting = Waiting::new(cfg.clone(), auth, to_self);
         loop {
             // Idle, the worker sleeps (after a spin) until a request, a new
             // client (the acceptor wakes it), or the tick: a short one while
@@ -141,9 +175,26 @@ impl OnTransport for Worker {
             };
             while let Some(req) = ctx.recv() {
                 let max = req.max_response();
-                match ctx.request(&req) {
+                let handled = match ctx.request(&req) {
                     Some(b) => h.handle(b, max, &mut out),
-                    None => out.clear(),
+                    None => {
+                        out.clear();
+                        Handled::Answered
+                    }
+                };
+                if let Handled::Pull { slot } = handled {
+                    // Rare: a key of a slot being imported that has not
+                    // arrived. The request waits for a priority pull.
+                    let req_bytes = ctx.request(&req).map(<[u8]>::to_vec).unwrap_or_default();
+                    let p = Parked {
+                        handle: req,
+                        req: req_bytes,
+                        slot,
+                    };
+                    if let Err(p) = waiting.park(p, &h.map, &waker) {
+                        try_again(&mut ctx, p.handle, &mut out);
+                    }
+                    continue;
                 }
                 // Only a closed endpoint or an allowance below the header refuses
                 // a reply; nothing more can be said to that caller.
@@ -170,8 +221,37 @@ impl OnTransport for Worker {
                     }
                     Ok(ToWorker::Connection(p)) => p.refuse("the server is shutting down"),
                     Ok(ToWorker::Map(m, ack)) => {
-                        h.install(m);
+                        let done = h.install(m);
+                        for (slot, recs) in done.given_away {
+                            outgoing.hold(slot, recs);
+                        }
                         let _ = ack.send(w);
+                        // Requests waiting for pulls of slots whose import
+                        // ended, or that moved on, are answered now.
+                        let parked = waiting.take(|p| {
+                            !h.store.importing(p.slot) || done.imports_ended.contains(&p.slot)
+                        });
+                        ops += settle(&mut ctx, &mut h, parked, &mut out);
+                    }
+                    Ok(ToWorker::Records { batch, taken }) => {
+                        take_batch(&mut h, &batch);
+                        let _ = taken.send(());
+                    }
+                    Ok(ToWorker::Pulled { slot, key, value }) => {
+                        waiting.pulled(&key);
+                        let parked = waiting.take(|p| p.key() == key);
+                        match value {
+                            Ok(v) => {
+                                h.store.apply_pulled(slot, &key, v.as_deref());
+                                ops += settle(&mut ctx, &mut h, parked, &mut out);
+                            }
+                            Err(why) => {
+                                eprintln!("kvs-server: worker {w}: a priority pull failed: {why}");
+                                for p in parked {
+                                    try_again(&mut ctx, p.handle, &mut out);
+                                }
+                            }
+                        }
                     }
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
@@ -206,5 +286,50 @@ impl OnTransport for Worker {
         }
         stats.ops.store(ops, Ordering::Relaxed);
         stats.clients.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Handles parked requests again now that their keys are settled (or their
+/// slots moved on); returns how many were answered.
+fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &mut copyrpc::Context<u64, F, T>,
+    h: &mut Handler,
+    parked: Vec<Parked>,
+    out: &mut Vec<u8>,
+) -> u64 {
+    let mut n = 0;
+    for p in parked {
+        match h.handle(&p.req, p.handle.max_response(), out) {
+            Handled::Answered => {
+                let _ = ctx.reply(p.handle, out);
+                n += 1;
+            }
+            // Still not here (its pull failed): the client asks again.
+            Handled::Pull { .. } => try_again(ctx, p.handle, out),
+        }
+    }
+    n
+}
+
+/// Answers TryAgain: the client sends the request again shortly.
+fn try_again<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &mut copyrpc::Context<u64, F, T>,
+    handle: copyrpc::RecvHandle,
+    out: &mut Vec<u8>,
+) {
+    begin_response(out, Status::TryAgain, 0);
+    finish_response(out, 0);
+    let _ = ctx.reply(handle, out);
+}
+
+/// Takes a batch of pulled records into the store: each where the store
+/// has nothing newer.
+fn take_batch(h: &mut Handler, batch: &[u8]) {
+    let slots = h.map.slots();
+    let Some(recs) = batch.get(crate::migration::wire::BATCH_HEADER..) else {
+        return;
+    };
+    for (k, v) in ScanRecords::new(recs).map_while(Result::ok) {
+        h.store.apply_pulled(slot_of(k, slots), k, Some(v));
     }
 }

@@ -131,3 +131,122 @@ fn a_join_that_cannot_succeed_says_why() {
     );
     Fabric::remove_if_unused(&fabric);
 }
+
+/// Waits until the keeper says the migration is over; its status.
+fn migration_over(
+    cc: &mut ControlClient,
+    keeper: SocketAddr,
+) -> kvs_proto::control::MigrationStatus {
+    let t = std::time::Instant::now();
+    loop {
+        let st = status(cc, keeper);
+        if let Some(m) = st.migration.filter(|m| m.finished) {
+            return m;
+        }
+        assert!(t.elapsed().as_secs() < 60, "the migration did not end");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
+    let fabric = format!("kvs-cluster-move-{}", std::process::id());
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+    let n = 3000u32;
+    let val = |i: u32| format!("value-{i}-{}", "x".repeat((i % 200) as usize)).into_bytes();
+    for i in 0..n {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.put(k.as_bytes(), &val(i), t)),
+            Ok(OwnedReply::Done)
+        );
+    }
+    drop(c);
+    let mut cc = control(&fabric);
+    // Everything to member 1.
+    let r = cc
+        .request(
+            a.addr(),
+            &ControlRequest::Migrate {
+                first: 0,
+                end: 256,
+                to: 1,
+            },
+        )
+        .unwrap();
+    assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+    // Only one at a time.
+    let again = cc
+        .request(
+            b.addr(),
+            &ControlRequest::Migrate {
+                first: 0,
+                end: 256,
+                to: 1,
+            },
+        )
+        .unwrap();
+    match again {
+        // Sent on by member 1 to the keeper, which refuses.
+        ControlReply::Keeper { addr } => {
+            assert_eq!(addr, a.addr());
+            let r = cc
+                .request(
+                    addr,
+                    &ControlRequest::Migrate {
+                        first: 0,
+                        end: 10,
+                        to: 0,
+                    },
+                )
+                .unwrap();
+            assert!(
+                matches!(&r, ControlReply::Error { message } if message.contains("already running"))
+                    || matches!(&r, ControlReply::Started(_)),
+                "{r:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let m = migration_over(&mut cc, a.addr());
+    assert_eq!(m.error, None);
+    assert_eq!(m.slots_total, 256);
+    let t = std::time::Instant::now();
+    while status(&mut cc, a.addr()).held.0 > 0 || a.map_version() != b.map_version() {
+        assert!(t.elapsed().as_secs() < 20, "the source kept its copy");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // Workers publish their figures within a few hundred milliseconds.
+    let keys = |cc: &mut ControlClient, s: &Server| -> u64 {
+        status(cc, s.addr()).workers.iter().map(|w| w.keys).sum()
+    };
+    while keys(&mut cc, &a) != 0 || keys(&mut cc, &b) != u64::from(n) {
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "{} and {} keys",
+            keys(&mut cc, &a),
+            keys(&mut cc, &b)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let sb = status(&mut cc, b.addr());
+    assert_eq!(sb.workers.iter().map(|w| w.slots).sum::<u32>(), 256);
+    // Both of member 1's workers pulled.
+    assert!(sb.workers.iter().all(|w| w.keys > 0), "{sb:?}");
+    let mut c = support::connect(b.addr(), &fabric, Default::default()).unwrap();
+    for i in 0..n {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(val(i))),
+            "{k}"
+        );
+    }
+    drop(c);
+    drop(cc);
+    b.shutdown();
+    a.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}

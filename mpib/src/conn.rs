@@ -126,15 +126,20 @@ impl Listener {
     /// anything yet (to look at its private data first).
     pub fn accept_pending(&self) -> Result<PendingConnection, SetupError> {
         let (stream, peer) = self.tcp.accept()?;
-        stream.set_nonblocking(false)?;
-        stream.set_nodelay(true)?;
-        let rec = read_record(&stream)?;
-        Ok(PendingConnection {
-            stream,
-            peer,
-            remote: rec.info,
-            private_data: rec.private_data,
-        })
+        PendingConnection::read(stream, peer)
+    }
+
+    /// Makes [`accept_tcp`](Self::accept_tcp) return `WouldBlock` instead of
+    /// waiting.
+    pub fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
+        self.tcp.set_nonblocking(on)
+    }
+
+    /// The next peer's TCP connection alone: a server reads each setup
+    /// record on a thread of its own ([`PendingConnection::read`]), so a
+    /// peer that connects and sends nothing holds up nobody else.
+    pub fn accept_tcp(&self) -> std::io::Result<(TcpStream, SocketAddr)> {
+        self.tcp.accept()
     }
 }
 
@@ -149,6 +154,20 @@ pub struct PendingConnection {
 }
 
 impl PendingConnection {
+    /// Reads the setup record a peer sends on `stream` (accepted with
+    /// [`Listener::accept_tcp`]), waiting at most 30 s for it.
+    pub fn read(stream: TcpStream, peer: SocketAddr) -> Result<PendingConnection, SetupError> {
+        stream.set_nonblocking(false)?;
+        stream.set_nodelay(true)?;
+        let rec = read_record(&stream)?;
+        Ok(PendingConnection {
+            stream,
+            peer,
+            remote: rec.info,
+            private_data: rec.private_data,
+        })
+    }
+
     /// The private data the peer attached.
     pub fn private_data(&self) -> &[u8] {
         &self.private_data

@@ -1,0 +1,391 @@
+//! A target's importer: one thread per worker that gained slots from one
+//! source, pulling their records over mpib and handing each batch to the
+//! worker, which takes the records it has nothing newer for. When the last
+//! batch is in, it tells the keeper. A failed transfer is set up again and
+//! resumes at the first slot not complete.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::Waker;
+use kvs_client::{ControlClient, ControlOptions};
+use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
+use kvs_proto::{AuthToken, Member};
+use mlx5::device::Context as Device;
+use mpib::{Buffer, Comm, Request};
+
+use super::outgoing::from_hex;
+use super::wire::{Batch, PullSetup};
+use super::{all_rails, open_rails, BATCH, DEPTH};
+use crate::config::Config;
+use crate::worker::ToWorker;
+
+/// How long the source may stay unreachable before the import ends with
+/// what it has (the source is taken to have crashed: its records are lost).
+pub(crate) const SOURCE_GONE: Duration = Duration::from_secs(30);
+/// Batches handed to the worker and not yet taken, at most.
+const UNTAKEN: usize = 8;
+/// How long a transfer may make no progress before it is set up again.
+const STALL: Duration = Duration::from_secs(30);
+
+/// What an import has done, for status.
+#[derive(Debug)]
+pub(crate) struct Progress {
+    pub from: u16,
+    pub slots: u32,
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub retries: AtomicU32,
+    pub started: Instant,
+    pub done: AtomicBool,
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl Progress {
+    /// For `kvs-admin status`.
+    pub fn status(&self) -> ImportStatus {
+        ImportStatus {
+            from: self.from,
+            slots: self.slots,
+            records: self.records.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            seconds: self.started.elapsed().as_secs_f64(),
+            retries: self.retries.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One import, as started by the control thread.
+pub(crate) struct Importer {
+    pub version: u32,
+    pub first: u32,
+    pub end: u32,
+    pub source: Member,
+    pub keeper: SocketAddr,
+    /// The map's slot count.
+    pub slots: u32,
+    pub worker: (Sender<ToWorker>, Waker),
+    pub cfg: Config,
+    pub rails: Vec<String>,
+    pub auth: Option<AuthToken>,
+    pub progress: Arc<Progress>,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Why a transfer ended early.
+struct Failed {
+    why: String,
+    /// Whether the source answered at all (its control endpoint).
+    reached: bool,
+    /// The source no longer holds the slots: nothing more can come.
+    fatal: bool,
+}
+
+impl Importer {
+    /// Runs the import to its end.
+    pub fn start(self) {
+        let spec = DeviceSpec {
+            name: &self.cfg.device,
+            fabric: self.cfg.fabric.as_deref(),
+            software: "sim1",
+        };
+        match spec.open() {
+            Ok(dev) => run_on_device(dev, self),
+            Err(e) => eprintln!("kvs-server: import: cannot open the device: {e}"),
+        }
+    }
+
+    /// The slots still to pull from `mark` on, until the last batch; then
+    /// tells the keeper.
+    fn run_with(&self, cc: &mut ControlClient<impl Transport>) {
+        let mut mark = self.first;
+        let mut last_reached = Instant::now();
+        let mut failures = 0u32;
+        let lost = loop {
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let mask = rails_for(failures, &self.rails);
+            match self.transfer(cc, &mut mark, mask) {
+                Ok(()) => break None,
+                Err(f) => {
+                    failures += 1;
+                    self.progress.retries.store(failures, Ordering::Relaxed);
+                    if f.reached {
+                        last_reached = Instant::now();
+                    }
+                    let why = format!(
+                        "import of slots {}..{} from member {}: {} (attempt {failures})",
+                        mark, self.end, self.progress.from, f.why
+                    );
+                    if failures == 1 || failures % 10 == 0 {
+                        eprintln!("kvs-server: {why}");
+                    }
+                    *self
+                        .progress
+                        .last_error
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                    if f.fatal || last_reached.elapsed() > SOURCE_GONE {
+                        eprintln!(
+                            "kvs-server: giving up the import of slots {}..{} from member {}: \
+                             records not pulled yet are lost",
+                            mark, self.end, self.progress.from
+                        );
+                        break Some(why);
+                    }
+                    let back = Duration::from_millis(50u64 << failures.min(5));
+                    std::thread::sleep(back);
+                }
+            }
+        };
+        self.progress.done.store(true, Ordering::Release);
+        self.report(cc, lost);
+    }
+
+    /// Tells the keeper the slots are in, until it has heard.
+    fn report(&self, cc: &mut ControlClient<impl Transport>, lost: Option<String>) {
+        let req = ControlRequest::ImportDone {
+            version: self.version,
+            slots: vec![(self.first, self.end)],
+            records: self.progress.records.load(Ordering::Relaxed),
+            bytes: self.progress.bytes.load(Ordering::Relaxed),
+            lost,
+        };
+        let mut logged = false;
+        while !self.stop.load(Ordering::Acquire) {
+            match cc.request(self.keeper, &req) {
+                Ok(ControlReply::Ok) => return,
+                Ok(other) if !logged => {
+                    eprintln!("kvs-server: the keeper answered an import report with {other:?}");
+                    logged = true;
+                }
+                Err(e) if !logged => {
+                    eprintln!("kvs-server: cannot report an import to the keeper yet: {e}");
+                    logged = true;
+                }
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// One bulk connection: a ticket from the source's control endpoint,
+    /// then batches until the last or a failure. `mark` follows the batches'
+    /// progress marks.
+    fn transfer(
+        &self,
+        cc: &mut ControlClient<impl Transport>,
+        mark: &mut u32,
+        mask: u8,
+    ) -> Result<(), Failed> {
+        let unreached = |why: String| Failed {
+            why,
+            reached: false,
+            fatal: false,
+        };
+        let open = ControlRequest::OpenPull {
+            version: self.version,
+            first: *mark,
+            end: self.end,
+        };
+        let ticket = match cc.request(self.source.addr, &open) {
+            Ok(ControlReply::Ticket { ticket }) => from_hex(&ticket).ok_or_else(|| Failed {
+                why: "a malformed ticket".into(),
+                reached: true,
+                fatal: false,
+            })?,
+            Ok(ControlReply::Error { message }) => {
+                return Err(Failed {
+                    why: message,
+                    reached: true,
+                    fatal: true,
+                })
+            }
+            Ok(other) => {
+                return Err(Failed {
+                    why: format!("unexpected answer {other:?}"),
+                    reached: true,
+                    fatal: false,
+                })
+            }
+            Err(e) => return Err(unreached(e.to_string())),
+        };
+        let reached = |why: String| Failed {
+            why,
+            reached: true,
+            fatal: false,
+        };
+        let setup = PullSetup {
+            version: self.version,
+            first: *mark,
+            end: self.end,
+            ticket,
+            rails: mask,
+        };
+        let rails = open_rails(&self.cfg, &self.rails, mask).map_err(reached)?;
+        let bulk = SocketAddr::new(self.source.addr.ip(), self.source.bulk_port);
+        let (mut comm, _) =
+            mpib::conn::connect_with(bulk, &rails, &mpib::Config::default(), &setup.encode())
+                .map_err(|e| reached(format!("bulk connection to {bulk}: {e}")))?;
+        let r = self.receive(&mut comm, mark);
+        comm.close();
+        r.map_err(reached)
+    }
+
+    /// Receives batches into [`DEPTH`] buffers until the last.
+    fn receive(&self, comm: &mut Comm, mark: &mut u32) -> Result<(), String> {
+        let first = *mark;
+        let bufs: Vec<Buffer> = (0..DEPTH)
+            .map(|_| comm.alloc_buffer(BATCH))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let mut reqs: Vec<Request> = Vec::with_capacity(DEPTH);
+        for (i, b) in bufs.iter().enumerate() {
+            reqs.push(self.post(comm, b, i as u32)?);
+        }
+        let (ack_tx, ack_rx) = mpsc::channel::<()>();
+        // The progress marks of batches the worker has not taken yet: `mark`
+        // moves as it takes them (a batch sent twice is harmless, one lost
+        // is not).
+        let mut untaken: VecDeque<u32> = VecDeque::new();
+        let mut seq = 0u32;
+        loop {
+            let i = seq as usize % DEPTH;
+            let len = self.wait(comm, &reqs[i])?;
+            let bytes = bufs[i].to_vec(0, len).map_err(|e| e.to_string())?;
+            let batch = Batch::new_checked(&bytes, seq, first, self.end, self.slots, *mark)
+                .map_err(|e| format!("the source sent {e}"))?;
+            let (last, next) = (batch.last(), batch.next_slot());
+            let n = batch.records().count() as u64;
+            let b = batch.payload_len() as u64;
+            // The worker takes it; at most UNTAKEN wait.
+            while untaken.len() >= UNTAKEN {
+                self.taken(&ack_rx, &mut untaken, mark)?;
+            }
+            let msg = ToWorker::Records {
+                batch: bytes,
+                taken: ack_tx.clone(),
+            };
+            self.worker
+                .0
+                .send(msg)
+                .map_err(|_| "the worker stopped".to_string())?;
+            self.worker.1.wake();
+            untaken.push_back(next);
+            self.progress.records.fetch_add(n, Ordering::Relaxed);
+            self.progress.bytes.fetch_add(b, Ordering::Relaxed);
+            if last {
+                while !untaken.is_empty() {
+                    self.taken(&ack_rx, &mut untaken, mark)?;
+                }
+                return Ok(());
+            }
+            reqs[i] = self.post(comm, &bufs[i], seq + DEPTH as u32)?;
+            seq += 1;
+        }
+    }
+
+    /// Waits for the worker to take the oldest batch it was given; `mark`
+    /// moves to that batch's progress mark.
+    fn taken(
+        &self,
+        rx: &Receiver<()>,
+        untaken: &mut VecDeque<u32>,
+        mark: &mut u32,
+    ) -> Result<(), String> {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => {
+                    if let Some(m) = untaken.pop_front() {
+                        *mark = m;
+                    }
+                    return Ok(());
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => {}
+                Err(_) => return Err("the worker stopped".into()),
+            }
+        }
+    }
+
+    /// Posts the receive of batch `seq` into `buf`.
+    fn post(&self, comm: &mut Comm, buf: &Buffer, seq: u32) -> Result<Request, String> {
+        let t = Instant::now();
+        loop {
+            match comm.irecv(&[buf.all()], seq) {
+                Ok(Some(r)) => return Ok(r),
+                Ok(None) => self.idle(comm, t)?,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    /// Waits for a receive; its size.
+    fn wait(&self, comm: &mut Comm, req: &Request) -> Result<usize, String> {
+        let t = Instant::now();
+        loop {
+            match comm.test(req) {
+                Ok(Some(sizes)) => return Ok(sizes.total() as usize),
+                Ok(None) => self.idle(comm, t)?,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    fn idle(&self, comm: &mut Comm, since: Instant) -> Result<(), String> {
+        comm.progress();
+        if self.stop.load(Ordering::Acquire) {
+            return Err("the server is stopping".into());
+        }
+        if since.elapsed() > STALL {
+            return Err(format!("no progress in {STALL:?}"));
+        }
+        std::thread::yield_now();
+        Ok(())
+    }
+}
+
+impl OnTransport for Importer {
+    type Output = ();
+
+    fn run<T: Transport>(self, dev: Device) {
+        let opts = ControlOptions {
+            auth_token: self.auth.clone(),
+            setup_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(10),
+        };
+        match ControlClient::<T>::new(&dev, opts) {
+            Ok(mut cc) => self.run_with(&mut cc),
+            Err(e) => eprintln!("kvs-server: import: {e}"),
+        }
+    }
+}
+
+/// The rails of attempt `failures`: all of them first, then, while failures
+/// go on, each rail alone in turn and all again (a rail that went down
+/// fails every transfer that uses it).
+fn rails_for(failures: u32, names: &[String]) -> u8 {
+    let all = all_rails(names);
+    if all != 0b11 || failures == 0 {
+        return all;
+    }
+    [0b01, 0b10, 0b11][(failures as usize - 1) % 3]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_try_each_rail_alone() {
+        let two = ["sim2".to_string(), "sim3".to_string()];
+        let seq: Vec<u8> = (0..5).map(|f| rails_for(f, &two)).collect();
+        assert_eq!(seq, [0b11, 0b01, 0b10, 0b11, 0b01]);
+        assert_eq!(rails_for(3, &two[..1]), 0b01);
+    }
+}

@@ -1,0 +1,107 @@
+//! Live migration of slots between members, target-driven as RAMCloud's
+//! Rocksteady does it.
+//!
+//! The keeper ([`plan`]) moves slots in *chunks*: consecutive slots with one
+//! source, at most [`plan::CHUNK_SLOTS`] of them. For each chunk:
+//!
+//! 1. **Handover.** The keeper gives the chunk to the target in a new map
+//!    version, marked as imported from the source, and delivers it to the
+//!    source first, then to the target, then to everyone else. Installing
+//!    it, the source's workers take the chunk's records out of their stores
+//!    ([`outgoing`]: frozen, read-only) and redirect its keys to the target;
+//!    only then does the target serve them. No write can land at the source
+//!    after the records it ships were frozen.
+//! 2. **Pull.** The target serves the chunk at once. Each of its workers
+//!    that gained slots runs an importer ([`import`]) that pulls their
+//!    records from the source over mpib, both rails, in 1 MiB batches
+//!    ([`wire`]), in parallel with the others; the source streams them from
+//!    its frozen copy ([`export`]). A read, delete or partial update of a key
+//!    that has not arrived waits while the worker fetches that key from the
+//!    source at once ([`puller`], the priority pull). A key written or
+//!    deleted at the target is never overwritten by a pulled copy.
+//! 3. **Finish.** Each importer tells the keeper when its slots are all in;
+//!    when the whole chunk is, the keeper publishes the map that ends the
+//!    import, and the source frees the frozen copy.
+//!
+//! **The rule when a migration cannot finish: once handed over, a chunk only
+//! rolls forward.** The target owns it from the handover on and every write
+//! it acknowledged is in its store; the source keeps the frozen copy until
+//! the target has all of it. So:
+//! - a failed bulk connection (a rail that went down, a QP in error, a
+//!   peer's TCP liveness channel closed) is set up again, on the rails that
+//!   still work, and the pull resumes from the first slot not complete;
+//!   records sent twice are dropped as stale;
+//! - `kvs-admin` is only a client: killing it changes nothing;
+//! - `cancel` stops the migration after the chunk being pulled: that chunk
+//!   finishes, the chunks not yet handed over stay with their owners;
+//! - a target that restarts mid-chunk has lost what it held (memory only,
+//!   as any server that crashes), but the map still says it imports the
+//!   chunk, so it pulls the whole chunk again from the source's frozen copy;
+//! - a source that is gone for good has lost its records: after
+//!   [`import::SOURCE_GONE`] without reaching it the target ends the import
+//!   with what it has, and the keeper reports the migration failed.
+
+pub(crate) mod export;
+pub(crate) mod import;
+pub(crate) mod outgoing;
+pub(crate) mod plan;
+pub(crate) mod puller;
+pub(crate) mod waiting;
+pub(crate) mod wire;
+
+use copyrpc::transport::DeviceSpec;
+use mlx5::device::Context as Device;
+
+use crate::config::Config;
+
+/// Bytes of one batch (and of each receive buffer).
+pub(crate) const BATCH: usize = 1 << 20;
+/// Batches in flight per transfer.
+pub(crate) const DEPTH: usize = 4;
+
+/// The bulk transfer's rails: `bulk_devices`, or, when that is empty, two
+/// software devices (`sim2`, `sim3`) next to a software worker device, or
+/// the worker device alone on hardware.
+pub(crate) fn rail_names(cfg: &Config) -> Vec<String> {
+    if !cfg.bulk_devices.is_empty() {
+        return cfg.bulk_devices.clone();
+    }
+    let spec = DeviceSpec {
+        name: &cfg.device,
+        fabric: cfg.fabric.as_deref(),
+        software: "sim1",
+    };
+    match spec.open() {
+        Ok(d) if d.as_sim().is_none() => vec![d.name().to_string()],
+        _ => vec!["sim2".into(), "sim3".into()],
+    }
+}
+
+/// Opens the rails `mask` selects (bit i: rail i) of `names`.
+pub(crate) fn open_rails(cfg: &Config, names: &[String], mask: u8) -> Result<Vec<Device>, String> {
+    let mut out = Vec::new();
+    for (i, n) in names.iter().enumerate().take(2) {
+        if mask & (1 << i) == 0 {
+            continue;
+        }
+        let spec = DeviceSpec {
+            name: n,
+            fabric: cfg.fabric.as_deref(),
+            software: n,
+        };
+        out.push(spec.open().map_err(|e| format!("rail {i} ({n}): {e}"))?);
+    }
+    if out.is_empty() {
+        return Err("no rail selected".into());
+    }
+    Ok(out)
+}
+
+/// The mask of every rail of `names`.
+pub(crate) fn all_rails(names: &[String]) -> u8 {
+    if names.len() >= 2 {
+        0b11
+    } else {
+        0b01
+    }
+}

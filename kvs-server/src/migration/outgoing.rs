@@ -1,0 +1,191 @@
+//! A source's side of migrations: the slots this member gave away, frozen
+//! as they were at the handover, until the map says their import is done;
+//! and the tickets that let a target pull them over the bulk port.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::store::SlotRecords;
+
+use super::wire::PullSetup;
+
+/// How long a ticket may wait for its bulk connection.
+const TICKET_LIFE: Duration = Duration::from_secs(60);
+
+/// The slots held for their new owners, and the open tickets.
+#[derive(Debug, Default)]
+pub(crate) struct Outgoing {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    slots: HashMap<u32, Arc<SlotRecords>>,
+    tickets: Vec<Ticket>,
+}
+
+#[derive(Debug)]
+struct Ticket {
+    id: [u8; 16],
+    version: u32,
+    first: u32,
+    end: u32,
+    expires: Instant,
+}
+
+/// The records of a pull's slots, in slot order.
+pub(crate) type Held = Vec<(u32, Arc<SlotRecords>)>;
+
+impl Outgoing {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic elsewhere while holding the lock leaves the data as it
+        // was: every change below is a single insert or remove.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds slot `slot`'s records for its new owner.
+    pub fn hold(&self, slot: u32, records: SlotRecords) {
+        self.lock().slots.insert(slot, Arc::new(records));
+    }
+
+    /// Slot `slot`'s records, if held.
+    pub fn get(&self, slot: u32) -> Option<Arc<SlotRecords>> {
+        self.lock().slots.get(&slot).cloned()
+    }
+
+    /// Frees every held slot `keep` says is no longer needed; returns how
+    /// many slots and bytes of keys and values went (a transfer still
+    /// reading one keeps it alive until it ends).
+    pub fn release(&self, keep: impl Fn(u32) -> bool) -> (usize, usize) {
+        let mut g = self.lock();
+        let mut freed = (0, 0);
+        g.slots.retain(|&s, r| {
+            let k = keep(s);
+            if !k {
+                freed.0 += 1;
+                freed.1 += r.bytes();
+            }
+            k
+        });
+        freed
+    }
+
+    /// Slots, records and bytes held.
+    pub fn held(&self) -> (usize, usize, usize) {
+        let g = self.lock();
+        let (mut n, mut b) = (0, 0);
+        for r in g.slots.values() {
+            n += r.len();
+            b += r.bytes();
+        }
+        (g.slots.len(), n, b)
+    }
+
+    /// A ticket for pulling `first..end`, which must all be held.
+    pub fn issue(&self, version: u32, first: u32, end: u32) -> Result<[u8; 16], String> {
+        let mut g = self.lock();
+        if first >= end {
+            return Err(format!("empty slot range {first}..{end}"));
+        }
+        if let Some(s) = (first..end).find(|s| !g.slots.contains_key(s)) {
+            return Err(format!(
+                "slot {s} is not held here for a migration (this member has not \
+                 given it away, or its import is over)"
+            ));
+        }
+        let now = Instant::now();
+        g.tickets.retain(|t| t.expires > now);
+        let id = random_id().map_err(|e| format!("no randomness for a ticket: {e}"))?;
+        g.tickets.push(Ticket {
+            id,
+            version,
+            first,
+            end,
+            expires: now + TICKET_LIFE,
+        });
+        Ok(id)
+    }
+
+    /// The records a bulk connection's setup may have: its ticket must be
+    /// open and match; it is used up.
+    pub fn redeem(&self, s: &PullSetup) -> Option<Held> {
+        let mut g = self.lock();
+        let now = Instant::now();
+        let i = g.tickets.iter().position(|t| {
+            t.expires > now
+                && t.id == s.ticket
+                && (t.version, t.first, t.end) == (s.version, s.first, s.end)
+        })?;
+        g.tickets.swap_remove(i);
+        (s.first..s.end)
+            .map(|slot| g.slots.get(&slot).map(|r| (slot, r.clone())))
+            .collect()
+    }
+}
+
+/// 16 bytes from the kernel's random source.
+fn random_id() -> std::io::Result<[u8; 16]> {
+    let mut b = [0u8; 16];
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != b.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(b)
+}
+
+/// A ticket as hex, for JSON.
+pub(crate) fn to_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A ticket from hex.
+pub(crate) fn from_hex(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 || !s.is_ascii() {
+        return None;
+    }
+    let mut b = [0u8; 16];
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_open_exactly_the_slots_held_once() {
+        let o = Outgoing::default();
+        for s in 4..8 {
+            o.hold(s, SlotRecords::default());
+        }
+        assert!(o.issue(3, 3, 8).unwrap_err().contains("slot 3"));
+        let t = o.issue(3, 4, 8).unwrap();
+        assert_eq!(from_hex(&to_hex(&t)), Some(t));
+        let setup = PullSetup {
+            version: 3,
+            first: 4,
+            end: 8,
+            ticket: t,
+            rails: 1,
+        };
+        let wrong = PullSetup {
+            ticket: [0; 16],
+            ..setup.clone()
+        };
+        assert!(o.redeem(&wrong).is_none());
+        let other = PullSetup {
+            first: 5,
+            ..setup.clone()
+        };
+        assert!(o.redeem(&other).is_none());
+        assert_eq!(o.redeem(&setup).map(|h| h.len()), Some(4));
+        assert!(o.redeem(&setup).is_none(), "used up");
+        assert_eq!(o.release(|s| s >= 6), (2, 0));
+        assert_eq!(o.held().0, 2);
+        assert_eq!(from_hex("zz"), None);
+    }
+}

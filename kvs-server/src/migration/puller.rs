@@ -1,0 +1,89 @@
+//! Priority pulls: a worker serving a slot it imports gets a request for a
+//! key that has not arrived, and fetches that key from the source at once
+//! (`PULL` on the source's control endpoint, answered from its frozen copy)
+//! instead of waiting for the bulk transfer to reach it. One thread per
+//! worker, started at the worker's first pull; requests for the same key
+//! are merged by the worker.
+
+use std::net::SocketAddr;
+use std::sync::mpsc::{Receiver, Sender};
+use std::time::Duration;
+
+use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::Waker;
+use kvs_client::{ControlClient, ControlOptions};
+use kvs_proto::AuthToken;
+use mlx5::device::Context as Device;
+
+use crate::config::Config;
+use crate::worker::ToWorker;
+
+/// One key to fetch.
+#[derive(Debug)]
+pub(crate) struct PullKey {
+    pub slot: u32,
+    pub key: Vec<u8>,
+    /// The source's control endpoint.
+    pub from: SocketAddr,
+}
+
+/// A worker's puller thread, as started.
+pub(crate) struct Puller {
+    pub keys: Receiver<PullKey>,
+    pub worker: (Sender<ToWorker>, Waker),
+    pub cfg: Config,
+    pub auth: Option<AuthToken>,
+}
+
+impl Puller {
+    /// Serves pulls until the worker drops its end.
+    pub fn start(self) {
+        let spec = DeviceSpec {
+            name: &self.cfg.device,
+            fabric: self.cfg.fabric.as_deref(),
+            software: "sim1",
+        };
+        match spec.open() {
+            Ok(dev) => run_on_device(dev, self),
+            Err(e) => self.fail_all(&format!("cannot open the device: {e}")),
+        }
+    }
+
+    /// Answers every request with an error (nothing can be pulled).
+    fn fail_all(&self, why: &str) {
+        for p in self.keys.iter() {
+            self.answer(p, Err(why.to_string()));
+        }
+    }
+
+    fn answer(&self, p: PullKey, value: Result<Option<Vec<u8>>, String>) {
+        let m = ToWorker::Pulled {
+            slot: p.slot,
+            key: p.key,
+            value,
+        };
+        if self.worker.0.send(m).is_ok() {
+            self.worker.1.wake();
+        }
+    }
+}
+
+impl OnTransport for Puller {
+    type Output = ();
+
+    fn run<T: Transport>(self, dev: Device) {
+        let opts = ControlOptions {
+            auth_token: self.auth.clone(),
+            setup_timeout: Duration::from_secs(2),
+            call_timeout: Duration::from_secs(5),
+        };
+        let mut cc = match ControlClient::<T>::new(&dev, opts) {
+            Ok(c) => c,
+            Err(e) => return self.fail_all(&e.to_string()),
+        };
+        while let Ok(p) = self.keys.recv() {
+            let r = cc.pull(p.from, &p.key).map_err(|e| e.to_string());
+            self.answer(p, r);
+        }
+    }
+}
