@@ -467,6 +467,80 @@ mod tests {
     }
 
     #[test]
+    fn keys_of_an_imported_slot_wait_for_pulls_until_settled() {
+        let mut map = ShardMap::single(addr(), 4, 1).unwrap();
+        let b = map
+            .add_member(kvs_proto::Member {
+                addr: "127.0.0.1:7001".parse().unwrap(),
+                workers: 1,
+                bulk_port: 0,
+            })
+            .unwrap();
+        let me = Owner {
+            member: b,
+            worker: 0,
+        };
+        let mut h = Handler::new(me, map.clone(), 16, 64);
+        // Handed over: every slot imported from member 0.
+        map.assign(0..4, b, Some(0)).unwrap();
+        map.set_version(2);
+        h.install(map.clone());
+        let handled = |h: &mut Handler, op: Op, k: &[u8], v: &[u8]| {
+            let mut req = Vec::new();
+            write_request(&mut req, op, 2, k, v, v.len() as u32, 0);
+            let mut out = Vec::new();
+            (h.handle(&req, 256, &mut out), out)
+        };
+        let slot = |k: &[u8]| kvs_proto::shard::slot_of(k, 4);
+        // Not here yet: reads, deletes and patches wait for a pull.
+        for (op, v) in [
+            (Op::Get, &b""[..]),
+            (Op::Delete, b""),
+            (Op::UpdateRange, b"x"),
+        ] {
+            let (r, _) = handled(&mut h, op, b"absent", v);
+            assert_eq!(
+                r,
+                Handled::Pull {
+                    slot: slot(b"absent")
+                },
+                "{op:?}"
+            );
+        }
+        // Writes are served at once and win over pulled copies.
+        let (r, out) = handled(&mut h, Op::Put, b"written", b"new");
+        assert_eq!((r, st(&out)), (Handled::Answered, Status::Ok));
+        h.store
+            .apply_pulled(slot(b"written"), b"written", Some(b"old"));
+        let (_, out) = handled(&mut h, Op::Get, b"written", b"");
+        assert_eq!(Response::new_checked(&out).unwrap().payload(), b"new");
+        // A pulled key is answered; one the source lacks is not found.
+        h.store
+            .apply_pulled(slot(b"pulled"), b"pulled", Some(b"value"));
+        let (_, out) = handled(&mut h, Op::Get, b"pulled", b"");
+        assert_eq!(Response::new_checked(&out).unwrap().payload(), b"value");
+        h.store.apply_pulled(slot(b"absent"), b"absent", None);
+        let (r, out) = handled(&mut h, Op::Get, b"absent", b"");
+        assert_eq!((r, st(&out)), (Handled::Answered, Status::NotFound));
+        // Scans wait for the imports.
+        let (_, out) = handled(&mut h, Op::Scan, b"", b"");
+        assert_eq!(st(&out), Status::TryAgain);
+        // The import ends: misses are plain misses.
+        map.finish_import(0..4).unwrap();
+        map.set_version(3);
+        let done = h.install(map.clone());
+        assert_eq!(done.imports_ended.len(), 4);
+        let (r, out) = handled(&mut h, Op::Get, b"other", b"");
+        assert_eq!((r, st(&out)), (Handled::Answered, Status::NotFound));
+        // Given away: the records leave the store whole.
+        map.assign(0..4, 0, Some(b)).unwrap();
+        map.set_version(4);
+        let done = h.install(map);
+        let held: usize = done.given_away.iter().map(|(_, r)| r.len()).sum();
+        assert_eq!((held, h.store.len()), (2, 0));
+    }
+
+    #[test]
     fn scans_stop_at_the_count_or_the_allowance() {
         let map = ShardMap::single(addr(), 1, 1).unwrap();
         let mut h = Handler::new(W0, map, 16, 16);

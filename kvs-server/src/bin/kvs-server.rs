@@ -43,6 +43,16 @@ struct Args {
     /// `advertise`.
     #[arg(long, value_name = "ADDR")]
     advertise: Option<std::net::SocketAddr>,
+    /// TCP port (on the --listen address) where migrations set up their
+    /// bulk transfers; 0: any free port (the shard map tells the members
+    /// which). Config key `bulk_port`.
+    #[arg(long, value_name = "PORT")]
+    bulk_port: Option<u16>,
+    /// The devices of migrations' bulk transfers, one or two rails
+    /// (mlx5_0,mlx5_1). Default: the worker device alone on a NIC, sim2 and
+    /// sim3 on the software device. Config key `bulk_devices`.
+    #[arg(long, value_name = "DEV[,DEV]", value_delimiter = ',')]
+    bulk_devices: Option<Vec<String>>,
     /// Worker threads.
     #[arg(long)]
     workers: Option<u16>,
@@ -103,6 +113,12 @@ fn main() {
     if a.advertise.is_some() {
         cfg.advertise = a.advertise;
     }
+    if let Some(v) = a.bulk_port {
+        cfg.bulk_port = v;
+    }
+    if let Some(v) = a.bulk_devices {
+        cfg.bulk_devices = v;
+    }
     if let Some(v) = a.workers {
         cfg.workers = v;
     }
@@ -157,6 +173,11 @@ fn main() {
     if let Some(m) = server.metrics_addr() {
         println!("kvs-server: metrics on http://{m}/metrics");
     }
+    println!(
+        "kvs-server: member {} of the cluster, map version {}",
+        server.member(),
+        server.map_version()
+    );
     println!("kvs-server: listening on {}", server.addr());
     let stop = server.stop_flag();
     let s2 = stop.clone();
