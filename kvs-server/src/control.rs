@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,11 +50,19 @@ const INSTALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The control thread's idle sleep: how late it sees the stop flag.
 const TICK: Duration = Duration::from_millis(250);
 
-/// The member's view of the cluster, shared with [`crate::Server`].
-#[derive(Debug)]
+/// The member's view of the cluster, shared with [`crate::Server`] and the
+/// metrics endpoint.
+#[derive(Debug, Default)]
 pub(crate) struct Shared {
+    /// This member's id.
+    pub member: u16,
     /// The map version in force.
     pub version: AtomicU32,
+    /// Records and bytes of keys and values this member pulled as a
+    /// migration's target, and sent as a source.
+    pub pulled_records: AtomicU64,
+    pub pulled_bytes: AtomicU64,
+    pub sent_bytes: AtomicU64,
 }
 
 /// The control thread, as started.
@@ -592,6 +600,7 @@ impl State {
                 rails: self.rails.clone(),
                 auth: self.auth.clone(),
                 progress: progress.clone(),
+                shared: self.shared.clone(),
                 stop: self.stop.clone(),
             };
             let started = std::thread::Builder::new()

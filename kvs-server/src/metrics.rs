@@ -148,6 +148,10 @@ impl Published {
 /// Everything a scrape reads.
 #[derive(Debug)]
 pub(crate) struct Exposition {
+    /// The member's place in the cluster and its migration totals.
+    pub(crate) cluster: Arc<crate::control::Shared>,
+    /// The slots it holds for their new owners.
+    pub(crate) outgoing: Arc<crate::migration::outgoing::Outgoing>,
     /// The workers' gauges and published requests.
     pub(crate) workers: Vec<Arc<WorkerStats>>,
     /// Connection setup's counters.
@@ -309,6 +313,61 @@ impl Collector for Exposition {
             MetricType::Gauge,
         )?
         .encode_gauge(&s.pending)?;
+
+        let c = &self.cluster;
+        let ld = |a: &std::sync::atomic::AtomicU32| a.load(std::sync::atomic::Ordering::Relaxed);
+        enc.encode_descriptor(
+            "kvs_map_version",
+            "The version of the shard map this member serves by.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&u64::from(ld(&c.version)))?;
+        enc.encode_descriptor(
+            "kvs_member",
+            "This server's member id in the cluster (0: the keeper).",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&u64::from(c.member))?;
+        let (held_slots, _, held_bytes) = self.outgoing.held();
+        enc.encode_descriptor(
+            "kvs_migration_held_slots",
+            "Slots this member gave away and holds, frozen, until their new owner has pulled them.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(held_slots as u64))?;
+        enc.encode_descriptor(
+            "kvs_migration_held",
+            "Bytes of keys and values in those slots.",
+            Some(&Unit::Bytes),
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(held_bytes as u64))?;
+        for (name, help, unit, v) in [
+            (
+                "kvs_migration_pulled_records",
+                "Records this member pulled as a migration's target.",
+                None,
+                &c.pulled_records,
+            ),
+            (
+                "kvs_migration_pulled",
+                "Bytes of keys and values this member pulled as a migration's target.",
+                Some(&Unit::Bytes),
+                &c.pulled_bytes,
+            ),
+            (
+                "kvs_migration_sent",
+                "Bytes of keys and values this member sent as a migration's source.",
+                Some(&Unit::Bytes),
+                &c.sent_bytes,
+            ),
+        ] {
+            enc.encode_descriptor(name, help, unit, MetricType::Counter)?
+                .encode_counter::<NoLabelSet, _, u64>(&load(v), None)?;
+        }
 
         let start = self
             .started

@@ -224,7 +224,9 @@ impl Server {
         let links: Vec<(mpsc::Sender<ToWorker>, Waker)> =
             txs.into_iter().zip(wakers.iter().cloned()).collect();
         let cluster = Arc::new(Shared {
+            member,
             version: AtomicU32::new(map.version()),
+            ..Shared::default()
         });
         let mut control = Vec::new();
         // The keeper pushes every new map to the other members.
@@ -293,9 +295,10 @@ impl Server {
         wakers.push(control_waker.clone());
         let b = BulkServer {
             listener: bulk,
-            outgoing,
+            outgoing: outgoing.clone(),
             cfg: cfg.clone(),
             rails,
+            shared: cluster.clone(),
             stop: stop.clone(),
         };
         control.push(
@@ -314,6 +317,8 @@ impl Server {
         let (metrics_addr, metrics) = match metrics_listener {
             Some((addr, l)) => {
                 let exposition = Arc::new(Exposition {
+                    cluster: cluster.clone(),
+                    outgoing: outgoing.clone(),
                     workers: stats.clone(),
                     setup: setup.clone(),
                     max_memory: cfg.max_memory,

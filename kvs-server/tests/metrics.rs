@@ -193,6 +193,12 @@ fn the_endpoint_reports_what_was_done() {
     assert_eq!(sum(&s, "kvs_connections", &[("worker", "1")]), 1.0);
     assert!(sum(&s, "kvs_setups_total", &[("result", "refused_auth")]) >= 1.0);
     assert_eq!(sum(&s, "kvs_build_info", &[]), 1.0);
+    // A one-member cluster that never migrated.
+    assert_eq!(sum(&s, "kvs_map_version", &[]), 1.0);
+    assert_eq!(sum(&s, "kvs_member", &[]), 0.0);
+    assert_eq!(sum(&s, "kvs_migration_held_slots", &[]), 0.0);
+    assert_eq!(sum(&s, "kvs_migration_pulled_bytes_total", &[]), 0.0);
+    assert_eq!(sum(&s, "kvs_migration_sent_bytes_total", &[]), 0.0);
     assert!(sum(&s, "process_start_time_seconds", &[]) > 1.6e9);
 
     // Other paths and methods.

@@ -13,7 +13,7 @@ use mpib::conn::{Listener, PendingConnection};
 use mpib::{Buffer, Comm, Request};
 
 use super::outgoing::{Held, Outgoing};
-use super::wire::{BatchWriter, PullSetup, LAST};
+use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, BATCH, DEPTH};
 use crate::config::Config;
 
@@ -27,6 +27,8 @@ pub(crate) struct BulkServer {
     pub outgoing: Arc<Outgoing>,
     pub cfg: Config,
     pub rails: Vec<String>,
+    /// The member's totals (metrics).
+    pub shared: Arc<crate::control::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -84,7 +86,7 @@ impl BulkServer {
             Ok(c) => c,
             Err(e) => return eprintln!("kvs-server: bulk setup from {peer}: {e}"),
         };
-        if let Err(e) = send_all(&mut comm, &held, setup.end, &self.stop) {
+        if let Err(e) = send_all(&mut comm, &held, setup.end, &self.shared, &self.stop) {
             eprintln!(
                 "kvs-server: bulk transfer of slots {}..{} to {peer} failed: {e}",
                 setup.first, setup.end
@@ -97,7 +99,13 @@ impl BulkServer {
 /// Streams `held` (slots in order, ending before `end`): each batch goes
 /// into the target's next receive as soon as one of [`DEPTH`] buffers is
 /// free.
-fn send_all(comm: &mut Comm, held: &Held, end: u32, stop: &AtomicBool) -> Result<(), String> {
+fn send_all(
+    comm: &mut Comm,
+    held: &Held,
+    end: u32,
+    shared: &crate::control::Shared,
+    stop: &AtomicBool,
+) -> Result<(), String> {
     let bufs: Vec<Buffer> = (0..DEPTH)
         .map(|_| comm.alloc_buffer(BATCH))
         .collect::<Result<_, _>>()
@@ -114,6 +122,9 @@ fn send_all(comm: &mut Comm, held: &Held, end: u32, stop: &AtomicBool) -> Result
             // Full: every slot before this one is complete.
             let bytes = w.finish(*slot, 0).to_vec();
             post(comm, &bufs, &mut inflight, seq, &bytes, stop)?;
+            shared
+                .sent_bytes
+                .fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
             seq += 1;
             w.begin(seq);
             if !w.push(k, v) {
@@ -126,6 +137,9 @@ fn send_all(comm: &mut Comm, held: &Held, end: u32, stop: &AtomicBool) -> Result
     }
     let bytes = w.finish(end, LAST).to_vec();
     post(comm, &bufs, &mut inflight, seq, &bytes, stop)?;
+    shared
+        .sent_bytes
+        .fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
     // Every batch is in the target's memory once its send completes.
     for r in inflight.iter_mut() {
         if let Some(req) = r.take() {

@@ -74,6 +74,8 @@ pub(crate) struct Importer {
     pub rails: Vec<String>,
     pub auth: Option<AuthToken>,
     pub progress: Arc<Progress>,
+    /// The member's totals (metrics).
+    pub shared: Arc<crate::control::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -280,6 +282,8 @@ impl Importer {
             untaken.push_back(next);
             self.progress.records.fetch_add(n, Ordering::Relaxed);
             self.progress.bytes.fetch_add(b, Ordering::Relaxed);
+            self.shared.pulled_records.fetch_add(n, Ordering::Relaxed);
+            self.shared.pulled_bytes.fetch_add(b, Ordering::Relaxed);
             if last {
                 while !untaken.is_empty() {
                     self.taken(&ack_rx, &mut untaken, mark)?;
