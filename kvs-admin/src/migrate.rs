@@ -2,6 +2,7 @@
 //! map, showing the plan, sending the request to the keeper, and following
 //! the migration it starts.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::ops::Range;
 
@@ -56,16 +57,16 @@ pub fn rebalance<C: Control>(
         .collect();
     let moves = map.rebalance_moves();
     if moves.is_empty() {
-        println!(
-            "nothing to move: the {} slots are spread evenly over the {} member{} (map version {})",
+        say(&format!(
+            "nothing to move: the {} slots are spread evenly over the {} member{} (map version {})\n",
             map.slots(),
             addrs.len(),
             if addrs.len() == 1 { "" } else { "s" },
             map.version()
-        );
+        ));
         return Ok(());
     }
-    print!("{}", plan_text(&map, &moves, &addrs));
+    say(&plan_text(&map, &moves, &addrs));
     start(
         admin,
         &ControlRequest::Rebalance,
@@ -81,10 +82,10 @@ pub fn cancel<C: Control>(admin: &mut Admin<C>) -> Result<(), AdminError> {
     let (keeper, answer) = admin.ask_keeper(&ControlRequest::Cancel)?;
     match answer {
         ControlReply::Ok => {
-            println!(
+            say(&format!(
                 "cancel accepted by the keeper at {keeper}: the slots being pulled now finish \
-                 moving, the rest stay where they are (kvs-admin status shows the end)"
-            );
+                 moving, the rest stay where they are (kvs-admin status shows the end)\n"
+            ));
             Ok(())
         }
         other => Err(unexpected(keeper, "cancel", other)),
@@ -106,9 +107,9 @@ fn start<C: Control>(
         ControlReply::Started(m) => m,
         other => return Err(unexpected(keeper, what, other)),
     };
-    print!("{}", started_text(keeper, &started, addrs));
+    say(&started_text(keeper, &started, addrs));
     if w.no_wait {
-        println!("not waiting: kvs-admin status follows it, kvs-admin cancel stops it");
+        say("not waiting: kvs-admin status follows it, kvs-admin cancel stops it\n");
         return Ok(());
     }
     eprintln!(
@@ -121,8 +122,19 @@ fn start<C: Control>(
         progress::follow(admin, keeper, pace)?
     };
     progress::outcome(&end)?;
-    println!("migration finished: {}", progress::summary(&end, 20));
+    say(&format!(
+        "migration finished: {}\n",
+        progress::summary(&end, 20)
+    ));
     Ok(())
+}
+
+/// Writes `text` to stdout now. A closed stdout does not change how the
+/// command ends: the migration's outcome is what counts.
+fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
 
 /// `end` of `Migrate` for `range`, if the cluster has those slots.
@@ -234,8 +246,9 @@ fn started_text(
     addrs: &[(SocketAddr, SocketAddr)],
 ) -> String {
     let mut out = format!(
-        "migration started at the keeper {keeper}: {} slots in {} move{}\n",
+        "migration started at the keeper {keeper}: {} slot{} in {} move{}\n",
         m.slots_total,
+        if m.slots_total == 1 { "" } else { "s" },
         m.moves.len(),
         if m.moves.len() == 1 { "" } else { "s" }
     );

@@ -34,6 +34,8 @@ impl Pace {
 }
 /// The bar's width in characters, brackets excluded.
 const BAR: usize = 30;
+/// The widest line redrawn in place (a wrapped line cannot be).
+const TTY_WIDTH: usize = 79;
 
 /// `[#####-----]`: `done` of `total` in `width` characters (full when there
 /// is nothing to do).
@@ -89,6 +91,28 @@ pub fn summary(m: &MigrationStatus, width: usize) -> String {
     s
 }
 
+/// The line redrawn on a terminal: bar, slots, bytes, rate, ETA, at most
+/// `max` characters.
+pub fn compact(m: &MigrationStatus, max: usize) -> String {
+    let (done, total) = (u64::from(m.slots_done), u64::from(m.slots_total));
+    let mut s = format!(
+        "{} {:>3}% {done}/{total} slots {} {}",
+        bar(done, total, 20),
+        percent(done, total),
+        render::bytes(m.bytes),
+        render::rate(m.bytes, m.seconds)
+    );
+    if let Some(left) = eta(done, total, m.seconds).filter(|_| !m.finished) {
+        s.push_str(&format!(" ETA {}", render::duration(left)));
+    }
+    clip(&s, max)
+}
+
+/// `s` cut to at most `max` characters.
+fn clip(s: &str, max: usize) -> String {
+    s.chars().take(max).collect()
+}
+
 /// Where progress goes: stderr, redrawn in place on a terminal.
 #[derive(Debug)]
 struct Display {
@@ -106,14 +130,22 @@ impl Display {
         }
     }
 
-    /// Shows `line` now on a terminal, else if a line is due.
-    fn show(&mut self, line: &str, force: bool) {
+    /// Shows `m`'s progress, or a `trouble` line (a keeper that does not
+    /// answer): now on a terminal, else if a line is due or `force`.
+    fn show(&mut self, m: Result<&MigrationStatus, &str>, force: bool) {
         let mut e = std::io::stderr().lock();
         if self.tty {
+            let line = match m {
+                Ok(m) => compact(m, TTY_WIDTH),
+                Err(trouble) => clip(trouble, TTY_WIDTH),
+            };
             let _ = write!(e, "\r{line}\x1b[K");
             self.drawn = true;
         } else if force || self.last_plain.is_none_or(|t| t.elapsed() >= PLAIN_EVERY) {
-            let _ = writeln!(e, "{line}");
+            let _ = match m {
+                Ok(m) => writeln!(e, "migration {}", summary(m, BAR)),
+                Err(trouble) => writeln!(e, "{trouble}"),
+            };
             self.last_plain = Some(Instant::now());
         }
         let _ = e.flush();
@@ -146,8 +178,7 @@ pub fn follow<C: Control>(
                     d.done();
                     return Err(AdminError::MigrationGone { addr: keeper });
                 };
-                let line = format!("migration {}", summary(&m, BAR));
-                d.show(&line, m.finished);
+                d.show(Ok(&m), m.finished);
                 if m.finished {
                     d.done();
                     return Ok(m);
@@ -160,7 +191,7 @@ pub fn follow<C: Control>(
                         last: e.to_string(),
                     });
                 }
-                d.show(&format!("keeper not answering: {e}"), false);
+                d.show(Err(&format!("keeper not answering: {e}")), false);
             }
         }
         std::thread::sleep(pace.poll.saturating_sub(asked.elapsed()));
@@ -310,6 +341,20 @@ mod tests {
         assert!(s.starts_with("[########] 100%  256/256 slots, "), "{s}");
         assert!(!s.contains("ETA"), "{s}");
         assert!(!s.contains("moving"), "{s}");
+    }
+
+    #[test]
+    fn the_terminal_line_is_short() {
+        let s = compact(&mig(64, 256), TTY_WIDTH);
+        assert_eq!(
+            s,
+            "[#####---------------]  25% 64/256 slots 9.54 MiB 2.50 MB/s ETA 12s"
+        );
+        let mut m = mig(u32::MAX / 2, u32::MAX);
+        m.bytes = u64::MAX;
+        m.seconds = 1e-9;
+        assert!(compact(&m, TTY_WIDTH).chars().count() <= TTY_WIDTH);
+        assert_eq!(compact(&m, 10), "[#########");
     }
 
     #[test]
