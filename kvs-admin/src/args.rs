@@ -1,0 +1,369 @@
+//! The command line: global options, the commands, and the parsers of their
+//! values (durations, slot ranges, members).
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+/// What `--help` says after the list of commands.
+const AFTER_HELP: &str = "\
+Migrations are driven by the servers: the keeper (member 0) moves the slots
+chunk by chunk and the targets pull the records. kvs-admin only starts a
+migration and follows its progress; killing it (Ctrl-C) neither stops nor
+breaks the migration. `kvs-admin status` shows it again later, and
+`kvs-admin cancel` stops it (the slots being pulled finish moving, the rest
+stay where they are).
+
+--server names any one member: kvs-admin reads the map from it, asks every
+member for its figures, and sends migrations to the keeper wherever it is.
+
+Examples:
+  kvs-admin --server 10.0.0.1:7000 status
+  kvs-admin status --watch 2
+  kvs-admin status --json
+  kvs-admin migrate --slots 0-511 --to 1
+  kvs-admin migrate --slots 17 --to 10.0.0.2:7000 --no-wait
+  kvs-admin rebalance
+  kvs-admin cancel
+  kvs-admin --auth-token-file ~/.kvs-token --server 10.0.0.1:7000 status
+
+Exit status: 0 done; 1 an error (a server that cannot be reached, a refused
+token, a refused request, a migration that failed or was cancelled); 2 a
+usage error.";
+
+/// `kvs-admin`'s command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "kvs-admin",
+    version,
+    about = "See and change a cluster of kvs-servers: its members, slots and keys, and migrations of slots between members",
+    after_help = AFTER_HELP
+)]
+pub struct Args {
+    /// Any one member of the cluster: its setup address.
+    #[arg(
+        long,
+        short,
+        global = true,
+        display_order = 100,
+        value_name = "HOST:PORT",
+        default_value = "127.0.0.1:7000"
+    )]
+    pub server: String,
+    /// RDMA device: mlx5_0, sim0, … or auto.
+    #[arg(long, global = true, display_order = 101, default_value = "auto")]
+    pub device: String,
+    /// Software device fabric.
+    #[arg(long, global = true, display_order = 102, value_name = "NAME")]
+    pub fabric: Option<String>,
+    /// File holding the cluster's auth token (readable by its owner only).
+    /// Without it, the token is taken from the environment variable
+    /// KVS_AUTH_TOKEN if that is set.
+    #[arg(long, global = true, display_order = 103, value_name = "FILE")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Seconds to wait for a server to accept a connection, and for each
+    /// answer.
+    #[arg(
+        long,
+        global = true,
+        display_order = 104,
+        value_name = "SECONDS",
+        default_value = "10",
+        value_parser = parse_seconds
+    )]
+    pub timeout: Duration,
+    /// What to do.
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Shows the cluster: its map, every member's slots, keys and bytes per
+    /// worker, and the migration in progress (or the last one).
+    Status(StatusArgs),
+    /// Moves a range of slots to a member, then follows the migration until
+    /// it ends (unless --no-wait).
+    Migrate(MigrateArgs),
+    /// Spreads the slots evenly over all members: shows the plan, starts it,
+    /// then follows the migration until it ends (unless --no-wait).
+    Rebalance(WaitArgs),
+    /// Stops the migration in progress: the slots being pulled now finish
+    /// moving, the rest stay where they are.
+    Cancel,
+}
+
+/// `status`'s options.
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// Prints the raw figures as one JSON document (one per line with
+    /// --watch).
+    #[arg(long)]
+    pub json: bool,
+    /// Shows the status again every SECONDS, until interrupted.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub watch: Option<Duration>,
+}
+
+/// `migrate`'s options.
+#[derive(clap::Args, Debug)]
+pub struct MigrateArgs {
+    /// The slots to move: an inclusive range such as 0-511, or one slot.
+    #[arg(long, value_name = "FIRST-LAST")]
+    pub slots: SlotRange,
+    /// The member to own them: its id (0, 1, …) or its address.
+    #[arg(long, value_name = "MEMBER")]
+    pub to: MemberRef,
+    /// Waiting for the end.
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+/// Whether a command that starts a migration waits for its end.
+#[derive(clap::Args, Debug)]
+pub struct WaitArgs {
+    /// Returns once the migration has started instead of following it (the
+    /// servers carry on either way).
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+/// A count of seconds on the command line: positive and finite.
+fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!("{s}: must be more than 0 seconds"));
+    }
+    Duration::try_from_secs_f64(v).map_err(|e| format!("{s}: {e}"))
+}
+
+/// An inclusive range of slots, as `--slots` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRange {
+    /// The first slot.
+    pub first: u32,
+    /// The last slot (not one past it).
+    pub last: u32,
+}
+
+/// A `--slots` value that is not a slot range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotRangeError {
+    /// Not numbers in the expected shape.
+    #[error(
+        "'{0}' is not a slot range: expected FIRST-LAST (such as 0-511) or one slot (such as 17)"
+    )]
+    Malformed(String),
+    /// The first slot comes after the last.
+    #[error("slot range {first}-{last} is backwards: its first slot is after its last")]
+    Backwards {
+        /// The first slot given.
+        first: u32,
+        /// The last slot given.
+        last: u32,
+    },
+}
+
+impl SlotRange {
+    /// One past the last slot (`end` of a control request's `first..end`).
+    pub fn end(&self) -> u64 {
+        u64::from(self.last) + 1
+    }
+}
+
+impl FromStr for SlotRange {
+    type Err = SlotRangeError;
+
+    fn from_str(s: &str) -> Result<SlotRange, SlotRangeError> {
+        let bad = || SlotRangeError::Malformed(s.to_string());
+        let num = |t: &str| -> Result<u32, SlotRangeError> {
+            let t = t.trim();
+            if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            t.parse().map_err(|_| bad())
+        };
+        let (first, last) = match s.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => {
+                let n = num(s)?;
+                (n, n)
+            }
+        };
+        if first > last {
+            return Err(SlotRangeError::Backwards { first, last });
+        }
+        Ok(SlotRange { first, last })
+    }
+}
+
+impl fmt::Display for SlotRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.first == self.last {
+            write!(f, "{}", self.first)
+        } else {
+            write!(f, "{}-{}", self.first, self.last)
+        }
+    }
+}
+
+/// A member as `--to` names it: its id, or a server's address (resolved
+/// against the map once it is known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberRef {
+    /// A member id.
+    Id(u16),
+    /// `HOST:PORT`.
+    Addr(String),
+}
+
+/// A `--to` value that is neither a member id nor `HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is neither a member id (0, 1, …) nor a server's HOST:PORT")]
+pub struct MemberRefError(String);
+
+impl FromStr for MemberRef {
+    type Err = MemberRefError;
+
+    fn from_str(s: &str) -> Result<MemberRef, MemberRefError> {
+        let t = s.trim();
+        if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+            return t
+                .parse()
+                .map(MemberRef::Id)
+                .map_err(|_| MemberRefError(s.to_string()));
+        }
+        match t.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                Ok(MemberRef::Addr(t.to_string()))
+            }
+            _ => Err(MemberRefError(s.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn slot_ranges_parse_inclusive_and_single() {
+        assert_eq!(
+            "0-511".parse::<SlotRange>(),
+            Ok(SlotRange {
+                first: 0,
+                last: 511
+            })
+        );
+        let r: SlotRange = "17".parse().unwrap();
+        assert_eq!((r.first, r.last, r.end()), (17, 17, 18));
+        assert_eq!(r.to_string(), "17");
+        let r: SlotRange = " 3 - 4 ".parse().unwrap();
+        assert_eq!((r.first, r.last, r.to_string()), (3, 4, "3-4".to_string()));
+        let r: SlotRange = "0-4294967295".parse().unwrap();
+        assert_eq!(r.end(), 1 << 32);
+    }
+
+    #[test]
+    fn slot_ranges_that_are_backwards_or_garbage_are_refused() {
+        assert_eq!(
+            "5-3".parse::<SlotRange>(),
+            Err(SlotRangeError::Backwards { first: 5, last: 3 })
+        );
+        assert_eq!(
+            "5-3".parse::<SlotRange>().unwrap_err().to_string(),
+            "slot range 5-3 is backwards: its first slot is after its last"
+        );
+        for junk in [
+            "",
+            "-",
+            "a",
+            "1-",
+            "-1",
+            "1-2-3",
+            "1..2",
+            "0x10",
+            "+1",
+            "-1-2",
+            "1 2",
+            "4294967296",
+        ] {
+            assert!(
+                matches!(junk.parse::<SlotRange>(), Err(SlotRangeError::Malformed(_))),
+                "{junk:?}"
+            );
+        }
+        assert!("abc"
+            .parse::<SlotRange>()
+            .unwrap_err()
+            .to_string()
+            .contains("expected FIRST-LAST"));
+    }
+
+    #[test]
+    fn members_are_ids_or_addresses() {
+        assert_eq!("2".parse(), Ok(MemberRef::Id(2)));
+        assert_eq!(
+            "10.0.0.9:7000".parse(),
+            Ok(MemberRef::Addr("10.0.0.9:7000".into()))
+        );
+        assert_eq!(
+            "[::1]:7000".parse(),
+            Ok(MemberRef::Addr("[::1]:7000".into()))
+        );
+        assert_eq!(
+            "db-1.example:7000".parse(),
+            Ok(MemberRef::Addr("db-1.example:7000".into()))
+        );
+        for junk in [
+            "",
+            "x",
+            "70000",
+            "10.0.0.9",
+            "10.0.0.9:",
+            ":7000",
+            "h:99999",
+            "-1",
+        ] {
+            assert!(junk.parse::<MemberRef>().is_err(), "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn seconds_are_positive() {
+        assert_eq!(parse_seconds("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_seconds("0.5"), Ok(Duration::from_millis(500)));
+        for bad in ["0", "-1", "NaN", "inf", "x", ""] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_is_consistent_and_parses() {
+        Args::command().debug_assert();
+        let a =
+            Args::try_parse_from(["kvs-admin", "migrate", "--slots", "0-9", "--to", "1"]).unwrap();
+        match a.cmd {
+            Command::Migrate(m) => {
+                assert_eq!(m.slots, SlotRange { first: 0, last: 9 });
+                assert_eq!(m.to, MemberRef::Id(1));
+                assert!(!m.wait.no_wait);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Global options may follow the command.
+        let a = Args::try_parse_from(["kvs-admin", "status", "--server", "h:1", "--json"]).unwrap();
+        assert_eq!(a.server, "h:1");
+        assert!(
+            Args::try_parse_from(["kvs-admin", "migrate", "--slots", "5-3", "--to", "1"]).is_err()
+        );
+    }
+}

@@ -1,0 +1,154 @@
+//! What can go wrong, each as the one line the operator reads.
+
+use std::net::SocketAddr;
+
+use kvs_client::{ControlError, TokenError};
+use kvs_proto::shard::BadMap;
+
+use crate::args::SlotRange;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// `--server` does not name an address.
+    #[error("cannot resolve {name}: {why}")]
+    Resolve {
+        /// What was given.
+        name: String,
+        /// Why it failed.
+        why: String,
+    },
+    /// The auth token could not be read.
+    #[error("auth token: {0}")]
+    Token(#[from] TokenError),
+    /// The device could not be opened.
+    #[error("device: {0}")]
+    Device(#[from] mlx5::device::DeviceError),
+    /// A request failed: no connection, no answer, a refused token, or an
+    /// answer that does not parse.
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    /// A server answered with an error.
+    #[error("{what} refused by {addr}: {message}")]
+    Refused {
+        /// The server.
+        addr: SocketAddr,
+        /// The request.
+        what: &'static str,
+        /// What it said, verbatim.
+        message: String,
+    },
+    /// A server answered with something other than what the request calls
+    /// for.
+    #[error("{addr}: unexpected answer to {what}: {got}")]
+    Unexpected {
+        /// The server.
+        addr: SocketAddr,
+        /// The request.
+        what: &'static str,
+        /// The answer.
+        got: String,
+    },
+    /// A server's map does not decode.
+    #[error("{addr}: {source}")]
+    BadMap {
+        /// The server.
+        addr: SocketAddr,
+        /// What is wrong with it.
+        source: BadMap,
+    },
+    /// Keeper redirects that do not end at a keeper.
+    #[error("no keeper found: {0}")]
+    KeeperLoop(String),
+    /// `--slots` reaches past the cluster's slots.
+    #[error("slot range {range} out of bounds: the cluster has {slots} slots (0-{last})", last = slots.saturating_sub(1))]
+    SlotsOutOfBounds {
+        /// The range given.
+        range: SlotRange,
+        /// The cluster's slot count.
+        slots: u32,
+    },
+    /// `--to` names a member id the cluster does not have.
+    #[error("no member {id}: the cluster has {}", members_phrase(*members))]
+    NoMember {
+        /// The id given.
+        id: u16,
+        /// How many members the cluster has.
+        members: usize,
+    },
+    /// `--to` names an address no member has.
+    #[error("unknown server {given}: no member of the cluster is at that address")]
+    UnknownServer {
+        /// The address given.
+        given: String,
+    },
+    /// The keeper stopped reporting the migration being followed.
+    #[error(
+        "{addr}: the keeper no longer reports a migration (did it restart?); see kvs-admin status"
+    )]
+    MigrationGone {
+        /// The keeper.
+        addr: SocketAddr,
+    },
+    /// The keeper could not be asked for progress for too long.
+    #[error("lost the keeper while following the migration: {last}; kvs-admin status shows it once the keeper answers again")]
+    LostKeeper {
+        /// The last failure.
+        last: String,
+    },
+    /// The migration ended with an error.
+    #[error("migration failed after {done} of {total} slots: {message}")]
+    MigrationFailed {
+        /// Slots whose move is final.
+        done: u32,
+        /// Slots the migration was to move.
+        total: u32,
+        /// The keeper's reason, verbatim.
+        message: String,
+    },
+    /// A cancel stopped the migration.
+    #[error("migration cancelled after {done} of {total} slots moved")]
+    MigrationCancelled {
+        /// Slots whose move is final.
+        done: u32,
+        /// Slots the migration was to move.
+        total: u32,
+    },
+    /// Writing the output failed (a closed pipe).
+    #[error("output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// "members 0-2", "only member 0".
+fn members_phrase(n: usize) -> String {
+    match n {
+        0 => "no members".to_string(),
+        1 => "only member 0".to_string(),
+        n => format!("members 0-{}", n - 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_errors_read_clearly() {
+        let e = AdminError::SlotsOutOfBounds {
+            range: "0-9999".parse().unwrap(),
+            slots: 1024,
+        };
+        assert_eq!(
+            e.to_string(),
+            "slot range 0-9999 out of bounds: the cluster has 1024 slots (0-1023)"
+        );
+        let e = AdminError::NoMember { id: 7, members: 3 };
+        assert_eq!(e.to_string(), "no member 7: the cluster has members 0-2");
+        let e = AdminError::NoMember { id: 1, members: 1 };
+        assert_eq!(e.to_string(), "no member 1: the cluster has only member 0");
+        let e = AdminError::UnknownServer {
+            given: "10.0.0.9:7000".into(),
+        };
+        assert!(e.to_string().starts_with("unknown server 10.0.0.9:7000"));
+    }
+}

@@ -1,0 +1,108 @@
+//! A cluster in memory for unit tests: a [`Control`] whose answers the test
+//! scripts, and which records every request.
+
+use std::net::SocketAddr;
+
+use kvs_client::ControlError;
+use kvs_proto::control::{
+    ControlReply, ControlRequest, MemberStatus, MigrationStatus, WorkerStatus,
+};
+use kvs_proto::{Member, ShardMap};
+
+use crate::admin::{Admin, Control};
+
+/// How the fake answers one request.
+pub type Script = Box<dyn FnMut(SocketAddr, &ControlRequest) -> Result<ControlReply, ControlError>>;
+
+/// A scripted control client.
+pub struct Fake {
+    /// Every request, in order, with where it went.
+    pub asked: Vec<(SocketAddr, ControlRequest)>,
+    script: Script,
+}
+
+impl std::fmt::Debug for Fake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fake").field("asked", &self.asked).finish()
+    }
+}
+
+impl Control for Fake {
+    fn request(
+        &mut self,
+        addr: SocketAddr,
+        req: &ControlRequest,
+    ) -> Result<ControlReply, ControlError> {
+        self.asked.push((addr, req.clone()));
+        (self.script)(addr, req)
+    }
+}
+
+/// An [`Admin`] through `contact` of a cluster `script` plays.
+pub fn admin(
+    contact: &str,
+    script: impl FnMut(SocketAddr, &ControlRequest) -> Result<ControlReply, ControlError> + 'static,
+) -> Admin<Fake> {
+    Admin::new(
+        Fake {
+            asked: Vec::new(),
+            script: Box::new(script),
+        },
+        addr(contact),
+    )
+}
+
+/// A socket address from text.
+pub fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("a socket address")
+}
+
+/// A map of 64 slots all at member 0 (`10.0.0.1:7000`, 2 workers), with
+/// members at `0.0.0.0:7001` and `10.0.0.3:7000` (1 worker each).
+pub fn map() -> ShardMap {
+    let mut m = ShardMap::single(addr("10.0.0.1:7000"), 64, 2).expect("a map");
+    for a in ["0.0.0.0:7001", "10.0.0.3:7000"] {
+        m.add_member(Member {
+            addr: addr(a),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .expect("room");
+    }
+    m.set_version(3);
+    m
+}
+
+/// The answer to `Map` with `m`.
+pub fn map_reply(m: &ShardMap) -> ControlReply {
+    let mut map = Vec::new();
+    m.encode(&mut map);
+    ControlReply::Map { map }
+}
+
+/// A member's status answer with one idle worker, and `migration`.
+pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
+    ControlReply::Status(MemberStatus {
+        member,
+        map_version: 3,
+        workers: vec![WorkerStatus::default()],
+        imports: Vec::new(),
+        migration,
+    })
+}
+
+/// A migration of `total` slots to member 1 with `done` of them moved.
+pub fn migration(done: u32, total: u32, finished: bool) -> MigrationStatus {
+    MigrationStatus {
+        moves: vec![(0, total, 1)],
+        slots_total: total,
+        slots_done: done,
+        slots_moving: total - done,
+        records: u64::from(done) * 10,
+        bytes: u64::from(done) * 1000,
+        seconds: f64::from(done) / 10.0,
+        finished,
+        cancelled: false,
+        error: None,
+    }
+}

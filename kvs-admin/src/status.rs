@@ -1,0 +1,598 @@
+//! `status`: the contact's map and every member's figures, gathered into one
+//! [`ClusterStatus`], printed as text or as JSON.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::ops::Range;
+
+use kvs_proto::control::{ImportStatus, MemberStatus, MigrationStatus};
+use kvs_proto::ShardMap;
+use serde::Serialize;
+
+use crate::admin::{Admin, Control};
+use crate::error::AdminError;
+use crate::progress;
+use crate::render::{self, Align, Table};
+
+/// The most slot ranges a worker's line lists.
+const MAX_RANGES: usize = 8;
+
+/// The cluster as the contact's map describes it and its members report it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterStatus {
+    /// The member asked for the map.
+    pub contact: SocketAddr,
+    /// The contact's map version.
+    pub map_version: u32,
+    /// The cluster's slot count.
+    pub slots: u32,
+    /// Every member of the map, by id.
+    pub members: Vec<MemberView>,
+    /// The keeper's migration in progress or its last one (none if the
+    /// keeper did not answer or has run none).
+    pub migration: Option<MigrationStatus>,
+}
+
+/// One member: what the map says and what it answered.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberView {
+    /// Its id.
+    pub member: u16,
+    /// Where it was asked.
+    pub addr: SocketAddr,
+    /// Whether it answered.
+    pub answered: bool,
+    /// Why it did not.
+    pub error: Option<String>,
+    /// The map version it serves by.
+    pub map_version: Option<u32>,
+    /// The member id it answered as (the map's, unless something is wrong).
+    pub answered_as: Option<u16>,
+    /// Slots the contact's map gives it.
+    pub map_slots: u32,
+    /// Slots it owns by its own count.
+    pub slots: Option<u32>,
+    /// Keys it holds.
+    pub keys: Option<u64>,
+    /// Heap bytes its records take.
+    pub bytes: Option<u64>,
+    /// Per worker (as it reports them, else as the map has them).
+    pub workers: Vec<WorkerView>,
+    /// Slots the map has it still importing, and from whom.
+    pub importing: Vec<ImportRange>,
+    /// The imports it runs as a migration's target.
+    pub imports: Vec<ImportStatus>,
+}
+
+/// One worker of a member.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerView {
+    /// Its number.
+    pub worker: u16,
+    /// Slots it owns by its own count.
+    pub slots: Option<u32>,
+    /// The slots the map gives it, as inclusive ranges.
+    pub ranges: Vec<Span>,
+    /// Keys it holds.
+    pub keys: Option<u64>,
+    /// Heap bytes its records take.
+    pub bytes: Option<u64>,
+}
+
+/// An inclusive range of slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Span {
+    /// The first slot.
+    pub first: u32,
+    /// The last slot.
+    pub last: u32,
+}
+
+/// Slots a member imports from another, per the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ImportRange {
+    /// The first slot.
+    pub first: u32,
+    /// The last slot.
+    pub last: u32,
+    /// The member they come from.
+    pub from: u16,
+}
+
+/// Asks the contact for the map, then every member for its figures. Only a
+/// contact that does not give its map is an error; members that do not
+/// answer are recorded as such.
+pub fn gather<C: Control>(admin: &mut Admin<C>) -> Result<ClusterStatus, AdminError> {
+    let map = admin.map()?;
+    let statuses: Vec<(SocketAddr, Result<MemberStatus, AdminError>)> = map
+        .members()
+        .iter()
+        .map(|m| {
+            let addr = admin.reach(m.addr);
+            (addr, admin.status(addr))
+        })
+        .collect();
+    Ok(assemble(admin.contact(), &map, statuses))
+}
+
+/// The status from the map and the members' answers (in member order).
+pub fn assemble(
+    contact: SocketAddr,
+    map: &ShardMap,
+    answers: Vec<(SocketAddr, Result<MemberStatus, AdminError>)>,
+) -> ClusterStatus {
+    let runs = map.runs();
+    let mut migration = None;
+    let members = answers
+        .into_iter()
+        .enumerate()
+        .map(|(i, (addr, answer))| {
+            let id = i as u16;
+            let map_workers = map.members().get(i).map_or(0, |m| m.workers);
+            let ranges_of = |w: u16| -> Vec<Span> {
+                let r: Vec<Range<u32>> = runs
+                    .iter()
+                    .filter(|r| r.owner.member == id && r.owner.worker == w)
+                    .map(|r| r.slots.clone())
+                    .collect();
+                render::merge(&r)
+                    .into_iter()
+                    .map(|r| Span {
+                        first: r.start,
+                        last: r.end - 1,
+                    })
+                    .collect()
+            };
+            let importing = runs
+                .iter()
+                .filter(|r| r.owner.member == id)
+                .filter_map(|r| {
+                    r.from.map(|from| ImportRange {
+                        first: r.slots.start,
+                        last: r.slots.end - 1,
+                        from,
+                    })
+                })
+                .collect();
+            let mut v = MemberView {
+                member: id,
+                addr,
+                answered: false,
+                error: None,
+                map_version: None,
+                answered_as: None,
+                map_slots: map.slots_of(id),
+                slots: None,
+                keys: None,
+                bytes: None,
+                workers: Vec::new(),
+                importing,
+                imports: Vec::new(),
+            };
+            match answer {
+                Ok(s) => {
+                    v.answered = true;
+                    v.map_version = Some(s.map_version);
+                    v.answered_as = Some(s.member);
+                    v.slots = Some(s.workers.iter().map(|w| w.slots).sum());
+                    v.keys = Some(s.workers.iter().map(|w| w.keys).sum());
+                    v.bytes = Some(s.workers.iter().map(|w| w.bytes).sum());
+                    v.workers = s
+                        .workers
+                        .iter()
+                        .enumerate()
+                        .map(|(w, ws)| WorkerView {
+                            worker: w as u16,
+                            slots: Some(ws.slots),
+                            ranges: ranges_of(w as u16),
+                            keys: Some(ws.keys),
+                            bytes: Some(ws.bytes),
+                        })
+                        .collect();
+                    v.imports = s.imports;
+                    if id == 0 {
+                        migration = s.migration;
+                    }
+                }
+                Err(e) => {
+                    v.error = Some(e.to_string());
+                    v.workers = (0..map_workers)
+                        .map(|w| WorkerView {
+                            worker: w,
+                            slots: None,
+                            ranges: ranges_of(w),
+                            keys: None,
+                            bytes: None,
+                        })
+                        .collect();
+                }
+            }
+            v
+        })
+        .collect();
+    ClusterStatus {
+        contact,
+        map_version: map.version(),
+        slots: map.slots(),
+        members,
+        migration,
+    }
+}
+
+impl ClusterStatus {
+    /// The members that need an operator's eye: not answering, on another
+    /// map version than the contact, or answering as another member.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w = Vec::new();
+        for m in &self.members {
+            if let Some(e) = &m.error {
+                w.push(format!(
+                    "member {} ({}) did not answer: {e}",
+                    m.member, m.addr
+                ));
+            }
+            if let Some(v) = m.map_version.filter(|&v| v != self.map_version) {
+                w.push(format!(
+                    "member {} ({}) serves map version {v}, the contact has {}",
+                    m.member, m.addr, self.map_version
+                ));
+            }
+            if let Some(a) = m.answered_as.filter(|&a| a != m.member) {
+                w.push(format!(
+                    "member {} ({}) answered as member {a}",
+                    m.member, m.addr
+                ));
+            }
+        }
+        w
+    }
+
+    /// The status for people.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "cluster: map version {}, {} slots, {} member{} (asked {})",
+            self.map_version,
+            self.slots,
+            self.members.len(),
+            if self.members.len() == 1 { "" } else { "s" },
+            self.contact
+        );
+        for w in self.warnings() {
+            let _ = writeln!(out, "warning: {w}");
+        }
+        out.push('\n');
+        let mut t = Table::new(&[
+            ("MEMBER", Align::Right),
+            ("ADDRESS", Align::Left),
+            ("MAP", Align::Right),
+            ("WORKERS", Align::Right),
+            ("SLOTS", Align::Right),
+            ("KEYS", Align::Right),
+            ("BYTES", Align::Right),
+            ("", Align::Left),
+        ]);
+        for m in &self.members {
+            let note = match (&m.error, m.member) {
+                (Some(_), _) => "no answer",
+                (None, 0) => "keeper",
+                _ => "",
+            };
+            t.row(vec![
+                m.member.to_string(),
+                m.addr.to_string(),
+                opt(m.map_version),
+                m.workers.len().to_string(),
+                m.slots.unwrap_or(m.map_slots).to_string(),
+                opt(m.keys),
+                m.bytes.map_or("-".to_string(), render::bytes),
+                note.to_string(),
+            ]);
+        }
+        out.push_str(&t.render(""));
+        for m in &self.members {
+            out.push('\n');
+            let _ = writeln!(
+                out,
+                "member {} ({}){}",
+                m.member,
+                m.addr,
+                if m.member == 0 { ", keeper" } else { "" }
+            );
+            let mut t = Table::new(&[
+                ("WORKER", Align::Right),
+                ("SLOTS", Align::Right),
+                ("RANGES", Align::Left),
+                ("KEYS", Align::Right),
+                ("BYTES", Align::Right),
+            ]);
+            for w in &m.workers {
+                let ranges: Vec<Range<u32>> =
+                    w.ranges.iter().map(|s| s.first..s.last + 1).collect();
+                t.row(vec![
+                    w.worker.to_string(),
+                    w.slots
+                        .map_or_else(|| format!("({})", spans_len(&w.ranges)), |s| s.to_string()),
+                    render::slot_ranges(&ranges, MAX_RANGES),
+                    opt(w.keys),
+                    w.bytes.map_or("-".to_string(), render::bytes),
+                ]);
+            }
+            out.push_str(&t.render("  "));
+            for i in &m.importing {
+                let _ = writeln!(
+                    out,
+                    "  importing {} from member {}",
+                    render::slot_range(&(i.first..i.last + 1)),
+                    i.from
+                );
+            }
+        }
+        if let Some(mig) = &self.migration {
+            out.push('\n');
+            out.push_str(&migration_text(mig, &self.members));
+        }
+        let imports: Vec<(u16, &ImportStatus)> = self
+            .members
+            .iter()
+            .flat_map(|m| m.imports.iter().map(move |i| (m.member, i)))
+            .collect();
+        if !imports.is_empty() {
+            out.push('\n');
+            out.push_str("imports at targets\n");
+            let mut t = Table::new(&[
+                ("TARGET", Align::Right),
+                ("FROM", Align::Right),
+                ("SLOTS", Align::Right),
+                ("RECORDS", Align::Right),
+                ("BYTES", Align::Right),
+                ("RATE", Align::Right),
+                ("ELAPSED", Align::Right),
+                ("RETRIES", Align::Right),
+            ]);
+            for (target, i) in imports {
+                t.row(vec![
+                    target.to_string(),
+                    i.from.to_string(),
+                    i.slots.to_string(),
+                    i.records.to_string(),
+                    render::bytes(i.bytes),
+                    render::rate(i.bytes, i.seconds),
+                    render::duration(i.seconds),
+                    i.retries.to_string(),
+                ]);
+            }
+            out.push_str(&t.render("  "));
+        }
+        out
+    }
+
+    /// The status as one JSON document.
+    pub fn json(&self) -> String {
+        // Plain data (strings, numbers, options and vectors of them) always
+        // serializes.
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}
+
+/// The keeper's migration for people: its state, a progress bar, what moved
+/// and what is left.
+fn migration_text(m: &MigrationStatus, members: &[MemberView]) -> String {
+    let state = if let Some(e) = &m.error {
+        format!("failed: {e}")
+    } else if m.cancelled {
+        if m.finished {
+            "cancelled".to_string()
+        } else {
+            "cancelling".to_string()
+        }
+    } else if m.finished {
+        "finished".to_string()
+    } else {
+        "running".to_string()
+    };
+    let mut out = format!("migration (at the keeper): {state}\n");
+    let _ = writeln!(out, "  {}", progress::summary(m, 30));
+    if !m.finished && !m.moves.is_empty() {
+        out.push_str("  moves to run (the first one now):\n");
+        for &(first, end, to) in &m.moves {
+            let addr = members
+                .get(usize::from(to))
+                .map_or(String::new(), |v| format!(" ({})", v.addr));
+            let _ = writeln!(
+                out,
+                "    {} -> member {to}{addr}",
+                render::slot_range(&(first..end))
+            );
+        }
+    }
+    out
+}
+
+/// How many slots inclusive spans cover.
+fn spans_len(s: &[Span]) -> u64 {
+    s.iter()
+        .map(|s| u64::from(s.last) - u64::from(s.first) + 1)
+        .sum()
+}
+
+/// A figure, or `-` if unknown.
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map_or("-".to_string(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake;
+    use kvs_client::ControlError;
+    use kvs_proto::control::ControlRequest;
+
+    #[test]
+    fn every_member_is_asked_where_the_map_says_and_silent_ones_do_not_stop_it() {
+        let mut a = fake::admin("10.0.0.1:7000", |addr, req| match req {
+            ControlRequest::Map => Ok(fake::map_reply(&fake::map())),
+            _ if addr == fake::addr("10.0.0.3:7000") => Err(ControlError::Timeout {
+                addr,
+                after: std::time::Duration::from_secs(1),
+            }),
+            _ => Ok(fake::status(u16::from(addr.port() == 7001), None)),
+        });
+        let s = gather(&mut a).unwrap();
+        let asked: Vec<String> = a
+            .client()
+            .asked
+            .iter()
+            .map(|(a, _)| a.to_string())
+            .collect();
+        assert_eq!(
+            asked,
+            [
+                "10.0.0.1:7000",
+                "10.0.0.1:7000",
+                "10.0.0.1:7001",
+                "10.0.0.3:7000"
+            ]
+        );
+        assert_eq!(
+            s.members.iter().map(|m| m.answered).collect::<Vec<_>>(),
+            [true, true, false]
+        );
+        assert_eq!(
+            s.members[2].error.as_deref(),
+            Some("10.0.0.3:7000: no answer within 1s")
+        );
+        // A contact that does not give its map is the error.
+        let mut a = fake::admin("10.0.0.1:7000", |addr, _| {
+            Err(ControlError::Server {
+                addr,
+                message: "malformed answer: short".into(),
+            })
+        });
+        assert_eq!(
+            gather(&mut a).unwrap_err().to_string(),
+            "10.0.0.1:7000: malformed answer: short"
+        );
+    }
+    use kvs_proto::control::WorkerStatus;
+    use kvs_proto::Member;
+
+    fn map() -> ShardMap {
+        let mut m = ShardMap::single("10.0.0.1:7000".parse().unwrap(), 64, 2).unwrap();
+        m.add_member(Member {
+            addr: "0.0.0.0:7001".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        m.add_member(Member {
+            addr: "10.0.0.3:7000".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        m.assign(0..8, 1, Some(0)).unwrap();
+        m.set_version(4);
+        m
+    }
+
+    fn st(member: u16, version: u32, workers: &[(u32, u64, u64)]) -> MemberStatus {
+        MemberStatus {
+            member,
+            map_version: version,
+            workers: workers
+                .iter()
+                .map(|&(slots, keys, bytes)| WorkerStatus { slots, keys, bytes })
+                .collect(),
+            imports: Vec::new(),
+            migration: None,
+        }
+    }
+
+    #[test]
+    fn the_status_puts_the_map_beside_the_answers_and_flags_the_odd_ones() {
+        let contact: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+        let mut keeper = st(0, 4, &[(24, 100, 2048), (32, 50, 1024)]);
+        keeper.migration = Some(MigrationStatus {
+            moves: vec![(0, 8, 1)],
+            slots_total: 8,
+            slots_done: 2,
+            slots_moving: 6,
+            records: 10,
+            bytes: 4_000_000,
+            seconds: 2.0,
+            finished: false,
+            cancelled: false,
+            error: None,
+        });
+        let mut one = st(1, 3, &[(8, 5, 100)]);
+        one.imports.push(ImportStatus {
+            from: 0,
+            slots: 6,
+            records: 7,
+            bytes: 3_000_000,
+            seconds: 1.5,
+            retries: 1,
+        });
+        let s = assemble(
+            contact,
+            &map(),
+            vec![
+                (contact, Ok(keeper)),
+                ("10.0.0.1:7001".parse().unwrap(), Ok(one)),
+                (
+                    "10.0.0.3:7000".parse().unwrap(),
+                    Err(AdminError::KeeperLoop("x".into())),
+                ),
+            ],
+        );
+        assert_eq!((s.map_version, s.slots, s.members.len()), (4, 64, 3));
+        assert_eq!(s.members[0].slots, Some(56));
+        assert_eq!(s.members[0].keys, Some(150));
+        assert_eq!(
+            s.members[0].workers[0].ranges,
+            [Span { first: 8, last: 31 }]
+        );
+        assert_eq!(
+            s.members[1].importing,
+            [ImportRange {
+                first: 0,
+                last: 7,
+                from: 0
+            }]
+        );
+        assert!(!s.members[2].answered);
+        assert_eq!(s.members[2].workers.len(), 1);
+        assert!(s.migration.is_some());
+        let w = s.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("member 1 (10.0.0.1:7001) serves map version 3, the contact has 4"));
+        assert!(w[1].contains("member 2 (10.0.0.3:7000) did not answer: no keeper found: x"));
+
+        let text = s.text();
+        assert!(
+            text.starts_with("cluster: map version 4, 64 slots, 3 members (asked 10.0.0.1:7000)"),
+            "{text}"
+        );
+        assert!(text.contains("member 0 (10.0.0.1:7000), keeper"), "{text}");
+        assert!(text.contains("  importing 0-7 from member 0"), "{text}");
+        assert!(
+            text.contains("migration (at the keeper): running"),
+            "{text}"
+        );
+        assert!(text.contains("0-7 -> member 1 (10.0.0.1:7001)"), "{text}");
+        assert!(text.contains("2/8 slots"), "{text}");
+        assert!(text.contains("imports at targets"), "{text}");
+        assert!(text.contains("2.00 MB/s"), "{text}");
+        assert!(text.contains("no answer"), "{text}");
+
+        let j: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
+        assert_eq!(j["map_version"], 4);
+        assert_eq!(j["members"][0]["slots"], 56);
+        assert_eq!(j["members"][0]["workers"][1]["ranges"][0]["first"], 32);
+        assert_eq!(j["members"][2]["answered"], false);
+        assert_eq!(j["members"][2]["keys"], serde_json::Value::Null);
+        assert_eq!(j["migration"]["slots_done"], 2);
+    }
+}
