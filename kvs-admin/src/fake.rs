@@ -88,6 +88,7 @@ pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
         workers: vec![WorkerStatus::default()],
         imports: Vec::new(),
         migration,
+        held: (0, 0),
     })
 }
 

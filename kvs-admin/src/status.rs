@@ -507,6 +507,7 @@ mod tests {
                 .collect(),
             imports: Vec::new(),
             migration: None,
+            held: (0, 0),
         }
     }
 
