@@ -67,8 +67,8 @@ macro_rules! both_modes {
 
 /// Scenarios that run on a NIC too, with `MLX5_TEST_DEVICE` naming it:
 /// `MLX5_TEST_DEVICE=mlx5_0 cargo test -p mlx5 --test conformance -- --ignored`.
-/// (CQ overrun, scatter-to-CQE and the compression check use software-device
-/// controls and run there only.)
+/// (CQ overrun, scatter-to-CQE, the compression check and the port-down
+/// scenarios use software-device controls and run there only.)
 macro_rules! on_hardware {
     ($($name:ident),* $(,)?) => {
         mod hardware {
@@ -117,6 +117,9 @@ both_modes!(
     send_longer_than_the_receive_buffer,
     rnr_retried_then_exceeded,
     vanished_peer_is_a_transport_retry_error,
+    a_port_down_is_a_transport_retry_error_and_nothing_crosses,
+    a_port_down_fails_after_retry_cnt_plus_one_timeouts,
+    a_port_back_up_within_the_retry_window_loses_nothing,
     cq_overrun_is_detected_not_overwritten,
     scatter_to_cqe_formats,
     compression_on_and_off_give_the_same_completions,
@@ -796,6 +799,217 @@ fn vanished_peer_is_a_transport_retry_error(f: &TestFabric) {
     a.sq.ring_doorbell();
     let r = a.send_done(1);
     expect_error(&r[0], Syndrome::TransportRetryExc);
+}
+
+/// Takes device `dev`'s port down or up (a software-device control: these
+/// scenarios run on the software device only).
+fn set_port(f: &TestFabric, dev: u32, down: bool) {
+    let fab = Fabric::open(&f.0).unwrap();
+    fab.set_port_down(dev, down).unwrap();
+    assert_eq!(fab.port_down(dev), down);
+}
+
+/// Two connected ends on sim0 (requester) and sim1, with `rts`.
+fn pair_with(f: &TestFabric, rts: RtsAttr) -> (End, End) {
+    let a = End::new(f.open("sim0"), CqAttr::default());
+    let b = End::new(f.open("sim1"), CqAttr::default());
+    let all = access::REMOTE_WRITE | access::REMOTE_READ | access::REMOTE_ATOMIC;
+    connect_with(&a, &b, rts, all);
+    (a, b)
+}
+
+/// With the responder's port down, or the requester's, a connected RC QP's
+/// WQE gets no acknowledgement: after its retries it completes with
+/// TRANSPORT_RETRY_EXC_ERR, the QP is in ERR and later WQEs are flushed. The
+/// responder sees nothing — memory, receive queue, CQ, QP state — nor does
+/// the requester's memory (a READ). Up again, the port carries a fresh pair;
+/// the failed QP stays in ERR.
+fn a_port_down_is_a_transport_retry_error_and_nothing_crosses(f: &TestFabric) {
+    // 8 µs ACK timeout, 3 retries.
+    let rts = RtsAttr {
+        timeout: 1,
+        retry_cnt: 3,
+        ..RtsAttr::default()
+    };
+    #[derive(Debug, Clone, Copy)]
+    enum Head {
+        Write,
+        Send,
+        Read,
+    }
+    for (down, dev, head) in [
+        ("responder", 1, Head::Write),
+        ("requester", 0, Head::Send),
+        ("responder", 1, Head::Read),
+        ("requester", 0, Head::Write),
+    ] {
+        let what = format!("{down}'s port down, {head:?} first");
+        let (mut a, mut b) = pair_with(f, rts);
+        b.post_recv(4, 0, 256);
+        a.mr.write(0, &[0x5a; 64]);
+        // The requester's READ target: it must stay as it is.
+        a.mr.write(4096, &[0xee; 64]);
+        set_port(f, dev, true);
+        let (s, into) = (a.sge(0, 64), a.sge(4096, 64));
+        let (raddr, rkey) = (b.mr.addr() + 1024, b.mr.rkey());
+        match head {
+            Head::Write => a.sq.write(raddr, rkey, Payload::Sges(&[s])),
+            Head::Send => a.sq.send(Payload::Sges(&[s])),
+            Head::Read => a.sq.read(raddr, rkey, &[into]),
+        }
+        .unwrap()
+        .post(1);
+        a.sq.write_imm(raddr, rkey, 7, Payload::Inline(b"imm"))
+            .unwrap()
+            .post(2);
+        a.sq.send(Payload::Inline(b"hello")).unwrap().post(3);
+        a.sq.ring_doorbell();
+        let r = a.send_done(3);
+        expect_error(&r[0], Syndrome::TransportRetryExc);
+        expect_error(&r[1], Syndrome::WrFlush);
+        expect_error(&r[2], Syndrome::WrFlush);
+        assert_eq!((r[0].wc, r[1].wc, r[2].wc), (0, 1, 2), "{what}");
+        assert_eq!(a.qp.state(), QpState::Err, "{what}");
+        // Later WQEs are flushed at the doorbell.
+        a.sq.send(Payload::Inline(b"late")).unwrap().post(4);
+        a.sq.ring_doorbell();
+        expect_error(&a.send_done(1)[0], Syndrome::WrFlush);
+        // Nothing crossed: the responder's memory is untouched, it has no
+        // completion, its QP is as it was, and no receive was consumed (its
+        // move to ERR flushes all four, in order).
+        assert!(
+            b.mr.to_vec(0, MR_LEN).iter().all(|&x| x == 0),
+            "{what}: responder memory"
+        );
+        assert_eq!(a.mr.to_vec(4096, 64), vec![0xee; 64], "{what}: READ target");
+        assert!(drain(&mut b.rcq).is_empty(), "{what}: receive CQ");
+        assert_eq!(b.qp.state(), QpState::Rts, "{what}");
+        b.qp.to_err().unwrap();
+        let rr = wait(&mut b.rcq, 4);
+        assert_eq!(
+            rr.iter()
+                .map(|c| (c.opcode, c.syndrome, c.wc))
+                .collect::<Vec<_>>(),
+            (0..4)
+                .map(|i| (CqeOpcode::RespErr as u8, Some(Syndrome::WrFlush as u8), i))
+                .collect::<Vec<_>>(),
+            "{what}: every receive still posted"
+        );
+
+        // Up again: a fresh pair works; the failed QP stays in ERR.
+        set_port(f, dev, false);
+        assert_eq!(a.qp.state(), QpState::Err, "{what}");
+        let (mut c, mut d) = pair_with(f, rts);
+        d.post_recv(1, 0, 64);
+        c.mr.write(0, b"after");
+        let s = c.sge(0, 5);
+        c.sq.write(d.mr.addr() + 512, d.mr.rkey(), Payload::Sges(&[s]))
+            .unwrap()
+            .post(1);
+        c.sq.send(Payload::Sges(&[s])).unwrap().post(2);
+        c.sq.ring_doorbell();
+        let r = c.send_done(2);
+        assert!(
+            r.iter().all(|c| c.opcode == CqeOpcode::Req as u8),
+            "{what}: {r:?}"
+        );
+        assert_eq!(d.recv_done(1)[0].bc, 5);
+        assert_eq!(d.mr.to_vec(512, 5), b"after");
+        assert_eq!(d.mr.to_vec(0, 5), b"after");
+    }
+}
+
+/// The NIC's clock in ns: the wall clock since `t0` inline, the scheduler's
+/// logical clock deferred.
+fn nic_ns(f: &TestFabric, ctx: &Context, t0: std::time::Instant) -> u64 {
+    match f.1 {
+        ExecMode::Inline => t0.elapsed().as_nanos() as u64,
+        ExecMode::Deferred { .. } => ctx.sched_stats().clock_ns,
+    }
+}
+
+/// The error comes when the last try's ACK timer expires: `retry_cnt` + 1
+/// local ACK timeouts (4.096 µs × 2^timeout each) after the first try, on the
+/// NIC's clock.
+fn a_port_down_fails_after_retry_cnt_plus_one_timeouts(f: &TestFabric) {
+    // 4.19 ms per try; the first try and two retries: 12.6 ms.
+    let rts = RtsAttr {
+        timeout: 10,
+        retry_cnt: 2,
+        ..RtsAttr::default()
+    };
+    let per_try = u64::from(mlx5::device::ack_timeout_us(10)) * 1000;
+    let (mut a, b) = pair_with(f, rts);
+    set_port(f, 1, true);
+    let t0 = std::time::Instant::now();
+    let start = nic_ns(f, &a.ctx, t0);
+    a.sq.write(b.mr.addr(), b.mr.rkey(), Payload::Inline(b"lost"))
+        .unwrap()
+        .post(1);
+    a.sq.ring_doorbell();
+    let mut r = Vec::new();
+    while r.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no completion");
+        r = drain(&mut a.scq);
+    }
+    let took = nic_ns(f, &a.ctx, t0) - start;
+    expect_error(&r[0], Syndrome::TransportRetryExc);
+    assert!(
+        took >= 3 * per_try,
+        "failed after {took} ns, before 3 timeouts of {per_try} ns"
+    );
+    if let ExecMode::Deferred { .. } = f.1 {
+        // Logical time: nothing else delays it.
+        assert!(took < 4 * per_try, "failed after {took} ns");
+    }
+    assert!(b.mr.to_vec(0, 4).iter().all(|&x| x == 0));
+    set_port(f, 1, false);
+}
+
+/// A port that comes back before the retries run out loses nothing: the next
+/// retry goes through, and every byte and completion arrives once.
+fn a_port_back_up_within_the_retry_window_loses_nothing(f: &TestFabric) {
+    // 16.8 ms per try, 7 retries: 134 ms before the error would come.
+    let rts = RtsAttr {
+        timeout: 12,
+        retry_cnt: 7,
+        ..RtsAttr::default()
+    };
+    let (mut a, mut b) = pair_with(f, rts);
+    b.post_recv(2, 0, 64);
+    set_port(f, 1, true);
+    a.sq.write_imm(
+        b.mr.addr() + 1024,
+        b.mr.rkey(),
+        9,
+        Payload::Inline(b"first"),
+    )
+    .unwrap()
+    .post(1);
+    a.sq.send(Payload::Inline(b"second")).unwrap().post(2);
+    a.sq.ring_doorbell();
+    // A few idle polls (well inside the first timeout): nothing moves.
+    for _ in 0..100 {
+        assert!(drain(&mut a.scq).is_empty(), "completed while down");
+    }
+    assert!(drain(&mut b.rcq).is_empty());
+    assert!(b.mr.to_vec(1024, 5).iter().all(|&x| x == 0));
+    set_port(f, 1, false);
+    let r = a.send_done(2);
+    assert!(r.iter().all(|c| c.opcode == CqeOpcode::Req as u8), "{r:?}");
+    let rr = b.recv_done(2);
+    assert_eq!(
+        rr.iter().map(|c| (c.opcode, c.bc)).collect::<Vec<_>>(),
+        vec![
+            (CqeOpcode::RespWrImm as u8, 5),
+            (CqeOpcode::RespSend as u8, 6)
+        ]
+    );
+    assert_eq!(rr[0].imm, 9);
+    assert_eq!(b.mr.to_vec(1024, 5), b"first");
+    // The WRITE_IMM took the first receive, the SEND the second (both at 0).
+    assert_eq!(b.mr.to_vec(0, 6), b"second");
+    assert_eq!(a.qp.state(), QpState::Rts);
 }
 
 fn cq_overrun_is_detected_not_overwritten(f: &TestFabric) {

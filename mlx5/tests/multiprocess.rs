@@ -1,6 +1,7 @@
 //! Two processes on one fabric, as two hosts on one network: a million
-//! WRITE_IMM messages with every byte checked, a peer process that dies, and
-//! two processes that sleep on completion events between messages.
+//! WRITE_IMM messages with every byte checked, a peer process that dies, two
+//! processes that sleep on completion events between messages, and a port
+//! one process takes down and up under another's traffic.
 //!
 //! The test binary runs itself again as the peer (`MLX5_MP_ROLE` tells the
 //! child what to do); connection details travel over the child's stdin/stdout.
@@ -476,6 +477,98 @@ fn memory_registered_on_a_second_device_is_reachable_from_another_process() {
     assert_eq!(lines.next().as_deref(), Some("DONE 1"), "bytes differ");
     child.wait().unwrap();
     drop((sq, ring, qp, cq, src, pd, ctx));
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// The child of `a_port_taken_down_by_another_process_breaks_the_path`:
+/// takes sim1's port down through its own handle on the fabric, and up again
+/// when the parent says so.
+fn port_toggler(fabric: &str) {
+    let fab = Fabric::open(fabric).unwrap();
+    fab.set_port_down(1, true).unwrap();
+    println!("DONE down");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    fab.set_port_down(1, false).unwrap();
+    println!("DONE up");
+}
+
+/// A fresh QP on `a` connected (with `rts`) to a fresh QP on `b` WRITEs
+/// "hello" into `b`'s memory; returns the CQE's syndrome (`None`: success)
+/// and the five bytes at the target.
+fn one_write(a: &Context, b: &Context, rts: RtsAttr) -> (Option<u8>, Vec<u8>) {
+    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+    let dst = pb
+        .alloc_mr(4096, access::LOCAL_WRITE | access::REMOTE_WRITE)
+        .unwrap();
+    let ca = a.create_cq(&CqAttr::default()).unwrap();
+    let cb = b.create_cq(&CqAttr::default()).unwrap();
+    let qa = a
+        .create_qp(&pa, &ca, &ca, None, &QpCaps::default())
+        .unwrap();
+    let qb = b
+        .create_qp(&pb, &cb, &cb, None, &QpCaps::default())
+        .unwrap();
+    connect(&qa, qb.conn_info(), rts);
+    connect(&qb, qa.conn_info(), rts);
+    let mut sq = qa
+        .send_queue::<OrderedSparse<u32>>(SqConfig::default())
+        .unwrap();
+    let mut ring = ca.ring().unwrap();
+    sq.write(dst.addr(), dst.rkey(), Payload::Inline(b"hello"))
+        .unwrap()
+        .post(Some(1));
+    sq.ring_doorbell();
+    let t = Instant::now();
+    let mut status = None;
+    while status.is_none() {
+        assert!(t.elapsed() < Duration::from_secs(10), "no completion");
+        ring.poll(1, |c| status = Some(c.syndrome_raw()));
+    }
+    (status.flatten(), dst.to_vec(0, 5))
+}
+
+/// The port state lives in the fabric's shared registry: a port another
+/// process takes down breaks this process's path through it (the WRITE
+/// exhausts its retries, nothing lands), and when that process brings it up,
+/// new QPs here work again.
+#[test]
+fn a_port_taken_down_by_another_process_breaks_the_path() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("port") => return port_toggler(&std::env::var("MLX5_MP_FABRIC").unwrap()),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mpport-{}", std::process::id());
+    let test = "a_port_taken_down_by_another_process_breaks_the_path";
+    let a = Context::open_in(&fabric, "sim0").unwrap();
+    let b = Context::open_in(&fabric, "sim1").unwrap();
+    let fab = Fabric::open(&fabric).unwrap();
+    // 33 µs ACK timeout, 2 retries.
+    let rts = RtsAttr {
+        timeout: 3,
+        retry_cnt: 2,
+        ..RtsAttr::default()
+    };
+    assert!(!fab.port_down(1));
+    assert_eq!(one_write(&a, &b, rts), (None, b"hello".to_vec()));
+
+    let mut child = spawn(test, "port", &fabric, 0);
+    let mut lines = child_lines(&mut child);
+    assert_eq!(lines.next().as_deref(), Some("DONE down"));
+    assert!(fab.port_down(1), "the other process's change is seen here");
+    assert!(b.as_sim().unwrap().port_down());
+    assert_eq!(
+        one_write(&a, &b, rts),
+        (Some(Syndrome::TransportRetryExc as u8), vec![0; 5])
+    );
+
+    writeln!(child.stdin.as_mut().unwrap(), "up").unwrap();
+    assert_eq!(lines.next().as_deref(), Some("DONE up"));
+    assert!(child.wait().unwrap().success());
+    assert!(!fab.port_down(1));
+    assert_eq!(one_write(&a, &b, rts), (None, b"hello".to_vec()));
+    drop((a, b, fab));
     Fabric::remove_if_unused(&fabric);
 }
 

@@ -122,6 +122,17 @@ impl SimContext {
         self.d.nic.stats()
     }
 
+    /// Takes this device's port down or brings it up again (see
+    /// [`Fabric::set_port_down`]).
+    pub fn set_port_down(&self, down: bool) {
+        super::link::set_down(self.d.fab.reg(), self.d.dev, down);
+    }
+
+    /// Whether this device's port is down.
+    pub fn port_down(&self) -> bool {
+        self.d.fab.port_down(self.d.dev)
+    }
+
     /// Port LID: the device number + 1.
     pub fn lid(&self) -> u16 {
         self.d.dev as u16 + 1
@@ -382,7 +393,8 @@ impl SimContext {
         e.sq_ci.store(0, Ordering::Relaxed);
         e.rq_ci.store(0, Ordering::Relaxed);
         e.retry_tries.store(0, Ordering::Relaxed);
-        e.retry_wqe.store(u32::MAX, Ordering::Relaxed);
+        e.ack_tries.store(0, Ordering::Relaxed);
+        e.retry_wqe.store(registry::NO_RETRY, Ordering::Relaxed);
         e.retry_due_ns.store(0, Ordering::Relaxed);
         e.peer_seen.store(u64::MAX, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);

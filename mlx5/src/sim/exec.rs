@@ -29,6 +29,8 @@ pub(crate) struct Exec<'a> {
     /// Some port of the fabric has a link model (read once per run: while
     /// none has, the model costs nothing).
     pub(crate) links: bool,
+    /// Some port of the fabric is down (read once per run, like `links`).
+    pub(crate) ports_down: bool,
     /// The delay line may hold CQEs, so every CQE checks whether its CQ has
     /// some held there.
     delaying: bool,
@@ -59,13 +61,15 @@ impl<'a> Exec<'a> {
         cqes: &'a mut CqeBatch,
         delay: &'a DelayLine,
     ) -> Self {
+        let header = &fab.reg().header;
         Exec {
             fab,
             clock,
             faults: Faults::default(),
             cqes,
             delay,
-            links: fab.reg().header.modeled_ports.load(Ordering::Relaxed) != 0,
+            links: header.modeled_ports.load(Ordering::Relaxed) != 0,
+            ports_down: header.down_ports.load(Ordering::Relaxed) != 0,
             delaying: delay.held() != 0,
             #[cfg(test)]
             fast_path: true,

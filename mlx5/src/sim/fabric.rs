@@ -291,6 +291,40 @@ impl Fabric {
             .flatten()
     }
 
+    /// Takes device `dev`'s port down (`down`: a pulled cable, a failed
+    /// switch port) or brings it up again, for every process of the fabric
+    /// (the state lives in the shared registry), at once.
+    ///
+    /// While a port is down, nothing crosses a path through it: an RC
+    /// requester whose own port or whose responder's port is down gets no
+    /// acknowledgement. It sends the WQE again after each local ACK timeout
+    /// (the QP's `timeout`, 4.096 µs × 2^timeout on the NIC's clock) and, when
+    /// `retry_cnt` retries went unanswered as well — `retry_cnt` + 1 timeouts
+    /// after the first try — completes it with TRANSPORT_RETRY_EXC_ERR and
+    /// moves the QP to ERR; later WQEs are flushed. The responder's memory,
+    /// receive queue and CQs are not touched, and its QP stays as it was. A
+    /// port that comes back before the retries run out loses nothing: the
+    /// next retry goes through. Work executed before the port went down has
+    /// crossed already. The stalled requester makes progress in the owner's
+    /// calls (an idle poll of a CQ, `progress`), as RNR retries do.
+    ///
+    /// Bringing the port up lets new QPs (and QPs still retrying) work; QPs
+    /// that went to ERR stay there, as on hardware.
+    pub fn set_port_down(&self, dev: u32, down: bool) -> Result<(), FabricError> {
+        if dev as usize >= MAX_DEVS {
+            return Err(FabricError::NoDevice(self.name.clone(), dev));
+        }
+        link::set_down(self.reg(), dev, down);
+        Ok(())
+    }
+
+    /// Whether device `dev`'s port is down (see
+    /// [`set_port_down`](Self::set_port_down)); false for a device the fabric
+    /// cannot have.
+    pub fn port_down(&self, dev: u32) -> bool {
+        link::is_down(self.reg(), dev)
+    }
+
     /// The fabric's name.
     pub fn name(&self) -> &str {
         &self.name

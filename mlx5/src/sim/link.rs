@@ -1,4 +1,5 @@
-//! The link model: a device's port with a line rate and a one-way latency.
+//! A device's port: its link model — a line rate and a one-way latency — and
+//! its state, up or down.
 //!
 //! Off by default: a port without a model is as fast as memory, and the engine
 //! then behaves exactly as without this module. With a model, a WQE's bytes
@@ -14,6 +15,17 @@
 //! `CLOCK_MONOTONIC` nanoseconds, the same for every process of the host; in
 //! deferred mode they are the scheduler's logical clock, so a seeded run
 //! stays deterministic (a fabric then belongs to one deferred process).
+//!
+//! A port that is *down* (a pulled cable, a failed switch port) breaks every
+//! path through it: a requester whose own port or whose responder's port is
+//! down gets no acknowledgement, retries after each local ACK timeout and,
+//! once `retry_cnt` retries went unanswered, completes the WQE with
+//! TRANSPORT_RETRY_EXC_ERR and moves its QP to ERR (the engine's transport
+//! retry, `engine::errors`). Nothing reaches the responder meanwhile. Work the
+//! NICs executed before the port went down has crossed already (its held
+//! completions still appear). Up again, the port carries new work; QPs that
+//! went to ERR stay there. While no port is down, port state costs the engine
+//! one word read per run.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -146,6 +158,35 @@ pub(crate) fn get(reg: &Registry, dev: u32) -> Option<Link> {
     })
 }
 
+/// Takes device `dev`'s port down (`down`) or up in `reg`.
+pub(crate) fn set_down(reg: &Registry, dev: u32, down: bool) {
+    let p = &reg.ports[dev as usize];
+    let v = u32::from(down);
+    // The process that changes the state counts it, once.
+    if p.down.swap(v, Ordering::AcqRel) != v {
+        if down {
+            reg.header.down_ports.fetch_add(1, Ordering::Release);
+        } else {
+            reg.header.down_ports.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+/// Whether device `dev`'s port is down (a device the fabric cannot have is
+/// not).
+pub(crate) fn is_down(reg: &Registry, dev: u32) -> bool {
+    reg.ports
+        .get(dev as usize)
+        .is_some_and(|p| p.down.load(Ordering::Acquire) != 0)
+}
+
+/// Whether the path between devices `a` and `b` is broken: either end's port
+/// is down (a device's loopback to itself included).
+#[inline]
+pub(crate) fn path_down(reg: &Registry, a: u32, b: u32) -> bool {
+    is_down(reg, a) || is_down(reg, b)
+}
+
 /// When a transfer's completions may appear (ns on the NIC's wire clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reveal {
@@ -266,6 +307,35 @@ mod tests {
             parse_links("sim0=1:2xs"),
             Err(LinkSpecError::Syntax(_))
         ));
+    }
+
+    #[test]
+    fn port_state_is_counted_once_per_change() {
+        // SAFETY: all-zero bytes are a valid Registry of atomics (as a fresh
+        // fabric's mapping is).
+        let reg: Box<Registry> = unsafe { Box::new_zeroed().assume_init() };
+        let downs = || reg.header.down_ports.load(Ordering::Relaxed);
+        assert!(!is_down(&reg, 1) && downs() == 0);
+        set_down(&reg, 1, true);
+        set_down(&reg, 1, true);
+        assert!(
+            is_down(&reg, 1) && downs() == 1,
+            "twice down is one port down"
+        );
+        set_down(&reg, 3, true);
+        assert_eq!(downs(), 2);
+        assert!(path_down(&reg, 0, 1) && path_down(&reg, 1, 0) && path_down(&reg, 1, 1));
+        assert!(!path_down(&reg, 0, 2));
+        set_down(&reg, 1, false);
+        set_down(&reg, 1, false);
+        set_down(&reg, 0, false);
+        assert!(
+            !is_down(&reg, 1) && downs() == 1,
+            "up twice, and a port never down"
+        );
+        assert!(!is_down(&reg, MAX_DEVS as u32));
+        set_down(&reg, 3, false);
+        assert_eq!(downs(), 0);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d05;
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d06;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
 /// Shared-memory segments per fabric.
@@ -34,6 +34,9 @@ pub const FREE: u32 = 0;
 pub const CLAIMED: u32 = 1;
 /// Slot state: live.
 pub const LIVE: u32 = 2;
+
+/// [`QpEntry::retry_wqe`] when no WQE has failed a try.
+pub const NO_RETRY: u32 = u32::MAX;
 
 /// `seg` value of a memory region registered from ordinary process memory.
 pub const NO_SEG: u32 = u32::MAX;
@@ -67,11 +70,13 @@ pub struct Header {
     /// Ports with a link model: while 0, the link model costs the engine
     /// nothing.
     pub modeled_ports: AtomicU32,
-    _pad: [u32; 10],
+    /// Ports that are down: while 0, port state costs the engine nothing.
+    pub down_ports: AtomicU32,
+    _pad: [u32; 9],
 }
 
-/// A device's port under the link model (all zero: no model, the port is as
-/// fast as memory).
+/// A device's port: its link model and its state (all zero: no model, the
+/// port is up and as fast as memory).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct PortEntry {
@@ -84,7 +89,10 @@ pub struct PortEntry {
     pub busy_until_ns: AtomicU64,
     /// 1 while the port has a link model (rate or latency).
     pub modeled: AtomicU32,
-    _pad: [u32; 9],
+    /// 1 while the port is down (a pulled cable, a failed switch port):
+    /// nothing crosses a path with a port down.
+    pub down: AtomicU32,
+    _pad: [u32; 8],
 }
 
 /// A shared-memory segment.
@@ -305,16 +313,20 @@ pub struct QpEntry {
     pub exec_lock: ShmLock,
     /// NIC consumer counter of the SQ (BBs executed).
     pub sq_ci: AtomicU32,
-    /// Failed tries (RNR or transport) of the WQE at the SQ head.
+    /// RNR NAKs the WQE at the SQ head received.
     pub retry_tries: AtomicU32,
-    /// SQ counter of the WQE the tries are for.
+    /// SQ counter of the WQE the tries are for ([`NO_RETRY`]: none).
     pub retry_wqe: AtomicU32,
     /// Owner-process clock (ns) before which the head WQE is not retried.
     pub retry_due_ns: AtomicU64,
     /// When the peer process was last seen alive: the owner process's NIC
     /// clock (ns: logical in deferred mode, the coarse monotonic clock inline).
     pub peer_seen: AtomicU64,
-    _pad1: [u32; 8],
+    /// Tries of the WQE at the SQ head that no acknowledgement answered
+    /// within the local ACK timeout (the first send and `retry_cnt`
+    /// retries); more than `retry_cnt`: the last try's timer runs.
+    pub ack_tries: AtomicU32,
+    _pad1: [u32; 7],
     // Responder side: written by the peer's NIC as it consumes receives.
     /// Serialises RQ consumption.
     pub rq_lock: ShmLock,
@@ -385,6 +397,7 @@ pub fn claim<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32) -> Option<usize> 
 // The groups above start on cache lines of their own.
 const _: () = {
     assert!(std::mem::offset_of!(CqEntry, lock) == 64);
+    assert!(std::mem::size_of::<Header>() == 64);
     assert!(std::mem::size_of::<PortEntry>() == 64);
     assert!(std::mem::size_of::<CqEntry>() == 128);
     assert!(std::mem::size_of::<ChanEntry>() == 64);

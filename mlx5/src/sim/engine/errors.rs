@@ -9,7 +9,7 @@ use crate::doorbell::load_dbrec;
 use crate::prm::{CqeOpcode, ErrCqe, Syndrome, RCV_DBR};
 use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
-use crate::sim::registry::{qp_state, QpEntry};
+use crate::sim::registry::{qp_state, QpEntry, NO_RETRY};
 
 /// Why a WQE did not complete.
 pub(super) enum Fail {
@@ -71,8 +71,16 @@ impl Fail {
 
 /// Counts a try of the head WQE at `ci` that the peer could not take. `Ok`:
 /// the send queue stalls and the WQE is tried again after `delay_us`; `Err`:
-/// the QP's retry budget is used up (`rnr_retry` 7 never is), and the WQE
-/// fails with that syndrome.
+/// the QP's retry budget is used up, and the WQE fails with that syndrome.
+///
+/// The two kinds count apart, as a NIC's two retry counters do:
+/// - RNR: the NAK comes back at once; after `rnr_retry` retries (7: never)
+///   the next NAK fails the WQE.
+/// - Transport: silence, known only when the local ACK timer (`delay_us`)
+///   expires. The first try and `retry_cnt` retries each wait for it, so the
+///   last try still stalls, and the WQE fails when its timer expires
+///   ([`last_try_expired`]), `retry_cnt` + 1 timeouts after the first try
+///   (IB spec; rxe's `COMPST_ERROR_RETRY` counts the same way).
 pub(super) fn retry(
     x: &Exec<'_>,
     qp: &Qp<'_>,
@@ -82,43 +90,74 @@ pub(super) fn retry(
 ) -> Result<Stall, Syndrome> {
     let e = qp.e;
     let retry_after_us = delay_us;
-    let (limit, forever, syndrome, stall) = match kind {
-        RetryKind::Rnr => {
-            let l = e.rnr_retry.load(Ordering::Relaxed);
-            (
-                l,
-                l == 7,
-                Syndrome::RnrRetryExc,
-                Stall::Rnr { retry_after_us },
-            )
-        }
+    let (count, limit, stall) = match kind {
+        RetryKind::Rnr => (
+            &e.retry_tries,
+            e.rnr_retry.load(Ordering::Relaxed),
+            Stall::Rnr { retry_after_us },
+        ),
         RetryKind::Transport => (
+            &e.ack_tries,
             e.retry_cnt.load(Ordering::Relaxed),
-            false,
-            Syndrome::TransportRetryExc,
             Stall::Transport { retry_after_us },
         ),
     };
     // Tries count for the WQE at the head only.
-    let tries = if e.retry_wqe.load(Ordering::Relaxed) == ci {
-        e.retry_tries.load(Ordering::Relaxed)
-    } else {
+    if e.retry_wqe.load(Ordering::Relaxed) != ci {
         e.retry_wqe.store(ci, Ordering::Relaxed);
         e.retry_tries.store(0, Ordering::Relaxed);
-        0
-    };
+        e.ack_tries.store(0, Ordering::Relaxed);
+    }
+    let tried = e.retry_tries.load(Ordering::Relaxed) | e.ack_tries.load(Ordering::Relaxed);
     let now_ns = x.clock.ns();
-    if tries > 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
+    if tried != 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
         // Not due yet: this wait is not a try.
         return Ok(stall);
     }
-    e.retry_tries.store(tries + 1, Ordering::Relaxed);
+    let tries = count.load(Ordering::Relaxed);
+    count.store(tries + 1, Ordering::Relaxed);
     e.retry_due_ns
         .store(now_ns + u64::from(delay_us) * 1000, Ordering::Relaxed);
-    if forever || tries < limit {
-        Ok(stall)
-    } else {
-        Err(syndrome)
+    match kind {
+        RetryKind::Rnr if limit == 7 || tries < limit => Ok(stall),
+        RetryKind::Rnr => Err(Syndrome::RnrRetryExc),
+        // The last try (tries == limit) waits for its timer too.
+        RetryKind::Transport if tries <= limit => Ok(stall),
+        RetryKind::Transport => Err(Syndrome::TransportRetryExc),
+    }
+}
+
+/// The head WQE at `ci` after its last transport try, if it has had it:
+/// `Ok` (a stall) while that try's ACK timer runs, `Err` with
+/// TRANSPORT_RETRY_EXC_ERR once it expired. `None`: the WQE has tries left
+/// and runs as usual.
+pub(super) fn last_try_expired(
+    x: &Exec<'_>,
+    qp: &Qp<'_>,
+    ci: u32,
+) -> Option<Result<Stall, Syndrome>> {
+    let e = qp.e;
+    let tries = e.ack_tries.load(Ordering::Relaxed);
+    if tries == 0
+        || tries <= e.retry_cnt.load(Ordering::Relaxed)
+        || e.retry_wqe.load(Ordering::Relaxed) != ci
+    {
+        return None;
+    }
+    if x.clock.ns() < e.retry_due_ns.load(Ordering::Relaxed) {
+        let retry_after_us = e.timeout_us.load(Ordering::Relaxed);
+        return Some(Ok(Stall::Transport { retry_after_us }));
+    }
+    Some(Err(Syndrome::TransportRetryExc))
+}
+
+/// Forgets the tries of the head WQE (it completed).
+#[inline]
+pub(super) fn clear_tries(e: &QpEntry) {
+    if e.retry_wqe.load(Ordering::Relaxed) != NO_RETRY {
+        e.retry_wqe.store(NO_RETRY, Ordering::Relaxed);
+        e.retry_tries.store(0, Ordering::Relaxed);
+        e.ack_tries.store(0, Ordering::Relaxed);
     }
 }
 

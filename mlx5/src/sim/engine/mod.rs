@@ -179,9 +179,10 @@ impl<'a> Qp<'a> {
 
 /// Runs QP `qpn`'s send queue: every WQE between the NIC's consumer counter and
 /// the doorbell record, at most `max` of them. A head WQE that stalled on RNR
-/// or an unreachable peer is retried once its delay has passed on `x`'s clock,
-/// and fails after `rnr_retry` (7: never) or `retry_cnt` tries. A QP in ERR
-/// has its queues flushed.
+/// or an unreachable peer (gone, or behind a port that is down) is retried
+/// once its delay has passed on `x`'s clock, and fails after `rnr_retry` (7:
+/// never) RNR retries, or when the ACK timer of its last transport try (the
+/// first and `retry_cnt` retries) expires. A QP in ERR has its queues flushed.
 pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
     let mut res = RunResult::default();
     let mut report = FlushReport::default();
@@ -218,10 +219,27 @@ fn run_wqes(
     let pi = qp.sq_posted();
     let mut ci = e.sq_ci.load(Ordering::Relaxed);
     let send_cqn = e.send_cqn.load(Ordering::Relaxed);
+    // A head WQE whose transport tries are all spent is not sent again: it
+    // waits for its last ACK timer, then fails.
+    let mut head = None;
+    if ci as u16 != pi {
+        match errors::last_try_expired(x, qp, ci) {
+            Some(Ok(stall)) => {
+                res.stalled = Some(stall);
+                return;
+            }
+            Some(Err(syndrome)) => head = Some(Fail::local(syndrome)),
+            None => {}
+        }
+    }
     while ci as u16 != pi && res.executed < max {
         let w = qp.wqe(ci);
+        let outcome = match head.take() {
+            Some(fail) => Err(fail),
+            None => execute_wqe(x, qp, &w),
+        };
         // What the WQE's error CQE reports, if it failed for good.
-        let (syndrome, vendor) = match execute_wqe(x, qp, &w) {
+        let (syndrome, vendor) = match outcome {
             Ok(done) => {
                 if w.flags & ctrl_flags::CQ_UPDATE != 0 {
                     let c = req_cqe(qp.qpn, w.idx, w.opcode, done.byte_cnt);
@@ -229,9 +247,7 @@ fn run_wqes(
                 }
                 ci = ci.wrapping_add(w.bbs);
                 res.executed += 1;
-                if e.retry_tries.load(Ordering::Relaxed) != 0 {
-                    e.retry_tries.store(0, Ordering::Relaxed);
-                }
+                errors::clear_tries(e);
                 continue;
             }
             Err(Fail::Retry { kind, delay_us }) => match errors::retry(x, qp, ci, kind, delay_us) {

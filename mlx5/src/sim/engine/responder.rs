@@ -17,6 +17,7 @@ use crate::prm::{
 use crate::sim::cqe_out::{FlushReport, PendingCqe};
 use crate::sim::exec::Exec;
 use crate::sim::fabric::{in_segment, Fabric};
+use crate::sim::link;
 use crate::sim::registry::{
     qp_state, slot_of, QpEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
 };
@@ -47,11 +48,12 @@ pub(super) fn peer_check_due(qp: &Qp<'_>, now: u64) -> bool {
     now.wrapping_sub(seen) > PEER_CHECK_NS || seen > now
 }
 
-/// The responder QP of `qp`, checked as the transport would: a peer that is gone
-/// or not ready to receive does not answer.
+/// The responder QP of `qp`, checked as the transport would: a path with a
+/// port down carries nothing, and a peer that is gone or not ready to receive
+/// does not answer.
 pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a QpEntry), Fail> {
     let timeout_us = qp.e.timeout_us.load(Ordering::Relaxed);
-    if x.faults.take_peer() {
+    if x.faults.take_peer() || (x.ports_down && path_down(x.fab, qp)) {
         return Err(Fail::transport(timeout_us));
     }
     let Some((slot, r)) = connected_peer(x.fab, qp) else {
@@ -65,6 +67,14 @@ pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a
         qp.e.peer_seen.store(now, Ordering::Relaxed);
     }
     Ok((slot, r))
+}
+
+/// Whether the path from `qp` to its remote device has a port down (the
+/// remote device is the one the QP was connected to at RTR, as the packets'
+/// address names it).
+#[cold]
+fn path_down(fab: &Fabric, qp: &Qp<'_>) -> bool {
+    link::path_down(fab.reg(), qp.dev, qp.e.remote_dev.load(Ordering::Relaxed))
 }
 
 /// An injected access fault, checked where the responder validates the rkey.
