@@ -250,3 +250,63 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
     a.shutdown();
     Fabric::remove_if_unused(&fabric);
 }
+
+#[test]
+fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
+    let fabric = format!("kvs-cluster-rail-{}", std::process::id());
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+    let n = 4000u32;
+    let val = |i: u32| format!("{i}:{}", "v".repeat(1000)).into_bytes();
+    for i in 0..n {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.put(k.as_bytes(), &val(i), t)),
+            Ok(OwnedReply::Done)
+        );
+    }
+    drop(c);
+    let mut cc = control(&fabric);
+    let r = cc
+        .request(
+            a.addr(),
+            &ControlRequest::Migrate {
+                first: 0,
+                end: 256,
+                to: 1,
+            },
+        )
+        .unwrap();
+    assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+    // Once the first chunk is in, rail 1 (sim3) loses its link.
+    let t = std::time::Instant::now();
+    loop {
+        let m = status(&mut cc, a.addr()).migration.unwrap();
+        assert!(!m.finished, "the migration ended before the rail went down");
+        if m.slots_done >= 64 {
+            break;
+        }
+        assert!(t.elapsed().as_secs() < 30);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let f = mlx5::sim::fabric::Fabric::open(&fabric).unwrap();
+    f.set_port_down(3, true).unwrap();
+    let m = migration_over(&mut cc, a.addr());
+    assert_eq!((m.error, m.slots_done), (None, 256));
+    assert!(f.port_down(3));
+    let mut c = support::connect(b.addr(), &fabric, Default::default()).unwrap();
+    for i in 0..n {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(val(i))),
+            "{k}"
+        );
+    }
+    f.set_port_down(3, false).unwrap();
+    drop((c, cc, f));
+    b.shutdown();
+    a.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
