@@ -256,6 +256,10 @@ fn main() {
         verify,
         idle,
         seed: num("kvs.seed", 0x5eed),
+        max_time: match num("maxexecutiontime", 0) {
+            0 => None,
+            s => Some(Duration::from_secs(s)),
+        },
     };
     if a.command == Command::Run && embedded.is_some() {
         // All the records, whatever share of the operations this rank has.

@@ -68,6 +68,9 @@ pub struct RunOptions {
     pub idle: IdlePolicy,
     /// Seed of the threads' random streams.
     pub seed: u64,
+    /// Java's `maxexecutiontime`: after this long, no new operation starts;
+    /// those in flight finish (None: until the operation count is done).
+    pub max_time: Option<Duration>,
 }
 
 /// Counters the status reporter reads while a phase runs.
@@ -326,7 +329,7 @@ fn drive_on<X: Transport>(
         opts,
         thread,
         threads,
-        count,
+        mut count,
         progress,
         stop,
     } = job;
@@ -364,6 +367,11 @@ fn drive_on<X: Transport>(
     let mut lost: Option<KvError> = None;
     let mut stopping: Option<Instant> = None;
     while completed < count {
+        // Out of time: what was issued is all there is.
+        if opts.max_time.is_some_and(|d| t0.elapsed() >= d) && count > issued {
+            count = issued;
+            continue;
+        }
         if stopping.is_none() && (lost.is_some() || stop.load(Ordering::Relaxed)) {
             stop.store(true, Ordering::Relaxed);
             stopping = Some(Instant::now());

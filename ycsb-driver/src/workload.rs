@@ -38,6 +38,7 @@
 //! | `exponential.percentile` | 95 |
 //! | `exponential.frac` | 0.8571428571 |
 //! | `dataintegrity` | false (true: the driver writes values derived from key and field and checks every read) |
+//! | `maxexecutiontime` | 0 (seconds after which no operation starts; those in flight finish; 0: no limit) |
 //!
 //! Where Java silently accepts a bad value (e.g. `readallfields=yes` read as
 //! false, an unknown `insertorder` read as ordered, a hot-spot fraction out of

@@ -67,6 +67,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
             verify: true,
             idle: Default::default(),
             seed: 7,
+            max_time: None,
         };
         let progress = Arc::new(Progress::default());
         // The workloads share the server and the key names; each loads its
@@ -210,4 +211,34 @@ fn a_client_killed_mid_run_does_not_disturb_the_others() {
     }
     s.shutdown();
     Fabric::remove_if_unused(&fabric);
+}
+
+/// `maxexecutiontime` ends a run that the operation count would not: the
+/// report covers what was done.
+#[test]
+fn maxexecutiontime_ends_the_run() {
+    let t = std::time::Instant::now();
+    let out = output_within(
+        Command::new(env!("CARGO_BIN_EXE_ycsb-driver")).args([
+            "run",
+            "-P",
+            "workloadc",
+            "-p",
+            "recordcount=100",
+            "-p",
+            "operationcount=1000000000",
+            "-p",
+            "maxexecutiontime=1",
+        ]),
+        120,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = String::from_utf8(out.stdout).unwrap();
+    let reads = support::ok_count(&report, "READ");
+    assert!(reads > 0 && reads < 1_000_000_000, "{report}");
+    assert!(t.elapsed().as_secs() < 60);
 }
