@@ -17,7 +17,13 @@
 //!
 //! A lost connection to the server (it died, or closed the connection) stops
 //! the phase: the report covers the operations that completed, an error line
-//! on stderr names the server, and the driver exits with status 1.
+//! on stderr names the server, and the driver exits with status 1. Ctrl-C
+//! (SIGINT) ends the phase as `maxexecutiontime` does: no new operation
+//! starts, those in flight finish, and the report covers what was done.
+//!
+//! Against a kvs cluster, `--server` names any member; the driver follows
+//! the cluster's map (redirects, migrations) and says on stderr which map
+//! version it ended with.
 //!
 //! Built with the `mpi` feature and started by `mpirun`, every rank drives its
 //! share (the records of `load` split by `insertstart`/`insertcount`, the
@@ -31,7 +37,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -260,7 +266,12 @@ fn main() {
             0 => None,
             s => Some(Duration::from_secs(s)),
         },
+        interrupt: Arc::new(AtomicBool::new(false)),
     };
+    let flag = opts.interrupt.clone();
+    if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {
+        eprintln!("ycsb-driver: Ctrl-C will not end the run cleanly: {e}");
+    }
     if a.command == Command::Run && embedded.is_some() {
         // All the records, whatever share of the operations this rank has.
         let lw = Arc::new(CoreWorkload::new(&full_props).unwrap_or_else(|e| die(&e)));
@@ -296,6 +307,15 @@ fn main() {
     let r = run_phase(&wl, phase, &target, &opts, &progress).unwrap_or_else(|e| die(&e));
     if let Some(s) = status {
         let _ = s.join();
+    }
+    if opts.interrupt.load(Ordering::Relaxed) {
+        eprintln!(
+            "ycsb-driver: interrupted: the report covers the {} operations done",
+            r.operations
+        );
+    }
+    if let Some(v) = r.map_version {
+        eprintln!("ycsb-driver: shard map version {v} at the end");
     }
     // A lost connection stopped the phase: the report covers what completed,
     // and the driver fails.

@@ -67,7 +67,9 @@ pub(crate) fn drive(job: Job<'_>, url: &str) -> Result<(Measurements, u64), RunE
     let t0 = Instant::now();
     let per_thread_rate = opts.target_ops.map(|t| t / threads as f64);
     while done < count {
-        if opts.max_time.is_some_and(|d| t0.elapsed() >= d) {
+        if opts.max_time.is_some_and(|d| t0.elapsed() >= d)
+            || opts.interrupt.load(std::sync::atomic::Ordering::Relaxed)
+        {
             break;
         }
         if let Some(rate) = per_thread_rate {

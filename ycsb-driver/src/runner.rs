@@ -71,6 +71,8 @@ pub struct RunOptions {
     /// Java's `maxexecutiontime`: after this long, no new operation starts;
     /// those in flight finish (None: until the operation count is done).
     pub max_time: Option<Duration>,
+    /// Set (by Ctrl-C) to end the phase early in the same way.
+    pub interrupt: Arc<AtomicBool>,
 }
 
 /// Counters the status reporter reads while a phase runs.
@@ -96,6 +98,8 @@ pub struct PhaseResult {
     /// The lost connection that ended the phase early, if one did (the
     /// measurements cover what completed before).
     pub lost: Option<ConnectionLost>,
+    /// The newest shard-map version a driver thread ended with (kvs-server).
+    pub map_version: Option<u32>,
 }
 
 /// A driver thread's connection to the server was lost (the server died, or
@@ -117,9 +121,17 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// a stop request.
 const IDLE_WAIT: Duration = Duration::from_millis(100);
 
-/// What one driver thread did: its measurements, the operations it
-/// completed, and the lost connection that stopped it, if one did.
-pub(crate) type ThreadResult = (Measurements, u64, Option<KvError>);
+/// What one driver thread did.
+pub(crate) struct ThreadResult {
+    /// Its measurements.
+    pub m: Measurements,
+    /// Operations it completed.
+    pub ops: u64,
+    /// The lost connection that stopped it, if one did.
+    pub lost: Option<KvError>,
+    /// The shard-map version its client ended with (kvs-server).
+    pub map_version: Option<u32>,
+}
 
 /// Why a phase could not run.
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +187,7 @@ pub fn run_phase(
                         stop: &stop,
                     };
                     let r = drive(job, &target);
-                    if !matches!(r, Ok((_, _, None))) {
+                    if !matches!(&r, Ok(ThreadResult { lost: None, .. })) {
                         stop.store(true, Ordering::Release);
                     }
                     r
@@ -187,14 +199,16 @@ pub fn run_phase(
     let mut ops = 0;
     let mut err = None;
     let mut lost = None;
+    let mut map_version = None;
     for (t, h) in handles.into_iter().enumerate() {
         match h.join().expect("a driver thread panicked") {
-            Ok((m, n, l)) => {
-                merged.merge(&m);
-                ops += n;
+            Ok(r) => {
+                merged.merge(&r.m);
+                ops += r.ops;
                 if lost.is_none() {
-                    lost = l.map(|why| ConnectionLost { thread: t, why });
+                    lost = r.lost.map(|why| ConnectionLost { thread: t, why });
                 }
+                map_version = map_version.max(r.map_version);
             }
             Err(e) => err = Some(e),
         }
@@ -208,6 +222,7 @@ pub fn run_phase(
         operations: ops,
         runtime: start.elapsed(),
         lost,
+        map_version,
     })
 }
 
@@ -274,7 +289,12 @@ fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
             auth_token,
         } => (server, device, fabric, auth_token),
         Target::Redis { url } => {
-            return crate::redis_db::drive(job, url).map(|(m, n)| (m, n, None))
+            return crate::redis_db::drive(job, url).map(|(m, ops)| ThreadResult {
+                m,
+                ops,
+                lost: None,
+                map_version: None,
+            })
         }
     };
     let spec = DeviceSpec {
@@ -367,8 +387,10 @@ fn drive_on<X: Transport>(
     let mut lost: Option<KvError> = None;
     let mut stopping: Option<Instant> = None;
     while completed < count {
-        // Out of time: what was issued is all there is.
-        if opts.max_time.is_some_and(|d| t0.elapsed() >= d) && count > issued {
+        // Out of time, or interrupted: what was issued is all there is.
+        let over = opts.max_time.is_some_and(|d| t0.elapsed() >= d)
+            || opts.interrupt.load(Ordering::Relaxed);
+        if over && count > issued {
             count = issued;
             continue;
         }
@@ -572,7 +594,12 @@ fn drive_on<X: Transport>(
     if let Ok(mut g) = progress.interval.lock() {
         m.drain_interval_into(&mut g);
     }
-    Ok((m, completed, lost))
+    Ok(ThreadResult {
+        m,
+        ops: completed,
+        lost,
+        map_version: Some(client.map().version()),
+    })
 }
 
 /// Bytes of field `f` of `key`'s record: a function of key and field when

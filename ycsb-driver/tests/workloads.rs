@@ -68,6 +68,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
             idle: Default::default(),
             seed: 7,
             max_time: None,
+            interrupt: Default::default(),
         };
         let progress = Arc::new(Progress::default());
         // The workloads share the server and the key names; each loads its
