@@ -266,7 +266,7 @@ impl<T, X: Transport> Client<T, X> {
 
     /// An op slot for a request to `ep` with `allowance` (its bytes still to
     /// be written).
-    #[inline]
+    #[inline(always)]
     fn slot(&mut self, tag: Option<T>, kind: Kind, ep: EndpointId, allowance: usize) -> u32 {
         match self.free.pop() {
             Some(i) => {
@@ -275,29 +275,39 @@ impl<T, X: Transport> Client<T, X> {
                 s.kind = kind;
                 s.allowance = allowance;
                 s.ep = ep;
-                s.chase = Chase::default();
+                debug_assert!(s.chase.is_fresh(), "reset by release");
                 i
             }
-            None => {
-                self.ops.push(OpSlot {
-                    tag,
-                    kind,
-                    req: Vec::with_capacity(REQUEST_HEADER + 256),
-                    allowance,
-                    ep,
-                    chase: Chase::default(),
-                    scan: None,
-                });
-                (self.ops.len() - 1) as u32
-            }
+            None => self.new_slot(tag, kind, ep, allowance),
         }
     }
 
-    /// Frees an op slot (keeping its request buffer); returns its tag.
+    /// [`slot`](Self::slot) when none is free (only until warm).
+    #[cold]
+    #[inline(never)]
+    fn new_slot(&mut self, tag: Option<T>, kind: Kind, ep: EndpointId, allowance: usize) -> u32 {
+        self.ops.push(OpSlot {
+            tag,
+            kind,
+            req: Vec::with_capacity(REQUEST_HEADER + 256),
+            allowance,
+            ep,
+            chase: Chase::default(),
+            scan: None,
+        });
+        (self.ops.len() - 1) as u32
+    }
+
+    /// Frees an op slot (keeping its request buffer, and resetting its
+    /// chase if it had one); returns its tag.
     #[inline]
     fn release(&mut self, i: u32) -> Option<T> {
         self.free.push(i);
-        self.ops[i as usize].tag.take()
+        let s = &mut self.ops[i as usize];
+        if !s.chase.is_fresh() {
+            s.chase = Chase::default();
+        }
+        s.tag.take()
     }
 
     /// Sends one request to the owner of its key (queued until `poll()`),

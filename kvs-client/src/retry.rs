@@ -30,8 +30,13 @@ pub(crate) const FIRST_BACKOFF: Duration = Duration::from_micros(50);
 /// The longest try-again backoff.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(5);
 /// How long a map whose new members could not be connected is not fetched
-/// again (requests for those members fail at once meanwhile).
+/// again (requests for those members fail at once meanwhile); it doubles
+/// with each failure in a row, to [`MAX_REFETCH_AFTER`] (connecting blocks
+/// the client's poll).
 pub(crate) const REFETCH_AFTER: Duration = Duration::from_secs(1);
+/// The longest wait before a map whose members could not be connected is
+/// fetched again.
+pub(crate) const MAX_REFETCH_AFTER: Duration = Duration::from_secs(32);
 
 /// One request's chase so far (kept in its op slot).
 #[derive(Debug, Clone, Copy, Default)]
@@ -45,8 +50,15 @@ pub(crate) struct Chase {
 }
 
 impl Chase {
+    /// Whether nothing was chased yet (a redirect, a try-again or a backoff
+    /// always comes with a first time).
+    #[inline]
+    pub(crate) fn is_fresh(&self) -> bool {
+        self.since.is_none()
+    }
+
     /// The next backoff (50 µs, doubling to 5 ms).
-    pub(crate) fn backoff(&mut self) -> Duration {
+    fn backoff(&mut self) -> Duration {
         let d = FIRST_BACKOFF
             .saturating_mul(1 << self.backoffs.min(16))
             .min(MAX_BACKOFF);
@@ -129,6 +141,8 @@ enum Fetch<E> {
 struct Unreachable {
     version: u32,
     at: Instant,
+    /// How long from `at` it is not fetched again.
+    hold: Duration,
     why: String,
 }
 
@@ -236,6 +250,7 @@ impl<E: Copy> Chaser<E> {
 
     /// Queues `op` to be sent to `to` after its next backoff.
     pub(crate) fn later(&mut self, op: u32, chase: &mut Chase, to: Target<E>, now: Instant) {
+        chase.since.get_or_insert(now);
         let due = now + chase.backoff();
         self.queue.push(Retry { op, due, to });
     }
@@ -312,6 +327,7 @@ impl<E: Copy> Chaser<E> {
     /// client's): the parked requests, to be routed by the map in use.
     pub(crate) fn installed(&mut self) -> Vec<u32> {
         self.fetch = Fetch::Idle;
+        self.unreachable = None;
         std::mem::take(&mut self.parked)
     }
 
@@ -324,12 +340,18 @@ impl<E: Copy> Chaser<E> {
 
     /// Map `version` could not be installed (its new members could not be
     /// connected, `why`): the parked requests, to fail with `why`. Until
-    /// [`REFETCH_AFTER`] has passed, redirects from that version start no
-    /// fetch, and those to members the client lacks fail at once.
+    /// [`REFETCH_AFTER`] has passed (doubled for each failure in a row),
+    /// redirects from that version start no fetch, and those to members the
+    /// client lacks fail at once.
     pub(crate) fn install_failed(&mut self, version: u32, why: String, now: Instant) -> Vec<u32> {
+        let hold = match &self.unreachable {
+            Some(u) => (u.hold * 2).min(MAX_REFETCH_AFTER),
+            None => REFETCH_AFTER,
+        };
         self.unreachable = Some(Unreachable {
             version,
             at: now,
+            hold,
             why,
         });
         self.fetch = Fetch::Idle;
@@ -340,9 +362,7 @@ impl<E: Copy> Chaser<E> {
     /// client lacks, if a map at least that new failed to install lately.
     fn blocked(&self, version: u32, now: Instant) -> Option<&str> {
         match &self.unreachable {
-            Some(u)
-                if version <= u.version && now.saturating_duration_since(u.at) < REFETCH_AFTER =>
-            {
+            Some(u) if version <= u.version && now.saturating_duration_since(u.at) < u.hold => {
                 Some(&u.why)
             }
             _ => None,
@@ -464,20 +484,49 @@ mod tests {
             s => panic!("{s:?}"),
         }
         assert_eq!(c.take_fetch(), None);
-        // A newer map, or later: fetched again.
+        // A newer map: fetched at once.
+        let mut ch = Chase::default();
+        let s = c.on_answer(3, &mut ch, redirect(3, 1, 0), 10, false, 1, connected, t);
+        assert_eq!(s, Step::Parked);
+        assert_eq!(c.take_fetch(), Some(10));
+        // It fails too: that one is held off twice as long.
+        let t2 = t + Duration::from_millis(10);
+        assert_eq!(c.install_failed(3, "refused again".into(), t2), vec![3]);
+        let mut ch = Chase::default();
+        let late = t2 + REFETCH_AFTER;
+        assert!(matches!(
+            c.on_answer(4, &mut ch, redirect(3, 1, 0), 10, false, 1, connected, late),
+            Step::Fail(_)
+        ));
+        // Later: fetched again; once installed, the hold-off starts over.
+        let later = t2 + 2 * REFETCH_AFTER;
         let mut ch = Chase::default();
         let s = c.on_answer(
-            3,
+            5,
             &mut ch,
-            redirect(2, 1, 0),
+            redirect(3, 1, 0),
             10,
             false,
             1,
             connected,
-            t + REFETCH_AFTER,
+            later,
         );
         assert_eq!(s, Step::Parked);
         assert_eq!(c.take_fetch(), Some(10));
+        assert_eq!(c.installed(), vec![5]);
+        c.install_failed(4, "x".into(), later);
+        let mut ch = Chase::default();
+        let s = c.on_answer(
+            6,
+            &mut ch,
+            redirect(4, 1, 0),
+            10,
+            false,
+            1,
+            connected,
+            later + REFETCH_AFTER,
+        );
+        assert_eq!(s, Step::Parked);
     }
 
     #[test]
