@@ -581,7 +581,10 @@ impl<T, X: Transport> Client<T, X> {
             now,
         );
         match step {
-            Step::Send(ep) => self.resend(i, Target::To(ep)),
+            Step::Send(ep, version) => {
+                raise_version(&mut self.ops[i as usize].req, version);
+                self.resend(i, Target::To(ep))
+            }
             Step::Queued | Step::Parked => None,
             Step::Fail(why) => Some(self.no_route(why)),
         }
@@ -596,15 +599,16 @@ impl<T, X: Transport> Client<T, X> {
         })
     }
 
-    /// Sends op `i`'s request again, to `to`, with the client's map version:
-    /// `None` when sent or queued as busy, else the error it ends with.
+    /// Sends op `i`'s request again, to `to`, as routed by the client's map
+    /// (or the newer one a redirect named): `None` when sent or queued as
+    /// busy, else the error it ends with.
     fn resend(&mut self, i: u32, to: Target<EndpointId>) -> Option<KvError> {
         let s = &mut self.ops[i as usize];
         let ep = match to {
             Target::To(ep) => ep,
             Target::Route => self.routes.of_key(request_key(&s.req)),
         };
-        s.req[MAP_VERSION].copy_from_slice(&self.routes.version().to_le_bytes());
+        raise_version(&mut s.req, self.routes.version());
         s.ep = ep;
         match self.ctx.call(ep, &s.req, s.allowance, i) {
             Ok(()) => None,
@@ -813,6 +817,15 @@ impl<T, X: Transport> Client<T, X> {
     }
 }
 
+/// Raises the map version an encoded request was routed by to `v` (never
+/// lowers it: a redirect may have routed it by a newer map than the
+/// client's).
+fn raise_version(req: &mut [u8], v: u32) {
+    let b = &mut req[MAP_VERSION];
+    let old = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    b.copy_from_slice(&old.max(v).to_le_bytes());
+}
+
 /// The key of an encoded request.
 fn request_key(req: &[u8]) -> &[u8] {
     let n = usize::from(u16::from_le_bytes([req[2], req[3]]));
@@ -871,5 +884,29 @@ impl<X: Transport> Client<u64, X> {
             }
         }
         out.expect("loop ends with an answer")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvs_proto::proto::Request;
+
+    #[test]
+    fn a_re_sent_request_keeps_its_key_and_never_goes_back_to_an_older_map() {
+        let mut req = Vec::new();
+        proto::write_request(&mut req, Op::Put, 3, b"user7", b"value", 5, 0);
+        assert_eq!(request_key(&req), b"user7");
+        // A redirect from map 6 routes it by 6; the client's map (4) does
+        // not take it back.
+        raise_version(&mut req, 6);
+        raise_version(&mut req, 4);
+        let r = Request::new_checked(&req).unwrap();
+        assert_eq!(
+            (r.map_version(), r.key(), r.value()),
+            (6, &b"user7"[..], &b"value"[..])
+        );
+        raise_version(&mut req, 7);
+        assert_eq!(Request::new_checked(&req).unwrap().map_version(), 7);
     }
 }

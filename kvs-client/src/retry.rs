@@ -3,7 +3,8 @@
 //! them out).
 //!
 //! - A REDIRECT names the slot's owner under the answering server's map: the
-//!   request goes there at once if the client is connected to it; else it is
+//!   request goes there at once if the client is connected to it (as routed
+//!   by that map, when it is newer than the client's); else it is
 //!   parked until the map fetched from that server is installed, then routed
 //!   by it. A redirect from a newer map than the client's starts that fetch
 //!   (one at a time).
@@ -108,8 +109,11 @@ pub(crate) enum Target<E> {
 /// try-again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step<E> {
-    /// Re-send it now to this endpoint (busy: [`Chaser::busy`]).
-    Send(E),
+    /// Re-send it now to this endpoint, as routed by this map version (the
+    /// redirect's, when newer than the client's: the owner it names may not
+    /// have that map yet, and must then say try again rather than redirect
+    /// back). Busy: [`Chaser::busy`].
+    Send(E, u32),
     /// It waits in the retry queue.
     Queued,
     /// It waits for the map being fetched.
@@ -228,7 +232,7 @@ impl<E: Copy> Chaser<E> {
             return Step::Queued;
         }
         match connected(r.owner) {
-            Some(ep) => Step::Send(ep),
+            Some(ep) => Step::Send(ep, r.map_version.max(version)),
             None if newer => match self.blocked(r.map_version, now) {
                 Some(why) => Step::Fail(format!(
                     "its owner, member {}, is not reachable: {why}",
@@ -398,7 +402,7 @@ mod tests {
         let mut ch = Chase::default();
         let t = Instant::now();
         let s = c.on_answer(3, &mut ch, redirect(1, 0, 1), 10, false, 1, connected, t);
-        assert_eq!(s, Step::Send(11));
+        assert_eq!(s, Step::Send(11, 1));
         // Same version as the client's: no fetch.
         assert!(!c.fetching());
         assert_eq!(c.take_fetch(), None);
@@ -411,15 +415,15 @@ mod tests {
         let mut c = Chaser::default();
         let t = Instant::now();
         let (mut a, mut b) = (Chase::default(), Chase::default());
-        // Both re-sent at once (the owner is connected); one fetch, from
-        // the server that answered first.
+        // Both re-sent at once (the owner is connected), as routed by the
+        // redirect's map; one fetch, from the server that answered first.
         assert_eq!(
             c.on_answer(1, &mut a, redirect(5, 0, 0), 11, false, 4, connected, t),
-            Step::Send(10)
+            Step::Send(10, 5)
         );
         assert_eq!(
             c.on_answer(2, &mut b, redirect(5, 0, 0), 12, false, 4, connected, t),
-            Step::Send(10)
+            Step::Send(10, 5)
         );
         assert!(c.pending());
         assert_eq!(c.take_fetch(), Some(11));
@@ -588,7 +592,7 @@ mod tests {
         let mut ch = Chase::default();
         for _ in 0..MAX_REDIRECTS {
             let s = c.on_answer(1, &mut ch, redirect(1, 0, 0), 10, false, 1, connected, t);
-            assert_eq!(s, Step::Send(10));
+            assert_eq!(s, Step::Send(10, 1));
         }
         match c.on_answer(1, &mut ch, redirect(1, 0, 0), 10, false, 1, connected, t) {
             Step::Fail(why) => assert!(why.contains("redirected 65 times"), "{why}"),
