@@ -221,6 +221,11 @@ impl<T, X: Transport> Client<T, X> {
         routes
             .rebuild(&map)
             .map_err(|o| ConnectError::Protocol(format!("no connection to owner {o:?}")))?;
+        // Later fetches start with room for this map (it grows with the
+        // cluster), within what the rings admit.
+        let map_allowance = (RESPONSE_HEADER + map.encoded_len() + 4096)
+            .max(map_fetch::first_allowance(opts.ring_size))
+            .min(map_fetch::max_allowance(opts.ring_size));
         Ok(Client {
             ctx,
             inbox,
@@ -234,7 +239,7 @@ impl<T, X: Transport> Client<T, X> {
             chaser: Chaser::default(),
             fetched: None,
             map_error: None,
-            map_allowance: map_fetch::first_allowance(opts.ring_size),
+            map_allowance,
             due: Vec::new(),
             opts,
             in_flight: 0,

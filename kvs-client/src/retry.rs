@@ -12,9 +12,13 @@
 //!   is re-sent after a backoff: 50 µs, doubling to 5 ms.
 //! - A re-send refused because the endpoint is busy (ring or credit used up)
 //!   is tried again at the next poll or wait.
-//! - The chase is bounded: more than [`MAX_REDIRECTS`] redirects, or
-//!   [`MAX_CHASE`] since the first redirect or try-again, and the request
-//!   fails with the reason.
+//! - A scan part (a worker answers scans over whatever it owns) and the map
+//!   fetch go back to the same worker after the backoff.
+//! - The chase is bounded: more than [`MAX_REDIRECTS`] redirects (servers
+//!   whose maps send a request round in circles), or [`MAX_CHASE`] since the
+//!   first redirect or try-again (try-agains count against time only: a
+//!   server may take a while to get the new map), and the request fails with
+//!   the reason.
 
 use std::time::{Duration, Instant};
 
@@ -205,10 +209,13 @@ impl<E: Copy> Chaser<E> {
         if let Some(why) = chase.exhausted(now) {
             return Step::Fail(match answer {
                 Answer::Redirect(r) => format!(
-                    "{why} (last to member {} worker {} under map version {}; this client's is {version})",
+                    "{why} (the last to member {} worker {} under map version {}; \
+                     this client's map is version {version})",
                     r.owner.member, r.owner.worker, r.map_version
                 ),
-                Answer::TryAgain => format!("{why} (last: try again; this client's map is version {version})"),
+                Answer::TryAgain => {
+                    format!("{why} (the last: try again; this client's map is version {version})")
+                }
             });
         }
         let r = match answer {
