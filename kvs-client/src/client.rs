@@ -1,27 +1,32 @@
-//! The client library: routes each key to the worker owning its shard, writes
-//! calls into the endpoints' batches (sent by the next `poll()`, one WRITE per
-//! endpoint), and completes requests through a callback, without async
+//! The client: routes each key to the worker owning its slot (any member of
+//! the cluster), writes calls into the endpoints' batches (sent by the next
+//! `poll()`, one WRITE per endpoint), follows redirects and try-agains
+//! itself, and completes requests through a callback, without async
 //! machinery.
 
-use std::cell::Cell;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use copyrpc::conn::{connect_within, ConnError, Connection};
+use copyrpc::conn::Connection;
 use copyrpc::transport::{Mlx5, Transport};
-use copyrpc::{
-    CallError, CallFailed, CloseReason, Context, ContextBuilder, EndpointId, IdlePolicy, WaitError,
-};
+use copyrpc::{CallError, CloseReason, Context, ContextBuilder, EndpointId, WaitError};
 use mlx5::device::Context as Device;
 
-use crate::error::{KvError, SubmitError};
-use kvs_proto::proto::{
-    self, Op, Response, ScanRecords, Status, FLAG_TRUNCATED, REQUEST_HEADER, RESPONSE_HEADER,
-    SCAN_RECORD_HEADER,
-};
-use kvs_proto::shard::ShardMap;
-use kvs_proto::{hello, AuthToken, SetupAnswer};
+use crate::error::{ConnectError, KvError, SubmitError};
+use crate::inbox::{self, Handler, Inbox};
+use crate::map_fetch::{self, MapAnswer};
+use crate::members::{self, Setup};
+use crate::options::{ClientOptions, SETUP_TIMEOUT};
+use crate::reply::{OwnedReply, Reply};
+use crate::retry::{Answer, Chase, Chaser, Step, Target};
+use crate::route::Routes;
+use crate::scan::ScanAgg;
+use kvs_proto::proto::{self, Op, Redirect, Response, Status, REQUEST_HEADER, RESPONSE_HEADER};
+use kvs_proto::ShardMap;
+
+/// Where a request carries the map version it was routed by.
+const MAP_VERSION: std::ops::Range<usize> = 4..8;
 
 /// One request's fields, as [`proto::write_request`] encodes them.
 #[derive(Clone, Copy)]
@@ -48,149 +53,73 @@ impl<'a> Outgoing<'a> {
     }
 }
 
-/// Client settings.
-#[derive(Debug, Clone)]
-pub struct ClientOptions {
-    /// copyrpc ring size per endpoint (a power of two).
-    pub ring_size: u64,
-    /// Largest value a GET expects (the response allowance it reserves).
-    /// Larger values come back as [`KvError::AllowanceTooSmall`].
-    pub value_allowance: usize,
-    /// Response allowance of each worker's part of a SCAN; a part that does
-    /// not fit stops early and the scan reports itself incomplete.
-    pub scan_allowance: usize,
-    /// The token to present, for a server that requires one (see
-    /// [`auth_token`](crate::auth_token)).
-    pub auth_token: Option<AuthToken>,
-    /// What [`Client::wait`] does while no answer is back: spin, then sleep
-    /// (the default), or spin only.
-    pub idle: IdlePolicy,
-    /// How long [`Client::connect`] gives each connection's setup (TCP and
-    /// the server's setup record) and the shard map's answer.
-    pub setup_timeout: Duration,
+/// What an op slot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A request on one key (GET, PUT, DELETE, UPDATE_RANGE).
+    Key(Op),
+    /// A SCAN: the caller's request, gathered from its parts.
+    Scan,
+    /// One worker's part of the SCAN in this slot.
+    Part(u32),
+    /// The client's own map fetch.
+    Map,
 }
 
-impl Default for ClientOptions {
-    fn default() -> Self {
-        ClientOptions {
-            ring_size: 1 << 20,
-            value_allowance: 4096,
-            scan_allowance: 128 << 10,
-            auth_token: None,
-            idle: IdlePolicy::default(),
-            setup_timeout: SETUP_TIMEOUT,
-        }
-    }
-}
-
-/// A completed request's answer, borrowed until the callback returns.
-#[derive(Debug)]
-pub enum Reply<'a> {
-    /// GET: the value.
-    Value(&'a [u8]),
-    /// PUT, DELETE, UPDATE_RANGE: done.
-    Done,
-    /// GET, DELETE, UPDATE_RANGE: no such key.
-    NotFound,
-    /// SCAN: the records.
-    Scan(ScanReply<'a>),
-}
-
-/// The records of a SCAN, in key order.
-#[derive(Debug)]
-pub struct ScanReply<'a> {
-    buf: &'a [u8],
-    recs: &'a [ScanRec],
-    complete: bool,
-}
-
-impl<'a> ScanReply<'a> {
-    /// How many records.
-    pub fn len(&self) -> usize {
-        self.recs.len()
-    }
-    /// No records.
-    pub fn is_empty(&self) -> bool {
-        self.recs.is_empty()
-    }
-    /// False when some worker's part did not fit its response allowance and
-    /// fewer records than asked are returned although more may exist (scan
-    /// again from after the last key).
-    pub fn complete(&self) -> bool {
-        self.complete
-    }
-    /// The records, as (key, value).
-    pub fn iter(&self) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + '_ {
-        let buf = self.buf;
-        self.recs.iter().map(move |r| {
-            (
-                &buf[r.key as usize..(r.key + r.key_len) as usize],
-                &buf[r.val as usize..(r.val + r.val_len) as usize],
-            )
-        })
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-struct ScanRec {
-    key: u32,
-    key_len: u32,
-    val: u32,
-    val_len: u32,
-}
-
-/// A scan being gathered from the workers.
-#[derive(Debug, Default)]
-struct ScanAgg {
-    want: usize,
-    parts_left: u16,
-    buf: Vec<u8>,
-    recs: Vec<ScanRec>,
-    /// The smallest last key of a part that stopped early.
-    bound: Option<(u32, u32)>,
-    error: Option<KvError>,
-}
-
+/// One request in flight (or being chased); its index is the call's user
+/// data.
 #[derive(Debug)]
 struct OpSlot<T> {
+    /// The caller's tag (none: a scan part or a map fetch).
     tag: Option<T>,
-    op: Op,
+    kind: Kind,
+    /// The request's bytes, kept to be re-sent; written in place (reused:
+    /// no allocation once warm).
+    req: Vec<u8>,
+    /// Its response allowance.
+    allowance: usize,
+    /// Where it was last sent.
+    ep: EndpointId,
+    chase: Chase,
     scan: Option<Box<ScanAgg>>,
 }
 
-/// One finished call, its response bytes in the arena.
-#[derive(Debug)]
-struct Done {
-    op: u32,
-    result: Result<(u32, u32), CloseReason>,
-}
-
-/// Where copyrpc's response callback leaves completions: plain cells, moved
-/// out and back (no borrow flag, no lock, no allocation once warm).
-#[derive(Default)]
-struct Inbox {
-    done: Cell<Vec<Done>>,
-    arena: Cell<Vec<u8>>,
-}
-
-type Handler = Box<dyn FnMut(u32, Result<&[u8], CallFailed>)>;
-
-/// A client of one kvs-server: one endpoint per server worker, in one copyrpc
-/// context; used from one thread. `T` is the caller's tag for each request;
-/// `X` the copyrpc transport (the mlx5 direct path unless the device needs
-/// [`copyrpc::transport::Verbs`]: see [`mlx5::wr::DataPath::of`]).
+/// A client of a kvs-server cluster: one endpoint per worker of every
+/// member, in one copyrpc context; used from one thread. `T` is the caller's
+/// tag for each request; `X` the copyrpc transport (the mlx5 direct path
+/// unless the device needs [`copyrpc::transport::Verbs`]: see
+/// [`mlx5::wr::DataPath::of`]).
+///
+/// Requests go to the worker that owns their key's slot under the client's
+/// shard map. A server that no longer owns it answers with a redirect, which
+/// the client follows (fetching the newer map when the redirect comes from
+/// one); a server that has not yet seen the client's map says try again,
+/// which the client does after a short backoff. The caller's callback sees
+/// only each request's final answer, once.
 pub struct Client<T, X: Transport = Mlx5> {
     ctx: Context<u32, Handler, X>,
     inbox: Rc<Inbox>,
-    eps: Vec<EndpointId>,
+    routes: Routes<EndpointId>,
     conns: Vec<Connection>,
+    /// Per member id: the address its connections were made to.
+    reached: Vec<Option<SocketAddr>>,
     map: ShardMap,
     ops: Vec<OpSlot<T>>,
     free: Vec<u32>,
     // Boxed: an aggregate moves between the pool and an op slot by pointer.
     #[allow(clippy::vec_box)]
     scan_pool: Vec<Box<ScanAgg>>,
-    req: Vec<u8>,
+    chaser: Chaser<EndpointId>,
+    /// A map fetched (and the endpoint it came from), installed once the
+    /// answers at hand are handled.
+    fetched: Option<(ShardMap, EndpointId)>,
+    /// Why the last map fetch or install failed, for the errors of requests
+    /// that could not be routed.
+    map_error: Option<String>,
+    /// The response allowance of a map fetch.
+    map_allowance: usize,
+    /// Scratch: the re-sends due.
+    due: Vec<(u32, Target<EndpointId>)>,
     opts: ClientOptions,
     in_flight: usize,
     polls: u32,
@@ -200,155 +129,123 @@ pub struct Client<T, X: Transport = Mlx5> {
 impl<T, X: Transport> std::fmt::Debug for Client<T, X> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("workers", &self.eps.len())
+            .field("members", &self.map.members().len())
+            .field("workers", &self.routes.count())
             .field("map_version", &self.map.version())
             .field("in_flight", &self.in_flight)
             .finish()
     }
 }
 
-/// Why a client could not connect.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// Connection setup failed.
-    #[error(transparent)]
-    Conn(#[from] ConnError),
-    /// The server refused the connection, saying why (a missing or wrong
-    /// auth token, …).
-    #[error("the server refused the connection: {0}")]
-    Refused(String),
-    /// The context could not be made.
-    #[error(transparent)]
-    Setup(#[from] copyrpc::SetupError),
-    /// The server is not a kvs-server or answered nonsense.
-    #[error("not a kvs-server: {0}")]
-    Protocol(String),
-    /// The server did not answer in time.
-    #[error("the server did not answer within {0:?}")]
-    Timeout(Duration),
-    /// The device could not wait for the answer (arming its CQs, or its
-    /// completion channel, failed).
-    #[error(transparent)]
-    Wait(#[from] WaitError),
-}
-
-const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
-
 impl<T, X: Transport> Client<T, X> {
-    /// Connects to the kvs-server at `addr` through `device`: one endpoint per
-    /// worker, and the server's shard map.
+    /// Connects to the cluster through any member of it, the server at
+    /// `addr`: connects to its worker 0, fetches the shard map from it, then
+    /// connects to every worker of every member (the contacted one at
+    /// `addr`; a member the map names with an unspecified IP at `addr`'s IP
+    /// and its own port), all within [`ClientOptions::setup_timeout`].
+    ///
+    /// # Errors
+    /// The contacted server's connection errors as they are; another
+    /// member's as [`ConnectError::Member`]; a map larger than a response
+    /// the rings admit as [`ConnectError::MapTooLarge`].
     pub fn connect(
-        addr: impl ToSocketAddrs + Clone,
+        addr: impl ToSocketAddrs,
         device: &Device,
         opts: ClientOptions,
     ) -> Result<Client<T, X>, ConnectError> {
+        let setup = Setup {
+            token: opts.auth_token.as_ref(),
+            within: opts.setup_timeout,
+            deadline: Instant::now() + opts.setup_timeout,
+        };
         let inbox = Rc::new(Inbox::default());
-        let ib = inbox.clone();
-        let handler: Handler = Box::new(move |op: u32, r: Result<&[u8], CallFailed>| {
-            let mut done = ib.done.take();
-            let result = match r {
-                Ok(b) => {
-                    let mut arena = ib.arena.take();
-                    let start = arena.len() as u32;
-                    arena.extend_from_slice(b);
-                    ib.arena.set(arena);
-                    Ok((start, b.len() as u32))
-                }
-                Err(CallFailed(why)) => Err(why),
-            };
-            done.push(Done { op, result });
-            ib.done.set(done);
-        });
         let mut ctx = ContextBuilder::new()
             .idle(opts.idle)
             .ring_size(opts.ring_size)
-            .build_on::<X, _, _>(device, handler)?;
-        let token = opts.auth_token.as_ref();
-        let refused = |e: ConnError| match e {
-            ConnError::Refused(why) => ConnectError::Refused(why),
-            e => ConnectError::Conn(e),
-        };
-        let within = opts.setup_timeout;
-        let first =
-            connect_within(addr.clone(), &mut ctx, &hello(0, token), within).map_err(refused)?;
-        let (workers, slots) = match SetupAnswer::parse(first.peer_private_data()) {
-            Some(a) => (a.workers, a.slots),
-            None => return Err(ConnectError::Protocol("bad setup answer".into())),
-        };
-        if workers == 0 {
-            return Err(ConnectError::Protocol("a server with no workers".into()));
+            .build_on::<X, _, _>(device, inbox::handler(inbox.clone()))?;
+        let (contact, first, answer) = members::connect_contact(addr, &mut ctx, setup)?;
+        let map = map_fetch::fetch_blocking(
+            &mut ctx,
+            &inbox,
+            first.endpoint(),
+            opts.ring_size,
+            setup.within,
+            setup.deadline,
+        )?;
+        let me = answer.member;
+        match map.members().get(usize::from(me)) {
+            None => {
+                return Err(ConnectError::Protocol(format!(
+                    "the server is member {me}, not in its map of {} members",
+                    map.members().len()
+                )))
+            }
+            Some(m) if m.workers != answer.workers || map.slots() != answer.slots => {
+                return Err(ConnectError::Protocol(
+                    "shard map and setup answer disagree (workers or slots)".into(),
+                ))
+            }
+            Some(_) => {}
         }
+        let mut routes = Routes::default();
+        routes.push_worker(me, first.endpoint());
         let mut conns = vec![first];
-        for w in 1..workers {
-            conns.push(
-                connect_within(addr.clone(), &mut ctx, &hello(w, token), within)
-                    .map_err(refused)?,
-            );
+        let mut reached = vec![None; map.members().len()];
+        reached[usize::from(me)] = Some(contact);
+        let contact_m = map.members()[usize::from(me)];
+        for c in
+            members::connect_workers(&mut ctx, contact, me, &contact_m, 1..answer.workers, setup)?
+        {
+            routes.push_worker(me, c.endpoint());
+            conns.push(c);
         }
-        let eps = conns.iter().map(|c| c.endpoint()).collect();
-        let mut c = Client {
+        for (id, m) in map.members().iter().enumerate() {
+            let id = id as u16;
+            if id == me {
+                continue;
+            }
+            let at = members::member_addr(m, id, me, contact);
+            let made = members::connect_workers(&mut ctx, at, id, m, 0..m.workers, setup).map_err(
+                |e| ConnectError::Member {
+                    member: id,
+                    addr: at,
+                    source: Box::new(e),
+                },
+            )?;
+            for c in made {
+                routes.push_worker(id, c.endpoint());
+                conns.push(c);
+            }
+            reached[usize::from(id)] = Some(at);
+        }
+        routes
+            .rebuild(&map)
+            .map_err(|o| ConnectError::Protocol(format!("no connection to owner {o:?}")))?;
+        // Later fetches start with room for this map (it grows with the
+        // cluster), within what the rings admit.
+        let map_allowance = (RESPONSE_HEADER + map.encoded_len() + 4096)
+            .max(map_fetch::first_allowance(opts.ring_size))
+            .min(map_fetch::max_allowance(opts.ring_size));
+        Ok(Client {
             ctx,
             inbox,
-            eps,
+            routes,
             conns,
-            // Replaced by the server's below.
-            map: ShardMap::single(SocketAddr::from(([0, 0, 0, 0], 0)), 1, workers)
-                .map_err(|e| ConnectError::Protocol(e.to_string()))?,
+            reached,
+            map,
             ops: Vec::new(),
             free: Vec::new(),
             scan_pool: Vec::new(),
-            req: Vec::with_capacity(REQUEST_HEADER + 256),
+            chaser: Chaser::default(),
+            fetched: None,
+            map_error: None,
+            map_allowance,
+            due: Vec::new(),
             opts,
             in_flight: 0,
             polls: 0,
             last_check: Instant::now(),
-        };
-        c.fetch_map(slots)?;
-        Ok(c)
-    }
-
-    /// Asks worker 0 for the shard map, waiting for the answer.
-    fn fetch_map(&mut self, slots: u32) -> Result<(), ConnectError> {
-        proto::write_request(&mut self.req, Op::Map, 0, &[], &[], 0, 0);
-        let _ = slots;
-        let allowance = (self.opts.ring_size / 8).min(64 << 10) as usize;
-        self.ctx
-            .call(self.eps[0], &self.req, allowance, u32::MAX)
-            .map_err(|e| ConnectError::Protocol(e.to_string()))?;
-        let t = Instant::now();
-        loop {
-            self.ctx.wait(Duration::from_millis(100))?;
-            let mut done = self.inbox.done.take();
-            let arena = self.inbox.arena.take();
-            let mut r = None;
-            for d in done.drain(..) {
-                if d.op == u32::MAX {
-                    r = Some(match d.result {
-                        Ok((s, n)) => Response::new_checked(&arena[s as usize..(s + n) as usize])
-                            .map_err(|e| e.to_string())
-                            .and_then(|resp| {
-                                ShardMap::decode(resp.payload()).map_err(|e| e.to_string())
-                            }),
-                        Err(why) => Err(why.to_string()),
-                    });
-                }
-            }
-            self.inbox.done.set(done);
-            self.inbox.arena.set(Vec::new());
-            if let Some(r) = r {
-                let m = r.map_err(ConnectError::Protocol)?;
-                if m.members()[0].workers as usize != self.eps.len() {
-                    return Err(ConnectError::Protocol(
-                        "shard map and worker count disagree".into(),
-                    ));
-                }
-                self.map = m;
-                return Ok(());
-            }
-            if t.elapsed() > self.opts.setup_timeout {
-                return Err(ConnectError::Timeout(self.opts.setup_timeout));
-            }
-        }
+        })
     }
 
     /// The shard map in use.
@@ -356,9 +253,15 @@ impl<T, X: Transport> Client<T, X> {
         &self.map
     }
 
-    /// Requests sent or queued and not yet completed.
+    /// Requests sent or queued and not yet completed (a request being
+    /// redirected or retried counts until its final answer).
     pub fn in_flight(&self) -> usize {
         self.in_flight
+    }
+
+    /// How many redirects and try-agains the client has followed.
+    pub fn redirects(&self) -> u64 {
+        self.chaser.followed()
     }
 
     /// The copyrpc context (statistics, flow state).
@@ -366,35 +269,50 @@ impl<T, X: Transport> Client<T, X> {
         &self.ctx
     }
 
-    fn slot(&mut self, tag: T, op: Op) -> u32 {
-        let s = OpSlot {
-            tag: Some(tag),
-            op,
-            scan: None,
-        };
+    /// An op slot for a request to `ep` with `allowance` (its bytes still to
+    /// be written).
+    #[inline(always)]
+    fn slot(&mut self, tag: Option<T>, kind: Kind, ep: EndpointId, allowance: usize) -> u32 {
         match self.free.pop() {
             Some(i) => {
-                self.ops[i as usize] = s;
+                let s = &mut self.ops[i as usize];
+                s.tag = tag;
+                s.kind = kind;
+                s.allowance = allowance;
+                s.ep = ep;
+                debug_assert!(s.chase.is_fresh(), "reset by release");
                 i
             }
-            None => {
-                self.ops.push(s);
-                (self.ops.len() - 1) as u32
-            }
+            None => self.new_slot(tag, kind, ep, allowance),
         }
     }
 
-    fn release(&mut self, i: u32) -> OpSlot<T> {
-        let s = std::mem::replace(
-            &mut self.ops[i as usize],
-            OpSlot {
-                tag: None,
-                op: Op::Get,
-                scan: None,
-            },
-        );
+    /// [`slot`](Self::slot) when none is free (only until warm).
+    #[cold]
+    #[inline(never)]
+    fn new_slot(&mut self, tag: Option<T>, kind: Kind, ep: EndpointId, allowance: usize) -> u32 {
+        self.ops.push(OpSlot {
+            tag,
+            kind,
+            req: Vec::with_capacity(REQUEST_HEADER + 256),
+            allowance,
+            ep,
+            chase: Chase::default(),
+            scan: None,
+        });
+        (self.ops.len() - 1) as u32
+    }
+
+    /// Frees an op slot (keeping its request buffer, and resetting its
+    /// chase if it had one); returns its tag.
+    #[inline]
+    fn release(&mut self, i: u32) -> Option<T> {
         self.free.push(i);
-        s
+        let s = &mut self.ops[i as usize];
+        if !s.chase.is_fresh() {
+            s.chase = Chase::default();
+        }
+        s.tag.take()
     }
 
     /// Sends one request to the owner of its key (queued until `poll()`),
@@ -414,30 +332,27 @@ impl<T, X: Transport> Client<T, X> {
         if value.len() > u32::MAX as usize {
             return Err(SubmitError::TooLarge(tag, value.len()));
         }
-        let w = self.map.owner(key).worker as usize;
-        proto::write_request(
-            &mut self.req,
-            op,
-            self.map.version(),
-            key,
-            value,
-            val_len,
-            offset,
-        );
-        let i = self.slot(tag, op);
-        match self.ctx.call(self.eps[w], &self.req, allowance, i) {
+        let ep = self.routes.of_key(key);
+        let i = self.slot(Some(tag), Kind::Key(op), ep, allowance);
+        let s = &mut self.ops[i as usize];
+        let version = self.routes.version();
+        proto::write_request(&mut s.req, op, version, key, value, val_len, offset);
+        match self.ctx.call(ep, &s.req, allowance, i) {
             Ok(()) => {
                 self.in_flight += 1;
                 Ok(())
             }
-            Err(e) => Err(self.refused(i, e, self.req.len())),
+            Err(e) => {
+                let size = s.req.len();
+                Err(self.refused(i, e, size))
+            }
         }
     }
 
     /// A call copyrpc refused: frees its op slot and hands the tag back with
     /// the reason (`size`: the bytes that could never fit).
     fn refused(&mut self, i: u32, e: CallError<u32>, size: usize) -> SubmitError<T> {
-        let tag = self.release(i).tag.expect("a fresh slot has its tag");
+        let tag = self.release(i).expect("a fresh slot has its tag");
         match e {
             CallError::RingFull(_) | CallError::InsufficientCredit(_) => SubmitError::Busy(tag),
             CallError::TooLarge(..) => SubmitError::TooLarge(tag, size),
@@ -487,42 +402,38 @@ impl<T, X: Transport> Client<T, X> {
     }
 
     /// Up to `count` records with keys from `start` on, in key order, gathered
-    /// from every worker.
+    /// from every worker of every member.
     pub fn scan(&mut self, start: &[u8], count: u32, tag: T) -> Result<(), SubmitError<T>> {
         if start.len() > u16::MAX as usize {
             return Err(SubmitError::TooLarge(tag, start.len()));
         }
-        // One part per worker. Refused before anything is sent, the scan is
-        // handed back (Busy); a later part refused fails the scan once the
-        // parts sent are back.
-        proto::write_request(
-            &mut self.req,
-            Op::Scan,
-            self.map.version(),
-            start,
-            &[],
-            count,
-            0,
-        );
-        let i = self.slot(tag, Op::Scan);
-        let mut agg = self.scan_pool.pop().unwrap_or_default();
-        agg.want = count as usize;
-        agg.parts_left = self.eps.len() as u16;
-        agg.buf.clear();
-        agg.recs.clear();
-        agg.bound = None;
-        agg.error = None;
+        // One part per worker, each its own op slot. Refused before anything
+        // is sent, the scan is handed back (Busy); a later part refused as
+        // busy is sent again by a later poll, one refused for good fails the
+        // scan once the parts sent are back.
+        let parts = self.routes.count();
         let allowance = RESPONSE_HEADER + self.opts.scan_allowance;
-        for w in 0..self.eps.len() {
-            if let Err(e) = self.ctx.call(self.eps[w], &self.req, allowance, i) {
-                if w == 0 {
+        let version = self.routes.version();
+        let i = self.slot(Some(tag), Kind::Scan, self.routes.all()[0], allowance);
+        let mut agg = self.scan_pool.pop().unwrap_or_default();
+        agg.reset(count as usize, parts as u32);
+        for k in 0..parts {
+            let ep = self.routes.all()[k];
+            let p = self.slot(None, Kind::Part(i), ep, allowance);
+            let s = &mut self.ops[p as usize];
+            proto::write_request(&mut s.req, Op::Scan, version, start, &[], count, 0);
+            match self.ctx.call(ep, &s.req, allowance, p) {
+                Ok(()) => {}
+                Err(e) if k == 0 => {
+                    self.release(p);
                     self.scan_pool.push(agg);
                     return Err(self.refused(i, e, allowance));
                 }
-                // A part that cannot be sent now fails the scan (reported when
-                // the parts already sent are back).
-                agg.parts_left -= 1;
-                agg.error = Some(KvError::Busy);
+                Err(e) if e.is_retryable() => self.chaser.busy(p, Target::To(ep)),
+                Err(e) => {
+                    self.release(p);
+                    agg.fail(call_failed(e));
+                }
             }
         }
         self.ops[i as usize].scan = Some(agg);
@@ -532,13 +443,20 @@ impl<T, X: Transport> Client<T, X> {
 
     /// Sends queued requests, reads answers, and calls `f` for every completed
     /// request. Returns how many completed.
+    ///
+    /// Redirects and try-agains are followed here, and re-sends whose time
+    /// has come are sent. When a shard map the client fetched names members
+    /// it has no connections to, this connects to them first, blocking for
+    /// up to [`ClientOptions::setup_timeout`] (a rare event: members join a
+    /// cluster, they never leave).
     pub fn poll(&mut self, f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
         let n = self.ctx.poll();
         self.complete(n, f)
     }
 
     /// [`poll`](Self::poll), and if nothing completed, waits for an answer
-    /// up to `timeout`: spinning, then sleeping until one arrives, as
+    /// up to `timeout` (never past the time a request being retried is
+    /// due): spinning, then sleeping until one arrives, as
     /// [`ClientOptions::idle`] says ([`copyrpc::Context::wait`]). Returns
     /// how many completed (0: none within `timeout`).
     ///
@@ -550,14 +468,19 @@ impl<T, X: Transport> Client<T, X> {
         timeout: Duration,
         f: impl FnMut(T, Result<Reply<'_>, KvError>),
     ) -> Result<usize, WaitError> {
+        let timeout = match self.chaser.next_due() {
+            Some(due) => timeout.min(due.saturating_duration_since(Instant::now())),
+            None => timeout,
+        };
         let n = self.ctx.wait(timeout)?;
         Ok(self.complete(n, f))
     }
 
-    /// Hands the answers the context received to `f`; `events` is what the
-    /// context's poll or wait handled. The connections' liveness is looked
-    /// at every 100 ms: under load every 1024 polls, and at every poll or
-    /// wait that found nothing (a dead server sends nothing more).
+    /// Hands the answers the context received to `f`, following redirects
+    /// and try-agains; `events` is what the context's poll or wait handled.
+    /// The connections' liveness is looked at every 100 ms: under load every
+    /// 1024 polls, and at every poll or wait that found nothing (a dead
+    /// server sends nothing more).
     fn complete(
         &mut self,
         events: usize,
@@ -573,204 +496,362 @@ impl<T, X: Transport> Client<T, X> {
             }
         }
         let mut done = self.inbox.done.take();
-        let arena = self.inbox.arena.take();
+        let mut arena = self.inbox.arena.take();
         let mut n = 0;
         for d in done.drain(..) {
-            let Some(slot) = self.ops.get_mut(d.op as usize) else {
+            let i = d.op;
+            let Some(slot) = self.ops.get(i as usize) else {
                 continue;
             };
             let bytes = d
                 .result
                 .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
-            if slot.op == Op::Scan {
-                let Some(agg) = slot.scan.as_mut() else {
-                    continue;
-                };
-                add_scan_part(agg, bytes);
-                agg.parts_left -= 1;
-                if agg.parts_left > 0 {
-                    continue;
+            match slot.kind {
+                Kind::Key(op) => {
+                    let r = match bytes {
+                        Err(why) => Err(KvError::Failed(why)),
+                        Ok(b) => match Response::new_checked(b) {
+                            Err(e) => Err(KvError::Malformed(e)),
+                            Ok(resp) => match resp.status() {
+                                Status::Ok => Ok(if op == Op::Get {
+                                    Reply::Value(resp.payload())
+                                } else {
+                                    Reply::Done
+                                }),
+                                Status::NotFound => Ok(Reply::NotFound),
+                                st @ (Status::Redirect | Status::TryAgain) => {
+                                    match self.follow(i, st, resp.payload()) {
+                                        None => continue,
+                                        Some(e) => Err(e),
+                                    }
+                                }
+                                st => Err(KvError::of_status(st, resp.payload())),
+                            },
+                        },
+                    };
+                    let tag = self.release(i).expect("a request has its tag");
+                    self.in_flight -= 1;
+                    n += 1;
+                    f(tag, r);
                 }
-                let s = self.release(d.op);
-                let mut agg = s.scan.expect("checked above");
-                let tag = s.tag.expect("a live slot has its tag");
-                self.in_flight -= 1;
-                n += 1;
-                match agg.error.take() {
-                    Some(e) => f(tag, Err(e)),
-                    None => {
-                        finish_scan(&mut agg);
-                        f(
-                            tag,
-                            Ok(Reply::Scan(ScanReply {
-                                buf: &agg.buf,
-                                recs: &agg.recs,
-                                complete: agg.bound.is_none() || agg.recs.len() >= agg.want,
-                            })),
-                        );
+                Kind::Part(parent) => {
+                    if let Some(st) = chased_status(&bytes) {
+                        let payload = bytes.as_ref().map_or(&[][..], |b| &b[RESPONSE_HEADER..]);
+                        match self.follow(i, st, payload) {
+                            None => {}
+                            Some(e) => n += self.fail(i, e, &mut f),
+                        }
+                        continue;
                     }
+                    self.release(i);
+                    n += self.part_done(parent, |agg| agg.add(bytes), &mut f);
                 }
-                self.scan_pool.push(agg);
-                continue;
+                Kind::Map => self.map_answered(i, bytes),
+                Kind::Scan => {}
             }
-            let s = self.release(d.op);
-            let tag = s.tag.expect("a live slot has its tag");
-            self.in_flight -= 1;
-            n += 1;
-            let r = match bytes {
-                Err(why) => Err(KvError::Failed(why)),
-                Ok(b) => match Response::new_checked(b) {
-                    Err(e) => Err(KvError::Malformed(e)),
-                    Ok(resp) => match resp.status() {
-                        Status::Ok => Ok(if s.op == Op::Get {
-                            Reply::Value(resp.payload())
-                        } else {
-                            Reply::Done
-                        }),
-                        Status::NotFound => Ok(Reply::NotFound),
-                        st => Err(self.error_of(st, resp.payload())),
-                    },
-                },
-            };
-            f(tag, r);
         }
         self.inbox.done.set(done);
-        let mut arena = arena;
         arena.clear();
         self.inbox.arena.set(arena);
+        if self.fetched.is_some() || self.chaser.pending() {
+            n += self.chase(&mut f);
+        }
         n
     }
 
-    /// The error for a non-OK status; a redirect installs the newer map.
-    fn error_of(&mut self, st: Status, payload: &[u8]) -> KvError {
-        match st {
-            Status::Redirect => {
-                let _ = payload;
-                KvError::Redirected
-            }
-            other => error_of_status(other, payload),
-        }
-    }
-}
-
-fn error_of_status(st: Status, payload: &[u8]) -> KvError {
-    let msg = || String::from_utf8_lossy(payload).into_owned();
-    match st {
-        Status::TooLarge => KvError::TooLarge(msg()),
-        Status::BadRequest => KvError::BadRequest(msg()),
-        Status::ShuttingDown => KvError::ShuttingDown,
-        Status::OutOfRange => KvError::OutOfRange,
-        Status::OutOfMemory => KvError::OutOfMemory(msg()),
-        Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
-            [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
-            _ => 0,
-        }),
-        Status::Redirect | Status::TryAgain => KvError::Redirected,
-        Status::Ok | Status::NotFound => KvError::BadRequest("unexpected status".into()),
-    }
-}
-
-/// Adds one worker's part of a scan.
-fn add_scan_part(agg: &mut ScanAgg, part: Result<&[u8], CloseReason>) {
-    if agg.error.is_some() {
-        return;
-    }
-    let b = match part {
-        Ok(b) => b,
-        Err(why) => {
-            agg.error = Some(KvError::Failed(why));
-            return;
-        }
-    };
-    let resp = match Response::new_checked(b) {
-        Ok(r) => r,
-        Err(e) => {
-            agg.error = Some(KvError::Malformed(e));
-            return;
-        }
-    };
-    if resp.status() != Status::Ok {
-        agg.error = Some(error_of_status(resp.status(), resp.payload()));
-        return;
-    }
-    let mut last = None;
-    for r in ScanRecords::new(resp.payload()) {
-        let (k, v) = match r {
-            Ok(kv) => kv,
-            Err(e) => {
-                agg.error = Some(KvError::Malformed(e));
-                return;
-            }
+    /// Follows a redirect or a try-again (`st`, `payload`) of op `i`: `None`
+    /// while it is being chased (re-sent, queued or parked), else the error
+    /// it ends with.
+    #[cold]
+    fn follow(&mut self, i: u32, st: Status, payload: &[u8]) -> Option<KvError> {
+        let answer = match st {
+            Status::TryAgain => Answer::TryAgain,
+            _ => match Redirect::parse(payload) {
+                Ok(r) => Answer::Redirect(r),
+                Err(e) => return Some(KvError::Malformed(e)),
+            },
         };
-        let key = agg.buf.len() as u32;
-        agg.buf.extend_from_slice(k);
-        let val = agg.buf.len() as u32;
-        agg.buf.extend_from_slice(v);
-        agg.recs.push(ScanRec {
-            key,
-            key_len: k.len() as u32,
-            val,
-            val_len: v.len() as u32,
+        let now = Instant::now();
+        let s = &mut self.ops[i as usize];
+        let fixed = !matches!(s.kind, Kind::Key(_));
+        let routes = &self.routes;
+        let step = self.chaser.on_answer(
+            i,
+            &mut s.chase,
+            answer,
+            s.ep,
+            fixed,
+            routes.version(),
+            |o| routes.endpoint(o),
+            now,
+        );
+        match step {
+            Step::Send(ep, version) => {
+                raise_version(&mut self.ops[i as usize].req, version);
+                self.resend(i, Target::To(ep))
+            }
+            Step::Queued | Step::Parked => None,
+            Step::Fail(why) => Some(self.no_route(why)),
+        }
+    }
+
+    /// The error of a request that could not be routed, with the last map
+    /// problem if there was one.
+    fn no_route(&self, why: String) -> KvError {
+        KvError::NoRoute(match &self.map_error {
+            Some(m) => format!("{why} (the last map fetch failed: {m})"),
+            None => why,
+        })
+    }
+
+    /// Sends op `i`'s request again, to `to`, as routed by the client's map
+    /// (or the newer one a redirect named): `None` when sent or queued as
+    /// busy, else the error it ends with.
+    fn resend(&mut self, i: u32, to: Target<EndpointId>) -> Option<KvError> {
+        let s = &mut self.ops[i as usize];
+        let ep = match to {
+            Target::To(ep) => ep,
+            Target::Route => self.routes.of_key(request_key(&s.req)),
+        };
+        raise_version(&mut s.req, self.routes.version());
+        s.ep = ep;
+        match self.ctx.call(ep, &s.req, s.allowance, i) {
+            Ok(()) => None,
+            Err(e) if e.is_retryable() => {
+                self.chaser.busy(i, to);
+                None
+            }
+            Err(e) => Some(call_failed(e)),
+        }
+    }
+
+    /// Completes op `i` with `e`: a request's caller sees it; a scan part
+    /// fails its scan; a map fetch counts as failed. Returns how many of the
+    /// caller's requests completed.
+    fn fail(
+        &mut self,
+        i: u32,
+        e: KvError,
+        f: &mut impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) -> usize {
+        match self.ops[i as usize].kind {
+            Kind::Key(_) => {
+                let tag = self.release(i).expect("a request has its tag");
+                self.in_flight -= 1;
+                f(tag, Err(e));
+                1
+            }
+            Kind::Part(parent) => {
+                self.release(i);
+                self.part_done(parent, |agg| agg.fail(e), f)
+            }
+            Kind::Map => {
+                self.release(i);
+                self.fetch_failed(e.to_string());
+                0
+            }
+            Kind::Scan => 0,
+        }
+    }
+
+    /// One part of scan `parent` is in (`add` adds it; true: it was the
+    /// last): the scan completes once all are. Returns how many of the
+    /// caller's requests completed.
+    fn part_done(
+        &mut self,
+        parent: u32,
+        add: impl FnOnce(&mut ScanAgg) -> bool,
+        f: &mut impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) -> usize {
+        let Some(agg) = self.ops[parent as usize].scan.as_mut() else {
+            return 0;
+        };
+        if !add(agg) {
+            return 0;
+        }
+        let mut agg = self.ops[parent as usize].scan.take().expect("checked");
+        let tag = self.release(parent).expect("a scan has its tag");
+        self.in_flight -= 1;
+        f(tag, agg.finish().map(Reply::Scan));
+        self.scan_pool.push(agg);
+        1
+    }
+
+    /// The answer to the client's map fetch (op `i`).
+    fn map_answered(&mut self, i: u32, bytes: Result<&[u8], CloseReason>) {
+        let from = self.ops[i as usize].ep;
+        match map_fetch::read_answer(bytes) {
+            MapAnswer::Map(m) => {
+                self.release(i);
+                self.fetched = Some((m, from));
+            }
+            MapAnswer::TooSmall(needed) => {
+                let s = &mut self.ops[i as usize];
+                match map_fetch::raised(needed, s.allowance, self.opts.ring_size) {
+                    Ok(a) => {
+                        s.allowance = a;
+                        self.map_allowance = a;
+                        if let Some(e) = self.resend(i, Target::To(from)) {
+                            self.release(i);
+                            self.fetch_failed(e.to_string());
+                        }
+                    }
+                    Err(e) => {
+                        self.release(i);
+                        self.fetch_failed(e.to_string());
+                    }
+                }
+            }
+            MapAnswer::Bad(why) => {
+                self.release(i);
+                self.fetch_failed(why);
+            }
+        }
+    }
+
+    /// The map fetch failed: the requests waiting for it are retried later.
+    fn fetch_failed(&mut self, why: String) {
+        self.map_error = Some(why);
+        let now = Instant::now();
+        for op in self.chaser.fetch_failed() {
+            let s = &mut self.ops[op as usize];
+            self.chaser.later(op, &mut s.chase, Target::Route, now);
+        }
+    }
+
+    /// The slow path: installs a fetched map, starts a wanted map fetch,
+    /// sends the re-sends that are due. Returns how many of the caller's
+    /// requests completed (failed).
+    #[cold]
+    fn chase(&mut self, f: &mut impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        let mut n = 0;
+        let now = Instant::now();
+        if let Some((map, from)) = self.fetched.take() {
+            let version = map.version();
+            match self.install(map, from) {
+                Ok(()) => {
+                    self.map_error = None;
+                    for op in self.chaser.installed() {
+                        if let Some(e) = self.resend(op, Target::Route) {
+                            n += self.fail(op, e, f);
+                        }
+                    }
+                }
+                Err(why) => {
+                    self.map_error = Some(why.clone());
+                    for op in self.chaser.install_failed(version, why.clone(), now) {
+                        n += self.fail(op, KvError::NoRoute(why.clone()), f);
+                    }
+                }
+            }
+        }
+        if let Some(from) = self.chaser.take_fetch() {
+            let i = self.slot(None, Kind::Map, from, self.map_allowance);
+            proto::write_request(&mut self.ops[i as usize].req, Op::Map, 0, &[], &[], 0, 0);
+            if let Some(e) = self.resend(i, Target::To(from)) {
+                self.release(i);
+                self.fetch_failed(e.to_string());
+            }
+        }
+        let mut due = std::mem::take(&mut self.due);
+        self.chaser.due(now, &mut due);
+        for (op, to) in due.drain(..) {
+            let e = match self.ops[op as usize].chase.exhausted(now) {
+                Some(why) => Some(self.no_route(why)),
+                None => self.resend(op, to),
+            };
+            if let Some(e) = e {
+                n += self.fail(op, e, f);
+            }
+        }
+        self.due = due;
+        n
+    }
+
+    /// Installs `map`, fetched from `from`, if it is newer than the one in
+    /// use: connects to the workers of its members the client lacks
+    /// (blocking, for up to [`ClientOptions::setup_timeout`]), then rebuilds
+    /// the routes. On an error nothing is installed (the connections made
+    /// to whole members stay).
+    fn install(&mut self, map: ShardMap, from: EndpointId) -> Result<(), String> {
+        if map.version() <= self.routes.version() {
+            return Ok(());
+        }
+        let sender = self.routes.member_of(from).and_then(|m| {
+            let at = (*self.reached.get(usize::from(m))?)?;
+            Some((m, at))
         });
-        last = Some((key, k.len() as u32));
-    }
-    if resp.flags() & FLAG_TRUNCATED != 0 {
-        // Keys past this part's last one may be missing from it.
-        let Some((lk, ll)) = last else {
-            agg.error = Some(KvError::AllowanceTooSmall(
-                resp.payload().len() + SCAN_RECORD_HEADER,
-            ));
-            return;
+        let setup = Setup {
+            token: self.opts.auth_token.as_ref(),
+            within: self.opts.setup_timeout,
+            deadline: Instant::now() + self.opts.setup_timeout,
         };
-        let new = &agg.buf[lk as usize..(lk + ll) as usize];
-        let tighter = match agg.bound {
-            None => true,
-            Some((bk, bl)) => new < &agg.buf[bk as usize..(bk + bl) as usize],
-        };
-        if tighter {
-            agg.bound = Some((lk, ll));
+        for (id, m) in map.members().iter().enumerate() {
+            let id = id as u16;
+            let have = self.routes.workers(id);
+            if have >= m.workers {
+                continue;
+            }
+            let known = self.reached.get(usize::from(id)).copied().flatten();
+            let at = match (known, sender) {
+                (Some(a), _) => a,
+                (None, Some((s, sa))) => members::member_addr(m, id, s, sa),
+                (None, None) => m.addr,
+            };
+            let made = members::connect_workers(&mut self.ctx, at, id, m, have..m.workers, setup)
+                .map_err(|e| {
+                format!(
+                    "member {id} at {at} (map version {}) could not be connected: {e}",
+                    map.version()
+                )
+            })?;
+            for c in made {
+                self.routes.push_worker(id, c.endpoint());
+                self.conns.push(c);
+            }
+            if self.reached.len() <= usize::from(id) {
+                self.reached.resize(usize::from(id) + 1, None);
+            }
+            self.reached[usize::from(id)] = Some(at);
         }
+        self.routes
+            .rebuild(&map)
+            .map_err(|o| format!("no connection to owner {o:?}"))?;
+        self.map = map;
+        Ok(())
     }
 }
 
-/// Merges the parts: key order, nothing past a truncated part's last key, at
-/// most `want` records.
-fn finish_scan(agg: &mut ScanAgg) {
-    let buf = &agg.buf;
-    let key = |r: &ScanRec| &buf[r.key as usize..(r.key + r.key_len) as usize];
-    agg.recs.sort_unstable_by(|a, b| key(a).cmp(key(b)));
-    if let Some((bk, bl)) = agg.bound {
-        let bound = &buf[bk as usize..(bk + bl) as usize];
-        let keep = agg.recs.partition_point(|r| key(r) <= bound);
-        agg.recs.truncate(keep);
-    }
-    agg.recs.truncate(agg.want);
+/// Raises the map version an encoded request was routed by to `v` (never
+/// lowers it: a redirect may have routed it by a newer map than the
+/// client's).
+fn raise_version(req: &mut [u8], v: u32) {
+    let b = &mut req[MAP_VERSION];
+    let old = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    b.copy_from_slice(&old.max(v).to_le_bytes());
 }
 
-/// A completed request's answer, owned (for the blocking helpers).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OwnedReply {
-    /// GET: the value.
-    Value(Vec<u8>),
-    /// Done.
-    Done,
-    /// No such key.
-    NotFound,
-    /// SCAN: the records, and whether the scan is complete.
-    Scan(Vec<(Vec<u8>, Vec<u8>)>, bool),
+/// The key of an encoded request.
+fn request_key(req: &[u8]) -> &[u8] {
+    let n = usize::from(u16::from_le_bytes([req[2], req[3]]));
+    &req[REQUEST_HEADER..REQUEST_HEADER + n]
 }
 
-impl From<Reply<'_>> for OwnedReply {
-    fn from(r: Reply<'_>) -> Self {
-        match r {
-            Reply::Value(v) => OwnedReply::Value(v.to_vec()),
-            Reply::Done => OwnedReply::Done,
-            Reply::NotFound => OwnedReply::NotFound,
-            Reply::Scan(s) => OwnedReply::Scan(
-                s.iter().map(|(k, v)| (k.to_vec(), v.to_vec())).collect(),
-                s.complete(),
-            ),
+/// A redirect or try-again answer's status, if it is one.
+fn chased_status(bytes: &Result<&[u8], CloseReason>) -> Option<Status> {
+    let resp = Response::new_checked(bytes.as_ref().ok()?).ok()?;
+    matches!(resp.status(), Status::Redirect | Status::TryAgain).then(|| resp.status())
+}
+
+/// The error of a call refused for good.
+fn call_failed(e: CallError<u32>) -> KvError {
+    match e {
+        CallError::Closed(_, why) => KvError::Failed(why),
+        CallError::NoEndpoint(_) => KvError::Failed(CloseReason::Local),
+        CallError::TooLarge(_, n) => {
+            KvError::TooLarge(format!("a request of {n} bytes can never fit the rings"))
         }
+        CallError::RingFull(_) | CallError::InsufficientCredit(_) => KvError::Busy,
     }
 }
 
@@ -808,5 +889,29 @@ impl<X: Transport> Client<u64, X> {
             }
         }
         out.expect("loop ends with an answer")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvs_proto::proto::Request;
+
+    #[test]
+    fn a_re_sent_request_keeps_its_key_and_never_goes_back_to_an_older_map() {
+        let mut req = Vec::new();
+        proto::write_request(&mut req, Op::Put, 3, b"user7", b"value", 5, 0);
+        assert_eq!(request_key(&req), b"user7");
+        // A redirect from map 6 routes it by 6; the client's map (4) does
+        // not take it back.
+        raise_version(&mut req, 6);
+        raise_version(&mut req, 4);
+        let r = Request::new_checked(&req).unwrap();
+        assert_eq!(
+            (r.map_version(), r.key(), r.value()),
+            (6, &b"user7"[..], &b"value"[..])
+        );
+        raise_version(&mut req, 7);
+        assert_eq!(Request::new_checked(&req).unwrap().map_version(), 7);
     }
 }

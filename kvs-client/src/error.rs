@@ -1,8 +1,12 @@
 //! Errors.
 
-use copyrpc::CloseReason;
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use kvs_proto::proto::WireError;
+use copyrpc::conn::ConnError;
+use copyrpc::{CloseReason, WaitError};
+
+use kvs_proto::proto::{Status, WireError};
 
 /// Why a request was not sent. Every variant hands the tag back.
 #[derive(Debug, thiserror::Error)]
@@ -36,10 +40,11 @@ pub enum KvError {
     /// The server refused the request as malformed.
     #[error("bad request: {0}")]
     BadRequest(String),
-    /// The key's shard moved; the client installed the server's newer map.
-    /// Send the request again.
-    #[error("shard moved: retry with the new map")]
-    Redirected,
+    /// The request could not reach the owner of its key's slot: the client
+    /// followed redirects and try-agains until its limits (64 redirects, 10 s),
+    /// or the owner could not be connected. The message says what happened.
+    #[error("no route to the key's owner: {0}")]
+    NoRoute(String),
     /// The server is shutting down.
     #[error("server shutting down")]
     ShuttingDown,
@@ -60,10 +65,83 @@ pub enum KvError {
     /// The server's answer did not parse.
     #[error("malformed answer: {0}")]
     Malformed(WireError),
-    /// Part of a scan could not be sent (rings full).
+    /// The request could not be sent: the endpoint's ring or credit stayed
+    /// used up ([`Client::wait_for`](crate::Client::wait_for) gave up).
     #[error("busy")]
     Busy,
     /// A blocking helper could not submit.
     #[error("not sent: {0}")]
     Submit(String),
+}
+
+impl KvError {
+    /// The error of a non-OK status (`payload`: the answer's).
+    pub(crate) fn of_status(st: Status, payload: &[u8]) -> KvError {
+        let msg = || String::from_utf8_lossy(payload).into_owned();
+        match st {
+            Status::TooLarge => KvError::TooLarge(msg()),
+            Status::BadRequest => KvError::BadRequest(msg()),
+            Status::ShuttingDown => KvError::ShuttingDown,
+            Status::OutOfRange => KvError::OutOfRange,
+            Status::OutOfMemory => KvError::OutOfMemory(msg()),
+            Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
+                [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
+                _ => 0,
+            }),
+            // The client follows these itself; one here is out of place.
+            Status::Redirect | Status::TryAgain => {
+                KvError::NoRoute(format!("unexpected {st:?} answer"))
+            }
+            Status::Ok | Status::NotFound => KvError::BadRequest("unexpected status".into()),
+        }
+    }
+}
+
+/// Why a client could not connect.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Connection setup failed.
+    #[error(transparent)]
+    Conn(#[from] ConnError),
+    /// The server refused the connection, saying why (a missing or wrong
+    /// auth token, …).
+    #[error("the server refused the connection: {0}")]
+    Refused(String),
+    /// The context could not be made.
+    #[error(transparent)]
+    Setup(#[from] copyrpc::SetupError),
+    /// The server is not a kvs-server or answered nonsense.
+    #[error("not a kvs-server: {0}")]
+    Protocol(String),
+    /// The server did not answer in time.
+    #[error("the server did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The device could not wait for the answer (arming its CQs, or its
+    /// completion channel, failed).
+    #[error(transparent)]
+    Wait(#[from] WaitError),
+    /// The shard map is larger than a response the rings admit.
+    #[error(
+        "the shard map of {size} bytes does not fit a response in rings of {ring_size} bytes \
+         (at most {max}): raise the ring size"
+    )]
+    MapTooLarge {
+        /// The encoded map's bytes.
+        size: usize,
+        /// The client's ring size.
+        ring_size: u64,
+        /// The largest map the rings admit.
+        max: usize,
+    },
+    /// Another member of the cluster (not the one contacted) could not be
+    /// connected.
+    #[error("member {member} at {addr}: {source}")]
+    Member {
+        /// Its id in the shard map.
+        member: u16,
+        /// The address tried.
+        addr: SocketAddr,
+        /// What went wrong.
+        source: Box<ConnectError>,
+    },
 }

@@ -1,5 +1,13 @@
-//! The copyrpc key-value store's client: shard routing and a callback-driven
-//! client over copyrpc. The protocol and the shard map are `kvs-proto`'s.
+//! The copyrpc key-value store's client: a callback-driven client of a
+//! cluster of kvs-servers over copyrpc. The protocol and the shard map are
+//! `kvs-proto`'s.
+//!
+//! [`Client::connect`] contacts any member, fetches the shard map and
+//! connects to every worker of every member. Each request goes to the worker
+//! that owns its key's slot; redirects (the slot moved) and try-agains (the
+//! server has not seen the client's map yet) are followed inside the client,
+//! so the caller sees only final answers ([`KvError::NoRoute`] when the
+//! chase is given up).
 //!
 //! A server that requires an auth token gets it from
 //! [`ClientOptions::auth_token`] ([`auth_token`] reads it from a file or the
@@ -27,9 +35,20 @@ mod auth;
 mod client;
 pub mod control;
 mod error;
+mod inbox;
+mod map_fetch;
+mod members;
+mod options;
+mod reply;
+mod retry;
+mod route;
+mod scan;
 
 pub use auth::{auth_token, AUTH_TOKEN_ENV};
-pub use client::{Client, ClientOptions, ConnectError, OwnedReply, Reply, ScanReply};
+pub use client::Client;
 pub use control::{ControlClient, ControlError, ControlOptions};
-pub use error::{KvError, SubmitError};
+pub use error::{ConnectError, KvError, SubmitError};
 pub use kvs_proto::{AuthToken, ShardMap, TokenError};
+pub use options::ClientOptions;
+pub use reply::{OwnedReply, Reply};
+pub use scan::ScanReply;

@@ -1,4 +1,4 @@
-//! kvs-client: one request to a kvs-server from the command line.
+//! kvs-client: one request to a kvs-server cluster from the command line.
 //!
 //! ```text
 //! kvs-client --server 127.0.0.1:7000 put user1 hello
@@ -18,7 +18,8 @@ use mlx5::device::Context as Device;
 #[derive(Parser, Debug)]
 #[command(version, about = "Client of the copyrpc key-value store")]
 struct Args {
-    /// The server's setup address.
+    /// The setup address of a server of the cluster (any member: the client
+    /// learns the others from its shard map).
     #[arg(long, short, default_value = "127.0.0.1:7000")]
     server: String,
     /// RDMA device: mlx5_0, sim0, … or auto.

@@ -1,0 +1,204 @@
+//! The routing table: per slot, the endpoint of the worker that owns it
+//! under the map in use, rebuilt whenever a map is installed, so that a
+//! request costs `slot_of(key)` and one table lookup. `E` is an endpoint.
+
+use kvs_proto::shard::slot_of;
+use kvs_proto::{Owner, ShardMap};
+
+/// The endpoints of the connected members' workers, and the owner's endpoint
+/// of every slot.
+#[derive(Debug)]
+pub(crate) struct Routes<E> {
+    /// The map version the table was built from.
+    version: u32,
+    /// The map's slot count.
+    slots: u32,
+    /// Per slot: its owner's endpoint.
+    table: Vec<E>,
+    /// Per member id: the endpoints of its workers, by worker number.
+    members: Vec<Vec<E>>,
+    /// Every endpoint, in the order they were added.
+    all: Vec<E>,
+}
+
+impl<E> Default for Routes<E> {
+    fn default() -> Self {
+        Routes {
+            version: 0,
+            slots: 0,
+            table: Vec::new(),
+            members: Vec::new(),
+            all: Vec::new(),
+        }
+    }
+}
+
+impl<E: Copy + PartialEq> Routes<E> {
+    /// The endpoint of `key`'s owner (after a [`rebuild`](Self::rebuild)).
+    #[inline]
+    pub(crate) fn of_key(&self, key: &[u8]) -> E {
+        self.table[slot_of(key, self.slots) as usize]
+    }
+
+    /// The version of the map the table was built from.
+    #[inline]
+    pub(crate) fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// The endpoint of `owner`, if the client is connected to it.
+    pub(crate) fn endpoint(&self, owner: Owner) -> Option<E> {
+        self.members
+            .get(usize::from(owner.member))?
+            .get(usize::from(owner.worker))
+            .copied()
+    }
+
+    /// How many of `member`'s workers the client is connected to.
+    pub(crate) fn workers(&self, member: u16) -> u16 {
+        self.members
+            .get(usize::from(member))
+            .map_or(0, |w| w.len() as u16)
+    }
+
+    /// Adds the endpoint of `member`'s next worker.
+    pub(crate) fn push_worker(&mut self, member: u16, ep: E) {
+        let m = usize::from(member);
+        if self.members.len() <= m {
+            self.members.resize_with(m + 1, Vec::new);
+        }
+        self.members[m].push(ep);
+        self.all.push(ep);
+    }
+
+    /// The member whose worker `ep` is.
+    pub(crate) fn member_of(&self, ep: E) -> Option<u16> {
+        self.members
+            .iter()
+            .position(|w| w.contains(&ep))
+            .map(|m| m as u16)
+    }
+
+    /// Every connected worker of every member, in the order they were
+    /// added.
+    pub(crate) fn all(&self) -> &[E] {
+        &self.all
+    }
+
+    /// How many endpoints there are.
+    pub(crate) fn count(&self) -> usize {
+        self.all.len()
+    }
+
+    /// Rebuilds the table from `map`. Fails (and changes nothing) with the
+    /// first owner the client is not connected to.
+    pub(crate) fn rebuild(&mut self, map: &ShardMap) -> Result<(), Owner> {
+        let mut table = Vec::with_capacity(map.slots() as usize);
+        for s in 0..map.slots() {
+            let o = map.owner_of_slot(s);
+            table.push(self.endpoint(o).ok_or(o)?);
+        }
+        self.table = table;
+        self.slots = map.slots();
+        self.version = map.version();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvs_proto::Member;
+    use std::net::SocketAddr;
+
+    fn addr(p: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 1], p))
+    }
+
+    #[test]
+    fn the_table_follows_the_installed_map() {
+        let mut m = ShardMap::single(addr(1), 64, 2).unwrap();
+        let mut r = Routes::default();
+        // Member 0's workers are endpoints 100 and 101.
+        r.push_worker(0, 100u32);
+        r.push_worker(0, 101);
+        r.rebuild(&m).unwrap();
+        assert_eq!(r.version(), 1);
+        for i in 0..200 {
+            let k = format!("user{i}");
+            let o = m.owner(k.as_bytes());
+            assert_eq!(r.of_key(k.as_bytes()), 100 + u32::from(o.worker), "{k}");
+        }
+        // A member joins and takes half the slots: until its endpoints are
+        // there, the map cannot be installed and the table is unchanged.
+        let b = m
+            .add_member(Member {
+                addr: addr(2),
+                workers: 3,
+                bulk_port: 0,
+            })
+            .unwrap();
+        m.assign(0..32, b, Some(0)).unwrap();
+        m.set_version(2);
+        assert_eq!(
+            r.rebuild(&m),
+            Err(Owner {
+                member: 1,
+                worker: 0
+            })
+        );
+        assert_eq!(r.version(), 1);
+        assert_eq!(
+            r.of_key(b"user0"),
+            100 + u32::from(
+                ShardMap::single(addr(1), 64, 2)
+                    .unwrap()
+                    .owner(b"user0")
+                    .worker
+            )
+        );
+        for w in 0..3u32 {
+            r.push_worker(b, 200 + w);
+        }
+        assert_eq!(r.workers(b), 3);
+        r.rebuild(&m).unwrap();
+        assert_eq!(r.version(), 2);
+        let mut seen = [false; 2];
+        for i in 0..500 {
+            let k = format!("user{i}");
+            let o = m.owner(k.as_bytes());
+            let want = match o.member {
+                0 => 100 + u32::from(o.worker),
+                _ => 200 + u32::from(o.worker),
+            };
+            assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
+            seen[usize::from(o.member)] = true;
+        }
+        assert_eq!(seen, [true, true]);
+        assert_eq!(r.all(), [100, 101, 200, 201, 202]);
+        assert_eq!(r.count(), 5);
+        assert_eq!(r.member_of(201), Some(1));
+        assert_eq!(r.member_of(7), None);
+        assert_eq!(
+            r.endpoint(Owner {
+                member: 1,
+                worker: 2
+            }),
+            Some(202)
+        );
+        assert_eq!(
+            r.endpoint(Owner {
+                member: 1,
+                worker: 3
+            }),
+            None
+        );
+        assert_eq!(
+            r.endpoint(Owner {
+                member: 2,
+                worker: 0
+            }),
+            None
+        );
+    }
+}
