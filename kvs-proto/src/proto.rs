@@ -141,6 +141,22 @@ impl Status {
 /// allowance was full; more records may follow the last one.
 pub const FLAG_TRUNCATED: u8 = 1;
 
+/// Response flag: the server serves by a newer shard map than the one the
+/// request was routed by (the answer stands; the client may fetch the map
+/// when it likes). This is how a client learns of map changes that move
+/// none of the slots it uses, without polling.
+pub const FLAG_MAP_NEWER: u8 = 2;
+
+/// The map version a request was routed by, from its header (0 if it is
+/// too short to have one).
+#[inline]
+pub fn routed_by(req: &[u8]) -> u32 {
+    match req.get(field::MAP_VERSION) {
+        Some(b) => le32(b),
+        None => 0,
+    }
+}
+
 /// A malformed message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {

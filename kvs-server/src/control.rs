@@ -311,8 +311,14 @@ impl State {
                 Some(v) => reply(out, Status::Ok, v, max_response),
                 None => reply(out, Status::NotFound, &[], max_response),
             },
+            // Its import is over (the map that says so reached this member
+            // before the target): every record of the frozen copy is at
+            // the target already, so a key it lacks was not in it.
+            None if self.map.owner_of_slot(slot).member != self.me => {
+                reply(out, Status::NotFound, &[], max_response)
+            }
             None => {
-                let m = format!("slot {slot} is not held here for a migration");
+                let m = format!("slot {slot} is this member's own, not a migration's");
                 reply(out, Status::BadRequest, m.as_bytes(), max_response)
             }
         }

@@ -3,8 +3,8 @@
 //! untrusted: anything malformed gets an error answer, never a panic.
 
 use kvs_proto::proto::{
-    begin_response, finish_response, push_scan_record, Op, Redirect, Request, Status,
-    FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER, SCAN_RECORD_HEADER,
+    begin_response, finish_response, push_scan_record, routed_by, Op, Redirect, Request, Status,
+    FLAG_MAP_NEWER, FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER, SCAN_RECORD_HEADER,
 };
 use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
@@ -140,6 +140,9 @@ impl Handler {
     pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
         let t = Instant::now();
         let h = self.answer(req, max_response, out);
+        if routed_by(req) < self.map.version() && out.len() > 1 {
+            out[1] |= FLAG_MAP_NEWER;
+        }
         if h == Handled::Answered {
             let ns = t.elapsed().as_nanos() as u64;
             let op = req.first().copied().unwrap_or(0);
@@ -510,6 +513,7 @@ mod tests {
         // Writes are served at once and win over pulled copies.
         let (r, out) = handled(&mut h, Op::Put, b"written", b"new");
         assert_eq!((r, st(&out)), (Handled::Answered, Status::Ok));
+        assert_eq!(Response::new_checked(&out).unwrap().flags(), 0);
         h.store
             .apply_pulled(slot(b"written"), b"written", Some(b"old"));
         let (_, out) = handled(&mut h, Op::Get, b"written", b"");
@@ -532,6 +536,10 @@ mod tests {
         assert_eq!(done.imports_ended.len(), 4);
         let (r, out) = handled(&mut h, Op::Get, b"other", b"");
         assert_eq!((r, st(&out)), (Handled::Answered, Status::NotFound));
+        // Routed by version 2 while this worker serves by 3: the answer
+        // says a newer map exists.
+        let flags = Response::new_checked(&out).unwrap().flags();
+        assert_eq!(flags & FLAG_MAP_NEWER, FLAG_MAP_NEWER);
         // Given away: the records leave the store whole.
         map.assign(0..4, 0, Some(b)).unwrap();
         map.set_version(4);
