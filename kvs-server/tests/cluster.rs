@@ -310,3 +310,164 @@ fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
     a.shutdown();
     Fabric::remove_if_unused(&fabric);
 }
+
+/// Starts a migration of `first..end` to `to` at the keeper.
+fn start_migration(cc: &mut ControlClient, keeper: SocketAddr, first: u32, end: u32, to: u16) {
+    let r = cc
+        .request(keeper, &ControlRequest::Migrate { first, end, to })
+        .unwrap();
+    assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+}
+
+/// Keys `key{i}` for `i` in `0..n`, each set to `v{i}-0` through `c`.
+fn load(c: &mut kvs_client::Client<u64>, n: u32, pad: usize) {
+    for i in 0..n {
+        let (k, v) = (format!("key{i}"), format!("v{i}-0{}", "p".repeat(pad)));
+        assert_eq!(
+            c.wait_for(|c, t| c.put(k.as_bytes(), v.as_bytes(), t)),
+            Ok(OwnedReply::Done)
+        );
+    }
+}
+
+#[test]
+fn a_client_holding_an_old_map_keeps_working_across_map_versions() {
+    let fabric = format!("kvs-cluster-old-map-{}", std::process::id());
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let c_ = Server::start(config(&fabric, 1, Some(a.addr()))).unwrap();
+    let mut writer = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+    load(&mut writer, 2000, 20);
+    // This client learns the map now and then sits idle while it changes.
+    let mut old = support::connect(c_.addr(), &fabric, Default::default()).unwrap();
+    let v0 = old.map().version();
+    let mut cc = control(&fabric);
+    for (first, end, to) in [(0, 128, 1), (64, 200, 2), (0, 256, 0), (100, 256, 2)] {
+        start_migration(&mut cc, a.addr(), first, end, to);
+        migration_over(&mut cc, a.addr());
+    }
+    let final_version = a.map_version();
+    assert!(final_version >= v0 + 8, "{v0} -> {final_version}");
+    // Every key through the old map: redirected, never an error.
+    for i in 0..2000 {
+        let k = format!("key{i}");
+        let want = format!("v{i}-0{}", "p".repeat(20)).into_bytes();
+        assert_eq!(
+            old.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(want)),
+            "{k}"
+        );
+        let v = format!("v{i}-1");
+        assert_eq!(
+            old.wait_for(|c, t| c.put(k.as_bytes(), v.as_bytes(), t)),
+            Ok(OwnedReply::Done)
+        );
+    }
+    assert!(old.redirects() > 0);
+    // It ends on the map the members serve by.
+    let t = std::time::Instant::now();
+    while old.map().version() != final_version {
+        old.poll(|_, _| {});
+        assert!(t.elapsed().as_secs() < 10, "{}", old.map().version());
+    }
+    // And the other client, which wrote before all this, reads the new values.
+    for i in (0..2000).step_by(7) {
+        let k = format!("key{i}");
+        assert_eq!(
+            writer.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(format!("v{i}-1").into_bytes()))
+        );
+    }
+    drop((old, writer, cc));
+    c_.shutdown();
+    b.shutdown();
+    a.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// Writes every key over and over from a thread of its own until told to
+/// stop; returns the last value acknowledged for each key.
+fn writer(
+    fabric: String,
+    contact: SocketAddr,
+    n: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<String>> {
+    std::thread::spawn(move || {
+        let mut c = support::connect(contact, &fabric, Default::default()).unwrap();
+        let mut acked: Vec<String> = (0..n)
+            .map(|i| format!("v{i}-0{}", "p".repeat(200)))
+            .collect();
+        let mut round = 1u32;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for i in 0..n {
+                let (k, v) = (format!("key{i}"), format!("v{i}-{round}"));
+                match c.wait_for(|c, t| c.put(k.as_bytes(), v.as_bytes(), t)) {
+                    Ok(OwnedReply::Done) => acked[i as usize] = v.clone(),
+                    other => panic!("{k}: {other:?}"),
+                }
+                // Deletes and re-puts too: a tombstone must hold.
+                if i % 17 == 0 {
+                    assert_eq!(
+                        c.wait_for(|c, t| c.delete(k.as_bytes(), t)),
+                        Ok(OwnedReply::Done)
+                    );
+                    assert_eq!(
+                        c.wait_for(|c, t| c.get(k.as_bytes(), t)),
+                        Ok(OwnedReply::NotFound)
+                    );
+                    assert_eq!(
+                        c.wait_for(|c, t| c.put(k.as_bytes(), v.as_bytes(), t)),
+                        Ok(OwnedReply::Done)
+                    );
+                }
+            }
+            round += 1;
+        }
+        acked
+    })
+}
+
+#[test]
+fn writes_during_migrations_and_a_cancel_are_never_lost() {
+    let fabric = format!("kvs-cluster-cancel-{}", std::process::id());
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let n = 3000;
+    let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+    load(&mut c, n, 200);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let w = writer(fabric.clone(), b.addr(), n, stop.clone());
+    let mut cc = control(&fabric);
+    // A whole move, then one cancelled after its first chunk.
+    start_migration(&mut cc, a.addr(), 0, 256, 1);
+    migration_over(&mut cc, a.addr());
+    start_migration(&mut cc, a.addr(), 0, 256, 0);
+    assert_eq!(
+        cc.request(a.addr(), &ControlRequest::Cancel).unwrap(),
+        ControlReply::Ok
+    );
+    let m = migration_over(&mut cc, a.addr());
+    assert!(m.cancelled && m.slots_done < 256, "{m:?}");
+    assert_eq!(
+        cc.request(a.addr(), &ControlRequest::Cancel).unwrap(),
+        ControlReply::error("no migration is running")
+    );
+    // And back to where it started, with writes still going.
+    start_migration(&mut cc, a.addr(), 0, 256, 0);
+    migration_over(&mut cc, a.addr());
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = w.join().unwrap();
+    for (i, v) in acked.iter().enumerate() {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(v.clone().into_bytes())),
+            "{k}"
+        );
+    }
+    drop((c, cc));
+    b.shutdown();
+    a.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
