@@ -22,7 +22,9 @@ use crate::reply::{OwnedReply, Reply};
 use crate::retry::{Answer, Chase, Chaser, Step, Target};
 use crate::route::Routes;
 use crate::scan::ScanAgg;
-use kvs_proto::proto::{self, Op, Redirect, Response, Status, REQUEST_HEADER, RESPONSE_HEADER};
+use kvs_proto::proto::{
+    self, Op, Redirect, Response, Status, FLAG_MAP_NEWER, REQUEST_HEADER, RESPONSE_HEADER,
+};
 use kvs_proto::ShardMap;
 
 /// Where a request carries the map version it was routed by.
@@ -500,13 +502,19 @@ impl<T, X: Transport> Client<T, X> {
         let mut n = 0;
         for d in done.drain(..) {
             let i = d.op;
-            let Some(slot) = self.ops.get(i as usize) else {
+            let Some(kind) = self.ops.get(i as usize).map(|s| s.kind) else {
                 continue;
             };
             let bytes = d
                 .result
                 .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
-            match slot.kind {
+            // The flags byte of any answer (checked in full below).
+            if let Ok([_, flags, ..]) = bytes {
+                if flags & FLAG_MAP_NEWER != 0 {
+                    self.map_newer(i);
+                }
+            }
+            match kind {
                 Kind::Key(op) => {
                     let r = match bytes {
                         Err(why) => Err(KvError::Failed(why)),
@@ -592,6 +600,18 @@ impl<T, X: Transport> Client<T, X> {
             }
             Step::Queued | Step::Parked => None,
             Step::Fail(why) => Some(self.no_route(why)),
+        }
+    }
+
+    /// Op `i` was answered by a server with a newer map than the one it was
+    /// routed by: if that was the client's newest, the client fetches the
+    /// server's (so it learns of changes that moved none of its keys).
+    #[cold]
+    fn map_newer(&mut self, i: u32) {
+        let s = &self.ops[i as usize];
+        let version = self.routes.version();
+        if proto::routed_by(&s.req) >= version {
+            self.chaser.newer_map(s.ep, version, Instant::now());
         }
     }
 

@@ -316,6 +316,13 @@ impl<E: Copy> Chaser<E> {
         }
     }
 
+    /// An answer from `from` said its server serves by a newer map than the
+    /// client's (version `version`), though the request was served: fetch
+    /// it, unless a fetch is under way.
+    pub(crate) fn newer_map(&mut self, from: E, version: u32, now: Instant) {
+        self.want_fetch(from, version.saturating_add(1), now);
+    }
+
     /// The endpoint to fetch the map from, if a fetch is wanted; it is in
     /// flight from now on.
     pub(crate) fn take_fetch(&mut self) -> Option<E> {
@@ -442,6 +449,20 @@ mod tests {
         assert!(c.fetching());
         assert!(c.installed().is_empty());
         assert!(!c.fetching());
+    }
+
+    #[test]
+    fn an_answer_from_a_newer_map_fetches_it_once_without_chasing_anything() {
+        let mut c: Chaser<u32> = Chaser::default();
+        let t = Instant::now();
+        c.newer_map(11, 4, t);
+        c.newer_map(12, 4, t);
+        assert!(c.pending());
+        assert_eq!(c.take_fetch(), Some(11));
+        assert_eq!(c.take_fetch(), None);
+        assert_eq!(c.followed(), 0);
+        assert!(c.installed().is_empty());
+        assert!(!c.pending());
     }
 
     #[test]
