@@ -471,3 +471,50 @@ fn writes_during_migrations_and_a_cancel_are_never_lost() {
     a.shutdown();
     Fabric::remove_if_unused(&fabric);
 }
+
+#[test]
+fn a_target_that_restarts_mid_migration_pulls_its_chunk_again() {
+    let fabric = format!("kvs-cluster-restart-{}", std::process::id());
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+    let n = 6000;
+    load(&mut c, n, 800);
+    let mut cc = control(&fabric);
+    start_migration(&mut cc, a.addr(), 0, 256, 1);
+    // The first chunk is handed over; the target goes away (its memory with
+    // it) and comes back at its address.
+    let t = std::time::Instant::now();
+    while b.map_version() < 3 {
+        assert!(t.elapsed().as_secs() < 30);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let b_addr = b.addr();
+    b.shutdown();
+    let b = Server::start(Config {
+        listen: b_addr,
+        ..config(&fabric, 2, Some(a.addr()))
+    })
+    .unwrap();
+    assert_eq!(b.member(), 1);
+    let m = migration_over(&mut cc, a.addr());
+    assert_eq!((m.error, m.slots_done), (None, 256));
+    // Every record was loaded before the migration: all are at member 1
+    // (read by a new client: the old one's connections to member 1 died
+    // with it).
+    drop(c);
+    let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+    for i in 0..n {
+        let k = format!("key{i}");
+        let want = format!("v{i}-0{}", "p".repeat(800)).into_bytes();
+        assert_eq!(
+            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(want)),
+            "{k}"
+        );
+    }
+    drop((c, cc));
+    b.shutdown();
+    a.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
