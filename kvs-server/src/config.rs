@@ -171,6 +171,17 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The device of the server's threads (workers, control, migrations'
+    /// control clients): `device`, on `fabric`, `auto` falling back to the
+    /// software device `sim1`.
+    pub(crate) fn device_spec(&self) -> copyrpc::transport::DeviceSpec<'_> {
+        copyrpc::transport::DeviceSpec {
+            name: &self.device,
+            fabric: self.fabric.as_deref(),
+            software: "sim1",
+        }
+    }
+
     /// Parses TOML text and checks the values.
     pub fn from_toml(s: &str) -> Result<Config, ConfigError> {
         let c = Self::parse_toml(s)?;

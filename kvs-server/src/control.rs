@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use copyrpc::conn::{Connection, PendingConnection};
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::control::{ControlReply, ControlRequest, MemberStatus, WorkerStatus};
 use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
@@ -90,12 +90,7 @@ pub(crate) struct Control {
 impl Control {
     /// Opens the device and serves.
     pub fn start(self) {
-        let spec = DeviceSpec {
-            name: &self.cfg.device,
-            fabric: self.cfg.fabric.as_deref(),
-            software: "sim1",
-        };
-        match spec.open() {
+        match self.cfg.device_spec().open() {
             Ok(dev) => run_on_device(dev, self),
             Err(e) => {
                 let _ = self.ready.send(Err(StartError::Control(e.to_string())));

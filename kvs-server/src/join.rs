@@ -4,7 +4,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::{AuthToken, ShardMap};
@@ -65,11 +65,7 @@ pub(crate) fn join(
     bulk_port: u16,
     auth: Option<AuthToken>,
 ) -> Result<(u16, ShardMap), StartError> {
-    let spec = DeviceSpec {
-        name: &cfg.device,
-        fabric: cfg.fabric.as_deref(),
-        software: "sim1",
-    };
+    let spec = cfg.device_spec();
     let dev = spec
         .open()
         .map_err(|e| StartError::Join(format!("open the device: {e}")))?;

@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::Duration;
 
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::{AuthToken, ShardMap};
 use mlx5::device::Context as Device;
@@ -48,12 +48,7 @@ pub(crate) struct Pusher {
 impl Pusher {
     /// Opens the device and runs until the server stops.
     pub fn start(self) {
-        let spec = DeviceSpec {
-            name: &self.cfg.device,
-            fabric: self.cfg.fabric.as_deref(),
-            software: "sim1",
-        };
-        match spec.open() {
+        match self.cfg.device_spec().open() {
             Ok(dev) => run_on_device(dev, self),
             Err(e) => eprintln!("kvs-server: the map pusher cannot open its device: {e}"),
         }

@@ -342,20 +342,10 @@ impl Store {
     /// Removes every record of slot `slot` (a slot given away), touching no
     /// other slot's; what it freed.
     pub fn drop_slot(&mut self, slot: u32) -> Dropped {
-        let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
-            return Dropped::default();
-        };
-        if sl.import.is_some() {
-            self.importing -= 1;
-        }
-        for (k, v) in &sl.map {
-            self.order.remove(k);
-            self.used -= record_cost(k.len(), v.capacity());
-        }
-        self.bytes -= sl.bytes;
+        let r = self.take_slot(slot);
         Dropped {
-            keys: sl.map.len(),
-            bytes: sl.bytes,
+            keys: r.len(),
+            bytes: r.bytes(),
         }
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use copyrpc::conn::{Connection, PendingConnection};
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::proto::{begin_response, finish_response, ScanRecords, Status};
 use kvs_proto::shard::slot_of;
@@ -86,12 +86,7 @@ pub(crate) struct Worker {
 impl Worker {
     /// Opens the worker's device and serves on the transport it calls for.
     pub fn start(self) {
-        let spec = DeviceSpec {
-            name: &self.cfg.device,
-            fabric: self.cfg.fabric.as_deref(),
-            software: "sim1",
-        };
-        match spec.open() {
+        match self.cfg.device_spec().open() {
             Ok(dev) => run_on_device(dev, self),
             Err(e) => {
                 let why = e.to_string();

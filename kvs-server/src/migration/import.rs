@@ -11,7 +11,7 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::Waker;
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
@@ -91,12 +91,7 @@ struct Failed {
 impl Importer {
     /// Runs the import to its end.
     pub fn start(self) {
-        let spec = DeviceSpec {
-            name: &self.cfg.device,
-            fabric: self.cfg.fabric.as_deref(),
-            software: "sim1",
-        };
-        match spec.open() {
+        match self.cfg.device_spec().open() {
             Ok(dev) => run_on_device(dev, self),
             Err(e) => eprintln!("kvs-server: import: cannot open the device: {e}"),
         }

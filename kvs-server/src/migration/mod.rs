@@ -66,11 +66,7 @@ pub(crate) fn rail_names(cfg: &Config) -> Vec<String> {
     if !cfg.bulk_devices.is_empty() {
         return cfg.bulk_devices.clone();
     }
-    let spec = DeviceSpec {
-        name: &cfg.device,
-        fabric: cfg.fabric.as_deref(),
-        software: "sim1",
-    };
+    let spec = cfg.device_spec();
     match spec.open() {
         Ok(d) if d.as_sim().is_none() => vec![d.name().to_string()],
         _ => vec!["sim2".into(), "sim3".into()],

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::Waker;
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::AuthToken;
@@ -38,12 +38,7 @@ pub(crate) struct Puller {
 impl Puller {
     /// Serves pulls until the worker drops its end.
     pub fn start(self) {
-        let spec = DeviceSpec {
-            name: &self.cfg.device,
-            fabric: self.cfg.fabric.as_deref(),
-            software: "sim1",
-        };
-        match spec.open() {
+        match self.cfg.device_spec().open() {
             Ok(dev) => run_on_device(dev, self),
             Err(e) => self.fail_all(&format!("cannot open the device: {e}")),
         }
