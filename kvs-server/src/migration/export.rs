@@ -201,6 +201,6 @@ fn idle(comm: &mut Comm, since: Instant, stop: &AtomicBool) -> Result<(), String
     if since.elapsed() > STALL {
         return Err(format!("no progress in {STALL:?}"));
     }
-    std::thread::yield_now();
+    super::pause(since);
     Ok(())
 }

@@ -344,7 +344,7 @@ impl Importer {
         if since.elapsed() > STALL {
             return Err(format!("no progress in {STALL:?}"));
         }
-        std::thread::yield_now();
+        super::pause(since);
         Ok(())
     }
 }

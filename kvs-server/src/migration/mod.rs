@@ -2,7 +2,8 @@
 //! Rocksteady does it.
 //!
 //! The keeper ([`plan`]) moves slots in *chunks*: consecutive slots with one
-//! source, at most [`plan::CHUNK_SLOTS`] of them. For each chunk:
+//! source, at most an eighth of the map's slots and no fewer than 64
+//! ([`plan::chunk_slots`]). For each chunk:
 //!
 //! 1. **Handover.** The keeper gives the chunk to the target in a new map
 //!    version, marked as imported from the source, and delivers it to the
@@ -91,6 +92,18 @@ pub(crate) fn open_rails(cfg: &Config, names: &[String], mask: u8) -> Result<Vec
         return Err("no rail selected".into());
     }
     Ok(out)
+}
+
+/// One turn of a bulk transfer's wait for its peer, which began at
+/// `since`: a yield for the first 50 µs, then a 20 µs sleep, so that the
+/// transfers' threads leave the cores to the workers (a batch takes
+/// hundreds of microseconds to cross, so polling more often gains nothing).
+pub(crate) fn pause(since: std::time::Instant) {
+    if since.elapsed() < std::time::Duration::from_micros(50) {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(20));
+    }
 }
 
 /// The mask of every rail of `names`.

@@ -10,8 +10,13 @@ use std::time::Instant;
 use kvs_proto::control::MigrationStatus;
 use kvs_proto::ShardMap;
 
-/// The most slots handed over at once.
-pub(crate) const CHUNK_SLOTS: u32 = 64;
+/// The most slots handed over at once: an eighth of the map's, and no
+/// fewer than 64 (each chunk costs two map versions and a bulk connection
+/// per target worker, so chunks must not be too small; a cancel waits for
+/// one, so they must not be too large).
+pub(crate) fn chunk_slots(slots: u32) -> u32 {
+    (slots / 8).max(64)
+}
 
 /// Consecutive slots with one source, moving to `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +55,7 @@ pub(crate) struct Migration {
 /// The chunks that carry out `moves` on map `m`: slots the target owns
 /// already are left out.
 pub(crate) fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
+    let most = chunk_slots(m.slots());
     let mut out: Vec<Chunk> = Vec::new();
     for (r, to) in moves {
         for s in r.clone() {
@@ -59,10 +65,7 @@ pub(crate) fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
             }
             match out.last_mut() {
                 Some(c)
-                    if c.end == s
-                        && c.from == from
-                        && c.to == *to
-                        && c.end - c.first < CHUNK_SLOTS =>
+                    if c.end == s && c.from == from && c.to == *to && c.end - c.first < most =>
                 {
                     c.end += 1
                 }
