@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use mlx5::cq::CqRing;
+use mlx5::cq::{CompletionSource, CqRing};
 use mlx5::device::{
     access, Context, Cq, CqAttr, ExecMode, FaultPlan, Mr, QpCaps, RtrAttr, RtsAttr,
 };
@@ -33,14 +33,21 @@ struct Stream {
     dst: Mr,
     scq: CqRing,
     rcq: CqRing,
-    _rq: mlx5::rq::RecvQueue<OrderedRecv<()>>,
+    rq: mlx5::rq::RecvQueue<OrderedRecv<()>>,
     _keep: (Context, Vec<Cq>, Vec<mlx5::device::Qp>),
-    _g: Guard,
+    _g: Option<Guard>,
 }
 
 fn stream(tag: &str, mode: ExecMode, link: Option<Link>) -> Stream {
     let name = format!("link-{}-{tag}", std::process::id());
     let g = Guard(name.clone());
+    stream_in(&name, Some(g), mode, link)
+}
+
+/// A stream in fabric `name`, which `g` (if any) removes when the stream is
+/// dropped.
+fn stream_in(name: &str, g: Option<Guard>, mode: ExecMode, link: Option<Link>) -> Stream {
+    let name = name.to_owned();
     let a = Context::open_in_mode(&name, "sim0", mode).unwrap();
     let b = Context::open_in_mode(&name, "sim1", mode).unwrap();
     a.as_sim().unwrap().fabric().set_link(0, link).unwrap();
@@ -83,7 +90,7 @@ fn stream(tag: &str, mode: ExecMode, link: Option<Link>) -> Stream {
         dst,
         scq: acq.ring().unwrap(),
         rcq: bcq.ring().unwrap(),
-        _rq: rq,
+        rq,
         a,
         _keep: (b, vec![acq, bcq], vec![qa, qb]),
         _g: g,
@@ -93,6 +100,11 @@ fn stream(tag: &str, mode: ExecMode, link: Option<Link>) -> Stream {
 /// Posts every message at once, then polls until each has been received;
 /// returns the receive CQEs' immediates in order and the wall time taken.
 fn run(s: &mut Stream) -> (Vec<u32>, Duration) {
+    run_within(s, Duration::from_secs(60))
+}
+
+/// [`run`], failing when the messages take longer than `limit`.
+fn run_within(s: &mut Stream, limit: Duration) -> (Vec<u32>, Duration) {
     let t = Instant::now();
     let sge = Sge {
         addr: s.src.addr(),
@@ -107,13 +119,15 @@ fn run(s: &mut Stream) -> (Vec<u32>, Duration) {
     }
     s.sq.ring_doorbell();
     let mut imms = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + limit;
     while imms.len() < MSGS {
         // Every receive was posted up front.
+        let rq = &mut s.rq;
         s.rcq.poll(usize::MAX, |c| {
             assert_eq!(c.opcode(), Some(CqeOpcode::RespWrImm));
             assert_eq!(c.byte_cnt(), LEN as u32);
             imms.push(c.imm());
+            CompletionSource::complete(rq, c, |_, _| {});
         });
         let sq = &mut s.sq;
         s.scq.poll(usize::MAX, |c| {
@@ -149,6 +163,49 @@ fn a_rate_limited_port_delivers_no_faster_than_its_rate() {
         got >= rate * 0.25,
         "{got:.2} Gbit/s: the port is far too slow"
     );
+}
+
+#[test]
+fn threads_polling_one_nic_at_once_all_see_their_held_completions() {
+    // Several threads stream through the same rate-limited port of one
+    // process's NIC and poll at once, so that two of them often write the
+    // held CQEs that came due at the same moment. Each emptying of the delay
+    // line must lower the NIC's idle-work word once: lowered twice, it read 0
+    // while CQEs were held again, pollers stopped calling into the NIC, and
+    // every held completion of the process — of any QP, old or new — stayed
+    // held for good.
+    let name = format!("link-{}-threads", std::process::id());
+    let _g = Guard(name.clone());
+    let link = Some(Link::rate(64.0));
+    let streams: Vec<Stream> = (0..4)
+        .map(|_| stream_in(&name, None, ExecMode::Inline, link))
+        .collect();
+    let t = Instant::now();
+    std::thread::scope(|sc| {
+        for mut s in streams {
+            sc.spawn(move || {
+                for round in 0..50 {
+                    let (imms, _) = run_within(&mut s, Duration::from_secs(10));
+                    assert_eq!(imms.len(), MSGS, "round {round}");
+                    // The send completions come one latency after the
+                    // receives'; then the next round's receives.
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while s.sq.free_bbs() != s.sq.wqe_cnt() {
+                        let sq = &mut s.sq;
+                        s.scq.poll(usize::MAX, |c| {
+                            sq.complete(c, |_, _| {});
+                        });
+                        assert!(Instant::now() < deadline, "round {round}: sends");
+                    }
+                    for _ in 0..MSGS {
+                        s.rq.post(&[], ()).unwrap();
+                    }
+                    s.rq.ring_doorbell();
+                }
+            });
+        }
+    });
+    eprintln!("4 threads x 50 rounds in {:?}", t.elapsed());
 }
 
 #[test]

@@ -109,6 +109,11 @@ impl DelayLine {
             return 0;
         }
         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        if q.is_empty() {
+            // Another thread released the last CQEs between our look at
+            // `held` and the lock; it lowered the idle-work word for them.
+            return 0;
+        }
         let mut batch = CqeBatch::new(false);
         // Per CQ, dues only grow along the queue, so an entry that is due has
         // no earlier entry of its CQ still held.
@@ -122,9 +127,63 @@ impl DelayLine {
         cqe_out::flush(fab, &mut batch, report);
         let left = q.len();
         self.len.store(left as u32, Ordering::Release);
+        // The word goes down once per emptying, under the lock that raised
+        // it (a second lowering would leave it 0 while CQEs are held again
+        // later, and nothing would ever write them).
         if left == 0 {
             self.idle_work.fetch_sub(1, Ordering::Relaxed);
         }
         left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CQE for a CQ no fabric has (its write fails quietly).
+    fn cqe() -> PendingCqe {
+        PendingCqe {
+            cqn: 0x00ab_cdef,
+            cqe: [0; 64],
+            pre: None,
+            plain: false,
+        }
+    }
+
+    #[test]
+    fn a_release_that_finds_the_line_emptied_leaves_the_idle_word_alone() {
+        let name = format!("delay-unit-{}", std::process::id());
+        let fab = Fabric::open(&name).unwrap();
+        let word = Arc::new(AtomicU32::new(0));
+        let line = DelayLine::new(word.clone());
+        let mut report = FlushReport::default();
+
+        line.hold(10, cqe());
+        assert_eq!(
+            word.load(Ordering::Relaxed),
+            1,
+            "held: the NIC has idle work"
+        );
+        // Two pollers both saw a CQE held; the first writes it...
+        assert_eq!(line.release(&fab, 10, &mut report), 0);
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+        // ... and the second takes the lock on an empty line (its look at
+        // `held` came before the first emptied it).
+        line.len.store(1, Ordering::Release);
+        assert_eq!(line.release(&fab, 10, &mut report), 0);
+        assert_eq!(
+            word.load(Ordering::Relaxed),
+            0,
+            "the emptying lowered the word once"
+        );
+        // The next CQE held raises it again, so pollers come to write it.
+        line.hold(20, cqe());
+        assert_eq!(word.load(Ordering::Relaxed), 1);
+        assert_eq!(line.release(&fab, 20, &mut report), 0);
+        assert_eq!(word.load(Ordering::Relaxed), 0);
+
+        drop(fab);
+        Fabric::remove_if_unused(&name);
     }
 }
