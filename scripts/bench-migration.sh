@@ -12,6 +12,7 @@
 #
 #   bash scripts/bench-migration.sh
 #   RECORDS=400000 RUNS=5 LINK=4 bash scripts/bench-migration.sh
+#   YCSB_ONLY=1 bash scripts/bench-migration.sh     # part 3 alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -81,11 +82,14 @@ rates() { # tag -> runs migrations back and forth, beside mpib
   done
 }
 
+if [ -z "${YCSB_ONLY:-}" ]; then
 echo "== migration of 512 of 1024 slots, $RECORDS records of 1000 bytes, 2 workers per member; median of $((2 * RUNS)) migrations"
 cluster "bench-mig-$$"
 rates plain
 stop_cluster
+fi
 MLX5_SIM_LINKS="sim2=$LINK,sim3=$LINK" cluster "bench-mig-link-$$"
+if [ -z "${YCSB_ONLY:-}" ]; then
 rates link --link-gbps "$LINK,$LINK"
 
 row() { printf '%-44s %8s MB/s   mpib %8s MB/s   ratio %s\n' "$1" "$2" "$3" \
@@ -93,6 +97,7 @@ row() { printf '%-44s %8s MB/s   mpib %8s MB/s   ratio %s\n' "$1" "$2" "$3" \
 row "memory-speed rails" "$(awk '{print $1}' "$T/plain.mig" | median)" "$(median <"$T/plain.mpib")"
 row "link model, $LINK Gbit/s per rail" "$(awk '{print $1}' "$T/link.mig" | median)" "$(median <"$T/link.mpib")"
 echo "   (one migration moves $(awk '{print $3}' "$T/plain.mig" | median) MB in $(awk '{print $2}' "$T/plain.mig" | median) s)"
+fi
 
 echo
 echo "== YCSB workload A (2 threads, depth 16) before, during and after a migration of half the slots (link model on)"
@@ -129,7 +134,7 @@ for k in ("before", "during", "after"):
         print(f"{k:>8}: no interval"); continue
     ops = statistics.median(o for o, _ in v); p99 = statistics.median(p for _, p in v)
     if base is None: base = (ops, p99)
-    print(f"{k:>8}: {ops:10.0f} ops/s   READ p99 {p99:6d} us   ({len(v)} s; {ops / base[0]:.2f}x throughput, {p99 / base[1]:.2f}x p99 of before)")
+    print(f"{k:>8}: {ops:10.0f} ops/s   READ p99 {p99:6.0f} us   ({len(v)} s; {ops / base[0]:.2f}x throughput, {p99 / base[1]:.2f}x p99 of before)")
 print(f"   (the migration took {(t1 - t0) / 1000:.1f} s)")
 EOF
 echo
