@@ -20,14 +20,30 @@ fn config(fabric: &str, workers: u16, join: Option<SocketAddr>) -> Config {
 }
 
 fn control(fabric: &str) -> ControlClient {
-    let dev = copyrpc::transport::DeviceSpec {
-        name: "sim0",
-        fabric: Some(fabric),
-        software: "sim0",
+    ControlClient::new(&support::client_device(fabric), ControlOptions::default()).unwrap()
+}
+
+/// Sets keys `key0..key{n}` to `val(i)` through `c`.
+fn put_all(c: &mut kvs_client::Client<u64>, n: u32, val: impl Fn(u32) -> Vec<u8>) {
+    for i in 0..n {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.put(k.as_bytes(), &val(i), t)),
+            Ok(OwnedReply::Done)
+        );
     }
-    .open()
-    .unwrap();
-    ControlClient::new(&dev, ControlOptions::default()).unwrap()
+}
+
+/// Reads keys `key0..key{n}` back through `c`: each must be `val(i)`.
+fn get_all(c: &mut kvs_client::Client<u64>, n: u32, val: impl Fn(u32) -> Vec<u8>) {
+    for i in 0..n {
+        let k = format!("key{i}");
+        assert_eq!(
+            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
+            Ok(OwnedReply::Value(val(i))),
+            "{k}"
+        );
+    }
 }
 
 fn status(cc: &mut ControlClient, addr: SocketAddr) -> MemberStatus {
@@ -156,27 +172,11 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let n = 3000u32;
     let val = |i: u32| format!("value-{i}-{}", "x".repeat((i % 200) as usize)).into_bytes();
-    for i in 0..n {
-        let k = format!("key{i}");
-        assert_eq!(
-            c.wait_for(|c, t| c.put(k.as_bytes(), &val(i), t)),
-            Ok(OwnedReply::Done)
-        );
-    }
+    put_all(&mut c, n, val);
     drop(c);
     let mut cc = control(&fabric);
     // Everything to member 1.
-    let r = cc
-        .request(
-            a.addr(),
-            &ControlRequest::Migrate {
-                first: 0,
-                end: 256,
-                to: 1,
-            },
-        )
-        .unwrap();
-    assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+    start_migration(&mut cc, a.addr(), 0, 256, 1);
     // Only one at a time.
     let again = cc
         .request(
@@ -236,14 +236,7 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
     // Both of member 1's workers pulled.
     assert!(sb.workers.iter().all(|w| w.keys > 0), "{sb:?}");
     let mut c = support::connect(b.addr(), &fabric, Default::default()).unwrap();
-    for i in 0..n {
-        let k = format!("key{i}");
-        assert_eq!(
-            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
-            Ok(OwnedReply::Value(val(i))),
-            "{k}"
-        );
-    }
+    get_all(&mut c, n, val);
     drop(c);
     drop(cc);
     b.shutdown();
@@ -259,26 +252,10 @@ fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let n = 4000u32;
     let val = |i: u32| format!("{i}:{}", "v".repeat(1000)).into_bytes();
-    for i in 0..n {
-        let k = format!("key{i}");
-        assert_eq!(
-            c.wait_for(|c, t| c.put(k.as_bytes(), &val(i), t)),
-            Ok(OwnedReply::Done)
-        );
-    }
+    put_all(&mut c, n, val);
     drop(c);
     let mut cc = control(&fabric);
-    let r = cc
-        .request(
-            a.addr(),
-            &ControlRequest::Migrate {
-                first: 0,
-                end: 256,
-                to: 1,
-            },
-        )
-        .unwrap();
-    assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+    start_migration(&mut cc, a.addr(), 0, 256, 1);
     // Once the first chunk is in, rail 1 (sim3) loses its link.
     let t = std::time::Instant::now();
     loop {
@@ -296,14 +273,7 @@ fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
     assert_eq!((m.error, m.slots_done), (None, 256));
     assert!(f.port_down(3));
     let mut c = support::connect(b.addr(), &fabric, Default::default()).unwrap();
-    for i in 0..n {
-        let k = format!("key{i}");
-        assert_eq!(
-            c.wait_for(|c, t| c.get(k.as_bytes(), t)),
-            Ok(OwnedReply::Value(val(i))),
-            "{k}"
-        );
-    }
+    get_all(&mut c, n, val);
     f.set_port_down(3, false).unwrap();
     drop((c, cc, f));
     b.shutdown();

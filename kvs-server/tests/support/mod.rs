@@ -192,20 +192,24 @@ pub fn run_server(args: &[&str]) -> (ExitStatus, String) {
     (status, out)
 }
 
+/// Software device `sim0` of `fabric`: the clients' device in tests.
+pub fn client_device(fabric: &str) -> mlx5::device::Context {
+    copyrpc::transport::DeviceSpec {
+        name: "sim0",
+        fabric: Some(fabric),
+        software: "sim0",
+    }
+    .open()
+    .unwrap()
+}
+
 /// A client of the server at `addr` on software device `sim0` of `fabric`.
 pub fn connect(
     addr: SocketAddr,
     fabric: &str,
     opts: ClientOptions,
 ) -> Result<Client<u64>, ConnectError> {
-    let dev = copyrpc::transport::DeviceSpec {
-        name: "sim0",
-        fabric: Some(fabric),
-        software: "sim0",
-    }
-    .open()
-    .unwrap();
-    Client::connect(addr, &dev, opts)
+    Client::connect(addr, &client_device(fabric), opts)
 }
 
 /// A fresh directory for this test's files.
