@@ -44,9 +44,10 @@ pub struct ServerReport {
     pub empty_waits: u64,
 }
 
-/// An echo server on `dev` that waits with a timeout it never reaches, and a
-/// client on `cdev` that makes `n` calls with pauses long enough for both
-/// sides to fall asleep between some of them. Every answer is checked, every
+/// An echo server on `dev` that waits with a timeout it never reaches and
+/// answers every eighth call late, and a client on `cdev` that makes `n`
+/// calls with pauses long enough for both sides to fall asleep between some
+/// of them. Every answer is checked, every
 /// call must finish in [`CALL_LIMIT`] (a lost wake-up leaves a side asleep
 /// for [`NEVER`]), both sides must have slept, and the server stops when its
 /// waker fires.
@@ -73,7 +74,14 @@ pub fn sleepers_answer_every_call<T: Transport>(cdev: Device, sdev: Device, n: u
                 r.empty_waits += 1;
             }
             while let Some(req) = ctx.recv() {
-                let out = transform(ctx.request(&req).unwrap());
+                let body = ctx.request(&req).unwrap();
+                // Every eighth call is answered late, past the client's
+                // longest spin, so the client sleeps however fast the
+                // others come back.
+                if u32::from_le_bytes([body[0], body[1], body[2], body[3]]) % 8 == 7 {
+                    std::thread::sleep(Duration::from_millis(3));
+                }
+                let out = transform(body);
                 ctx.reply(req, &out).unwrap();
                 r.answered += 1;
             }
