@@ -3,26 +3,15 @@
 
 use std::time::{Duration, Instant};
 
-use kvs_client::{Client, ClientOptions, OwnedReply};
+use kvs_client::OwnedReply;
 
 mod support;
 use support::Cluster;
 
-fn client(c: &Cluster, i: usize) -> Client<u64> {
-    let dev = copyrpc::transport::DeviceSpec {
-        name: "sim0",
-        fabric: Some(&c.fabric),
-        software: "sim0",
-    }
-    .open()
-    .unwrap();
-    Client::connect(c.addr(i), &dev, ClientOptions::default()).unwrap()
-}
-
 #[test]
 fn a_migration_outlives_the_admin_tool_killed_mid_way() {
     let c = Cluster::start("killed", 2);
-    let mut kv = client(&c, 0);
+    let mut kv = c.client(0);
     let n = 20_000u32;
     let val = |i: u32| format!("{i}:{}", "x".repeat(500)).into_bytes();
     for i in 0..n {

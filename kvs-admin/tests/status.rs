@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use kvs_client::{Client, ClientOptions, OwnedReply};
+use kvs_client::OwnedReply;
 use serde_json::Value;
 
 mod support;
@@ -19,15 +19,7 @@ use support::{Cluster, SLOTS};
 /// waits until its workers have published the count (they do so every few
 /// hundred milliseconds).
 fn put_keys(c: &Cluster, n: u64) {
-    let dev = copyrpc::transport::DeviceSpec {
-        name: "sim0",
-        fabric: Some(&c.fabric),
-        software: "sim0",
-    }
-    .open()
-    .unwrap();
-    let mut client: Client<u64> =
-        Client::connect(c.addr(0), &dev, ClientOptions::default()).unwrap();
+    let mut client = c.client(0);
     for i in 0..n {
         let k = format!("key{i}");
         let r = client.wait_for(|c, t| c.put(k.as_bytes(), b"value", t));

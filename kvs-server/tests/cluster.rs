@@ -23,6 +23,15 @@ fn control(fabric: &str) -> ControlClient {
     ControlClient::new(&support::client_device(fabric), ControlOptions::default()).unwrap()
 }
 
+/// A fabric named after `tag` and this process, and a cluster of two
+/// members with two workers each: the keeper, and one that joined it.
+fn two_members(tag: &str) -> (String, Server, Server) {
+    let fabric = format!("{tag}-{}", std::process::id());
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    (fabric, a, b)
+}
+
 /// Sets keys `key0..key{n}` to `val(i)` through `c`.
 fn put_all(c: &mut kvs_client::Client<u64>, n: u32, val: impl Fn(u32) -> Vec<u8>) {
     for i in 0..n {
@@ -166,9 +175,7 @@ fn migration_over(
 
 #[test]
 fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
-    let fabric = format!("kvs-cluster-move-{}", std::process::id());
-    let a = Server::start(config(&fabric, 2, None)).unwrap();
-    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let (fabric, a, b) = two_members("kvs-cluster-move");
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let n = 3000u32;
     let val = |i: u32| format!("value-{i}-{}", "x".repeat((i % 200) as usize)).into_bytes();
@@ -246,9 +253,7 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
 
 #[test]
 fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
-    let fabric = format!("kvs-cluster-rail-{}", std::process::id());
-    let a = Server::start(config(&fabric, 2, None)).unwrap();
-    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let (fabric, a, b) = two_members("kvs-cluster-rail");
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let n = 4000u32;
     let val = |i: u32| format!("{i}:{}", "v".repeat(1000)).into_bytes();
@@ -291,20 +296,12 @@ fn start_migration(cc: &mut ControlClient, keeper: SocketAddr, first: u32, end: 
 
 /// Keys `key{i}` for `i` in `0..n`, each set to `v{i}-0` through `c`.
 fn load(c: &mut kvs_client::Client<u64>, n: u32, pad: usize) {
-    for i in 0..n {
-        let (k, v) = (format!("key{i}"), format!("v{i}-0{}", "p".repeat(pad)));
-        assert_eq!(
-            c.wait_for(|c, t| c.put(k.as_bytes(), v.as_bytes(), t)),
-            Ok(OwnedReply::Done)
-        );
-    }
+    put_all(c, n, |i| format!("v{i}-0{}", "p".repeat(pad)).into_bytes());
 }
 
 #[test]
 fn a_client_holding_an_old_map_keeps_working_across_map_versions() {
-    let fabric = format!("kvs-cluster-old-map-{}", std::process::id());
-    let a = Server::start(config(&fabric, 2, None)).unwrap();
-    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let (fabric, a, b) = two_members("kvs-cluster-old-map");
     let c_ = Server::start(config(&fabric, 1, Some(a.addr()))).unwrap();
     let mut writer = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     load(&mut writer, 2000, 20);
@@ -400,9 +397,7 @@ fn writer(
 
 #[test]
 fn writes_during_migrations_and_a_cancel_are_never_lost() {
-    let fabric = format!("kvs-cluster-cancel-{}", std::process::id());
-    let a = Server::start(config(&fabric, 2, None)).unwrap();
-    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let (fabric, a, b) = two_members("kvs-cluster-cancel");
     let n = 3000;
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     load(&mut c, n, 200);
@@ -444,9 +439,7 @@ fn writes_during_migrations_and_a_cancel_are_never_lost() {
 
 #[test]
 fn a_target_that_restarts_mid_migration_pulls_its_chunk_again() {
-    let fabric = format!("kvs-cluster-restart-{}", std::process::id());
-    let a = Server::start(config(&fabric, 2, None)).unwrap();
-    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let (fabric, a, b) = two_members("kvs-cluster-restart");
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let n = 6000;
     load(&mut c, n, 800);

@@ -70,6 +70,18 @@ impl Cluster {
         Cluster { fabric, servers }
     }
 
+    /// A client of the cluster through member `i` (device `sim0`).
+    pub fn client(&self, i: usize) -> kvs_client::Client<u64> {
+        let dev = copyrpc::transport::DeviceSpec {
+            name: "sim0",
+            fabric: Some(&self.fabric),
+            software: "sim0",
+        }
+        .open()
+        .expect("open sim0");
+        kvs_client::Client::connect(self.addr(i), &dev, Default::default()).expect("connect")
+    }
+
     /// The address of member `i`.
     pub fn addr(&self, i: usize) -> SocketAddr {
         self.servers[i].addr()
