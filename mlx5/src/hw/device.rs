@@ -593,8 +593,13 @@ pub struct HwPd {
 enum Backing {
     /// The caller's memory.
     Borrowed,
-    /// `mmap`ed by us (optionally huge pages), unmapped on drop.
-    Mapped(NonNull<u8>, usize),
+    /// `mmap`ed by us, `len` bytes from `ptr` (in 2 MiB huge pages when
+    /// `huge`), unmapped on drop.
+    Mapped {
+        ptr: NonNull<u8>,
+        len: usize,
+        huge: bool,
+    },
 }
 
 struct MrInner {
@@ -610,9 +615,10 @@ impl Drop for MrInner {
     fn drop(&mut self) {
         // SAFETY: registered by reg_mr.
         unsafe { (self.pd.c.v.dereg_mr)(self.mr.as_ptr()) };
-        if let Backing::Mapped(p, len) = self.backing {
-            // SAFETY: mapped by alloc_mr with this length.
-            unsafe { libc::munmap(p.as_ptr() as *mut c_void, len) };
+        if let Backing::Mapped { ptr, len, .. } = self.backing {
+            // SAFETY: mapped by alloc_mr with this length (for a huge
+            // mapping, a multiple of its page size, as munmap wants).
+            unsafe { libc::munmap(ptr.as_ptr() as *mut c_void, len) };
         }
     }
 }
@@ -648,7 +654,16 @@ impl HwMr {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Whether the region lies in 2 MiB huge pages: allocated by
+    /// [`HwPd::alloc_mr`] with `huge` while the reservation had pages to
+    /// give. False for registered memory of the caller's, whatever backs it.
+    pub fn is_huge(&self) -> bool {
+        matches!(self.m.backing, Backing::Mapped { huge: true, .. })
+    }
 }
+
+/// Huge page size [`HwPd::alloc_mr`] asks for.
+const HUGE_PAGE: usize = 2 << 20;
 
 impl HwPd {
     /// Registers `[addr, addr+len)`.
@@ -670,8 +685,11 @@ impl HwPd {
         })
     }
 
-    /// Allocates `len` zeroed bytes (2 MiB huge pages when `huge`, falling back to
-    /// 4 KiB pages if none are reserved) and registers them.
+    /// Allocates `len` zeroed bytes and registers them. With `huge`, in 2 MiB
+    /// huge pages (`MAP_HUGETLB | MAP_HUGE_2MB`, the mapping rounded up to a
+    /// multiple of 2 MiB) from the pool `vm.nr_hugepages` reserves; when the
+    /// pool cannot supply them, in normal pages, as without `huge`.
+    /// [`HwMr::is_huge`] tells which.
     pub fn alloc_mr(&self, len: usize, access: u32, huge: bool) -> Result<HwMr, HwError> {
         let map = |flags: c_int, len: usize| {
             // SAFETY: an anonymous private mapping; the kernel picks the address.
@@ -687,23 +705,34 @@ impl HwPd {
             };
             (p != libc::MAP_FAILED).then_some((p as *mut u8, len))
         };
-        let (p, mlen) = (if huge {
-            map(libc::MAP_HUGETLB, len.max(1).next_multiple_of(2 << 20))
+        // A hugetlb mapping reserves its pages in the pool when it is made
+        // (ENOMEM when the pool has too few free), so the fallback happens
+        // here, never as a SIGBUS at first touch.
+        let huge_map = if huge {
+            map(
+                libc::MAP_HUGETLB | libc::MAP_HUGE_2MB,
+                len.max(1).next_multiple_of(HUGE_PAGE),
+            )
         } else {
             None
-        })
-        .or_else(|| map(0, len.max(1).next_multiple_of(4096)))
-        .ok_or(HwError::Verb {
-            verb: "mmap",
-            errno: errno(),
-        })?;
+        };
+        let got_huge = huge_map.is_some();
+        let (p, mlen) = huge_map
+            .or_else(|| map(0, len.max(1).next_multiple_of(4096)))
+            .ok_or(HwError::Verb {
+                verb: "mmap",
+                errno: errno(),
+            })?;
         // SAFETY: freshly mapped memory, unmapped only after dereg (MrInner::drop).
         let mr = unsafe { self.reg_mr(p, len, access) };
         match mr {
             Ok(mut m) => {
                 let inner = Arc::get_mut(&mut m.m).expect("fresh MR is unshared");
-                inner.backing =
-                    Backing::Mapped(NonNull::new(p).expect("mmap returned non-null"), mlen);
+                inner.backing = Backing::Mapped {
+                    ptr: NonNull::new(p).expect("mmap returned non-null"),
+                    len: mlen,
+                    huge: got_huge,
+                };
                 Ok(m)
             }
             Err(e) => {
