@@ -100,12 +100,12 @@ pub(crate) struct Ep<U, T: Transport> {
     pub gen: u32,
     pub qp: Qp,
     pub sq: T::Sq,
-    pub _send_mr: Mr,
+    pub send_mr: Mr,
     pub send_base: *mut u8,
     pub send_lkey: u32,
     /// Size of the peer's receive ring (and of our send ring): C.
     pub send_size: u64,
-    pub _recv_mr: Mr,
+    pub recv_mr: Mr,
     pub recv_base: *const u8,
     pub recv_size: u64,
     pub remote: Option<Remote>,
@@ -143,8 +143,8 @@ pub(crate) struct Ep<U, T: Transport> {
     pub stats: EndpointStats,
 }
 
-// SAFETY: the raw ring pointers point into MRs the endpoint owns (`_send_mr`,
-// `_recv_mr`), which move with it; the other fields are Send (the user data by
+// SAFETY: the raw ring pointers point into MRs the endpoint owns (`send_mr`,
+// `recv_mr`), which move with it; the other fields are Send (the user data by
 // `U: Send`, the send queue by the bound, the rest by their own types).
 unsafe impl<U: Send, T: Transport> Send for Ep<U, T> where T::Sq: Send {}
 

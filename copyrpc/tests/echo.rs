@@ -128,3 +128,16 @@ fn limits_are_clear_errors() {
     let too_big = vec![0; h.max_response() + 1];
     assert!(w.server.reply(h, &too_big).is_err());
 }
+
+#[test]
+fn huge_pages_on_the_software_device_allocate_as_usual() {
+    // The setting is accepted end to end; the software device has no huge
+    // pages, so the rings are ordinary ones and the echo is the usual one.
+    let b = ContextBuilder::new().ring_size(1 << 14).huge_pages(true);
+    let mut w = world("huge", ExecMode::Inline, b, 2);
+    echo_run(&mut w, 500, |i| (i as usize * 31) % 1000);
+    assert_eq!(w.client.stats(w.pairs[0].0).responses, 500);
+    assert_eq!(w.client.endpoints(), 2);
+    assert_eq!(w.client.huge_page_rings(), 0);
+    assert_eq!(w.server.huge_page_rings(), 0);
+}

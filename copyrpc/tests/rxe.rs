@@ -134,3 +134,40 @@ fn an_idle_context_costs_no_cpu() {
         std::time::Duration::from_secs(1),
     );
 }
+
+/// Free pages of the 2 MiB pool (0 where the kernel has no such pool).
+fn free_2m_pages() -> usize {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn rings_in_huge_pages_carry_every_call() {
+    // Two endpoints a side, four rings each (send and receive of each
+    // endpoint), 64 KiB rounded up to a 2 MiB page apiece: 8 pages in all.
+    let before = free_2m_pages();
+    let b = ContextBuilder::new().ring_size(1 << 16).huge_pages(true);
+    let mut w = rxe_world(b, 2);
+    let huge = w.client.huge_page_rings() + w.server.huge_page_rings();
+    eprintln!(
+        "{before} free 2 MiB pages before, {} with {huge} huge rings",
+        free_2m_pages()
+    );
+    if before >= 8 {
+        assert_eq!(
+            (w.client.huge_page_rings(), w.server.huge_page_rings()),
+            (4, 4)
+        );
+        assert_eq!(free_2m_pages(), before - 8);
+    } else {
+        // Not enough reserved: some rings fall back to normal pages.
+        assert_eq!(huge, before, "every free page used, one ring each");
+    }
+    echo_run(&mut w, 300, |i| (i as usize * 97) % 1500);
+    assert_eq!(w.client.stats(w.pairs[0].0).responses, 300);
+    drop(w);
+    assert_eq!(free_2m_pages(), before, "the rings' pages went back");
+}
