@@ -24,6 +24,7 @@
 //! busy_poll = false         # true: workers spin when idle (a core each, least latency)
 //! idle_spin_us = 50         # spin this long before sleeping
 //! idle_max_spin_us = 1000   # the spin adapts up to this under load
+//! huge_pages = false        # true: copyrpc rings in 2 MiB huge pages (vm.nr_hugepages)
 //! ```
 //!
 //! An idle worker spins `idle_spin_us`, then arms its CQs and sleeps until a
@@ -38,6 +39,15 @@
 //! `max_memory / workers` (slots are hashed, so their loads are even) and
 //! refuses PUTs past its share with an out-of-memory error; reads, deletes
 //! and writes that do not grow keep working.
+//!
+//! `huge_pages = true` puts each client connection's copyrpc rings (a send
+//! and a receive ring of `ring_size` per client per worker) in 2 MiB huge
+//! pages, so the NIC and the CPU translate them with fewer entries. The
+//! pages come from the pool the operator reserves (`vm.nr_hugepages`): each
+//! ring takes whole pages (`max(ring_size, 2 MiB)`), so reserve
+//! `2 × max(ring_size, 2 MiB) / 2 MiB` pages per client per worker. When the
+//! pool runs short, rings are in normal pages (said once in the log), and
+//! the software device has no huge pages at all.
 //!
 //! `metrics_listen` serves metrics in the Prometheus text format. They hold
 //! counts and sizes, never keys or values, and need no token; but they tell
@@ -119,6 +129,10 @@ pub struct Config {
     pub idle_spin_us: u64,
     /// The longest spin the adaptation reaches under load, in microseconds.
     pub idle_max_spin_us: u64,
+    /// Client connections' copyrpc rings in 2 MiB huge pages (from the pool
+    /// `vm.nr_hugepages` reserves; normal pages when it runs short, and on
+    /// the software device).
+    pub huge_pages: bool,
 }
 
 impl Default for Config {
@@ -147,6 +161,7 @@ impl Default for Config {
             busy_poll: false,
             idle_spin_us: copyrpc::DEFAULT_SPIN.as_micros() as u64,
             idle_max_spin_us: copyrpc::DEFAULT_MAX_SPIN.as_micros() as u64,
+            huge_pages: false,
         }
     }
 }
@@ -327,6 +342,9 @@ mod tests {
         assert!(Config::from_toml("ring_size = 3000").is_err());
         assert!(Config::from_toml("max_pending_setups = 0").is_err());
         assert!(Config::from_toml("setup_timeout_ms = 0").is_err());
+        assert!(!Config::from_toml("").unwrap().huge_pages);
+        assert!(Config::from_toml("huge_pages = true").unwrap().huge_pages);
+        assert!(Config::from_toml("huge_pages = \"yes\"").is_err());
     }
 
     #[test]

@@ -247,7 +247,7 @@ impl Collector for Exposition {
                 )?;
         }
 
-        let gauges: [(&str, &str, Option<&Unit>, Field); 3] = [
+        let gauges: [(&str, &str, Option<&Unit>, Field); 4] = [
             ("kvs_keys", "Keys a worker holds.", None, |s| &s.keys),
             (
                 "kvs_memory_used",
@@ -261,6 +261,14 @@ impl Collector for Exposition {
                 "Client connections a worker serves.",
                 None,
                 |s| &s.clients,
+            ),
+            (
+                "kvs_huge_page_rings",
+                "copyrpc rings (a send and a receive ring per client connection) a worker \
+                 holds in 2 MiB huge pages (huge_pages; 0 without it, on the software device, \
+                 or when the pool ran short).",
+                None,
+                |s| &s.huge_rings,
             ),
         ];
         for (name, help, unit, field) in gauges {

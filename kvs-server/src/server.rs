@@ -35,6 +35,9 @@ pub struct WorkerStats {
     /// Heap bytes the worker's records take (what `max_memory` caps; see
     /// [`crate::memory`]).
     pub memory_used: AtomicU64,
+    /// Copyrpc rings (two per client) in 2 MiB huge pages (`huge_pages`;
+    /// zero without it).
+    pub(crate) huge_rings: AtomicU64,
     /// Requests by op and result, and service times (for the metrics
     /// endpoint).
     pub(crate) requests: Published,

@@ -122,6 +122,7 @@ impl OnTransport for Worker {
             .idle(cfg.idle_policy())
             .ring_size(cfg.ring_size)
             .max_endpoints(cfg.max_endpoints)
+            .huge_pages(cfg.huge_pages)
             .srq_size(4096)
             .cq_size(16384)
             .build_on::<T, _, _>(&dev, |_: u64, _| {});
@@ -153,6 +154,11 @@ impl OnTransport for Worker {
         let mut published = 0u64;
         let waker = ctx.waker();
         let mut waiting = Waiting::new(cfg.clone(), auth, to_self);
+        let mut huge = HugeReport {
+            worker: w,
+            software: dev.as_sim().is_some(),
+            ..HugeReport::default()
+        };
         loop {
             // Idle, the worker sleeps (after a spin) until a request, a new
             // client (the acceptor wakes it), or the tick: a short one while
@@ -207,8 +213,21 @@ impl OnTransport for Worker {
             loop {
                 match incoming.try_recv() {
                     Ok(ToWorker::Connection(p)) if drain_until.is_none() => {
+                        let before = if cfg.huge_pages {
+                            ctx.huge_page_rings()
+                        } else {
+                            0
+                        };
                         match p.establish(&mut ctx, &answer) {
-                            Ok(c) => conns.push(c),
+                            Ok(c) => {
+                                let rings = ctx.huge_page_rings().saturating_sub(before);
+                                match cfg.huge_pages.then(|| huge.connected(rings)).flatten() {
+                                    Some((Said::Info, l)) => println!("{l}"),
+                                    Some((Said::Warning, l)) => eprintln!("{l}"),
+                                    None => {}
+                                }
+                                conns.push(c)
+                            }
                             Err(e) => {
                                 eprintln!("kvs-server: worker {w}: a client's setup failed: {e}")
                             }
@@ -262,6 +281,11 @@ impl OnTransport for Worker {
                 stats
                     .memory_used
                     .store(h.store.memory_used() as u64, Ordering::Relaxed);
+                if cfg.huge_pages {
+                    stats
+                        .huge_rings
+                        .store(ctx.huge_page_rings() as u64, Ordering::Relaxed);
+                }
                 stats.requests.publish(&h.metrics);
             }
             match drain_until {
@@ -282,6 +306,79 @@ impl OnTransport for Worker {
         stats.ops.store(ops, Ordering::Relaxed);
         stats.clients.store(0, Ordering::Relaxed);
     }
+}
+
+/// What a worker serving with `huge_pages` says about its clients' rings:
+/// once where the first client's rings are, and once more if the pool runs
+/// short after it gave some.
+#[derive(Debug, Default)]
+struct HugeReport {
+    worker: u16,
+    /// The software device: no huge pages there.
+    software: bool,
+    /// Connections whose rings were all in huge pages.
+    huge: u64,
+    /// The first connection was reported.
+    told: bool,
+    /// A shortage after huge rings was reported.
+    told_short: bool,
+}
+
+impl HugeReport {
+    /// A client connected and `rings` of its two rings are in huge pages:
+    /// what to say, if anything (warnings go to stderr).
+    fn connected(&mut self, rings: usize) -> Option<(Said, String)> {
+        let w = self.worker;
+        let all = rings == 2;
+        let first = !self.told;
+        self.told = true;
+        if all {
+            self.huge += 1;
+        }
+        let line = |s: &str| format!("kvs-server: worker {w}: {s}");
+        if first && all {
+            Some((
+                Said::Info,
+                line("huge_pages: copyrpc rings in 2 MiB huge pages"),
+            ))
+        } else if first && self.software {
+            Some((
+                Said::Info,
+                line(
+                    "huge_pages: the software device has no huge pages; copyrpc rings in \
+                     normal memory",
+                ),
+            ))
+        } else if first {
+            Some((
+                Said::Warning,
+                line(
+                    "WARNING: huge_pages: copyrpc rings in normal pages, not huge ones: the \
+                     2 MiB pool has too few free pages (reserve more: vm.nr_hugepages)",
+                ),
+            ))
+        } else if !all && self.huge > 0 && !self.told_short {
+            self.told_short = true;
+            Some((
+                Said::Warning,
+                line(&format!(
+                    "WARNING: huge_pages: the 2 MiB pool ran short (after huge rings for {} \
+                     clients); new clients' copyrpc rings are in normal pages (reserve more: \
+                     vm.nr_hugepages)",
+                    self.huge
+                )),
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether a line goes to stdout or, as a warning, to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    Info,
+    Warning,
 }
 
 /// Handles parked requests again now that their keys are settled (or their
@@ -326,5 +423,52 @@ fn take_batch(h: &mut Handler, batch: &[u8]) {
     };
     for (k, v) in ScanRecords::new(recs).map_while(Result::ok) {
         h.store.apply_pulled(slot_of(k, slots), k, Some(v));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(software: bool) -> HugeReport {
+        HugeReport {
+            worker: 3,
+            software,
+            ..HugeReport::default()
+        }
+    }
+
+    #[test]
+    fn the_first_client_says_where_its_rings_are_and_a_later_shortage_warns_once() {
+        let mut r = report(false);
+        let (how, l) = r.connected(2).unwrap();
+        assert_eq!(how, Said::Info);
+        assert_eq!(
+            l,
+            "kvs-server: worker 3: huge_pages: copyrpc rings in 2 MiB huge pages"
+        );
+        assert_eq!(r.connected(2), None);
+        let (how, l) = r.connected(1).unwrap();
+        assert_eq!(how, Said::Warning);
+        assert!(
+            l.contains("ran short (after huge rings for 2 clients)"),
+            "{l}"
+        );
+        assert_eq!(r.connected(0), None, "said once");
+        assert_eq!(r.connected(2), None);
+    }
+
+    #[test]
+    fn no_pages_from_the_start_warns_and_the_software_device_says_it_has_none() {
+        let mut r = report(false);
+        let (how, l) = r.connected(0).unwrap();
+        assert_eq!(how, Said::Warning);
+        assert!(l.contains("too few free pages"), "{l}");
+        assert_eq!(r.connected(0), None);
+        let mut r = report(true);
+        let (how, l) = r.connected(0).unwrap();
+        assert_eq!(how, Said::Info);
+        assert!(l.contains("the software device has no huge pages"), "{l}");
+        assert_eq!(r.connected(0), None);
     }
 }

@@ -95,6 +95,17 @@ struct Args {
     /// Config key `busy_poll`.
     #[arg(long)]
     busy_poll: bool,
+    /// Put every client connection's copyrpc rings (a send and a receive
+    /// ring per client per worker) in 2 MiB huge pages, so the NIC and the
+    /// CPU translate them with fewer entries (MTT/IOTLB, TLB). Needs 2 MiB
+    /// pages reserved: `sysctl vm.nr_hugepages=N`, each ring taking whole
+    /// pages (a 1 MiB ring one page, so 2 pages per client per worker).
+    /// When the pool runs short, rings fall back to normal pages and the
+    /// server says so once in its log (`kvs_huge_page_rings` counts the
+    /// rings in huge pages). The software device (sim*) ignores it: it has
+    /// no huge pages. Config key `huge_pages`.
+    #[arg(long)]
+    huge_pages: bool,
 }
 
 fn main() {
@@ -139,6 +150,9 @@ fn main() {
     }
     if a.busy_poll {
         cfg.busy_poll = true;
+    }
+    if a.huge_pages {
+        cfg.huge_pages = true;
     }
     if let Some(v) = a.max_memory {
         cfg.max_memory = v;
