@@ -13,13 +13,15 @@
 # one rxe device on each):
 #   1. mlx5 hw_control     -- the control path (PD/MR/CQ/SRQ/QP, RESET..RTS,
 #                             RoCE v2 GID, errors naming the verb and errno)
+#      mlx5 huge_pages     -- MRs in 2 MiB huge pages: the pool drains page by
+#                             page, then normal pages; pages back on drop
 #   2. mlx5 differential   -- the RC scenarios on sim and on rxe, compared
 #      mlx5 events_rxe     -- completion events: one per arm (ibv_req_notify_cq
 #                             and a completion channel), solicited-only arms,
 #                             a sleeping poller against a sender, none lost
 #   3. copyrpc rxe         -- echo, wrap, out-of-order replies, flow-control
-#                             interleavings, READ fallback, removal, over the
-#                             verbs path
+#                             interleavings, READ fallback, removal, rings in
+#                             huge pages, over the verbs path
 #   4. mpib rxe            -- dual-rail transfers, rail 0 on rxe0 and rail 1
 #                             on rxe1 (and one test with both rails on rxe0):
 #                             every split and 0-byte transfer, 1..8 buffers,
@@ -29,9 +31,15 @@
 #   5. ycsb-a              -- kvs-server and ycsb-driver as two processes,
 #                             YCSB workload A, every operation OK and verified
 #                             (scripts/rxe/ycsb-a.sh)
+#      ycsb-a-huge         -- the same with kvs-server --huge-pages: both
+#                             workers say their rings are in huge pages, and
+#                             HugePages_Free drops by the rings' pages while
+#                             it runs (HUGE=1 scripts/rxe/ycsb-a.sh)
+# The guest reserves HUGE_PAGES 2 MiB pages (64 MiB of its 1 GiB) first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 GUEST_TIMEOUT=${RXE_TESTS_TIMEOUT:-400}
+HUGE_PAGES=32
 
 log() { echo "[rxe-tests] $*" >&2; }
 
@@ -47,6 +55,7 @@ for line in sys.stdin:
         print(m["executable"])' "$2" | tail -1
 }
 HW_CONTROL=$(test_bin mlx5 hw_control)
+HUGE_TEST=$(test_bin mlx5 huge_pages)
 DIFFERENTIAL=$(test_bin mlx5 differential)
 EVENTS=$(test_bin mlx5 events_rxe)
 COPYRPC=$(test_bin copyrpc rxe)
@@ -54,7 +63,7 @@ MPIB=$(test_bin mpib rxe)
 cargo build -q -p kvs-server -p kvs-client -p ycsb-driver --bins
 BIN=$(cargo metadata -q --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug
-for b in "$HW_CONTROL" "$DIFFERENTIAL" "$EVENTS" "$COPYRPC" "$MPIB" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
+for b in "$HW_CONTROL" "$HUGE_TEST" "$DIFFERENTIAL" "$EVENTS" "$COPYRPC" "$MPIB" "$BIN/kvs-server" "$BIN/kvs-client" "$BIN/ycsb-driver"; do
     [ -x "$b" ] || { log "missing test binary: $b"; exit 1; }
 done
 
@@ -67,12 +76,16 @@ step() { name=\$1; shift; echo "@@ step \$name"; t0=\$(date +%s)
     if "\$@"; then echo "@@ ok \$name (\$((\$(date +%s) - t0)) s)"
     else echo "@@ FAILED \$name (rc \$?)"; fail=1; fi; }
 export MLX5_SIM_FABRIC=rxe-tests RUST_BACKTRACE=1
+echo $HUGE_PAGES > /proc/sys/vm/nr_hugepages
+echo "@@ huge pages: \$(grep -E '^HugePages_(Total|Free)' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
 step hw_control env MLX5_TEST_DEVICE=rxe0 $HW_CONTROL --ignored --test-threads=1
+step huge_pages env MLX5_TEST_DEVICE=rxe0 $HUGE_TEST --ignored --test-threads=1 --nocapture
 step differential env MLX5_DIFF_DEVICE=rxe0 $DIFFERENTIAL --test-threads=1 --nocapture
 step events env MLX5_TEST_DEVICE=rxe0 $EVENTS --ignored --test-threads=1
 step copyrpc env COPYRPC_TEST_DEVICE=rxe0 $COPYRPC --ignored --test-threads=1
 step mpib env MPIB_TEST_DEVICE=rxe0 MPIB_TEST_DEVICE2=rxe1 $MPIB --ignored --test-threads=1
 step ycsb-a sh $PWD/scripts/rxe/ycsb-a.sh $BIN rxe0
+step ycsb-a-huge env HUGE=1 sh $PWD/scripts/rxe/ycsb-a.sh $BIN rxe0
 exit \$fail
 EOF
 

@@ -5,22 +5,43 @@
 # stop cleanly on Ctrl-C.
 #
 #   scripts/rxe/ycsb-a.sh BIN_DIR [DEVICE]
+#   HUGE=1 scripts/rxe/ycsb-a.sh BIN_DIR [DEVICE]
 #
 # BIN_DIR holds kvs-server, kvs-client and ycsb-driver.
+#
+# With HUGE=1 the server runs with --huge-pages, and 2 MiB pages must be
+# reserved (vm.nr_hugepages; run-tests.sh reserves them in the guest): each
+# worker must say its rings are in huge pages, HugePages_Free must drop by
+# at least a client's rings (2 workers x 2 rings x 1 page, 1 MiB rings) while
+# the clients are connected, and come back once the server has exited.
 set -eu
 BIN=$1
 DEV=${2:-rxe0}
+HUGE=${HUGE:-0}
 ADDR=127.0.0.1:7700
 RECORDS=200
 OPS=2000
 OUT=$(mktemp -d)
 
 fail() { echo "ycsb-a: $*" >&2; for f in "$OUT"/*; do echo "--- $f" >&2; cat "$f" >&2; done; exit 1; }
+free_huge() { awk '/^HugePages_Free:/{print $2}' /proc/meminfo; }
 
-"$BIN/kvs-server" --listen "$ADDR" --workers 2 --device "$DEV" --stats-interval 0 \
+EXTRA=
+SAMPLER=
+if [ "$HUGE" = 1 ]; then
+    EXTRA=--huge-pages
+    FREE0=$(free_huge)
+    [ "${FREE0:-0}" -ge 8 ] || fail "HUGE=1 needs 8 free huge pages or more (vm.nr_hugepages); $(grep HugePages_ /proc/meminfo | tr '\n' ' ')"
+    echo "ycsb-a: huge pages before the server: $(grep -E '^HugePages_(Total|Free|Rsvd)' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
+    # HugePages_Free every 0.1 s while the server runs: its lowest value.
+    ( while :; do free_huge; sleep 0.1; done ) >"$OUT/free.txt" &
+    SAMPLER=$!
+fi
+
+"$BIN/kvs-server" --listen "$ADDR" --workers 2 --device "$DEV" --stats-interval 0 $EXTRA \
     >"$OUT/server.log" 2>&1 &
 SERVER=$!
-trap 'kill -9 $SERVER 2>/dev/null || true' EXIT
+trap 'kill -9 $SERVER $SAMPLER 2>/dev/null || true' EXIT
 
 # The listener is up once a client gets through; a put and a get on the way.
 up=0
@@ -55,6 +76,23 @@ rc=0
 wait "$SERVER" || rc=$?
 trap - EXIT
 [ "$rc" = 0 ] || fail "kvs-server exited $rc on SIGINT"
+if [ "$HUGE" = 1 ]; then
+    kill "$SAMPLER" 2>/dev/null || true
+    wait "$SAMPLER" 2>/dev/null || true
+    LOWEST=$(sort -n "$OUT/free.txt" | head -1)
+    AFTER=$(free_huge)
+    grep 'huge_pages' "$OUT/server.log" || true
+    echo "ycsb-a: HugePages_Free before the server $FREE0, lowest while it ran $LOWEST, after it exited $AFTER"
+    for w in 0 1; do
+        grep -q "^kvs-server: worker $w: huge_pages: copyrpc rings in 2 MiB huge pages" "$OUT/server.log" ||
+            fail "worker $w did not say its rings are in huge pages"
+    done
+    grep -q 'WARNING: huge_pages' "$OUT/server.log" && fail "the server fell back to normal pages"
+    [ $((FREE0 - LOWEST)) -ge 4 ] || fail "HugePages_Free dropped by $((FREE0 - LOWEST)) (want 4 or more: a client's rings)"
+    [ "$AFTER" = "$FREE0" ] || fail "HugePages_Free is $AFTER after the server exited (was $FREE0)"
+fi
 grep -E '^\[(OVERALL|READ|UPDATE)\]' "$OUT/run.txt" | grep -v 'Percentile\|Min\|Max' | head -20
-echo "ycsb-a: workload A on $DEV: $RECORDS records loaded, $OPS operations, every one OK and verified"
+HOW=
+[ "$HUGE" = 1 ] && HOW=", rings in huge pages ($((FREE0 - LOWEST)) pages at most)"
+echo "ycsb-a: workload A on $DEV: $RECORDS records loaded, $OPS operations, every one OK and verified$HOW"
 rm -rf "$OUT"
