@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Test hosts for the deploy roles: three Debian containers booted with
+# systemd-nspawn (two storage hosts, one load host), each with its own network
+# namespace and address on a private bridge that only they and this machine
+# reach, sshd with a key made here, and one software-device fabric directory
+# bind-mounted into all three (the stand-in for the RDMA network).
+#
+#   hosts.sh up     build the image (once), boot the hosts, write the inventory
+#   hosts.sh down   power them off and remove them
+#
+# Needs root, systemd-container, mmdebstrap and iproute2. State lives in
+# $KVS_DEPLOY_STATE (default /var/tmp/kvs-deploy-test); the image stays there
+# between runs.
+set -euo pipefail
+
+STATE=${KVS_DEPLOY_STATE:-/var/tmp/kvs-deploy-test}
+BRIDGE=kvsdeploy0
+NET=10.77.0
+FABRIC=deploytest
+FABRIC_DIR=/dev/shm/mlx5sim-$FABRIC
+# The uid the servers and the drivers run as: one fabric belongs to one uid.
+SERVICE_UID=990
+HOSTS=("kvs1:11" "kvs2:12" "load1:21")
+MIRROR=${KVS_DEPLOY_MIRROR:-http://deb.debian.org/debian}
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,openssh-server,iproute2,openmpi-bin
+
+say() { printf '[hosts] %s\n' "$*" >&2; }
+die() { say "$*"; exit 1; }
+
+image() {
+  local img=$STATE/image
+  if [ -f "$img/etc/os-release" ]; then return; fi
+  say "building the Debian bookworm image (mmdebstrap, about a minute)"
+  rm -rf "$img.tmp"
+  mmdebstrap --variant=minbase --include="$PACKAGES" bookworm "$img.tmp" "$MIRROR" \
+    </dev/null >"$STATE/mmdebstrap.log" 2>&1 ||
+    { tail -20 "$STATE/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $STATE/mmdebstrap.log)"; }
+  # Host keys are made per host below.
+  rm -f "$img.tmp"/etc/ssh/ssh_host_*
+  mv "$img.tmp" "$img"
+}
+
+bridge() {
+  ip link show "$BRIDGE" >/dev/null 2>&1 && return
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$NET.1/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+}
+
+host_root() {
+  local name=$1 ip=$2 root=$STATE/hosts/$1
+  rm -rf "$root"
+  cp -a --reflink=auto "$STATE/image" "$root"
+  echo "$name" >"$root/etc/hostname"
+  {
+    echo "127.0.0.1 localhost"
+    for h in "${HOSTS[@]}"; do echo "$NET.${h#*:} ${h%%:*}"; done
+  } >"$root/etc/hosts"
+  mkdir -p "$root/etc/systemd/network"
+  printf '[Match]\nName=host0\n\n[Network]\nAddress=%s/24\nLinkLocalAddressing=no\n' "$ip" \
+    >"$root/etc/systemd/network/50-host0.network"
+  ln -sf /lib/systemd/system/systemd-networkd.service \
+    "$root/etc/systemd/system/multi-user.target.wants/systemd-networkd.service"
+  mkdir -p "$root/etc/systemd/system/sockets.target.wants"
+  ln -sf /lib/systemd/system/systemd-networkd.socket \
+    "$root/etc/systemd/system/sockets.target.wants/systemd-networkd.socket"
+  install -d -m 700 "$root/root/.ssh"
+  install -m 600 "$STATE/id_ed25519.pub" "$root/root/.ssh/authorized_keys"
+  ssh-keygen -q -t ed25519 -N '' -C "$name" -f "$root/etc/ssh/ssh_host_ed25519_key"
+  echo "$ip ssh-ed25519 $(cut -d' ' -f2 "$root/etc/ssh/ssh_host_ed25519_key.pub")" >>"$STATE/known_hosts"
+}
+
+boot() {
+  local name=$1 root=$STATE/hosts/$1
+  SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1 setsid systemd-nspawn --register=no --keep-unit --machine="$name" -D "$root" \
+    --network-bridge="$BRIDGE" --bind="$FABRIC_DIR" --console=passive -b \
+    </dev/null >"$STATE/$name.console" 2>&1 &
+  echo $! >"$STATE/$name.pid"
+}
+
+wait_ssh() {
+  local name=$1 ip=$2
+  for _ in $(seq 120); do
+    # Booted: systemd is done starting units ("degraded": one failed, which
+    # is logged but does not stop the hosts from serving).
+    local st
+    st=$(ssh -o BatchMode=yes -o ConnectTimeout=2 -o UserKnownHostsFile="$STATE/known_hosts" \
+      -i "$STATE/id_ed25519" "root@$ip" systemctl is-system-running --wait 2>/dev/null || true)
+    case "$st" in
+      running) return ;;
+      degraded)
+        say "$name: degraded; failed units: $(ssh -o BatchMode=yes -o UserKnownHostsFile="$STATE/known_hosts" \
+          -i "$STATE/id_ed25519" "root@$ip" systemctl --failed --no-legend --plain | cut -d' ' -f1 | tr '\n' ' ')"
+        return
+        ;;
+    esac
+    kill -0 "$(cat "$STATE/$name.pid")" 2>/dev/null ||
+      { tail -20 "$STATE/$name.console" >&2; die "$name's container exited (console: $STATE/$name.console)"; }
+    sleep 1
+  done
+  tail -20 "$STATE/$name.console" >&2
+  die "$name ($ip) did not come up with sshd in 120 s"
+}
+
+inventory() {
+  mkdir -p "$STATE/inventory/group_vars"
+  cat >"$STATE/inventory/hosts.yml" <<YAML
+---
+all:
+  vars:
+    ansible_user: root
+    ansible_ssh_private_key_file: $STATE/id_ed25519
+    ansible_ssh_common_args: -o UserKnownHostsFile=$STATE/known_hosts -o StrictHostKeyChecking=yes
+  children:
+    storage:
+      hosts:
+        kvs1: {ansible_host: $NET.11}
+        kvs2: {ansible_host: $NET.12}
+    load:
+      hosts:
+        load1: {ansible_host: $NET.21}
+YAML
+  cat >"$STATE/inventory/group_vars/all.yml" <<YAML
+---
+# No NIC here: every process runs on the software device, in one fabric
+# shared by the containers, as one uid.
+kvs_auth_token: "deploy-test-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+kvs_server_auth_token: "{{ kvs_auth_token }}"
+ycsb_auth_token: "{{ kvs_auth_token }}"
+kvs_server_software_device: true
+kvs_server_fabric: $FABRIC
+kvs_server_uid: $SERVICE_UID
+kvs_server_workers: 1
+kvs_server_max_memory: 256M
+ycsb_software_device: true
+ycsb_fabric: $FABRIC
+ycsb_uid: $SERVICE_UID
+# Two driver ranks on the one load host: the report is merged from both.
+ycsb_ranks_per_host: 2
+YAML
+}
+
+up() {
+  [ "$(id -u)" = 0 ] || die "needs root (systemd-nspawn, a bridge)"
+  for c in systemd-nspawn mmdebstrap ip ssh ssh-keygen; do
+    command -v "$c" >/dev/null || die "$c is missing (apt-get install systemd-container mmdebstrap iproute2 openssh-client)"
+  done
+  mkdir -p "$STATE/hosts"
+  image
+  down_hosts
+  rm -f "$STATE/known_hosts" "$STATE/id_ed25519" "$STATE/id_ed25519.pub"
+  ssh-keygen -q -t ed25519 -N '' -C kvs-deploy-test -f "$STATE/id_ed25519"
+  rm -rf "$FABRIC_DIR"
+  install -d -m 700 -o "$SERVICE_UID" -g "$SERVICE_UID" "$FABRIC_DIR"
+  bridge
+  for h in "${HOSTS[@]}"; do host_root "${h%%:*}" "$NET.${h#*:}"; done
+  for h in "${HOSTS[@]}"; do boot "${h%%:*}"; done
+  for h in "${HOSTS[@]}"; do wait_ssh "${h%%:*}" "$NET.${h#*:}"; done
+  inventory
+  say "up: ${HOSTS[*]} on $BRIDGE ($NET.0/24); inventory $STATE/inventory"
+}
+
+down_hosts() {
+  local pids=()
+  for h in "${HOSTS[@]}"; do
+    local f=$STATE/${h%%:*}.pid
+    [ -f "$f" ] || continue
+    local pid
+    pid=$(cat "$f")
+    # SIGTERM asks the container's systemd to power off.
+    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    rm -f "$f"
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+
+down() {
+  down_hosts
+  ip link del "$BRIDGE" 2>/dev/null || true
+  rm -rf "$STATE/hosts" "$FABRIC_DIR"
+  say "down"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The deploy roles' test, molecule-style, on real systemd hosts:
+#   lint       ansible-lint on deploy/, --syntax-check on every playbook
+#   create     three systemd-nspawn containers (hosts.sh up)
+#   converge   site.yml: the cluster forms over both storage hosts
+#   verify     verify.yml, and every /metrics parsed by a Prometheus parser
+#   benchmark  benchmark.yml: YCSB workload A with dataintegrity from the load
+#              host (two MPI ranks); every operation in the fetched report OK
+#   idempotence  site.yml again changes nothing
+#   change     a changed setting on one storage host restarts it (handler)
+#   stop       stop.yml stops everything
+#   destroy    hosts.sh down (KEEP=1 leaves the hosts up)
+# Needs root, ansible, ansible-lint, systemd-container, mmdebstrap,
+# python3-prometheus-client; site.yml builds the binaries with cargo
+# (KVS_DEPLOY_BINARIES=DIR deploys the ones in DIR instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STATE=${KVS_DEPLOY_STATE:-/var/tmp/kvs-deploy-test}
+export KVS_DEPLOY_STATE=$STATE
+INV=$STATE/inventory
+LOGS=$STATE/logs
+export ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
+
+step() { printf '\n--- deploy test: %s\n' "$*"; }
+fail() { printf 'deploy test FAILED: %s\n' "$*" >&2; exit 1; }
+
+# KVS_DEPLOY_BINARIES=DIR: deploy the binaries in DIR instead of building
+# them into ../target/release.
+EXTRA=()
+if [ -n "${KVS_DEPLOY_BINARIES:-}" ]; then
+  EXTRA=(-e "kvs_build=false" -e "kvs_server_binary_dir=$KVS_DEPLOY_BINARIES" -e "ycsb_binary_dir=$KVS_DEPLOY_BINARIES")
+fi
+
+# Runs a playbook, keeping its output; prints its recap.
+play() {
+  local name=$1
+  shift
+  local log=$LOGS/$name.log
+  if ! ansible-playbook -i "$INV" "${EXTRA[@]}" "$@" >"$log" 2>&1; then
+    tail -60 "$log" >&2
+    fail "ansible-playbook $* (log: $log)"
+  fi
+  sed -n '/^PLAY RECAP/,/^$/p' "$log"
+}
+
+# The "changed=N" of a host in a playbook's recap.
+changed() { sed -n "s/^$2 *: .*changed=\([0-9]*\).*/\1/p" "$LOGS/$1.log"; }
+
+on() {
+  local host=$1
+  shift
+  ssh -o BatchMode=yes -o UserKnownHostsFile="$STATE/known_hosts" -i "$STATE/id_ed25519" "root@$host" "$@"
+}
+
+step "lint"
+ansible-lint --offline
+for p in site.yml benchmark.yml stop.yml build.yml tests/verify.yml; do
+  ansible-playbook --syntax-check -i inventory/example "$p" >/dev/null
+done
+echo "ansible-lint clean; every playbook passes --syntax-check"
+
+step "create"
+if [ "${KEEP:-0}" != 1 ]; then trap 'bash tests/hosts.sh down' EXIT; fi
+bash tests/hosts.sh up
+rm -rf "$LOGS" "$STATE/reports"
+mkdir -p "$LOGS"
+
+step "converge"
+play site-1 site.yml
+
+step "verify"
+play verify tests/verify.yml
+/usr/bin/python3 tests/scrape.py 10.77.0.11:9477 10.77.0.12:9477
+
+step "benchmark"
+ops=20000
+play benchmark benchmark.yml -e "ycsb_report_dir=$STATE/reports" \
+  -e "{\"ycsb_properties\": {\"recordcount\": 2000, \"operationcount\": $ops, \"dataintegrity\": true}}"
+report=$(ls "$STATE"/reports/*-workloada-run.txt 2>/dev/null | tail -n 1)
+[ -n "$report" ] || fail "no run report fetched into $STATE/reports"
+echo "fetched: $(ls "$STATE/reports")"
+grep -E '^\[(OVERALL|READ|UPDATE|VERIFY)\], (RunTime|Throughput|Operations|Return)' "$report"
+grep -q '^\[OVERALL\], RunTime' "$report" || fail "$report has no [OVERALL] section"
+bad=$(grep -E 'Return=' "$report" | grep -v 'Return=OK' || true)
+[ -z "$bad" ] || fail "operations that did not return OK: $bad"
+okops=$(grep -E '^\[(READ|UPDATE)\], Return=OK' "$report" | awk -F', ' '{s += $3} END {print s + 0}')
+[ "$okops" = "$ops" ] || fail "$okops operations returned OK, not $ops"
+echo "all $ops operations Return=OK (the merged report of 2 ranks)"
+# Both members served the run (the records are spread over their slots).
+/usr/bin/python3 tests/scrape.py --min-operations 1000 10.77.0.11:9477 10.77.0.12:9477
+
+step "idempotence"
+play site-2 site.yml
+for h in kvs1 kvs2 load1 localhost; do
+  [ "$(changed site-2 "$h")" = 0 ] || fail "the second site.yml changed $h: $(grep -E 'changed:' "$LOGS/site-2.log" | head)"
+done
+echo "second site.yml: no change"
+
+step "change"
+before1=$(on 10.77.0.11 systemctl show -p InvocationID --value kvs-server)
+before2=$(on 10.77.0.12 systemctl show -p InvocationID --value kvs-server)
+mkdir -p "$INV/host_vars"
+echo "kvs_server_stats_interval: 7" >"$INV/host_vars/kvs2.yml"
+play site-3 site.yml
+after1=$(on 10.77.0.11 systemctl show -p InvocationID --value kvs-server)
+after2=$(on 10.77.0.12 systemctl show -p InvocationID --value kvs-server)
+[ "$before2" != "$after2" ] || fail "kvs2's server was not restarted"
+[ "$before1" = "$after1" ] || fail "kvs1's server was restarted, though its settings did not change"
+on 10.77.0.12 grep -q '^stats_interval_s = 7$' /etc/kvs/kvs-server.toml || fail "kvs2's configuration lacks the change"
+play verify-2 tests/verify.yml
+echo "the changed setting restarted kvs2 alone, and it is a member again"
+
+step "stop"
+play stop stop.yml
+for h in 10.77.0.11 10.77.0.12; do
+  st=$(on "$h" systemctl is-active kvs-server || true)
+  [ "$st" = inactive ] || fail "kvs-server on $h is $st after stop.yml"
+  ! on "$h" pgrep -x kvs-server >/dev/null || fail "a kvs-server process is left on $h"
+done
+echo "stop.yml stopped every server"
+echo
+echo "deploy test passed"
