@@ -505,52 +505,52 @@ impl Fabric {
     /// Frees every registry entry whose owner process is gone, and its files,
     /// and then the liveness files of dead processes.
     pub fn reap_dead(&self) {
+        /// Frees the entries of `table` whose owner `alive` says is dead.
+        fn reap<T>(
+            table: &[T],
+            fields: impl Fn(&T) -> (&AtomicU32, &AtomicU32),
+            alive: &mut impl FnMut(u32) -> bool,
+            mut on_free: impl FnMut(usize, &T),
+        ) {
+            for (i, e) in table.iter().enumerate() {
+                let (state, owner) = fields(e);
+                if state.load(Ordering::Acquire) != LIVE {
+                    continue;
+                }
+                let t = owner.load(Ordering::Relaxed);
+                if alive(t)
+                    || state
+                        .compare_exchange(LIVE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
+                {
+                    continue;
+                }
+                // Between reading the owner and the claim, another reaper
+                // may have freed the slot and a live process made it its own
+                // (it sets the owner before LIVE): not ours to free.
+                if owner.load(Ordering::Relaxed) != t {
+                    state.store(LIVE, Ordering::Release);
+                    continue;
+                }
+                on_free(i, e);
+                state.store(FREE, Ordering::Release);
+            }
+        }
         let r = self.reg();
-        // Each owner is asked about once per pass (a few system calls each).
+        // Each owner is asked about once per pass (a system call or more).
         let mut known: HashMap<u32, bool> = HashMap::new();
-        let mut alive = |t: u32| *known.entry(t).or_insert_with(|| self.member.alive(t));
-        let mut reap = |state: &AtomicU32, owner: &AtomicU32, on_free: &mut dyn FnMut()| {
-            if state.load(Ordering::Acquire) != LIVE {
-                return;
-            }
-            let t = owner.load(Ordering::Relaxed);
-            if alive(t)
-                || state
-                    .compare_exchange(LIVE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_err()
-            {
-                return;
-            }
-            // Between reading the owner and the claim, another reaper may
-            // have freed the slot and a live process made it its own (it sets
-            // the owner before LIVE): that entry is not ours to free.
-            if owner.load(Ordering::Relaxed) != t {
-                state.store(LIVE, Ordering::Release);
-                return;
-            }
-            on_free();
-            state.store(FREE, Ordering::Release);
-        };
-        for e in r.qps.iter() {
-            reap(&e.state, &e.owner, &mut || {});
-        }
-        for e in r.srqs.iter() {
-            reap(&e.state, &e.owner, &mut || {});
-        }
-        for e in r.cqs.iter() {
-            reap(&e.state, &e.owner, &mut || {});
-        }
-        for e in r.chans.iter() {
-            reap(&e.state, &e.owner, &mut || {});
-        }
-        for e in r.mrs.iter() {
-            reap(&e.state, &e.owner, &mut || {});
-        }
-        for (i, e) in r.segs.iter().enumerate() {
-            reap(&e.state, &e.owner, &mut || {
-                unlink(&self.seg_path(i, e.gen.load(Ordering::Relaxed)))
-            });
-        }
+        let alive = &mut |t: u32| *known.entry(t).or_insert_with(|| self.member.alive(t));
+        reap(&r.qps[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.srqs[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.cqs[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.chans[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.mrs[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(
+            &r.segs[..],
+            |e| (&e.state, &e.owner),
+            alive,
+            |i, e| unlink(&self.seg_path(i, e.gen.load(Ordering::Relaxed))),
+        );
         // Last, the files of dead processes: their entries are gone by now
         // (and a dead token stays dead, so no entry can be left behind).
         for t in self.member_tokens() {
