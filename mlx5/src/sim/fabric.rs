@@ -323,7 +323,7 @@ impl Fabric {
     }
 
     /// Whether the process with fabric token `token` is alive: it holds the
-    /// lock on its liveness file `proc-<token>` (a few system calls; see
+    /// lock on its liveness file `proc-<token>` (three system calls; see
     /// `sim::member`).
     pub fn alive(&self, token: u32) -> bool {
         self.member.alive(token)
@@ -662,5 +662,35 @@ impl Drop for Segment {
         let gen = e.gen.load(Ordering::Relaxed);
         unlink(&self.fabric.seg_path(self.slot as usize, gen));
         e.state.store(FREE, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fabric whose registry an older version made (the same size, the
+    /// layout version before tokens) is refused, and the error says why.
+    #[test]
+    fn a_fabric_of_another_layout_version_is_refused_clearly() {
+        let name = format!("old-layout-{}", std::process::id());
+        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        std::fs::DirBuilder::new()
+            .mode(DIR_MODE)
+            .create(&dir)
+            .unwrap();
+        let len = std::mem::size_of::<Registry>();
+        let m = ShmMap::create(&dir.join("registry"), len).unwrap();
+        // SAFETY: a zero-filled mapping of the Registry's size.
+        let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
+        r.header.magic.store(registry::MAGIC - 1, Ordering::Relaxed);
+        r.header.ready.store(1, Ordering::Release);
+        let err = Fabric::open(&name).unwrap_err().to_string();
+        assert!(
+            err.contains("another version") && err.contains("layout 6, this one uses 7"),
+            "{err}"
+        );
+        drop(m);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
