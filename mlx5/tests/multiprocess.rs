@@ -379,8 +379,8 @@ fn a_peer_process_that_dies() {
     let files_after = std::fs::read_dir(&dir).unwrap().count();
     assert_eq!(
         files_before - files_after,
-        3,
-        "the peer's MR, CQ and QP segments (and no more) were removed"
+        4,
+        "the peer's MR, CQ and QP segments and its liveness file (and no more) were removed"
     );
     drop((sq, ring, qp, cq, pd, ctx));
     Fabric::remove_if_unused(&fabric);

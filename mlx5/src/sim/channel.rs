@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 use super::fabric::{Fabric, FabricError};
 use super::registry::{self, ChanEntry, LIVE};
 use super::sched::{Nic, IDLE_STEPS, PROGRESS_STEPS};
-use super::shm::my_pid;
 use super::sync::{futex_wait, futex_wake};
 
 /// Longest sleep while this process's NIC has work waiting (stalled QPs,
@@ -83,7 +82,7 @@ impl SimChannel {
         let slot = registry::claim(&r.chans[..], |e: &ChanEntry| &e.state)
             .ok_or_else(|| FabricError::Full(fab.name().into(), "completion channel"))?;
         let e = &r.chans[slot];
-        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.owner.store(fab.token(), Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
         Ok(SimChannel {
             inner: Arc::new(ChanInner {

@@ -332,7 +332,7 @@ pub(crate) fn lock_for_one<'a>(fab: &'a Fabric, b: &CqeBatch, cqn: u32) -> Optio
     if cq.zip != 0 {
         return None;
     }
-    let g = cq.e.lock.lock();
+    let g = cq.e.lock.lock(fab.member());
     Some(LockedCq { cq, _g: g })
 }
 
@@ -351,7 +351,7 @@ fn write_one(fab: &Fabric, cqn: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> 
     let Some(cq) = view(fab, cqn) else {
         return false;
     };
-    let _g = cq.e.lock.lock();
+    let _g = cq.e.lock.lock(fab.member());
     write_plain_held(&cq, cqe, pre)
 }
 
@@ -440,7 +440,7 @@ pub(crate) fn arm(fab: &Fabric, cqn: u32) {
     if to & 0x00ff_ffff != cqn & 0x00ff_ffff {
         return;
     }
-    let _g = cq.e.lock.lock();
+    let _g = cq.e.lock.lock(fab.member());
     if cq.e.overrun.load(Ordering::Relaxed) != 0 {
         return;
     }
@@ -473,7 +473,7 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
     let Some(cq) = view(fab, cqn) else {
         return false;
     };
-    let _g = cq.e.lock.lock();
+    let _g = cq.e.lock.lock(fab.member());
     if cq.e.overrun.load(Ordering::Relaxed) != 0 {
         return false;
     }

@@ -13,7 +13,6 @@ use super::registry::{
     MAX_MRS, MAX_QPS, MAX_SRQS, NO_SEG,
 };
 use super::sched::{ExecMode, Nic, SchedStats};
-use super::shm::my_pid;
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
 use crate::device::{
     ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr,
@@ -234,7 +233,7 @@ impl SimContext {
         let cqn = registry::object_number(slot, MAX_CQS, r.next_gen());
         let e = &r.cqs[slot];
         e.cqn.store(cqn, Ordering::Relaxed);
-        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(self.d.dev, Ordering::Relaxed);
         e.seg.store(seg.slot(), Ordering::Relaxed);
         e.cqe_cnt.store(cnt, Ordering::Relaxed);
@@ -309,7 +308,7 @@ impl SimContext {
         let srqn = registry::object_number(slot, MAX_SRQS, r.next_gen());
         let e = &r.srqs[slot];
         e.srqn.store(srqn, Ordering::Relaxed);
-        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(self.d.dev, Ordering::Relaxed);
         e.pd.store(pd.pdn, Ordering::Relaxed);
         e.seg.store(seg.slot(), Ordering::Relaxed);
@@ -373,7 +372,7 @@ impl SimContext {
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
         e.qpn.store(qpn, Ordering::Relaxed);
-        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(self.d.dev, Ordering::Relaxed);
         e.pd.store(pd.pdn, Ordering::Relaxed);
         e.qp_state.store(qp_state::RESET, Ordering::Relaxed);
@@ -449,7 +448,7 @@ impl SimPd {
         let key = ((slot as u32) << 8) | (r.next_gen() % 255 + 1);
         let e = &r.mrs[slot];
         e.key.store(key, Ordering::Relaxed);
-        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(self.ctx.d.dev, Ordering::Relaxed);
         e.pd.store(self.pdn, Ordering::Relaxed);
         e.access.store(access, Ordering::Relaxed);
@@ -825,7 +824,7 @@ impl SimQp {
         f: impl FnOnce(&registry::QpEntry),
     ) -> Result<(), DeviceError> {
         let e = self.e();
-        let _g = e.exec_lock.lock();
+        let _g = e.exec_lock.lock(self.inner.ctx.d.fab.member());
         let cur = state_of(e.qp_state.load(Ordering::Acquire));
         if !from.contains(&cur) {
             return Err(DeviceError::BadTransition {
@@ -952,14 +951,31 @@ const _: () = assert!(MAX_MRS <= 1 << 16 && MAX_QPS <= 1 << 16 && MAX_CQS <= 1 <
 
 /// Device-wide counters for tests: live QPs of this process in the fabric.
 pub fn live_qps(ctx: &SimContext) -> usize {
-    let me = my_pid();
+    let me = ctx.d.fab.token();
     ctx.d
         .fab
         .reg()
         .qps
         .iter()
-        .filter(|e| e.state.load(Ordering::Acquire) == LIVE && e.pid.load(Ordering::Relaxed) == me)
+        .filter(|e| {
+            e.state.load(Ordering::Acquire) == LIVE && e.owner.load(Ordering::Relaxed) == me
+        })
         .count()
+}
+
+/// Test support: takes the shared lock of CQ `cqn` (any process's CQ of the
+/// fabric) as this process's NIC takes it to write CQEs, and never releases
+/// it, as a process killed in the middle of writing a CQE leaves it. Tests of
+/// the takeover by a survivor call it and then let the process die. False if
+/// the fabric has no such CQ.
+pub fn hold_cq_lock_forever(ctx: &SimContext, cqn: u32) -> bool {
+    let fab = &ctx.d.fab;
+    let e = &fab.reg().cqs[registry::slot_of(cqn, MAX_CQS)];
+    if e.state.load(Ordering::Acquire) != LIVE || e.cqn.load(Ordering::Relaxed) != cqn {
+        return false;
+    }
+    std::mem::forget(e.lock.lock(fab.member()));
+    true
 }
 
 #[allow(dead_code)]

@@ -6,6 +6,14 @@
 //! A fabric is private to the user who created it: its directory has mode
 //! 0700 and its files 0600, and a process of another user that opens it gets
 //! [`FabricError::NotOwner`].
+//!
+//! Each process that opens a fabric joins it as a member: it gets a token
+//! that identifies it in the registry (the owner of its entries, the holder
+//! of the shared locks it takes), and holds a file lock on `proc-<token>` in
+//! the fabric's directory for as long as it lives. Not its pid: the
+//! processes of a fabric may be in different PID namespaces (containers that
+//! bind-mount one fabric directory), where pids are neither unique nor
+//! checkable. See `sim::member`.
 
 use std::collections::HashMap;
 use std::io;
@@ -16,8 +24,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::link::{self, Link};
+use super::member::{token_of_name, Member};
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_DEVS, MAX_SEGS};
-use super::shm::{my_pid, pid_alive, unlink, ShmMap};
+use super::shm::{unlink, ShmMap};
 
 /// Environment variable naming the fabric that `sim*` devices open.
 pub const FABRIC_ENV: &str = "MLX5_SIM_FABRIC";
@@ -113,6 +122,24 @@ fn check_private(name: &str, dir: &Path) -> Result<(), FabricError> {
     Ok(())
 }
 
+/// Why a registry's magic number is not [`registry::MAGIC`]: made by another
+/// version of the software device (its layout differs), or not a registry.
+fn bad_magic(dir: &Path, magic: u64) -> io::Error {
+    let msg = if magic >> 8 == registry::MAGIC >> 8 {
+        format!(
+            "{} was made by another version of the software device (registry \
+             layout {}, this one uses {}); remove it once no process uses it, or \
+             pick another fabric name",
+            dir.display(),
+            magic & 0xff,
+            registry::MAGIC & 0xff
+        )
+    } else {
+        format!("{}: bad registry magic {magic:#x}", dir.display())
+    };
+    io::Error::new(io::ErrorKind::InvalidData, msg)
+}
+
 /// A mapped segment of another process (or our own), cached by slot.
 struct CachedSeg {
     gen: u32,
@@ -150,6 +177,9 @@ pub struct Fabric {
     /// registration of part of it (on any device of the fabric) is reachable
     /// from other processes too. Weak: the regions own it.
     region_memory: Mutex<Vec<Weak<Segment>>>,
+    /// This process's token and liveness file. Declared last: it drops (its
+    /// file goes, its lock is released) after everything else of the handle.
+    member: Member,
 }
 
 impl std::fmt::Debug for Fabric {
@@ -250,16 +280,19 @@ impl Fabric {
                     }
                     std::thread::yield_now();
                 }
-                if r.header.magic.load(Ordering::Relaxed) != registry::MAGIC {
-                    return Err(io(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "bad registry magic",
-                    )));
+                let magic = r.header.magic.load(Ordering::Relaxed);
+                if magic != registry::MAGIC {
+                    return Err(io(bad_magic(&dir, magic)));
                 }
                 m
             }
             Err(e) => return Err(io(e)),
         };
+        // SAFETY: mapped with the Registry layout (size and magic checked,
+        // or made here).
+        let r = unsafe { &*(reg.base().as_ptr() as *const Registry) };
+        // Joined only now that the registry is ready: the token comes from it.
+        let member = Member::join(&dir, &r.header.next_token).map_err(io)?;
         Ok(Fabric {
             name: name.to_owned(),
             dir,
@@ -269,7 +302,31 @@ impl Fabric {
                 .collect(),
             keep: Mutex::new(Vec::new()),
             region_memory: Mutex::new(Vec::new()),
+            member,
         })
+    }
+
+    /// This process's membership of the fabric: its token, and the liveness
+    /// of others.
+    #[inline(always)]
+    pub(crate) fn member(&self) -> &Member {
+        &self.member
+    }
+
+    /// This process's token in the fabric: what identifies it in the
+    /// registry (nonzero, unique among the fabric's live processes, the same
+    /// in every PID namespace). A process that lets go of a fabric and opens
+    /// it again gets a new one.
+    #[inline]
+    pub fn token(&self) -> u32 {
+        self.member.token()
+    }
+
+    /// Whether the process with fabric token `token` is alive: it holds the
+    /// lock on its liveness file `proc-<token>` (three system calls; see
+    /// `sim::member`).
+    pub fn alive(&self, token: u32) -> bool {
+        self.member.alive(token)
     }
 
     /// Sets device `dev`'s link model (`None`: no model, the port is as fast
@@ -361,7 +418,7 @@ impl Fabric {
                 });
             }
         };
-        e.pid.store(my_pid(), Ordering::Relaxed);
+        e.owner.store(self.member.token(), Ordering::Relaxed);
         e.gen.store(gen, Ordering::Relaxed);
         e.len.store(len as u64, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
@@ -445,63 +502,71 @@ impl Fabric {
         in_segment(self.segment(slot)?, off, len)
     }
 
-    /// Frees every registry entry whose owner process is gone, and its files.
+    /// Frees every registry entry whose owner process is gone, and its files,
+    /// and then the liveness files of dead processes.
     pub fn reap_dead(&self) {
-        let r = self.reg();
+        /// Frees the entries of `table` whose owner `alive` says is dead.
         fn reap<T>(
             table: &[T],
-            state: impl Fn(&T) -> &AtomicU32,
-            pid: impl Fn(&T) -> u32,
+            fields: impl Fn(&T) -> (&AtomicU32, &AtomicU32),
+            alive: &mut impl FnMut(u32) -> bool,
             mut on_free: impl FnMut(usize, &T),
         ) {
             for (i, e) in table.iter().enumerate() {
-                if state(e).load(Ordering::Acquire) == LIVE
-                    && !pid_alive(pid(e))
-                    && state(e)
-                        .compare_exchange(LIVE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    on_free(i, e);
-                    state(e).store(FREE, Ordering::Release);
+                let (state, owner) = fields(e);
+                if state.load(Ordering::Acquire) != LIVE {
+                    continue;
                 }
+                let t = owner.load(Ordering::Relaxed);
+                if alive(t)
+                    || state
+                        .compare_exchange(LIVE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_err()
+                {
+                    continue;
+                }
+                // Between reading the owner and the claim, another reaper
+                // may have freed the slot and a live process made it its own
+                // (it sets the owner before LIVE): not ours to free.
+                if owner.load(Ordering::Relaxed) != t {
+                    state.store(LIVE, Ordering::Release);
+                    continue;
+                }
+                on_free(i, e);
+                state.store(FREE, Ordering::Release);
             }
         }
-        reap(
-            &r.qps[..],
-            |e| &e.state,
-            |e| e.pid.load(Ordering::Relaxed),
-            |_, _| {},
-        );
-        reap(
-            &r.srqs[..],
-            |e| &e.state,
-            |e| e.pid.load(Ordering::Relaxed),
-            |_, _| {},
-        );
-        reap(
-            &r.cqs[..],
-            |e| &e.state,
-            |e| e.pid.load(Ordering::Relaxed),
-            |_, _| {},
-        );
-        reap(
-            &r.chans[..],
-            |e| &e.state,
-            |e| e.pid.load(Ordering::Relaxed),
-            |_, _| {},
-        );
-        reap(
-            &r.mrs[..],
-            |e| &e.state,
-            |e| e.pid.load(Ordering::Relaxed),
-            |_, _| {},
-        );
+        let r = self.reg();
+        // Each owner is asked about once per pass (a system call or more).
+        let mut known: HashMap<u32, bool> = HashMap::new();
+        let alive = &mut |t: u32| *known.entry(t).or_insert_with(|| self.member.alive(t));
+        reap(&r.qps[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.srqs[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.cqs[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.chans[..], |e| (&e.state, &e.owner), alive, |_, _| {});
+        reap(&r.mrs[..], |e| (&e.state, &e.owner), alive, |_, _| {});
         reap(
             &r.segs[..],
-            |e| &e.state,
-            |e| e.pid.load(Ordering::Relaxed),
+            |e| (&e.state, &e.owner),
+            alive,
             |i, e| unlink(&self.seg_path(i, e.gen.load(Ordering::Relaxed))),
         );
+        // Last, the files of dead processes: their entries are gone by now
+        // (and a dead token stays dead, so no entry can be left behind).
+        for t in self.member_tokens() {
+            self.member.remove_if_dead(t);
+        }
+    }
+
+    /// Tokens of the liveness files in the fabric's directory, live or not.
+    fn member_tokens(&self) -> Vec<u32> {
+        std::fs::read_dir(&self.dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter_map(|e| token_of_name(e.file_name().to_str()?))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Removes the fabric's files if no live process uses it any more (tests
@@ -516,10 +581,13 @@ impl Fabric {
         if let Ok(f) = opened {
             f.reap_dead();
             let r = f.reg();
-            let mine = my_pid();
+            let mine = f.token();
             let busy = r.segs.iter().any(|e| {
-                e.state.load(Ordering::Acquire) != FREE && e.pid.load(Ordering::Relaxed) != mine
-            });
+                e.state.load(Ordering::Acquire) != FREE && e.owner.load(Ordering::Relaxed) != mine
+            }) || f
+                .member_tokens()
+                .into_iter()
+                .any(|t| t != mine && f.alive(t));
             if busy {
                 return;
             }
@@ -594,5 +662,35 @@ impl Drop for Segment {
         let gen = e.gen.load(Ordering::Relaxed);
         unlink(&self.fabric.seg_path(self.slot as usize, gen));
         e.state.store(FREE, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fabric whose registry an older version made (the same size, the
+    /// layout version before tokens) is refused, and the error says why.
+    #[test]
+    fn a_fabric_of_another_layout_version_is_refused_clearly() {
+        let name = format!("old-layout-{}", std::process::id());
+        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        std::fs::DirBuilder::new()
+            .mode(DIR_MODE)
+            .create(&dir)
+            .unwrap();
+        let len = std::mem::size_of::<Registry>();
+        let m = ShmMap::create(&dir.join("registry"), len).unwrap();
+        // SAFETY: a zero-filled mapping of the Registry's size.
+        let r = unsafe { &*(m.base().as_ptr() as *const Registry) };
+        r.header.magic.store(registry::MAGIC - 1, Ordering::Relaxed);
+        r.header.ready.store(1, Ordering::Release);
+        let err = Fabric::open(&name).unwrap_err().to_string();
+        assert!(
+            err.contains("another version") && err.contains("layout 6, this one uses 7"),
+            "{err}"
+        );
+        drop(m);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

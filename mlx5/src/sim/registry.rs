@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::sync::ShmLock;
 
-/// Magic number of a registry file ("mlx5sim" + layout version).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d06;
+/// Magic number of a registry file ("mlx5sim" + layout version in the low
+/// byte). Version 7: owners are fabric tokens (`sim::member`), not
+/// pids, and the header counts tokens.
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d07;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
 /// Shared-memory segments per fabric.
@@ -72,7 +74,10 @@ pub struct Header {
     pub modeled_ports: AtomicU32,
     /// Ports that are down: while 0, port state costs the engine nothing.
     pub down_ports: AtomicU32,
-    _pad: [u32; 9],
+    /// The last process token handed out (`sim::member`): a
+    /// process joining the fabric takes the next with one `fetch_add`.
+    pub next_token: AtomicU32,
+    _pad: [u32; 8],
 }
 
 /// A device's port: its link model and its state (all zero: no model, the
@@ -101,8 +106,8 @@ pub struct PortEntry {
 pub struct SegEntry {
     /// FREE / CLAIMED / LIVE.
     pub state: AtomicU32,
-    /// Owner process.
-    pub pid: AtomicU32,
+    /// Owner process: its fabric token (`sim::member`).
+    pub owner: AtomicU32,
     /// Generation (part of the file name).
     pub gen: AtomicU32,
     _pad: u32,
@@ -118,8 +123,8 @@ pub struct MrEntry {
     pub state: AtomicU32,
     /// The key (`slot << 8 | generation`); lkey and rkey are equal.
     pub key: AtomicU32,
-    /// Owner process.
-    pub pid: AtomicU32,
+    /// Owner process: its fabric token (`sim::member`).
+    pub owner: AtomicU32,
     /// Device.
     pub dev: AtomicU32,
     /// Protection domain number.
@@ -147,8 +152,8 @@ pub struct CqEntry {
     pub state: AtomicU32,
     /// CQ number.
     pub cqn: AtomicU32,
-    /// Owner process.
-    pub pid: AtomicU32,
+    /// Owner process: its fabric token (`sim::member`).
+    pub owner: AtomicU32,
     /// Device.
     pub dev: AtomicU32,
     /// Segment of the CQ buffer and doorbell record.
@@ -210,8 +215,8 @@ pub const CQ_UAR_AFTER_DBREC: u64 = 64;
 pub struct ChanEntry {
     /// FREE / CLAIMED / LIVE.
     pub state: AtomicU32,
-    /// Owner process.
-    pub pid: AtomicU32,
+    /// Owner process: its fabric token (`sim::member`).
+    pub owner: AtomicU32,
     /// Bumped at every event of one of its CQs; waiters sleep on it.
     pub seq: AtomicU32,
     _pad: [u32; 13],
@@ -229,8 +234,8 @@ pub struct SrqEntry {
     pub state: AtomicU32,
     /// SRQ number.
     pub srqn: AtomicU32,
-    /// Owner process.
-    pub pid: AtomicU32,
+    /// Owner process: its fabric token (`sim::member`).
+    pub owner: AtomicU32,
     /// Device.
     pub dev: AtomicU32,
     /// Protection domain.
@@ -265,8 +270,8 @@ pub struct QpEntry {
     pub state: AtomicU32,
     /// QP number.
     pub qpn: AtomicU32,
-    /// Owner process.
-    pub pid: AtomicU32,
+    /// Owner process: its fabric token (`sim::member`).
+    pub owner: AtomicU32,
     /// Device.
     pub dev: AtomicU32,
     /// Protection domain.

@@ -3,6 +3,12 @@
 //! registry). A file under `/dev/shm` mapped `MAP_SHARED`, so another process
 //! that maps the same file sees the same bytes. Files are created with mode
 //! [`FILE_MODE`]: readable and writable by their owner only.
+//!
+//! Nothing here names a file after a pid: the processes of a fabric may live
+//! in different PID namespaces (containers sharing one fabric directory), where
+//! two of them can have the same pid. Private names are random
+//! ([`private_name`]); who owns what, and who is alive, is the business of
+//! `sim::member`.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -56,17 +62,15 @@ impl ShmMap {
         len: usize,
         init: impl FnOnce(&ShmMap),
     ) -> io::Result<Self> {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NONCE: AtomicU32 = AtomicU32::new(0);
-        let mut name = path.file_name().unwrap_or_default().to_owned();
-        name.push(format!(
-            ".tmp-{}-{}",
-            my_pid(),
-            NONCE.fetch_add(1, Ordering::Relaxed)
-        ));
-        let tmp = path.with_file_name(name);
-        let _ = std::fs::remove_file(&tmp);
-        let mut m = Self::create(&tmp, len)?;
+        // A private name nobody else picks (random, not a pid: processes in
+        // other PID namespaces may have ours); `create` refuses an existing one.
+        let (tmp, mut m) = loop {
+            let tmp = private_name(path);
+            match Self::create(&tmp, len) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                r => break (tmp, r?),
+            }
+        };
         init(&m);
         let linked = std::fs::hard_link(&tmp, path);
         let _ = std::fs::remove_file(&tmp);
@@ -139,30 +143,31 @@ impl Drop for ShmMap {
     }
 }
 
-/// Whether process `pid` is alive (it exists, whoever owns it).
-pub fn pid_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
+/// 64 random bits (`getrandom`; if that fails, the clock and a counter mixed).
+fn random_u64() -> u64 {
+    let mut v = 0u64;
+    // SAFETY: writes at most 8 bytes into `v`.
+    let n = unsafe { libc::getrandom((&mut v as *mut u64).cast(), 8, libc::GRND_NONBLOCK) };
+    if n == 8 {
+        return v;
     }
-    // SAFETY: signal 0 only checks for existence and permission.
-    let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let c = COUNTER.fetch_add(1, Ordering::Relaxed);
+    (t ^ c.rotate_left(32) ^ (&COUNTER as *const AtomicU64 as u64))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
-/// This process's id (cached: `getpid` is a system call, and the device asks
-/// for it on every lock).
-#[inline]
-pub fn my_pid() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static PID: AtomicU32 = AtomicU32::new(0);
-    match PID.load(Ordering::Relaxed) {
-        0 => {
-            let p = std::process::id();
-            PID.store(p, Ordering::Relaxed);
-            p
-        }
-        p => p,
-    }
+/// A private name beside `path` for a file to be built and then published
+/// under `path`: `<name>.tmp-<64 random bits>`. Create it exclusively (and pick
+/// another on `AlreadyExists`).
+pub fn private_name(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(format!(".tmp-{:016x}", random_u64()));
+    path.with_file_name(name)
 }
 
 /// Removes a file, ignoring "not found".

@@ -1,12 +1,21 @@
 //! A spinlock that lives in shared memory and survives the death of its
-//! holder: the lock word holds the holder's pid, and a waiter that finds the
-//! holder dead takes the lock over.
+//! holder: the lock word holds the holder's fabric token (see `sim::member`),
+//! and a waiter that finds the holder dead takes the lock over.
+//!
+//! Not the holder's pid: the processes of a fabric may be in different PID
+//! namespaces (containers that share the fabric directory), where a pid says
+//! neither who holds the lock (two holders can both be pid 1) nor whether the
+//! holder lives (a live holder's pid may not exist here, and a dead holder's
+//! pid may be some other process's). A token is unique in the fabric, and its
+//! liveness is a file lock that the kernel drops when the process dies,
+//! visible from every namespace. The word stays one atomic `u32`; the
+//! liveness check runs only after thousands of spins on a held lock.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use super::shm::{my_pid, pid_alive};
+use super::member::Member;
 
-/// A lock word in shared memory (0: free; otherwise the holder's pid).
+/// A lock word in shared memory (0: free; otherwise the holder's token).
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct ShmLock {
@@ -20,13 +29,14 @@ pub struct ShmGuard<'a> {
 }
 
 impl ShmLock {
-    /// Takes the lock, spinning; steals it from a dead holder.
+    /// Takes the lock for `me` (this process's membership of the fabric the
+    /// lock lives in), spinning; steals it from a dead holder.
     #[inline(always)]
-    pub fn lock(&self) -> ShmGuard<'_> {
-        let me = my_pid();
+    pub fn lock(&self, me: &Member) -> ShmGuard<'_> {
+        let token = me.token();
         if self
             .word
-            .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+            .compare_exchange(0, token, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
             return ShmGuard { lock: self };
@@ -36,14 +46,15 @@ impl ShmLock {
 
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self, me: u32) -> ShmGuard<'_> {
+    fn lock_contended(&self, me: &Member) -> ShmGuard<'_> {
+        let token = me.token();
         let mut spins = 0u32;
         loop {
             let cur = self.word.load(Ordering::Relaxed);
             if cur == 0 {
                 if self
                     .word
-                    .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange_weak(0, token, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
                 {
                     return ShmGuard { lock: self };
@@ -51,7 +62,7 @@ impl ShmLock {
             } else {
                 spins += 1;
                 if spins % 4096 == 0 {
-                    if cur != me && !pid_alive(cur) {
+                    if cur != token && !me.alive(cur) {
                         // The holder died inside its critical section.
                         let _ = self.word.compare_exchange(
                             cur,
@@ -114,5 +125,44 @@ pub fn futex_wake(word: &AtomicU32) {
             std::ptr::null::<u32>(),
             0u32,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::member::tests::scratch;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+
+    /// A lock whose holder's token is dead (no liveness file) is taken over;
+    /// one whose holder lives is waited for, however long.
+    #[test]
+    fn a_dead_holder_loses_the_lock_and_a_live_one_keeps_it() {
+        let (dir, _) = scratch("shmlock");
+        let next = AtomicU32::new(0);
+        let me = Member::join(&dir, &next).unwrap();
+        let other = Member::join(&dir, &next).unwrap();
+        let lock = ShmLock::default();
+
+        lock.word.store(other.token() + 100, Ordering::Relaxed);
+        drop(lock.lock(&me));
+        assert_eq!(lock.word.load(Ordering::Relaxed), 0, "taken over, released");
+
+        lock.word.store(other.token(), Ordering::Relaxed);
+        let got = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _g = lock.lock(&me);
+                got.store(true, Ordering::Relaxed);
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!got.load(Ordering::Relaxed), "stolen from a live holder");
+            // The holder dies: its lock goes with it.
+            drop(other);
+        });
+        assert!(got.load(Ordering::Relaxed));
+        drop(me);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -230,7 +230,7 @@ fn flush_rq(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
     if qp.rq.is_none() {
         return 0;
     }
-    let _g = e.rq_lock.lock();
+    let _g = e.rq_lock.lock(x.fab.member());
     // SAFETY: the doorbell record lies in the QP's segment.
     let pi = unsafe { load_dbrec(qp.dbrec, RCV_DBR) } as u16;
     let mut ci = e.rq_ci.load(Ordering::Relaxed);

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 
 use super::super::fabric::Fabric;
 use super::super::registry::{slot_of, MrEntry, QpEntry, LIVE, MAX_MRS, NO_SEG};
-use super::super::shm::my_pid;
 
 /// Largest message the simulated port carries (as `max_msg_sz` on ConnectX).
 pub(super) const MAX_MSG: u64 = 1 << 30;
@@ -130,7 +129,7 @@ pub(super) fn resolve(
     }
     let seg = e.seg.load(Ordering::Relaxed);
     if seg == NO_SEG {
-        if e.pid.load(Ordering::Relaxed) != my_pid() {
+        if e.owner.load(Ordering::Relaxed) != fab.token() {
             return Err(VENDOR_NOT_SHARED);
         }
         return Ok(addr as *mut u8);

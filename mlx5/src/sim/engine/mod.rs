@@ -30,7 +30,6 @@ use super::cqe_out::FlushReport;
 use super::exec::Exec;
 use super::fabric::{in_segment, Fabric};
 use super::registry::{qp_state, slot_of, QpEntry, LIVE, MAX_QPS};
-use super::shm::my_pid;
 use crate::doorbell::load_dbrec;
 use crate::prm::{ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, WqeOpcode, SND_DBR, WQE_SEG_UNIT};
 use errors::{Fail, Failure};
@@ -189,7 +188,7 @@ pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
     let Some((_, e)) = qp_by_num(x.fab, qpn) else {
         return res;
     };
-    let _g = e.exec_lock.lock();
+    let _g = e.exec_lock.lock(x.fab.member());
     let Some(qp) = qp_view(x.fab, e) else {
         return res;
     };
@@ -317,10 +316,10 @@ fn req_cqe(qpn: u32, wqe_counter: u16, wqe_opcode: u8, byte_cnt: u32) -> [u8; 64
 /// Moves this process's QPs whose send CQ is `cqn` to ERR (after that CQ
 /// overran).
 pub(crate) fn fail_qps_of_cq(fab: &Fabric, cqn: u32) {
-    let me = my_pid();
+    let me = fab.token();
     for e in fab.reg().qps.iter() {
         if e.state.load(Ordering::Acquire) == LIVE
-            && e.pid.load(Ordering::Relaxed) == me
+            && e.owner.load(Ordering::Relaxed) == me
             && e.send_cqn.load(Ordering::Relaxed) == cqn
         {
             e.qp_state.store(qp_state::ERR, Ordering::Release);
@@ -334,7 +333,7 @@ pub(crate) fn flush_qp(x: &mut Exec<'_>, qpn: u32) -> usize {
     let Some((_, e)) = qp_by_num(x.fab, qpn) else {
         return 0;
     };
-    let _g = e.exec_lock.lock();
+    let _g = e.exec_lock.lock(x.fab.member());
     let Some(qp) = qp_view(x.fab, e) else {
         return 0;
     };

@@ -21,7 +21,6 @@ use crate::sim::link;
 use crate::sim::registry::{
     qp_state, slot_of, QpEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
 };
-use crate::sim::shm::pid_alive;
 
 /// How often a requester checks that its peer's process is alive.
 const PEER_CHECK_NS: u64 = 1_000_000;
@@ -61,7 +60,7 @@ pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a
     };
     let now = x.clock.peer_stamp();
     if peer_check_due(qp, now) {
-        if !pid_alive(r.pid.load(Ordering::Relaxed)) {
+        if !x.fab.member().alive(r.owner.load(Ordering::Relaxed)) {
             return Err(Fail::transport(timeout_us));
         }
         qp.e.peer_seen.store(now, Ordering::Relaxed);
@@ -143,7 +142,7 @@ pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
             s.dbrec_off.load(Ordering::Relaxed),
         )
         .ok_or(Fail::rnr(delay_us))?;
-        let _g = s.lock.lock();
+        let _g = s.lock.lock(fab.member());
         // SAFETY: the SRQ doorbell record.
         let posted = unsafe { load_dbrec(db, 0) } as u16;
         let consumed = s.consumed.load(Ordering::Relaxed);
@@ -188,7 +187,7 @@ pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
             r.dbrec_off.load(Ordering::Relaxed),
         )
         .ok_or(Fail::rnr(delay_us))?;
-        let _g = r.rq_lock.lock();
+        let _g = r.rq_lock.lock(fab.member());
         // SAFETY: the QP doorbell record.
         let posted = unsafe { load_dbrec(db, RCV_DBR) } as u16;
         let ci = r.rq_ci.load(Ordering::Relaxed);
