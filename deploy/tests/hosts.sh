@@ -103,6 +103,7 @@ wait_ssh() {
 }
 
 inventory() {
+  rm -rf "$STATE/inventory"
   mkdir -p "$STATE/inventory/group_vars"
   cat >"$STATE/inventory/hosts.yml" <<YAML
 ---

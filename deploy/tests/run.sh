@@ -107,7 +107,7 @@ after1=$(on 10.77.0.11 systemctl show -p InvocationID --value kvs-server)
 after2=$(on 10.77.0.12 systemctl show -p InvocationID --value kvs-server)
 [ "$before2" != "$after2" ] || fail "kvs2's server was not restarted"
 [ "$before1" = "$after1" ] || fail "kvs1's server was restarted, though its settings did not change"
-on 10.77.0.12 grep -q '^stats_interval_s = 7$' /etc/kvs/kvs-server.toml || fail "kvs2's configuration lacks the change"
+on 10.77.0.12 "grep -qx 'stats_interval_s = 7' /etc/kvs/kvs-server.toml" || fail "kvs2's configuration lacks the change"
 play verify-2 tests/verify.yml
 echo "the changed setting restarted kvs2 alone, and it is a member again"
 
