@@ -7,7 +7,9 @@
 //! --fork --kill-child`, so each peer is pid 1 of a PID namespace of its own;
 //! the test process (in the root namespace) relays connection details and
 //! tells the peers what to do over their stdin/stdout. Making a PID namespace
-//! needs root (CI runs as root): without it the test fails and says so.
+//! needs root; any other user gets one inside a user namespace of its own
+//! (`unshare --user --map-root-user`, which Debian and most distributions
+//! allow), and where neither works the test fails and says so.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -223,10 +225,23 @@ struct Peer {
     info: PeerInfo,
 }
 
+/// The namespaces a peer needs besides its PID namespace: none for root;
+/// for anyone else a user namespace, in which it may make the PID namespace
+/// (its uid inside maps to this user's, so the fabric stays one user's).
+fn namespace_args() -> &'static [&'static str] {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        &[]
+    } else {
+        &["--user", "--map-root-user"]
+    }
+}
+
 impl Peer {
     fn spawn(name: &'static str, fabric: &str, dev: &str) -> Peer {
         let exe = std::env::current_exe().unwrap();
         let mut unshare = Command::new("unshare")
+            .args(namespace_args())
             .args(["--pid", "--fork", "--kill-child"])
             .arg(&exe)
             .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
@@ -257,8 +272,10 @@ impl Peer {
                 let _ = unshare.kill();
                 let out = unshare.wait_with_output().unwrap();
                 panic!(
-                    "peer {name} did not start under `unshare --pid --fork` ({}): {}\n\
-                     this test needs root to make PID namespaces (CI runs as root)",
+                    "peer {name} did not start under `unshare {} --pid --fork` ({}): {}\n\
+                     this test needs root, or unprivileged user namespaces \
+                     (sysctl kernel.unprivileged_userns_clone=1), to make PID namespaces",
+                    namespace_args().join(" "),
                     out.status,
                     String::from_utf8_lossy(&out.stderr).trim()
                 );
@@ -334,12 +351,6 @@ fn peers_in_other_pid_namespaces_are_told_apart_and_their_death_is_seen() {
     if let Ok(dev) = std::env::var("MLX5_PIDNS_ROLE") {
         return peer(&std::env::var("MLX5_PIDNS_FABRIC").unwrap(), &dev);
     }
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "this test needs root to make PID namespaces (`unshare --pid`); CI runs as root"
-    );
     let fabric = format!("pidns-{}", std::process::id());
     let mut t = End::new(&fabric, "sim2");
     let fab = Fabric::open(&fabric).unwrap();
@@ -476,7 +487,17 @@ fn peers_in_other_pid_namespaces_are_told_apart_and_their_death_is_seen() {
     assert_eq!(procs, want, "A's liveness file is removed, the others stay");
     assert_eq!(b.ask("COUNT"), "1", "B's QP is still there");
 
+    // B's unshare is killed; B itself dies of the signal it gets when its
+    // parent dies (`--kill-child`), a moment later.
     drop(b);
+    let deadline = Instant::now() + ANSWER;
+    while fab.alive(tb) {
+        assert!(
+            Instant::now() < deadline,
+            "B still lives after its unshare was killed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     drop(fab);
     drop(t);
     Fabric::remove_if_unused(&fabric);
