@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Test hosts for the deploy roles: three Debian containers booted with
-# systemd-nspawn (two storage hosts, one load host), each with its own network
+# Test hosts for the deploy roles: four Debian containers booted with
+# systemd-nspawn (two storage hosts, two load hosts), each with its own network
 # namespace and address on a private bridge that only they and this machine
 # reach, sshd with a key made here, and one software-device fabric directory
 # bind-mounted into all three (the stand-in for the RDMA network).
@@ -20,7 +20,7 @@ FABRIC=deploytest
 FABRIC_DIR=/dev/shm/mlx5sim-$FABRIC
 # The uid the servers and the drivers run as: one fabric belongs to one uid.
 SERVICE_UID=990
-HOSTS=("kvs1:11" "kvs2:12" "load1:21")
+HOSTS=("kvs1:11" "kvs2:12" "load1:21" "load2:22")
 MIRROR=${KVS_DEPLOY_MIRROR:-http://deb.debian.org/debian}
 PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,openssh-server,iproute2,openmpi-bin
 
@@ -120,6 +120,7 @@ all:
     load:
       hosts:
         load1: {ansible_host: $NET.21}
+        load2: {ansible_host: $NET.22}
 YAML
   cat >"$STATE/inventory/group_vars/all.yml" <<YAML
 ---
@@ -136,7 +137,8 @@ kvs_server_max_memory: 256M
 ycsb_software_device: true
 ycsb_fabric: $FABRIC
 ycsb_uid: $SERVICE_UID
-# Two driver ranks on the one load host: the report is merged from both.
+# Two driver ranks on each load host: mpirun on load1 starts load2's over
+# ssh, and the report is merged from all four.
 ycsb_ranks_per_host: 2
 YAML
 }
