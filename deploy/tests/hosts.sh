@@ -10,13 +10,15 @@
 #
 # Needs root, systemd-container, mmdebstrap and iproute2. State lives in
 # $KVS_DEPLOY_STATE (default /var/tmp/kvs-deploy-test); the image stays there
-# between runs.
+# between runs. KVS_DEPLOY_BRIDGE, KVS_DEPLOY_NET (the first three octets)
+# and KVS_DEPLOY_FABRIC name the bridge, network and fabric.
 set -euo pipefail
 
 STATE=${KVS_DEPLOY_STATE:-/var/tmp/kvs-deploy-test}
-BRIDGE=kvsdeploy0
-NET=10.77.0
-FABRIC=deploytest
+# Another bridge, /24 and fabric let two runs go on at once.
+BRIDGE=${KVS_DEPLOY_BRIDGE:-kvsdeploy0}
+NET=${KVS_DEPLOY_NET:-10.77.0}
+FABRIC=${KVS_DEPLOY_FABRIC:-deploytest}
 FABRIC_DIR=/dev/shm/mlx5sim-$FABRIC
 # The uid the servers and the drivers run as: one fabric belongs to one uid.
 SERVICE_UID=990

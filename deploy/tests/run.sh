@@ -9,6 +9,10 @@
 #              fetched report OK
 #   idempotence  site.yml again changes nothing
 #   change     a changed setting on one storage host restarts it (handler)
+#   release    the binaries from release tarballs (HTTP): every server
+#              restarts, the cluster forms again, a second run changes nothing
+#   keeper restart  the first host's server restarts alone: site.yml brings
+#              kvs2 back into the new cluster
 #   stop       stop.yml stops everything
 #   destroy    hosts.sh down (KEEP=1 leaves the hosts up)
 # Needs root, ansible, ansible-lint, systemd-container, mmdebstrap,
@@ -20,6 +24,8 @@ cd "$(dirname "$0")/.."
 STATE=${KVS_DEPLOY_STATE:-/var/tmp/kvs-deploy-test}
 export KVS_DEPLOY_STATE=$STATE
 INV=$STATE/inventory
+NET=${KVS_DEPLOY_NET:-10.77.0}
+KVS1=$NET.11 KVS2=$NET.12 LOAD1=$NET.21 LOAD2=$NET.22
 LOGS=$STATE/logs
 export ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
 
@@ -72,7 +78,7 @@ play site-1 site.yml
 
 step "verify"
 play verify tests/verify.yml
-/usr/bin/python3 tests/scrape.py 10.77.0.11:9477 10.77.0.12:9477
+/usr/bin/python3 tests/scrape.py "$KVS1:9477" "$KVS2:9477"
 
 step "benchmark"
 ops=20000
@@ -89,10 +95,10 @@ okops=$(grep -E '^\[(READ|UPDATE)\], Return=OK' "$report" | awk -F', ' '{s += $3
 [ "$okops" = "$ops" ] || fail "$okops operations returned OK, not $ops"
 echo "all $ops operations Return=OK (the merged report of 4 ranks on 2 hosts)"
 # mpirun on load1 started load2's ranks over ssh, as the driver's user.
-on 10.77.0.22 "journalctl -u ssh --no-pager | grep -q 'Accepted publickey for ycsb from 10.77.0.21'" ||
+on "$LOAD2" "journalctl -u ssh --no-pager | grep -q 'Accepted publickey for ycsb from $LOAD1'" ||
   fail "load2 saw no ssh login of ycsb from load1: its ranks did not run there"
 # Both members served the run (the records are spread over their slots).
-/usr/bin/python3 tests/scrape.py --min-operations 1000 10.77.0.11:9477 10.77.0.12:9477
+/usr/bin/python3 tests/scrape.py --min-operations 1000 "$KVS1:9477" "$KVS2:9477"
 
 step "idempotence"
 play site-2 site.yml
@@ -102,22 +108,59 @@ done
 echo "second site.yml: no change"
 
 step "change"
-before1=$(on 10.77.0.11 systemctl show -p InvocationID --value kvs-server)
-before2=$(on 10.77.0.12 systemctl show -p InvocationID --value kvs-server)
+before1=$(on "$KVS1" systemctl show -p InvocationID --value kvs-server)
+before2=$(on "$KVS2" systemctl show -p InvocationID --value kvs-server)
 mkdir -p "$INV/host_vars"
 echo "kvs_server_stats_interval: 7" >"$INV/host_vars/kvs2.yml"
 play site-3 site.yml
-after1=$(on 10.77.0.11 systemctl show -p InvocationID --value kvs-server)
-after2=$(on 10.77.0.12 systemctl show -p InvocationID --value kvs-server)
+after1=$(on "$KVS1" systemctl show -p InvocationID --value kvs-server)
+after2=$(on "$KVS2" systemctl show -p InvocationID --value kvs-server)
 [ "$before2" != "$after2" ] || fail "kvs2's server was not restarted"
 [ "$before1" = "$after1" ] || fail "kvs1's server was restarted, though its settings did not change"
-on 10.77.0.12 "grep -qx 'stats_interval_s = 7' /etc/kvs/kvs-server.toml" || fail "kvs2's configuration lacks the change"
+on "$KVS2" "grep -qx 'stats_interval_s = 7' /etc/kvs/kvs-server.toml" || fail "kvs2's configuration lacks the change"
 play verify-2 tests/verify.yml
 echo "the changed setting restarted kvs2 alone, and it is a member again"
 
+step "release"
+# The binaries from release tarballs over HTTP instead of the controller's
+# directory. They differ from the installed files (times), so the handler
+# restarts every server, one at a time, the first one first: it starts a new
+# cluster, kvs2 joins it as it restarts, and the slots are spread again.
+bins=${KVS_DEPLOY_BINARIES:-$PWD/../target/release}
+rel=$STATE/release
+rm -rf "$rel" && mkdir -p "$rel"
+tar -C "$bins" -czf "$rel/kvs.tar.gz" kvs-server kvs-admin
+tar -C "$bins" -czf "$rel/ycsb.tar.gz" ycsb-driver
+/usr/bin/python3 -m http.server --bind "$NET.1" --directory "$rel" 8999 >"$LOGS/http.log" 2>&1 &
+http=$!
+trap 'kill $http 2>/dev/null || true; [ "${KEEP:-0}" = 1 ] || bash tests/hosts.sh down' EXIT
+sum() { echo "sha256:$(sha256sum "$1" | cut -d' ' -f1)"; }
+release=(-e kvs_build=false
+  -e "kvs_server_release_url=http://$NET.1:8999/kvs.tar.gz" -e "kvs_server_release_checksum=$(sum "$rel/kvs.tar.gz")"
+  -e "ycsb_release_url=http://$NET.1:8999/ycsb.tar.gz" -e "ycsb_release_checksum=$(sum "$rel/ycsb.tar.gz")")
+play site-4 site.yml "${release[@]}"
+grep -q "GET /kvs.tar.gz" "$LOGS/http.log" || fail "no host downloaded the release"
+play verify-3 tests/verify.yml
+play site-5 site.yml "${release[@]}"
+for h in kvs1 kvs2 load1 load2 localhost; do
+  [ "$(changed site-5 "$h")" = 0 ] || fail "the second site.yml from the release changed $h"
+done
+echo "installed from the release tarballs: the cluster formed again, and a second run changed nothing"
+
+step "keeper restart"
+# The first host's server restarts on its own (a crash, systemd's restart):
+# it starts a new cluster without kvs2. site.yml restarts kvs2, which joins
+# it, and spreads the slots again.
+on "$KVS1" systemctl restart kvs-server
+play site-6 site.yml "${release[@]}"
+grep -A2 'TASK \[kvs_server : Restart the members missing from the cluster\]' "$LOGS/site-6.log" |
+  grep -q '^changed: \[kvs2\]' || fail "site.yml did not restart kvs2 into the first host's new cluster"
+play verify-4 tests/verify.yml
+echo "after the first host restarted alone, site.yml brought kvs2 back into its cluster"
+
 step "stop"
 play stop stop.yml
-for h in 10.77.0.11 10.77.0.12; do
+for h in "$KVS1" "$KVS2"; do
   st=$(on "$h" systemctl is-active kvs-server || true)
   [ "$st" = inactive ] || fail "kvs-server on $h is $st after stop.yml"
   ! on "$h" pgrep -x kvs-server >/dev/null || fail "a kvs-server process is left on $h"
