@@ -84,8 +84,9 @@ step "benchmark"
 ops=20000
 play benchmark benchmark.yml -e "ycsb_report_dir=$STATE/reports" \
   -e "{\"ycsb_properties\": {\"recordcount\": 2000, \"operationcount\": $ops, \"dataintegrity\": true}}"
-report=$(ls "$STATE"/reports/*-workloada-run.txt 2>/dev/null | tail -n 1)
-[ -n "$report" ] || fail "no run report fetched into $STATE/reports"
+reports=("$STATE"/reports/*-workloada-run.txt)
+report=${reports[-1]}
+[ -f "$report" ] || fail "no run report fetched into $STATE/reports"
 echo "fetched: $(ls "$STATE/reports")"
 grep -E '^\[(OVERALL|READ|UPDATE|VERIFY)\], (RunTime|Throughput|Operations|Return)' "$report"
 grep -q '^\[OVERALL\], RunTime' "$report" || fail "$report has no [OVERALL] section"
