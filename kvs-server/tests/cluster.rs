@@ -19,6 +19,18 @@ fn config(fabric: &str, workers: u16, join: Option<SocketAddr>) -> Config {
     }
 }
 
+/// Shuts `s` down and starts a member at its address again, joining
+/// through `join` with `workers` workers (its memory is gone with it).
+fn restart_at_its_address(s: Server, fabric: &str, workers: u16, join: SocketAddr) -> Server {
+    let addr = s.addr();
+    s.shutdown();
+    Server::start(Config {
+        listen: addr,
+        ..config(fabric, workers, Some(join))
+    })
+    .unwrap()
+}
+
 fn control(fabric: &str) -> ControlClient {
     ControlClient::new(&support::client_device(fabric), ControlOptions::default()).unwrap()
 }
@@ -106,13 +118,7 @@ fn servers_join_and_every_member_learns_the_map() {
 
     // A member that restarts at its address is the same member; the map
     // changes only for its new bulk port (any free one).
-    let b_addr = b.addr();
-    b.shutdown();
-    let b = Server::start(Config {
-        listen: b_addr,
-        ..config(&fabric, 2, Some(a.addr()))
-    })
-    .unwrap();
+    let b = restart_at_its_address(b, &fabric, 2, a.addr());
     assert_eq!((b.member(), b.map_version()), (1, 4));
     // ... but not with another worker count.
     let c_addr = c.addr();
@@ -452,13 +458,7 @@ fn a_target_that_restarts_mid_migration_pulls_its_chunk_again() {
         assert!(t.elapsed().as_secs() < 30);
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let b_addr = b.addr();
-    b.shutdown();
-    let b = Server::start(Config {
-        listen: b_addr,
-        ..config(&fabric, 2, Some(a.addr()))
-    })
-    .unwrap();
+    let b = restart_at_its_address(b, &fabric, 2, a.addr());
     assert_eq!(b.member(), 1);
     let m = migration_over(&mut cc, a.addr());
     assert_eq!((m.error, m.slots_done), (None, 256));
