@@ -86,13 +86,12 @@ wait_ssh() {
     # Booted: systemd is done starting units ("degraded": one failed, which
     # is logged but does not stop the hosts from serving).
     local st
-    st=$(ssh -o BatchMode=yes -o ConnectTimeout=2 -o UserKnownHostsFile="$STATE/known_hosts" \
-      -i "$STATE/id_ed25519" "root@$ip" systemctl is-system-running --wait 2>/dev/null || true)
+    st=$(ssh -F "$STATE/ssh_config" -o ConnectTimeout=2 "$ip" systemctl is-system-running --wait 2>/dev/null || true)
     case "$st" in
       running) return ;;
       degraded)
-        say "$name: degraded; failed units: $(ssh -o BatchMode=yes -o UserKnownHostsFile="$STATE/known_hosts" \
-          -i "$STATE/id_ed25519" "root@$ip" systemctl --failed --no-legend --plain | cut -d' ' -f1 | tr '\n' ' ')"
+        say "$name: degraded; failed units: $(ssh -F "$STATE/ssh_config" "$ip" \
+          systemctl --failed --no-legend --plain | cut -d' ' -f1 | tr '\n' ' ')"
         return
         ;;
     esac
@@ -112,8 +111,7 @@ inventory() {
 all:
   vars:
     ansible_user: root
-    ansible_ssh_private_key_file: $STATE/id_ed25519
-    ansible_ssh_common_args: -o UserKnownHostsFile=$STATE/known_hosts -o StrictHostKeyChecking=yes
+    ansible_ssh_common_args: -F $STATE/ssh_config
   children:
     storage:
       hosts:
@@ -155,6 +153,10 @@ up() {
   down_hosts
   rm -f "$STATE/known_hosts" "$STATE/id_ed25519" "$STATE/id_ed25519.pub"
   ssh-keygen -q -t ed25519 -N '' -C kvs-deploy-test -f "$STATE/id_ed25519"
+  # How this machine (ansible, the test) reaches the hosts: as root, with the
+  # key made here, trusting only the host keys made for them.
+  printf 'Host *\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n  BatchMode yes\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n' \
+    "$STATE/id_ed25519" "$STATE/known_hosts" >"$STATE/ssh_config"
   rm -rf "$FABRIC_DIR"
   install -d -m 700 -o "$SERVICE_UID" -g "$SERVICE_UID" "$FABRIC_DIR"
   bridge

@@ -57,7 +57,7 @@ changed() { sed -n "s/^$2 *: .*changed=\([0-9]*\).*/\1/p" "$LOGS/$1.log"; }
 on() {
   local host=$1
   shift
-  ssh -o BatchMode=yes -o UserKnownHostsFile="$STATE/known_hosts" -i "$STATE/id_ed25519" "root@$host" "$@"
+  ssh -F "$STATE/ssh_config" "$host" "$@"
 }
 
 step "lint"
