@@ -81,18 +81,23 @@ boot() {
 }
 
 wait_ssh() {
-  local name=$1 ip=$2
+  local name=$1 ip=$2 retries=3
   for _ in $(seq 120); do
-    # Booted: systemd is done starting units ("degraded": one failed, which
-    # is logged but does not stop the hosts from serving).
-    local st
+    # Booted: systemd is done starting units. On a loaded machine a unit
+    # sometimes fails at boot (seen: systemd-user-sessions, which leaves
+    # /run/nologin and so keeps every user but root out): start the failed
+    # units again, a few times, before giving up.
+    local st failed
     st=$(ssh -F "$STATE/ssh_config" -o ConnectTimeout=2 "$ip" systemctl is-system-running --wait 2>/dev/null || true)
     case "$st" in
       running) return ;;
       degraded)
-        say "$name: degraded; failed units: $(ssh -F "$STATE/ssh_config" "$ip" \
-          systemctl --failed --no-legend --plain | cut -d' ' -f1 | tr '\n' ' ')"
-        return
+        failed=$(ssh -F "$STATE/ssh_config" "$ip" systemctl --failed --no-legend --plain | cut -d' ' -f1 | tr '\n' ' ')
+        [ "$retries" -gt 0 ] || die "$name: units failed at boot and again when restarted: $failed"
+        say "$name: failed at boot: $failed; starting them again"
+        retries=$((retries - 1))
+        ssh -F "$STATE/ssh_config" "$ip" "systemctl reset-failed && systemctl restart $failed" || true
+        continue
         ;;
     esac
     kill -0 "$(cat "$STATE/$name.pid")" 2>/dev/null ||
