@@ -1,0 +1,62 @@
+//! The control plane's errors.
+
+use std::path::PathBuf;
+
+/// The data dir could not be read or written, or holds something it should
+/// not.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A file is damaged (not just cut short by a crash).
+    #[error("{path} is damaged at byte {offset}: {why}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        offset: u64,
+        /// What is wrong.
+        why: String,
+    },
+    /// The data dir belongs to another cluster or member than asked for.
+    #[error("{0}")]
+    Identity(String),
+}
+
+/// Why the group refused or could not do something.
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// The data dir.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// Only the leader takes proposals; `leader` is the member this one
+    /// believes leads, if it knows of one.
+    #[error("{}", match leader {
+        Some(l) => format!("member {l} leads the control group, not this member"),
+        None => "the control group has no leader right now (an election is under way, or this member is cut off)".to_string(),
+    })]
+    NotLeader {
+        /// The leader, as far as this member knows.
+        leader: Option<u16>,
+    },
+    /// The proposal is not valid against the committed state.
+    #[error("{0}")]
+    Rejected(String),
+    /// A peer's message does not decode.
+    #[error("a control-group message from member {from} does not decode: {why}")]
+    BadMessage {
+        /// Who sent it.
+        from: u16,
+        /// Why.
+        why: String,
+    },
+    /// raft-rs refused (a bug here, or a peer of another cluster).
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+}

@@ -1,0 +1,724 @@
+//! One member's part in the control group: raft-rs's [`RawNode`] over the
+//! member's [`DiskStorage`], the [`ClusterState`] it applies, and the two
+//! clocks the store's safety rests on, the lease and failure detection.
+//!
+//! A [`Group`] does no network I/O and reads no clock: the caller passes
+//! `now`, carries the messages it queues, and feeds it the messages peers
+//! send. The call order, from one thread:
+//!
+//! 1. [`Group::bootstrap`] (a new cluster) or [`Group::open`] (a member
+//!    resuming from its data dir, or one just given its id by the leader).
+//! 2. In a loop:
+//!    - [`Group::step`] for each message a peer sent;
+//!    - [`Group::tick`] whenever time passes (at least every
+//!      [`GroupConfig::tick`]);
+//!    - [`Group::propose`] and friends for changes (leader only);
+//!    - [`Group::poll`]: persists what Raft asks (one `fdatasync`) before
+//!      the messages that depend on it are queued, applies committed
+//!      entries, and takes snapshots;
+//!    - [`Group::take_outgoing`]: the messages to send, and
+//!      [`Group::take_events`]: what applying did.
+//!
+//! **Leases.** A member may serve its slots only while
+//! [`Group::lease_valid`]: a follower holds a lease for
+//! [`GroupConfig::lease`] from each heartbeat or append it receives from a
+//! leader; the leader holds one while a quorum of voters has been heard from
+//! within the lease. **Failure detection:** the leader marks a member failed
+//! (a committed [`Command::MarkFailed`]) once it has heard nothing from it
+//! for [`GroupConfig::member_timeout`], counted from when it became leader
+//! at the earliest. The lease is shorter than the timeout by two election
+//! timeouts (the longest a deposed leader can go on sending heartbeats
+//! before raft-rs's quorum check demotes it), so a member cut off stops
+//! serving before the group can call it failed and hand its slots to anyone
+//! else. Clocks are assumed to run at the same rate, give or take what is
+//! left of the timeout (a fifth of it by default).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use protobuf::Message as _;
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType,
+};
+use raft::{RawNode, StateRole, Storage as _};
+
+use crate::error::{GroupError, StorageError};
+use crate::identity::{ClusterId, Identity};
+use crate::state::{Applied, ClusterState, Command, MemberState, Membership};
+use crate::storage::{DiskStorage, Recovery};
+use kvs_proto::ShardMap;
+
+/// The group's timing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupConfig {
+    /// One Raft tick.
+    pub tick: Duration,
+    /// Ticks between a leader's heartbeats.
+    pub heartbeat_ticks: usize,
+    /// Ticks without a leader before a voter stands for election (raft-rs
+    /// draws each timeout from this to twice this).
+    pub election_ticks: usize,
+    /// How long the leader waits without hearing from a member before it
+    /// marks it failed.
+    pub member_timeout: Duration,
+    /// How long a member may serve after its last word from a leader.
+    pub lease: Duration,
+    /// Entries applied between two snapshots of the state.
+    pub snapshot_every: u64,
+}
+
+impl GroupConfig {
+    /// Timing derived from `member_timeout`: a tick of a fiftieth of it
+    /// (5 to 100 ms), heartbeats every 2 ticks, elections after 10 to 20
+    /// ticks (a fifth to two fifths of the timeout), and a lease of two
+    /// fifths of the timeout.
+    pub fn for_member_timeout(member_timeout: Duration) -> GroupConfig {
+        let tick =
+            (member_timeout / 50).clamp(Duration::from_millis(5), Duration::from_millis(100));
+        GroupConfig {
+            tick,
+            heartbeat_ticks: 2,
+            election_ticks: 10,
+            member_timeout,
+            lease: member_timeout * 2 / 5,
+            snapshot_every: 1024,
+        }
+    }
+
+    /// The election timeout: a leader checks its quorum once per this, and
+    /// a follower stands for election after this to twice this.
+    fn election(&self) -> Duration {
+        self.tick * self.election_ticks as u32
+    }
+
+    /// Refuses timing under which a lease could outlive the member's
+    /// failure being committed.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.tick.is_zero() || self.heartbeat_ticks == 0 {
+            return Err("the tick and the heartbeat must be longer than zero".into());
+        }
+        if self.election_ticks <= self.heartbeat_ticks {
+            return Err("an election timeout must be longer than the heartbeat".into());
+        }
+        // A deposed leader sends heartbeats for up to two election
+        // timeouts after it lost its quorum (its quorum check runs once per
+        // timeout); members it reaches hold leases for `lease` after that.
+        if self.lease + 2 * self.election() > self.member_timeout {
+            return Err(format!(
+                "a lease of {:?} plus two election timeouts of {:?} must not be longer \
+                 than member_timeout ({:?}): a member cut off could still serve after the \
+                 group marks it failed",
+                self.lease,
+                self.election(),
+                self.member_timeout
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A message for a peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The member it is for.
+    pub to: u16,
+    /// Its bytes (a raft-rs message in protobuf).
+    pub bytes: Vec<u8>,
+}
+
+/// What happened in the group, for the caller to act on and log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// An entry was applied (index, what it did).
+    Applied(u64, Applied),
+    /// The whole state was replaced by a snapshot from the leader.
+    Restored {
+        /// Its index.
+        index: u64,
+    },
+    /// The member this group believes leads changed.
+    Leader(Option<u16>),
+}
+
+/// The group's figures, for status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupStatus {
+    /// The member this one believes leads.
+    pub leader: Option<u16>,
+    /// The Raft term.
+    pub term: u64,
+    /// The highest index known committed.
+    pub commit: u64,
+    /// The highest index applied.
+    pub applied: u64,
+    /// The log file's size in bytes.
+    pub log_bytes: u64,
+}
+
+/// One member's part in the control group (see the [module docs](self)).
+pub struct Group {
+    me: u16,
+    cluster_id: ClusterId,
+    cfg: GroupConfig,
+    node: RawNode<DiskStorage>,
+    /// `None` until a joiner gets its first snapshot.
+    state: Option<ClusterState>,
+    conf: ConfState,
+    applied: u64,
+    outgoing: Vec<Outgoing>,
+    events: Vec<Event>,
+    /// When the clock last ticked Raft.
+    last_tick: Instant,
+    /// A follower's lease.
+    lease_until: Option<Instant>,
+    /// At the leader: when each member was last heard from.
+    heard: HashMap<u16, Instant>,
+    leader_since: Option<Instant>,
+    /// Marks proposed and not yet applied.
+    marking: HashSet<u16>,
+    leader: Option<u16>,
+}
+
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("me", &self.me)
+            .field("cluster_id", &self.cluster_id)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Raft's node id of a member.
+fn node_of(member: u16) -> u64 {
+    u64::from(member) + 1
+}
+
+/// The member of a Raft node id.
+fn member_of(node: u64) -> Option<u16> {
+    node.checked_sub(1).and_then(|m| u16::try_from(m).ok())
+}
+
+impl Group {
+    /// Starts a new cluster in `data_dir`, which must hold no member: this
+    /// member is member 0 of a cluster with a new random id, owning `map`
+    /// (a one-member map), the group's only voter to begin with.
+    pub fn bootstrap(
+        data_dir: &Path,
+        map: ShardMap,
+        control_voters: u16,
+        cfg: GroupConfig,
+        now: Instant,
+    ) -> Result<Group, GroupError> {
+        cfg.validate().map_err(GroupError::Rejected)?;
+        if let Some(id) = Identity::load(data_dir)? {
+            return Err(StorageError::Identity(format!(
+                "{} holds member {} of cluster {} already; start it without bootstrapping",
+                data_dir.display(),
+                id.member,
+                id.cluster_id
+            ))
+            .into());
+        }
+        let io = |source| StorageError::Io {
+            path: data_dir.to_path_buf(),
+            source,
+        };
+        let cluster_id = ClusterId::random().map_err(io)?;
+        let state = ClusterState::bootstrap(cluster_id, control_voters, map);
+        // The first state is a snapshot at index 1: a member that joins
+        // later has an empty log and is given it whole.
+        let (mut store, _) = DiskStorage::open(&DiskStorage::dir_in(data_dir))?;
+        if !store.is_empty() {
+            return Err(StorageError::Identity(format!(
+                "{} holds a Raft log but no identity; it is not a data dir to bootstrap in",
+                data_dir.display()
+            ))
+            .into());
+        }
+        let mut snap = raft::eraftpb::Snapshot::default();
+        snap.mut_metadata().index = 1;
+        snap.mut_metadata().term = 1;
+        snap.mut_metadata()
+            .set_conf_state(ConfState::from((vec![node_of(0)], vec![])));
+        snap.data = state.encode().into();
+        store.install(&snap)?;
+        store.sync()?;
+        Identity {
+            cluster_id,
+            member: 0,
+        }
+        .store(data_dir)?;
+        drop(store);
+        let mut g = Group::open(data_dir, cfg, now)?.0;
+        // Alone, it need not wait out an election timeout.
+        g.node.campaign()?;
+        Ok(g)
+    }
+
+    /// Resumes the member whose identity is in `data_dir` (a member that
+    /// has just been given its id stores it first, with
+    /// [`Identity::store`], and starts with an empty log).
+    pub fn open(
+        data_dir: &Path,
+        cfg: GroupConfig,
+        now: Instant,
+    ) -> Result<(Group, Recovery), GroupError> {
+        cfg.validate().map_err(GroupError::Rejected)?;
+        let id = Identity::load(data_dir)?.ok_or_else(|| {
+            StorageError::Identity(format!("{} holds no member", data_dir.display()))
+        })?;
+        let (store, rec) = DiskStorage::open(&DiskStorage::dir_in(data_dir))?;
+        let snap = store.latest_snapshot().clone();
+        let state = if store.is_empty() {
+            None
+        } else {
+            let s = ClusterState::decode(snap.get_data()).map_err(|why| StorageError::Corrupt {
+                path: DiskStorage::dir_in(data_dir).join("snapshot"),
+                offset: 0,
+                why,
+            })?;
+            if s.cluster_id() != id.cluster_id {
+                return Err(StorageError::Identity(format!(
+                    "{}: the log is of cluster {}, the identity of cluster {}",
+                    data_dir.display(),
+                    s.cluster_id(),
+                    id.cluster_id
+                ))
+                .into());
+            }
+            Some(s)
+        };
+        let applied = snap.get_metadata().index;
+        let rc = raft::Config {
+            id: node_of(id.member),
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: cfg.heartbeat_ticks,
+            applied,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            // A leader that cannot reach a quorum steps down, and voters
+            // that hear from a leader ignore others' elections: what bounds
+            // how long a deposed leader renews leases.
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&rc, store, &logger)?;
+        let conf = snap.get_metadata().get_conf_state().clone();
+        Ok((
+            Group {
+                me: id.member,
+                cluster_id: id.cluster_id,
+                cfg,
+                node,
+                state,
+                conf,
+                applied,
+                outgoing: Vec::new(),
+                events: Vec::new(),
+                last_tick: now,
+                lease_until: None,
+                heard: HashMap::new(),
+                leader_since: None,
+                marking: HashSet::new(),
+                leader: None,
+            },
+            rec,
+        ))
+    }
+
+    /// This member's id.
+    pub fn me(&self) -> u16 {
+        self.me
+    }
+
+    /// The cluster's id.
+    pub fn cluster_id(&self) -> ClusterId {
+        self.cluster_id
+    }
+
+    /// The configuration as applied here (`None`: a member that joined and
+    /// has not yet been given the state).
+    pub fn state(&self) -> Option<&ClusterState> {
+        self.state.as_ref()
+    }
+
+    /// The member this one believes leads.
+    pub fn leader(&self) -> Option<u16> {
+        self.leader
+    }
+
+    /// Whether this member leads.
+    pub fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The group's figures here.
+    pub fn status(&self) -> GroupStatus {
+        GroupStatus {
+            leader: self.leader,
+            term: self.node.raft.term,
+            commit: self.node.raft.raft_log.committed,
+            applied: self.applied,
+            log_bytes: self.node.store().log_bytes(),
+        }
+    }
+
+    /// Whether this member may serve its slots now (see the module docs):
+    /// it holds a lease, and the applied state does not call it failed.
+    pub fn lease_valid(&self, now: Instant) -> bool {
+        let standing = self.state.as_ref().and_then(|s| s.member_state(self.me));
+        if standing != Some(MemberState::Up) {
+            return false;
+        }
+        if self.is_leader() {
+            let Some(s) = &self.state else { return false };
+            let voters: Vec<u16> = s.live_members().filter(|&m| s.is_voter(m)).collect();
+            let fresh = voters
+                .iter()
+                .filter(|&&v| {
+                    v == self.me
+                        || self
+                            .heard
+                            .get(&v)
+                            .is_some_and(|&t| now.saturating_duration_since(t) < self.cfg.lease)
+                })
+                .count();
+            return fresh > voters.len() / 2;
+        }
+        self.lease_until.is_some_and(|t| now < t)
+    }
+
+    /// Lets time pass: Raft ticks for every [`GroupConfig::tick`] since the
+    /// last call, and the leader marks members it has not heard from.
+    pub fn tick(&mut self, now: Instant) {
+        let mut n = 0;
+        while self.last_tick + self.cfg.tick <= now {
+            self.last_tick += self.cfg.tick;
+            // A long stall is not a storm of ticks.
+            if n < 2 * self.cfg.election_ticks {
+                self.node.tick();
+            }
+            n += 1;
+        }
+        if self.is_leader() {
+            self.detect_failures(now);
+        }
+    }
+
+    fn detect_failures(&mut self, now: Instant) {
+        let Some(s) = &self.state else { return };
+        let since = self.leader_since.unwrap_or(now);
+        let mut late = Vec::new();
+        for m in s.live_members() {
+            if m == self.me || s.member_state(m) != Some(MemberState::Up) {
+                continue;
+            }
+            let last = self.heard.get(&m).copied().unwrap_or(since).max(since);
+            if now.saturating_duration_since(last) > self.cfg.member_timeout
+                && !self.marking.contains(&m)
+            {
+                late.push(m);
+            }
+        }
+        for m in late {
+            if self.propose(&Command::MarkFailed { member: m }).is_ok() {
+                self.marking.insert(m);
+            }
+        }
+    }
+
+    /// Takes a message from member `from`, as its transport delivered it.
+    pub fn step(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
+        let bad = |why: String| GroupError::BadMessage { from, why };
+        let msg = Message::parse_from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
+        if member_of(msg.from) != Some(from) {
+            return Err(bad(format!(
+                "it claims to come from node {}, not member {from}",
+                msg.from
+            )));
+        }
+        if msg.to != node_of(self.me) {
+            return Err(bad(format!("it is for node {}, not this member", msg.to)));
+        }
+        let (kind, term) = (msg.get_msg_type(), msg.term);
+        self.heard.insert(from, now);
+        self.node.step(msg)?;
+        let from_leader = matches!(
+            kind,
+            MessageType::MsgHeartbeat | MessageType::MsgAppend | MessageType::MsgSnapshot
+        );
+        if from_leader && term == self.node.raft.term && self.node.raft.leader_id == node_of(from) {
+            self.lease_until = Some(now + self.cfg.lease);
+        }
+        // A failed member speaks again.
+        if self.is_leader()
+            && self.state.as_ref().and_then(|s| s.member_state(from)) == Some(MemberState::Failed)
+            && !self.marking.contains(&from)
+            && self.propose(&Command::MarkUp { member: from }).is_ok()
+        {
+            self.marking.insert(from);
+        }
+        Ok(())
+    }
+
+    /// The transport could not deliver to `member`: Raft slows down
+    /// sending to it.
+    pub fn unreachable(&mut self, member: u16) {
+        self.node.report_unreachable(node_of(member));
+    }
+
+    fn not_leader(&self) -> GroupError {
+        GroupError::NotLeader {
+            leader: self.leader.filter(|&l| l != self.me),
+        }
+    }
+
+    /// Proposes a command (leader only); it takes effect when committed and
+    /// applied (watch [`Group::take_events`] or the state).
+    pub fn propose(&mut self, cmd: &Command) -> Result<(), GroupError> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        self.node.propose(Vec::new(), cmd.encode())?;
+        Ok(())
+    }
+
+    /// Proposes that a new member join with the next id, which this returns
+    /// (leader only). One membership change at a time: another is refused
+    /// until the one before is applied.
+    pub fn propose_join(
+        &mut self,
+        addr: std::net::SocketAddr,
+        workers: u16,
+        bulk_port: u16,
+    ) -> Result<u16, GroupError> {
+        let member = self.state.as_ref().map_or(0, ClusterState::member_count);
+        let change = Membership::Join {
+            member,
+            addr,
+            workers,
+            bulk_port,
+        };
+        let voter = self
+            .state
+            .as_ref()
+            .is_some_and(|s| s.joins_as_voter(member));
+        let kind = if voter {
+            ConfChangeType::AddNode
+        } else {
+            ConfChangeType::AddLearnerNode
+        };
+        self.propose_membership(&change, kind, member)?;
+        Ok(member)
+    }
+
+    /// Proposes that `member` be forgotten (leader only); see
+    /// [`Membership::Forget`].
+    pub fn propose_forget(&mut self, member: u16, force: bool) -> Result<(), GroupError> {
+        let change = Membership::Forget { member, force };
+        self.propose_membership(&change, ConfChangeType::RemoveNode, member)
+    }
+
+    fn propose_membership(
+        &mut self,
+        change: &Membership,
+        kind: ConfChangeType,
+        member: u16,
+    ) -> Result<(), GroupError> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let s = self.state.as_ref().ok_or_else(|| self.not_leader())?;
+        s.check_membership(change).map_err(GroupError::Rejected)?;
+        if self.node.raft.has_pending_conf() {
+            return Err(GroupError::Rejected(
+                "another membership change is being committed; try again".into(),
+            ));
+        }
+        let mut cc = ConfChange::default();
+        cc.set_change_type(kind);
+        cc.node_id = node_of(member);
+        cc.context = change.encode().into();
+        self.node.propose_conf_change(Vec::new(), cc)?;
+        Ok(())
+    }
+
+    /// Does what Raft has ready: persists entries, hard state and snapshots
+    /// (flushed before the messages that depend on them are queued),
+    /// applies what is committed, and snapshots the state every
+    /// [`GroupConfig::snapshot_every`] entries.
+    pub fn poll(&mut self, now: Instant) -> Result<(), GroupError> {
+        for _ in 0..4 {
+            if !self.node.has_ready() {
+                break;
+            }
+            self.ready(now)?;
+        }
+        self.maybe_snapshot()
+    }
+
+    fn ready(&mut self, now: Instant) -> Result<(), GroupError> {
+        let mut rd = self.node.ready();
+        if let Some(ss) = rd.ss() {
+            self.on_soft_state(ss.leader_id, ss.raft_state, now);
+        }
+        // A leader's messages may leave before its own write: it counts
+        // itself in the quorum only once the write is done.
+        let msgs = rd.take_messages();
+        self.queue(msgs);
+        if !rd.snapshot().is_empty() {
+            let snap = rd.snapshot().clone();
+            let state =
+                ClusterState::decode(snap.get_data()).map_err(|why| GroupError::BadMessage {
+                    from: self.leader.unwrap_or(u16::MAX),
+                    why: format!("a snapshot whose state does not decode: {why}"),
+                })?;
+            if state.cluster_id() != self.cluster_id {
+                return Err(GroupError::Rejected(format!(
+                    "a snapshot of cluster {}, not {}",
+                    state.cluster_id(),
+                    self.cluster_id
+                )));
+            }
+            self.node.mut_store().install(&snap)?;
+            self.state = Some(state);
+            self.conf = snap.get_metadata().get_conf_state().clone();
+            self.applied = snap.get_metadata().index;
+            self.events.push(Event::Restored {
+                index: self.applied,
+            });
+        }
+        let committed = rd.take_committed_entries();
+        self.apply_entries(committed)?;
+        self.node.mut_store().append(rd.entries())?;
+        if let Some(hs) = rd.hs() {
+            self.node.mut_store().set_hard_state(hs);
+        }
+        // One flush for all of it, before a vote or an append's answer
+        // leaves: a member that forgot its vote could elect two leaders.
+        self.node.mut_store().sync()?;
+        let msgs = rd.take_persisted_messages();
+        self.queue(msgs);
+        let mut light = self.node.advance(rd);
+        if let Some(c) = light.commit_index() {
+            self.node.mut_store().set_commit(c);
+        }
+        let msgs = light.take_messages();
+        self.queue(msgs);
+        let committed = light.take_committed_entries();
+        self.apply_entries(committed)?;
+        self.node.advance_apply_to(self.applied);
+        Ok(())
+    }
+
+    fn on_soft_state(&mut self, leader: u64, role: StateRole, now: Instant) {
+        let leader = member_of(leader);
+        if leader != self.leader {
+            self.leader = leader;
+            self.events.push(Event::Leader(leader));
+        }
+        if role == StateRole::Leader {
+            if self.leader_since.is_none() {
+                self.leader_since = Some(now);
+                self.heard.clear();
+                self.marking.clear();
+            }
+        } else {
+            self.leader_since = None;
+            self.marking.clear();
+        }
+    }
+
+    fn queue(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            if let Some(to) = member_of(m.to) {
+                let bytes = m.write_to_bytes().expect("a raft message encodes");
+                self.outgoing.push(Outgoing { to, bytes });
+            }
+        }
+    }
+
+    fn apply_entries(&mut self, entries: Vec<Entry>) -> Result<(), GroupError> {
+        for e in entries {
+            if e.index <= self.applied {
+                continue;
+            }
+            let at = (e.index, e.term);
+            let state = self.state.as_mut().ok_or_else(|| {
+                GroupError::Rejected(format!(
+                    "entry {} committed before this member was given the state",
+                    e.index
+                ))
+            })?;
+            let done = match e.get_entry_type() {
+                EntryType::EntryNormal if e.data.is_empty() => Applied::Nothing,
+                EntryType::EntryNormal => match Command::decode(&e.data) {
+                    Ok(cmd) => state.apply(&cmd, at),
+                    Err(why) => Applied::Refused(format!("an entry that does not decode: {why}")),
+                },
+                EntryType::EntryConfChange => {
+                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| {
+                        GroupError::Rejected(format!(
+                            "configuration change {} does not decode: {err}",
+                            e.index
+                        ))
+                    })?;
+                    match Membership::decode(&cc.context) {
+                        Ok(change) => {
+                            let done = state.apply_membership(&change, at);
+                            if !matches!(done, Applied::Refused(_)) {
+                                self.conf = self.node.apply_conf_change(&cc)?;
+                            }
+                            done
+                        }
+                        Err(why) => Applied::Refused(format!(
+                            "a membership change that does not decode: {why}"
+                        )),
+                    }
+                }
+                EntryType::EntryConfChangeV2 => {
+                    Applied::Refused("joint configuration changes are not used".into())
+                }
+            };
+            if let Applied::Failed(m) | Applied::Up(m) = done {
+                self.marking.remove(&m);
+            }
+            self.applied = e.index;
+            self.events.push(Event::Applied(e.index, done));
+        }
+        Ok(())
+    }
+
+    fn maybe_snapshot(&mut self) -> Result<(), GroupError> {
+        let Some(state) = &self.state else {
+            return Ok(());
+        };
+        let si = self.node.store().latest_snapshot().get_metadata().index;
+        let wanted = self.node.store().take_wanted();
+        if self.applied <= si || (!wanted && self.applied < si + self.cfg.snapshot_every) {
+            return Ok(());
+        }
+        let term = self.node.store().term(self.applied)?;
+        let mut snap = raft::eraftpb::Snapshot::default();
+        snap.mut_metadata().index = self.applied;
+        snap.mut_metadata().term = term;
+        snap.mut_metadata().set_conf_state(self.conf.clone());
+        snap.data = state.encode().into();
+        self.node.mut_store().compact(&snap)?;
+        Ok(())
+    }
+
+    /// The messages queued for peers since the last call.
+    pub fn take_outgoing(&mut self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.outgoing)
+    }
+
+    /// What happened since the last call.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+}

@@ -1,0 +1,37 @@
+//! The key-value cluster's control plane: its configuration — members, the
+//! shard map, which members failed — as a replicated log in a Raft group,
+//! run by tikv's raft-rs and persisted in each member's data dir.
+//!
+//! - [`Group`]: one member's part in the group, with the lease that lets it
+//!   serve and the leader's failure detection. Deterministic: it reads no
+//!   clock and does no network I/O (the caller passes the time and carries
+//!   the messages), so tests step several members in one thread.
+//! - [`ClusterState`]: the state machine every member applies the committed
+//!   log to, and the [`Command`]s and [`Membership`] changes the log holds.
+//! - [`DiskStorage`]: the Raft log's storage, crash-safe, flushed before
+//!   the messages that depend on it leave.
+//! - [`Identity`]: the cluster's and the member's ids, kept in the data dir
+//!   so that a restart resumes its membership and never starts a second
+//!   cluster.
+//!
+//! The server (kvs-server) carries the group's messages over the members'
+//! control connections and serves by the committed map while
+//! [`Group::lease_valid`].
+
+#![deny(unsafe_code)]
+
+mod error;
+mod files;
+mod group;
+mod identity;
+mod state;
+mod storage;
+#[cfg(test)]
+mod testdir;
+mod wal;
+
+pub use error::{GroupError, StorageError};
+pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing};
+pub use identity::{BadClusterId, ClusterId, Identity};
+pub use state::{Applied, ClusterState, Command, MemberState, Membership};
+pub use storage::{DiskStorage, Recovery};

@@ -1,0 +1,651 @@
+//! The replicated state machine: the cluster's configuration as the
+//! committed log makes it, the same on every member that applied the same
+//! entries.
+//!
+//! It holds the shard map (members, and which member and worker owns each
+//! slot) and, per member, whether it is up, failed or gone, and whether it
+//! votes in the control group. Every change comes from an entry of the log:
+//! a [`Command`] in a normal entry, or a [`Membership`] change carried by a
+//! Raft configuration change (a member joins or is forgotten, and the group's
+//! voters and learners change with it). Applying is deterministic: an entry
+//! that is not valid against the state it meets changes nothing, on every
+//! member alike.
+
+use std::net::SocketAddr;
+
+use kvs_proto::{Member, ShardMap};
+use serde::{Deserialize, Serialize};
+
+use crate::identity::ClusterId;
+
+/// A member's standing in the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberState {
+    /// A member of the cluster, not known to have failed.
+    Up,
+    /// The leader heard nothing from it for `member_timeout`: its slots are
+    /// unavailable until it returns or is forgotten.
+    Failed,
+    /// Forgotten (`kvs-admin forget`): it owns nothing and its id is never
+    /// used again.
+    Left,
+}
+
+/// A change to the configuration, carried in a normal entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "command")]
+pub enum Command {
+    /// A new shard map, encoded ([`ShardMap::encode`]): it must have the
+    /// next version, the same slots, and the same members.
+    Map {
+        /// The map's bytes.
+        map: Vec<u8>,
+    },
+    /// The leader lost touch with a member.
+    MarkFailed {
+        /// The member.
+        member: u16,
+    },
+    /// A failed member was heard from again.
+    MarkUp {
+        /// The member.
+        member: u16,
+    },
+    /// A member came back with a new bulk port (or, listening on an
+    /// unspecified address, learned the one others reach it at).
+    Readdress {
+        /// The member.
+        member: u16,
+        /// Where it sets connections up.
+        addr: SocketAddr,
+        /// Its bulk-transfer port.
+        bulk_port: u16,
+    },
+}
+
+/// A change of membership, carried in the context of a Raft configuration
+/// change (which adds or removes the member's node in the group).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "change")]
+pub enum Membership {
+    /// A new member with the next id; a voter while the group has fewer
+    /// than `control_voters`, else a learner.
+    Join {
+        /// The id it gets (the number of members so far).
+        member: u16,
+        /// Where it sets connections up.
+        addr: SocketAddr,
+        /// Its worker threads.
+        workers: u16,
+        /// Its bulk-transfer port.
+        bulk_port: u16,
+    },
+    /// A member removed for good. Refused while it owns slots unless
+    /// `force`, which gives its slots, empty, to the members that are up.
+    Forget {
+        /// The member.
+        member: u16,
+        /// Whether its slots' records may be declared lost.
+        force: bool,
+    },
+}
+
+/// What applying an entry did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Nothing (an empty entry, as a new leader commits).
+    Nothing,
+    /// The map changed; its new version.
+    Map(u32),
+    /// A member joined.
+    Joined(u16),
+    /// A member was marked failed.
+    Failed(u16),
+    /// A failed member is up again.
+    Up(u16),
+    /// A member was forgotten; how many slots it lost (with `force`).
+    Left {
+        /// The member.
+        member: u16,
+        /// Slots given away empty.
+        lost_slots: u32,
+    },
+    /// The entry was not valid against the state, and changed nothing.
+    Refused(String),
+}
+
+/// The cluster's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterState {
+    cluster_id: ClusterId,
+    control_voters: u16,
+    map: ShardMap,
+    /// Per member id.
+    members: Vec<Standing>,
+    /// The index and term of the entry that made the map what it is.
+    map_at: (u64, u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Standing {
+    state: MemberState,
+    voter: bool,
+}
+
+/// The state as kept in a snapshot.
+#[derive(Serialize, Deserialize)]
+struct Snap {
+    cluster_id: ClusterId,
+    control_voters: u16,
+    map: Vec<u8>,
+    members: Vec<Standing>,
+    map_at: (u64, u64),
+}
+
+impl ClusterState {
+    /// A new cluster's first state: one member owning every slot, a voter.
+    pub fn bootstrap(cluster_id: ClusterId, control_voters: u16, map: ShardMap) -> ClusterState {
+        ClusterState {
+            cluster_id,
+            control_voters: control_voters.max(1),
+            members: vec![
+                Standing {
+                    state: MemberState::Up,
+                    voter: true,
+                };
+                map.members().len()
+            ],
+            map,
+            map_at: (1, 1),
+        }
+    }
+
+    /// The cluster's id.
+    pub fn cluster_id(&self) -> ClusterId {
+        self.cluster_id
+    }
+
+    /// How many members vote in the control group (the first ones).
+    pub fn control_voters(&self) -> u16 {
+        self.control_voters
+    }
+
+    /// The committed shard map.
+    pub fn map(&self) -> &ShardMap {
+        &self.map
+    }
+
+    /// The Raft index and term of the entry the map was committed by.
+    pub fn map_committed_at(&self) -> (u64, u64) {
+        self.map_at
+    }
+
+    /// How many member ids were given (members that left included).
+    pub fn member_count(&self) -> u16 {
+        self.members.len() as u16
+    }
+
+    /// A member's standing, if it has an id.
+    pub fn member_state(&self, member: u16) -> Option<MemberState> {
+        self.members.get(usize::from(member)).map(|s| s.state)
+    }
+
+    /// Whether a member votes in the control group.
+    pub fn is_voter(&self, member: u16) -> bool {
+        self.members
+            .get(usize::from(member))
+            .is_some_and(|s| s.voter && s.state != MemberState::Left)
+    }
+
+    /// The members that have not left.
+    pub fn live_members(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.member_count()).filter(|&m| self.member_state(m) != Some(MemberState::Left))
+    }
+
+    /// The member whose setup address is `addr`, if one has it and has not
+    /// left.
+    pub fn member_at(&self, addr: SocketAddr) -> Option<u16> {
+        self.live_members()
+            .find(|&m| self.map.members()[usize::from(m)].addr == addr)
+    }
+
+    /// Whether `change` would be applied, checked against this state (the
+    /// leader asks before proposing; applying asks again).
+    pub fn check_membership(&self, change: &Membership) -> Result<(), String> {
+        match change {
+            Membership::Join {
+                member,
+                addr,
+                workers,
+                ..
+            } => {
+                if *member != self.member_count() {
+                    return Err(format!(
+                        "the next member id is {}, not {member}",
+                        self.member_count()
+                    ));
+                }
+                if let Some(m) = self.member_at(*addr) {
+                    return Err(format!("{addr} is member {m} already"));
+                }
+                if *workers == 0 || *workers > kvs_proto::shard::MAX_WORKERS {
+                    return Err(format!("{workers} workers is out of range"));
+                }
+                if self.member_count() >= kvs_proto::shard::MAX_MEMBERS {
+                    return Err("the cluster has as many members as it may".into());
+                }
+                Ok(())
+            }
+            Membership::Forget { member, force } => {
+                match self.member_state(*member) {
+                    None => return Err(format!("there is no member {member}")),
+                    Some(MemberState::Left) => {
+                        return Err(format!("member {member} was forgotten already"))
+                    }
+                    _ => {}
+                }
+                let held = self.map.slots_of(*member);
+                let importing =
+                    (0..self.map.slots()).any(|s| self.map.importing_from(s) == Some(*member));
+                if (held > 0 || importing) && !force {
+                    return Err(format!(
+                        "member {member} owns {held} slots; move them away first \
+                         (kvs-admin migrate), or forget it with --force to declare \
+                         their records lost"
+                    ));
+                }
+                let others = self
+                    .live_members()
+                    .filter(|&m| m != *member && self.member_state(m) == Some(MemberState::Up))
+                    .count();
+                if held > 0 && others == 0 {
+                    return Err(format!(
+                        "no other member is up to take member {member}'s slots"
+                    ));
+                }
+                if self.is_voter(*member) && self.live_voters().filter(|v| v != member).count() == 0
+                {
+                    return Err(format!("member {member} is the control group's last voter"));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn live_voters(&self) -> impl Iterator<Item = u16> + '_ {
+        self.live_members().filter(|&m| self.is_voter(m))
+    }
+
+    /// Whether a joining member `member` will vote.
+    pub fn joins_as_voter(&self, member: u16) -> bool {
+        (self.live_voters().count() as u16) < self.control_voters && member == self.member_count()
+    }
+
+    /// Applies a membership change committed at `at` (index, term); the
+    /// caller applies the Raft configuration change only if this is not
+    /// [`Applied::Refused`].
+    pub fn apply_membership(&mut self, change: &Membership, at: (u64, u64)) -> Applied {
+        if let Err(why) = self.check_membership(change) {
+            return Applied::Refused(why);
+        }
+        match *change {
+            Membership::Join {
+                member,
+                addr,
+                workers,
+                bulk_port,
+            } => {
+                let voter = self.joins_as_voter(member);
+                let mut map = self.map.clone();
+                if let Err(e) = map.add_member(Member {
+                    addr,
+                    workers,
+                    bulk_port,
+                }) {
+                    return Applied::Refused(e.to_string());
+                }
+                self.members.push(Standing {
+                    state: MemberState::Up,
+                    voter,
+                });
+                self.set_map(map, at);
+                Applied::Joined(member)
+            }
+            Membership::Forget { member, .. } => {
+                let mut map = self.map.clone();
+                let lost = map.slots_of(member);
+                let takers: Vec<u16> = self
+                    .live_members()
+                    .filter(|&m| m != member && self.member_state(m) == Some(MemberState::Up))
+                    .collect();
+                // Runs of the member's slots go, empty, to the members that
+                // are up in turn.
+                let mut turn = 0usize;
+                for r in self.map.runs() {
+                    if r.owner.member == member {
+                        let to = takers[turn % takers.len()];
+                        turn += 1;
+                        if map.assign(r.slots.clone(), to, None).is_err() {
+                            return Applied::Refused(format!(
+                                "cannot give slots {}..{} to member {to}",
+                                r.slots.start, r.slots.end
+                            ));
+                        }
+                    }
+                }
+                // Imports from it end: what was not pulled is lost.
+                for s in 0..map.slots() {
+                    if map.importing_from(s) == Some(member) {
+                        let _ = map.finish_import(s..s + 1);
+                    }
+                }
+                self.members[usize::from(member)] = Standing {
+                    state: MemberState::Left,
+                    voter: false,
+                };
+                self.set_map(map, at);
+                Applied::Left {
+                    member,
+                    lost_slots: lost,
+                }
+            }
+        }
+    }
+
+    /// Applies a command committed at `at` (index, term).
+    pub fn apply(&mut self, cmd: &Command, at: (u64, u64)) -> Applied {
+        match cmd {
+            Command::Map { map } => {
+                let m = match ShardMap::decode(map) {
+                    Ok(m) => m,
+                    Err(e) => return Applied::Refused(e.to_string()),
+                };
+                if m.version() != self.map.version() + 1 {
+                    return Applied::Refused(format!(
+                        "map version {} does not follow {}",
+                        m.version(),
+                        self.map.version()
+                    ));
+                }
+                if m.slots() != self.map.slots() || m.members() != self.map.members() {
+                    return Applied::Refused(
+                        "a map command may change owners only, not slots or members".into(),
+                    );
+                }
+                for r in m.runs() {
+                    if self.member_state(r.owner.member) == Some(MemberState::Left) {
+                        return Applied::Refused(format!(
+                            "slots {}..{} given to member {}, which left",
+                            r.slots.start, r.slots.end, r.owner.member
+                        ));
+                    }
+                }
+                let v = m.version();
+                self.map = m;
+                self.map_at = at;
+                Applied::Map(v)
+            }
+            &Command::MarkFailed { member } => match self.member_state(member) {
+                Some(MemberState::Up) => {
+                    self.members[usize::from(member)].state = MemberState::Failed;
+                    Applied::Failed(member)
+                }
+                s => Applied::Refused(format!("member {member} is {s:?}, not up")),
+            },
+            &Command::MarkUp { member } => match self.member_state(member) {
+                Some(MemberState::Failed) => {
+                    self.members[usize::from(member)].state = MemberState::Up;
+                    Applied::Up(member)
+                }
+                s => Applied::Refused(format!("member {member} is {s:?}, not failed")),
+            },
+            &Command::Readdress {
+                member,
+                addr,
+                bulk_port,
+            } => {
+                match self.member_state(member) {
+                    Some(MemberState::Left) | None => {
+                        return Applied::Refused(format!("there is no member {member}"))
+                    }
+                    _ => {}
+                }
+                if let Some(other) = self.member_at(addr).filter(|&o| o != member) {
+                    return Applied::Refused(format!("{addr} is member {other}'s address"));
+                }
+                let mut map = self.map.clone();
+                let _ = map.set_member_addr(member, addr);
+                let _ = map.set_bulk_port(member, bulk_port);
+                if map == self.map {
+                    return Applied::Nothing;
+                }
+                self.set_map(map, at);
+                Applied::Map(self.map.version())
+            }
+        }
+    }
+
+    fn set_map(&mut self, mut map: ShardMap, at: (u64, u64)) {
+        map.set_version(self.map.version() + 1);
+        self.map = map;
+        self.map_at = at;
+    }
+
+    /// The state's bytes, for a snapshot.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut map = Vec::new();
+        self.map.encode(&mut map);
+        serde_json::to_vec(&Snap {
+            cluster_id: self.cluster_id,
+            control_voters: self.control_voters,
+            map,
+            members: self.members.clone(),
+            map_at: self.map_at,
+        })
+        .expect("the state encodes")
+    }
+
+    /// The state in a snapshot's bytes.
+    pub fn decode(b: &[u8]) -> Result<ClusterState, String> {
+        let s: Snap = serde_json::from_slice(b).map_err(|e| e.to_string())?;
+        let map = ShardMap::decode(&s.map).map_err(|e| e.to_string())?;
+        if s.members.len() != map.members().len() {
+            return Err(format!(
+                "{} members' standings for a map of {}",
+                s.members.len(),
+                map.members().len()
+            ));
+        }
+        Ok(ClusterState {
+            cluster_id: s.cluster_id,
+            control_voters: s.control_voters.max(1),
+            map,
+            members: s.members,
+            map_at: s.map_at,
+        })
+    }
+}
+
+impl Command {
+    /// The command's bytes, for an entry.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a command encodes")
+    }
+
+    /// The command in an entry's bytes.
+    pub fn decode(b: &[u8]) -> Result<Command, String> {
+        serde_json::from_slice(b).map_err(|e| e.to_string())
+    }
+}
+
+impl Membership {
+    /// The change's bytes, for a configuration change's context.
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a membership change encodes")
+    }
+
+    /// The change in a context's bytes.
+    pub fn decode(b: &[u8]) -> Result<Membership, String> {
+        serde_json::from_slice(b).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(p: u16) -> SocketAddr {
+        SocketAddr::from(([10, 0, 0, 1], p))
+    }
+
+    fn three() -> ClusterState {
+        let map = ShardMap::single(addr(7000), 64, 2).unwrap();
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), 2, map);
+        for (i, p) in [(1u16, 7001u16), (2, 7002)] {
+            let j = Membership::Join {
+                member: i,
+                addr: addr(p),
+                workers: 2,
+                bulk_port: 9000 + i,
+            };
+            assert_eq!(
+                s.apply_membership(&j, (u64::from(i) + 1, 1)),
+                Applied::Joined(i)
+            );
+        }
+        s
+    }
+
+    #[test]
+    fn joins_take_the_next_id_and_only_the_first_members_vote() {
+        let s = three();
+        assert_eq!(s.member_count(), 3);
+        assert_eq!(s.map().version(), 3);
+        assert_eq!(s.map_committed_at(), (3, 1));
+        assert!(s.is_voter(0) && s.is_voter(1) && !s.is_voter(2));
+        assert_eq!(s.member_at(addr(7002)), Some(2));
+        let mut s2 = s.clone();
+        let again = Membership::Join {
+            member: 3,
+            addr: addr(7001),
+            workers: 2,
+            bulk_port: 1,
+        };
+        assert!(matches!(
+            s2.apply_membership(&again, (9, 1)),
+            Applied::Refused(_)
+        ));
+        let stale = Membership::Join {
+            member: 2,
+            addr: addr(7009),
+            workers: 2,
+            bulk_port: 1,
+        };
+        assert!(matches!(
+            s2.apply_membership(&stale, (9, 1)),
+            Applied::Refused(_)
+        ));
+        assert_eq!(s2, s, "a refused change changes nothing");
+    }
+
+    #[test]
+    fn a_map_command_must_follow_the_version_and_keep_the_members() {
+        let mut s = three();
+        let mut m = s.map().clone();
+        m.assign(0..16, 2, Some(0)).unwrap();
+        m.set_version(s.map().version() + 1);
+        let mut b = Vec::new();
+        m.encode(&mut b);
+        let cmd = Command::Map { map: b };
+        assert_eq!(s.apply(&cmd, (10, 2)), Applied::Map(4));
+        assert_eq!(s.map().owner_of_slot(3).member, 2);
+        assert_eq!(s.map_committed_at(), (10, 2));
+        // The same command again is out of order.
+        assert!(matches!(s.apply(&cmd, (11, 2)), Applied::Refused(_)));
+        assert!(matches!(
+            s.apply(&Command::Map { map: vec![1, 2, 3] }, (12, 2)),
+            Applied::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn failure_marks_and_forgetting() {
+        let mut s = three();
+        assert_eq!(
+            s.apply(&Command::MarkFailed { member: 2 }, (5, 1)),
+            Applied::Failed(2)
+        );
+        assert!(matches!(
+            s.apply(&Command::MarkFailed { member: 2 }, (6, 1)),
+            Applied::Refused(_)
+        ));
+        assert_eq!(s.member_state(2), Some(MemberState::Failed));
+        assert_eq!(
+            s.apply(&Command::MarkUp { member: 2 }, (7, 1)),
+            Applied::Up(2)
+        );
+        // Member 0 owns every slot: forgetting it needs force.
+        let f = Membership::Forget {
+            member: 0,
+            force: false,
+        };
+        let Applied::Refused(why) = s.apply_membership(&f, (8, 1)) else {
+            panic!("forget of a member with slots went through")
+        };
+        assert!(why.contains("owns 64 slots"), "{why}");
+        // Member 2 owns nothing: it goes.
+        let f2 = Membership::Forget {
+            member: 2,
+            force: false,
+        };
+        assert_eq!(
+            s.apply_membership(&f2, (9, 1)),
+            Applied::Left {
+                member: 2,
+                lost_slots: 0
+            }
+        );
+        assert_eq!(s.member_at(addr(7002)), None);
+        assert_eq!(s.live_members().collect::<Vec<_>>(), [0, 1]);
+        // With force, member 0's slots go, empty, to member 1.
+        s.apply(&Command::MarkFailed { member: 0 }, (10, 1));
+        let ff = Membership::Forget {
+            member: 0,
+            force: true,
+        };
+        assert_eq!(
+            s.apply_membership(&ff, (11, 1)),
+            Applied::Left {
+                member: 0,
+                lost_slots: 64
+            }
+        );
+        assert_eq!(s.map().slots_of(1), 64);
+        // The last voter cannot go.
+        let last = Membership::Forget {
+            member: 1,
+            force: true,
+        };
+        assert!(matches!(
+            s.apply_membership(&last, (12, 1)),
+            Applied::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn the_state_reads_back_from_its_bytes() {
+        let mut s = three();
+        s.apply(&Command::MarkFailed { member: 1 }, (9, 3));
+        let back = ClusterState::decode(&s.encode()).unwrap();
+        assert_eq!(back, s);
+        assert!(ClusterState::decode(b"{}").is_err());
+        let c = Command::Readdress {
+            member: 1,
+            addr: addr(7101),
+            bulk_port: 5,
+        };
+        assert_eq!(Command::decode(&c.encode()).unwrap(), c);
+        assert!(Command::decode(b"{\"command\":\"launch\"}").is_err());
+    }
+}

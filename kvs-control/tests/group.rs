@@ -1,0 +1,315 @@
+//! The control group stepped in one thread: elections, a leader's death,
+//! restarts from data dirs, leases against failure detection, learners,
+//! snapshots for late members, and forgetting.
+
+mod support;
+
+use std::time::Duration;
+
+use kvs_control::{Applied, Event, Group, GroupConfig, GroupError, MemberState};
+use kvs_proto::ShardMap;
+use support::{addr, Net, TestDir};
+
+fn cfg() -> GroupConfig {
+    GroupConfig::for_member_timeout(Duration::from_millis(1000))
+}
+
+#[test]
+fn three_members_elect_one_leader_and_apply_the_same_changes() {
+    let mut net = Net::new(3, 3, cfg());
+    let l = net.leader().unwrap();
+    let v = net.move_slots(0..64, 1);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() == v)
+    })
+    .expect("every member applies the map");
+    assert!(net.all_agree());
+    let s = net.state(2).unwrap();
+    assert_eq!(s.map().slots_of(1), 64);
+    assert!((0..3).all(|m| s.is_voter(m)));
+    // One leader, and every member knows it.
+    assert_eq!(
+        net.alive()
+            .filter(|&m| net.groups[usize::from(m)].as_ref().unwrap().is_leader())
+            .count(),
+        1
+    );
+    for m in 0..3u16 {
+        assert_eq!(net.group(m).leader(), Some(l));
+    }
+    // Others refuse proposals and name the leader.
+    let f = (0..3).find(|&m| m != l).unwrap();
+    match net.group(f).propose_forget(2, false) {
+        Err(GroupError::NotLeader { leader }) => assert_eq!(leader, Some(l)),
+        other => panic!("a follower took a proposal: {other:?}"),
+    }
+}
+
+#[test]
+fn the_leader_dies_a_new_one_leads_within_two_timeouts_and_the_old_one_rejoins_as_follower() {
+    let mut net = Net::new(3, 3, cfg());
+    let old = net.leader().unwrap();
+    let before = net.state(old).unwrap().clone();
+    net.kill(old);
+    let took = net
+        .run_until(Duration::from_secs(5), |n| n.leader().is_some())
+        .expect("a new leader");
+    assert!(
+        took <= 2 * cfg().member_timeout,
+        "a new leader after {took:?}"
+    );
+    let new = net.leader().unwrap();
+    assert_ne!(new, old);
+    // Map changes go on without the old leader.
+    let v = net.move_slots(100..140, 2);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .expect("the map changes without the old leader");
+    // The dead leader is marked failed once the timeout has passed.
+    net.run_until(Duration::from_secs(3), |n| {
+        n.state(new).unwrap().member_state(old) == Some(MemberState::Failed)
+    })
+    .expect("the old leader marked failed");
+    // Restarted from its data dir, without bootstrapping or joining: the
+    // same member of the same cluster, a follower, and up again.
+    net.restart(old);
+    assert_eq!(net.group(old).cluster_id(), before.cluster_id());
+    assert_eq!(net.state(old), Some(&before), "it resumes the state it had");
+    net.run_until(Duration::from_secs(3), |n| {
+        n.all_agree() && n.state(new).unwrap().member_state(old) == Some(MemberState::Up)
+    })
+    .expect("the old leader catches up and is up again");
+    assert_eq!(net.leader(), Some(new));
+    assert!(!net.group(old).is_leader());
+    assert_eq!(net.state(old).unwrap().map().slots_of(2), 40);
+}
+
+#[test]
+fn a_member_cut_off_stops_serving_before_the_group_marks_it_failed_and_serves_again_after() {
+    for victim_is_leader in [false, true] {
+        let mut net = Net::new(3, 3, cfg());
+        let l = net.leader().unwrap();
+        let victim = if victim_is_leader { l } else { (l + 1) % 3 };
+        net.run_for(Duration::from_millis(200));
+        assert!(net.alive().all(|m| {
+            let now = net.now;
+            net.groups[usize::from(m)]
+                .as_ref()
+                .unwrap()
+                .lease_valid(now)
+        }));
+        net.cut.insert(victim);
+        let cut_at = net.now;
+        let lost = net
+            .run_until(Duration::from_secs(5), |n| {
+                !n.groups[usize::from(victim)]
+                    .as_ref()
+                    .unwrap()
+                    .lease_valid(n.now)
+            })
+            .expect("the member cut off loses its lease");
+        let failed = Applied::Failed(victim);
+        net.run_until(Duration::from_secs(5), |n| {
+            n.alive()
+                .filter(|&m| m != victim)
+                .all(|m| n.applied_at(m, &failed).is_some())
+        })
+        .expect("the others mark it failed");
+        let marked = net
+            .alive()
+            .filter(|&m| m != victim)
+            .filter_map(|m| net.applied_at(m, &failed))
+            .min()
+            .unwrap()
+            .duration_since(cut_at);
+        assert!(
+            lost < marked,
+            "leader cut off: {victim_is_leader}; it served until {lost:?} after the cut, \
+             and was marked failed after {marked:?}"
+        );
+        assert!(lost <= cfg().lease + 2 * cfg().tick * 20, "{lost:?}");
+        if victim_is_leader {
+            // A new leader counts the timeout from its election at the
+            // earliest, whatever it heard as a follower.
+            let elected = net
+                .events
+                .iter()
+                .find(|(m, t, e)| {
+                    *m != victim
+                        && *t > cut_at
+                        && matches!(e, Event::Leader(Some(x)) if *x != victim)
+                })
+                .map(|(_, t, _)| t.duration_since(cut_at))
+                .expect("a new leader");
+            assert!(
+                marked >= elected + cfg().member_timeout,
+                "elected {elected:?} after the cut, marked the old leader failed after {marked:?}"
+            );
+        }
+        // The others still serve (a new leader, if the old one was cut).
+        net.run_until(Duration::from_secs(3), |n| {
+            let now = n.now;
+            n.alive()
+                .filter(|&m| m != victim)
+                .all(|m| n.groups[usize::from(m)].as_ref().unwrap().lease_valid(now))
+        })
+        .expect("the rest of the group serves");
+        // Healed: it hears from the leader, is marked up, and serves.
+        net.cut.clear();
+        net.run_until(Duration::from_secs(3), |n| {
+            n.all_agree()
+                && n.groups[usize::from(victim)]
+                    .as_ref()
+                    .unwrap()
+                    .lease_valid(n.now)
+        })
+        .expect("the member serves again once the partition heals");
+        assert_eq!(
+            net.state(victim).unwrap().member_state(victim),
+            Some(MemberState::Up)
+        );
+    }
+}
+
+#[test]
+fn learners_follow_without_voting_and_a_late_member_is_given_a_snapshot() {
+    let mut c = cfg();
+    c.snapshot_every = 8;
+    let mut net = Net::new(3, 2, c);
+    let s = net.state(0).unwrap();
+    assert!(s.is_voter(0) && s.is_voter(1) && !s.is_voter(2));
+    // Enough changes that the log is compacted under a snapshot.
+    for i in 0..20 {
+        let v = net.move_slots(i * 4..i * 4 + 4, (i % 3) as u16);
+        net.run_until(Duration::from_secs(2), |n| {
+            n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+        })
+        .unwrap();
+    }
+    let late = net.join();
+    assert!(
+        net.events
+            .iter()
+            .any(|(m, _, e)| *m == late && matches!(e, Event::Restored { .. })),
+        "the late member was given a snapshot, not the whole log"
+    );
+    assert!(net.all_agree());
+    // With one of the two voters gone, the learners cannot make a quorum:
+    // nothing commits.
+    let l = net.leader().unwrap();
+    let voter = if l == 0 { 1 } else { 0 };
+    net.kill(voter);
+    net.run_for(Duration::from_secs(3));
+    let before = net.state(late).unwrap().map().version();
+    if let Some(l) = net.leader() {
+        let _ = net.move_slots(200..210, 2);
+        let _ = l;
+    }
+    net.run_for(Duration::from_secs(1));
+    assert_eq!(net.state(late).unwrap().map().version(), before);
+    // The voter back: a leader again, and the group goes on.
+    net.restart(voter);
+    net.run_until(Duration::from_secs(5), |n| n.leader().is_some())
+        .expect("a leader once the voter is back");
+}
+
+#[test]
+fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
+    let mut net = Net::new(3, 3, cfg());
+    let v = net.move_slots(10..20, 1);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() == v)
+    })
+    .unwrap();
+    let before = net.state(0).unwrap().clone();
+    for m in 0..3 {
+        net.kill(m);
+    }
+    for m in 0..3 {
+        net.restart(m);
+    }
+    net.run_until(Duration::from_secs(5), |n| {
+        n.leader().is_some() && n.all_agree()
+    })
+    .expect("the restarted members elect a leader");
+    let after = net.state(0).unwrap();
+    assert_eq!(after.cluster_id(), before.cluster_id());
+    assert_eq!(after.map(), before.map());
+    // A data dir that holds a member is never bootstrapped again.
+    let map = ShardMap::single(addr(0), 256, 2).unwrap();
+    let e = Group::bootstrap(&net.dirs[0], map, 3, cfg(), net.now).unwrap_err();
+    assert!(e.to_string().contains("holds member 0"), "{e}");
+}
+
+#[test]
+fn a_dead_member_is_forgotten_and_the_group_goes_on_without_it() {
+    let mut net = Net::new(3, 3, cfg());
+    let l = net.leader().unwrap();
+    let dead = (l + 1) % 3;
+    // It owns slots: forgetting it is refused without force.
+    let v = net.move_slots(0..32, dead);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() == v)
+    })
+    .unwrap();
+    net.kill(dead);
+    net.run_until(Duration::from_secs(3), |n| {
+        n.state(l).unwrap().member_state(dead) == Some(MemberState::Failed)
+    })
+    .expect("marked failed");
+    let e = net.group(l).propose_forget(dead, false).unwrap_err();
+    assert!(e.to_string().contains("owns 32 slots"), "{e}");
+    net.group(l).propose_forget(dead, true).unwrap();
+    net.run_until(Duration::from_secs(2), |n| {
+        n.state(l).unwrap().member_state(dead) == Some(MemberState::Left)
+    })
+    .expect("forgotten");
+    assert!(net.all_agree());
+    assert_eq!(net.state(l).unwrap().map().slots_of(dead), 0);
+    // Two voters left: both are needed, and enough.
+    let v = net.move_slots(40..50, l);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() == v)
+    })
+    .expect("the two remaining members commit");
+    // A new member takes a new id; the forgotten one is never reused.
+    let fresh = net.join();
+    assert_eq!(fresh, 3);
+}
+
+#[test]
+fn a_message_that_lies_or_does_not_decode_is_refused_without_harm() {
+    let mut net = Net::new(2, 3, cfg());
+    net.run_for(Duration::from_millis(100));
+    let now = net.now;
+    let l = net.leader().unwrap();
+    let f = 1 - l;
+    net.group(l).tick(now + cfg().tick * 2);
+    net.group(l).poll(now).unwrap();
+    let out = net.group(l).take_outgoing();
+    let hb = out
+        .iter()
+        .find(|o| o.to == f)
+        .expect("a heartbeat")
+        .bytes
+        .clone();
+    // Claimed by the wrong sender.
+    assert!(matches!(
+        net.group(f).step(f, &hb, now),
+        Err(GroupError::BadMessage { .. })
+    ));
+    // Bytes that are not a message.
+    assert!(matches!(
+        net.group(f).step(l, &[0xff; 40], now),
+        Err(GroupError::BadMessage { .. })
+    ));
+    // The genuine one goes through, and the group is unharmed.
+    net.group(f).step(l, &hb, now).unwrap();
+    let v = net.move_slots(0..8, f);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() == v)
+    })
+    .expect("the group goes on");
+    let _ = TestDir::new("unused");
+}

@@ -1,0 +1,237 @@
+//! Members of one control group stepped in one thread: a simulated clock,
+//! messages carried at once between members that are alive and not cut
+//! off, members killed (their group dropped, as `kill -9` leaves the data
+//! dir) and restarted from their data dirs.
+
+#![allow(dead_code)]
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use kvs_control::{Applied, ClusterState, Command, Event, Group, GroupConfig, Identity};
+use kvs_proto::ShardMap;
+
+/// A directory for one test, removed when it ends.
+pub struct TestDir(PathBuf);
+
+impl TestDir {
+    pub fn new(what: &str) -> TestDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "kvs-control-it-{what}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TestDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn addr(member: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1], 7000 + member))
+}
+
+pub const SLOTS: u32 = 256;
+
+/// The group's members, their data dirs and the simulated clock.
+pub struct Net {
+    _root: TestDir,
+    pub dirs: Vec<PathBuf>,
+    pub groups: Vec<Option<Group>>,
+    pub cfg: GroupConfig,
+    pub now: Instant,
+    /// Members cut off: nothing reaches them or leaves them.
+    pub cut: HashSet<u16>,
+    /// Every event, with the member and the time it happened at.
+    pub events: Vec<(u16, Instant, Event)>,
+}
+
+impl Net {
+    /// A cluster of `n` members (the first bootstraps, the others join in
+    /// turn), `control_voters` of them voters.
+    pub fn new(n: u16, control_voters: u16, cfg: GroupConfig) -> Net {
+        let root = TestDir::new("net");
+        let now = Instant::now();
+        let dir0 = root.path().join("m0");
+        let map = ShardMap::single(addr(0), SLOTS, 2).unwrap();
+        let g0 = Group::bootstrap(&dir0, map, control_voters, cfg, now).unwrap();
+        let mut net = Net {
+            dirs: vec![dir0],
+            groups: vec![Some(g0)],
+            _root: root,
+            cfg,
+            now,
+            cut: HashSet::new(),
+            events: Vec::new(),
+        };
+        net.run_until(Duration::from_secs(5), |n| n.leader() == Some(0))
+            .expect("the first member leads");
+        for _ in 1..n {
+            net.join();
+        }
+        net
+    }
+
+    /// A new member joins through the leader: the leader proposes it, the
+    /// member stores the id it is given and starts with an empty log.
+    pub fn join(&mut self) -> u16 {
+        let l = self.leader().expect("a leader to join through");
+        let next = self.groups.len() as u16;
+        let id = self
+            .group(l)
+            .propose_join(addr(next), 2, 9000 + next)
+            .unwrap();
+        assert_eq!(id, next);
+        let cluster_id = self.group(l).cluster_id();
+        let dir = self._root.path().join(format!("m{id}"));
+        Identity {
+            cluster_id,
+            member: id,
+        }
+        .store(&dir)
+        .unwrap();
+        let (g, _) = Group::open(&dir, self.cfg, self.now).unwrap();
+        self.dirs.push(dir);
+        self.groups.push(Some(g));
+        self.run_until(Duration::from_secs(5), |n| {
+            n.all_agree() && n.state(id).is_some()
+        })
+        .expect("the new member gets the state");
+        id
+    }
+
+    pub fn group(&mut self, m: u16) -> &mut Group {
+        self.groups[usize::from(m)].as_mut().expect("a live member")
+    }
+
+    pub fn state(&self, m: u16) -> Option<&ClusterState> {
+        self.groups[usize::from(m)].as_ref()?.state()
+    }
+
+    pub fn alive(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.groups.len() as u16).filter(|&m| self.groups[usize::from(m)].is_some())
+    }
+
+    /// The live member that leads in the highest term, if any.
+    pub fn leader(&self) -> Option<u16> {
+        self.alive()
+            .filter(|&m| {
+                let g = self.groups[usize::from(m)].as_ref().unwrap();
+                g.is_leader()
+            })
+            .max_by_key(|&m| self.groups[usize::from(m)].as_ref().unwrap().status().term)
+    }
+
+    /// Whether every live member that is not cut off applied the same state.
+    pub fn all_agree(&self) -> bool {
+        let states: Vec<Option<&ClusterState>> = self
+            .alive()
+            .filter(|m| !self.cut.contains(m))
+            .map(|m| self.state(m))
+            .collect();
+        states.iter().all(|s| s.is_some() && *s == states[0])
+    }
+
+    pub fn kill(&mut self, m: u16) {
+        self.groups[usize::from(m)] = None;
+    }
+
+    pub fn restart(&mut self, m: u16) {
+        let (g, _) = Group::open(&self.dirs[usize::from(m)], self.cfg, self.now).unwrap();
+        self.groups[usize::from(m)] = Some(g);
+    }
+
+    /// One tick of time: every live member ticks and polls, and messages
+    /// are carried until none is left.
+    pub fn step(&mut self) {
+        self.now += self.cfg.tick;
+        let now = self.now;
+        for m in self.alive().collect::<Vec<_>>() {
+            let g = self.group(m);
+            g.tick(now);
+            g.poll(now).unwrap();
+        }
+        for _ in 0..50 {
+            let mut moved = false;
+            for m in self.alive().collect::<Vec<_>>() {
+                let out = self.group(m).take_outgoing();
+                for o in out {
+                    let delivered = !self.cut.contains(&m)
+                        && !self.cut.contains(&o.to)
+                        && self
+                            .groups
+                            .get(usize::from(o.to))
+                            .is_some_and(|g| g.is_some());
+                    if delivered {
+                        moved = true;
+                        let g = self.group(o.to);
+                        g.step(m, &o.bytes, now).unwrap();
+                        g.poll(now).unwrap();
+                    }
+                }
+            }
+            if !moved {
+                break;
+            }
+        }
+        for m in self.alive().collect::<Vec<_>>() {
+            for e in self.group(m).take_events() {
+                self.events.push((m, now, e));
+            }
+        }
+    }
+
+    /// Steps until `done` holds; the simulated time it took, or `None`
+    /// after `most`.
+    pub fn run_until(&mut self, most: Duration, done: impl Fn(&Net) -> bool) -> Option<Duration> {
+        let start = self.now;
+        while self.now.duration_since(start) <= most {
+            if done(self) {
+                return Some(self.now.duration_since(start));
+            }
+            self.step();
+        }
+        None
+    }
+
+    pub fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        while self.now < end {
+            self.step();
+        }
+    }
+
+    /// The leader's proposal of a map in which `slots` belong to `to`.
+    pub fn move_slots(&mut self, slots: std::ops::Range<u32>, to: u16) -> u32 {
+        let l = self.leader().expect("a leader");
+        let mut m = self.state(l).unwrap().map().clone();
+        m.assign(slots, to, None).unwrap();
+        m.set_version(m.version() + 1);
+        let mut b = Vec::new();
+        m.encode(&mut b);
+        self.group(l).propose(&Command::Map { map: b }).unwrap();
+        m.version()
+    }
+
+    /// When member `m` applied something matching `what`, first.
+    pub fn applied_at(&self, m: u16, what: &Applied) -> Option<Instant> {
+        self.events
+            .iter()
+            .find(|(who, _, e)| *who == m && matches!(e, Event::Applied(_, a) if a == what))
+            .map(|(_, t, _)| *t)
+    }
+}
