@@ -89,6 +89,7 @@ pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
         imports: Vec::new(),
         migration,
         held: (0, 0),
+        group: None,
     })
 }
 
@@ -102,6 +103,7 @@ pub fn migration(done: u32, total: u32, finished: bool) -> MigrationStatus {
         records: u64::from(done) * 10,
         bytes: u64::from(done) * 1000,
         seconds: f64::from(done) / 10.0,
+        started_ms: 0,
         finished,
         cancelled: false,
         error: None,

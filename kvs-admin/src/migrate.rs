@@ -554,6 +554,7 @@ mod tests {
             records: 0,
             bytes: 0,
             seconds: 0.0,
+            started_ms: 0,
             finished: false,
             cancelled: false,
             error: None,

@@ -299,6 +299,7 @@ mod tests {
             records: 1000,
             bytes: 10_000_000,
             seconds: 4.0,
+            started_ms: 0,
             finished: false,
             cancelled: false,
             error: None,

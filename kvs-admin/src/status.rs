@@ -508,6 +508,7 @@ mod tests {
             imports: Vec::new(),
             migration: None,
             held: (0, 0),
+            group: None,
         }
     }
 
@@ -523,6 +524,7 @@ mod tests {
             records: 10,
             bytes: 4_000_000,
             seconds: 2.0,
+            started_ms: 0,
             finished: false,
             cancelled: false,
             error: None,

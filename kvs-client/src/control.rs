@@ -1,6 +1,7 @@
-//! A blocking client of servers' control endpoints: membership, map pushes
-//! and administration ([`kvs_proto::control`]). Servers use it to join a
-//! cluster and to push maps to each other; `kvs-admin` uses it to ask and
+//! A blocking client of servers' control endpoints: membership, the control
+//! group's messages and administration ([`kvs_proto::control`]). Servers use
+//! it to join a cluster and to carry the group's messages to each other;
+//! `kvs-admin` uses it to ask and
 //! command. One copyrpc context, one endpoint per server it has talked to,
 //! connected on first use and again after the connection dies. Control
 //! traffic is rare and small, so this client waits for each answer.
@@ -15,7 +16,7 @@ use copyrpc::transport::{Mlx5, Transport};
 use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, IdlePolicy, WaitError};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::proto::{self, Op, Response, Status, RESPONSE_HEADER};
-use kvs_proto::{hello, AuthToken, ShardMap, CONTROL};
+use kvs_proto::{hello, AuthToken, CONTROL};
 use mlx5::device::Context as Device;
 
 /// Control client settings.
@@ -151,24 +152,10 @@ impl<X: Transport> ControlClient<X> {
         })
     }
 
-    /// Pushes `map` to the server at `addr` (it installs it if newer than
-    /// its own) and waits until it has.
-    pub fn set_map(&mut self, addr: SocketAddr, map: &ShardMap) -> Result<(), ControlError> {
-        let mut b = Vec::with_capacity(map.encoded_len());
-        map.encode(&mut b);
-        let answer = self.call_ok(addr, Op::SetMap, &b)?;
-        match ControlReply::decode(&answer) {
-            Ok(ControlReply::Ok) => Ok(()),
-            Ok(ControlReply::Error { message }) => Err(ControlError::Server { addr, message }),
-            Ok(other) => Err(ControlError::Server {
-                addr,
-                message: format!("unexpected answer to a map push: {other:?}"),
-            }),
-            Err(e) => Err(ControlError::Server {
-                addr,
-                message: e.to_string(),
-            }),
-        }
+    /// Carries a batch of control-group messages ([`kvs_proto::group`]) to
+    /// the member at `addr`.
+    pub fn raft(&mut self, addr: SocketAddr, batch: &[u8]) -> Result<(), ControlError> {
+        self.call_ok(addr, Op::Raft, batch).map(drop)
     }
 
     /// A migration's priority pull: the value of `key` among the records

@@ -69,6 +69,11 @@ pub enum KvError {
     /// used up ([`Client::wait_for`](crate::Client::wait_for) gave up).
     #[error("busy")]
     Busy,
+    /// The key's owner may not serve it now: it holds no lease from the
+    /// cluster's control group, or the group marked it failed (the
+    /// server's message).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// A blocking helper could not submit.
     #[error("not sent: {0}")]
     Submit(String),
@@ -84,6 +89,7 @@ impl KvError {
             Status::ShuttingDown => KvError::ShuttingDown,
             Status::OutOfRange => KvError::OutOfRange,
             Status::OutOfMemory => KvError::OutOfMemory(msg()),
+            Status::Unavailable => KvError::Unavailable(msg()),
             Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
                 [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
                 _ => 0,

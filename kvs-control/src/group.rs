@@ -370,26 +370,36 @@ impl Group {
     /// Whether this member may serve its slots now (see the module docs):
     /// it holds a lease, and the applied state does not call it failed.
     pub fn lease_valid(&self, now: Instant) -> bool {
-        let standing = self.state.as_ref().and_then(|s| s.member_state(self.me));
-        if standing != Some(MemberState::Up) {
-            return false;
+        self.lease_expiry(now).is_some_and(|t| now < t)
+    }
+
+    /// Until when this member's lease holds, as of `now` (`None`: it holds
+    /// none, or the applied state calls it failed or gone). A follower's
+    /// runs from the last word of a leader; the leader's from when it last
+    /// heard from enough voters, itself included, to make a quorum.
+    pub fn lease_expiry(&self, now: Instant) -> Option<Instant> {
+        let s = self.state.as_ref()?;
+        if s.member_state(self.me) != Some(MemberState::Up) {
+            return None;
         }
-        if self.is_leader() {
-            let Some(s) = &self.state else { return false };
-            let voters: Vec<u16> = s.live_members().filter(|&m| s.is_voter(m)).collect();
-            let fresh = voters
-                .iter()
-                .filter(|&&v| {
-                    v == self.me
-                        || self
-                            .heard
-                            .get(&v)
-                            .is_some_and(|&t| now.saturating_duration_since(t) < self.cfg.lease)
-                })
-                .count();
-            return fresh > voters.len() / 2;
+        if !self.is_leader() {
+            return self.lease_until;
         }
-        self.lease_until.is_some_and(|t| now < t)
+        let mut heard: Vec<Instant> = s
+            .live_members()
+            .filter(|&m| s.is_voter(m))
+            .filter_map(|v| {
+                if v == self.me {
+                    Some(now)
+                } else {
+                    self.heard.get(&v).copied()
+                }
+            })
+            .collect();
+        let voters = s.live_members().filter(|&m| s.is_voter(m)).count();
+        heard.sort_unstable_by(|a, b| b.cmp(a));
+        // The quorum-th most recent word among the voters.
+        heard.get(voters / 2).map(|&t| t + self.cfg.lease)
     }
 
     /// Lets time pass: Raft ticks for every [`GroupConfig::tick`] since the
@@ -485,6 +495,19 @@ impl Group {
         }
         self.node.propose(Vec::new(), cmd.encode())?;
         Ok(())
+    }
+
+    /// Proposes a command from any member: the leader's is proposed, a
+    /// follower's is forwarded to the leader by raft-rs. A forwarded
+    /// proposal is lost if leadership changes before it arrives, so the
+    /// caller watches the applied state and proposes again (for commands
+    /// whose effect it can see, such as [`Command::Readdress`]).
+    pub fn propose_anywhere(&mut self, cmd: &Command) -> Result<(), GroupError> {
+        match self.node.propose(Vec::new(), cmd.encode()) {
+            Ok(()) => Ok(()),
+            Err(raft::Error::ProposalDropped) => Err(self.not_leader()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Proposes that a new member join with the next id, which this returns

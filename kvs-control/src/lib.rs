@@ -24,6 +24,7 @@ mod error;
 mod files;
 mod group;
 mod identity;
+mod migration;
 mod state;
 mod storage;
 #[cfg(test)]
@@ -33,5 +34,6 @@ mod wal;
 pub use error::{GroupError, StorageError};
 pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing};
 pub use identity::{BadClusterId, ClusterId, Identity};
+pub use migration::{chunk_slots, chunks, Chunk, Migration};
 pub use state::{Applied, ClusterState, Command, MemberState, Membership};
 pub use storage::{DiskStorage, Recovery};

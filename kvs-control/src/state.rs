@@ -13,10 +13,12 @@
 
 use std::net::SocketAddr;
 
+use kvs_proto::control::MigrationStatus;
 use kvs_proto::{Member, ShardMap};
 use serde::{Deserialize, Serialize};
 
 use crate::identity::ClusterId;
+use crate::migration::Migration;
 
 /// A member's standing in the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,6 +53,38 @@ pub enum Command {
     MarkUp {
         /// The member.
         member: u16,
+    },
+    /// Start moving slots: each `(first, end, to)` range to member `to`.
+    Migrate {
+        /// The moves.
+        moves: Vec<(u32, u32, u16)>,
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
+    },
+    /// Start spreading the slots evenly over the members that are up.
+    Rebalance {
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
+    },
+    /// Stop the migration after the chunk being pulled.
+    Cancel {
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
+    },
+    /// A target has every record of `slots`, imported under map `version`.
+    ImportDone {
+        /// The map version that handed the slots over.
+        version: u32,
+        /// The slots, as `[first, end)` ranges.
+        slots: Vec<(u32, u32)>,
+        /// Records pulled.
+        records: u64,
+        /// Bytes of keys and values pulled.
+        bytes: u64,
+        /// Why records are missing, if the import ended without them all.
+        lost: Option<String>,
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
     },
     /// A member came back with a new bulk port (or, listening on an
     /// unspecified address, learned the one others reach it at).
@@ -125,6 +159,8 @@ pub struct ClusterState {
     members: Vec<Standing>,
     /// The index and term of the entry that made the map what it is.
     map_at: (u64, u64),
+    /// The migration running, or the last one.
+    migration: Option<Migration>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -141,6 +177,8 @@ struct Snap {
     map: Vec<u8>,
     members: Vec<Standing>,
     map_at: (u64, u64),
+    #[serde(default)]
+    migration: Option<Migration>,
 }
 
 impl ClusterState {
@@ -158,7 +196,81 @@ impl ClusterState {
             ],
             map,
             map_at: (1, 1),
+            migration: None,
         }
+    }
+
+    /// The migration running, or the last one, as of `now_ms` (Unix
+    /// milliseconds).
+    pub fn migration_status(&self, now_ms: u64) -> Option<MigrationStatus> {
+        self.migration.as_ref().map(|g| g.status(now_ms))
+    }
+
+    /// Whether a migration is running.
+    pub fn migrating(&self) -> bool {
+        self.migration.as_ref().is_some_and(Migration::running)
+    }
+
+    /// The members that are up (not failed, not gone).
+    pub fn up_members(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..self.member_count()).filter(|&m| self.member_state(m) == Some(MemberState::Up))
+    }
+
+    /// Whether `cmd` would start a migration, checked against this state
+    /// (the leader asks before proposing, to answer with a clear error).
+    pub fn check_migration(&self, cmd: &Command) -> Result<(), String> {
+        let moves = match cmd {
+            Command::Migrate { moves, .. } => moves
+                .iter()
+                .map(|&(a, b, to)| (a..b, to))
+                .collect::<Vec<_>>(),
+            Command::Rebalance { .. } => self.rebalance_moves(),
+            Command::Cancel { .. } => {
+                return if self.migrating() {
+                    Ok(())
+                } else {
+                    Err("no migration is running".into())
+                }
+            }
+            _ => return Ok(()),
+        };
+        if let Some(g) = self.migration.as_ref().filter(|g| g.running()) {
+            let s = g.status(0);
+            return Err(format!(
+                "a migration is already running ({} of {} slots moved); wait for it or cancel it",
+                s.slots_done, s.slots_total
+            ));
+        }
+        let slots = self.map.slots();
+        for (r, to) in &moves {
+            if r.start >= r.end || r.end > slots {
+                return Err(format!(
+                    "slot range {}..{} out of bounds: the cluster has {slots} slots (0-{})",
+                    r.start,
+                    r.end,
+                    slots - 1
+                ));
+            }
+            match self.member_state(*to) {
+                Some(MemberState::Up) => {}
+                None => {
+                    return Err(format!(
+                        "no member {to}: the cluster has members 0-{}",
+                        self.member_count() - 1
+                    ))
+                }
+                Some(s) => return Err(format!("member {to} is {s:?}; it cannot take slots")),
+            }
+        }
+        if moves.is_empty() {
+            return Err("nothing to move: the slots are spread evenly already".into());
+        }
+        Migration::new(&self.map, &moves, 0).map(drop)
+    }
+
+    fn rebalance_moves(&self) -> Vec<(std::ops::Range<u32>, u16)> {
+        let up: Vec<u16> = self.up_members().collect();
+        self.map.rebalance_moves_among(&up)
     }
 
     /// The cluster's id.
@@ -238,6 +350,11 @@ impl ClusterState {
                 Ok(())
             }
             Membership::Forget { member, force } => {
+                if self.migrating() {
+                    return Err(
+                        "a migration is running: wait for it or cancel it, then forget".into(),
+                    );
+                }
                 match self.member_state(*member) {
                     None => return Err(format!("there is no member {member}")),
                     Some(MemberState::Left) => {
@@ -356,6 +473,46 @@ impl ClusterState {
     /// Applies a command committed at `at` (index, term).
     pub fn apply(&mut self, cmd: &Command, at: (u64, u64)) -> Applied {
         match cmd {
+            Command::Migrate { at_ms, .. } | Command::Rebalance { at_ms } => {
+                if let Err(why) = self.check_migration(cmd) {
+                    return Applied::Refused(why);
+                }
+                let moves: Vec<(std::ops::Range<u32>, u16)> = match cmd {
+                    Command::Migrate { moves, .. } => {
+                        moves.iter().map(|&(a, b, to)| (a..b, to)).collect()
+                    }
+                    _ => self.rebalance_moves(),
+                };
+                match Migration::new(&self.map, &moves, *at_ms) {
+                    Ok(g) => self.migration = Some(g),
+                    Err(why) => return Applied::Refused(why),
+                }
+                self.step_migration(at, *at_ms)
+            }
+            Command::Cancel { at_ms } => match self.migration.as_mut() {
+                Some(g) if g.running() => {
+                    g.cancel();
+                    self.step_migration(at, *at_ms)
+                }
+                _ => Applied::Refused("no migration is running".into()),
+            },
+            Command::ImportDone {
+                version,
+                slots,
+                records,
+                bytes,
+                lost,
+                at_ms,
+            } => {
+                let Some(g) = self.migration.as_mut().filter(|g| g.running()) else {
+                    return Applied::Nothing;
+                };
+                if g.imported(*version, slots, *records, *bytes, lost.clone()) {
+                    self.step_migration(at, *at_ms)
+                } else {
+                    Applied::Nothing
+                }
+            }
             Command::Map { map } => {
                 let m = match ShardMap::decode(map) {
                     Ok(m) => m,
@@ -426,6 +583,21 @@ impl ClusterState {
         }
     }
 
+    /// The migration's next step, if it takes one: a new map.
+    fn step_migration(&mut self, at: (u64, u64), now_ms: u64) -> Applied {
+        let Some(g) = self.migration.as_mut() else {
+            return Applied::Nothing;
+        };
+        let mut m = self.map.clone();
+        let version = m.version() + 1;
+        g.step(&mut m, version, now_ms);
+        if m == self.map {
+            return Applied::Nothing;
+        }
+        self.set_map(m, at);
+        Applied::Map(version)
+    }
+
     fn set_map(&mut self, mut map: ShardMap, at: (u64, u64)) {
         map.set_version(self.map.version() + 1);
         self.map = map;
@@ -442,6 +614,7 @@ impl ClusterState {
             map,
             members: self.members.clone(),
             map_at: self.map_at,
+            migration: self.migration.clone(),
         })
         .expect("the state encodes")
     }
@@ -463,6 +636,7 @@ impl ClusterState {
             map,
             members: s.members,
             map_at: s.map_at,
+            migration: s.migration,
         })
     }
 }
@@ -631,6 +805,59 @@ mod tests {
             s.apply_membership(&last, (12, 1)),
             Applied::Refused(_)
         ));
+    }
+
+    #[test]
+    fn a_migration_runs_in_the_log_chunk_by_chunk_on_the_targets_reports() {
+        let mut s = three();
+        let v0 = s.map().version();
+        let bad = Command::Migrate {
+            moves: vec![(0, 300, 1)],
+            at_ms: 0,
+        };
+        assert!(s.check_migration(&bad).unwrap_err().contains("out of bounds"));
+        let go = Command::Migrate {
+            moves: vec![(0, 40, 1)],
+            at_ms: 1000,
+        };
+        s.check_migration(&go).unwrap();
+        // The handover: the target owns the chunk and imports it.
+        assert_eq!(s.apply(&go, (20, 2)), Applied::Map(v0 + 1));
+        assert_eq!(s.map().owner_of_slot(5).member, 1);
+        assert_eq!(s.map().importing_from(5), Some(0));
+        assert!(s.migrating());
+        assert!(s.check_migration(&go).unwrap_err().contains("already running"));
+        // A report of another version or of part of the chunk: no step.
+        let report = |version, a, b| Command::ImportDone {
+            version,
+            slots: vec![(a, b)],
+            records: 3,
+            bytes: 30,
+            lost: None,
+            at_ms: 3000,
+        };
+        assert_eq!(s.apply(&report(v0, 0, 40), (21, 2)), Applied::Nothing);
+        assert_eq!(s.apply(&report(v0 + 1, 0, 20), (22, 2)), Applied::Nothing);
+        // The whole chunk in: the map ends the import, and the migration.
+        assert_eq!(s.apply(&report(v0 + 1, 20, 40), (23, 2)), Applied::Map(v0 + 2));
+        assert_eq!(s.map().importing_from(5), None);
+        let st = s.migration_status(9000).unwrap();
+        assert!(st.finished && st.slots_done == 40 && st.records == 6);
+        assert_eq!(st.seconds, 2.0);
+        // Rebalance spreads over the members that are up only.
+        s.apply(&Command::MarkFailed { member: 2 }, (24, 2));
+        assert_eq!(
+            s.apply(&Command::Rebalance { at_ms: 0 }, (25, 2)),
+            Applied::Map(v0 + 3)
+        );
+        assert!(s.map().runs().iter().all(|r| r.owner.member != 2));
+        assert!(matches!(
+            s.apply(&Command::Rebalance { at_ms: 0 }, (26, 2)),
+            Applied::Refused(_)
+        ));
+        // Cancel stops after the chunk being pulled.
+        assert_eq!(s.apply(&Command::Cancel { at_ms: 0 }, (27, 2)), Applied::Nothing);
+        assert!(!s.migrating() || s.migration_status(0).unwrap().cancelled);
     }
 
     #[test]

@@ -4,10 +4,10 @@
 //! payload of its answer; they are rare, small, and worth reading in a
 //! packet capture. Decoding is serde's, which never panics on input.
 //!
-//! The cluster's map changes only at its *keeper*, member 0 (the server that
-//! started the cluster): it gives every change the next version and pushes
-//! the map to every other member (`SET_MAP`). Members answer a request they
-//! cannot serve with [`ControlReply::Keeper`], naming where to go.
+//! The cluster's configuration changes only through its control group's
+//! replicated log; the group's *leader* (the *keeper* in these messages)
+//! proposes every change. Members answer a request only the leader serves
+//! with [`ControlReply::Keeper`], naming where to go.
 
 use std::net::SocketAddr;
 
@@ -53,6 +53,16 @@ pub enum ControlRequest {
     /// Stop the migration in progress (keeper only): the slots being pulled
     /// now finish moving, the rest stay where they are.
     Cancel,
+    /// Remove member `member` from the cluster for good (keeper only).
+    /// Refused while it owns slots, unless `force` declares their records
+    /// lost (its slots go, empty, to the members that are up).
+    Forget {
+        /// The member.
+        member: u16,
+        /// Whether its slots' records may be lost.
+        #[serde(default)]
+        force: bool,
+    },
     /// A target asks the source for a ticket to pull slots `first..end`
     /// (which map `version` handed to it) over the source's bulk port; the
     /// ticket goes in the bulk connection's setup, so the bulk port itself
@@ -94,13 +104,26 @@ pub enum ControlReply {
         /// What went wrong, for a person.
         message: String,
     },
-    /// Only the keeper does this: ask it, at this address.
+    /// Only the control group's leader does this: ask it, at this address.
     Keeper {
-        /// The keeper's setup address.
+        /// The leader's setup address.
         addr: SocketAddr,
     },
-    /// Joined: the member's id and the map that includes it.
+    /// Only the control group's leader does this, and no leader is known
+    /// now (an election is under way, or this member is cut off from the
+    /// group): ask again shortly.
+    NoLeader,
+    /// Not yet: this member has not applied the map the request needs (a
+    /// pull ticket for slots it has not frozen yet). Ask again shortly.
+    NotYet {
+        /// What it is waiting for, for a person.
+        message: String,
+    },
+    /// Joined: the cluster's id, the member's id and the map that includes
+    /// it. The new member keeps both ids in its data dir.
     Joined {
+        /// The cluster's id (32 hex digits).
+        cluster_id: String,
         /// Its member id.
         member: u16,
         /// The encoded map ([`crate::ShardMap::encode`]).
@@ -143,6 +166,44 @@ pub struct MemberStatus {
     /// owner to pull; and their bytes of keys and values.
     #[serde(default)]
     pub held: (u32, u64),
+    /// The control group as this member sees it.
+    #[serde(default)]
+    pub group: Option<GroupView>,
+}
+
+/// The control group as one member sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupView {
+    /// The cluster's id (32 hex digits).
+    pub cluster_id: String,
+    /// The member this one believes leads the group.
+    pub leader: Option<u16>,
+    /// The Raft term.
+    pub term: u64,
+    /// The highest log index known committed, and the highest applied.
+    pub commit: u64,
+    /// The highest log index applied.
+    pub applied: u64,
+    /// Whether this member may serve its slots now (it holds a lease).
+    pub lease: bool,
+    /// Every member that ever had an id, as the applied log has it.
+    pub members: Vec<GroupMember>,
+}
+
+/// A member as the control group's log has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupMember {
+    /// Its id.
+    pub id: u16,
+    /// Its setup address.
+    pub addr: SocketAddr,
+    /// `"up"`, `"failed"` (the leader lost touch with it) or `"left"`
+    /// (forgotten).
+    pub state: String,
+    /// Whether it votes in the control group.
+    pub voter: bool,
 }
 
 /// One import a target runs: the slots it pulls from one source.
@@ -183,6 +244,10 @@ pub struct MigrationStatus {
     pub bytes: u64,
     /// Seconds since it started (until it ended, once it has).
     pub seconds: f64,
+    /// When it started: Unix milliseconds, by the clock of the leader that
+    /// proposed it.
+    #[serde(default)]
+    pub started_ms: u64,
     /// Whether it is over (done, cancelled, or failed).
     pub finished: bool,
     /// Whether a cancel stopped it.
@@ -273,12 +338,32 @@ mod tests {
                 records: 0,
                 bytes: 0,
                 seconds: 0.5,
+                started_ms: 1_700_000_000_000,
                 finished: false,
                 cancelled: false,
                 error: None,
             }),
             held: (2, 100),
+            group: Some(GroupView {
+                cluster_id: "ab".repeat(16),
+                leader: Some(1),
+                term: 3,
+                commit: 9,
+                applied: 9,
+                lease: true,
+                members: vec![GroupMember {
+                    id: 0,
+                    addr: "10.0.0.1:7000".parse().unwrap(),
+                    state: "up".into(),
+                    voter: true,
+                }],
+            }),
         });
+        let f = ControlRequest::Forget {
+            member: 2,
+            force: true,
+        };
+        assert_eq!(ControlRequest::decode(&f.encode()).unwrap(), f);
         assert_eq!(ControlReply::decode(&s.encode()).unwrap(), s);
         for junk in [
             &b""[..],

@@ -2,11 +2,13 @@
 //! kvs-client: the request and response formats ([`proto`]), the cluster's
 //! shard map that says which member and worker owns each hash slot
 //! ([`shard`]), the control messages of membership and administration
-//! ([`control`]), the setup private data that names the worker a connection
+//! ([`control`]) and the control group's batches of Raft messages
+//! ([`group`]), the setup private data that names the worker a connection
 //! is for ([`hello`](mod@hello)), and the auth token it may carry ([`auth`]).
 
 pub mod auth;
 pub mod control;
+pub mod group;
 pub mod hello;
 pub mod proto;
 pub mod shard;

@@ -60,9 +60,11 @@ pub enum Op {
     Map = 6,
     /// A control request (JSON in the value), to the control endpoint.
     Control = 7,
-    /// Installs the shard map in the value (a newer version only), sent by
-    /// the member that keeps the map to the control endpoint of every other.
-    SetMap = 8,
+    /// A batch of the control group's Raft messages from another member
+    /// ([`crate::group`]), to the control endpoint. (Code 8 is not used:
+    /// members once pushed maps with it; now they take maps only from the
+    /// group's log.)
+    Raft = 10,
     /// A migration's priority pull: the value of `key` among the records a
     /// source holds for the target that now owns its slot (to the source's
     /// control endpoint). Answered as GET is, from the source's frozen copy.
@@ -80,8 +82,8 @@ impl Op {
             5 => Op::UpdateRange,
             6 => Op::Map,
             7 => Op::Control,
-            8 => Op::SetMap,
             9 => Op::Pull,
+            10 => Op::Raft,
             _ => return None,
         })
     }
@@ -116,6 +118,11 @@ pub enum Status {
     /// The key's slot is changing hands and this server has not yet seen the
     /// map the request was routed by: send it again shortly.
     TryAgain = 9,
+    /// The server may not answer for the key's slot now: it holds no lease
+    /// from the control group (cut off from it, or an election is under
+    /// way), or the group marked it failed. The message in the payload says
+    /// which; the slot is served again once the member is back in touch.
+    Unavailable = 10,
 }
 
 impl Status {
@@ -132,6 +139,7 @@ impl Status {
             7 => Status::OutOfRange,
             8 => Status::OutOfMemory,
             9 => Status::TryAgain,
+            10 => Status::Unavailable,
             _ => return None,
         })
     }
@@ -194,7 +202,7 @@ impl<'a> Request<'a> {
         Op::from_u8(buf[field::OP]).ok_or(WireError::BadCode(buf[field::OP]))?;
         let key = usize::from(le16(&buf[field::KEY_LEN]));
         let body = match r.op() {
-            Op::Put | Op::UpdateRange | Op::Control | Op::SetMap => {
+            Op::Put | Op::UpdateRange | Op::Control | Op::Raft => {
                 le32(&buf[field::VAL_LEN]) as usize
             }
             _ => 0,
@@ -449,7 +457,7 @@ mod tests {
         for v in 0..=u8::MAX {
             match Status::from_u8(v) {
                 Some(st) => assert_eq!(st as u8, v),
-                None => assert!(v > 9, "{v}"),
+                None => assert!(v > 10, "{v}"),
             }
         }
         assert_eq!(Status::from_u8(8), Some(Status::OutOfMemory));
@@ -473,10 +481,13 @@ mod tests {
         r.write(&mut b);
         assert_eq!(Redirect::parse(&b), Ok(r));
         assert!(Redirect::parse(&b[..7]).is_err());
-        // Control and map pushes carry their value.
+        // Control requests and group batches carry their value.
         let mut q = Vec::new();
-        write_request(&mut q, Op::SetMap, 0, b"", b"map", 3, 0);
-        assert_eq!(Request::new_checked(&q).unwrap().value(), b"map");
+        write_request(&mut q, Op::Raft, 0, b"", b"batch", 5, 0);
+        assert_eq!(Request::new_checked(&q).unwrap().value(), b"batch");
+        // The retired map push is no request at all.
+        q[field::OP] = 8;
+        assert!(Request::new_checked(&q).is_err());
     }
 
     #[test]

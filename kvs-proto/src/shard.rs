@@ -263,8 +263,22 @@ impl ShardMap {
     /// more. Members with too many give up their highest slots; the moves
     /// come as `(slots, to)` with consecutive slots for one target merged.
     pub fn rebalance_moves(&self) -> Vec<(Range<u32>, u16)> {
-        let n = self.members.len() as u32;
-        let share = |m: u32| self.slots() / n + u32::from(m < self.slots() % n);
+        let all: Vec<u16> = (0..self.members.len() as u16).collect();
+        self.rebalance_moves_among(&all)
+    }
+
+    /// [`rebalance_moves`](Self::rebalance_moves) over the members in
+    /// `among` only: the others (failed, or gone) end with no slots. Empty
+    /// when `among` is.
+    pub fn rebalance_moves_among(&self, among: &[u16]) -> Vec<(Range<u32>, u16)> {
+        let n = among.len() as u32;
+        if n == 0 {
+            return Vec::new();
+        }
+        let share = |m: u16| match among.iter().position(|&a| a == m) {
+            Some(rank) => self.slots() / n + u32::from((rank as u32) < self.slots() % n),
+            None => 0,
+        };
         let mut held: Vec<Vec<u32>> = vec![Vec::new(); self.members.len()];
         for (s, o) in self.owner.iter().enumerate() {
             held[usize::from(o.member)].push(s as u32);
@@ -272,7 +286,7 @@ impl ShardMap {
         // Surplus slots, highest first from each member with too many.
         let mut spare: Vec<u32> = Vec::new();
         for (m, h) in held.iter().enumerate() {
-            let keep = share(m as u32) as usize;
+            let keep = share(m as u16) as usize;
             if h.len() > keep {
                 spare.extend_from_slice(&h[keep..]);
             }
@@ -281,7 +295,7 @@ impl ShardMap {
         let mut spare = spare.into_iter();
         let mut to: Vec<(u32, u16)> = Vec::new();
         for (m, h) in held.iter().enumerate() {
-            let want = share(m as u32) as usize;
+            let want = share(m as u16) as usize;
             for _ in h.len()..want {
                 match spare.next() {
                     Some(s) => to.push((s, m as u16)),
@@ -623,6 +637,16 @@ mod tests {
             (0..4).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
             [250, 250, 250, 250]
         );
+        // Over members 0, 2 and 3 only: member 1 gives all of its slots up.
+        for (r, to) in m.rebalance_moves_among(&[0, 2, 3]) {
+            assert_ne!(to, 1);
+            m.assign(r, to, None).unwrap();
+        }
+        assert_eq!(
+            (0..4).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
+            [334, 0, 333, 333]
+        );
+        assert!(m.rebalance_moves_among(&[]).is_empty());
     }
 
     #[test]

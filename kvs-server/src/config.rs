@@ -4,6 +4,9 @@
 //! listen = "0.0.0.0:7000"   # TCP address for connection setup
 //! advertise = "10.0.0.5:7000"  # where clients and members reach this server
 //! join = "10.0.0.4:7000"    # a member of the cluster to join; absent: start one
+//! data_dir = "/var/lib/kvs" # the member's identity and control-group log
+//! control_voters = 3        # members that vote in the control group (the first ones)
+//! member_timeout_ms = 1000  # silence after which the leader marks a member failed
 //! bulk_port = 7001          # TCP port for migrations' bulk transfers (0: any free one)
 //! bulk_devices = ["mlx5_0", "mlx5_1"]  # their rails (default: see below)
 //! auth_token_file = "/etc/kvs/token"  # the token clients must present (mode 600)
@@ -76,8 +79,22 @@ pub struct Config {
     /// to fill in.
     pub advertise: Option<SocketAddr>,
     /// Any member of the cluster to join (`host:port`). None: this server
-    /// starts a cluster of its own and owns every slot.
+    /// starts a cluster of its own and owns every slot. Used only while
+    /// `data_dir` holds no member: a member resumes from its data dir.
     pub join: Option<String>,
+    /// Where the member keeps its identity (cluster and member ids) and its
+    /// copy of the control group's log. A data dir that holds a member is
+    /// resumed (with or without `join`), never started anew; an empty one
+    /// starts a cluster, or joins `join`. None: a temporary directory that
+    /// goes with the process (a restart is a new member).
+    pub data_dir: Option<PathBuf>,
+    /// How many members vote in the control group: the first ones to join
+    /// (the rest follow the log as learners). 3 survives one failure, 5 two.
+    pub control_voters: u16,
+    /// Milliseconds without a word from a member after which the group's
+    /// leader marks it failed. Leases and elections are derived from it
+    /// (a lease is two fifths of it, an election timeout a fifth).
+    pub member_timeout_ms: u64,
     /// The TCP port, on `listen`'s address, where migrations' bulk
     /// transfers are set up (0: any free port; the map tells members which).
     pub bulk_port: u16,
@@ -141,6 +158,9 @@ impl Default for Config {
             listen: "127.0.0.1:7000".parse().expect("a valid address"),
             advertise: None,
             join: None,
+            data_dir: None,
+            control_voters: 3,
+            member_timeout_ms: 1000,
             bulk_port: 0,
             bulk_devices: Vec::new(),
             device: "auto".into(),
@@ -186,6 +206,11 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// The control group's timing, from `member_timeout_ms`.
+    pub(crate) fn group_config(&self) -> kvs_control::GroupConfig {
+        kvs_control::GroupConfig::for_member_timeout(Duration::from_millis(self.member_timeout_ms))
+    }
+
     /// The device of the server's threads (workers, control, migrations'
     /// control clients): `device`, on `fabric`, `auto` falling back to the
     /// software device `sim1`.
@@ -288,6 +313,12 @@ impl Config {
         }
         if self.setup_timeout_ms == 0 || self.setup_timeout_ms > 600_000 {
             return bad("setup_timeout_ms must be in 1..=600000".into());
+        }
+        if !(1..=7).contains(&self.control_voters) {
+            return bad("control_voters must be in 1..=7".into());
+        }
+        if !(100..=60_000).contains(&self.member_timeout_ms) {
+            return bad("member_timeout_ms must be in 100..=60000".into());
         }
         if self.max_pending_setups == 0 {
             return bad("max_pending_setups must be at least 1".into());

@@ -55,6 +55,15 @@ pub struct Handler {
     pub store: Store,
     /// When set, new requests are answered `ShuttingDown`.
     pub draining: bool,
+    /// Whether the member holds its lease from the control group (the
+    /// worker sets it each turn); without it, requests for slots get
+    /// `Unavailable`.
+    pub leased: bool,
+    /// Per slot: imported, and its source has not yet frozen it (it may
+    /// still take writes there), so requests get `TryAgain`.
+    awaiting_source: Vec<bool>,
+    /// How many slots are awaiting their source.
+    awaiting: u32,
     /// The server's whole memory cap, for messages (0: none).
     max_memory: u64,
     /// Set by a request that must wait for a priority pull (its slot).
@@ -72,9 +81,13 @@ impl Handler {
         map.encode(&mut map_bytes);
         let slots = map.slots();
         let mut store = Store::new(slots, usize::MAX);
+        let mut awaiting_source = vec![false; slots as usize];
+        let mut awaiting = 0;
         for s in 0..slots {
             if map.owner_of_slot(s) == me && map.importing_from(s).is_some() {
                 store.begin_import(s);
+                awaiting_source[s as usize] = true;
+                awaiting += 1;
             }
         }
         Handler {
@@ -86,6 +99,9 @@ impl Handler {
             max_value,
             store,
             draining: false,
+            leased: true,
+            awaiting_source,
+            awaiting,
             max_memory: 0,
             pull: None,
             metrics: RequestMetrics::default(),
@@ -105,9 +121,13 @@ impl Handler {
                 done.given_away.push((s, self.store.take_slot(s)));
             } else if is {
                 match map.importing_from(s) {
-                    Some(_) if !was => self.store.begin_import(s),
+                    Some(_) if !was => {
+                        self.store.begin_import(s);
+                        self.set_awaiting(s, true);
+                    }
                     None if self.store.importing(s) => {
                         self.store.end_import(s);
+                        self.set_awaiting(s, false);
                         done.imports_ended.push(s);
                     }
                     _ => {}
@@ -118,6 +138,26 @@ impl Handler {
         map.encode(&mut self.map_bytes);
         self.map = map;
         done
+    }
+
+    /// The source of the import of `slots` holds them frozen: serve them.
+    pub fn source_frozen(&mut self, slots: std::ops::Range<u32>) {
+        for s in slots {
+            self.set_awaiting(s, false);
+        }
+    }
+
+    fn set_awaiting(&mut self, slot: u32, on: bool) {
+        if let Some(a) = self.awaiting_source.get_mut(slot as usize) {
+            if *a != on {
+                *a = on;
+                if on {
+                    self.awaiting += 1;
+                } else {
+                    self.awaiting -= 1;
+                }
+            }
+        }
     }
 
     /// The same over a store capped at `share` bytes, this worker's part of
@@ -181,6 +221,7 @@ impl Handler {
         }
         match r.op() {
             Op::Map => return self.map_answer(out, Status::Ok, max_response),
+            _ if !self.leased => return self.unavailable(out, max_response),
             // A scan would miss what has not arrived yet: the client asks
             // this worker again once its imports are done.
             Op::Scan if self.store.importing_slots() > 0 => return status(out, Status::TryAgain),
@@ -191,6 +232,9 @@ impl Handler {
         let owner = self.map.owner_of_slot(slot);
         if owner != self.me {
             return self.redirect(out, r.map_version(), owner, max_response);
+        }
+        if self.awaiting > 0 && self.awaiting_source[slot as usize] {
+            return status(out, Status::TryAgain);
         }
         match r.op() {
             Op::Get => match self.store.get(slot, key) {
@@ -242,11 +286,22 @@ impl Handler {
                 status(out, st);
             }
             Op::Map | Op::Scan => unreachable!("answered above"),
-            Op::Control | Op::SetMap | Op::Pull => {
+            Op::Control | Op::Raft | Op::Pull => {
                 let m = "control requests go to the control endpoint, not a worker";
                 error(out, Status::BadRequest, m, max_response)
             }
         }
+    }
+
+    /// The member holds no lease: it may not answer for its slots.
+    #[cold]
+    fn unavailable(&self, out: &mut Vec<u8>, max_response: usize) {
+        let m = format!(
+            "member {} holds no lease from the control group (it is cut off from the \
+             group's leader, an election is under way, or the group marked it failed)",
+            self.me.member
+        );
+        error(out, Status::Unavailable, &m, max_response)
     }
 
     /// Where the key's slot lives: a redirect naming its owner, or, when the
@@ -495,6 +550,11 @@ mod tests {
             (h.handle(&req, 256, &mut out), out)
         };
         let slot = |k: &[u8]| kvs_proto::shard::slot_of(k, 4);
+        // Until the source has frozen the slots (it may still take writes
+        // for them), the target serves none of them.
+        let (r, out) = handled(&mut h, Op::Put, b"early", b"v");
+        assert_eq!((r, st(&out)), (Handled::Answered, Status::TryAgain));
+        h.source_frozen(0..4);
         // Not here yet: reads, deletes and patches wait for a pull.
         for (op, v) in [
             (Op::Get, &b""[..]),

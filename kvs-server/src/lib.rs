@@ -13,15 +13,13 @@
 //! server.wait();
 //! ```
 
+mod cluster;
 pub mod config;
-mod control;
 pub mod handle;
-mod join;
 pub mod memory;
 mod metrics;
 mod metrics_http;
 mod migration;
-mod push;
 mod server;
 mod setup;
 pub mod store;

@@ -20,8 +20,9 @@ use prometheus_client::registry::Unit;
 use crate::server::WorkerStats;
 use crate::setup::SetupStats;
 
-/// Op labels, indexed by the request's op code (0: not a known op).
-const OPS: [&str; 10] = [
+/// Op labels, indexed by the request's op code (0, and 8, a retired code:
+/// not a known op; requests with them count under 0).
+const OPS: [&str; 11] = [
     "unknown",
     "get",
     "put",
@@ -30,12 +31,13 @@ const OPS: [&str; 10] = [
     "update_range",
     "map",
     "control",
-    "set_map",
+    "unknown",
     "pull",
+    "raft",
 ];
 
 /// Status codes are 0..RESULTS; column RESULTS counts any other.
-const RESULTS: usize = 10;
+const RESULTS: usize = 11;
 
 /// The `result` label of a status code.
 fn result_name(code: usize) -> &'static str {
@@ -54,6 +56,7 @@ fn result_name(code: usize) -> &'static str {
         Status::OutOfRange => "out_of_range",
         Status::OutOfMemory => "out_of_memory",
         Status::TryAgain => "try_again",
+        Status::Unavailable => "unavailable",
     }
 }
 
@@ -149,7 +152,7 @@ impl Published {
 #[derive(Debug)]
 pub(crate) struct Exposition {
     /// The member's place in the cluster and its migration totals.
-    pub(crate) cluster: Arc<crate::control::Shared>,
+    pub(crate) cluster: Arc<crate::cluster::Shared>,
     /// The slots it holds for their new owners.
     pub(crate) outgoing: Arc<crate::migration::outgoing::Outgoing>,
     /// The workers' gauges and published requests.
@@ -217,7 +220,7 @@ impl Collector for Exposition {
                 for (st, &n) in row.iter().enumerate() {
                     // Every op's `ok` is there from the start (rates work
                     // from zero); other results once they happen.
-                    let real_op = op != 0;
+                    let real_op = u8::try_from(op).ok().and_then(Op::from_u8).is_some();
                     if n == 0 && !(real_op && st == Status::Ok as usize) {
                         continue;
                     }
@@ -410,7 +413,7 @@ mod tests {
     fn every_op_and_status_code_has_a_place() {
         let mut m = RequestMetrics::default();
         for op in 0..=u8::MAX {
-            for st in [0, 9, 10, u8::MAX] {
+            for st in [0, 9, 10, 11, u8::MAX] {
                 m.record(op, st, 1);
             }
         }

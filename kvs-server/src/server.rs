@@ -1,6 +1,6 @@
 //! The server: an acceptor thread for connection setup, N worker threads
-//! ([`crate::worker`]), and a control thread for the cluster
-//! ([`crate::control`]).
+//! ([`crate::worker`]), and a control thread for the cluster's control
+//! group ([`crate::cluster`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -11,14 +11,16 @@ use std::time::{Duration, SystemTime};
 
 use copyrpc::conn::{Acceptor, AcceptorOptions, ConnError, Listener, PendingConnection};
 use copyrpc::Waker;
-use kvs_proto::{AuthToken, Owner, ShardMap, TokenError};
+use kvs_proto::{AuthToken, Owner, TokenError};
 
+use crate::cluster::control::Control;
+use crate::cluster::lease::Lease;
+use crate::cluster::start::{How, TempDir};
+use crate::cluster::Shared;
 use crate::config::Config;
-use crate::control::{Control, Shared};
 use crate::metrics::{Exposition, Published};
 use crate::migration::export::BulkServer;
 use crate::migration::outgoing::Outgoing;
-use crate::push::Pusher;
 use crate::setup::{accept, SetupStats};
 use crate::worker::{ToWorker, Worker};
 
@@ -79,7 +81,8 @@ pub enum StartError {
     /// The control thread could not open the device or build its context.
     #[error("control endpoint: {0}")]
     Control(String),
-    /// Joining the cluster failed.
+    /// Starting the member's part in the cluster failed: its data dir, or
+    /// joining.
     #[error("{0}")]
     Join(String),
     /// The bulk port for migrations.
@@ -98,10 +101,13 @@ pub struct Server {
     /// Wake the workers and the control thread (stop requests).
     wakers: Vec<Waker>,
     acceptor: Option<JoinHandle<()>>,
-    /// The control thread and the keeper's pusher.
+    /// The control thread and the bulk listener.
     control: Vec<JoinHandle<()>>,
     member: u16,
+    cluster_id: String,
     cluster: Arc<Shared>,
+    /// A data dir made for the process (no `data_dir`), removed at the end.
+    _temporary: Option<TempDir>,
     metrics_addr: Option<SocketAddr>,
     metrics: Option<JoinHandle<()>>,
 }
@@ -149,22 +155,33 @@ impl Server {
             .local_addr()
             .map_err(|e| StartError::Bulk(e.to_string()))?
             .port();
-        // A cluster of its own, or a place in the one it joins.
-        let (member, map) = match &cfg.join {
-            None => {
-                let me = crate::join::advertised(&cfg, addr, None)?;
-                let mut map = ShardMap::single(me, cfg.slots, cfg.workers).map_err(|e| {
-                    StartError::Config(crate::config::ConfigError::Invalid(e.to_string()))
-                })?;
-                let _ = map.set_bulk_port(0, bulk_port);
-                (0, map)
-            }
-            Some(j) => {
-                let target = crate::join::resolve(j)?;
-                let me = crate::join::advertised(&cfg, addr, Some(target))?;
-                crate::join::join(&cfg, target, me, bulk_port, auth.clone())?
-            }
-        };
+        // The member's part in the control group: resumed from the data
+        // dir, or a new cluster, or a place in the one it joins.
+        let joined = crate::cluster::start::start(&cfg, addr, bulk_port, auth.clone())?;
+        let member = joined.group.me();
+        let cluster_id = joined.group.cluster_id().to_string();
+        let map = joined.map.clone();
+        match (&cfg.data_dir, joined.how) {
+            (None, _) => eprintln!(
+                "kvs-server: no data_dir: member {member} of cluster {cluster_id} keeps its \
+                 identity in a temporary directory that goes with the process (with --data-dir \
+                 a restart resumes the member)"
+            ),
+            (Some(d), How::Resumed) => eprintln!(
+                "kvs-server: resuming member {member} of cluster {cluster_id} from {}",
+                d.display()
+            ),
+            (Some(d), How::Bootstrapped) => eprintln!(
+                "kvs-server: started cluster {cluster_id} as member 0 (data dir {})",
+                d.display()
+            ),
+            (Some(d), How::Joined) => eprintln!(
+                "kvs-server: joined cluster {cluster_id} as member {member} (data dir {})",
+                d.display()
+            ),
+        }
+        let own = crate::cluster::start::advertised(&cfg, addr, None)?;
+        let lease = Arc::new(Lease::new());
         let outgoing = Arc::new(Outgoing::default());
         let rails = crate::migration::rail_names(&cfg);
         let stop = Arc::new(AtomicBool::new(false));
@@ -175,7 +192,7 @@ impl Server {
         for w in 0..cfg.workers {
             let (tx, rx) = mpsc::channel::<ToWorker>();
             txs.push(tx.clone());
-            let (auth, outgoing) = (auth.clone(), outgoing.clone());
+            let (auth, outgoing, lease) = (auth.clone(), outgoing.clone(), lease.clone());
             let st = Arc::new(WorkerStats::default());
             stats.push(st.clone());
             let (cfg, map, stop, ready) =
@@ -192,6 +209,7 @@ impl Server {
                             to_self: tx,
                             auth,
                             outgoing,
+                            lease,
                             stop,
                             stats: st,
                             ready,
@@ -232,43 +250,20 @@ impl Server {
             ..Shared::default()
         });
         let mut control = Vec::new();
-        // The keeper pushes every new map to the other members.
-        let pusher = if member == 0 {
-            let (tx, rx) = mpsc::channel();
-            let own = if addr.ip().is_unspecified() {
-                SocketAddr::from(([127, 0, 0, 1], addr.port()))
-            } else {
-                addr
-            };
-            let p = Pusher {
-                own,
-                me: member,
-                cfg: cfg.clone(),
-                auth: auth.clone(),
-                deliveries: rx,
-                stop: stop.clone(),
-            };
-            control.push(
-                std::thread::Builder::new()
-                    .name("kvs-map-pusher".into())
-                    .spawn(move || p.start())
-                    .expect("spawn the map pusher"),
-            );
-            Some(tx)
-        } else {
-            None
-        };
         let (ctl_tx, ctl_rx) = mpsc::channel::<PendingConnection>();
         let (ready_tx, ready_rx) = mpsc::channel();
+        let how = joined.how;
         let c = Control {
-            me: member,
             cfg: cfg.clone(),
+            group: joined.group,
             map,
+            own,
+            bulk_port,
             workers: links.clone(),
             stats: stats.clone(),
             incoming: ctl_rx,
-            pusher,
             shared: cluster.clone(),
+            lease: lease.clone(),
             outgoing: outgoing.clone(),
             auth: auth.clone(),
             rails: rails.clone(),
@@ -333,6 +328,15 @@ impl Server {
             }
             None => (None, None),
         };
+        // A new cluster or a new member serves once it holds its lease (at
+        // once, or at the leader's first heartbeat). A member resuming does
+        // not wait: the group may need more members back for a quorum.
+        if how != How::Resumed {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while !lease.holds(std::time::Instant::now()) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
         Ok(Server {
             addr,
             stop,
@@ -343,7 +347,9 @@ impl Server {
             acceptor: Some(acceptor),
             control,
             member,
+            cluster_id,
             cluster,
+            _temporary: joined.temporary,
             metrics_addr,
             metrics,
         })
@@ -359,10 +365,27 @@ impl Server {
         self.addr
     }
 
-    /// This server's member id in the cluster (0: it started the cluster
-    /// and keeps its map).
+    /// This server's member id in the cluster (0: it started the cluster).
     pub fn member(&self) -> u16 {
         self.member
+    }
+
+    /// The cluster's id (32 hex digits), as kept in the data dir.
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    /// The member this one believes leads the control group, if any.
+    pub fn leader(&self) -> Option<u16> {
+        match self.cluster.leader.load(Ordering::Acquire) {
+            0 => None,
+            l => u16::try_from(l - 1).ok(),
+        }
+    }
+
+    /// Whether this member holds its lease now (serves its slots).
+    pub fn leased(&self) -> bool {
+        self.cluster.leased.load(Ordering::Acquire)
     }
 
     /// The version of the shard map this server serves by.

@@ -16,6 +16,7 @@ use kvs_proto::shard::slot_of;
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
+use crate::cluster::lease::Lease;
 use crate::config::Config;
 use crate::handle::{Handled, Handler};
 use crate::migration::outgoing::Outgoing;
@@ -23,15 +24,22 @@ use crate::migration::waiting::{Parked, Waiting};
 use crate::server::{StartError, WorkerStats};
 
 /// What a worker is sent: by the acceptor, a client's connection; by the
-/// control thread, a new map to serve by (acknowledged once in force); by a
-/// migration's importer and puller, records of slots it imports.
+/// control thread, a new map to serve by; by a migration's importer, that the
+/// source froze the slots, and (with the puller) records of slots it imports.
 #[derive(Debug)]
 pub(crate) enum ToWorker {
     /// A client to serve.
     Connection(PendingConnection),
-    /// The map to serve by from now on; the worker sends its number back
-    /// once it does.
-    Map(ShardMap, Sender<u16>),
+    /// The map to serve by from now on.
+    Map(ShardMap),
+    /// The source of an import holds slots `first..end` frozen (it serves
+    /// them no more): the worker may serve them.
+    SourceFrozen {
+        /// The first slot.
+        first: u32,
+        /// One past the last.
+        end: u32,
+    },
     /// A checked batch of pulled records ([`crate::migration::wire`]); the
     /// worker says when it has taken them.
     Records {
@@ -77,6 +85,8 @@ pub(crate) struct Worker {
     pub auth: Option<AuthToken>,
     /// Slots given away, held for their new owners.
     pub outgoing: Arc<Outgoing>,
+    /// The member's lease: the worker serves only while it holds.
+    pub lease: Arc<Lease>,
     pub stop: Arc<AtomicBool>,
     pub stats: Arc<WorkerStats>,
     /// The worker's number and waker once its context is built.
@@ -112,6 +122,7 @@ impl OnTransport for Worker {
             to_self,
             auth,
             outgoing,
+            lease,
             stop,
             stats,
             ready,
@@ -174,6 +185,8 @@ impl OnTransport for Worker {
                     ctx.poll()
                 }
             };
+            // One read of the clock for the turn's requests.
+            h.leased = lease.holds(Instant::now());
             while let Some(req) = ctx.recv() {
                 let max = req.max_response();
                 let handled = match ctx.request(&req) {
@@ -234,12 +247,11 @@ impl OnTransport for Worker {
                         }
                     }
                     Ok(ToWorker::Connection(p)) => p.refuse("the server is shutting down"),
-                    Ok(ToWorker::Map(m, ack)) => {
+                    Ok(ToWorker::Map(m)) => {
                         let done = h.install(m);
                         for (slot, recs) in done.given_away {
                             outgoing.hold(slot, recs);
                         }
-                        let _ = ack.send(w);
                         // Requests waiting for pulls of slots whose import
                         // ended, or that moved on, are answered now.
                         let parked = waiting.take(|p| {
@@ -247,6 +259,7 @@ impl OnTransport for Worker {
                         });
                         ops += settle(&mut ctx, &mut h, parked, &mut out);
                     }
+                    Ok(ToWorker::SourceFrozen { first, end }) => h.source_frozen(first..end),
                     Ok(ToWorker::Records { batch, taken }) => {
                         take_batch(&mut h, &batch);
                         let _ = taken.send(());

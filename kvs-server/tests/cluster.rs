@@ -19,13 +19,39 @@ fn config(fabric: &str, workers: u16, join: Option<SocketAddr>) -> Config {
     }
 }
 
-/// Shuts `s` down and starts a member at its address again, joining
-/// through `join` with `workers` workers (its memory is gone with it).
-fn restart_at_its_address(s: Server, fabric: &str, workers: u16, join: SocketAddr) -> Server {
+/// A data dir for a member a test restarts, removed when the test ends.
+struct DataDir(std::path::PathBuf);
+
+impl DataDir {
+    fn new(tag: &str) -> DataDir {
+        let p = std::env::temp_dir().join(format!("kvs-cluster-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        DataDir(p)
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Shuts `s` down and starts it again at its address from its data dir
+/// `dir`, with `workers` workers (its memory is gone with it; `join` is
+/// given, as a unit file would, and does not matter to a member that
+/// resumes).
+fn restart_at_its_address(
+    s: Server,
+    fabric: &str,
+    workers: u16,
+    join: SocketAddr,
+    dir: &DataDir,
+) -> Server {
     let addr = s.addr();
     s.shutdown();
     Server::start(Config {
         listen: addr,
+        data_dir: Some(dir.0.clone()),
         ..config(fabric, workers, Some(join))
     })
     .unwrap()
@@ -79,12 +105,22 @@ fn servers_join_and_every_member_learns_the_map() {
     let fabric = format!("kvs-cluster-join-{}", std::process::id());
     let a = Server::start(config(&fabric, 2, None)).unwrap();
     assert_eq!((a.member(), a.map_version()), (0, 1));
-    let b = Server::start(config(&fabric, 2, Some(a.addr()))).unwrap();
+    let (bdir, cdir) = (DataDir::new("join-b"), DataDir::new("join-c"));
+    let b = Server::start(Config {
+        data_dir: Some(bdir.0.clone()),
+        ..config(&fabric, 2, Some(a.addr()))
+    })
+    .unwrap();
     assert_eq!((b.member(), b.map_version()), (1, 2));
-    // Through a member that is not the keeper: sent on to the keeper.
-    let c = Server::start(config(&fabric, 1, Some(b.addr()))).unwrap();
+    assert_eq!(b.cluster_id(), a.cluster_id());
+    // Through a member that is not the leader: sent on to the leader.
+    let c = Server::start(Config {
+        data_dir: Some(cdir.0.clone()),
+        ..config(&fabric, 1, Some(b.addr()))
+    })
+    .unwrap();
     assert_eq!((c.member(), c.map_version()), (2, 3));
-    // The keeper pushes version 3 to member 1.
+    // Member 1 applies version 3 from the group's log.
     let t = std::time::Instant::now();
     while b.map_version() != 3 {
         assert!(t.elapsed().as_secs() < 20, "member 1 never got version 3");
@@ -116,20 +152,38 @@ fn servers_join_and_every_member_learns_the_map() {
         .sum();
     assert!(keys <= 200);
 
-    // A member that restarts at its address is the same member; the map
-    // changes only for its new bulk port (any free one).
-    let b = restart_at_its_address(b, &fabric, 2, a.addr());
-    assert_eq!((b.member(), b.map_version()), (1, 4));
+    // A member that restarts from its data dir is the same member of the
+    // same cluster; the map changes only for its new bulk port (any free
+    // one), which it asks the group to record.
+    let b = restart_at_its_address(b, &fabric, 2, a.addr(), &bdir);
+    assert_eq!((b.member(), b.cluster_id()), (1, a.cluster_id()));
+    let t = std::time::Instant::now();
+    while b.map_version() != 4 {
+        assert!(t.elapsed().as_secs() < 20, "map version {}", b.map_version());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // ... but not with another worker count.
     let c_addr = c.addr();
     c.shutdown();
     let e = Server::start(Config {
         listen: c_addr,
-        ..config(&fabric, 3, Some(a.addr()))
+        data_dir: Some(cdir.0.clone()),
+        ..config(&fabric, 3, None)
     })
     .unwrap_err();
     assert!(
-        matches!(&e, StartError::Join(m) if m.contains("member 2 with 1 workers")),
+        matches!(&e, StartError::Join(m) if m.contains("member 2, which has 1 workers")),
+        "{e}"
+    );
+    // A server at a member's address without its data dir is refused: it
+    // would be a second member 2.
+    let e = Server::start(Config {
+        listen: c_addr,
+        ..config(&fabric, 1, Some(a.addr()))
+    })
+    .unwrap_err();
+    assert!(
+        matches!(&e, StartError::Join(m) if m.contains("is member 2 already")),
         "{e}"
     );
     drop(client);
@@ -445,20 +499,27 @@ fn writes_during_migrations_and_a_cancel_are_never_lost() {
 
 #[test]
 fn a_target_that_restarts_mid_migration_pulls_its_chunk_again() {
-    let (fabric, a, b) = two_members("kvs-cluster-restart");
+    let fabric = format!("kvs-cluster-restart-{}", std::process::id());
+    let bdir = DataDir::new("restart-b");
+    let a = Server::start(config(&fabric, 2, None)).unwrap();
+    let b = Server::start(Config {
+        data_dir: Some(bdir.0.clone()),
+        ..config(&fabric, 2, Some(a.addr()))
+    })
+    .unwrap();
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let n = 6000;
     load(&mut c, n, 800);
     let mut cc = control(&fabric);
     start_migration(&mut cc, a.addr(), 0, 256, 1);
     // The first chunk is handed over; the target goes away (its memory with
-    // it) and comes back at its address.
+    // it) and comes back at its address, from its data dir.
     let t = std::time::Instant::now();
     while b.map_version() < 3 {
         assert!(t.elapsed().as_secs() < 30);
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    let b = restart_at_its_address(b, &fabric, 2, a.addr());
+    let b = restart_at_its_address(b, &fabric, 2, a.addr(), &bdir);
     assert_eq!(b.member(), 1);
     let m = migration_over(&mut cc, a.addr());
     assert_eq!((m.error, m.slots_done), (None, 256));

@@ -28,7 +28,7 @@ pub(crate) struct BulkServer {
     pub cfg: Config,
     pub rails: Vec<String>,
     /// The member's totals (metrics).
-    pub shared: Arc<crate::control::Shared>,
+    pub shared: Arc<crate::cluster::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -103,7 +103,7 @@ fn send_all(
     comm: &mut Comm,
     held: &Held,
     end: u32,
-    shared: &crate::control::Shared,
+    shared: &crate::cluster::Shared,
     stop: &AtomicBool,
 ) -> Result<(), String> {
     let bufs: Vec<Buffer> = (0..DEPTH)

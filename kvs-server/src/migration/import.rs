@@ -1,8 +1,17 @@
 //! A target's importer: one thread per worker that gained slots from one
 //! source, pulling their records over mpib and handing each batch to the
 //! worker, which takes the records it has nothing newer for. When the last
-//! batch is in, it tells the keeper. A failed transfer is set up again and
-//! resumes at the first slot not complete.
+//! batch is in, it tells the control group's leader, again and again until
+//! the committed map ends the import (a report can be lost with a leader).
+//! A failed transfer is set up again and resumes at the first slot not
+//! complete.
+//!
+//! The worker serves the slots only once the source has frozen them: the
+//! source issues a pull ticket only for slots it holds frozen (it applied
+//! the map that gave them away, and serves them no more), so the first
+//! ticket tells the worker to start serving. Members apply a map at their
+//! own pace; this keeps the slots from having two owners that both take
+//! writes.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -43,10 +52,28 @@ pub(crate) struct Progress {
     pub retries: AtomicU32,
     pub started: Instant,
     pub done: AtomicBool,
+    /// Set by the control thread once the committed map no longer lists
+    /// the import: the importer stops reporting.
+    pub ended: AtomicBool,
     pub last_error: Mutex<Option<String>>,
 }
 
 impl Progress {
+    /// An import of `slots` slots from member `from`, just started.
+    pub fn new(from: u16, slots: u32) -> Progress {
+        Progress {
+            from,
+            slots,
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            retries: AtomicU32::new(0),
+            started: Instant::now(),
+            done: AtomicBool::new(false),
+            ended: AtomicBool::new(false),
+            last_error: Mutex::new(None),
+        }
+    }
+
     /// For `kvs-admin status`.
     pub fn status(&self) -> ImportStatus {
         ImportStatus {
@@ -66,7 +93,9 @@ pub(crate) struct Importer {
     pub first: u32,
     pub end: u32,
     pub source: Member,
-    pub keeper: SocketAddr,
+    /// This member's own control endpoint (reports go there, and on to
+    /// the leader it names).
+    pub own: SocketAddr,
     /// The map's slot count.
     pub slots: u32,
     pub worker: (Sender<ToWorker>, Waker),
@@ -74,8 +103,10 @@ pub(crate) struct Importer {
     pub rails: Vec<String>,
     pub auth: Option<AuthToken>,
     pub progress: Arc<Progress>,
+    /// Whether the worker was told the source froze the slots.
+    pub frozen_told: AtomicBool,
     /// The member's totals (metrics).
-    pub shared: Arc<crate::control::Shared>,
+    pub shared: Arc<crate::cluster::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -84,8 +115,9 @@ struct Failed {
     why: String,
     /// Whether the source answered at all (its control endpoint).
     reached: bool,
-    /// The source no longer holds the slots: nothing more can come.
-    fatal: bool,
+    /// The source has not frozen the slots yet (it has not applied the
+    /// map that hands them over): not a failure, ask again at once.
+    not_yet: bool,
 }
 
 impl Importer {
@@ -98,11 +130,12 @@ impl Importer {
     }
 
     /// The slots still to pull from `mark` on, until the last batch; then
-    /// tells the keeper.
+    /// tells the leader.
     fn run_with(&self, cc: &mut ControlClient<impl Transport>) {
         let mut mark = self.first;
         let mut last_reached = Instant::now();
         let mut failures = 0u32;
+        let mut waited = 0u32;
         let lost = loop {
             if self.stop.load(Ordering::Acquire) {
                 return;
@@ -110,6 +143,18 @@ impl Importer {
             let mask = rails_for(failures, &self.rails);
             match self.transfer(cc, &mut mark, mask) {
                 Ok(()) => break None,
+                Err(f) if f.not_yet => {
+                    last_reached = Instant::now();
+                    waited += 1;
+                    if waited % 2000 == 0 {
+                        eprintln!(
+                            "kvs-server: import of slots {}..{}: member {} has not frozen them \
+                             yet: {}",
+                            mark, self.end, self.progress.from, f.why
+                        );
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 Err(f) => {
                     failures += 1;
                     self.progress.retries.store(failures, Ordering::Relaxed);
@@ -128,7 +173,7 @@ impl Importer {
                         .last_error
                         .lock()
                         .unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
-                    if f.fatal || last_reached.elapsed() > SOURCE_GONE {
+                    if last_reached.elapsed() > SOURCE_GONE {
                         eprintln!(
                             "kvs-server: giving up the import of slots {}..{} from member {}: \
                              records not pulled yet are lost",
@@ -145,7 +190,8 @@ impl Importer {
         self.report(cc, lost);
     }
 
-    /// Tells the keeper the slots are in, until it has heard.
+    /// Tells the leader the slots are in, every second until the committed
+    /// map ends the import.
     fn report(&self, cc: &mut ControlClient<impl Transport>, lost: Option<String>) {
         let req = ControlRequest::ImportDone {
             version: self.version,
@@ -155,20 +201,30 @@ impl Importer {
             lost,
         };
         let mut logged = false;
-        while !self.stop.load(Ordering::Acquire) {
-            match cc.request(self.keeper, &req) {
-                Ok(ControlReply::Ok) => return,
+        let mut to = self.own;
+        while !self.stop.load(Ordering::Acquire) && !self.progress.ended.load(Ordering::Acquire) {
+            match cc.request(to, &req) {
+                Ok(ControlReply::Ok) => {
+                    to = self.own;
+                    std::thread::sleep(Duration::from_millis(1000));
+                    continue;
+                }
+                Ok(ControlReply::Keeper { addr }) => {
+                    to = addr;
+                    continue;
+                }
                 Ok(other) if !logged => {
-                    eprintln!("kvs-server: the keeper answered an import report with {other:?}");
+                    eprintln!("kvs-server: an import report was answered with {other:?}");
                     logged = true;
                 }
                 Err(e) if !logged => {
-                    eprintln!("kvs-server: cannot report an import to the keeper yet: {e}");
+                    eprintln!("kvs-server: cannot report an import to the leader yet: {e}");
                     logged = true;
                 }
                 _ => {}
             }
-            std::thread::sleep(Duration::from_millis(500));
+            to = self.own;
+            std::thread::sleep(Duration::from_millis(200));
         }
     }
 
@@ -184,7 +240,7 @@ impl Importer {
         let unreached = |why: String| Failed {
             why,
             reached: false,
-            fatal: false,
+            not_yet: false,
         };
         let open = ControlRequest::OpenPull {
             version: self.version,
@@ -195,20 +251,29 @@ impl Importer {
             Ok(ControlReply::Ticket { ticket }) => from_hex(&ticket).ok_or_else(|| Failed {
                 why: "a malformed ticket".into(),
                 reached: true,
-                fatal: false,
+                not_yet: false,
             })?,
+            // Not frozen there yet (the source has not applied the map that
+            // gives the slots away): ask again.
+            Ok(ControlReply::NotYet { message }) => {
+                return Err(Failed {
+                    why: message,
+                    reached: true,
+                    not_yet: true,
+                })
+            }
             Ok(ControlReply::Error { message }) => {
                 return Err(Failed {
                     why: message,
                     reached: true,
-                    fatal: true,
+                    not_yet: false,
                 })
             }
             Ok(other) => {
                 return Err(Failed {
                     why: format!("unexpected answer {other:?}"),
                     reached: true,
-                    fatal: false,
+                    not_yet: false,
                 })
             }
             Err(e) => return Err(unreached(e.to_string())),
@@ -216,8 +281,17 @@ impl Importer {
         let reached = |why: String| Failed {
             why,
             reached: true,
-            fatal: false,
+            not_yet: false,
         };
+        // The source holds the slots frozen: the worker may serve them.
+        if !self.frozen_told.swap(true, Ordering::AcqRel) {
+            let (tx, waker) = &self.worker;
+            let _ = tx.send(ToWorker::SourceFrozen {
+                first: self.first,
+                end: self.end,
+            });
+            waker.wake();
+        }
         let setup = PullSetup {
             version: self.version,
             first: *mark,

@@ -1,9 +1,9 @@
 //! Live migration of slots between members, target-driven as RAMCloud's
 //! Rocksteady does it.
 //!
-//! The keeper ([`plan`]) moves slots in *chunks*: consecutive slots with one
+//! The keeper ([`kvs_control::Migration`]) moves slots in *chunks*: consecutive slots with one
 //! source, at most an eighth of the map's slots and no fewer than 64
-//! ([`plan::chunk_slots`]). For each chunk:
+//! ([`kvs_control::chunk_slots`]). For each chunk:
 //!
 //! 1. **Handover.** The keeper gives the chunk to the target in a new map
 //!    version, marked as imported from the source, and delivers it to the
@@ -45,7 +45,6 @@
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod outgoing;
-pub(crate) mod plan;
 pub(crate) mod puller;
 pub(crate) mod waiting;
 pub(crate) mod wire;

@@ -1,44 +1,50 @@
-//! The keeper's side of a migration: the moves asked for, cut into chunks,
-//! handed over one at a time, and what the targets reported. Pure state:
-//! the control thread feeds it requests and reports, and applies the map
-//! changes it makes.
+//! A migration as the control group runs it: the moves asked for, cut into
+//! chunks, handed over one at a time, and what the targets reported. Part of
+//! the replicated state ([`crate::ClusterState`]): every member applies the
+//! same commands to it and makes the same map changes, so a new leader
+//! carries on where the old one stopped. Deterministic: times are the
+//! proposers' wall clocks, carried in the commands.
 
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::time::Instant;
 
 use kvs_proto::control::MigrationStatus;
 use kvs_proto::ShardMap;
+use serde::{Deserialize, Serialize};
 
 /// The most slots handed over at once: an eighth of the map's, and no
 /// fewer than 64 (each chunk costs two map versions and a bulk connection
 /// per target worker, so chunks must not be too small; a cancel waits for
 /// one, so they must not be too large).
-pub(crate) fn chunk_slots(slots: u32) -> u32 {
+pub fn chunk_slots(slots: u32) -> u32 {
     (slots / 8).max(64)
 }
 
 /// Consecutive slots with one source, moving to `to`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Chunk {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// The first slot.
     pub first: u32,
+    /// One past the last.
     pub end: u32,
+    /// The source.
     pub from: u16,
+    /// The target.
     pub to: u16,
 }
 
 /// The chunk being pulled: the map version that handed it over, and the
 /// ranges no target has reported yet.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Current {
     chunk: Chunk,
     version: u32,
     pending: Vec<Range<u32>>,
 }
 
-/// A migration the keeper runs.
-#[derive(Debug)]
-pub(crate) struct Migration {
+/// A migration the control group runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Migration {
     moves: Vec<(u32, u32, u16)>,
     todo: VecDeque<Chunk>,
     current: Option<Current>,
@@ -46,15 +52,17 @@ pub(crate) struct Migration {
     slots_done: u32,
     records: u64,
     bytes: u64,
-    started: Instant,
-    ended: Option<Instant>,
+    /// Wall-clock milliseconds (Unix time) of the start and the end, as the
+    /// proposing leader's clock had them.
+    started_ms: u64,
+    ended_ms: Option<u64>,
     cancelled: bool,
     error: Option<String>,
 }
 
 /// The chunks that carry out `moves` on map `m`: slots the target owns
 /// already are left out.
-pub(crate) fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
+pub fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
     let most = chunk_slots(m.slots());
     let mut out: Vec<Chunk> = Vec::new();
     for (r, to) in moves {
@@ -82,8 +90,9 @@ pub(crate) fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
 }
 
 impl Migration {
-    /// A migration of `moves` on map `m`; an error if nothing would move.
-    pub fn new(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Result<Migration, String> {
+    /// A migration of `moves` on map `m`, started at `now_ms`; an error if
+    /// nothing would move.
+    pub fn new(m: &ShardMap, moves: &[(Range<u32>, u16)], now_ms: u64) -> Result<Migration, String> {
         let todo: VecDeque<Chunk> = chunks(m, moves).into();
         if todo.is_empty() {
             return Err("nothing to move: the target already owns those slots".into());
@@ -96,8 +105,8 @@ impl Migration {
             slots_done: 0,
             records: 0,
             bytes: 0,
-            started: Instant::now(),
-            ended: None,
+            started_ms: now_ms,
+            ended_ms: None,
             cancelled: false,
             error: None,
         })
@@ -105,15 +114,15 @@ impl Migration {
 
     /// Whether it is still running.
     pub fn running(&self) -> bool {
-        self.ended.is_none()
+        self.ended_ms.is_none()
     }
 
-    /// The next step, applied to `m` (the keeper's newest map; the caller
-    /// gives it the next version, `version`): the chunk being pulled, if
-    /// complete, becomes final, and the next chunk, if any and not
-    /// cancelled, is handed over. Returns the chunk handed over. Ends the
-    /// migration when nothing is left.
-    pub fn step(&mut self, m: &mut ShardMap, version: u32) -> Option<Chunk> {
+    /// The next step, applied to `m` (the committed map; the caller gives
+    /// it the next version, `version`), at `now_ms`: the chunk being
+    /// pulled, if complete, becomes final, and the next chunk, if any and
+    /// not cancelled, is handed over. Returns the chunk handed over. Ends
+    /// the migration when nothing is left.
+    pub fn step(&mut self, m: &mut ShardMap, version: u32, now_ms: u64) -> Option<Chunk> {
         if let Some(c) = &self.current {
             if !c.pending.is_empty() {
                 return None;
@@ -144,7 +153,7 @@ impl Migration {
             });
             return Some(c);
         }
-        self.ended = Some(Instant::now());
+        self.ended_ms = Some(now_ms);
         None
     }
 
@@ -193,14 +202,14 @@ impl Migration {
         self.cancelled = true;
     }
 
-    /// For status.
-    pub fn status(&self) -> MigrationStatus {
+    /// For status, as of `now_ms`.
+    pub fn status(&self, now_ms: u64) -> MigrationStatus {
         let mut moves: Vec<(u32, u32, u16)> = Vec::new();
         if let Some(c) = &self.current {
             moves.push((c.chunk.first, c.chunk.end, c.chunk.to));
         }
         moves.extend(self.todo.iter().map(|c| (c.first, c.end, c.to)));
-        if moves.is_empty() && self.ended.is_none() {
+        if moves.is_empty() && self.ended_ms.is_none() {
             moves = self.moves.clone();
         }
         MigrationStatus {
@@ -214,11 +223,12 @@ impl Migration {
             records: self.records,
             bytes: self.bytes,
             seconds: self
-                .ended
-                .unwrap_or_else(Instant::now)
-                .duration_since(self.started)
-                .as_secs_f64(),
-            finished: self.ended.is_some(),
+                .ended_ms
+                .unwrap_or(now_ms)
+                .saturating_sub(self.started_ms) as f64
+                / 1000.0,
+            started_ms: self.started_ms,
+            finished: self.ended_ms.is_some(),
             cancelled: self.cancelled,
             error: self.error.clone(),
         }
@@ -254,30 +264,30 @@ mod tests {
             [(90, 100, 0), (100, 110, 2), (110, 174, 0), (174, 200, 0)]
         );
         assert!(chunks(&m, &[(100..110, 2)]).is_empty());
-        assert!(Migration::new(&m, &[(100..110, 2)]).is_err());
+        assert!(Migration::new(&m, &[(100..110, 2)], 0).is_err());
     }
 
     #[test]
     fn a_migration_hands_over_one_chunk_at_a_time_and_finishes_it_on_reports() {
         let mut m = map();
-        let mut g = Migration::new(&m, &[(0..100, 1)]).unwrap();
-        let c = g.step(&mut m, 2).unwrap();
+        let mut g = Migration::new(&m, &[(0..100, 1)], 0).unwrap();
+        let c = g.step(&mut m, 2, 500).unwrap();
         assert_eq!((c.first, c.end, c.from, c.to), (0, 64, 0, 1));
         assert_eq!(m.importing_from(10), Some(0));
         assert_eq!(m.owner_of_slot(10).member, 1);
         // Nothing moves on until the chunk is in.
-        assert!(g.step(&mut m, 3).is_none());
+        assert!(g.step(&mut m, 3, 500).is_none());
         assert!(g.running());
         // Reports per target worker; an old version or a stranger's is
         // ignored.
         assert!(!g.imported(1, &[(0, 64)], 1, 1, None));
         assert!(!g.imported(2, &[(0, 32)], 10, 100, None));
         assert!(g.imported(3, &[(32, 64)], 10, 100, None));
-        let c = g.step(&mut m, 3).unwrap();
+        let c = g.step(&mut m, 3, 500).unwrap();
         assert_eq!((c.first, c.end), (64, 100));
         assert_eq!(m.importing_from(10), None);
         assert_eq!(m.importing_from(70), Some(0));
-        let s = g.status();
+        let s = g.status(1000);
         assert_eq!(
             (s.slots_done, s.slots_moving, s.records, s.bytes),
             (64, 36, 20, 200)
@@ -285,9 +295,9 @@ mod tests {
         // Cancelled: the chunk being pulled finishes, nothing more starts.
         g.cancel();
         assert!(g.imported(3, &[(64, 100)], 0, 0, None));
-        assert!(g.step(&mut m, 4).is_none());
+        assert!(g.step(&mut m, 4, 500).is_none());
         assert!(!g.running());
-        let s = g.status();
+        let s = g.status(1000);
         assert!(s.finished && s.cancelled);
         assert_eq!(s.slots_done, 100);
         assert!(!m.migrating());
@@ -296,12 +306,12 @@ mod tests {
     #[test]
     fn cancelling_stops_before_the_next_chunk() {
         let mut m = map();
-        let mut g = Migration::new(&m, &[(0..200, 2)]).unwrap();
-        g.step(&mut m, 2).unwrap();
+        let mut g = Migration::new(&m, &[(0..200, 2)], 0).unwrap();
+        g.step(&mut m, 2, 500).unwrap();
         g.cancel();
         assert!(g.imported(2, &[(0, 64)], 0, 0, None));
-        assert!(g.step(&mut m, 3).is_none());
+        assert!(g.step(&mut m, 3, 500).is_none());
         assert_eq!(m.slots_of(2), 64);
-        assert_eq!(g.status().slots_done, 64);
+        assert_eq!(g.status(1000).slots_done, 64);
     }
 }

@@ -1,0 +1,888 @@
+//! The control thread: the member's part in the control group, and its
+//! control endpoint (connections whose hello names [`kvs_proto::CONTROL`]).
+//!
+//! Each turn of its loop (at least every Raft tick):
+//! 1. control requests: the group's message batches from peers (`RAFT`),
+//!    joins, status, maps, migrations, `forget`, pull tickets and priority
+//!    pulls (`PULL`);
+//! 2. the group ticks and polls: what Raft asks to keep is written and
+//!    flushed before the messages that depend on it leave through the
+//!    [`Peers`] links;
+//! 3. what the committed log changed is acted on: a new map goes to every
+//!    worker, slots given away are frozen for their new owners and freed
+//!    once imported, imports of slots gained start;
+//! 4. the lease is published to the workers, which serve only under it.
+//!
+//! Requests only the leader serves (joins, migrations, `forget`) are
+//! answered elsewhere with where the leader is ([`ControlReply::Keeper`]),
+//! or [`ControlReply::NoLeader`]. A join is answered once the entry that
+//! adds the member is applied.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use copyrpc::conn::{Connection, PendingConnection};
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::{ContextBuilder, RecvHandle, Waker};
+use kvs_control::{Applied, Command, Event, Group, MemberState};
+use kvs_proto::control::{
+    ControlReply, ControlRequest, GroupMember, GroupView, MemberStatus, WorkerStatus,
+};
+use kvs_proto::group::Batch;
+use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
+use kvs_proto::shard::slot_of;
+use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
+use mlx5::device::Context as Device;
+
+use super::lease::Lease;
+use super::peers::Peers;
+use super::Shared;
+use crate::config::Config;
+use crate::migration::import::{Importer, Progress};
+use crate::migration::outgoing::{to_hex, Outgoing};
+use crate::server::{StartError, WorkerStats};
+use crate::worker::ToWorker;
+
+/// How long a request waits for the entry proposed for it to be applied.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a member whose address or bulk port the map has wrong asks
+/// the group to change it.
+const READDRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// The control thread, as started.
+pub(crate) struct Control {
+    pub cfg: Config,
+    pub group: Group,
+    /// The map the workers start with.
+    pub map: ShardMap,
+    /// Where others reach this member, and its bulk port.
+    pub own: SocketAddr,
+    pub bulk_port: u16,
+    /// The workers' channels and wakers.
+    pub workers: Vec<(Sender<ToWorker>, Waker)>,
+    pub stats: Vec<Arc<WorkerStats>>,
+    /// Control connections from the acceptor.
+    pub incoming: Receiver<PendingConnection>,
+    pub shared: Arc<Shared>,
+    pub lease: Arc<Lease>,
+    pub outgoing: Arc<Outgoing>,
+    pub auth: Option<AuthToken>,
+    /// The bulk transfers' rails.
+    pub rails: Vec<String>,
+    pub stop: Arc<AtomicBool>,
+    /// The control thread's waker once its context is built.
+    pub ready: Sender<Result<Waker, StartError>>,
+}
+
+impl Control {
+    /// Opens the device and serves.
+    pub fn start(self) {
+        match self.cfg.device_spec().open() {
+            Ok(dev) => run_on_device(dev, self),
+            Err(e) => {
+                let _ = self.ready.send(Err(StartError::Control(e.to_string())));
+            }
+        }
+    }
+}
+
+/// What became of a request.
+enum Answer {
+    /// The answer is in `out`.
+    Now,
+    /// Answered once the entry proposed for it is applied.
+    Later(Awaited),
+}
+
+/// What a parked request waits for.
+#[derive(Debug, Clone, Copy)]
+enum Awaited {
+    /// Member `member` at `addr` (a join).
+    Join { member: u16, addr: SocketAddr },
+    /// The migration proposed at `at_ms` (migrate, rebalance).
+    Started { at_ms: u64 },
+    /// The running migration cancelled, or over.
+    Cancelled,
+}
+
+/// A request waiting for its entry.
+struct Pending {
+    handle: RecvHandle,
+    max_response: usize,
+    awaited: Awaited,
+    deadline: Instant,
+}
+
+impl OnTransport for Control {
+    type Output = ();
+
+    fn run<T: Transport>(self, dev: Device) {
+        let built = ContextBuilder::new()
+            .idle(self.cfg.idle_policy())
+            .ring_size(1 << 20)
+            .max_endpoints(256)
+            .build_on::<T, _, _>(&dev, |_: u64, _| {});
+        let mut ctx = match built {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.ready.send(Err(StartError::Control(e.to_string())));
+                return;
+            }
+        };
+        let _ = self.ready.send(Ok(ctx.waker()));
+        let me = self.group.me();
+        let tick = self.cfg.group_config().tick;
+        let peers = Peers::new(
+            me,
+            self.group.cluster_id().bytes(),
+            self.cfg.clone(),
+            self.auth.clone(),
+            self.stop.clone(),
+        );
+        let mut state = State {
+            me,
+            group: self.group,
+            map: self.map,
+            own: self.own,
+            bulk_port: self.bulk_port,
+            workers: self.workers,
+            stats: self.stats,
+            shared: self.shared,
+            lease: self.lease,
+            outgoing: self.outgoing,
+            imports: HashMap::new(),
+            cfg: self.cfg.clone(),
+            auth: self.auth,
+            rails: self.rails,
+            stop: self.stop.clone(),
+            peers,
+            pending: Vec::new(),
+            last_readdress: Instant::now(),
+            step_errors: 0,
+        };
+        // A member that restarts while importing pulls again.
+        state.start_imports();
+        let answer = SetupAnswer {
+            workers: self.cfg.workers,
+            slots: state.map.slots(),
+            member: me,
+        }
+        .encode();
+        // Each control connection, and the address the peer reached us at.
+        let mut conns: Vec<(Connection, Option<SocketAddr>)> = Vec::new();
+        let mut last_check = Instant::now();
+        let mut out = Vec::new();
+        let mut req_bytes = Vec::new();
+        while !self.stop.load(Ordering::Acquire) {
+            // Alone in the group, nothing needs ticking often: no heartbeats
+            // to send, and the lease (renewed every turn) is longer.
+            let wait = if state.alone() { tick * 5 } else { tick };
+            let _ = ctx.wait(wait).or_else(|_| Ok::<_, ()>(ctx.poll()));
+            let now = Instant::now();
+            while let Some(req) = ctx.recv() {
+                req_bytes.clear();
+                if let Some(b) = ctx.request(&req) {
+                    req_bytes.extend_from_slice(b);
+                }
+                let local = conns
+                    .iter()
+                    .find(|(c, _)| c.endpoint() == req.endpoint())
+                    .and_then(|(_, a)| *a);
+                let max = req.max_response();
+                match state.handle(&req_bytes, local, max, &mut out, now) {
+                    Answer::Now => {
+                        let _ = ctx.reply(req, &out);
+                    }
+                    Answer::Later(awaited) => state.pending.push(Pending {
+                        handle: req,
+                        max_response: max,
+                        awaited,
+                        deadline: now + COMMIT_TIMEOUT,
+                    }),
+                }
+            }
+            while let Ok(p) = self.incoming.try_recv() {
+                let local = p.local_addr().ok();
+                match p.establish(&mut ctx, &answer) {
+                    Ok(c) => conns.push((c, local)),
+                    Err(e) => eprintln!("kvs-server: a control connection failed: {e}"),
+                }
+            }
+            if let Err(e) = state.drive(Instant::now()) {
+                // A member that cannot keep its log must not take part.
+                eprintln!("kvs-server: FATAL: the control group's log: {e}; stopping");
+                self.stop.store(true, Ordering::Release);
+                for (_, w) in &state.workers {
+                    w.wake();
+                }
+                break;
+            }
+            state.answer_pending(&mut ctx, &mut out, Instant::now());
+            if last_check.elapsed() >= Duration::from_millis(100) {
+                last_check = Instant::now();
+                conns.retain_mut(|(c, _)| {
+                    let alive = c.check(&mut ctx);
+                    if !alive {
+                        ctx.remove(c.endpoint());
+                    }
+                    alive
+                });
+            }
+        }
+        // Serving stops with the control thread.
+        state.lease.set(None);
+        ctx.poll();
+        for (c, _) in &mut conns {
+            ctx.close(c.endpoint());
+            c.check(&mut ctx);
+        }
+    }
+}
+
+/// What the control thread keeps between requests.
+struct State {
+    me: u16,
+    group: Group,
+    /// The map in force in the workers.
+    map: ShardMap,
+    own: SocketAddr,
+    bulk_port: u16,
+    workers: Vec<(Sender<ToWorker>, Waker)>,
+    stats: Vec<Arc<WorkerStats>>,
+    shared: Arc<Shared>,
+    lease: Arc<Lease>,
+    outgoing: Arc<Outgoing>,
+    /// Imports this member runs, by (first, end, source).
+    imports: HashMap<(u32, u32, u16), Arc<Progress>>,
+    cfg: Config,
+    auth: Option<AuthToken>,
+    rails: Vec<String>,
+    stop: Arc<AtomicBool>,
+    peers: Peers,
+    /// Requests waiting for their entries.
+    pending: Vec<Pending>,
+    last_readdress: Instant,
+    /// Peers' messages the group refused, for the log.
+    step_errors: u64,
+}
+
+/// Wall-clock milliseconds since the Unix epoch (migration times).
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl State {
+    /// Answers one control request into `out`, or parks it. `local`: the
+    /// address the requester reached this server at.
+    fn handle(
+        &mut self,
+        req: &[u8],
+        local: Option<SocketAddr>,
+        max_response: usize,
+        out: &mut Vec<u8>,
+        now: Instant,
+    ) -> Answer {
+        let r = match Request::new_checked(req) {
+            Ok(r) => r,
+            Err(e) => {
+                reply(out, Status::BadRequest, e.to_string().as_bytes(), max_response);
+                return Answer::Now;
+            }
+        };
+        let answer = match r.op() {
+            Op::Raft => {
+                match self.on_batch(r.value(), now) {
+                    Ok(()) => reply(out, Status::Ok, &[], max_response),
+                    Err(m) => reply(out, Status::BadRequest, m.as_bytes(), max_response),
+                }
+                return Answer::Now;
+            }
+            Op::Pull => {
+                self.pull(r.key(), max_response, out);
+                return Answer::Now;
+            }
+            Op::Control => match ControlRequest::decode(r.value()) {
+                Ok(ControlRequest::Status) => ControlReply::Status(self.status()),
+                Ok(ControlRequest::Map) => {
+                    let mut map = Vec::new();
+                    self.map.encode(&mut map);
+                    ControlReply::Map { map }
+                }
+                Ok(ControlRequest::OpenPull { first, end, .. }) if first >= end => {
+                    ControlReply::error(format!("empty slot range {first}..{end}"))
+                }
+                // Slots not held (yet): this member has not applied the map
+                // that gives them away.
+                Ok(ControlRequest::OpenPull {
+                    version,
+                    first,
+                    end,
+                }) => match self.outgoing.issue(version, first, end) {
+                    Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
+                    Err(message) => ControlReply::NotYet { message },
+                },
+                Ok(_) if !self.group.is_leader() => self.leader_is(),
+                Ok(ControlRequest::Join {
+                    addr,
+                    workers,
+                    slots,
+                    bulk_port,
+                }) => match self.join(addr, workers, slots, bulk_port, local) {
+                    Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
+                    Err(m) => ControlReply::error(m),
+                },
+                Ok(ControlRequest::Migrate { first, end, to }) => {
+                    let at_ms = now_ms();
+                    let cmd = Command::Migrate {
+                        moves: vec![(first, end, to)],
+                        at_ms,
+                    };
+                    match self.migrate(&cmd) {
+                        Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
+                        Err(r) => r,
+                    }
+                }
+                Ok(ControlRequest::Rebalance) => {
+                    let at_ms = now_ms();
+                    match self.migrate(&Command::Rebalance { at_ms }) {
+                        Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
+                        Err(r) => r,
+                    }
+                }
+                Ok(ControlRequest::Cancel) => match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
+                    Ok(()) => return Answer::Later(Awaited::Cancelled),
+                    Err(r) => r,
+                },
+                Ok(ControlRequest::Forget { member, force }) => {
+                    match self.group.propose_forget(member, force) {
+                        Ok(()) => ControlReply::Ok,
+                        Err(e) => ControlReply::error(e.to_string()),
+                    }
+                }
+                Ok(ControlRequest::ImportDone {
+                    version,
+                    slots,
+                    records,
+                    bytes,
+                    lost,
+                }) => {
+                    let cmd = Command::ImportDone {
+                        version,
+                        slots,
+                        records,
+                        bytes,
+                        lost,
+                        at_ms: now_ms(),
+                    };
+                    match self.group.propose(&cmd) {
+                        Ok(()) => ControlReply::Ok,
+                        Err(e) => ControlReply::error(e.to_string()),
+                    }
+                }
+                Err(e) => ControlReply::error(e.to_string()),
+            },
+            op => ControlReply::error(format!(
+                "{op:?} is a worker's request, not a control request"
+            )),
+        };
+        reply(out, Status::Ok, &answer.encode(), max_response);
+        Answer::Now
+    }
+
+    /// Whether this member is the group's only live member.
+    fn alone(&self) -> bool {
+        self.group
+            .state()
+            .is_some_and(|s| s.live_members().count() <= 1)
+    }
+
+    /// Where to take a request only the leader serves.
+    fn leader_is(&self) -> ControlReply {
+        match self.group.leader().filter(|&l| l != self.me) {
+            Some(l) => match self.map.members().get(usize::from(l)) {
+                Some(m) => ControlReply::Keeper { addr: m.addr },
+                None => ControlReply::NoLeader,
+            },
+            None => ControlReply::NoLeader,
+        }
+    }
+
+    /// A batch of the group's messages from a peer.
+    fn on_batch(&mut self, b: &[u8], now: Instant) -> Result<(), String> {
+        let batch = Batch::new_checked(b).map_err(|e| e.to_string())?;
+        if batch.cluster_id() != self.group.cluster_id().bytes() {
+            let theirs = kvs_control::ClusterId::from_bytes(batch.cluster_id());
+            return Err(format!(
+                "a member of cluster {theirs} reached member {} of cluster {}",
+                self.me,
+                self.group.cluster_id()
+            ));
+        }
+        let from = batch.from();
+        for m in batch.messages() {
+            if let Err(e) = self.group.step(from, m, now) {
+                self.step_errors += 1;
+                if self.step_errors <= 10 || self.step_errors % 1000 == 0 {
+                    eprintln!(
+                        "kvs-server: control group: a message from member {from} refused \
+                         ({} so far): {e}",
+                        self.step_errors
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A migration command (leader only): checked against the committed
+    /// state, then proposed. `Err`: the answer now (a refusal, or `Ok` for a
+    /// rebalance with nothing to move).
+    fn migrate(&mut self, cmd: &Command) -> Result<(), ControlReply> {
+        let Some(s) = self.group.state() else {
+            return Err(self.leader_is());
+        };
+        if let Err(why) = s.check_migration(cmd) {
+            if matches!(cmd, Command::Rebalance { .. }) && why.starts_with("nothing to move") {
+                return Err(ControlReply::Ok);
+            }
+            return Err(ControlReply::error(why));
+        }
+        self.group
+            .propose(cmd)
+            .map_err(|e| ControlReply::error(e.to_string()))
+    }
+
+    /// A server asks to join (the leader proposes it): the id it will have.
+    fn join(
+        &mut self,
+        addr: SocketAddr,
+        workers: u16,
+        slots: u32,
+        bulk_port: u16,
+        local: Option<SocketAddr>,
+    ) -> Result<u16, String> {
+        if addr.ip().is_unspecified() || addr.port() == 0 {
+            return Err(format!(
+                "{addr} is not an address others can reach (set advertise)"
+            ));
+        }
+        let s = self.group.state().ok_or("this member has no state yet")?;
+        if slots != s.map().slots() {
+            return Err(format!(
+                "the joining server has slots = {slots}; the cluster has {}",
+                s.map().slots()
+            ));
+        }
+        if let Some(m) = s.member_at(addr) {
+            return Err(format!(
+                "{addr} is member {m} already: start it with its data dir to resume it, \
+                 or forget member {m} (kvs-admin forget {m}) to join anew"
+            ));
+        }
+        // The leader learns its own address from the first member that
+        // reaches it, when it listens on an unspecified one.
+        let own = s.map().members()[usize::from(self.me)].addr;
+        if let (true, Some(l)) = (own.ip().is_unspecified(), local) {
+            let cmd = Command::Readdress {
+                member: self.me,
+                addr: SocketAddr::new(l.ip(), own.port()),
+                bulk_port: self.bulk_port,
+            };
+            self.group.propose(&cmd).map_err(|e| e.to_string())?;
+        }
+        let id = self
+            .group
+            .propose_join(addr, workers, bulk_port)
+            .map_err(|e| e.to_string())?;
+        eprintln!("kvs-server: proposing {addr} ({workers} workers) as member {id}");
+        Ok(id)
+    }
+
+    /// Answers the parked requests whose entries are applied, or that
+    /// waited too long (their entries may still be applied later).
+    fn answer_pending<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+        &mut self,
+        ctx: &mut copyrpc::Context<u64, F, T>,
+        out: &mut Vec<u8>,
+        now: Instant,
+    ) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let p = &self.pending[i];
+            let answer = match (self.settled(p.awaited), now >= p.deadline) {
+                (Some(a), _) => a,
+                (None, true) => ControlReply::error(format!(
+                    "the control group did not commit the change within {COMMIT_TIMEOUT:?} \
+                     (it may still; see kvs-admin status)"
+                )),
+                (None, false) => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let p = self.pending.swap_remove(i);
+            reply(out, Status::Ok, &answer.encode(), p.max_response);
+            let _ = ctx.reply(p.handle, out);
+        }
+    }
+
+    /// The answer to a parked request, once its entry is applied.
+    fn settled(&self, awaited: Awaited) -> Option<ControlReply> {
+        let s = self.group.state()?;
+        match awaited {
+            Awaited::Join { member, addr } => {
+                let m = s.map().members().get(usize::from(member))?;
+                if m.addr != addr {
+                    return Some(ControlReply::error(format!(
+                        "member id {member} went to another server; try again"
+                    )));
+                }
+                let mut b = Vec::new();
+                s.map().encode(&mut b);
+                eprintln!(
+                    "kvs-server: member {member} ({addr}) joined; map version {}",
+                    s.map().version()
+                );
+                Some(ControlReply::Joined {
+                    cluster_id: s.cluster_id().to_string(),
+                    member,
+                    map: b,
+                })
+            }
+            Awaited::Started { at_ms } => {
+                let st = s.migration_status(now_ms())?;
+                (st.started_ms == at_ms).then_some(ControlReply::Started(st))
+            }
+            Awaited::Cancelled => {
+                let st = s.migration_status(now_ms())?;
+                (st.cancelled || st.finished).then_some(ControlReply::Ok)
+            }
+        }
+    }
+
+    /// One turn of the group: time, persistence, messages, what was
+    /// applied, the lease.
+    fn drive(&mut self, now: Instant) -> Result<(), kvs_control::GroupError> {
+        for m in self.peers.take_unreachable() {
+            self.group.unreachable(m);
+        }
+        self.group.tick(now);
+        self.group.poll(now)?;
+        for o in self.group.take_outgoing() {
+            match self.map.members().get(usize::from(o.to)) {
+                Some(m) => {
+                    let addr = m.addr;
+                    self.peers.send(o.to, addr, o.bytes)
+                }
+                None => {
+                    // A member this one has no address for yet (its map is
+                    // older than the group's): the message waits for Raft
+                    // to send it again.
+                }
+            }
+        }
+        let mut changed = false;
+        for e in self.group.take_events() {
+            changed |= self.on_event(e);
+        }
+        if changed {
+            if let Some(m) = self.group.state().map(|s| s.map().clone()) {
+                if m != self.map {
+                    self.install(m);
+                }
+            }
+            let s = self.group.state();
+            self.peers
+                .retain(|m| s.is_none_or(|s| s.member_state(m) != Some(MemberState::Left)));
+        }
+        self.lease.set(self.group.lease_expiry(now));
+        self.shared
+            .leased
+            .store(self.group.lease_valid(now), Ordering::Relaxed);
+        self.shared.term.store(self.group.status().term, Ordering::Relaxed);
+        self.readdress(now);
+        Ok(())
+    }
+
+    /// Logs an event; whether the state changed.
+    fn on_event(&mut self, e: Event) -> bool {
+        match e {
+            Event::Leader(l) => {
+                let t = self.group.status().term;
+                self.shared
+                    .leader
+                    .store(l.map_or(0, |l| u32::from(l) + 1), Ordering::Relaxed);
+                match l {
+                    Some(l) if l == self.me => {
+                        eprintln!("kvs-server: control group: this member leads (term {t})")
+                    }
+                    Some(l) => eprintln!("kvs-server: control group: member {l} leads (term {t})"),
+                    None => eprintln!("kvs-server: control group: no leader (term {t})"),
+                }
+                false
+            }
+            Event::Restored { index } => {
+                eprintln!("kvs-server: control group: state restored from a snapshot at {index}");
+                true
+            }
+            Event::Applied(_, a) => match a {
+                Applied::Nothing => false,
+                Applied::Refused(why) => {
+                    if self.group.is_leader() {
+                        eprintln!("kvs-server: control group: an entry changed nothing: {why}");
+                    }
+                    false
+                }
+                Applied::Failed(m) => {
+                    eprintln!(
+                        "kvs-server: control group: member {m} is marked failed (no word from it \
+                         within member_timeout_ms = {}); its slots are unavailable until it \
+                         returns or is forgotten",
+                        self.cfg.member_timeout_ms
+                    );
+                    true
+                }
+                Applied::Up(m) => {
+                    eprintln!("kvs-server: control group: member {m} is up again");
+                    true
+                }
+                Applied::Left { member, lost_slots } => {
+                    eprintln!(
+                        "kvs-server: control group: member {member} was forgotten{}",
+                        if lost_slots > 0 {
+                            format!("; the records of its {lost_slots} slots are lost")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    if member == self.me {
+                        eprintln!("kvs-server: this member was forgotten: stopping");
+                        self.stop.store(true, Ordering::Release);
+                    }
+                    true
+                }
+                Applied::Joined(_) | Applied::Map(_) => true,
+            },
+        }
+    }
+
+    /// Asks the group to correct this member's address or bulk port when
+    /// the map has them wrong (a restart on a new bulk port, or a member
+    /// that listens on an unspecified address).
+    fn readdress(&mut self, now: Instant) {
+        if now.duration_since(self.last_readdress) < READDRESS_EVERY {
+            return;
+        }
+        self.last_readdress = now;
+        let Some(s) = self.group.state() else { return };
+        let Some(mine) = s.map().members().get(usize::from(self.me)) else {
+            return;
+        };
+        let addr = if self.own.ip().is_unspecified() {
+            mine.addr
+        } else {
+            self.own
+        };
+        if mine.bulk_port == self.bulk_port && mine.addr == addr {
+            return;
+        }
+        let cmd = Command::Readdress {
+            member: self.me,
+            addr,
+            bulk_port: self.bulk_port,
+        };
+        let _ = self.group.propose_anywhere(&cmd);
+    }
+
+    /// A priority pull: a key's value from the frozen copy of its slot.
+    fn pull(&self, key: &[u8], max_response: usize, out: &mut Vec<u8>) {
+        let slot = slot_of(key, self.map.slots());
+        match self.outgoing.get(slot) {
+            Some(recs) => match recs.get(key) {
+                Some(v) => reply(out, Status::Ok, v, max_response),
+                None => reply(out, Status::NotFound, &[], max_response),
+            },
+            // Its import is over (the map that says so reached this member
+            // before the target): every record of the frozen copy is at
+            // the target already, so a key it lacks was not in it.
+            None if self.map.owner_of_slot(slot).member != self.me
+                && self.map.importing_from(slot) != Some(self.me) =>
+            {
+                reply(out, Status::NotFound, &[], max_response)
+            }
+            None => {
+                // Not frozen here yet: this member has not applied the map
+                // that gives the slot away. The target asks again.
+                let m = format!("slot {slot} is not held here for a migration (yet)");
+                reply(out, Status::TryAgain, m.as_bytes(), max_response)
+            }
+        }
+    }
+
+    /// This member's figures, and the group as it sees it.
+    fn status(&self) -> MemberStatus {
+        let mut workers: Vec<WorkerStatus> = self
+            .stats
+            .iter()
+            .map(|s| WorkerStatus {
+                slots: 0,
+                keys: s.keys.load(Ordering::Relaxed),
+                bytes: s.memory_used.load(Ordering::Relaxed),
+            })
+            .collect();
+        for s in 0..self.map.slots() {
+            let Owner { member, worker } = self.map.owner_of_slot(s);
+            if member == self.me {
+                if let Some(w) = workers.get_mut(usize::from(worker)) {
+                    w.slots += 1;
+                }
+            }
+        }
+        let g = self.group.status();
+        let group = self.group.state().map(|s| GroupView {
+            cluster_id: s.cluster_id().to_string(),
+            leader: g.leader,
+            term: g.term,
+            commit: g.commit,
+            applied: g.applied,
+            lease: self.shared.leased.load(Ordering::Relaxed),
+            members: (0..s.member_count())
+                .map(|m| GroupMember {
+                    id: m,
+                    addr: s.map().members()[usize::from(m)].addr,
+                    state: match s.member_state(m) {
+                        Some(MemberState::Up) | None => "up",
+                        Some(MemberState::Failed) => "failed",
+                        Some(MemberState::Left) => "left",
+                    }
+                    .into(),
+                    voter: s.is_voter(m),
+                })
+                .collect(),
+        });
+        MemberStatus {
+            member: self.me,
+            map_version: self.map.version(),
+            workers,
+            imports: self.imports.values().map(|p| p.status()).collect(),
+            migration: self
+                .group
+                .state()
+                .and_then(|s| s.migration_status(now_ms())),
+            held: {
+                let (slots, _, bytes) = self.outgoing.held();
+                (slots as u32, bytes as u64)
+            },
+            group,
+        }
+    }
+
+    /// Makes `m` the map in force: sent to every worker (each serves by it
+    /// from its next turn on), frozen copies whose import is over freed,
+    /// and imports of slots gained started.
+    fn install(&mut self, m: ShardMap) {
+        for (tx, waker) in &self.workers {
+            if tx.send(ToWorker::Map(m.clone())).is_ok() {
+                waker.wake();
+            }
+        }
+        self.shared.version.store(m.version(), Ordering::Release);
+        self.map = m;
+        let (me, map) = (self.me, &self.map);
+        // Kept: slots another member still imports from this one.
+        let (n, bytes) = self
+            .outgoing
+            .release(|s| map.importing_from(s) == Some(me) && map.owner_of_slot(s).member != me);
+        if n > 0 {
+            eprintln!("kvs-server: freed {n} migrated slots ({bytes} bytes of keys and values)");
+        }
+        self.start_imports();
+    }
+
+    /// Starts an importer for each run of slots a worker of this member
+    /// imports from one source and that has none yet; ends those the map
+    /// no longer lists.
+    fn start_imports(&mut self) {
+        let map = &self.map;
+        let mut runs: Vec<(u32, u32, u16, u16)> = Vec::new();
+        for s in 0..map.slots() {
+            let o = map.owner_of_slot(s);
+            let Some(from) = map.importing_from(s).filter(|_| o.member == self.me) else {
+                continue;
+            };
+            match runs.last_mut() {
+                Some((_, end, f, w)) if *end == s && *f == from && *w == o.worker => *end += 1,
+                _ => runs.push((s, s + 1, from, o.worker)),
+            }
+        }
+        self.imports.retain(|k, p| {
+            let listed = runs.iter().any(|&(a, b, f, _)| (a, b, f) == *k);
+            if !listed {
+                p.ended.store(true, Ordering::Release);
+            }
+            listed
+        });
+        let own = if self.own.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], self.own.port()))
+        } else {
+            self.own
+        };
+        for (first, end, from, worker) in runs {
+            if self.imports.contains_key(&(first, end, from)) {
+                continue;
+            }
+            let (Some(source), Some(link)) = (
+                map.members().get(usize::from(from)).copied(),
+                self.workers.get(usize::from(worker)),
+            ) else {
+                continue;
+            };
+            let progress = Arc::new(Progress::new(from, end - first));
+            let imp = Importer {
+                version: map.version(),
+                first,
+                end,
+                source,
+                own,
+                slots: map.slots(),
+                worker: link.clone(),
+                cfg: self.cfg.clone(),
+                rails: self.rails.clone(),
+                auth: self.auth.clone(),
+                progress: progress.clone(),
+                frozen_told: AtomicBool::new(false),
+                shared: self.shared.clone(),
+                stop: self.stop.clone(),
+            };
+            let started = std::thread::Builder::new()
+                .name(format!("kvs-import-{worker}"))
+                .spawn(move || imp.start());
+            match started {
+                Ok(_) => {
+                    self.imports.insert((first, end, from), progress);
+                }
+                Err(e) => eprintln!("kvs-server: cannot start an import: {e}"),
+            }
+        }
+    }
+}
+
+/// An answer with `payload`, or `AllowanceTooSmall` with the size needed.
+fn reply(out: &mut Vec<u8>, st: Status, payload: &[u8], max_response: usize) {
+    if RESPONSE_HEADER + payload.len() > max_response {
+        begin_response(out, Status::AllowanceTooSmall, 0);
+        if max_response >= RESPONSE_HEADER + 4 {
+            out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        }
+    } else {
+        begin_response(out, st, 0);
+        out.extend_from_slice(payload);
+    }
+    finish_response(out, 0);
+}

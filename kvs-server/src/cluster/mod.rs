@@ -1,0 +1,13 @@
+//! The control plane's side of the server: the member's part in the
+//! cluster's control group ([`kvs_control::Group`]), the thread that drives
+//! it and serves control requests ([`control`]), the transport of the
+//! group's messages ([`peers`]), how a member starts (bootstrap, resume or
+//! join: [`start`]), and the lease its workers serve under ([`lease`]).
+
+pub(crate) mod control;
+pub(crate) mod lease;
+pub(crate) mod peers;
+pub(crate) mod shared;
+pub(crate) mod start;
+
+pub(crate) use shared::Shared;

@@ -1,0 +1,25 @@
+//! What the control thread shares with the rest of the server: the member's
+//! id, the map version in force, the control group's view, and migration
+//! totals (for [`crate::Server`] and the metrics endpoint).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+
+/// The member's view of the cluster.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// This member's id.
+    pub member: u16,
+    /// The map version in force.
+    pub version: AtomicU32,
+    /// The member that leads the control group, plus one (0: none known).
+    pub leader: AtomicU32,
+    /// The control group's term.
+    pub term: AtomicU64,
+    /// Whether this member holds a lease (serves its slots).
+    pub leased: AtomicBool,
+    /// Records and bytes of keys and values this member pulled as a
+    /// migration's target, and sent as a source.
+    pub pulled_records: AtomicU64,
+    pub pulled_bytes: AtomicU64,
+    pub sent_bytes: AtomicU64,
+}

@@ -1,0 +1,333 @@
+//! How a member starts: it resumes the member its data dir holds, or, with
+//! an empty data dir, starts a new cluster (no `join`) or joins the cluster
+//! of the member `join` names. A data dir that holds a member is never
+//! started anew: a restart under systemd resumes the same member of the same
+//! cluster, whatever `join` says.
+
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
+
+use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use kvs_client::{ControlClient, ControlOptions};
+use kvs_control::{ClusterId, Group, Identity};
+use kvs_proto::control::{ControlReply, ControlRequest};
+use kvs_proto::{AuthToken, ShardMap};
+use mlx5::device::Context as Device;
+
+use crate::config::Config;
+use crate::server::StartError;
+
+/// How the member came to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum How {
+    /// It started a new cluster.
+    Bootstrapped,
+    /// It resumed the member its data dir holds.
+    Resumed,
+    /// It joined a cluster as a new member.
+    Joined,
+}
+
+/// A started member's part in the control group.
+pub(crate) struct Started {
+    pub group: Group,
+    /// The map its workers start with.
+    pub map: ShardMap,
+    pub how: How,
+    /// The data dir, if the member made a temporary one (removed when the
+    /// server ends).
+    pub temporary: Option<TempDir>,
+}
+
+/// A data dir that goes with the process.
+#[derive(Debug)]
+pub(crate) struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir, StartError> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "kvs-server-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p)
+            .map_err(|e| StartError::Join(format!("a temporary data dir {}: {e}", p.display())))?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts the member: resumes, bootstraps or joins (see the module docs).
+/// `bound`: the setup address it listens at; `bulk_port`: its bulk port.
+pub(crate) fn start(
+    cfg: &Config,
+    bound: SocketAddr,
+    bulk_port: u16,
+    auth: Option<AuthToken>,
+) -> Result<Started, StartError> {
+    let (dir, temporary) = match &cfg.data_dir {
+        Some(d) => (d.clone(), None),
+        None => {
+            let t = TempDir::new()?;
+            (t.0.clone(), Some(t))
+        }
+    };
+    let gcfg = cfg.group_config();
+    let now = Instant::now();
+    let fail = |e: kvs_control::GroupError| StartError::Join(format!("{}: {e}", dir.display()));
+    if Identity::load(&dir).map_err(|e| fail(e.into()))?.is_some() {
+        let (group, rec) = Group::open(&dir, gcfg, now).map_err(fail)?;
+        if rec.torn_bytes > 0 {
+            eprintln!(
+                "kvs-server: {}: dropped the last {} bytes of the control log, a write the \
+                 crash cut short",
+                dir.display(),
+                rec.torn_bytes
+            );
+        }
+        let map = match group.state() {
+            Some(s) => s.map().clone(),
+            // It joined and stopped before the group gave it the state.
+            None => match &cfg.join {
+                Some(j) => fetch_map(cfg, resolve(j)?, auth)?,
+                None => {
+                    return Err(StartError::Join(format!(
+                        "{} holds member {} of cluster {}, which has not yet been given the \
+                         cluster's state: start it with --join and any member's address",
+                        dir.display(),
+                        group.me(),
+                        group.cluster_id()
+                    )))
+                }
+            },
+        };
+        check_workers(&map, group.me(), cfg.workers)?;
+        return Ok(Started {
+            group,
+            map,
+            how: How::Resumed,
+            temporary,
+        });
+    }
+    match &cfg.join {
+        None => {
+            let me = advertised(cfg, bound, None)?;
+            let mut map = ShardMap::single(me, cfg.slots, cfg.workers).map_err(|e| {
+                StartError::Config(crate::config::ConfigError::Invalid(e.to_string()))
+            })?;
+            let _ = map.set_bulk_port(0, bulk_port);
+            let group = Group::bootstrap(&dir, map.clone(), cfg.control_voters, gcfg, now)
+                .map_err(fail)?;
+            Ok(Started {
+                group,
+                map,
+                how: How::Bootstrapped,
+                temporary,
+            })
+        }
+        Some(j) => {
+            let target = resolve(j)?;
+            let me = advertised(cfg, bound, Some(target))?;
+            let (id, map) = join(cfg, target, me, bulk_port, auth)?;
+            id.store(&dir).map_err(|e| fail(e.into()))?;
+            let (group, _) = Group::open(&dir, gcfg, now).map_err(fail)?;
+            Ok(Started {
+                group,
+                map,
+                how: How::Joined,
+                temporary,
+            })
+        }
+    }
+}
+
+/// A member comes back with the workers the map gave it.
+fn check_workers(map: &ShardMap, me: u16, workers: u16) -> Result<(), StartError> {
+    match map.members().get(usize::from(me)) {
+        Some(m) if m.workers != workers => Err(StartError::Join(format!(
+            "this is member {me}, which has {} workers in the cluster's map; it cannot come \
+             back with {workers} (set workers = {})",
+            m.workers, m.workers
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The address a server tells others to reach it at: `advertise`, else its
+/// listening address, with an unspecified IP replaced by the IP this host
+/// uses on the route to `toward` (when it has somewhere to go).
+pub(crate) fn advertised(
+    cfg: &Config,
+    bound: SocketAddr,
+    toward: Option<SocketAddr>,
+) -> Result<SocketAddr, StartError> {
+    let a = cfg.advertise.unwrap_or(bound);
+    match toward {
+        Some(t) if a.ip().is_unspecified() => {
+            let ip = route_ip(t).map_err(|e| {
+                StartError::Join(format!(
+                    "cannot tell which of this host's addresses reaches {t} ({e}); set advertise"
+                ))
+            })?;
+            Ok(SocketAddr::new(ip, a.port()))
+        }
+        _ => Ok(a),
+    }
+}
+
+/// The local IP of the route to `t`: a UDP socket's `connect` picks it
+/// without sending anything.
+fn route_ip(t: SocketAddr) -> std::io::Result<std::net::IpAddr> {
+    let any: SocketAddr = if t.is_ipv4() {
+        "0.0.0.0:0".parse().expect("a valid address")
+    } else {
+        "[::]:0".parse().expect("a valid address")
+    };
+    let s = UdpSocket::bind(any)?;
+    s.connect(t)?;
+    Ok(s.local_addr()?.ip())
+}
+
+/// The first address `join` resolves to.
+pub(crate) fn resolve(join: &str) -> Result<SocketAddr, StartError> {
+    join.to_socket_addrs()
+        .map_err(|e| StartError::Join(format!("join {join}: {e}")))?
+        .next()
+        .ok_or_else(|| StartError::Join(format!("join {join}: no address")))
+}
+
+/// Joins the cluster `target` belongs to as `me`: the member's identity
+/// and the map that includes it.
+fn join(
+    cfg: &Config,
+    target: SocketAddr,
+    me: SocketAddr,
+    bulk_port: u16,
+    auth: Option<AuthToken>,
+) -> Result<(Identity, ShardMap), StartError> {
+    let dev = cfg
+        .device_spec()
+        .open()
+        .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
+    run_on_device(
+        dev,
+        Asking {
+            target,
+            auth,
+            req: ControlRequest::Join {
+                addr: me,
+                workers: cfg.workers,
+                slots: cfg.slots,
+                bulk_port,
+            },
+        },
+    )
+    .and_then(|answer| match answer {
+        ControlReply::Joined {
+            cluster_id,
+            member,
+            map,
+        } => {
+            let fail = |m: String| StartError::Join(format!("join {target}: {m}"));
+            let map = ShardMap::decode(&map).map_err(|e| fail(e.to_string()))?;
+            let cluster_id: ClusterId = cluster_id.parse().map_err(|e| fail(format!("{e}")))?;
+            match map.members().get(usize::from(member)) {
+                Some(m) if m.addr == me && m.workers == cfg.workers => {}
+                _ => {
+                    return Err(fail(format!(
+                        "the map does not have this server as member {member}"
+                    )))
+                }
+            }
+            eprintln!("kvs-server: joined cluster {cluster_id} as member {member}");
+            Ok((Identity { cluster_id, member }, map))
+        }
+        other => Err(StartError::Join(format!(
+            "join {target}: unexpected answer {other:?}"
+        ))),
+    })
+}
+
+/// The cluster's map, from the member at `target`.
+fn fetch_map(
+    cfg: &Config,
+    target: SocketAddr,
+    auth: Option<AuthToken>,
+) -> Result<ShardMap, StartError> {
+    let dev = cfg
+        .device_spec()
+        .open()
+        .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
+    let answer = run_on_device(
+        dev,
+        Asking {
+            target,
+            auth,
+            req: ControlRequest::Map,
+        },
+    )?;
+    match answer {
+        ControlReply::Map { map } => ShardMap::decode(&map)
+            .map_err(|e| StartError::Join(format!("the map from {target}: {e}"))),
+        other => Err(StartError::Join(format!(
+            "the map from {target}: unexpected answer {other:?}"
+        ))),
+    }
+}
+
+/// One control request, sent on to the leader when the member asked names
+/// it; the leader's answer (an error answer is an error).
+struct Asking {
+    target: SocketAddr,
+    auth: Option<AuthToken>,
+    req: ControlRequest,
+}
+
+impl OnTransport for Asking {
+    type Output = Result<ControlReply, StartError>;
+
+    fn run<T: Transport>(self, dev: Device) -> Self::Output {
+        let fail = |m: String| StartError::Join(m);
+        let opts = ControlOptions {
+            auth_token: self.auth,
+            ..ControlOptions::default()
+        };
+        let mut cc = ControlClient::<T>::new(&dev, opts).map_err(|e| fail(e.to_string()))?;
+        let mut target = self.target;
+        // The member asked, then the leader it names (a new leader may be
+        // named while an election settles, for up to 10 s).
+        let until = Instant::now() + std::time::Duration::from_secs(10);
+        while Instant::now() < until {
+            let answer = cc
+                .request(target, &self.req)
+                .map_err(|e| fail(format!("{target}: {e}")))?;
+            match answer {
+                ControlReply::NoLeader => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                ControlReply::Keeper { addr } => {
+                    target = if addr.ip().is_unspecified() {
+                        SocketAddr::new(target.ip(), addr.port())
+                    } else {
+                        addr
+                    };
+                }
+                ControlReply::Error { message } => return Err(fail(format!("{target}: {message}"))),
+                other => return Ok(other),
+            }
+        }
+        Err(fail(format!(
+            "{}: no leader took the request (the control group may have no quorum)",
+            self.target
+        )))
+    }
+}
