@@ -18,6 +18,7 @@ use crate::inbox::{self, Handler, Inbox};
 use crate::map_fetch::{self, MapAnswer};
 use crate::members::{self, Setup};
 use crate::options::{ClientOptions, SETUP_TIMEOUT};
+use crate::reach::Reach;
 use crate::reply::{OwnedReply, Reply};
 use crate::retry::{Answer, Chase, Chaser, Step, Target};
 use crate::route::Routes;
@@ -25,7 +26,7 @@ use crate::scan::ScanAgg;
 use kvs_proto::proto::{
     self, Op, Redirect, Response, Status, FLAG_MAP_NEWER, REQUEST_HEADER, RESPONSE_HEADER,
 };
-use kvs_proto::ShardMap;
+use kvs_proto::{Owner, ShardMap};
 
 /// Where a request carries the map version it was routed by.
 const MAP_VERSION: std::ops::Range<usize> = 4..8;
@@ -86,11 +87,21 @@ struct OpSlot<T> {
     scan: Option<Box<ScanAgg>>,
 }
 
+/// A member of the map in use, as the client knows it.
+#[derive(Debug, Clone)]
+struct Peer {
+    /// Where the client connects to it (for a member it is connected to:
+    /// where it did).
+    addr: SocketAddr,
+    /// Its connection attempts: whether a failed one holds it off.
+    reach: Reach,
+}
+
 /// A client of a kvs-server cluster: one endpoint per worker of every
-/// member, in one copyrpc context; used from one thread. `T` is the caller's
-/// tag for each request; `X` the copyrpc transport (the mlx5 direct path
-/// unless the device needs [`copyrpc::transport::Verbs`]: see
-/// [`mlx5::wr::DataPath::of`]).
+/// member it has needed so far, in one copyrpc context; used from one
+/// thread. `T` is the caller's tag for each request; `X` the copyrpc
+/// transport (the mlx5 direct path unless the device needs
+/// [`copyrpc::transport::Verbs`]: see [`mlx5::wr::DataPath::of`]).
 ///
 /// Requests go to the worker that owns their key's slot under the client's
 /// shard map. A server that no longer owns it answers with a redirect, which
@@ -98,13 +109,22 @@ struct OpSlot<T> {
 /// one); a server that has not yet seen the client's map says try again,
 /// which the client does after a short backoff. The caller's callback sees
 /// only each request's final answer, once.
+///
+/// The client connects to a member when a request first needs it (the first
+/// request for one of its slots, a redirect to it, a scan), blocking for up
+/// to [`ClientOptions::setup_timeout`]. A member that cannot be connected
+/// fails only the requests for its slots, with [`KvError::Unreachable`];
+/// it is tried again on a later request once a backoff has passed (100 ms
+/// after the failure, doubling with each failure in a row to 5 s), and its
+/// requests fail at once meanwhile.
 pub struct Client<T, X: Transport = Mlx5> {
     ctx: Context<u32, Handler, X>,
     inbox: Rc<Inbox>,
     routes: Routes<EndpointId>,
     conns: Vec<Connection>,
-    /// Per member id: the address its connections were made to.
-    reached: Vec<Option<SocketAddr>>,
+    /// Per member id of the map in use: where it is reached, and its
+    /// connection attempts.
+    peers: Vec<Peer>,
     map: ShardMap,
     ops: Vec<OpSlot<T>>,
     free: Vec<u32>,
@@ -122,6 +142,9 @@ pub struct Client<T, X: Transport = Mlx5> {
     map_allowance: usize,
     /// Scratch: the re-sends due.
     due: Vec<(u32, Target<EndpointId>)>,
+    /// Requests that failed before they were sent (their owner could not be
+    /// connected): completed by the next poll or wait.
+    doomed: Vec<(T, KvError)>,
     opts: ClientOptions,
     in_flight: usize,
     polls: u32,
@@ -142,14 +165,15 @@ impl<T, X: Transport> std::fmt::Debug for Client<T, X> {
 impl<T, X: Transport> Client<T, X> {
     /// Connects to the cluster through any member of it, the server at
     /// `addr`: connects to its worker 0, fetches the shard map from it, then
-    /// connects to every worker of every member (the contacted one at
-    /// `addr`; a member the map names with an unspecified IP at `addr`'s IP
-    /// and its own port), all within [`ClientOptions::setup_timeout`].
+    /// connects to its other workers, all within
+    /// [`ClientOptions::setup_timeout`]. The other members are connected
+    /// when a request first needs them (one at `addr`'s IP and its own port
+    /// when the map names it with an unspecified IP): one that is down does
+    /// not keep the client from the others.
     ///
     /// # Errors
-    /// The contacted server's connection errors as they are; another
-    /// member's as [`ConnectError::Member`]; a map larger than a response
-    /// the rings admit as [`ConnectError::MapTooLarge`].
+    /// The contacted server's connection errors as they are; a map larger
+    /// than a response the rings admit as [`ConnectError::MapTooLarge`].
     pub fn connect(
         addr: impl ToSocketAddrs,
         device: &Device,
@@ -192,8 +216,6 @@ impl<T, X: Transport> Client<T, X> {
         let mut routes = Routes::default();
         routes.push_worker(me, first.endpoint());
         let mut conns = vec![first];
-        let mut reached = vec![None; map.members().len()];
-        reached[usize::from(me)] = Some(contact);
         let contact_m = map.members()[usize::from(me)];
         for c in
             members::connect_workers(&mut ctx, contact, me, &contact_m, 1..answer.workers, setup)?
@@ -201,28 +223,14 @@ impl<T, X: Transport> Client<T, X> {
             routes.push_worker(me, c.endpoint());
             conns.push(c);
         }
-        for (id, m) in map.members().iter().enumerate() {
-            let id = id as u16;
-            if id == me {
-                continue;
-            }
-            let at = members::member_addr(m, id, me, contact);
-            let made = members::connect_workers(&mut ctx, at, id, m, 0..m.workers, setup).map_err(
-                |e| ConnectError::Member {
-                    member: id,
-                    addr: at,
-                    source: Box::new(e),
-                },
-            )?;
-            for c in made {
-                routes.push_worker(id, c.endpoint());
-                conns.push(c);
-            }
-            reached[usize::from(id)] = Some(at);
-        }
-        routes
-            .rebuild(&map)
-            .map_err(|o| ConnectError::Protocol(format!("no connection to owner {o:?}")))?;
+        let peers = (0u16..)
+            .zip(map.members())
+            .map(|(id, m)| Peer {
+                addr: members::member_addr(m, id, me, contact),
+                reach: Reach::default(),
+            })
+            .collect();
+        routes.rebuild(&map);
         // Later fetches start with room for this map (it grows with the
         // cluster), within what the rings admit.
         let map_allowance = (RESPONSE_HEADER + map.encoded_len() + 4096)
@@ -233,7 +241,7 @@ impl<T, X: Transport> Client<T, X> {
             inbox,
             routes,
             conns,
-            reached,
+            peers,
             map,
             ops: Vec::new(),
             free: Vec::new(),
@@ -243,6 +251,7 @@ impl<T, X: Transport> Client<T, X> {
             map_error: None,
             map_allowance,
             due: Vec::new(),
+            doomed: Vec::new(),
             opts,
             in_flight: 0,
             polls: 0,
@@ -334,7 +343,17 @@ impl<T, X: Transport> Client<T, X> {
         if value.len() > u32::MAX as usize {
             return Err(SubmitError::TooLarge(tag, value.len()));
         }
-        let ep = self.routes.of_key(key);
+        let ep = match self.routes.of_key(key) {
+            Some(ep) => ep,
+            // Not connected to the owner yet.
+            None => match self.reach_owner(self.map.owner(key)) {
+                Ok(ep) => ep,
+                Err(e) => {
+                    self.fail_soon(tag, e);
+                    return Ok(());
+                }
+            },
+        };
         let i = self.slot(Some(tag), Kind::Key(op), ep, allowance);
         let s = &mut self.ops[i as usize];
         let version = self.routes.version();
@@ -361,6 +380,104 @@ impl<T, X: Transport> Client<T, X> {
             CallError::Closed(_, why) => SubmitError::Closed(tag, why),
             CallError::NoEndpoint(_) => SubmitError::Closed(tag, CloseReason::Local),
         }
+    }
+
+    /// A request that fails with `e` before it is sent: it completes at the
+    /// next poll or wait, as any other does.
+    #[cold]
+    fn fail_soon(&mut self, tag: T, e: KvError) {
+        self.doomed.push((tag, e));
+        self.in_flight += 1;
+    }
+
+    /// The endpoint of `owner`, connecting to its member first if the
+    /// client lacks it ([`reach`](Self::reach)).
+    #[cold]
+    #[inline(never)]
+    fn reach_owner(&mut self, owner: Owner) -> Result<EndpointId, KvError> {
+        self.reach(owner.member)?;
+        self.routes.endpoint(owner).ok_or_else(|| {
+            KvError::NoRoute(format!(
+                "member {} has no worker {} (map version {})",
+                owner.member,
+                owner.worker,
+                self.map.version()
+            ))
+        })
+    }
+
+    /// Connects to the workers of member `id` the client lacks, unless a
+    /// failed attempt holds the member off ([`Reach`]): blocking, for up to
+    /// [`ClientOptions::setup_timeout`]. Then routes its slots to them.
+    ///
+    /// # Errors
+    /// [`KvError::Unreachable`] when the attempt fails or the member is held
+    /// off; [`KvError::NoRoute`] for a member the map does not name.
+    #[cold]
+    #[inline(never)]
+    fn reach(&mut self, id: u16) -> Result<(), KvError> {
+        let i = usize::from(id);
+        let (Some(&m), Some(peer)) = (self.map.members().get(i), self.peers.get_mut(i)) else {
+            return Err(KvError::NoRoute(format!(
+                "member {id} is not in the shard map (version {})",
+                self.map.version()
+            )));
+        };
+        let have = self.routes.workers(id);
+        if have >= m.workers {
+            return Ok(());
+        }
+        let addr = peer.addr;
+        if let Err(h) = peer.reach.may_try(Instant::now()) {
+            return Err(KvError::Unreachable {
+                member: id,
+                addr,
+                why: format!(
+                    "{} ({} failed attempt(s) in a row; not tried again for {} ms)",
+                    h.why,
+                    h.failures,
+                    h.left.as_millis()
+                ),
+            });
+        }
+        let setup = Setup {
+            token: self.opts.auth_token.as_ref(),
+            within: self.opts.setup_timeout,
+            deadline: Instant::now() + self.opts.setup_timeout,
+        };
+        match members::connect_workers(&mut self.ctx, addr, id, &m, have..m.workers, setup) {
+            Ok(made) => {
+                for c in made {
+                    self.routes.push_worker(id, c.endpoint());
+                    self.conns.push(c);
+                }
+                self.peers[i].reach.connected();
+                self.routes.rebuild(&self.map);
+                Ok(())
+            }
+            Err(e) => {
+                let why = e.to_string();
+                let hold = self.peers[i].reach.failed(Instant::now(), why.clone());
+                Err(KvError::Unreachable {
+                    member: id,
+                    addr,
+                    why: format!("{why} (not tried again for {} ms)", hold.as_millis()),
+                })
+            }
+        }
+    }
+
+    /// Connects to every member that owns slots under the map in use and
+    /// that the client lacks ([`reach`](Self::reach)), for a scan.
+    #[cold]
+    #[inline(never)]
+    fn reach_owners(&mut self) -> Result<(), KvError> {
+        for id in 0..self.map.members().len() as u16 {
+            if self.map.slots_of(id) > 0 {
+                self.reach(id)?;
+            }
+        }
+        Ok(())
     }
 
     /// Reads `key`. Busy (retryable after `poll()`) when the endpoint's ring or
@@ -404,10 +521,18 @@ impl<T, X: Transport> Client<T, X> {
     }
 
     /// Up to `count` records with keys from `start` on, in key order, gathered
-    /// from every worker of every member.
+    /// from every worker of every member the client is connected to, after
+    /// connecting to every member that owns slots (one that cannot be
+    /// connected fails the scan with [`KvError::Unreachable`]).
     pub fn scan(&mut self, start: &[u8], count: u32, tag: T) -> Result<(), SubmitError<T>> {
         if start.len() > u16::MAX as usize {
             return Err(SubmitError::TooLarge(tag, start.len()));
+        }
+        if !self.routes.complete() {
+            if let Err(e) = self.reach_owners() {
+                self.fail_soon(tag, e);
+                return Ok(());
+            }
         }
         // One part per worker, each its own op slot. Refused before anything
         // is sent, the scan is handed back (Busy); a later part refused as
@@ -447,10 +572,10 @@ impl<T, X: Transport> Client<T, X> {
     /// request. Returns how many completed.
     ///
     /// Redirects and try-agains are followed here, and re-sends whose time
-    /// has come are sent. When a shard map the client fetched names members
-    /// it has no connections to, this connects to them first, blocking for
-    /// up to [`ClientOptions::setup_timeout`] (a rare event: members join a
-    /// cluster, they never leave).
+    /// has come are sent. A re-send to a member the client is not connected
+    /// to yet connects to it first, blocking for up to
+    /// [`ClientOptions::setup_timeout`] (once per member, or once per
+    /// backoff for a member that could not be connected).
     pub fn poll(&mut self, f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
         let n = self.ctx.poll();
         self.complete(n, f)
@@ -471,6 +596,7 @@ impl<T, X: Transport> Client<T, X> {
         f: impl FnMut(T, Result<Reply<'_>, KvError>),
     ) -> Result<usize, WaitError> {
         let timeout = match self.chaser.next_due() {
+            _ if !self.doomed.is_empty() => Duration::ZERO,
             Some(due) => timeout.min(due.saturating_duration_since(Instant::now())),
             None => timeout,
         };
@@ -561,7 +687,7 @@ impl<T, X: Transport> Client<T, X> {
         self.inbox.done.set(done);
         arena.clear();
         self.inbox.arena.set(arena);
-        if self.fetched.is_some() || self.chaser.pending() {
+        if self.fetched.is_some() || self.chaser.pending() || !self.doomed.is_empty() {
             n += self.chase(&mut f);
         }
         n
@@ -579,9 +705,22 @@ impl<T, X: Transport> Client<T, X> {
                 Err(e) => return Some(KvError::Malformed(e)),
             },
         };
+        let fixed = !matches!(self.ops[i as usize].kind, Kind::Key(_));
+        // To an owner the client's map names and the client is not connected
+        // to: connected first. (One named by a newer map waits for that map,
+        // which says where it is.)
+        if let Answer::Redirect(r) = answer {
+            if !fixed
+                && r.map_version <= self.routes.version()
+                && self.routes.endpoint(r.owner).is_none()
+            {
+                if let Err(e) = self.reach(r.owner.member) {
+                    return Some(e);
+                }
+            }
+        }
         let now = Instant::now();
         let s = &mut self.ops[i as usize];
-        let fixed = !matches!(s.kind, Kind::Key(_));
         let routes = &self.routes;
         let step = self.chaser.on_answer(
             i,
@@ -611,7 +750,7 @@ impl<T, X: Transport> Client<T, X> {
         let s = &self.ops[i as usize];
         let version = self.routes.version();
         if proto::routed_by(&s.req) >= version {
-            self.chaser.newer_map(s.ep, version, Instant::now());
+            self.chaser.newer_map(s.ep);
         }
     }
 
@@ -628,11 +767,20 @@ impl<T, X: Transport> Client<T, X> {
     /// (or the newer one a redirect named): `None` when sent or queued as
     /// busy, else the error it ends with.
     fn resend(&mut self, i: u32, to: Target<EndpointId>) -> Option<KvError> {
-        let s = &mut self.ops[i as usize];
         let ep = match to {
             Target::To(ep) => ep,
-            Target::Route => self.routes.of_key(request_key(&s.req)),
+            Target::Route => {
+                let key = request_key(&self.ops[i as usize].req);
+                match self.routes.of_key(key) {
+                    Some(ep) => ep,
+                    None => match self.reach_owner(self.map.owner(key)) {
+                        Ok(ep) => ep,
+                        Err(e) => return Some(e),
+                    },
+                }
+            }
         };
+        let s = &mut self.ops[i as usize];
         raise_version(&mut s.req, self.routes.version());
         s.ep = ep;
         match self.ctx.call(ep, &s.req, s.allowance, i) {
@@ -739,32 +887,30 @@ impl<T, X: Transport> Client<T, X> {
         }
     }
 
-    /// The slow path: installs a fetched map, starts a wanted map fetch,
-    /// sends the re-sends that are due. Returns how many of the caller's
-    /// requests completed (failed).
+    /// The slow path: completes the requests that failed before they were
+    /// sent, installs a fetched map, starts a wanted map fetch, sends the
+    /// re-sends that are due. Returns how many of the caller's requests
+    /// completed (failed).
     #[cold]
     fn chase(&mut self, f: &mut impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
         let mut n = 0;
-        let now = Instant::now();
+        let mut doomed = std::mem::take(&mut self.doomed);
+        for (tag, e) in doomed.drain(..) {
+            self.in_flight -= 1;
+            n += 1;
+            f(tag, Err(e));
+        }
+        self.doomed = doomed;
         if let Some((map, from)) = self.fetched.take() {
-            let version = map.version();
-            match self.install(map, from) {
-                Ok(()) => {
-                    self.map_error = None;
-                    for op in self.chaser.installed() {
-                        if let Some(e) = self.resend(op, Target::Route) {
-                            n += self.fail(op, e, f);
-                        }
-                    }
-                }
-                Err(why) => {
-                    self.map_error = Some(why.clone());
-                    for op in self.chaser.install_failed(version, why.clone(), now) {
-                        n += self.fail(op, KvError::NoRoute(why.clone()), f);
-                    }
+            self.install(map, from);
+            self.map_error = None;
+            for op in self.chaser.installed() {
+                if let Some(e) = self.resend(op, Target::Route) {
+                    n += self.fail(op, e, f);
                 }
             }
         }
+        let now = Instant::now();
         if let Some(from) = self.chaser.take_fetch() {
             let i = self.slot(None, Kind::Map, from, self.map_allowance);
             proto::write_request(&mut self.ops[i as usize].req, Op::Map, 0, &[], &[], 0, 0);
@@ -789,56 +935,44 @@ impl<T, X: Transport> Client<T, X> {
     }
 
     /// Installs `map`, fetched from `from`, if it is newer than the one in
-    /// use: connects to the workers of its members the client lacks
-    /// (blocking, for up to [`ClientOptions::setup_timeout`]), then rebuilds
-    /// the routes. On an error nothing is installed (the connections made
-    /// to whole members stay).
-    fn install(&mut self, map: ShardMap, from: EndpointId) -> Result<(), String> {
+    /// use, and rebuilds the routes (without connecting to anyone: the
+    /// slots of members the client lacks are connected when first needed).
+    /// A member the client is not connected to is reached where the new map
+    /// says (an unspecified IP: the IP `from`'s member was reached at); one
+    /// whose address changed is tried at once, whatever its backoff.
+    fn install(&mut self, map: ShardMap, from: EndpointId) {
         if map.version() <= self.routes.version() {
-            return Ok(());
+            return;
         }
         let sender = self.routes.member_of(from).and_then(|m| {
-            let at = (*self.reached.get(usize::from(m))?)?;
+            let at = self.peers.get(usize::from(m))?.addr;
             Some((m, at))
         });
-        let setup = Setup {
-            token: self.opts.auth_token.as_ref(),
-            within: self.opts.setup_timeout,
-            deadline: Instant::now() + self.opts.setup_timeout,
-        };
-        for (id, m) in map.members().iter().enumerate() {
-            let id = id as u16;
-            let have = self.routes.workers(id);
-            if have >= m.workers {
-                continue;
-            }
-            let known = self.reached.get(usize::from(id)).copied().flatten();
-            let at = match (known, sender) {
-                (Some(a), _) => a,
-                (None, Some((s, sa))) => members::member_addr(m, id, s, sa),
-                (None, None) => m.addr,
+        for (id, m) in (0u16..).zip(map.members()) {
+            let at = match sender {
+                Some((s, sa)) => members::member_addr(m, id, s, sa),
+                None => m.addr,
             };
-            let made = members::connect_workers(&mut self.ctx, at, id, m, have..m.workers, setup)
-                .map_err(|e| {
-                format!(
-                    "member {id} at {at} (map version {}) could not be connected: {e}",
-                    map.version()
-                )
-            })?;
-            for c in made {
-                self.routes.push_worker(id, c.endpoint());
-                self.conns.push(c);
+            let connected = self.routes.workers(id) > 0;
+            match self.peers.get_mut(usize::from(id)) {
+                // Where it was reached.
+                Some(_) if connected => {}
+                Some(p) => {
+                    if p.addr != at {
+                        *p = Peer {
+                            addr: at,
+                            reach: Reach::default(),
+                        };
+                    }
+                }
+                None => self.peers.push(Peer {
+                    addr: at,
+                    reach: Reach::default(),
+                }),
             }
-            if self.reached.len() <= usize::from(id) {
-                self.reached.resize(usize::from(id) + 1, None);
-            }
-            self.reached[usize::from(id)] = Some(at);
         }
-        self.routes
-            .rebuild(&map)
-            .map_err(|o| format!("no connection to owner {o:?}"))?;
+        self.routes.rebuild(&map);
         self.map = map;
-        Ok(())
     }
 }
 

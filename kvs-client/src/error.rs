@@ -41,10 +41,25 @@ pub enum KvError {
     #[error("bad request: {0}")]
     BadRequest(String),
     /// The request could not reach the owner of its key's slot: the client
-    /// followed redirects and try-agains until its limits (64 redirects, 10 s),
-    /// or the owner could not be connected. The message says what happened.
+    /// followed redirects and try-agains until its limits (64 redirects,
+    /// 10 s). The message says what happened.
     #[error("no route to the key's owner: {0}")]
     NoRoute(String),
+    /// The member that owns the key's slot (for a SCAN: one of the members
+    /// that own slots) could not be connected. The client connects to a
+    /// member when a request first needs it; after a failed attempt it
+    /// tries that member again only after a backoff (100 ms, doubling to
+    /// 5 s), and the member's requests fail at once with this meanwhile.
+    /// The other members' requests are not affected.
+    #[error("member {member} at {addr} cannot be reached: {why}")]
+    Unreachable {
+        /// The member's id in the shard map.
+        member: u16,
+        /// The address the client connects to it at.
+        addr: SocketAddr,
+        /// Why: the last attempt's error, and when the next is due.
+        why: String,
+    },
     /// The server is shutting down.
     #[error("server shutting down")]
     ShuttingDown,
@@ -138,16 +153,5 @@ pub enum ConnectError {
         ring_size: u64,
         /// The largest map the rings admit.
         max: usize,
-    },
-    /// Another member of the cluster (not the one contacted) could not be
-    /// connected.
-    #[error("member {member} at {addr}: {source}")]
-    Member {
-        /// Its id in the shard map.
-        member: u16,
-        /// The address tried.
-        addr: SocketAddr,
-        /// What went wrong.
-        source: Box<ConnectError>,
     },
 }

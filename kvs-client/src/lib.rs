@@ -3,11 +3,14 @@
 //! `kvs-proto`'s.
 //!
 //! [`Client::connect`] contacts any member, fetches the shard map and
-//! connects to every worker of every member. Each request goes to the worker
-//! that owns its key's slot; redirects (the slot moved) and try-agains (the
+//! connects to every worker of that member; the other members are connected
+//! when a request first needs them. Each request goes to the worker that
+//! owns its key's slot; redirects (the slot moved) and try-agains (the
 //! server has not seen the client's map yet) are followed inside the client,
 //! so the caller sees only final answers ([`KvError::NoRoute`] when the
-//! chase is given up).
+//! chase is given up). A member that cannot be connected fails only the
+//! requests for its slots ([`KvError::Unreachable`]) and is tried again
+//! after a backoff.
 //!
 //! A server that requires an auth token gets it from
 //! [`ClientOptions::auth_token`] ([`auth_token`] reads it from a file or the
@@ -39,6 +42,7 @@ mod inbox;
 mod map_fetch;
 mod members;
 mod options;
+mod reach;
 mod reply;
 mod retry;
 mod route;

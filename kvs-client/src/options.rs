@@ -26,9 +26,9 @@ pub struct ClientOptions {
     /// back: spin, then sleep (the default), or spin only.
     pub idle: IdlePolicy,
     /// How long [`Client::connect`](crate::Client::connect) gives the whole
-    /// bootstrap (the connections to every worker of every member, and the
-    /// shard map's answer), and how long a poll gives the connections to
-    /// the new members of a map it installs.
+    /// bootstrap (the connections to every worker of the member contacted,
+    /// and the shard map's answer), and how long the connections to
+    /// another member's workers may take when a request first needs them.
     pub setup_timeout: Duration,
 }
 

@@ -4,10 +4,11 @@
 //!
 //! - A REDIRECT names the slot's owner under the answering server's map: the
 //!   request goes there at once if the client is connected to it (as routed
-//!   by that map, when it is newer than the client's); else it is
-//!   parked until the map fetched from that server is installed, then routed
-//!   by it. A redirect from a newer map than the client's starts that fetch
-//!   (one at a time).
+//!   by that map, when it is newer than the client's; the client first
+//!   connects to an owner its own map names, as for any request: see
+//!   `reach`); else it is parked until the map fetched from that server is
+//!   installed, then routed by it. A redirect from a newer map than the
+//!   client's starts that fetch (one at a time).
 //! - A TRY_AGAIN (the server has not seen the map the request was routed by)
 //!   is re-sent after a backoff: 50 µs, doubling to 5 ms.
 //! - A re-send refused because the endpoint is busy (ring or credit used up)
@@ -34,14 +35,6 @@ pub(crate) const MAX_CHASE: Duration = Duration::from_secs(10);
 pub(crate) const FIRST_BACKOFF: Duration = Duration::from_micros(50);
 /// The longest try-again backoff.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_millis(5);
-/// How long a map whose new members could not be connected is not fetched
-/// again (requests for those members fail at once meanwhile); it doubles
-/// with each failure in a row, to [`MAX_REFETCH_AFTER`] (connecting blocks
-/// the client's poll).
-pub(crate) const REFETCH_AFTER: Duration = Duration::from_secs(1);
-/// The longest wait before a map whose members could not be connected is
-/// fetched again.
-pub(crate) const MAX_REFETCH_AFTER: Duration = Duration::from_secs(32);
 
 /// One request's chase so far (kept in its op slot).
 #[derive(Debug, Clone, Copy, Default)]
@@ -144,16 +137,6 @@ enum Fetch<E> {
     InFlight,
 }
 
-/// The last map whose new members could not be connected.
-#[derive(Debug, Clone)]
-struct Unreachable {
-    version: u32,
-    at: Instant,
-    /// How long from `at` it is not fetched again.
-    hold: Duration,
-    why: String,
-}
-
 /// The requests being chased: the retry queue, the requests parked until
 /// the map is installed, and the map fetch. `E` is an endpoint.
 #[derive(Debug)]
@@ -165,7 +148,6 @@ pub(crate) struct Chaser<E> {
     /// Requests waiting for the map being fetched.
     parked: Vec<u32>,
     fetch: Fetch<E>,
-    unreachable: Option<Unreachable>,
     /// Redirects and try-agains followed.
     followed: u64,
 }
@@ -177,7 +159,6 @@ impl<E> Default for Chaser<E> {
             busy: Vec::new(),
             parked: Vec::new(),
             fetch: Fetch::Idle,
-            unreachable: None,
             followed: 0,
         }
     }
@@ -232,7 +213,7 @@ impl<E: Copy> Chaser<E> {
         };
         let newer = r.map_version > version;
         if newer {
-            self.want_fetch(from, r.map_version, now);
+            self.want_fetch(from);
         }
         if fixed {
             self.later(op, chase, Target::To(from), now);
@@ -240,16 +221,10 @@ impl<E: Copy> Chaser<E> {
         }
         match connected(r.owner) {
             Some(ep) => Step::Send(ep, r.map_version.max(version)),
-            None if newer => match self.blocked(r.map_version, now) {
-                Some(why) => Step::Fail(format!(
-                    "its owner, member {}, is not reachable: {why}",
-                    r.owner.member
-                )),
-                None => {
-                    self.parked.push(op);
-                    Step::Parked
-                }
-            },
+            None if newer => {
+                self.parked.push(op);
+                Step::Parked
+            }
             // Named by a map no newer than this client's, yet not
             // connected: nothing to wait for but another try.
             None => {
@@ -307,20 +282,19 @@ impl<E: Copy> Chaser<E> {
         self.followed
     }
 
-    /// A fetch of the map from `from` is wanted (a redirect from version
-    /// `version`), unless one is under way or that map's members were found
-    /// unreachable lately.
-    fn want_fetch(&mut self, from: E, version: u32, now: Instant) {
-        if matches!(self.fetch, Fetch::Idle) && self.blocked(version, now).is_none() {
+    /// A fetch of the map from `from` is wanted (a redirect from a newer
+    /// map than the client's), unless one is under way.
+    fn want_fetch(&mut self, from: E) {
+        if matches!(self.fetch, Fetch::Idle) {
             self.fetch = Fetch::Wanted(from);
         }
     }
 
     /// An answer from `from` said its server serves by a newer map than the
-    /// client's (version `version`), though the request was served: fetch
-    /// it, unless a fetch is under way.
-    pub(crate) fn newer_map(&mut self, from: E, version: u32, now: Instant) {
-        self.want_fetch(from, version.saturating_add(1), now);
+    /// client's, though the request was served: fetch it, unless a fetch is
+    /// under way.
+    pub(crate) fn newer_map(&mut self, from: E) {
+        self.want_fetch(from);
     }
 
     /// The endpoint to fetch the map from, if a fetch is wanted; it is in
@@ -345,7 +319,6 @@ impl<E: Copy> Chaser<E> {
     /// client's): the parked requests, to be routed by the map in use.
     pub(crate) fn installed(&mut self) -> Vec<u32> {
         self.fetch = Fetch::Idle;
-        self.unreachable = None;
         std::mem::take(&mut self.parked)
     }
 
@@ -354,37 +327,6 @@ impl<E: Copy> Chaser<E> {
     pub(crate) fn fetch_failed(&mut self) -> Vec<u32> {
         self.fetch = Fetch::Idle;
         std::mem::take(&mut self.parked)
-    }
-
-    /// Map `version` could not be installed (its new members could not be
-    /// connected, `why`): the parked requests, to fail with `why`. Until
-    /// [`REFETCH_AFTER`] has passed (doubled for each failure in a row),
-    /// redirects from that version start no fetch, and those to members the
-    /// client lacks fail at once.
-    pub(crate) fn install_failed(&mut self, version: u32, why: String, now: Instant) -> Vec<u32> {
-        let hold = match &self.unreachable {
-            Some(u) => (u.hold * 2).min(MAX_REFETCH_AFTER),
-            None => REFETCH_AFTER,
-        };
-        self.unreachable = Some(Unreachable {
-            version,
-            at: now,
-            hold,
-            why,
-        });
-        self.fetch = Fetch::Idle;
-        std::mem::take(&mut self.parked)
-    }
-
-    /// Why a redirect from map `version` cannot be followed to a member the
-    /// client lacks, if a map at least that new failed to install lately.
-    fn blocked(&self, version: u32, now: Instant) -> Option<&str> {
-        match &self.unreachable {
-            Some(u) if version <= u.version && now.saturating_duration_since(u.at) < u.hold => {
-                Some(&u.why)
-            }
-            _ => None,
-        }
     }
 }
 
@@ -454,9 +396,8 @@ mod tests {
     #[test]
     fn an_answer_from_a_newer_map_fetches_it_once_without_chasing_anything() {
         let mut c: Chaser<u32> = Chaser::default();
-        let t = Instant::now();
-        c.newer_map(11, 4, t);
-        c.newer_map(12, 4, t);
+        c.newer_map(11);
+        c.newer_map(12);
         assert!(c.pending());
         assert_eq!(c.take_fetch(), Some(11));
         assert_eq!(c.take_fetch(), None);
@@ -495,70 +436,6 @@ mod tests {
         assert_eq!(s, Step::Queued);
         assert!(!c.fetching());
         assert_eq!(due(&mut c, t + FIRST_BACKOFF), vec![(7, Target::Route)]);
-    }
-
-    #[test]
-    fn a_map_whose_members_are_unreachable_is_not_fetched_again_at_once() {
-        let mut c = Chaser::default();
-        let t = Instant::now();
-        let mut ch = Chase::default();
-        assert_eq!(
-            c.on_answer(1, &mut ch, redirect(2, 1, 0), 10, false, 1, connected, t),
-            Step::Parked
-        );
-        assert_eq!(c.take_fetch(), Some(10));
-        let failed = c.install_failed(2, "connection refused".into(), t);
-        assert_eq!(failed, vec![1]);
-        // Within REFETCH_AFTER: no fetch, and the request fails at once.
-        let mut ch = Chase::default();
-        match c.on_answer(2, &mut ch, redirect(2, 1, 0), 10, false, 1, connected, t) {
-            Step::Fail(why) => assert!(why.contains("connection refused"), "{why}"),
-            s => panic!("{s:?}"),
-        }
-        assert_eq!(c.take_fetch(), None);
-        // A newer map: fetched at once.
-        let mut ch = Chase::default();
-        let s = c.on_answer(3, &mut ch, redirect(3, 1, 0), 10, false, 1, connected, t);
-        assert_eq!(s, Step::Parked);
-        assert_eq!(c.take_fetch(), Some(10));
-        // It fails too: that one is held off twice as long.
-        let t2 = t + Duration::from_millis(10);
-        assert_eq!(c.install_failed(3, "refused again".into(), t2), vec![3]);
-        let mut ch = Chase::default();
-        let late = t2 + REFETCH_AFTER;
-        assert!(matches!(
-            c.on_answer(4, &mut ch, redirect(3, 1, 0), 10, false, 1, connected, late),
-            Step::Fail(_)
-        ));
-        // Later: fetched again; once installed, the hold-off starts over.
-        let later = t2 + 2 * REFETCH_AFTER;
-        let mut ch = Chase::default();
-        let s = c.on_answer(
-            5,
-            &mut ch,
-            redirect(3, 1, 0),
-            10,
-            false,
-            1,
-            connected,
-            later,
-        );
-        assert_eq!(s, Step::Parked);
-        assert_eq!(c.take_fetch(), Some(10));
-        assert_eq!(c.installed(), vec![5]);
-        c.install_failed(4, "x".into(), later);
-        let mut ch = Chase::default();
-        let s = c.on_answer(
-            6,
-            &mut ch,
-            redirect(4, 1, 0),
-            10,
-            false,
-            1,
-            connected,
-            later + REFETCH_AFTER,
-        );
-        assert_eq!(s, Step::Parked);
     }
 
     #[test]

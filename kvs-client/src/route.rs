@@ -1,6 +1,9 @@
 //! The routing table: per slot, the endpoint of the worker that owns it
-//! under the map in use, rebuilt whenever a map is installed, so that a
-//! request costs `slot_of(key)` and one table lookup. `E` is an endpoint.
+//! under the map in use, rebuilt whenever a map is installed or a member
+//! connected, so that a request costs `slot_of(key)` and one table lookup.
+//! A slot whose owner the client is not connected to yet has no endpoint:
+//! the request takes the slow path, which connects (see `reach`). `E` is an
+//! endpoint.
 
 use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
@@ -13,8 +16,10 @@ pub(crate) struct Routes<E> {
     version: u32,
     /// The map's slot count.
     slots: u32,
-    /// Per slot: its owner's endpoint.
-    table: Vec<E>,
+    /// Per slot: its owner's endpoint, if the client is connected to it.
+    table: Vec<Option<E>>,
+    /// Whether every slot has an endpoint.
+    complete: bool,
     /// Per member id: the endpoints of its workers, by worker number.
     members: Vec<Vec<E>>,
     /// Every endpoint, in the order they were added.
@@ -27,6 +32,7 @@ impl<E> Default for Routes<E> {
             version: 0,
             slots: 0,
             table: Vec::new(),
+            complete: true,
             members: Vec::new(),
             all: Vec::new(),
         }
@@ -34,10 +40,17 @@ impl<E> Default for Routes<E> {
 }
 
 impl<E: Copy + PartialEq> Routes<E> {
-    /// The endpoint of `key`'s owner (after a [`rebuild`](Self::rebuild)).
+    /// The endpoint of `key`'s owner (after a [`rebuild`](Self::rebuild)),
+    /// if the client is connected to it.
     #[inline]
-    pub(crate) fn of_key(&self, key: &[u8]) -> E {
+    pub(crate) fn of_key(&self, key: &[u8]) -> Option<E> {
         self.table[slot_of(key, self.slots) as usize]
+    }
+
+    /// Whether the client is connected to the owner of every slot.
+    #[inline]
+    pub(crate) fn complete(&self) -> bool {
+        self.complete
     }
 
     /// The version of the map the table was built from.
@@ -90,18 +103,16 @@ impl<E: Copy + PartialEq> Routes<E> {
         self.all.len()
     }
 
-    /// Rebuilds the table from `map`. Fails (and changes nothing) with the
-    /// first owner the client is not connected to.
-    pub(crate) fn rebuild(&mut self, map: &ShardMap) -> Result<(), Owner> {
-        let mut table = Vec::with_capacity(map.slots() as usize);
-        for s in 0..map.slots() {
-            let o = map.owner_of_slot(s);
-            table.push(self.endpoint(o).ok_or(o)?);
-        }
+    /// Rebuilds the table from `map`: the slots of owners the client is
+    /// not connected to get no endpoint.
+    pub(crate) fn rebuild(&mut self, map: &ShardMap) {
+        let mut table = std::mem::take(&mut self.table);
+        table.clear();
+        table.extend((0..map.slots()).map(|s| self.endpoint(map.owner_of_slot(s))));
+        self.complete = table.iter().all(Option::is_some);
         self.table = table;
         self.slots = map.slots();
         self.version = map.version();
-        Ok(())
     }
 }
 
@@ -122,15 +133,20 @@ mod tests {
         // Member 0's workers are endpoints 100 and 101.
         r.push_worker(0, 100u32);
         r.push_worker(0, 101);
-        r.rebuild(&m).unwrap();
+        r.rebuild(&m);
         assert_eq!(r.version(), 1);
+        assert!(r.complete());
         for i in 0..200 {
             let k = format!("user{i}");
             let o = m.owner(k.as_bytes());
-            assert_eq!(r.of_key(k.as_bytes()), 100 + u32::from(o.worker), "{k}");
+            assert_eq!(
+                r.of_key(k.as_bytes()),
+                Some(100 + u32::from(o.worker)),
+                "{k}"
+            );
         }
         // A member joins and takes half the slots: until its endpoints are
-        // there, the map cannot be installed and the table is unchanged.
+        // there, its slots have none (the others keep theirs).
         let b = m
             .add_member(Member {
                 addr: addr(2),
@@ -140,36 +156,35 @@ mod tests {
             .unwrap();
         m.assign(0..32, b, Some(0)).unwrap();
         m.set_version(2);
-        assert_eq!(
-            r.rebuild(&m),
-            Err(Owner {
-                member: 1,
-                worker: 0
-            })
-        );
-        assert_eq!(r.version(), 1);
-        assert_eq!(
-            r.of_key(b"user0"),
-            100 + u32::from(
-                ShardMap::single(addr(1), 64, 2)
-                    .unwrap()
-                    .owner(b"user0")
-                    .worker
-            )
-        );
-        for w in 0..3u32 {
-            r.push_worker(b, 200 + w);
-        }
-        assert_eq!(r.workers(b), 3);
-        r.rebuild(&m).unwrap();
+        r.rebuild(&m);
         assert_eq!(r.version(), 2);
+        assert!(!r.complete());
         let mut seen = [false; 2];
         for i in 0..500 {
             let k = format!("user{i}");
             let o = m.owner(k.as_bytes());
             let want = match o.member {
-                0 => 100 + u32::from(o.worker),
-                _ => 200 + u32::from(o.worker),
+                0 => Some(100 + u32::from(o.worker)),
+                _ => None,
+            };
+            assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
+            seen[usize::from(o.member)] = true;
+        }
+        assert_eq!(seen, [true, true]);
+        for w in 0..3u32 {
+            r.push_worker(b, 200 + w);
+        }
+        assert_eq!(r.workers(b), 3);
+        r.rebuild(&m);
+        assert_eq!(r.version(), 2);
+        assert!(r.complete());
+        let mut seen = [false; 2];
+        for i in 0..500 {
+            let k = format!("user{i}");
+            let o = m.owner(k.as_bytes());
+            let want = match o.member {
+                0 => Some(100 + u32::from(o.worker)),
+                _ => Some(200 + u32::from(o.worker)),
             };
             assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
             seen[usize::from(o.member)] = true;

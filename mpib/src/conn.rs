@@ -9,94 +9,40 @@
 //! [`CloseReason::PeerGone`](crate::CloseReason::PeerGone) and `test` says
 //! so; when the local communicator closes, the connection is shut down so the
 //! peer learns.
+//!
+//! A setup line is at most [`MAX_SETUP_RECORD`] bytes; it is read in whole
+//! chunks, and nothing after its newline is consumed. A side that will not
+//! connect answers with a refusal line instead of its record
+//! (`{"version": 1, "refused": "why"}`), which the other side reports as a
+//! [`SetupError::Peer`] naming the reason. A server facing untrusted peers
+//! reads their records with an [`Acceptor`]: all at once on one thread,
+//! under one deadline each and a cap on how many wait, so a peer that sends
+//! nothing or trickles its bytes holds up nobody else and costs no thread.
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::Instant;
 
 use mlx5::device::Context;
 
 use crate::comm::{Comm, Config, PendingComm};
 use crate::error::SetupError;
-use crate::info::{CommInfo, COMM_INFO_VERSION};
+use crate::info::CommInfo;
 use crate::liveness::Liveness;
+
+mod acceptor;
+mod record;
+
+pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats, DropReason};
+pub use record::SETUP_TIMEOUT;
+use record::{check_private_data, read_record, write_record, write_refusal};
 
 /// Most bytes of private data a side may attach to its setup record (which
 /// service a communicator is for, a protocol version, ...).
 pub const MAX_PRIVATE_DATA: usize = 256;
 
-/// How long a peer may take to send its setup record.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest setup line accepted (the peer is untrusted).
-const MAX_LINE: u64 = 16 * 1024;
-
-/// The setup line: the communicator record and the sender's private data.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SetupRecord {
-    #[serde(flatten)]
-    info: CommInfo,
-    #[serde(default)]
-    private_data: Vec<u8>,
-}
-
-fn check_private_data(p: &[u8]) -> Result<(), SetupError> {
-    if p.len() > MAX_PRIVATE_DATA {
-        return Err(SetupError::Config(format!(
-            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
-            p.len()
-        )));
-    }
-    Ok(())
-}
-
-fn write_record(
-    stream: &TcpStream,
-    info: &CommInfo,
-    private_data: &[u8],
-) -> Result<(), SetupError> {
-    check_private_data(private_data)?;
-    let rec = SetupRecord {
-        info: info.clone(),
-        private_data: private_data.to_vec(),
-    };
-    let mut line =
-        serde_json::to_string(&rec).map_err(|e| SetupError::Peer(format!("encoding: {e}")))?;
-    line.push('\n');
-    let mut w = stream;
-    w.write_all(line.as_bytes())?;
-    Ok(())
-}
-
-/// Reads the peer's setup line (bounded; nothing after the newline is
-/// consumed).
-fn read_record(stream: &TcpStream) -> Result<SetupRecord, SetupError> {
-    stream.set_read_timeout(Some(SETUP_TIMEOUT))?;
-    let mut line = Vec::new();
-    let mut r = stream.take(MAX_LINE);
-    let mut b = [0u8; 1];
-    loop {
-        match r.read(&mut b)? {
-            0 => return Err(SetupError::Peer("no complete setup record".into())),
-            _ if b[0] == b'\n' => break,
-            _ => line.push(b[0]),
-        }
-    }
-    let rec: SetupRecord =
-        serde_json::from_slice(&line).map_err(|e| SetupError::Peer(e.to_string()))?;
-    if rec.info.version != COMM_INFO_VERSION {
-        return Err(SetupError::Peer(format!(
-            "version {} (this side speaks {COMM_INFO_VERSION})",
-            rec.info.version
-        )));
-    }
-    if rec.private_data.len() > MAX_PRIVATE_DATA {
-        return Err(SetupError::Peer(format!(
-            "private data of {} bytes (at most {MAX_PRIVATE_DATA})",
-            rec.private_data.len()
-        )));
-    }
-    Ok(rec)
-}
+/// Most bytes of a setup line, its newline included. A reader stops there:
+/// a peer cannot make it buffer more.
+pub const MAX_SETUP_RECORD: usize = 16 * 1024;
 
 /// Accepts peers and builds a communicator for each.
 #[derive(Debug)]
@@ -124,27 +70,41 @@ impl Listener {
 
     /// Waits for the next peer and reads its setup record, without creating
     /// anything yet (to look at its private data first).
+    ///
+    /// The record is read blocking (up to [`SETUP_TIMEOUT`] in all), so one
+    /// slow peer holds up the next: a server facing untrusted peers uses an
+    /// [`Acceptor`] instead. A malformed record is answered with a refusal.
     pub fn accept_pending(&self) -> Result<PendingConnection, SetupError> {
         let (stream, peer) = self.tcp.accept()?;
-        PendingConnection::read(stream, peer)
+        let started = Instant::now();
+        stream.set_nonblocking(false)?;
+        stream.set_nodelay(true)?;
+        let rec = match read_record(&stream, started, SETUP_TIMEOUT) {
+            Ok(r) => r,
+            Err(SetupError::Peer(why)) => {
+                write_refusal(&stream, &format!("bad setup record: {why}"));
+                return Err(SetupError::Peer(why));
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(PendingConnection {
+            stream,
+            peer,
+            remote: rec.info,
+            private_data: rec.private_data,
+        })
     }
 
-    /// Makes [`accept_tcp`](Self::accept_tcp) return `WouldBlock` instead of
-    /// waiting.
+    /// Makes [`accept_pending`](Self::accept_pending) fail with `WouldBlock`
+    /// instead of waiting when no peer is there.
     pub fn set_nonblocking(&self, on: bool) -> std::io::Result<()> {
         self.tcp.set_nonblocking(on)
-    }
-
-    /// The next peer's TCP connection alone: a server reads each setup
-    /// record on a thread of its own ([`PendingConnection::read`]), so a
-    /// peer that connects and sends nothing holds up nobody else.
-    pub fn accept_tcp(&self) -> std::io::Result<(TcpStream, SocketAddr)> {
-        self.tcp.accept()
     }
 }
 
 /// A peer that connected and sent its setup record, not yet given a
-/// communicator. Dropping it refuses the peer.
+/// communicator. Dropping it closes the connection (the peer's setup fails);
+/// [`refuse`](Self::refuse) tells it why.
 #[derive(Debug)]
 pub struct PendingConnection {
     stream: TcpStream,
@@ -154,20 +114,6 @@ pub struct PendingConnection {
 }
 
 impl PendingConnection {
-    /// Reads the setup record a peer sends on `stream` (accepted with
-    /// [`Listener::accept_tcp`]), waiting at most 30 s for it.
-    pub fn read(stream: TcpStream, peer: SocketAddr) -> Result<PendingConnection, SetupError> {
-        stream.set_nonblocking(false)?;
-        stream.set_nodelay(true)?;
-        let rec = read_record(&stream)?;
-        Ok(PendingConnection {
-            stream,
-            peer,
-            remote: rec.info,
-            private_data: rec.private_data,
-        })
-    }
-
     /// The private data the peer attached.
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
@@ -183,9 +129,19 @@ impl PendingConnection {
         &self.remote
     }
 
+    /// Refuses the peer: answers with a refusal line carrying `reason` (cut
+    /// to 512 bytes; the peer's setup fails with a [`SetupError::Peer`]
+    /// naming it) and closes the connection. Never waits on the peer.
+    pub fn refuse(self, reason: &str) {
+        write_refusal(&self.stream, reason);
+    }
+
     /// Builds a communicator on `devices`, connects it to the peer and
     /// answers with this side's record and `private_data` (at most
-    /// [`MAX_PRIVATE_DATA`] bytes).
+    /// [`MAX_PRIVATE_DATA`] bytes). Never waits on the peer: the answer goes
+    /// into the connection's empty send buffer. A communicator that cannot be
+    /// built, or a peer record that does not fit this side's, is answered
+    /// with a refusal saying why.
     pub fn establish(
         self,
         devices: &[Context],
@@ -193,7 +149,12 @@ impl PendingConnection {
         private_data: &[u8],
     ) -> Result<Comm, SetupError> {
         check_private_data(private_data)?;
-        let pending = PendingComm::new(devices, cfg)?;
+        let pending = PendingComm::new(devices, cfg)
+            .and_then(|p| match p.info().check_peer(&self.remote) {
+                Ok(()) => Ok(p),
+                Err(why) => Err(SetupError::Peer(why)),
+            })
+            .inspect_err(|e| write_refusal(&self.stream, &format!("setup failed: {e}")))?;
         write_record(&self.stream, pending.info(), private_data)?;
         self.stream.set_read_timeout(None)?;
         pending.connect_with(&self.remote, Liveness::tcp(self.stream)?)
@@ -210,7 +171,9 @@ pub fn connect(
 }
 
 /// [`connect`], attaching `private_data` (at most [`MAX_PRIVATE_DATA`]
-/// bytes); also returns the private data the listener answered with.
+/// bytes); also returns the private data the listener answered with. The
+/// listener's record must arrive within [`SETUP_TIMEOUT`] of the TCP
+/// connection; a refusal fails the setup with the listener's reason.
 pub fn connect_with(
     addr: impl ToSocketAddrs,
     devices: &[Context],
@@ -220,9 +183,10 @@ pub fn connect_with(
     check_private_data(private_data)?;
     let pending = PendingComm::new(devices, cfg)?;
     let stream = TcpStream::connect(addr)?;
+    let started = Instant::now();
     stream.set_nodelay(true)?;
     write_record(&stream, pending.info(), private_data)?;
-    let rec = read_record(&stream)?;
+    let rec = read_record(&stream, started, SETUP_TIMEOUT)?;
     stream.set_read_timeout(None)?;
     let comm = pending.connect_with(&rec.info, Liveness::tcp(stream)?)?;
     Ok((comm, rec.private_data))

@@ -2,14 +2,20 @@
 //! each one's ticket, and streams the frozen records of the slots the
 //! ticket names, batch after batch, into the buffers the target offers
 //! (mpib's clear-to-send: the target pulls).
+//!
+//! The port has the setup port's protections: its one listener thread reads
+//! every pending setup record at once (mpib's [`Acceptor`]: non-blocking
+//! sockets under one `poll(2)`), each under one deadline for the whole
+//! record, with a cap on how many wait. Only a connection whose record
+//! parsed and whose ticket redeemed gets a thread, for its transfer; a peer
+//! that connects and says nothing, or trickles its bytes, costs a
+//! descriptor until its deadline, never a thread.
 
-use std::io::ErrorKind;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mpib::conn::{Listener, PendingConnection};
+use mpib::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use mpib::{Buffer, Comm, Request};
 
 use super::outgoing::{Held, Outgoing};
@@ -17,9 +23,17 @@ use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, BATCH, DEPTH};
 use crate::config::Config;
 
+mod refusals;
+
+use refusals::RefusalLog;
+
 /// How long a transfer may make no progress before the source gives up on
 /// it (the target sets up a new one).
 const STALL: Duration = Duration::from_secs(30);
+
+/// How long the listener waits in `poll(2)` at most: how late it sees the
+/// server stop.
+const POLL: Duration = Duration::from_millis(50);
 
 /// The bulk port's listener thread, as started.
 pub(crate) struct BulkServer {
@@ -32,55 +46,106 @@ pub(crate) struct BulkServer {
     pub stop: Arc<AtomicBool>,
 }
 
+/// What a transfer's thread needs of the server.
+struct Exporter {
+    outgoing: Arc<Outgoing>,
+    cfg: Config,
+    rails: Vec<String>,
+    shared: Arc<crate::control::Shared>,
+    stop: Arc<AtomicBool>,
+}
+
+/// The bulk port's setup reader: the setup port's settings.
+///
+/// The deadline is `setup_timeout_ms`, as a client's on the setup port: a
+/// target sends its record as soon as its TCP connection is up
+/// ([`mpib::conn::connect_with`] writes it before reading anything), so an
+/// honest one needs a round trip, as a client does, and an operator who
+/// lengthens it for a slow network wants it for both ports. The cap is
+/// `max_pending_setups`; past it the *oldest* pending peer is dropped, not
+/// the new one: an honest target's record arrives with its connection, so
+/// the old ones are the idle ones, and refusing newcomers would let whoever
+/// keeps the table full lock every target out until the deadlines pass.
+fn acceptor_options(cfg: &Config) -> AcceptorOptions {
+    AcceptorOptions {
+        deadline: Duration::from_millis(cfg.setup_timeout_ms),
+        max_pending: cfg.max_pending_setups,
+    }
+}
+
 impl BulkServer {
-    /// Accepts until the server stops; each connection gets a thread.
+    /// Reads setup records until the server stops; each connection whose
+    /// ticket redeems gets a thread for its transfer.
     pub fn run(self) {
-        if let Err(e) = self.listener.set_nonblocking(true) {
-            eprintln!("kvs-server: bulk port: {e}");
-            return;
-        }
-        let me = Arc::new(self);
-        while !me.stop.load(Ordering::Acquire) {
-            match me.listener.accept_tcp() {
-                Ok((stream, peer)) => {
-                    let m = me.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("kvs-export".into())
-                        .spawn(move || m.serve(stream, peer));
-                    if let Err(e) = spawned {
-                        eprintln!("kvs-server: bulk port: cannot start a transfer: {e}");
-                    }
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                Err(e) => {
-                    eprintln!("kvs-server: bulk port: {e}");
-                    std::thread::sleep(Duration::from_millis(100));
-                }
+        let BulkServer {
+            listener,
+            outgoing,
+            cfg,
+            rails,
+            shared,
+            stop,
+        } = self;
+        let mut acc = match Acceptor::new(listener, acceptor_options(&cfg)) {
+            Ok(a) => a,
+            Err(e) => return eprintln!("kvs-server: bulk port: {e}"),
+        };
+        let ex = Arc::new(Exporter {
+            outgoing,
+            cfg,
+            rails,
+            shared,
+            stop,
+        });
+        let mut ready = Vec::new();
+        let mut log = RefusalLog::default();
+        while !ex.stop.load(Ordering::Acquire) {
+            if let Err(e) = acc.poll(POLL, &mut ready) {
+                log.poll_failed(&e);
+                std::thread::sleep(POLL);
             }
+            for p in ready.drain(..) {
+                ex.admit(p, &mut log);
+            }
+            log.tick(&acc);
+        }
+    }
+}
+
+impl Exporter {
+    /// Starts the transfer a complete setup record asks for, if it carries
+    /// an open ticket; else refuses it, saying why.
+    fn admit(self: &Arc<Self>, p: PendingConnection, log: &mut RefusalLog) {
+        let peer = p.peer_addr();
+        let Some(setup) = PullSetup::parse(p.private_data()) else {
+            let why = "not a pull request";
+            log.refused(peer, why);
+            return p.refuse(why);
+        };
+        let Some(held) = self.outgoing.redeem(&setup) else {
+            let why = format!("no open ticket for slots {}..{}", setup.first, setup.end);
+            log.refused(peer, &why);
+            return p.refuse(&why);
+        };
+        let me = self.clone();
+        // A thread that cannot start drops the connection: the target sets
+        // up a new one.
+        let spawned = std::thread::Builder::new()
+            .name("kvs-export".into())
+            .spawn(move || me.serve(p, setup, held));
+        if let Err(e) = spawned {
+            eprintln!("kvs-server: bulk port: cannot start a transfer for {peer}: {e}");
         }
     }
 
-    /// One target's transfer.
-    fn serve(&self, stream: std::net::TcpStream, peer: SocketAddr) {
-        let p = match PendingConnection::read(stream, peer) {
-            Ok(p) => p,
-            Err(e) => return eprintln!("kvs-server: bulk setup from {peer}: {e}"),
-        };
-        // Dropping a pending connection refuses it.
-        let Some(setup) = PullSetup::parse(p.private_data()) else {
-            return eprintln!("kvs-server: bulk setup from {peer}: not a pull request");
-        };
-        let Some(held) = self.outgoing.redeem(&setup) else {
-            return eprintln!(
-                "kvs-server: bulk setup from {peer}: no open ticket for slots {}..{}",
-                setup.first, setup.end
-            );
-        };
+    /// One target's transfer, on a thread of its own.
+    fn serve(&self, p: PendingConnection, setup: PullSetup, held: Held) {
+        let peer = p.peer_addr();
         let rails = match open_rails(&self.cfg, &self.rails, setup.rails) {
             Ok(r) => r,
-            Err(e) => return eprintln!("kvs-server: bulk setup from {peer}: {e}"),
+            Err(e) => {
+                eprintln!("kvs-server: bulk setup from {peer}: {e}");
+                return p.refuse(&e);
+            }
         };
         let mut comm = match p.establish(&rails, &mpib::Config::default(), &[]) {
             Ok(c) => c,
