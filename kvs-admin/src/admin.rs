@@ -84,6 +84,19 @@ impl<C: Control> Admin<C> {
         }
     }
 
+    /// The members the control group has up, as the contact sees it (all
+    /// of the map's when it does not say).
+    pub fn up_members(&mut self, map: &ShardMap) -> Vec<u16> {
+        let all: Vec<u16> = (0..map.members().len() as u16).collect();
+        match self.status(self.contact).ok().and_then(|s| s.group) {
+            Some(g) => all
+                .into_iter()
+                .filter(|&m| g.members.iter().any(|x| x.id == m && x.state == "up"))
+                .collect(),
+            None => all,
+        }
+    }
+
     /// Sends a request only the keeper serves to the contact, and on to
     /// whoever it names as the keeper; returns the keeper's address and its
     /// answer (an `Error` answer included).
@@ -93,8 +106,23 @@ impl<C: Control> Admin<C> {
     ) -> Result<(SocketAddr, ControlReply), AdminError> {
         let mut addr = self.contact;
         let mut path = vec![addr];
+        let mut elections = 0;
         loop {
             match self.client.request(addr, req)? {
+                // An election is under way: asked again, for up to 5 s.
+                ControlReply::NoLeader if elections < 50 => {
+                    elections += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                ControlReply::NoLeader => {
+                    return Err(AdminError::Refused {
+                        addr,
+                        what: "the request",
+                        message: "the control group has had no leader for 5 s (is a majority \
+                                  of its voters up?)"
+                            .into(),
+                    })
+                }
                 ControlReply::Keeper { addr: k } => {
                     let next = self.reach(k);
                     path.push(next);

@@ -10,15 +10,15 @@ use clap::{Parser, Subcommand};
 
 /// What `--help` says after the list of commands.
 const AFTER_HELP: &str = "\
-Migrations are driven by the servers: the keeper (member 0) moves the slots
-chunk by chunk and the targets pull the records. kvs-admin only starts a
+Migrations are driven by the servers: the control group's leader commits
+each step to the group's log, and the targets pull the records. kvs-admin only starts a
 migration and follows its progress; killing it (Ctrl-C) neither stops nor
 breaks the migration. `kvs-admin status` shows it again later, and
 `kvs-admin cancel` stops it (the slots being pulled finish moving, the rest
 stay where they are).
 
 --server names any one member: kvs-admin reads the map from it, asks every
-member for its figures, and sends migrations to the keeper wherever it is.
+member for its figures, and sends migrations to the leader wherever it is.
 
 Examples:
   kvs-admin --server 10.0.0.1:7000 status
@@ -28,6 +28,7 @@ Examples:
   kvs-admin migrate --slots 17 --to 10.0.0.2:7000 --no-wait
   kvs-admin rebalance
   kvs-admin cancel
+  kvs-admin forget 2 --force
   kvs-admin --auth-token-file ~/.kvs-token --server 10.0.0.1:7000 status
 
 Exit status: 0 done; 1 an error (a server that cannot be reached, a refused
@@ -95,6 +96,24 @@ pub enum Command {
     /// Stops the migration in progress: the slots being pulled now finish
     /// moving, the rest stay where they are.
     Cancel,
+    /// Removes a member from the cluster for good (a host retired, or dead
+    /// and not coming back). Refused while it owns slots: move them away
+    /// first (migrate, or rebalance while it is up), or give --force to
+    /// declare their records lost (its slots go, empty, to the members that
+    /// are up). Its id is never used again; the server, if it still runs,
+    /// stops.
+    Forget(ForgetArgs),
+}
+
+/// `forget`'s options.
+#[derive(clap::Args, Debug)]
+pub struct ForgetArgs {
+    /// The member to remove: its id (0, 1, …) or its address.
+    #[arg(value_name = "MEMBER")]
+    pub member: MemberRef,
+    /// Forget it even though it owns slots: their records are lost.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `status`'s options.

@@ -85,6 +85,7 @@ impl OnTransport for Job<'_> {
             Command::Migrate(m) => migrate::migrate(&mut admin, m, Pace::NORMAL),
             Command::Rebalance(w) => migrate::rebalance(&mut admin, w, Pace::NORMAL),
             Command::Cancel => migrate::cancel(&mut admin),
+            Command::Forget(f) => migrate::forget(&mut admin, f),
         }
     }
 }

@@ -1,6 +1,6 @@
-//! `migrate`, `rebalance` and `cancel`: checking the arguments against the
-//! map, showing the plan, sending the request to the keeper, and following
-//! the migration it starts.
+//! `migrate`, `rebalance`, `cancel` and `forget`: checking the arguments
+//! against the map, showing the plan, sending the request to the control
+//! group's leader, and following the migration it starts.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -10,7 +10,7 @@ use kvs_proto::control::{ControlReply, ControlRequest, MigrationStatus};
 use kvs_proto::ShardMap;
 
 use crate::admin::{self, unexpected, Admin, Control};
-use crate::args::{MemberRef, MigrateArgs, SlotRange, WaitArgs};
+use crate::args::{ForgetArgs, MemberRef, MigrateArgs, SlotRange, WaitArgs};
 use crate::error::AdminError;
 use crate::progress::{self, Pace};
 use crate::render;
@@ -28,13 +28,7 @@ pub fn migrate<C: Control>(
         .iter()
         .map(|m| (m.addr, admin.reach(m.addr)))
         .collect();
-    let to = match &a.to {
-        MemberRef::Id(id) => member_by_id(*id, addrs.len())?,
-        MemberRef::Addr(given) => {
-            let candidates = admin::resolve(given)?;
-            member_by_addr(given, &candidates, &addrs)?
-        }
-    };
+    let to = member_of(&a.to, &addrs)?;
     let req = ControlRequest::Migrate {
         first: a.slots.first,
         end,
@@ -55,7 +49,9 @@ pub fn rebalance<C: Control>(
         .iter()
         .map(|m| (m.addr, admin.reach(m.addr)))
         .collect();
-    let moves = map.rebalance_moves();
+    // Over the members the group has up, as the leader plans it.
+    let up = admin.up_members(&map);
+    let moves = map.rebalance_moves_among(&up);
     if moves.is_empty() {
         say(&format!(
             "nothing to move: the {} slots are spread evenly over the {} member{} (map version {})\n",
@@ -77,13 +73,70 @@ pub fn rebalance<C: Control>(
     )
 }
 
+/// The member `r` names, among the map's (`addrs`: as the map has them, and
+/// as this host reaches them).
+fn member_of(r: &MemberRef, addrs: &[(SocketAddr, SocketAddr)]) -> Result<u16, AdminError> {
+    match r {
+        MemberRef::Id(id) => member_by_id(*id, addrs.len()),
+        MemberRef::Addr(given) => {
+            let candidates = admin::resolve(given)?;
+            member_by_addr(given, &candidates, addrs)
+        }
+    }
+}
+
+/// Removes a member for good, then waits (up to 10 s) until the contact
+/// has applied it.
+pub fn forget<C: Control>(admin: &mut Admin<C>, f: &ForgetArgs) -> Result<(), AdminError> {
+    let map = admin.map()?;
+    let addrs: Vec<(SocketAddr, SocketAddr)> = map
+        .members()
+        .iter()
+        .map(|m| (m.addr, admin.reach(m.addr)))
+        .collect();
+    let member = member_of(&f.member, &addrs)?;
+    let req = ControlRequest::Forget {
+        member,
+        force: f.force,
+    };
+    let (leader, answer) = admin.ask_keeper(&req)?;
+    if answer != ControlReply::Ok {
+        return Err(unexpected(leader, "forget", answer));
+    }
+    let t = std::time::Instant::now();
+    while t.elapsed() < std::time::Duration::from_secs(10) {
+        let gone = admin
+            .status(leader)
+            .ok()
+            .and_then(|s| s.group)
+            .and_then(|g| g.members.into_iter().find(|m| m.id == member))
+            .is_some_and(|m| m.state == "left");
+        if gone {
+            say(&format!(
+                "member {member} ({}) is forgotten: it is no longer a member, and its id \
+                 will not be used again\n",
+                addrs[usize::from(member)].0
+            ));
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Err(AdminError::Refused {
+        addr: leader,
+        what: "forget",
+        message: "accepted, but not committed within 10 s; kvs-admin status shows whether it \
+                  went through"
+            .into(),
+    })
+}
+
 /// Stops the migration in progress.
 pub fn cancel<C: Control>(admin: &mut Admin<C>) -> Result<(), AdminError> {
     let (keeper, answer) = admin.ask_keeper(&ControlRequest::Cancel)?;
     match answer {
         ControlReply::Ok => {
             say(&format!(
-                "cancel accepted by the keeper at {keeper}: the slots being pulled now finish \
+                "cancel committed by the leader at {keeper}: the slots being pulled now finish \
                  moving, the rest stay where they are (kvs-admin status shows the end)\n"
             ));
             Ok(())
@@ -443,14 +496,14 @@ mod tests {
             vec![fake::migration(42, 42, true)],
         );
         rebalance(&mut a, &WaitArgs { no_wait: false }, QUICK).unwrap();
-        assert_eq!(
-            requests(&a)[2],
-            (KEEPER.to_string(), ControlRequest::Rebalance)
-        );
+        assert!(requests(&a).contains(&(KEEPER.to_string(), ControlRequest::Rebalance)));
         let one = ShardMap::single(fake::addr(KEEPER), 64, 2).unwrap();
         let mut a = cluster(one, started, vec![]);
         rebalance(&mut a, &WaitArgs { no_wait: false }, QUICK).unwrap();
-        assert_eq!(requests(&a), [(CONTACT.to_string(), ControlRequest::Map)]);
+        assert_eq!(requests(&a)[0], (CONTACT.to_string(), ControlRequest::Map));
+        assert!(requests(&a)
+            .iter()
+            .all(|(_, r)| *r != ControlRequest::Rebalance));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::ops::Range;
 
-use kvs_proto::control::{ImportStatus, MemberStatus, MigrationStatus};
+use kvs_proto::control::{GroupView, ImportStatus, MemberStatus, MigrationStatus};
 use kvs_proto::ShardMap;
 use serde::Serialize;
 
@@ -20,6 +20,13 @@ const MAX_RANGES: usize = 8;
 /// The cluster as the contact's map describes it and its members report it.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterStatus {
+    /// The cluster's id (none if no member answered with one).
+    pub cluster_id: Option<String>,
+    /// The member that leads the control group, by the most recent view
+    /// among the answers.
+    pub leader: Option<u16>,
+    /// The control group's term in that view.
+    pub term: Option<u64>,
     /// The member asked for the map.
     pub contact: SocketAddr,
     /// The contact's map version.
@@ -28,8 +35,8 @@ pub struct ClusterStatus {
     pub slots: u32,
     /// Every member of the map, by id.
     pub members: Vec<MemberView>,
-    /// The keeper's migration in progress or its last one (none if the
-    /// keeper did not answer or has run none).
+    /// The migration in progress or the last one, from the most recent
+    /// view (none if no member answered, or none has run).
     pub migration: Option<MigrationStatus>,
 }
 
@@ -40,6 +47,14 @@ pub struct MemberView {
     pub member: u16,
     /// Where it was asked.
     pub addr: SocketAddr,
+    /// `"up"`, `"down"` (the group counts it up, but it did not answer
+    /// here), `"failed"` (the group's leader lost touch with it) or
+    /// `"left"` (forgotten).
+    pub state: String,
+    /// Whether it votes in the control group.
+    pub voter: bool,
+    /// Whether it holds its lease (serves its slots), as it says.
+    pub lease: Option<bool>,
     /// Whether it answered.
     pub answered: bool,
     /// Why it did not.
@@ -122,7 +137,20 @@ pub fn assemble(
     answers: Vec<(SocketAddr, Result<MemberStatus, AdminError>)>,
 ) -> ClusterStatus {
     let runs = map.runs();
-    let mut migration = None;
+    // The most recent view of the group among the answers.
+    let view: Option<GroupView> = answers
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().ok())
+        .filter_map(|s| s.group.clone())
+        .max_by_key(|g| (g.term, g.applied));
+    let migration = answers
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().ok())
+        .filter(|s| {
+            s.group.as_ref().map(|g| (g.term, g.applied))
+                == view.as_ref().map(|g| (g.term, g.applied))
+        })
+        .find_map(|s| s.migration.clone());
     let members = answers
         .into_iter()
         .enumerate()
@@ -154,9 +182,15 @@ pub fn assemble(
                     })
                 })
                 .collect();
+            let in_view = view
+                .as_ref()
+                .and_then(|g| g.members.iter().find(|m| m.id == id));
             let mut v = MemberView {
                 member: id,
                 addr,
+                state: in_view.map_or("up", |m| m.state.as_str()).to_string(),
+                voter: in_view.is_some_and(|m| m.voter),
+                lease: None,
                 answered: false,
                 error: None,
                 map_version: None,
@@ -172,6 +206,7 @@ pub fn assemble(
             match answer {
                 Ok(s) => {
                     v.answered = true;
+                    v.lease = s.group.as_ref().map(|g| g.lease);
                     v.map_version = Some(s.map_version);
                     v.answered_as = Some(s.member);
                     v.slots = Some(s.workers.iter().map(|w| w.slots).sum());
@@ -190,11 +225,13 @@ pub fn assemble(
                         })
                         .collect();
                     v.imports = s.imports;
-                    if id == 0 {
-                        migration = s.migration;
-                    }
                 }
+                // A forgotten member is not expected to answer.
+                Err(_) if v.state == "left" => {}
                 Err(e) => {
+                    if v.state == "up" {
+                        v.state = "down".into();
+                    }
                     v.error = Some(e.to_string());
                     v.workers = (0..map_workers)
                         .map(|w| WorkerView {
@@ -211,6 +248,9 @@ pub fn assemble(
         })
         .collect();
     ClusterStatus {
+        cluster_id: view.as_ref().map(|g| g.cluster_id.clone()),
+        leader: view.as_ref().and_then(|g| g.leader),
+        term: view.as_ref().map(|g| g.term),
         contact,
         map_version: map.version(),
         slots: map.slots(),
@@ -224,10 +264,29 @@ impl ClusterStatus {
     /// map version than the contact, or answering as another member.
     pub fn warnings(&self) -> Vec<String> {
         let mut w = Vec::new();
+        if self.leader.is_none() && self.cluster_id.is_some() {
+            w.push("the control group has no leader: no map can change (is a majority of its voters up?)".into());
+        }
         for m in &self.members {
+            if m.state == "left" {
+                continue;
+            }
             if let Some(e) = &m.error {
                 w.push(format!(
                     "member {} ({}) did not answer: {e}",
+                    m.member, m.addr
+                ));
+            }
+            if m.state == "failed" {
+                w.push(format!(
+                    "member {} ({}) is marked failed: its slots are unavailable until it \
+                     returns, or it is forgotten (kvs-admin forget {} --force loses their records)",
+                    m.member, m.addr, m.member
+                ));
+            }
+            if m.lease == Some(false) {
+                w.push(format!(
+                    "member {} ({}) holds no lease: it serves none of its slots now",
                     m.member, m.addr
                 ));
             }
@@ -252,12 +311,21 @@ impl ClusterStatus {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "cluster: map version {}, {} slots, {} member{} (asked {})",
+            "cluster {}: map version {}, {} slots, {} member{} (asked {})",
+            self.cluster_id.as_deref().unwrap_or("?"),
             self.map_version,
             self.slots,
             self.members.len(),
             if self.members.len() == 1 { "" } else { "s" },
             self.contact
+        );
+        let _ = writeln!(
+            out,
+            "control group: {}",
+            match (self.leader, self.term) {
+                (Some(l), Some(t)) => format!("member {l} leads (term {t})"),
+                _ => "no leader".to_string(),
+            }
         );
         for w in self.warnings() {
             let _ = writeln!(out, "warning: {w}");
@@ -271,14 +339,20 @@ impl ClusterStatus {
             ("SLOTS", Align::Right),
             ("KEYS", Align::Right),
             ("BYTES", Align::Right),
+            ("STATE", Align::Left),
             ("", Align::Left),
         ]);
         for m in &self.members {
-            let note = match (&m.error, m.member) {
-                (Some(_), _) => "no answer",
-                (None, 0) => "keeper",
-                _ => "",
-            };
+            let mut note = Vec::new();
+            if self.leader == Some(m.member) {
+                note.push("leader");
+            } else if m.voter {
+                note.push("voter");
+            }
+            if m.lease == Some(false) {
+                note.push("no lease");
+            }
+            let note = note.join(", ");
             t.row(vec![
                 m.member.to_string(),
                 m.addr.to_string(),
@@ -287,18 +361,23 @@ impl ClusterStatus {
                 m.slots.unwrap_or(m.map_slots).to_string(),
                 opt(m.keys),
                 m.bytes.map_or("-".to_string(), render::bytes),
-                note.to_string(),
+                m.state.clone(),
+                note,
             ]);
         }
         out.push_str(&t.render(""));
-        for m in &self.members {
+        for m in self.members.iter().filter(|m| m.state != "left") {
             out.push('\n');
             let _ = writeln!(
                 out,
                 "member {} ({}){}",
                 m.member,
                 m.addr,
-                if m.member == 0 { ", keeper" } else { "" }
+                if self.leader == Some(m.member) {
+                    ", leader"
+                } else {
+                    ""
+                }
             );
             let mut t = Table::new(&[
                 ("WORKER", Align::Right),
@@ -376,7 +455,7 @@ impl ClusterStatus {
     }
 }
 
-/// The keeper's migration for people: its state, a progress bar, what moved
+/// The migration for people: its state, a progress bar, what moved
 /// and what is left.
 fn migration_text(m: &MigrationStatus, members: &[MemberView]) -> String {
     let state = if let Some(e) = &m.error {
@@ -392,7 +471,7 @@ fn migration_text(m: &MigrationStatus, members: &[MemberView]) -> String {
     } else {
         "running".to_string()
     };
-    let mut out = format!("migration (at the keeper): {state}\n");
+    let mut out = format!("migration: {state}\n");
     let _ = writeln!(out, "  {}", progress::summary(m, 30));
     if !m.finished && !m.moves.is_empty() {
         out.push_str("  moves to run (the first one now):\n");
@@ -516,6 +595,21 @@ mod tests {
     fn the_status_puts_the_map_beside_the_answers_and_flags_the_odd_ones() {
         let contact: SocketAddr = "10.0.0.1:7000".parse().unwrap();
         let mut keeper = st(0, 4, &[(24, 100, 2048), (32, 50, 1024)]);
+        let member = |id: u16, state: &str| kvs_proto::control::GroupMember {
+            id,
+            addr: map().members()[usize::from(id)].addr,
+            state: state.into(),
+            voter: true,
+        };
+        keeper.group = Some(GroupView {
+            cluster_id: "ab".repeat(16),
+            leader: Some(0),
+            term: 2,
+            commit: 9,
+            applied: 9,
+            lease: true,
+            members: vec![member(0, "up"), member(1, "up"), member(2, "up")],
+        });
         keeper.migration = Some(MigrationStatus {
             moves: vec![(0, 8, 1)],
             slots_total: 8,
@@ -575,22 +669,28 @@ mod tests {
 
         let text = s.text();
         assert!(
-            text.starts_with("cluster: map version 4, 64 slots, 3 members (asked 10.0.0.1:7000)"),
+            text.starts_with(&format!(
+                "cluster {}: map version 4, 64 slots, 3 members (asked 10.0.0.1:7000)\n\
+                 control group: member 0 leads (term 2)",
+                "ab".repeat(16)
+            )),
             "{text}"
         );
-        assert!(text.contains("member 0 (10.0.0.1:7000), keeper"), "{text}");
+        assert!(text.contains("member 0 (10.0.0.1:7000), leader"), "{text}");
         assert!(text.contains("  importing 0-7 from member 0"), "{text}");
-        assert!(
-            text.contains("migration (at the keeper): running"),
-            "{text}"
-        );
+        assert!(text.contains("migration: running"), "{text}");
         assert!(text.contains("0-7 -> member 1 (10.0.0.1:7001)"), "{text}");
         assert!(text.contains("2/8 slots"), "{text}");
         assert!(text.contains("imports at targets"), "{text}");
         assert!(text.contains("2.00 MB/s"), "{text}");
-        assert!(text.contains("no answer"), "{text}");
+        assert!(text.contains("down"), "{text}");
 
         let j: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
+        assert_eq!(j["cluster_id"], "ab".repeat(16));
+        assert_eq!(j["leader"], 0);
+        assert_eq!(j["members"][0]["state"], "up");
+        assert_eq!(j["members"][0]["voter"], true);
+        assert_eq!(j["members"][2]["state"], "down");
         assert_eq!(j["map_version"], 4);
         assert_eq!(j["members"][0]["slots"], 56);
         assert_eq!(j["members"][0]["workers"][1]["ranges"][0]["first"], 32);

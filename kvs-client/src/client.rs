@@ -653,7 +653,8 @@ impl<T, X: Transport> Client<T, X> {
                                     Reply::Done
                                 }),
                                 Status::NotFound => Ok(Reply::NotFound),
-                                st @ (Status::Redirect | Status::TryAgain) => {
+                                st
+                                @ (Status::Redirect | Status::TryAgain | Status::Unavailable) => {
                                     match self.follow(i, st, resp.payload()) {
                                         None => continue,
                                         Some(e) => Err(e),
@@ -700,6 +701,7 @@ impl<T, X: Transport> Client<T, X> {
     fn follow(&mut self, i: u32, st: Status, payload: &[u8]) -> Option<KvError> {
         let answer = match st {
             Status::TryAgain => Answer::TryAgain,
+            Status::Unavailable => Answer::Unavailable,
             _ => match Redirect::parse(payload) {
                 Ok(r) => Answer::Redirect(r),
                 Err(e) => return Some(KvError::Malformed(e)),
@@ -738,6 +740,12 @@ impl<T, X: Transport> Client<T, X> {
                 self.resend(i, Target::To(ep))
             }
             Step::Queued | Step::Parked => None,
+            // Still without a lease when the chase ran out: the server's
+            // word, which names the member and why.
+            Step::Fail(why) if st == Status::Unavailable => Some(KvError::Unavailable(format!(
+                "{} ({why})",
+                String::from_utf8_lossy(payload)
+            ))),
             Step::Fail(why) => Some(self.no_route(why)),
         }
     }
@@ -994,7 +1002,11 @@ fn request_key(req: &[u8]) -> &[u8] {
 /// A redirect or try-again answer's status, if it is one.
 fn chased_status(bytes: &Result<&[u8], CloseReason>) -> Option<Status> {
     let resp = Response::new_checked(bytes.as_ref().ok()?).ok()?;
-    matches!(resp.status(), Status::Redirect | Status::TryAgain).then(|| resp.status())
+    matches!(
+        resp.status(),
+        Status::Redirect | Status::TryAgain | Status::Unavailable
+    )
+    .then(|| resp.status())
 }
 
 /// The error of a call refused for good.

@@ -85,8 +85,9 @@ pub enum KvError {
     #[error("busy")]
     Busy,
     /// The key's owner may not serve it now: it holds no lease from the
-    /// cluster's control group, or the group marked it failed (the
-    /// server's message).
+    /// cluster's control group (cut off from it, or the group marked it
+    /// failed), and still did not when the client's retries (10 s) ran
+    /// out. The server's message, naming the member.
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// A blocking helper could not submit.

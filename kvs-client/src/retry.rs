@@ -91,6 +91,9 @@ pub(crate) enum Answer {
     Redirect(Redirect),
     /// The server has not seen the map the request was routed by.
     TryAgain,
+    /// The owner holds no lease from the control group now (an election,
+    /// a partition, or a failure): asked again with the same backoff.
+    Unavailable,
 }
 
 /// Where a queued request goes when it is due.
@@ -197,10 +200,11 @@ impl<E: Copy> Chaser<E> {
                 Answer::TryAgain => {
                     format!("{why} (the last: try again; this client's map is version {version})")
                 }
+                Answer::Unavailable => format!("{why} without a lease at the owner"),
             });
         }
         let r = match answer {
-            Answer::TryAgain => {
+            Answer::TryAgain | Answer::Unavailable => {
                 let to = if fixed {
                     Target::To(from)
                 } else {

@@ -416,7 +416,26 @@ impl Group {
         }
         if self.is_leader() {
             self.detect_failures(now);
+            self.balance_voters();
         }
+    }
+
+    /// At the leader: the next change of voters the state calls for, once
+    /// no other membership change is being committed.
+    fn balance_voters(&mut self) {
+        if self.node.raft.has_pending_conf() {
+            return;
+        }
+        let Some((member, voter)) = self.state.as_ref().and_then(|s| s.voter_change(self.me))
+        else {
+            return;
+        };
+        let kind = if voter {
+            ConfChangeType::AddNode
+        } else {
+            ConfChangeType::AddLearnerNode
+        };
+        let _ = self.propose_membership(&Membership::Voter { member, voter }, kind, member);
     }
 
     fn detect_failures(&mut self, now: Instant) {
@@ -526,16 +545,7 @@ impl Group {
             workers,
             bulk_port,
         };
-        let voter = self
-            .state
-            .as_ref()
-            .is_some_and(|s| s.joins_as_voter(member));
-        let kind = if voter {
-            ConfChangeType::AddNode
-        } else {
-            ConfChangeType::AddLearnerNode
-        };
-        self.propose_membership(&change, kind, member)?;
+        self.propose_membership(&change, ConfChangeType::AddLearnerNode, member)?;
         Ok(member)
     }
 

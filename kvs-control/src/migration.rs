@@ -92,7 +92,11 @@ pub fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
 impl Migration {
     /// A migration of `moves` on map `m`, started at `now_ms`; an error if
     /// nothing would move.
-    pub fn new(m: &ShardMap, moves: &[(Range<u32>, u16)], now_ms: u64) -> Result<Migration, String> {
+    pub fn new(
+        m: &ShardMap,
+        moves: &[(Range<u32>, u16)],
+        now_ms: u64,
+    ) -> Result<Migration, String> {
         let todo: VecDeque<Chunk> = chunks(m, moves).into();
         if todo.is_empty() {
             return Err("nothing to move: the target already owns those slots".into());

@@ -103,8 +103,8 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "change")]
 pub enum Membership {
-    /// A new member with the next id; a voter while the group has fewer
-    /// than `control_voters`, else a learner.
+    /// A new member with the next id, as a learner (the leader then
+    /// makes voters of learners as [`ClusterState::voter_change`] says).
     Join {
         /// The id it gets (the number of members so far).
         member: u16,
@@ -114,6 +114,13 @@ pub enum Membership {
         workers: u16,
         /// Its bulk-transfer port.
         bulk_port: u16,
+    },
+    /// A member becomes a voter (`voter`) or a learner.
+    Voter {
+        /// The member.
+        member: u16,
+        /// Whether it votes from now on.
+        voter: bool,
     },
     /// A member removed for good. Refused while it owns slots unless
     /// `force`, which gives its slots, empty, to the members that are up.
@@ -134,6 +141,13 @@ pub enum Applied {
     Map(u32),
     /// A member joined.
     Joined(u16),
+    /// A member became a voter, or a learner.
+    Voter {
+        /// The member.
+        member: u16,
+        /// Whether it votes now.
+        voter: bool,
+    },
     /// A member was marked failed.
     Failed(u16),
     /// A failed member is up again.
@@ -349,6 +363,17 @@ impl ClusterState {
                 }
                 Ok(())
             }
+            Membership::Voter { member, voter } => match self.member_state(*member) {
+                None | Some(MemberState::Left) => Err(format!("there is no member {member}")),
+                _ if self.is_voter(*member) == *voter => Err(format!(
+                    "member {member} {} already",
+                    if *voter { "votes" } else { "does not vote" }
+                )),
+                _ if !voter && self.live_voters().count() <= 1 => {
+                    Err(format!("member {member} is the control group's last voter"))
+                }
+                _ => Ok(()),
+            },
             Membership::Forget { member, force } => {
                 if self.migrating() {
                     return Err(
@@ -394,9 +419,47 @@ impl ClusterState {
         self.live_members().filter(|&m| self.is_voter(m))
     }
 
-    /// Whether a joining member `member` will vote.
-    pub fn joins_as_voter(&self, member: u16) -> bool {
-        (self.live_voters().count() as u16) < self.control_voters && member == self.member_count()
+    /// How many voters the group should have: the largest odd number not
+    /// above `control_voters` nor the members that have not left. An odd
+    /// count, because an even one tolerates no more failures than the odd
+    /// one below it and needs more members for a quorum (two voters: either
+    /// one's death stops the group).
+    pub fn voter_target(&self) -> usize {
+        let n = self
+            .live_members()
+            .count()
+            .min(usize::from(self.control_voters));
+        if n == 0 {
+            0
+        } else if n % 2 == 1 {
+            n
+        } else {
+            n - 1
+        }
+    }
+
+    /// The next change of voters toward [`voter_target`](Self::voter_target),
+    /// if one is due: `(member, true)` makes the lowest-numbered learner that
+    /// is up a voter; `(member, false)` makes a voter a learner (a failed one
+    /// first, else the highest-numbered; never `leader`).
+    pub fn voter_change(&self, leader: u16) -> Option<(u16, bool)> {
+        let voters: Vec<u16> = self.live_voters().collect();
+        let target = self.voter_target();
+        if voters.len() < target {
+            return self
+                .up_members()
+                .find(|&m| !self.is_voter(m))
+                .map(|m| (m, true));
+        }
+        if voters.len() > target {
+            let failed = voters
+                .iter()
+                .copied()
+                .find(|&v| v != leader && self.member_state(v) == Some(MemberState::Failed));
+            let highest = voters.iter().copied().rev().find(|&v| v != leader);
+            return failed.or(highest).map(|m| (m, false));
+        }
+        None
     }
 
     /// Applies a membership change committed at `at` (index, term); the
@@ -413,7 +476,6 @@ impl ClusterState {
                 workers,
                 bulk_port,
             } => {
-                let voter = self.joins_as_voter(member);
                 let mut map = self.map.clone();
                 if let Err(e) = map.add_member(Member {
                     addr,
@@ -424,10 +486,14 @@ impl ClusterState {
                 }
                 self.members.push(Standing {
                     state: MemberState::Up,
-                    voter,
+                    voter: false,
                 });
                 self.set_map(map, at);
                 Applied::Joined(member)
+            }
+            Membership::Voter { member, voter } => {
+                self.members[usize::from(member)].voter = voter;
+                Applied::Voter { member, voter }
             }
             Membership::Forget { member, .. } => {
                 let mut map = self.map.clone();
@@ -692,12 +758,50 @@ mod tests {
     }
 
     #[test]
-    fn joins_take_the_next_id_and_only_the_first_members_vote() {
-        let s = three();
+    fn joins_take_the_next_id_and_the_voters_stay_odd() {
+        let mut s = three();
         assert_eq!(s.member_count(), 3);
         assert_eq!(s.map().version(), 3);
         assert_eq!(s.map_committed_at(), (3, 1));
-        assert!(s.is_voter(0) && s.is_voter(1) && !s.is_voter(2));
+        // Joined as learners; control_voters = 2 and 3 members: one voter.
+        assert!(s.is_voter(0) && !s.is_voter(1) && !s.is_voter(2));
+        assert_eq!(s.voter_target(), 1);
+        assert_eq!(s.voter_change(0), None);
+        s.control_voters = 5;
+        assert_eq!(s.voter_target(), 3);
+        assert_eq!(s.voter_change(0), Some((1, true)));
+        let v = Membership::Voter {
+            member: 1,
+            voter: true,
+        };
+        assert_eq!(
+            s.apply_membership(&v, (4, 1)),
+            Applied::Voter {
+                member: 1,
+                voter: true
+            }
+        );
+        assert!(matches!(
+            s.apply_membership(&v, (5, 1)),
+            Applied::Refused(_)
+        ));
+        assert_eq!(s.voter_change(0), Some((2, true)));
+        // Four members with five allowed: three voters, so one goes back.
+        s.members[2].voter = true;
+        s.members.push(Standing {
+            state: MemberState::Up,
+            voter: true,
+        });
+        s.map
+            .add_member(Member {
+                addr: addr(7003),
+                workers: 1,
+                bulk_port: 0,
+            })
+            .unwrap();
+        assert_eq!(s.voter_change(3), Some((2, false)));
+        s.members[1].state = MemberState::Failed;
+        assert_eq!(s.voter_change(3), Some((1, false)), "a failed voter first");
         assert_eq!(s.member_at(addr(7002)), Some(2));
         let mut s2 = s.clone();
         let again = Membership::Join {
@@ -782,7 +886,16 @@ mod tests {
         );
         assert_eq!(s.member_at(addr(7002)), None);
         assert_eq!(s.live_members().collect::<Vec<_>>(), [0, 1]);
-        // With force, member 0's slots go, empty, to member 1.
+        // With force, member 0's slots go, empty, to member 1 (a voter now,
+        // so the group keeps one).
+        let v = Membership::Voter {
+            member: 1,
+            voter: true,
+        };
+        assert!(matches!(
+            s.apply_membership(&v, (10, 1)),
+            Applied::Voter { .. }
+        ));
         s.apply(&Command::MarkFailed { member: 0 }, (10, 1));
         let ff = Membership::Forget {
             member: 0,
@@ -815,7 +928,10 @@ mod tests {
             moves: vec![(0, 300, 1)],
             at_ms: 0,
         };
-        assert!(s.check_migration(&bad).unwrap_err().contains("out of bounds"));
+        assert!(s
+            .check_migration(&bad)
+            .unwrap_err()
+            .contains("out of bounds"));
         let go = Command::Migrate {
             moves: vec![(0, 40, 1)],
             at_ms: 1000,
@@ -826,7 +942,10 @@ mod tests {
         assert_eq!(s.map().owner_of_slot(5).member, 1);
         assert_eq!(s.map().importing_from(5), Some(0));
         assert!(s.migrating());
-        assert!(s.check_migration(&go).unwrap_err().contains("already running"));
+        assert!(s
+            .check_migration(&go)
+            .unwrap_err()
+            .contains("already running"));
         // A report of another version or of part of the chunk: no step.
         let report = |version, a, b| Command::ImportDone {
             version,
@@ -839,7 +958,10 @@ mod tests {
         assert_eq!(s.apply(&report(v0, 0, 40), (21, 2)), Applied::Nothing);
         assert_eq!(s.apply(&report(v0 + 1, 0, 20), (22, 2)), Applied::Nothing);
         // The whole chunk in: the map ends the import, and the migration.
-        assert_eq!(s.apply(&report(v0 + 1, 20, 40), (23, 2)), Applied::Map(v0 + 2));
+        assert_eq!(
+            s.apply(&report(v0 + 1, 20, 40), (23, 2)),
+            Applied::Map(v0 + 2)
+        );
         assert_eq!(s.map().importing_from(5), None);
         let st = s.migration_status(9000).unwrap();
         assert!(st.finished && st.slots_done == 40 && st.records == 6);
@@ -856,7 +978,10 @@ mod tests {
             Applied::Refused(_)
         ));
         // Cancel stops after the chunk being pulled.
-        assert_eq!(s.apply(&Command::Cancel { at_ms: 0 }, (27, 2)), Applied::Nothing);
+        assert_eq!(
+            s.apply(&Command::Cancel { at_ms: 0 }, (27, 2)),
+            Applied::Nothing
+        );
         assert!(!s.migrating() || s.migration_status(0).unwrap().cancelled);
     }
 

@@ -159,7 +159,11 @@ fn servers_join_and_every_member_learns_the_map() {
     assert_eq!((b.member(), b.cluster_id()), (1, a.cluster_id()));
     let t = std::time::Instant::now();
     while b.map_version() != 4 {
-        assert!(t.elapsed().as_secs() < 20, "map version {}", b.map_version());
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "map version {}",
+            b.map_version()
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     // ... but not with another worker count.

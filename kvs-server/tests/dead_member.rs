@@ -103,7 +103,14 @@ fn value(i: u32) -> Vec<u8> {
 fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     let fabric = format!("kvs-dead-member-{}", std::process::id());
     let a = Server::start(config(&fabric, None)).unwrap();
-    let b = Server::start(config(&fabric, Some(a.addr()))).unwrap();
+    // Member 1 keeps a data dir, to come back as itself.
+    let bdir = std::env::temp_dir().join(format!("kvs-dead-member-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bdir);
+    let b = Server::start(Config {
+        data_dir: Some(bdir.clone()),
+        ..config(&fabric, Some(a.addr()))
+    })
+    .unwrap();
     assert_eq!((a.member(), b.member()), (0, 1));
     let n = 400u32;
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
@@ -196,10 +203,12 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     }
     assert_eq!(c.in_flight(), 0);
 
-    // Member 1 comes back at its address (its records are gone with it):
-    // once its backoff is over, a request connects to it again.
+    // Member 1 comes back at its address from its data dir (its records
+    // are gone with it): once its backoff is over, a request connects to it
+    // again.
     let b = Server::start(Config {
         listen: b_addr,
+        data_dir: Some(bdir.clone()),
         ..config(&fabric, Some(a.addr()))
     })
     .unwrap();
@@ -224,4 +233,5 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     b.shutdown();
     a.shutdown();
     Fabric::remove_if_unused(&fabric);
+    let _ = std::fs::remove_dir_all(&bdir);
 }

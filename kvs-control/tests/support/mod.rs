@@ -83,6 +83,12 @@ impl Net {
         for _ in 1..n {
             net.join();
         }
+        // The leader makes voters of learners one at a time.
+        net.run_until(Duration::from_secs(5), |n| {
+            let l = n.leader().unwrap_or(0);
+            n.all_agree() && n.state(l).is_some_and(|s| s.voter_change(l).is_none())
+        })
+        .expect("the voters settle");
         net
     }
 

@@ -291,7 +291,12 @@ impl State {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
             Err(e) => {
-                reply(out, Status::BadRequest, e.to_string().as_bytes(), max_response);
+                reply(
+                    out,
+                    Status::BadRequest,
+                    e.to_string().as_bytes(),
+                    max_response,
+                );
                 return Answer::Now;
             }
         };
@@ -345,20 +350,22 @@ impl State {
                     };
                     match self.migrate(&cmd) {
                         Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
-                        Err(r) => r,
+                        Err(r) => *r,
                     }
                 }
                 Ok(ControlRequest::Rebalance) => {
                     let at_ms = now_ms();
                     match self.migrate(&Command::Rebalance { at_ms }) {
                         Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
-                        Err(r) => r,
+                        Err(r) => *r,
                     }
                 }
-                Ok(ControlRequest::Cancel) => match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
-                    Ok(()) => return Answer::Later(Awaited::Cancelled),
-                    Err(r) => r,
-                },
+                Ok(ControlRequest::Cancel) => {
+                    match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
+                        Ok(()) => return Answer::Later(Awaited::Cancelled),
+                        Err(r) => *r,
+                    }
+                }
                 Ok(ControlRequest::Forget { member, force }) => {
                     match self.group.propose_forget(member, force) {
                         Ok(()) => ControlReply::Ok,
@@ -443,19 +450,19 @@ impl State {
     /// A migration command (leader only): checked against the committed
     /// state, then proposed. `Err`: the answer now (a refusal, or `Ok` for a
     /// rebalance with nothing to move).
-    fn migrate(&mut self, cmd: &Command) -> Result<(), ControlReply> {
+    fn migrate(&mut self, cmd: &Command) -> Result<(), Box<ControlReply>> {
         let Some(s) = self.group.state() else {
-            return Err(self.leader_is());
+            return Err(Box::new(self.leader_is()));
         };
         if let Err(why) = s.check_migration(cmd) {
             if matches!(cmd, Command::Rebalance { .. }) && why.starts_with("nothing to move") {
-                return Err(ControlReply::Ok);
+                return Err(Box::new(ControlReply::Ok));
             }
-            return Err(ControlReply::error(why));
+            return Err(Box::new(ControlReply::error(why)));
         }
         self.group
             .propose(cmd)
-            .map_err(|e| ControlReply::error(e.to_string()))
+            .map_err(|e| Box::new(ControlReply::error(e.to_string())))
     }
 
     /// A server asks to join (the leader proposes it): the id it will have.
@@ -605,7 +612,9 @@ impl State {
         self.shared
             .leased
             .store(self.group.lease_valid(now), Ordering::Relaxed);
-        self.shared.term.store(self.group.status().term, Ordering::Relaxed);
+        self.shared
+            .term
+            .store(self.group.status().term, Ordering::Relaxed);
         self.readdress(now);
         Ok(())
     }
@@ -666,6 +675,17 @@ impl State {
                         self.stop.store(true, Ordering::Release);
                     }
                     true
+                }
+                Applied::Voter { member, voter } => {
+                    eprintln!(
+                        "kvs-server: control group: member {member} {}",
+                        if voter {
+                            "votes now"
+                        } else {
+                            "no longer votes"
+                        }
+                    );
+                    false
                 }
                 Applied::Joined(_) | Applied::Map(_) => true,
             },

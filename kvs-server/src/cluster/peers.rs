@@ -248,7 +248,8 @@ impl OnTransport for LinkThread {
                     // What waited is stale by the time the peer is back.
                     while self.queue.try_recv().is_ok() {}
                     carry = None;
-                    backoff = (backoff * 2).clamp(Duration::from_millis(20), Duration::from_secs(1));
+                    backoff =
+                        (backoff * 2).clamp(Duration::from_millis(20), Duration::from_secs(1));
                     std::thread::sleep(backoff);
                 }
             }

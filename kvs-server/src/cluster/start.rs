@@ -125,8 +125,8 @@ pub(crate) fn start(
                 StartError::Config(crate::config::ConfigError::Invalid(e.to_string()))
             })?;
             let _ = map.set_bulk_port(0, bulk_port);
-            let group = Group::bootstrap(&dir, map.clone(), cfg.control_voters, gcfg, now)
-                .map_err(fail)?;
+            let group =
+                Group::bootstrap(&dir, map.clone(), cfg.control_voters, gcfg, now).map_err(fail)?;
             Ok(Started {
                 group,
                 map,
@@ -321,7 +321,9 @@ impl OnTransport for Asking {
                         addr
                     };
                 }
-                ControlReply::Error { message } => return Err(fail(format!("{target}: {message}"))),
+                ControlReply::Error { message } => {
+                    return Err(fail(format!("{target}: {message}")))
+                }
                 other => return Ok(other),
             }
         }

@@ -51,7 +51,7 @@ struct Exporter {
     outgoing: Arc<Outgoing>,
     cfg: Config,
     rails: Vec<String>,
-    shared: Arc<crate::control::Shared>,
+    shared: Arc<crate::cluster::Shared>,
     stop: Arc<AtomicBool>,
 }
 
