@@ -7,7 +7,9 @@
 //! ```
 //! The first server starts a cluster and owns every slot; servers started
 //! with `--join` (any member's address) become members owning none, until
-//! `kvs-admin migrate` or `kvs-admin rebalance` moves slots to them.
+//! `kvs-admin migrate` or `kvs-admin rebalance` moves slots to them. The
+//! members keep the cluster's configuration in a Raft group; with
+//! `--data-dir` a member that restarts resumes its place.
 //! Without a token the server listens only on a loopback address, unless
 //! `--allow-unauthenticated` (or `allow_unauthenticated = true`) says that
 //! anyone who can reach it may read and write everything.
@@ -35,9 +37,18 @@ struct Args {
     listen: Option<std::net::SocketAddr>,
     /// Join the cluster this member belongs to (HOST:PORT of any member)
     /// instead of starting a cluster. The new member owns no slots until
-    /// `kvs-admin migrate` or `rebalance` gives it some. Config key `join`.
+    /// `kvs-admin migrate` or `rebalance` gives it some. Used only while the
+    /// data dir holds no member. Config key `join`.
     #[arg(long, value_name = "HOST:PORT")]
     join: Option<String>,
+    /// Where the member keeps its identity (the cluster's id and its own)
+    /// and its copy of the control group's log. A data dir that holds a
+    /// member is resumed, with or without --join: a restart never starts a
+    /// second cluster. An empty one starts a cluster, or joins --join.
+    /// Without it, a temporary directory that goes with the process (a
+    /// restart is a new member). Config key `data_dir`.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// The address clients and members reach this server at, when it is not
     /// `--listen` (behind NAT, or listening on 0.0.0.0). Config key
     /// `advertise`.
@@ -121,6 +132,9 @@ fn main() {
     if a.join.is_some() {
         cfg.join = a.join;
     }
+    if a.data_dir.is_some() {
+        cfg.data_dir = a.data_dir;
+    }
     if a.advertise.is_some() {
         cfg.advertise = a.advertise;
     }
@@ -188,8 +202,9 @@ fn main() {
         println!("kvs-server: metrics on http://{m}/metrics");
     }
     println!(
-        "kvs-server: member {} of the cluster, map version {}",
+        "kvs-server: member {} of cluster {}, map version {}",
         server.member(),
+        server.cluster_id(),
         server.map_version()
     );
     println!("kvs-server: listening on {}", server.addr());
