@@ -549,10 +549,19 @@ impl Group {
         Ok(member)
     }
 
-    /// Proposes that `member` be forgotten (leader only); see
-    /// [`Membership::Forget`].
-    pub fn propose_forget(&mut self, member: u16, force: bool) -> Result<(), GroupError> {
-        let change = Membership::Forget { member, force };
+    /// Proposes that `member` be forgotten (leader only), at `at_ms` (the
+    /// caller's wall clock, Unix milliseconds); see [`Membership::Forget`].
+    pub fn propose_forget(
+        &mut self,
+        member: u16,
+        force: bool,
+        at_ms: u64,
+    ) -> Result<(), GroupError> {
+        let change = Membership::Forget {
+            member,
+            force,
+            at_ms,
+        };
         self.propose_membership(&change, ConfChangeType::RemoveNode, member)
     }
 

@@ -201,6 +201,30 @@ impl Migration {
         c.pending.is_empty()
     }
 
+    /// Member `member` is forgotten: chunks from or to it that were not
+    /// handed over are dropped, and the chunk being pulled, if it is from or
+    /// to it, counts as done (the records not pulled from a forgotten
+    /// source are lost, and the migration says so). Whether it changed.
+    pub fn forget(&mut self, member: u16) -> bool {
+        let before = self.todo.len();
+        self.todo.retain(|c| c.from != member && c.to != member);
+        let mut changed = self.todo.len() != before;
+        if let Some(c) = self.current.as_mut() {
+            if c.chunk.from == member || c.chunk.to == member {
+                if c.chunk.from == member && !c.pending.is_empty() {
+                    self.error = Some(format!(
+                        "the records of slots {}..{} not pulled yet were lost with member \
+                         {member}, forgotten",
+                        c.chunk.first, c.chunk.end
+                    ));
+                }
+                c.pending.clear();
+                changed = true;
+            }
+        }
+        changed
+    }
+
     /// Stops after the chunk being pulled.
     pub fn cancel(&mut self) {
         self.cancelled = true;

@@ -129,6 +129,10 @@ pub enum Membership {
         member: u16,
         /// Whether its slots' records may be declared lost.
         force: bool,
+        /// The proposer's wall clock, in Unix milliseconds (for a migration
+        /// it ends a chunk of).
+        #[serde(default)]
+        at_ms: u64,
     },
 }
 
@@ -374,12 +378,7 @@ impl ClusterState {
                 }
                 _ => Ok(()),
             },
-            Membership::Forget { member, force } => {
-                if self.migrating() {
-                    return Err(
-                        "a migration is running: wait for it or cancel it, then forget".into(),
-                    );
-                }
+            Membership::Forget { member, force, .. } => {
                 match self.member_state(*member) {
                     None => return Err(format!("there is no member {member}")),
                     Some(MemberState::Left) => {
@@ -495,7 +494,13 @@ impl ClusterState {
                 self.members[usize::from(member)].voter = voter;
                 Applied::Voter { member, voter }
             }
-            Membership::Forget { member, .. } => {
+            Membership::Forget { member, at_ms, .. } => {
+                // A migration from or to it goes on without it.
+                let unblocked = self
+                    .migration
+                    .as_mut()
+                    .filter(|g| g.running())
+                    .is_some_and(|g| g.forget(member));
                 let mut map = self.map.clone();
                 let lost = map.slots_of(member);
                 let takers: Vec<u16> = self
@@ -528,6 +533,9 @@ impl ClusterState {
                     voter: false,
                 };
                 self.set_map(map, at);
+                if unblocked {
+                    self.step_migration(at, at_ms);
+                }
                 Applied::Left {
                     member,
                     lost_slots: lost,
@@ -867,6 +875,7 @@ mod tests {
         let f = Membership::Forget {
             member: 0,
             force: false,
+            at_ms: 0,
         };
         let Applied::Refused(why) = s.apply_membership(&f, (8, 1)) else {
             panic!("forget of a member with slots went through")
@@ -876,6 +885,7 @@ mod tests {
         let f2 = Membership::Forget {
             member: 2,
             force: false,
+            at_ms: 0,
         };
         assert_eq!(
             s.apply_membership(&f2, (9, 1)),
@@ -900,6 +910,7 @@ mod tests {
         let ff = Membership::Forget {
             member: 0,
             force: true,
+            at_ms: 0,
         };
         assert_eq!(
             s.apply_membership(&ff, (11, 1)),
@@ -913,6 +924,7 @@ mod tests {
         let last = Membership::Forget {
             member: 1,
             force: true,
+            at_ms: 0,
         };
         assert!(matches!(
             s.apply_membership(&last, (12, 1)),
@@ -983,6 +995,44 @@ mod tests {
             Applied::Nothing
         );
         assert!(!s.migrating() || s.migration_status(0).unwrap().cancelled);
+    }
+
+    #[test]
+    fn forgetting_a_migrations_source_ends_its_chunk_with_the_loss_named() {
+        let mut s = three();
+        s.apply(
+            &Command::Migrate {
+                moves: vec![(0, 64, 1)],
+                at_ms: 0,
+            },
+            (20, 2),
+        );
+        assert!(s.migrating());
+        assert_eq!(s.map().importing_from(3), Some(0));
+        // Member 1 (the target) holds nothing yet; member 0, the source, dies.
+        let v = Membership::Voter {
+            member: 1,
+            voter: true,
+        };
+        s.apply_membership(&v, (21, 2));
+        s.apply(&Command::MarkFailed { member: 0 }, (22, 2));
+        let f = Membership::Forget {
+            member: 0,
+            force: true,
+            at_ms: 5,
+        };
+        assert!(matches!(
+            s.apply_membership(&f, (23, 2)),
+            Applied::Left { member: 0, .. }
+        ));
+        let st = s.migration_status(10).unwrap();
+        assert!(st.finished, "{st:?}");
+        assert!(
+            st.error.as_deref().unwrap().contains("lost with member 0"),
+            "{st:?}"
+        );
+        assert_eq!(s.map().importing_from(3), None);
+        assert_eq!(s.map().slots_of(0), 0);
     }
 
     #[test]

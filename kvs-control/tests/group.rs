@@ -39,7 +39,7 @@ fn three_members_elect_one_leader_and_apply_the_same_changes() {
     }
     // Others refuse proposals and name the leader.
     let f = (0..3).find(|&m| m != l).unwrap();
-    match net.group(f).propose_forget(2, false) {
+    match net.group(f).propose_forget(2, false, 0) {
         Err(GroupError::NotLeader { leader }) => assert_eq!(leader, Some(l)),
         other => panic!("a follower took a proposal: {other:?}"),
     }
@@ -277,9 +277,9 @@ fn a_dead_member_is_forgotten_and_the_group_goes_on_without_it() {
         n.state(l).unwrap().member_state(dead) == Some(MemberState::Failed)
     })
     .expect("marked failed");
-    let e = net.group(l).propose_forget(dead, false).unwrap_err();
+    let e = net.group(l).propose_forget(dead, false, 0).unwrap_err();
     assert!(e.to_string().contains("owns 32 slots"), "{e}");
-    net.group(l).propose_forget(dead, true).unwrap();
+    net.group(l).propose_forget(dead, true, 0).unwrap();
     net.run_until(Duration::from_secs(2), |n| {
         n.state(l).unwrap().member_state(dead) == Some(MemberState::Left)
     })

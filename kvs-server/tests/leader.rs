@@ -1,9 +1,10 @@
-//! The control group's leader dies (`kill -9` of its process) under load:
-//! a new leader within two member timeouts, migrations go on without the old
-//! leader, the old leader restarted from its data dir (no `--join`) comes
-//! back as a follower, every member agrees on one cluster, leader and map,
-//! and the recorded history of the load shows no lost write and no stale
-//! read.
+//! The control group's leader dies (`kill -9` of its process) under load, in
+//! the middle of a migration: a new leader within two member timeouts, the
+//! migration finishes under it (its state is in the group's log), other
+//! migrations go on without the old leader, the old leader restarted from
+//! its data dir (no `--join`) comes back as a follower, every member agrees
+//! on one cluster, leader and map, no migrated record is lost, and the
+//! recorded history of the load shows no lost write and no stale read.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -63,17 +64,35 @@ fn wait(what: &str, most: Duration, mut done: impl FnMut() -> bool) -> Duration 
     t.elapsed()
 }
 
-/// Starts a migration at the leader and waits for its end.
-fn migrate(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: u16) {
+/// Starts a migration at the leader.
+fn start_migration(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: u16) {
     let r = cc
         .request(leader, &ControlRequest::Migrate { first, end, to })
         .unwrap();
     assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+}
+
+/// Waits until the member at `at` says the migration is over, without error.
+fn migration_over(cc: &mut ControlClient, at: SocketAddr) {
     wait("a migration", Duration::from_secs(60), || {
-        status(cc, leader)
+        status(cc, at)
             .and_then(|s| s.migration)
             .is_some_and(|m| m.finished && m.error.is_none())
     });
+}
+
+/// Starts a migration at the leader and waits for its end.
+fn migrate(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: u16) {
+    start_migration(cc, leader, first, end, to);
+    migration_over(cc, leader);
+}
+
+/// Preloaded records: `p{i}`, 1 KiB each.
+fn preloaded(i: u32) -> (String, Vec<u8>) {
+    (
+        format!("p{i}"),
+        format!("{i}:{}", "x".repeat(1024)).into_bytes(),
+    )
 }
 
 /// Load on keys `first..first+keys`: writes of each key's next value and
@@ -152,6 +171,15 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
     // (records live in memory; replicas are another matter).
     migrate(&mut cc, a.addr, 0, 512, 1);
     migrate(&mut cc, a.addr, 512, 1024, 2);
+    // Records for a migration to move while the leader dies.
+    let preload = 16_000;
+    let mut loader = support::connect(b.addr, &fabric, Default::default()).unwrap();
+    for i in 0..preload {
+        let (k, v) = preloaded(i);
+        let r = loader.wait_for(|c, t| c.put(k.as_bytes(), &v, t));
+        assert_eq!(r, Ok(OwnedReply::Done), "{k}");
+    }
+    drop(loader);
 
     let h = Arc::new(History::new());
     let stop = Arc::new(AtomicBool::new(false));
@@ -169,7 +197,13 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
         .collect();
     std::thread::sleep(Duration::from_millis(500));
 
-    // The leader dies.
+    // The leader dies while member 1's slots move to member 2.
+    start_migration(&mut cc, a.addr, 0, 512, 2);
+    let m = status(&mut cc, a.addr).unwrap().migration.unwrap();
+    assert!(
+        !m.finished,
+        "the migration ended before the leader died: {m:?}"
+    );
     a.kill9();
     let mut new_leader = None;
     let elected = wait("a new leader", Duration::from_secs(10), || {
@@ -194,9 +228,11 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
                 .is_some_and(|g| g.members[0].state == "failed")
         },
     ) + elected;
-    // Migrations go on without it, under load.
+    // The migration finishes under the new leader, and others go on
+    // without the old one, under load.
     let leader_addr = addrs[usize::from(new_leader)];
-    migrate(&mut cc, leader_addr, 0, 64, 2);
+    migration_over(&mut cc, leader_addr);
+    migrate(&mut cc, leader_addr, 0, 64, 1);
     // Back from its data dir, without --join: the same member of the same
     // cluster, a follower.
     let a = member(&fabric, &dirs[0], &a.addr.to_string(), None);
@@ -233,6 +269,11 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
     let mut reader = support::connect(b.addr, &fabric, Default::default()).unwrap();
     for key in 0..200 {
         read(&mut reader, &h, key);
+    }
+    for i in 0..preload {
+        let (k, v) = preloaded(i);
+        let r = reader.wait_for(|c, t| c.get(k.as_bytes(), t));
+        assert_eq!(r, Ok(OwnedReply::Value(v)), "{k}");
     }
     let ops = h.ops();
     let s = check(&ops)

@@ -143,6 +143,9 @@ impl OnTransport for Control {
             self.auth.clone(),
             self.stop.clone(),
         );
+        let lost_exports = (0..self.map.slots())
+            .filter(|&s| self.map.importing_from(s) == Some(me))
+            .collect();
         let mut state = State {
             me,
             group: self.group,
@@ -161,6 +164,7 @@ impl OnTransport for Control {
             stop: self.stop.clone(),
             peers,
             pending: Vec::new(),
+            lost_exports,
             last_readdress: Instant::now(),
             step_errors: 0,
         };
@@ -265,6 +269,9 @@ struct State {
     peers: Peers,
     /// Requests waiting for their entries.
     pending: Vec<Pending>,
+    /// Slots the map had this member exporting when the process started:
+    /// their frozen copies died with the process before.
+    lost_exports: std::collections::HashSet<u32>,
     last_readdress: Instant,
     /// Peers' messages the group refused, for the log.
     step_errors: u64,
@@ -322,6 +329,17 @@ impl State {
                 Ok(ControlRequest::OpenPull { first, end, .. }) if first >= end => {
                     ControlReply::error(format!("empty slot range {first}..{end}"))
                 }
+                // Slots this process never held: it gave them away before a
+                // restart, and their records went with the old process.
+                Ok(ControlRequest::OpenPull { first, end, .. })
+                    if (first..end).any(|s| self.lost_exports.contains(&s)) =>
+                {
+                    ControlReply::error(format!(
+                        "member {} restarted after it handed slots {first}..{end} over: the \
+                         records it held for them are lost",
+                        self.me
+                    ))
+                }
                 // Slots not held (yet): this member has not applied the map
                 // that gives them away.
                 Ok(ControlRequest::OpenPull {
@@ -367,7 +385,7 @@ impl State {
                     }
                 }
                 Ok(ControlRequest::Forget { member, force }) => {
-                    match self.group.propose_forget(member, force) {
+                    match self.group.propose_forget(member, force, now_ms()) {
                         Ok(()) => ControlReply::Ok,
                         Err(e) => ControlReply::error(e.to_string()),
                     }

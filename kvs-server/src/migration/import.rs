@@ -34,9 +34,6 @@ use super::{all_rails, open_rails, BATCH, DEPTH};
 use crate::config::Config;
 use crate::worker::ToWorker;
 
-/// How long the source may stay unreachable before the import ends with
-/// what it has (the source is taken to have crashed: its records are lost).
-pub(crate) const SOURCE_GONE: Duration = Duration::from_secs(30);
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;
 /// How long a transfer may make no progress before it is set up again.
@@ -113,11 +110,12 @@ pub(crate) struct Importer {
 /// Why a transfer ended early.
 struct Failed {
     why: String,
-    /// Whether the source answered at all (its control endpoint).
-    reached: bool,
     /// The source has not frozen the slots yet (it has not applied the
     /// map that hands them over): not a failure, ask again at once.
     not_yet: bool,
+    /// The source says it no longer has the records (it restarted after
+    /// the handover): nothing more can come.
+    lost: bool,
 }
 
 impl Importer {
@@ -131,20 +129,32 @@ impl Importer {
 
     /// The slots still to pull from `mark` on, until the last batch; then
     /// tells the leader.
+    ///
+    /// A source that cannot be reached is tried again for as long as the
+    /// import lasts: no record is given up on a timeout while the source may
+    /// live. The import ends without every record only when the source says
+    /// it lost them (it restarted after the handover: memory only), or when
+    /// the group ends it (`kvs-admin forget --force` of the source).
     fn run_with(&self, cc: &mut ControlClient<impl Transport>) {
         let mut mark = self.first;
-        let mut last_reached = Instant::now();
         let mut failures = 0u32;
         let mut waited = 0u32;
         let lost = loop {
-            if self.stop.load(Ordering::Acquire) {
+            if self.stop.load(Ordering::Acquire) || self.progress.ended.load(Ordering::Acquire) {
                 return;
             }
             let mask = rails_for(failures, &self.rails);
             match self.transfer(cc, &mut mark, mask) {
                 Ok(()) => break None,
+                Err(f) if f.lost => {
+                    eprintln!(
+                        "kvs-server: the import of slots {}..{} from member {} ends without \
+                         the records not pulled yet: {}",
+                        mark, self.end, self.progress.from, f.why
+                    );
+                    break Some(f.why);
+                }
                 Err(f) if f.not_yet => {
-                    last_reached = Instant::now();
                     waited += 1;
                     if waited % 2000 == 0 {
                         eprintln!(
@@ -158,9 +168,6 @@ impl Importer {
                 Err(f) => {
                     failures += 1;
                     self.progress.retries.store(failures, Ordering::Relaxed);
-                    if f.reached {
-                        last_reached = Instant::now();
-                    }
                     let why = format!(
                         "import of slots {}..{} from member {}: {} (attempt {failures})",
                         mark, self.end, self.progress.from, f.why
@@ -172,15 +179,7 @@ impl Importer {
                         .progress
                         .last_error
                         .lock()
-                        .unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
-                    if last_reached.elapsed() > SOURCE_GONE {
-                        eprintln!(
-                            "kvs-server: giving up the import of slots {}..{} from member {}: \
-                             records not pulled yet are lost",
-                            mark, self.end, self.progress.from
-                        );
-                        break Some(why);
-                    }
+                        .unwrap_or_else(|p| p.into_inner()) = Some(why);
                     let back = Duration::from_millis(50u64 << failures.min(5));
                     std::thread::sleep(back);
                 }
@@ -239,8 +238,8 @@ impl Importer {
     ) -> Result<(), Failed> {
         let unreached = |why: String| Failed {
             why,
-            reached: false,
             not_yet: false,
+            lost: false,
         };
         let open = ControlRequest::OpenPull {
             version: self.version,
@@ -250,38 +249,38 @@ impl Importer {
         let ticket = match cc.request(self.source.addr, &open) {
             Ok(ControlReply::Ticket { ticket }) => from_hex(&ticket).ok_or_else(|| Failed {
                 why: "a malformed ticket".into(),
-                reached: true,
                 not_yet: false,
+                lost: false,
             })?,
             // Not frozen there yet (the source has not applied the map that
             // gives the slots away): ask again.
             Ok(ControlReply::NotYet { message }) => {
                 return Err(Failed {
                     why: message,
-                    reached: true,
                     not_yet: true,
+                    lost: false,
                 })
             }
             Ok(ControlReply::Error { message }) => {
                 return Err(Failed {
                     why: message,
-                    reached: true,
                     not_yet: false,
+                    lost: true,
                 })
             }
             Ok(other) => {
                 return Err(Failed {
                     why: format!("unexpected answer {other:?}"),
-                    reached: true,
                     not_yet: false,
+                    lost: false,
                 })
             }
             Err(e) => return Err(unreached(e.to_string())),
         };
         let reached = |why: String| Failed {
             why,
-            reached: true,
             not_yet: false,
+            lost: false,
         };
         // The source holds the slots frozen: the worker may serve them.
         if !self.frozen_told.swap(true, Ordering::AcqRel) {
