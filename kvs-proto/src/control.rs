@@ -30,13 +30,13 @@ pub enum ControlRequest {
         bulk_port: u16,
     },
     /// The member's own figures: keys, bytes and slots per worker, the
-    /// imports it runs, and at the keeper the migration in progress.
+    /// imports it runs, and the migration in progress (from the group's state).
     Status,
     /// The member's shard map.
     Map,
-    /// Move slots `first..end` (whoever owns them) to member `to` (keeper
-    /// only). Answered once the migration has started; [`Status`] at the
-    /// keeper follows it.
+    /// Move slots `first..end` (whoever owns them) to member `to` (leader
+    /// only). Answered once the migration has started (its entry is
+    /// applied); [`Status`] at any member follows it.
     ///
     /// [`Status`]: ControlRequest::Status
     Migrate {
@@ -47,13 +47,13 @@ pub enum ControlRequest {
         /// The member to own them.
         to: u16,
     },
-    /// Spread the slots evenly over all members (keeper only): a migration
+    /// Spread the slots evenly over all members (leader only): a migration
     /// of every range that moves.
     Rebalance,
-    /// Stop the migration in progress (keeper only): the slots being pulled
+    /// Stop the migration in progress (leader only): the slots being pulled
     /// now finish moving, the rest stay where they are.
     Cancel,
-    /// Remove member `member` from the cluster for good (keeper only).
+    /// Remove member `member` from the cluster for good (leader only).
     /// Refused while it owns slots, unless `force` declares their records
     /// lost (its slots go, empty, to the members that are up).
     Forget {
@@ -75,7 +75,7 @@ pub enum ControlRequest {
         /// One past the last.
         end: u32,
     },
-    /// A target tells the keeper it has every record of `slots`, imported
+    /// A target tells the leader it has every record of `slots`, imported
     /// under map `version`.
     ImportDone {
         /// The map version that handed the slots over.
@@ -159,7 +159,7 @@ pub struct MemberStatus {
     /// The imports this member runs as a migration's target.
     #[serde(default)]
     pub imports: Vec<ImportStatus>,
-    /// At the keeper: the migration in progress or the last one.
+    /// The migration in progress or the last one, as the group's state has it.
     #[serde(default)]
     pub migration: Option<MigrationStatus>,
     /// Slots this member gave away and still holds, frozen, for their new
@@ -224,7 +224,7 @@ pub struct ImportStatus {
     pub retries: u32,
 }
 
-/// A migration as the keeper runs it: slots move to `to` in chunks, each
+/// A migration as the control group runs it: slots move to `to` in chunks, each
 /// handed over by a new map version and final by the next.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -336,11 +336,33 @@ impl Collector for Exposition {
         .encode_gauge(&u64::from(ld(&c.version)))?;
         enc.encode_descriptor(
             "kvs_member",
-            "This server's member id in the cluster (0: the keeper).",
+            "This server's member id in the cluster (0: the member that started it).",
             None,
             MetricType::Gauge,
         )?
         .encode_gauge(&u64::from(c.member))?;
+        let relaxed = std::sync::atomic::Ordering::Relaxed;
+        enc.encode_descriptor(
+            "kvs_control_leader",
+            "The member this one believes leads the control group, or -1 while none is known.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&(i64::from(ld(&c.leader)) - 1))?;
+        enc.encode_descriptor(
+            "kvs_control_term",
+            "The control group's Raft term as this member knows it.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&c.term.load(relaxed))?;
+        enc.encode_descriptor(
+            "kvs_lease",
+            "1 while this member holds its lease from the control group (serves its slots), else 0.",
+            None,
+            MetricType::Gauge,
+        )?
+        .encode_gauge(&u64::from(c.leased.load(relaxed)))?;
         let (held_slots, _, held_bytes) = self.outgoing.held();
         enc.encode_descriptor(
             "kvs_migration_held_slots",

@@ -7,7 +7,7 @@
 //! recorded history of the load shows no lost write and no stale read.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ use support::ServerProcess;
 
 /// A member process with its data dir, at `listen` (`127.0.0.1:0` the first
 /// time), joining `join` if given.
-fn member(fabric: &str, dir: &PathBuf, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
+fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
     let dir = dir.to_str().unwrap().to_string();
     let join = join.map(|a| a.to_string());
     let mut args = vec![

@@ -196,6 +196,10 @@ fn the_endpoint_reports_what_was_done() {
     // A one-member cluster that never migrated.
     assert_eq!(sum(&s, "kvs_map_version", &[]), 1.0);
     assert_eq!(sum(&s, "kvs_member", &[]), 0.0);
+    // Alone, it leads its control group and holds its lease.
+    assert_eq!(sum(&s, "kvs_control_leader", &[]), 0.0);
+    assert!(sum(&s, "kvs_control_term", &[]) >= 1.0);
+    assert_eq!(sum(&s, "kvs_lease", &[]), 1.0);
     assert_eq!(sum(&s, "kvs_migration_held_slots", &[]), 0.0);
     assert_eq!(sum(&s, "kvs_migration_pulled_bytes_total", &[]), 0.0);
     assert_eq!(sum(&s, "kvs_migration_sent_bytes_total", &[]), 0.0);
