@@ -302,10 +302,10 @@ impl Config {
             return bad("bulk_devices names one or two rails".into());
         }
         // A record must fit one migration batch.
-        if largest > crate::migration::BATCH - 64 {
+        if largest > crate::batch::BATCH - 64 {
             return bad(format!(
                 "max_key + max_value must be under {} (a migration batch)",
-                crate::migration::BATCH - 64
+                crate::batch::BATCH - 64
             ));
         }
         if self.max_endpoints == 0 {

@@ -13,18 +13,36 @@
 //! server.wait();
 //! ```
 
-mod cluster;
+// The assembly, and what it is configured by.
 pub mod config;
-pub mod handle;
+mod server;
+
+// Serving clients: connection setup, the workers, and their records.
 pub mod memory;
+mod serving;
+pub mod store;
+
+// The control plane, and live migration of slots between members.
+mod cluster;
+mod migration;
+
+// The metrics endpoint.
 mod metrics;
 mod metrics_http;
-mod migration;
-mod server;
-mod setup;
-pub mod store;
-mod worker;
+
+// Leaves: what the modules above share, importing none of them (a module
+// here imports only other leaves, `config`, or `memory`).
+mod batch;
+mod cluster_view;
+mod lease;
+mod request_metrics;
+mod start_error;
+mod to_worker;
+mod worker_stats;
 
 pub use config::Config;
-pub use server::{Server, StartError, WorkerStats};
-pub use setup::SetupStats;
+pub use server::Server;
+pub use serving::handle;
+pub use serving::setup::SetupStats;
+pub use start_error::StartError;
+pub use worker_stats::WorkerStats;

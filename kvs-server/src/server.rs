@@ -1,94 +1,31 @@
 //! The server: an acceptor thread for connection setup, N worker threads
-//! ([`crate::worker`]), and a control thread for the cluster's control
+//! ([`crate::serving::worker`]), and a control thread for the cluster's control
 //! group ([`crate::cluster`]).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use copyrpc::conn::{Acceptor, AcceptorOptions, ConnError, Listener, PendingConnection};
+use copyrpc::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use copyrpc::Waker;
-use kvs_proto::{AuthToken, Owner, TokenError};
+use kvs_proto::{AuthToken, Owner};
 
 use crate::cluster::control::Control;
-use crate::cluster::lease::Lease;
 use crate::cluster::start::{How, TempDir};
-use crate::cluster::Shared;
+use crate::cluster_view::Shared;
 use crate::config::Config;
-use crate::metrics::{Exposition, Published};
+use crate::lease::Lease;
+use crate::metrics::Exposition;
 use crate::migration::export::BulkServer;
 use crate::migration::outgoing::Outgoing;
-use crate::setup::{accept, SetupStats};
-use crate::worker::{ToWorker, Worker};
-
-/// Counters a worker publishes for stats lines (updated every few thousand
-/// loop turns, not per request).
-#[derive(Debug, Default)]
-pub struct WorkerStats {
-    /// Requests answered.
-    pub ops: AtomicU64,
-    /// Connected clients.
-    pub clients: AtomicU64,
-    /// Keys held.
-    pub keys: AtomicU64,
-    /// Heap bytes the worker's records take (what `max_memory` caps; see
-    /// [`crate::memory`]).
-    pub memory_used: AtomicU64,
-    /// Copyrpc rings (two per client) in 2 MiB huge pages (`huge_pages`;
-    /// zero without it).
-    pub(crate) huge_rings: AtomicU64,
-    /// Requests by op and result, and service times (for the metrics
-    /// endpoint).
-    pub(crate) requests: Published,
-}
-
-/// Why the server could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    /// The configuration is not usable.
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// The listening socket.
-    #[error("listen on {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: ConnError,
-    },
-    /// The auth token file.
-    #[error(transparent)]
-    Auth(#[from] TokenError),
-    /// The metrics endpoint's socket.
-    #[error("metrics_listen {addr}: {source}")]
-    Metrics {
-        /// The address.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A worker could not open the device or build its context.
-    #[error("worker {worker}: {why}")]
-    Worker {
-        /// Which worker.
-        worker: u16,
-        /// Why.
-        why: String,
-    },
-    /// The control thread could not open the device or build its context.
-    #[error("control endpoint: {0}")]
-    Control(String),
-    /// Starting the member's part in the cluster failed: its data dir, or
-    /// joining.
-    #[error("{0}")]
-    Join(String),
-    /// The bulk port for migrations.
-    #[error("{0}")]
-    Bulk(String),
-}
+use crate::serving::setup::{accept, SetupStats};
+use crate::serving::worker::Worker;
+use crate::start_error::StartError;
+use crate::to_worker::ToWorker;
+use crate::worker_stats::WorkerStats;
 
 /// A running server.
 #[derive(Debug)]

@@ -38,14 +38,15 @@ use kvs_proto::shard::slot_of;
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
-use super::lease::Lease;
 use super::peers::Peers;
-use super::Shared;
+use crate::cluster_view::Shared;
 use crate::config::Config;
+use crate::lease::Lease;
 use crate::migration::import::{Importer, Progress};
 use crate::migration::outgoing::{to_hex, Outgoing};
-use crate::server::{StartError, WorkerStats};
-use crate::worker::ToWorker;
+use crate::start_error::StartError;
+use crate::to_worker::ToWorker;
+use crate::worker_stats::WorkerStats;
 
 /// How long a request waits for the entry proposed for it to be applied.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -2,12 +2,9 @@
 //! cluster's control group ([`kvs_control::Group`]), the thread that drives
 //! it and serves control requests ([`control`]), the transport of the
 //! group's messages ([`peers`]), how a member starts (bootstrap, resume or
-//! join: [`start`]), and the lease its workers serve under ([`lease`]).
+//! join: [`start`]), and the lease its workers serve under
+//! ([`crate::lease`]).
 
 pub(crate) mod control;
-pub(crate) mod lease;
 pub(crate) mod peers;
-pub(crate) mod shared;
 pub(crate) mod start;
-
-pub(crate) use shared::Shared;

@@ -17,7 +17,7 @@ use kvs_proto::{AuthToken, ShardMap};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
-use crate::server::StartError;
+use crate::start_error::StartError;
 
 /// How the member came to be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

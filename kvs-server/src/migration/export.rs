@@ -20,7 +20,8 @@ use mpib::{Buffer, Comm, Request};
 
 use super::outgoing::{Held, Outgoing};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
-use super::{open_rails, BATCH, DEPTH};
+use super::{open_rails, DEPTH};
+use crate::batch::BATCH;
 use crate::config::Config;
 
 mod refusals;
@@ -42,7 +43,7 @@ pub(crate) struct BulkServer {
     pub cfg: Config,
     pub rails: Vec<String>,
     /// The member's totals (metrics).
-    pub shared: Arc<crate::cluster::Shared>,
+    pub shared: Arc<crate::cluster_view::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -51,7 +52,7 @@ struct Exporter {
     outgoing: Arc<Outgoing>,
     cfg: Config,
     rails: Vec<String>,
-    shared: Arc<crate::cluster::Shared>,
+    shared: Arc<crate::cluster_view::Shared>,
     stop: Arc<AtomicBool>,
 }
 
@@ -168,7 +169,7 @@ fn send_all(
     comm: &mut Comm,
     held: &Held,
     end: u32,
-    shared: &crate::cluster::Shared,
+    shared: &crate::cluster_view::Shared,
     stop: &AtomicBool,
 ) -> Result<(), String> {
     let bufs: Vec<Buffer> = (0..DEPTH)

@@ -30,9 +30,10 @@ use mpib::{Buffer, Comm, Request};
 
 use super::outgoing::from_hex;
 use super::wire::{Batch, PullSetup};
-use super::{all_rails, open_rails, BATCH, DEPTH};
+use super::{all_rails, open_rails, DEPTH};
+use crate::batch::BATCH;
 use crate::config::Config;
-use crate::worker::ToWorker;
+use crate::to_worker::ToWorker;
 
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;
@@ -103,7 +104,7 @@ pub(crate) struct Importer {
     /// Whether the worker was told the source froze the slots.
     pub frozen_told: AtomicBool,
     /// The member's totals (metrics).
-    pub shared: Arc<crate::cluster::Shared>,
+    pub shared: Arc<crate::cluster_view::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 

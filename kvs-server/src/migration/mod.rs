@@ -58,8 +58,6 @@ use mlx5::device::Context as Device;
 
 use crate::config::Config;
 
-/// Bytes of one batch (and of each receive buffer).
-pub(crate) const BATCH: usize = 1 << 20;
 /// Batches in flight per transfer.
 pub(crate) const DEPTH: usize = 4;
 

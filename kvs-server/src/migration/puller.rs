@@ -16,7 +16,7 @@ use kvs_proto::AuthToken;
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
-use crate::worker::ToWorker;
+use crate::to_worker::ToWorker;
 
 /// One key to fetch.
 #[derive(Debug)]

@@ -10,7 +10,7 @@ use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
 use std::time::Instant;
 
-use crate::metrics::RequestMetrics;
+use crate::request_metrics::RequestMetrics;
 use crate::store::{Patch, Store};
 
 /// What became of a request.

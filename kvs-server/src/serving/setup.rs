@@ -14,7 +14,7 @@ use copyrpc::conn::{Acceptor, AcceptorStats, PendingConnection};
 use copyrpc::Waker;
 use kvs_proto::{parse_hello, AuthToken, CONTROL};
 
-use crate::worker::ToWorker;
+use crate::to_worker::ToWorker;
 
 /// What connection setup has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

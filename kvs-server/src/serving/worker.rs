@@ -8,7 +8,7 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use copyrpc::conn::{Connection, PendingConnection};
+use copyrpc::conn::Connection;
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::proto::{begin_response, finish_response, ScanRecords, Status};
@@ -16,56 +16,21 @@ use kvs_proto::shard::slot_of;
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
-use crate::cluster::lease::Lease;
+use super::handle::{Handled, Handler};
 use crate::config::Config;
-use crate::handle::{Handled, Handler};
+use crate::lease::Lease;
 use crate::migration::outgoing::Outgoing;
 use crate::migration::waiting::{Parked, Waiting};
-use crate::server::{StartError, WorkerStats};
-
-/// What a worker is sent: by the acceptor, a client's connection; by the
-/// control thread, a new map to serve by; by a migration's importer, that the
-/// source froze the slots, and (with the puller) records of slots it imports.
-#[derive(Debug)]
-pub(crate) enum ToWorker {
-    /// A client to serve.
-    Connection(PendingConnection),
-    /// The map to serve by from now on.
-    Map(ShardMap),
-    /// The source of an import holds slots `first..end` frozen (it serves
-    /// them no more): the worker may serve them.
-    SourceFrozen {
-        /// The first slot.
-        first: u32,
-        /// One past the last.
-        end: u32,
-    },
-    /// A checked batch of pulled records ([`crate::migration::wire`]); the
-    /// worker says when it has taken them.
-    Records {
-        /// The batch's bytes.
-        batch: Vec<u8>,
-        /// Told once the records are in the store.
-        taken: Sender<()>,
-    },
-    /// The answer to a priority pull of `key`: its value at the source, or
-    /// none, or why the pull failed.
-    Pulled {
-        /// The key's slot.
-        slot: u32,
-        /// The key.
-        key: Vec<u8>,
-        /// Its value at the source (`None`: the source has no such key).
-        value: Result<Option<Vec<u8>>, String>,
-    },
-}
+use crate::start_error::StartError;
+use crate::to_worker::ToWorker;
+use crate::worker_stats::WorkerStats;
 
 /// How often a worker publishes its counters and checks its clients'
 /// connections while it has work.
 const PUBLISH: Duration = Duration::from_millis(50);
 /// The longest an idle worker sleeps once its counters are published: how
 /// late it sees a stop flag that nobody woke it for (a signal handler's;
-/// [`Server::shutdown`] wakes the workers).
+/// [`Server::shutdown`](crate::Server::shutdown) wakes the workers).
 const IDLE_TICK: Duration = Duration::from_millis(250);
 
 /// How long a draining worker keeps answering (`ShuttingDown`) before it

@@ -1,0 +1,8 @@
+//! Serving clients: connection setup, which admits them and hands each to
+//! a worker ([`setup`]); the worker threads, which own the slots the shard
+//! map gives them and answer ([`worker`]); and how one request is answered
+//! against a worker's store ([`handle`]).
+
+pub mod handle;
+pub(crate) mod setup;
+pub(crate) mod worker;

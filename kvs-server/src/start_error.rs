@@ -1,0 +1,54 @@
+//! Why the server could not start ([`StartError`]): the error of
+//! [`Server::start`](crate::Server::start), also returned by the threads it
+//! starts (the workers, the control thread) and by the member's start in
+//! the cluster.
+
+use std::net::SocketAddr;
+
+use copyrpc::conn::ConnError;
+use kvs_proto::TokenError;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The configuration is not usable.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The listening socket.
+    #[error("listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: ConnError,
+    },
+    /// The auth token file.
+    #[error(transparent)]
+    Auth(#[from] TokenError),
+    /// The metrics endpoint's socket.
+    #[error("metrics_listen {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A worker could not open the device or build its context.
+    #[error("worker {worker}: {why}")]
+    Worker {
+        /// Which worker.
+        worker: u16,
+        /// Why.
+        why: String,
+    },
+    /// The control thread could not open the device or build its context.
+    #[error("control endpoint: {0}")]
+    Control(String),
+    /// Starting the member's part in the cluster failed: its data dir, or
+    /// joining.
+    #[error("{0}")]
+    Join(String),
+    /// The bulk port for migrations.
+    #[error("{0}")]
+    Bulk(String),
+}

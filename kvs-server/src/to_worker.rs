@@ -1,0 +1,44 @@
+//! The message a worker thread's channel carries ([`ToWorker`]): sent by the
+//! acceptor, the control thread, and a migration's importer and puller.
+
+use std::sync::mpsc::Sender;
+
+use copyrpc::conn::PendingConnection;
+use kvs_proto::ShardMap;
+
+/// What a worker is sent: by the acceptor, a client's connection; by the
+/// control thread, a new map to serve by; by a migration's importer, that the
+/// source froze the slots, and (with the puller) records of slots it imports.
+#[derive(Debug)]
+pub(crate) enum ToWorker {
+    /// A client to serve.
+    Connection(PendingConnection),
+    /// The map to serve by from now on.
+    Map(ShardMap),
+    /// The source of an import holds slots `first..end` frozen (it serves
+    /// them no more): the worker may serve them.
+    SourceFrozen {
+        /// The first slot.
+        first: u32,
+        /// One past the last.
+        end: u32,
+    },
+    /// A checked batch of pulled records ([`crate::migration::wire`]); the
+    /// worker says when it has taken them.
+    Records {
+        /// The batch's bytes.
+        batch: Vec<u8>,
+        /// Told once the records are in the store.
+        taken: Sender<()>,
+    },
+    /// The answer to a priority pull of `key`: its value at the source, or
+    /// none, or why the pull failed.
+    Pulled {
+        /// The key's slot.
+        slot: u32,
+        /// The key.
+        key: Vec<u8>,
+        /// Its value at the source (`None`: the source has no such key).
+        value: Result<Option<Vec<u8>>, String>,
+    },
+}

@@ -1,0 +1,27 @@
+//! The counters each worker publishes ([`WorkerStats`]), read by
+//! [`Server::stats`](crate::Server::stats) and the metrics endpoint.
+
+use std::sync::atomic::AtomicU64;
+
+use crate::request_metrics::Published;
+
+/// Counters a worker publishes for stats lines (updated every few thousand
+/// loop turns, not per request).
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Requests answered.
+    pub ops: AtomicU64,
+    /// Connected clients.
+    pub clients: AtomicU64,
+    /// Keys held.
+    pub keys: AtomicU64,
+    /// Heap bytes the worker's records take (what `max_memory` caps; see
+    /// [`crate::memory`]).
+    pub memory_used: AtomicU64,
+    /// Copyrpc rings (two per client) in 2 MiB huge pages (`huge_pages`;
+    /// zero without it).
+    pub(crate) huge_rings: AtomicU64,
+    /// Requests by op and result, and service times (for the metrics
+    /// endpoint).
+    pub(crate) requests: Published,
+}
