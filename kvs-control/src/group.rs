@@ -33,7 +33,7 @@
 //! else. Clocks are assumed to run at the same rate, give or take what is
 //! left of the timeout (a fifth of it by default).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -176,7 +176,10 @@ pub struct Group {
     heard: HashMap<u16, Instant>,
     leader_since: Option<Instant>,
     /// Marks proposed and not yet applied.
-    marking: HashSet<u16>,
+    /// (Member, when proposed): a mark proposed that applying has not yet
+    /// cleared; one older than `member_timeout` may be proposed again (a
+    /// proposal can be dropped).
+    marking: HashMap<u16, Instant>,
     leader: Option<u16>,
 }
 
@@ -323,7 +326,7 @@ impl Group {
                 lease_until: None,
                 heard: HashMap::new(),
                 leader_since: None,
-                marking: HashSet::new(),
+                marking: HashMap::new(),
                 leader: None,
             },
             rec,
@@ -448,14 +451,14 @@ impl Group {
             }
             let last = self.heard.get(&m).copied().unwrap_or(since).max(since);
             if now.saturating_duration_since(last) > self.cfg.member_timeout
-                && !self.marking.contains(&m)
+                && !self.marking_now(m, now)
             {
                 late.push(m);
             }
         }
         for m in late {
             if self.propose(&Command::MarkFailed { member: m }).is_ok() {
-                self.marking.insert(m);
+                self.marking.insert(m, now);
             }
         }
     }
@@ -486,12 +489,19 @@ impl Group {
         // A failed member speaks again.
         if self.is_leader()
             && self.state.as_ref().and_then(|s| s.member_state(from)) == Some(MemberState::Failed)
-            && !self.marking.contains(&from)
+            && !self.marking_now(from, now)
             && self.propose(&Command::MarkUp { member: from }).is_ok()
         {
-            self.marking.insert(from);
+            self.marking.insert(from, now);
         }
         Ok(())
+    }
+
+    /// Whether a mark of `m` proposed lately is still awaited.
+    fn marking_now(&self, m: u16, now: Instant) -> bool {
+        self.marking
+            .get(&m)
+            .is_some_and(|&t| now.saturating_duration_since(t) < self.cfg.member_timeout)
     }
 
     /// The transport could not deliver to `member`: Raft slows down
@@ -699,7 +709,13 @@ impl Group {
             let done = match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() => Applied::Nothing,
                 EntryType::EntryNormal => match Command::decode(&e.data) {
-                    Ok(cmd) => state.apply(&cmd, at),
+                    Ok(cmd) => {
+                        // A mark applied, or refused, is no longer awaited.
+                        if let Command::MarkFailed { member } | Command::MarkUp { member } = cmd {
+                            self.marking.remove(&member);
+                        }
+                        state.apply(&cmd, at)
+                    }
                     Err(why) => Applied::Refused(format!("an entry that does not decode: {why}")),
                 },
                 EntryType::EntryConfChange => {
@@ -726,9 +742,6 @@ impl Group {
                     Applied::Refused("joint configuration changes are not used".into())
                 }
             };
-            if let Applied::Failed(m) | Applied::Up(m) = done {
-                self.marking.remove(&m);
-            }
             self.applied = e.index;
             self.events.push(Event::Applied(e.index, done));
         }

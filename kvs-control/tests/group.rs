@@ -332,3 +332,22 @@ fn a_message_that_lies_or_does_not_decode_is_refused_without_harm() {
     .expect("the group goes on");
     let _ = TestDir::new("unused");
 }
+
+#[test]
+fn a_member_killed_and_restarted_again_and_again_is_marked_each_time() {
+    let mut net = Net::new(3, 3, cfg());
+    for i in 0..10 {
+        let l = net.leader().unwrap();
+        let victim = (l + 1 + (i % 2) as u16) % 3;
+        net.kill(victim);
+        net.run_until(Duration::from_secs(3), |n| {
+            n.state(l).unwrap().member_state(victim) == Some(MemberState::Failed)
+        })
+        .unwrap_or_else(|| panic!("round {i}: member {victim} never marked failed"));
+        net.restart(victim);
+        net.run_until(Duration::from_secs(3), |n| {
+            n.state(l).unwrap().member_state(victim) == Some(MemberState::Up) && n.all_agree()
+        })
+        .unwrap_or_else(|| panic!("round {i}: member {victim} never marked up"));
+    }
+}
