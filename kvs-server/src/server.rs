@@ -99,11 +99,9 @@ impl Server {
         let cluster_id = joined.group.cluster_id().to_string();
         let map = joined.map.clone();
         match (&cfg.data_dir, joined.how) {
-            (None, _) => eprintln!(
-                "kvs-server: no data_dir: member {member} of cluster {cluster_id} keeps its \
-                 identity in a temporary directory that goes with the process (with --data-dir \
-                 a restart resumes the member)"
-            ),
+            // The binary says what a missing data dir means; an embedded
+            // server (the YCSB demo) needs none.
+            (None, _) => {}
             (Some(d), How::Resumed) => eprintln!(
                 "kvs-server: resuming member {member} of cluster {cluster_id} from {}",
                 d.display()

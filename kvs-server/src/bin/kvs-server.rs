@@ -189,7 +189,15 @@ fn main() {
              ulimit -n, or LimitNOFILE= in the systemd unit)"
         );
     }
+    let ephemeral = cfg.data_dir.is_none();
     let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
+    if ephemeral {
+        eprintln!(
+            "kvs-server: no data_dir: this member's identity lives in a temporary directory that \
+             goes with the process, so a restart starts a new member (with --data-dir a restart \
+             resumes it)"
+        );
+    }
     // The warning comes before the line that says the server is up, so
     // whoever waits for that line has seen it.
     if open {

@@ -646,6 +646,10 @@ impl State {
                 self.shared
                     .leader
                     .store(l.map_or(0, |l| u32::from(l) + 1), Ordering::Relaxed);
+                if self.alone() {
+                    // A one-member cluster leads itself: nothing to say.
+                    return false;
+                }
                 match l {
                     Some(l) if l == self.me => {
                         eprintln!("kvs-server: control group: this member leads (term {t})")
