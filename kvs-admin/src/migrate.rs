@@ -23,11 +23,7 @@ pub fn migrate<C: Control>(
 ) -> Result<(), AdminError> {
     let map = admin.map()?;
     let end = check_range(a.slots, map.slots())?;
-    let addrs: Vec<(SocketAddr, SocketAddr)> = map
-        .members()
-        .iter()
-        .map(|m| (m.addr, admin.reach(m.addr)))
-        .collect();
+    let addrs = member_addrs(admin, &map);
     let to = member_of(&a.to, &addrs)?;
     let req = ControlRequest::Migrate {
         first: a.slots.first,
@@ -44,11 +40,7 @@ pub fn rebalance<C: Control>(
     pace: Pace,
 ) -> Result<(), AdminError> {
     let map = admin.map()?;
-    let addrs: Vec<(SocketAddr, SocketAddr)> = map
-        .members()
-        .iter()
-        .map(|m| (m.addr, admin.reach(m.addr)))
-        .collect();
+    let addrs = member_addrs(admin, &map);
     // Over the members the group has up, as the leader plans it.
     let up = admin.up_members(&map);
     let moves = map.rebalance_moves_among(&up);
@@ -73,6 +65,14 @@ pub fn rebalance<C: Control>(
     )
 }
 
+/// Each member's address as the map has it, and as this host reaches it.
+fn member_addrs<C: Control>(admin: &Admin<C>, map: &ShardMap) -> Vec<(SocketAddr, SocketAddr)> {
+    map.members()
+        .iter()
+        .map(|m| (m.addr, admin.reach(m.addr)))
+        .collect()
+}
+
 /// The member `r` names, among the map's (`addrs`: as the map has them, and
 /// as this host reaches them).
 fn member_of(r: &MemberRef, addrs: &[(SocketAddr, SocketAddr)]) -> Result<u16, AdminError> {
@@ -89,11 +89,7 @@ fn member_of(r: &MemberRef, addrs: &[(SocketAddr, SocketAddr)]) -> Result<u16, A
 /// has applied it.
 pub fn forget<C: Control>(admin: &mut Admin<C>, f: &ForgetArgs) -> Result<(), AdminError> {
     let map = admin.map()?;
-    let addrs: Vec<(SocketAddr, SocketAddr)> = map
-        .members()
-        .iter()
-        .map(|m| (m.addr, admin.reach(m.addr)))
-        .collect();
+    let addrs = member_addrs(admin, &map);
     let member = member_of(&f.member, &addrs)?;
     let req = ControlRequest::Forget {
         member,

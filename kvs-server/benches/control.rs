@@ -13,55 +13,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kvs_client::{ControlClient, ControlOptions};
-use kvs_proto::control::{ControlReply, ControlRequest, GroupView, MemberStatus};
+use kvs_proto::control::{ControlReply, ControlRequest};
 use mlx5::sim::fabric::Fabric;
 
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use support::ServerProcess;
+use support::{group_view as view, member_status as status, ServerProcess};
 
 fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
-    let dir = dir.to_str().expect("a UTF-8 path").to_string();
-    let join = join.map(|a| a.to_string());
-    let mut args = vec![
-        "--listen",
-        listen,
-        "--device",
-        "sim1",
-        "--fabric",
-        fabric,
-        "--workers",
-        "1",
-        "--stats-interval",
-        "0",
-        "--data-dir",
-        &dir,
-    ];
-    if let Some(j) = &join {
-        args.extend(["--join", j]);
-    }
-    ServerProcess::start(&args)
+    support::member_process(fabric, dir, listen, 1, join)
 }
 
-fn status(cc: &mut ControlClient, at: SocketAddr) -> Option<MemberStatus> {
-    match cc.request(at, &ControlRequest::Status) {
-        Ok(ControlReply::Status(s)) => Some(s),
-        _ => None,
-    }
-}
-
-fn view(cc: &mut ControlClient, at: SocketAddr) -> Option<GroupView> {
-    status(cc, at).and_then(|s| s.group)
-}
-
-fn wait(what: &str, most: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < most, "{what}: not within {most:?}");
-        std::thread::sleep(Duration::from_micros(500));
-    }
-    t.elapsed()
+fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
+    support::wait_until(what, most, Duration::from_micros(500), done)
 }
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kvs_client::{ControlClient, ControlOptions, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, MemberStatus};
@@ -21,47 +21,14 @@ mod history;
 mod support;
 
 use history::{check, seq_of, value, History, Kind, Outcome};
-use support::ServerProcess;
+use support::{member_status as status, ServerProcess};
 
-/// A member process with its data dir, at `listen` (`127.0.0.1:0` the first
-/// time), joining `join` if given.
 fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
-    let dir = dir.to_str().unwrap().to_string();
-    let join = join.map(|a| a.to_string());
-    let mut args = vec![
-        "--listen",
-        listen,
-        "--device",
-        "sim1",
-        "--fabric",
-        fabric,
-        "--workers",
-        "2",
-        "--stats-interval",
-        "0",
-        "--data-dir",
-        &dir,
-    ];
-    if let Some(j) = &join {
-        args.extend(["--join", j]);
-    }
-    ServerProcess::start(&args)
+    support::member_process(fabric, dir, listen, 2, join)
 }
 
-fn status(cc: &mut ControlClient, at: SocketAddr) -> Option<MemberStatus> {
-    match cc.request(at, &ControlRequest::Status) {
-        Ok(ControlReply::Status(s)) => Some(s),
-        _ => None,
-    }
-}
-
-fn wait(what: &str, most: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < most, "{what}: not within {most:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    t.elapsed()
+fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
+    support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 /// Starts a migration at the leader.

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use kvs_client::{ControlClient, ControlOptions, OwnedReply};
-use kvs_proto::control::{ControlReply, ControlRequest, GroupView};
+use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_server::{Config, Server};
 use mlx5::sim::fabric::Fabric;
 
@@ -26,20 +26,10 @@ fn config(fabric: &str, device: &str, join: Option<SocketAddr>) -> Config {
     }
 }
 
-fn view(cc: &mut ControlClient, at: SocketAddr) -> Option<GroupView> {
-    match cc.request(at, &ControlRequest::Status) {
-        Ok(ControlReply::Status(s)) => s.group,
-        _ => None,
-    }
-}
+use support::group_view as view;
 
-fn wait(what: &str, most: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < most, "{what}: not within {most:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    t.elapsed()
+fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
+    support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 #[test]

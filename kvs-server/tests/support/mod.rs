@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kvs_client::{Client, ClientOptions, ConnectError};
+use kvs_client::{Client, ClientOptions, ConnectError, ControlClient};
+use kvs_proto::control::{ControlReply, ControlRequest, GroupView, MemberStatus};
 
 /// The settings of an in-process test server: a loopback port of its own,
 /// software device `sim1` of `fabric`, two workers, values up to 2 KiB, no
@@ -154,6 +155,68 @@ impl Drop for ServerProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A member process of `fabric` with its data dir `dir`, at `listen`
+/// (`127.0.0.1:0` the first time), with `workers` workers, joining `join`
+/// if given (device `sim1`, no stats lines).
+pub fn member_process(
+    fabric: &str,
+    dir: &Path,
+    listen: &str,
+    workers: u16,
+    join: Option<SocketAddr>,
+) -> ServerProcess {
+    let dir = dir.to_str().expect("a UTF-8 path").to_string();
+    let workers = workers.to_string();
+    let join = join.map(|a| a.to_string());
+    let mut args = vec![
+        "--listen",
+        listen,
+        "--device",
+        "sim1",
+        "--fabric",
+        fabric,
+        "--workers",
+        &workers,
+        "--stats-interval",
+        "0",
+        "--data-dir",
+        &dir,
+    ];
+    if let Some(j) = &join {
+        args.extend(["--join", j]);
+    }
+    ServerProcess::start(&args)
+}
+
+/// The status of the member at `at`, if it answers.
+pub fn member_status(cc: &mut ControlClient, at: SocketAddr) -> Option<MemberStatus> {
+    match cc.request(at, &ControlRequest::Status) {
+        Ok(ControlReply::Status(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// The control group as the member at `at` sees it, if it answers.
+pub fn group_view(cc: &mut ControlClient, at: SocketAddr) -> Option<GroupView> {
+    member_status(cc, at).and_then(|s| s.group)
+}
+
+/// Waits until `done`, checking every `every`; how long it took. Panics
+/// naming `what` after `most`.
+pub fn wait_until(
+    what: &str,
+    most: Duration,
+    every: Duration,
+    mut done: impl FnMut() -> bool,
+) -> Duration {
+    let t = Instant::now();
+    while !done() {
+        assert!(t.elapsed() < most, "{what}: not within {most:?}");
+        std::thread::sleep(every);
+    }
+    t.elapsed()
 }
 
 /// Runs the kvs-server binary with `args` and expects it to exit by itself
