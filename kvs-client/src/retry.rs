@@ -520,5 +520,23 @@ mod tests {
             Step::Fail(why) => assert!(why.contains("try again"), "{why}"),
             s => panic!("{s:?}"),
         }
+        // An owner without a lease is asked again the same way, and the
+        // chase's end says so.
+        let mut ch = Chase::default();
+        let s = c.on_answer(3, &mut ch, Answer::Unavailable, 10, false, 1, connected, t);
+        assert_eq!(s, Step::Queued);
+        match c.on_answer(
+            3,
+            &mut ch,
+            Answer::Unavailable,
+            10,
+            false,
+            1,
+            connected,
+            late,
+        ) {
+            Step::Fail(why) => assert!(why.contains("without a lease"), "{why}"),
+            s => panic!("{s:?}"),
+        }
     }
 }

@@ -405,6 +405,35 @@ mod tests {
     }
 
     #[test]
+    fn without_a_lease_no_slot_is_served_and_the_map_still_is() {
+        let map = ShardMap::single(addr(), 16, 2).unwrap();
+        let mine = (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| map.owner(k.as_bytes()).worker == 0)
+            .unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        let k = mine.as_bytes();
+        assert_eq!(st(&ask(&mut h, Op::Put, k, b"v", 1, 64)), Status::Ok);
+        h.leased = false;
+        for (op, v) in [(Op::Get, &b""[..]), (Op::Put, b"w"), (Op::Delete, b"")] {
+            let out = ask(&mut h, op, k, v, v.len() as u32, 256);
+            let r = Response::new_checked(&out).unwrap();
+            assert_eq!(r.status(), Status::Unavailable, "{op:?}");
+            let m = String::from_utf8_lossy(r.payload());
+            assert!(m.contains("member 0 holds no lease"), "{m}");
+        }
+        assert_eq!(
+            st(&ask(&mut h, Op::Scan, b"", b"", 0, 256)),
+            Status::Unavailable
+        );
+        assert_eq!(st(&ask(&mut h, Op::Map, b"", b"", 0, 4096)), Status::Ok);
+        // Back under a lease, nothing was changed meanwhile.
+        h.leased = true;
+        let got = ask(&mut h, Op::Get, k, b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"v");
+    }
+
+    #[test]
     fn operations_limits_redirects_and_garbage() {
         let map = ShardMap::single(addr(), 16, 2).unwrap();
         let mine = (0..)
