@@ -14,7 +14,8 @@ use copyrpc::Waker;
 use kvs_proto::{AuthToken, Owner};
 
 use crate::cluster::control::Control;
-use crate::cluster::start::{How, TempDir};
+use crate::cluster::start::How;
+use crate::cluster::temp_dir::TempDir;
 use crate::cluster_view::Shared;
 use crate::config::Config;
 use crate::lease::Lease;

@@ -2,9 +2,11 @@
 //! cluster's control group ([`kvs_control::Group`]), the thread that drives
 //! it and serves control requests ([`control`]), the transport of the
 //! group's messages ([`peers`]), how a member starts (bootstrap, resume or
-//! join: [`start`]), and the lease its workers serve under
+//! join: [`start`]; a data dir of its own when none is set: [`temp_dir`]),
+//! and the lease its workers serve under
 //! ([`crate::lease`]).
 
 pub(crate) mod control;
 pub(crate) mod peers;
 pub(crate) mod start;
+pub(crate) mod temp_dir;

@@ -5,8 +5,6 @@
 //! cluster, whatever `join` says.
 
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
@@ -16,6 +14,7 @@ use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::{AuthToken, ShardMap};
 use mlx5::device::Context as Device;
 
+use super::temp_dir::TempDir;
 use crate::config::Config;
 use crate::start_error::StartError;
 
@@ -41,31 +40,6 @@ pub(crate) struct Started {
     pub temporary: Option<TempDir>,
 }
 
-/// A data dir that goes with the process.
-#[derive(Debug)]
-pub(crate) struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Result<TempDir, StartError> {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "kvs-server-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p)
-            .map_err(|e| StartError::Join(format!("a temporary data dir {}: {e}", p.display())))?;
-        Ok(TempDir(p))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Starts the member: resumes, bootstraps or joins (see the module docs).
 /// `bound`: the setup address it listens at; `bulk_port`: its bulk port.
 pub(crate) fn start(
@@ -77,8 +51,13 @@ pub(crate) fn start(
     let (dir, temporary) = match &cfg.data_dir {
         Some(d) => (d.clone(), None),
         None => {
-            let t = TempDir::new()?;
-            (t.0.clone(), Some(t))
+            let t = TempDir::new_in(&std::env::temp_dir()).map_err(|e| {
+                StartError::Join(format!(
+                    "a temporary data dir under {}: {e}",
+                    std::env::temp_dir().display()
+                ))
+            })?;
+            (t.path().to_path_buf(), Some(t))
         }
     };
     let gcfg = cfg.group_config();
