@@ -126,6 +126,23 @@ mod tests {
         SocketAddr::from(([10, 0, 0, 1], p))
     }
 
+    /// Every key routes to its owner's worker: member 0's endpoints are
+    /// 100 + worker, member 1's `one` + worker (`None`: not connected).
+    fn check(r: &Routes<u32>, m: &ShardMap, one: Option<u32>) {
+        let mut seen = [false; 2];
+        for i in 0..500 {
+            let k = format!("user{i}");
+            let o = m.owner(k.as_bytes());
+            let want = match o.member {
+                0 => Some(100 + u32::from(o.worker)),
+                _ => one.map(|b| b + u32::from(o.worker)),
+            };
+            assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
+            seen[usize::from(o.member)] = true;
+        }
+        assert_eq!(seen, [true, true]);
+    }
+
     #[test]
     fn the_table_follows_the_installed_map() {
         let mut m = ShardMap::single(addr(1), 64, 2).unwrap();
@@ -159,18 +176,8 @@ mod tests {
         r.rebuild(&m);
         assert_eq!(r.version(), 2);
         assert!(!r.complete());
-        let mut seen = [false; 2];
-        for i in 0..500 {
-            let k = format!("user{i}");
-            let o = m.owner(k.as_bytes());
-            let want = match o.member {
-                0 => Some(100 + u32::from(o.worker)),
-                _ => None,
-            };
-            assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
-            seen[usize::from(o.member)] = true;
-        }
-        assert_eq!(seen, [true, true]);
+        // Member 1's slots have no endpoint until it is connected.
+        check(&r, &m, None);
         for w in 0..3u32 {
             r.push_worker(b, 200 + w);
         }
@@ -178,18 +185,7 @@ mod tests {
         r.rebuild(&m);
         assert_eq!(r.version(), 2);
         assert!(r.complete());
-        let mut seen = [false; 2];
-        for i in 0..500 {
-            let k = format!("user{i}");
-            let o = m.owner(k.as_bytes());
-            let want = match o.member {
-                0 => Some(100 + u32::from(o.worker)),
-                _ => Some(200 + u32::from(o.worker)),
-            };
-            assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
-            seen[usize::from(o.member)] = true;
-        }
-        assert_eq!(seen, [true, true]);
+        check(&r, &m, Some(200));
         assert_eq!(r.all(), [100, 101, 200, 201, 202]);
         assert_eq!(r.count(), 5);
         assert_eq!(r.member_of(201), Some(1));

@@ -193,24 +193,13 @@ fn join(
     bulk_port: u16,
     auth: Option<AuthToken>,
 ) -> Result<(Identity, ShardMap), StartError> {
-    let dev = cfg
-        .device_spec()
-        .open()
-        .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
-    run_on_device(
-        dev,
-        Asking {
-            target,
-            auth,
-            req: ControlRequest::Join {
-                addr: me,
-                workers: cfg.workers,
-                slots: cfg.slots,
-                bulk_port,
-            },
-        },
-    )
-    .and_then(|answer| match answer {
+    let req = ControlRequest::Join {
+        addr: me,
+        workers: cfg.workers,
+        slots: cfg.slots,
+        bulk_port,
+    };
+    ask(cfg, target, auth, req).and_then(|answer| match answer {
         ControlReply::Joined {
             cluster_id,
             member,
@@ -242,19 +231,7 @@ fn fetch_map(
     target: SocketAddr,
     auth: Option<AuthToken>,
 ) -> Result<ShardMap, StartError> {
-    let dev = cfg
-        .device_spec()
-        .open()
-        .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
-    let answer = run_on_device(
-        dev,
-        Asking {
-            target,
-            auth,
-            req: ControlRequest::Map,
-        },
-    )?;
-    match answer {
+    match ask(cfg, target, auth, ControlRequest::Map)? {
         ControlReply::Map { map } => ShardMap::decode(&map)
             .map_err(|e| StartError::Join(format!("the map from {target}: {e}"))),
         other => Err(StartError::Join(format!(
@@ -263,8 +240,22 @@ fn fetch_map(
     }
 }
 
-/// One control request, sent on to the leader when the member asked names
-/// it; the leader's answer (an error answer is an error).
+/// `req` to the member at `target`, sent on to the leader it names; the
+/// leader's answer (an error answer is an error).
+fn ask(
+    cfg: &Config,
+    target: SocketAddr,
+    auth: Option<AuthToken>,
+    req: ControlRequest,
+) -> Result<ControlReply, StartError> {
+    let dev = cfg
+        .device_spec()
+        .open()
+        .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
+    run_on_device(dev, Asking { target, auth, req })
+}
+
+/// [`ask`] on the transport the device calls for.
 struct Asking {
     target: SocketAddr,
     auth: Option<AuthToken>,
