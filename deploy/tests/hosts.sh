@@ -134,6 +134,8 @@ YAML
 kvs_auth_token: "deploy-test-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 kvs_server_auth_token: "{{ kvs_auth_token }}"
 ycsb_auth_token: "{{ kvs_auth_token }}"
+kvs_cluster_token: "deploy-test-cluster-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+kvs_server_cluster_token: "{{ kvs_cluster_token }}"
 kvs_server_software_device: true
 kvs_server_fabric: $FABRIC
 kvs_server_uid: $SERVICE_UID

@@ -152,7 +152,7 @@ step "leader restart"
 # The control group's leader's server restarts on its own (a crash, systemd's
 # restart): it resumes its member from its state directory, the other takes
 # over or keeps leading, and every host still sees one cluster and one map.
-admin() { on "$1" "runuser -u kvs -- /usr/local/bin/kvs-admin --server $1:7000 --auth-token-file /etc/kvs/token --fabric ${KVS_DEPLOY_FABRIC:-deploytest} status --json"; }
+admin() { on "$1" "runuser -u kvs -- /usr/local/bin/kvs-admin --server $1:7000 --cluster-token-file /etc/kvs/cluster-token --fabric ${KVS_DEPLOY_FABRIC:-deploytest} status --json"; }
 cid_before=$(admin "$KVS1" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["cluster_id"], s["leader"])')
 read -r cid leader <<<"$cid_before"
 [ -n "$cid" ] && [ "$leader" != None ] || fail "no cluster id or leader before the restart: $cid_before"
