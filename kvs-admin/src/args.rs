@@ -60,11 +60,12 @@ pub struct Args {
     /// Software device fabric.
     #[arg(long, global = true, display_order = 102, value_name = "NAME")]
     pub fabric: Option<String>,
-    /// File holding the cluster's auth token (readable by its owner only).
-    /// Without it, the token is taken from the environment variable
-    /// KVS_AUTH_TOKEN if that is set.
+    /// File holding the cluster token (the servers' cluster_token_file,
+    /// readable by its owner only): the one secret the control endpoint
+    /// takes. Without it, the token is taken from the environment variable
+    /// KVS_CLUSTER_TOKEN if that is set. The client token is refused.
     #[arg(long, global = true, display_order = 103, value_name = "FILE")]
-    pub auth_token_file: Option<PathBuf>,
+    pub cluster_token_file: Option<PathBuf>,
     /// Seconds to wait for a server to accept a connection, and for each
     /// answer.
     #[arg(

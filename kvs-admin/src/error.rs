@@ -90,6 +90,13 @@ pub enum AdminError {
         /// The keeper.
         addr: SocketAddr,
     },
+    /// A member kvs-admin did not ask, for the control group's standing of
+    /// it.
+    #[error("not asked: the control group marks it {state}")]
+    NotAsked {
+        /// Its standing: failed or left.
+        state: &'static str,
+    },
     /// The keeper could not be asked for progress for too long.
     #[error("lost the keeper while following the migration: {last}; kvs-admin status shows it once the keeper answers again")]
     LostKeeper {

@@ -26,7 +26,7 @@ use std::io::{IsTerminal, Write};
 
 use clap::Parser;
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
-use kvs_client::{auth_token, ControlClient, ControlOptions};
+use kvs_client::{cluster_token, ControlClient, ControlOptions};
 use mlx5::device::Context as Device;
 
 use crate::admin::{Admin, Control};
@@ -46,9 +46,10 @@ fn main() {
 fn run(a: &Args) -> Result<(), AdminError> {
     let contact = admin::resolve(&a.server)?[0];
     let opts = ControlOptions {
-        auth_token: auth_token(a.auth_token_file.as_deref())?,
+        cluster_token: cluster_token(a.cluster_token_file.as_deref())?,
         setup_timeout: a.timeout,
         call_timeout: a.timeout,
+        cluster_id: None,
     };
     let dev = DeviceSpec {
         name: &a.device,

@@ -168,7 +168,8 @@ fn start<C: Control>(
     let end = if started.finished {
         started
     } else {
-        progress::follow(admin, keeper, pace)?
+        let others: Vec<SocketAddr> = addrs.iter().map(|&(_, reach)| reach).collect();
+        progress::follow(admin, keeper, &others, pace)?
     };
     progress::outcome(&end)?;
     say(&format!(

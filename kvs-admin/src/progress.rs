@@ -160,23 +160,32 @@ impl Display {
     }
 }
 
-/// Asks the keeper at `keeper` for the migration's progress until it ends,
-/// showing it on stderr; returns how it ended.
+/// Asks for the migration's progress until it ends, showing it on stderr;
+/// returns how it ended. The migration is the control group's replicated
+/// state, so any member reports it: the keeper (the leader that started it)
+/// is asked first, and while it does not answer (it died, and a new leader
+/// carries the migration on) the other members in `others`, in turn.
 pub fn follow<C: Control>(
     admin: &mut Admin<C>,
     keeper: SocketAddr,
+    others: &[SocketAddr],
     pace: Pace,
 ) -> Result<MigrationStatus, AdminError> {
     let mut d = Display::new();
     let mut last_ok = Instant::now();
+    let asked: Vec<SocketAddr> = std::iter::once(keeper)
+        .chain(others.iter().copied().filter(|&a| a != keeper))
+        .collect();
+    let mut at = 0;
     loop {
-        let asked = Instant::now();
-        match admin.status(keeper) {
+        let t = Instant::now();
+        let addr = asked[at];
+        match admin.status(addr) {
             Ok(s) => {
                 last_ok = Instant::now();
                 let Some(m) = s.migration else {
                     d.done();
-                    return Err(AdminError::MigrationGone { addr: keeper });
+                    return Err(AdminError::MigrationGone { addr });
                 };
                 d.show(Ok(&m), m.finished);
                 if m.finished {
@@ -191,10 +200,14 @@ pub fn follow<C: Control>(
                         last: e.to_string(),
                     });
                 }
-                d.show(Err(&format!("keeper not answering: {e}")), false);
+                d.show(Err(&format!("{addr} not answering: {e}")), false);
+                // The next member, at once: the one that does not answer
+                // may have died.
+                at = (at + 1) % asked.len();
+                continue;
             }
         }
-        std::thread::sleep(pace.poll.saturating_sub(asked.elapsed()));
+        std::thread::sleep(pace.poll.saturating_sub(t.elapsed()));
     }
 }
 
@@ -238,7 +251,7 @@ mod tests {
         let mut a = fake::admin("10.0.0.1:7000", move |_, _| {
             Ok(fake::status(0, steps.pop()))
         });
-        let end = follow(&mut a, keeper, pace).unwrap();
+        let end = follow(&mut a, keeper, &[], pace).unwrap();
         assert_eq!((end.slots_done, end.finished), (64, true));
         assert_eq!(a.client().asked.len(), 3);
         assert!(a
@@ -249,7 +262,7 @@ mod tests {
         // The keeper has no migration to report (it restarted).
         let mut a = fake::admin("10.0.0.1:7000", |_, _| Ok(fake::status(0, None)));
         assert!(matches!(
-            follow(&mut a, keeper, pace),
+            follow(&mut a, keeper, &[], pace),
             Err(AdminError::MigrationGone { .. })
         ));
         // The keeper does not answer for longer than the patience.
@@ -262,6 +275,7 @@ mod tests {
         let e = follow(
             &mut a,
             keeper,
+            &[],
             Pace {
                 poll: Duration::from_millis(1),
                 patience: Duration::from_millis(20),
@@ -287,7 +301,27 @@ mod tests {
                 _ => Ok(fake::status(0, Some(fake::migration(8, 8, true)))),
             }
         });
-        assert!(follow(&mut a, keeper, pace).is_ok());
+        assert!(follow(&mut a, keeper, &[], pace).is_ok());
+        // A keeper that died: the other members report the migration the
+        // new leader carries on.
+        let other = fake::addr("10.0.0.2:7000");
+        let mut n = 0;
+        let mut a = fake::admin("10.0.0.1:7000", move |addr, _| {
+            n += 1;
+            match (addr == keeper, n) {
+                (true, _) => Err(ControlError::Timeout {
+                    addr,
+                    after: Duration::from_secs(1),
+                }),
+                (false, 2) => Ok(fake::status(1, Some(fake::migration(4, 8, false)))),
+                (false, _) => Ok(fake::status(1, Some(fake::migration(8, 8, true)))),
+            }
+        });
+        let end = follow(&mut a, keeper, &[keeper, other], pace).unwrap();
+        assert_eq!((end.slots_done, end.finished), (8, true));
+        let at: Vec<SocketAddr> = a.client().asked.iter().map(|(at, _)| *at).collect();
+        assert_eq!(at[..2], [keeper, other]);
+        assert!(at[2..].iter().all(|&x| x == other), "{at:?}");
     }
 
     fn mig(done: u32, total: u32) -> MigrationStatus {

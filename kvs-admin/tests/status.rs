@@ -226,24 +226,35 @@ fn a_missing_or_wrong_token_is_refused_and_the_right_one_is_taken() {
         p
     };
     let good = write("good", "the-cluster-token\n");
-    let bad = write("bad", "another-token\n");
+    let client = write("client", "the-client-token-0\n");
+    let bad = write("bad", "another-token-of-16\n");
     let fabric = format!("kvs-admin-token-{}", std::process::id());
-    let g = good.clone();
+    let (g, cl) = (good.clone(), client.clone());
     let c = Cluster::start_with(fabric, 1, move |cfg| kvs_server::Config {
-        auth_token_file: Some(g.clone()),
+        auth_token_file: Some(cl.clone()),
+        cluster_token_file: Some(g.clone()),
         ..cfg
     });
     let r = c.admin(&["status"]);
     assert_eq!(r.code(), Some(1), "{r:?}");
     assert!(
-        r.stderr.starts_with("kvs-admin: connect to ") && r.stderr.contains("auth token"),
+        r.stderr.starts_with("kvs-admin: connect to ") && r.stderr.contains("cluster token"),
         "{}",
         r.stderr
     );
-    let r = c.admin(&["--auth-token-file", bad.to_str().unwrap(), "status"]);
+    let r = c.admin(&["--cluster-token-file", bad.to_str().unwrap(), "status"]);
     assert_eq!(r.code(), Some(1), "{r:?}");
     assert!(r.stderr.contains("wrong auth token"), "{}", r.stderr);
-    let r = c.admin(&["--auth-token-file", good.to_str().unwrap(), "status"]);
+    // The client token opens the data path, never the control endpoint.
+    let r = c.admin(&["--cluster-token-file", client.to_str().unwrap(), "status"]);
+    assert_eq!(r.code(), Some(1), "{r:?}");
+    assert!(
+        r.stderr
+            .contains("the client token cannot issue control operations"),
+        "{}",
+        r.stderr
+    );
+    let r = c.admin(&["--cluster-token-file", good.to_str().unwrap(), "status"]);
     assert_eq!(r.code(), Some(0), "{r:?}");
     assert!(r.stdout.contains(": map version 1,"), "{}", r.stdout);
     drop(c);

@@ -146,6 +146,8 @@ pub struct Client<T, X: Transport = Mlx5> {
     /// connected): completed by the next poll or wait.
     doomed: Vec<(T, KvError)>,
     opts: ClientOptions,
+    /// The id of the cluster (the contact's): every member must be of it.
+    cluster: [u8; 16],
     in_flight: usize,
     polls: u32,
     last_check: Instant,
@@ -179,8 +181,9 @@ impl<T, X: Transport> Client<T, X> {
         device: &Device,
         opts: ClientOptions,
     ) -> Result<Client<T, X>, ConnectError> {
-        let setup = Setup {
+        let mut setup = Setup {
             token: opts.auth_token.as_ref(),
+            cluster: None,
             within: opts.setup_timeout,
             deadline: Instant::now() + opts.setup_timeout,
         };
@@ -190,6 +193,8 @@ impl<T, X: Transport> Client<T, X> {
             .ring_size(opts.ring_size)
             .build_on::<X, _, _>(device, inbox::handler(inbox.clone()))?;
         let (contact, first, answer) = members::connect_contact(addr, &mut ctx, setup)?;
+        // Every member connected later must be of the contact's cluster.
+        setup.cluster = Some(answer.cluster);
         let map = map_fetch::fetch_blocking(
             &mut ctx,
             &inbox,
@@ -253,10 +258,17 @@ impl<T, X: Transport> Client<T, X> {
             due: Vec::new(),
             doomed: Vec::new(),
             opts,
+            cluster: answer.cluster,
             in_flight: 0,
             polls: 0,
             last_check: Instant::now(),
         })
+    }
+
+    /// The id of the cluster the client is connected to (its contact's); a
+    /// member of any other cluster is refused.
+    pub fn cluster_id(&self) -> [u8; 16] {
+        self.cluster
     }
 
     /// The shard map in use.
@@ -442,6 +454,7 @@ impl<T, X: Transport> Client<T, X> {
         }
         let setup = Setup {
             token: self.opts.auth_token.as_ref(),
+            cluster: Some(self.cluster),
             within: self.opts.setup_timeout,
             deadline: Instant::now() + self.opts.setup_timeout,
         };

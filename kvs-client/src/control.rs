@@ -16,14 +16,19 @@ use copyrpc::transport::{Mlx5, Transport};
 use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, IdlePolicy, WaitError};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::proto::{self, Op, Response, Status, RESPONSE_HEADER};
-use kvs_proto::{hello, AuthToken, CONTROL};
+use kvs_proto::{cluster_hex, hello, AuthToken, SetupAnswer, CONTROL};
 use mlx5::device::Context as Device;
 
 /// Control client settings.
 #[derive(Debug, Clone)]
 pub struct ControlOptions {
-    /// The token to present to servers that require one.
-    pub auth_token: Option<AuthToken>,
+    /// The cluster token (the server's `cluster_token_file`), presented to
+    /// servers that require one. A client token is refused here.
+    pub cluster_token: Option<AuthToken>,
+    /// The id of the cluster the servers must belong to. `None`: the
+    /// cluster of the first server that answers; every later one must be
+    /// of the same.
+    pub cluster_id: Option<[u8; 16]>,
     /// How long a connection's setup may take.
     pub setup_timeout: Duration,
     /// How long an answer may take once the request is sent.
@@ -33,7 +38,8 @@ pub struct ControlOptions {
 impl Default for ControlOptions {
     fn default() -> Self {
         ControlOptions {
-            auth_token: None,
+            cluster_token: None,
+            cluster_id: None,
             setup_timeout: Duration::from_secs(10),
             call_timeout: Duration::from_secs(30),
         }
@@ -61,6 +67,19 @@ pub enum ControlError {
         addr: SocketAddr,
         /// Why.
         why: CloseReason,
+    },
+    /// The server belongs to another cluster than the ones before it.
+    #[error(
+        "{addr} belongs to cluster {theirs}, not to cluster {ours}: it was started with \
+         another data dir (or none), or the address is another cluster's"
+    )]
+    OtherCluster {
+        /// The server.
+        addr: SocketAddr,
+        /// Its cluster id.
+        theirs: String,
+        /// The cluster id expected.
+        ours: String,
     },
     /// No answer in time.
     #[error("{addr}: no answer within {after:?}")]
@@ -102,6 +121,8 @@ pub struct ControlClient<X: Transport = Mlx5> {
     answers: Rc<RefCell<Vec<Answer>>>,
     peers: Vec<(SocketAddr, Connection)>,
     opts: ControlOptions,
+    /// The cluster every server must belong to, once known.
+    cluster: Option<[u8; 16]>,
     next: u32,
     req: Vec<u8>,
 }
@@ -132,10 +153,16 @@ impl<X: Transport> ControlClient<X> {
             ctx,
             answers,
             peers: Vec::new(),
+            cluster: opts.cluster_id,
             opts,
             next: 0,
             req: Vec::new(),
         })
+    }
+
+    /// The id of the cluster the servers answering belong to, once one has.
+    pub fn cluster_id(&self) -> Option<[u8; 16]> {
+        self.cluster
     }
 
     /// Sends a control request to the server at `addr` and waits for its
@@ -195,10 +222,31 @@ impl<X: Transport> ControlClient<X> {
             }
             self.forget(addr);
         }
-        let h = hello(CONTROL, self.opts.auth_token.as_ref());
+        let h = hello(CONTROL, self.opts.cluster_token.as_ref());
         let c = connect_within(addr, &mut self.ctx, &h, self.opts.setup_timeout)
             .map_err(|source| ControlError::Connect { addr, source })?;
         let ep = c.endpoint();
+        let refuse = |ctx: &mut Context<u32, Handler, X>, e: ControlError| {
+            ctx.close(ep);
+            ctx.remove(ep);
+            Err(e)
+        };
+        let Some(answer) = SetupAnswer::parse(c.peer_private_data()) else {
+            let message = "not a kvs-server's control endpoint (bad setup answer)".into();
+            return refuse(&mut self.ctx, ControlError::Server { addr, message });
+        };
+        match self.cluster {
+            Some(ours) if ours != answer.cluster => {
+                let e = ControlError::OtherCluster {
+                    addr,
+                    theirs: cluster_hex(&answer.cluster),
+                    ours: cluster_hex(&ours),
+                };
+                return refuse(&mut self.ctx, e);
+            }
+            Some(_) => {}
+            None => self.cluster = Some(answer.cluster),
+        }
         self.peers.push((addr, c));
         Ok(ep)
     }

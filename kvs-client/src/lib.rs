@@ -48,7 +48,7 @@ mod retry;
 mod route;
 mod scan;
 
-pub use auth::{auth_token, AUTH_TOKEN_ENV};
+pub use auth::{auth_token, cluster_token, AUTH_TOKEN_ENV, CLUSTER_TOKEN_ENV};
 pub use client::Client;
 pub use control::{ControlClient, ControlError, ControlOptions};
 pub use error::{ConnectError, KvError, SubmitError};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use copyrpc::conn::{connect_within, ConnError, Connection};
 use copyrpc::transport::Transport;
 use copyrpc::Context;
-use kvs_proto::{hello, AuthToken, Member, SetupAnswer};
+use kvs_proto::{cluster_hex, hello, AuthToken, Member, SetupAnswer};
 
 use crate::error::ConnectError;
 use crate::inbox::Handler;
@@ -27,11 +27,13 @@ pub(crate) fn member_addr(m: &Member, id: u16, sender: u16, sender_addr: SocketA
     }
 }
 
-/// What every connection's setup gets: the token to present, and the time
-/// left (`deadline`; `within`: the whole setup's timeout, for the error).
+/// What every connection's setup gets: the token to present, the cluster
+/// the server must belong to (once known), and the time left (`deadline`;
+/// `within`: the whole setup's timeout, for the error).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Setup<'a> {
     pub(crate) token: Option<&'a AuthToken>,
+    pub(crate) cluster: Option<[u8; 16]>,
     pub(crate) within: Duration,
     pub(crate) deadline: Instant,
 }
@@ -111,6 +113,13 @@ pub(crate) fn connect_workers<X: Transport>(
             .map_err(|e| conn_error(e, setup.within))?;
         let bad = match SetupAnswer::parse(c.peer_private_data()) {
             None => Some("bad setup answer".to_string()),
+            // Its cluster first: another cluster's member ids mean nothing.
+            Some(a) if setup.cluster.is_some_and(|c| c != a.cluster) => Some(format!(
+                "the server belongs to cluster {}, not to cluster {} whose map names it: \
+                 it was started with another data dir (or none)",
+                cluster_hex(&a.cluster),
+                cluster_hex(&setup.cluster.unwrap_or_default())
+            )),
             Some(a) if a.member != member => Some(format!(
                 "the server says it is member {}, the map says member {member}",
                 a.member

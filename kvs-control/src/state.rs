@@ -20,6 +20,15 @@ use serde::{Deserialize, Serialize};
 use crate::identity::ClusterId;
 use crate::migration::Migration;
 
+/// The largest encoded map a migration may leave behind. A map travels
+/// whole in the group's snapshots and in answers to map fetches, which
+/// copyrpc's 1 MiB control rings carry up to 256 KiB at a time; a map
+/// in the middle of a migration can have the runs of the map before and
+/// after it, and a snapshot carries the migration's chunks beside it, so
+/// the limit leaves room for both (about 3 500 runs of slots; 1 024 slots
+/// cut one by one take 14 KiB).
+pub const MAX_MAP_BYTES: usize = 48 << 10;
+
 /// A member's standing in the group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -283,7 +292,23 @@ impl ClusterState {
         if moves.is_empty() {
             return Err("nothing to move: the slots are spread evenly already".into());
         }
-        Migration::new(&self.map, &moves, 0).map(drop)
+        Migration::new(&self.map, &moves, 0)?;
+        // The map after it must fit the messages the group carries.
+        let mut after = self.map.clone();
+        for c in crate::migration::chunks(&self.map, &moves) {
+            let _ = after.assign(c.first..c.end, c.to, Some(c.from));
+            let _ = after.finish_import(c.first..c.end);
+        }
+        if after.encoded_len() > MAX_MAP_BYTES {
+            return Err(format!(
+                "the map after this migration would cut the slots into {} runs ({} bytes), \
+                 more than the {MAX_MAP_BYTES} bytes the control group carries for a map: \
+                 move longer ranges of contiguous slots",
+                after.runs().len(),
+                after.encoded_len()
+            ));
+        }
+        Ok(())
     }
 
     fn rebalance_moves(&self) -> Vec<(std::ops::Range<u32>, u16)> {
@@ -930,6 +955,45 @@ mod tests {
             s.apply_membership(&last, (12, 1)),
             Applied::Refused(_)
         ));
+    }
+
+    #[test]
+    fn a_migration_that_would_shred_the_map_past_a_message_is_refused() {
+        let map = ShardMap::single(addr(7000), 16384, 1).unwrap();
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), 3, map);
+        let j = Membership::Join {
+            member: 1,
+            addr: addr(7001),
+            workers: 1,
+            bulk_port: 9001,
+        };
+        assert_eq!(s.apply_membership(&j, (2, 1)), Applied::Joined(1));
+        // Every other slot: 16 384 runs.
+        let shred = Command::Migrate {
+            moves: (0..16384).step_by(2).map(|a| (a, a + 1, 1)).collect(),
+            at_ms: 0,
+        };
+        let e = s.check_migration(&shred).unwrap_err();
+        assert!(
+            e.contains("16384 runs") && e.contains("longer ranges"),
+            "{e}"
+        );
+        let v = s.map().version();
+        assert!(matches!(s.apply(&shred, (3, 1)), Applied::Refused(_)));
+        assert_eq!(s.map().version(), v, "a refused entry changes nothing");
+        // Half the slots in one range: two runs.
+        let half = Command::Migrate {
+            moves: vec![(0, 8192, 1)],
+            at_ms: 0,
+        };
+        s.check_migration(&half).unwrap();
+        // Up to the limit's worth of runs is fine.
+        let runs = (MAX_MAP_BYTES / 14 / 2) as u32 - 16;
+        let many = Command::Migrate {
+            moves: (0..runs).map(|i| (4 * i, 4 * i + 2, 1)).collect(),
+            at_ms: 0,
+        };
+        s.check_migration(&many).unwrap();
     }
 
     #[test]

@@ -14,6 +14,10 @@ use std::path::{Path, PathBuf};
 /// data after its 5-byte header.
 pub const MAX_TOKEN: usize = 251;
 
+/// Shortest token a server accepts for itself ([`AuthToken::check_strength`]):
+/// 16 bytes, as `openssl rand -hex 8` gives.
+pub const MIN_TOKEN: usize = 16;
+
 /// A shared secret (see the [module documentation](self)).
 #[derive(Clone)]
 pub struct AuthToken {
@@ -64,6 +68,12 @@ pub enum TokenError {
     /// Longer than [`MAX_TOKEN`] bytes (its length given).
     #[error("the auth token has {0} bytes (at most {MAX_TOKEN})")]
     TooLong(usize),
+    /// Shorter than [`MIN_TOKEN`] bytes (its length given).
+    #[error(
+        "the token has {0} bytes; a server's tokens need at least {MIN_TOKEN} \
+         (make one with: openssl rand -hex 32)"
+    )]
+    TooShort(usize),
 }
 
 impl AuthToken {
@@ -131,6 +141,16 @@ impl AuthToken {
         diff == 0
     }
 
+    /// Whether the token is long enough for a server to require it: at
+    /// least [`MIN_TOKEN`] bytes, so it cannot be guessed in the time a
+    /// server lives.
+    pub fn check_strength(&self) -> Result<(), TokenError> {
+        if self.len < MIN_TOKEN {
+            return Err(TokenError::TooShort(self.len));
+        }
+        Ok(())
+    }
+
     /// The token's bytes, to put in a hello. Never print them.
     pub fn expose(&self) -> &[u8] {
         &self.padded[..self.len]
@@ -173,6 +193,11 @@ mod tests {
         ));
         let t = AuthToken::new("hunter2").unwrap();
         assert!(!format!("{t:?}").contains("hunter2"));
+        assert!(matches!(t.check_strength(), Err(TokenError::TooShort(7))));
+        assert!(AuthToken::new([b'a'; MIN_TOKEN])
+            .unwrap()
+            .check_strength()
+            .is_ok());
     }
 
     #[test]

@@ -39,12 +39,14 @@ pub fn parse_hello(b: &[u8]) -> Option<(u16, &[u8])> {
     Some((u16::from_le_bytes([b[3], b[4]]), &b[HELLO_HEADER..]))
 }
 
-/// What a worker answers a client's hello with (the private data of its
-/// setup record): how many workers the server has, the cluster's slot
-/// count, and the server's member id.
+/// What a worker or the control endpoint answers a hello with (the private
+/// data of its setup record): how many workers the server has, the
+/// cluster's slot count, the server's member id, and the id of the cluster
+/// it belongs to, which clients, kvs-admin and members check at every
+/// setup.
 ///
 /// ```text
-/// answer: workers u16 | slots u32 | member u16
+/// answer: workers u16 | slots u32 | member u16 | cluster [u8; 16]
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SetupAnswer {
@@ -54,28 +56,49 @@ pub struct SetupAnswer {
     pub slots: u32,
     /// The server's member id in the shard map.
     pub member: u16,
+    /// The id of the server's cluster (random, made when it bootstrapped).
+    pub cluster: [u8; 16],
+}
+
+/// Byte ranges of a setup answer.
+mod field {
+    use std::ops::Range;
+    pub const WORKERS: Range<usize> = 0..2;
+    pub const SLOTS: Range<usize> = 2..6;
+    pub const MEMBER: Range<usize> = 6..8;
+    pub const CLUSTER: Range<usize> = 8..24;
 }
 
 impl SetupAnswer {
+    /// Encoded length.
+    pub const LEN: usize = field::CLUSTER.end;
+
     /// Encoded.
-    pub fn encode(&self) -> [u8; 8] {
-        let mut b = [0u8; 8];
-        b[..2].copy_from_slice(&self.workers.to_le_bytes());
-        b[2..6].copy_from_slice(&self.slots.to_le_bytes());
-        b[6..].copy_from_slice(&self.member.to_le_bytes());
+    pub fn encode(&self) -> [u8; SetupAnswer::LEN] {
+        let mut b = [0u8; SetupAnswer::LEN];
+        b[field::WORKERS].copy_from_slice(&self.workers.to_le_bytes());
+        b[field::SLOTS].copy_from_slice(&self.slots.to_le_bytes());
+        b[field::MEMBER].copy_from_slice(&self.member.to_le_bytes());
+        b[field::CLUSTER].copy_from_slice(&self.cluster);
         b
     }
     /// From the wire: `None` unless exactly an answer.
     pub fn parse(b: &[u8]) -> Option<SetupAnswer> {
-        match b {
-            [w0, w1, s0, s1, s2, s3, m0, m1] => Some(SetupAnswer {
-                workers: u16::from_le_bytes([*w0, *w1]),
-                slots: u32::from_le_bytes([*s0, *s1, *s2, *s3]),
-                member: u16::from_le_bytes([*m0, *m1]),
-            }),
-            _ => None,
+        if b.len() != SetupAnswer::LEN {
+            return None;
         }
+        Some(SetupAnswer {
+            workers: u16::from_le_bytes(b[field::WORKERS].try_into().ok()?),
+            slots: u32::from_le_bytes(b[field::SLOTS].try_into().ok()?),
+            member: u16::from_le_bytes(b[field::MEMBER].try_into().ok()?),
+            cluster: b[field::CLUSTER].try_into().ok()?,
+        })
     }
+}
+
+/// The cluster id as it is printed: 32 hex digits.
+pub fn cluster_hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -88,9 +111,12 @@ mod tests {
             workers: 3,
             slots: 1024,
             member: 2,
+            cluster: [0xab; 16],
         };
         assert_eq!(SetupAnswer::parse(&a.encode()), Some(a));
-        assert_eq!(SetupAnswer::parse(&a.encode()[..7]), None);
+        assert_eq!(SetupAnswer::parse(&a.encode()[..23]), None);
+        assert_eq!(SetupAnswer::parse(&a.encode()[..8]), None);
+        assert_eq!(cluster_hex(&a.cluster), "ab".repeat(16));
     }
 
     #[test]

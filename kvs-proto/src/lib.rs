@@ -14,5 +14,5 @@ pub mod proto;
 pub mod shard;
 
 pub use auth::{AuthToken, TokenError};
-pub use hello::{hello, parse_hello, SetupAnswer, CONTROL};
+pub use hello::{cluster_hex, hello, parse_hello, SetupAnswer, CONTROL};
 pub use shard::{Member, Owner, ShardMap};

@@ -10,6 +10,7 @@
 //! bulk_port = 7001          # TCP port for migrations' bulk transfers (0: any free one)
 //! bulk_devices = ["mlx5_0", "mlx5_1"]  # their rails (default: see below)
 //! auth_token_file = "/etc/kvs/token"  # the token clients must present (mode 600)
+//! cluster_token_file = "/etc/kvs/cluster-token"  # members' and kvs-admin's (mode 600)
 //! allow_unauthenticated = false  # true: serve a non-loopback address without a token
 //! setup_timeout_ms = 5000   # a client's time to send its setup record
 //! max_pending_setups = 1024 # setup records read at once; one more drops the oldest
@@ -56,6 +57,15 @@
 //! counts and sizes, never keys or values, and need no token; but they tell
 //! whoever reaches the port how busy the server is, so bind it to an address
 //! only the monitoring system reaches.
+//!
+//! Two secrets, for two roles. Clients (kvs-client, ycsb-driver) present
+//! the token in `auth_token_file` and may issue data operations only.
+//! Members and kvs-admin present the one in `cluster_token_file`, which
+//! alone opens the control endpoint: joins, the control group's messages,
+//! migrations' pulls (and so the tickets that open the bulk port) and every
+//! administrative command. Each token has at least 16 bytes, the two
+//! differ, and a server that requires a client token requires a cluster
+//! token too; it refuses to start otherwise.
 //!
 //! Without `auth_token_file` anyone who can reach the setup port can read and
 //! write everything, so the server then listens only on a loopback address,
@@ -124,6 +134,11 @@ pub struct Config {
     /// File holding the token every client must present (private to its
     /// owner: mode 600). None: no authentication.
     pub auth_token_file: Option<PathBuf>,
+    /// File holding the token members and kvs-admin present: the only one
+    /// the control endpoint takes (private to its owner). None: the control
+    /// endpoint is as open as the data (allowed only without
+    /// `auth_token_file`).
+    pub cluster_token_file: Option<PathBuf>,
     /// Serve a non-loopback address without a token: anyone who can reach
     /// it can read and write everything.
     pub allow_unauthenticated: bool,
@@ -173,6 +188,7 @@ impl Default for Config {
             max_endpoints: 1024,
             stats_interval_s: 10,
             auth_token_file: None,
+            cluster_token_file: None,
             allow_unauthenticated: false,
             setup_timeout_ms: 5000,
             max_pending_setups: 1024,
@@ -349,6 +365,21 @@ impl Config {
                 self.listen
             ));
         }
+        if self.auth_token_file.is_some() && self.cluster_token_file.is_none() {
+            return bad(
+                "auth_token_file without cluster_token_file would let every client join, \
+                 move slots and administer the cluster: set cluster_token_file \
+                 (--cluster-token-file) to a second secret for members and kvs-admin"
+                    .into(),
+            );
+        }
+        if self.auth_token_file.is_some() && self.auth_token_file == self.cluster_token_file {
+            return bad(
+                "auth_token_file and cluster_token_file name the same file: the two roles \
+                 need two secrets"
+                    .into(),
+            );
+        }
         Ok(())
     }
 }
@@ -410,7 +441,9 @@ mod tests {
                 e.contains("auth_token_file") && e.contains("allow_unauthenticated"),
                 "{e}"
             );
-            let c = Config::from_toml(&format!("{text}auth_token_file = \"/etc/kvs/token\"\n"));
+            let both = "auth_token_file = \"/etc/kvs/token\"\n\
+                        cluster_token_file = \"/etc/kvs/cluster-token\"\n";
+            let c = Config::from_toml(&format!("{text}{both}"));
             assert!(c.is_ok(), "{open}");
             let c = Config::from_toml(&format!("{text}allow_unauthenticated = true\n"));
             assert!(c.is_ok(), "{open}");
@@ -426,6 +459,19 @@ mod tests {
                 "{local}"
             );
         }
+        // A client token alone would open the control endpoint to clients.
+        let e = Config::from_toml("auth_token_file = \"/etc/kvs/token\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cluster_token_file"), "{e}");
+        let e = Config::from_toml(
+            "auth_token_file = \"/etc/kvs/t\"\ncluster_token_file = \"/etc/kvs/t\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("two secrets"), "{e}");
+        // A cluster token alone guards the control endpoint of an open store.
+        assert!(Config::from_toml("cluster_token_file = \"/etc/kvs/t\"\n").is_ok());
         // Unchecked parsing leaves it to the flags and Server::start.
         assert!(Config::parse_toml("listen = \"0.0.0.0:7000\"").is_ok());
     }

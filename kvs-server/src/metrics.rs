@@ -198,11 +198,14 @@ impl Collector for Exposition {
             Err(p) => *p.into_inner(),
         };
         let r = s.reader;
-        let admitted = r.ready.saturating_sub(s.refused_auth + s.refused_hello);
+        let admitted = r
+            .ready
+            .saturating_sub(s.refused_auth + s.refused_role + s.refused_hello);
         let mut m = enc.encode_descriptor(
             "kvs_setups",
             "Client connection setups by outcome: admitted (handed to a worker), refused_auth \
-             (missing or wrong token), refused_hello (not a kvs client, or no such worker), \
+             (missing or wrong token), refused_role (the client token presented for control \
+             operations), refused_hello (not a kvs client, or no such worker), \
              timed_out, evicted (too many pending), malformed, hung_up.",
             None,
             MetricType::Counter,
@@ -210,6 +213,7 @@ impl Collector for Exposition {
         for (result, n) in [
             ("admitted", admitted),
             ("refused_auth", s.refused_auth),
+            ("refused_role", s.refused_role),
             ("refused_hello", s.refused_hello),
             ("timed_out", r.timed_out),
             ("evicted", r.evicted),

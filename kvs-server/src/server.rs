@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use copyrpc::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use copyrpc::Waker;
-use kvs_proto::{AuthToken, Owner};
+use kvs_proto::Owner;
 
 use crate::cluster::control::Control;
 use crate::cluster::start::How;
@@ -22,7 +22,7 @@ use crate::lease::Lease;
 use crate::metrics::Exposition;
 use crate::migration::export::BulkServer;
 use crate::migration::outgoing::Outgoing;
-use crate::serving::setup::{accept, SetupStats};
+use crate::serving::setup::{accept, SetupStats, Tokens};
 use crate::serving::worker::Worker;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
@@ -56,10 +56,7 @@ impl Server {
     pub fn start(cfg: Config) -> Result<Server, StartError> {
         let started = SystemTime::now();
         cfg.validate()?;
-        let auth = match &cfg.auth_token_file {
-            Some(p) => Some(AuthToken::from_file(p)?),
-            None => None,
-        };
+        let tokens = Tokens::read(&cfg)?;
         let listener = Listener::bind(cfg.listen).map_err(|source| StartError::Listen {
             addr: cfg.listen,
             source,
@@ -95,9 +92,10 @@ impl Server {
             .port();
         // The member's part in the control group: resumed from the data
         // dir, or a new cluster, or a place in the one it joins.
-        let joined = crate::cluster::start::start(&cfg, addr, bulk_port, auth.clone())?;
+        let joined = crate::cluster::start::start(&cfg, addr, bulk_port, tokens.cluster.clone())?;
         let member = joined.group.me();
         let cluster_id = joined.group.cluster_id().to_string();
+        let cluster_bytes = joined.group.cluster_id().bytes();
         let map = joined.map.clone();
         match (&cfg.data_dir, joined.how) {
             // The binary says what a missing data dir means; an embedded
@@ -128,7 +126,8 @@ impl Server {
         for w in 0..cfg.workers {
             let (tx, rx) = mpsc::channel::<ToWorker>();
             txs.push(tx.clone());
-            let (auth, outgoing, lease) = (auth.clone(), outgoing.clone(), lease.clone());
+            let (cluster_token, outgoing, lease) =
+                (tokens.cluster.clone(), outgoing.clone(), lease.clone());
             let st = Arc::new(WorkerStats::default());
             stats.push(st.clone());
             let (cfg, map, stop, ready) =
@@ -139,11 +138,12 @@ impl Server {
                     .spawn(move || {
                         Worker {
                             me: Owner { member, worker: w },
+                            cluster: cluster_bytes,
                             cfg,
                             map,
                             incoming: rx,
                             to_self: tx,
-                            auth,
+                            cluster_token,
                             outgoing,
                             lease,
                             stop,
@@ -201,7 +201,7 @@ impl Server {
             shared: cluster.clone(),
             lease: lease.clone(),
             outgoing: outgoing.clone(),
-            auth: auth.clone(),
+            cluster_token: tokens.cluster.clone(),
             rails: rails.clone(),
             stop: stop.clone(),
             ready: ready_tx,
@@ -246,7 +246,7 @@ impl Server {
         let setup2 = setup.clone();
         let acceptor = std::thread::Builder::new()
             .name("kvs-acceptor".into())
-            .spawn(move || accept(acceptor, links, (ctl_tx, control_waker), auth, s2, setup2))
+            .spawn(move || accept(acceptor, links, (ctl_tx, control_waker), tokens, s2, setup2))
             .expect("spawn the acceptor");
         let (metrics_addr, metrics) = match metrics_listener {
             Some((addr, l)) => {

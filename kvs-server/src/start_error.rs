@@ -22,9 +22,20 @@ pub enum StartError {
         /// Why.
         source: ConnError,
     },
-    /// The auth token file.
-    #[error(transparent)]
-    Auth(#[from] TokenError),
+    /// A token file: unreadable, open to others, or too short.
+    #[error("{key}: {source}")]
+    Token {
+        /// The config key naming the file.
+        key: &'static str,
+        /// Why.
+        source: TokenError,
+    },
+    /// The client token and the cluster token are the same.
+    #[error(
+        "auth_token_file and cluster_token_file hold the same token: the roles need two \
+         secrets (make one with: openssl rand -hex 32)"
+    )]
+    SameTokens,
     /// The metrics endpoint's socket.
     #[error("metrics_listen {addr}: {source}")]
     Metrics {

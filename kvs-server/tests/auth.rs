@@ -1,9 +1,14 @@
-//! Authentication: a server with an auth token refuses clients with a wrong
-//! token or none, each told why, and serves the one with the right token; the
-//! token is never printed; without a token the server will not listen on a
-//! non-loopback address unless told to.
+//! Authentication and roles: a server with an auth token refuses clients
+//! with a wrong token or none, each told why, and serves the one with the
+//! right token; only the cluster token opens the control endpoint (the
+//! client token is refused there, and counted); short or equal tokens are
+//! refused at start; no token is ever printed; without a token the server
+//! will not listen on a non-loopback address unless told to.
 
-use kvs_client::{AuthToken, ClientOptions, ConnectError, OwnedReply};
+use kvs_client::{
+    AuthToken, ClientOptions, ConnectError, ControlClient, ControlOptions, OwnedReply,
+};
+use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_server::{Config, Server, StartError};
 use mlx5::sim::fabric::Fabric;
 
@@ -11,6 +16,16 @@ mod support;
 use support::{connect, run_server, temp_dir, test_config, write_file, ServerProcess};
 
 const TOKEN: &str = "tok-7f3a9c1e5b2d";
+const CLUSTER_TOKEN: &str = "cluster-9d2e4f6a8b1c";
+
+/// A control client presenting `t`.
+fn control(fabric: &str, t: Option<&str>) -> ControlClient {
+    let opts = ControlOptions {
+        cluster_token: t.map(|t| AuthToken::new(t).unwrap()),
+        ..ControlOptions::default()
+    };
+    ControlClient::new(&support::client_device(fabric), opts).unwrap()
+}
 
 fn with_token(t: Option<&str>) -> ClientOptions {
     ClientOptions {
@@ -24,9 +39,12 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
     let dir = temp_dir("auth");
     let file = dir.join("token");
     write_file(&file, &format!("{TOKEN}\n"), 0o600);
+    let cluster_file = dir.join("cluster-token");
+    write_file(&cluster_file, CLUSTER_TOKEN, 0o600);
     let fabric = format!("kvs-auth-{}", std::process::id());
     let server = Server::start(Config {
         auth_token_file: Some(file.clone()),
+        cluster_token_file: Some(cluster_file.clone()),
         ..test_config(&fabric)
     })
     .unwrap();
@@ -68,20 +86,87 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
         assert_eq!(r, OwnedReply::Value(vec![k; 3]));
     }
     let s = server.setup_stats();
-    assert_eq!((s.refused_auth, s.refused_hello), (2, 0), "{s:?}");
-    drop(c);
+    assert_eq!(
+        (s.refused_auth, s.refused_role, s.refused_hello),
+        (2, 0, 0),
+        "{s:?}"
+    );
+    // The client token cannot reach the control endpoint: no status, no
+    // map, no join; the refusal says why and is counted as a role refusal.
+    let mut cc = control(&fabric, Some(TOKEN));
+    let e = cc.request(addr, &ControlRequest::Status).unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("the client token cannot issue control operations"),
+        "{m}"
+    );
+    assert!(!m.contains(TOKEN), "{m}");
+    let mut none = control(&fabric, None);
+    let m = none
+        .request(addr, &ControlRequest::Map)
+        .unwrap_err()
+        .to_string();
+    assert!(m.contains("requires the cluster token"), "{m}");
+    let s = server.setup_stats();
+    assert_eq!((s.refused_auth, s.refused_role), (3, 1), "{s:?}");
+    // The cluster token does.
+    let mut cc = control(&fabric, Some(CLUSTER_TOKEN));
+    match cc.request(addr, &ControlRequest::Status).unwrap() {
+        ControlReply::Status(st) => assert_eq!(st.member, 0),
+        other => panic!("{other:?}"),
+    }
+    // Members and kvs-admin may use the data path with it too.
+    let mut d = connect(addr, &fabric, with_token(Some(CLUSTER_TOKEN))).unwrap();
+    let r = d.wait_for(|c, t| c.get(&[1], t)).unwrap();
+    assert_eq!(r, OwnedReply::Value(vec![1; 3]));
+    drop((c, d, cc));
     server.shutdown();
+    let start = |client: &std::path::Path, cluster: &std::path::Path| {
+        Server::start(Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            device: "sim1".into(),
+            fabric: Some(fabric.clone()),
+            auth_token_file: Some(client.to_owned()),
+            cluster_token_file: Some(cluster.to_owned()),
+            ..Config::default()
+        })
+        .unwrap_err()
+    };
+    // A token shorter than 16 bytes is refused at start, whichever it is.
+    let short = dir.join("short");
+    write_file(&short, "fifteen-bytes-x", 0o600);
+    let e = start(&short, &cluster_file);
+    assert!(
+        matches!(
+            e,
+            StartError::Token {
+                key: "auth_token_file",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("at least 16"), "{e}");
+    let e = start(&file, &short);
+    assert!(
+        matches!(
+            e,
+            StartError::Token {
+                key: "cluster_token_file",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Two files holding one token: the roles would be one.
+    let copy = dir.join("copy");
+    write_file(&copy, TOKEN, 0o600);
+    let e = start(&file, &copy);
+    assert!(matches!(e, StartError::SameTokens), "{e}");
     // A token file others can read is refused at start.
     write_file(&file, TOKEN, 0o644);
-    let e = Server::start(Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        device: "sim1".into(),
-        fabric: Some(fabric.clone()),
-        auth_token_file: Some(file),
-        ..Config::default()
-    })
-    .unwrap_err();
-    assert!(matches!(e, StartError::Auth(_)), "{e}");
+    let e = start(&file, &cluster_file);
+    assert!(matches!(e, StartError::Token { .. }), "{e}");
     assert!(e.to_string().contains("chmod 600"), "{e}");
     Fabric::remove_if_unused(&fabric);
     std::fs::remove_dir_all(&dir).unwrap();
@@ -92,8 +177,18 @@ fn the_server_never_prints_the_token() {
     let dir = temp_dir("auth-log");
     let file = dir.join("token");
     write_file(&file, TOKEN, 0o600);
+    let cluster_file = dir.join("cluster-token");
+    write_file(&cluster_file, CLUSTER_TOKEN, 0o600);
     let fabric = format!("kvs-auth-log-{}", std::process::id());
-    let server = ServerProcess::start_on(&fabric, &["--auth-token-file", file.to_str().unwrap()]);
+    let server = ServerProcess::start_on(
+        &fabric,
+        &[
+            "--auth-token-file",
+            file.to_str().unwrap(),
+            "--cluster-token-file",
+            cluster_file.to_str().unwrap(),
+        ],
+    );
     let wrong = "tok-wrong-0123456";
     match connect(server.addr, &fabric, with_token(Some(wrong))) {
         Err(ConnectError::Refused(why)) => assert_eq!(why, "wrong auth token"),
@@ -109,6 +204,7 @@ fn the_server_never_prints_the_token() {
         "{out}"
     );
     assert!(!out.contains(TOKEN) && !out.contains(wrong), "{out}");
+    assert!(!out.contains(CLUSTER_TOKEN), "{out}");
     Fabric::remove_if_unused(&fabric);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -143,9 +239,22 @@ fn without_a_token_only_loopback_unless_allowed() {
     let (status, out) = run_server(&["--config", cfg.to_str().unwrap(), "--fabric", &fabric]);
     assert_eq!(status.code(), Some(1), "{out}");
     assert!(out.contains("allow_unauthenticated"), "{out}");
-    // A token given as a flag completes a file that listens everywhere.
+    // Tokens given as flags complete a file that listens everywhere; a
+    // client token alone is not enough, it needs the cluster token beside it.
     let token = dir.join("token");
     write_file(&token, TOKEN, 0o600);
+    let cluster_token = dir.join("cluster-token");
+    write_file(&cluster_token, CLUSTER_TOKEN, 0o600);
+    let (status, out) = run_server(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--fabric",
+        &fabric,
+        "--auth-token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("cluster_token_file"), "{out}");
     let s = ServerProcess::start(&[
         "--config",
         cfg.to_str().unwrap(),
@@ -155,6 +264,8 @@ fn without_a_token_only_loopback_unless_allowed() {
         "sim1",
         "--auth-token-file",
         token.to_str().unwrap(),
+        "--cluster-token-file",
+        cluster_token.to_str().unwrap(),
     ]);
     let out = s.output();
     assert!(!out.contains("WARNING"), "{out}");

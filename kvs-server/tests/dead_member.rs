@@ -1,8 +1,9 @@
 //! One dead member blocks only its own slots: a new client connects through
 //! a live member, reads the live member's keys, and gets a prompt error
 //! naming the dead member for the others' (never a hang, never a failed
-//! connect); the dead member is connected again once it is back and its
-//! backoff has passed.
+//! connect); a server of another cluster at its address is refused, by
+//! clients and control clients alike, with an error that says so; the dead
+//! member is connected again once it is back and its backoff has passed.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -203,6 +204,49 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     }
     assert_eq!(c.in_flight(), 0);
 
+    // A server of another cluster at member 1's address (started without
+    // its data dir: a new cluster) is refused by the client, which learnt
+    // the cluster's id from member 0, and by a control client that did.
+    let impostor = Server::start(Config {
+        listen: b_addr,
+        ..config(&fabric, None)
+    })
+    .unwrap();
+    assert_ne!(impostor.cluster_id(), a.cluster_id());
+    let k1 = (0..n).find(|&i| owners[i as usize] == 1).map(key).unwrap();
+    let t = Instant::now();
+    let msg = loop {
+        match answer(&mut c, &k1, |c, t| c.put(k1.as_bytes(), b"lost", t)) {
+            Err(e @ KvError::Unreachable { member: 1, .. })
+                if !e.to_string().contains("in a row") =>
+            {
+                break e.to_string()
+            }
+            Err(KvError::Unreachable { member: 1, .. }) => {}
+            other => panic!("{k1} at another cluster's server: {other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(15), "never tried again");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        msg.contains("belongs to cluster") && msg.contains(a.cluster_id()),
+        "{msg}"
+    );
+    let mut cc =
+        ControlClient::new(&support::client_device(&fabric), ControlOptions::default()).unwrap();
+    assert_eq!(status(&mut cc, a.addr()).member, 0);
+    let e = cc.request(b_addr, &ControlRequest::Status).unwrap_err();
+    assert!(
+        matches!(e, kvs_client::ControlError::OtherCluster { .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains(impostor.cluster_id()), "{e}");
+    drop(cc);
+    impostor.shutdown();
+    // A fresh client: the one above holds member 1 off for its backoff.
+    drop(c);
+    let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
+
     // Member 1 comes back at its address from its data dir (its records
     // are gone with it): once its backoff is over, a request connects to it
     // again.
@@ -213,7 +257,6 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     })
     .unwrap();
     assert_eq!(b.member(), 1);
-    let k1 = (0..n).find(|&i| owners[i as usize] == 1).map(key).unwrap();
     let t = Instant::now();
     loop {
         match answer(&mut c, &k1, |c, t| c.put(k1.as_bytes(), b"back", t)) {

@@ -17,6 +17,7 @@ mod support;
 use support::{connect, temp_dir, test_config, write_file};
 
 const TOKEN: &str = "metrics-test-token-1";
+const CLUSTER_TOKEN: &str = "metrics-cluster-token-1";
 
 /// One HTTP request; the status code, headers and body.
 fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
@@ -92,10 +93,13 @@ fn the_endpoint_reports_what_was_done() {
     let dir = temp_dir("metrics");
     let token_file = dir.join("token");
     write_file(&token_file, TOKEN, 0o600);
+    let cluster_token_file = dir.join("cluster-token");
+    write_file(&cluster_token_file, CLUSTER_TOKEN, 0o600);
     let fabric = format!("kvs-metrics-{}", std::process::id());
     let max_memory = 8u64 << 20;
     let server = Server::start(Config {
         auth_token_file: Some(token_file),
+        cluster_token_file: Some(cluster_token_file),
         max_memory,
         metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
         ..test_config(&fabric)

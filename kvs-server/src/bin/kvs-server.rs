@@ -77,9 +77,17 @@ struct Args {
     #[arg(long)]
     stats_interval: Option<u64>,
     /// File holding the token every client must present (mode 600: readable
-    /// by its owner only). Config key `auth_token_file`.
+    /// by its owner only; 16 bytes or more). It allows data operations
+    /// only. Config key `auth_token_file`.
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<PathBuf>,
+    /// File holding the cluster token: the second secret, which members
+    /// present to each other and kvs-admin presents (--cluster-token-file).
+    /// Only it opens the control endpoint: joins, maps, migrations, pulls,
+    /// administration. Mode 600, 16 bytes or more, not the client token;
+    /// required with --auth-token-file. Config key `cluster_token_file`.
+    #[arg(long, value_name = "FILE")]
+    cluster_token_file: Option<PathBuf>,
     /// Serve a non-loopback address without a token: anyone who can reach it
     /// can read and write everything. Config key `allow_unauthenticated`.
     #[arg(long)]
@@ -158,6 +166,9 @@ fn main() {
     }
     if a.auth_token_file.is_some() {
         cfg.auth_token_file = a.auth_token_file;
+    }
+    if a.cluster_token_file.is_some() {
+        cfg.cluster_token_file = a.cluster_token_file;
     }
     if a.allow_unauthenticated {
         cfg.allow_unauthenticated = true;

@@ -71,7 +71,7 @@ pub(crate) struct Control {
     pub shared: Arc<Shared>,
     pub lease: Arc<Lease>,
     pub outgoing: Arc<Outgoing>,
-    pub auth: Option<AuthToken>,
+    pub cluster_token: Option<AuthToken>,
     /// The bulk transfers' rails.
     pub rails: Vec<String>,
     pub stop: Arc<AtomicBool>,
@@ -141,7 +141,7 @@ impl OnTransport for Control {
             me,
             self.group.cluster_id().bytes(),
             self.cfg.clone(),
-            self.auth.clone(),
+            self.cluster_token.clone(),
             self.stop.clone(),
         );
         let lost_exports = (0..self.map.slots())
@@ -160,7 +160,7 @@ impl OnTransport for Control {
             outgoing: self.outgoing,
             imports: HashMap::new(),
             cfg: self.cfg.clone(),
-            auth: self.auth,
+            cluster_token: self.cluster_token,
             rails: self.rails,
             stop: self.stop.clone(),
             peers,
@@ -175,6 +175,7 @@ impl OnTransport for Control {
             workers: self.cfg.workers,
             slots: state.map.slots(),
             member: me,
+            cluster: state.group.cluster_id().bytes(),
         }
         .encode();
         // Each control connection, and the address the peer reached us at.
@@ -264,7 +265,7 @@ struct State {
     /// Imports this member runs, by (first, end, source).
     imports: HashMap<(u32, u32, u16), Arc<Progress>>,
     cfg: Config,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
     rails: Vec<String>,
     stop: Arc<AtomicBool>,
     peers: Peers,
@@ -897,7 +898,7 @@ impl State {
                 worker: link.clone(),
                 cfg: self.cfg.clone(),
                 rails: self.rails.clone(),
-                auth: self.auth.clone(),
+                cluster_token: self.cluster_token.clone(),
                 progress: progress.clone(),
                 frozen_told: AtomicBool::new(false),
                 shared: self.shared.clone(),

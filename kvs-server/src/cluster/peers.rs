@@ -39,7 +39,7 @@ pub(crate) struct Peers {
     me: u16,
     cluster_id: [u8; 16],
     cfg: Config,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
     stop: Arc<AtomicBool>,
     links: HashMap<u16, Link>,
     unreachable_tx: Sender<u16>,
@@ -59,7 +59,7 @@ impl Peers {
         me: u16,
         cluster_id: [u8; 16],
         cfg: Config,
-        auth: Option<AuthToken>,
+        cluster_token: Option<AuthToken>,
         stop: Arc<AtomicBool>,
     ) -> Peers {
         let (unreachable_tx, unreachable) = mpsc::channel();
@@ -67,7 +67,7 @@ impl Peers {
             me,
             cluster_id,
             cfg,
-            auth,
+            cluster_token,
             stop,
             links: HashMap::new(),
             unreachable_tx,
@@ -125,7 +125,7 @@ impl Peers {
             addr,
             cluster_id: self.cluster_id,
             cfg: self.cfg.clone(),
-            auth: self.auth.clone(),
+            cluster_token: self.cluster_token.clone(),
             queue: rx,
             unreachable: self.unreachable_tx.clone(),
             stop: self.stop.clone(),
@@ -154,7 +154,7 @@ struct LinkThread {
     addr: SocketAddr,
     cluster_id: [u8; 16],
     cfg: Config,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
     queue: Receiver<Vec<u8>>,
     unreachable: Sender<u16>,
     stop: Arc<AtomicBool>,
@@ -206,7 +206,8 @@ impl OnTransport for LinkThread {
 
     fn run<T: Transport>(self, dev: Device) {
         let opts = ControlOptions {
-            auth_token: self.auth.clone(),
+            cluster_token: self.cluster_token.clone(),
+            cluster_id: Some(self.cluster_id),
             setup_timeout: SETUP,
             call_timeout: ANSWER,
         };

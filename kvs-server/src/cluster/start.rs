@@ -46,7 +46,7 @@ pub(crate) fn start(
     cfg: &Config,
     bound: SocketAddr,
     bulk_port: u16,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
 ) -> Result<Started, StartError> {
     let (dir, temporary) = match &cfg.data_dir {
         Some(d) => (d.clone(), None),
@@ -77,7 +77,7 @@ pub(crate) fn start(
             Some(s) => s.map().clone(),
             // It joined and stopped before the group gave it the state.
             None => match &cfg.join {
-                Some(j) => fetch_map(cfg, resolve(j)?, auth)?,
+                Some(j) => fetch_map(cfg, resolve(j)?, cluster_token, group.cluster_id().bytes())?,
                 None => {
                     return Err(StartError::Join(format!(
                         "{} holds member {} of cluster {}, which has not yet been given the \
@@ -116,7 +116,7 @@ pub(crate) fn start(
         Some(j) => {
             let target = resolve(j)?;
             let me = advertised(cfg, bound, Some(target))?;
-            let (id, map) = join(cfg, target, me, bulk_port, auth)?;
+            let (id, map) = join(cfg, target, me, bulk_port, cluster_token)?;
             id.store(&dir).map_err(|e| fail(e.into()))?;
             let (group, _) = Group::open(&dir, gcfg, now).map_err(fail)?;
             Ok(Started {
@@ -191,7 +191,7 @@ fn join(
     target: SocketAddr,
     me: SocketAddr,
     bulk_port: u16,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
 ) -> Result<(Identity, ShardMap), StartError> {
     let req = ControlRequest::Join {
         addr: me,
@@ -199,7 +199,7 @@ fn join(
         slots: cfg.slots,
         bulk_port,
     };
-    ask(cfg, target, auth, req).and_then(|answer| match answer {
+    ask(cfg, target, cluster_token, None, req).and_then(|answer| match answer {
         ControlReply::Joined {
             cluster_id,
             member,
@@ -229,9 +229,16 @@ fn join(
 fn fetch_map(
     cfg: &Config,
     target: SocketAddr,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
+    cluster: [u8; 16],
 ) -> Result<ShardMap, StartError> {
-    match ask(cfg, target, auth, ControlRequest::Map)? {
+    match ask(
+        cfg,
+        target,
+        cluster_token,
+        Some(cluster),
+        ControlRequest::Map,
+    )? {
         ControlReply::Map { map } => ShardMap::decode(&map)
             .map_err(|e| StartError::Join(format!("the map from {target}: {e}"))),
         other => Err(StartError::Join(format!(
@@ -245,20 +252,31 @@ fn fetch_map(
 fn ask(
     cfg: &Config,
     target: SocketAddr,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
+    cluster: Option<[u8; 16]>,
     req: ControlRequest,
 ) -> Result<ControlReply, StartError> {
     let dev = cfg
         .device_spec()
         .open()
         .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
-    run_on_device(dev, Asking { target, auth, req })
+    run_on_device(
+        dev,
+        Asking {
+            target,
+            cluster_token,
+            cluster,
+            req,
+        },
+    )
 }
 
 /// [`ask`] on the transport the device calls for.
 struct Asking {
     target: SocketAddr,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
+    /// The cluster the target must belong to, when the member knows it.
+    cluster: Option<[u8; 16]>,
     req: ControlRequest,
 }
 
@@ -268,7 +286,8 @@ impl OnTransport for Asking {
     fn run<T: Transport>(self, dev: Device) -> Self::Output {
         let fail = |m: String| StartError::Join(m);
         let opts = ControlOptions {
-            auth_token: self.auth,
+            cluster_token: self.cluster_token,
+            cluster_id: self.cluster,
             ..ControlOptions::default()
         };
         let mut cc = ControlClient::<T>::new(&dev, opts).map_err(|e| fail(e.to_string()))?;

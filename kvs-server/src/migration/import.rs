@@ -99,7 +99,7 @@ pub(crate) struct Importer {
     pub worker: (Sender<ToWorker>, Waker),
     pub cfg: Config,
     pub rails: Vec<String>,
-    pub auth: Option<AuthToken>,
+    pub cluster_token: Option<AuthToken>,
     pub progress: Arc<Progress>,
     /// Whether the worker was told the source froze the slots.
     pub frozen_told: AtomicBool,
@@ -428,9 +428,10 @@ impl OnTransport for Importer {
 
     fn run<T: Transport>(self, dev: Device) {
         let opts = ControlOptions {
-            auth_token: self.auth.clone(),
+            cluster_token: self.cluster_token.clone(),
             setup_timeout: Duration::from_secs(5),
             call_timeout: Duration::from_secs(10),
+            ..ControlOptions::default()
         };
         match ControlClient::<T>::new(&dev, opts) {
             Ok(mut cc) => self.run_with(&mut cc),

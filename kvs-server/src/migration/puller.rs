@@ -32,7 +32,7 @@ pub(crate) struct Puller {
     pub keys: Receiver<PullKey>,
     pub worker: (Sender<ToWorker>, Waker),
     pub cfg: Config,
-    pub auth: Option<AuthToken>,
+    pub cluster_token: Option<AuthToken>,
 }
 
 impl Puller {
@@ -68,9 +68,10 @@ impl OnTransport for Puller {
 
     fn run<T: Transport>(self, dev: Device) {
         let opts = ControlOptions {
-            auth_token: self.auth.clone(),
+            cluster_token: self.cluster_token.clone(),
             setup_timeout: Duration::from_secs(2),
             call_timeout: Duration::from_secs(5),
+            ..ControlOptions::default()
         };
         let mut cc = match ControlClient::<T>::new(&dev, opts) {
             Ok(c) => c,

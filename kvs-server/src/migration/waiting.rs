@@ -38,20 +38,20 @@ pub(crate) struct Waiting {
     pulling: HashSet<Vec<u8>>,
     puller: Option<Sender<PullKey>>,
     cfg: Config,
-    auth: Option<AuthToken>,
+    cluster_token: Option<AuthToken>,
     worker: Sender<ToWorker>,
 }
 
 impl Waiting {
     /// Nothing waiting yet; `worker` is the worker's own channel, where
     /// pulled keys arrive.
-    pub fn new(cfg: Config, auth: Option<AuthToken>, worker: Sender<ToWorker>) -> Waiting {
+    pub fn new(cfg: Config, cluster_token: Option<AuthToken>, worker: Sender<ToWorker>) -> Waiting {
         Waiting {
             parked: Vec::new(),
             pulling: HashSet::new(),
             puller: None,
             cfg,
-            auth,
+            cluster_token,
             worker,
         }
     }
@@ -108,7 +108,7 @@ impl Waiting {
             keys: rx,
             worker: (self.worker.clone(), waker.clone()),
             cfg: self.cfg.clone(),
-            auth: self.auth.clone(),
+            cluster_token: self.cluster_token.clone(),
         };
         match std::thread::Builder::new()
             .name("kvs-puller".into())

@@ -14,6 +14,8 @@ use copyrpc::conn::{Acceptor, AcceptorStats, PendingConnection};
 use copyrpc::Waker;
 use kvs_proto::{parse_hello, AuthToken, CONTROL};
 
+use crate::config::Config;
+use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 
 /// What connection setup has done so far.
@@ -24,11 +26,49 @@ pub struct SetupStats {
     /// The setup reader's counters: accepted, complete records, and the
     /// connections dropped (deadline, cap, malformed record, hung up).
     pub reader: AcceptorStats,
-    /// Clients refused for a missing or wrong auth token.
+    /// Connections refused for a missing or wrong token.
     pub refused_auth: u64,
+    /// Connections to the control endpoint refused because they presented
+    /// the client token: a client may not issue control operations.
+    pub refused_role: u64,
     /// Connections refused for a hello that is not a kvs-client's or names
     /// no worker of this server.
     pub refused_hello: u64,
+}
+
+/// The secrets the server requires: the client token for its workers and
+/// the cluster token for its control endpoint (see [`crate::config`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tokens {
+    /// `auth_token_file`'s: clients present it, for data operations.
+    pub client: Option<AuthToken>,
+    /// `cluster_token_file`'s: members and kvs-admin present it, for
+    /// everything; the server presents it to other members.
+    pub cluster: Option<AuthToken>,
+}
+
+impl Tokens {
+    /// The configured tokens, each at least [`kvs_proto::auth::MIN_TOKEN`]
+    /// bytes and the two different.
+    pub(crate) fn read(cfg: &Config) -> Result<Tokens, StartError> {
+        let read = |key: &'static str, file: &Option<std::path::PathBuf>| match file {
+            None => Ok(None),
+            Some(p) => AuthToken::from_file(p)
+                .and_then(|t| t.check_strength().map(|()| t))
+                .map(Some)
+                .map_err(|source| StartError::Token { key, source }),
+        };
+        let t = Tokens {
+            client: read("auth_token_file", &cfg.auth_token_file)?,
+            cluster: read("cluster_token_file", &cfg.cluster_token_file)?,
+        };
+        if let (Some(a), Some(c)) = (&t.client, &t.cluster) {
+            if a.matches(c.expose()) {
+                return Err(StartError::SameTokens);
+            }
+        }
+        Ok(t)
+    }
 }
 
 /// Why a complete setup record is refused.
@@ -38,8 +78,13 @@ pub(crate) enum Refusal {
     NotKvs,
     /// The server requires a token and the hello carries none.
     NoToken,
+    /// The control endpoint requires the cluster token and the hello
+    /// carries none.
+    NoClusterToken,
     /// The hello's token is not the server's.
     WrongToken,
+    /// The client token, presented to the control endpoint.
+    ClientToken,
     /// The hello names a worker the server does not have (of how many).
     NoWorker(u16, usize),
 }
@@ -53,7 +98,15 @@ impl std::fmt::Display for Refusal {
                  (kvs-client --auth-token-file or KVS_AUTH_TOKEN; \
                  ycsb-driver -p kvs.auth_token_file=...)",
             ),
+            Refusal::NoClusterToken => f.write_str(
+                "this server's control endpoint requires the cluster token and none was \
+                 given (kvs-admin --cluster-token-file or KVS_CLUSTER_TOKEN)",
+            ),
             Refusal::WrongToken => f.write_str("wrong auth token"),
+            Refusal::ClientToken => f.write_str(
+                "the client token cannot issue control operations: members and kvs-admin \
+                 present the cluster token (kvs-admin --cluster-token-file)",
+            ),
             Refusal::NoWorker(w, n) => write!(f, "no worker {w} (this server has {n})"),
         }
     }
@@ -68,24 +121,38 @@ pub(crate) enum Target {
     Control,
 }
 
-/// Where a client's private data asks to go, if the server admits it.
+/// Where a client's private data asks to go, if the server admits it: a
+/// worker takes the client token or the cluster token, the control endpoint
+/// only the cluster token. A token sent to a server that requires none is
+/// ignored.
 pub(crate) fn admit(
     private_data: &[u8],
-    auth: Option<&AuthToken>,
+    tokens: &Tokens,
     workers: usize,
 ) -> Result<Target, Refusal> {
     let (w, token) = parse_hello(private_data).ok_or(Refusal::NotKvs)?;
-    if let Some(auth) = auth {
+    let is = |t: &Option<AuthToken>| t.as_ref().is_some_and(|t| t.matches(token));
+    if w == CONTROL {
+        if tokens.cluster.is_some() {
+            if token.is_empty() {
+                return Err(Refusal::NoClusterToken);
+            }
+            if is(&tokens.client) {
+                return Err(Refusal::ClientToken);
+            }
+            if !is(&tokens.cluster) {
+                return Err(Refusal::WrongToken);
+            }
+        }
+        return Ok(Target::Control);
+    }
+    if tokens.client.is_some() {
         if token.is_empty() {
             return Err(Refusal::NoToken);
         }
-        if !auth.matches(token) {
+        if !is(&tokens.client) && !is(&tokens.cluster) {
             return Err(Refusal::WrongToken);
         }
-    }
-    // A token sent to a server that requires none is ignored.
-    if w == CONTROL {
-        return Ok(Target::Control);
     }
     if usize::from(w) >= workers {
         return Err(Refusal::NoWorker(w, workers));
@@ -142,7 +209,7 @@ pub(crate) fn accept(
     mut acc: Acceptor,
     workers: Vec<(Sender<ToWorker>, Waker)>,
     control: (Sender<PendingConnection>, Waker),
-    auth: Option<AuthToken>,
+    tokens: Tokens,
     stop: Arc<AtomicBool>,
     stats: Arc<Mutex<SetupStats>>,
 ) {
@@ -160,7 +227,7 @@ pub(crate) fn accept(
             std::thread::sleep(Duration::from_millis(50));
         }
         for p in ready.drain(..) {
-            match admit(p.private_data(), auth.as_ref(), workers.len()) {
+            match admit(p.private_data(), &tokens, workers.len()) {
                 Ok(Target::Worker(w)) => {
                     // A worker that has stopped drops the connection; a
                     // sleeping one wakes to take it.
@@ -177,7 +244,10 @@ pub(crate) fn accept(
                 }
                 Err(why) => {
                     match why {
-                        Refusal::NoToken | Refusal::WrongToken => mine.refused_auth += 1,
+                        Refusal::NoToken | Refusal::NoClusterToken | Refusal::WrongToken => {
+                            mine.refused_auth += 1
+                        }
+                        Refusal::ClientToken => mine.refused_role += 1,
                         Refusal::NotKvs | Refusal::NoWorker(..) => mine.refused_hello += 1,
                     }
                     log.refused(p.peer_addr(), why);
@@ -199,42 +269,81 @@ mod tests {
     use super::*;
     use kvs_proto::hello;
 
+    fn tokens(client: Option<&AuthToken>, cluster: Option<&AuthToken>) -> Tokens {
+        Tokens {
+            client: client.cloned(),
+            cluster: cluster.cloned(),
+        }
+    }
+
     #[test]
     fn hellos_are_admitted_by_worker_and_token() {
         let t = AuthToken::new("the-token").unwrap();
+        let c = AuthToken::new("the-cluster-token").unwrap();
         let other = AuthToken::new("the-tokeN").unwrap();
+        let both = tokens(Some(&t), Some(&c));
+        assert_eq!(admit(&hello(1, Some(&t)), &both, 2), Ok(Target::Worker(1)));
+        // Members and kvs-admin may use the data path too.
+        assert_eq!(admit(&hello(1, Some(&c)), &both, 2), Ok(Target::Worker(1)));
+        assert_eq!(admit(&hello(1, None), &both, 2), Err(Refusal::NoToken));
         assert_eq!(
-            admit(&hello(1, Some(&t)), Some(&t), 2),
-            Ok(Target::Worker(1))
-        );
-        assert_eq!(
-            admit(&hello(CONTROL, Some(&t)), Some(&t), 2),
-            Ok(Target::Control)
-        );
-        assert_eq!(
-            admit(&hello(CONTROL, None), Some(&t), 2),
-            Err(Refusal::NoToken)
-        );
-        assert_eq!(admit(&hello(1, None), Some(&t), 2), Err(Refusal::NoToken));
-        assert_eq!(
-            admit(&hello(1, Some(&other)), Some(&t), 2),
+            admit(&hello(1, Some(&other)), &both, 2),
             Err(Refusal::WrongToken)
         );
         assert_eq!(
-            admit(&hello(2, Some(&t)), Some(&t), 2),
+            admit(&hello(2, Some(&t)), &both, 2),
             Err(Refusal::NoWorker(2, 2))
         );
         // A wrong token is refused before the worker is looked at.
         assert_eq!(
-            admit(&hello(9, Some(&other)), Some(&t), 2),
+            admit(&hello(9, Some(&other)), &both, 2),
             Err(Refusal::WrongToken)
         );
-        assert_eq!(admit(b"GET / HTTP/1.1", Some(&t), 2), Err(Refusal::NotKvs));
+        assert_eq!(admit(b"GET / HTTP/1.1", &both, 2), Err(Refusal::NotKvs));
         // Without a token configured, any hello naming a worker is admitted.
-        assert_eq!(admit(&hello(0, None), None, 1), Ok(Target::Worker(0)));
-        assert_eq!(admit(&hello(0, Some(&t)), None, 1), Ok(Target::Worker(0)));
-        for r in [Refusal::NoToken, Refusal::WrongToken] {
+        let open = Tokens::default();
+        assert_eq!(admit(&hello(0, None), &open, 1), Ok(Target::Worker(0)));
+        assert_eq!(admit(&hello(0, Some(&t)), &open, 1), Ok(Target::Worker(0)));
+        for r in [Refusal::NoToken, Refusal::WrongToken, Refusal::ClientToken] {
             assert!(!r.to_string().contains("the-token"));
         }
+    }
+
+    #[test]
+    fn only_the_cluster_token_opens_the_control_endpoint() {
+        let t = AuthToken::new("the-token").unwrap();
+        let c = AuthToken::new("the-cluster-token").unwrap();
+        let other = AuthToken::new("the-tokeN").unwrap();
+        let both = tokens(Some(&t), Some(&c));
+        assert_eq!(
+            admit(&hello(CONTROL, Some(&c)), &both, 2),
+            Ok(Target::Control)
+        );
+        assert_eq!(
+            admit(&hello(CONTROL, Some(&t)), &both, 2),
+            Err(Refusal::ClientToken)
+        );
+        assert_eq!(
+            admit(&hello(CONTROL, None), &both, 2),
+            Err(Refusal::NoClusterToken)
+        );
+        assert_eq!(
+            admit(&hello(CONTROL, Some(&other)), &both, 2),
+            Err(Refusal::WrongToken)
+        );
+        // A cluster token alone: open data, guarded control.
+        let guarded = tokens(None, Some(&c));
+        assert_eq!(admit(&hello(0, None), &guarded, 1), Ok(Target::Worker(0)));
+        assert_eq!(
+            admit(&hello(CONTROL, None), &guarded, 1),
+            Err(Refusal::NoClusterToken)
+        );
+        assert_eq!(
+            admit(&hello(CONTROL, Some(&c)), &guarded, 1),
+            Ok(Target::Control)
+        );
+        // Neither: everything open (loopback, or allow_unauthenticated).
+        let open = Tokens::default();
+        assert_eq!(admit(&hello(CONTROL, None), &open, 1), Ok(Target::Control));
     }
 }

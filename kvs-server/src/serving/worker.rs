@@ -41,13 +41,15 @@ const DRAIN: Duration = Duration::from_millis(200);
 pub(crate) struct Worker {
     /// Who it is: its member and number.
     pub me: Owner,
+    /// The id of its cluster, in every setup answer.
+    pub cluster: [u8; 16],
     pub cfg: Config,
     pub map: ShardMap,
     pub incoming: Receiver<ToWorker>,
     /// Its own channel's sending end (for the threads it starts).
     pub to_self: Sender<ToWorker>,
-    /// The server's auth token (presented to other members).
-    pub auth: Option<AuthToken>,
+    /// The cluster token, presented to other members.
+    pub cluster_token: Option<AuthToken>,
     /// Slots given away, held for their new owners.
     pub outgoing: Arc<Outgoing>,
     /// The member's lease: the worker serves only while it holds.
@@ -81,11 +83,12 @@ impl OnTransport for Worker {
     fn run<T: Transport>(self, dev: Device) {
         let Worker {
             me,
+            cluster,
             cfg,
             map,
             incoming,
             to_self,
-            auth,
+            cluster_token,
             outgoing,
             lease,
             stop,
@@ -119,6 +122,7 @@ impl OnTransport for Worker {
             workers: cfg.workers,
             slots: h.map.slots(),
             member: me.member,
+            cluster,
         }
         .encode();
         let mut out = Vec::with_capacity(cfg.max_value + 64);
@@ -129,7 +133,7 @@ impl OnTransport for Worker {
         let mut wait_failed = false;
         let mut published = 0u64;
         let waker = ctx.waker();
-        let mut waiting = Waiting::new(cfg.clone(), auth, to_self);
+        let mut waiting = Waiting::new(cfg.clone(), cluster_token, to_self);
         let mut huge = HugeReport {
             worker: w,
             software: dev.as_sim().is_some(),
