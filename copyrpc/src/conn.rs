@@ -12,6 +12,11 @@
 //! [`ConnError::Refused`]. A server reads its peers' records with an
 //! [`Acceptor`], which reads all of them at once under a deadline each, so a
 //! peer that sends nothing or sends slowly holds up nobody else.
+//!
+//! [`connect`] blocks for the TCP connection and the listener's answer. A
+//! thread serving a context that cannot wait [`dial`]s instead: a helper
+//! thread does the TCP part, and [`Dial::poll`] connects the endpoint once
+//! it is done.
 
 use std::io::{self, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -23,11 +28,13 @@ use crate::error::{CallFailed, CloseReason, SetupError};
 use crate::transport::Transport;
 
 mod acceptor;
+mod dial;
 mod record;
 
 pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats};
+pub use dial::{dial, Dial};
 pub use record::SETUP_TIMEOUT;
-use record::{check_private_data, read_record, write_record, write_refusal};
+use record::{check_private_data, read_record, write_record, write_refusal, SetupRecord};
 
 /// Errors of connection setup.
 #[derive(Debug, thiserror::Error)]
@@ -255,28 +262,61 @@ where
     // Refused before anything reaches the listener.
     check_private_data(private_data)?;
     let started = Instant::now();
+    let stream = open(addr, started, timeout)?;
+    let (ep, info) = ctx.create_endpoint()?;
+    let rec = exchange(&stream, info, private_data, started, timeout);
+    finish(ctx, ep, rec.map(|rec| (stream, rec)))
+}
+
+/// The connecting side's TCP connection, opened by `timeout` after `started`.
+fn open(
+    addr: impl ToSocketAddrs,
+    started: Instant,
+    timeout: Duration,
+) -> Result<TcpStream, ConnError> {
     let stream = tcp_connect(addr, started, timeout)?;
     stream.set_nodelay(true)?;
-    let (ep, info) = ctx.create_endpoint()?;
-    let rec = write_record(&stream, info, private_data)
-        .and_then(|()| read_record(&stream, started, timeout));
-    let r = rec.and_then(|rec| {
+    Ok(stream)
+}
+
+/// The connecting side's half of setup over TCP: writes this side's record,
+/// then reads the listener's by `timeout` after `started`. Blocks: the
+/// caller's thread ([`connect_within`]) or a dial's helper thread ([`dial`]).
+fn exchange(
+    stream: &TcpStream,
+    info: EndpointInfo,
+    private_data: &[u8],
+    started: Instant,
+    timeout: Duration,
+) -> Result<SetupRecord, ConnError> {
+    write_record(stream, info, private_data)?;
+    read_record(stream, started, timeout)
+}
+
+/// Connects `ep` to the peer's record and keeps the stream as its liveness
+/// channel; any failure (`setup`'s, or here) removes `ep`.
+fn finish<U, F, T: Transport>(
+    ctx: &mut Context<U, F, T>,
+    ep: EndpointId,
+    setup: Result<(TcpStream, SetupRecord), ConnError>,
+) -> Result<Connection, ConnError>
+where
+    F: FnMut(U, Result<&[u8], CallFailed>),
+{
+    let r = setup.and_then(|(stream, rec)| {
         ctx.connect(ep, &rec.info)?;
         stream.set_read_timeout(None)?;
         stream.set_nonblocking(true)?;
-        Ok(rec)
-    });
-    match r {
-        Ok(rec) => Ok(Connection {
+        Ok(Connection {
             stream: Some(stream),
             ep,
             peer_private_data: rec.private_data,
-        }),
-        Err(e) => {
-            ctx.remove(ep);
-            Err(e)
-        }
+        })
+    });
+    if r.is_err() {
+        ctx.remove(ep);
     }
+    r
 }
 
 /// A TCP connection to the first of `addr`'s addresses that answers before
