@@ -28,6 +28,10 @@ pub enum ControlRequest {
         slots: u32,
         /// Its bulk-transfer port (at `addr`'s IP).
         bulk_port: u16,
+        /// Its zone (host or rack), if it has one: a slot's copies go to
+        /// different zones when there are enough.
+        #[serde(default)]
+        zone: Option<String>,
     },
     /// The member's own figures: keys, bytes and slots per worker, the
     /// imports it runs, and the migration in progress (from the group's state).
@@ -53,6 +57,17 @@ pub enum ControlRequest {
     /// Stop the migration in progress (leader only): the slots being pulled
     /// now finish moving, the rest stay where they are.
     Cancel,
+    /// Drain the member asked (any member, for itself): it stops serving,
+    /// then has the group move each slot it is primary of to the slot's
+    /// ready backup and drop its copies; it takes none until it restarts.
+    /// Answered at once; [`MemberStatus::drained`] says when it is done.
+    Drain,
+    /// Keep `replicas` copies of every slot, 1 to 3 (leader only): backups
+    /// are added, copied and made ready, or dropped.
+    SetReplicas {
+        /// The copies.
+        replicas: u8,
+    },
     /// Remove member `member` from the cluster for good (leader only).
     /// Refused while it owns slots, unless `force` declares their records
     /// lost (its slots go, empty, to the members that are up).
@@ -169,6 +184,10 @@ pub struct MemberStatus {
     /// The control group as this member sees it.
     #[serde(default)]
     pub group: Option<GroupView>,
+    /// Whether this member was drained (its slots with a ready backup moved
+    /// to it; it takes none until it restarts).
+    #[serde(default)]
+    pub drained: bool,
 }
 
 /// The control group as one member sees it.
@@ -187,6 +206,12 @@ pub struct GroupView {
     pub applied: u64,
     /// Whether this member may serve its slots now (it holds a lease).
     pub lease: bool,
+    /// Copies of each slot the cluster keeps.
+    #[serde(default = "one")]
+    pub replicas: u8,
+    /// Slots with fewer ready copies than `replicas`.
+    #[serde(default)]
+    pub under_replicated_slots: u32,
     /// Every member that ever had an id, as the applied log has it.
     pub members: Vec<GroupMember>,
 }
@@ -204,6 +229,16 @@ pub struct GroupMember {
     pub state: String,
     /// Whether it votes in the control group.
     pub voter: bool,
+    /// Its zone, if it gave one.
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// Whether it was drained (and has not restarted since).
+    #[serde(default)]
+    pub drained: bool,
+}
+
+fn one() -> u8 {
+    1
 }
 
 /// One import a target runs: the slots it pulls from one source.
@@ -312,8 +347,15 @@ mod tests {
             workers: 4,
             slots: 1024,
             bulk_port: 7001,
+            zone: Some("rack-3".into()),
         };
         assert_eq!(ControlRequest::decode(&j.encode()).unwrap(), j);
+        // A join from before zones reads as one without a zone.
+        let old = br#"{"op":"join","addr":"10.0.0.2:7000","workers":4,"slots":8,"bulk_port":1}"#;
+        assert!(matches!(
+            ControlRequest::decode(old),
+            Ok(ControlRequest::Join { zone: None, .. })
+        ));
         let s = ControlReply::Status(MemberStatus {
             member: 1,
             map_version: 3,
@@ -344,6 +386,7 @@ mod tests {
                 error: None,
             }),
             held: (2, 100),
+            drained: false,
             group: Some(GroupView {
                 cluster_id: "ab".repeat(16),
                 leader: Some(1),
@@ -351,11 +394,15 @@ mod tests {
                 commit: 9,
                 applied: 9,
                 lease: true,
+                replicas: 2,
+                under_replicated_slots: 12,
                 members: vec![GroupMember {
                     id: 0,
                     addr: "10.0.0.1:7000".parse().unwrap(),
                     state: "up".into(),
                     voter: true,
+                    zone: None,
+                    drained: false,
                 }],
             }),
         });

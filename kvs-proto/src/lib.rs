@@ -3,7 +3,8 @@
 //! shard map that says which member and worker owns each hash slot
 //! ([`shard`]), the control messages of membership and administration
 //! ([`control`]) and the control group's batches of Raft messages
-//! ([`group`]), the setup private data that names the worker a connection
+//! ([`group`]), the replication messages a slot's primary sends its backups
+//! ([`replica`]), the setup private data that names the worker a connection
 //! is for ([`hello`](mod@hello)), and the auth token it may carry ([`auth`]).
 
 pub mod auth;
@@ -11,6 +12,7 @@ pub mod control;
 pub mod group;
 pub mod hello;
 pub mod proto;
+pub mod replica;
 pub mod shard;
 
 pub use auth::{AuthToken, TokenError};

@@ -69,6 +69,10 @@ pub enum Op {
     /// source holds for the target that now owns its slot (to the source's
     /// control endpoint). Answered as GET is, from the source's frozen copy.
     Pull = 9,
+    /// A slot's primary worker to a worker backing the slot up: a write to
+    /// apply, or a step of copying the slot ([`crate::replica`], its own
+    /// format).
+    Replicate = 11,
 }
 
 impl Op {
@@ -84,6 +88,7 @@ impl Op {
             7 => Op::Control,
             9 => Op::Pull,
             10 => Op::Raft,
+            11 => Op::Replicate,
             _ => return None,
         })
     }
@@ -123,6 +128,11 @@ pub enum Status {
     /// way), or the group marked it failed. The message in the payload says
     /// which; the slot is served again once the member is back in touch.
     Unavailable = 10,
+    /// A backup refused a replication message: the sender is not the
+    /// slot's primary in the backup's map, or the backup does not back the
+    /// slot up, or the message does not follow the last one it applied.
+    /// The message in the payload says which.
+    Fenced = 11,
 }
 
 impl Status {
@@ -140,6 +150,7 @@ impl Status {
             8 => Status::OutOfMemory,
             9 => Status::TryAgain,
             10 => Status::Unavailable,
+            11 => Status::Fenced,
             _ => return None,
         })
     }

@@ -1,21 +1,31 @@
 //! Shards (hash slots) and the cluster's versioned shard map: its members
-//! (servers), which member and worker owns each slot, and which slots their
-//! new owner is still pulling from their old one (a live migration).
+//! (servers), which member and worker owns each slot (its primary), which
+//! hold synchronous copies of it (its backups, [`replicas`]), and which
+//! slots their new owner is still pulling from their old one (a live
+//! migration).
 //!
 //! The map travels in MAP answers and control messages:
 //!
 //! ```text
 //! map:    version u32 | slots u32 | members u16 | runs u32 | member* | run*
 //! member: ip 16 (IPv4 as ::ffff:a.b.c.d) | port u16 | workers u16 | bulk_port u16
-//! run:    first u32 | count u32 | member u16 | worker u16 | from u16
+//! run:    first u32 | count u32 | member u16 | worker u16 | from u16 | epoch u32
+//!         | backups u8 | backup{2}
+//! backup: member u16 | worker u16 | ready u8
 //! ```
 //! All integers little-endian. A run is `count` consecutive slots from
 //! `first` with one owner; `from` is the member the owner is importing them
-//! from ([`NO_MEMBER`]: none). The runs cover every slot once, in order. A
-//! map is input from the network: [`ShardMap::decode`] checks all of it.
+//! from ([`NO_MEMBER`]: none); `epoch` is the map version at which the
+//! slots' replica set (primary and backups) last changed; `backups` of the
+//! two backup fields are in use (the rest zero). The runs cover every slot
+//! once, in order. A map is input from the network: [`ShardMap::decode`]
+//! checks all of it.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::ops::Range;
+
+pub mod replicas;
+pub use replicas::{Backup, Backups, MAX_BACKUPS};
 
 /// The slot of a key: 64-bit FNV-1a of its bytes, modulo the slot count.
 #[inline]
@@ -34,6 +44,8 @@ pub const MAX_SLOTS: u32 = 1 << 16;
 pub const MAX_MEMBERS: u16 = 1024;
 /// The most workers a member may have.
 pub const MAX_WORKERS: u16 = 1024;
+/// Bytes a run of slots takes in an encoded map.
+pub const RUN_BYTES: usize = field::RUN;
 /// "No member": the `from` of a slot nobody is importing.
 pub const NO_MEMBER: u16 = u16::MAX;
 
@@ -56,11 +68,19 @@ mod field {
     pub const R_MEMBER: Range<usize> = 8..10;
     pub const R_WORKER: Range<usize> = 10..12;
     pub const R_FROM: Range<usize> = 12..14;
-    pub const RUN: usize = 14;
+    pub const R_EPOCH: Range<usize> = 14..18;
+    pub const R_BACKUPS: usize = 18;
+    /// The first backup field; each is [`BACKUP`] bytes.
+    pub const R_BACKUP: usize = 19;
+    pub const B_MEMBER: Range<usize> = 0..2;
+    pub const B_WORKER: Range<usize> = 2..4;
+    pub const B_READY: usize = 4;
+    pub const BACKUP: usize = 5;
+    pub const RUN: usize = R_BACKUP + BACKUP * super::MAX_BACKUPS;
 }
 
 /// Who owns a slot: a member and one of its workers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Owner {
     /// The member (an index into [`ShardMap::members`]).
     pub member: u16,
@@ -81,7 +101,8 @@ pub struct Member {
     pub bulk_port: u16,
 }
 
-/// One run of consecutive slots with the same owner and import source.
+/// One run of consecutive slots with the same owner, import source,
+/// epoch and backups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
     /// The slots.
@@ -90,6 +111,10 @@ pub struct Run {
     pub owner: Owner,
     /// The member the owner is still importing them from, if any.
     pub from: Option<u16>,
+    /// The map version at which their replica set last changed.
+    pub epoch: u32,
+    /// Their backups.
+    pub backups: Backups,
 }
 
 /// A shard map that does not decode or is inconsistent.
@@ -106,6 +131,10 @@ pub struct ShardMap {
     owner: Vec<Owner>,
     /// Per slot: the member its owner imports it from, or [`NO_MEMBER`].
     from: Vec<u16>,
+    /// Per slot: the version at which its replica set last changed.
+    epoch: Vec<u32>,
+    /// Per slot: its backups.
+    backups: Vec<Backups>,
 }
 
 impl ShardMap {
@@ -134,6 +163,8 @@ impl ShardMap {
             }],
             owner,
             from: vec![NO_MEMBER; slots as usize],
+            epoch: vec![1; slots as usize],
+            backups: vec![Backups::default(); slots as usize],
         })
     }
 
@@ -236,12 +267,21 @@ impl ShardMap {
             }
         }
         let (first, n) = (slots.start, slots.end - slots.start);
+        let next = self.version + 1;
         for s in slots {
-            self.owner[s as usize] = Owner {
+            let owner = Owner {
                 member,
                 worker: block_worker(s - first, n, workers),
             };
-            self.from[s as usize] = from.unwrap_or(NO_MEMBER);
+            let i = s as usize;
+            if self.owner[i] != owner {
+                // A new primary starts with no backups: its copies are made
+                // anew from it.
+                self.backups[i] = Backups::default();
+                self.epoch[i] = next;
+            }
+            self.owner[i] = owner;
+            self.from[i] = from.unwrap_or(NO_MEMBER);
         }
         Ok(())
     }
@@ -314,21 +354,31 @@ impl ShardMap {
         moves
     }
 
-    /// The runs of consecutive slots with one owner and import source, in
-    /// slot order.
+    /// The runs of consecutive slots with one owner, import source, epoch
+    /// and backups, in slot order.
     pub fn runs(&self) -> Vec<Run> {
         let mut out: Vec<Run> = Vec::new();
-        for (s, (&owner, &f)) in self.owner.iter().zip(&self.from).enumerate() {
-            let s = s as u32;
+        for i in 0..self.owner.len() {
+            let s = i as u32;
+            let (owner, f) = (self.owner[i], self.from[i]);
+            let (epoch, backups) = (self.epoch[i], self.backups[i]);
             let from = (f != NO_MEMBER).then_some(f);
             match out.last_mut() {
-                Some(r) if r.owner == owner && r.from == from && r.slots.end == s => {
+                Some(r)
+                    if r.owner == owner
+                        && r.from == from
+                        && r.epoch == epoch
+                        && r.backups == backups
+                        && r.slots.end == s =>
+                {
                     r.slots.end = s + 1
                 }
                 _ => out.push(Run {
                     slots: s..s + 1,
                     owner,
                     from,
+                    epoch,
+                    backups,
                 }),
             }
         }
@@ -358,6 +408,15 @@ impl ShardMap {
             out.extend_from_slice(&r.owner.member.to_le_bytes());
             out.extend_from_slice(&r.owner.worker.to_le_bytes());
             out.extend_from_slice(&r.from.unwrap_or(NO_MEMBER).to_le_bytes());
+            out.extend_from_slice(&r.epoch.to_le_bytes());
+            out.push(r.backups.len() as u8);
+            let mut fields = [0u8; field::BACKUP * MAX_BACKUPS];
+            for (b, f) in r.backups.iter().zip(fields.chunks_mut(field::BACKUP)) {
+                f[field::B_MEMBER].copy_from_slice(&b.owner.member.to_le_bytes());
+                f[field::B_WORKER].copy_from_slice(&b.owner.worker.to_le_bytes());
+                f[field::B_READY] = u8::from(b.ready);
+            }
+            out.extend_from_slice(&fields);
         }
     }
 
@@ -412,6 +471,8 @@ impl ShardMap {
         }
         let mut owner = Vec::with_capacity(slots as usize);
         let mut from = Vec::with_capacity(slots as usize);
+        let mut epochs = Vec::with_capacity(slots as usize);
+        let mut backups = Vec::with_capacity(slots as usize);
         for _ in 0..nruns {
             let r = &b[at..at + field::RUN];
             at += field::RUN;
@@ -434,8 +495,15 @@ impl ShardMap {
             if f != NO_MEMBER && (f >= nmembers || f == o.member) {
                 return Err(BadMap("bad import source"));
             }
+            let epoch = le32(&r[field::R_EPOCH]);
+            if epoch == 0 || epoch > version {
+                return Err(BadMap("epoch out of range"));
+            }
+            let b = decode_backups(r, o, &members)?;
             owner.extend(std::iter::repeat_n(o, count as usize));
             from.extend(std::iter::repeat_n(f, count as usize));
+            epochs.extend(std::iter::repeat_n(epoch, count as usize));
+            backups.extend(std::iter::repeat_n(b, count as usize));
         }
         if owner.len() != slots as usize {
             return Err(BadMap("runs do not cover the slots once, in order"));
@@ -445,8 +513,52 @@ impl ShardMap {
             members,
             owner,
             from,
+            epoch: epochs,
+            backups,
         })
     }
+}
+
+/// A run's backups: members of the map other than the owner and each
+/// other, workers in range, unused fields zero.
+fn decode_backups(r: &[u8], owner: Owner, members: &[Member]) -> Result<Backups, BadMap> {
+    let n = usize::from(r[field::R_BACKUPS]);
+    if n > MAX_BACKUPS {
+        return Err(BadMap("too many backups"));
+    }
+    let mut out = Backups::default();
+    for i in 0..MAX_BACKUPS {
+        let at = field::R_BACKUP + i * field::BACKUP;
+        let f = &r[at..at + field::BACKUP];
+        if i >= n {
+            if f.iter().any(|&x| x != 0) {
+                return Err(BadMap("an unused backup field is not zero"));
+            }
+            continue;
+        }
+        let b = Backup {
+            owner: Owner {
+                member: le16(&f[field::B_MEMBER]),
+                worker: le16(&f[field::B_WORKER]),
+            },
+            ready: match f[field::B_READY] {
+                0 => false,
+                1 => true,
+                _ => return Err(BadMap("a backup's ready flag is not 0 or 1")),
+            },
+        };
+        let m = members
+            .get(usize::from(b.owner.member))
+            .ok_or(BadMap("a backup is not a member"))?;
+        if b.owner.worker >= m.workers {
+            return Err(BadMap("a backup's worker out of range"));
+        }
+        if b.owner.member == owner.member || out.holds(b.owner.member) {
+            return Err(BadMap("a member holds two copies of a slot"));
+        }
+        out.push(b);
+    }
+    Ok(out)
 }
 
 /// The worker a member with `workers` workers gives `slot` of `slots`:

@@ -1,0 +1,230 @@
+//! Replication: what a slot's primary worker sends the workers that back
+//! the slot up, on a connection to each backup worker's endpoint (a worker
+//! hello with the cluster token). One message per copyrpc call; copyrpc
+//! batches a poll's messages to one backup into one WRITE_IMM.
+//!
+//! ```text
+//! replicate: op u8 (11) | kind u8 | key_len u16 | slot u32 | epoch u32
+//!            | primary_member u16 | primary_worker u16 | seq u64 | offset u32
+//!            | val_len u32 | key | value
+//! ```
+//! All integers little-endian. `kind` says what it carries ([`Kind`]): a
+//! write the primary applied (PUT, DELETE, UPDATE_RANGE at `offset`), with
+//! the slot's next sequence number `seq`; or a step of copying the slot to
+//! a new backup (begin at `seq`, one record, end). `epoch` is the slot's
+//! epoch in the primary's map ([`crate::shard::replicas`]). The answer is
+//! a response header: OK once applied, [`Status::Fenced`] (with a message)
+//! when the backup does not take writes of that slot from that primary,
+//! [`Status::TryAgain`] when the backup has not yet applied the map the
+//! message needs.
+//!
+//! [`Status::Fenced`]: crate::proto::Status::Fenced
+//! [`Status::TryAgain`]: crate::proto::Status::TryAgain
+
+use crate::proto::{Op, WireError};
+use crate::Owner;
+
+mod field {
+    use std::ops::Range;
+    pub const OP: usize = 0;
+    pub const KIND: usize = 1;
+    pub const KEY_LEN: Range<usize> = 2..4;
+    pub const SLOT: Range<usize> = 4..8;
+    pub const EPOCH: Range<usize> = 8..12;
+    pub const PRIMARY_MEMBER: Range<usize> = 12..14;
+    pub const PRIMARY_WORKER: Range<usize> = 14..16;
+    pub const SEQ: Range<usize> = 16..24;
+    pub const OFFSET: Range<usize> = 24..28;
+    pub const VAL_LEN: Range<usize> = 28..32;
+}
+
+/// Header bytes of a replication message.
+pub const REPLICATE_HEADER: usize = 32;
+
+/// What a replication message carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// The primary set `key` to `value`.
+    Put = 1,
+    /// The primary deleted `key`.
+    Delete = 2,
+    /// The primary overwrote `value.len()` bytes of `key`'s value at
+    /// `offset`.
+    Patch = 3,
+    /// The primary starts copying the slot: the backup drops what it held
+    /// of it, and takes the writes numbered from `seq + 1` on.
+    CopyBegin = 4,
+    /// One record of the copy: `key`'s value as the primary holds it now
+    /// (takes no sequence number).
+    CopyPut = 5,
+    /// The copy is complete.
+    CopyEnd = 6,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Put,
+            2 => Kind::Delete,
+            3 => Kind::Patch,
+            4 => Kind::CopyBegin,
+            5 => Kind::CopyPut,
+            6 => Kind::CopyEnd,
+            _ => return None,
+        })
+    }
+
+    /// Whether it is a write with a sequence number.
+    pub fn is_write(self) -> bool {
+        matches!(self, Kind::Put | Kind::Delete | Kind::Patch)
+    }
+}
+
+/// A replication message's fields, to encode one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// What it carries.
+    pub kind: Kind,
+    /// The slot.
+    pub slot: u32,
+    /// The slot's epoch in the sender's map.
+    pub epoch: u32,
+    /// The sender: the slot's primary.
+    pub primary: Owner,
+    /// The write's sequence number (a copy's start: the last one before it).
+    pub seq: u64,
+    /// Where a patch goes in the value.
+    pub offset: u32,
+}
+
+/// Writes a replication message into `out` (cleared first).
+pub fn write_replicate(out: &mut Vec<u8>, h: &Header, key: &[u8], value: &[u8]) {
+    out.clear();
+    out.push(Op::Replicate as u8);
+    out.push(h.kind as u8);
+    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&h.slot.to_le_bytes());
+    out.extend_from_slice(&h.epoch.to_le_bytes());
+    out.extend_from_slice(&h.primary.member.to_le_bytes());
+    out.extend_from_slice(&h.primary.worker.to_le_bytes());
+    out.extend_from_slice(&h.seq.to_le_bytes());
+    out.extend_from_slice(&h.offset.to_le_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// A replication message, read in place.
+#[derive(Clone, Copy)]
+pub struct Replicate<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Replicate<'a> {
+    /// Checks the header and lengths; never panics on any input.
+    pub fn new_checked(buf: &'a [u8]) -> Result<Self, WireError> {
+        if buf.len() < REPLICATE_HEADER {
+            return Err(WireError::Short(buf.len()));
+        }
+        if buf[field::OP] != Op::Replicate as u8 {
+            return Err(WireError::BadCode(buf[field::OP]));
+        }
+        Kind::from_u8(buf[field::KIND]).ok_or(WireError::BadCode(buf[field::KIND]))?;
+        let key = usize::from(u16::from_le_bytes([buf[2], buf[3]]));
+        let val = le32(&buf[field::VAL_LEN]) as usize;
+        if REPLICATE_HEADER + key + val != buf.len() {
+            return Err(WireError::BadLength);
+        }
+        Ok(Replicate { buf })
+    }
+
+    /// The header's fields.
+    pub fn header(&self) -> Header {
+        let b = self.buf;
+        Header {
+            kind: Kind::from_u8(b[field::KIND]).unwrap_or(Kind::CopyEnd),
+            slot: le32(&b[field::SLOT]),
+            epoch: le32(&b[field::EPOCH]),
+            primary: Owner {
+                member: le16(&b[field::PRIMARY_MEMBER]),
+                worker: le16(&b[field::PRIMARY_WORKER]),
+            },
+            seq: u64::from_le_bytes(b[field::SEQ].try_into().unwrap_or([0; 8])),
+            offset: le32(&b[field::OFFSET]),
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &'a [u8] {
+        let n = usize::from(le16(&self.buf[field::KEY_LEN]));
+        &self.buf[REPLICATE_HEADER..REPLICATE_HEADER + n]
+    }
+
+    /// The value.
+    pub fn value(&self) -> &'a [u8] {
+        let n = usize::from(le16(&self.buf[field::KEY_LEN]));
+        &self.buf[REPLICATE_HEADER + n..]
+    }
+}
+
+impl std::fmt::Debug for Replicate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replicate")
+            .field("header", &self.header())
+            .field("key_len", &self.key().len())
+            .field("value_len", &self.value().len())
+            .finish()
+    }
+}
+
+fn le16(b: &[u8]) -> u16 {
+    u16::from_le_bytes([b[0], b[1]])
+}
+fn le32(b: &[u8]) -> u32 {
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_round_trips_and_nothing_else_parses() {
+        let h = Header {
+            kind: Kind::Patch,
+            slot: 77,
+            epoch: 9,
+            primary: Owner {
+                member: 2,
+                worker: 1,
+            },
+            seq: 1 << 40,
+            offset: 5,
+        };
+        let mut b = Vec::new();
+        write_replicate(&mut b, &h, b"key", b"value");
+        let r = Replicate::new_checked(&b).unwrap();
+        assert_eq!(r.header(), h);
+        assert_eq!((r.key(), r.value()), (&b"key"[..], &b"value"[..]));
+        for n in 0..b.len() {
+            assert!(Replicate::new_checked(&b[..n]).is_err(), "{n}");
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert!(Replicate::new_checked(&long).is_err());
+        let mut c = b.clone();
+        c[1] = 9;
+        assert!(Replicate::new_checked(&c).is_err());
+        c = b.clone();
+        c[0] = Op::Put as u8;
+        assert!(Replicate::new_checked(&c).is_err());
+        // Any byte changed: a message or an error, never a panic.
+        for i in 0..b.len() {
+            let mut c = b.clone();
+            c[i] ^= 0xff;
+            let _ = Replicate::new_checked(&c).map(|r| (r.header(), r.key(), r.value()));
+        }
+        assert!(Kind::Put.is_write() && !Kind::CopyPut.is_write());
+    }
+}
