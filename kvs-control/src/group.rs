@@ -45,7 +45,7 @@ use raft::{RawNode, StateRole, Storage as _};
 
 use crate::error::{GroupError, StorageError};
 use crate::identity::{ClusterId, Identity};
-use crate::state::{Applied, ClusterState, Command, MemberState, Membership};
+use crate::state::{Applied, ClusterState, Command, Founding, MemberState, Membership};
 use crate::storage::{DiskStorage, Recovery};
 use kvs_proto::ShardMap;
 
@@ -206,11 +206,12 @@ fn member_of(node: u64) -> Option<u16> {
 impl Group {
     /// Starts a new cluster in `data_dir`, which must hold no member: this
     /// member is member 0 of a cluster with a new random id, owning `map`
-    /// (a one-member map), the group's only voter to begin with.
+    /// (a one-member map), the group's only voter to begin with, with
+    /// the settings of `founding`.
     pub fn bootstrap(
         data_dir: &Path,
         map: ShardMap,
-        control_voters: u16,
+        founding: Founding,
         cfg: GroupConfig,
         now: Instant,
     ) -> Result<Group, GroupError> {
@@ -229,7 +230,7 @@ impl Group {
             source,
         };
         let cluster_id = ClusterId::random().map_err(io)?;
-        let state = ClusterState::bootstrap(cluster_id, control_voters, map);
+        let state = ClusterState::bootstrap(cluster_id, founding, map);
         // The first state is a snapshot at index 1: a member that joins
         // later has an empty log and is given it whole.
         let (mut store, _) = DiskStorage::open(&DiskStorage::dir_in(data_dir))?;
@@ -547,6 +548,7 @@ impl Group {
         addr: std::net::SocketAddr,
         workers: u16,
         bulk_port: u16,
+        zone: Option<String>,
     ) -> Result<u16, GroupError> {
         let member = self.state.as_ref().map_or(0, ClusterState::member_count);
         let change = Membership::Join {
@@ -554,6 +556,7 @@ impl Group {
             addr,
             workers,
             bulk_port,
+            zone,
         };
         self.propose_membership(&change, ConfChangeType::AddLearnerNode, member)?;
         Ok(member)

@@ -25,6 +25,7 @@ mod files;
 mod group;
 mod identity;
 mod migration;
+mod replication;
 mod state;
 mod storage;
 #[cfg(test)]
@@ -35,5 +36,5 @@ pub use error::{GroupError, StorageError};
 pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing};
 pub use identity::{BadClusterId, ClusterId, Identity};
 pub use migration::{chunk_slots, chunks, Chunk, Migration};
-pub use state::{Applied, ClusterState, Command, MemberState, Membership};
+pub use state::{Applied, ClusterState, Command, Founding, MemberState, Membership, REPLICAS};
 pub use storage::{DiskStorage, Recovery};

@@ -3,8 +3,9 @@
 //! entries.
 //!
 //! It holds the shard map (members, and which member and worker owns each
-//! slot) and, per member, whether it is up, failed or gone, and whether it
-//! votes in the control group. Every change comes from an entry of the log:
+//! slot and which back it up), the replica count, and, per member, whether
+//! it is up, failed or gone, its zone, and whether it votes in the control
+//! group. Every change comes from an entry of the log:
 //! a [`Command`] in a normal entry, or a [`Membership`] change carried by a
 //! Raft configuration change (a member joins or is forgotten, and the group's
 //! voters and learners change with it). Applying is deterministic: an entry
@@ -19,14 +20,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::identity::ClusterId;
 use crate::migration::Migration;
+use crate::replication;
 
 /// The largest encoded map a migration may leave behind. A map travels
 /// whole in the group's snapshots and in answers to map fetches, which
 /// copyrpc's 1 MiB control rings carry up to 256 KiB at a time; a map
 /// in the middle of a migration can have the runs of the map before and
 /// after it, and a snapshot carries the migration's chunks beside it, so
-/// the limit leaves room for both (about 3 500 runs of slots; 1 024 slots
-/// cut one by one take 14 KiB).
+/// the limit leaves room for both (about 1 700 runs of slots; 1 024 slots
+/// cut one by one take 29 KiB).
 pub const MAX_MAP_BYTES: usize = 48 << 10;
 
 /// A member's standing in the group.
@@ -95,6 +97,53 @@ pub enum Command {
         /// The proposer's wall clock, in Unix milliseconds.
         at_ms: u64,
     },
+    /// Keep `replicas` copies of every slot (1 to 3): its primary and
+    /// `replicas - 1` backups.
+    SetReplicas {
+        /// The copies.
+        replicas: u8,
+    },
+    /// A primary copied `slots` whole to its backup on `member`, which has
+    /// applied every write since: the backup may be promoted. Applies to
+    /// the slots whose replica set has not changed since map `since`, the
+    /// version the copy began under.
+    BackupReady {
+        /// The backup's member.
+        member: u16,
+        /// The slots, as `[first, end)` ranges.
+        slots: Vec<(u32, u32)>,
+        /// The map version the copy began under.
+        since: u32,
+    },
+    /// A primary lost touch with its ready backup on `member` for `slots`
+    /// (the backup may have missed a write the primary could not get
+    /// acknowledged): the backup is not ready until it is copied anew, so
+    /// it cannot be promoted meanwhile.
+    BackupStale {
+        /// The backup's member.
+        member: u16,
+        /// The slots, as `[first, end)` ranges.
+        slots: Vec<(u32, u32)>,
+    },
+    /// Empty a member that stays up: each slot it is primary of goes to its
+    /// ready backup, and its copies are dropped; it takes no new copies and
+    /// no slots from a rebalance until it restarts. The member stopped
+    /// serving before it asked (SIGTERM, `kvs-admin drain`), so no read of
+    /// it can be stale.
+    Drain {
+        /// The member.
+        member: u16,
+    },
+    /// A member started again without the records it held (the store is in
+    /// memory): its slots go to their ready backups and its copies are
+    /// dropped, as if it had failed, and it stays up. It serves nothing
+    /// until this entry is applied; `nonce` tells it which start it was.
+    Restarted {
+        /// The member.
+        member: u16,
+        /// Its start's random number.
+        nonce: u64,
+    },
     /// A member came back with a new bulk port (or, listening on an
     /// unspecified address, learned the one others reach it at).
     Readdress {
@@ -123,6 +172,10 @@ pub enum Membership {
         workers: u16,
         /// Its bulk-transfer port.
         bulk_port: u16,
+        /// Its zone (host or rack): backups of a slot go to zones that hold
+        /// no copy of it yet, when there are such.
+        #[serde(default)]
+        zone: Option<String>,
     },
     /// A member becomes a voter (`voter`) or a learner.
     Voter {
@@ -165,6 +218,20 @@ pub enum Applied {
     Failed(u16),
     /// A failed member is up again.
     Up(u16),
+    /// A member was drained; how many of its slots moved to backups.
+    Drained {
+        /// The member.
+        member: u16,
+        /// Slots it was primary of that it no longer is.
+        moved: u32,
+    },
+    /// A member that started again without its records is back in service.
+    Restarted {
+        /// The member.
+        member: u16,
+        /// Its start's number.
+        nonce: u64,
+    },
     /// A member was forgotten; how many slots it lost (with `force`).
     Left {
         /// The member.
@@ -181,6 +248,8 @@ pub enum Applied {
 pub struct ClusterState {
     cluster_id: ClusterId,
     control_voters: u16,
+    /// Copies of each slot: its primary and `replicas - 1` backups.
+    replicas: u8,
     map: ShardMap,
     /// Per member id.
     members: Vec<Standing>,
@@ -190,10 +259,15 @@ pub struct ClusterState {
     migration: Option<Migration>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 struct Standing {
     state: MemberState,
     voter: bool,
+    #[serde(default)]
+    zone: Option<String>,
+    /// Drained: takes no copies and no slots until it restarts.
+    #[serde(default)]
+    drained: bool,
 }
 
 /// The state as kept in a snapshot.
@@ -201,6 +275,8 @@ struct Standing {
 struct Snap {
     cluster_id: ClusterId,
     control_voters: u16,
+    #[serde(default = "one")]
+    replicas: u8,
     map: Vec<u8>,
     members: Vec<Standing>,
     map_at: (u64, u64),
@@ -208,16 +284,37 @@ struct Snap {
     migration: Option<Migration>,
 }
 
+fn one() -> u8 {
+    1
+}
+
+/// What a new cluster is founded with.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Founding {
+    /// Members that vote in the control group (the first ones).
+    pub control_voters: u16,
+    /// Copies of each slot (1 to 3).
+    pub replicas: u8,
+    /// The first member's zone.
+    pub zone: Option<String>,
+}
+
+/// The copies of a slot a cluster may keep.
+pub const REPLICAS: std::ops::RangeInclusive<u8> = 1..=3;
+
 impl ClusterState {
     /// A new cluster's first state: one member owning every slot, a voter.
-    pub fn bootstrap(cluster_id: ClusterId, control_voters: u16, map: ShardMap) -> ClusterState {
+    pub fn bootstrap(cluster_id: ClusterId, founding: Founding, map: ShardMap) -> ClusterState {
         ClusterState {
             cluster_id,
-            control_voters: control_voters.max(1),
+            control_voters: founding.control_voters.max(1),
+            replicas: founding.replicas.clamp(*REPLICAS.start(), *REPLICAS.end()),
             members: vec![
                 Standing {
                     state: MemberState::Up,
                     voter: true,
+                    zone: founding.zone,
+                    drained: false,
                 };
                 map.members().len()
             ],
@@ -238,9 +335,18 @@ impl ClusterState {
         self.migration.as_ref().is_some_and(Migration::running)
     }
 
-    /// The members that are up (not failed, not gone).
+    /// The members that are up (not failed, not gone) and not drained:
+    /// those that may take slots and copies.
     pub fn up_members(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.member_count()).filter(|&m| self.member_state(m) == Some(MemberState::Up))
+        (0..self.member_count())
+            .filter(|&m| self.member_state(m) == Some(MemberState::Up) && !self.drained(m))
+    }
+
+    /// Whether a member was drained (and has not restarted since).
+    pub fn drained(&self, member: u16) -> bool {
+        self.members
+            .get(usize::from(member))
+            .is_some_and(|s| s.drained)
     }
 
     /// Whether `cmd` would start a migration, checked against this state
@@ -324,6 +430,49 @@ impl ClusterState {
     /// How many members vote in the control group (the first ones).
     pub fn control_voters(&self) -> u16 {
         self.control_voters
+    }
+
+    /// Copies of each slot the cluster keeps.
+    pub fn replicas(&self) -> u8 {
+        self.replicas
+    }
+
+    /// A member's zone, if it gave one.
+    pub fn zone(&self, member: u16) -> Option<&str> {
+        self.members
+            .get(usize::from(member))
+            .and_then(|s| s.zone.as_deref())
+    }
+
+    /// Slots with fewer ready copies than [`replicas`](Self::replicas).
+    pub fn under_replicated(&self) -> u32 {
+        self.map.under_replicated(usize::from(self.replicas))
+    }
+
+    /// Brings every slot's backups to `replicas - 1` on members that are
+    /// up ([`replication::reconcile`]); a new map if that changed any.
+    fn reconcile(&mut self, at: (u64, u64)) -> bool {
+        let up: Vec<u16> = self.up_members().collect();
+        let mut map = self.map.clone();
+        let zones: Vec<Option<String>> = self.members.iter().map(|s| s.zone.clone()).collect();
+        let zone = |m: u16| zones.get(usize::from(m)).cloned().flatten();
+        if !replication::reconcile(&mut map, usize::from(self.replicas), &up, zone) {
+            return false;
+        }
+        self.set_map(map, at);
+        true
+    }
+
+    /// Fails `member`'s slots over to their ready backups and drops its
+    /// copies ([`replication::failover`]), then refills the backups.
+    fn fail_over(&mut self, member: u16, at: (u64, u64)) {
+        let mut map = self.map.clone();
+        let up: Vec<u16> = self.up_members().filter(|&m| m != member).collect();
+        replication::failover(&mut map, member, |m| up.contains(&m));
+        if map != self.map {
+            self.set_map(map, at);
+        }
+        self.reconcile(at);
     }
 
     /// The committed shard map.
@@ -499,6 +648,7 @@ impl ClusterState {
                 addr,
                 workers,
                 bulk_port,
+                ref zone,
             } => {
                 let mut map = self.map.clone();
                 if let Err(e) = map.add_member(Member {
@@ -511,8 +661,11 @@ impl ClusterState {
                 self.members.push(Standing {
                     state: MemberState::Up,
                     voter: false,
+                    zone: zone.clone(),
+                    drained: false,
                 });
                 self.set_map(map, at);
+                self.reconcile(at);
                 Applied::Joined(member)
             }
             Membership::Voter { member, voter } => {
@@ -556,11 +709,14 @@ impl ClusterState {
                 self.members[usize::from(member)] = Standing {
                     state: MemberState::Left,
                     voter: false,
+                    zone: None,
+                    drained: false,
                 };
                 self.set_map(map, at);
                 if unblocked {
                     self.step_migration(at, at_ms);
                 }
+                self.reconcile(at);
                 Applied::Left {
                     member,
                     lost_slots: lost,
@@ -645,6 +801,7 @@ impl ClusterState {
             &Command::MarkFailed { member } => match self.member_state(member) {
                 Some(MemberState::Up) => {
                     self.members[usize::from(member)].state = MemberState::Failed;
+                    self.fail_over(member, at);
                     Applied::Failed(member)
                 }
                 s => Applied::Refused(format!("member {member} is {s:?}, not up")),
@@ -652,10 +809,76 @@ impl ClusterState {
             &Command::MarkUp { member } => match self.member_state(member) {
                 Some(MemberState::Failed) => {
                     self.members[usize::from(member)].state = MemberState::Up;
+                    self.reconcile(at);
                     Applied::Up(member)
                 }
                 s => Applied::Refused(format!("member {member} is {s:?}, not failed")),
             },
+            &Command::Restarted { member, nonce } => match self.member_state(member) {
+                Some(MemberState::Up | MemberState::Failed) => {
+                    let st = &mut self.members[usize::from(member)];
+                    st.state = MemberState::Up;
+                    st.drained = false;
+                    self.fail_over(member, at);
+                    Applied::Restarted { member, nonce }
+                }
+                s => Applied::Refused(format!("member {member} is {s:?}")),
+            },
+            &Command::Drain { member } => match self.member_state(member) {
+                Some(MemberState::Up) => {
+                    self.members[usize::from(member)].drained = true;
+                    let before = self.map.slots_of(member);
+                    self.fail_over(member, at);
+                    Applied::Drained {
+                        member,
+                        moved: before - self.map.slots_of(member),
+                    }
+                }
+                s => Applied::Refused(format!("member {member} is {s:?}, not up")),
+            },
+            &Command::SetReplicas { replicas } => {
+                if !REPLICAS.contains(&replicas) {
+                    return Applied::Refused(format!(
+                        "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
+                    ));
+                }
+                self.replicas = replicas;
+                if self.reconcile(at) {
+                    Applied::Map(self.map.version())
+                } else {
+                    Applied::Nothing
+                }
+            }
+            Command::BackupStale { member, slots } => {
+                let mut map = self.map.clone();
+                for &(a, b) in slots {
+                    let _ = map.set_backup_unready(a..b.min(map.slots()), *member);
+                }
+                if map == self.map {
+                    return Applied::Nothing;
+                }
+                self.set_map(map, at);
+                Applied::Map(self.map.version())
+            }
+            Command::BackupReady {
+                member,
+                slots,
+                since,
+            } => {
+                let mut map = self.map.clone();
+                for &(a, b) in slots {
+                    for s in a..b.min(map.slots()) {
+                        if map.epoch(s) <= *since {
+                            let _ = map.set_backup_ready(s..s + 1, *member);
+                        }
+                    }
+                }
+                if map == self.map {
+                    return Applied::Nothing;
+                }
+                self.set_map(map, at);
+                Applied::Map(self.map.version())
+            }
             &Command::Readdress {
                 member,
                 addr,
@@ -694,7 +917,9 @@ impl ClusterState {
             return Applied::Nothing;
         }
         self.set_map(m, at);
-        Applied::Map(version)
+        // Slots whose import ended get their backups.
+        self.reconcile(at);
+        Applied::Map(self.map.version())
     }
 
     fn set_map(&mut self, mut map: ShardMap, at: (u64, u64)) {
@@ -710,6 +935,7 @@ impl ClusterState {
         serde_json::to_vec(&Snap {
             cluster_id: self.cluster_id,
             control_voters: self.control_voters,
+            replicas: self.replicas,
             map,
             members: self.members.clone(),
             map_at: self.map_at,
@@ -732,6 +958,7 @@ impl ClusterState {
         Ok(ClusterState {
             cluster_id: s.cluster_id,
             control_voters: s.control_voters.max(1),
+            replicas: s.replicas.clamp(*REPLICAS.start(), *REPLICAS.end()),
             map,
             members: s.members,
             map_at: s.map_at,
@@ -772,15 +999,24 @@ mod tests {
         SocketAddr::from(([10, 0, 0, 1], p))
     }
 
+    fn founding(control_voters: u16) -> Founding {
+        Founding {
+            control_voters,
+            replicas: 1,
+            zone: None,
+        }
+    }
+
     fn three() -> ClusterState {
         let map = ShardMap::single(addr(7000), 64, 2).unwrap();
-        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), 2, map);
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), founding(2), map);
         for (i, p) in [(1u16, 7001u16), (2, 7002)] {
             let j = Membership::Join {
                 member: i,
                 addr: addr(p),
                 workers: 2,
                 bulk_port: 9000 + i,
+                zone: None,
             };
             assert_eq!(
                 s.apply_membership(&j, (u64::from(i) + 1, 1)),
@@ -824,6 +1060,8 @@ mod tests {
         s.members.push(Standing {
             state: MemberState::Up,
             voter: true,
+            zone: None,
+            drained: false,
         });
         s.map
             .add_member(Member {
@@ -842,6 +1080,7 @@ mod tests {
             addr: addr(7001),
             workers: 2,
             bulk_port: 1,
+            zone: None,
         };
         assert!(matches!(
             s2.apply_membership(&again, (9, 1)),
@@ -852,6 +1091,7 @@ mod tests {
             addr: addr(7009),
             workers: 2,
             bulk_port: 1,
+            zone: None,
         };
         assert!(matches!(
             s2.apply_membership(&stale, (9, 1)),
@@ -958,14 +1198,134 @@ mod tests {
     }
 
     #[test]
+    fn replicas_place_backups_fail_over_and_refill() {
+        let mut s = three();
+        // Spread: member i owns slots 21i.. (the rest stay member 0's).
+        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
+            let mut m = s.map.clone();
+            m.assign(r, to, None).unwrap();
+            s.set_map(m, (9, 1));
+        }
+        assert_eq!(s.replicas(), 1);
+        assert_eq!(s.under_replicated(), 0);
+        let bad = Command::SetReplicas { replicas: 4 };
+        assert!(matches!(s.apply(&bad, (10, 1)), Applied::Refused(_)));
+        let v = s.map().version();
+        assert_eq!(
+            s.apply(&Command::SetReplicas { replicas: 2 }, (11, 1)),
+            Applied::Map(v + 1)
+        );
+        assert_eq!(s.under_replicated(), 64, "no copy is ready yet");
+        assert!((0..64).all(|x| s.map().backups(x).len() == 1));
+        let since = s.map().version();
+        // A report for a copy begun under an older replica set is stale.
+        let stale = Command::BackupReady {
+            member: 1,
+            slots: vec![(0, 21)],
+            since: since - 1,
+        };
+        assert_eq!(s.apply(&stale, (12, 1)), Applied::Nothing);
+        let ready = |member, a, b| Command::BackupReady {
+            member,
+            slots: vec![(a, b)],
+            since,
+        };
+        assert!(matches!(
+            s.apply(&ready(1, 0, 21), (13, 1)),
+            Applied::Map(_)
+        ));
+        assert!(matches!(
+            s.apply(&ready(2, 21, 42), (14, 1)),
+            Applied::Map(_)
+        ));
+        assert_eq!(s.under_replicated(), 22);
+        // A stale backup is not ready, and ready again once copied.
+        let stale = Command::BackupStale {
+            member: 2,
+            slots: vec![(21, 42)],
+        };
+        assert!(matches!(s.apply(&stale, (14, 1)), Applied::Map(_)));
+        assert_eq!(s.under_replicated(), 43);
+        assert_eq!(s.apply(&stale, (14, 1)), Applied::Nothing);
+        assert!(matches!(
+            s.apply(&ready(2, 21, 42), (14, 1)),
+            Applied::Map(_)
+        ));
+        // Member 0 fails: its slots go to member 1, whose copies were
+        // ready, and get new backups on member 2.
+        assert_eq!(
+            s.apply(&Command::MarkFailed { member: 0 }, (15, 1)),
+            Applied::Failed(0)
+        );
+        assert_eq!(s.map().slots_of(0), 0);
+        assert_eq!(s.map().slots_of(1), 42);
+        assert!((0..21).all(|x| s.map().backups(x)[0].owner.member == 2));
+        assert_eq!(s.map().backup_slots_of(0), 0);
+        // Member 2's slots had their backups on member 0: gone, and not
+        // replaced on a failed member.
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 1));
+        // It comes back, restarted: nothing of it is kept, and it takes
+        // backups again.
+        assert_eq!(
+            s.apply(
+                &Command::Restarted {
+                    member: 0,
+                    nonce: 7
+                },
+                (16, 1)
+            ),
+            Applied::Restarted {
+                member: 0,
+                nonce: 7
+            }
+        );
+        assert_eq!(s.member_state(0), Some(MemberState::Up));
+        assert_eq!(s.map().slots_of(0), 0);
+        // Three copies: member 0 is the only member with room for them.
+        s.apply(&Command::SetReplicas { replicas: 3 }, (17, 1));
+        assert_eq!(s.map().backup_slots_of(0), 64);
+        // Drained: member 1's slots go to their ready backups (none are
+        // ready on member 0 yet: they stay), it keeps no copies, and it
+        // takes none until it restarts.
+        s.apply(&Command::SetReplicas { replicas: 2 }, (18, 1));
+        let since = s.map().version();
+        let r = Command::BackupReady {
+            member: 2,
+            slots: vec![(0, 42)],
+            since,
+        };
+        s.apply(&r, (19, 1));
+        assert_eq!(
+            s.apply(&Command::Drain { member: 1 }, (20, 1)),
+            Applied::Drained {
+                member: 1,
+                moved: 42
+            }
+        );
+        assert!(s.drained(1));
+        assert_eq!(s.map().slots_of(1), 0);
+        assert_eq!(s.map().backup_slots_of(1), 0);
+        assert!(!s.up_members().any(|m| m == 1));
+        let back = Command::Restarted {
+            member: 1,
+            nonce: 9,
+        };
+        s.apply(&back, (21, 1));
+        assert!(!s.drained(1));
+        // The state survives a snapshot.
+        assert_eq!(ClusterState::decode(&s.encode()).unwrap(), s);
+    }
+
+    #[test]
     fn a_migration_that_would_shred_the_map_past_a_message_is_refused() {
         let map = ShardMap::single(addr(7000), 16384, 1).unwrap();
-        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), 3, map);
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), founding(3), map);
         let j = Membership::Join {
             member: 1,
             addr: addr(7001),
             workers: 1,
             bulk_port: 9001,
+            zone: None,
         };
         assert_eq!(s.apply_membership(&j, (2, 1)), Applied::Joined(1));
         // Every other slot: 16 384 runs.
@@ -988,7 +1348,7 @@ mod tests {
         };
         s.check_migration(&half).unwrap();
         // Up to the limit's worth of runs is fine.
-        let runs = (MAX_MAP_BYTES / 14 / 2) as u32 - 16;
+        let runs = (MAX_MAP_BYTES / kvs_proto::shard::RUN_BYTES / 2) as u32 - 16;
         let many = Command::Migrate {
             moves: (0..runs).map(|i| (4 * i, 4 * i + 2, 1)).collect(),
             at_ms: 0,

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use kvs_control::{Applied, Event, Group, GroupConfig, GroupError, MemberState};
+use kvs_control::{Applied, Event, Founding, Group, GroupConfig, GroupError, MemberState};
 use kvs_proto::ShardMap;
 use support::{addr, Net, TestDir};
 
@@ -257,7 +257,12 @@ fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
     assert_eq!(after.map(), before.map());
     // A data dir that holds a member is never bootstrapped again.
     let map = ShardMap::single(addr(0), 256, 2).unwrap();
-    let e = Group::bootstrap(&net.dirs[0], map, 3, cfg(), net.now).unwrap_err();
+    let founding = Founding {
+        control_voters: 3,
+        replicas: 1,
+        zone: None,
+    };
+    let e = Group::bootstrap(&net.dirs[0], map, founding, cfg(), net.now).unwrap_err();
     assert!(e.to_string().contains("holds member 0"), "{e}");
 }
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use kvs_control::{Applied, ClusterState, Command, Event, Group, GroupConfig, Identity};
+use kvs_control::{Applied, ClusterState, Command, Event, Founding, Group, GroupConfig, Identity};
 use kvs_proto::ShardMap;
 
 /// A directory for one test, removed when it ends.
@@ -68,7 +68,12 @@ impl Net {
         let now = Instant::now();
         let dir0 = root.path().join("m0");
         let map = ShardMap::single(addr(0), SLOTS, 2).unwrap();
-        let g0 = Group::bootstrap(&dir0, map, control_voters, cfg, now).unwrap();
+        let founding = Founding {
+            control_voters,
+            replicas: 1,
+            zone: None,
+        };
+        let g0 = Group::bootstrap(&dir0, map, founding, cfg, now).unwrap();
         let mut net = Net {
             dirs: vec![dir0],
             groups: vec![Some(g0)],
@@ -99,7 +104,7 @@ impl Net {
         let next = self.groups.len() as u16;
         let id = self
             .group(l)
-            .propose_join(addr(next), 2, 9000 + next)
+            .propose_join(addr(next), 2, 9000 + next, None)
             .unwrap();
         assert_eq!(id, next);
         let cluster_id = self.group(l).cluster_id();
