@@ -67,7 +67,11 @@ impl<C: Control> Admin<C> {
 
     /// The contact's shard map.
     pub fn map(&mut self) -> Result<ShardMap, AdminError> {
-        let addr = self.contact;
+        self.map_of(self.contact)
+    }
+
+    /// The shard map of the member at `addr`.
+    pub fn map_of(&mut self, addr: SocketAddr) -> Result<ShardMap, AdminError> {
         match self.client.request(addr, &ControlRequest::Map)? {
             ControlReply::Map { map } => {
                 ShardMap::decode(&map).map_err(|source| AdminError::BadMap { addr, source })
@@ -82,6 +86,16 @@ impl<C: Control> Admin<C> {
             ControlReply::Status(s) => Ok(s),
             other => Err(unexpected(addr, "status", other)),
         }
+    }
+
+    /// Sends `req` to the member at `addr` itself (no `Keeper` answer is
+    /// followed) and returns its answer.
+    pub fn request(
+        &mut self,
+        addr: SocketAddr,
+        req: &ControlRequest,
+    ) -> Result<ControlReply, AdminError> {
+        Ok(self.client.request(addr, req)?)
     }
 
     /// The members the control group has up, as the contact sees it (all

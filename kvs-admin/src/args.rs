@@ -17,8 +17,21 @@ breaks the migration. `kvs-admin status` shows it again later, and
 `kvs-admin cancel` stops it (the slots being pulled finish moving, the rest
 stay where they are).
 
+Replicas: each slot has a primary, which serves it, and `replicas - 1`
+synchronous backups on other members, which hold every acknowledged write
+and take over when the primary's member fails. `kvs-admin set replicas N`
+changes the count (1 to 3); raising it copies every slot to its new
+backups while the cluster serves, and `kvs-admin status` shows the slots
+still under-replicated.
+
+Drains: `kvs-admin drain MEMBER` empties a member without stopping it: it
+stops serving, its slots move to their ready backups, and it takes none
+until it restarts. SIGTERM (systemd stop) does the same before a server
+exits.
+
 --server names any one member: kvs-admin reads the map from it, asks every
-member for its figures, and sends migrations to the leader wherever it is.
+member for its figures, and sends migrations and settings to the leader
+wherever it is.
 
 Examples:
   kvs-admin --server 10.0.0.1:7000 status
@@ -28,19 +41,62 @@ Examples:
   kvs-admin migrate --slots 17 --to 10.0.0.2:7000 --no-wait
   kvs-admin rebalance
   kvs-admin cancel
+  kvs-admin set replicas 2
+  kvs-admin drain 1
   kvs-admin forget 2 --force
-  kvs-admin --auth-token-file ~/.kvs-token --server 10.0.0.1:7000 status
+  kvs-admin --cluster-token-file /etc/kvs/cluster-token --server 10.0.0.1:7000 status
 
 Exit status: 0 done; 1 an error (a server that cannot be reached, a refused
-token, a refused request, a migration that failed or was cancelled); 2 a
-usage error.";
+token, a refused request, a migration that failed or was cancelled, copies
+that were not all made in time, a drain not applied in time); 2 a usage
+error.";
+
+/// What `set replicas --help` says after the options.
+const REPLICAS_AFTER_HELP: &str = "\
+Raising N adds backups and copies every slot to them while the cluster goes
+on serving reads and writes; a backup is ready (it may take over) once its
+copy is complete. Meanwhile `kvs-admin status` shows under_replicated_slots
+falling to 0, and this command waits for that (unless --no-wait; stopping it
+with Ctrl-C does not stop the copying). Lowering N drops backups at once.
+
+N beyond the members that are up leaves slots under-replicated until more
+members join; two copies never share a member, and with `zone` set on the
+servers, they go to different zones while there are enough.
+
+Examples:
+  kvs-admin set replicas 2
+  kvs-admin set replicas 3 --no-wait
+  kvs-admin set replicas 1";
+
+/// What `drain --help` says after the options.
+const DRAIN_AFTER_HELP: &str = "\
+kvs-admin sends the drain to the member itself (not to the leader: any
+member drains itself), then waits until the member reports it drained
+(unless --no-wait; stopping kvs-admin with Ctrl-C does not stop the drain).
+`kvs-admin status` shows drained members too.
+
+SIGTERM (systemd stop) does the same before the server exits: a planned
+stop hands each slot with a ready backup over first, so no acknowledged
+write is lost. Drain first to empty a member and keep it running.
+
+A restart brings the member back into use: it may hold copies again, and
+`kvs-admin rebalance` gives it its share of the slots.
+
+With replicas = 1 no slot has a backup, so nothing can move: every slot
+stays with the member, which serves them again once the drain is applied.
+Run `kvs-admin set replicas 2` first (it waits until every slot has a ready
+backup).
+
+Examples:
+  kvs-admin drain 1
+  kvs-admin drain 10.0.0.2:7000 --no-wait";
 
 /// `kvs-admin`'s command line.
 #[derive(Parser, Debug)]
 #[command(
     name = "kvs-admin",
     version,
-    about = "See and change a cluster of kvs-servers: its members, slots and keys, and migrations of slots between members",
+    about = "See and change a cluster of kvs-servers: its members, slots and keys, their copies, and migrations of slots between members",
     after_help = AFTER_HELP
 )]
 pub struct Args {
@@ -97,6 +153,19 @@ pub enum Command {
     /// Stops the migration in progress: the slots being pulled now finish
     /// moving, the rest stay where they are.
     Cancel,
+    /// Changes a setting of the whole cluster (kept by the control group):
+    /// `set replicas N`.
+    Set(SetArgs),
+    /// Empties a member without stopping it: it stops serving, and its
+    /// slots move to their ready backups.
+    ///
+    /// The member stops serving at once; the control group then moves each
+    /// slot it is primary of to the slot's ready backup (which holds every
+    /// acknowledged write) and drops the copies the member held. It takes
+    /// no slots and no copies until it restarts. Slots with no ready backup
+    /// stay with it, and it serves them again.
+    #[command(after_help = DRAIN_AFTER_HELP)]
+    Drain(DrainArgs),
     /// Removes a member from the cluster for good (a host retired, or dead
     /// and not coming back). Refused while it owns slots: move them away
     /// first (migrate, or rebalance while it is up), or give --force to
@@ -104,6 +173,61 @@ pub enum Command {
     /// are up). Its id is never used again; the server, if it still runs,
     /// stops.
     Forget(ForgetArgs),
+}
+
+/// `set`'s options: the setting to change.
+#[derive(clap::Args, Debug)]
+pub struct SetArgs {
+    /// The setting.
+    #[command(subcommand)]
+    pub what: Setting,
+}
+
+/// The settings `set` changes.
+#[derive(Subcommand, Debug)]
+pub enum Setting {
+    /// Keeps N copies of each slot: a primary and N-1 synchronous backups
+    /// on other members (in other zones when members give a `zone`).
+    ///
+    /// The primary serves the slot and forwards every write to its
+    /// backups, acknowledging it only once all of them have it; when the
+    /// primary's member fails, a ready backup takes over, so no single
+    /// failure loses an acknowledged write.
+    #[command(after_help = REPLICAS_AFTER_HELP)]
+    Replicas(ReplicasArgs),
+}
+
+/// `set replicas`'s options.
+#[derive(clap::Args, Debug)]
+pub struct ReplicasArgs {
+    /// Copies of each slot: 1 (no backups), 2 or 3.
+    #[arg(value_name = "N", value_parser = parse_replicas, allow_negative_numbers = true)]
+    pub replicas: u8,
+    /// Waits until every slot has N copies (the default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub wait: bool,
+    /// Returns once the leader has taken N; the servers carry on adding,
+    /// copying or dropping backups.
+    #[arg(long, overrides_with = "wait")]
+    pub no_wait: bool,
+    /// Gives up waiting after SECONDS (the copying goes on).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "600",
+        value_parser = parse_seconds
+    )]
+    pub max_wait: Duration,
+}
+
+/// A copy count on the command line: 1 to 3.
+fn parse_replicas(s: &str) -> Result<u8, String> {
+    match s.trim().parse::<u8>() {
+        Ok(n @ 1..=3) => Ok(n),
+        _ => {
+            Err("a cluster keeps 1 to 3 copies of each slot (a primary and up to 2 backups)".into())
+        }
+    }
 }
 
 /// `forget`'s options.
@@ -115,6 +239,28 @@ pub struct ForgetArgs {
     /// Forget it even though it owns slots: their records are lost.
     #[arg(long)]
     pub force: bool,
+}
+
+/// `drain`'s options.
+#[derive(clap::Args, Debug)]
+pub struct DrainArgs {
+    /// The member to drain: its id (0, 1, …) or its address.
+    #[arg(value_name = "MEMBER")]
+    pub member: MemberRef,
+    /// Waits until the control group has applied the drain (the default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub wait: bool,
+    /// Returns once the member has taken the request; it drains anyway.
+    #[arg(long, overrides_with = "wait")]
+    pub no_wait: bool,
+    /// Gives up waiting after SECONDS (the member goes on draining).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "60",
+        value_parser = parse_seconds
+    )]
+    pub max_wait: Duration,
 }
 
 /// `status`'s options.
@@ -364,6 +510,63 @@ mod tests {
         for bad in ["0", "-1", "NaN", "inf", "x", ""] {
             assert!(parse_seconds(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn replicas_are_one_to_three_and_waiting_is_the_default() {
+        let parse = |args: &[&str]| {
+            let mut v = vec!["kvs-admin", "set", "replicas"];
+            v.extend_from_slice(args);
+            match Args::try_parse_from(v).map(|a| a.cmd) {
+                Ok(Command::Set(SetArgs {
+                    what: Setting::Replicas(r),
+                })) => Ok(r),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let r = parse(&["2"]).unwrap();
+        assert_eq!((r.replicas, r.no_wait), (2, false));
+        assert_eq!(r.max_wait, Duration::from_secs(600));
+        let r = parse(&["3", "--no-wait", "--max-wait", "30"]).unwrap();
+        assert_eq!((r.replicas, r.no_wait), (3, true));
+        assert_eq!(r.max_wait, Duration::from_secs(30));
+        // The last of --wait and --no-wait counts.
+        assert!(!parse(&["1", "--no-wait", "--wait"]).unwrap().no_wait);
+        assert!(parse(&["1", "--wait", "--no-wait"]).unwrap().no_wait);
+        for bad in ["0", "4", "-1", "two", "256"] {
+            let e = parse(&[bad]).unwrap_err();
+            assert!(
+                e.contains("a cluster keeps 1 to 3 copies of each slot"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(parse(&[]).is_err());
+    }
+
+    #[test]
+    fn drain_takes_a_member_and_waits_by_default() {
+        let parse = |args: &[&str]| {
+            let mut v = vec!["kvs-admin", "drain"];
+            v.extend_from_slice(args);
+            match Args::try_parse_from(v).map(|a| a.cmd) {
+                Ok(Command::Drain(d)) => Ok(d),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let d = parse(&["1"]).unwrap();
+        assert_eq!((d.member, d.no_wait), (MemberRef::Id(1), false));
+        assert_eq!(d.max_wait, Duration::from_secs(60));
+        let d = parse(&["10.0.0.2:7000", "--no-wait", "--max-wait", "5"]).unwrap();
+        assert_eq!(d.member, MemberRef::Addr("10.0.0.2:7000".into()));
+        assert!(d.no_wait);
+        assert_eq!(d.max_wait, Duration::from_secs(5));
+        assert!(!parse(&["1", "--no-wait", "--wait"]).unwrap().no_wait);
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["nobody"])
+            .unwrap_err()
+            .contains("is neither a member id"));
     }
 
     #[test]

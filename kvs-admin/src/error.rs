@@ -121,6 +121,80 @@ pub enum AdminError {
         /// Slots the migration was to move.
         total: u32,
     },
+    /// The group keeps more copies than it has members up to hold them.
+    #[error(
+        "replicas is {replicas}, but only {up} member{are} up: {under} slots stay \
+         under-replicated until more members join (kvs-admin status shows them)",
+        are = if *up == 1 { " is" } else { "s are" }
+    )]
+    TooFewMembers {
+        /// The copies asked for.
+        replicas: u8,
+        /// Members up.
+        up: usize,
+        /// Slots short of copies now.
+        under: u32,
+    },
+    /// The count changed again while kvs-admin waited for it.
+    #[error(
+        "replicas changed to {now} while waiting for {wanted} to be reached (another \
+         kvs-admin?); kvs-admin status shows where it stands"
+    )]
+    ReplicasChanged {
+        /// The copies asked for.
+        wanted: u8,
+        /// The count the group has now.
+        now: u8,
+    },
+    /// The copies were not all made within the wait's limit.
+    #[error(
+        "{under} slots still under-replicated after {waited}; the servers carry on copying, \
+         and kvs-admin status shows under_replicated_slots falling to 0"
+    )]
+    ReplicationSlow {
+        /// Slots short of copies.
+        under: u32,
+        /// How long kvs-admin waited.
+        waited: String,
+    },
+    /// No member answered for too long while kvs-admin waited for copies.
+    #[error("lost the cluster while waiting for the copies: {last}; kvs-admin status shows them once members answer again")]
+    LostCluster {
+        /// The last failure.
+        last: String,
+    },
+    /// The member to drain did not answer.
+    #[error("cannot reach member {member} to drain it: {why}")]
+    MemberUnreachable {
+        /// The member.
+        member: u16,
+        /// Why (with where it was asked), and the control group's standing
+        /// of it if that explains it.
+        why: String,
+    },
+    /// The drain was not applied within the wait's limit.
+    #[error(
+        "member {member} is not drained after {waited}: it serves nothing until the control \
+         group applies its drain (is a majority of the group's voters up?); kvs-admin status \
+         shows it drained once that is done"
+    )]
+    DrainSlow {
+        /// The member.
+        member: u16,
+        /// How long kvs-admin waited.
+        waited: String,
+    },
+    /// The draining member stopped answering for too long.
+    #[error(
+        "lost member {member} while waiting for its drain: {last}; kvs-admin status shows \
+         whether it was drained"
+    )]
+    LostMember {
+        /// The member.
+        member: u16,
+        /// The last failure.
+        last: String,
+    },
     /// Writing the output failed (a closed pipe).
     #[error("output: {0}")]
     Output(#[from] std::io::Error),
@@ -157,5 +231,21 @@ mod tests {
             given: "10.0.0.9:7000".into(),
         };
         assert!(e.to_string().starts_with("unknown server 10.0.0.9:7000"));
+        let e = AdminError::TooFewMembers {
+            replicas: 3,
+            up: 1,
+            under: 256,
+        };
+        assert_eq!(
+            e.to_string(),
+            "replicas is 3, but only 1 member is up: 256 slots stay under-replicated until \
+             more members join (kvs-admin status shows them)"
+        );
+        let e = AdminError::TooFewMembers {
+            replicas: 3,
+            up: 2,
+            under: 9,
+        };
+        assert!(e.to_string().contains("only 2 members are up"), "{e}");
     }
 }

@@ -5,7 +5,8 @@ use std::net::SocketAddr;
 
 use kvs_client::ControlError;
 use kvs_proto::control::{
-    ControlReply, ControlRequest, MemberStatus, MigrationStatus, WorkerStatus,
+    ControlReply, ControlRequest, GroupMember, GroupView, MemberStatus, MigrationStatus,
+    WorkerStatus,
 };
 use kvs_proto::{Member, ShardMap};
 
@@ -90,7 +91,50 @@ pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
         migration,
         held: (0, 0),
         group: None,
+        drained: false,
     })
+}
+
+/// A member's status answer with one idle worker and the view `group`.
+pub fn status_in(member: u16, group: GroupView) -> ControlReply {
+    ControlReply::Status(MemberStatus {
+        member,
+        map_version: 3,
+        workers: vec![WorkerStatus::default()],
+        imports: Vec::new(),
+        migration: None,
+        held: (0, 0),
+        group: Some(group),
+        drained: false,
+    })
+}
+
+/// A view of the control group of [`map`]'s three members, all up, led by
+/// member 0 in term 2 and applied up to `applied`, keeping `replicas`
+/// copies with `under` slots short of them.
+pub fn group(replicas: u8, under: u32, applied: u64) -> GroupView {
+    let m = map();
+    GroupView {
+        cluster_id: "ab".repeat(16),
+        leader: Some(0),
+        term: 2,
+        commit: applied,
+        applied,
+        lease: true,
+        replicas,
+        under_replicated_slots: under,
+        members: (0u16..)
+            .zip(m.members())
+            .map(|(id, x)| GroupMember {
+                id,
+                addr: x.addr,
+                state: "up".into(),
+                voter: true,
+                zone: None,
+                drained: false,
+            })
+            .collect(),
+    }
 }
 
 /// A migration of `total` slots to member 1 with `done` of them moved.

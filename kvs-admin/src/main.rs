@@ -6,20 +6,26 @@
 //! kvs-admin migrate --slots 0-511 --to 1
 //! kvs-admin rebalance
 //! kvs-admin cancel
+//! kvs-admin set replicas 2
+//! kvs-admin drain 1
 //! ```
 //!
 //! Every command reaches the cluster through one member (`--server`) on its
-//! control endpoint; requests only the keeper serves go on to the keeper.
-//! Migrations run at the servers: kvs-admin starts them and follows them.
+//! control endpoint; requests only the keeper serves go on to the keeper
+//! (`drain` goes to the member it names: each member drains itself).
+//! Migrations and the copying of slots to new backups run at the servers:
+//! kvs-admin starts them and follows them.
 
 mod admin;
 mod args;
+mod drain;
 mod error;
 #[cfg(test)]
 mod fake;
 mod migrate;
 mod progress;
 mod render;
+mod replicas;
 mod status;
 
 use std::io::{IsTerminal, Write};
@@ -30,7 +36,7 @@ use kvs_client::{cluster_token, ControlClient, ControlOptions};
 use mlx5::device::Context as Device;
 
 use crate::admin::{Admin, Control};
-use crate::args::{Args, Command, StatusArgs};
+use crate::args::{Args, Command, Setting, StatusArgs};
 use crate::error::AdminError;
 use crate::progress::Pace;
 
@@ -87,6 +93,10 @@ impl OnTransport for Job<'_> {
             Command::Rebalance(w) => migrate::rebalance(&mut admin, w, Pace::NORMAL),
             Command::Cancel => migrate::cancel(&mut admin),
             Command::Forget(f) => migrate::forget(&mut admin, f),
+            Command::Drain(d) => drain::drain(&mut admin, d, drain::PACE),
+            Command::Set(s) => match &s.what {
+                Setting::Replicas(r) => replicas::set_replicas(&mut admin, r, replicas::PACE),
+            },
         }
     }
 }

@@ -66,7 +66,7 @@ pub fn rebalance<C: Control>(
 }
 
 /// Each member's address as the map has it, and as this host reaches it.
-fn member_addrs<C: Control>(admin: &Admin<C>, map: &ShardMap) -> Vec<(SocketAddr, SocketAddr)> {
+pub fn member_addrs<C: Control>(admin: &Admin<C>, map: &ShardMap) -> Vec<(SocketAddr, SocketAddr)> {
     map.members()
         .iter()
         .map(|m| (m.addr, admin.reach(m.addr)))
@@ -75,7 +75,7 @@ fn member_addrs<C: Control>(admin: &Admin<C>, map: &ShardMap) -> Vec<(SocketAddr
 
 /// The member `r` names, among the map's (`addrs`: as the map has them, and
 /// as this host reaches them).
-fn member_of(r: &MemberRef, addrs: &[(SocketAddr, SocketAddr)]) -> Result<u16, AdminError> {
+pub fn member_of(r: &MemberRef, addrs: &[(SocketAddr, SocketAddr)]) -> Result<u16, AdminError> {
     match r {
         MemberRef::Id(id) => member_by_id(*id, addrs.len()),
         MemberRef::Addr(given) => {

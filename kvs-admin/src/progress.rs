@@ -113,16 +113,18 @@ fn clip(s: &str, max: usize) -> String {
     s.chars().take(max).collect()
 }
 
-/// Where progress goes: stderr, redrawn in place on a terminal.
+/// Where progress goes: stderr, redrawn in place on a terminal, and a line
+/// every few seconds otherwise.
 #[derive(Debug)]
-struct Display {
+pub struct Display {
     tty: bool,
     last_plain: Option<Instant>,
     drawn: bool,
 }
 
 impl Display {
-    fn new() -> Display {
+    /// Progress on this process's stderr.
+    pub fn new() -> Display {
         Display {
             tty: std::io::stderr().is_terminal(),
             last_plain: None,
@@ -133,26 +135,32 @@ impl Display {
     /// Shows `m`'s progress, or a `trouble` line (a keeper that does not
     /// answer): now on a terminal, else if a line is due or `force`.
     fn show(&mut self, m: Result<&MigrationStatus, &str>, force: bool) {
+        match m {
+            Ok(m) => self.line(
+                &compact(m, TTY_WIDTH),
+                &format!("migration {}", summary(m, BAR)),
+                force,
+            ),
+            Err(trouble) => self.line(trouble, trouble, force),
+        }
+    }
+
+    /// Shows `tty` redrawn in place on a terminal (cut to its width), else
+    /// `plain` on a line of its own if one is due or `force`.
+    pub fn line(&mut self, tty: &str, plain: &str, force: bool) {
         let mut e = std::io::stderr().lock();
         if self.tty {
-            let line = match m {
-                Ok(m) => compact(m, TTY_WIDTH),
-                Err(trouble) => clip(trouble, TTY_WIDTH),
-            };
-            let _ = write!(e, "\r{line}\x1b[K");
+            let _ = write!(e, "\r{}\x1b[K", clip(tty, TTY_WIDTH));
             self.drawn = true;
         } else if force || self.last_plain.is_none_or(|t| t.elapsed() >= PLAIN_EVERY) {
-            let _ = match m {
-                Ok(m) => writeln!(e, "migration {}", summary(m, BAR)),
-                Err(trouble) => writeln!(e, "{trouble}"),
-            };
+            let _ = writeln!(e, "{plain}");
             self.last_plain = Some(Instant::now());
         }
         let _ = e.flush();
     }
 
     /// Ends the line being redrawn, so what follows starts on its own.
-    fn done(&mut self) {
+    pub fn done(&mut self) {
         if self.drawn {
             let _ = writeln!(std::io::stderr());
             self.drawn = false;

@@ -14,6 +14,9 @@ use crate::error::AdminError;
 use crate::progress;
 use crate::render::{self, Align, Table};
 
+mod backups;
+pub use backups::SlotRun;
+
 /// The most slot ranges a worker's line lists.
 const MAX_RANGES: usize = 8;
 
@@ -33,8 +36,15 @@ pub struct ClusterStatus {
     pub map_version: u32,
     /// The cluster's slot count.
     pub slots: u32,
+    /// Copies of each slot the cluster keeps (a primary and `replicas - 1`
+    /// backups), by the most recent view.
+    pub replicas: Option<u8>,
+    /// Slots with fewer ready copies than `replicas`, by that view.
+    pub under_replicated_slots: Option<u32>,
     /// Every member of the map, by id.
     pub members: Vec<MemberView>,
+    /// The contact's map run by run: each run's primary and backups.
+    pub slot_ranges: Vec<SlotRun>,
     /// The migration in progress or the last one, from the most recent
     /// view (none if no member answered, or none has run).
     pub migration: Option<MigrationStatus>,
@@ -53,6 +63,11 @@ pub struct MemberView {
     pub state: String,
     /// Whether it votes in the control group.
     pub voter: bool,
+    /// Its zone (host or rack), if it gave one.
+    pub zone: Option<String>,
+    /// Whether it was drained (and has not restarted since), by the most
+    /// recent view: it takes no slots and no copies.
+    pub drained: bool,
     /// Whether it holds its lease (serves its slots), as it says.
     pub lease: Option<bool>,
     /// Whether it answered.
@@ -65,6 +80,8 @@ pub struct MemberView {
     pub answered_as: Option<u16>,
     /// Slots the contact's map gives it.
     pub map_slots: u32,
+    /// Slots it holds a backup of, by the contact's map.
+    pub backup_slots: u32,
     /// Slots it owns by its own count.
     pub slots: Option<u32>,
     /// Keys it holds.
@@ -206,12 +223,15 @@ pub fn assemble(
                 addr,
                 state: in_view.map_or("up", |m| m.state.as_str()).to_string(),
                 voter: in_view.is_some_and(|m| m.voter),
+                zone: in_view.and_then(|m| m.zone.clone()),
+                drained: in_view.is_some_and(|m| m.drained),
                 lease: None,
                 answered: false,
                 error: None,
                 map_version: None,
                 answered_as: None,
                 map_slots: map.slots_of(id),
+                backup_slots: map.backup_slots_of(id),
                 slots: None,
                 keys: None,
                 bytes: None,
@@ -270,7 +290,10 @@ pub fn assemble(
         contact,
         map_version: map.version(),
         slots: map.slots(),
+        replicas: view.as_ref().map(|g| g.replicas),
+        under_replicated_slots: view.as_ref().map(|g| g.under_replicated_slots),
         members,
+        slot_ranges: backups::slot_runs(map),
         migration,
     }
 }
@@ -343,6 +366,7 @@ impl ClusterStatus {
                 _ => "no leader".to_string(),
             }
         );
+        out.push_str(&self.replicas_text());
         for w in self.warnings() {
             let _ = writeln!(out, "warning: {w}");
         }
@@ -365,6 +389,9 @@ impl ClusterStatus {
             } else if m.voter {
                 note.push("voter");
             }
+            if m.drained {
+                note.push("drained");
+            }
             if m.lease == Some(false) {
                 note.push("no lease");
             }
@@ -384,17 +411,25 @@ impl ClusterStatus {
         out.push_str(&t.render(""));
         for m in self.members.iter().filter(|m| m.state != "left") {
             out.push('\n');
-            let _ = writeln!(
-                out,
-                "member {} ({}){}",
-                m.member,
-                m.addr,
-                if self.leader == Some(m.member) {
-                    ", leader"
-                } else {
-                    ""
-                }
-            );
+            let mut head = format!("member {} ({})", m.member, m.addr);
+            if self.leader == Some(m.member) {
+                head.push_str(", leader");
+            }
+            if let Some(z) = &m.zone {
+                let _ = write!(head, ", zone {z}");
+            }
+            if m.drained {
+                head.push_str(", drained");
+            }
+            if self.replicas.is_some_and(|r| r > 1) || m.backup_slots > 0 {
+                let _ = write!(
+                    head,
+                    ", backs up {} slot{}",
+                    m.backup_slots,
+                    if m.backup_slots == 1 { "" } else { "s" }
+                );
+            }
+            let _ = writeln!(out, "{head}");
             let mut t = Table::new(&[
                 ("WORKER", Align::Right),
                 ("SLOTS", Align::Right),
@@ -459,6 +494,21 @@ impl ClusterStatus {
                 ]);
             }
             out.push_str(&t.render("  "));
+        }
+        out
+    }
+
+    /// `replicas N, under-replicated slots M`, and while M > 0 the ranges
+    /// short of ready backups (by the contact's map); nothing without a
+    /// view of the control group.
+    fn replicas_text(&self) -> String {
+        let (Some(r), Some(under)) = (self.replicas, self.under_replicated_slots) else {
+            return String::new();
+        };
+        let mut out = format!("replicas {r}, under-replicated slots {under}\n");
+        if under > 0 {
+            let short = backups::short_ranges(&self.slot_ranges, r);
+            out.push_str(&backups::short_text(&short, MAX_RANGES));
         }
         out
     }
@@ -604,6 +654,7 @@ mod tests {
             migration: None,
             held: (0, 0),
             group: None,
+            drained: false,
         }
     }
 
@@ -616,6 +667,8 @@ mod tests {
             addr: map().members()[usize::from(id)].addr,
             state: state.into(),
             voter: true,
+            zone: (id == 1).then(|| "rack-b".to_string()),
+            drained: false,
         };
         keeper.group = Some(GroupView {
             cluster_id: "ab".repeat(16),
@@ -624,6 +677,8 @@ mod tests {
             commit: 9,
             applied: 9,
             lease: true,
+            replicas: 1,
+            under_replicated_slots: 0,
             members: vec![member(0, "up"), member(1, "up"), member(2, "up")],
         });
         keeper.migration = Some(MigrationStatus {
@@ -692,7 +747,18 @@ mod tests {
             )),
             "{text}"
         );
-        assert!(text.contains("member 0 (10.0.0.1:7000), leader"), "{text}");
+        assert!(
+            text.contains("member 0 (10.0.0.1:7000), leader\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("member 1 (10.0.0.1:7001), zone rack-b\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nreplicas 1, under-replicated slots 0\n"),
+            "{text}"
+        );
         assert!(text.contains("  importing 0-7 from member 0"), "{text}");
         assert!(text.contains("migration: running"), "{text}");
         assert!(text.contains("0-7 -> member 1 (10.0.0.1:7001)"), "{text}");
@@ -706,6 +772,9 @@ mod tests {
         assert_eq!(j["leader"], 0);
         assert_eq!(j["members"][0]["state"], "up");
         assert_eq!(j["members"][0]["voter"], true);
+        assert_eq!(j["members"][1]["zone"], "rack-b");
+        assert_eq!(j["replicas"], 1);
+        assert_eq!(j["under_replicated_slots"], 0);
         assert_eq!(j["members"][2]["state"], "down");
         assert_eq!(j["map_version"], 4);
         assert_eq!(j["members"][0]["slots"], 56);
@@ -713,5 +782,52 @@ mod tests {
         assert_eq!(j["members"][2]["answered"], false);
         assert_eq!(j["members"][2]["keys"], serde_json::Value::Null);
         assert_eq!(j["migration"]["slots_done"], 2);
+        assert_eq!(j["members"][1]["drained"], false);
+    }
+
+    #[test]
+    fn drained_members_are_shown_by_the_newest_view() {
+        let contact: SocketAddr = "10.0.0.1:7000".parse().unwrap();
+        let view = |applied: u64, drained: bool| {
+            let mut g = fake::group(2, 0, applied);
+            g.members[1].drained = drained;
+            g
+        };
+        // Member 1's own view is older: the contact's newer one counts.
+        let mut zero = st(0, 4, &[(56, 0, 0), (0, 0, 0)]);
+        zero.group = Some(view(9, true));
+        let mut one = st(1, 4, &[(8, 0, 0)]);
+        one.group = Some(view(8, false));
+        let two = st(2, 4, &[(0, 0, 0)]);
+        let s = assemble(
+            contact,
+            &map(),
+            vec![
+                (contact, Ok(zero)),
+                ("10.0.0.1:7001".parse().unwrap(), Ok(one)),
+                ("10.0.0.3:7000".parse().unwrap(), Ok(two)),
+            ],
+        );
+        assert_eq!(
+            s.members.iter().map(|m| m.drained).collect::<Vec<_>>(),
+            [false, true, false]
+        );
+        let text = s.text();
+        assert!(
+            text.contains("\nmember 1 (10.0.0.1:7001), drained, backs up 0 slots\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nmember 0 (10.0.0.1:7000), leader, backs up 0 slots\n"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("member 2 (10.0.0.3:7000), drained"),
+            "{text}"
+        );
+        let j: serde_json::Value = serde_json::from_str(&s.json()).unwrap();
+        assert_eq!(j["members"][0]["drained"], false);
+        assert_eq!(j["members"][1]["drained"], true);
+        assert_eq!(j["members"][2]["drained"], false);
     }
 }

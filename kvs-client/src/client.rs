@@ -85,6 +85,11 @@ struct OpSlot<T> {
     ep: EndpointId,
     chase: Chase,
     scan: Option<Box<ScanAgg>>,
+    /// When the caller submitted it (the client's coarse clock).
+    started: Instant,
+    /// Its deadline passed and the caller was told: whatever answer still
+    /// comes is dropped, and the slot freed then.
+    abandoned: bool,
 }
 
 /// A member of the map in use, as the client knows it.
@@ -148,6 +153,11 @@ pub struct Client<T, X: Transport = Mlx5> {
     opts: ClientOptions,
     /// The id of the cluster (the contact's): every member must be of it.
     cluster: [u8; 16],
+    /// A member's connections died since the last map was fetched.
+    map_stale: bool,
+    /// A coarse clock: read once per poll or wait, and at each submit's
+    /// slow path; requests are stamped with it.
+    clock: Instant,
     in_flight: usize,
     polls: u32,
     last_check: Instant,
@@ -259,6 +269,8 @@ impl<T, X: Transport> Client<T, X> {
             doomed: Vec::new(),
             opts,
             cluster: answer.cluster,
+            map_stale: false,
+            clock: Instant::now(),
             in_flight: 0,
             polls: 0,
             last_check: Instant::now(),
@@ -303,6 +315,8 @@ impl<T, X: Transport> Client<T, X> {
                 s.kind = kind;
                 s.allowance = allowance;
                 s.ep = ep;
+                s.started = self.clock;
+                s.abandoned = false;
                 debug_assert!(s.chase.is_fresh(), "reset by release");
                 i
             }
@@ -322,6 +336,8 @@ impl<T, X: Transport> Client<T, X> {
             ep,
             chase: Chase::default(),
             scan: None,
+            started: self.clock,
+            abandoned: false,
         });
         (self.ops.len() - 1) as u32
     }
@@ -360,6 +376,23 @@ impl<T, X: Transport> Client<T, X> {
             // Not connected to the owner yet.
             None => match self.reach_owner(self.map.owner(key)) {
                 Ok(ep) => ep,
+                // Its connection died and a map that may move its slot is
+                // on its way: the request waits for it (until its chase
+                // runs out).
+                Err(e @ KvError::Unreachable { .. }) if self.chaser.fetching() => {
+                    let Some(&any) = self.routes.all().first() else {
+                        self.fail_soon(tag, e);
+                        return Ok(());
+                    };
+                    let i = self.slot(Some(tag), Kind::Key(op), any, allowance);
+                    let s = &mut self.ops[i as usize];
+                    let version = self.routes.version();
+                    proto::write_request(&mut s.req, op, version, key, value, val_len, offset);
+                    self.chaser
+                        .later(i, &mut s.chase, Target::Route, Instant::now());
+                    self.in_flight += 1;
+                    return Ok(());
+                }
                 Err(e) => {
                     self.fail_soon(tag, e);
                     return Ok(());
@@ -375,11 +408,78 @@ impl<T, X: Transport> Client<T, X> {
                 self.in_flight += 1;
                 Ok(())
             }
+            // The owner's connection died: the request waits for a map
+            // and a connection, as one for a member not yet reached does.
+            Err(CallError::Closed(..) | CallError::NoEndpoint(_)) => {
+                if let Some(m) = self.routes.member_of(ep) {
+                    self.lost_member(m);
+                }
+                let s = &mut self.ops[i as usize];
+                let now = Instant::now();
+                self.chaser.later(i, &mut s.chase, Target::Route, now);
+                self.in_flight += 1;
+                Ok(())
+            }
             Err(e) => {
                 let size = s.req.len();
                 Err(self.refused(i, e, size))
             }
         }
+    }
+
+    /// Fails the requests whose deadline passed ([`ClientOptions::timeout`]):
+    /// the caller is told now; the slot stays taken until its answer (if
+    /// any still comes) is dropped. Returns how many completed.
+    #[cold]
+    fn expire(&mut self, f: &mut impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        let limit = self.opts.timeout;
+        let mut n = 0;
+        for i in 0..self.ops.len() {
+            let s = &mut self.ops[i];
+            if s.abandoned
+                || !matches!(s.kind, Kind::Key(_))
+                || self.clock.saturating_duration_since(s.started) < limit
+            {
+                continue;
+            }
+            let Some(tag) = s.tag.take() else { continue };
+            s.abandoned = true;
+            self.in_flight -= 1;
+            n += 1;
+            f(tag, Err(KvError::Timeout(limit)));
+        }
+        n
+    }
+
+    /// The connections to member `m` died (its process stopped or was
+    /// killed): its endpoints go, it is connected again when a request
+    /// needs it (after its backoff), and the map is fetched anew from
+    /// another member (its slots may have moved to their backups).
+    #[cold]
+    #[inline(never)]
+    fn lost_member(&mut self, m: u16) {
+        let mine: Vec<EndpointId> = (0..self.routes.workers(m))
+            .filter_map(|w| {
+                self.routes.endpoint(Owner {
+                    member: m,
+                    worker: w,
+                })
+            })
+            .collect();
+        if mine.is_empty() {
+            return;
+        }
+        self.routes.drop_member(m);
+        self.routes.rebuild(&self.map);
+        self.conns.retain(|c| !mine.contains(&c.endpoint()));
+        for ep in mine {
+            self.ctx.remove(ep);
+        }
+        if let Some(p) = self.peers.get_mut(usize::from(m)) {
+            p.reach
+                .failed(Instant::now(), "its connection closed".to_string());
+        }
+        self.map_stale = true;
     }
 
     /// A call copyrpc refused: frees its op slot and hands the tag back with
@@ -628,22 +728,37 @@ impl<T, X: Transport> Client<T, X> {
         mut f: impl FnMut(T, Result<Reply<'_>, KvError>),
     ) -> usize {
         self.polls = self.polls.wrapping_add(1);
+        self.clock = Instant::now();
+        let mut n = 0;
         if (events == 0 || self.polls % 1024 == 0)
-            && self.last_check.elapsed() >= Duration::from_millis(100)
+            && self.clock.duration_since(self.last_check) >= Duration::from_millis(100)
         {
-            self.last_check = Instant::now();
+            self.last_check = self.clock;
+            n += self.expire(&mut f);
+            let mut dead: Vec<u16> = Vec::new();
             for c in &mut self.conns {
-                c.check(&mut self.ctx);
+                if !c.check(&mut self.ctx) {
+                    if let Some(m) = self.routes.member_of(c.endpoint()) {
+                        dead.push(m);
+                    }
+                }
+            }
+            for m in dead {
+                self.lost_member(m);
             }
         }
         let mut done = self.inbox.done.take();
         let mut arena = self.inbox.arena.take();
-        let mut n = 0;
         for d in done.drain(..) {
             let i = d.op;
             let Some(kind) = self.ops.get(i as usize).map(|s| s.kind) else {
                 continue;
             };
+            // The caller was told its deadline passed.
+            if self.ops[i as usize].abandoned {
+                self.release(i);
+                continue;
+            }
             let bytes = d
                 .result
                 .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
@@ -671,6 +786,17 @@ impl<T, X: Transport> Client<T, X> {
                                     match self.follow(i, st, resp.payload()) {
                                         None => continue,
                                         Some(e) => Err(e),
+                                    }
+                                }
+                                // A member of a cluster stopping: its slots
+                                // moved (it handed them over) or will once
+                                // it is marked failed; asked again by the
+                                // next map.
+                                Status::ShuttingDown if self.map.members().len() > 1 => {
+                                    self.stopping(i);
+                                    match self.follow(i, Status::Unavailable, resp.payload()) {
+                                        None => continue,
+                                        Some(_) => Err(KvError::ShuttingDown),
                                     }
                                 }
                                 st => Err(KvError::of_status(st, resp.payload())),
@@ -701,7 +827,11 @@ impl<T, X: Transport> Client<T, X> {
         self.inbox.done.set(done);
         arena.clear();
         self.inbox.arena.set(arena);
-        if self.fetched.is_some() || self.chaser.pending() || !self.doomed.is_empty() {
+        if self.fetched.is_some()
+            || self.chaser.pending()
+            || !self.doomed.is_empty()
+            || self.map_stale
+        {
             n += self.chase(&mut f);
         }
         n
@@ -763,6 +893,23 @@ impl<T, X: Transport> Client<T, X> {
         }
     }
 
+    /// Op `i` was answered by a member that is stopping: the map is fetched
+    /// again from another member.
+    #[cold]
+    fn stopping(&mut self, i: u32) {
+        let from = self.ops[i as usize].ep;
+        let other = self.routes.member_of(from).and_then(|m| {
+            self.routes
+                .all()
+                .iter()
+                .copied()
+                .find(|&e| self.routes.member_of(e) != Some(m))
+        });
+        if let Some(ep) = other {
+            self.chaser.newer_map(ep);
+        }
+    }
+
     /// Op `i` was answered by a server with a newer map than the one it was
     /// routed by: if that was the client's newest, the client fetches the
     /// server's (so it learns of changes that moved none of its keys).
@@ -796,6 +943,15 @@ impl<T, X: Transport> Client<T, X> {
                     Some(ep) => ep,
                     None => match self.reach_owner(self.map.owner(key)) {
                         Ok(ep) => ep,
+                        // Its owner's connection died and a map that may
+                        // move its slot is on its way: asked again later,
+                        // until the chase runs out.
+                        Err(KvError::Unreachable { .. }) if self.chaser.fetching() => {
+                            let s = &mut self.ops[i as usize];
+                            self.chaser
+                                .later(i, &mut s.chase, Target::Route, Instant::now());
+                            return None;
+                        }
                         Err(e) => return Some(e),
                     },
                 }
@@ -823,6 +979,10 @@ impl<T, X: Transport> Client<T, X> {
         e: KvError,
         f: &mut impl FnMut(T, Result<Reply<'_>, KvError>),
     ) -> usize {
+        if self.ops[i as usize].abandoned {
+            self.release(i);
+            return 0;
+        }
         match self.ops[i as usize].kind {
             Kind::Key(_) => {
                 let tag = self.release(i).expect("a request has its tag");
@@ -925,6 +1085,7 @@ impl<T, X: Transport> Client<T, X> {
         if let Some((map, from)) = self.fetched.take() {
             self.install(map, from);
             self.map_error = None;
+            self.map_stale = false;
             for op in self.chaser.installed() {
                 if let Some(e) = self.resend(op, Target::Route) {
                     n += self.fail(op, e, f);
@@ -932,6 +1093,23 @@ impl<T, X: Transport> Client<T, X> {
             }
         }
         let now = Instant::now();
+        // A member's connections died: until a map fetched since is in,
+        // one is fetched (again, if the one in flight went to that member
+        // and failed with it).
+        if self.map_stale && !self.chaser.fetching() {
+            if self.routes.all().is_empty() {
+                // Connected to no member any more: any that answers gives
+                // the map.
+                for m in 0..self.map.members().len() as u16 {
+                    if self.reach(m).is_ok() {
+                        break;
+                    }
+                }
+            }
+            if let Some(&ep) = self.routes.all().first() {
+                self.chaser.newer_map(ep);
+            }
+        }
         if let Some(from) = self.chaser.take_fetch() {
             let i = self.slot(None, Kind::Map, from, self.map_allowance);
             proto::write_request(&mut self.ops[i as usize].req, Op::Map, 0, &[], &[], 0, 0);

@@ -90,6 +90,10 @@ pub enum KvError {
     /// out. The server's message, naming the member.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// No answer within [`ClientOptions::timeout`](crate::ClientOptions::timeout)
+    /// (a write may still have been applied).
+    #[error("no answer within {0:?} (a write may still have been applied)")]
+    Timeout(std::time::Duration),
     /// A blocking helper could not submit.
     #[error("not sent: {0}")]
     Submit(String),
@@ -114,7 +118,10 @@ impl KvError {
             Status::Redirect | Status::TryAgain => {
                 KvError::NoRoute(format!("unexpected {st:?} answer"))
             }
-            Status::Ok | Status::NotFound => KvError::BadRequest("unexpected status".into()),
+            // A backup's answer to its primary; never a client's.
+            Status::Ok | Status::NotFound | Status::Fenced => {
+                KvError::BadRequest(format!("unexpected {st:?} answer"))
+            }
         }
     }
 }

@@ -30,7 +30,16 @@ pub struct ClientOptions {
     /// and the shard map's answer), and how long the connections to
     /// another member's workers may take when a request first needs them.
     pub setup_timeout: Duration,
+    /// How long a GET, PUT, DELETE or UPDATE_RANGE may take, redirects and
+    /// re-sends included, before it fails with
+    /// [`KvError::Timeout`](crate::KvError::Timeout): a stuck (not dead)
+    /// member holds no request longer. A write that times out may still
+    /// have been applied.
+    pub timeout: Duration,
 }
+
+/// How long [`ClientOptions::timeout`] is by default.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for ClientOptions {
     fn default() -> Self {
@@ -41,6 +50,7 @@ impl Default for ClientOptions {
             auth_token: None,
             idle: IdlePolicy::default(),
             setup_timeout: SETUP_TIMEOUT,
+            timeout: REQUEST_TIMEOUT,
         }
     }
 }

@@ -314,7 +314,6 @@ impl<E: Copy> Chaser<E> {
     }
 
     /// Whether a fetch is wanted or in flight.
-    #[cfg(test)]
     pub(crate) fn fetching(&self) -> bool {
         !matches!(self.fetch, Fetch::Idle)
     }

@@ -103,6 +103,17 @@ impl<E: Copy + PartialEq> Routes<E> {
         self.all.len()
     }
 
+    /// Forgets `member`'s endpoints (its connections died): its slots take
+    /// the slow path, which connects again, after the next
+    /// [`rebuild`](Self::rebuild).
+    pub(crate) fn drop_member(&mut self, member: u16) {
+        let Some(eps) = self.members.get_mut(usize::from(member)) else {
+            return;
+        };
+        let gone = std::mem::take(eps);
+        self.all.retain(|e| !gone.contains(e));
+    }
+
     /// Rebuilds the table from `map`: the slots of owners the client is
     /// not connected to get no endpoint.
     pub(crate) fn rebuild(&mut self, map: &ShardMap) {

@@ -17,6 +17,10 @@ pub(crate) struct Shared {
     pub term: AtomicU64,
     /// Whether this member holds a lease (serves its slots).
     pub leased: AtomicBool,
+    /// Asked to drain (SIGTERM, `kvs-admin drain`), and drained: the group
+    /// moved its slots to their backups.
+    pub drain: AtomicBool,
+    pub drained: AtomicBool,
     /// Records and bytes of keys and values this member pulled as a
     /// migration's target, and sent as a source.
     pub pulled_records: AtomicU64,

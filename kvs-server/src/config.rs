@@ -7,6 +7,8 @@
 //! data_dir = "/var/lib/kvs" # the member's identity and control-group log
 //! control_voters = 3        # members that vote in the control group (the first ones)
 //! member_timeout_ms = 1000  # silence after which the leader marks a member failed
+//! replicas = 1              # copies of each slot (1-3), set when the cluster starts
+//! zone = "rack-a"           # this member's host or rack: a slot's copies avoid sharing one
 //! bulk_port = 7001          # TCP port for migrations' bulk transfers (0: any free one)
 //! bulk_devices = ["mlx5_0", "mlx5_1"]  # their rails (default: see below)
 //! auth_token_file = "/etc/kvs/token"  # the token clients must present (mode 600)
@@ -105,6 +107,13 @@ pub struct Config {
     /// leader marks it failed. Leases and elections are derived from it
     /// (a lease is two fifths of it, an election timeout a fifth).
     pub member_timeout_ms: u64,
+    /// Copies of each slot the cluster keeps, 1 to 3: its primary and
+    /// `replicas - 1` synchronous backups. Read when the cluster starts
+    /// (bootstrap); `kvs-admin set replicas N` changes it later.
+    pub replicas: u8,
+    /// This member's zone (a host, a rack): a slot's backups go to zones
+    /// holding no copy of it when there are such. None: a zone of its own.
+    pub zone: Option<String>,
     /// The TCP port, on `listen`'s address, where migrations' bulk
     /// transfers are set up (0: any free port; the map tells members which).
     pub bulk_port: u16,
@@ -176,6 +185,8 @@ impl Default for Config {
             data_dir: None,
             control_voters: 3,
             member_timeout_ms: 1000,
+            replicas: 1,
+            zone: None,
             bulk_port: 0,
             bulk_devices: Vec::new(),
             device: "auto".into(),
@@ -332,6 +343,19 @@ impl Config {
         }
         if !(1..=7).contains(&self.control_voters) {
             return bad("control_voters must be in 1..=7".into());
+        }
+        if !kvs_control::REPLICAS.contains(&self.replicas) {
+            return bad(format!(
+                "replicas = {}: a cluster keeps 1 to 3 copies of each slot",
+                self.replicas
+            ));
+        }
+        if self
+            .zone
+            .as_ref()
+            .is_some_and(|z| z.is_empty() || z.len() > 64)
+        {
+            return bad("zone must be 1 to 64 bytes".into());
         }
         if !(100..=60_000).contains(&self.member_timeout_ms) {
             return bad("member_timeout_ms must be in 100..=60000".into());

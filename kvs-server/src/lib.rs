@@ -37,6 +37,7 @@ mod cluster_view;
 mod lease;
 mod request_metrics;
 mod start_error;
+mod to_control;
 mod to_worker;
 mod worker_stats;
 

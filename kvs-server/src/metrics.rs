@@ -38,6 +38,7 @@ fn result_name(code: usize) -> &'static str {
         Status::AllowanceTooSmall => "allowance_too_small",
         Status::OutOfRange => "out_of_range",
         Status::OutOfMemory => "out_of_memory",
+        Status::Fenced => "fenced",
         Status::TryAgain => "try_again",
         Status::Unavailable => "unavailable",
     }

@@ -11,7 +11,7 @@ use kvs_proto::proto::Op;
 
 /// Op labels, indexed by the request's op code (0, and 8, a retired code:
 /// not a known op; requests with them count under 0).
-pub(crate) const OPS: [&str; 11] = [
+pub(crate) const OPS: [&str; 12] = [
     "unknown",
     "get",
     "put",
@@ -23,10 +23,11 @@ pub(crate) const OPS: [&str; 11] = [
     "unknown",
     "pull",
     "raft",
+    "replicate",
 ];
 
 /// Status codes are 0..RESULTS; column RESULTS counts any other.
-pub(crate) const RESULTS: usize = 11;
+pub(crate) const RESULTS: usize = 12;
 
 /// Highest service time the histogram tells apart (60 s); longer ones count
 /// as 60 s.

@@ -14,6 +14,7 @@ use copyrpc::Waker;
 use kvs_proto::Owner;
 
 use crate::cluster::control::Control;
+use crate::cluster::replicas::Replication;
 use crate::cluster::start::How;
 use crate::cluster::temp_dir::TempDir;
 use crate::cluster_view::Shared;
@@ -25,6 +26,7 @@ use crate::migration::outgoing::Outgoing;
 use crate::serving::setup::{accept, SetupStats, Tokens};
 use crate::serving::worker::Worker;
 use crate::start_error::StartError;
+use crate::to_control::ToControl;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
 
@@ -123,11 +125,13 @@ impl Server {
         let mut workers = Vec::new();
         let mut stats = Vec::new();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
+        let (report_tx, report_rx) = mpsc::channel::<ToControl>();
         for w in 0..cfg.workers {
             let (tx, rx) = mpsc::channel::<ToWorker>();
             txs.push(tx.clone());
             let (cluster_token, outgoing, lease) =
                 (tokens.cluster.clone(), outgoing.clone(), lease.clone());
+            let report = report_tx.clone();
             let st = Arc::new(WorkerStats::default());
             stats.push(st.clone());
             let (cfg, map, stop, ready) =
@@ -144,6 +148,7 @@ impl Server {
                             incoming: rx,
                             to_self: tx,
                             cluster_token,
+                            report,
                             outgoing,
                             lease,
                             stop,
@@ -205,6 +210,7 @@ impl Server {
             rails: rails.clone(),
             stop: stop.clone(),
             ready: ready_tx,
+            replication: Replication::new(report_rx, how == How::Resumed),
         };
         control.push(
             std::thread::Builder::new()
@@ -348,6 +354,28 @@ impl Server {
     /// Whether the server has been asked to stop.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// Drains this member before it stops (what SIGTERM does): it stops
+    /// serving, and the control group moves each slot it is primary of to
+    /// the slot's ready backup, which has every acknowledged write, and
+    /// drops its copies. Returns whether that was applied within `within`
+    /// (slots with no ready backup stay with it: with one copy, a stop
+    /// takes their records with it).
+    pub fn hand_off(&self, within: Duration) -> bool {
+        self.cluster.drained.store(false, Ordering::Release);
+        self.cluster.drain.store(true, Ordering::Release);
+        if let Some(w) = self.wakers.last() {
+            w.wake();
+        }
+        let t = std::time::Instant::now();
+        while t.elapsed() < within {
+            if self.cluster.drained.load(Ordering::Acquire) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        false
     }
 
     /// Stops: no new connections; requests already received are answered,

@@ -107,8 +107,16 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
         .unwrap_err()
         .to_string();
     assert!(m.contains("requires the cluster token"), "{m}");
-    let s = server.setup_stats();
-    assert_eq!((s.refused_auth, s.refused_role), (3, 1), "{s:?}");
+    // The acceptor publishes its counts after it answers.
+    support::wait_until(
+        "the refusals counted",
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(5),
+        || {
+            let s = server.setup_stats();
+            (s.refused_auth, s.refused_role) == (3, 1)
+        },
+    );
     // The cluster token does.
     let mut cc = control(&fabric, Some(CLUSTER_TOKEN));
     match cc.request(addr, &ControlRequest::Status).unwrap() {

@@ -18,9 +18,12 @@ use mlx5::sim::fabric::Fabric;
 
 #[path = "support/history.rs"]
 mod history;
+#[path = "support/load.rs"]
+mod load;
 mod support;
 
-use history::{check, seq_of, value, History, Kind, Outcome};
+use history::{check, History};
+use load::{load, read};
 use support::{member_status as status, ServerProcess};
 
 fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
@@ -60,54 +63,6 @@ fn preloaded(i: u32) -> (String, Vec<u8>) {
         format!("p{i}"),
         format!("{i}:{}", "x".repeat(1024)).into_bytes(),
     )
-}
-
-/// Load on keys `first..first+keys`: writes of each key's next value and
-/// reads, alternating, recorded in `h`, until `stop`.
-fn load(
-    h: Arc<History>,
-    contact: SocketAddr,
-    fabric: String,
-    first: u32,
-    keys: u32,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut c = support::connect(contact, &fabric, Default::default()).unwrap();
-        let mut seq = vec![0u64; keys as usize];
-        let mut i = 0u32;
-        while !stop.load(Ordering::Acquire) {
-            let key = first + i % keys;
-            let k = format!("k{key}");
-            let t = h.now();
-            if (i / keys) % 2 == 0 {
-                let s = &mut seq[(key - first) as usize];
-                *s += 1;
-                let r = c.wait_for(|c, tag| c.put(k.as_bytes(), &value(key, *s), tag));
-                let outcome = match r {
-                    Ok(OwnedReply::Done) => Outcome::Ok,
-                    _ => Outcome::Unknown,
-                };
-                h.record(key, Kind::Write(*s), t, outcome);
-            } else {
-                read(&mut c, &h, key);
-            }
-            i += 1;
-        }
-    })
-}
-
-fn read(c: &mut kvs_client::Client<u64>, h: &History, key: u32) {
-    let k = format!("k{key}");
-    let t = h.now();
-    match c.wait_for(|c, tag| c.get(k.as_bytes(), tag)) {
-        Ok(OwnedReply::Value(v)) => {
-            let s = seq_of(key, &v).unwrap_or(u64::MAX);
-            h.record(key, Kind::Read(Some(s)), t, Outcome::Ok);
-        }
-        Ok(OwnedReply::NotFound) => h.record(key, Kind::Read(None), t, Outcome::Ok),
-        _ => h.record(key, Kind::Read(None), t, Outcome::Fail),
-    }
 }
 
 #[test]

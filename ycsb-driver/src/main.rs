@@ -195,6 +195,8 @@ fn main() {
 
     // The server: given, or embedded on the software device.
     let mut embedded = None;
+    // A request's deadline: past it, the operation counts as an error.
+    let timeout = std::time::Duration::from_millis(num("kvs.timeout_ms", 5000));
     let target = match props.get("kvs.server") {
         _ if a.db == "redis" => Target::Redis {
             url: format!(
@@ -211,6 +213,7 @@ fn main() {
                 props.get("kvs.auth_token_file").map(std::path::Path::new),
             )
             .unwrap_or_else(|e| die(&e)),
+            timeout,
         },
         None if ranks.rank != 0 => {
             // Rank 0 embeds the server; the others learn where it is.
@@ -220,6 +223,7 @@ fn main() {
                 device: "sim0".into(),
                 fabric: Some(fabric),
                 auth_token: None,
+                timeout,
             }
         }
         None => {
@@ -247,6 +251,7 @@ fn main() {
                 device: "sim0".into(),
                 fabric: Some(fabric.clone()),
                 auth_token: None,
+                timeout,
             };
             if ranks.size > 1 {
                 ranks.broadcast_server(Some((s.addr().to_string(), fabric.clone())));

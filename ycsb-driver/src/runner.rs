@@ -33,6 +33,8 @@ pub enum Target {
         fabric: Option<String>,
         /// The token to present, for a server that requires one.
         auth_token: Option<AuthToken>,
+        /// How long a request may take before it counts as an error.
+        timeout: std::time::Duration,
     },
     /// A Redis server (`redis://host:port`), with Java YCSB's data model.
     Redis {
@@ -281,13 +283,14 @@ pub(crate) struct Job<'a> {
 fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
     let Job { wl, thread, .. } = job;
     let fail = |why: String| RunError::Connect { thread, why };
-    let (server, device, fabric, auth_token) = match target {
+    let (server, device, fabric, auth_token, timeout) = match target {
         Target::Kvs {
             server,
             device,
             fabric,
             auth_token,
-        } => (server, device, fabric, auth_token),
+            timeout,
+        } => (server, device, fabric, auth_token, *timeout),
         Target::Redis { url } => {
             return crate::redis_db::drive(job, url).map(|(m, ops)| ThreadResult {
                 m,
@@ -313,6 +316,7 @@ fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
         scan_allowance: (wl.max_scan_length() * (record + 64) + 64).min(ring as usize / 4 - 64),
         auth_token: auth_token.clone(),
         idle: job.opts.idle,
+        timeout,
         ..ClientOptions::default()
     };
     run_on_device(dev, KvsJob { job, server, copts })

@@ -51,6 +51,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
         device: "sim0".into(),
         fabric: Some(fabric.clone()),
         auth_token: None,
+        timeout: std::time::Duration::from_secs(5),
     };
     for w in WORKLOADS {
         let mut p = Properties::parse(&workload(w));

@@ -39,7 +39,9 @@ pub fn config(fabric: &str, join: Option<SocketAddr>) -> Config {
 
 impl Cluster {
     /// `members` servers: the first starts the cluster, the others join it
-    /// through the first; returns once every member serves the last map.
+    /// through the first; returns once every member serves the same map,
+    /// one that includes them all (with backups, later versions place
+    /// them).
     pub fn start(tag: &str, members: usize) -> Cluster {
         let fabric = format!("kvs-admin-{tag}-{}", std::process::id());
         Cluster::start_with(fabric, members, |c| c)
@@ -60,7 +62,11 @@ impl Cluster {
         }
         let version = members as u32;
         let t = Instant::now();
-        while servers.iter().any(|s| s.map_version() != version) {
+        let settled = |s: &[Server]| {
+            let v = s[0].map_version();
+            v >= version && s.iter().all(|x| x.map_version() == v)
+        };
+        while !settled(&servers) {
             assert!(
                 t.elapsed() < Duration::from_secs(30),
                 "the map never reached every member"

@@ -33,9 +33,10 @@ struct Args {
     /// KVS_AUTH_TOKEN if that is set.
     #[arg(long, value_name = "FILE")]
     auth_token_file: Option<PathBuf>,
-    /// Seconds to wait for the server to accept and answer the connection
-    /// setup (a host that does not answer fails after this long).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    /// Seconds the request may take, and the connection setup (a host that
+    /// does not answer, or a member that is stuck, fails after this long;
+    /// a write that times out may still have been applied).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
     timeout: f64,
     #[command(subcommand)]
     cmd: Cmd,
@@ -62,11 +63,13 @@ fn main() {
         software: "sim0",
     };
     let dev = spec.open().unwrap_or_else(|e| die(&e));
+    let timeout = std::time::Duration::try_from_secs_f64(a.timeout)
+        .unwrap_or_else(|e| die(&format!("--timeout {}: {e}", a.timeout)));
     let opts = ClientOptions {
         value_allowance: 64 << 10,
         auth_token: token,
-        setup_timeout: std::time::Duration::try_from_secs_f64(a.timeout)
-            .unwrap_or_else(|e| die(&format!("--timeout {}: {e}", a.timeout))),
+        setup_timeout: timeout,
+        timeout,
         ..ClientOptions::default()
     };
     let r = run_on_device(dev, Request { args: &a, opts });

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! kvs-server --config kvs.toml
-//! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0 --auth-token-file /etc/kvs/token
-//! kvs-server --listen 0.0.0.0:7000 --join 10.0.0.4:7000 --auth-token-file /etc/kvs/token
+//! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0 --replicas 2 \
+//!     --data-dir /var/lib/kvs --auth-token-file /etc/kvs/token \
+//!     --cluster-token-file /etc/kvs/cluster-token
+//! kvs-server --listen 0.0.0.0:7000 --join 10.0.0.4:7000 --data-dir /var/lib/kvs ...
 //! ```
 //! The first server starts a cluster and owns every slot; servers started
 //! with `--join` (any member's address) become members owning none, until
@@ -13,11 +15,14 @@
 //! Without a token the server listens only on a loopback address, unless
 //! `--allow-unauthenticated` (or `allow_unauthenticated = true`) says that
 //! anyone who can reach it may read and write everything.
-//! Ctrl-C stops it cleanly: requests already received are answered, later
-//! ones are refused with "shutting down", then every connection closes.
+//! SIGINT (Ctrl-C) and SIGTERM stop it cleanly: it first hands the slots it
+//! is primary of to their backups (with `replicas` > 1), then requests
+//! already received are answered, later ones are refused with "shutting
+//! down", and every connection closes.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -41,6 +46,16 @@ struct Args {
     /// data dir holds no member. Config key `join`.
     #[arg(long, value_name = "HOST:PORT")]
     join: Option<String>,
+    /// Copies of each slot, 1 to 3: a primary and N-1 synchronous backups
+    /// on other members, so a member's death loses no acknowledged write.
+    /// Read when the cluster starts; `kvs-admin set replicas N` changes it
+    /// later. Config key `replicas`.
+    #[arg(long, value_name = "N")]
+    replicas: Option<u8>,
+    /// This member's zone (its host or rack): a slot's copies go to
+    /// different zones when there are enough. Config key `zone`.
+    #[arg(long, value_name = "NAME")]
+    zone: Option<String>,
     /// Where the member keeps its identity (the cluster's id and its own)
     /// and its copy of the control group's log. A data dir that holds a
     /// member is resumed, with or without --join: a restart never starts a
@@ -167,6 +182,12 @@ fn main() {
     if a.auth_token_file.is_some() {
         cfg.auth_token_file = a.auth_token_file;
     }
+    if let Some(v) = a.replicas {
+        cfg.replicas = v;
+    }
+    if a.zone.is_some() {
+        cfg.zone = a.zone;
+    }
     if a.cluster_token_file.is_some() {
         cfg.cluster_token_file = a.cluster_token_file;
     }
@@ -227,16 +248,19 @@ fn main() {
         server.map_version()
     );
     println!("kvs-server: listening on {}", server.addr());
-    let stop = server.stop_flag();
+    // SIGINT and SIGTERM (systemd's stop): hand the slots to their backups,
+    // then stop.
+    let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     if let Err(e) = ctrlc::set_handler(move || s2.store(true, Ordering::Release)) {
-        die(&format!("cannot install the Ctrl-C handler: {e}"));
+        die(&format!("cannot install the signal handler: {e}"));
     }
+    let stopped = server.stop_flag();
     let start = Instant::now();
     let mut last = Instant::now();
     let mut prev: Vec<u64> = vec![0; server.stats().len()];
-    while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(100));
+    while !stop.load(Ordering::Acquire) && !stopped.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(20));
         if interval > 0 && last.elapsed() >= Duration::from_secs(interval) {
             let dt = last.elapsed().as_secs_f64();
             last = Instant::now();
@@ -267,9 +291,27 @@ fn main() {
             println!("{line}");
         }
     }
+    if !stopped.load(Ordering::Acquire) {
+        let t = Instant::now();
+        if server.hand_off(HAND_OFF) {
+            println!(
+                "kvs-server: handed its slots over in {:.0} ms",
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        } else {
+            eprintln!(
+                "kvs-server: the control group did not take this member's slots within {} s \
+                 (no leader?); stopping anyway",
+                HAND_OFF.as_secs()
+            );
+        }
+    }
     println!("kvs-server: shutting down");
     server.shutdown();
 }
+
+/// How long a stopping member waits for the group to take its slots.
+const HAND_OFF: Duration = Duration::from_secs(10);
 
 /// Raises this process's open-file limit to its hard maximum, as Redis does
 /// for its clients (the usual soft limit, 1024, would cap the server far

@@ -39,6 +39,7 @@ use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::peers::Peers;
+use crate::cluster::replicas::Replication;
 use crate::cluster_view::Shared;
 use crate::config::Config;
 use crate::lease::Lease;
@@ -77,6 +78,9 @@ pub(crate) struct Control {
     pub stop: Arc<AtomicBool>,
     /// The control thread's waker once its context is built.
     pub ready: Sender<Result<Waker, StartError>>,
+    /// The workers' replication reports, and whether this member resumed
+    /// from its data dir without its records.
+    pub replication: Replication,
 }
 
 impl Control {
@@ -168,6 +172,7 @@ impl OnTransport for Control {
             lost_exports,
             last_readdress: Instant::now(),
             step_errors: 0,
+            replication: self.replication,
         };
         // A member that restarts while importing pulls again.
         state.start_imports();
@@ -277,6 +282,7 @@ struct State {
     last_readdress: Instant,
     /// Peers' messages the group refused, for the log.
     step_errors: u64,
+    replication: Replication,
 }
 
 /// Wall-clock milliseconds since the Unix epoch (migration times).
@@ -352,13 +358,18 @@ impl State {
                     Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
                     Err(message) => ControlReply::NotYet { message },
                 },
+                Ok(ControlRequest::Drain) => {
+                    self.shared.drain.store(true, Ordering::Release);
+                    ControlReply::Ok
+                }
                 Ok(_) if !self.group.is_leader() => self.leader_is(),
                 Ok(ControlRequest::Join {
                     addr,
                     workers,
                     slots,
                     bulk_port,
-                }) => match self.join(addr, workers, slots, bulk_port, local) {
+                    zone,
+                }) => match self.join(addr, workers, slots, bulk_port, zone, local) {
                     Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
                     Err(m) => ControlReply::error(m),
                 },
@@ -384,6 +395,18 @@ impl State {
                     match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
                         Ok(()) => return Answer::Later(Awaited::Cancelled),
                         Err(r) => *r,
+                    }
+                }
+                Ok(ControlRequest::SetReplicas { replicas }) => {
+                    if !kvs_control::REPLICAS.contains(&replicas) {
+                        ControlReply::error(format!(
+                            "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
+                        ))
+                    } else {
+                        match self.group.propose(&Command::SetReplicas { replicas }) {
+                            Ok(()) => ControlReply::Ok,
+                            Err(e) => ControlReply::error(e.to_string()),
+                        }
                     }
                 }
                 Ok(ControlRequest::Forget { member, force }) => {
@@ -492,6 +515,7 @@ impl State {
         workers: u16,
         slots: u32,
         bulk_port: u16,
+        zone: Option<String>,
         local: Option<SocketAddr>,
     ) -> Result<u16, String> {
         if addr.ip().is_unspecified() || addr.port() == 0 {
@@ -525,7 +549,7 @@ impl State {
         }
         let id = self
             .group
-            .propose_join(addr, workers, bulk_port)
+            .propose_join(addr, workers, bulk_port, zone)
             .map_err(|e| e.to_string())?;
         eprintln!("kvs-server: proposing {addr} ({workers} workers) as member {id}");
         Ok(id)
@@ -628,10 +652,19 @@ impl State {
             self.peers
                 .retain(|m| s.is_none_or(|s| s.member_state(m) != Some(MemberState::Left)));
         }
-        self.lease.set(self.group.lease_expiry(now));
+        if self.shared.drain.swap(false, Ordering::AcqRel) {
+            eprintln!("kvs-server: draining: this member stops serving and hands its slots over");
+            self.replication.start_drain(now);
+        }
+        self.replication.drive(&mut self.group, now);
+        // A restarted member serves nothing until the group has moved its
+        // slots to their backups.
+        let serve = self.replication.may_serve();
+        self.lease
+            .set(self.group.lease_expiry(now).filter(|_| serve));
         self.shared
             .leased
-            .store(self.group.lease_valid(now), Ordering::Relaxed);
+            .store(serve && self.group.lease_valid(now), Ordering::Relaxed);
         self.shared
             .term
             .store(self.group.status().term, Ordering::Relaxed);
@@ -675,10 +708,39 @@ impl State {
                 Applied::Failed(m) => {
                     eprintln!(
                         "kvs-server: control group: member {m} is marked failed (no word from it \
-                         within member_timeout_ms = {}); its slots are unavailable until it \
-                         returns or is forgotten",
+                         within member_timeout_ms = {}); its slots with a ready backup moved \
+                         to it, the others are unavailable until it returns or is forgotten",
                         self.cfg.member_timeout_ms
                     );
+                    true
+                }
+                Applied::Drained { member, moved } => {
+                    if self.replication.drained(member, self.me) {
+                        eprintln!(
+                            "kvs-server: drained: {moved} slots moved to their backups; this \
+                             member serves what had no ready backup"
+                        );
+                        self.shared.drained.store(true, Ordering::Release);
+                    } else if member != self.me {
+                        eprintln!(
+                            "kvs-server: control group: member {member} was drained ({moved} \
+                             slots moved to their backups)"
+                        );
+                    }
+                    true
+                }
+                Applied::Restarted { member, nonce } => {
+                    if self.replication.restarted(member, nonce, self.me) {
+                        eprintln!(
+                            "kvs-server: control group: this member is back in service; its \
+                             slots with a ready backup moved to it"
+                        );
+                    } else if member != self.me {
+                        eprintln!(
+                            "kvs-server: control group: member {member} restarted without its \
+                             records; its slots with a ready backup moved to it"
+                        );
+                    }
                     true
                 }
                 Applied::Up(m) => {
@@ -796,6 +858,8 @@ impl State {
             commit: g.commit,
             applied: g.applied,
             lease: self.shared.leased.load(Ordering::Relaxed),
+            replicas: s.replicas(),
+            under_replicated_slots: s.under_replicated(),
             members: (0..s.member_count())
                 .map(|m| GroupMember {
                     id: m,
@@ -807,6 +871,8 @@ impl State {
                     }
                     .into(),
                     voter: s.is_voter(m),
+                    zone: s.zone(m).map(str::to_string),
+                    drained: s.drained(m),
                 })
                 .collect(),
         });
@@ -823,6 +889,7 @@ impl State {
                 let (slots, _, bytes) = self.outgoing.held();
                 (slots as u32, bytes as u64)
             },
+            drained: self.group.state().is_some_and(|s| s.drained(self.me)),
             group,
         }
     }

@@ -105,7 +105,7 @@ pub(crate) fn start(
             })?;
             let _ = map.set_bulk_port(0, bulk_port);
             let group =
-                Group::bootstrap(&dir, map.clone(), cfg.control_voters, gcfg, now).map_err(fail)?;
+                Group::bootstrap(&dir, map.clone(), founding(cfg), gcfg, now).map_err(fail)?;
             Ok(Started {
                 group,
                 map,
@@ -194,6 +194,7 @@ fn join(
     cluster_token: Option<AuthToken>,
 ) -> Result<(Identity, ShardMap), StartError> {
     let req = ControlRequest::Join {
+        zone: cfg.zone.clone(),
         addr: me,
         workers: cfg.workers,
         slots: cfg.slots,
@@ -269,6 +270,15 @@ fn ask(
             req,
         },
     )
+}
+
+/// What a cluster this member starts is founded with.
+fn founding(cfg: &Config) -> kvs_control::Founding {
+    kvs_control::Founding {
+        control_voters: cfg.control_voters,
+        replicas: cfg.replicas,
+        zone: cfg.zone.clone(),
+    }
 }
 
 /// [`ask`] on the transport the device calls for.

@@ -6,11 +6,13 @@ use kvs_proto::proto::{
     begin_response, finish_response, push_scan_record, routed_by, Op, Redirect, Request, Status,
     FLAG_MAP_NEWER, FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER, SCAN_RECORD_HEADER,
 };
+use kvs_proto::replica::{Kind, Replicate};
 use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
 use std::time::Instant;
 
 use crate::request_metrics::RequestMetrics;
+use crate::serving::replicas::{fingerprint, Replicas};
 use crate::store::{Patch, Store};
 
 /// What became of a request.
@@ -25,6 +27,22 @@ pub enum Handled {
         /// The key's slot.
         slot: u32,
     },
+    /// A write applied here, whose answer (in `out`) waits until every
+    /// backup of its slot has applied it too: the worker forwards it.
+    Forward(Forward),
+}
+
+/// A write to forward to the backups of its slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Forward {
+    /// The slot.
+    pub slot: u32,
+    /// Its number in the slot's stream.
+    pub seq: u64,
+    /// What it did.
+    pub kind: Kind,
+    /// Its key's fingerprint, for the in-flight table.
+    pub fp: u64,
 }
 
 /// What a map install changed in a worker's store.
@@ -68,6 +86,10 @@ pub struct Handler {
     max_memory: u64,
     /// Set by a request that must wait for a priority pull (its slot).
     pull: Option<u32>,
+    /// Set by a write to forward to its slot's backups.
+    forward: Option<Forward>,
+    /// Replication: writes' numbers, keys in flight, streams followed.
+    pub(crate) replicas: Replicas,
     /// Requests answered, by op and result, and their service times.
     pub(crate) metrics: RequestMetrics,
 }
@@ -104,21 +126,29 @@ impl Handler {
             awaiting,
             max_memory: 0,
             pull: None,
+            forward: None,
+            replicas: Replicas::new(me, slots),
             metrics: RequestMetrics::default(),
         }
     }
 
     /// Serves by `map` from now on (a newer map from the control thread,
     /// with the same slot count): takes out the records of slots given away
-    /// (for the migration's target to pull), starts importing slots gained
-    /// from another member, ends the imports the map says are done.
+    /// (for the migration's target to pull), drops those of slots it holds
+    /// no copy of any more (another member took over, or its backup was
+    /// dropped), starts importing slots gained from another member, ends
+    /// the imports the map says are done.
     pub fn install(&mut self, map: ShardMap) -> Installed {
         let mut done = Installed::default();
+        self.replicas.install(&self.map, &map);
         for s in 0..map.slots().min(self.map.slots()) {
             let was = self.map.owner_of_slot(s) == self.me;
             let is = map.owner_of_slot(s) == self.me;
-            if was && !is {
+            let backs = |m: &ShardMap| m.backups(s).iter().any(|b| b.owner == self.me);
+            if was && !is && map.importing_from(s) == Some(self.me.member) {
                 done.given_away.push((s, self.store.take_slot(s)));
+            } else if (was || backs(&self.map)) && !is && !backs(&map) {
+                self.store.drop_slot(s);
             } else if is {
                 match map.importing_from(s) {
                     Some(_) if !was => {
@@ -179,6 +209,13 @@ impl Handler {
     #[inline]
     pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
         let t = Instant::now();
+        if req.first() == Some(&(Op::Replicate as u8)) {
+            self.replicate(req, max_response, out);
+            let status = out.first().copied().unwrap_or(u8::MAX);
+            let ns = t.elapsed().as_nanos() as u64;
+            self.metrics.record(Op::Replicate as u8, status, ns);
+            return Handled::Answered;
+        }
         let h = self.answer(req, max_response, out);
         if routed_by(req) < self.map.version() && out.len() > 1 {
             out[1] |= FLAG_MAP_NEWER;
@@ -201,9 +238,43 @@ impl Handler {
 
     fn answer(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
         self.answer_or_pull(req, max_response, out);
+        if let Some(f) = self.forward.take() {
+            return Handled::Forward(f);
+        }
         self.pull
             .take()
             .map_or(Handled::Answered, |slot| Handled::Pull { slot })
+    }
+
+    /// A replication message from a slot's primary: applied as its backup,
+    /// or refused (`Fenced`, saying why).
+    #[cold]
+    fn replicate(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
+        let msg = match Replicate::new_checked(req) {
+            Ok(m) => m,
+            Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
+        };
+        match self.replicas.apply(&msg, &self.map, &mut self.store) {
+            Ok(()) => status(out, Status::Ok),
+            Err(why) => error(out, Status::Fenced, &why.0, max_response),
+        }
+    }
+
+    /// A write to `slot` changed the store: with backups, it is numbered
+    /// and forwarded before it is answered.
+    #[inline]
+    fn wrote(&mut self, slot: u32, key: &[u8], kind: Kind) {
+        if self.map.backups(slot).is_empty() {
+            return;
+        }
+        let seq = self.replicas.next_seq(slot);
+        self.replicas.begin_write(key);
+        self.forward = Some(Forward {
+            slot,
+            seq,
+            kind,
+            fp: fingerprint(key),
+        });
     }
 
     fn answer_or_pull(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
@@ -236,7 +307,12 @@ impl Handler {
         if self.awaiting > 0 && self.awaiting_source[slot as usize] {
             return status(out, Status::TryAgain);
         }
+        if let Some(b) = self.replicas.held(slot) {
+            return self.held(out, slot, b, max_response);
+        }
         match r.op() {
+            // A value its backups may not have yet is not read.
+            Op::Get if self.replicas.in_flight(key) => status(out, Status::TryAgain),
             Op::Get => match self.store.get(slot, key) {
                 Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
                     begin_response(out, Status::Ok, 0);
@@ -254,7 +330,10 @@ impl Handler {
                     return error(out, Status::TooLarge, &m, max_response);
                 }
                 match self.store.put(slot, key, v) {
-                    Ok(()) => status(out, Status::Ok),
+                    Ok(()) => {
+                        status(out, Status::Ok);
+                        self.wrote(slot, key, Kind::Put);
+                    }
                     Err(e) => {
                         let m = format!(
                             "max_memory {} bytes reached (worker {} holds {} of its {}-byte \
@@ -272,10 +351,16 @@ impl Handler {
             Op::Delete => {
                 let found = self.store.delete(slot, key);
                 status(out, if found { Status::Ok } else { Status::NotFound });
+                if found {
+                    self.wrote(slot, key, Kind::Delete);
+                }
             }
             Op::UpdateRange => {
                 let st = match self.store.patch(slot, key, r.offset() as usize, r.value()) {
-                    Patch::Done => Status::Ok,
+                    Patch::Done => {
+                        self.wrote(slot, key, Kind::Patch);
+                        Status::Ok
+                    }
                     Patch::NotFound if self.must_pull(slot, key) => {
                         self.pull = Some(slot);
                         return;
@@ -286,11 +371,28 @@ impl Handler {
                 status(out, st);
             }
             Op::Map | Op::Scan => unreachable!("answered above"),
+            Op::Replicate => error(
+                out,
+                Status::BadRequest,
+                "a malformed replication message",
+                max_response,
+            ),
             Op::Control | Op::Raft | Op::Pull => {
                 let m = "control requests go to the control endpoint, not a worker";
                 error(out, Status::BadRequest, m, max_response)
             }
         }
+    }
+
+    /// The slot's ready backup on `member` missed a write: nothing of the
+    /// slot is served until the group no longer counts that copy as ready.
+    #[cold]
+    fn held(&self, out: &mut Vec<u8>, slot: u32, member: u16, max_response: usize) {
+        let m = format!(
+            "slot {slot}'s backup on member {member} missed a write; the slot is served again \
+             once the control group counts that copy as stale"
+        );
+        error(out, Status::Unavailable, &m, max_response)
     }
 
     /// The member holds no lease: it may not answer for its slots.
@@ -338,7 +440,10 @@ impl Handler {
     fn scan(&self, start: &[u8], count: usize, max_response: usize, out: &mut Vec<u8>) {
         begin_response(out, Status::Ok, 0);
         let mut flags = 0;
-        for (n, (k, v)) in self.store.scan(start).enumerate() {
+        let slots = self.map.slots();
+        let mine = |k: &[u8]| self.map.owner_of_slot(slot_of(k, slots)) == self.me;
+        // Copies this worker keeps as a backup are not its to answer for.
+        for (n, (k, v)) in self.store.scan(start).filter(|(k, _)| mine(k)).enumerate() {
             if n == count {
                 break;
             }

@@ -3,6 +3,8 @@
 //! map gives them and answer ([`worker`]); and how one request is answered
 //! against a worker's store ([`handle`]).
 
+pub(crate) mod forward;
 pub mod handle;
+pub(crate) mod replicas;
 pub(crate) mod setup;
 pub(crate) mod worker;

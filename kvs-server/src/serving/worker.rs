@@ -1,7 +1,9 @@
 //! A worker thread: one copyrpc context (one SRQ, one receive CQ), the slots
 //! the shard map gives it, and their records. It answers requests, takes the
 //! connections the acceptor hands it, installs the maps the control thread
-//! sends, and sleeps when idle.
+//! sends, forwards its slots' writes to their backups and applies the
+//! writes it backs up ([`super::forward`], [`super::replicas`]), and sleeps
+//! when idle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
@@ -16,12 +18,14 @@ use kvs_proto::shard::slot_of;
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
+use super::forward::{ack_handler, Acks, Forwarder};
 use super::handle::{Handled, Handler};
 use crate::config::Config;
 use crate::lease::Lease;
 use crate::migration::outgoing::Outgoing;
 use crate::migration::waiting::{Parked, Waiting};
 use crate::start_error::StartError;
+use crate::to_control::ToControl;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
 
@@ -50,6 +54,8 @@ pub(crate) struct Worker {
     pub to_self: Sender<ToWorker>,
     /// The cluster token, presented to other members.
     pub cluster_token: Option<AuthToken>,
+    /// Reports to the control thread (backups made ready, or stale).
+    pub report: Sender<ToControl>,
     /// Slots given away, held for their new owners.
     pub outgoing: Arc<Outgoing>,
     /// The member's lease: the worker serves only while it holds.
@@ -89,6 +95,7 @@ impl OnTransport for Worker {
             incoming,
             to_self,
             cluster_token,
+            report,
             outgoing,
             lease,
             stop,
@@ -97,6 +104,8 @@ impl OnTransport for Worker {
         } = self;
         let w = me.worker;
         let fail = |why: String| StartError::Worker { worker: w, why };
+        let acks = std::rc::Rc::new(Acks::default());
+        let mut fwd = Forwarder::new(me, cluster, cluster_token.clone(), acks.clone(), report);
         let built = ContextBuilder::new()
             .idle(cfg.idle_policy())
             .ring_size(cfg.ring_size)
@@ -104,7 +113,7 @@ impl OnTransport for Worker {
             .huge_pages(cfg.huge_pages)
             .srq_size(4096)
             .cq_size(16384)
-            .build_on::<T, _, _>(&dev, |_: u64, _| {});
+            .build_on::<T, _, _>(&dev, ack_handler(acks.clone()));
         let mut ctx = match built {
             Ok(c) => c,
             Err(e) => {
@@ -143,7 +152,14 @@ impl OnTransport for Worker {
             // Idle, the worker sleeps (after a spin) until a request, a new
             // client (the acceptor wakes it), or the tick: a short one while
             // counters wait to be published.
-            let tick = if ops != published { PUBLISH } else { IDLE_TICK };
+            let tick = if fwd.settling() {
+                // Links being set up and copies under way move on soon.
+                Duration::from_millis(1)
+            } else if ops != published {
+                PUBLISH
+            } else {
+                IDLE_TICK
+            };
             let n = match ctx.wait(tick) {
                 Ok(n) => n,
                 Err(e) => {
@@ -165,6 +181,14 @@ impl OnTransport for Worker {
                         Handled::Answered
                     }
                 };
+                if let Handled::Forward(f) = handled {
+                    // Answered once every backup of the slot applied it.
+                    if let Some(b) = ctx.request(&req) {
+                        fwd.prepare(&h, b, f);
+                    }
+                    fwd.forward(&mut ctx, &mut h, req, f, &out);
+                    continue;
+                }
                 if let Handled::Pull { slot } = handled {
                     // Rare: a key of a slot being imported that has not
                     // arrived. The request waits for a priority pull.
@@ -183,6 +207,11 @@ impl OnTransport for Worker {
                 // a reply; nothing more can be said to that caller.
                 let _ = ctx.reply(req, &out);
                 ops += 1;
+            }
+            // Backups' answers, and what waits to go to them.
+            ops += fwd.on_acks(&mut ctx, &mut h);
+            if fwd.busy() {
+                fwd.pump(&mut ctx, &h);
             }
             // Under load the chores below run every 256 turns; idle, after
             // every wait.
@@ -218,6 +247,7 @@ impl OnTransport for Worker {
                     Ok(ToWorker::Connection(p)) => p.refuse("the server is shutting down"),
                     Ok(ToWorker::Map(m)) => {
                         let done = h.install(m);
+                        fwd.on_install(&mut ctx, &h.map);
                         for (slot, recs) in done.given_away {
                             outgoing.hold(slot, recs);
                         }
@@ -226,7 +256,7 @@ impl OnTransport for Worker {
                         let parked = waiting.take(|p| {
                             !h.store.importing(p.slot) || done.imports_ended.contains(&p.slot)
                         });
-                        ops += settle(&mut ctx, &mut h, parked, &mut out);
+                        ops += settle(&mut ctx, &mut h, &mut fwd, parked, &mut out);
                     }
                     Ok(ToWorker::SourceFrozen { first, end }) => h.source_frozen(first..end),
                     Ok(ToWorker::Records { batch, taken }) => {
@@ -239,7 +269,7 @@ impl OnTransport for Worker {
                         match value {
                             Ok(v) => {
                                 h.store.apply_pulled(slot, &key, v.as_deref());
-                                ops += settle(&mut ctx, &mut h, parked, &mut out);
+                                ops += settle(&mut ctx, &mut h, &mut fwd, parked, &mut out);
                             }
                             Err(why) => {
                                 eprintln!("kvs-server: worker {w}: a priority pull failed: {why}");
@@ -252,6 +282,7 @@ impl OnTransport for Worker {
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
             }
+            fwd.chores(&mut ctx);
             if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
                 last_check = Instant::now();
                 published = ops;
@@ -368,6 +399,7 @@ enum Said {
 fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
     ctx: &mut copyrpc::Context<u64, F, T>,
     h: &mut Handler,
+    fwd: &mut Forwarder,
     parked: Vec<Parked>,
     out: &mut Vec<u8>,
 ) -> u64 {
@@ -377,6 +409,10 @@ fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
             Handled::Answered => {
                 let _ = ctx.reply(p.handle, out);
                 n += 1;
+            }
+            Handled::Forward(f) => {
+                fwd.prepare(h, &p.req, f);
+                fwd.forward(ctx, h, p.handle, f, out);
             }
             // Still not here (its pull failed): the client asks again.
             Handled::Pull { .. } => try_again(ctx, p.handle, out),

@@ -134,6 +134,24 @@ impl ServerProcess {
         let _ = self.child.wait();
     }
 
+    /// Stops it with SIGTERM (systemd's stop) and waits, at most `within`,
+    /// until it exits by itself; whether it did (else it is killed).
+    pub fn term(&mut self, within: Duration) -> bool {
+        // SAFETY: kill(2) with a pid this process spawned and has not reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let t = Instant::now();
+        while t.elapsed() < within {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.kill9();
+        false
+    }
+
     /// What it has printed so far.
     pub fn printed(&self) -> String {
         self.out.lock().unwrap().clone()
@@ -167,6 +185,18 @@ pub fn member_process(
     workers: u16,
     join: Option<SocketAddr>,
 ) -> ServerProcess {
+    member_process_with(fabric, dir, listen, workers, join, &[])
+}
+
+/// [`member_process`] with the flags in `extra` after the others.
+pub fn member_process_with(
+    fabric: &str,
+    dir: &Path,
+    listen: &str,
+    workers: u16,
+    join: Option<SocketAddr>,
+    extra: &[&str],
+) -> ServerProcess {
     let dir = dir.to_str().expect("a UTF-8 path").to_string();
     let workers = workers.to_string();
     let join = join.map(|a| a.to_string());
@@ -187,6 +217,7 @@ pub fn member_process(
     if let Some(j) = &join {
         args.extend(["--join", j]);
     }
+    args.extend_from_slice(extra);
     ServerProcess::start(&args)
 }
 

@@ -1,0 +1,922 @@
+//! A primary worker's side of replication, the part with I/O: a copyrpc
+//! connection to each worker that backs up one of its slots (dialed off
+//! the worker's thread, [`copyrpc::conn::dial`]), the writes waiting for
+//! their backups' answers, and the copies of slots to new backups.
+//!
+//! - **Forwarding.** A write the handler applied ([`Handled::Forward`]) is
+//!   sent to every backup of its slot in the map; the client's answer
+//!   waits in a [`Pending`] until all have answered. copyrpc batches what a
+//!   turn sends to one backup into one WRITE_IMM. When a backup's ring has
+//!   no room, messages wait in that link's queue, in order, and go out on
+//!   a later turn (their buffers are reused: no allocation once warm).
+//! - **Failure.** A backup that refuses a write, or whose connection
+//!   fails, has missed it, and the client is answered UNAVAILABLE (it sends
+//!   the write again). A ready backup that missed a write must not be
+//!   promoted: the slot is held (nothing served) and the control thread
+//!   asks the group to count the copy as stale; once the map says so, the
+//!   slot is served again and the backup copied anew. A backup still being
+//!   copied just starts its copy over.
+//! - **Copies.** Each backup of this worker's slots that is not ready gets
+//!   a copy: CopyBegin (the backup drops what it had and follows the
+//!   stream from the slot's current number), then every key the slot held
+//!   at that moment with its value at the time it is sent, then CopyEnd.
+//!   Writes made meanwhile are forwarded to the backup as to any other, in
+//!   the same stream, so each key ends with its latest value. Once CopyEnd
+//!   is answered, the control thread reports the backup ready.
+//!
+//! [`Handled::Forward`]: crate::serving::handle::Handled::Forward
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+use copyrpc::conn::{dial, Connection, Dial};
+use copyrpc::transport::Transport;
+use copyrpc::{CallFailed, Context, RecvHandle};
+use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONSE_HEADER};
+use kvs_proto::replica::{write_replicate, Header, Kind};
+use kvs_proto::{hello, AuthToken, Owner, SetupAnswer, ShardMap};
+
+use crate::serving::handle::{Forward, Handler};
+use crate::to_control::ToControl;
+
+/// The allowance of a backup's answer: a header and a refusal's message.
+const ANSWER: usize = RESPONSE_HEADER + 512;
+/// How long a link's setup may take.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest wait before a failed link is dialed again.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a failed copy waits before it starts over.
+const COPY_RETRY: Duration = Duration::from_millis(50);
+/// Copy messages a job sends per turn, and the queue it leaves room for.
+const COPY_BURST: usize = 64;
+const COPY_QUEUE: usize = 256;
+
+const TAG_WRITE: u64 = 1;
+const TAG_COPY: u64 = 2;
+
+/// One answer from a backup: the call's user data, and why it failed.
+#[derive(Debug)]
+pub(crate) struct Ack {
+    user: u64,
+    refused: Option<String>,
+}
+
+/// Where the worker context's response callback leaves backups' answers:
+/// a cell moved out and back (no borrow flag, no allocation once warm).
+#[derive(Default)]
+pub(crate) struct Acks(Cell<Vec<Ack>>);
+
+impl std::fmt::Debug for Acks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Acks")
+    }
+}
+
+/// The worker context's response callback.
+pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
+    move |user, r| {
+        let refused = match r {
+            Ok([0, ..]) => None,
+            Ok(b) => Some(refusal(b)),
+            Err(CallFailed(why)) => Some(format!("connection failed: {why}")),
+        };
+        let mut v = acks.0.take();
+        v.push(Ack { user, refused });
+        acks.0.set(v);
+    }
+}
+
+/// A backup's refusal, as its answer says it.
+#[cold]
+fn refusal(b: &[u8]) -> String {
+    let status = b
+        .first()
+        .and_then(|&c| Status::from_u8(c))
+        .map_or_else(|| "a malformed answer".to_string(), |s| format!("{s:?}"));
+    let msg = b.get(RESPONSE_HEADER..).unwrap_or_default();
+    format!("{status}: {}", String::from_utf8_lossy(msg))
+}
+
+fn user(tag: u64, hi: u64, idx: u32) -> u64 {
+    (tag << 48) | ((hi & 0xffff) << 32) | u64::from(idx)
+}
+
+fn split(user: u64) -> (u64, u64, u32) {
+    (user >> 48, (user >> 32) & 0xffff, user as u32)
+}
+
+/// A client's write waiting for its backups.
+#[derive(Debug)]
+struct Pending {
+    handle: RecvHandle,
+    /// Backups that have not answered.
+    waiting: u16,
+    /// The client's answer once all have (a response header).
+    answer: [u8; RESPONSE_HEADER],
+    fp: u64,
+    slot: u32,
+    /// Why a backup did not apply it.
+    failed: Option<String>,
+}
+
+#[derive(Debug)]
+enum LinkState {
+    Down,
+    Dialing(Dial),
+    Up(Connection),
+}
+
+/// The connection to one backup worker.
+#[derive(Debug)]
+struct Link {
+    owner: Owner,
+    addr: SocketAddr,
+    state: LinkState,
+    retry_at: Instant,
+    backoff: Duration,
+    /// Messages that did not fit the ring yet: user data and bytes.
+    queue: VecDeque<(u64, Vec<u8>)>,
+    /// Still a backup of one of this worker's slots.
+    wanted: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Begin,
+    Records,
+    End,
+    Waiting,
+    Done,
+}
+
+/// A copy of one slot to one new backup.
+#[derive(Debug)]
+struct CopyJob {
+    slot: u32,
+    to: Owner,
+    /// The map version it began under.
+    since: u32,
+    /// The slot's epoch then: a new one (the slot's replica set changed)
+    /// starts the copy over.
+    epoch: u32,
+    step: Step,
+    keys: Vec<Box<[u8]>>,
+    pos: usize,
+    outstanding: u32,
+    /// Told apart from the answers of an earlier attempt.
+    gen: u16,
+    failed: bool,
+    retry_at: Instant,
+    wanted: bool,
+    /// Dropped from the map once: begins anew if it comes back.
+    retired: bool,
+}
+
+/// A primary worker's forwarding, links and copies (see the [module
+/// docs](self)).
+pub(crate) struct Forwarder {
+    me: Owner,
+    cluster: [u8; 16],
+    token: Option<AuthToken>,
+    links: Vec<Link>,
+    pending: Vec<Option<Pending>>,
+    free: Vec<u32>,
+    copies: Vec<CopyJob>,
+    acks: Rc<Acks>,
+    scratch: Vec<Ack>,
+    spare: Vec<Vec<u8>>,
+    msg: Vec<u8>,
+    report: Sender<ToControl>,
+    ready: Vec<(u16, u32, u32)>,
+    stale: Vec<(u16, u32)>,
+}
+
+impl std::fmt::Debug for Forwarder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forwarder")
+            .field("links", &self.links.len())
+            .field("pending", &(self.pending.len() - self.free.len()))
+            .field("copies", &self.copies.len())
+            .finish()
+    }
+}
+
+impl Forwarder {
+    /// Worker `me`'s forwarder, presenting `token` to members of cluster
+    /// `cluster`, reporting to the control thread on `report`; `acks` is
+    /// what the context's callback ([`ack_handler`]) fills.
+    pub fn new(
+        me: Owner,
+        cluster: [u8; 16],
+        token: Option<AuthToken>,
+        acks: Rc<Acks>,
+        report: Sender<ToControl>,
+    ) -> Forwarder {
+        Forwarder {
+            me,
+            cluster,
+            token,
+            links: Vec::new(),
+            pending: Vec::new(),
+            free: Vec::new(),
+            copies: Vec::new(),
+            acks,
+            scratch: Vec::new(),
+            spare: Vec::new(),
+            msg: Vec::with_capacity(4096),
+            report,
+            ready: Vec::new(),
+            stale: Vec::new(),
+        }
+    }
+
+    /// Whether a turn has work for [`pump`](Self::pump): queued messages
+    /// or copies under way.
+    #[inline]
+    pub fn busy(&self) -> bool {
+        !self.copies.is_empty() || self.links.iter().any(|l| !l.queue.is_empty())
+    }
+
+    /// Writes the replication message of the write `req` (the client's
+    /// request, which the handler applied as `f`), for [`forward`](Self::forward).
+    pub fn prepare(&mut self, h: &Handler, req: &[u8], f: Forward) {
+        // The handler parsed it already.
+        let Ok(r) = Request::new_checked(req) else {
+            self.msg.clear();
+            return;
+        };
+        let hdr = Header {
+            kind: f.kind,
+            slot: f.slot,
+            epoch: h.map.epoch(f.slot),
+            primary: self.me,
+            seq: f.seq,
+            offset: r.offset(),
+        };
+        let value = if f.kind == Kind::Delete {
+            &[][..]
+        } else {
+            r.value()
+        };
+        write_replicate(&mut self.msg, &hdr, r.key(), value);
+    }
+
+    /// Whether links are being set up or copies are under way: the worker
+    /// should not sleep long.
+    pub fn settling(&self) -> bool {
+        self.busy()
+            || self
+                .links
+                .iter()
+                .any(|l| !matches!(l.state, LinkState::Up(_)))
+            || self.copies.iter().any(|j| j.step != Step::Done)
+    }
+
+    /// Forwards the write [`prepare`](Self::prepare)d (answered `answer`
+    /// here) to every backup of its slot; the client's answer waits for
+    /// theirs.
+    pub fn forward<F, T>(
+        &mut self,
+        ctx: &mut Context<u64, F, T>,
+        h: &mut Handler,
+        handle: RecvHandle,
+        f: Forward,
+        answer: &[u8],
+    ) where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let mut a = [0u8; RESPONSE_HEADER];
+        let n = answer.len().min(RESPONSE_HEADER);
+        a[..n].copy_from_slice(&answer[..n]);
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.pending.push(None);
+                (self.pending.len() - 1) as u32
+            }
+        };
+        self.pending[idx as usize] = Some(Pending {
+            handle,
+            waiting: 0,
+            answer: a,
+            fp: f.fp,
+            slot: f.slot,
+            failed: None,
+        });
+        if self.msg.is_empty() {
+            let p = self.pending[idx as usize].as_mut().expect("just set");
+            p.failed = Some("the write could not be encoded".into());
+        }
+        let backups = if self.msg.is_empty() {
+            kvs_proto::shard::Backups::default()
+        } else {
+            h.map.backup_set(f.slot)
+        };
+        for b in backups.iter() {
+            // A backup whose copy has not begun takes nothing before it.
+            self.begin_copy_now(ctx, h, f.slot, b.owner);
+            let sent = match self.link_of(b.owner) {
+                Some(li) => self.send(ctx, li, user(TAG_WRITE, li as u64, idx)),
+                None => false,
+            };
+            let p = self.pending[idx as usize].as_mut().expect("just set");
+            if sent {
+                p.waiting += 1;
+            } else {
+                p.failed = Some(format!(
+                    "no connection to the backup on member {} yet",
+                    b.owner.member
+                ));
+                self.missed(h, f.slot, b.owner);
+            }
+        }
+        self.settle(ctx, h, idx);
+    }
+
+    /// The index of the link to `owner`, if it is up.
+    fn link_of(&self, owner: Owner) -> Option<usize> {
+        self.links
+            .iter()
+            .position(|l| l.owner == owner && matches!(l.state, LinkState::Up(_)))
+    }
+
+    /// Sends `self.msg` on link `li` (or queues it behind what waits
+    /// there); false if the link cannot take it.
+    fn send<F, T>(&mut self, ctx: &mut Context<u64, F, T>, li: usize, u: u64) -> bool
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let l = &mut self.links[li];
+        let LinkState::Up(c) = &l.state else {
+            return false;
+        };
+        if l.queue.is_empty() {
+            match ctx.call(c.endpoint(), &self.msg, ANSWER, u) {
+                Ok(()) => return true,
+                Err(e) if e.is_retryable() => {}
+                Err(_) => return false,
+            }
+        }
+        let mut b = self.spare.pop().unwrap_or_default();
+        b.clear();
+        b.extend_from_slice(&self.msg);
+        l.queue.push_back((u, b));
+        true
+    }
+
+    /// A message that will never be sent (its link closed): answered as a
+    /// failure, so whatever waits for it does not wait forever.
+    fn lost(acks: &Acks, u: u64, why: &str) {
+        let mut v = acks.0.take();
+        v.push(Ack {
+            user: u,
+            refused: Some(why.to_string()),
+        });
+        acks.0.set(v);
+    }
+
+    /// Answers pending write `idx` if every backup has.
+    fn settle<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &mut Handler, idx: u32)
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let i = idx as usize;
+        if self.pending[i].as_ref().is_none_or(|p| p.waiting > 0) {
+            return;
+        }
+        let p = self.pending[i].take().expect("checked");
+        self.free.push(idx);
+        h.replicas.end_write(p.fp);
+        match p.failed {
+            None => {
+                let _ = ctx.reply(p.handle, &p.answer);
+            }
+            Some(why) => {
+                let mut out = Vec::new();
+                begin_response(&mut out, Status::Unavailable, 0);
+                let m = format!(
+                    "slot {}: a backup did not apply the write ({why}); the slot's copies are \
+                     being repaired: send it again",
+                    p.slot
+                );
+                let room = p.handle.max_response().saturating_sub(RESPONSE_HEADER);
+                out.extend_from_slice(&m.as_bytes()[..m.len().min(room)]);
+                finish_response(&mut out, 0);
+                let _ = ctx.reply(p.handle, &out);
+            }
+        }
+    }
+
+    /// The backup on `to` missed a write of `slot`: a ready one holds the
+    /// slot and is reported stale; one being copied starts over.
+    fn missed(&mut self, h: &mut Handler, slot: u32, to: Owner) {
+        let ready = h.map.backups(slot).iter().any(|b| b.owner == to && b.ready);
+        if ready && h.map.owner_of_slot(slot) == self.me {
+            if h.replicas.held(slot).is_none() {
+                h.replicas.hold(slot, Some(to.member));
+                self.stale.push((to.member, slot));
+            }
+            // Copied anew once the map counts it stale (not before: a copy
+            // drops what the backup holds, and it may still be promoted).
+            if let Some(j) = self
+                .copies
+                .iter_mut()
+                .find(|j| j.slot == slot && j.to == to)
+            {
+                j.step = Step::Begin;
+                j.gen = j.gen.wrapping_add(1);
+                j.failed = false;
+                j.outstanding = 0;
+            }
+        } else if let Some(j) = self
+            .copies
+            .iter_mut()
+            .find(|j| j.slot == slot && j.to == to && j.step != Step::Begin)
+        {
+            j.failed = true;
+            j.retry_at = Instant::now() + COPY_RETRY;
+        }
+    }
+
+    /// Handles the backups' answers since the last call; returns how many
+    /// clients were answered.
+    pub fn on_acks<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &mut Handler) -> u64
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let mut acks = self.acks.0.take();
+        if acks.is_empty() {
+            self.acks.0.set(acks);
+            return 0;
+        }
+        std::mem::swap(&mut acks, &mut self.scratch);
+        self.acks.0.set(acks);
+        let mut answered = 0;
+        let mut batch = std::mem::take(&mut self.scratch);
+        for a in batch.drain(..) {
+            let (tag, hi, idx) = split(a.user);
+            match tag {
+                TAG_WRITE => {
+                    let Some(p) = self.pending.get_mut(idx as usize).and_then(Option::as_mut)
+                    else {
+                        continue;
+                    };
+                    p.waiting = p.waiting.saturating_sub(1);
+                    if let Some(why) = a.refused {
+                        let slot = p.slot;
+                        p.failed.get_or_insert(why);
+                        if let Some(owner) = self.links.get(hi as usize).map(|l| l.owner) {
+                            self.missed(h, slot, owner);
+                        }
+                    }
+                    let was = self.pending[idx as usize].is_some();
+                    self.settle(ctx, h, idx);
+                    if was && self.pending[idx as usize].is_none() {
+                        answered += 1;
+                    }
+                }
+                TAG_COPY => self.copy_ack(idx, hi as u16, a.refused),
+                _ => {}
+            }
+        }
+        self.scratch = batch;
+        answered
+    }
+
+    fn copy_ack(&mut self, idx: u32, gen: u16, refused: Option<String>) {
+        let Some(j) = self.copies.get_mut(idx as usize) else {
+            return;
+        };
+        if j.gen != gen {
+            return;
+        }
+        j.outstanding = j.outstanding.saturating_sub(1);
+        if let Some(why) = refused {
+            if !j.failed {
+                j.failed = true;
+                j.retry_at = Instant::now() + COPY_RETRY;
+                if why.contains("Fenced") {
+                    // Expected while the backup installs the map: quiet.
+                } else {
+                    eprintln!(
+                        "kvs-server: copy of slot {} to member {}: {why}",
+                        j.slot, j.to.member
+                    );
+                }
+            }
+            return;
+        }
+        if j.step == Step::Waiting && j.outstanding == 0 && !j.failed {
+            j.step = Step::Done;
+            self.ready.push((j.to.member, j.slot, j.since));
+        }
+    }
+
+    /// Sends what waits: queued messages, then the copies' next steps.
+    pub fn pump<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &Handler)
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        for l in &mut self.links {
+            let LinkState::Up(c) = &l.state else {
+                continue;
+            };
+            while let Some((u, b)) = l.queue.pop_front() {
+                match ctx.call(c.endpoint(), &b, ANSWER, u) {
+                    Ok(()) => self.spare.push(b),
+                    Err(e) if e.is_retryable() => {
+                        l.queue.push_front((u, b));
+                        break;
+                    }
+                    Err(_) => {
+                        Self::lost(&self.acks, u, "the backup's connection closed");
+                        self.spare.push(b);
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        for i in 0..self.copies.len() {
+            self.step_copy(ctx, h, i, now);
+        }
+    }
+
+    /// Starts the copy of `slot` to `to` at once if it is waiting to begin
+    /// (a write is about to go to that backup).
+    fn begin_copy_now<F, T>(
+        &mut self,
+        ctx: &mut Context<u64, F, T>,
+        h: &Handler,
+        slot: u32,
+        to: Owner,
+    ) where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        if self.copies.is_empty() {
+            return;
+        }
+        if let Some(i) = self
+            .copies
+            .iter()
+            .position(|j| j.slot == slot && j.to == to && j.step == Step::Begin)
+        {
+            let saved = std::mem::take(&mut self.msg);
+            self.step_copy(ctx, h, i, Instant::now());
+            self.msg = saved;
+        }
+    }
+
+    fn step_copy<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &Handler, i: usize, now: Instant)
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let j = &mut self.copies[i];
+        if j.step == Step::Done || j.step == Step::Waiting && !j.failed {
+            return;
+        }
+        if j.failed {
+            if now < j.retry_at || j.outstanding > 0 {
+                return;
+            }
+            j.failed = false;
+            j.step = Step::Begin;
+            j.gen = j.gen.wrapping_add(1);
+        }
+        let (slot, to) = (j.slot, j.to);
+        if j.step == Step::Begin && h.map.backups(slot).iter().any(|b| b.owner == to && b.ready) {
+            return;
+        }
+        let Some(li) = self.link_of(to) else {
+            return;
+        };
+        if self.links[li].queue.len() >= COPY_QUEUE {
+            return;
+        }
+        let mut hdr = Header {
+            kind: Kind::CopyBegin,
+            slot,
+            epoch: h.map.epoch(slot),
+            primary: self.me,
+            seq: h.replicas.last_seq(slot),
+            offset: 0,
+        };
+        let u = user(TAG_COPY, u64::from(self.copies[i].gen), i as u32);
+        let mut burst = 0;
+        loop {
+            let j = &mut self.copies[i];
+            match j.step {
+                Step::Begin => {
+                    j.keys = h
+                        .store
+                        .slot_records(slot)
+                        .map(|(k, _)| Box::<[u8]>::from(k))
+                        .collect();
+                    j.pos = 0;
+                    j.since = h.map.version();
+                    write_replicate(&mut self.msg, &hdr, &[], &[]);
+                    j.step = Step::Records;
+                }
+                Step::Records => {
+                    let Some(k) = j.keys.get(j.pos) else {
+                        j.step = Step::End;
+                        j.keys = Vec::new();
+                        continue;
+                    };
+                    j.pos += 1;
+                    let Some(v) = h.store.get(slot, k) else {
+                        continue;
+                    };
+                    hdr.kind = Kind::CopyPut;
+                    hdr.seq = 0;
+                    write_replicate(&mut self.msg, &hdr, k, v);
+                }
+                Step::End => {
+                    hdr.kind = Kind::CopyEnd;
+                    hdr.seq = 0;
+                    write_replicate(&mut self.msg, &hdr, &[], &[]);
+                    j.step = Step::Waiting;
+                }
+                Step::Waiting | Step::Done => return,
+            }
+            if !self.send(ctx, li, u) {
+                let j = &mut self.copies[i];
+                j.failed = true;
+                j.retry_at = now + COPY_RETRY;
+                return;
+            }
+            self.copies[i].outstanding += 1;
+            burst += 1;
+            if burst >= COPY_BURST || self.links[li].queue.len() >= COPY_QUEUE {
+                return;
+            }
+        }
+    }
+
+    /// After a new map: which backups need links, which need copies; links
+    /// and copies no longer needed go (closing a link fails the writes
+    /// waiting on it).
+    pub fn on_install<F, T>(&mut self, ctx: &mut Context<u64, F, T>, map: &ShardMap)
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        for l in &mut self.links {
+            l.wanted = false;
+        }
+        for j in &mut self.copies {
+            j.wanted = false;
+        }
+        let now = Instant::now();
+        for s in 0..map.slots() {
+            if map.owner_of_slot(s) != self.me {
+                continue;
+            }
+            for b in map.backups(s) {
+                match self.links.iter_mut().find(|l| l.owner == b.owner) {
+                    Some(l) => l.wanted = true,
+                    None => {
+                        let addr = map.members()[usize::from(b.owner.member)].addr;
+                        self.links.push(Link {
+                            owner: b.owner,
+                            addr,
+                            state: LinkState::Down,
+                            retry_at: now,
+                            backoff: Duration::ZERO,
+                            queue: VecDeque::new(),
+                            wanted: true,
+                        });
+                    }
+                }
+                if b.ready {
+                    continue;
+                }
+                match self
+                    .copies
+                    .iter_mut()
+                    .find(|j| j.slot == s && j.to == b.owner)
+                {
+                    Some(j) => {
+                        j.wanted = true;
+                        if j.retired || j.epoch != map.epoch(s) {
+                            j.retired = false;
+                            j.epoch = map.epoch(s);
+                            j.step = Step::Begin;
+                            j.gen = j.gen.wrapping_add(1);
+                            j.failed = false;
+                            j.outstanding = 0;
+                        }
+                    }
+                    None => self.copies.push(CopyJob {
+                        slot: s,
+                        to: b.owner,
+                        since: map.version(),
+                        epoch: map.epoch(s),
+                        step: Step::Begin,
+                        keys: Vec::new(),
+                        pos: 0,
+                        outstanding: 0,
+                        gen: 0,
+                        failed: false,
+                        retry_at: now,
+                        wanted: true,
+                        retired: false,
+                    }),
+                }
+            }
+        }
+        // Copy answers name jobs by index: the ones kept keep theirs while
+        // any answer is due, so only idle unwanted jobs at the end go.
+        while self
+            .copies
+            .last()
+            .is_some_and(|j| !j.wanted && j.outstanding == 0)
+        {
+            self.copies.pop();
+        }
+        for j in &mut self.copies {
+            if !j.wanted {
+                j.step = Step::Done;
+                j.retired = true;
+                j.keys = Vec::new();
+            }
+        }
+        let mut i = 0;
+        while i < self.links.len() {
+            if self.links[i].wanted {
+                i += 1;
+                continue;
+            }
+            let mut l = self.links.swap_remove(i);
+            for (u, b) in l.queue.drain(..) {
+                Self::lost(&self.acks, u, "the backup was dropped from the map");
+                self.spare.push(b);
+            }
+            match l.state {
+                LinkState::Up(c) => {
+                    ctx.close(c.endpoint());
+                    ctx.remove(c.endpoint());
+                }
+                LinkState::Dialing(d) => d.abandon(ctx),
+                LinkState::Down => {}
+            }
+        }
+    }
+
+    /// The links' upkeep (dials under way, dead connections, new ones due)
+    /// and the reports to the control thread.
+    pub fn chores<F, T>(&mut self, ctx: &mut Context<u64, F, T>)
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let now = Instant::now();
+        let mut broken: Vec<Owner> = Vec::new();
+        for l in &mut self.links {
+            match &mut l.state {
+                LinkState::Up(c) => {
+                    if !c.check(ctx) {
+                        ctx.remove(c.endpoint());
+                        l.state = LinkState::Down;
+                        l.retry_at = now;
+                        for (u, b) in l.queue.drain(..) {
+                            Self::lost(&self.acks, u, "the backup's connection closed");
+                            self.spare.push(b);
+                        }
+                        broken.push(l.owner);
+                    }
+                }
+                LinkState::Dialing(d) => match d.poll(ctx) {
+                    None => {}
+                    Some(Ok(c)) => match check_answer(&c, l.owner, self.cluster) {
+                        Ok(()) => {
+                            l.backoff = Duration::ZERO;
+                            l.state = LinkState::Up(c);
+                        }
+                        Err(why) => {
+                            eprintln!(
+                                "kvs-server: worker {}: backup link to member {} at {}: {why}",
+                                self.me.worker, l.owner.member, l.addr
+                            );
+                            ctx.remove(c.endpoint());
+                            l.state = LinkState::Down;
+                            l.backoff =
+                                (l.backoff * 2).clamp(Duration::from_millis(20), MAX_BACKOFF);
+                            l.retry_at = now + l.backoff;
+                        }
+                    },
+                    Some(Err(_)) => {
+                        l.state = LinkState::Down;
+                        l.backoff = (l.backoff * 2).clamp(Duration::from_millis(20), MAX_BACKOFF);
+                        l.retry_at = now + l.backoff;
+                    }
+                },
+                LinkState::Down if now >= l.retry_at => {
+                    let hello = hello(l.owner.worker, self.token.as_ref());
+                    match dial(l.addr, ctx, &hello, DIAL_TIMEOUT) {
+                        Ok(d) => l.state = LinkState::Dialing(d),
+                        Err(_) => {
+                            l.backoff =
+                                (l.backoff * 2).clamp(Duration::from_millis(20), MAX_BACKOFF);
+                            l.retry_at = now + l.backoff;
+                        }
+                    }
+                }
+                LinkState::Down => {}
+            }
+        }
+        // A backup whose connection died missed what was in flight: its
+        // copies start over (the ready ones are reported stale, through
+        // the writes that fail).
+        for o in broken {
+            for j in self
+                .copies
+                .iter_mut()
+                .filter(|j| j.to == o && j.step != Step::Done)
+            {
+                j.failed = true;
+                j.retry_at = now + COPY_RETRY;
+                j.outstanding = 0;
+            }
+        }
+        // A held slot whose stale report is not in yet is reported again
+        // by the control thread's retries; send what is new.
+        if !self.stale.is_empty() {
+            let mut by: Vec<(u16, Vec<u32>)> = Vec::new();
+            for (m, s) in self.stale.drain(..) {
+                match by.iter_mut().find(|(x, _)| *x == m) {
+                    Some((_, v)) => v.push(s),
+                    None => by.push((m, vec![s])),
+                }
+            }
+            for (member, slots) in by {
+                let _ = self.report.send(ToControl::BackupStale { member, slots });
+            }
+        }
+        if !self.ready.is_empty() {
+            let mut by: Vec<(u16, u32, Vec<u32>)> = Vec::new();
+            for (m, s, since) in self.ready.drain(..) {
+                match by.iter_mut().find(|(x, v, _)| *x == m && *v == since) {
+                    Some((_, _, v)) => v.push(s),
+                    None => by.push((m, since, vec![s])),
+                }
+            }
+            for (member, since, slots) in by {
+                let _ = self.report.send(ToControl::BackupReady {
+                    member,
+                    slots,
+                    since,
+                });
+            }
+        }
+    }
+}
+
+/// Whether a link's setup answer is the backup's: its member, of this
+/// cluster.
+fn check_answer(c: &Connection, owner: Owner, cluster: [u8; 16]) -> Result<(), String> {
+    match SetupAnswer::parse(c.peer_private_data()) {
+        None => Err("not a kvs-server worker (bad setup answer)".into()),
+        Some(a) if a.cluster != cluster => Err(format!(
+            "the server belongs to cluster {}, not this one",
+            kvs_proto::cluster_hex(&a.cluster)
+        )),
+        Some(a) if a.member != owner.member => Err(format!(
+            "the server says it is member {}, the map says member {}",
+            a.member, owner.member
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_carries_tag_link_and_index() {
+        let u = user(TAG_COPY, 0x1234, 0xdead_beef);
+        assert_eq!(split(u), (TAG_COPY, 0x1234, 0xdead_beef));
+        assert_eq!(split(user(TAG_WRITE, 0, 7)), (TAG_WRITE, 0, 7));
+    }
+
+    #[test]
+    fn a_refusal_names_its_status_and_message() {
+        let mut b = Vec::new();
+        begin_response(&mut b, Status::Fenced, 0);
+        b.extend_from_slice(b"not the primary");
+        finish_response(&mut b, 0);
+        assert_eq!(refusal(&b), "Fenced: not the primary");
+        assert_eq!(refusal(&[]), "a malformed answer: ");
+    }
+}
