@@ -735,6 +735,12 @@ impl<T, X: Transport> Client<T, X> {
         {
             self.last_check = self.clock;
             n += self.expire(&mut f);
+            // While a member the map names is unreachable, the map is
+            // fetched again every check: the group may move its slots to
+            // their backups (it marks it failed after member_timeout_ms).
+            if self.peers.iter().any(|p| p.reach.failing()) {
+                self.map_stale = true;
+            }
             let mut dead: Vec<u16> = Vec::new();
             for c in &mut self.conns {
                 if !c.check(&mut self.ctx) {
@@ -771,6 +777,23 @@ impl<T, X: Transport> Client<T, X> {
             match kind {
                 Kind::Key(op) => {
                     let r = match bytes {
+                        // The member's connection died with the request
+                        // on it: in a cluster its slot may be served by a
+                        // backup by now, so it is sent again, by the next
+                        // map, until its deadline.
+                        Err(CloseReason::PeerGone | CloseReason::Transport(_))
+                            if self.map.members().len() > 1 =>
+                        {
+                            let ep = self.ops[i as usize].ep;
+                            if let Some(m) = self.routes.member_of(ep) {
+                                self.lost_member(m);
+                            }
+                            self.map_stale = true;
+                            let s = &mut self.ops[i as usize];
+                            self.chaser
+                                .later(i, &mut s.chase, Target::Route, self.clock);
+                            continue;
+                        }
                         Err(why) => Err(KvError::Failed(why)),
                         Ok(b) => match Response::new_checked(b) {
                             Err(e) => Err(KvError::Malformed(e)),

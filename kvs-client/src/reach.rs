@@ -46,6 +46,11 @@ impl Reach {
         FIRST_RETRY.saturating_mul(1 << doublings).min(MAX_RETRY)
     }
 
+    /// Whether the last attempt failed (the member is down, or was).
+    pub(crate) fn failing(&self) -> bool {
+        self.failures > 0
+    }
+
     /// Whether the member may be tried at `now`; else why not.
     pub(crate) fn may_try(&self, now: Instant) -> Result<(), Held<'_>> {
         match &self.last {

@@ -21,6 +21,10 @@ pub(crate) struct Shared {
     /// moved its slots to their backups.
     pub drain: AtomicBool,
     pub drained: AtomicBool,
+    /// Fault injection (tests): the control thread neither sends nor takes
+    /// the control group's messages, as if a partition cut it off from the
+    /// group while clients and backups still reach it.
+    pub cut_off: AtomicBool,
     /// Records and bytes of keys and values this member pulled as a
     /// migration's target, and sent as a source.
     pub pulled_records: AtomicU64,

@@ -5,7 +5,7 @@
 //! turn), so a worker stops serving at the lease's end even if the control
 //! thread stalls.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 /// The lease's end, shared by the control thread and the workers.
@@ -15,6 +15,10 @@ pub(crate) struct Lease {
     epoch: Instant,
     /// Nanoseconds from `epoch` to the lease's end; 0: no lease.
     until: AtomicU64,
+    /// Fault injection (tests): serve as if the lease held, whatever the
+    /// group says, to show what stops a deposed primary when the lease
+    /// does not.
+    kept: AtomicBool,
 }
 
 impl Lease {
@@ -23,6 +27,7 @@ impl Lease {
         Lease {
             epoch: Instant::now(),
             until: AtomicU64::new(0),
+            kept: AtomicBool::new(false),
         }
     }
 
@@ -40,7 +45,13 @@ impl Lease {
     #[inline]
     pub fn holds(&self, now: Instant) -> bool {
         let until = self.until.load(Ordering::Acquire);
-        until != 0 && (now.saturating_duration_since(self.epoch).as_nanos() as u64) < until
+        (until != 0 && (now.saturating_duration_since(self.epoch).as_nanos() as u64) < until)
+            || self.kept.load(Ordering::Relaxed)
+    }
+
+    /// Fault injection: serve as if the lease held (`on`), or not.
+    pub fn keep(&self, on: bool) {
+        self.kept.store(on, Ordering::Relaxed);
     }
 }
 

@@ -46,6 +46,7 @@ pub struct Server {
     member: u16,
     cluster_id: String,
     cluster: Arc<Shared>,
+    lease: Arc<Lease>,
     /// A data dir made for the process (no `data_dir`), removed at the end.
     _temporary: Option<TempDir>,
     metrics_addr: Option<SocketAddr>,
@@ -291,6 +292,7 @@ impl Server {
             member,
             cluster_id,
             cluster,
+            lease,
             _temporary: joined.temporary,
             metrics_addr,
             metrics,
@@ -354,6 +356,19 @@ impl Server {
     /// Whether the server has been asked to stop.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// Fault injection, for tests of what the cluster does when one member
+    /// misbehaves; never for service. `cut_off`: this member's control
+    /// thread neither sends nor takes the control group's messages (a
+    /// partition between it and the group that clients and backups do not
+    /// see). `keep_lease`: its workers serve as if the lease held, whatever
+    /// the group says (a clock gone wrong), to show what the fence on the
+    /// write path stops on its own.
+    #[doc(hidden)]
+    pub fn inject(&self, cut_off: bool, keep_lease: bool) {
+        self.cluster.cut_off.store(cut_off, Ordering::Relaxed);
+        self.lease.keep(keep_lease);
     }
 
     /// Drains this member before it stops (what SIGTERM does): it stops

@@ -465,6 +465,9 @@ impl State {
 
     /// A batch of the group's messages from a peer.
     fn on_batch(&mut self, b: &[u8], now: Instant) -> Result<(), String> {
+        if self.shared.cut_off.load(Ordering::Relaxed) {
+            return Err("cut off from the control group (fault injection)".into());
+        }
         let batch = Batch::new_checked(b).map_err(|e| e.to_string())?;
         if batch.cluster_id() != self.group.cluster_id().bytes() {
             let theirs = kvs_control::ClusterId::from_bytes(batch.cluster_id());
@@ -625,7 +628,11 @@ impl State {
         }
         self.group.tick(now);
         self.group.poll(now)?;
+        let cut_off = self.shared.cut_off.load(Ordering::Relaxed);
         for o in self.group.take_outgoing() {
+            if cut_off {
+                continue;
+            }
             match self.map.members().get(usize::from(o.to)) {
                 Some(m) => {
                     let addr = m.addr;
