@@ -41,7 +41,7 @@ for m in 0 1 2; do
   sleep 1
 done
 admin=("$A" --server 127.0.0.1:$base --fabric "$fabric" --device sim0)
-"${admin[@]}" rebalance >/dev/null
+"${admin[@]}" rebalance >/dev/null 2>&1
 common=(-P workloada -p recordcount="$RECORDS" -p operationcount="$OPS" -threads 2 --depth 16
   --server 127.0.0.1:$base -p kvs.fabric="$fabric" -p kvs.device=sim0)
 "$D" load "${common[@]}" >/dev/null 2>&1

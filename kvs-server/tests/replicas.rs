@@ -123,8 +123,20 @@ impl Trio {
                     .flatten()
                     .map(ServerProcess::printed)
                     .collect();
+                let short: Vec<String> =
+                    support::connect(live[0], &self.fabric, Default::default())
+                        .map(|c| {
+                            let m = c.map().clone();
+                            (0..m.slots())
+                                .filter(|&s| m.backups(s).iter().all(|b| !b.ready))
+                                .map(|s| {
+                                    format!("{s}: {:?} {:?}", m.owner_of_slot(s), m.backups(s))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default();
                 panic!(
-                    "copies not ready within 60 s: {last:#?}\n{}",
+                    "copies not ready within 60 s: {last:#?}\nshort: {short:?}\n{}",
                     out.join("\n---\n")
                 );
             }

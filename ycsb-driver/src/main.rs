@@ -15,15 +15,17 @@
 //! then sleeps until one arrives; `-p kvs.busy_poll=true` spins instead
 //! (and so does the embedded server's worker).
 //!
-//! A lost connection to the server (it died, or closed the connection) stops
-//! the phase: the report covers the operations that completed, an error line
+//! A lost connection to a single server (it died, or closed the connection)
+//! stops the phase: the report covers the operations that completed, an error line
 //! on stderr names the server, and the driver exits with status 1. Ctrl-C
 //! (SIGINT) ends the phase as `maxexecutiontime` does: no new operation
 //! starts, those in flight finish, and the report covers what was done.
 //!
 //! Against a kvs cluster, `--server` names any member; the driver follows
-//! the cluster's map (redirects, migrations) and says on stderr which map
-//! version it ended with.
+//! the cluster's map (redirects, migrations, failovers) and says on stderr
+//! which map version it ended with. An operation whose member died is sent
+//! again by the next map; it counts as an error once its deadline
+//! (`-p kvs.timeout_ms`, default 5000) has passed.
 //!
 //! Built with the `mpi` feature and started by `mpirun`, every rank drives its
 //! share (the records of `load` split by `insertstart`/`insertcount`, the

@@ -20,7 +20,7 @@ use crate::to_control::{ranges, ToControl};
 /// How long a proposal waits for its effect before it is made again.
 const AGAIN: Duration = Duration::from_millis(300);
 /// How long a report is pursued at all.
-const GIVE_UP: Duration = Duration::from_secs(30);
+const GIVE_UP: Duration = Duration::from_secs(120);
 /// How long a draining member waits, not serving, before it asks: every
 /// worker has seen its lease withdrawn by then, and the writes in flight
 /// have their backups' answers.

@@ -51,6 +51,8 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long a failed copy waits before it starts over.
 const COPY_RETRY: Duration = Duration::from_millis(50);
+/// How long a copy waits for an answer before it starts over.
+const COPY_STALL: Duration = Duration::from_secs(2);
 /// Copy messages a job sends per turn, and the queue it leaves room for.
 const COPY_BURST: usize = 64;
 const COPY_QUEUE: usize = 256;
@@ -156,6 +158,8 @@ enum Step {
 /// A copy of one slot to one new backup.
 #[derive(Debug)]
 struct CopyJob {
+    /// Names it in its messages' user data.
+    id: u32,
     slot: u32,
     to: Owner,
     /// The map version it began under.
@@ -172,8 +176,8 @@ struct CopyJob {
     failed: bool,
     retry_at: Instant,
     wanted: bool,
-    /// Dropped from the map once: begins anew if it comes back.
-    retired: bool,
+    /// When an answer last came (or the step last began).
+    progress: Instant,
 }
 
 /// A primary worker's forwarding, links and copies (see the [module
@@ -186,6 +190,7 @@ pub(crate) struct Forwarder {
     pending: Vec<Option<Pending>>,
     free: Vec<u32>,
     copies: Vec<CopyJob>,
+    next_job: u32,
     acks: Rc<Acks>,
     scratch: Vec<Ack>,
     spare: Vec<Vec<u8>>,
@@ -224,6 +229,7 @@ impl Forwarder {
             pending: Vec::new(),
             free: Vec::new(),
             copies: Vec::new(),
+            next_job: 0,
             acks,
             scratch: Vec::new(),
             spare: Vec::new(),
@@ -491,13 +497,14 @@ impl Forwarder {
         answered
     }
 
-    fn copy_ack(&mut self, idx: u32, gen: u16, refused: Option<String>) {
-        let Some(j) = self.copies.get_mut(idx as usize) else {
+    fn copy_ack(&mut self, id: u32, gen: u16, refused: Option<String>) {
+        let Some(j) = self.copies.iter_mut().find(|j| j.id == id) else {
             return;
         };
         if j.gen != gen {
             return;
         }
+        j.progress = Instant::now();
         j.outstanding = j.outstanding.saturating_sub(1);
         if let Some(why) = refused {
             if !j.failed {
@@ -582,6 +589,21 @@ impl Forwarder {
         T: Transport,
     {
         let j = &mut self.copies[i];
+        // No answer for that long: whatever happened to them, the copy
+        // starts over rather than wait forever.
+        if j.outstanding > 0
+            && !matches!(j.step, Step::Done | Step::Begin)
+            && now.duration_since(j.progress) > COPY_STALL
+        {
+            eprintln!(
+                "kvs-server: copy of slot {} to member {}: no answer for {:?}; starting over",
+                j.slot, j.to.member, COPY_STALL
+            );
+            j.gen = j.gen.wrapping_add(1);
+            j.outstanding = 0;
+            j.failed = false;
+            j.step = Step::Begin;
+        }
         if j.step == Step::Done || j.step == Step::Waiting && !j.failed {
             return;
         }
@@ -611,7 +633,7 @@ impl Forwarder {
             seq: h.replicas.last_seq(slot),
             offset: 0,
         };
-        let u = user(TAG_COPY, u64::from(self.copies[i].gen), i as u32);
+        let u = user(TAG_COPY, u64::from(self.copies[i].gen), self.copies[i].id);
         let mut burst = 0;
         loop {
             let j = &mut self.copies[i];
@@ -624,6 +646,7 @@ impl Forwarder {
                         .collect();
                     j.pos = 0;
                     j.since = h.map.version();
+                    j.progress = now;
                     write_replicate(&mut self.msg, &hdr, &[], &[]);
                     j.step = Step::Records;
                 }
@@ -708,8 +731,7 @@ impl Forwarder {
                 {
                     Some(j) => {
                         j.wanted = true;
-                        if j.retired || j.epoch != map.epoch(s) {
-                            j.retired = false;
+                        if j.epoch != map.epoch(s) {
                             j.epoch = map.epoch(s);
                             j.step = Step::Begin;
                             j.gen = j.gen.wrapping_add(1);
@@ -718,6 +740,10 @@ impl Forwarder {
                         }
                     }
                     None => self.copies.push(CopyJob {
+                        id: {
+                            self.next_job = self.next_job.wrapping_add(1);
+                            self.next_job
+                        },
                         slot: s,
                         to: b.owner,
                         since: map.version(),
@@ -730,27 +756,14 @@ impl Forwarder {
                         failed: false,
                         retry_at: now,
                         wanted: true,
-                        retired: false,
+                        progress: now,
                     }),
                 }
             }
         }
-        // Copy answers name jobs by index: the ones kept keep theirs while
-        // any answer is due, so only idle unwanted jobs at the end go.
-        while self
-            .copies
-            .last()
-            .is_some_and(|j| !j.wanted && j.outstanding == 0)
-        {
-            self.copies.pop();
-        }
-        for j in &mut self.copies {
-            if !j.wanted {
-                j.step = Step::Done;
-                j.retired = true;
-                j.keys = Vec::new();
-            }
-        }
+        // Copies no longer wanted go (their answers, if any still come,
+        // find no job).
+        self.copies.retain(|j| j.wanted);
         let mut i = 0;
         while i < self.links.len() {
             if self.links[i].wanted {
