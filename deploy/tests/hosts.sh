@@ -120,8 +120,8 @@ all:
   children:
     storage:
       hosts:
-        kvs1: {ansible_host: $NET.11}
-        kvs2: {ansible_host: $NET.12}
+        kvs1: {ansible_host: $NET.11, kvs_server_zone: kvs1}
+        kvs2: {ansible_host: $NET.12, kvs_server_zone: kvs2}
     load:
       hosts:
         load1: {ansible_host: $NET.21}
@@ -141,6 +141,9 @@ kvs_server_fabric: $FABRIC
 kvs_server_uid: $SERVICE_UID
 kvs_server_workers: 1
 kvs_server_max_memory: 256M
+# Two copies of each slot, one on each storage host (each its own zone): a
+# restarted host hands its slots to the other first and gets its copies back.
+kvs_server_replicas: 2
 ycsb_software_device: true
 ycsb_fabric: $FABRIC
 ycsb_uid: $SERVICE_UID

@@ -8,11 +8,14 @@
 #              hosts (four MPI ranks under one mpirun); every operation in the
 #              fetched report OK
 #   idempotence  site.yml again changes nothing
-#   change     a changed setting on one storage host restarts it (handler)
+#   change     a changed setting on one storage host restarts it (handler):
+#              it hands its slots to their backups as it stops, and every slot
+#              has its two copies again (replicas = 2)
 #   release    the binaries from release tarballs (HTTP): every server
 #              restarts, the cluster forms again, a second run changes nothing
 #   leader restart  the control group's leader's server restarts alone: it
-#              resumes its member, and every host sees one cluster and map
+#              resumes its member, every host sees one cluster and map, and
+#              every slot has its two copies again
 #   stop       stop.yml stops everything
 #   destroy    hosts.sh down (KEEP=1 leaves the hosts up)
 # Needs root, ansible, ansible-lint, systemd-container, mmdebstrap,
@@ -118,9 +121,14 @@ after1=$(on "$KVS1" systemctl show -p InvocationID --value kvs-server)
 after2=$(on "$KVS2" systemctl show -p InvocationID --value kvs-server)
 [ "$before2" != "$after2" ] || fail "kvs2's server was not restarted"
 [ "$before1" = "$after1" ] || fail "kvs1's server was restarted, though its settings did not change"
+# Stopping, kvs2's server handed the slots it was primary of to their copies
+# on kvs1; the handler waited for every slot's two copies, and verify.yml
+# checks them again.
+on "$KVS2" "journalctl -u kvs-server --no-pager | grep -q 'handed its slots over in'" ||
+  fail "kvs2's server did not hand its slots over to their backups when it stopped"
 on "$KVS2" "grep -qx 'stats_interval_s = 7' /etc/kvs/kvs-server.toml" || fail "kvs2's configuration lacks the change"
 play verify-2 tests/verify.yml
-echo "the changed setting restarted kvs2 alone, and it is a member again"
+echo "the changed setting restarted kvs2 alone (its slots handed over first), and it is a member again with every slot's two copies"
 
 step "release"
 # The binaries from release tarballs over HTTP instead of the controller's

@@ -4,7 +4,7 @@
 //! kvs-admin asks the member itself (any member drains itself, the leader
 //! is not involved) and follows the member's status until it says drained.
 
-use std::io::Write;
+use crate::render::say;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -186,14 +186,6 @@ fn wait<C: Control>(
     }
 }
 
-/// Writes `text` to stdout now (a closed stdout changes nothing: the
-/// member drains either way).
-fn say(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,10 +193,7 @@ mod tests {
     use kvs_client::ControlError;
     use kvs_proto::ShardMap;
 
-    const QUICK: Pace = Pace {
-        poll: Duration::ZERO,
-        patience: Duration::from_secs(60),
-    };
+    use crate::fake::QUICK;
     /// Member 0, the contact.
     const CONTACT: &str = "10.0.0.1:7000";
     /// Member 1 (`0.0.0.0:7001` in the map), reached at the contact's IP.

@@ -53,7 +53,13 @@ pub fn admin(
     )
 }
 
-/// A socket address from text.
+/// Following at once, with a minute's patience.
+pub const QUICK: crate::progress::Pace = crate::progress::Pace {
+    poll: std::time::Duration::ZERO,
+    patience: std::time::Duration::from_secs(60),
+};
+
+/// An address from its text.
 pub fn addr(s: &str) -> SocketAddr {
     s.parse().expect("a socket address")
 }

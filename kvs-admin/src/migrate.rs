@@ -2,7 +2,7 @@
 //! against the map, showing the plan, sending the request to the control
 //! group's leader, and following the migration it starts.
 
-use std::io::Write;
+use crate::render::say;
 use std::net::SocketAddr;
 use std::ops::Range;
 
@@ -179,14 +179,6 @@ fn start<C: Control>(
     Ok(())
 }
 
-/// Writes `text` to stdout now. A closed stdout does not change how the
-/// command ends: the migration's outcome is what counts.
-fn say(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
 /// `end` of `Migrate` for `range`, if the cluster has those slots.
 pub fn check_range(range: SlotRange, slots: u32) -> Result<u32, AdminError> {
     if range.end() > u64::from(slots) {
@@ -317,12 +309,8 @@ mod tests {
     use super::*;
     use crate::fake::{self, Fake};
     use kvs_proto::Member;
-    use std::time::Duration;
 
-    const QUICK: Pace = Pace {
-        poll: Duration::ZERO,
-        patience: Duration::from_secs(60),
-    };
+    use crate::fake::QUICK;
     const CONTACT: &str = "10.0.0.1:7001";
     const KEEPER: &str = "10.0.0.1:7000";
 

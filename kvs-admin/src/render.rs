@@ -1,7 +1,16 @@
 //! Figures for people: byte sizes, rates, durations, slot ranges, and
 //! aligned tables.
 
+use std::io::Write;
 use std::ops::Range;
+
+/// Writes `text` to stdout now. A closed stdout does not change how a
+/// command ends: what the servers do is what counts.
+pub fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
 
 /// A byte count in binary units: `512 B`, `1.5 KiB`, `12.3 MiB`, `2.00 GiB`.
 pub fn bytes(n: u64) -> String {

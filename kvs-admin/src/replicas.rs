@@ -3,7 +3,7 @@
 //! copy the slots to them, or drop backups; kvs-admin follows the group's
 //! count of under-replicated slots down to 0.
 
-use std::io::Write;
+use crate::render::say;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -319,24 +319,13 @@ fn wait<C: Control>(
     }
 }
 
-/// Writes `text` to stdout now (a closed stdout changes nothing: the
-/// servers carry on either way).
-fn say(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::fake::{self, Fake};
     use kvs_client::ControlError;
 
-    const QUICK: Pace = Pace {
-        poll: Duration::ZERO,
-        patience: Duration::from_secs(60),
-    };
+    use crate::fake::QUICK;
     const CONTACT: &str = "10.0.0.1:7001";
     const LEADER: &str = "10.0.0.1:7000";
 

@@ -155,6 +155,9 @@ pub struct Client<T, X: Transport = Mlx5> {
     cluster: [u8; 16],
     /// A member's connections died since the last map was fetched.
     map_stale: bool,
+    /// This client's random id, and its writes so far (their request ids).
+    client_id: u64,
+    requests: u64,
     /// A coarse clock: read once per poll or wait, and at each submit's
     /// slow path; requests are stamped with it.
     clock: Instant,
@@ -270,6 +273,8 @@ impl<T, X: Transport> Client<T, X> {
             opts,
             cluster: answer.cluster,
             map_stale: false,
+            client_id: random_id(),
+            requests: 0,
             clock: Instant::now(),
             in_flight: 0,
             polls: 0,
@@ -384,10 +389,14 @@ impl<T, X: Transport> Client<T, X> {
                         self.fail_soon(tag, e);
                         return Ok(());
                     };
+                    let id = self.next_id(op);
                     let i = self.slot(Some(tag), Kind::Key(op), any, allowance);
                     let s = &mut self.ops[i as usize];
                     let version = self.routes.version();
                     proto::write_request(&mut s.req, op, version, key, value, val_len, offset);
+                    if let Some((c, q)) = id {
+                        proto::add_request_id(&mut s.req, c, q);
+                    }
                     self.chaser
                         .later(i, &mut s.chase, Target::Route, Instant::now());
                     self.in_flight += 1;
@@ -399,10 +408,14 @@ impl<T, X: Transport> Client<T, X> {
                 }
             },
         };
+        let id = self.next_id(op);
         let i = self.slot(Some(tag), Kind::Key(op), ep, allowance);
         let s = &mut self.ops[i as usize];
         let version = self.routes.version();
         proto::write_request(&mut s.req, op, version, key, value, val_len, offset);
+        if let Some((c, q)) = id {
+            proto::add_request_id(&mut s.req, c, q);
+        }
         match self.ctx.call(ep, &s.req, allowance, i) {
             Ok(()) => {
                 self.in_flight += 1;
@@ -480,6 +493,17 @@ impl<T, X: Transport> Client<T, X> {
                 .failed(Instant::now(), "its connection closed".to_string());
         }
         self.map_stale = true;
+    }
+
+    /// A write's request id (this client's id and its next request number;
+    /// kept on every re-send, so a server applies it once); none for reads.
+    #[inline]
+    fn next_id(&mut self, op: Op) -> Option<(u64, u64)> {
+        if !matches!(op, Op::Put | Op::Delete | Op::UpdateRange) {
+            return None;
+        }
+        self.requests += 1;
+        Some((self.client_id, self.requests))
     }
 
     /// A call copyrpc refused: frees its op slot and hands the tag back with
@@ -1196,6 +1220,20 @@ impl<T, X: Transport> Client<T, X> {
         self.routes.rebuild(&map);
         self.map = map;
     }
+}
+
+/// A random 64-bit id (std's random hash keys, which differ per call, mixed
+/// with the clock and the process id); never 0.
+fn random_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish().max(1)
 }
 
 /// Raises the map version an encoded request was routed by to `v` (never

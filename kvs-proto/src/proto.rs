@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! request:  op u8 | flags u8 | key_len u16 | map_version u32 | val_len u32 | offset u32 | key | value
+//!           [| client u64 | request u64]   (with FLAG_ID)
 //! response: status u8 | flags u8 | reserved u16 | len u32 | payload
 //! scan payload: (key_len u16 | val_len u32 | key | value)*
 //! ```
@@ -156,6 +157,14 @@ impl Status {
     }
 }
 
+/// Request flag: a request id follows the value ([`Request::id`]): the
+/// client's random id and the request's number, the same on every re-send,
+/// so a server applies a re-sent write once.
+pub const FLAG_ID: u8 = 1;
+
+/// Bytes of a request id.
+pub const REQUEST_ID: usize = 16;
+
 /// Response flag: the SCAN answer stopped early because the response
 /// allowance was full; more records may follow the last one.
 pub const FLAG_TRUNCATED: u8 = 1;
@@ -218,16 +227,38 @@ impl<'a> Request<'a> {
             }
             _ => 0,
         };
-        if REQUEST_HEADER + key + body != buf.len() {
+        if REQUEST_HEADER + key + body + r.id_len() != buf.len() {
             return Err(WireError::BadLength);
         }
         Ok(r)
+    }
+    /// Bytes of the request id at the end (0: none).
+    #[inline]
+    fn id_len(&self) -> usize {
+        if self.buf[field::FLAGS] & FLAG_ID != 0 {
+            REQUEST_ID
+        } else {
+            0
+        }
+    }
+    /// The request's id, if it carries one: the client's id and the
+    /// request's number.
+    #[inline]
+    pub fn id(&self) -> Option<(u64, u64)> {
+        if self.id_len() == 0 {
+            return None;
+        }
+        let t = &self.buf[self.buf.len() - REQUEST_ID..];
+        Some((
+            u64::from_le_bytes(t[..8].try_into().ok()?),
+            u64::from_le_bytes(t[8..].try_into().ok()?),
+        ))
     }
     /// The operation.
     pub fn op(&self) -> Op {
         Op::from_u8(self.buf[field::OP]).unwrap_or(Op::Map)
     }
-    /// Request flags (none defined; zero).
+    /// Request flags ([`FLAG_ID`]).
     pub fn flags(&self) -> u8 {
         self.buf[field::FLAGS]
     }
@@ -243,7 +274,7 @@ impl<'a> Request<'a> {
     /// The value (PUT, UPDATE_RANGE, CONTROL, SET_MAP).
     pub fn value(&self) -> &'a [u8] {
         let n = usize::from(le16(&self.buf[field::KEY_LEN]));
-        &self.buf[REQUEST_HEADER + n..]
+        &self.buf[REQUEST_HEADER + n..self.buf.len() - self.id_len()]
     }
     /// The most records wanted (SCAN).
     pub fn scan_count(&self) -> u32 {
@@ -285,6 +316,14 @@ pub fn write_request(
     out.extend_from_slice(&offset.to_le_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(value);
+}
+
+/// Appends a request id to a request [`write_request`] wrote (and flags
+/// it): `client`'s request number `request`.
+pub fn add_request_id(out: &mut Vec<u8>, client: u64, request: u64) {
+    out[field::FLAGS] |= FLAG_ID;
+    out.extend_from_slice(&client.to_le_bytes());
+    out.extend_from_slice(&request.to_le_bytes());
 }
 
 /// A REDIRECT answer's payload: the owner of the key's slot in the
@@ -454,6 +493,18 @@ mod tests {
             Request::new_checked(&b[..3]).unwrap_err(),
             WireError::Short(3)
         );
+        // A request id at the end, outside the value.
+        write_request(&mut b, Op::Put, 7, b"user1", b"value!", 6, 0);
+        assert_eq!(Request::new_checked(&b).unwrap().id(), None);
+        add_request_id(&mut b, 0xfeed, 42);
+        let r = Request::new_checked(&b).unwrap();
+        assert_eq!((r.key(), r.value()), (&b"user1"[..], &b"value!"[..]));
+        assert_eq!(r.id(), Some((0xfeed, 42)));
+        assert!(Request::new_checked(&b[..b.len() - 1]).is_err());
+        let mut d = Vec::new();
+        write_request(&mut d, Op::Delete, 1, b"k", &[], 0, 0);
+        add_request_id(&mut d, 1, 2);
+        assert_eq!(Request::new_checked(&d).unwrap().id(), Some((1, 2)));
         // A SCAN carries the count, not a value.
         write_request(&mut b, Op::Scan, 1, b"k", &[], 100, 0);
         let r = Request::new_checked(&b).unwrap();

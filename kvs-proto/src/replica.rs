@@ -6,13 +6,16 @@
 //! ```text
 //! replicate: op u8 (11) | kind u8 | key_len u16 | slot u32 | epoch u32
 //!            | primary_member u16 | primary_worker u16 | seq u64 | offset u32
-//!            | val_len u32 | key | value
+//!            | val_len u32 | client u64 | request u64 | key | value
 //! ```
 //! All integers little-endian. `kind` says what it carries ([`Kind`]): a
 //! write the primary applied (PUT, DELETE, UPDATE_RANGE at `offset`), with
 //! the slot's next sequence number `seq`; or a step of copying the slot to
 //! a new backup (begin at `seq`, one record, end). `epoch` is the slot's
-//! epoch in the primary's map ([`crate::shard::replicas`]). The answer is
+//! epoch in the primary's map ([`crate::shard::replicas`]). A write carries
+//! the client's request id (`client`, `request`; both 0: none), which the
+//! backup remembers as the primary does, so that a re-sent write is applied
+//! once even after a failover. The answer is
 //! a response header: OK once applied, [`Status::Fenced`] (with a message)
 //! when the backup does not take writes of that slot from that primary,
 //! [`Status::TryAgain`] when the backup has not yet applied the map the
@@ -36,10 +39,12 @@ mod field {
     pub const SEQ: Range<usize> = 16..24;
     pub const OFFSET: Range<usize> = 24..28;
     pub const VAL_LEN: Range<usize> = 28..32;
+    pub const CLIENT: Range<usize> = 32..40;
+    pub const REQUEST: Range<usize> = 40..48;
 }
 
 /// Header bytes of a replication message.
-pub const REPLICATE_HEADER: usize = 32;
+pub const REPLICATE_HEADER: usize = field::REQUEST.end;
 
 /// What a replication message carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,6 +101,8 @@ pub struct Header {
     pub seq: u64,
     /// Where a patch goes in the value.
     pub offset: u32,
+    /// The client's request id of a write (`(0, 0)`: none).
+    pub id: (u64, u64),
 }
 
 /// Writes a replication message into `out` (cleared first).
@@ -111,6 +118,8 @@ pub fn write_replicate(out: &mut Vec<u8>, h: &Header, key: &[u8], value: &[u8]) 
     out.extend_from_slice(&h.seq.to_le_bytes());
     out.extend_from_slice(&h.offset.to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(&h.id.0.to_le_bytes());
+    out.extend_from_slice(&h.id.1.to_le_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(value);
 }
@@ -150,8 +159,9 @@ impl<'a> Replicate<'a> {
                 member: le16(&b[field::PRIMARY_MEMBER]),
                 worker: le16(&b[field::PRIMARY_WORKER]),
             },
-            seq: u64::from_le_bytes(b[field::SEQ].try_into().unwrap_or([0; 8])),
+            seq: le64(&b[field::SEQ]),
             offset: le32(&b[field::OFFSET]),
+            id: (le64(&b[field::CLIENT]), le64(&b[field::REQUEST])),
         }
     }
 
@@ -184,6 +194,9 @@ fn le16(b: &[u8]) -> u16 {
 fn le32(b: &[u8]) -> u32 {
     u32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
+fn le64(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().unwrap_or([0; 8]))
+}
 
 #[cfg(test)]
 mod tests {
@@ -201,6 +214,7 @@ mod tests {
             },
             seq: 1 << 40,
             offset: 5,
+            id: (0xc11e, 77),
         };
         let mut b = Vec::new();
         write_replicate(&mut b, &h, b"key", b"value");

@@ -262,6 +262,7 @@ impl Forwarder {
             primary: self.me,
             seq: f.seq,
             offset: r.offset(),
+            id: f.id,
         };
         let value = if f.kind == Kind::Delete {
             &[][..]
@@ -632,6 +633,7 @@ impl Forwarder {
             primary: self.me,
             seq: h.replicas.last_seq(slot),
             offset: 0,
+            id: (0, 0),
         };
         let u = user(TAG_COPY, u64::from(self.copies[i].gen), self.copies[i].id);
         let mut burst = 0;

@@ -12,6 +12,7 @@ use kvs_proto::{Owner, ShardMap};
 use std::time::Instant;
 
 use crate::request_metrics::RequestMetrics;
+use crate::serving::dedup::Dedup;
 use crate::serving::replicas::{fingerprint, Replicas};
 use crate::store::{Patch, Store};
 
@@ -43,6 +44,8 @@ pub struct Forward {
     pub kind: Kind,
     /// Its key's fingerprint, for the in-flight table.
     pub fp: u64,
+    /// The client's request id (`(0, 0)`: none).
+    pub id: (u64, u64),
 }
 
 /// What a map install changed in a worker's store.
@@ -90,6 +93,10 @@ pub struct Handler {
     forward: Option<Forward>,
     /// Replication: writes' numbers, keys in flight, streams followed.
     pub(crate) replicas: Replicas,
+    /// The request ids of the writes applied, per slot.
+    pub(crate) dedup: Dedup,
+    /// The request id of the request being answered.
+    id: (u64, u64),
     /// Requests answered, by op and result, and their service times.
     pub(crate) metrics: RequestMetrics,
 }
@@ -128,6 +135,8 @@ impl Handler {
             pull: None,
             forward: None,
             replicas: Replicas::new(me, slots),
+            dedup: Dedup::default(),
+            id: (0, 0),
             metrics: RequestMetrics::default(),
         }
     }
@@ -147,8 +156,10 @@ impl Handler {
             let backs = |m: &ShardMap| m.backups(s).iter().any(|b| b.owner == self.me);
             if was && !is && map.importing_from(s) == Some(self.me.member) {
                 done.given_away.push((s, self.store.take_slot(s)));
+                self.dedup.forget(s);
             } else if (was || backs(&self.map)) && !is && !backs(&map) {
                 self.store.drop_slot(s);
+                self.dedup.forget(s);
             } else if is {
                 match map.importing_from(s) {
                     Some(_) if !was => {
@@ -254,7 +265,10 @@ impl Handler {
             Ok(m) => m,
             Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
         };
-        match self.replicas.apply(&msg, &self.map, &mut self.store) {
+        match self
+            .replicas
+            .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
+        {
             Ok(()) => status(out, Status::Ok),
             Err(why) => error(out, Status::Fenced, &why.0, max_response),
         }
@@ -264,6 +278,7 @@ impl Handler {
     /// and forwarded before it is answered.
     #[inline]
     fn wrote(&mut self, slot: u32, key: &[u8], kind: Kind) {
+        self.dedup.record(slot, self.id);
         if self.map.backups(slot).is_empty() {
             return;
         }
@@ -274,6 +289,7 @@ impl Handler {
             seq,
             kind,
             fp: fingerprint(key),
+            id: self.id,
         });
     }
 
@@ -309,6 +325,20 @@ impl Handler {
         }
         if let Some(b) = self.replicas.held(slot) {
             return self.held(out, slot, b, max_response);
+        }
+        self.id = r.id().unwrap_or((0, 0));
+        if self.id != (0, 0)
+            && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange)
+            && self.dedup.seen(slot, self.id)
+        {
+            // Sent again: applied already. Answered once its backups have
+            // it (the first answer may be what was lost).
+            let st = if self.replicas.in_flight(key) {
+                Status::TryAgain
+            } else {
+                Status::Ok
+            };
+            return status(out, st);
         }
         match r.op() {
             // A value its backups may not have yet is not read.
@@ -536,6 +566,39 @@ mod tests {
         h.leased = true;
         let got = ask(&mut h, Op::Get, k, b"", 0, 64);
         assert_eq!(Response::new_checked(&got).unwrap().payload(), b"v");
+    }
+
+    #[test]
+    fn a_write_sent_again_is_applied_once() {
+        let map = ShardMap::single(addr(), 16, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        let with_id = |op, v: &[u8], q| {
+            let mut req = Vec::new();
+            write_request(&mut req, op, 1, b"k", v, v.len() as u32, 0);
+            kvs_proto::proto::add_request_id(&mut req, 7, q);
+            req
+        };
+        let run = |h: &mut Handler, req: &[u8]| {
+            let mut out = Vec::new();
+            h.handle(req, 64, &mut out);
+            st(&out)
+        };
+        let first = with_id(Op::Put, b"one", 1);
+        assert_eq!(run(&mut h, &first), Status::Ok);
+        // Another client's write comes between; the first one's re-send
+        // (its answer was lost) must not undo it.
+        assert_eq!(st(&ask(&mut h, Op::Put, b"k", b"two", 3, 64)), Status::Ok);
+        assert_eq!(run(&mut h, &first), Status::Ok);
+        let got = ask(&mut h, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"two");
+        // A new request of the same client is applied.
+        assert_eq!(run(&mut h, &with_id(Op::Put, b"three", 2)), Status::Ok);
+        let got = ask(&mut h, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"three");
+        // A delete sent again answers as the first did.
+        let del = with_id(Op::Delete, b"", 3);
+        assert_eq!(run(&mut h, &del), Status::Ok);
+        assert_eq!(run(&mut h, &del), Status::Ok);
     }
 
     #[test]

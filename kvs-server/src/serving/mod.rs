@@ -3,6 +3,7 @@
 //! map gives them and answer ([`worker`]); and how one request is answered
 //! against a worker's store ([`handle`]).
 
+pub(crate) mod dedup;
 pub(crate) mod forward;
 pub mod handle;
 pub(crate) mod replicas;

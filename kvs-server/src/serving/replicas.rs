@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use kvs_proto::replica::{Header, Kind, Replicate};
 use kvs_proto::{Owner, ShardMap};
 
+use crate::serving::dedup::Dedup;
 use crate::store::{Patch, Store};
 
 /// Where a backup is in a primary's stream for one slot.
@@ -160,6 +161,7 @@ impl Replicas {
         msg: &Replicate<'_>,
         map: &ShardMap,
         store: &mut Store,
+        dedup: &mut Dedup,
     ) -> Result<(), Refused> {
         let h: Header = msg.header();
         if h.slot >= map.slots() {
@@ -232,11 +234,19 @@ impl Replicas {
             },
             Kind::CopyBegin | Kind::CopyEnd => Ok(()),
         };
-        done.map_err(|why| {
-            // Diverged from the primary: nothing more until a new copy.
-            self.follow[i] = None;
-            Refused(format!("slot {s}: {why}"))
-        })
+        match done {
+            Ok(()) => {
+                if h.kind.is_write() {
+                    dedup.record(s, h.id);
+                }
+                Ok(())
+            }
+            Err(why) => {
+                // Diverged from the primary: nothing more until a new copy.
+                self.follow[i] = None;
+                Err(Refused(format!("slot {s}: {why}")))
+            }
+        }
     }
 }
 
@@ -290,13 +300,19 @@ mod tests {
             primary,
             seq,
             offset: 0,
+            id: (0, 0),
         };
         write_replicate(&mut b, &h, key, value);
         b
     }
 
     fn apply(r: &mut Replicas, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refused> {
-        r.apply(&Replicate::new_checked(b).unwrap(), m, st)
+        r.apply(
+            &Replicate::new_checked(b).unwrap(),
+            m,
+            st,
+            &mut Dedup::default(),
+        )
     }
 
     #[test]

@@ -1,0 +1,108 @@
+//! Which writes a worker has applied, by request id, per slot: a client
+//! sends a write again when its answer was lost (its member died, or the
+//! deadline of an answer passed), and the write must not be applied twice
+//! (another client's write in between would be overwritten by the repeat).
+//!
+//! Per slot and client, the last [`RECENT`] request numbers applied: a
+//! client re-sends within its request deadline, long before that many
+//! newer writes of its to the same slot. A slot keeps at most
+//! [`MAX_CLIENTS`] clients (the oldest entry goes first when one more
+//! comes). Backups remember the ids of the writes they apply, so a backup
+//! promoted to primary knows them too.
+
+use std::collections::HashMap;
+
+/// Request numbers remembered per slot and client.
+pub(crate) const RECENT: usize = 16;
+/// Clients remembered per slot.
+pub(crate) const MAX_CLIENTS: usize = 256;
+
+#[derive(Debug, Clone, Copy)]
+struct Recent {
+    ids: [u64; RECENT],
+    next: usize,
+    /// When it was last written (a count of the slot's records).
+    touched: u64,
+}
+
+/// The request ids of applied writes, per slot (see the [module
+/// docs](self)).
+#[derive(Debug, Default)]
+pub(crate) struct Dedup {
+    slots: HashMap<u32, HashMap<u64, Recent>>,
+    clock: u64,
+}
+
+impl Dedup {
+    /// Whether `client`'s request `request` was applied to `slot`.
+    #[inline]
+    pub fn seen(&self, slot: u32, (client, request): (u64, u64)) -> bool {
+        self.slots
+            .get(&slot)
+            .and_then(|m| m.get(&client))
+            .is_some_and(|r| r.ids.contains(&request))
+    }
+
+    /// `client`'s request `request` was applied to `slot`.
+    #[inline]
+    pub fn record(&mut self, slot: u32, (client, request): (u64, u64)) {
+        if client == 0 && request == 0 {
+            return;
+        }
+        self.clock += 1;
+        let now = self.clock;
+        let m = self.slots.entry(slot).or_default();
+        if !m.contains_key(&client) && m.len() >= MAX_CLIENTS {
+            if let Some(&old) = m.iter().min_by_key(|(_, r)| r.touched).map(|(c, _)| c) {
+                m.remove(&old);
+            }
+        }
+        let r = m.entry(client).or_insert(Recent {
+            ids: [0; RECENT],
+            next: 0,
+            touched: now,
+        });
+        r.ids[r.next] = request;
+        r.next = (r.next + 1) % RECENT;
+        r.touched = now;
+    }
+
+    /// `slot` left this worker: what it knew of it goes.
+    pub fn forget(&mut self, slot: u32) {
+        self.slots.remove(&slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applied_ids_are_seen_per_slot_and_the_oldest_go_first() {
+        let mut d = Dedup::default();
+        assert!(!d.seen(3, (7, 1)));
+        d.record(3, (7, 1));
+        assert!(d.seen(3, (7, 1)));
+        assert!(!d.seen(4, (7, 1)), "per slot");
+        assert!(!d.seen(3, (8, 1)), "per client");
+        // The last RECENT of a client's requests are kept.
+        for q in 2..=(RECENT as u64 + 1) {
+            d.record(3, (7, q));
+        }
+        assert!(!d.seen(3, (7, 1)));
+        assert!(d.seen(3, (7, 2)) && d.seen(3, (7, RECENT as u64 + 1)));
+        // At most MAX_CLIENTS a slot: the least recently written goes.
+        for c in 100..(100 + MAX_CLIENTS as u64) {
+            d.record(5, (c, 1));
+        }
+        d.record(5, (100, 2));
+        d.record(5, (9999, 1));
+        assert!(d.seen(5, (9999, 1)) && d.seen(5, (100, 2)));
+        assert!(!d.seen(5, (101, 1)), "the oldest went");
+        d.forget(5);
+        assert!(!d.seen(5, (9999, 1)));
+        // No id: nothing to remember.
+        d.record(6, (0, 0));
+        assert!(!d.seen(6, (0, 0)));
+    }
+}
