@@ -11,6 +11,31 @@
 //! promoted to primary knows them too.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Hashes a client id by one multiplication (Fibonacci hashing): cheaper
+/// than SipHash on every write. Ids come from clients, so a chosen set can
+/// collide; a slot keeps at most [`MAX_CLIENTS`] of them, which bounds
+/// what that costs.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by ids or fingerprints, hashed by [`IdHasher`].
+pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 /// Request numbers remembered per slot and client.
 pub(crate) const RECENT: usize = 16;
@@ -29,7 +54,8 @@ struct Recent {
 /// docs](self)).
 #[derive(Debug, Default)]
 pub(crate) struct Dedup {
-    slots: HashMap<u32, HashMap<u64, Recent>>,
+    /// By slot number (grown on first use).
+    slots: Vec<Option<IdMap<Recent>>>,
     clock: u64,
 }
 
@@ -38,7 +64,8 @@ impl Dedup {
     #[inline]
     pub fn seen(&self, slot: u32, (client, request): (u64, u64)) -> bool {
         self.slots
-            .get(&slot)
+            .get(slot as usize)
+            .and_then(Option::as_ref)
             .and_then(|m| m.get(&client))
             .is_some_and(|r| r.ids.contains(&request))
     }
@@ -51,7 +78,11 @@ impl Dedup {
         }
         self.clock += 1;
         let now = self.clock;
-        let m = self.slots.entry(slot).or_default();
+        let i = slot as usize;
+        if self.slots.len() <= i {
+            self.slots.resize_with(i + 1, || None);
+        }
+        let m = self.slots[i].get_or_insert_with(IdMap::default);
         if !m.contains_key(&client) && m.len() >= MAX_CLIENTS {
             if let Some(&old) = m.iter().min_by_key(|(_, r)| r.touched).map(|(c, _)| c) {
                 m.remove(&old);
@@ -69,7 +100,9 @@ impl Dedup {
 
     /// `slot` left this worker: what it knew of it goes.
     pub fn forget(&mut self, slot: u32) {
-        self.slots.remove(&slot);
+        if let Some(m) = self.slots.get_mut(slot as usize) {
+            *m = None;
+        }
     }
 }
 

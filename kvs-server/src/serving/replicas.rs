@@ -20,12 +20,10 @@
 //! map names it as the primary, and writes from the deposed primary are
 //! refused there; the deposed one cannot get a write acknowledged.
 
-use std::collections::HashMap;
-
 use kvs_proto::replica::{Header, Kind, Replicate};
 use kvs_proto::{Owner, ShardMap};
 
-use crate::serving::dedup::Dedup;
+use crate::serving::dedup::{Dedup, IdMap};
 use crate::store::{Patch, Store};
 
 /// Where a backup is in a primary's stream for one slot.
@@ -49,7 +47,7 @@ pub(crate) struct Replicas {
     /// Per slot, as a backup: the stream followed.
     follow: Vec<Option<Follow>>,
     /// Fingerprints of keys with writes in flight, and how many.
-    inflight: HashMap<u64, u32>,
+    inflight: IdMap<u32>,
     /// Per slot: held (nothing served) until the map shows this backup
     /// member, which missed a write, as not ready; and how many are.
     held: Vec<Option<u16>>,
@@ -63,7 +61,7 @@ impl Replicas {
             me,
             seq: vec![0; slots as usize],
             follow: vec![None; slots as usize],
-            inflight: HashMap::with_capacity(1024),
+            inflight: IdMap::with_capacity_and_hasher(1024, Default::default()),
             held: vec![None; slots as usize],
             holding: 0,
         }
