@@ -38,19 +38,10 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
-fn arg(name: &str, default: usize) -> usize {
-    let a: Vec<String> = std::env::args().collect();
-    a.iter()
-        .position(|x| x == name)
-        .and_then(|i| a.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let commits = arg("--commits", 200);
-    let kills = arg("--kills", 10);
-    let leader_kills = arg("--leader-kills", 5);
+    let commits = support::bench_arg("--commits", 200);
+    let kills = support::bench_arg("--kills", 10);
+    let leader_kills = support::bench_arg("--leader-kills", 5);
     let fabric = format!("kvs-bench-control-{}", std::process::id());
     let root = support::temp_dir("bench-control");
     let dirs: Vec<_> = (0..3).map(|m| root.join(format!("m{m}"))).collect();

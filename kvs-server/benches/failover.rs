@@ -37,15 +37,6 @@ fn member(
     support::member_process_with(fabric, dir, listen, 2, join, &extra)
 }
 
-fn arg(name: &str, default: usize) -> usize {
-    let a: Vec<String> = std::env::args().collect();
-    a.iter()
-        .position(|x| x == name)
-        .and_then(|i| a.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1e3)
 }
@@ -71,7 +62,7 @@ fn in_sync(cc: &mut ControlClient, at: &[SocketAddr]) {
 }
 
 fn main() {
-    let kills = arg("--kills", 10);
+    let kills = support::bench_arg("--kills", 10);
     let fabric = format!("kvs-bench-failover-{}", std::process::id());
     let root = support::temp_dir("bench-failover");
     let cfg = root.join("kvs.toml");

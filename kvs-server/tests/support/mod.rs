@@ -320,3 +320,14 @@ pub fn write_file(path: &Path, text: &str, mode: u32) {
     std::fs::write(path, text).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
+
+/// A bench's numeric argument `name N` from the command line, else
+/// `default`.
+pub fn bench_arg(name: &str, default: usize) -> usize {
+    let a: Vec<String> = std::env::args().collect();
+    a.iter()
+        .position(|x| x == name)
+        .and_then(|i| a.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
