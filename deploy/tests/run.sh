@@ -11,6 +11,15 @@
 #   change     a changed setting on one storage host restarts it (handler):
 #              it hands its slots to their backups as it stops, and every slot
 #              has its two copies again (replicas = 2)
+#   restart under load  benchmark.yml again, for a fixed time, while kvs2's
+#              server restarts (systemctl restart) once the run is operating:
+#              it hands its slots over as it stops, the clients follow the
+#              failover, and every operation in the fetched report is OK; then
+#              every member is up and every slot has its two copies again.
+#              After "change", not "benchmark": a restart leaves the restarted
+#              member primary of no slot, so the next site.yml rebalances
+#              (a change), which "idempotence" would count but "release"
+#              (which restarts every server anyway) expects.
 #   release    the binaries from release tarballs (HTTP): every server
 #              restarts, the cluster forms again, a second run changes nothing
 #   leader restart  the control group's leader's server restarts alone: it
@@ -63,6 +72,72 @@ on() {
   ssh -F "$STATE/ssh_config" "$host" "$@"
 }
 
+# kvs-admin status --json, asked of the server on host $1, as the handler asks.
+admin() { on "$1" "runuser -u kvs -- /usr/local/bin/kvs-admin --server $1:7000 --cluster-token-file /etc/kvs/cluster-token --fabric ${KVS_DEPLOY_FABRIC:-deploytest} status --json"; }
+
+# Waits (at most $2 s) until host $1's status shows every member up and
+# answering, none drained, and no slot short of its copies, twice in a row
+# (the restart handler's test); prints what it still waited for otherwise.
+settle() {
+  local host=$1 deadline=$((SECONDS + $2)) ok=0 why="no answer yet"
+  while [ "$SECONDS" -lt "$deadline" ]; do
+    if why=$(admin "$host" 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+try:
+    s = json.loads(sys.stdin.read())
+except ValueError:
+    print("kvs-admin status printed no JSON")
+    sys.exit(1)
+bad = ["member %s (%s) is %s%s" % (m["member"], m["addr"], m["state"], ", drained" if m.get("drained") else "")
+       for m in s["members"] if m["state"] != "left" and (m["state"] != "up" or not m["answered"] or m.get("drained"))]
+if s.get("under_replicated_slots") != 0:
+    bad.append("%s slots lack some of their %s copies" % (s.get("under_replicated_slots"), s.get("replicas")))
+print("; ".join(bad))
+sys.exit(1 if bad else 0)'); then
+      ok=$((ok + 1))
+      [ "$ok" -lt 2 ] || return 0
+    else
+      ok=0
+    fi
+    sleep 0.5
+  done
+  fail "the cluster did not settle within $2 s: $why"
+}
+
+# The sum of the operations every storage host's /metrics counts.
+operations() {
+  /usr/bin/python3 tests/scrape.py "$KVS1:9477" "$KVS2:9477" | awk '{s += $(NF - 1)} END {print s + 0}'
+}
+
+# Checks the newest run report in directory $1: an [OVERALL] section, every
+# operation Return=OK (a verified read that differs is UNEXPECTED_STATE, an
+# operation past its deadline ERROR), and as many as $2 when given. Sets okops.
+check_report() {
+  local reports=("$1"/*-workloada-run.txt) report bad total
+  report=${reports[-1]}
+  [ -f "$report" ] || fail "no run report fetched into $1"
+  echo "fetched: $(ls "$1")"
+  grep -E '^\[(OVERALL|READ|UPDATE|VERIFY)\], (RunTime|Throughput|Operations|Return)' "$report"
+  grep -q '^\[OVERALL\], RunTime' "$report" || fail "$report has no [OVERALL] section"
+  bad=$(grep -E 'Return=' "$report" | grep -v 'Return=OK' || true)
+  [ -z "$bad" ] || fail "operations that did not return OK: $bad"
+  okops=$(grep -E '^\[(READ|UPDATE)\], Return=OK' "$report" | awk -F', ' '{s += $3} END {print s + 0}')
+  total=$(grep -E '^\[(READ|UPDATE)\], Operations' "$report" | awk -F', ' '{s += $3} END {print s + 0}')
+  [ "$okops" = "$total" ] || fail "$okops operations returned OK of $total"
+  [ -z "${2:-}" ] || [ "$okops" = "$2" ] || fail "$okops operations returned OK, not $2"
+}
+
+# Jobs the test starts in the background, ended (with their children) on exit.
+jobs_bg=()
+cleanup() {
+  local p
+  for p in "${jobs_bg[@]}"; do
+    pkill -P "$p" 2>/dev/null || true
+    kill "$p" 2>/dev/null || true
+  done
+  [ "${KEEP:-0}" = 1 ] || bash tests/hosts.sh down
+}
+
 step "lint"
 ansible-lint --offline
 for p in site.yml benchmark.yml stop.yml build.yml tests/verify.yml; do
@@ -71,7 +146,7 @@ done
 echo "ansible-lint clean; every playbook passes --syntax-check"
 
 step "create"
-if [ "${KEEP:-0}" != 1 ]; then trap 'bash tests/hosts.sh down' EXIT; fi
+trap cleanup EXIT
 bash tests/hosts.sh up
 rm -rf "$LOGS" "$STATE/reports"
 mkdir -p "$LOGS"
@@ -87,16 +162,7 @@ step "benchmark"
 ops=20000
 play benchmark benchmark.yml -e "ycsb_report_dir=$STATE/reports" \
   -e "{\"ycsb_properties\": {\"recordcount\": 2000, \"operationcount\": $ops, \"dataintegrity\": true}}"
-reports=("$STATE"/reports/*-workloada-run.txt)
-report=${reports[-1]}
-[ -f "$report" ] || fail "no run report fetched into $STATE/reports"
-echo "fetched: $(ls "$STATE/reports")"
-grep -E '^\[(OVERALL|READ|UPDATE|VERIFY)\], (RunTime|Throughput|Operations|Return)' "$report"
-grep -q '^\[OVERALL\], RunTime' "$report" || fail "$report has no [OVERALL] section"
-bad=$(grep -E 'Return=' "$report" | grep -v 'Return=OK' || true)
-[ -z "$bad" ] || fail "operations that did not return OK: $bad"
-okops=$(grep -E '^\[(READ|UPDATE)\], Return=OK' "$report" | awk -F', ' '{s += $3} END {print s + 0}')
-[ "$okops" = "$ops" ] || fail "$okops operations returned OK, not $ops"
+check_report "$STATE/reports" "$ops"
 echo "all $ops operations Return=OK (the merged report of 4 ranks on 2 hosts)"
 # mpirun on load1 started load2's ranks over ssh, as the driver's user.
 on "$LOAD2" "journalctl -u ssh --no-pager | grep -q 'Accepted publickey for ycsb from $LOAD1'" ||
@@ -130,6 +196,51 @@ on "$KVS2" "grep -qx 'stats_interval_s = 7' /etc/kvs/kvs-server.toml" || fail "k
 play verify-2 tests/verify.yml
 echo "the changed setting restarted kvs2 alone (its slots handed over first), and it is a member again with every slot's two copies"
 
+step "restart under load"
+# benchmark.yml again, for $secs s (maxexecutiontime; the operation count is
+# out of reach), in the background. Once its run phase is operating (the
+# drivers of `run` are up and the servers count operations again), kvs2's
+# server restarts: SIGTERM hands the slots it is primary of to their backups
+# on kvs1, the new process resumes its member and takes copies again. The
+# clients follow the map and send again what had no answer; an operation
+# counts as an error only past its deadline (kvs.timeout_ms, 5 s).
+secs=15
+rm -rf "$STATE/reports-restart"
+start=$SECONDS
+play benchmark-restart benchmark.yml -e "ycsb_report_dir=$STATE/reports-restart" \
+  -e "{\"ycsb_properties\": {\"recordcount\": 2000, \"operationcount\": 1000000000, \"maxexecutiontime\": $secs, \"dataintegrity\": true}}" &
+bench=$!
+jobs_bg+=("$bench")
+running() { kill -0 "$bench" 2>/dev/null; }
+until on "$LOAD1" "pgrep -f '^/usr/local/bin/ycsb-driver .* run\$'" >/dev/null; do
+  running || { wait "$bench" || true; fail "benchmark.yml ended before its run phase started"; }
+  [ $((SECONDS - start)) -lt 120 ] || fail "benchmark.yml's run phase did not start within 120 s"
+  sleep 0.5
+done
+ops0=$(operations)
+until [ "$(operations)" -ge $((ops0 + 10000)) ]; do
+  running || { wait "$bench" || true; fail "benchmark.yml ended before its run served 10000 operations"; }
+  [ $((SECONDS - start)) -lt 150 ] || fail "the servers counted no 10000 operations of the run within 150 s"
+  sleep 0.2
+done
+echo "the run is operating ($(($(operations) - ops0)) operations since its drivers started); restarting kvs2's server"
+inv=$(on "$KVS2" systemctl show -p InvocationID --value kvs-server)
+t=$SECONDS
+on "$KVS2" systemctl restart kvs-server
+[ "$(on "$KVS2" systemctl show -p InvocationID --value kvs-server)" != "$inv" ] || fail "kvs2's server was not restarted"
+# The stopped process's own journal lines.
+handed=$(on "$KVS2" "journalctl _SYSTEMD_INVOCATION_ID=$inv -o cat --no-pager | grep 'handed its slots over in'") ||
+  fail "kvs2's server did not hand its slots over to their backups when it stopped"
+echo "restarted in $((SECONDS - t)) s; $handed"
+running || fail "the run ended before kvs2's server was back: make it longer than $secs s"
+settle "$KVS1" 120
+echo "every member up and every slot with its two copies $((SECONDS - t)) s after the restart ($(running && echo "the run still going" || echo "after the run ended"))"
+wait "$bench" || fail "benchmark.yml failed while kvs2's server restarted (log: $LOGS/benchmark-restart.log)"
+check_report "$STATE/reports-restart"
+# The longest operations: the clients' wait across the failover.
+grep -hE '^\[(READ|UPDATE)\], MaxLatency' "$STATE"/reports-restart/*-workloada-run.txt
+echo "all $okops operations Return=OK across the restart of kvs2's server (step: $((SECONDS - start)) s)"
+
 step "release"
 # The binaries from release tarballs over HTTP instead of the controller's
 # directory. They differ from the installed files (times), so the handler
@@ -141,8 +252,7 @@ rm -rf "$rel" && mkdir -p "$rel"
 tar -C "$bins" -czf "$rel/kvs.tar.gz" kvs-server kvs-admin
 tar -C "$bins" -czf "$rel/ycsb.tar.gz" ycsb-driver
 /usr/bin/python3 -m http.server --bind "$NET.1" --directory "$rel" 8999 >"$LOGS/http.log" 2>&1 &
-http=$!
-trap 'kill $http 2>/dev/null || true; [ "${KEEP:-0}" = 1 ] || bash tests/hosts.sh down' EXIT
+jobs_bg+=($!)
 sum() { echo "sha256:$(sha256sum "$1" | cut -d' ' -f1)"; }
 release=(-e kvs_build=false
   -e "kvs_server_release_url=http://$NET.1:8999/kvs.tar.gz" -e "kvs_server_release_checksum=$(sum "$rel/kvs.tar.gz")"
@@ -160,7 +270,6 @@ step "leader restart"
 # The control group's leader's server restarts on its own (a crash, systemd's
 # restart): it resumes its member from its state directory, the other takes
 # over or keeps leading, and every host still sees one cluster and one map.
-admin() { on "$1" "runuser -u kvs -- /usr/local/bin/kvs-admin --server $1:7000 --cluster-token-file /etc/kvs/cluster-token --fabric ${KVS_DEPLOY_FABRIC:-deploytest} status --json"; }
 cid_before=$(admin "$KVS1" | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(s["cluster_id"], s["leader"])')
 read -r cid leader <<<"$cid_before"
 [ -n "$cid" ] && [ "$leader" != None ] || fail "no cluster id or leader before the restart: $cid_before"

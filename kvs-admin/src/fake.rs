@@ -96,6 +96,7 @@ pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
         imports: Vec::new(),
         migration,
         held: (0, 0),
+        copies: Vec::new(),
         group: None,
         drained: false,
     })
@@ -110,6 +111,7 @@ pub fn status_in(member: u16, group: GroupView) -> ControlReply {
         imports: Vec::new(),
         migration: None,
         held: (0, 0),
+        copies: Vec::new(),
         group: Some(group),
         drained: false,
     })

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::ops::Range;
 
-use kvs_proto::control::{GroupView, ImportStatus, MemberStatus, MigrationStatus};
+use kvs_proto::control::{CopyStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus};
 use kvs_proto::ShardMap;
 use serde::Serialize;
 
@@ -94,6 +94,8 @@ pub struct MemberView {
     pub importing: Vec<ImportRange>,
     /// The imports it runs as a migration's target.
     pub imports: Vec<ImportStatus>,
+    /// The copies arriving at it as a new backup.
+    pub copies: Vec<CopyStatus>,
 }
 
 /// One worker of a member.
@@ -238,6 +240,7 @@ pub fn assemble(
                 workers: Vec::new(),
                 importing,
                 imports: Vec::new(),
+                copies: Vec::new(),
             };
             match answer {
                 Ok(s) => {
@@ -261,6 +264,7 @@ pub fn assemble(
                         })
                         .collect();
                     v.imports = s.imports;
+                    v.copies = s.copies;
                 }
                 // A forgotten member is not expected to answer.
                 Err(_) if v.state == "left" => {}
@@ -510,6 +514,40 @@ impl ClusterStatus {
             let short = backups::short_ranges(&self.slot_ranges, r);
             out.push_str(&backups::short_text(&short, MAX_RANGES));
         }
+        let copies: Vec<(u16, &CopyStatus)> = self
+            .members
+            .iter()
+            .flat_map(|m| m.copies.iter().map(move |c| (m.member, c)))
+            .collect();
+        if !copies.is_empty() {
+            out.push_str("copies to new backups\n");
+            let mut t = Table::new(&[
+                ("BACKUP", Align::Right),
+                ("FROM", Align::Right),
+                ("SLOTS", Align::Left),
+                ("DONE", Align::Right),
+                ("BYTES", Align::Right),
+                ("RATE", Align::Right),
+                ("ELAPSED", Align::Right),
+            ]);
+            for (backup, c) in copies {
+                let done = (c.bytes as f64 / c.total_bytes.max(1) as f64).min(1.0);
+                t.row(vec![
+                    backup.to_string(),
+                    c.from.to_string(),
+                    render::slot_range(&(c.first..c.end)),
+                    format!("{:.0}%", done * 100.0),
+                    format!(
+                        "{} of {}",
+                        render::bytes(c.bytes),
+                        render::bytes(c.total_bytes)
+                    ),
+                    render::rate(c.bytes, c.seconds),
+                    render::duration(c.seconds),
+                ]);
+            }
+            out.push_str(&t.render("  "));
+        }
         out
     }
 
@@ -653,6 +691,7 @@ mod tests {
             imports: Vec::new(),
             migration: None,
             held: (0, 0),
+            copies: Vec::new(),
             group: None,
             drained: false,
         }
@@ -695,6 +734,15 @@ mod tests {
             error: None,
         });
         let mut one = st(1, 3, &[(8, 5, 100)]);
+        one.copies.push(CopyStatus {
+            from: 0,
+            first: 8,
+            end: 16,
+            records: 3,
+            bytes: 1_000_000,
+            total_bytes: 4_000_000,
+            seconds: 0.5,
+        });
         one.imports.push(ImportStatus {
             from: 0,
             slots: 6,
@@ -764,6 +812,9 @@ mod tests {
         assert!(text.contains("0-7 -> member 1 (10.0.0.1:7001)"), "{text}");
         assert!(text.contains("2/8 slots"), "{text}");
         assert!(text.contains("imports at targets"), "{text}");
+        assert!(text.contains("copies to new backups"), "{text}");
+        assert!(text.contains("977 KiB of 3.81 MiB"), "{text}");
+        assert!(text.contains("25%"), "{text}");
         assert!(text.contains("2.00 MB/s"), "{text}");
         assert!(text.contains("down"), "{text}");
 
@@ -783,6 +834,7 @@ mod tests {
         assert_eq!(j["members"][2]["keys"], serde_json::Value::Null);
         assert_eq!(j["migration"]["slots_done"], 2);
         assert_eq!(j["members"][1]["drained"], false);
+        assert_eq!(j["members"][1]["copies"][0]["total_bytes"], 4_000_000);
     }
 
     #[test]

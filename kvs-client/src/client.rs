@@ -381,10 +381,12 @@ impl<T, X: Transport> Client<T, X> {
             // Not connected to the owner yet.
             None => match self.reach_owner(self.map.owner(key)) {
                 Ok(ep) => ep,
-                // Its connection died and a map that may move its slot is
-                // on its way: the request waits for it (until its chase
-                // runs out).
-                Err(e @ KvError::Unreachable { .. }) if self.chaser.fetching() => {
+                // Its connection died, and the slot has a ready backup the
+                // group can move it to (the map is fetched again while a
+                // member is unreachable): the request waits, sent again by
+                // the map in use, until its deadline. Without a backup it
+                // fails now.
+                Err(e @ KvError::Unreachable { .. }) if self.may_fail_over(key) => {
                     let Some(&any) = self.routes.all().first() else {
                         self.fail_soon(tag, e);
                         return Ok(());
@@ -978,6 +980,13 @@ impl<T, X: Transport> Client<T, X> {
         })
     }
 
+    /// Whether `key`'s slot has a ready backup in the client's map: the
+    /// group moves it there when its owner fails.
+    fn may_fail_over(&self, key: &[u8]) -> bool {
+        let slot = kvs_proto::shard::slot_of(key, self.map.slots());
+        self.map.backups(slot).iter().any(|b| b.ready)
+    }
+
     /// Sends op `i`'s request again, to `to`, as routed by the client's map
     /// (or the newer one a redirect named): `None` when sent or queued as
     /// busy, else the error it ends with.
@@ -990,10 +999,13 @@ impl<T, X: Transport> Client<T, X> {
                     Some(ep) => ep,
                     None => match self.reach_owner(self.map.owner(key)) {
                         Ok(ep) => ep,
-                        // Its owner's connection died and a map that may
-                        // move its slot is on its way: asked again later,
-                        // until the chase runs out.
-                        Err(KvError::Unreachable { .. }) if self.chaser.fetching() => {
+                        // Its owner's connection died and the group can
+                        // move its slot to a ready backup: asked again
+                        // later (by the map in use then), until its
+                        // deadline.
+                        Err(KvError::Unreachable { .. })
+                            if self.may_fail_over(request_key(&self.ops[i as usize].req)) =>
+                        {
                             let s = &mut self.ops[i as usize];
                             self.chaser
                                 .later(i, &mut s.chase, Target::Route, Instant::now());

@@ -188,6 +188,31 @@ pub struct MemberStatus {
     /// to it; it takes none until it restarts).
     #[serde(default)]
     pub drained: bool,
+    /// The copies of slots arriving at this member as a new backup.
+    #[serde(default)]
+    pub copies: Vec<CopyStatus>,
+}
+
+/// A copy arriving at a new backup: the snapshot of some of a primary's
+/// slots, pulled over the bulk port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyStatus {
+    /// The primary's member.
+    pub from: u16,
+    /// The slots the snapshot covers: `first..end` (not every slot between
+    /// need be in it).
+    pub first: u32,
+    /// One past the last.
+    pub end: u32,
+    /// Records received so far.
+    pub records: u64,
+    /// Bytes of keys and values received so far.
+    pub bytes: u64,
+    /// Bytes of keys and values in the snapshot.
+    pub total_bytes: u64,
+    /// Seconds since the pull started.
+    pub seconds: f64,
 }
 
 /// The control group as one member sees it.
@@ -387,6 +412,15 @@ mod tests {
             }),
             held: (2, 100),
             drained: false,
+            copies: vec![CopyStatus {
+                from: 1,
+                first: 0,
+                end: 64,
+                records: 10,
+                bytes: 1000,
+                total_bytes: 4000,
+                seconds: 0.25,
+            }],
             group: Some(GroupView {
                 cluster_id: "ab".repeat(16),
                 leader: Some(1),

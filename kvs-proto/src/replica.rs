@@ -58,12 +58,13 @@ pub enum Kind {
     /// `offset`.
     Patch = 3,
     /// The primary starts copying the slot: the backup drops what it held
-    /// of it, and takes the writes numbered from `seq + 1` on.
+    /// of it, takes the writes numbered from `seq + 1` on, and pulls the
+    /// snapshot the key and value name ([`CopyBegin`]) from the primary's
+    /// bulk port; a pulled record never overwrites a key written or
+    /// deleted since the begin.
     CopyBegin = 4,
-    /// One record of the copy: `key`'s value as the primary holds it now
-    /// (takes no sequence number).
-    CopyPut = 5,
-    /// The copy is complete.
+    /// Whether the copy is complete: answered OK once every pulled record
+    /// is applied, TRY_AGAIN while the pull goes on.
     CopyEnd = 6,
 }
 
@@ -74,7 +75,6 @@ impl Kind {
             2 => Kind::Delete,
             3 => Kind::Patch,
             4 => Kind::CopyBegin,
-            5 => Kind::CopyPut,
             6 => Kind::CopyEnd,
             _ => return None,
         })
@@ -103,6 +103,65 @@ pub struct Header {
     pub offset: u32,
     /// The client's request id of a write (`(0, 0)`: none).
     pub id: (u64, u64),
+}
+
+/// What a [`Kind::CopyBegin`] carries: the ticket (its key) that opens the
+/// snapshot on the primary's bulk port, and (its value) the slots the
+/// snapshot covers with its size, for progress.
+///
+/// ```text
+/// key:   ticket[16]
+/// value: first u32 | end u32 | records u64 | bytes u64
+/// ```
+/// One snapshot may cover several slots copied to the same backup at once
+/// (`first..end` holds them all; the slots between that are not copied
+/// carry no records).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyBegin {
+    /// The ticket.
+    pub ticket: [u8; 16],
+    /// The first slot the snapshot covers.
+    pub first: u32,
+    /// One past the last.
+    pub end: u32,
+    /// Records in the snapshot.
+    pub records: u64,
+    /// Bytes of their keys and values.
+    pub bytes: u64,
+}
+
+impl CopyBegin {
+    /// Bytes of the value.
+    pub const VALUE: usize = 24;
+
+    /// The value's bytes.
+    pub fn value(&self) -> [u8; Self::VALUE] {
+        let mut v = [0u8; Self::VALUE];
+        v[..4].copy_from_slice(&self.first.to_le_bytes());
+        v[4..8].copy_from_slice(&self.end.to_le_bytes());
+        v[8..16].copy_from_slice(&self.records.to_le_bytes());
+        v[16..].copy_from_slice(&self.bytes.to_le_bytes());
+        v
+    }
+
+    /// From a begin's key and value; `None` if they are not one.
+    pub fn parse(key: &[u8], value: &[u8]) -> Option<CopyBegin> {
+        let ticket: [u8; 16] = key.try_into().ok()?;
+        if value.len() != Self::VALUE {
+            return None;
+        }
+        let (first, end) = (le32(&value[..4]), le32(&value[4..8]));
+        if first >= end {
+            return None;
+        }
+        Some(CopyBegin {
+            ticket,
+            first,
+            end,
+            records: le64(&value[8..16]),
+            bytes: le64(&value[16..]),
+        })
+    }
 }
 
 /// Writes a replication message into `out` (cleared first).
@@ -239,6 +298,22 @@ mod tests {
             c[i] ^= 0xff;
             let _ = Replicate::new_checked(&c).map(|r| (r.header(), r.key(), r.value()));
         }
-        assert!(Kind::Put.is_write() && !Kind::CopyPut.is_write());
+        assert!(Kind::Put.is_write() && !Kind::CopyBegin.is_write());
+    }
+
+    #[test]
+    fn a_copy_begin_round_trips_and_refuses_what_is_not_one() {
+        let c = CopyBegin {
+            ticket: [7; 16],
+            first: 10,
+            end: 12,
+            records: 3,
+            bytes: 1 << 33,
+        };
+        assert_eq!(CopyBegin::parse(&c.ticket, &c.value()), Some(c));
+        assert_eq!(CopyBegin::parse(&c.ticket[..15], &c.value()), None);
+        assert_eq!(CopyBegin::parse(&c.ticket, &c.value()[..23]), None);
+        let empty = CopyBegin { end: 10, ..c };
+        assert_eq!(CopyBegin::parse(&c.ticket, &empty.value()), None);
     }
 }

@@ -21,6 +21,7 @@ use crate::cluster_view::Shared;
 use crate::config::Config;
 use crate::lease::Lease;
 use crate::metrics::Exposition;
+use crate::migration::copy_in::Copies;
 use crate::migration::export::BulkServer;
 use crate::migration::outgoing::Outgoing;
 use crate::serving::setup::{accept, SetupStats, Tokens};
@@ -120,6 +121,7 @@ impl Server {
         let own = crate::cluster::start::advertised(&cfg, addr, None)?;
         let lease = Arc::new(Lease::new());
         let outgoing = Arc::new(Outgoing::default());
+        let copies = Arc::new(Copies::default());
         let rails = crate::migration::rail_names(&cfg);
         let stop = Arc::new(AtomicBool::new(false));
         let mut txs = Vec::new();
@@ -132,6 +134,7 @@ impl Server {
             txs.push(tx.clone());
             let (cluster_token, outgoing, lease) =
                 (tokens.cluster.clone(), outgoing.clone(), lease.clone());
+            let (copies, rails) = (copies.clone(), rails.clone());
             let report = report_tx.clone();
             let st = Arc::new(WorkerStats::default());
             stats.push(st.clone());
@@ -151,6 +154,8 @@ impl Server {
                             cluster_token,
                             report,
                             outgoing,
+                            copies,
+                            rails,
                             lease,
                             stop,
                             stats: st,
@@ -207,6 +212,7 @@ impl Server {
             shared: cluster.clone(),
             lease: lease.clone(),
             outgoing: outgoing.clone(),
+            copies,
             cluster_token: tokens.cluster.clone(),
             rails: rails.clone(),
             stop: stop.clone(),

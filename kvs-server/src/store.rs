@@ -27,9 +27,13 @@ struct Slot {
     map: HashMap<Box<[u8]>, Vec<u8>>,
     /// Bytes of its keys and values.
     bytes: usize,
-    /// While the slot is being imported: keys deleted here since the import
-    /// began (a pulled copy of them is stale).
+    /// While the slot is being imported, or copied here as a backup: keys
+    /// deleted here since the import began (a pulled copy of them is stale).
     import: Option<HashSet<Box<[u8]>>>,
+    /// The import is a backup's copy ([`Store::begin_copy`]), not a
+    /// migration's: the slot is not served here, so it does not count as
+    /// importing.
+    copying: bool,
 }
 
 /// A slot's records taken out of a store: read-only, shared by whatever
@@ -253,7 +257,7 @@ impl Store {
         let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return SlotRecords::default();
         };
-        if sl.import.is_some() {
+        if sl.import.is_some() && !sl.copying {
             self.importing -= 1;
         }
         for (k, v) in &sl.map {
@@ -274,8 +278,9 @@ impl Store {
             return;
         };
         let sl = entry.get_or_insert_with(Box::default);
-        if sl.import.is_none() {
-            sl.import = Some(HashSet::new());
+        if sl.import.is_none() || sl.copying {
+            sl.import.get_or_insert_with(HashSet::new);
+            sl.copying = false;
             self.importing += 1;
         }
     }
@@ -283,16 +288,54 @@ impl Store {
     /// Ends slot `slot`'s import (every record is in); its tombstones go.
     pub fn end_import(&mut self, slot: u32) {
         if let Some(sl) = self.slot_mut(slot) {
-            if sl.import.take().is_some() {
+            if !sl.copying && sl.import.take().is_some() {
                 self.importing -= 1;
             }
         }
     }
 
+    /// Starts taking slot `slot` as a backup's copy: pulled records
+    /// ([`Store::apply_pulled`]) fill in what the writes that follow the
+    /// copy's begin did not set or delete. The slot does not count as
+    /// importing (a backup does not serve it).
+    pub fn begin_copy(&mut self, slot: u32) {
+        let Some(entry) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let sl = entry.get_or_insert_with(Box::default);
+        if sl.import.is_none() {
+            sl.import = Some(HashSet::new());
+            sl.copying = true;
+        }
+    }
+
+    /// Ends slot `slot`'s copy (every pulled record is in); its tombstones
+    /// go.
+    pub fn end_copy(&mut self, slot: u32) {
+        if let Some(sl) = self.slot_mut(slot) {
+            if sl.copying {
+                sl.import = None;
+                sl.copying = false;
+            }
+        }
+    }
+
+    /// A snapshot of slot `slot`'s records (what a copy to a new backup
+    /// ships while the slot goes on taking writes).
+    pub fn snapshot_slot(&self, slot: u32) -> SlotRecords {
+        self.slot(slot)
+            .map(|s| SlotRecords {
+                map: s.map.clone(),
+                bytes: s.bytes,
+            })
+            .unwrap_or_default()
+    }
+
     /// Whether slot `slot` is being imported.
     #[inline]
     pub fn importing(&self, slot: u32) -> bool {
-        self.slot(slot).is_some_and(|s| s.import.is_some())
+        self.slot(slot)
+            .is_some_and(|s| s.import.is_some() && !s.copying)
     }
 
     /// How many slots are being imported.
@@ -430,6 +473,47 @@ mod tests {
         fn pa(&mut self, k: &[u8], off: usize, b: &[u8]) -> Patch {
             self.patch(slot_of(k, SLOTS), k, off, b)
         }
+    }
+
+    #[test]
+    fn a_copy_takes_pulled_records_only_where_no_later_write_went() {
+        let mut st = Store::new(4, usize::MAX);
+        st.put(1, b"old", b"x").unwrap();
+        st.drop_slot(1);
+        st.begin_copy(1);
+        assert!(
+            !st.importing(1) && st.importing_slots() == 0,
+            "not served here"
+        );
+        st.put(1, b"written", b"new").unwrap();
+        st.delete(1, b"deleted");
+        for k in [&b"written"[..], b"deleted", b"pulled"] {
+            st.apply_pulled(1, k, Some(b"snapshot"));
+        }
+        assert_eq!(st.get(1, b"written"), Some(&b"new"[..]));
+        assert_eq!(st.get(1, b"deleted"), None);
+        assert_eq!(st.get(1, b"pulled"), Some(&b"snapshot"[..]));
+        let snap = st.snapshot_slot(1);
+        assert_eq!(
+            (snap.len(), snap.get(b"pulled")),
+            (2, Some(&b"snapshot"[..]))
+        );
+        st.end_copy(1);
+        assert_eq!(
+            st.apply_pulled(1, b"late", Some(b"v")),
+            Pulled::NotImporting
+        );
+        // A copy that becomes a migration's import counts as one.
+        st.begin_copy(2);
+        st.begin_import(2);
+        assert_eq!(st.importing_slots(), 1);
+        st.end_copy(2);
+        assert!(st.importing(2));
+        st.end_import(2);
+        assert_eq!(st.importing_slots(), 0);
+        st.begin_copy(3);
+        st.take_slot(3);
+        assert_eq!(st.importing_slots(), 0);
     }
 
     #[test]

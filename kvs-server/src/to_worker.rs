@@ -31,6 +31,25 @@ pub(crate) enum ToWorker {
         /// Told once the records are in the store.
         taken: Sender<()>,
     },
+    /// A checked batch of a copy's snapshot pulled under `ticket`
+    /// ([`crate::migration::copy_in`]); the worker says when it has taken
+    /// it.
+    CopyRecords {
+        /// The copy begin's ticket.
+        ticket: [u8; 16],
+        /// The batch's bytes.
+        batch: Vec<u8>,
+        /// Told once the records are in the store.
+        taken: Sender<()>,
+    },
+    /// The pull of the copy under `ticket` ended: every record was handed
+    /// over, or why not.
+    CopyPulled {
+        /// The copy begin's ticket.
+        ticket: [u8; 16],
+        /// How it ended.
+        result: Result<(), String>,
+    },
     /// The answer to a priority pull of `key`: its value at the source, or
     /// none, or why the pull failed.
     Pulled {

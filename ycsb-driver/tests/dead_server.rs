@@ -4,7 +4,6 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use kvs_server::{Config, Server};
@@ -105,26 +104,11 @@ fn a_killed_server_stops_the_driver_with_a_report_and_an_error() {
             .unwrap(),
     );
     // Status lines on stderr say when operations are being done.
-    let (tx, rx) = mpsc::channel::<()>();
-    let stderr = driver.0.stderr.take().unwrap();
-    let err_reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        for l in BufReader::new(stderr).lines() {
-            let Ok(l) = l else { break };
-            if l.contains(" current ops/sec;") {
-                let _ = tx.send(());
-            }
-            all.push_str(&l);
-            all.push('\n');
-        }
-        all
-    });
-    let stdout = driver.0.stdout.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stdout), &mut s);
-        s
-    });
+    let support::DriverOutput {
+        status: rx,
+        stdout: out_reader,
+        stderr: err_reader,
+    } = support::read_driver(&mut driver.0);
     if rx.recv_timeout(Duration::from_secs(60)).is_err() {
         kill9(&mut driver.0);
         kill9(&mut server.0);

@@ -43,6 +43,7 @@ use crate::cluster::replicas::Replication;
 use crate::cluster_view::Shared;
 use crate::config::Config;
 use crate::lease::Lease;
+use crate::migration::copy_in::Copies;
 use crate::migration::import::{Importer, Progress};
 use crate::migration::outgoing::{to_hex, Outgoing};
 use crate::start_error::StartError;
@@ -72,6 +73,8 @@ pub(crate) struct Control {
     pub shared: Arc<Shared>,
     pub lease: Arc<Lease>,
     pub outgoing: Arc<Outgoing>,
+    /// The copies arriving here (status).
+    pub copies: Arc<Copies>,
     pub cluster_token: Option<AuthToken>,
     /// The bulk transfers' rails.
     pub rails: Vec<String>,
@@ -162,6 +165,7 @@ impl OnTransport for Control {
             shared: self.shared,
             lease: self.lease,
             outgoing: self.outgoing,
+            copies: self.copies,
             imports: HashMap::new(),
             cfg: self.cfg.clone(),
             cluster_token: self.cluster_token,
@@ -267,6 +271,7 @@ struct State {
     shared: Arc<Shared>,
     lease: Arc<Lease>,
     outgoing: Arc<Outgoing>,
+    copies: Arc<Copies>,
     /// Imports this member runs, by (first, end, source).
     imports: HashMap<(u32, u32, u16), Arc<Progress>>,
     cfg: Config,
@@ -897,6 +902,7 @@ impl State {
                 (slots as u32, bytes as u64)
             },
             drained: self.group.state().is_some_and(|s| s.drained(self.me)),
+            copies: self.copies.status(),
             group,
         }
     }

@@ -28,10 +28,6 @@ mod refusals;
 
 use refusals::RefusalLog;
 
-/// How long a transfer may make no progress before the source gives up on
-/// it (the target sets up a new one).
-const STALL: Duration = Duration::from_secs(30);
-
 /// How long the listener waits in `poll(2)` at most: how late it sees the
 /// server stop.
 const POLL: Duration = Duration::from_millis(50);
@@ -240,7 +236,7 @@ fn post(
                 inflight[i] = Some(r);
                 return Ok(());
             }
-            Ok(None) => idle(comm, t, stop)?,
+            Ok(None) => super::idle(comm, t, stop)?,
             Err(e) => return Err(e.to_string()),
         }
     }
@@ -252,21 +248,8 @@ fn wait(comm: &mut Comm, req: &Request, stop: &AtomicBool) -> Result<(), String>
     loop {
         match comm.test(req) {
             Ok(Some(_)) => return Ok(()),
-            Ok(None) => idle(comm, t, stop)?,
+            Ok(None) => super::idle(comm, t, stop)?,
             Err(e) => return Err(e.to_string()),
         }
     }
-}
-
-/// One turn of waiting: progress, and give up on a stall or a stop.
-fn idle(comm: &mut Comm, since: Instant, stop: &AtomicBool) -> Result<(), String> {
-    comm.progress();
-    if stop.load(Ordering::Acquire) {
-        return Err("the server is stopping".into());
-    }
-    if since.elapsed() > STALL {
-        return Err(format!("no progress in {STALL:?}"));
-    }
-    super::pause(since);
-    Ok(())
 }

@@ -37,8 +37,6 @@ use crate::to_worker::ToWorker;
 
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;
-/// How long a transfer may make no progress before it is set up again.
-const STALL: Duration = Duration::from_secs(30);
 
 /// What an import has done, for status.
 #[derive(Debug)]
@@ -386,40 +384,45 @@ impl Importer {
         }
     }
 
-    /// Posts the receive of batch `seq` into `buf`.
     fn post(&self, comm: &mut Comm, buf: &Buffer, seq: u32) -> Result<Request, String> {
-        let t = Instant::now();
-        loop {
-            match comm.irecv(&[buf.all()], seq) {
-                Ok(Some(r)) => return Ok(r),
-                Ok(None) => self.idle(comm, t)?,
-                Err(e) => return Err(e.to_string()),
-            }
-        }
+        post_recv(comm, buf, seq, &self.stop)
     }
 
-    /// Waits for a receive; its size.
     fn wait(&self, comm: &mut Comm, req: &Request) -> Result<usize, String> {
-        let t = Instant::now();
-        loop {
-            match comm.test(req) {
-                Ok(Some(sizes)) => return Ok(sizes.total() as usize),
-                Ok(None) => self.idle(comm, t)?,
-                Err(e) => return Err(e.to_string()),
-            }
+        wait_recv(comm, req, &self.stop)
+    }
+}
+
+/// Posts the receive of batch `seq` into `buf`.
+pub(super) fn post_recv(
+    comm: &mut Comm,
+    buf: &Buffer,
+    seq: u32,
+    stop: &AtomicBool,
+) -> Result<Request, String> {
+    let t = Instant::now();
+    loop {
+        match comm.irecv(&[buf.all()], seq) {
+            Ok(Some(r)) => return Ok(r),
+            Ok(None) => super::idle(comm, t, stop)?,
+            Err(e) => return Err(e.to_string()),
         }
     }
+}
 
-    fn idle(&self, comm: &mut Comm, since: Instant) -> Result<(), String> {
-        comm.progress();
-        if self.stop.load(Ordering::Acquire) {
-            return Err("the server is stopping".into());
+/// Waits for a receive; its size.
+pub(super) fn wait_recv(
+    comm: &mut Comm,
+    req: &Request,
+    stop: &AtomicBool,
+) -> Result<usize, String> {
+    let t = Instant::now();
+    loop {
+        match comm.test(req) {
+            Ok(Some(sizes)) => return Ok(sizes.total() as usize),
+            Ok(None) => super::idle(comm, t, stop)?,
+            Err(e) => return Err(e.to_string()),
         }
-        if since.elapsed() > STALL {
-            return Err(format!("no progress in {STALL:?}"));
-        }
-        super::pause(since);
-        Ok(())
     }
 }
 

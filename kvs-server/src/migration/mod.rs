@@ -46,6 +46,7 @@
 //!   when the source restarted after the handover (they died with it, and
 //!   it says so) or is forgotten (`kvs-admin forget --force`).
 
+pub(crate) mod copy_in;
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod outgoing;
@@ -95,16 +96,34 @@ pub(crate) fn open_rails(cfg: &Config, names: &[String], mask: u8) -> Result<Vec
     Ok(out)
 }
 
+/// How long a bulk transfer may make no progress before either end gives
+/// up on it (the target sets up a new one, or fails its copy).
+const STALL: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One turn of a bulk transfer's wait for its peer, which began at
-/// `since`: a yield for the first 50 µs, then a 20 µs sleep, so that the
-/// transfers' threads leave the cores to the workers (a batch takes
-/// hundreds of microseconds to cross, so polling more often gains nothing).
-pub(crate) fn pause(since: std::time::Instant) {
+/// `since`: mpib's progress, then a yield for the first 50 µs and a 20 µs
+/// sleep after, so that the transfers' threads leave the cores to the
+/// workers (a batch takes hundreds of microseconds to cross, so polling
+/// more often gains nothing). An error once the server stops or the wait
+/// passes [`STALL`].
+pub(crate) fn idle(
+    comm: &mut mpib::Comm,
+    since: std::time::Instant,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<(), String> {
+    comm.progress();
+    if stop.load(std::sync::atomic::Ordering::Acquire) {
+        return Err("the server is stopping".into());
+    }
+    if since.elapsed() > STALL {
+        return Err(format!("no progress in {STALL:?}"));
+    }
     if since.elapsed() < std::time::Duration::from_micros(50) {
         std::thread::yield_now();
     } else {
         std::thread::sleep(std::time::Duration::from_micros(20));
     }
+    Ok(())
 }
 
 /// The mask of every rail of `names`.

@@ -1,6 +1,8 @@
 //! A source's side of migrations: the slots this member gave away, frozen
 //! as they were at the handover, until the map says their import is done;
-//! and the tickets that let a target pull them over the bulk port.
+//! and the tickets that let a target pull them over the bulk port. Also the
+//! snapshots a primary copies to a new backup, each under a ticket of its
+//! own that the backup redeems on the same port.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,6 +25,17 @@ pub(crate) struct Outgoing {
 struct Inner {
     slots: HashMap<u32, Arc<SlotRecords>>,
     tickets: Vec<Ticket>,
+    copies: Vec<CopyTicket>,
+}
+
+/// A snapshot for a new backup, until it is pulled.
+#[derive(Debug)]
+struct CopyTicket {
+    id: [u8; 16],
+    first: u32,
+    end: u32,
+    held: Held,
+    expires: Instant,
 }
 
 #[derive(Debug)]
@@ -107,11 +120,42 @@ impl Outgoing {
         Ok(id)
     }
 
+    /// A ticket for pulling `held` (snapshots of slots in increasing
+    /// order, for one backup); the ticket and the slot range it covers.
+    pub fn issue_copy(&self, held: Held) -> Result<([u8; 16], u32, u32), String> {
+        let (Some(&(first, _)), Some(&(last, _))) = (held.first(), held.last()) else {
+            return Err("a copy of no slot".into());
+        };
+        let id = random_id().map_err(|e| format!("no randomness for a ticket: {e}"))?;
+        let now = Instant::now();
+        let mut g = self.lock();
+        g.copies.retain(|t| t.expires > now);
+        g.copies.push(CopyTicket {
+            id,
+            first,
+            end: last + 1,
+            held,
+            expires: now + TICKET_LIFE,
+        });
+        Ok((id, first, last + 1))
+    }
+
+    /// Frees a copy's snapshot not pulled yet (the copy starts over, or is
+    /// no longer wanted).
+    pub fn cancel_copy(&self, id: &[u8; 16]) {
+        self.lock().copies.retain(|t| &t.id != id);
+    }
+
     /// The records a bulk connection's setup may have: its ticket must be
     /// open and match; it is used up.
     pub fn redeem(&self, s: &PullSetup) -> Option<Held> {
         let mut g = self.lock();
         let now = Instant::now();
+        if let Some(i) = g.copies.iter().position(|t| {
+            t.expires > now && t.id == s.ticket && (t.first, t.end) == (s.first, s.end)
+        }) {
+            return Some(g.copies.swap_remove(i).held);
+        }
         let i = g.tickets.iter().position(|t| {
             t.expires > now
                 && t.id == s.ticket
@@ -187,5 +231,39 @@ mod tests {
         assert_eq!(o.release(|s| s >= 6), (2, 0));
         assert_eq!(o.held().0, 2);
         assert_eq!(from_hex("zz"), None);
+    }
+
+    #[test]
+    fn a_copy_ticket_opens_its_snapshots_once() {
+        let o = Outgoing::default();
+        let held: Held = vec![(3, Arc::default()), (9, Arc::default())];
+        let (t, first, end) = o.issue_copy(held).unwrap();
+        assert_eq!((first, end), (3, 10));
+        let setup = PullSetup {
+            version: 0,
+            first,
+            end,
+            ticket: t,
+            rails: 1,
+        };
+        assert!(o
+            .redeem(&PullSetup {
+                end: 9,
+                ..setup.clone()
+            })
+            .is_none());
+        let h = o.redeem(&setup).unwrap();
+        assert_eq!(h.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [3, 9]);
+        assert!(o.redeem(&setup).is_none(), "used up");
+        let (t, first, end) = o.issue_copy(vec![(1, Arc::default())]).unwrap();
+        o.cancel_copy(&t);
+        let gone = PullSetup {
+            first,
+            end,
+            ticket: t,
+            ..setup
+        };
+        assert!(o.redeem(&gone).is_none(), "cancelled");
+        assert!(o.issue_copy(Vec::new()).is_err());
     }
 }

@@ -14,15 +14,26 @@
 //!   the write again). A ready backup that missed a write must not be
 //!   promoted: the slot is held (nothing served) and the control thread
 //!   asks the group to count the copy as stale; once the map says so, the
-//!   slot is served again and the backup copied anew. A backup still being
-//!   copied just starts its copy over.
+//!   slot is served again and the backup copied anew. A backup whose copy
+//!   was reported ready but is not ready in the map yet holds the slot
+//!   until the map says it, then the same. A backup still being copied
+//!   just starts its copy over.
 //! - **Copies.** Each backup of this worker's slots that is not ready gets
-//!   a copy: CopyBegin (the backup drops what it had and follows the
-//!   stream from the slot's current number), then every key the slot held
-//!   at that moment with its value at the time it is sent, then CopyEnd.
-//!   Writes made meanwhile are forwarded to the backup as to any other, in
-//!   the same stream, so each key ends with its latest value. Once CopyEnd
-//!   is answered, the control thread reports the backup ready.
+//!   a copy. The slots copied to one backup in one turn (up to
+//!   [`COPY_BUDGET`] bytes under way per backup) are snapshotted together
+//!   under one ticket ([`Outgoing::issue_copy`]); each slot's begin goes
+//!   into the stream at the slot's current number, and the backup pulls
+//!   the snapshot over mpib from this member's bulk port (the migrations'
+//!   bulk path), taking a record only for a key the stream did not write
+//!   or delete since the begin. Writes after the begin go to the backup
+//!   as to any other (an UPDATE_RANGE as the whole value it left: the
+//!   backup may not have the key's snapshot yet); one the backup does not
+//!   apply starts its copy over rather than fail the client's write. The
+//!   copy's end is sent every [`PROBE`] until the backup answers that
+//!   every pulled record is in (and so every write before it); then the
+//!   control thread reports the backup ready, and from then on a write it
+//!   misses fails as for a ready one: a copy reported ready is never
+//!   started over, unless the slot's epoch moves (which voids the report).
 //!
 //! [`Handled::Forward`]: crate::serving::handle::Handled::Forward
 
@@ -33,13 +44,16 @@ use std::rc::Rc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use copyrpc::conn::{dial, Connection, Dial};
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context, RecvHandle};
 use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONSE_HEADER};
-use kvs_proto::replica::{write_replicate, Header, Kind};
+use kvs_proto::replica::{write_replicate, CopyBegin, Header, Kind};
 use kvs_proto::{hello, AuthToken, Owner, SetupAnswer, ShardMap};
 
+use crate::migration::outgoing::{Held, Outgoing};
 use crate::serving::handle::{Forward, Handler};
 use crate::to_control::ToControl;
 
@@ -53,18 +67,31 @@ const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const COPY_RETRY: Duration = Duration::from_millis(50);
 /// How long a copy waits for an answer before it starts over.
 const COPY_STALL: Duration = Duration::from_secs(2);
-/// Copy messages a job sends per turn, and the queue it leaves room for.
-const COPY_BURST: usize = 64;
+/// How often a copy asks whether the backup pulled its snapshot.
+const PROBE: Duration = Duration::from_millis(2);
+/// Bytes of snapshots under way to one backup, at most (a copy larger
+/// than this goes alone): what copies may cost in memory here.
+const COPY_BUDGET: usize = 256 << 20;
+/// Slots snapshotted under one ticket, at most.
+const COPY_GROUP: usize = 256;
+/// A link's queue past which no copy begins.
 const COPY_QUEUE: usize = 256;
 
+/// A client's write forwarded to a backup (user data: the link, the
+/// pending write).
 const TAG_WRITE: u64 = 1;
+/// A copy's begin (user data: the job's attempt and id).
 const TAG_COPY: u64 = 2;
+/// A copy's end, asking whether the pull is done.
+const TAG_PROBE: u64 = 3;
 
 /// One answer from a backup: the call's user data, and why it failed.
 #[derive(Debug)]
 pub(crate) struct Ack {
     user: u64,
     refused: Option<String>,
+    /// The refusal is TRY_AGAIN (a copy's pull goes on).
+    not_yet: bool,
 }
 
 /// Where the worker context's response callback leaves backups' answers:
@@ -81,13 +108,17 @@ impl std::fmt::Debug for Acks {
 /// The worker context's response callback.
 pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
     move |user, r| {
-        let refused = match r {
-            Ok([0, ..]) => None,
-            Ok(b) => Some(refusal(b)),
-            Err(CallFailed(why)) => Some(format!("connection failed: {why}")),
+        let (refused, not_yet) = match r {
+            Ok([0, ..]) => (None, false),
+            Ok(b) => (Some(refusal(b)), b[0] == Status::TryAgain as u8),
+            Err(CallFailed(why)) => (Some(format!("connection failed: {why}")), false),
         };
         let mut v = acks.0.take();
-        v.push(Ack { user, refused });
+        v.push(Ack {
+            user,
+            refused,
+            not_yet,
+        });
         acks.0.set(v);
     }
 }
@@ -148,10 +179,11 @@ struct Link {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
+    /// To begin (at `retry_at`): a snapshot, and the begin in the stream.
     Begin,
-    Records,
-    End,
-    Waiting,
+    /// The backup pulls the snapshot; asked every [`PROBE`] if done.
+    Pulling,
+    /// Complete, and reported ready.
     Done,
 }
 
@@ -168,12 +200,15 @@ struct CopyJob {
     /// starts the copy over.
     epoch: u32,
     step: Step,
-    keys: Vec<Box<[u8]>>,
-    pos: usize,
+    /// The snapshot's ticket while it is pulled, and the slot's bytes in it.
+    ticket: Option<[u8; 16]>,
+    bytes: usize,
+    /// Answers awaited, and whether one is a probe's.
     outstanding: u32,
+    probing: bool,
+    next_probe: Instant,
     /// Told apart from the answers of an earlier attempt.
     gen: u16,
-    failed: bool,
     retry_at: Instant,
     wanted: bool,
     /// When an answer last came (or the step last began).
@@ -186,6 +221,7 @@ pub(crate) struct Forwarder {
     me: Owner,
     cluster: [u8; 16],
     token: Option<AuthToken>,
+    outgoing: Arc<Outgoing>,
     links: Vec<Link>,
     pending: Vec<Option<Pending>>,
     free: Vec<u32>,
@@ -212,12 +248,14 @@ impl std::fmt::Debug for Forwarder {
 
 impl Forwarder {
     /// Worker `me`'s forwarder, presenting `token` to members of cluster
-    /// `cluster`, reporting to the control thread on `report`; `acks` is
-    /// what the context's callback ([`ack_handler`]) fills.
+    /// `cluster`, holding copies' snapshots in `outgoing`, reporting to the
+    /// control thread on `report`; `acks` is what the context's callback
+    /// ([`ack_handler`]) fills.
     pub fn new(
         me: Owner,
         cluster: [u8; 16],
         token: Option<AuthToken>,
+        outgoing: Arc<Outgoing>,
         acks: Rc<Acks>,
         report: Sender<ToControl>,
     ) -> Forwarder {
@@ -225,6 +263,7 @@ impl Forwarder {
             me,
             cluster,
             token,
+            outgoing,
             links: Vec::new(),
             pending: Vec::new(),
             free: Vec::new(),
@@ -255,7 +294,7 @@ impl Forwarder {
             self.msg.clear();
             return;
         };
-        let hdr = Header {
+        let mut hdr = Header {
             kind: f.kind,
             slot: f.slot,
             epoch: h.map.epoch(f.slot),
@@ -264,10 +303,16 @@ impl Forwarder {
             offset: r.offset(),
             id: f.id,
         };
-        let value = if f.kind == Kind::Delete {
-            &[][..]
-        } else {
-            r.value()
+        let value = match f.kind {
+            Kind::Delete => &[][..],
+            // A backup being copied may not have the key yet: it gets the
+            // whole value the patch left.
+            Kind::Patch if self.copying(f.slot) => {
+                hdr.kind = Kind::Put;
+                hdr.offset = 0;
+                h.store.get(f.slot, r.key()).unwrap_or_default()
+            }
+            _ => r.value(),
         };
         write_replicate(&mut self.msg, &hdr, r.key(), value);
     }
@@ -281,6 +326,25 @@ impl Forwarder {
                 .iter()
                 .any(|l| !matches!(l.state, LinkState::Up(_)))
             || self.copies.iter().any(|j| j.step != Step::Done)
+    }
+
+    /// Whether a copy of `slot` is under way (begun, not complete).
+    fn copying(&self, slot: u32) -> bool {
+        !self.copies.is_empty()
+            && self
+                .copies
+                .iter()
+                .any(|j| j.slot == slot && j.step == Step::Pulling)
+    }
+
+    /// The copy of `slot` to `to`, if there is one.
+    fn job(&self, slot: u32, to: Owner) -> Option<usize> {
+        if self.copies.is_empty() {
+            return None;
+        }
+        self.copies
+            .iter()
+            .position(|j| j.slot == slot && j.to == to)
     }
 
     /// Forwards the write [`prepare`](Self::prepare)d (answered `answer`
@@ -325,24 +389,59 @@ impl Forwarder {
             h.map.backup_set(f.slot)
         };
         for b in backups.iter() {
-            // A backup whose copy has not begun takes nothing before it.
-            self.begin_copy_now(ctx, h, f.slot, b.owner);
+            // A backup whose copy has not begun takes nothing before its
+            // begin (the snapshot will hold this write).
+            if !b.ready
+                && self
+                    .job(f.slot, b.owner)
+                    .is_none_or(|i| self.copies[i].step == Step::Begin)
+            {
+                continue;
+            }
             let sent = match self.link_of(b.owner) {
                 Some(li) => self.send(ctx, li, user(TAG_WRITE, li as u64, idx)),
                 None => false,
             };
-            let p = self.pending[idx as usize].as_mut().expect("just set");
             if sent {
+                let p = self.pending[idx as usize].as_mut().expect("just set");
                 p.waiting += 1;
             } else {
-                p.failed = Some(format!(
+                let why = format!(
                     "no connection to the backup on member {} yet",
                     b.owner.member
-                ));
-                self.missed(h, f.slot, b.owner);
+                );
+                self.write_missed(h, idx, b.owner, why);
             }
         }
         self.settle(ctx, h, idx);
+    }
+
+    /// The backup on `to` did not apply pending write `idx`. If it counts
+    /// (ready in the map, or its copy reported ready), the client is told
+    /// the write failed and the backup is dealt with ([`missed`]); a backup
+    /// still being copied starts its copy over (the new snapshot holds the
+    /// write), and the client's answer does not depend on it.
+    ///
+    /// [`missed`]: Self::missed
+    fn write_missed(&mut self, h: &mut Handler, idx: u32, to: Owner, why: String) {
+        let Some(slot) = self
+            .pending
+            .get(idx as usize)
+            .and_then(|p| p.as_ref().map(|p| p.slot))
+        else {
+            return;
+        };
+        let job = self.job(slot, to);
+        let counts = h.map.backups(slot).iter().any(|b| b.owner == to && b.ready)
+            || job.is_some_and(|i| self.copies[i].step == Step::Done);
+        if counts {
+            if let Some(p) = self.pending[idx as usize].as_mut() {
+                p.failed.get_or_insert(why);
+            }
+            self.missed(h, slot, to);
+        } else if let Some(i) = job.filter(|&i| self.copies[i].step == Step::Pulling) {
+            self.fail_copy(i, Instant::now());
+        }
     }
 
     /// The index of the link to `owner`, if it is up.
@@ -384,6 +483,7 @@ impl Forwarder {
         v.push(Ack {
             user: u,
             refused: Some(why.to_string()),
+            not_yet: false,
         });
         acks.0.set(v);
     }
@@ -421,34 +521,49 @@ impl Forwarder {
         }
     }
 
-    /// The backup on `to` missed a write of `slot`: a ready one holds the
-    /// slot and is reported stale; one being copied starts over.
+    /// The backup on `to` missed a write of `slot` it was waited for: a
+    /// ready one holds the slot and is reported stale; one whose copy was
+    /// reported ready holds it until the map says whether it is (see
+    /// [`Replicas::hold_until_ready`]). Either is copied anew only once the
+    /// map counts it not ready: a copy drops what the backup holds, and it
+    /// may still be promoted meanwhile.
+    ///
+    /// [`Replicas::hold_until_ready`]: crate::serving::replicas::Replicas::hold_until_ready
     fn missed(&mut self, h: &mut Handler, slot: u32, to: Owner) {
+        if h.map.owner_of_slot(slot) != self.me || h.replicas.held(slot).is_some() {
+            return;
+        }
         let ready = h.map.backups(slot).iter().any(|b| b.owner == to && b.ready);
-        if ready && h.map.owner_of_slot(slot) == self.me {
-            if h.replicas.held(slot).is_none() {
-                h.replicas.hold(slot, Some(to.member));
-                self.stale.push((to.member, slot));
-            }
-            // Copied anew once the map counts it stale (not before: a copy
-            // drops what the backup holds, and it may still be promoted).
-            if let Some(j) = self
-                .copies
-                .iter_mut()
-                .find(|j| j.slot == slot && j.to == to)
-            {
-                j.step = Step::Begin;
-                j.gen = j.gen.wrapping_add(1);
-                j.failed = false;
-                j.outstanding = 0;
-            }
-        } else if let Some(j) = self
-            .copies
-            .iter_mut()
-            .find(|j| j.slot == slot && j.to == to && j.step != Step::Begin)
+        if ready {
+            h.replicas.hold(slot, Some(to.member));
+            self.stale.push((to.member, slot));
+        } else if self
+            .job(slot, to)
+            .is_some_and(|i| self.copies[i].step == Step::Done)
         {
-            j.failed = true;
-            j.retry_at = Instant::now() + COPY_RETRY;
+            h.replicas
+                .hold_until_ready(slot, to.member, h.map.epoch(slot));
+        }
+    }
+
+    /// Copy `i` failed: it starts over (a new snapshot) after
+    /// [`COPY_RETRY`]; its snapshot goes unless another copy shares it.
+    fn fail_copy(&mut self, i: usize, now: Instant) {
+        let j = &mut self.copies[i];
+        j.step = Step::Begin;
+        j.gen = j.gen.wrapping_add(1);
+        j.outstanding = 0;
+        j.probing = false;
+        j.retry_at = now + COPY_RETRY;
+        if let Some(t) = j.ticket.take() {
+            self.release_ticket(&t);
+        }
+    }
+
+    /// Frees a snapshot no copy pulls any more (if not pulled yet).
+    fn release_ticket(&self, t: &[u8; 16]) {
+        if !self.copies.iter().any(|j| j.ticket.as_ref() == Some(t)) {
+            self.outgoing.cancel_copy(t);
         }
     }
 
@@ -478,10 +593,8 @@ impl Forwarder {
                     };
                     p.waiting = p.waiting.saturating_sub(1);
                     if let Some(why) = a.refused {
-                        let slot = p.slot;
-                        p.failed.get_or_insert(why);
                         if let Some(owner) = self.links.get(hi as usize).map(|l| l.owner) {
-                            self.missed(h, slot, owner);
+                            self.write_missed(h, idx, owner, why);
                         }
                     }
                     let was = self.pending[idx as usize].is_some();
@@ -490,7 +603,7 @@ impl Forwarder {
                         answered += 1;
                     }
                 }
-                TAG_COPY => self.copy_ack(idx, hi as u16, a.refused),
+                TAG_COPY | TAG_PROBE => self.copy_ack(tag, idx, hi as u16, a),
                 _ => {}
             }
         }
@@ -498,32 +611,42 @@ impl Forwarder {
         answered
     }
 
-    fn copy_ack(&mut self, id: u32, gen: u16, refused: Option<String>) {
-        let Some(j) = self.copies.iter_mut().find(|j| j.id == id) else {
+    /// An answer to one of copy `id`'s messages (attempt `gen`).
+    fn copy_ack(&mut self, tag: u64, id: u32, gen: u16, a: Ack) {
+        let Some(i) = self.copies.iter().position(|j| j.id == id) else {
             return;
         };
-        if j.gen != gen {
+        let now = Instant::now();
+        let j = &mut self.copies[i];
+        // A copy reported ready is never started over from here.
+        if j.gen != gen || j.step == Step::Done {
             return;
         }
-        j.progress = Instant::now();
+        j.progress = now;
         j.outstanding = j.outstanding.saturating_sub(1);
-        if let Some(why) = refused {
-            if !j.failed {
-                j.failed = true;
-                j.retry_at = Instant::now() + COPY_RETRY;
-                if why.contains("Fenced") {
-                    // Expected while the backup installs the map: quiet.
-                } else {
-                    eprintln!(
-                        "kvs-server: copy of slot {} to member {}: {why}",
-                        j.slot, j.to.member
-                    );
-                }
+        if tag == TAG_PROBE {
+            j.probing = false;
+            j.next_probe = now + PROBE;
+            if a.not_yet {
+                return;
             }
-            return;
         }
-        if j.step == Step::Waiting && j.outstanding == 0 && !j.failed {
+        if let Some(why) = a.refused {
+            // Expected while the backup installs the map: quiet.
+            if !why.contains("Fenced") || why.contains("pull failed") {
+                eprintln!(
+                    "kvs-server: copy of slot {} to member {}: {why}",
+                    j.slot, j.to.member
+                );
+            }
+            return self.fail_copy(i, now);
+        }
+        if tag == TAG_PROBE && j.step == Step::Pulling {
             j.step = Step::Done;
+            if let Some(t) = j.ticket.take() {
+                self.release_ticket(&t);
+            }
+            let j = &self.copies[i];
             self.ready.push((j.to.member, j.slot, j.since));
         }
     }
@@ -552,139 +675,186 @@ impl Forwarder {
                 }
             }
         }
-        let now = Instant::now();
-        for i in 0..self.copies.len() {
-            self.step_copy(ctx, h, i, now);
+        if !self.copies.is_empty() {
+            self.copy_turn(ctx, h, Instant::now());
         }
     }
 
-    /// Starts the copy of `slot` to `to` at once if it is waiting to begin
-    /// (a write is about to go to that backup).
-    fn begin_copy_now<F, T>(
-        &mut self,
-        ctx: &mut Context<u64, F, T>,
-        h: &Handler,
-        slot: u32,
-        to: Owner,
-    ) where
-        F: FnMut(u64, Result<&[u8], CallFailed>),
-        T: Transport,
-    {
-        if self.copies.is_empty() {
-            return;
-        }
-        if let Some(i) = self
-            .copies
-            .iter()
-            .position(|j| j.slot == slot && j.to == to && j.step == Step::Begin)
-        {
-            let saved = std::mem::take(&mut self.msg);
-            self.step_copy(ctx, h, i, Instant::now());
-            self.msg = saved;
-        }
-    }
-
-    fn step_copy<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &Handler, i: usize, now: Instant)
+    /// The copies' turn: probes due, stalls, and the begins each backup's
+    /// link has room for.
+    fn copy_turn<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &Handler, now: Instant)
     where
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
     {
-        let j = &mut self.copies[i];
-        // No answer for that long: whatever happened to them, the copy
-        // starts over rather than wait forever.
-        if j.outstanding > 0
-            && !matches!(j.step, Step::Done | Step::Begin)
-            && now.duration_since(j.progress) > COPY_STALL
-        {
-            eprintln!(
-                "kvs-server: copy of slot {} to member {}: no answer for {:?}; starting over",
-                j.slot, j.to.member, COPY_STALL
-            );
-            j.gen = j.gen.wrapping_add(1);
-            j.outstanding = 0;
-            j.failed = false;
-            j.step = Step::Begin;
-        }
-        if j.step == Step::Done || j.step == Step::Waiting && !j.failed {
-            return;
-        }
-        if j.failed {
-            if now < j.retry_at || j.outstanding > 0 {
-                return;
+        for i in 0..self.copies.len() {
+            let j = &self.copies[i];
+            if j.step != Step::Pulling {
+                continue;
             }
-            j.failed = false;
-            j.step = Step::Begin;
-            j.gen = j.gen.wrapping_add(1);
-        }
-        let (slot, to) = (j.slot, j.to);
-        if j.step == Step::Begin && h.map.backups(slot).iter().any(|b| b.owner == to && b.ready) {
-            return;
-        }
-        let Some(li) = self.link_of(to) else {
-            return;
-        };
-        if self.links[li].queue.len() >= COPY_QUEUE {
-            return;
-        }
-        let mut hdr = Header {
-            kind: Kind::CopyBegin,
-            slot,
-            epoch: h.map.epoch(slot),
-            primary: self.me,
-            seq: h.replicas.last_seq(slot),
-            offset: 0,
-            id: (0, 0),
-        };
-        let u = user(TAG_COPY, u64::from(self.copies[i].gen), self.copies[i].id);
-        let mut burst = 0;
-        loop {
-            let j = &mut self.copies[i];
-            match j.step {
-                Step::Begin => {
-                    j.keys = h
-                        .store
-                        .slot_records(slot)
-                        .map(|(k, _)| Box::<[u8]>::from(k))
-                        .collect();
-                    j.pos = 0;
-                    j.since = h.map.version();
-                    j.progress = now;
-                    write_replicate(&mut self.msg, &hdr, &[], &[]);
-                    j.step = Step::Records;
-                }
-                Step::Records => {
-                    let Some(k) = j.keys.get(j.pos) else {
-                        j.step = Step::End;
-                        j.keys = Vec::new();
-                        continue;
-                    };
-                    j.pos += 1;
-                    let Some(v) = h.store.get(slot, k) else {
-                        continue;
-                    };
-                    hdr.kind = Kind::CopyPut;
-                    hdr.seq = 0;
-                    write_replicate(&mut self.msg, &hdr, k, v);
-                }
-                Step::End => {
-                    hdr.kind = Kind::CopyEnd;
-                    hdr.seq = 0;
-                    write_replicate(&mut self.msg, &hdr, &[], &[]);
-                    j.step = Step::Waiting;
-                }
-                Step::Waiting | Step::Done => return,
+            // No answer for that long: whatever happened to them, the copy
+            // starts over rather than wait forever.
+            if j.outstanding > 0 && now.duration_since(j.progress) > COPY_STALL {
+                eprintln!(
+                    "kvs-server: copy of slot {} to member {}: no answer for {:?}; starting over",
+                    j.slot, j.to.member, COPY_STALL
+                );
+                self.fail_copy(i, now);
+                continue;
             }
-            if !self.send(ctx, li, u) {
+            if j.probing || now < j.next_probe {
+                continue;
+            }
+            let Some(li) = self.link_of(j.to) else {
+                continue;
+            };
+            let hdr = Header {
+                kind: Kind::CopyEnd,
+                slot: j.slot,
+                epoch: h.map.epoch(j.slot),
+                primary: self.me,
+                seq: 0,
+                offset: 0,
+                id: (0, 0),
+            };
+            let u = user(TAG_PROBE, u64::from(j.gen), j.id);
+            write_replicate(&mut self.msg, &hdr, &[], &[]);
+            if self.send(ctx, li, u) {
                 let j = &mut self.copies[i];
-                j.failed = true;
-                j.retry_at = now + COPY_RETRY;
+                j.probing = true;
+                j.outstanding += 1;
+            } else {
+                self.fail_copy(i, now);
+            }
+        }
+        for li in 0..self.links.len() {
+            if self.link_of(self.links[li].owner) != Some(li)
+                || self.links[li].queue.len() >= COPY_QUEUE
+            {
+                continue;
+            }
+            let group = self.copy_group(h, self.links[li].owner, now);
+            if !group.is_empty() {
+                self.begin_copies(ctx, h, li, &group, now);
+            }
+        }
+    }
+
+    /// The copies to `to` that may begin now, in slot order, within
+    /// [`COPY_BUDGET`] (counting the ones under way; one at least when
+    /// none is) and [`COPY_GROUP`].
+    fn copy_group(&self, h: &Handler, to: Owner, now: Instant) -> Vec<usize> {
+        let under_way: usize = self
+            .copies
+            .iter()
+            .filter(|j| j.to == to && j.step == Step::Pulling)
+            .map(|j| j.bytes)
+            .sum();
+        let mut room = COPY_BUDGET.saturating_sub(under_way);
+        let mut alone = under_way == 0;
+        let mut group = Vec::new();
+        for (i, j) in self.copies.iter().enumerate() {
+            if j.to != to || j.step != Step::Begin || now < j.retry_at {
+                continue;
+            }
+            // Ready in the map, or held for it: copied once the map counts
+            // it not ready.
+            if h.replicas.held(j.slot) == Some(to.member)
+                || h.map
+                    .backups(j.slot)
+                    .iter()
+                    .any(|b| b.owner == to && b.ready)
+            {
+                continue;
+            }
+            let size = h.store.slot_size(j.slot).bytes;
+            if size > room && !alone {
+                continue;
+            }
+            room = room.saturating_sub(size);
+            alone = false;
+            group.push(i);
+            if group.len() >= COPY_GROUP {
+                break;
+            }
+        }
+        group.sort_by_key(|&i| self.copies[i].slot);
+        group
+    }
+
+    /// Snapshots the slots of copies `group` (to link `li`'s backup) under
+    /// one ticket, and sends each slot's begin.
+    fn begin_copies<F, T>(
+        &mut self,
+        ctx: &mut Context<u64, F, T>,
+        h: &Handler,
+        li: usize,
+        group: &[usize],
+        now: Instant,
+    ) where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let held: Held = group
+            .iter()
+            .map(|&i| {
+                let slot = self.copies[i].slot;
+                (slot, Arc::new(h.store.snapshot_slot(slot)))
+            })
+            .collect();
+        let (records, bytes) = held.iter().fold((0u64, 0u64), |(n, b), (_, r)| {
+            (n + r.len() as u64, b + r.bytes() as u64)
+        });
+        let sizes: Vec<usize> = held.iter().map(|(_, r)| r.bytes()).collect();
+        let (ticket, first, end) = match self.outgoing.issue_copy(held) {
+            Ok(t) => t,
+            Err(why) => {
+                eprintln!(
+                    "kvs-server: worker {}: cannot copy slots: {why}",
+                    self.me.worker
+                );
+                for &i in group {
+                    self.fail_copy(i, now);
+                }
                 return;
             }
-            self.copies[i].outstanding += 1;
-            burst += 1;
-            if burst >= COPY_BURST || self.links[li].queue.len() >= COPY_QUEUE {
-                return;
+        };
+        let begin = CopyBegin {
+            ticket,
+            first,
+            end,
+            records,
+            bytes,
+        };
+        for (&i, size) in group.iter().zip(sizes) {
+            let slot = self.copies[i].slot;
+            let hdr = Header {
+                kind: Kind::CopyBegin,
+                slot,
+                epoch: h.map.epoch(slot),
+                primary: self.me,
+                seq: h.replicas.last_seq(slot),
+                offset: 0,
+                id: (0, 0),
+            };
+            write_replicate(&mut self.msg, &hdr, &ticket, &begin.value());
+            let j = &mut self.copies[i];
+            j.gen = j.gen.wrapping_add(1);
+            let u = user(TAG_COPY, u64::from(j.gen), j.id);
+            j.ticket = Some(ticket);
+            if !self.send(ctx, li, u) {
+                self.fail_copy(i, now);
+                continue;
             }
+            let j = &mut self.copies[i];
+            j.step = Step::Pulling;
+            j.bytes = size;
+            j.since = h.map.version();
+            j.epoch = h.map.epoch(slot);
+            j.outstanding = 1;
+            j.probing = false;
+            j.next_probe = now + PROBE;
+            j.progress = now;
         }
     }
 
@@ -703,6 +873,7 @@ impl Forwarder {
             j.wanted = false;
         }
         let now = Instant::now();
+        let mut restart = Vec::new();
         for s in 0..map.slots() {
             if map.owner_of_slot(s) != self.me {
                 continue;
@@ -735,10 +906,7 @@ impl Forwarder {
                         j.wanted = true;
                         if j.epoch != map.epoch(s) {
                             j.epoch = map.epoch(s);
-                            j.step = Step::Begin;
-                            j.gen = j.gen.wrapping_add(1);
-                            j.failed = false;
-                            j.outstanding = 0;
+                            restart.push(j.id);
                         }
                     }
                     None => self.copies.push(CopyJob {
@@ -751,11 +919,12 @@ impl Forwarder {
                         since: map.version(),
                         epoch: map.epoch(s),
                         step: Step::Begin,
-                        keys: Vec::new(),
-                        pos: 0,
+                        ticket: None,
+                        bytes: 0,
                         outstanding: 0,
+                        probing: false,
+                        next_probe: now,
                         gen: 0,
-                        failed: false,
                         retry_at: now,
                         wanted: true,
                         progress: now,
@@ -763,9 +932,25 @@ impl Forwarder {
                 }
             }
         }
+        // A new epoch (the slot's replica set changed) starts a copy over.
+        for id in restart {
+            if let Some(i) = self.copies.iter().position(|j| j.id == id) {
+                self.fail_copy(i, now);
+                self.copies[i].retry_at = now;
+            }
+        }
         // Copies no longer wanted go (their answers, if any still come,
-        // find no job).
+        // find no job), and their snapshots if not pulled yet.
+        let gone: Vec<[u8; 16]> = self
+            .copies
+            .iter()
+            .filter(|j| !j.wanted)
+            .filter_map(|j| j.ticket)
+            .collect();
         self.copies.retain(|j| j.wanted);
+        for t in &gone {
+            self.release_ticket(t);
+        }
         let mut i = 0;
         while i < self.links.len() {
             if self.links[i].wanted {
@@ -790,7 +975,7 @@ impl Forwarder {
 
     /// The links' upkeep (dials under way, dead connections, new ones due)
     /// and the reports to the control thread.
-    pub fn chores<F, T>(&mut self, ctx: &mut Context<u64, F, T>)
+    pub fn chores<F, T>(&mut self, ctx: &mut Context<u64, F, T>, h: &mut Handler)
     where
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
@@ -854,15 +1039,16 @@ impl Forwarder {
         // copies start over (the ready ones are reported stale, through
         // the writes that fail).
         for o in broken {
-            for j in self
-                .copies
-                .iter_mut()
-                .filter(|j| j.to == o && j.step != Step::Done)
-            {
-                j.failed = true;
-                j.retry_at = now + COPY_RETRY;
-                j.outstanding = 0;
+            for i in 0..self.copies.len() {
+                let j = &self.copies[i];
+                if j.to == o && j.step == Step::Pulling {
+                    self.fail_copy(i, now);
+                }
             }
+        }
+        // Held slots whose backup the map now shows ready.
+        if let Some(due) = h.replicas.take_stale_due() {
+            self.stale.extend(due);
         }
         // A held slot whose stale report is not in yet is reported again
         // by the control thread's retries; send what is new.

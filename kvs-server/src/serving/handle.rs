@@ -258,8 +258,8 @@ impl Handler {
     }
 
     /// A replication message from a slot's primary: applied as its backup,
-    /// or refused (`Fenced`, saying why).
-    #[cold]
+    /// or refused (`Fenced`, saying why; `TryAgain` while a copy's pull
+    /// goes on).
     fn replicate(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
         let msg = match Replicate::new_checked(req) {
             Ok(m) => m,
@@ -270,7 +270,8 @@ impl Handler {
             .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
         {
             Ok(()) => status(out, Status::Ok),
-            Err(why) => error(out, Status::Fenced, &why.0, max_response),
+            Err(r) if r.not_yet => error(out, Status::TryAgain, &r.why, max_response),
+            Err(r) => error(out, Status::Fenced, &r.why, max_response),
         }
     }
 

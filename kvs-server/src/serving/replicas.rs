@@ -19,8 +19,15 @@
 //! The fence is step 2's first rule: once the group promotes a backup, its
 //! map names it as the primary, and writes from the deposed primary are
 //! refused there; the deposed one cannot get a write acknowledged.
+//!
+//! A copy to a new backup: the begin (in the stream, at the slot's current
+//! number) names a snapshot of the slot that the backup pulls over the bulk
+//! port (mpib) while the stream's writes go on being applied; a pulled
+//! record never overwrites a key the stream wrote or deleted since the
+//! begin ([`Store::begin_copy`]). The primary asks (the copy's end) until
+//! the backup says every pulled record is in.
 
-use kvs_proto::replica::{Header, Kind, Replicate};
+use kvs_proto::replica::{CopyBegin, Header, Kind, Replicate};
 use kvs_proto::{Owner, ShardMap};
 
 use crate::serving::dedup::{Dedup, IdMap};
@@ -36,8 +43,50 @@ struct Follow {
 
 /// Why a backup refused a replication message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refused(pub String);
+pub(crate) struct Refused {
+    pub why: String,
+    /// Not a refusal yet: the copy's pull goes on (ask again).
+    pub not_yet: bool,
+}
 
+fn refused(why: String) -> Refused {
+    Refused {
+        why,
+        not_yet: false,
+    }
+}
+
+/// A copy arriving at this backup, for one slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CopyIn {
+    /// Begun: the snapshot of this begin is pulled (from the first end
+    /// that asks about it on).
+    Pulling(CopyBegin),
+    /// Every pulled record is in.
+    Pulled,
+    /// The pull failed.
+    Failed(String),
+}
+
+/// A pull the worker is to start: the snapshot `begin` names, on the bulk
+/// port of member `from`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PullStart {
+    pub begin: CopyBegin,
+    pub from: u16,
+}
+
+/// Why a slot is held (nothing served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hold {
+    /// The backup member that missed a write.
+    member: u16,
+    /// Its copy was complete and reported ready, but the map did not say
+    /// so yet when it missed the write: held until the map says it (then
+    /// it is reported stale), or until the slot's epoch moves past this
+    /// one (the report can no longer count).
+    awaiting: Option<u32>,
+}
 /// A worker's replication state (see the [module docs](self)).
 #[derive(Debug)]
 pub(crate) struct Replicas {
@@ -50,8 +99,16 @@ pub(crate) struct Replicas {
     inflight: IdMap<u32>,
     /// Per slot: held (nothing served) until the map shows this backup
     /// member, which missed a write, as not ready; and how many are.
-    held: Vec<Option<u16>>,
+    held: Vec<Option<Hold>>,
     holding: u32,
+    /// Held slots whose backup the map now shows ready: to be reported
+    /// stale.
+    stale_due: Vec<(u16, u32)>,
+    /// Per slot, as a backup: the copy arriving.
+    copy: Vec<Option<CopyIn>>,
+    /// Tickets being pulled, and pulls to start (asked about this turn).
+    pulling: Vec<[u8; 16]>,
+    starts: Vec<PullStart>,
 }
 
 impl Replicas {
@@ -64,6 +121,10 @@ impl Replicas {
             inflight: IdMap::with_capacity_and_hasher(1024, Default::default()),
             held: vec![None; slots as usize],
             holding: 0,
+            stale_due: Vec::new(),
+            copy: vec![None; slots as usize],
+            pulling: Vec::new(),
+            starts: Vec::new(),
         }
     }
 
@@ -109,19 +170,85 @@ impl Replicas {
         if self.holding == 0 {
             return None;
         }
-        self.held[slot as usize]
+        self.held[slot as usize].map(|h| h.member)
     }
 
     /// Holds `slot` for its ready backup on `member`, which missed a write
     /// (`None`: lets it go).
     pub fn hold(&mut self, slot: u32, member: Option<u16>) {
+        self.set_hold(
+            slot,
+            member.map(|member| Hold {
+                member,
+                awaiting: None,
+            }),
+        );
+    }
+
+    /// Holds `slot` for its backup on `member`, which missed a write after
+    /// its copy was reported ready under epoch `epoch`, before the map said
+    /// so: until the map says it (then it is reported stale, see
+    /// [`take_stale_due`](Self::take_stale_due)) or the epoch moves on.
+    pub fn hold_until_ready(&mut self, slot: u32, member: u16, epoch: u32) {
+        self.set_hold(
+            slot,
+            Some(Hold {
+                member,
+                awaiting: Some(epoch),
+            }),
+        );
+    }
+
+    fn set_hold(&mut self, slot: u32, hold: Option<Hold>) {
         let h = &mut self.held[slot as usize];
-        match (h.is_some(), member.is_some()) {
+        match (h.is_some(), hold.is_some()) {
             (false, true) => self.holding += 1,
             (true, false) => self.holding -= 1,
             _ => {}
         }
-        *h = member;
+        *h = hold;
+    }
+
+    /// Held slots whose backup (member, slot) the map now shows ready: the
+    /// primary reports them stale.
+    pub fn take_stale_due(&mut self) -> Option<Vec<(u16, u32)>> {
+        (!self.stale_due.is_empty()).then(|| std::mem::take(&mut self.stale_due))
+    }
+
+    /// Pulls of copies to start (an end asked about them). From now on a
+    /// begin naming one of their tickets is refused: its slot's records
+    /// might have been pulled before it arrived, and dropped.
+    pub fn take_starts(&mut self) -> Option<Vec<PullStart>> {
+        if self.starts.is_empty() {
+            return None;
+        }
+        self.pulling
+            .extend(self.starts.iter().map(|p| p.begin.ticket));
+        Some(std::mem::take(&mut self.starts))
+    }
+
+    /// Whether `slot` takes the records pulled under `ticket`.
+    #[inline]
+    pub fn copying_with(&self, slot: u32, ticket: &[u8; 16]) -> bool {
+        matches!(self.copy.get(slot as usize), Some(Some(CopyIn::Pulling(b))) if &b.ticket == ticket)
+    }
+
+    /// The pull of `ticket` ended: its slots' copies are complete (their
+    /// records out of copy mode in `store`), or failed.
+    pub fn pulled(&mut self, ticket: &[u8; 16], result: Result<(), String>, store: &mut Store) {
+        self.pulling.retain(|t| t != ticket);
+        for s in 0..self.copy.len() {
+            if !self.copying_with(s as u32, ticket) {
+                continue;
+            }
+            self.copy[s] = Some(match &result {
+                Ok(()) => {
+                    store.end_copy(s as u32);
+                    CopyIn::Pulled
+                }
+                Err(why) => CopyIn::Failed(why.clone()),
+            });
+        }
     }
 
     /// The map changed from `old` to `new`: a backup promoted to primary
@@ -137,17 +264,28 @@ impl Replicas {
             }
             if !backs {
                 self.follow[i] = None;
+                self.copy[i] = None;
             }
-            // A slot held for a backup the map no longer has as ready.
-            if let Some(m) = self.held[i] {
-                if !primary
-                    || !new
-                        .backups(s)
-                        .iter()
-                        .any(|b| b.ready && b.owner.member == m)
-                {
-                    self.hold(s, None);
+            let Some(h) = self.held[i] else {
+                continue;
+            };
+            let ready = new
+                .backups(s)
+                .iter()
+                .any(|b| b.ready && b.owner.member == h.member);
+            match h.awaiting {
+                // A slot held for a backup the map no longer has as ready.
+                None if !primary || !ready => self.hold(s, None),
+                None => {}
+                // The readiness it missed a write after came in: now it is
+                // reported stale, as any ready backup that missed one.
+                Some(_) if primary && ready => {
+                    self.hold(s, Some(h.member));
+                    self.stale_due.push((h.member, s));
                 }
+                // The report cannot count any more: a new epoch.
+                Some(e) if !primary || new.epoch(s) != e => self.hold(s, None),
+                Some(_) => {}
             }
         }
     }
@@ -163,12 +301,12 @@ impl Replicas {
     ) -> Result<(), Refused> {
         let h: Header = msg.header();
         if h.slot >= map.slots() {
-            return Err(Refused(format!("slot {} out of range", h.slot)));
+            return Err(refused(format!("slot {} out of range", h.slot)));
         }
         let s = h.slot;
         let i = s as usize;
         if map.owner_of_slot(s) != h.primary {
-            return Err(Refused(format!(
+            return Err(refused(format!(
                 "member {} worker {} is not slot {s}'s primary in map {} (epoch {} here, {} \
                  there)",
                 h.primary.member,
@@ -179,26 +317,68 @@ impl Replicas {
             )));
         }
         if !map.backups(s).iter().any(|b| b.owner == self.me) {
-            return Err(Refused(format!(
+            return Err(refused(format!(
                 "this worker does not back slot {s} up in map {}",
                 map.version()
             )));
         }
         match h.kind {
             Kind::CopyBegin => {
-                // The copy starts from nothing.
+                let Some(begin) = CopyBegin::parse(msg.key(), msg.value())
+                    .filter(|b| (b.first..b.end).contains(&s))
+                else {
+                    return Err(refused(format!("slot {s}: a malformed copy begin")));
+                };
+                if self.pulling.contains(&begin.ticket) {
+                    return Err(refused(format!(
+                        "slot {s}: its copy's begin came after the snapshot's pull started"
+                    )));
+                }
+                // The copy starts from nothing; the snapshot is pulled.
                 store.drop_slot(s);
+                store.begin_copy(s);
                 self.follow[i] = Some(Follow {
                     primary: h.primary,
                     applied: h.seq,
                 });
+                self.copy[i] = Some(CopyIn::Pulling(begin));
                 return Ok(());
             }
             _ if self.follow[i].is_none_or(|f| f.primary != h.primary) => {
-                return Err(Refused(format!(
+                return Err(refused(format!(
                     "slot {s}'s copy from member {} worker {} has not begun here",
                     h.primary.member, h.primary.worker
                 )))
+            }
+            Kind::CopyEnd => {
+                return match self.copy[i].take() {
+                    Some(CopyIn::Pulled) => Ok(()),
+                    Some(CopyIn::Pulling(b)) => {
+                        // The first end asked: every begin of the snapshot
+                        // the primary sent came before it, so the pull
+                        // starts now (a record pulled before its slot's
+                        // begin arrived would be dropped).
+                        let t = b.ticket;
+                        if !self.pulling.contains(&t)
+                            && !self.starts.iter().any(|p| p.begin.ticket == t)
+                        {
+                            self.starts.push(PullStart {
+                                begin: b,
+                                from: h.primary.member,
+                            });
+                        }
+                        self.copy[i] = Some(CopyIn::Pulling(b));
+                        Err(Refused {
+                            why: format!("slot {s}: pulling the copy's snapshot"),
+                            not_yet: true,
+                        })
+                    }
+                    Some(CopyIn::Failed(why)) => {
+                        self.follow[i] = None;
+                        Err(refused(format!("slot {s}: the copy's pull failed: {why}")))
+                    }
+                    None => Err(refused(format!("slot {s}: no copy under way here"))),
+                };
             }
             _ => {}
         }
@@ -208,7 +388,7 @@ impl Replicas {
             if h.seq != f.applied + 1 {
                 let last = f.applied;
                 self.follow[i] = None;
-                return Err(Refused(format!(
+                return Err(refused(format!(
                     "slot {s}: write {} does not follow {last}, the last applied",
                     h.seq
                 )));
@@ -216,7 +396,7 @@ impl Replicas {
             f.applied = h.seq;
         }
         let done = match h.kind {
-            Kind::Put | Kind::CopyPut => store.put(s, key, msg.value()).map_err(|e| {
+            Kind::Put => store.put(s, key, msg.value()).map_err(|e| {
                 format!(
                     "out of memory: the worker holds {} of its {}-byte share",
                     e.used, e.limit
@@ -242,7 +422,7 @@ impl Replicas {
             Err(why) => {
                 // Diverged from the primary: nothing more until a new copy.
                 self.follow[i] = None;
-                Err(Refused(format!("slot {s}: {why}")))
+                Err(refused(format!("slot {s}: {why}")))
             }
         }
     }
@@ -304,6 +484,19 @@ mod tests {
         b
     }
 
+    const TICKET: [u8; 16] = [9; 16];
+
+    fn begin(primary: Owner, seq: u64) -> Vec<u8> {
+        let c = CopyBegin {
+            ticket: TICKET,
+            first: 0,
+            end: 4,
+            records: 1,
+            bytes: 2,
+        };
+        msg(Kind::CopyBegin, primary, seq, &c.ticket, &c.value())
+    }
+
     fn apply(r: &mut Replicas, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refused> {
         r.apply(
             &Replicate::new_checked(b).unwrap(),
@@ -320,22 +513,73 @@ mod tests {
         let mut st = Store::new(4, usize::MAX);
         // No write before the copy begins.
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 1, b"k", b"v"));
-        assert!(e.unwrap_err().0.contains("has not begun"));
+        assert!(e.unwrap_err().why.contains("has not begun"));
         st.put(1, b"stale", b"x").unwrap();
-        apply(&mut r, &m, &mut st, &msg(Kind::CopyBegin, P, 5, b"", b"")).unwrap();
+        let bad = msg(Kind::CopyBegin, P, 5, b"", b"");
+        assert!(apply(&mut r, &m, &mut st, &bad)
+            .unwrap_err()
+            .why
+            .contains("malformed"));
+        apply(&mut r, &m, &mut st, &begin(P, 5)).unwrap();
         assert_eq!(st.get(1, b"stale"), None, "the copy starts from nothing");
-        apply(&mut r, &m, &mut st, &msg(Kind::CopyPut, P, 0, b"a", b"1")).unwrap();
         apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 6, b"k", b"v")).unwrap();
+        // The first end asked starts the pull, and is told not yet.
+        assert!(r.take_starts().is_none());
+        let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
+        assert!(e.unwrap_err().not_yet);
+        let starts = r.take_starts().unwrap();
+        assert_eq!((starts.len(), starts[0].from), (1, 0));
+        assert_eq!(starts[0].begin.ticket, TICKET);
+        let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
+        assert!(e.unwrap_err().not_yet);
+        assert!(r.take_starts().is_none(), "started once");
+        // A begin of the same snapshot after its pull started: refused.
+        let e = apply(&mut r, &m, &mut st, &begin(P, 5)).unwrap_err();
+        assert!(e.why.contains("after the snapshot's pull started"), "{e:?}");
+        // The snapshot's records land where no write went since.
+        assert!(r.copying_with(1, &TICKET) && !r.copying_with(2, &TICKET));
+        st.apply_pulled(1, b"a", Some(b"1"));
+        st.apply_pulled(1, b"k", Some(b"old"));
+        r.pulled(&TICKET, Ok(()), &mut st);
         apply(&mut r, &m, &mut st, &msg(Kind::Patch, P, 7, b"k", b"w")).unwrap();
         apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b"")).unwrap();
         assert_eq!(st.get(1, b"k"), Some(&b"w"[..]));
         assert_eq!(st.get(1, b"a"), Some(&b"1"[..]));
         // A gap: refused, and nothing more until a new copy.
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Delete, P, 9, b"k", b""));
-        assert!(e.unwrap_err().0.contains("does not follow 7"));
+        assert!(e.unwrap_err().why.contains("does not follow 7"));
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Delete, P, 8, b"k", b""));
         assert!(e.is_err());
         assert_eq!(st.get(1, b"k"), Some(&b"w"[..]));
+        // A failed pull fails the copy.
+        apply(&mut r, &m, &mut st, &begin(P, 9)).unwrap();
+        let _ = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
+        r.take_starts().unwrap();
+        r.pulled(&TICKET, Err("rail down".into()), &mut st);
+        let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
+        assert!(e.unwrap_err().why.contains("rail down"));
+    }
+
+    #[test]
+    fn a_hold_on_a_backup_reported_ready_waits_for_the_map_to_say_it() {
+        let m = map();
+        let mut r = Replicas::new(P, 4);
+        r.hold_until_ready(1, 1, m.epoch(1));
+        r.hold_until_ready(2, 1, m.epoch(2));
+        assert_eq!(r.held(1), Some(1));
+        let mut ready = m.clone();
+        ready.set_backup_ready(1..2, 1).unwrap();
+        ready.set_version(3);
+        r.install(&m, &ready);
+        // Slot 1: ready now, so reported stale and held as any ready one.
+        assert_eq!(r.take_stale_due(), Some(vec![(1, 1)]));
+        assert_eq!((r.held(1), r.held(2)), (Some(1), Some(1)));
+        // Slot 2: a new epoch; the report cannot count: let go.
+        let mut next = ready.clone();
+        next.drop_backup(2..3, 1).unwrap();
+        next.set_version(4);
+        r.install(&ready, &next);
+        assert_eq!((r.held(1), r.held(2)), (Some(1), None));
     }
 
     #[test]
@@ -343,7 +587,7 @@ mod tests {
         let m = map();
         let mut r = Replicas::new(B, 4);
         let mut st = Store::new(4, usize::MAX);
-        apply(&mut r, &m, &mut st, &msg(Kind::CopyBegin, P, 0, b"", b"")).unwrap();
+        apply(&mut r, &m, &mut st, &begin(P, 0)).unwrap();
         apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 1, b"k", b"v1")).unwrap();
         // The group promotes this backup: the old primary is refused.
         let mut promoted = m.clone();
@@ -356,7 +600,7 @@ mod tests {
             &mut st,
             &msg(Kind::Put, P, 2, b"k", b"v2"),
         );
-        assert!(e.unwrap_err().0.contains("is not slot 1's primary"));
+        assert!(e.unwrap_err().why.contains("is not slot 1's primary"));
         assert_eq!(st.get(1, b"k"), Some(&b"v1"[..]));
         // Promoted, it numbers its writes on from the last applied.
         r.install(&m, &promoted);
@@ -369,13 +613,8 @@ mod tests {
             },
             4,
         );
-        let e = apply(
-            &mut other,
-            &m,
-            &mut st,
-            &msg(Kind::CopyBegin, P, 0, b"", b""),
-        );
-        assert!(e.unwrap_err().0.contains("does not back slot 1 up"));
+        let e = apply(&mut other, &m, &mut st, &begin(P, 0));
+        assert!(e.unwrap_err().why.contains("does not back slot 1 up"));
     }
 
     #[test]

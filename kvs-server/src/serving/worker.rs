@@ -20,8 +20,10 @@ use mlx5::device::Context as Device;
 
 use super::forward::{ack_handler, Acks, Forwarder};
 use super::handle::{Handled, Handler};
+use super::replicas::PullStart;
 use crate::config::Config;
 use crate::lease::Lease;
+use crate::migration::copy_in::{take_copy_batch, Copies, CopyPull};
 use crate::migration::outgoing::Outgoing;
 use crate::migration::waiting::{Parked, Waiting};
 use crate::start_error::StartError;
@@ -56,8 +58,11 @@ pub(crate) struct Worker {
     pub cluster_token: Option<AuthToken>,
     /// Reports to the control thread (backups made ready, or stale).
     pub report: Sender<ToControl>,
-    /// Slots given away, held for their new owners.
+    /// Slots given away, held for their new owners, and copies' snapshots.
     pub outgoing: Arc<Outgoing>,
+    /// The copies arriving here, and the bulk transfers' rails.
+    pub copies: Arc<Copies>,
+    pub rails: Vec<String>,
     /// The member's lease: the worker serves only while it holds.
     pub lease: Arc<Lease>,
     pub stop: Arc<AtomicBool>,
@@ -97,15 +102,25 @@ impl OnTransport for Worker {
             cluster_token,
             report,
             outgoing,
+            copies,
+            rails,
             lease,
             stop,
             stats,
             ready,
         } = self;
+        let copy_tx = to_self.clone();
         let w = me.worker;
         let fail = |why: String| StartError::Worker { worker: w, why };
         let acks = std::rc::Rc::new(Acks::default());
-        let mut fwd = Forwarder::new(me, cluster, cluster_token.clone(), acks.clone(), report);
+        let mut fwd = Forwarder::new(
+            me,
+            cluster,
+            cluster_token.clone(),
+            outgoing.clone(),
+            acks.clone(),
+            report,
+        );
         let built = ContextBuilder::new()
             .idle(cfg.idle_policy())
             .ring_size(cfg.ring_size)
@@ -208,6 +223,12 @@ impl OnTransport for Worker {
                 let _ = ctx.reply(req, &out);
                 ops += 1;
             }
+            // Copies' begins that arrived: their pulls start.
+            if let Some(starts) = h.replicas.take_starts() {
+                for p in starts {
+                    start_pull(p, &h.map, &cfg, &rails, (&copy_tx, &waker), &copies, &stop);
+                }
+            }
             // Backups' answers, and what waits to go to them.
             ops += fwd.on_acks(&mut ctx, &mut h);
             if fwd.busy() {
@@ -263,6 +284,26 @@ impl OnTransport for Worker {
                         take_batch(&mut h, &batch);
                         let _ = taken.send(());
                     }
+                    Ok(ToWorker::CopyRecords {
+                        ticket,
+                        batch,
+                        taken,
+                    }) => {
+                        let slots = h.map.slots();
+                        let (replicas, store) = (&h.replicas, &mut h.store);
+                        take_copy_batch(
+                            &batch,
+                            slots,
+                            |s| replicas.copying_with(s, &ticket),
+                            |s, k, v| {
+                                store.apply_pulled(s, k, Some(v));
+                            },
+                        );
+                        let _ = taken.send(());
+                    }
+                    Ok(ToWorker::CopyPulled { ticket, result }) => {
+                        h.replicas.pulled(&ticket, result, &mut h.store);
+                    }
                     Ok(ToWorker::Pulled { slot, key, value }) => {
                         waiting.pulled(&key);
                         let parked = waiting.take(|p| p.key() == key);
@@ -282,7 +323,7 @@ impl OnTransport for Worker {
                     Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
                 }
             }
-            fwd.chores(&mut ctx);
+            fwd.chores(&mut ctx, &mut h);
             if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
                 last_check = Instant::now();
                 published = ops;
@@ -319,6 +360,38 @@ impl OnTransport for Worker {
         stats.ops.store(ops, Ordering::Relaxed);
         stats.clients.store(0, Ordering::Relaxed);
     }
+}
+
+/// Starts the pull of the copy `p` names, from its primary's bulk port in
+/// `map`; a primary the map does not have fails it at once.
+fn start_pull(
+    p: PullStart,
+    map: &ShardMap,
+    cfg: &Config,
+    rails: &[String],
+    worker: (&Sender<ToWorker>, &Waker),
+    copies: &Arc<Copies>,
+    stop: &Arc<AtomicBool>,
+) {
+    let Some(m) = map.members().get(usize::from(p.from)) else {
+        let _ = worker.0.send(ToWorker::CopyPulled {
+            ticket: p.begin.ticket,
+            result: Err(format!("member {} is not in the map", p.from)),
+        });
+        return;
+    };
+    CopyPull {
+        begin: p.begin,
+        from: p.from,
+        bulk: std::net::SocketAddr::new(m.addr.ip(), m.bulk_port),
+        slots: map.slots(),
+        worker: (worker.0.clone(), worker.1.clone()),
+        cfg: cfg.clone(),
+        rails: rails.to_vec(),
+        copies: copies.clone(),
+        stop: stop.clone(),
+    }
+    .spawn();
 }
 
 /// What a worker serving with `huge_pages` says about its clients' rings:

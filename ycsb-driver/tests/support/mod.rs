@@ -54,3 +54,45 @@ pub fn output_within(cmd: &mut std::process::Command, secs: u64) -> std::process
         stderr: err.join().expect("stderr reader"),
     }
 }
+
+/// Readers of a running driver's output: its stdout (the report) and its
+/// stderr, each read to its end on a thread; a message on the receiver for
+/// each status line (`-s`), which says operations are being done.
+pub struct DriverOutput {
+    /// A message per status line.
+    pub status: std::sync::mpsc::Receiver<()>,
+    /// The report, once the driver ends.
+    pub stdout: std::thread::JoinHandle<String>,
+    /// Everything on stderr, once the driver ends.
+    pub stderr: std::thread::JoinHandle<String>,
+}
+
+/// Starts reading `child`'s piped stdout and stderr.
+pub fn read_driver(child: &mut std::process::Child) -> DriverOutput {
+    use std::io::{BufRead, BufReader, Read};
+    let (tx, status) = std::sync::mpsc::channel::<()>();
+    let err = child.stderr.take().expect("stderr piped");
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in BufReader::new(err).lines() {
+            let Ok(l) = l else { break };
+            if l.contains(" current ops/sec;") {
+                let _ = tx.send(());
+            }
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    let mut out = child.stdout.take().expect("stdout piped");
+    let stdout = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    DriverOutput {
+        status,
+        stdout,
+        stderr,
+    }
+}
