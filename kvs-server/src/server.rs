@@ -119,7 +119,7 @@ impl Server {
             ),
         }
         let own = crate::cluster::start::advertised(&cfg, addr, None)?;
-        let lease = Arc::new(Lease::new());
+        let lease = Arc::new(Lease::new(usize::from(cfg.workers)));
         let outgoing = Arc::new(Outgoing::default());
         let copies = Arc::new(Copies::default());
         let rails = crate::migration::rail_names(&cfg);

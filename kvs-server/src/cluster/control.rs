@@ -177,6 +177,8 @@ impl OnTransport for Control {
             last_readdress: Instant::now(),
             step_errors: 0,
             replication: self.replication,
+            drain_turns: None,
+            served: false,
         };
         // A member that restarts while importing pulls again.
         state.start_imports();
@@ -288,6 +290,12 @@ struct State {
     /// Peers' messages the group refused, for the log.
     step_errors: u64,
     replication: Replication,
+    /// While draining: the workers' turns when the lease was withdrawn
+    /// ([`Lease::turns`]); the group is asked to move the slots only once
+    /// those turns are over.
+    drain_turns: Option<Vec<u64>>,
+    /// Whether the member served at the last turn (see `drive`).
+    served: bool,
 }
 
 /// Wall-clock milliseconds since the Unix epoch (migration times).
@@ -668,12 +676,27 @@ impl State {
             eprintln!("kvs-server: draining: this member stops serving and hands its slots over");
             self.replication.start_drain(now);
         }
-        self.replication.drive(&mut self.group, now);
+        let quiet = self
+            .drain_turns
+            .as_ref()
+            .is_some_and(|t| self.lease.passed(t));
+        self.replication.drive(&mut self.group, now, quiet);
         // A restarted member serves nothing until the group has moved its
-        // slots to their backups.
+        // slots to their backups; given back (then, or after a drain), the
+        // lease holds only with the map that moved them.
         let serve = self.replication.may_serve();
+        if serve && !self.served {
+            self.lease.require_map(self.map.version());
+        }
+        self.served = serve;
         self.lease
             .set(self.group.lease_expiry(now).filter(|_| serve));
+        // A drain: the turns that may still serve by the withdrawn lease.
+        if !self.replication.draining() {
+            self.drain_turns = None;
+        } else if self.drain_turns.is_none() {
+            self.drain_turns = Some(self.lease.turns());
+        }
         self.shared
             .leased
             .store(serve && self.group.lease_valid(now), Ordering::Relaxed);

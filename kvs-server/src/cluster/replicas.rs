@@ -21,9 +21,9 @@ use crate::to_control::{ranges, ToControl};
 const AGAIN: Duration = Duration::from_millis(300);
 /// How long a report is pursued at all.
 const GIVE_UP: Duration = Duration::from_secs(120);
-/// How long a draining member waits, not serving, before it asks: every
-/// worker has seen its lease withdrawn by then, and the writes in flight
-/// have their backups' answers.
+/// How long a draining member waits, not serving, before it asks (and,
+/// before that, until every worker's turn that began under the lease is
+/// over): the writes in flight have their backups' answers by then.
 const SETTLE: Duration = Duration::from_millis(50);
 
 /// Where a drain is.
@@ -74,6 +74,12 @@ impl Replication {
         self.restart.is_none() && self.drain == Drain::Idle
     }
 
+    /// Whether the member drains (its lease withdrawn, the group not yet
+    /// asked or not yet done).
+    pub fn draining(&self) -> bool {
+        self.drain != Drain::Idle
+    }
+
     /// Starts draining (if it is not already).
     pub fn start_drain(&mut self, now: Instant) {
         if self.drain == Drain::Idle {
@@ -101,11 +107,12 @@ impl Replication {
         false
     }
 
-    /// Proposes what is new and again what has not taken effect.
-    pub fn drive(&mut self, group: &mut Group, now: Instant) {
+    /// Proposes what is new and again what has not taken effect; a drain
+    /// once `quiet` (no worker serves by the withdrawn lease any more).
+    pub fn drive(&mut self, group: &mut Group, now: Instant, quiet: bool) {
         if let Drain::Stopping(since, asked) = self.drain {
             let due = asked.is_none_or(|t| now.duration_since(t) >= AGAIN);
-            if now.duration_since(since) >= SETTLE && due {
+            if quiet && now.duration_since(since) >= SETTLE && due {
                 self.drain = Drain::Stopping(since, Some(now));
                 let _ = group.propose_anywhere(&Command::Drain { member: group.me() });
             }

@@ -31,6 +31,12 @@ pub enum Handled {
     /// A write applied here, whose answer (in `out`) waits until every
     /// backup of its slot has applied it too: the worker forwards it.
     Forward(Forward),
+    /// A read of a key whose write awaits its backups: it waits until none
+    /// is in flight, then is handled again.
+    AwaitWrite {
+        /// The key's fingerprint ([`Handler::in_flight`]).
+        fp: u64,
+    },
 }
 
 /// A write to forward to the backups of its slot.
@@ -89,6 +95,8 @@ pub struct Handler {
     max_memory: u64,
     /// Set by a request that must wait for a priority pull (its slot).
     pull: Option<u32>,
+    /// Set by a read of a key in flight.
+    await_write: Option<u64>,
     /// Set by a write to forward to its slot's backups.
     forward: Option<Forward>,
     /// Replication: writes' numbers, keys in flight, streams followed.
@@ -133,6 +141,7 @@ impl Handler {
             awaiting,
             max_memory: 0,
             pull: None,
+            await_write: None,
             forward: None,
             replicas: Replicas::new(me, slots),
             dedup: Dedup::default(),
@@ -240,6 +249,12 @@ impl Handler {
         h
     }
 
+    /// Whether a write of the key of fingerprint `fp` awaits its backups.
+    #[inline]
+    pub fn in_flight(&self, fp: u64) -> bool {
+        self.replicas.in_flight_fp(fp)
+    }
+
     /// Whether `key` of a slot being imported must be pulled before it can
     /// be answered: it is not here, and was not deleted here.
     #[inline]
@@ -251,6 +266,9 @@ impl Handler {
         self.answer_or_pull(req, max_response, out);
         if let Some(f) = self.forward.take() {
             return Handled::Forward(f);
+        }
+        if let Some(fp) = self.await_write.take() {
+            return Handled::AwaitWrite { fp };
         }
         self.pull
             .take()
@@ -342,8 +360,12 @@ impl Handler {
             return status(out, st);
         }
         match r.op() {
-            // A value its backups may not have yet is not read.
-            Op::Get if self.replicas.in_flight(key) => status(out, Status::TryAgain),
+            // A value its backups may not have yet is not read: the read
+            // waits for them.
+            Op::Get if self.replicas.in_flight(key) => {
+                out.clear();
+                self.await_write = Some(fingerprint(key));
+            }
             Op::Get => match self.store.get(slot, key) {
                 Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
                     begin_response(out, Status::Ok, 0);
@@ -478,6 +500,12 @@ impl Handler {
             if n == count {
                 break;
             }
+            // A value its backups may not have yet is not read: the client
+            // asks again shortly.
+            if self.replicas.in_flight(k) {
+                out.clear();
+                return status(out, Status::TryAgain);
+            }
             if out.len() + SCAN_RECORD_HEADER + k.len() + v.len() > max_response {
                 flags = FLAG_TRUNCATED;
                 break;
@@ -600,6 +628,46 @@ mod tests {
         let del = with_id(Op::Delete, b"", 3);
         assert_eq!(run(&mut h, &del), Status::Ok);
         assert_eq!(run(&mut h, &del), Status::Ok);
+    }
+
+    #[test]
+    fn a_value_its_backups_may_not_have_is_not_read() {
+        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
+        map.add_member(kvs_proto::Member {
+            addr: "127.0.0.1:7001".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        map.add_backup(0..1, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        // "a" is written and its backup answers.
+        ask(&mut h, Op::Put, b"a", b"1", 1, 64);
+        h.replicas.end_write(fingerprint(b"a"));
+        let mut req = Vec::new();
+        write_request(&mut req, Op::Put, 1, b"k", b"v", 1, 0);
+        let mut out = Vec::new();
+        let Handled::Forward(f2) = h.handle(&req, 64, &mut out) else {
+            panic!("a write with a backup is forwarded");
+        };
+        // A read of "k" waits; a scan over it is asked again; "a" (whose
+        // write was answered above) reads.
+        write_request(&mut req, Op::Get, 1, b"k", b"", 0, 0);
+        assert_eq!(
+            h.handle(&req, 64, &mut out),
+            Handled::AwaitWrite { fp: f2.fp }
+        );
+        assert!(h.in_flight(f2.fp));
+        assert_eq!(
+            st(&ask(&mut h, Op::Scan, b"", b"", 10, 256)),
+            Status::TryAgain
+        );
+        h.replicas.end_write(f2.fp);
+        assert!(!h.in_flight(f2.fp));
+        let all = ask(&mut h, Op::Scan, b"", b"", 10, 256);
+        assert_eq!(st(&all), Status::Ok);
+        let got = ask(&mut h, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"v");
     }
 
     #[test]

@@ -161,7 +161,13 @@ impl Replicas {
     /// Whether a write of `key` awaits its backups.
     #[inline]
     pub fn in_flight(&self, key: &[u8]) -> bool {
-        !self.inflight.is_empty() && self.inflight.contains_key(&fingerprint(key))
+        !self.inflight.is_empty() && self.in_flight_fp(fingerprint(key))
+    }
+
+    /// Whether a write of the key of fingerprint `fp` awaits its backups.
+    #[inline]
+    pub fn in_flight_fp(&self, fp: u64) -> bool {
+        self.inflight.contains_key(&fp)
     }
 
     /// The backup member `slot` is held for, if it is.

@@ -20,6 +20,7 @@ use mlx5::device::Context as Device;
 
 use super::forward::{ack_handler, Acks, Forwarder};
 use super::handle::{Handled, Handler};
+use super::read_wait::{ParkedRead, ReadsWaiting};
 use super::replicas::PullStart;
 use crate::config::Config;
 use crate::lease::Lease;
@@ -158,6 +159,8 @@ impl OnTransport for Worker {
         let mut published = 0u64;
         let waker = ctx.waker();
         let mut waiting = Waiting::new(cfg.clone(), cluster_token, to_self);
+        let mut reads = ReadsWaiting::default();
+        let mut due = Vec::new();
         let mut huge = HugeReport {
             worker: w,
             software: dev.as_sim().is_some(),
@@ -175,6 +178,8 @@ impl OnTransport for Worker {
             } else {
                 IDLE_TICK
             };
+            // Between turns: nothing is served by the lease read last.
+            lease.leave(usize::from(w));
             let n = match ctx.wait(tick) {
                 Ok(n) => n,
                 Err(e) => {
@@ -186,7 +191,7 @@ impl OnTransport for Worker {
                 }
             };
             // One read of the clock for the turn's requests.
-            h.leased = lease.holds(Instant::now());
+            h.leased = lease.enter(usize::from(w), Instant::now(), h.map.version());
             while let Some(req) = ctx.recv() {
                 let max = req.max_response();
                 let handled = match ctx.request(&req) {
@@ -202,6 +207,18 @@ impl OnTransport for Worker {
                         fwd.prepare(&h, b, f);
                     }
                     fwd.forward(&mut ctx, &mut h, req, f, &out);
+                    continue;
+                }
+                if let Handled::AwaitWrite { fp } = handled {
+                    // Its key's write awaits its backups: handled again
+                    // once answered.
+                    let parked = match ctx.request(&req) {
+                        Some(b) => reads.park(fp, req, b),
+                        None => Err(req),
+                    };
+                    if let Err(req) = parked {
+                        try_again(&mut ctx, req, &mut out);
+                    }
                     continue;
                 }
                 if let Handled::Pull { slot } = handled {
@@ -229,8 +246,12 @@ impl OnTransport for Worker {
                     start_pull(p, &h.map, &cfg, &rails, (&copy_tx, &waker), &copies, &stop);
                 }
             }
-            // Backups' answers, and what waits to go to them.
+            // Backups' answers, and what waits to go to them; then the
+            // reads that waited for the writes answered.
             ops += fwd.on_acks(&mut ctx, &mut h);
+            if !reads.is_empty() {
+                ops += reads_due(&mut ctx, &mut h, &mut reads, &mut due, &mut out);
+            }
             if fwd.busy() {
                 fwd.pump(&mut ctx, &h);
             }
@@ -487,8 +508,44 @@ fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
                 fwd.prepare(h, &p.req, f);
                 fwd.forward(ctx, h, p.handle, f, out);
             }
-            // Still not here (its pull failed): the client asks again.
-            Handled::Pull { .. } => try_again(ctx, p.handle, out),
+            // Still not here (its pull failed), or a write of it in
+            // flight: the client asks again.
+            Handled::Pull { .. } | Handled::AwaitWrite { .. } => try_again(ctx, p.handle, out),
+        }
+    }
+    n
+}
+
+/// Handles again the parked reads whose key no write awaits any more;
+/// returns how many were answered.
+fn reads_due<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &mut copyrpc::Context<u64, F, T>,
+    h: &mut Handler,
+    reads: &mut ReadsWaiting<copyrpc::RecvHandle>,
+    due: &mut Vec<ParkedRead<copyrpc::RecvHandle>>,
+    out: &mut Vec<u8>,
+) -> u64 {
+    reads.take_due(|fp| h.in_flight(fp), due);
+    let mut n = 0;
+    for r in due.drain(..) {
+        match h.handle(&r.req, r.handle.max_response(), out) {
+            Handled::Answered => {
+                let _ = ctx.reply(r.handle, out);
+                reads.recycle(r.req);
+                n += 1;
+            }
+            // A newer write of the key: waits again, within limits.
+            Handled::AwaitWrite { .. } => {
+                if let Err(handle) = reads.again(r) {
+                    try_again(ctx, handle, out);
+                }
+            }
+            // A read is neither forwarded nor (its slot served here) pulled
+            // but by a map change since: the client asks again.
+            Handled::Forward(_) | Handled::Pull { .. } => {
+                try_again(ctx, r.handle, out);
+                reads.recycle(r.req);
+            }
         }
     }
     n
