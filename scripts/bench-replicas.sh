@@ -5,7 +5,8 @@
 # until every slot has its copies). Two driver threads at depth 16; each
 # figure is the median of RUNS runs, and the ratio is what to read on a
 # shared machine.
-#   bash scripts/bench-replicas.sh        (RECORDS, OPS, RUNS to change)
+#   bash scripts/bench-replicas.sh        (RECORDS, OPS, RUNS to change;
+#   SERVER_CONFIG=kvs.toml gives the servers a config file, e.g. idle settings)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -36,7 +37,7 @@ for m in 0 1 2; do
   join=()
   [ "$m" -gt 0 ] && join=(--join 127.0.0.1:$base)
   "$S" --listen 127.0.0.1:$((base + m)) --fabric "$fabric" --device sim1 --workers 2 \
-    --stats-interval 0 --data-dir "$root/m$m" "${join[@]}" >"$root/m$m.log" 2>&1 &
+    --stats-interval 0 --data-dir "$root/m$m" "${join[@]}" ${SERVER_CONFIG:+--config "$SERVER_CONFIG"} >"$root/m$m.log" 2>&1 &
   pids+=($!)
   sleep 1
 done

@@ -5,7 +5,9 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::ops::Range;
 
-use kvs_proto::control::{CopyStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus};
+use kvs_proto::control::{
+    CopyStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus, WorkerStatus,
+};
 use kvs_proto::ShardMap;
 use serde::Serialize;
 
@@ -84,9 +86,11 @@ pub struct MemberView {
     pub backup_slots: u32,
     /// Slots it owns by its own count.
     pub slots: Option<u32>,
-    /// Keys it holds.
+    /// Keys of the slots it is primary of.
     pub keys: Option<u64>,
-    /// Heap bytes its records take.
+    /// Keys it holds as a backup of other members' slots.
+    pub backup_keys: Option<u64>,
+    /// Heap bytes its records take (backup copies included).
     pub bytes: Option<u64>,
     /// Per worker (as it reports them, else as the map has them).
     pub workers: Vec<WorkerView>,
@@ -236,6 +240,7 @@ pub fn assemble(
                 backup_slots: map.backup_slots_of(id),
                 slots: None,
                 keys: None,
+                backup_keys: None,
                 bytes: None,
                 workers: Vec::new(),
                 importing,
@@ -249,7 +254,8 @@ pub fn assemble(
                     v.map_version = Some(s.map_version);
                     v.answered_as = Some(s.member);
                     v.slots = Some(s.workers.iter().map(|w| w.slots).sum());
-                    v.keys = Some(s.workers.iter().map(|w| w.keys).sum());
+                    v.keys = Some(s.workers.iter().map(primary_keys).sum());
+                    v.backup_keys = Some(s.workers.iter().map(|w| w.backup_keys).sum());
                     v.bytes = Some(s.workers.iter().map(|w| w.bytes).sum());
                     v.workers = s
                         .workers
@@ -259,7 +265,7 @@ pub fn assemble(
                             worker: w as u16,
                             slots: Some(ws.slots),
                             ranges: ranges_of(w as u16),
-                            keys: Some(ws.keys),
+                            keys: Some(primary_keys(ws)),
                             bytes: Some(ws.bytes),
                         })
                         .collect();
@@ -432,6 +438,9 @@ impl ClusterStatus {
                     m.backup_slots,
                     if m.backup_slots == 1 { "" } else { "s" }
                 );
+                if let Some(k) = m.backup_keys.filter(|_| m.backup_slots > 0) {
+                    let _ = write!(head, " ({k} keys)");
+                }
             }
             let _ = writeln!(out, "{head}");
             let mut t = Table::new(&[
@@ -559,6 +568,12 @@ impl ClusterStatus {
     }
 }
 
+/// The keys of the slots a worker is primary of (it reports its backup
+/// copies among its keys, and apart).
+fn primary_keys(w: &WorkerStatus) -> u64 {
+    w.keys.saturating_sub(w.backup_keys)
+}
+
 /// The migration for people: its state, a progress bar, what moved
 /// and what is left.
 fn migration_text(m: &MigrationStatus, members: &[MemberView]) -> String {
@@ -658,7 +673,6 @@ mod tests {
             "10.0.0.1:7000: malformed answer: short"
         );
     }
-    use kvs_proto::control::WorkerStatus;
     use kvs_proto::Member;
 
     fn map() -> ShardMap {
@@ -686,7 +700,12 @@ mod tests {
             map_version: version,
             workers: workers
                 .iter()
-                .map(|&(slots, keys, bytes)| WorkerStatus { slots, keys, bytes })
+                .map(|&(slots, keys, bytes)| WorkerStatus {
+                    slots,
+                    keys,
+                    backup_keys: 0,
+                    bytes,
+                })
                 .collect(),
             imports: Vec::new(),
             migration: None,
@@ -734,6 +753,8 @@ mod tests {
             error: None,
         });
         let mut one = st(1, 3, &[(8, 5, 100)]);
+        // Two of its five keys are backup copies of member 0's slots.
+        one.workers[0].backup_keys = 2;
         one.copies.push(CopyStatus {
             from: 0,
             first: 8,
@@ -835,6 +856,9 @@ mod tests {
         assert_eq!(j["migration"]["slots_done"], 2);
         assert_eq!(j["members"][1]["drained"], false);
         assert_eq!(j["members"][1]["copies"][0]["total_bytes"], 4_000_000);
+        assert_eq!(j["members"][1]["keys"], 3, "keys it serves");
+        assert_eq!(j["members"][1]["backup_keys"], 2);
+        assert_eq!(j["members"][1]["workers"][0]["keys"], 3);
     }
 
     #[test]

@@ -107,7 +107,7 @@ fn replicas_are_raised_copied_and_dropped() {
     );
     assert!(
         r.stdout.contains(&format!(
-            "member 1 ({}), zone b, backs up {SLOTS} slots\n",
+            "member 1 ({}), zone b, backs up {SLOTS} slots (",
             c.addr(1)
         )),
         "{}",

@@ -322,8 +322,11 @@ pub struct MigrationStatus {
 pub struct WorkerStatus {
     /// Slots it owns.
     pub slots: u32,
-    /// Keys it holds.
+    /// Keys it holds, backup copies included.
     pub keys: u64,
+    /// Of those, keys it holds as a backup of another member's slots.
+    #[serde(default)]
+    pub backup_keys: u64,
     /// Heap bytes its records take.
     pub bytes: u64,
 }
@@ -387,6 +390,7 @@ mod tests {
             workers: vec![WorkerStatus {
                 slots: 512,
                 keys: 10,
+                backup_keys: 4,
                 bytes: 1000,
             }],
             imports: vec![ImportStatus {

@@ -66,6 +66,41 @@ pub enum Kind {
     /// Whether the copy is complete: answered OK once every pulled record
     /// is applied, TRY_AGAIN while the pull goes on.
     CopyEnd = 6,
+    /// Request ids the primary remembers for the slot (writes applied
+    /// before the copy began), so that the new backup, once promoted,
+    /// applies none of them again: the value is entries of [`IDS_ENTRY`]
+    /// bytes, `client u64 | request u64 × IDS_PER_CLIENT` (0: none).
+    CopyIds = 7,
+}
+
+/// Request numbers per client in a [`Kind::CopyIds`] entry.
+pub const IDS_PER_CLIENT: usize = 16;
+/// Bytes of a [`Kind::CopyIds`] entry.
+pub const IDS_ENTRY: usize = 8 * (1 + IDS_PER_CLIENT);
+
+/// Appends a [`Kind::CopyIds`] entry to `value`.
+pub fn push_ids_entry(value: &mut Vec<u8>, client: u64, ids: &[u64; IDS_PER_CLIENT]) {
+    value.extend_from_slice(&client.to_le_bytes());
+    for id in ids {
+        value.extend_from_slice(&id.to_le_bytes());
+    }
+}
+
+/// The entries of a [`Kind::CopyIds`] value; `None` if its length is not a
+/// whole number of entries.
+pub fn ids_entries(
+    value: &[u8],
+) -> Option<impl Iterator<Item = (u64, [u64; IDS_PER_CLIENT])> + '_> {
+    if value.len() % IDS_ENTRY != 0 {
+        return None;
+    }
+    Some(value.chunks_exact(IDS_ENTRY).map(|e| {
+        let mut ids = [0u64; IDS_PER_CLIENT];
+        for (i, id) in ids.iter_mut().enumerate() {
+            *id = le64(&e[8 * (i + 1)..]);
+        }
+        (le64(e), ids)
+    }))
 }
 
 impl Kind {
@@ -76,6 +111,7 @@ impl Kind {
             3 => Kind::Patch,
             4 => Kind::CopyBegin,
             6 => Kind::CopyEnd,
+            7 => Kind::CopyIds,
             _ => return None,
         })
     }
@@ -299,6 +335,19 @@ mod tests {
             let _ = Replicate::new_checked(&c).map(|r| (r.header(), r.key(), r.value()));
         }
         assert!(Kind::Put.is_write() && !Kind::CopyBegin.is_write());
+    }
+
+    #[test]
+    fn request_ids_round_trip_in_whole_entries() {
+        let mut v = Vec::new();
+        let mut ids = [0u64; IDS_PER_CLIENT];
+        ids[0] = 5;
+        ids[15] = 9;
+        push_ids_entry(&mut v, 77, &ids);
+        push_ids_entry(&mut v, 78, &[1; IDS_PER_CLIENT]);
+        let got: Vec<_> = ids_entries(&v).unwrap().collect();
+        assert_eq!(got, [(77, ids), (78, [1; IDS_PER_CLIENT])]);
+        assert!(ids_entries(&v[..v.len() - 1]).is_none());
     }
 
     #[test]

@@ -13,8 +13,10 @@ pub struct WorkerStats {
     pub ops: AtomicU64,
     /// Connected clients.
     pub clients: AtomicU64,
-    /// Keys held.
+    /// Keys held, backup copies included.
     pub keys: AtomicU64,
+    /// Keys held as a backup of another member's slots.
+    pub backup_keys: AtomicU64,
     /// Heap bytes the worker's records take (what `max_memory` caps; see
     /// [`crate::memory`]).
     pub memory_used: AtomicU64,

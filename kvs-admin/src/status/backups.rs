@@ -259,7 +259,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("member 1 (10.0.0.1:7001), backs up 64 slots\n"),
+            text.contains("member 1 (10.0.0.1:7001), backs up 64 slots (0 keys)\n"),
             "{text}"
         );
         assert!(

@@ -874,6 +874,7 @@ impl State {
             .map(|s| WorkerStatus {
                 slots: 0,
                 keys: s.keys.load(Ordering::Relaxed),
+                backup_keys: s.backup_keys.load(Ordering::Relaxed),
                 bytes: s.memory_used.load(Ordering::Relaxed),
             })
             .collect();

@@ -37,8 +37,9 @@ impl Hasher for IdHasher {
 /// A map keyed by ids or fingerprints, hashed by [`IdHasher`].
 pub(crate) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
-/// Request numbers remembered per slot and client.
-pub(crate) const RECENT: usize = 16;
+/// Request numbers remembered per slot and client (as many as a copy's
+/// request ids carry).
+pub(crate) const RECENT: usize = kvs_proto::replica::IDS_PER_CLIENT;
 /// Clients remembered per slot.
 pub(crate) const MAX_CLIENTS: usize = 256;
 
@@ -98,6 +99,25 @@ impl Dedup {
         r.touched = now;
     }
 
+    /// The request numbers remembered for `slot`, by client (for a copy to
+    /// a new backup).
+    pub fn clients(&self, slot: u32) -> impl Iterator<Item = (u64, [u64; RECENT])> + '_ {
+        self.slots
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(&c, r)| (c, r.ids)))
+    }
+
+    /// Takes a copy's request numbers for `client` of `slot` (0: none).
+    pub fn merge(&mut self, slot: u32, client: u64, ids: &[u64; RECENT]) {
+        for &q in ids.iter().filter(|&&q| q != 0) {
+            if !self.seen(slot, (client, q)) {
+                self.record(slot, (client, q));
+            }
+        }
+    }
+
     /// `slot` left this worker: what it knew of it goes.
     pub fn forget(&mut self, slot: u32) {
         if let Some(m) = self.slots.get_mut(slot as usize) {
@@ -132,6 +152,13 @@ mod tests {
         d.record(5, (9999, 1));
         assert!(d.seen(5, (9999, 1)) && d.seen(5, (100, 2)));
         assert!(!d.seen(5, (101, 1)), "the oldest went");
+        // A copy carries them to another worker.
+        let mut other = Dedup::default();
+        for (c, ids) in d.clients(5) {
+            other.merge(5, c, &ids);
+        }
+        assert!(other.seen(5, (9999, 1)) && other.seen(5, (100, 2)));
+        assert!(!other.seen(5, (101, 1)) && !other.seen(3, (7, 2)));
         d.forget(5);
         assert!(!d.seen(5, (9999, 1)));
         // No id: nothing to remember.

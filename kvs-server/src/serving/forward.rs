@@ -50,7 +50,7 @@ use copyrpc::conn::{dial, Connection, Dial};
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context, RecvHandle};
 use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONSE_HEADER};
-use kvs_proto::replica::{write_replicate, CopyBegin, Header, Kind};
+use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kind};
 use kvs_proto::{hello, AuthToken, Owner, SetupAnswer, ShardMap};
 
 use crate::migration::outgoing::{Held, Outgoing};
@@ -76,6 +76,8 @@ const COPY_BUDGET: usize = 256 << 20;
 const COPY_GROUP: usize = 256;
 /// A link's queue past which no copy begins.
 const COPY_QUEUE: usize = 256;
+/// Clients' request ids per [`Kind::CopyIds`] message (about 2 KiB).
+const IDS_BATCH: usize = 16;
 
 /// A client's write forwarded to a backup (user data: the link, the
 /// pending write).
@@ -846,16 +848,62 @@ impl Forwarder {
                 self.fail_copy(i, now);
                 continue;
             }
+            // The request ids of the writes before the begin, so that a
+            // write sent again after the backup's promotion is applied once.
+            let sent = self.send_ids(ctx, h, li, hdr, u);
+            if sent.is_none() {
+                self.fail_copy(i, now);
+                continue;
+            }
             let j = &mut self.copies[i];
+            j.outstanding = sent.unwrap_or(0);
             j.step = Step::Pulling;
             j.bytes = size;
             j.since = h.map.version();
             j.epoch = h.map.epoch(slot);
-            j.outstanding = 1;
+            j.outstanding += 1;
             j.probing = false;
             j.next_probe = now + PROBE;
             j.progress = now;
         }
+    }
+
+    /// Sends the request ids `h` remembers for `begin`'s slot to link
+    /// `li`, after the copy's begin, in messages of at most [`IDS_BATCH`]
+    /// clients (user data `u`); how many messages went, `None` if the link
+    /// could not take one.
+    fn send_ids<F, T>(
+        &mut self,
+        ctx: &mut Context<u64, F, T>,
+        h: &Handler,
+        li: usize,
+        begin: Header,
+        u: u64,
+    ) -> Option<u32>
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
+        let hdr = Header {
+            kind: Kind::CopyIds,
+            seq: 0,
+            ..begin
+        };
+        let mut value = Vec::new();
+        let mut sent = 0;
+        let mut clients = h.dedup.clients(begin.slot).peekable();
+        while clients.peek().is_some() {
+            value.clear();
+            for (client, ids) in clients.by_ref().take(IDS_BATCH) {
+                push_ids_entry(&mut value, client, &ids);
+            }
+            write_replicate(&mut self.msg, &hdr, &[], &value);
+            if !self.send(ctx, li, u) {
+                return None;
+            }
+            sent += 1;
+        }
+        Some(sent)
     }
 
     /// After a new map: which backups need links, which need copies; links

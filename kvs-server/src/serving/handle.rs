@@ -249,6 +249,15 @@ impl Handler {
         h
     }
 
+    /// Keys held as a backup of other members' slots (one pass over the
+    /// map's slots).
+    pub fn backup_keys(&self) -> u64 {
+        (0..self.map.slots())
+            .filter(|&s| self.map.backups(s).iter().any(|b| b.owner == self.me))
+            .map(|s| self.store.slot_size(s).keys as u64)
+            .sum()
+    }
+
     /// Whether a write of the key of fingerprint `fp` awaits its backups.
     #[inline]
     pub fn in_flight(&self, fp: u64) -> bool {

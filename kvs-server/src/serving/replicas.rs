@@ -416,6 +416,15 @@ impl Replicas {
                 Patch::Done => Ok(()),
                 other => Err(format!("the patch does not apply here ({other:?})")),
             },
+            Kind::CopyIds => match kvs_proto::replica::ids_entries(msg.value()) {
+                Some(entries) => {
+                    for (client, ids) in entries {
+                        dedup.merge(s, client, &ids);
+                    }
+                    Ok(())
+                }
+                None => Err("malformed request ids".to_string()),
+            },
             Kind::CopyBegin | Kind::CopyEnd => Ok(()),
         };
         match done {
@@ -564,6 +573,27 @@ mod tests {
         r.pulled(&TICKET, Err("rail down".into()), &mut st);
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
         assert!(e.unwrap_err().why.contains("rail down"));
+    }
+
+    #[test]
+    fn a_copy_brings_the_request_ids_of_the_writes_before_it() {
+        let m = map();
+        let mut r = Replicas::new(B, 4);
+        let mut st = Store::new(4, usize::MAX);
+        let mut d = Dedup::default();
+        let mut value = Vec::new();
+        let mut ids = [0u64; kvs_proto::replica::IDS_PER_CLIENT];
+        ids[0] = 41;
+        kvs_proto::replica::push_ids_entry(&mut value, 7, &ids);
+        let msg_ids = msg(Kind::CopyIds, P, 0, b"", &value);
+        let mut go =
+            |b: &[u8], d: &mut Dedup| r.apply(&Replicate::new_checked(b).unwrap(), &m, &mut st, d);
+        assert!(go(&msg_ids, &mut d).is_err(), "not before the begin");
+        go(&begin(P, 3), &mut d).unwrap();
+        go(&msg_ids, &mut d).unwrap();
+        assert!(d.seen(1, (7, 41)) && !d.seen(1, (7, 42)));
+        let bad = msg(Kind::CopyIds, P, 0, b"", &value[..10]);
+        assert!(go(&bad, &mut d).unwrap_err().why.contains("malformed"));
     }
 
     #[test]

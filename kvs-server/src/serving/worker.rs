@@ -353,6 +353,7 @@ impl OnTransport for Worker {
                 stats.ops.store(ops, Ordering::Relaxed);
                 stats.clients.store(conns.len() as u64, Ordering::Relaxed);
                 stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+                stats.backup_keys.store(h.backup_keys(), Ordering::Relaxed);
                 stats
                     .memory_used
                     .store(h.store.memory_used() as u64, Ordering::Relaxed);
