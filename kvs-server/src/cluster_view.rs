@@ -30,4 +30,7 @@ pub(crate) struct Shared {
     pub pulled_records: AtomicU64,
     pub pulled_bytes: AtomicU64,
     pub sent_bytes: AtomicU64,
+    /// Bytes of keys and values this member sent to new backups (copies
+    /// of the slots it is primary of).
+    pub copy_sent_bytes: AtomicU64,
 }

@@ -305,6 +305,12 @@ impl Collector for Exposition {
                 Some(&Unit::Bytes),
                 &c.sent_bytes,
             ),
+            (
+                "kvs_copy_sent",
+                "Bytes of keys and values this member sent to new backups of its slots.",
+                Some(&Unit::Bytes),
+                &c.copy_sent_bytes,
+            ),
         ] {
             enc.encode_descriptor(name, help, unit, MetricType::Counter)?
                 .encode_counter::<NoLabelSet, _, u64>(&load(v), None)?;

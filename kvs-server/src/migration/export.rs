@@ -11,7 +11,7 @@
 //! that connects and says nothing, or trickles its bytes, costs a
 //! descriptor until its deadline, never a thread.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -118,7 +118,7 @@ impl Exporter {
             log.refused(peer, why);
             return p.refuse(why);
         };
-        let Some(held) = self.outgoing.redeem(&setup) else {
+        let Some((held, copy)) = self.outgoing.redeem(&setup) else {
             let why = format!("no open ticket for slots {}..{}", setup.first, setup.end);
             log.refused(peer, &why);
             return p.refuse(&why);
@@ -128,14 +128,15 @@ impl Exporter {
         // up a new one.
         let spawned = std::thread::Builder::new()
             .name("kvs-export".into())
-            .spawn(move || me.serve(p, setup, held));
+            .spawn(move || me.serve(p, setup, held, copy));
         if let Err(e) = spawned {
             eprintln!("kvs-server: bulk port: cannot start a transfer for {peer}: {e}");
         }
     }
 
-    /// One target's transfer, on a thread of its own.
-    fn serve(&self, p: PendingConnection, setup: PullSetup, held: Held) {
+    /// One target's transfer (a new backup's, if `copy`), on a thread of
+    /// its own.
+    fn serve(&self, p: PendingConnection, setup: PullSetup, held: Held, copy: bool) {
         let peer = p.peer_addr();
         let rails = match open_rails(&self.cfg, &self.rails, setup.rails) {
             Ok(r) => r,
@@ -148,7 +149,12 @@ impl Exporter {
             Ok(c) => c,
             Err(e) => return eprintln!("kvs-server: bulk setup from {peer}: {e}"),
         };
-        if let Err(e) = send_all(&mut comm, &held, setup.end, &self.shared, &self.stop) {
+        let sent = if copy {
+            &self.shared.copy_sent_bytes
+        } else {
+            &self.shared.sent_bytes
+        };
+        if let Err(e) = send_all(&mut comm, &held, setup.end, sent, &self.stop) {
             eprintln!(
                 "kvs-server: bulk transfer of slots {}..{} to {peer} failed: {e}",
                 setup.first, setup.end
@@ -165,7 +171,7 @@ fn send_all(
     comm: &mut Comm,
     held: &Held,
     end: u32,
-    shared: &crate::cluster_view::Shared,
+    sent: &AtomicU64,
     stop: &AtomicBool,
 ) -> Result<(), String> {
     let bufs: Vec<Buffer> = (0..DEPTH)
@@ -184,9 +190,7 @@ fn send_all(
             // Full: every slot before this one is complete.
             let bytes = w.finish(*slot, 0).to_vec();
             post(comm, &bufs, &mut inflight, seq, &bytes, stop)?;
-            shared
-                .sent_bytes
-                .fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
+            sent.fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
             seq += 1;
             w.begin(seq);
             if !w.push(k, v) {
@@ -199,9 +203,7 @@ fn send_all(
     }
     let bytes = w.finish(end, LAST).to_vec();
     post(comm, &bufs, &mut inflight, seq, &bytes, stop)?;
-    shared
-        .sent_bytes
-        .fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
+    sent.fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
     // Every batch is in the target's memory once its send completes.
     for r in inflight.iter_mut() {
         if let Some(req) = r.take() {

@@ -146,15 +146,16 @@ impl Outgoing {
         self.lock().copies.retain(|t| &t.id != id);
     }
 
-    /// The records a bulk connection's setup may have: its ticket must be
-    /// open and match; it is used up.
-    pub fn redeem(&self, s: &PullSetup) -> Option<Held> {
+    /// The records a bulk connection's setup may have, and whether they are
+    /// a copy's snapshot (else a migration's frozen slots): its ticket must
+    /// be open and match; it is used up.
+    pub fn redeem(&self, s: &PullSetup) -> Option<(Held, bool)> {
         let mut g = self.lock();
         let now = Instant::now();
         if let Some(i) = g.copies.iter().position(|t| {
             t.expires > now && t.id == s.ticket && (t.first, t.end) == (s.first, s.end)
         }) {
-            return Some(g.copies.swap_remove(i).held);
+            return Some((g.copies.swap_remove(i).held, true));
         }
         let i = g.tickets.iter().position(|t| {
             t.expires > now
@@ -162,9 +163,10 @@ impl Outgoing {
                 && (t.version, t.first, t.end) == (s.version, s.first, s.end)
         })?;
         g.tickets.swap_remove(i);
-        (s.first..s.end)
+        let held = (s.first..s.end)
             .map(|slot| g.slots.get(&slot).map(|r| (slot, r.clone())))
-            .collect()
+            .collect::<Option<Held>>()?;
+        Some((held, false))
     }
 }
 
@@ -226,7 +228,10 @@ mod tests {
             ..setup.clone()
         };
         assert!(o.redeem(&other).is_none());
-        assert_eq!(o.redeem(&setup).map(|h| h.len()), Some(4));
+        assert_eq!(
+            o.redeem(&setup).map(|(h, copy)| (h.len(), copy)),
+            Some((4, false))
+        );
         assert!(o.redeem(&setup).is_none(), "used up");
         assert_eq!(o.release(|s| s >= 6), (2, 0));
         assert_eq!(o.held().0, 2);
@@ -252,7 +257,8 @@ mod tests {
                 ..setup.clone()
             })
             .is_none());
-        let h = o.redeem(&setup).unwrap();
+        let (h, copy) = o.redeem(&setup).unwrap();
+        assert!(copy);
         assert_eq!(h.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [3, 9]);
         assert!(o.redeem(&setup).is_none(), "used up");
         let (t, first, end) = o.issue_copy(vec![(1, Arc::default())]).unwrap();

@@ -69,9 +69,10 @@ const COPY_RETRY: Duration = Duration::from_millis(50);
 const COPY_STALL: Duration = Duration::from_secs(2);
 /// How often a copy asks whether the backup pulled its snapshot.
 const PROBE: Duration = Duration::from_millis(2);
-/// Bytes of snapshots under way to one backup, at most (a copy larger
-/// than this goes alone): what copies may cost in memory here.
-const COPY_BUDGET: usize = 256 << 20;
+/// Bytes of this worker's snapshots under way to one backup worker, at
+/// most (a slot larger than this goes alone): what copies may cost in
+/// memory here. 64 batches of the bulk path: enough to keep a pull busy.
+const COPY_BUDGET: usize = 64 << 20;
 /// Slots snapshotted under one ticket, at most.
 const COPY_GROUP: usize = 256;
 /// A link's queue past which no copy begins.
