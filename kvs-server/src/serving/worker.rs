@@ -373,6 +373,8 @@ impl OnTransport for Worker {
                 _ => {}
             }
         }
+        // Out of its last turn (a drain waits for no worker that ended).
+        lease.leave(usize::from(w));
         // Answers already written go out; then every endpoint closes.
         ctx.poll();
         for c in &mut conns {
