@@ -13,9 +13,11 @@
 //!   after the primary, preferring a zone that holds no copy yet. Runs of
 //!   slots with one primary get one backup member each, so the map stays a
 //!   few runs. Backups on members that are not up, and backups past the
-//!   count, are dropped. Slots being imported get none until the import
-//!   ends (their new owner is still pulling records that backups would not
-//!   see).
+//!   count, are dropped: a not-ready one first, else the one on the member
+//!   that backs up the most slots. Slots being imported get none until the
+//!   import ends (their new owner is still pulling records that backups
+//!   would not see). A migration's target, copied as one more backup
+//!   before it takes the slots over, is kept and not counted.
 
 use std::ops::Range;
 
@@ -45,20 +47,35 @@ pub(crate) fn failover(map: &mut ShardMap, member: u16, up: impl Fn(u16) -> bool
     promoted
 }
 
+/// A backup a migration is making (its target, copied before it becomes
+/// the primary): never dropped as one too many, and not counted.
+pub(crate) type Kept = Option<(Range<u32>, u16)>;
+
 /// Drops and adds backups so every slot that is not being imported has
 /// `replicas - 1` of them on members in `up`, as the [module
-/// documentation](self) says; `zone` gives a member's zone (`None`: a zone
-/// of its own). Returns whether the map changed.
+/// documentation](self) says, besides the backup `kept`; `zone` gives a
+/// member's zone (`None`: a zone of its own). Returns whether the map
+/// changed.
 pub(crate) fn reconcile(
     map: &mut ShardMap,
     replicas: usize,
     up: &[u16],
+    kept: &Kept,
     zone: impl Fn(u16) -> Option<String>,
 ) -> bool {
     let want = replicas.saturating_sub(1);
     let before = map.clone();
-    // Backups on members that are not up, then the ones past the count
-    // (not-ready ones first, then the latest added).
+    let is_kept = |s: u32, m: u16| {
+        kept.as_ref()
+            .is_some_and(|(r, k)| *k == m && r.contains(&s))
+    };
+    let counted = |map: &ShardMap, s: u32| {
+        map.backups(s)
+            .iter()
+            .filter(|b| !is_kept(s, b.owner.member))
+            .count()
+    };
+    // Backups on members that are not up.
     for s in 0..map.slots() {
         let gone: Vec<u16> = map
             .backups(s)
@@ -69,15 +86,43 @@ pub(crate) fn reconcile(
         for m in gone {
             let _ = map.drop_backup(s..s + 1, m);
         }
-        while map.backups(s).len() > want {
-            let b = map.backups(s);
-            let victim = b.iter().rev().find(|b| !b.ready).unwrap_or(&b[b.len() - 1]);
-            let m = victim.owner.member;
-            let _ = map.drop_backup(s..s + 1, m);
+    }
+    // Backups past the count, a run at a time (so the map stays a few
+    // runs): a not-ready one first, the latest added; else the ready one
+    // on the member that backs up the most slots (a migration's hand-over
+    // leaves the old primary as one more: this spreads the copies).
+    let mut load = vec![0u32; map.members().len()];
+    for s in 0..map.slots() {
+        for b in map.backups(s) {
+            load[usize::from(b.owner.member)] += 1;
+        }
+    }
+    for run in runs_where(map, |m, s| counted(m, s) > want) {
+        while counted(map, run.start) > want {
+            let b: Vec<_> = map
+                .backups(run.start)
+                .iter()
+                .copied()
+                .filter(|b| !is_kept(run.start, b.owner.member))
+                .collect();
+            let victim = match b.iter().rev().find(|b| !b.ready) {
+                Some(v) => v.owner.member,
+                // Ties: the latest added (after a hand-over, the old
+                // primary).
+                None => {
+                    b.iter()
+                        .max_by_key(|b| load[usize::from(b.owner.member)])
+                        .expect("more than wanted")
+                        .owner
+                        .member
+                }
+            };
+            let _ = map.drop_backup(run.clone(), victim);
+            load[usize::from(victim)] -= run.end - run.start;
         }
     }
     // New backups, run by run (a primary that is not up cannot copy).
-    for run in short_runs(map, want) {
+    for run in runs_where(map, |m, s| counted(m, s) < want) {
         if !up.contains(&map.owner_of_slot(run.start).member) {
             continue;
         }
@@ -85,7 +130,7 @@ pub(crate) fn reconcile(
         let mut holders: Vec<u16> = std::iter::once(primary.member)
             .chain(map.backups(run.start).iter().map(|b| b.owner.member))
             .collect();
-        for _ in map.backups(run.start).len()..want {
+        for _ in counted(map, run.start)..want {
             let Some(m) = pick(up, &holders, primary.member, &zone) else {
                 break;
             };
@@ -98,12 +143,96 @@ pub(crate) fn reconcile(
     *map != before
 }
 
+/// Backup moves that even out how many slots the members in `up` back
+/// up: `(slots, from, to)`, from the busiest backup of a run of slots to
+/// the least busy member that holds no copy of the run and whose zone
+/// holds none (besides `from`'s), while `from` backs up at least two slots
+/// more; passes over the runs until nothing moves, each slot's backup
+/// moving once at most. What a rebalance does after it moved the
+/// primaries.
+pub(crate) fn spread(
+    map: &ShardMap,
+    up: &[u16],
+    zone: impl Fn(u16) -> Option<String>,
+) -> Vec<(Range<u32>, u16, u16)> {
+    let mut map = map.clone();
+    let mut load = vec![0u32; map.members().len()];
+    for s in 0..map.slots() {
+        for b in map.backups(s) {
+            load[usize::from(b.owner.member)] += 1;
+        }
+    }
+    let eligible = up.len().max(1) as u32;
+    let total: u32 = up.iter().map(|&m| load[usize::from(m)]).sum();
+    let (lo, hi) = (total / eligible, total.div_ceil(eligible));
+    let mut moved = vec![false; map.slots() as usize];
+    let mut out = Vec::new();
+    // First toward each member's share; then, for what a member cannot
+    // take (it is the runs' primary), pairwise.
+    for pass in 0..8 {
+        let to_share = pass < 4;
+        let before = out.len();
+        for run in runs_where(&map, |_, s| !moved[s as usize]) {
+            let holders: Vec<u16> = std::iter::once(map.owner_of_slot(run.start).member)
+                .chain(map.backups(run.start).iter().map(|b| b.owner.member))
+                .collect();
+            let Some(from) = holders[1..]
+                .iter()
+                .copied()
+                .filter(|b| up.contains(b))
+                .max_by_key(|&b| load[usize::from(b)])
+            else {
+                continue;
+            };
+            let taken: Vec<String> = holders
+                .iter()
+                .filter(|&&h| h != from)
+                .filter_map(|&h| zone(h))
+                .collect();
+            let Some(to) = up
+                .iter()
+                .copied()
+                .filter(|m| !holders.contains(m))
+                .filter(|&m| zone(m).is_none_or(|z| !taken.contains(&z)))
+                .min_by_key(|&m| load[usize::from(m)])
+            else {
+                continue;
+            };
+            let (lf, lt) = (load[usize::from(from)], load[usize::from(to)]);
+            let n = if to_share {
+                if lf <= lo || lt >= hi {
+                    continue;
+                }
+                (run.end - run.start).min(lf - lo).min(hi - lt)
+            } else {
+                if lf <= lt + 1 {
+                    continue;
+                }
+                (run.end - run.start).min((lf - lt) / 2)
+            };
+            let r = run.start..run.start + n;
+            if map.add_backup(r.clone(), to).is_err() {
+                continue;
+            }
+            let _ = map.drop_backup(r.clone(), from);
+            load[usize::from(from)] -= n;
+            load[usize::from(to)] += n;
+            moved[r.start as usize..r.end as usize].fill(true);
+            out.push((r, from, to));
+        }
+        if out.len() == before && !to_share {
+            break;
+        }
+    }
+    out
+}
+
 /// Runs of consecutive slots with one primary and one backup set, not
-/// being imported, with fewer than `want` backups.
-fn short_runs(map: &ShardMap, want: usize) -> Vec<Range<u32>> {
+/// being imported, for which `pred` holds.
+fn runs_where(map: &ShardMap, pred: impl Fn(&ShardMap, u32) -> bool) -> Vec<Range<u32>> {
     let mut out: Vec<Range<u32>> = Vec::new();
     for s in 0..map.slots() {
-        if map.importing_from(s).is_some() || map.backups(s).len() >= want {
+        if map.importing_from(s).is_some() || !pred(map, s) {
             continue;
         }
         match out.last_mut() {
@@ -175,7 +304,7 @@ mod tests {
     fn backups_go_round_the_ring_in_runs_and_respect_zones() {
         let mut m = map(3, 30);
         spread(&mut m);
-        assert!(reconcile(&mut m, 2, &[0, 1, 2], |_| None));
+        assert!(reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None));
         m.set_version(2);
         // Member i's slots are backed up on member i + 1.
         for s in 0..30 {
@@ -183,20 +312,20 @@ mod tests {
             assert_eq!(m.backups(s).len(), 1);
             assert_eq!(m.backups(s)[0].owner.member, (p + 1) % 3, "{s}");
         }
-        assert!(!reconcile(&mut m, 2, &[0, 1, 2], |_| None), "stable");
+        assert!(!reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None), "stable");
         // Three copies: every member holds every slot.
-        assert!(reconcile(&mut m, 3, &[0, 1, 2], |_| None));
+        assert!(reconcile(&mut m, 3, &[0, 1, 2], &None, |_| None));
         assert!((0..30).all(|s| m.backups(s).len() == 2));
         // Zones: 0 and 1 in rack a, 2 in rack b: member 0's backup goes to
         // rack b, skipping member 1.
         let mut z = map(3, 30);
         spread(&mut z);
         let rack = |m: u16| Some(if m == 2 { "b" } else { "a" }.to_string());
-        reconcile(&mut z, 2, &[0, 1, 2], rack);
+        reconcile(&mut z, 2, &[0, 1, 2], &None, rack);
         assert_eq!(z.backups(0)[0].owner.member, 2);
         assert_eq!(z.backups(29)[0].owner.member, 0);
         // Back to one copy: the backups go.
-        assert!(reconcile(&mut m, 1, &[0, 1, 2], |_| None));
+        assert!(reconcile(&mut m, 1, &[0, 1, 2], &None, |_| None));
         assert!((0..30).all(|s| m.backups(s).is_empty()));
         // A run per primary's worker, not a run a slot.
         assert!(z.runs().len() <= 6, "{}", z.runs().len());
@@ -206,7 +335,7 @@ mod tests {
     fn failover_promotes_ready_backups_and_leaves_the_rest_unavailable() {
         let mut m = map(3, 30);
         spread(&mut m);
-        reconcile(&mut m, 3, &[0, 1, 2], |_| None);
+        reconcile(&mut m, 3, &[0, 1, 2], &None, |_| None);
         // Member 0's slots 0..5 are ready on member 1 only.
         m.set_backup_ready(0..5, 1).unwrap();
         m.set_backup_ready(10..30, 2).unwrap();
@@ -229,7 +358,7 @@ mod tests {
         assert_eq!(failover(&mut m2, 1, |x| x == 1), 0);
         // Reconciling among the members left refills member 2's share
         // without member 0.
-        assert!(reconcile(&mut m, 2, &[1, 2], |_| None));
+        assert!(reconcile(&mut m, 2, &[1, 2], &None, |_| None));
         for s in 0..30 {
             let p = m.owner_of_slot(s).member;
             if p != 0 {
@@ -243,11 +372,95 @@ mod tests {
     fn imported_slots_get_backups_once_the_import_ends() {
         let mut m = map(2, 8);
         m.assign(0..4, 1, Some(0)).unwrap();
-        reconcile(&mut m, 2, &[0, 1], |_| None);
+        reconcile(&mut m, 2, &[0, 1], &None, |_| None);
         assert!((0..4).all(|s| m.backups(s).is_empty()));
         assert!((4..8).all(|s| m.backups(s).len() == 1));
         m.finish_import(0..4).unwrap();
-        assert!(reconcile(&mut m, 2, &[0, 1], |_| None));
+        assert!(reconcile(&mut m, 2, &[0, 1], &None, |_| None));
         assert!((0..4).all(|s| m.backups(s)[0].owner.member == 0));
+    }
+
+    #[test]
+    fn a_migrations_target_is_kept_and_the_busiest_backup_goes() {
+        let mut m = map(3, 30);
+        spread(&mut m);
+        reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None);
+        for member in 0..3 {
+            m.set_backup_ready(0..30, member).unwrap();
+        }
+        m.set_version(2);
+        // Member 2 is copied member 0's slots 0..10 (it backs up none of
+        // them): not dropped, not counted.
+        m.add_backup(0..10, 2).unwrap();
+        m.set_version(3);
+        let kept = Some((0..10, 2));
+        assert!(!reconcile(&mut m, 2, &[0, 1, 2], &kept, |_| None));
+        assert_eq!(m.backups(5).len(), 2);
+        // Without the migration it is one too many, and not ready: it goes.
+        let mut n = m.clone();
+        assert!(reconcile(&mut n, 2, &[0, 1, 2], &None, |_| None));
+        assert!((0..10).all(|s| n.backups(s).len() == 1 && n.backups(s)[0].owner.member == 1));
+        // Handed over: member 2 is primary; 1 and 0 are ready backups. One
+        // goes: member 0, which would back up 20 slots to member 1's 10.
+        m.set_backup_ready(0..10, 2).unwrap();
+        m.hand_over(0..10, 2).unwrap();
+        m.set_version(4);
+        assert!(reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None));
+        for s in 0..10 {
+            assert_eq!(m.owner_of_slot(s).member, 2);
+            assert_eq!(m.backups(s).len(), 1);
+            assert_eq!(m.backups(s)[0].owner.member, 1, "{s}");
+            assert!(m.backups(s)[0].ready);
+        }
+    }
+
+    #[test]
+    fn backups_spread_to_members_that_back_up_less() {
+        // Three members, member 0 primary of everything, backed up on
+        // member 1 alone: half of the backups go to member 2.
+        let mut m = map(3, 30);
+        m.add_backup(0..30, 1).unwrap();
+        m.set_version(2);
+        let moves = super::spread(&m, &[0, 1, 2], |_| None);
+        let to_2: u32 = moves
+            .iter()
+            .map(|(r, from, to)| {
+                assert_eq!((*from, *to), (1, 2));
+                r.end - r.start
+            })
+            .sum();
+        assert_eq!(to_2, 15, "{moves:?}");
+        // Member 2 in member 1's zone, member 0 elsewhere: nothing breaks
+        // a zone rule (2 takes over from 1, same zone).
+        let z = |x: u16| Some(if x == 0 { "a" } else { "b" }.to_string());
+        assert_eq!(super::spread(&m, &[0, 1, 2], z), moves);
+        // But a member in the primary's zone does not take a copy.
+        let z = |x: u16| Some(if x == 1 { "b" } else { "a" }.to_string());
+        assert!(super::spread(&m, &[0, 1, 2], z).is_empty());
+        // Even already: nothing.
+        m.add_backup(0..15, 2).unwrap();
+        m.drop_backup(0..15, 1).unwrap();
+        m.set_version(3);
+        assert!(super::spread(&m, &[0, 1, 2], |_| None).is_empty());
+        // A member that is not up neither gives nor takes.
+        assert!(super::spread(&m, &[0, 1], |_| None).is_empty());
+        // Three primaries, members 0 and 1 backing up each other's slots
+        // and member 2's: member 2 ends up with its share.
+        let mut m = map(3, 300);
+        spread(&mut m);
+        m.add_backup(0..100, 1).unwrap();
+        m.add_backup(100..200, 0).unwrap();
+        m.add_backup(200..250, 0).unwrap();
+        m.add_backup(250..300, 1).unwrap();
+        m.set_version(2);
+        for (r, from, to) in super::spread(&m, &[0, 1, 2], |_| None) {
+            m.add_backup(r.clone(), to).unwrap();
+            m.drop_backup(r, from).unwrap();
+        }
+        let backed: Vec<u32> = (0..3).map(|x| m.backup_slots_of(x)).collect();
+        assert!(
+            backed.iter().all(|&b| (98..=102).contains(&b)),
+            "{backed:?}"
+        );
     }
 }

@@ -125,6 +125,22 @@ pub enum Command {
         /// The slots, as `[first, end)` ranges.
         slots: Vec<(u32, u32)>,
     },
+    /// The source of the chunk a migration is copying (with replicas) asks
+    /// for the hand-over: it stopped taking writes of slots `first..end`,
+    /// and every write it took is on every backup, the target's included.
+    /// Applied only while the chunk is the one being copied, its source is
+    /// still each slot's primary and the target a ready backup of each
+    /// ([`ShardMap::hand_over`]).
+    HandOver {
+        /// The chunk's first slot.
+        first: u32,
+        /// One past its last.
+        end: u32,
+        /// The target.
+        to: u16,
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
+    },
     /// Empty a member that stays up: each slot it is primary of goes to its
     /// ready backup, and its copies are dropped; it takes no new copies and
     /// no slots from a rebalance until it restarts. The member stopped
@@ -330,6 +346,16 @@ impl ClusterState {
         self.migration.as_ref().map(|g| g.status(now_ms))
     }
 
+    /// The chunk a migration is copying, if its source may hand it over
+    /// now ([`Command::HandOver`]): the source is still each slot's
+    /// primary and the target a ready backup of each.
+    pub fn hand_over_due(&self) -> Option<crate::migration::Chunk> {
+        self.migration
+            .as_ref()
+            .filter(|g| g.running())
+            .and_then(|g| g.hand_over_due(&self.map))
+    }
+
     /// Whether a migration is running.
     pub fn migrating(&self) -> bool {
         self.migration.as_ref().is_some_and(Migration::running)
@@ -395,10 +421,11 @@ impl ClusterState {
                 Some(s) => return Err(format!("member {to} is {s:?}; it cannot take slots")),
             }
         }
-        if moves.is_empty() {
+        let spread = self.spreads(cmd);
+        if moves.is_empty() && (!spread || self.spread_moves(&self.map).is_empty()) {
             return Err("nothing to move: the slots are spread evenly already".into());
         }
-        Migration::new(&self.map, &moves, 0)?;
+        Migration::new(&self.map, &moves, 0, spread)?;
         // The map after it must fit the messages the group carries.
         let mut after = self.map.clone();
         for c in crate::migration::chunks(&self.map, &moves) {
@@ -415,6 +442,18 @@ impl ClusterState {
             ));
         }
         Ok(())
+    }
+
+    /// Whether `cmd`'s migration spreads the backups too (a rebalance,
+    /// with replicas).
+    fn spreads(&self, cmd: &Command) -> bool {
+        matches!(cmd, Command::Rebalance { .. }) && self.replicas >= 2
+    }
+
+    /// The backup moves that would even out the copies on `map`.
+    fn spread_moves(&self, map: &ShardMap) -> Vec<(std::ops::Range<u32>, u16, u16)> {
+        let up: Vec<u16> = self.up_members().collect();
+        replication::spread(map, &up, |m| self.zone(m).map(str::to_string))
     }
 
     fn rebalance_moves(&self) -> Vec<(std::ops::Range<u32>, u16)> {
@@ -456,7 +495,12 @@ impl ClusterState {
         let mut map = self.map.clone();
         let zones: Vec<Option<String>> = self.members.iter().map(|s| s.zone.clone()).collect();
         let zone = |m: u16| zones.get(usize::from(m)).cloned().flatten();
-        if !replication::reconcile(&mut map, usize::from(self.replicas), &up, zone) {
+        let kept = self
+            .migration
+            .as_ref()
+            .filter(|g| g.running())
+            .and_then(Migration::kept);
+        if !replication::reconcile(&mut map, usize::from(self.replicas), &up, &kept, zone) {
             return false;
         }
         self.set_map(map, at);
@@ -472,6 +516,8 @@ impl ClusterState {
         if map != self.map {
             self.set_map(map, at);
         }
+        // A chunk being copied from or to it gives up or waits.
+        self.step_migration(at, None);
         self.reconcile(at);
     }
 
@@ -714,7 +760,7 @@ impl ClusterState {
                 };
                 self.set_map(map, at);
                 if unblocked {
-                    self.step_migration(at, at_ms);
+                    self.step_migration(at, Some(at_ms));
                 }
                 self.reconcile(at);
                 Applied::Left {
@@ -738,16 +784,16 @@ impl ClusterState {
                     }
                     _ => self.rebalance_moves(),
                 };
-                match Migration::new(&self.map, &moves, *at_ms) {
+                match Migration::new(&self.map, &moves, *at_ms, self.spreads(cmd)) {
                     Ok(g) => self.migration = Some(g),
                     Err(why) => return Applied::Refused(why),
                 }
-                self.step_migration(at, *at_ms)
+                self.step_migration(at, Some(*at_ms))
             }
             Command::Cancel { at_ms } => match self.migration.as_mut() {
                 Some(g) if g.running() => {
                     g.cancel();
-                    self.step_migration(at, *at_ms)
+                    self.step_migration(at, Some(*at_ms))
                 }
                 _ => Applied::Refused("no migration is running".into()),
             },
@@ -763,7 +809,7 @@ impl ClusterState {
                     return Applied::Nothing;
                 };
                 if g.imported(*version, slots, *records, *bytes, lost.clone()) {
-                    self.step_migration(at, *at_ms)
+                    self.step_migration(at, Some(*at_ms))
                 } else {
                     Applied::Nothing
                 }
@@ -809,6 +855,7 @@ impl ClusterState {
             &Command::MarkUp { member } => match self.member_state(member) {
                 Some(MemberState::Failed) => {
                     self.members[usize::from(member)].state = MemberState::Up;
+                    self.step_migration(at, None);
                     self.reconcile(at);
                     Applied::Up(member)
                 }
@@ -824,6 +871,36 @@ impl ClusterState {
                 }
                 s => Applied::Refused(format!("member {member} is {s:?}")),
             },
+            &Command::HandOver {
+                first,
+                end,
+                to,
+                at_ms,
+            } => {
+                let due = self
+                    .migration
+                    .as_ref()
+                    .filter(|g| g.running())
+                    .and_then(|g| g.hand_over_due(&self.map));
+                if due.is_none_or(|c| (c.first, c.end, c.to) != (first, end, to)) {
+                    return Applied::Refused(format!(
+                        "slots {first}..{end} are not ready to be handed to member {to}"
+                    ));
+                }
+                let mut map = self.map.clone();
+                if let Err(e) = map.hand_over(first..end, to) {
+                    return Applied::Refused(format!(
+                        "slots {first}..{end} cannot be handed to member {to}: {e}"
+                    ));
+                }
+                self.set_map(map, at);
+                // The copy one too many goes; then the next chunk starts
+                // (or the backups' moves are planned, on the map without
+                // it).
+                self.reconcile(at);
+                self.step_migration(at, Some(at_ms));
+                Applied::Map(self.map.version())
+            }
             &Command::Drain { member } => match self.member_state(member) {
                 Some(MemberState::Up) => {
                     self.members[usize::from(member)].drained = true;
@@ -877,6 +954,8 @@ impl ClusterState {
                     return Applied::Nothing;
                 }
                 self.set_map(map, at);
+                // A backup a rebalance moved is ready: the old one goes.
+                self.step_migration(at, None);
                 Applied::Map(self.map.version())
             }
             &Command::Readdress {
@@ -906,13 +985,20 @@ impl ClusterState {
     }
 
     /// The migration's next step, if it takes one: a new map.
-    fn step_migration(&mut self, at: (u64, u64), now_ms: u64) -> Applied {
-        let Some(g) = self.migration.as_mut() else {
+    fn step_migration(&mut self, at: (u64, u64), now_ms: Option<u64>) -> Applied {
+        let up: Vec<u16> = self.up_members().collect();
+        let Some(mut g) = self.migration.take() else {
             return Applied::Nothing;
         };
         let mut m = self.map.clone();
         let version = m.version() + 1;
-        g.step(&mut m, version, now_ms);
+        g.step(
+            &mut m,
+            version,
+            (now_ms, self.replicas, &up),
+            &|map: &ShardMap| self.spread_moves(map),
+        );
+        self.migration = Some(g);
         if m == self.map {
             return Applied::Nothing;
         }
@@ -1314,6 +1400,72 @@ mod tests {
         assert!(!s.drained(1));
         // The state survives a snapshot.
         assert_eq!(ClusterState::decode(&s.encode()).unwrap(), s);
+    }
+
+    #[test]
+    fn with_replicas_a_migration_copies_then_hands_over_on_the_sources_word() {
+        let mut s = three();
+        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        // Member 0's slots are backed up on member 1, ready.
+        let since = s.map().version();
+        let ready = |member, a, b| Command::BackupReady {
+            member,
+            slots: vec![(a, b)],
+            since,
+        };
+        s.apply(&ready(1, 0, 64), (11, 1));
+        assert_eq!(s.under_replicated(), 0);
+        let go = Command::Migrate {
+            moves: vec![(0, 32, 2)],
+            at_ms: 1,
+        };
+        assert!(matches!(s.apply(&go, (12, 1)), Applied::Map(_)));
+        // Member 2 is copied the chunk as one more backup; member 0 keeps
+        // serving it with its ready backup.
+        assert_eq!(s.map().owner_of_slot(5).member, 0);
+        assert_eq!(s.map().backups(5).len(), 2);
+        assert_eq!(s.under_replicated(), 0);
+        assert!(s.hand_over_due().is_none());
+        let over = Command::HandOver {
+            first: 0,
+            end: 32,
+            to: 2,
+            at_ms: 2,
+        };
+        assert!(matches!(s.apply(&over, (13, 1)), Applied::Refused(_)));
+        // A reconcile (here, on the replicas entry) keeps the copy.
+        s.apply(&Command::SetReplicas { replicas: 2 }, (14, 1));
+        assert_eq!(s.map().backups(5).len(), 2);
+        let since = s.map().version();
+        let copied = Command::BackupReady {
+            member: 2,
+            slots: vec![(0, 32)],
+            since,
+        };
+        s.apply(&copied, (15, 1));
+        let due = s.hand_over_due().unwrap();
+        assert_eq!((due.first, due.end, due.from, due.to), (0, 32, 0, 2));
+        // Another chunk, or another target, is refused.
+        let wrong = Command::HandOver {
+            first: 0,
+            end: 16,
+            to: 2,
+            at_ms: 2,
+        };
+        assert!(matches!(s.apply(&wrong, (16, 1)), Applied::Refused(_)));
+        assert!(matches!(s.apply(&over, (17, 1)), Applied::Map(_)));
+        // Member 2 serves the chunk with one ready backup (the busier of
+        // members 0 and 1 gave up its copy), and the migration is over.
+        for x in 0..32 {
+            assert_eq!(s.map().owner_of_slot(x).member, 2);
+            let b = s.map().backups(x);
+            assert_eq!(b.len(), 1, "{x}");
+            assert!(b[0].ready);
+        }
+        assert_eq!(s.under_replicated(), 0);
+        assert!(!s.migrating());
+        let st = s.migration_status(3).unwrap();
+        assert_eq!((st.slots_done, st.error), (32, None));
     }
 
     #[test]

@@ -10,14 +10,14 @@
 //! map:    version u32 | slots u32 | members u16 | runs u32 | member* | run*
 //! member: ip 16 (IPv4 as ::ffff:a.b.c.d) | port u16 | workers u16 | bulk_port u16
 //! run:    first u32 | count u32 | member u16 | worker u16 | from u16 | epoch u32
-//!         | backups u8 | backup{2}
+//!         | backups u8 | backup{3}
 //! backup: member u16 | worker u16 | ready u8
 //! ```
 //! All integers little-endian. A run is `count` consecutive slots from
 //! `first` with one owner; `from` is the member the owner is importing them
 //! from ([`NO_MEMBER`]: none); `epoch` is the map version at which the
 //! slots' replica set (primary and backups) last changed; `backups` of the
-//! two backup fields are in use (the rest zero). The runs cover every slot
+//! three backup fields are in use (the rest zero). The runs cover every slot
 //! once, in order. A map is input from the network: [`ShardMap::decode`]
 //! checks all of it.
 

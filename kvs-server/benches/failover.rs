@@ -91,6 +91,16 @@ fn main() {
         .request(addrs[usize::from(leader)], &ControlRequest::Rebalance)
         .unwrap();
     assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+    support::wait_until(
+        "the rebalance",
+        Duration::from_secs(60),
+        Duration::from_millis(5),
+        || {
+            support::member_status(&mut cc, addrs[usize::from(leader)])
+                .and_then(|s| s.migration)
+                .is_some_and(|m| m.finished)
+        },
+    );
     in_sync(&mut cc, &addrs);
     let mut times = Vec::new();
     for k in 0..kills {

@@ -1,6 +1,6 @@
 //! What a worker tells its member's control thread, which proposes it to
-//! the control group: copies of slots made complete on a backup, and ready
-//! backups that missed a write.
+//! the control group: copies of slots made complete on a backup, ready
+//! backups that missed a write, and slots ready to be handed over.
 
 /// A worker's report to the control thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +14,16 @@ pub(crate) enum ToControl {
         slots: Vec<u32>,
         /// The map version the copies began under.
         since: u32,
+    },
+    /// Worker `worker` takes no write of slots `first..end` (frozen for a
+    /// hand-over), and every write of them it took is on every backup.
+    Quiet {
+        /// The first slot.
+        first: u32,
+        /// One past the last.
+        end: u32,
+        /// The worker.
+        worker: u16,
     },
     /// The ready backup on `member` of `slots` missed a write (it refused
     /// it, or could not be reached): it must not be promoted until copied

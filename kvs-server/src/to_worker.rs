@@ -15,6 +15,17 @@ pub(crate) enum ToWorker {
     Connection(PendingConnection),
     /// The map to serve by from now on.
     Map(ShardMap),
+    /// This member hands slots `first..end` over (a migration's source,
+    /// with replicas): their writes wait (TRY_AGAIN), and the worker says
+    /// when none of its own is in flight ([`crate::to_control::ToControl::Quiet`]).
+    Freeze {
+        /// The first slot.
+        first: u32,
+        /// One past the last.
+        end: u32,
+    },
+    /// The hand-over is over (or off): writes are taken again.
+    Thaw,
     /// The source of an import holds slots `first..end` frozen (it serves
     /// them no more): the worker may serve them.
     SourceFrozen {

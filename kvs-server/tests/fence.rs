@@ -43,6 +43,9 @@ fn a_deposed_primary_gets_no_write_acknowledged() {
     assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
     wait("every slot on two members", Duration::from_secs(30), || {
         view(&mut cc, a.addr()).is_some_and(|g| g.under_replicated_slots == 0)
+            && support::member_status(&mut cc, a.addr())
+                .and_then(|s| s.migration)
+                .is_some_and(|m| m.finished)
             && [&a, &b, &c]
                 .iter()
                 .all(|s| s.map_version() == a.map_version())

@@ -22,8 +22,8 @@ mod history;
 mod load;
 mod support;
 
-use history::{check, History};
-use load::{load, read};
+use history::History;
+use load::{load, read_back};
 use support::{member_status as status, ServerProcess};
 
 fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
@@ -189,17 +189,7 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
     }
     // Every key read once more, after everything.
     let mut reader = support::connect(b.addr, &fabric, Default::default()).unwrap();
-    for key in 0..200 {
-        read(&mut reader, &h, key);
-    }
-    for i in 0..preload {
-        let (k, v) = preloaded(i);
-        let r = reader.wait_for(|c, t| c.get(k.as_bytes(), t));
-        assert_eq!(r, Ok(OwnedReply::Value(v)), "{k}");
-    }
-    let ops = h.ops();
-    let s = check(&ops)
-        .unwrap_or_else(|e| panic!("{} violations: {:#?}", e.len(), &e[..e.len().min(10)]));
+    let s = read_back(&mut reader, &h, 200, (0..preload).map(preloaded));
     assert!(s.writes_ok > 200 && s.reads_ok > 200, "{s:?}");
     eprintln!(
         "leader failover: new leader (member {new_leader}) {elected:?} after the kill, old \

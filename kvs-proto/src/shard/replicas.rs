@@ -15,8 +15,10 @@ use std::ops::Range;
 
 use super::{block_worker, BadMap, Owner, ShardMap, NO_MEMBER};
 
-/// The most backups a slot may have: `replicas` is 1 to 3.
-pub const MAX_BACKUPS: usize = 2;
+/// The most backups a slot may have: `replicas` is 1 to 3, so a slot has
+/// at most two, and one more while a migration copies it to its next
+/// primary ([`ShardMap::hand_over`]).
+pub const MAX_BACKUPS: usize = 3;
 
 /// One backup of a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -213,6 +215,41 @@ impl ShardMap {
         Ok(())
     }
 
+    /// Makes `member`, a ready backup of every slot in `slots`, their
+    /// primary, on the workers that hold its copies; the old primary stays
+    /// as a ready backup, on the worker that held the slot, and so do the
+    /// other backups: a migration's hand-over, which the old primary asks
+    /// for only once it has stopped taking writes of the slots and every
+    /// write it took is on every backup, so all copies are the same. (A
+    /// failover, [`promote`](Self::promote), cannot know that.) The epoch
+    /// moves on; the caller sets the version.
+    pub fn hand_over(&mut self, slots: Range<u32>, member: u16) -> Result<(), BadMap> {
+        self.check_range(&slots)?;
+        for s in slots.clone() {
+            let i = s as usize;
+            if self.from[i] != NO_MEMBER {
+                return Err(BadMap("the slot is being imported"));
+            }
+            if !self.backups[i].of(member).is_some_and(|b| b.ready) {
+                return Err(BadMap("the member is not a ready backup of the slot"));
+            }
+        }
+        let next = self.version + 1;
+        for s in slots {
+            let i = s as usize;
+            let b = self.backups[i].of(member).expect("checked above");
+            let old = self.owner[i];
+            self.backups[i].remove(member);
+            self.backups[i].push(Backup {
+                owner: old,
+                ready: true,
+            });
+            self.owner[i] = b.owner;
+            self.epoch[i] = next;
+        }
+        Ok(())
+    }
+
     /// Slots with fewer than `replicas - 1` ready backups.
     pub fn under_replicated(&self, replicas: usize) -> u32 {
         let want = replicas.saturating_sub(1);
@@ -274,7 +311,7 @@ mod tests {
         assert_eq!(m.backups(7)[0].owner.worker, 1);
         assert_eq!(m.under_replicated(2), 16);
         round_trip(&m);
-        // Refused: the owner, a second copy, a third backup.
+        // Refused: the owner, a second copy.
         assert!(m.add_backup(0..1, 0).is_err());
         assert!(m.add_backup(0..1, 1).is_err());
         assert_eq!(m.backups(0).len(), 2);
@@ -325,15 +362,52 @@ mod tests {
         };
         // The owner as its own backup; a backup past the members; its
         // worker out of range; a ready flag of 2; an unused field set;
-        // three backups; an epoch past the version.
+        // four backups; an epoch past the version.
         assert!(bad(b0, &0u16.to_le_bytes()).is_err());
         assert!(bad(b0, &9u16.to_le_bytes()).is_err());
         assert!(bad(b0 + 2, &2u16.to_le_bytes()).is_err());
         assert!(bad(b0 + 4, &[2]).is_err());
         assert!(bad(b0 + 5, &[1]).is_err());
-        assert!(bad(run0 + super::super::field::R_BACKUPS, &[3]).is_err());
+        assert!(bad(run0 + super::super::field::R_BACKUPS, &[4]).is_err());
         assert!(bad(run0 + 14, &3u32.to_le_bytes()).is_err());
         assert!(bad(run0 + 14, &0u32.to_le_bytes()).is_err());
         assert!(bad(b0, &1u16.to_le_bytes()).is_ok());
+    }
+
+    #[test]
+    fn a_hand_over_keeps_every_copy_ready() {
+        let mut m = three();
+        m.add_backup(0..8, 1).unwrap();
+        m.add_backup(0..8, 2).unwrap();
+        m.set_version(2);
+        // Not ready: refused.
+        assert!(m.hand_over(0..8, 2).is_err());
+        m.set_backup_ready(0..8, 1).unwrap();
+        m.set_backup_ready(0..4, 2).unwrap();
+        m.set_version(3);
+        assert!(m.hand_over(0..8, 2).is_err(), "slots 4..8 not ready there");
+        assert!(m.hand_over(8..9, 1).is_err(), "not a backup");
+        let before: Vec<Owner> = (0..4).map(|s| m.owner_of_slot(s)).collect();
+        let copy: Vec<Owner> = (0..4).map(|s| m.backups(s)[1].owner).collect();
+        m.hand_over(0..4, 2).unwrap();
+        m.set_version(4);
+        for s in 0..4u32 {
+            let i = s as usize;
+            // The copy's worker is the primary now; the old primary is a
+            // ready backup on its worker, the other backup stays ready.
+            assert_eq!(m.owner_of_slot(s), copy[i]);
+            assert_eq!(m.epoch(s), 4);
+            let b = m.backups(s);
+            assert_eq!(b.len(), 2);
+            assert!(b.iter().all(|b| b.ready));
+            assert_eq!(b[0].owner.member, 1);
+            assert_eq!(b[1].owner, before[i]);
+        }
+        // Slots 0..4 keep two ready backups: only 4..16 are short.
+        assert_eq!(m.under_replicated(3), 12);
+        round_trip(&m);
+        // A slot being imported is not handed over.
+        m.assign(8..9, 1, Some(0)).unwrap();
+        assert!(m.hand_over(8..9, 2).is_err());
     }
 }

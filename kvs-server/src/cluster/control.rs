@@ -680,7 +680,8 @@ impl State {
             .drain_turns
             .as_ref()
             .is_some_and(|t| self.lease.passed(t));
-        self.replication.drive(&mut self.group, now, quiet);
+        self.replication
+            .drive(&mut self.group, &self.workers, (now, now_ms()), quiet);
         // A restarted member serves nothing until the group has moved its
         // slots to their backups; given back (then, or after a drain), the
         // lease holds only with the map that moved them.

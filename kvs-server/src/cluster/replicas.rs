@@ -9,13 +9,16 @@
 //! [`Command::Drain`] until it is applied; then it serves what it still
 //! owns (slots that had no ready backup).
 
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
+use copyrpc::Waker;
 use kvs_control::{Command, Group};
 use kvs_proto::ShardMap;
 
+use crate::cluster::hand_over::HandOvers;
 use crate::to_control::{ranges, ToControl};
+use crate::to_worker::ToWorker;
 
 /// How long a proposal waits for its effect before it is made again.
 const AGAIN: Duration = Duration::from_millis(300);
@@ -53,6 +56,7 @@ pub(crate) struct Replication {
     restart: Option<u64>,
     restart_asked: Option<Instant>,
     drain: Drain,
+    hand_overs: HandOvers,
 }
 
 impl Replication {
@@ -65,6 +69,7 @@ impl Replication {
             restart: restarted.then(nonce),
             restart_asked: None,
             drain: Drain::Idle,
+            hand_overs: HandOvers::default(),
         }
     }
 
@@ -108,8 +113,16 @@ impl Replication {
     }
 
     /// Proposes what is new and again what has not taken effect; a drain
-    /// once `quiet` (no worker serves by the withdrawn lease any more).
-    pub fn drive(&mut self, group: &mut Group, now: Instant, quiet: bool) {
+    /// once `quiet` (no worker serves by the withdrawn lease any more); and
+    /// runs this member's hand-overs with its `workers`, at `now` (wall
+    /// clock `now_ms`).
+    pub fn drive(
+        &mut self,
+        group: &mut Group,
+        workers: &[(Sender<ToWorker>, Waker)],
+        (now, now_ms): (Instant, u64),
+        quiet: bool,
+    ) {
         if let Drain::Stopping(since, asked) = self.drain {
             let due = asked.is_none_or(|t| now.duration_since(t) >= AGAIN);
             if quiet && now.duration_since(since) >= SETTLE && due {
@@ -132,6 +145,10 @@ impl Replication {
         }
         while let Ok(r) = self.reports.try_recv() {
             let cmd = match r {
+                ToControl::Quiet { first, end, worker } => {
+                    self.hand_overs.quiet(first, end, worker);
+                    continue;
+                }
                 ToControl::BackupReady {
                     member,
                     slots,
@@ -152,6 +169,9 @@ impl Replication {
                 first: now,
                 last: now,
             });
+        }
+        if self.drain == Drain::Idle {
+            self.hand_overs.drive(group, workers, now, now_ms);
         }
         if self.asks.is_empty() {
             return;

@@ -401,7 +401,9 @@ impl Forwarder {
             {
                 continue;
             }
-            let sent = match self.link_of(b.owner) {
+            // A link still being set up (this worker just became the
+            // slot's primary) takes the write into its queue.
+            let sent = match self.links.iter().position(|l| l.owner == b.owner) {
                 Some(li) => self.send(ctx, li, user(TAG_WRITE, li as u64, idx)),
                 None => false,
             };
@@ -454,22 +456,23 @@ impl Forwarder {
             .position(|l| l.owner == owner && matches!(l.state, LinkState::Up(_)))
     }
 
-    /// Sends `self.msg` on link `li` (or queues it behind what waits
-    /// there); false if the link cannot take it.
+    /// Sends `self.msg` on link `li`, or queues it behind what waits there
+    /// (the ring is full, or the link is not up yet: the queue goes out
+    /// once it is, and fails if its setup does); false if the link cannot
+    /// take it.
     fn send<F, T>(&mut self, ctx: &mut Context<u64, F, T>, li: usize, u: u64) -> bool
     where
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
     {
         let l = &mut self.links[li];
-        let LinkState::Up(c) = &l.state else {
-            return false;
-        };
-        if l.queue.is_empty() {
-            match ctx.call(c.endpoint(), &self.msg, ANSWER, u) {
-                Ok(()) => return true,
-                Err(e) if e.is_retryable() => {}
-                Err(_) => return false,
+        if let LinkState::Up(c) = &l.state {
+            if l.queue.is_empty() {
+                match ctx.call(c.endpoint(), &self.msg, ANSWER, u) {
+                    Ok(()) => return true,
+                    Err(e) if e.is_retryable() => {}
+                    Err(_) => return false,
+                }
             }
         }
         let mut b = self.spare.pop().unwrap_or_default();
@@ -489,6 +492,40 @@ impl Forwarder {
             not_yet: false,
         });
         acks.0.set(v);
+    }
+
+    /// The messages queued on link `l`, whose setup failed, are answered
+    /// as failures (`why`).
+    fn fail_queue(acks: &Acks, spare: &mut Vec<Vec<u8>>, l: &mut Link, why: &str) {
+        for (u, b) in l.queue.drain(..) {
+            Self::lost(acks, u, &format!("the backup's connection: {why}"));
+            spare.push(b);
+        }
+    }
+
+    /// Tells the control thread, once no write of the slots frozen for a
+    /// hand-over waits for its backups (and none of them is held for a
+    /// backup that missed one), that they may be handed over.
+    pub fn report_quiet(&mut self, h: &mut Handler) {
+        let Some(f) = h.frozen.as_mut() else {
+            return;
+        };
+        let slots = f.first..f.end;
+        let busy = self
+            .pending
+            .iter()
+            .flatten()
+            .any(|p| slots.contains(&p.slot))
+            || slots.clone().any(|s| h.replicas.held(s).is_some());
+        if busy {
+            return;
+        }
+        let quiet = ToControl::Quiet {
+            first: f.first,
+            end: f.end,
+            worker: self.me.worker,
+        };
+        f.reported = self.report.send(quiet).is_ok();
     }
 
     /// Answers pending write `idx` if every backup has.
@@ -1062,12 +1099,14 @@ impl Forwarder {
                             l.backoff =
                                 (l.backoff * 2).clamp(Duration::from_millis(20), MAX_BACKOFF);
                             l.retry_at = now + l.backoff;
+                            Self::fail_queue(&self.acks, &mut self.spare, l, "setup refused");
                         }
                     },
                     Some(Err(_)) => {
                         l.state = LinkState::Down;
                         l.backoff = (l.backoff * 2).clamp(Duration::from_millis(20), MAX_BACKOFF);
                         l.retry_at = now + l.backoff;
+                        Self::fail_queue(&self.acks, &mut self.spare, l, "setup failed");
                     }
                 },
                 LinkState::Down if now >= l.retry_at => {
@@ -1078,6 +1117,7 @@ impl Forwarder {
                             l.backoff =
                                 (l.backoff * 2).clamp(Duration::from_millis(20), MAX_BACKOFF);
                             l.retry_at = now + l.backoff;
+                            Self::fail_queue(&self.acks, &mut self.spare, l, "cannot dial");
                         }
                     }
                 }

@@ -37,6 +37,24 @@ pub enum Handled {
         /// The key's fingerprint ([`Handler::in_flight`]).
         fp: u64,
     },
+    /// A replication message from a primary whose map is newer than this
+    /// worker's (a hand-over or a failover this worker has not installed
+    /// yet): it waits for the map, then is handled again, in order.
+    AwaitMap,
+}
+
+/// Slots whose writes wait while the member hands them over (a
+/// migration's source, with replicas): writes are answered TRY_AGAIN,
+/// reads are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Frozen {
+    /// The first slot.
+    pub first: u32,
+    /// One past the last.
+    pub end: u32,
+    /// Whether the worker told the control thread that no write of them
+    /// is in flight.
+    pub reported: bool,
 }
 
 /// A write to forward to the backups of its slot.
@@ -99,6 +117,10 @@ pub struct Handler {
     await_write: Option<u64>,
     /// Set by a write to forward to its slot's backups.
     forward: Option<Forward>,
+    /// Set by a replication message that waits for a newer map.
+    await_map: bool,
+    /// Slots being handed over: their writes wait.
+    pub(crate) frozen: Option<Frozen>,
     /// Replication: writes' numbers, keys in flight, streams followed.
     pub(crate) replicas: Replicas,
     /// The request ids of the writes applied, per slot.
@@ -143,6 +165,8 @@ impl Handler {
             pull: None,
             await_write: None,
             forward: None,
+            await_map: false,
+            frozen: None,
             replicas: Replicas::new(me, slots),
             dedup: Dedup::default(),
             id: (0, 0),
@@ -231,6 +255,9 @@ impl Handler {
         let t = Instant::now();
         if req.first() == Some(&(Op::Replicate as u8)) {
             self.replicate(req, max_response, out);
+            if std::mem::take(&mut self.await_map) {
+                return Handled::AwaitMap;
+            }
             let status = out.first().copied().unwrap_or(u8::MAX);
             let ns = t.elapsed().as_nanos() as u64;
             self.metrics.record(Op::Replicate as u8, status, ns);
@@ -297,9 +324,21 @@ impl Handler {
             .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
         {
             Ok(()) => status(out, Status::Ok),
+            Err(r) if r.await_map => {
+                out.clear();
+                self.await_map = true;
+            }
             Err(r) if r.not_yet => error(out, Status::TryAgain, &r.why, max_response),
             Err(r) => error(out, Status::Fenced, &r.why, max_response),
         }
+    }
+
+    /// Whether `op` on `slot` is a write that waits for a hand-over.
+    #[cold]
+    fn frozen_write(&self, slot: u32, op: Op) -> bool {
+        self.frozen
+            .is_some_and(|f| (f.first..f.end).contains(&slot))
+            && matches!(op, Op::Put | Op::Delete | Op::UpdateRange)
     }
 
     /// A write to `slot` changed the store: with backups, it is numbered
@@ -367,6 +406,9 @@ impl Handler {
                 Status::Ok
             };
             return status(out, st);
+        }
+        if self.frozen.is_some() && self.frozen_write(slot, r.op()) {
+            return status(out, Status::TryAgain);
         }
         match r.op() {
             // A value its backups may not have yet is not read: the read

@@ -47,12 +47,17 @@ pub(crate) struct Refused {
     pub why: String,
     /// Not a refusal yet: the copy's pull goes on (ask again).
     pub not_yet: bool,
+    /// Not a refusal yet: the sender's map is newer than this backup's
+    /// (it names another primary, or this worker as a backup, since): the
+    /// message waits for the map.
+    pub await_map: bool,
 }
 
 fn refused(why: String) -> Refused {
     Refused {
         why,
         not_yet: false,
+        await_map: false,
     }
 }
 
@@ -259,18 +264,33 @@ impl Replicas {
 
     /// The map changed from `old` to `new`: a backup promoted to primary
     /// numbers its writes on from the last it applied; a slot this worker
-    /// no longer backs up is not followed any more.
+    /// no longer backs up is not followed any more; a primary that handed
+    /// its slot over (it is a backup now) follows the new primary from its
+    /// own last write, and a backup that stays follows the new primary from
+    /// where it is (a hand-over leaves every copy the same; after a
+    /// failover the new primary copies the others anew, and a write that
+    /// does not follow is refused either way).
     pub fn install(&mut self, old: &ShardMap, new: &ShardMap) {
         for s in 0..new.slots().min(self.seq.len() as u32) {
             let i = s as usize;
             let backs = new.backups(s).iter().any(|b| b.owner == self.me);
             let primary = new.owner_of_slot(s) == self.me;
-            if primary && old.owner_of_slot(s) != self.me {
+            let was = old.owner_of_slot(s) == self.me;
+            if primary && !was {
                 self.seq[i] = self.follow[i].map_or(0, |f| f.applied);
             }
             if !backs {
                 self.follow[i] = None;
                 self.copy[i] = None;
+            } else if was && !primary {
+                self.follow[i] = Some(Follow {
+                    primary: new.owner_of_slot(s),
+                    applied: self.seq[i],
+                });
+            } else if let Some(f) = self.follow[i].as_mut() {
+                if f.primary == old.owner_of_slot(s) {
+                    f.primary = new.owner_of_slot(s);
+                }
             }
             let Some(h) = self.held[i] else {
                 continue;
@@ -311,6 +331,18 @@ impl Replicas {
         }
         let s = h.slot;
         let i = s as usize;
+        let backs = map.backups(s).iter().any(|b| b.owner == self.me);
+        if (map.owner_of_slot(s) != h.primary || !backs) && h.epoch > map.version() {
+            return Err(Refused {
+                why: format!(
+                    "slot {s}: the primary's map (epoch {}) is newer than this backup's ({})",
+                    h.epoch,
+                    map.version()
+                ),
+                not_yet: false,
+                await_map: true,
+            });
+        }
         if map.owner_of_slot(s) != h.primary {
             return Err(refused(format!(
                 "member {} worker {} is not slot {s}'s primary in map {} (epoch {} here, {} \
@@ -322,7 +354,7 @@ impl Replicas {
                 h.epoch
             )));
         }
-        if !map.backups(s).iter().any(|b| b.owner == self.me) {
+        if !backs {
             return Err(refused(format!(
                 "this worker does not back slot {s} up in map {}",
                 map.version()
@@ -377,6 +409,7 @@ impl Replicas {
                         Err(Refused {
                             why: format!("slot {s}: pulling the copy's snapshot"),
                             not_yet: true,
+                            await_map: false,
                         })
                     }
                     Some(CopyIn::Failed(why)) => {
@@ -651,6 +684,79 @@ mod tests {
         );
         let e = apply(&mut other, &m, &mut st, &begin(P, 0));
         assert!(e.unwrap_err().why.contains("does not back slot 1 up"));
+    }
+
+    #[test]
+    fn after_a_hand_over_the_old_primary_and_the_backups_follow_the_new_one() {
+        const T: Owner = Owner {
+            member: 2,
+            worker: 0,
+        };
+        let mut m = map();
+        m.add_member(Member {
+            addr: SocketAddr::from(([10, 0, 0, 3], 7000)),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        m.add_backup(0..4, 2).unwrap();
+        m.set_backup_ready(0..4, 1).unwrap();
+        m.set_backup_ready(0..4, 2).unwrap();
+        m.set_version(2);
+        let (mut p, mut b, mut t) = (
+            Replicas::new(P, 4),
+            Replicas::new(B, 4),
+            Replicas::new(T, 4),
+        );
+        let (mut sp, mut sb, mut st) = (
+            Store::new(4, usize::MAX),
+            Store::new(4, usize::MAX),
+            Store::new(4, usize::MAX),
+        );
+        // Both backups follow the primary's two writes.
+        for (r, store) in [(&mut b, &mut sb), (&mut t, &mut st)] {
+            apply(r, &m, store, &begin(P, 0)).unwrap();
+            apply(r, &m, store, &msg(Kind::Put, P, 1, b"k", b"v1")).unwrap();
+            apply(r, &m, store, &msg(Kind::Put, P, 2, b"k", b"v2")).unwrap();
+        }
+        sp.put(1, b"k", b"v2").unwrap();
+        assert_eq!((p.next_seq(1), p.next_seq(1)), (1, 2));
+        let mut next = m.clone();
+        next.hand_over(0..4, 2).unwrap();
+        next.set_version(3);
+        // The new primary's write, at a backup still on the old map, waits
+        // for the map.
+        let mut w = Vec::new();
+        let h = Header {
+            kind: Kind::Put,
+            slot: 1,
+            epoch: 3,
+            primary: T,
+            seq: 3,
+            offset: 0,
+            id: (0, 0),
+        };
+        write_replicate(&mut w, &h, b"k", b"v3");
+        let e = apply(&mut b, &m, &mut sb, &w).unwrap_err();
+        assert!(e.await_map && !e.not_yet, "{e:?}");
+        assert_eq!(sb.get(1, b"k"), Some(&b"v2"[..]));
+        // With the map: the new primary numbers on; the backup and the old
+        // primary follow it from where they are.
+        t.install(&m, &next);
+        p.install(&m, &next);
+        b.install(&m, &next);
+        assert_eq!(t.next_seq(1), 3);
+        apply(&mut b, &next, &mut sb, &w).unwrap();
+        apply(&mut p, &next, &mut sp, &w).unwrap();
+        assert_eq!(sb.get(1, b"k"), Some(&b"v3"[..]));
+        assert_eq!(sp.get(1, b"k"), Some(&b"v3"[..]));
+        // The old primary is fenced as any other.
+        let e = apply(&mut b, &next, &mut sb, &msg(Kind::Put, P, 4, b"k", b"x"));
+        let e = e.unwrap_err();
+        assert!(
+            !e.await_map && e.why.contains("not slot 1's primary"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -13,13 +13,14 @@ use std::time::{Duration, Instant};
 use copyrpc::conn::Connection;
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::proto::{begin_response, finish_response, ScanRecords, Status};
+use kvs_proto::proto::{begin_response, finish_response, ScanRecords, Status, RESPONSE_HEADER};
 use kvs_proto::shard::slot_of;
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::forward::{ack_handler, Acks, Forwarder};
-use super::handle::{Handled, Handler};
+use super::handle::{Frozen, Handled, Handler};
+use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
 use super::replicas::PullStart;
 use crate::config::Config;
@@ -160,6 +161,7 @@ impl OnTransport for Worker {
         let waker = ctx.waker();
         let mut waiting = Waiting::new(cfg.clone(), cluster_token, to_self);
         let mut reads = ReadsWaiting::default();
+        let mut maps = AwaitingMap::default();
         let mut due = Vec::new();
         let mut huge = HugeReport {
             worker: w,
@@ -218,6 +220,18 @@ impl OnTransport for Worker {
                     };
                     if let Err(req) = parked {
                         try_again(&mut ctx, req, &mut out);
+                    }
+                    continue;
+                }
+                if handled == Handled::AwaitMap {
+                    // A backup's message from a primary on a newer map:
+                    // handled again, in order, once this worker has it.
+                    let parked = match ctx.request(&req) {
+                        Some(b) => maps.park(req, b, Instant::now()),
+                        None => Err(req),
+                    };
+                    if let Err(req) = parked {
+                        fenced(&mut ctx, req, &mut out);
                     }
                     continue;
                 }
@@ -299,7 +313,18 @@ impl OnTransport for Worker {
                             !h.store.importing(p.slot) || done.imports_ended.contains(&p.slot)
                         });
                         ops += settle(&mut ctx, &mut h, &mut fwd, parked, &mut out);
+                        if !maps.is_empty() {
+                            maps_due(&mut ctx, &mut h, &mut maps, &mut out);
+                        }
                     }
+                    Ok(ToWorker::Freeze { first, end }) => {
+                        h.frozen = Some(Frozen {
+                            first,
+                            end,
+                            reported: false,
+                        })
+                    }
+                    Ok(ToWorker::Thaw) => h.frozen = None,
                     Ok(ToWorker::SourceFrozen { first, end }) => h.source_frozen(first..end),
                     Ok(ToWorker::Records { batch, taken }) => {
                         take_batch(&mut h, &batch);
@@ -345,6 +370,14 @@ impl OnTransport for Worker {
                 }
             }
             fwd.chores(&mut ctx, &mut h);
+            if h.frozen.is_some_and(|f| !f.reported) {
+                fwd.report_quiet(&mut h);
+            }
+            if !maps.is_empty() {
+                for handle in maps.expired(Instant::now()) {
+                    fenced(&mut ctx, handle, &mut out);
+                }
+            }
             if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
                 last_check = Instant::now();
                 published = ops;
@@ -513,7 +546,9 @@ fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
             }
             // Still not here (its pull failed), or a write of it in
             // flight: the client asks again.
-            Handled::Pull { .. } | Handled::AwaitWrite { .. } => try_again(ctx, p.handle, out),
+            Handled::Pull { .. } | Handled::AwaitWrite { .. } | Handled::AwaitMap => {
+                try_again(ctx, p.handle, out)
+            }
         }
     }
     n
@@ -545,13 +580,52 @@ fn reads_due<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
             }
             // A read is neither forwarded nor (its slot served here) pulled
             // but by a map change since: the client asks again.
-            Handled::Forward(_) | Handled::Pull { .. } => {
+            Handled::Forward(_) | Handled::Pull { .. } | Handled::AwaitMap => {
                 try_again(ctx, r.handle, out);
                 reads.recycle(r.req);
             }
         }
     }
     n
+}
+
+/// Handles again, in the order they came, the replication messages that
+/// waited for a newer map (one was just installed).
+fn maps_due<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &mut copyrpc::Context<u64, F, T>,
+    h: &mut Handler,
+    maps: &mut AwaitingMap<copyrpc::RecvHandle>,
+    out: &mut Vec<u8>,
+) {
+    let now = Instant::now();
+    for m in maps.take_all() {
+        match h.handle(&m.req, m.handle.max_response(), out) {
+            Handled::AwaitMap => {
+                if let Err(handle) = maps.again(m, now) {
+                    fenced(ctx, handle, out);
+                }
+            }
+            // A replication message is answered or waits: nothing else.
+            _ => {
+                let _ = ctx.reply(m.handle, out);
+                maps.recycle(m.req);
+            }
+        }
+    }
+}
+
+/// Refuses a replication message that waited too long for a newer map.
+fn fenced<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &mut copyrpc::Context<u64, F, T>,
+    handle: copyrpc::RecvHandle,
+    out: &mut Vec<u8>,
+) {
+    begin_response(out, Status::Fenced, 0);
+    let why = b"the primary's map is newer than this backup's, which did not arrive in time";
+    let room = handle.max_response().saturating_sub(RESPONSE_HEADER);
+    out.extend_from_slice(&why[..why.len().min(room)]);
+    finish_response(out, 0);
+    let _ = ctx.reply(handle, out);
 }
 
 /// Answers TryAgain: the client sends the request again shortly.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kvs_client::OwnedReply;
 
-use super::history::{seq_of, value, History, Kind, Outcome};
+use super::history::{check, seq_of, value, History, Kind, Outcome, Summary};
 
 /// Load on keys `first..first+keys`: writes of each key's next value and
 /// reads, alternating, recorded in `h`, until `stop`.
@@ -55,4 +55,24 @@ pub fn read(c: &mut kvs_client::Client<u64>, h: &History, key: u32) {
         Ok(OwnedReply::NotFound) => h.record(key, Kind::Read(None), t, Outcome::Ok),
         _ => h.record(key, Kind::Read(None), t, Outcome::Fail),
     }
+}
+
+/// After the load: reads keys `0..keys` once more, then every record
+/// `preloaded` gives (each must read back as written), and checks the
+/// history (every acknowledged write reads back, no read is stale).
+pub fn read_back(
+    c: &mut kvs_client::Client<u64>,
+    h: &History,
+    keys: u32,
+    preloaded: impl Iterator<Item = (String, Vec<u8>)>,
+) -> Summary {
+    for key in 0..keys {
+        read(c, h, key);
+    }
+    for (k, v) in preloaded {
+        let r = c.wait_for(|c, t| c.get(k.as_bytes(), t));
+        assert_eq!(r, Ok(OwnedReply::Value(v)), "{k}");
+    }
+    let ops = h.ops();
+    check(&ops).unwrap_or_else(|e| panic!("{} violations: {:#?}", e.len(), &e[..e.len().min(10)]))
 }
