@@ -5,13 +5,15 @@
 # until every slot has its copies). Two driver threads at depth 16; each
 # figure is the median of RUNS runs, and the ratio is what to read on a
 # shared machine.
-#   bash scripts/bench-replicas.sh        (RECORDS, OPS, RUNS to change;
-#   SERVER_CONFIG=kvs.toml gives the servers a config file, e.g. idle settings)
+#   bash scripts/bench-replicas.sh        (RECORDS, OPS, RUNS, WORKERS per
+#   member to change; SERVER_CONFIG=kvs.toml gives the servers a config
+#   file, e.g. idle settings)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 RECORDS=${RECORDS:-50000}
 OPS=${OPS:-400000}
+WORKERS=${WORKERS:-2}
 cargo build -q --release -p ycsb-driver -p kvs-server -p kvs-admin
 D=target/release/ycsb-driver
 S=target/release/kvs-server
@@ -36,7 +38,7 @@ trap cleanup EXIT
 for m in 0 1 2; do
   join=()
   [ "$m" -gt 0 ] && join=(--join 127.0.0.1:$base)
-  "$S" --listen 127.0.0.1:$((base + m)) --fabric "$fabric" --device sim1 --workers 2 \
+  "$S" --listen 127.0.0.1:$((base + m)) --fabric "$fabric" --device sim1 --workers "$WORKERS" \
     --stats-interval 0 --data-dir "$root/m$m" "${join[@]}" ${SERVER_CONFIG:+--config "$SERVER_CONFIG"} >"$root/m$m.log" 2>&1 &
   pids+=($!)
   sleep 1
@@ -53,7 +55,7 @@ for i in $(seq "$RUNS"); do
     res[$r]+="$("$D" run "${common[@]}" 2>/dev/null | pick)"$'\n'
   done
 done
-echo "== YCSB-A, 3 members, $RECORDS records, $OPS operations, 2 driver threads at depth 16; median of $RUNS, alternated"
+echo "== YCSB-A, 3 members of $WORKERS workers, $RECORDS records, $OPS operations, 2 driver threads at depth 16; median of $RUNS, alternated"
 for r in 1 2; do
   printf '%s\n' "${res[$r]}" | sed '/^$/d' >"$root/r$r"
   printf 'replicas = %s   %8.0f ops/s   READ p50 %4s p99 %5s us   UPDATE p50 %4s p99 %5s us\n' "$r" \

@@ -351,6 +351,19 @@ impl Migration {
         }
     }
 
+    /// Member `member`'s copies of `slots` are ready, `records` and `bytes`
+    /// of them: counted if it is the target of the chunk being copied.
+    pub fn copied(&mut self, member: u16, slots: &[(u32, u32)], records: u64, bytes: u64) {
+        let Some(c) = self.current.as_ref().filter(|c| c.copied) else {
+            return;
+        };
+        let k = &c.chunk;
+        if k.to == member && slots.iter().any(|&(a, b)| a < k.end && k.first < b) {
+            self.records += records;
+            self.bytes += bytes;
+        }
+    }
+
     /// The target's backup the chunk being copied needs kept (see
     /// [`crate::replication::reconcile`]).
     pub fn kept(&self) -> Option<(Range<u32>, u16)> {

@@ -114,6 +114,12 @@ pub enum Command {
         slots: Vec<(u32, u32)>,
         /// The map version the copy began under.
         since: u32,
+        /// Records copied (a migration's target counts them).
+        #[serde(default)]
+        records: u64,
+        /// Bytes of keys and values copied.
+        #[serde(default)]
+        bytes: u64,
     },
     /// A primary lost touch with its ready backup on `member` for `slots`
     /// (the backup may have missed a write the primary could not get
@@ -941,6 +947,8 @@ impl ClusterState {
                 member,
                 slots,
                 since,
+                records,
+                bytes,
             } => {
                 let mut map = self.map.clone();
                 for &(a, b) in slots {
@@ -954,6 +962,9 @@ impl ClusterState {
                     return Applied::Nothing;
                 }
                 self.set_map(map, at);
+                if let Some(g) = self.migration.as_mut().filter(|g| g.running()) {
+                    g.copied(*member, slots, *records, *bytes);
+                }
                 // A backup a rebalance moved is ready: the old one goes.
                 self.step_migration(at, None);
                 Applied::Map(self.map.version())
@@ -1309,12 +1320,16 @@ mod tests {
             member: 1,
             slots: vec![(0, 21)],
             since: since - 1,
+            records: 0,
+            bytes: 0,
         };
         assert_eq!(s.apply(&stale, (12, 1)), Applied::Nothing);
         let ready = |member, a, b| Command::BackupReady {
             member,
             slots: vec![(a, b)],
             since,
+            records: 0,
+            bytes: 0,
         };
         assert!(matches!(
             s.apply(&ready(1, 0, 21), (13, 1)),
@@ -1379,6 +1394,8 @@ mod tests {
             member: 2,
             slots: vec![(0, 42)],
             since,
+            records: 0,
+            bytes: 0,
         };
         s.apply(&r, (19, 1));
         assert_eq!(
@@ -1412,6 +1429,8 @@ mod tests {
             member,
             slots: vec![(a, b)],
             since,
+            records: 0,
+            bytes: 0,
         };
         s.apply(&ready(1, 0, 64), (11, 1));
         assert_eq!(s.under_replicated(), 0);
@@ -1441,6 +1460,8 @@ mod tests {
             member: 2,
             slots: vec![(0, 32)],
             since,
+            records: 5,
+            bytes: 500,
         };
         s.apply(&copied, (15, 1));
         let due = s.hand_over_due().unwrap();
@@ -1466,6 +1487,8 @@ mod tests {
         assert!(!s.migrating());
         let st = s.migration_status(3).unwrap();
         assert_eq!((st.slots_done, st.error), (32, None));
+        // The copy's records and bytes count as the migration's.
+        assert_eq!((st.records, st.bytes), (5, 500));
     }
 
     #[test]

@@ -14,6 +14,10 @@ pub(crate) enum ToControl {
         slots: Vec<u32>,
         /// The map version the copies began under.
         since: u32,
+        /// Records and bytes of keys and values copied.
+        records: u64,
+        /// Bytes of keys and values copied.
+        bytes: u64,
     },
     /// Worker `worker` takes no write of slots `first..end` (frozen for a
     /// hand-over), and every write of them it took is on every backup.

@@ -113,6 +113,8 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
     };
     let took = t.elapsed();
     assert_eq!(status.error, None, "{status:?}");
+    // The copies to the target count as the migration's records.
+    assert!(status.records > 0 && status.bytes > 0, "{status:?}");
     assert!(looks > 10, "the group was looked at {looks} times only");
     assert_eq!(
         most_short, 0,
@@ -159,9 +161,10 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
     let s = read_back(&mut reader, &h, 200, (0..preload).map(preloaded));
     assert!(s.writes_ok > 200 && s.reads_ok > 200, "{s:?}");
     eprintln!(
-        "replicated migration: {} slots moved in {took:?}, slots backed up per member \
-         {backed:?}, under-replicated slots seen: {most_short} in {looks} looks; history: {s:?}",
-        status.slots_done
+        "replicated migration: {} slots moved in {took:?} ({} records, {} bytes copied), slots \
+         backed up per member {backed:?}, under-replicated slots seen: {most_short} in {looks} \
+         looks; history: {s:?}",
+        status.slots_done, status.records, status.bytes
     );
     drop((a, b, c));
     Fabric::remove_if_unused(&fabric);

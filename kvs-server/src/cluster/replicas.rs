@@ -153,10 +153,14 @@ impl Replication {
                     member,
                     slots,
                     since,
+                    records,
+                    bytes,
                 } => Command::BackupReady {
                     member,
                     slots: ranges(&slots),
                     since,
+                    records,
+                    bytes,
                 },
                 ToControl::BackupStale { member, slots } => Command::BackupStale {
                     member,
@@ -209,6 +213,7 @@ fn done(cmd: &Command, map: &ShardMap) -> bool {
             member,
             slots: r,
             since,
+            ..
         } => slots(r)
             .into_iter()
             .all(|s| map.epoch(s) > *since || backup(s, *member).is_none_or(|b| b.ready)),
@@ -255,6 +260,8 @@ mod tests {
             member: 1,
             slots: vec![(0, 4)],
             since: 2,
+            records: 0,
+            bytes: 0,
         };
         assert!(!done(&ready, &m));
         m.set_backup_ready(0..4, 1).unwrap();

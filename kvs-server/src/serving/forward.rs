@@ -203,8 +203,10 @@ struct CopyJob {
     /// starts the copy over.
     epoch: u32,
     step: Step,
-    /// The snapshot's ticket while it is pulled, and the slot's bytes in it.
+    /// The snapshot's ticket while it is pulled, and the slot's records
+    /// and bytes in it.
     ticket: Option<[u8; 16]>,
+    records: usize,
     bytes: usize,
     /// Answers awaited, and whether one is a probe's.
     outstanding: u32,
@@ -235,7 +237,9 @@ pub(crate) struct Forwarder {
     spare: Vec<Vec<u8>>,
     msg: Vec<u8>,
     report: Sender<ToControl>,
-    ready: Vec<(u16, u32, u32)>,
+    /// Copies complete: the backup's member, the slot, the version the
+    /// copy began under, its records and bytes.
+    ready: Vec<(u16, u32, u32, usize, usize)>,
     stale: Vec<(u16, u32)>,
 }
 
@@ -687,7 +691,8 @@ impl Forwarder {
                 self.release_ticket(&t);
             }
             let j = &self.copies[i];
-            self.ready.push((j.to.member, j.slot, j.since));
+            self.ready
+                .push((j.to.member, j.slot, j.since, j.records, j.bytes));
         }
     }
 
@@ -845,7 +850,7 @@ impl Forwarder {
         let (records, bytes) = held.iter().fold((0u64, 0u64), |(n, b), (_, r)| {
             (n + r.len() as u64, b + r.bytes() as u64)
         });
-        let sizes: Vec<usize> = held.iter().map(|(_, r)| r.bytes()).collect();
+        let sizes: Vec<(usize, usize)> = held.iter().map(|(_, r)| (r.len(), r.bytes())).collect();
         let (ticket, first, end) = match self.outgoing.issue_copy(held) {
             Ok(t) => t,
             Err(why) => {
@@ -866,7 +871,7 @@ impl Forwarder {
             records,
             bytes,
         };
-        for (&i, size) in group.iter().zip(sizes) {
+        for (&i, (count, size)) in group.iter().zip(sizes) {
             let slot = self.copies[i].slot;
             let hdr = Header {
                 kind: Kind::CopyBegin,
@@ -897,6 +902,7 @@ impl Forwarder {
             j.outstanding = sent.unwrap_or(0);
             j.step = Step::Pulling;
             j.bytes = size;
+            j.records = count;
             j.since = h.map.version();
             j.epoch = h.map.epoch(slot);
             j.outstanding += 1;
@@ -1006,6 +1012,7 @@ impl Forwarder {
                         epoch: map.epoch(s),
                         step: Step::Begin,
                         ticket: None,
+                        records: 0,
                         bytes: 0,
                         outstanding: 0,
                         probing: false,
@@ -1154,18 +1161,25 @@ impl Forwarder {
             }
         }
         if !self.ready.is_empty() {
-            let mut by: Vec<(u16, u32, Vec<u32>)> = Vec::new();
-            for (m, s, since) in self.ready.drain(..) {
-                match by.iter_mut().find(|(x, v, _)| *x == m && *v == since) {
-                    Some((_, _, v)) => v.push(s),
-                    None => by.push((m, since, vec![s])),
+            let mut by: Vec<(u16, u32, Vec<u32>, u64, u64)> = Vec::new();
+            for (m, s, since, n, b) in self.ready.drain(..) {
+                let (n, b) = (n as u64, b as u64);
+                match by.iter_mut().find(|(x, v, ..)| *x == m && *v == since) {
+                    Some((_, _, v, records, bytes)) => {
+                        v.push(s);
+                        *records += n;
+                        *bytes += b;
+                    }
+                    None => by.push((m, since, vec![s], n, b)),
                 }
             }
-            for (member, since, slots) in by {
+            for (member, since, slots, records, bytes) in by {
                 let _ = self.report.send(ToControl::BackupReady {
                     member,
                     slots,
                     since,
+                    records,
+                    bytes,
                 });
             }
         }
