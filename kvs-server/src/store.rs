@@ -4,7 +4,11 @@
 //! SipHash: keys come from clients, and a fixed hash would let one flood a
 //! bucket), so a slot's records can be listed, shipped and dropped without
 //! looking at any other slot's. An ordered index of all the worker's keys
-//! serves scans. Writes that would take the heap the records occupy past the
+//! serves scans. A slot taken out of the store leaves its keys in the
+//! index, stale (a scan skips a key its slot no longer holds): taking a
+//! slot whole costs no search per record, and the worker sweeps the stale
+//! keys out a bounded number at a time between turns ([`Store::sweep`]).
+//! Writes that would take the heap the records occupy past the
 //! store's limit (its worker's share of `max_memory`) are refused; see
 //! [`crate::memory`] for what a record costs.
 //!
@@ -16,6 +20,7 @@
 //! deleted since the import began (a tombstone remembers those), so a write
 //! at the target always beats the older pulled copy.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ops::Bound;
 
@@ -85,8 +90,12 @@ pub struct Store {
     /// Index: slot number. None: no record of the slot here.
     slots: Vec<Option<Box<Slot>>>,
     // The keys again, in order, with their slots (owned copies: the store
-    // stays `Send`).
+    // stays `Send`); some of them stale (their slot was taken).
     order: BTreeMap<Box<[u8]>, u32>,
+    /// How many keys the slots hold (the rest of `order` is stale).
+    keys: usize,
+    /// Where the sweep of stale keys goes on from (`None`: the start).
+    sweep_from: Option<Box<[u8]>>,
     bytes: usize,
     // Heap bytes the records cost (`memory::record_cost` summed).
     used: usize,
@@ -122,6 +131,8 @@ impl Store {
         Store {
             slots: (0..slots).map(|_| None).collect(),
             order: BTreeMap::new(),
+            keys: 0,
+            sweep_from: None,
             bytes: 0,
             used: 0,
             limit,
@@ -188,7 +199,7 @@ impl Store {
                 sl.bytes += key.len() + value.len();
                 self.bytes += key.len() + value.len();
                 sl.map.insert(key.into(), value.to_vec());
-                self.order.insert(key.into(), slot);
+                self.index(key, slot);
             }
         }
         Ok(())
@@ -208,6 +219,7 @@ impl Store {
         };
         sl.bytes -= key.len() + v.len();
         self.order.remove(key);
+        self.keys -= 1;
         self.bytes -= key.len() + v.len();
         self.used -= record_cost(key.len(), v.capacity());
         true
@@ -260,10 +272,11 @@ impl Store {
         if sl.import.is_some() && !sl.copying {
             self.importing -= 1;
         }
+        // The keys stay in the ordered index, stale, until swept.
         for (k, v) in &sl.map {
-            self.order.remove(k);
             self.used -= record_cost(k.len(), v.capacity());
         }
+        self.keys -= sl.map.len();
         self.bytes -= sl.bytes;
         SlotRecords {
             map: sl.map,
@@ -366,19 +379,30 @@ impl Store {
         let Some(t) = sl.import.as_mut() else {
             return Pulled::NotImporting;
         };
-        if sl.map.contains_key(key) || t.contains(key) {
+        // Most slots see no delete during their import: no tombstone to
+        // look up.
+        if !t.is_empty() && t.contains(key) {
             return Pulled::Stale;
         }
         let Some(v) = value else {
-            // Absent at the source: settled as absent here.
-            t.insert(key.into());
+            if !sl.map.contains_key(key) {
+                // Absent at the source: settled as absent here.
+                t.insert(key.into());
+            }
             return Pulled::Stale;
         };
+        // One hash of the key: the entry is vacant unless a write here
+        // since the import began made it (that write is newer).
+        match sl.map.entry(key.into()) {
+            Entry::Occupied(_) => return Pulled::Stale,
+            Entry::Vacant(e) => {
+                e.insert(v.to_vec());
+            }
+        }
         self.used += record_cost(key.len(), v.len());
         sl.bytes += key.len() + v.len();
         self.bytes += key.len() + v.len();
-        sl.map.insert(key.into(), v.to_vec());
-        self.order.insert(key.into(), slot);
+        self.index(key, slot);
         Pulled::Taken
     }
 
@@ -403,12 +427,59 @@ impl Store {
 
     /// How many keys.
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.keys
     }
 
     /// No keys.
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.keys == 0
+    }
+
+    /// A new key of `slot` into the ordered index (where it may replace a
+    /// stale entry).
+    #[inline]
+    fn index(&mut self, key: &[u8], slot: u32) {
+        self.keys += 1;
+        self.order.insert(key.into(), slot);
+    }
+
+    /// Keys of the ordered index whose slot no longer holds them.
+    pub fn stale_keys(&self) -> usize {
+        self.order.len() - self.keys
+    }
+
+    /// Sweeps stale keys out of the ordered index, looking at `budget`
+    /// entries at most from where the last sweep stopped; whether stale
+    /// keys may remain.
+    pub fn sweep(&mut self, budget: usize) -> bool {
+        if self.stale_keys() == 0 {
+            return false;
+        }
+        let from = match &self.sweep_from {
+            Some(k) => Bound::Excluded(&**k),
+            None => Bound::Unbounded,
+        };
+        let mut gone: Vec<Box<[u8]>> = Vec::new();
+        let mut last = None;
+        let mut seen = 0;
+        for (k, &slot) in self.order.range::<[u8], _>((from, Bound::Unbounded)) {
+            if seen == budget {
+                break;
+            }
+            seen += 1;
+            last = Some(k);
+            let live = self.slots[slot as usize]
+                .as_deref()
+                .is_some_and(|s| s.map.contains_key(k));
+            if !live {
+                gone.push(k.clone());
+            }
+        }
+        self.sweep_from = if seen < budget { None } else { last.cloned() };
+        for k in &gone {
+            self.order.remove(k);
+        }
+        self.stale_keys() > 0
     }
 
     /// Bytes of keys and values held.
@@ -514,6 +585,35 @@ mod tests {
         st.begin_copy(3);
         st.take_slot(3);
         assert_eq!(st.importing_slots(), 0);
+    }
+
+    #[test]
+    fn a_taken_slot_leaves_stale_keys_that_scans_skip_and_sweeps_remove() {
+        let mut s = Store::new(4, usize::MAX);
+        for i in 0..100u32 {
+            let k = format!("k{i:03}");
+            s.put(i % 4, k.as_bytes(), b"v").unwrap();
+        }
+        assert_eq!((s.len(), s.stale_keys()), (100, 0));
+        assert!(!s.sweep(10), "nothing to sweep");
+        let t = s.take_slot(1);
+        assert_eq!((s.len(), s.stale_keys(), t.len()), (75, 25, 25));
+        // A scan never returns a key of the slot taken.
+        let scanned: Vec<&[u8]> = s.scan(b"").map(|(k, _)| k).collect();
+        assert_eq!(scanned.len(), 75);
+        assert!(scanned.windows(2).all(|w| w[0] < w[1]));
+        // A key of the slot written again is live again, once.
+        s.put(1, b"k001", b"again").unwrap();
+        assert_eq!((s.len(), s.stale_keys()), (76, 24));
+        // Sweeps, 10 entries at a time, remove the rest and then stop.
+        let mut rounds = 0;
+        while s.sweep(10) {
+            rounds += 1;
+            assert!(rounds < 100, "the sweep does not end");
+        }
+        assert_eq!((s.len(), s.stale_keys()), (76, 0));
+        assert_eq!(s.scan(b"k001").next(), Some((&b"k001"[..], &b"again"[..])));
+        assert_eq!(s.scan(b"").count(), 76);
     }
 
     #[test]

@@ -41,6 +41,9 @@ const PUBLISH: Duration = Duration::from_millis(50);
 /// [`Server::shutdown`](crate::Server::shutdown) wakes the workers).
 const IDLE_TICK: Duration = Duration::from_millis(250);
 
+/// Entries of the ordered index a worker's sweep of stale keys looks at
+/// between turns (about 50 µs of work).
+const SWEEP: usize = 1024;
 /// How long a draining worker keeps answering (`ShuttingDown`) before it
 /// closes its endpoints.
 const DRAIN: Duration = Duration::from_millis(200);
@@ -370,6 +373,11 @@ impl OnTransport for Worker {
                 }
             }
             fwd.chores(&mut ctx, &mut h);
+            // Keys of slots given away, out of the ordered index a few at a
+            // time.
+            if h.store.sweep(SWEEP) {
+                waker.wake();
+            }
             if h.frozen.is_some_and(|f| !f.reported) {
                 fwd.report_quiet(&mut h);
             }
