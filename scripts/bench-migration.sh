@@ -35,7 +35,13 @@ fi
 median() { sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]; else print "nan"}'; }
 T=$(mktemp -d /tmp/bench-migration.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$T"; }
+# The software device's fabrics (shared memory) go with the run, as the
+# scratch dir does.
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$T" /dev/shm/mlx5sim-bench-mig-$$* /dev/shm/mlx5sim-bench-mig-link-$$*
+}
 trap cleanup EXIT
 
 # start_server NAME FABRIC PORT [JOIN] -> waits for "listening on"
