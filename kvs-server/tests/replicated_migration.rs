@@ -158,7 +158,24 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
         l.join().unwrap();
     }
     let mut reader = support::connect(a.addr, &fabric, Default::default()).unwrap();
-    let s = read_back(&mut reader, &h, 200, (0..preload).map(preloaded));
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        read_back(&mut reader, &h, 200, (0..preload).map(preloaded))
+    }));
+    let s = checked.unwrap_or_else(|e| {
+        // What the members said, to tell a lost record from a slot left
+        // without a ready backup.
+        let m = reader.map();
+        let orphans: Vec<u32> = (0..m.slots())
+            .filter(|&x| m.owner_of_slot(x).member == 2)
+            .collect();
+        eprintln!(
+            "slots still on member 2: {orphans:?}\n--- a\n{}\n--- b\n{}\n--- c\n{}",
+            a.printed(),
+            b.printed(),
+            c.printed()
+        );
+        std::panic::resume_unwind(e)
+    });
     assert!(s.writes_ok > 200 && s.reads_ok > 200, "{s:?}");
     eprintln!(
         "replicated migration: {} slots moved in {took:?} ({} records, {} bytes copied), slots \
