@@ -117,8 +117,12 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
     assert!(status.records > 0 && status.bytes > 0, "{status:?}");
     assert!(looks > 10, "the group was looked at {looks} times only");
     assert_eq!(
-        most_short, 0,
-        "slots had fewer than two ready copies during the rebalance"
+        most_short,
+        0,
+        "slots had fewer than two ready copies during the rebalance\n--- a\n{}\n--- b\n{}\n--- c\n{}",
+        a.printed(),
+        b.printed(),
+        c.printed()
     );
     let map = support::connect(a.addr, &fabric, Default::default())
         .unwrap()

@@ -169,6 +169,9 @@ enum LinkState {
 /// The connection to one backup worker.
 #[derive(Debug)]
 struct Link {
+    /// Names it in its writes' user data: links come and go (the vector
+    /// is reordered), so an answer finds its link by id, not by place.
+    id: u16,
     owner: Owner,
     addr: SocketAddr,
     state: LinkState,
@@ -228,6 +231,7 @@ pub(crate) struct Forwarder {
     token: Option<AuthToken>,
     outgoing: Arc<Outgoing>,
     links: Vec<Link>,
+    next_link: u16,
     pending: Vec<Option<Pending>>,
     free: Vec<u32>,
     copies: Vec<CopyJob>,
@@ -272,6 +276,7 @@ impl Forwarder {
             token,
             outgoing,
             links: Vec::new(),
+            next_link: 0,
             pending: Vec::new(),
             free: Vec::new(),
             copies: Vec::new(),
@@ -408,7 +413,10 @@ impl Forwarder {
             // A link still being set up (this worker just became the
             // slot's primary) takes the write into its queue.
             let sent = match self.links.iter().position(|l| l.owner == b.owner) {
-                Some(li) => self.send(ctx, li, user(TAG_WRITE, li as u64, idx)),
+                Some(li) => {
+                    let u = user(TAG_WRITE, u64::from(self.links[li].id), idx);
+                    self.send(ctx, li, u)
+                }
                 None => false,
             };
             if sent {
@@ -637,7 +645,11 @@ impl Forwarder {
                     };
                     p.waiting = p.waiting.saturating_sub(1);
                     if let Some(why) = a.refused {
-                        if let Some(owner) = self.links.get(hi as usize).map(|l| l.owner) {
+                        // A link gone since (its backup was dropped from
+                        // the map) is not found: the write does not count
+                        // on it.
+                        let link = self.links.iter().find(|l| u64::from(l.id) == hi);
+                        if let Some(owner) = link.map(|l| l.owner) {
                             self.write_missed(h, idx, owner, why);
                         }
                     }
@@ -975,7 +987,9 @@ impl Forwarder {
                     Some(l) => l.wanted = true,
                     None => {
                         let addr = map.members()[usize::from(b.owner.member)].addr;
+                        self.next_link = self.next_link.wrapping_add(1);
                         self.links.push(Link {
+                            id: self.next_link,
                             owner: b.owner,
                             addr,
                             state: LinkState::Down,
