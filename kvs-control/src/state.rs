@@ -1104,6 +1104,17 @@ mod tests {
         }
     }
 
+    /// A copy of `slots` on `member`, begun under map `since`, is ready.
+    fn ready_cmd(member: u16, slots: Vec<(u32, u32)>, since: u32) -> Command {
+        Command::BackupReady {
+            member,
+            slots,
+            since,
+            records: 0,
+            bytes: 0,
+        }
+    }
+
     fn three() -> ClusterState {
         let map = ShardMap::single(addr(7000), 64, 2).unwrap();
         let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), founding(2), map);
@@ -1316,21 +1327,9 @@ mod tests {
         assert!((0..64).all(|x| s.map().backups(x).len() == 1));
         let since = s.map().version();
         // A report for a copy begun under an older replica set is stale.
-        let stale = Command::BackupReady {
-            member: 1,
-            slots: vec![(0, 21)],
-            since: since - 1,
-            records: 0,
-            bytes: 0,
-        };
+        let stale = ready_cmd(1, vec![(0, 21)], since - 1);
         assert_eq!(s.apply(&stale, (12, 1)), Applied::Nothing);
-        let ready = |member, a, b| Command::BackupReady {
-            member,
-            slots: vec![(a, b)],
-            since,
-            records: 0,
-            bytes: 0,
-        };
+        let ready = |member, a, b| ready_cmd(member, vec![(a, b)], since);
         assert!(matches!(
             s.apply(&ready(1, 0, 21), (13, 1)),
             Applied::Map(_)
@@ -1390,13 +1389,7 @@ mod tests {
         // takes none until it restarts.
         s.apply(&Command::SetReplicas { replicas: 2 }, (18, 1));
         let since = s.map().version();
-        let r = Command::BackupReady {
-            member: 2,
-            slots: vec![(0, 42)],
-            since,
-            records: 0,
-            bytes: 0,
-        };
+        let r = ready_cmd(2, vec![(0, 42)], since);
         s.apply(&r, (19, 1));
         assert_eq!(
             s.apply(&Command::Drain { member: 1 }, (20, 1)),
@@ -1425,13 +1418,7 @@ mod tests {
         s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
         // Member 0's slots are backed up on member 1, ready.
         let since = s.map().version();
-        let ready = |member, a, b| Command::BackupReady {
-            member,
-            slots: vec![(a, b)],
-            since,
-            records: 0,
-            bytes: 0,
-        };
+        let ready = |member, a, b| ready_cmd(member, vec![(a, b)], since);
         s.apply(&ready(1, 0, 64), (11, 1));
         assert_eq!(s.under_replicated(), 0);
         let go = Command::Migrate {
