@@ -13,7 +13,9 @@ use mlx5::device::{
 use mlx5::fastmap::FastMap;
 
 use crate::encoding::*;
-use crate::endpoint::{EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION};
+use crate::endpoint::{
+    copy_small, EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION,
+};
 use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
 use crate::fifo::Fifo;
 use crate::idle::{take_wake, IdlePolicy, SpinBudget, Waker};
@@ -23,6 +25,9 @@ use crate::transport::{Mlx5, Sge, Transport, WorkCompletion};
 /// How long an idle [`Context::wait`] spins before it starts yielding the
 /// CPU between polls: longer than a round trip that is on its way.
 const POLITE_AFTER: Duration = Duration::from_micros(10);
+
+/// Empty polls between two clock reads of a spinning [`Context::wait`].
+const CLOCK_EVERY: u32 = 16;
 
 /// Work requests between requested completions on an endpoint's send queue.
 const SIGNAL_INTERVAL: u32 = 64;
@@ -623,7 +628,36 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
 
     /// Answers a request, in any order. Never `RingFull`: the caller's
     /// allowance was reserved when the credit was granted.
+    #[inline]
     pub fn reply(&mut self, h: RecvHandle, payload: &[u8]) -> Result<(), ReplyError> {
+        self.reply_with(h, payload.len(), |b| copy_small(b, payload))
+    }
+
+    /// Answers a request with a `len`-byte response that `fill` writes where
+    /// it is sent from: the send ring, whose space the caller's allowance
+    /// reserved. `fill` gets exactly `len` bytes and must write all of them
+    /// (what it leaves is whatever the ring held). Nothing is written, and
+    /// the request stays unanswered, when the reply is refused.
+    ///
+    /// ```no_run
+    /// # fn f(ctx: &mut copyrpc::Context<u64, fn(u64, Result<&[u8], copyrpc::CallFailed>)>) {
+    /// while let Some(req) = ctx.recv() {
+    ///     let value = b"the stored value";
+    ///     // The header and the value go into the ring; no buffer between.
+    ///     let _ = ctx.reply_with(req, 2 + value.len(), |out| {
+    ///         out[..2].copy_from_slice(&[0, 0]);
+    ///         out[2..].copy_from_slice(value);
+    ///     });
+    /// }
+    /// # }
+    /// ```
+    #[inline]
+    pub fn reply_with(
+        &mut self,
+        h: RecvHandle,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), ReplyError> {
         let Some(e) = live_mut(&mut self.eps, h.ep, h.gen) else {
             return Err(ReplyError::Closed(CloseReason::Local));
         };
@@ -631,17 +665,14 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             return Err(ReplyError::Closed(r.clone()));
         }
         let max = max_payload(h.allowance);
-        if payload.len() > max {
-            return Err(ReplyError::TooLarge {
-                len: payload.len(),
-                max,
-            });
+        if len > max {
+            return Err(ReplyError::TooLarge { len, max });
         }
         // The reservation turns into the response: the message, a batch's
         // metadata and a wrap's wasted tail cost at most twice the allowance,
         // which `2R` covered.
         e.resp_reservation -= h.allowance;
-        e.write_message(h.call_id | RESPONSE_FLAG, 0, payload);
+        e.write_message_with(h.call_id | RESPONSE_FLAG, 0, len, fill);
         e.stats.replies += 1;
         if !e.dirty {
             e.dirty = true;
@@ -655,6 +686,26 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// pending batches and READs. Touches only endpoints with work. Returns the
     /// number of completions handled.
     pub fn poll(&mut self) -> usize {
+        self.poll_via(&mut Stored)
+    }
+
+    /// [`poll`](Self::poll), handing this poll's responses (and failed
+    /// calls) to `on_response` instead of the context's own callback. The
+    /// response borrows the receive ring: a caller can use it where it lies
+    /// while it holds state the context's callback cannot reach (its own
+    /// fields beside the context), and copy only what it keeps. Calls that
+    /// fail outside a poll ([`close`](Self::close)) still go to the
+    /// context's callback.
+    #[inline]
+    pub fn poll_with<G: FnMut(U, Result<&[u8], CallFailed>)>(
+        &mut self,
+        on_response: &mut G,
+    ) -> usize {
+        self.poll_via(&mut Given(on_response))
+    }
+
+    #[inline]
+    fn poll_via<R: Respond<U, F>>(&mut self, resp: &mut R) -> usize {
         // Requests handed out by the previous poll are released to the peer.
         self.epoch += 1;
         for &i in &self.consumed {
@@ -686,6 +737,8 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 consumed,
                 ..
             } = self;
+            let on_response =
+                &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
             n += T::poll_recv(recv_cq, 256, |c| {
                 let idx = by_qpn.get(c.qpn()).copied();
                 let e = idx.and_then(|i| eps[i as usize].as_mut());
@@ -736,6 +789,8 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 dirty,
                 ..
             } = self;
+            let on_response =
+                &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
             n += T::poll_send(send_cq, 256, |i, c| {
                 let Some(e) = eps[i as usize].as_mut() else {
                     return;
@@ -782,7 +837,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 }
                 Ok(false) => i += 1,
                 Err(code) => {
-                    close(e, CloseReason::Refused(code), &mut self.on_response);
+                    let stored = &mut self.on_response;
+                    close(e, CloseReason::Refused(code), &mut |u, r| {
+                        resp.call(stored, u, r)
+                    });
                     e.dirty = false;
                     self.dirty.swap_remove(i);
                 }
@@ -795,6 +853,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             on_response,
             ..
         } = self;
+        let on_response = &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
         reads.retain(|&idx| {
             let Some(e) = eps[idx as usize].as_mut() else {
                 return false;
@@ -841,19 +900,49 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// Arming a CQ or waiting on the channel failed (the device is broken);
     /// the context is still usable with [`poll`](Self::poll).
     pub fn wait(&mut self, timeout: Duration) -> Result<usize, WaitError> {
-        let n = self.poll();
+        self.wait_via(timeout, &mut Stored)
+    }
+
+    /// [`wait`](Self::wait), handing the responses to `on_response` as
+    /// [`poll_with`](Self::poll_with) does.
+    ///
+    /// # Errors
+    /// As [`wait`](Self::wait).
+    #[inline]
+    pub fn wait_with<G: FnMut(U, Result<&[u8], CallFailed>)>(
+        &mut self,
+        timeout: Duration,
+        on_response: &mut G,
+    ) -> Result<usize, WaitError> {
+        self.wait_via(timeout, &mut Given(on_response))
+    }
+
+    fn wait_via<R: Respond<U, F>>(
+        &mut self,
+        timeout: Duration,
+        resp: &mut R,
+    ) -> Result<usize, WaitError> {
+        let n = self.poll_via(resp);
         if n > 0 || !self.recvq.is_empty() || self.take_wake() {
             return Ok(n);
         }
         let t0 = Instant::now();
         let spin = self.spin.now().min(timeout);
+        let mut polls = 0u32;
         loop {
-            let n = self.poll();
+            let n = self.poll_via(resp);
             if n > 0 {
                 return Ok(n);
             }
             if self.take_wake() {
                 return Ok(0);
+            }
+            // The clock is read every few empty polls: a read costs more
+            // than an empty poll, and a spin lasts microseconds at least.
+            polls = polls.wrapping_add(1);
+            if polls % CLOCK_EVERY != 0 {
+                std::hint::spin_loop();
+                continue;
             }
             let spun = t0.elapsed();
             if spun >= spin {
@@ -876,7 +965,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         }
         T::arm_recv(&mut self.recv_cq)?;
         T::arm_send(&mut self.send_cq)?;
-        let n = self.poll();
+        let n = self.poll_via(resp);
         if n > 0 {
             return Ok(n);
         }
@@ -888,7 +977,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         };
         let slept = slept.elapsed();
         take_wake(&self.woken);
-        let n = self.poll();
+        let n = self.poll_via(resp);
         if n > 0 {
             self.spin.woke_to_work(slept);
         } else if event.is_none() && slept >= left {
@@ -1030,6 +1119,32 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
 /// mlx5 syndromes nor `ibv_wc_status` values reach, read as 255).
 fn transport_error(code: u32) -> CloseReason {
     CloseReason::Transport(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// Where a poll's responses go: the context's own callback ([`Stored`]) or
+/// one given to [`Context::poll_with`] ([`Given`]). Both inline.
+trait Respond<U, F> {
+    fn call(&mut self, stored: &mut F, u: U, r: Result<&[u8], CallFailed>);
+}
+
+/// The context's own callback.
+struct Stored;
+
+impl<U, F: FnMut(U, Result<&[u8], CallFailed>)> Respond<U, F> for Stored {
+    #[inline(always)]
+    fn call(&mut self, stored: &mut F, u: U, r: Result<&[u8], CallFailed>) {
+        stored(u, r)
+    }
+}
+
+/// A callback given for one poll.
+struct Given<'g, G>(&'g mut G);
+
+impl<U, F, G: FnMut(U, Result<&[u8], CallFailed>)> Respond<U, F> for Given<'_, G> {
+    #[inline(always)]
+    fn call(&mut self, _: &mut F, u: U, r: Result<&[u8], CallFailed>) {
+        (self.0)(u, r)
+    }
 }
 
 fn close<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(

@@ -254,8 +254,25 @@ impl<U, T: Transport> Ep<U, T> {
     /// Appends a message to the current batch (starting one, and wrapping,
     /// as needed). The caller has checked ring space (requests) or holds a
     /// reservation (responses).
+    #[inline]
     pub fn write_message(&mut self, call_id: u32, piggyback: u32, payload: &[u8]) {
-        let msg = padded_message_size(payload.len());
+        self.write_message_with(call_id, piggyback, payload.len(), |b| {
+            copy_small(b, payload)
+        });
+    }
+
+    /// [`write_message`](Self::write_message) of a `len`-byte payload that
+    /// `fill` writes in place, into the ring (every byte of the slice it is
+    /// given).
+    #[inline]
+    pub fn write_message_with(
+        &mut self,
+        call_id: u32,
+        piggyback: u32,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) {
+        let msg = padded_message_size(len);
         if self.meta_pos.is_some() {
             if self.send_off(self.send_producer) + msg >= self.send_size {
                 self.wrap();
@@ -277,8 +294,8 @@ impl<U, T: Transport> Ep<U, T> {
         b[m - ALIGNMENT as usize..].fill(0);
         MessageHeader::new_checked(&mut b[..HEADER_SIZE])
             .expect("12 bytes")
-            .set(call_id, piggyback, payload.len() as u32);
-        copy_small(&mut b[HEADER_SIZE..], payload);
+            .set(call_id, piggyback, len as u32);
+        fill(&mut b[HEADER_SIZE..HEADER_SIZE + len]);
         self.send_producer += msg;
         self.batch_count += 1;
         self.check_invariant();
@@ -394,7 +411,7 @@ impl<U, T: Transport> Ep<U, T> {
 /// to 64 bytes move as two overlapping fixed-size copies instead of a call
 /// into the C library's `memcpy`, which costs more than the copy at RPC sizes.
 #[inline(always)]
-fn copy_small(dst: &mut [u8], src: &[u8]) {
+pub(crate) fn copy_small(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
     let dst = &mut dst[..n];
     match n {

@@ -34,6 +34,7 @@
 //! }
 //! ```
 
+pub mod clock;
 pub mod conn;
 mod context;
 pub mod encoding;

@@ -351,12 +351,7 @@ impl<T, X: Transport> Client<T, X> {
     /// chase if it had one); returns its tag.
     #[inline]
     fn release(&mut self, i: u32) -> Option<T> {
-        self.free.push(i);
-        let s = &mut self.ops[i as usize];
-        if !s.chase.is_fresh() {
-            s.chase = Chase::default();
-        }
-        s.tag.take()
+        release(&mut self.ops, &mut self.free, i)
     }
 
     /// Sends one request to the owner of its key (queued until `poll()`),
@@ -715,9 +710,27 @@ impl<T, X: Transport> Client<T, X> {
     /// to yet connects to it first, blocking for up to
     /// [`ClientOptions::setup_timeout`] (once per member, or once per
     /// backoff for a member that could not be connected).
-    pub fn poll(&mut self, f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
-        let n = self.ctx.poll();
-        self.complete(n, f)
+    pub fn poll(&mut self, mut f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        let mut now = 0;
+        let n = {
+            let Client {
+                ctx,
+                ops,
+                free,
+                in_flight,
+                inbox,
+                ..
+            } = self;
+            let mut done = Finish {
+                ops,
+                free,
+                in_flight,
+                inbox,
+                completed: &mut now,
+            };
+            ctx.poll_with(&mut |op, r| done.answer(op, r, &mut f))
+        };
+        now + self.complete(n, f)
     }
 
     /// [`poll`](Self::poll), and if nothing completed, waits for an answer
@@ -732,15 +745,33 @@ impl<T, X: Transport> Client<T, X> {
     pub fn wait(
         &mut self,
         timeout: Duration,
-        f: impl FnMut(T, Result<Reply<'_>, KvError>),
+        mut f: impl FnMut(T, Result<Reply<'_>, KvError>),
     ) -> Result<usize, WaitError> {
         let timeout = match self.chaser.next_due() {
             _ if !self.doomed.is_empty() => Duration::ZERO,
             Some(due) => timeout.min(due.saturating_duration_since(Instant::now())),
             None => timeout,
         };
-        let n = self.ctx.wait(timeout)?;
-        Ok(self.complete(n, f))
+        let mut now = 0;
+        let n = {
+            let Client {
+                ctx,
+                ops,
+                free,
+                in_flight,
+                inbox,
+                ..
+            } = self;
+            let mut done = Finish {
+                ops,
+                free,
+                in_flight,
+                inbox,
+                completed: &mut now,
+            };
+            ctx.wait_with(timeout, &mut |op, r| done.answer(op, r, &mut f))?
+        };
+        Ok(now + self.complete(n, f))
     }
 
     /// Hands the answers the context received to `f`, following redirects
@@ -1322,10 +1353,121 @@ impl<X: Transport> Client<u64, X> {
     }
 }
 
+/// Frees op slot `i`; its tag, if it had one.
+fn release<T>(ops: &mut [OpSlot<T>], free: &mut Vec<u32>, i: u32) -> Option<T> {
+    free.push(i);
+    let s = &mut ops[i as usize];
+    if !s.chase.is_fresh() {
+        s.chase = Chase::default();
+    }
+    s.tag.take()
+}
+
+/// Answers as the context reads them, where they lie in its receive ring:
+/// a key request's final answer (OK or NOT_FOUND, from a member on the
+/// client's map) goes to the caller at once, its value borrowed from the
+/// ring; anything else is copied into the inbox for
+/// [`Client::complete`](Client) to follow.
+struct Finish<'a, T> {
+    ops: &'a mut [OpSlot<T>],
+    free: &'a mut Vec<u32>,
+    in_flight: &'a mut usize,
+    inbox: &'a Inbox,
+    /// How many went to the caller.
+    completed: &'a mut usize,
+}
+
+impl<T> Finish<'_, T> {
+    #[inline]
+    fn answer(
+        &mut self,
+        i: u32,
+        r: Result<&[u8], copyrpc::CallFailed>,
+        f: &mut impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) {
+        if let (Ok(b), Some(s)) = (&r, self.ops.get(i as usize)) {
+            if let Some(reply) = final_reply(s.kind, s.abandoned, b) {
+                if let Some(tag) = release(self.ops, self.free, i) {
+                    *self.in_flight -= 1;
+                    *self.completed += 1;
+                    f(tag, Ok(reply));
+                }
+                return;
+            }
+        }
+        self.inbox.push(i, r);
+    }
+}
+
+/// The caller's answer in `b`, if `b` ends an op of `kind` as it is: a
+/// well-formed OK or NOT_FOUND from a member on the client's map, to a key
+/// request whose caller still waits. The value is `b`'s payload, in place.
+#[inline]
+fn final_reply(kind: Kind, abandoned: bool, b: &[u8]) -> Option<Reply<'_>> {
+    let (Kind::Key(op), false) = (kind, abandoned) else {
+        return None;
+    };
+    let resp = Response::new_checked(b).ok()?;
+    if resp.flags() & FLAG_MAP_NEWER != 0 {
+        return None;
+    }
+    match resp.status() {
+        Status::Ok if op == Op::Get => Some(Reply::Value(resp.payload())),
+        Status::Ok => Some(Reply::Done),
+        Status::NotFound => Some(Reply::NotFound),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvs_proto::proto::Request;
+    use kvs_proto::proto::{begin_response, finish_response, Request};
+
+    fn get_answer(value: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        begin_response(&mut b, Status::Ok, 0);
+        b.extend_from_slice(value);
+        finish_response(&mut b, 0);
+        b
+    }
+
+    #[test]
+    fn a_value_is_handed_over_where_it_lies_only_when_the_answer_is_whole() {
+        let get = Kind::Key(Op::Get);
+        let b = get_answer(b"the value");
+        match final_reply(get, false, &b) {
+            Some(Reply::Value(v)) => {
+                assert_eq!(v, b"the value");
+                assert_eq!(v.as_ptr(), b[RESPONSE_HEADER..].as_ptr(), "not copied");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A header that declares more than the answer holds (the rest would
+        // lie past the message, in the ring): not handed over. The copying
+        // path then reports it as malformed.
+        let mut long = b.clone();
+        long[4..8].copy_from_slice(&1000u32.to_le_bytes());
+        assert!(final_reply(get, false, &long).is_none());
+        assert!(Response::new_checked(&long).is_err());
+        let mut short = b.clone();
+        short.truncate(RESPONSE_HEADER - 1);
+        assert!(final_reply(get, false, &short).is_none());
+        // Answers the client must act on, or whose caller was told already.
+        let mut newer = b.clone();
+        newer[1] |= FLAG_MAP_NEWER;
+        assert!(final_reply(get, false, &newer).is_none());
+        assert!(final_reply(get, true, &b).is_none());
+        assert!(final_reply(Kind::Map, false, &b).is_none());
+        let mut redirect = Vec::new();
+        begin_response(&mut redirect, Status::TryAgain, 0);
+        finish_response(&mut redirect, 0);
+        assert!(final_reply(get, false, &redirect).is_none());
+        assert!(matches!(
+            final_reply(Kind::Key(Op::Put), false, &get_answer(b"")),
+            Some(Reply::Done)
+        ));
+    }
 
     #[test]
     fn a_re_sent_request_keeps_its_key_and_never_goes_back_to_an_older_map() {

@@ -1,4 +1,5 @@
-//! Where copyrpc's response callback leaves completions: plain cells, moved
+//! Where answers the client cannot hand over where they lie (redirects,
+//! try-agains, failures, scan parts, maps) wait for it: plain cells, moved
 //! out and back (no borrow flag, no lock, no allocation once warm).
 
 use std::cell::Cell;
@@ -24,21 +25,27 @@ pub(crate) struct Inbox {
 /// The context's response callback.
 pub(crate) type Handler = Box<dyn FnMut(u32, Result<&[u8], CallFailed>)>;
 
-/// A callback that copies each response into `inbox`.
-pub(crate) fn handler(inbox: Rc<Inbox>) -> Handler {
-    Box::new(move |op: u32, r: Result<&[u8], CallFailed>| {
-        let mut done = inbox.done.take();
+impl Inbox {
+    /// Copies a response (or a failed call) in.
+    pub(crate) fn push(&self, op: u32, r: Result<&[u8], CallFailed>) {
+        let mut done = self.done.take();
         let result = match r {
             Ok(b) => {
-                let mut arena = inbox.arena.take();
+                let mut arena = self.arena.take();
                 let start = arena.len() as u32;
                 arena.extend_from_slice(b);
-                inbox.arena.set(arena);
+                self.arena.set(arena);
                 Ok((start, b.len() as u32))
             }
             Err(CallFailed(why)) => Err(why),
         };
         done.push(Done { op, result });
-        inbox.done.set(done);
-    })
+        self.done.set(done);
+    }
+}
+
+/// A callback that copies each response into `inbox`: for what the context
+/// reports outside the client's polls (calls failed by a close).
+pub(crate) fn handler(inbox: Rc<Inbox>) -> Handler {
+    Box::new(move |op: u32, r: Result<&[u8], CallFailed>| inbox.push(op, r))
 }

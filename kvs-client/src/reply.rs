@@ -4,6 +4,36 @@
 use crate::scan::ScanReply;
 
 /// A completed request's answer, borrowed until the callback returns.
+///
+/// A GET's value is handed over where it lies: in the client's receive
+/// ring, which the next poll hands back to the server for new answers. The
+/// borrow checker keeps the value from outliving the callback; keep a copy
+/// of what is needed later:
+///
+/// ```no_run
+/// # fn f(client: &mut kvs_client::Client<u32>) {
+/// let mut kept: Option<Vec<u8>> = None;
+/// client.poll(|_, r| {
+///     if let Ok(kvs_client::Reply::Value(v)) = r {
+///         kept = Some(v.to_vec());
+///     }
+/// });
+/// # }
+/// ```
+///
+/// Keeping the borrowed value itself does not compile:
+///
+/// ```compile_fail
+/// # fn f(client: &mut kvs_client::Client<u32>) {
+/// let mut kept: Option<&[u8]> = None;
+/// client.poll(|_, r| {
+///     if let Ok(kvs_client::Reply::Value(v)) = r {
+///         kept = Some(v); // borrowed data escapes the closure
+///     }
+/// });
+/// # let _ = kept;
+/// # }
+/// ```
 #[derive(Debug)]
 pub enum Reply<'a> {
     /// GET: the value.

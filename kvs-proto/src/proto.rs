@@ -404,6 +404,14 @@ pub fn begin_response(out: &mut Vec<u8>, status: Status, flags: u8) {
     out.extend_from_slice(&[status as u8, flags, 0, 0, 0, 0, 0, 0]);
 }
 
+/// Writes into `out` (cleared first) the header of a response whose
+/// `len`-byte payload does not follow it there: the caller writes the
+/// payload after the header where the response is sent from.
+pub fn response_header(out: &mut Vec<u8>, status: Status, flags: u8, len: usize) {
+    begin_response(out, status, flags);
+    out[field::LEN].copy_from_slice(&(len as u32).to_le_bytes());
+}
+
 /// Sets the payload length of the response in `out`, and its flags.
 pub fn finish_response(out: &mut [u8], flags: u8) {
     let len = (out.len() - RESPONSE_HEADER) as u32;

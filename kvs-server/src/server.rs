@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
+use copyrpc::clock::Clock;
 use copyrpc::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use copyrpc::Waker;
 use kvs_proto::Owner;
@@ -129,6 +130,7 @@ impl Server {
         let mut stats = Vec::new();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
         let (report_tx, report_rx) = mpsc::channel::<ToControl>();
+        let clock = Clock::new();
         for w in 0..cfg.workers {
             let (tx, rx) = mpsc::channel::<ToWorker>();
             txs.push(tx.clone());
@@ -160,6 +162,7 @@ impl Server {
                             stop,
                             stats: st,
                             ready,
+                            clock,
                         }
                         .start()
                     })

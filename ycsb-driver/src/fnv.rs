@@ -52,37 +52,62 @@ pub fn fnvhash64(v: u64) -> u64 {
 /// assert_eq!(key, "user00042");
 /// ```
 pub fn build_key_name(keynum: u64, zeropadding: usize, ordered: bool, out: &mut String) {
-    // Longest decimal: "-9223372036854775808" / "18446744073709551615".
-    let mut digits = [0u8; 20];
-    let mut pos = digits.len();
-    let (negative, mut magnitude) = if ordered {
+    let (negative, magnitude) = if ordered {
         (false, keynum)
     } else {
         let signed = fnvhash64(keynum) as i64;
         (signed < 0, signed.unsigned_abs())
     };
-    loop {
-        pos -= 1;
-        digits[pos] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
-    }
-    if negative {
-        pos -= 1;
-        digits[pos] = b'-';
-    }
-    let number = &digits[pos..];
+    let mut digits = [0u8; 20];
+    let pos = decimal(magnitude, &mut digits);
+    // Java counts the sign as a digit when computing the fill.
+    let len = digits.len() - pos + usize::from(negative);
     out.clear();
     out.push_str(KEY_PREFIX);
-    // Java counts the sign as a digit when computing the fill.
-    for _ in number.len()..zeropadding {
-        out.push('0');
+    let mut fill = zeropadding.saturating_sub(len);
+    while fill > 0 {
+        let n = fill.min(ZEROS.len());
+        out.push_str(&ZEROS[..n]);
+        fill -= n;
     }
-    for &d in number {
-        out.push(char::from(d));
+    if negative {
+        out.push('-');
     }
+    // SAFETY: `decimal` wrote only ASCII digits from `pos` on, so the
+    // string stays UTF-8 (checking it costs more than the key's other work).
+    unsafe { out.as_mut_vec() }.extend_from_slice(&digits[pos..]);
+}
+
+/// Zeros to pad a key with, pushed as one slice.
+const ZEROS: &str = "00000000000000000000000000000000";
+
+/// Two decimal digits of each number below 100.
+const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal at the end of `out`, two digits per division;
+/// returns where the digits begin.
+#[inline]
+fn decimal(mut v: u64, out: &mut [u8; 20]) -> usize {
+    let mut pos = out.len();
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        pos -= 2;
+        out[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        let pair = v as usize * 2;
+        pos -= 2;
+        out[pos..pos + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        pos -= 1;
+        out[pos] = b'0' + v as u8;
+    }
+    pos
 }
 
 #[cfg(test)]

@@ -274,6 +274,7 @@ fn main() {
             s => Some(Duration::from_secs(s)),
         },
         interrupt: Arc::new(AtomicBool::new(false)),
+        status: a.status,
     };
     let flag = opts.interrupt.clone();
     if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)) {

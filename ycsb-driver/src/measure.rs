@@ -38,7 +38,9 @@
 //! Every sample is recorded twice: into the run total and into an *interval*
 //! part that [`Measurements::take_interval`] (or
 //! [`Measurements::drain_interval_into`]) hands out and clears, for the
-//! periodic status line (Java's `Recorder.getIntervalHistogram()`).
+//! periodic status line (Java's `Recorder.getIntervalHistogram()`). A run
+//! without status lines records once
+//! ([`Measurements::without_intervals`]).
 
 use std::fmt;
 
@@ -470,6 +472,10 @@ impl Part {
 
     fn merge(&mut self, other: &Part) {
         for i in 0..Series::COUNT {
+            // An empty histogram adds nothing; its counts are not read.
+            if other.hists[i].is_empty() {
+                continue;
+            }
             add_histogram(&mut self.hists[i], &other.hists[i]);
             self.stats[i].merge(&other.stats[i]);
         }
@@ -481,7 +487,9 @@ impl Part {
     }
 
     fn clear(&mut self) {
-        for h in &mut self.hists {
+        // Resetting zeroes all of a histogram's counts (90 KiB each): only
+        // the ones that hold something.
+        for h in self.hists.iter_mut().filter(|h| !h.is_empty()) {
             h.reset();
         }
         self.stats = [SeriesStats::default(); Series::COUNT];
@@ -508,7 +516,9 @@ fn add_histogram(dst: &mut Histogram<u64>, src: &Histogram<u64>) {
 #[derive(Debug, Clone)]
 pub struct Measurements {
     total: Part,
-    interval: Part,
+    /// What was recorded since the interval was last taken; `None` when no
+    /// one takes intervals ([`Measurements::without_intervals`]).
+    interval: Option<Box<Part>>,
     /// Bit `Series::index()`: the series exists, as Java's measurement map
     /// entry would (something was measured or a return code reported).
     seen: u16,
@@ -532,10 +542,18 @@ impl Measurements {
     pub fn with_presize(highest_us: u64) -> Measurements {
         Measurements {
             total: Part::new(highest_us),
-            interval: Part::new(highest_us),
+            interval: Some(Box::new(Part::new(highest_us))),
             seen: 0,
             highest_us,
         }
+    }
+
+    /// The same, keeping run totals only: each sample is recorded once
+    /// instead of twice, for a run without status lines. Intervals taken
+    /// from it are empty.
+    pub fn without_intervals(mut self) -> Measurements {
+        self.interval = None;
+        self
     }
 
     /// Records one database operation as Java's `DBWrapper` does: the latency
@@ -565,7 +583,9 @@ impl Measurements {
     pub fn record_status(&mut self, op: OpKind, status: Status) {
         let (o, s) = (op.index(), status.index());
         self.total.status[o][s] += 1;
-        self.interval.status[o][s] += 1;
+        if let Some(i) = &mut self.interval {
+            i.status[o][s] += 1;
+        }
         self.seen |= Series::Op(op).bit();
     }
 
@@ -578,7 +598,9 @@ impl Measurements {
     #[inline]
     pub fn record_series(&mut self, series: Series, latency_us: u64) {
         self.total.record(series, latency_us);
-        self.interval.record(series, latency_us);
+        if let Some(i) = &mut self.interval {
+            i.record(series, latency_us);
+        }
         self.seen |= series.bit();
     }
 
@@ -623,7 +645,9 @@ impl Measurements {
     /// to `self`: aggregates threads or processes.
     pub fn merge(&mut self, other: &Measurements) {
         self.total.merge(&other.total);
-        self.interval.merge(&other.interval);
+        if let (Some(mine), Some(theirs)) = (&mut self.interval, &other.interval) {
+            mine.merge(theirs);
+        }
         self.seen |= other.seen;
     }
 
@@ -640,15 +664,19 @@ impl Measurements {
     /// totals of `dst` (marking the series of `self` as existing there), so a
     /// status thread can reuse one `dst` without allocating.
     pub fn drain_interval_into(&mut self, dst: &mut Measurements) {
-        dst.total.merge(&self.interval);
+        if let Some(i) = &mut self.interval {
+            dst.total.merge(i);
+            i.clear();
+        }
         dst.seen |= self.seen;
-        self.interval.clear();
     }
 
     /// Forgets everything, keeping the histograms' allocations.
     pub fn clear(&mut self) {
         self.total.clear();
-        self.interval.clear();
+        if let Some(i) = &mut self.interval {
+            i.clear();
+        }
         self.seen = 0;
     }
 
@@ -973,6 +1001,33 @@ mod tests {
             (0, 0, 0.0)
         );
         assert_eq!(value_at_percentile(&empty, 99.0), 0);
+    }
+
+    #[test]
+    fn totals_without_intervals_are_the_same() {
+        let mut with = Measurements::new();
+        let mut without = Measurements::new().without_intervals();
+        for &(op, st, lat) in &sample_values() {
+            with.record(op, st, lat);
+            without.record(op, st, lat);
+        }
+        assert_eq!(with, without);
+        let (iw, io) = (with.take_interval(), without.take_interval());
+        assert_eq!(
+            iw.operations(Series::Op(OpKind::Read)),
+            with.operations(Series::Op(OpKind::Read))
+        );
+        assert!(iw.operations(Series::Op(OpKind::Read)) > 0);
+        assert_eq!(
+            io.operations(Series::Op(OpKind::Read)),
+            0,
+            "no interval was kept"
+        );
+        // The series still exist in the (empty) interval, as Java prints them.
+        assert_eq!(
+            io.present_series().count(),
+            without.present_series().count()
+        );
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub(crate) fn drive(job: Job<'_>, url: &str) -> Result<(Measurements, u64), RunE
     let names = wl.field_names().to_vec();
     let depth = opts.depth.clamp(1, 1 << 12);
     let mut m = Measurements::new();
+    if !opts.status {
+        m = m.without_intervals();
+    }
     let mut value = vec![0u8; fl];
     let mut batch: Vec<Pending> = Vec::with_capacity(depth);
     let mut done = 0u64;
@@ -226,8 +229,10 @@ pub(crate) fn drive(job: Job<'_>, url: &str) -> Result<(Measurements, u64), RunE
         progress
             .done
             .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
-        if let Ok(mut g) = progress.interval.try_lock() {
-            m.drain_interval_into(&mut g);
+        if opts.status {
+            if let Ok(mut g) = progress.interval.try_lock() {
+                m.drain_interval_into(&mut g);
+            }
         }
     }
     Ok((m, done))

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use copyrpc::clock::Clock;
 use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
 use copyrpc::IdlePolicy;
 use kvs_client::{AuthToken, Client, ClientOptions, KvError, Reply, SubmitError};
@@ -75,6 +76,10 @@ pub struct RunOptions {
     pub max_time: Option<Duration>,
     /// Set (by Ctrl-C) to end the phase early in the same way.
     pub interrupt: Arc<AtomicBool>,
+    /// Status lines are printed: the threads hand their interval
+    /// measurements over to [`Progress::interval`] (otherwise they keep run
+    /// totals only, and record each sample once).
+    pub status: bool,
 }
 
 /// Counters the status reporter reads while a phase runs.
@@ -162,6 +167,7 @@ pub fn run_phase(
         Phase::Run => wl.operation_count(),
     };
     let start = Instant::now();
+    let clock = Clock::new();
     // Set by a thread that lost its connection or could not connect: the
     // others stop too.
     let stop = Arc::new(AtomicBool::new(false));
@@ -187,6 +193,7 @@ pub fn run_phase(
                         count: n,
                         progress: &progress,
                         stop: &stop,
+                        clock,
                     };
                     let r = drive(job, &target);
                     if !matches!(&r, Ok(ThreadResult { lost: None, .. })) {
@@ -255,8 +262,10 @@ fn kind_of(w: Wait) -> OpKind {
 #[derive(Debug)]
 struct Slot {
     wait: Wait,
-    start: Instant,
-    stage: Instant,
+    /// When the operation was issued ([`Clock::ticks`]).
+    start: u64,
+    /// When its current stage was (a read-modify-write's write).
+    stage: u64,
     key: String,
     field: usize,
     scan_len: usize,
@@ -276,6 +285,8 @@ pub(crate) struct Job<'a> {
     pub progress: &'a Progress,
     /// Set when some thread lost its connection: stop issuing.
     pub stop: &'a AtomicBool,
+    /// Times operations.
+    pub clock: Clock,
 }
 
 /// One driver thread; returns its measurements, completed operations and
@@ -356,6 +367,7 @@ fn drive_on<X: Transport>(
         mut count,
         progress,
         stop,
+        clock,
     } = job;
     let nf = wl.field_count();
     let fl = wl.field_length();
@@ -363,12 +375,11 @@ fn drive_on<X: Transport>(
     let mut st = wl.thread_state(thread, threads);
     let mut rng = Rng::for_stream(opts.seed, thread as u64);
     let depth = opts.depth.clamp(1, 1 << 16);
-    let now = Instant::now();
     let mut slots: Vec<Slot> = (0..depth)
         .map(|_| Slot {
             wait: Wait::Free,
-            start: now,
-            stage: now,
+            start: 0,
+            stage: 0,
             key: String::with_capacity(64),
             field: 0,
             scan_len: 0,
@@ -377,6 +388,9 @@ fn drive_on<X: Transport>(
     let mut free: Vec<u32> = (0..depth as u32).rev().collect();
     let mut value = vec![0u8; record.max(1)];
     let mut m = Measurements::new();
+    if !opts.status {
+        m = m.without_intervals();
+    }
     let (mut issued, mut completed, mut reported) = (0u64, 0u64, 0u64);
     // Read-modify-writes whose read is back, waiting to send the write.
     let mut rmw_next: Vec<u32> = Vec::with_capacity(depth);
@@ -468,7 +482,7 @@ fn drive_on<X: Transport>(
                             }
                         },
                     };
-                    s.start = Instant::now();
+                    s.start = clock.ticks();
                     s.stage = s.start;
                     i
                 }
@@ -533,8 +547,8 @@ fn drive_on<X: Transport>(
         };
         let waited = client.wait(timeout, |i, r| {
             let s = &mut slots[i as usize];
-            let now = Instant::now();
-            let us = |t: Instant| now.duration_since(t).as_micros() as u64;
+            let now = clock.ticks();
+            let us = |t: u64| clock.ns_between(t, now) / 1000;
             let status = match &r {
                 Ok(Reply::NotFound) => Status::NotFound,
                 Ok(Reply::Value(v)) if verify && !record_ok(s.key.as_bytes(), nf, fl, v) => {
@@ -584,7 +598,9 @@ fn drive_on<X: Transport>(
                 .done
                 .fetch_add(completed - reported, Ordering::Relaxed);
             reported = completed;
-            if last_handover.elapsed() >= Duration::from_millis(250) || completed == count {
+            if opts.status
+                && (last_handover.elapsed() >= Duration::from_millis(250) || completed == count)
+            {
                 last_handover = Instant::now();
                 if let Ok(mut g) = progress.interval.lock() {
                     m.drain_interval_into(&mut g);

@@ -70,6 +70,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
             seed: 7,
             max_time: None,
             interrupt: Default::default(),
+            status: false,
         };
         let progress = Arc::new(Progress::default());
         // The workloads share the server and the key names; each loads its

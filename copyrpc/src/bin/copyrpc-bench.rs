@@ -15,6 +15,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use copyrpc::clock::Clock;
 use copyrpc::conn::{connect, Listener};
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{CallFailed, ContextBuilder, IdlePolicy};
@@ -261,87 +262,6 @@ fn mpi_bench_on<T: Transport>(
             h.value_at_quantile(0.5) as f64 / 1000.0,
             h.value_at_quantile(0.99) as f64 / 1000.0
         );
-    }
-}
-
-/// Timestamps for latency samples, in ns since the clock was made: the CPU's
-/// time-stamp counter where it ticks at a constant rate (as UCX's perftest
-/// reads time), calibrated against the monotonic clock; otherwise `Instant`.
-/// A vDSO clock read costs about 40 ns, a TSC read about 10, and a depth-1
-/// round trip takes two.
-#[derive(Clone, Copy)]
-struct Clock {
-    origin: Instant,
-    /// (TSC at `origin`, ns per tick) when the TSC is used.
-    tsc: Option<(u64, f64)>,
-}
-
-impl Clock {
-    fn new() -> Clock {
-        let origin = Instant::now();
-        Clock {
-            origin,
-            tsc: tsc::calibrate(origin),
-        }
-    }
-
-    #[inline(always)]
-    fn ns(&self) -> u64 {
-        match self.tsc {
-            Some((t0, per_tick)) => (tsc::read().wrapping_sub(t0) as f64 * per_tick) as u64,
-            None => self.origin.elapsed().as_nanos() as u64,
-        }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-mod tsc {
-    use std::time::{Duration, Instant};
-
-    #[inline(always)]
-    pub fn read() -> u64 {
-        // SAFETY: RDTSC has no preconditions on x86-64.
-        unsafe { core::arch::x86_64::_rdtsc() }
-    }
-
-    /// (TSC at `origin`, ns per tick), measured over 20 ms; `None` where the
-    /// kernel does not report an invariant TSC.
-    pub fn calibrate(origin: Instant) -> Option<(u64, f64)> {
-        let flags = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-        let invariant = flags
-            .lines()
-            .find(|l| l.starts_with("flags"))
-            .is_some_and(|l| {
-                let has = |want: &str| l.split_whitespace().any(|x| x == want);
-                has("constant_tsc") && has("nonstop_tsc")
-            });
-        if !invariant {
-            return None;
-        }
-        let (i0, t0) = (Instant::now(), read());
-        while i0.elapsed() < Duration::from_millis(20) {
-            std::hint::spin_loop();
-        }
-        let (ns, ticks) = (i0.elapsed().as_nanos() as f64, read().wrapping_sub(t0));
-        if ticks == 0 {
-            return None;
-        }
-        let per_tick = ns / ticks as f64;
-        let since_origin = (i0 - origin).as_nanos() as f64 / per_tick;
-        Some((t0.wrapping_sub(since_origin as u64), per_tick))
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-mod tsc {
-    use std::time::Instant;
-
-    pub fn read() -> u64 {
-        0
-    }
-
-    pub fn calibrate(_: Instant) -> Option<(u64, f64)> {
-        None
     }
 }
 

@@ -2,14 +2,15 @@
 //! store, with no I/O (the worker loop feeds it). Every byte of a request is
 //! untrusted: anything malformed gets an error answer, never a panic.
 
+use copyrpc::clock::Clock;
 use kvs_proto::proto::{
-    begin_response, finish_response, push_scan_record, routed_by, Op, Redirect, Request, Status,
-    FLAG_MAP_NEWER, FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER, SCAN_RECORD_HEADER,
+    begin_response, finish_response, push_scan_record, response_header, routed_by, Op, Redirect,
+    Request, Status, FLAG_MAP_NEWER, FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER,
+    SCAN_RECORD_HEADER,
 };
 use kvs_proto::replica::{Kind, Replicate};
 use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
-use std::time::Instant;
 
 use crate::request_metrics::RequestMetrics;
 use crate::serving::dedup::Dedup;
@@ -41,6 +42,27 @@ pub enum Handled {
     /// worker's (a hand-over or a failover this worker has not installed
     /// yet): it waits for the map, then is handled again, in order.
     AwaitMap,
+}
+
+/// What [`Handler::serve`] made of a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Served<'a> {
+    /// As [`Handler::handle`] says; the answer, if any, is in `out`.
+    Handled(Handled),
+    /// A GET that found its value: the answer is `out` (its header)
+    /// followed by this value, still in the store.
+    Value(&'a [u8]),
+}
+
+/// A value found in the store by the request being answered.
+#[derive(Debug, Clone, Copy)]
+struct Found(*const [u8]);
+
+/// [`Served`] before the value is borrowed again.
+#[derive(Debug, Clone, Copy)]
+enum Answer {
+    Handled(Handled),
+    Value(Found),
 }
 
 /// Slots whose writes wait while the member hands them over (a
@@ -119,6 +141,8 @@ pub struct Handler {
     forward: Option<Forward>,
     /// Set by a replication message that waits for a newer map.
     await_map: bool,
+    /// Times requests for the metrics.
+    clock: Clock,
     /// Slots being handed over: their writes wait.
     pub(crate) frozen: Option<Frozen>,
     /// Replication: writes' numbers, keys in flight, streams followed.
@@ -166,6 +190,7 @@ impl Handler {
             await_write: None,
             forward: None,
             await_map: false,
+            clock: Clock::monotonic(),
             frozen: None,
             replicas: Replicas::new(me, slots),
             dedup: Dedup::default(),
@@ -234,6 +259,13 @@ impl Handler {
         }
     }
 
+    /// The same, timing requests with `clock` (by default the monotonic
+    /// clock, uncalibrated).
+    pub fn with_clock(mut self, clock: Clock) -> Handler {
+        self.clock = clock;
+        self
+    }
+
     /// The same over a store capped at `share` bytes, this worker's part of
     /// the server's `max_memory` (0: no cap).
     pub fn with_memory_limit(mut self, max_memory: u64, workers: u16) -> Handler {
@@ -246,34 +278,59 @@ impl Handler {
     /// Answers `req` into `out`, in at most `max_response` bytes (the
     /// caller's allowance; at least the response header, or the caller gets
     /// nothing useful), and counts it: op, result and service time, in
-    /// counters the worker owns (two reads of the vDSO clock and a
-    /// histogram slot increment; no allocation, no lock).
+    /// counters the worker owns (two reads of the clock, the TSC where it
+    /// is invariant, and a histogram slot increment; no allocation, no lock).
     /// A request that must wait for a priority pull is counted when it is
     /// answered.
     #[inline]
     pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
-        let t = Instant::now();
+        match self.serve(req, max_response, out) {
+            Served::Handled(h) => h,
+            Served::Value(v) => {
+                out.extend_from_slice(v);
+                Handled::Answered
+            }
+        }
+    }
+
+    /// [`handle`](Self::handle), except that a GET which finds its value
+    /// leaves it in the store: `out` holds the response header, and the
+    /// caller writes the value after it where the answer is sent from (one
+    /// copy of the value instead of two).
+    #[inline]
+    pub fn serve(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Served<'_> {
+        let t = self.clock.ticks();
         if req.first() == Some(&(Op::Replicate as u8)) {
             self.replicate(req, max_response, out);
             if std::mem::take(&mut self.await_map) {
-                return Handled::AwaitMap;
+                return Served::Handled(Handled::AwaitMap);
             }
             let status = out.first().copied().unwrap_or(u8::MAX);
-            let ns = t.elapsed().as_nanos() as u64;
+            let ns = self.clock.ns_between(t, self.clock.ticks());
             self.metrics.record(Op::Replicate as u8, status, ns);
-            return Handled::Answered;
+            return Served::Handled(Handled::Answered);
         }
-        let h = self.answer(req, max_response, out);
+        let a = self.answer(req, max_response, out);
         if routed_by(req) < self.map.version() && out.len() > 1 {
             out[1] |= FLAG_MAP_NEWER;
         }
-        if h == Handled::Answered {
-            let ns = t.elapsed().as_nanos() as u64;
+        if matches!(a, Answer::Value(_) | Answer::Handled(Handled::Answered)) {
+            let ns = self.clock.ns_between(t, self.clock.ticks());
             let op = req.first().copied().unwrap_or(0);
             let status = out.first().copied().unwrap_or(u8::MAX);
             self.metrics.record(op, status, ns);
         }
-        h
+        match a {
+            Answer::Handled(h) => Served::Handled(h),
+            // SAFETY: `v` points at a value in `self.store`, found by this
+            // call; since then only `out`, the map's version and the metrics
+            // were touched, never the store. The slice borrows `self` (the
+            // returned lifetime), so the store cannot change or drop the
+            // value while it lives. (A raw pointer carries it here because
+            // returning the borrow from one branch and using `self` in the
+            // others is what the borrow checker cannot yet accept.)
+            Answer::Value(Found(v)) => Served::Value(unsafe { &*v }),
+        }
     }
 
     /// Keys held as a backup of other members' slots (one pass over the
@@ -298,8 +355,15 @@ impl Handler {
         self.store.importing(slot) && !self.store.deleted_in_import(slot, key)
     }
 
-    fn answer(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
-        self.answer_or_pull(req, max_response, out);
+    fn answer(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Answer {
+        if let Some(v) = self.answer_or_pull(req, max_response, out) {
+            return Answer::Value(v);
+        }
+        Answer::Handled(self.outcome())
+    }
+
+    /// What became of a request answered without a value of the store.
+    fn outcome(&mut self) -> Handled {
         if let Some(f) = self.forward.take() {
             return Handled::Forward(f);
         }
@@ -360,38 +424,74 @@ impl Handler {
         });
     }
 
-    fn answer_or_pull(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
+    /// Answers `req` into `out`, or says it waits (`self.pull`,
+    /// `self.await_write`, `self.forward`). A GET that finds its value
+    /// returns it, with `out` holding the response header only: the caller
+    /// writes the value once, where the answer is sent from.
+    fn answer_or_pull(
+        &mut self,
+        req: &[u8],
+        max_response: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<Found> {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
-            Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
+            Err(e) => {
+                error(out, Status::BadRequest, &e.to_string(), max_response);
+                return None;
+            }
         };
+        let slot = self.admit(&r, max_response, out)?;
+        self.apply(&r, slot, max_response, out)
+    }
+
+    /// The checks before a request's op runs: its slot, or `None` once
+    /// answered (`out`) otherwise (a redirect, a try-again, an error...).
+    fn admit(&mut self, r: &Request<'_>, max_response: usize, out: &mut Vec<u8>) -> Option<u32> {
         if self.draining {
-            return error(out, Status::ShuttingDown, "", max_response);
+            error(out, Status::ShuttingDown, "", max_response);
+            return None;
         }
         let key = r.key();
         if key.len() > self.max_key {
             let m = format!("key of {} bytes (at most {})", key.len(), self.max_key);
-            return error(out, Status::TooLarge, &m, max_response);
+            error(out, Status::TooLarge, &m, max_response);
+            return None;
         }
         match r.op() {
-            Op::Map => return self.map_answer(out, Status::Ok, max_response),
-            _ if !self.leased => return self.unavailable(out, max_response),
+            Op::Map => {
+                self.map_answer(out, Status::Ok, max_response);
+                return None;
+            }
+            _ if !self.leased => {
+                self.unavailable(out, max_response);
+                return None;
+            }
             // A scan would miss what has not arrived yet: the client asks
             // this worker again once its imports are done.
-            Op::Scan if self.store.importing_slots() > 0 => return status(out, Status::TryAgain),
-            Op::Scan => return self.scan(key, r.scan_count() as usize, max_response, out),
+            Op::Scan if self.store.importing_slots() > 0 => {
+                status(out, Status::TryAgain);
+                return None;
+            }
+            Op::Scan => {
+                self.scan(key, r.scan_count() as usize, max_response, out);
+                return None;
+            }
             _ => {}
         }
         let slot = slot_of(key, self.map.slots());
         let owner = self.map.owner_of_slot(slot);
         if owner != self.me {
-            return self.redirect(out, r.map_version(), owner, max_response);
+            self.redirect(out, r.map_version(), owner, max_response);
+            return None;
         }
         if self.awaiting > 0 && self.awaiting_source[slot as usize] {
-            return status(out, Status::TryAgain);
+            status(out, Status::TryAgain);
+            return None;
         }
         if let Some(b) = self.replicas.held(slot) {
-            return self.held(out, slot, b, max_response);
+            self.held(out, slot, b, max_response);
+            return None;
         }
         self.id = r.id().unwrap_or((0, 0));
         if self.id != (0, 0)
@@ -405,11 +505,25 @@ impl Handler {
             } else {
                 Status::Ok
             };
-            return status(out, st);
+            status(out, st);
+            return None;
         }
         if self.frozen.is_some() && self.frozen_write(slot, r.op()) {
-            return status(out, Status::TryAgain);
+            status(out, Status::TryAgain);
+            return None;
         }
+        Some(slot)
+    }
+
+    /// Runs an admitted request's op on `slot`.
+    fn apply(
+        &mut self,
+        r: &Request<'_>,
+        slot: u32,
+        max_response: usize,
+        out: &mut Vec<u8>,
+    ) -> Option<Found> {
+        let key = r.key();
         match r.op() {
             // A value its backups may not have yet is not read: the read
             // waits for them.
@@ -419,9 +533,8 @@ impl Handler {
             }
             Op::Get => match self.store.get(slot, key) {
                 Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
-                    begin_response(out, Status::Ok, 0);
-                    out.extend_from_slice(v);
-                    finish_response(out, 0);
+                    response_header(out, Status::Ok, 0, v.len());
+                    return Some(Found(v as *const [u8]));
                 }
                 Some(v) => too_small(out, v.len(), max_response),
                 None if self.must_pull(slot, key) => self.pull = Some(slot),
@@ -431,7 +544,8 @@ impl Handler {
                 let v = r.value();
                 if v.len() > self.max_value {
                     let m = format!("value of {} bytes (at most {})", v.len(), self.max_value);
-                    return error(out, Status::TooLarge, &m, max_response);
+                    error(out, Status::TooLarge, &m, max_response);
+                    return None;
                 }
                 match self.store.put(slot, key, v) {
                     Ok(()) => {
@@ -467,7 +581,7 @@ impl Handler {
                     }
                     Patch::NotFound if self.must_pull(slot, key) => {
                         self.pull = Some(slot);
-                        return;
+                        return None;
                     }
                     Patch::NotFound => Status::NotFound,
                     Patch::OutOfRange => Status::OutOfRange,
@@ -486,6 +600,7 @@ impl Handler {
                 error(out, Status::BadRequest, m, max_response)
             }
         }
+        None
     }
 
     /// The slot's ready backup on `member` missed a write: nothing of the

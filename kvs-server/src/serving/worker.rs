@@ -10,6 +10,7 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use copyrpc::clock::Clock;
 use copyrpc::conn::Connection;
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
@@ -19,7 +20,7 @@ use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::forward::{ack_handler, Acks, Forwarder};
-use super::handle::{Frozen, Handled, Handler};
+use super::handle::{Frozen, Handled, Handler, Served};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
 use super::replicas::PullStart;
@@ -74,6 +75,8 @@ pub(crate) struct Worker {
     pub stats: Arc<WorkerStats>,
     /// The worker's number and waker once its context is built.
     pub ready: Sender<Result<(u16, Waker), StartError>>,
+    /// Times requests for the metrics (the server's one calibrated clock).
+    pub clock: Clock,
 }
 
 impl Worker {
@@ -113,6 +116,7 @@ impl OnTransport for Worker {
             stop,
             stats,
             ready,
+            clock,
         } = self;
         let copy_tx = to_self.clone();
         let w = me.worker;
@@ -144,7 +148,8 @@ impl OnTransport for Worker {
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
         let mut h = Handler::new(me, map, cfg.max_key, cfg.max_value)
-            .with_memory_limit(cfg.max_memory, cfg.workers);
+            .with_memory_limit(cfg.max_memory, cfg.workers)
+            .with_clock(clock);
         let mut conns: Vec<Connection> = Vec::new();
         // The setup answer: how many workers (connections to make) and slots.
         let answer = SetupAnswer {
@@ -200,7 +205,20 @@ impl OnTransport for Worker {
             while let Some(req) = ctx.recv() {
                 let max = req.max_response();
                 let handled = match ctx.request(&req) {
-                    Some(b) => h.handle(b, max, &mut out),
+                    Some(b) => match h.serve(b, max, &mut out) {
+                        Served::Handled(handled) => handled,
+                        // A GET's value goes from the store into the send
+                        // ring, after the header.
+                        Served::Value(v) => {
+                            let _ = ctx.reply_with(req, out.len() + v.len(), |ring| {
+                                let (head, value) = ring.split_at_mut(out.len());
+                                head.copy_from_slice(&out);
+                                value.copy_from_slice(v);
+                            });
+                            ops += 1;
+                            continue;
+                        }
+                    },
                     None => {
                         out.clear();
                         Handled::Answered
