@@ -269,17 +269,18 @@ impl ContextBuilder {
             None => (device.create_cq(&attr)?, device.create_cq(&attr)?),
         };
         let srq_h = device.create_srq(&pd, self.srq_size, 1)?;
-        let mut srq = T::srq(&srq_h)?;
+        // The receive CQ and the SRQ it completes, bound together.
+        let mut recv_cq = T::recv_cq(&rcq, &srq_h)?;
         let mut posted = 0;
-        while T::srq_post(&mut srq) {
+        while T::srq_post(&mut recv_cq) {
             posted += 1;
         }
-        T::srq_ring(&mut srq);
+        T::srq_ring(&mut recv_cq);
         let n = self.max_endpoints as usize;
         let consumer_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE | access::REMOTE_READ)?;
         let read_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE)?;
         Ok(Context {
-            recv_cq: T::recv_cq(&rcq)?,
+            recv_cq,
             send_cq: T::send_cq(&scq)?,
             cqs: (rcq, scq),
             chan,
@@ -288,7 +289,6 @@ impl ContextBuilder {
             spin: SpinBudget::new(self.idle),
             device: device.clone(),
             pd,
-            srq,
             _srq_h: srq_h,
             srq_posted: posted,
             srq_cap: posted,
@@ -328,7 +328,6 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     sleeps: u64,
     /// How long `wait` spins before it sleeps.
     spin: SpinBudget,
-    srq: T::Srq,
     _srq_h: SrqHandle,
     srq_posted: u32,
     srq_cap: u32,
@@ -728,7 +727,6 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         {
             let Self {
                 recv_cq,
-                srq,
                 srq_posted,
                 eps,
                 by_qpn,
@@ -739,16 +737,16 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             } = self;
             let on_response =
                 &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
-            n += T::poll_recv(recv_cq, 256, |c| {
+            n += T::poll_recv(recv_cq, 256, |c, took| {
                 let idx = by_qpn.get(c.qpn()).copied();
                 let e = idx.and_then(|i| eps[i as usize].as_mut());
                 // The batch's lines were written by the peer's NIC (in the
                 // software device: another core); they are on their way while
-                // the receive WQE is retired.
+                // the endpoint's state is looked at.
                 if let Some(e) = &e {
                     e.prefetch_batch(u64::from(c.byte_len()));
                 }
-                if T::srq_take(srq, c) {
+                if took {
                     *srq_posted -= 1;
                 }
                 let (Some(i), Some(e)) = (idx, e) else {
@@ -774,10 +772,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         }
         // Keep the SRQ above 2/3 full.
         if self.srq_posted < self.srq_low {
-            while self.srq_posted < self.srq_cap && T::srq_post(&mut self.srq) {
+            while self.srq_posted < self.srq_cap && T::srq_post(&mut self.recv_cq) {
                 self.srq_posted += 1;
             }
-            T::srq_ring(&mut self.srq);
+            T::srq_ring(&mut self.recv_cq);
         }
         // Send completions: retire WQEs; READ results update the peer's consumer.
         {

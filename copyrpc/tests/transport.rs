@@ -27,25 +27,18 @@ macro_rules! mlx5_queues {
         type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
         type RecvCq = <Mlx5 as Transport>::RecvCq;
         type SendCq = <Mlx5 as Transport>::SendCq;
-        type Srq = <Mlx5 as Transport>::Srq;
 
-        fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
-            Mlx5::recv_cq(cq)
+        fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError> {
+            Mlx5::recv_cq(cq, srq)
         }
         fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
             Mlx5::send_cq(cq)
         }
-        fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
-            Mlx5::srq(srq)
+        fn srq_post(cq: &mut Self::RecvCq) -> bool {
+            Mlx5::srq_post(cq)
         }
-        fn srq_post(srq: &mut Self::Srq) -> bool {
-            Mlx5::srq_post(srq)
-        }
-        fn srq_ring(srq: &mut Self::Srq) {
-            Mlx5::srq_ring(srq)
-        }
-        fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool {
-            Mlx5::srq_take(srq, c)
+        fn srq_ring(cq: &mut Self::RecvCq) {
+            Mlx5::srq_ring(cq)
         }
         fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
             Mlx5::register(cq, qpn, idx)
@@ -79,12 +72,20 @@ impl Transport for Counted {
     fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
         Mlx5::send_queue(qp, signal_interval, sq_size)
     }
-    fn poll_recv(cq: &mut Self::RecvCq, max: usize, mut f: impl FnMut(&Self::Cqe<'_>)) -> usize {
-        Mlx5::poll_recv(cq, max, |c| {
+    fn poll_recv(
+        cq: &mut Self::RecvCq,
+        max: usize,
+        mut f: impl FnMut(&Self::Cqe<'_>, bool),
+    ) -> usize {
+        Mlx5::poll_recv(cq, max, |c, took| {
             assert_eq!(c.error(), None);
             assert!(c.byte_len() >= 32 && c.byte_len() % 32 == 0);
+            assert!(
+                took,
+                "a good receive completion uses one of the SRQ's receives"
+            );
             bump(&RECVS);
-            f(c)
+            f(c, took)
         })
     }
     fn post_write_imm(
@@ -209,7 +210,7 @@ impl Transport for Refusing {
             qpn: qp.qpn(),
         })
     }
-    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>)) -> usize {
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>, bool)) -> usize {
         Mlx5::poll_recv(cq, max, f)
     }
     fn post_write_imm(

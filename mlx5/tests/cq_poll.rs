@@ -339,6 +339,29 @@ fn mono_cq_inlines_source_and_callback() {
 }
 
 #[test]
+fn mono_cq_polled_with_a_callback_given_per_poll() {
+    // The owner's state lives beside the CQ: each poll lends it to `f`,
+    // which retires from the source itself; the doorbell record is written
+    // once per poll, after the batch.
+    let (mut hw, ring) = HandCq::new(16, 64, Compression::Enhanced);
+    let mut cq = MonoCq::new(ring, Counters(Vec::new()), ());
+    let mut seen = Vec::new();
+    hw.push_resp_imm(1, 1, 0, 0);
+    hw.push_enhanced_block(&[(0, 0, 0), (0, 0, 0)]);
+    let n = cq.poll_with(2, |src, c| {
+        src.0.push(c.wqe_counter());
+        seen.push(c.wqe_counter());
+    });
+    assert_eq!(n, 2, "at most `max`");
+    assert_eq!(hw.dbrec_ci(), 2);
+    assert_eq!(cq.poll_with(10, |_, c| seen.push(c.wqe_counter())), 1);
+    assert_eq!(seen, vec![1, 2, 3]);
+    assert_eq!(cq.source().0, vec![1, 2]);
+    assert_eq!(hw.dbrec_ci(), 3);
+    assert_eq!(cq.poll_with(10, |_, _| panic!("no CQE")), 0);
+}
+
+#[test]
 fn enhanced_skipped_slots_never_alias_a_later_pass() {
     // In a 4-entry CQ each pass is a plain CQE in slot 0 and a block of 3 in
     // slot 1, so the NIC never writes slots 2 and 3. After `last` such passes,

@@ -1,7 +1,7 @@
 //! The mlx5 direct data path: WQEs written into the send queue's memory, CQEs
 //! read from CQ memory, on the software device and on ConnectX NICs alike.
 
-use mlx5::cq::{Completion as Cqe, CqRing, DispatchCq};
+use mlx5::cq::{Completion as Cqe, DispatchCq, MonoCq};
 use mlx5::device::{Cq, Qp, SrqHandle};
 use mlx5::rq::Srq;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
@@ -37,9 +37,10 @@ impl WorkCompletion for Cqe<'_> {
 impl Transport for Mlx5 {
     type Cqe<'a> = Cqe<'a>;
     type Sq = SendQueue<OrderedSparse<bool>>;
-    type RecvCq = CqRing;
+    /// The receive CQ is a [`MonoCq`] with the SRQ as its one source: no
+    /// QPN lookup to find the queue a receive completion retires.
+    type RecvCq = MonoCq<Srq<OrderedRecv<()>>, ()>;
     type SendCq = DispatchCq<u32>;
-    type Srq = Srq<OrderedRecv<()>>;
 
     /// `sq_size` is the QP's (its send queue memory is already that size).
     #[inline]
@@ -55,8 +56,8 @@ impl Transport for Mlx5 {
     }
 
     #[inline]
-    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
-        Ok(cq.ring()?)
+    fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError> {
+        Ok(MonoCq::new(cq.ring()?, srq.srq::<OrderedRecv<()>>()?, ()))
     }
 
     #[inline]
@@ -64,30 +65,23 @@ impl Transport for Mlx5 {
         Ok(DispatchCq::new(cq.ring()?))
     }
 
-    #[inline]
-    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
-        Ok(srq.srq::<OrderedRecv<()>>()?)
+    #[inline(always)]
+    fn srq_post(cq: &mut Self::RecvCq) -> bool {
+        cq.source_mut().post(&[], ()).is_ok()
     }
 
     #[inline(always)]
-    fn srq_post(srq: &mut Self::Srq) -> bool {
-        srq.post(&[], ()).is_ok()
-    }
-
-    #[inline(always)]
-    fn srq_ring(srq: &mut Self::Srq) {
-        srq.ring_doorbell();
+    fn srq_ring(cq: &mut Self::RecvCq) {
+        cq.source_mut().ring_doorbell();
     }
 
     /// An error CQE is not taken from the SRQ's table.
     #[inline(always)]
-    fn srq_take(srq: &mut Self::Srq, c: &Cqe<'_>) -> bool {
-        !c.is_error() && srq.take(c).is_some()
-    }
-
-    #[inline(always)]
-    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Cqe<'_>)) -> usize {
-        cq.poll(max, f)
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, mut f: impl FnMut(&Cqe<'_>, bool)) -> usize {
+        cq.poll_with(max, |srq, c| {
+            let took = !c.is_error() && srq.take(c).is_some();
+            f(c, took)
+        })
     }
 
     #[inline(always)]

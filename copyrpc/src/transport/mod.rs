@@ -65,44 +65,40 @@ pub trait WorkCompletion {
 /// the transport's queue types, so a context generic over `T` calls them
 /// without indirection.
 ///
-/// One context owns one send CQ, one receive CQ and one SRQ, and one send
-/// queue per endpoint; it uses each from one thread at a time and never
+/// One context owns one send CQ, one receive CQ bound to its SRQ, and one
+/// send queue per endpoint; it uses each from one thread at a time and never
 /// concurrently, so nothing here needs to synchronize.
 pub trait Transport: Sized + 'static {
     /// A completion, borrowed from the CQ for the duration of a callback.
     type Cqe<'a>: WorkCompletion;
     /// An endpoint's send queue.
     type Sq;
-    /// The receive CQ (completions of the SRQ's receives).
+    /// The receive CQ bound to the SRQ whose receives it completes: polled,
+    /// and posted to.
     type RecvCq;
     /// The send CQ, shared by every endpoint's send queue; completions are
     /// dispatched by QPN to the index registered for it.
     type SendCq;
-    /// The shared receive queue.
-    type Srq;
 
     /// The send queue of `qp` (a QP with `sq_size` send queue entries),
     /// requesting a completion at least every `signal_interval` work requests.
     fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError>;
-    /// The polling side of the receive CQ.
-    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError>;
+    /// The polling side of the receive CQ `cq`, bound to the posting side of
+    /// `srq`.
+    fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError>;
     /// The polling side of the send CQ, with no QP registered.
     fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError>;
-    /// The posting side of the SRQ.
-    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError>;
 
-    /// Posts one zero-length receive (announced by [`srq_ring`](Self::srq_ring));
-    /// false when the SRQ is full.
-    fn srq_post(srq: &mut Self::Srq) -> bool;
+    /// Posts one zero-length receive to the SRQ (announced by
+    /// [`srq_ring`](Self::srq_ring)); false when the SRQ is full.
+    fn srq_post(cq: &mut Self::RecvCq) -> bool;
     /// Announces the receives posted since the last call.
-    fn srq_ring(srq: &mut Self::Srq);
-    /// Called for every receive completion, error ones included: true when it
-    /// used one of the SRQ's receives (which the caller then counts as gone).
-    fn srq_take(srq: &mut Self::Srq, c: &Self::Cqe<'_>) -> bool;
+    fn srq_ring(cq: &mut Self::RecvCq);
 
-    /// Polls up to `max` receive completions, calling `f` for each; returns
-    /// how many were polled.
-    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>)) -> usize;
+    /// Polls up to `max` receive completions, calling `f` for each (error
+    /// ones included) with whether it used one of the SRQ's receives (which
+    /// the caller then counts as gone); returns how many were polled.
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>, bool)) -> usize;
 
     /// Dispatches completions of QP `qpn` to `idx`.
     fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32);

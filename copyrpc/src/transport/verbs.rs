@@ -75,6 +75,14 @@ impl std::fmt::Debug for VerbsRecvCq {
     }
 }
 
+/// The receive side on the verbs path: the receive CQ and the SRQ whose
+/// receives it completes.
+#[derive(Debug)]
+pub struct VerbsRecv {
+    cq: VerbsRecvCq,
+    srq: VerbsSrq,
+}
+
 /// The send CQ on the verbs path: a CQ, its buffer, and the QPN → endpoint
 /// index table.
 #[derive(Debug)]
@@ -114,9 +122,8 @@ impl VerbsRecvCq {
 impl Transport for Verbs {
     type Cqe<'a> = ibv_wc;
     type Sq = VerbsSq;
-    type RecvCq = VerbsRecvCq;
+    type RecvCq = VerbsRecv;
     type SendCq = VerbsSendCq;
-    type Srq = VerbsSrq;
 
     fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
         if sq_size < 2 {
@@ -135,8 +142,11 @@ impl Transport for Verbs {
         })
     }
 
-    fn recv_cq(cq: &Cq) -> Result<Self::RecvCq, SetupError> {
-        VerbsRecvCq::new(cq)
+    fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError> {
+        Ok(VerbsRecv {
+            cq: VerbsRecvCq::new(cq)?,
+            srq: srq.verbs()?,
+        })
     }
 
     fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
@@ -146,31 +156,22 @@ impl Transport for Verbs {
         })
     }
 
-    fn srq(srq: &SrqHandle) -> Result<Self::Srq, SetupError> {
-        Ok(srq.verbs()?)
-    }
-
     /// Posts a zero-length receive at once (receives need no doorbell on
     /// verbs); false when the provider refuses it (the SRQ is full).
     #[inline(always)]
-    fn srq_post(srq: &mut Self::Srq) -> bool {
-        srq.post(0, &[]).is_ok()
+    fn srq_post(cq: &mut Self::RecvCq) -> bool {
+        cq.srq.post(0, &[]).is_ok()
     }
 
     #[inline(always)]
-    fn srq_ring(_srq: &mut Self::Srq) {}
+    fn srq_ring(_cq: &mut Self::RecvCq) {}
 
     /// Every completion on the receive CQ, error or not, returns one of the
     /// SRQ's receives: verbs reports a receive once, when the device is done
     /// with it (a QP's flush never touches an SRQ's receives).
     #[inline(always)]
-    fn srq_take(_srq: &mut Self::Srq, _c: &ibv_wc) -> bool {
-        true
-    }
-
-    #[inline(always)]
-    fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&ibv_wc)) -> usize {
-        cq.poll(max, f)
+    fn poll_recv(cq: &mut Self::RecvCq, max: usize, mut f: impl FnMut(&ibv_wc, bool)) -> usize {
+        cq.cq.poll(max, |c| f(c, true))
     }
 
     fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
@@ -193,7 +194,7 @@ impl Transport for Verbs {
 
     #[inline]
     fn arm_recv(cq: &mut Self::RecvCq) -> Result<(), WaitError> {
-        Ok(cq.cq.req_notify(false)?)
+        Ok(cq.cq.cq.req_notify(false)?)
     }
 
     #[inline]

@@ -36,12 +36,9 @@ impl<Q, F> std::fmt::Debug for MonoCq<Q, F> {
     }
 }
 
-impl<Q, F> MonoCq<Q, F>
-where
-    Q: CompletionSource,
-    F: FnMut(Q::Entry, Option<&Completion<'_>>),
-{
-    /// Binds a ring to its source and callback.
+impl<Q, F> MonoCq<Q, F> {
+    /// Binds a ring to its source and callback (`()` for a CQ polled only
+    /// with [`poll_with`](Self::poll_with)).
     pub fn new(ring: CqRing, source: Q, callback: F) -> Self {
         Self {
             ring,
@@ -73,15 +70,18 @@ where
         &self.ring
     }
 
-    /// Polls up to `max` CQEs, retiring their entries from the source into the
-    /// callback, and writes the CQ doorbell record once. Returns the number of
-    /// CQEs polled.
+    /// Polls up to `max` CQEs, handing each with the source to `f` instead
+    /// of the stored callback, and writes the CQ doorbell record once.
+    /// Returns the number of CQEs polled. For an owner whose work per
+    /// completion borrows state beside the CQ (a stored callback cannot):
+    /// `f` is inlined into the loop as the stored one is, and retires what
+    /// the completion names from the source itself.
     #[inline]
-    pub fn poll(&mut self, max: usize) -> usize {
+    pub fn poll_with(&mut self, max: usize, mut f: impl FnMut(&mut Q, &Completion<'_>)) -> usize {
         let mut n = 0;
         while n < max {
             let Some(c) = self.ring.poll_one() else { break };
-            self.source.complete(&c, &mut self.callback);
+            f(&mut self.source, &c);
             n += 1;
         }
         if n != 0 {
@@ -99,5 +99,28 @@ where
     /// Takes the parts apart.
     pub fn into_parts(self) -> (CqRing, Q, F) {
         (self.ring, self.source, self.callback)
+    }
+}
+
+impl<Q, F> MonoCq<Q, F>
+where
+    Q: CompletionSource,
+    F: FnMut(Q::Entry, Option<&Completion<'_>>),
+{
+    /// Polls up to `max` CQEs, retiring their entries from the source into the
+    /// callback, and writes the CQ doorbell record once. Returns the number of
+    /// CQEs polled.
+    #[inline]
+    pub fn poll(&mut self, max: usize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(c) = self.ring.poll_one() else { break };
+            self.source.complete(&c, &mut self.callback);
+            n += 1;
+        }
+        if n != 0 {
+            self.ring.update_ci();
+        }
+        n
     }
 }
