@@ -441,6 +441,13 @@ impl<'a> ScanRecords<'a> {
     }
 }
 
+impl ScanRecords<'_> {
+    /// Bytes not read yet (where the next record begins, from the end).
+    pub fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+}
+
 impl<'a> Iterator for ScanRecords<'a> {
     type Item = Result<(&'a [u8], &'a [u8]), WireError>;
     fn next(&mut self) -> Option<Self::Item> {

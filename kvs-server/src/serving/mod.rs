@@ -6,6 +6,7 @@
 pub(crate) mod dedup;
 pub(crate) mod forward;
 pub mod handle;
+pub(crate) mod intake;
 pub(crate) mod map_wait;
 pub(crate) mod read_wait;
 pub(crate) mod replicas;

@@ -14,19 +14,19 @@ use copyrpc::clock::Clock;
 use copyrpc::conn::Connection;
 use copyrpc::transport::{run_on_device, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::proto::{begin_response, finish_response, ScanRecords, Status, RESPONSE_HEADER};
-use kvs_proto::shard::slot_of;
+use kvs_proto::proto::{begin_response, finish_response, Status, RESPONSE_HEADER};
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::forward::{ack_handler, Acks, Forwarder};
 use super::handle::{Frozen, Handled, Handler, Served};
+use super::intake::{Intake, Whose, BUSY_TAKE, IDLE_TAKE};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
 use super::replicas::PullStart;
 use crate::config::Config;
 use crate::lease::Lease;
-use crate::migration::copy_in::{take_copy_batch, Copies, CopyPull};
+use crate::migration::copy_in::{Copies, CopyPull};
 use crate::migration::outgoing::Outgoing;
 use crate::migration::waiting::{Parked, Waiting};
 use crate::start_error::StartError;
@@ -170,6 +170,7 @@ impl OnTransport for Worker {
         let mut waiting = Waiting::new(cfg.clone(), cluster_token, to_self);
         let mut reads = ReadsWaiting::default();
         let mut maps = AwaitingMap::default();
+        let mut intake = Intake::default();
         let mut due = Vec::new();
         let mut huge = HugeReport {
             worker: w,
@@ -180,7 +181,10 @@ impl OnTransport for Worker {
             // Idle, the worker sleeps (after a spin) until a request, a new
             // client (the acceptor wakes it), or the tick: a short one while
             // counters wait to be published.
-            let tick = if fwd.settling() {
+            let tick = if !intake.is_empty() {
+                // Records wait to be taken: look for requests, never sleep.
+                Duration::ZERO
+            } else if fwd.settling() {
                 // Links being set up and copies under way move on soon.
                 Duration::from_millis(1)
             } else if ops != published {
@@ -223,6 +227,20 @@ impl OnTransport for Worker {
                         out.clear();
                         Handled::Answered
                     }
+                };
+                let handled = match handled {
+                    // The key may be in pulled records not taken yet: all
+                    // are taken (a stall, shorter than a priority pull's
+                    // round trip to the source), and the request looked at
+                    // again.
+                    Handled::Pull { .. } if !intake.is_empty() => {
+                        intake.take(&mut h, usize::MAX);
+                        match ctx.request(&req) {
+                            Some(b) => h.handle(b, max, &mut out),
+                            None => handled,
+                        }
+                    }
+                    other => other,
                 };
                 if let Handled::Forward(f) = handled {
                     // Answered once every backup of the slot applied it.
@@ -290,6 +308,10 @@ impl OnTransport for Worker {
             if fwd.busy() {
                 fwd.pump(&mut ctx, &h);
             }
+            // Requests first; pulled records fill the gaps.
+            if !intake.is_empty() {
+                intake.take(&mut h, if n == 0 { IDLE_TAKE } else { BUSY_TAKE });
+            }
             // Under load the chores below run every 256 turns; idle, after
             // every wait.
             turn = turn.wrapping_add(1);
@@ -347,27 +369,15 @@ impl OnTransport for Worker {
                     }
                     Ok(ToWorker::Thaw) => h.frozen = None,
                     Ok(ToWorker::SourceFrozen { first, end }) => h.source_frozen(first..end),
+                    // Pulled records go in between turns, a few at a time.
                     Ok(ToWorker::Records { batch, taken }) => {
-                        take_batch(&mut h, &batch);
-                        let _ = taken.send(());
+                        intake.push(batch, Whose::Import, taken)
                     }
                     Ok(ToWorker::CopyRecords {
                         ticket,
                         batch,
                         taken,
-                    }) => {
-                        let slots = h.map.slots();
-                        let (replicas, store) = (&h.replicas, &mut h.store);
-                        take_copy_batch(
-                            &batch,
-                            slots,
-                            |s| replicas.copying_with(s, &ticket),
-                            |s, k, v| {
-                                store.apply_pulled(s, k, Some(v));
-                            },
-                        );
-                        let _ = taken.send(());
-                    }
+                    }) => intake.push(batch, Whose::Copy(ticket), taken),
                     Ok(ToWorker::CopyPulled { ticket, result }) => {
                         h.replicas.pulled(&ticket, result, &mut h.store);
                     }
@@ -663,18 +673,6 @@ fn try_again<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
     begin_response(out, Status::TryAgain, 0);
     finish_response(out, 0);
     let _ = ctx.reply(handle, out);
-}
-
-/// Takes a batch of pulled records into the store: each where the store
-/// has nothing newer.
-fn take_batch(h: &mut Handler, batch: &[u8]) {
-    let slots = h.map.slots();
-    let Some(recs) = batch.get(crate::migration::wire::BATCH_HEADER..) else {
-        return;
-    };
-    for (k, v) in ScanRecords::new(recs).map_while(Result::ok) {
-        h.store.apply_pulled(slot_of(k, slots), k, Some(v));
-    }
 }
 
 #[cfg(test)]

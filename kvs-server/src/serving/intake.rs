@@ -1,0 +1,193 @@
+//! Pulled records waiting for their worker: batches of a migration's import
+//! or a backup's copy, taken into the store a few records at a time between
+//! the worker's turns, so requests go first and the copy fills the gaps.
+//! Taking a 1 MiB batch whole held the worker for a millisecond, and every
+//! request that arrived meanwhile waited for it.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::Sender;
+
+use kvs_proto::proto::ScanRecords;
+use kvs_proto::shard::slot_of;
+
+use crate::migration::wire::BATCH_HEADER;
+
+use super::handle::Handler;
+
+/// Records a worker takes per turn that served requests; an idle turn
+/// takes [`IDLE_TAKE`]. About a microsecond each: a turn under load grows
+/// by a few tens of microseconds at most.
+pub(crate) const BUSY_TAKE: usize = 4;
+/// Records a worker takes per turn that found no request.
+pub(crate) const IDLE_TAKE: usize = 128;
+
+/// Whose records a batch holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Whose {
+    /// A migration's import: every record is offered to the store.
+    Import,
+    /// A backup's copy under this ticket: only records of slots still
+    /// copied under it.
+    Copy([u8; 16]),
+}
+
+#[derive(Debug)]
+struct Pending {
+    batch: Vec<u8>,
+    /// Where the next record begins.
+    at: usize,
+    whose: Whose,
+    /// Told once every record is in the store.
+    taken: Sender<()>,
+}
+
+/// The batches a worker has received and not yet taken, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Intake {
+    batches: VecDeque<Pending>,
+}
+
+impl Intake {
+    /// Queues a checked batch ([`crate::migration::wire`]).
+    pub fn push(&mut self, batch: Vec<u8>, whose: Whose, taken: Sender<()>) {
+        self.batches.push_back(Pending {
+            batch,
+            at: BATCH_HEADER,
+            whose,
+            taken,
+        });
+    }
+
+    /// Nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Takes up to `budget` records into `h`'s store, in arrival order,
+    /// telling each batch's sender once it is in. Returns how many.
+    pub fn take(&mut self, h: &mut Handler, budget: usize) -> usize {
+        let slots = h.map.slots();
+        let mut n = 0;
+        while n < budget {
+            let Some(p) = self.batches.front_mut() else {
+                break;
+            };
+            let body = p.batch.get(p.at..).unwrap_or_default();
+            let mut recs = ScanRecords::new(body);
+            for r in recs.by_ref().take(budget - n) {
+                // A checked batch: a malformed record cannot come; were it
+                // there, the rest of the batch would be dropped.
+                let Ok((k, v)) = r else { break };
+                let slot = slot_of(k, slots);
+                let wanted = match &p.whose {
+                    Whose::Import => true,
+                    Whose::Copy(ticket) => h.replicas.copying_with(slot, ticket),
+                };
+                if wanted {
+                    h.store.apply_pulled(slot, k, Some(v));
+                }
+                n += 1;
+            }
+            p.at = p.batch.len() - recs.remaining();
+            // All read (a malformed record ends the reading too).
+            if recs.remaining() == 0 {
+                if let Some(done) = self.batches.pop_front() {
+                    let _ = done.taken.send(());
+                }
+            }
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migration::wire::{BatchWriter, LAST};
+    use kvs_proto::{Owner, ShardMap};
+
+    fn handler() -> Handler {
+        let me = Owner {
+            member: 0,
+            worker: 0,
+        };
+        let addr = "127.0.0.1:1".parse().unwrap();
+        Handler::new(me, ShardMap::single(addr, 16, 1).unwrap(), 64, 64)
+    }
+
+    #[test]
+    fn batches_are_taken_a_budget_at_a_time_and_acknowledged_when_whole() {
+        let mut h = handler();
+        for s in 0..16 {
+            h.store.begin_import(s);
+        }
+        let mut w = BatchWriter::new(1 << 16);
+        w.begin(0);
+        for i in 0..40 {
+            assert!(w.push(format!("key{i}").as_bytes(), b"value"));
+        }
+        let batch = w.finish(16, LAST).to_vec();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut intake = Intake::default();
+        intake.push(batch.clone(), Whose::Import, tx.clone());
+        intake.push(batch, Whose::Import, tx);
+        assert_eq!(intake.take(&mut h, 16), 16);
+        assert!(rx.try_recv().is_err(), "not whole yet");
+        assert_eq!(h.store.len(), 16);
+        assert_eq!(
+            intake.take(&mut h, 30),
+            30,
+            "the first's other 24, six of the next"
+        );
+        assert!(rx.try_recv().is_ok(), "the first is in");
+        assert!(rx.try_recv().is_err());
+        assert_eq!(
+            h.store.len(),
+            40,
+            "the second batch's keys are there already"
+        );
+        assert_eq!(intake.take(&mut h, 100), 34);
+        assert!(rx.try_recv().is_ok());
+        assert!(intake.is_empty());
+        assert_eq!(intake.take(&mut h, 100), 0);
+    }
+
+    #[test]
+    fn a_copy_batch_gives_the_store_only_slots_copied_under_its_ticket() {
+        let mut h = handler();
+        let mut w = BatchWriter::new(1 << 16);
+        w.begin(0);
+        for i in 0..8 {
+            assert!(w.push(format!("key{i}").as_bytes(), b"value"));
+        }
+        let batch = w.finish(16, LAST).to_vec();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut intake = Intake::default();
+        // No slot is copied here under this ticket.
+        intake.push(batch, Whose::Copy([7; 16]), tx);
+        assert_eq!(intake.take(&mut h, 100), 8, "read");
+        assert_eq!(h.store.len(), 0, "and not taken");
+        assert!(rx.try_recv().is_ok());
+    }
+
+    #[test]
+    fn a_truncated_batch_is_dropped_where_it_breaks() {
+        let mut h = handler();
+        for s in 0..16 {
+            h.store.begin_import(s);
+        }
+        let mut w = BatchWriter::new(1 << 16);
+        w.begin(0);
+        for i in 0..4 {
+            assert!(w.push(format!("key{i}").as_bytes(), b"value"));
+        }
+        let mut batch = w.finish(16, LAST).to_vec();
+        batch.truncate(batch.len() - 3);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut intake = Intake::default();
+        intake.push(batch, Whose::Import, tx);
+        assert_eq!(intake.take(&mut h, 100), 3);
+        assert!(rx.try_recv().is_ok(), "acknowledged, not stuck");
+        assert!(intake.is_empty());
+    }
+}
