@@ -19,6 +19,7 @@ mod server;
 
 // Serving clients: connection setup, the workers, and their records.
 pub mod memory;
+mod record;
 mod serving;
 pub mod store;
 

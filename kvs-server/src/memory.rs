@@ -3,25 +3,25 @@
 //! (`64M`, `1G`).
 //!
 //! A record is charged what it really occupies, not its key and value bytes:
-//! its key twice (the hash map's key box and the ordered index's), its value
-//! buffer's capacity, each rounded up to a malloc chunk, and a fixed
-//! [`RECORD_OVERHEAD`] for its hash-table slot and its share of a B-tree
-//! node. Each worker owns its store, so the cap is split evenly between the
-//! workers (slots are hashed, so their loads are even) and checked with no
-//! shared state: a PUT that would take a worker's store past its share is
-//! refused.
+//! its record (key and value in one allocation, [`crate::record`]) and its
+//! key again in the ordered index, each rounded up to a malloc chunk, and a
+//! fixed [`RECORD_OVERHEAD`] for its hash-table slot and its share of a
+//! B-tree node. Each worker owns its store, so the cap is split evenly
+//! between the workers (slots are hashed, so their loads are even) and
+//! checked with no shared state: a PUT that would take a worker's store past
+//! its share is refused.
 
-/// Heap bytes a record costs besides its three malloc chunks (two key boxes,
-/// one value buffer): its hash-table slot (40 bytes of box and vector plus a
-/// control byte, at the table's load factor) and its share of a B-tree node.
+/// Heap bytes a record costs besides its two malloc chunks (the record, the
+/// ordered index's key box): its hash-table slot (a 16-byte box and a
+/// control byte, at the table's load factor) and its share of a B-tree node
+/// with the 4-byte slot number beside each key.
 ///
-/// Measured (glibc malloc, x86-64: `mallinfo2().uordblks` after inserting
-/// random 24- to 200-byte keys with 10-byte to 4 KiB values into the store's
-/// two containers, from 57 k to 460 k records): 76 bytes when the hash table
-/// is 7/8 full, 123 right after it doubles. The worst case is charged, so the
-/// heap stays under the cap whatever the table's fill, plus the 4 bytes of
-/// the slot number the ordered index keeps beside each key (from the B-tree
-/// node's layout, not measured again).
+/// A bound, not a measurement of this layout: with 40-byte table slots
+/// (a key box and a value vector) the same two containers measured 76 bytes
+/// a record when the table was 7/8 full and 123 right after it doubled
+/// (glibc malloc, x86-64, `mallinfo2().uordblks`, 57 k to 460 k random 24-
+/// to 200-byte keys with 10-byte to 4 KiB values). The 16-byte slots cost
+/// less, so the heap stays under the cap whatever the table's fill.
 pub const RECORD_OVERHEAD: usize = 128;
 
 /// The bytes a malloc chunk for `n` bytes takes: an 8-byte header, rounded
@@ -36,11 +36,11 @@ pub const fn chunk(n: usize) -> usize {
     }
 }
 
-/// The heap bytes one record with a `key_len`-byte key and a value buffer of
-/// `value_capacity` bytes costs.
+/// The heap bytes one record with a `key_len`-byte key and a
+/// `value_len`-byte value costs.
 #[inline]
-pub const fn record_cost(key_len: usize, value_capacity: usize) -> usize {
-    2 * chunk(key_len) + chunk(value_capacity) + RECORD_OVERHEAD
+pub const fn record_cost(key_len: usize, value_len: usize) -> usize {
+    chunk(crate::record::record_size(key_len, value_len)) + chunk(key_len) + RECORD_OVERHEAD
 }
 
 /// Each worker's share of `max_memory` (0: unlimited, `usize::MAX`).

@@ -1,9 +1,9 @@
 //! One worker's data, which only its worker thread touches, so no lock is
 //! taken on any path. Records are kept per slot (hash slot of the shard
-//! map): each slot the worker holds has a hash map of its own (aHash, keyed
-//! at random per process: keys come from clients, and a fixed hash would
-//! let one flood a bucket; it costs a fifth of std's SipHash on a YCSB
-//! key), so a slot's records can be listed, shipped and dropped without
+//! map): each slot the worker holds has a hash table of its own (aHash, keyed
+//! at random: keys come from clients, and a fixed hash would let one flood a
+//! bucket; it costs a fifth of std's SipHash on a YCSB key) of records whose
+//! key and value share one allocation ([`crate::record`]), so a slot's records can be listed, shipped and dropped without
 //! looking at any other slot's. An ordered index of all the worker's keys
 //! serves scans. A slot taken out of the store leaves its keys in the
 //! index, stale (a scan skips a key its slot no longer holds): taking a
@@ -21,20 +21,19 @@
 //! deleted since the import began (a tombstone remembers those), so a write
 //! at the target always beats the older pulled copy.
 
-use std::collections::hash_map::Entry;
 use std::collections::BTreeMap;
 
-/// The store's hash maps: keyed at random (see the module docs).
-type HashMap<K, V> = std::collections::HashMap<K, V, ahash::RandomState>;
+/// The store's tombstone sets: keyed at random (see the module docs).
 type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 use std::ops::Bound;
 
 use crate::memory::{record_cost, OutOfMemory};
+use crate::record::{Record, Records};
 
 /// One slot's records.
 #[derive(Debug, Default)]
 struct Slot {
-    map: HashMap<Box<[u8]>, Vec<u8>>,
+    map: Records,
     /// Bytes of its keys and values.
     bytes: usize,
     /// While the slot is being imported, or copied here as a backup: keys
@@ -50,18 +49,18 @@ struct Slot {
 /// ships them (a migration's bulk transfer and its priority pulls).
 #[derive(Debug, Default)]
 pub struct SlotRecords {
-    map: HashMap<Box<[u8]>, Vec<u8>>,
+    map: Records,
     bytes: usize,
 }
 
 impl SlotRecords {
     /// The value of `key`.
     pub fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.map.get(key).map(Vec::as_slice)
+        self.map.get(key).map(Record::value)
     }
     /// The records, in no order.
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
-        self.map.iter().map(|(k, v)| (&**k, v.as_slice()))
+        self.map.iter().map(|r| (r.key(), r.value()))
     }
     /// How many records.
     pub fn len(&self) -> usize {
@@ -158,12 +157,11 @@ impl Store {
     /// The value of `key` (of slot `slot`).
     #[inline]
     pub fn get(&self, slot: u32, key: &[u8]) -> Option<&[u8]> {
-        self.slot(slot)?.map.get(key).map(|v| v.as_slice())
+        self.slot(slot)?.map.get(key).map(Record::value)
     }
 
     /// Sets `key` (of slot `slot`, below the store's slot count) to
-    /// `value`, reusing the old value's memory when it fits (and is not four
-    /// times larger than needed). Refused, with nothing changed, when the
+    /// `value`, in place when the value's size is unchanged. Refused, with nothing changed, when the
     /// write would take the records' cost past the limit; a write that does
     /// not grow the cost is never refused.
     pub fn put(&mut self, slot: u32, key: &[u8], value: &[u8]) -> Result<(), OutOfMemory> {
@@ -178,21 +176,18 @@ impl Store {
         };
         let sl = entry.get_or_insert_with(Box::default);
         match sl.map.get_mut(key) {
-            Some(v) => {
-                let old_len = v.len();
-                let reuse = value.len() <= v.capacity() && value.len() >= v.capacity() / 4;
-                if !reuse {
-                    let old = record_cost(key.len(), v.capacity());
+            Some(r) => {
+                let old_len = r.value().len();
+                if old_len == value.len() {
+                    r.value_mut().copy_from_slice(value);
+                } else {
+                    let old = record_cost(key.len(), old_len);
                     let new = record_cost(key.len(), value.len());
                     if new > old {
                         charge(used, limit, new - old)?;
                     }
                     self.used = used - old + new;
-                    // An exact-size buffer: growing in place would double it.
-                    *v = value.to_vec();
-                } else {
-                    v.clear();
-                    v.extend_from_slice(value);
+                    *r = Record::new(key, value);
                 }
                 sl.bytes = sl.bytes - old_len + value.len();
                 self.bytes = self.bytes - old_len + value.len();
@@ -203,7 +198,7 @@ impl Store {
                 self.used += cost;
                 sl.bytes += key.len() + value.len();
                 self.bytes += key.len() + value.len();
-                sl.map.insert(key.into(), value.to_vec());
+                sl.map.insert_if_absent(key, value);
                 self.index(key, slot);
             }
         }
@@ -219,22 +214,24 @@ impl Store {
         if let Some(t) = sl.import.as_mut() {
             t.insert(key.into());
         }
-        let Some(v) = sl.map.remove(key) else {
+        let Some(r) = sl.map.remove(key) else {
             return false;
         };
-        sl.bytes -= key.len() + v.len();
+        let len = r.value().len();
+        sl.bytes -= key.len() + len;
         self.order.remove(key);
         self.keys -= 1;
-        self.bytes -= key.len() + v.len();
-        self.used -= record_cost(key.len(), v.capacity());
+        self.bytes -= key.len() + len;
+        self.used -= record_cost(key.len(), len);
         true
     }
 
     /// Overwrites `bytes` of `key`'s value (of slot `slot`) at `offset`.
     pub fn patch(&mut self, slot: u32, key: &[u8], offset: usize, bytes: &[u8]) -> Patch {
-        let Some(v) = self.slot_mut(slot).and_then(|s| s.map.get_mut(key)) else {
+        let Some(r) = self.slot_mut(slot).and_then(|s| s.map.get_mut(key)) else {
             return Patch::NotFound;
         };
+        let v = r.value_mut();
         match offset.checked_add(bytes.len()) {
             Some(end) if end <= v.len() => {
                 v[offset..end].copy_from_slice(bytes);
@@ -255,7 +252,7 @@ impl Store {
     pub fn slot_records(&self, slot: u32) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         self.slot(slot)
             .into_iter()
-            .flat_map(|s| s.map.iter().map(|(k, v)| (&**k, v.as_slice())))
+            .flat_map(|s| s.map.iter().map(|r| (r.key(), r.value())))
     }
 
     /// Slot `slot`'s record count and bytes of keys and values.
@@ -278,8 +275,8 @@ impl Store {
             self.importing -= 1;
         }
         // The keys stay in the ordered index, stale, until swept.
-        for (k, v) in &sl.map {
-            self.used -= record_cost(k.len(), v.capacity());
+        for r in sl.map.iter() {
+            self.used -= record_cost(r.key().len(), r.value().len());
         }
         self.keys -= sl.map.len();
         self.bytes -= sl.bytes;
@@ -398,11 +395,8 @@ impl Store {
         };
         // One hash of the key: the entry is vacant unless a write here
         // since the import began made it (that write is newer).
-        match sl.map.entry(key.into()) {
-            Entry::Occupied(_) => return Pulled::Stale,
-            Entry::Vacant(e) => {
-                e.insert(v.to_vec());
-            }
+        if !sl.map.insert_if_absent(key, v) {
+            return Pulled::Stale;
         }
         self.used += record_cost(key.len(), v.len());
         sl.bytes += key.len() + v.len();
@@ -654,21 +648,23 @@ mod tests {
         let e = s.p(b"key4", &[1; 100]).unwrap_err();
         assert_eq!((e.used, e.limit, e.needed), (3 * rec, 3 * rec + 10, rec));
         assert_eq!((s.len(), s.g(b"key4")), (3, None));
-        // Overwrites that fit the old buffer, patches, reads and deletes go on.
+        // Overwrites of the same size, patches, reads and deletes go on.
         s.p(b"key1", &[2; 100]).unwrap();
-        s.p(b"key2", &[2; 60]).unwrap();
-        assert_eq!(s.g(b"key2"), Some(&[2u8; 60][..]));
         assert_eq!(s.pa(b"key3", 0, &[3; 10]), Patch::Done);
         assert_eq!(s.memory_used(), 3 * rec);
-        // Growing a value past its buffer is growth.
+        // A smaller value gets a record of its own size: less is charged.
+        s.p(b"key2", &[2; 60]).unwrap();
+        assert_eq!(s.g(b"key2"), Some(&[2u8; 60][..]));
+        assert_eq!(s.memory_used(), 2 * rec + record_cost(4, 60));
+        // Growing a value is growth.
         let e = s.p(b"key1", &[2; 200]).unwrap_err();
         assert_eq!(e.needed, record_cost(4, 200) - rec);
         assert_eq!(s.g(b"key1"), Some(&[2u8; 100][..]));
-        // A much smaller value gets a buffer of its own size: less is charged.
         s.p(b"key3", &[3; 8]).unwrap();
-        assert_eq!(s.memory_used(), 2 * rec + record_cost(4, 8));
+        let rec60 = record_cost(4, 60);
+        assert_eq!(s.memory_used(), rec + rec60 + record_cost(4, 8));
         assert!(s.d(b"key3"));
-        assert_eq!(s.memory_used(), 2 * rec);
+        assert_eq!(s.memory_used(), rec + rec60);
         s.p(b"key4", &[4; 100]).unwrap();
         assert_eq!((s.len(), s.bytes()), (3, 3 * 4 + 100 + 60 + 100));
         let keys: Vec<Vec<u8>> = s.scan(b"").map(|(k, _)| k.to_vec()).collect();
