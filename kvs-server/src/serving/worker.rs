@@ -171,6 +171,7 @@ impl OnTransport for Worker {
         let mut reads = ReadsWaiting::default();
         let mut maps = AwaitingMap::default();
         let mut intake = Intake::default();
+        let mut turn_reqs: Vec<copyrpc::RecvHandle> = Vec::with_capacity(256);
         let mut due = Vec::new();
         let mut huge = HugeReport {
             worker: w,
@@ -206,7 +207,21 @@ impl OnTransport for Worker {
             };
             // One read of the clock for the turn's requests.
             h.leased = lease.enter(usize::from(w), Instant::now(), h.map.version());
+            // The turn's requests are taken first, and the records their
+            // reads will find are looked up together: the cache misses of
+            // one lookup overlap another's instead of following it.
+            turn_reqs.clear();
             while let Some(req) = ctx.recv() {
+                turn_reqs.push(req);
+            }
+            if turn_reqs.len() > 1 {
+                for r in &turn_reqs {
+                    if let Some(b) = ctx.request(r) {
+                        h.warm(b);
+                    }
+                }
+            }
+            for req in turn_reqs.drain(..) {
                 let max = req.max_response();
                 let handled = match ctx.request(&req) {
                     Some(b) => match h.serve(b, max, &mut out) {
