@@ -350,6 +350,30 @@ impl<T, X: Transport> Client<T, X> {
     /// Frees an op slot (keeping its request buffer, and resetting its
     /// chase if it had one); returns its tag.
     #[inline]
+    /// The context, and what takes the answers it reads ([`Finish`]),
+    /// counting those handed over in `completed`.
+    fn finishing<'a>(
+        &'a mut self,
+        completed: &'a mut usize,
+    ) -> (&'a mut Context<u32, Handler, X>, Finish<'a, T>) {
+        let Client {
+            ctx,
+            ops,
+            free,
+            in_flight,
+            inbox,
+            ..
+        } = self;
+        let done = Finish {
+            ops,
+            free,
+            in_flight,
+            inbox,
+            completed,
+        };
+        (ctx, done)
+    }
+
     fn release(&mut self, i: u32) -> Option<T> {
         release(&mut self.ops, &mut self.free, i)
     }
@@ -713,21 +737,7 @@ impl<T, X: Transport> Client<T, X> {
     pub fn poll(&mut self, mut f: impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
         let mut now = 0;
         let n = {
-            let Client {
-                ctx,
-                ops,
-                free,
-                in_flight,
-                inbox,
-                ..
-            } = self;
-            let mut done = Finish {
-                ops,
-                free,
-                in_flight,
-                inbox,
-                completed: &mut now,
-            };
+            let (ctx, mut done) = self.finishing(&mut now);
             ctx.poll_with(&mut |op, r| done.answer(op, r, &mut f))
         };
         now + self.complete(n, f)
@@ -754,21 +764,7 @@ impl<T, X: Transport> Client<T, X> {
         };
         let mut now = 0;
         let n = {
-            let Client {
-                ctx,
-                ops,
-                free,
-                in_flight,
-                inbox,
-                ..
-            } = self;
-            let mut done = Finish {
-                ops,
-                free,
-                in_flight,
-                inbox,
-                completed: &mut now,
-            };
+            let (ctx, mut done) = self.finishing(&mut now);
             ctx.wait_with(timeout, &mut |op, r| done.answer(op, r, &mut f))?
         };
         Ok(now + self.complete(n, f))
