@@ -18,6 +18,7 @@ pub mod config;
 mod server;
 
 // Serving clients: connection setup, the workers, and their records.
+mod index_key;
 pub mod memory;
 mod record;
 mod serving;

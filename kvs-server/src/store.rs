@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 use std::ops::Bound;
 
+use crate::index_key::IndexKey;
 use crate::memory::{record_cost, OutOfMemory};
 use crate::record::{Record, Records};
 
@@ -36,6 +37,12 @@ struct Slot {
     map: Records,
     /// Bytes of its keys and values.
     bytes: usize,
+    /// Heap bytes its records cost (`memory::record_cost` summed), so that
+    /// taking the slot away needs no pass over its records.
+    used: usize,
+    /// Which of the slot's lives this is (a store-wide count): an
+    /// ordered-index entry made in another life is stale.
+    life: u32,
     /// While the slot is being imported, or copied here as a backup: keys
     /// deleted here since the import began (a pulled copy of them is stale).
     import: Option<HashSet<Box<[u8]>>>,
@@ -43,6 +50,19 @@ struct Slot {
     /// migration's: the slot is not served here, so it does not count as
     /// importing.
     copying: bool,
+}
+
+impl Slot {
+    /// A new slot, in the next life of `lives`. A life ends only when the
+    /// slot is taken whole (a handover), so the count comes round only
+    /// after 2^32 handovers of slots to this worker.
+    fn new(lives: &mut u32) -> Box<Slot> {
+        *lives = lives.wrapping_add(1);
+        Box::new(Slot {
+            life: *lives,
+            ..Slot::default()
+        })
+    }
 }
 
 /// A slot's records taken out of a store: read-only, shared by whatever
@@ -95,7 +115,12 @@ pub struct Store {
     slots: Vec<Option<Box<Slot>>>,
     // The keys again, in order, with their slots (owned copies: the store
     // stays `Send`); some of them stale (their slot was taken).
-    order: BTreeMap<Box<[u8]>, u32>,
+    order: BTreeMap<IndexKey, Place>,
+    /// The life the next slot made gets.
+    lives: u32,
+    /// The stale keys a sweep found, one after another (kept to reuse).
+    swept: Vec<u8>,
+    swept_ends: Vec<usize>,
     /// How many keys the slots hold (the rest of `order` is stale).
     keys: usize,
     /// Where the sweep of stale keys goes on from (`None`: the start).
@@ -106,6 +131,17 @@ pub struct Store {
     limit: usize,
     /// Slots being imported.
     importing: u32,
+}
+
+/// Where an ordered-index entry's record lives: its slot, and the slot's
+/// life when the entry was made. Every way a record leaves a slot but one
+/// removes its entry: a delete does, and taking the slot whole ends that
+/// life. So an entry is live exactly when its slot is in that life still,
+/// which the sweep tells without looking the key up.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    slot: u32,
+    life: u32,
 }
 
 /// UPDATE_RANGE outcome.
@@ -135,6 +171,9 @@ impl Store {
         Store {
             slots: (0..slots).map(|_| None).collect(),
             order: BTreeMap::new(),
+            lives: 0,
+            swept: Vec::new(),
+            swept_ends: Vec::new(),
             keys: 0,
             sweep_from: None,
             bytes: 0,
@@ -174,7 +213,7 @@ impl Store {
                 needed: record_cost(key.len(), value.len()),
             });
         };
-        let sl = entry.get_or_insert_with(Box::default);
+        let sl = entry.get_or_insert_with(|| Slot::new(&mut self.lives));
         match sl.map.get_mut(key) {
             Some(r) => {
                 let old_len = r.value().len();
@@ -187,6 +226,7 @@ impl Store {
                         charge(used, limit, new - old)?;
                     }
                     self.used = used - old + new;
+                    sl.used = sl.used - old + new;
                     *r = Record::new(key, value);
                 }
                 sl.bytes = sl.bytes - old_len + value.len();
@@ -196,10 +236,12 @@ impl Store {
                 let cost = record_cost(key.len(), value.len());
                 charge(used, limit, cost)?;
                 self.used += cost;
+                sl.used += cost;
                 sl.bytes += key.len() + value.len();
                 self.bytes += key.len() + value.len();
                 sl.map.insert_if_absent(key, value);
-                self.index(key, slot);
+                let life = sl.life;
+                self.index(key, slot, life);
             }
         }
         Ok(())
@@ -218,11 +260,13 @@ impl Store {
             return false;
         };
         let len = r.value().len();
+        let cost = record_cost(key.len(), len);
         sl.bytes -= key.len() + len;
+        sl.used -= cost;
         self.order.remove(key);
         self.keys -= 1;
         self.bytes -= key.len() + len;
-        self.used -= record_cost(key.len(), len);
+        self.used -= cost;
         true
     }
 
@@ -245,7 +289,7 @@ impl Store {
     pub fn scan<'a>(&'a self, start: &[u8]) -> impl Iterator<Item = (&'a [u8], &'a [u8])> + 'a {
         self.order
             .range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
-            .filter_map(|(k, &slot)| Some((&**k, self.get(slot, k)?)))
+            .filter_map(|(k, p)| Some((k.bytes(), self.get(p.slot, k.bytes())?)))
     }
 
     /// Slot `slot`'s records, in no order (what a migration ships).
@@ -275,9 +319,7 @@ impl Store {
             self.importing -= 1;
         }
         // The keys stay in the ordered index, stale, until swept.
-        for r in sl.map.iter() {
-            self.used -= record_cost(r.key().len(), r.value().len());
-        }
+        self.used -= sl.used;
         self.keys -= sl.map.len();
         self.bytes -= sl.bytes;
         SlotRecords {
@@ -292,7 +334,7 @@ impl Store {
         let Some(entry) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let sl = entry.get_or_insert_with(Box::default);
+        let sl = entry.get_or_insert_with(|| Slot::new(&mut self.lives));
         if sl.import.is_none() || sl.copying {
             sl.import.get_or_insert_with(HashSet::default);
             sl.copying = false;
@@ -317,7 +359,7 @@ impl Store {
         let Some(entry) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let sl = entry.get_or_insert_with(Box::default);
+        let sl = entry.get_or_insert_with(|| Slot::new(&mut self.lives));
         if sl.import.is_none() {
             sl.import = Some(HashSet::default());
             sl.copying = true;
@@ -398,10 +440,13 @@ impl Store {
         if !sl.map.insert_if_absent(key, v) {
             return Pulled::Stale;
         }
-        self.used += record_cost(key.len(), v.len());
+        let cost = record_cost(key.len(), v.len());
+        self.used += cost;
+        sl.used += cost;
         sl.bytes += key.len() + v.len();
+        let life = sl.life;
         self.bytes += key.len() + v.len();
-        self.index(key, slot);
+        self.index(key, slot, life);
         Pulled::Taken
     }
 
@@ -434,12 +479,12 @@ impl Store {
         self.keys == 0
     }
 
-    /// A new key of `slot` into the ordered index (where it may replace a
-    /// stale entry).
+    /// A new key of `slot` (in its life `life`) into the ordered index
+    /// (where it may replace a stale entry).
     #[inline]
-    fn index(&mut self, key: &[u8], slot: u32) {
+    fn index(&mut self, key: &[u8], slot: u32, life: u32) {
         self.keys += 1;
-        self.order.insert(key.into(), slot);
+        self.order.insert(IndexKey::new(key), Place { slot, life });
     }
 
     /// Keys of the ordered index whose slot no longer holds them.
@@ -449,7 +494,9 @@ impl Store {
 
     /// Sweeps stale keys out of the ordered index, looking at `budget`
     /// entries at most from where the last sweep stopped; whether stale
-    /// keys may remain.
+    /// keys may remain. An entry is judged by its slot's life alone (see
+    /// [`Place`]): no record is looked up, and no key copied but the stale
+    /// ones, into a buffer the store keeps.
     pub fn sweep(&mut self, budget: usize) -> bool {
         if self.stale_keys() == 0 {
             return false;
@@ -458,25 +505,33 @@ impl Store {
             Some(k) => Bound::Excluded(&**k),
             None => Bound::Unbounded,
         };
-        let mut gone: Vec<Box<[u8]>> = Vec::new();
+        self.swept.clear();
+        self.swept_ends.clear();
         let mut last = None;
         let mut seen = 0;
-        for (k, &slot) in self.order.range::<[u8], _>((from, Bound::Unbounded)) {
+        for (k, p) in self.order.range::<[u8], _>((from, Bound::Unbounded)) {
             if seen == budget {
                 break;
             }
             seen += 1;
             last = Some(k);
-            let live = self.slots[slot as usize]
+            let live = self.slots[p.slot as usize]
                 .as_deref()
-                .is_some_and(|s| s.map.contains_key(k));
+                .is_some_and(|s| s.life == p.life);
             if !live {
-                gone.push(k.clone());
+                self.swept.extend_from_slice(k.bytes());
+                self.swept_ends.push(self.swept.len());
             }
         }
-        self.sweep_from = if seen < budget { None } else { last.cloned() };
-        for k in &gone {
-            self.order.remove(k);
+        self.sweep_from = if seen < budget {
+            None
+        } else {
+            last.map(|k| k.bytes().into())
+        };
+        let mut start = 0;
+        for &end in &self.swept_ends {
+            self.order.remove(&self.swept[start..end]);
+            start = end;
         }
         self.stale_keys() > 0
     }
@@ -712,6 +767,27 @@ mod tests {
         let t = s.take_slot(slot);
         assert_eq!((t.len(), t.get(c)), (2, Some(&b"pulled"[..])));
         assert_eq!((s.len(), s.bytes(), s.memory_used()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_slot_taken_away_gives_back_exactly_what_its_records_cost() {
+        let mut s = Store::new(SLOTS, usize::MAX);
+        s.put(3, b"other", b"stays").unwrap();
+        let before = s.memory_used();
+        for i in 0..50 {
+            s.put(5, format!("k{i}").as_bytes(), &[7; 10]).unwrap();
+        }
+        // Grown and shrunk in place or reallocated, deleted, patched.
+        s.put(5, b"k1", &[1; 300]).unwrap();
+        s.put(5, b"k2", &[2; 3]).unwrap();
+        assert!(s.delete(5, b"k3"));
+        assert_eq!(s.patch(5, b"k4", 0, b"xy"), Patch::Done);
+        s.begin_import(5);
+        assert_eq!(s.apply_pulled(5, b"new", Some(&[9; 40])), Pulled::Taken);
+        let t = s.take_slot(5);
+        assert_eq!(t.len(), 50);
+        assert_eq!(s.memory_used(), before);
+        assert_eq!(s.len(), 1);
     }
 
     #[test]

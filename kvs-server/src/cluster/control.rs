@@ -45,7 +45,7 @@ use crate::config::Config;
 use crate::lease::Lease;
 use crate::migration::copy_in::Copies;
 use crate::migration::import::{Importer, Progress};
-use crate::migration::outgoing::{to_hex, Outgoing};
+use crate::migration::outgoing::{free_elsewhere, to_hex, Outgoing};
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
@@ -945,11 +945,13 @@ impl State {
         self.map = m;
         let (me, map) = (self.me, &self.map);
         // Kept: slots another member still imports from this one.
-        let (n, bytes) = self
+        let gone = self
             .outgoing
             .release(|s| map.importing_from(s) == Some(me) && map.owner_of_slot(s).member != me);
+        let (n, bytes) = (gone.slots.len(), gone.bytes);
+        free_elsewhere(gone);
         if n > 0 {
-            eprintln!("kvs-server: freed {n} migrated slots ({bytes} bytes of keys and values)");
+            eprintln!("kvs-server: freeing {n} migrated slots ({bytes} bytes of keys and values)");
         }
         self.start_imports();
     }

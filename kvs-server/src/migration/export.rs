@@ -188,8 +188,8 @@ fn send_all(
                 continue;
             }
             // Full: every slot before this one is complete.
-            let bytes = w.finish(*slot, 0).to_vec();
-            post(comm, &bufs, &mut inflight, seq, &bytes, stop)?;
+            let bytes = w.finish(*slot, 0);
+            post(comm, &bufs, &mut inflight, seq, bytes, stop)?;
             sent.fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
             seq += 1;
             w.begin(seq);
@@ -201,8 +201,8 @@ fn send_all(
             }
         }
     }
-    let bytes = w.finish(end, LAST).to_vec();
-    post(comm, &bufs, &mut inflight, seq, &bytes, stop)?;
+    let bytes = w.finish(end, LAST);
+    post(comm, &bufs, &mut inflight, seq, bytes, stop)?;
     sent.fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
     // Every batch is in the target's memory once its send completes.
     for r in inflight.iter_mut() {

@@ -47,6 +47,33 @@ struct Ticket {
     expires: Instant,
 }
 
+/// Slots let go of by [`Outgoing::release`], not freed yet.
+#[derive(Debug, Default)]
+pub(crate) struct Released {
+    pub slots: Vec<Arc<SlotRecords>>,
+    /// Bytes of their keys and values.
+    pub bytes: usize,
+}
+
+/// Frees `released` on a thread of its own. Dropping a slot's records is
+/// one `free` per record, tens of milliseconds for a chunk of a migration,
+/// and the control thread, which lets them go, must not stall on it: while
+/// it frees, it answers no pull ticket, no status and no vote. Freed in
+/// place if no thread can start.
+pub(crate) fn free_elsewhere(released: Released) {
+    if released.slots.is_empty() {
+        return;
+    }
+    // If no thread starts, the closure is dropped here, and the records
+    // with it.
+    let spawned = std::thread::Builder::new()
+        .name("kvs-free".into())
+        .spawn(move || drop(released));
+    if let Err(e) = spawned {
+        eprintln!("kvs-server: cannot start a thread to free migrated slots (freed here): {e}");
+    }
+}
+
 /// The records of a pull's slots, in slot order.
 pub(crate) type Held = Vec<(u32, Arc<SlotRecords>)>;
 
@@ -67,21 +94,21 @@ impl Outgoing {
         self.lock().slots.get(&slot).cloned()
     }
 
-    /// Frees every held slot `keep` says is no longer needed; returns how
-    /// many slots and bytes of keys and values went (a transfer still
-    /// reading one keeps it alive until it ends).
-    pub fn release(&self, keep: impl Fn(u32) -> bool) -> (usize, usize) {
+    /// Lets go of every held slot `keep` says is no longer needed: returns
+    /// them, for the caller to free where the time it takes delays nothing
+    /// ([`free_elsewhere`]). A transfer still reading one keeps it alive
+    /// until it ends.
+    pub fn release(&self, keep: impl Fn(u32) -> bool) -> Released {
         let mut g = self.lock();
-        let mut freed = (0, 0);
-        g.slots.retain(|&s, r| {
-            let k = keep(s);
-            if !k {
-                freed.0 += 1;
-                freed.1 += r.bytes();
+        let gone: Vec<u32> = g.slots.keys().copied().filter(|&s| !keep(s)).collect();
+        let mut out = Released::default();
+        for s in gone {
+            if let Some(r) = g.slots.remove(&s) {
+                out.bytes += r.bytes();
+                out.slots.push(r);
             }
-            k
-        });
-        freed
+        }
+        out
     }
 
     /// Slots, records and bytes held.
@@ -233,7 +260,8 @@ mod tests {
             Some((4, false))
         );
         assert!(o.redeem(&setup).is_none(), "used up");
-        assert_eq!(o.release(|s| s >= 6), (2, 0));
+        let r = o.release(|s| s >= 6);
+        assert_eq!((r.slots.len(), r.bytes), (2, 0));
         assert_eq!(o.held().0, 2);
         assert_eq!(from_hex("zz"), None);
     }
