@@ -97,6 +97,7 @@ pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
         migration,
         held: (0, 0),
         copies: Vec::new(),
+        bulk_served: (0, 0),
         group: None,
         drained: false,
     })
@@ -112,6 +113,7 @@ pub fn status_in(member: u16, group: GroupView) -> ControlReply {
         migration: None,
         held: (0, 0),
         copies: Vec::new(),
+        bulk_served: (0, 0),
         group: Some(group),
         drained: false,
     })

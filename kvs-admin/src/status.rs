@@ -711,6 +711,7 @@ mod tests {
             migration: None,
             held: (0, 0),
             copies: Vec::new(),
+            bulk_served: (0, 0),
             group: None,
             drained: false,
         }

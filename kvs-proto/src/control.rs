@@ -191,6 +191,11 @@ pub struct MemberStatus {
     /// The copies of slots arriving at this member as a new backup.
     #[serde(default)]
     pub copies: Vec<CopyStatus>,
+    /// Bulk connections this member accepted as a source, and the pulls
+    /// (migration chunks, backup copies) it served over them: a target
+    /// keeps one connection across a migration's chunks.
+    #[serde(default)]
+    pub bulk_served: (u64, u64),
 }
 
 /// A copy arriving at a new backup: the snapshot of some of a primary's
@@ -416,6 +421,7 @@ mod tests {
             }),
             held: (2, 100),
             drained: false,
+            bulk_served: (3, 9),
             copies: vec![CopyStatus {
                 from: 1,
                 first: 0,

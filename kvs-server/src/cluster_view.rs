@@ -33,4 +33,8 @@ pub(crate) struct Shared {
     /// Bytes of keys and values this member sent to new backups (copies
     /// of the slots it is primary of).
     pub copy_sent_bytes: AtomicU64,
+    /// Bulk connections this member accepted as a source, and the pulls it
+    /// served over them.
+    pub bulk_connections: AtomicU64,
+    pub bulk_pulls: AtomicU64,
 }

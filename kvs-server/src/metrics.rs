@@ -311,6 +311,19 @@ impl Collector for Exposition {
                 Some(&Unit::Bytes),
                 &c.copy_sent_bytes,
             ),
+            (
+                "kvs_bulk_connections",
+                "Bulk connections this member accepted as a migration's source or a copy's \
+                 primary (a target keeps one across a migration's chunks).",
+                None,
+                &c.bulk_connections,
+            ),
+            (
+                "kvs_bulk_pulls",
+                "Pulls (migration chunks, backup copies) this member served over its bulk port.",
+                None,
+                &c.bulk_pulls,
+            ),
         ] {
             enc.encode_descriptor(name, help, unit, MetricType::Counter)?
                 .encode_counter::<NoLabelSet, _, u64>(&load(v), None)?;

@@ -302,6 +302,10 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    // Four chunks of 64 slots, each pulled by both of member 1's workers,
+    // over one bulk connection per worker.
+    let sa = status(&mut cc, a.addr());
+    assert_eq!(sa.bulk_served, (2, 8), "connections and pulls: {sa:?}");
     let sb = status(&mut cc, b.addr());
     assert_eq!(sb.workers.iter().map(|w| w.slots).sum::<u32>(), 256);
     // Both of member 1's workers pulled.

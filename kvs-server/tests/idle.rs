@@ -38,10 +38,16 @@ fn cpu_ticks_of(pid: u32) -> Duration {
     Duration::from_nanos((utime + stime) * 1_000_000_000 / hz)
 }
 
+/// Held by each test while it measures: a spinning server beside the
+/// sleeping one takes both of a 2-core machine's cores, and the sleeper's
+/// every wake-up then waits for a core and costs it more.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Starts a 2-worker server (extra `args`), connects, writes and reads one
 /// key, idles `idle`, then measures the server's CPU over `window`; returns
 /// that CPU time, after checking the first request after it is answered.
 fn idle_cpu(tag: &str, args: &[&str], idle: Duration, window: Duration) -> Duration {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let fabric = format!("kvs-idle-{tag}-{}", std::process::id());
     let server = ServerProcess::start_on(&fabric, args);
     let mut c = connect(server.addr, &fabric, ClientOptions::default()).unwrap();

@@ -94,6 +94,18 @@ impl Buffer {
         self.owner.write(off, data);
         Ok(())
     }
+    /// Lends the buffer's bytes to `f`, to build a message in place where
+    /// it is sent from. As with [`write`](Self::write), the buffer must not
+    /// be part of a send or receive in flight meanwhile: the NIC reads or
+    /// writes it then.
+    pub fn fill<R>(&mut self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        // SAFETY: the region is `len` bytes that `owner` keeps allocated for
+        // as long as `self` lives, and `&mut self` keeps any other slice of
+        // it from existing while `f` holds this one. Concurrent NIC access
+        // is the caller's protocol, as for `write`.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.owner.as_ptr(), self.len()) };
+        f(bytes)
+    }
     /// Copies bytes at `off` out into `out`.
     pub fn read(&self, off: usize, out: &mut [u8]) -> Result<(), Error> {
         range(off as u64, out.len() as u64, self.len() as u64)?;

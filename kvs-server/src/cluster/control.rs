@@ -46,6 +46,7 @@ use crate::lease::Lease;
 use crate::migration::copy_in::Copies;
 use crate::migration::import::{Importer, Progress};
 use crate::migration::outgoing::{free_elsewhere, to_hex, Outgoing};
+use crate::migration::session::Sessions;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
@@ -167,6 +168,7 @@ impl OnTransport for Control {
             outgoing: self.outgoing,
             copies: self.copies,
             imports: HashMap::new(),
+            sessions: Sessions::default(),
             cfg: self.cfg.clone(),
             cluster_token: self.cluster_token,
             rails: self.rails,
@@ -276,6 +278,8 @@ struct State {
     copies: Arc<Copies>,
     /// Imports this member runs, by (first, end, source).
     imports: HashMap<(u32, u32, u16), Arc<Progress>>,
+    /// The import sessions, one per (worker, source) with imports.
+    sessions: Sessions,
     cfg: Config,
     cluster_token: Option<AuthToken>,
     rails: Vec<String>,
@@ -929,6 +933,10 @@ impl State {
             drained: self.group.state().is_some_and(|s| s.drained(self.me)),
             copies: self.copies.status(),
             group,
+            bulk_served: (
+                self.shared.bulk_connections.load(Ordering::Relaxed),
+                self.shared.bulk_pulls.load(Ordering::Relaxed),
+            ),
         }
     }
 
@@ -979,6 +987,8 @@ impl State {
             }
             listed
         });
+        self.sessions
+            .retain(|w, from| runs.iter().any(|&(_, _, f, rw)| (rw, f) == (w, from)));
         let own = if self.own.ip().is_unspecified() {
             SocketAddr::from(([127, 0, 0, 1], self.own.port()))
         } else {
@@ -1011,10 +1021,7 @@ impl State {
                 shared: self.shared.clone(),
                 stop: self.stop.clone(),
             };
-            let started = std::thread::Builder::new()
-                .name(format!("kvs-import-{worker}"))
-                .spawn(move || imp.start());
-            match started {
+            match self.sessions.start(worker, imp) {
                 Ok(_) => {
                     self.imports.insert((first, end, from), progress);
                 }

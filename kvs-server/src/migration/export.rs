@@ -16,9 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mpib::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
-use mpib::{Buffer, Comm, Request};
+use mpib::{Buffer, Comm, Request, Span};
 
 use super::outgoing::{Held, Outgoing};
+use super::session::{LINGER, SETUP_BYTES};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, DEPTH};
 use crate::batch::BATCH;
@@ -134,8 +135,10 @@ impl Exporter {
         }
     }
 
-    /// One target's transfer (a new backup's, if `copy`), on a thread of
-    /// its own.
+    /// One target's connection, on a thread of its own: the pull its setup
+    /// asked for (a new backup's copy, if `copy`), then each pull the
+    /// target asks for next over the same connection, until it closes it or
+    /// leaves it idle for [`LINGER`].
     fn serve(&self, p: PendingConnection, setup: PullSetup, held: Held, copy: bool) {
         let peer = p.peer_addr();
         let rails = match open_rails(&self.cfg, &self.rails, setup.rails) {
@@ -149,61 +152,154 @@ impl Exporter {
             Ok(c) => c,
             Err(e) => return eprintln!("kvs-server: bulk setup from {peer}: {e}"),
         };
-        let sent = if copy {
-            &self.shared.copy_sent_bytes
-        } else {
-            &self.shared.sent_bytes
+        self.shared.bulk_connections.fetch_add(1, Ordering::Relaxed);
+        let mut conn = match SendConn::new(&comm) {
+            Ok(c) => c,
+            Err(e) => {
+                comm.close();
+                return eprintln!("kvs-server: bulk setup from {peer}: {e}");
+            }
         };
-        if let Err(e) = send_all(&mut comm, &held, setup.end, sent, &self.stop) {
-            eprintln!(
-                "kvs-server: bulk transfer of slots {}..{} to {peer} failed: {e}",
-                setup.first, setup.end
-            );
+        let mask = setup.rails;
+        let mut next = Some((setup, held, copy));
+        while let Some((setup, held, copy)) = next.take() {
+            let sent = if copy {
+                &self.shared.copy_sent_bytes
+            } else {
+                &self.shared.sent_bytes
+            };
+            if let Err(e) = send_all(&mut comm, &mut conn, &held, setup.end, sent, &self.stop) {
+                eprintln!(
+                    "kvs-server: bulk transfer of slots {}..{} to {peer} failed: {e}",
+                    setup.first, setup.end
+                );
+                break;
+            }
+            self.shared.bulk_pulls.fetch_add(1, Ordering::Relaxed);
+            // The slots may be freed while the connection waits.
+            drop(held);
+            next = self.next_pull(&mut comm, &mut conn, mask, peer);
         }
         comm.close();
     }
+
+    /// Waits up to [`LINGER`] for the target's next setup on `comm` and
+    /// redeems its ticket. `None` if none comes, the target closed the
+    /// connection, or the setup is refused (said on stderr; the target
+    /// asks again on a new connection, where the refusal reaches it).
+    fn next_pull(
+        &self,
+        comm: &mut Comm,
+        conn: &mut SendConn,
+        mask: u8,
+        peer: std::net::SocketAddr,
+    ) -> Option<(PullSetup, Held, bool)> {
+        let bytes = conn.next_setup(comm, &self.stop)?;
+        let Some(setup) = PullSetup::parse(&bytes) else {
+            eprintln!("kvs-server: bulk port: {peer} sent a malformed pull setup; closing");
+            return None;
+        };
+        if setup.rails != mask {
+            eprintln!(
+                "kvs-server: bulk port: {peer} asked for rails {:#b} on a connection of rails \
+                 {mask:#b}; closing",
+                setup.rails
+            );
+            return None;
+        }
+        match self.outgoing.redeem(&setup) {
+            Some((held, copy)) => Some((setup, held, copy)),
+            None => {
+                eprintln!(
+                    "kvs-server: bulk port: {peer} has no open ticket for slots {}..{}; closing",
+                    setup.first, setup.end
+                );
+                None
+            }
+        }
+    }
 }
 
-/// Streams `held` (slots in order, ending before `end`): each batch goes
-/// into the target's next receive as soon as one of [`DEPTH`] buffers is
-/// free.
+/// A source's end of a bulk connection: its send buffers, and the numbers
+/// of the next batch and setup, both counted over the connection's life.
+struct SendConn {
+    bufs: Vec<Buffer>,
+    seq: u32,
+    setup_buf: Buffer,
+    setups: u32,
+}
+
+impl SendConn {
+    fn new(comm: &Comm) -> Result<SendConn, String> {
+        let alloc = |n| comm.alloc_buffer(n).map_err(|e| e.to_string());
+        Ok(SendConn {
+            bufs: (0..DEPTH).map(|_| alloc(BATCH)).collect::<Result<_, _>>()?,
+            seq: 0,
+            setup_buf: alloc(SETUP_BYTES)?,
+            setups: 0,
+        })
+    }
+
+    /// The bytes of the target's next setup, or `None` if none arrives
+    /// within [`LINGER`], the connection fails or the server stops.
+    fn next_setup(&mut self, comm: &mut Comm, stop: &AtomicBool) -> Option<Vec<u8>> {
+        let t = Instant::now();
+        let req = loop {
+            match comm.irecv(&[self.setup_buf.all()], self.setups) {
+                Ok(Some(r)) => break r,
+                Ok(None) => super::idle(comm, t, stop).ok()?,
+                Err(_) => return None,
+            }
+        };
+        self.setups += 1;
+        let t = Instant::now();
+        loop {
+            match comm.test(&req) {
+                Ok(Some(sizes)) => return self.setup_buf.to_vec(0, sizes.total() as usize).ok(),
+                Ok(None) if t.elapsed() < LINGER && !stop.load(Ordering::Acquire) => {
+                    comm.progress();
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Streams `held` (slots in order, ending before `end`): each batch is
+/// built in the next of [`DEPTH`] send buffers as soon as that buffer's
+/// previous send is done, and goes into the target's next receive.
+/// Batches are numbered on from `conn`'s count.
 fn send_all(
     comm: &mut Comm,
+    conn: &mut SendConn,
     held: &Held,
     end: u32,
     sent: &AtomicU64,
     stop: &AtomicBool,
 ) -> Result<(), String> {
-    let bufs: Vec<Buffer> = (0..DEPTH)
-        .map(|_| comm.alloc_buffer(BATCH))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
     let mut inflight: Vec<Option<Request>> = (0..DEPTH).map(|_| None).collect();
-    let mut w = BatchWriter::new(BATCH);
-    let mut seq = 0u32;
-    w.begin(seq);
-    for (slot, recs) in held {
-        for (k, v) in recs.iter() {
-            if w.push(k, v) {
-                continue;
-            }
-            // Full: every slot before this one is complete.
-            let bytes = w.finish(*slot, 0);
-            post(comm, &bufs, &mut inflight, seq, bytes, stop)?;
-            sent.fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
-            seq += 1;
-            w.begin(seq);
-            if !w.push(k, v) {
-                return Err(format!(
-                    "a record of {} bytes exceeds a batch",
-                    k.len() + v.len()
-                ));
-            }
+    let mut recs = held
+        .iter()
+        .flat_map(|(slot, r)| r.iter().map(move |(k, v)| (*slot, k, v)))
+        .peekable();
+    loop {
+        let seq = conn.seq;
+        let i = seq as usize % DEPTH;
+        if let Some(req) = inflight[i].take() {
+            wait(comm, &req, stop)?;
+        }
+        let (len, last) = conn.bufs[i].fill(|b| fill_batch(b, seq, &mut recs, end))?;
+        let span = conn.bufs[i]
+            .span(0, len as u64)
+            .map_err(|e| e.to_string())?;
+        inflight[i] = Some(send(comm, span, seq, stop)?);
+        conn.seq += 1;
+        sent.fetch_add((len - BATCH_HEADER) as u64, Ordering::Relaxed);
+        if last {
+            break;
         }
     }
-    let bytes = w.finish(end, LAST);
-    post(comm, &bufs, &mut inflight, seq, bytes, stop)?;
-    sent.fetch_add((bytes.len() - BATCH_HEADER) as u64, Ordering::Relaxed);
     // Every batch is in the target's memory once its send completes.
     for r in inflight.iter_mut() {
         if let Some(req) = r.take() {
@@ -213,31 +309,39 @@ fn send_all(
     Ok(())
 }
 
-/// Sends batch `seq` from buffer `seq % DEPTH`, once that buffer's previous
-/// send is done.
-fn post(
-    comm: &mut Comm,
-    bufs: &[Buffer],
-    inflight: &mut [Option<Request>],
+/// Builds batch `seq` in `buf` from the records `recs` yields (slot, key,
+/// value) while they fit; its length, and whether it is the last (every
+/// record is in, and its progress mark is `end`).
+fn fill_batch<'r>(
+    buf: &mut [u8],
     seq: u32,
-    bytes: &[u8],
-    stop: &AtomicBool,
-) -> Result<(), String> {
-    let i = seq as usize % DEPTH;
-    if let Some(req) = inflight[i].take() {
-        wait(comm, &req, stop)?;
+    recs: &mut std::iter::Peekable<impl Iterator<Item = (u32, &'r [u8], &'r [u8])>>,
+    end: u32,
+) -> Result<(usize, bool), String> {
+    let mut w = BatchWriter::over(buf);
+    w.begin(seq);
+    while let Some(&(slot, k, v)) = recs.peek() {
+        if !w.push(k, v) {
+            if w.records() == 0 {
+                return Err(format!(
+                    "a record of {} bytes exceeds a batch",
+                    k.len() + v.len()
+                ));
+            }
+            // Full: every slot before this one is complete.
+            return Ok((w.finish(slot, 0).len(), false));
+        }
+        recs.next();
     }
-    bufs[i].write(0, bytes).map_err(|e| e.to_string())?;
-    let span = bufs[i]
-        .span(0, bytes.len() as u64)
-        .map_err(|e| e.to_string())?;
+    Ok((w.finish(end, LAST).len(), true))
+}
+
+/// Sends `span` as batch `seq`, once the target's receive for it is posted.
+fn send(comm: &mut Comm, span: Span, seq: u32, stop: &AtomicBool) -> Result<Request, String> {
     let t = Instant::now();
     loop {
         match comm.isend(&[span], seq) {
-            Ok(Some(r)) => {
-                inflight[i] = Some(r);
-                return Ok(());
-            }
+            Ok(Some(r)) => return Ok(r),
             Ok(None) => super::idle(comm, t, stop)?,
             Err(e) => return Err(e.to_string()),
         }

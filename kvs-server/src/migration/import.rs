@@ -20,18 +20,17 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::Transport;
 use copyrpc::Waker;
-use kvs_client::{ControlClient, ControlOptions};
+use kvs_client::ControlClient;
 use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
 use kvs_proto::{AuthToken, Member};
-use mlx5::device::Context as Device;
 use mpib::{Buffer, Comm, Request};
 
 use super::outgoing::from_hex;
+use super::session::PullConn;
 use super::wire::{Batch, PullSetup};
 use super::{all_rails, open_rails, DEPTH};
-use crate::batch::BATCH;
 use crate::config::Config;
 use crate::to_worker::ToWorker;
 
@@ -106,6 +105,23 @@ pub(crate) struct Importer {
     pub stop: Arc<AtomicBool>,
 }
 
+/// Why a pull over a connection ended early.
+struct Cut {
+    why: String,
+    /// A batch had come: the connection worked, and the failure is the
+    /// pull's, not a kept connection's that the source closed.
+    progressed: bool,
+}
+
+impl Cut {
+    fn before_any(why: String) -> Cut {
+        Cut {
+            why,
+            progressed: false,
+        }
+    }
+}
+
 /// Why a transfer ended early.
 struct Failed {
     why: String,
@@ -117,15 +133,18 @@ struct Failed {
     lost: bool,
 }
 
-impl Importer {
-    /// Runs the import to its end.
-    pub fn start(self) {
-        match self.cfg.device_spec().open() {
-            Ok(dev) => run_on_device(dev, self),
-            Err(e) => eprintln!("kvs-server: import: cannot open the device: {e}"),
+impl Failed {
+    /// A failure of a source that answered, or may have: try again.
+    fn reached(why: String) -> Failed {
+        Failed {
+            why,
+            not_yet: false,
+            lost: false,
         }
     }
+}
 
+impl Importer {
     /// The slots still to pull from `mark` on, until the last batch; then
     /// tells the leader.
     ///
@@ -134,7 +153,11 @@ impl Importer {
     /// live. The import ends without every record only when the source says
     /// it lost them (it restarted after the handover: memory only), or when
     /// the group ends it (`kvs-admin forget --force` of the source).
-    fn run_with(&self, cc: &mut ControlClient<impl Transport>) {
+    pub(super) fn run_with(
+        &self,
+        cc: &mut ControlClient<impl Transport>,
+        conn: &mut Option<PullConn>,
+    ) {
         let mut mark = self.first;
         let mut failures = 0u32;
         let mut waited = 0u32;
@@ -143,7 +166,7 @@ impl Importer {
                 return;
             }
             let mask = rails_for(failures, &self.rails);
-            match self.transfer(cc, &mut mark, mask) {
+            match self.transfer(cc, conn, &mut mark, mask) {
                 Ok(()) => break None,
                 Err(f) if f.lost => {
                     eprintln!(
@@ -204,7 +227,7 @@ impl Importer {
             match cc.request(to, &req) {
                 Ok(ControlReply::Ok) => {
                     to = self.own;
-                    std::thread::sleep(Duration::from_millis(1000));
+                    self.pause(Duration::from_millis(1000));
                     continue;
                 }
                 Ok(ControlReply::Keeper { addr }) => {
@@ -222,65 +245,33 @@ impl Importer {
                 _ => {}
             }
             to = self.own;
-            std::thread::sleep(Duration::from_millis(200));
+            self.pause(Duration::from_millis(200));
         }
     }
 
-    /// One bulk connection: a ticket from the source's control endpoint,
-    /// then batches until the last or a failure. `mark` follows the batches'
-    /// progress marks.
+    /// Sleeps `d`, or less once the import ended or the server stops: the
+    /// session's next import waits for this one's report to end.
+    fn pause(&self, d: Duration) {
+        let t = Instant::now();
+        while t.elapsed() < d
+            && !self.stop.load(Ordering::Acquire)
+            && !self.progress.ended.load(Ordering::Acquire)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// One pull: a ticket from the source's control endpoint, then batches
+    /// until the last or a failure. `mark` follows the batches' progress
+    /// marks.
     fn transfer(
         &self,
         cc: &mut ControlClient<impl Transport>,
+        conn: &mut Option<PullConn>,
         mark: &mut u32,
         mask: u8,
     ) -> Result<(), Failed> {
-        let unreached = |why: String| Failed {
-            why,
-            not_yet: false,
-            lost: false,
-        };
-        let open = ControlRequest::OpenPull {
-            version: self.version,
-            first: *mark,
-            end: self.end,
-        };
-        let ticket = match cc.request(self.source.addr, &open) {
-            Ok(ControlReply::Ticket { ticket }) => from_hex(&ticket).ok_or_else(|| Failed {
-                why: "a malformed ticket".into(),
-                not_yet: false,
-                lost: false,
-            })?,
-            // Not frozen there yet (the source has not applied the map that
-            // gives the slots away): ask again.
-            Ok(ControlReply::NotYet { message }) => {
-                return Err(Failed {
-                    why: message,
-                    not_yet: true,
-                    lost: false,
-                })
-            }
-            Ok(ControlReply::Error { message }) => {
-                return Err(Failed {
-                    why: message,
-                    not_yet: false,
-                    lost: true,
-                })
-            }
-            Ok(other) => {
-                return Err(Failed {
-                    why: format!("unexpected answer {other:?}"),
-                    not_yet: false,
-                    lost: false,
-                })
-            }
-            Err(e) => return Err(unreached(e.to_string())),
-        };
-        let reached = |why: String| Failed {
-            why,
-            not_yet: false,
-            lost: false,
-        };
+        let ticket = self.ticket(cc, *mark)?;
         // The source holds the slots frozen: the worker may serve them.
         if !self.frozen_told.swap(true, Ordering::AcqRel) {
             let (tx, waker) = &self.worker;
@@ -297,45 +288,121 @@ impl Importer {
             ticket,
             rails: mask,
         };
-        let rails = open_rails(&self.cfg, &self.rails, mask).map_err(reached)?;
-        let bulk = SocketAddr::new(self.source.addr.ip(), self.source.bulk_port);
-        let (mut comm, _) =
-            mpib::conn::connect_with(bulk, &rails, &mpib::Config::default(), &setup.encode())
-                .map_err(|e| reached(format!("bulk connection to {bulk}: {e}")))?;
-        let r = self.receive(&mut comm, mark);
-        comm.close();
-        r.map_err(reached)
+        self.pull(conn, &setup, mark).map_err(Failed::reached)
     }
 
-    /// Receives batches into [`DEPTH`] buffers until the last.
-    fn receive(&self, comm: &mut Comm, mark: &mut u32) -> Result<(), String> {
-        let first = *mark;
-        let bufs: Vec<Buffer> = (0..DEPTH)
-            .map(|_| comm.alloc_buffer(BATCH))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
-        let mut reqs: Vec<Request> = Vec::with_capacity(DEPTH);
-        for (i, b) in bufs.iter().enumerate() {
-            reqs.push(self.post(comm, b, i as u32)?);
+    /// A ticket for the slots from `mark` on, from the source's control
+    /// endpoint.
+    fn ticket(
+        &self,
+        cc: &mut ControlClient<impl Transport>,
+        mark: u32,
+    ) -> Result<[u8; 16], Failed> {
+        let open = ControlRequest::OpenPull {
+            version: self.version,
+            first: mark,
+            end: self.end,
+        };
+        match cc.request(self.source.addr, &open) {
+            Ok(ControlReply::Ticket { ticket }) => {
+                from_hex(&ticket).ok_or_else(|| Failed::reached("a malformed ticket".into()))
+            }
+            // Not frozen there yet (the source has not applied the map that
+            // gives the slots away): ask again.
+            Ok(ControlReply::NotYet { message }) => Err(Failed {
+                not_yet: true,
+                ..Failed::reached(message)
+            }),
+            Ok(ControlReply::Error { message }) => Err(Failed {
+                lost: true,
+                ..Failed::reached(message)
+            }),
+            Ok(other) => Err(Failed::reached(format!("unexpected answer {other:?}"))),
+            Err(e) => Err(Failed::reached(e.to_string())),
         }
+    }
+
+    /// The batches `setup` asks for, over the session's connection `conn`
+    /// if it goes to the same port on the same rails, else over a new one,
+    /// which `conn` keeps. A kept connection that fails before its first
+    /// batch (the source closed it, idle) is replaced at once.
+    fn pull(
+        &self,
+        conn: &mut Option<PullConn>,
+        setup: &PullSetup,
+        mark: &mut u32,
+    ) -> Result<(), String> {
+        let bulk = SocketAddr::new(self.source.addr.ip(), self.source.bulk_port);
+        if let Some(mut c) = conn
+            .take()
+            .filter(|c| c.to == bulk && c.mask == setup.rails)
+        {
+            let kept = c.ask(setup, &self.stop).map_err(Cut::before_any);
+            match kept.and_then(|()| self.receive(&mut c, mark)) {
+                Ok(()) => {
+                    *conn = Some(c);
+                    return Ok(());
+                }
+                Err(cut) => {
+                    c.comm.close();
+                    if cut.progressed {
+                        return Err(cut.why);
+                    }
+                }
+            }
+        } else if let Some(mut old) = conn.take() {
+            old.comm.close();
+        }
+        let rails = open_rails(&self.cfg, &self.rails, setup.rails)?;
+        let mut c = PullConn::open(bulk, &rails, setup.rails, setup, &self.stop)?;
+        match self.receive(&mut c, mark) {
+            Ok(()) => {
+                *conn = Some(c);
+                Ok(())
+            }
+            Err(cut) => {
+                c.comm.close();
+                Err(cut.why)
+            }
+        }
+    }
+
+    /// Receives batches over `c` until the last, reposting each buffer's
+    /// receive as soon as its batch is copied out, the last's too (for the
+    /// session's next pull).
+    fn receive(&self, c: &mut PullConn, mark: &mut u32) -> Result<(), Cut> {
+        let first = *mark;
         let (ack_tx, ack_rx) = mpsc::channel::<()>();
         // The progress marks of batches the worker has not taken yet: `mark`
         // moves as it takes them (a batch sent twice is harmless, one lost
         // is not).
         let mut untaken: VecDeque<u32> = VecDeque::new();
-        let mut seq = 0u32;
+        let mut any = false;
+        let cut = |any: bool| {
+            move |why: String| Cut {
+                why,
+                progressed: any,
+            }
+        };
         loop {
+            let seq = c.seq;
             let i = seq as usize % DEPTH;
-            let len = self.wait(comm, &reqs[i])?;
-            let bytes = bufs[i].to_vec(0, len).map_err(|e| e.to_string())?;
+            let len = wait_recv(&mut c.comm, &c.reqs[i], &self.stop).map_err(cut(any))?;
+            any = true;
+            let bytes = c.bufs[i]
+                .to_vec(0, len)
+                .map_err(|e| cut(any)(e.to_string()))?;
+            c.reqs[i] = post_recv(&mut c.comm, &c.bufs[i], seq + DEPTH as u32, &self.stop)
+                .map_err(cut(any))?;
+            c.seq += 1;
             let batch = Batch::new_checked(&bytes, seq, first, self.end, self.slots, *mark)
-                .map_err(|e| format!("the source sent {e}"))?;
+                .map_err(|e| cut(any)(format!("the source sent {e}")))?;
             let (last, next) = (batch.last(), batch.next_slot());
             let n = batch.records().count() as u64;
             let b = batch.payload_len() as u64;
             // The worker takes it; at most UNTAKEN wait.
             while untaken.len() >= UNTAKEN {
-                self.taken(&ack_rx, &mut untaken, mark)?;
+                self.taken(&ack_rx, &mut untaken, mark).map_err(cut(any))?;
             }
             let msg = ToWorker::Records {
                 batch: bytes,
@@ -344,7 +411,7 @@ impl Importer {
             self.worker
                 .0
                 .send(msg)
-                .map_err(|_| "the worker stopped".to_string())?;
+                .map_err(|_| cut(any)("the worker stopped".to_string()))?;
             self.worker.1.wake();
             untaken.push_back(next);
             self.progress.records.fetch_add(n, Ordering::Relaxed);
@@ -353,12 +420,10 @@ impl Importer {
             self.shared.pulled_bytes.fetch_add(b, Ordering::Relaxed);
             if last {
                 while !untaken.is_empty() {
-                    self.taken(&ack_rx, &mut untaken, mark)?;
+                    self.taken(&ack_rx, &mut untaken, mark).map_err(cut(any))?;
                 }
                 return Ok(());
             }
-            reqs[i] = self.post(comm, &bufs[i], seq + DEPTH as u32)?;
-            seq += 1;
         }
     }
 
@@ -382,14 +447,6 @@ impl Importer {
                 Err(_) => return Err("the worker stopped".into()),
             }
         }
-    }
-
-    fn post(&self, comm: &mut Comm, buf: &Buffer, seq: u32) -> Result<Request, String> {
-        post_recv(comm, buf, seq, &self.stop)
-    }
-
-    fn wait(&self, comm: &mut Comm, req: &Request) -> Result<usize, String> {
-        wait_recv(comm, req, &self.stop)
     }
 }
 
@@ -422,23 +479,6 @@ pub(super) fn wait_recv(
             Ok(Some(sizes)) => return Ok(sizes.total() as usize),
             Ok(None) => super::idle(comm, t, stop)?,
             Err(e) => return Err(e.to_string()),
-        }
-    }
-}
-
-impl OnTransport for Importer {
-    type Output = ();
-
-    fn run<T: Transport>(self, dev: Device) {
-        let opts = ControlOptions {
-            cluster_token: self.cluster_token.clone(),
-            setup_timeout: Duration::from_secs(5),
-            call_timeout: Duration::from_secs(10),
-            ..ControlOptions::default()
-        };
-        match ControlClient::<T>::new(&dev, opts) {
-            Ok(mut cc) => self.run_with(&mut cc),
-            Err(e) => eprintln!("kvs-server: import: {e}"),
         }
     }
 }

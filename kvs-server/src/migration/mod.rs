@@ -17,7 +17,9 @@
 //! 2. **Pull.** Each of the target's workers that gained slots runs an
 //!    importer ([`import`]) that pulls their records from the source over
 //!    mpib, both rails, in 1 MiB batches ([`wire`]), in parallel with the
-//!    others; the source streams them from its frozen copy ([`export`]). A
+//!    others; the source streams them from its frozen copy ([`export`]).
+//!    A worker's imports from one source run in one session ([`session`]),
+//!    which keeps its bulk connection from chunk to chunk. A
 //!    read, delete or partial update of a key that has not arrived waits
 //!    while the worker fetches that key from the source at once
 //!    ([`puller`], the priority pull). A key written or deleted at the
@@ -51,6 +53,7 @@ pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod outgoing;
 pub(crate) mod puller;
+pub(crate) mod session;
 pub(crate) mod waiting;
 pub(crate) mod wire;
 

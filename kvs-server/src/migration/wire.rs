@@ -9,7 +9,10 @@
 //!         | records u32 | bytes u32 | record*
 //! record: key_len u16 | val_len u32 | key | value
 //! ```
-//! `seq` counts batches from 0; `bytes` is the length of the records;
+//! `seq` counts a connection's batches from 0, on across the pulls it
+//! carries (a target keeps its connection to a source for the chunks of a
+//! migration, sending each pull's setup after the first over it, tagged
+//! with its own count); `bytes` is the length of the records;
 //! `next_slot` is the first slot not yet complete (every record of the
 //! slots before it has been sent, in this batch or earlier ones); flag
 //! [`LAST`] ends the transfer.
@@ -99,49 +102,83 @@ impl PullSetup {
     }
 }
 
-/// Builds a batch in a reusable vector.
+/// Builds a batch in place, in the registered buffer it is sent from
+/// ([`BatchWriter::over`]), which spares the source a copy of every record;
+/// tests build theirs in a vector (`BatchWriter::new`).
 #[derive(Debug)]
-pub struct BatchWriter {
-    buf: Vec<u8>,
+pub struct BatchWriter<B = Vec<u8>> {
+    buf: B,
+    /// Bytes written, header included.
+    len: usize,
     records: u32,
-    cap: usize,
 }
 
-impl BatchWriter {
+#[cfg(test)]
+impl BatchWriter<Vec<u8>> {
     /// A writer of batches of at most `cap` bytes.
     pub fn new(cap: usize) -> BatchWriter {
         BatchWriter {
-            buf: Vec::with_capacity(cap),
+            buf: vec![0; cap.max(BATCH_HEADER)],
+            len: 0,
             records: 0,
-            cap,
         }
     }
+}
+
+impl<'a> BatchWriter<&'a mut [u8]> {
+    /// A writer of batches into `buf` (at most its length; at least a
+    /// header's).
+    pub fn over(buf: &'a mut [u8]) -> BatchWriter<&'a mut [u8]> {
+        BatchWriter {
+            buf,
+            len: 0,
+            records: 0,
+        }
+    }
+}
+
+impl<B: AsMut<[u8]> + AsRef<[u8]>> BatchWriter<B> {
     /// Starts batch `seq`.
     pub fn begin(&mut self, seq: u32) {
-        self.buf.clear();
-        self.buf.extend_from_slice(BATCH_MAGIC);
-        self.buf.extend_from_slice(&seq.to_le_bytes());
-        self.buf.resize(BATCH_HEADER, 0);
+        let b = self.buf.as_mut();
+        b[field::MAGIC].copy_from_slice(BATCH_MAGIC);
+        b[field::SEQ].copy_from_slice(&seq.to_le_bytes());
+        b[field::SEQ.end..BATCH_HEADER].fill(0);
+        self.len = BATCH_HEADER;
         self.records = 0;
     }
     /// Appends a record if it fits; false if the batch is full.
     pub fn push(&mut self, key: &[u8], value: &[u8]) -> bool {
-        let n = SCAN_RECORD_HEADER + key.len() + value.len();
-        if self.buf.len() + n > self.cap {
+        let b = self.buf.as_mut();
+        let end = self.len + SCAN_RECORD_HEADER + key.len() + value.len();
+        if end > b.len() {
             return false;
         }
-        kvs_proto::proto::push_scan_record(&mut self.buf, key, value);
+        let (k, v) = (
+            self.len + SCAN_RECORD_HEADER,
+            self.len + SCAN_RECORD_HEADER + key.len(),
+        );
+        b[self.len..self.len + 2].copy_from_slice(&(key.len() as u16).to_le_bytes());
+        b[self.len + 2..k].copy_from_slice(&(value.len() as u32).to_le_bytes());
+        b[k..v].copy_from_slice(key);
+        b[v..end].copy_from_slice(value);
+        self.len = end;
         self.records += 1;
         true
     }
+    /// Records in the batch.
+    pub fn records(&self) -> u32 {
+        self.records
+    }
     /// Finishes the batch; its bytes.
     pub fn finish(&mut self, next_slot: u32, flags: u16) -> &[u8] {
-        let bytes = (self.buf.len() - BATCH_HEADER) as u32;
-        self.buf[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
-        self.buf[field::NEXT_SLOT].copy_from_slice(&next_slot.to_le_bytes());
-        self.buf[field::RECORDS].copy_from_slice(&self.records.to_le_bytes());
-        self.buf[field::BYTES].copy_from_slice(&bytes.to_le_bytes());
-        &self.buf
+        let bytes = (self.len - BATCH_HEADER) as u32;
+        let b = self.buf.as_mut();
+        b[field::FLAGS].copy_from_slice(&flags.to_le_bytes());
+        b[field::NEXT_SLOT].copy_from_slice(&next_slot.to_le_bytes());
+        b[field::RECORDS].copy_from_slice(&self.records.to_le_bytes());
+        b[field::BYTES].copy_from_slice(&bytes.to_le_bytes());
+        &self.buf.as_ref()[..self.len]
     }
 }
 
@@ -290,6 +327,27 @@ mod tests {
         assert!(Batch::new_checked(&last, 4, 8, 16, slots, 9)
             .unwrap()
             .last());
+    }
+
+    #[test]
+    fn a_batch_built_in_place_is_the_batch_built_in_a_vector() {
+        let recs: [(&[u8], &[u8]); 3] = [(b"a", b"1"), (b"bb", b""), (b"", b"333")];
+        let mut v = BatchWriter::new(64);
+        let mut raw = [0xAAu8; 64];
+        let mut p = BatchWriter::over(&mut raw[..]);
+        v.begin(9);
+        p.begin(9);
+        for (k, val) in recs {
+            assert_eq!(v.push(k, val), p.push(k, val));
+        }
+        assert!(!p.push(b"k", &[0; 64]), "a record past the buffer");
+        assert_eq!(p.records(), 3);
+        let want = v.finish(5, LAST).to_vec();
+        assert_eq!(p.finish(5, LAST), &want[..]);
+        assert_eq!(
+            want.len(),
+            BATCH_HEADER + 3 * SCAN_RECORD_HEADER + 1 + 1 + 2 + 3
+        );
     }
 
     #[test]
