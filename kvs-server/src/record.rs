@@ -119,6 +119,23 @@ impl Records {
         }
     }
 
+    /// Puts `record` in unless a record of its key is there (then it is
+    /// dropped); whether it went in.
+    pub fn insert_record_if_absent(&mut self, record: Record) -> bool {
+        let h = self.hash(record.key());
+        let hasher = &self.hasher;
+        match self
+            .table
+            .entry(h, |r| r.key() == record.key(), |r| hasher.hash_one(r.key()))
+        {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(e) => {
+                e.insert(record);
+                true
+            }
+        }
+    }
+
     /// Removes `key`'s record.
     pub fn remove(&mut self, key: &[u8]) -> Option<Record> {
         let h = self.hash(key);

@@ -96,6 +96,32 @@ impl SlotRecords {
     }
 }
 
+/// A pulled record with its allocations made (its record and its index
+/// key), on the thread that received it rather than on the worker's, which
+/// then only files it ([`Store::apply_ready`]).
+#[derive(Debug)]
+pub(crate) struct Ready {
+    slot: u32,
+    record: Record,
+    key: IndexKey,
+}
+
+impl Ready {
+    /// `key` and `value` of slot `slot`.
+    pub fn new(slot: u32, key: &[u8], value: &[u8]) -> Ready {
+        Ready {
+            slot,
+            record: Record::new(key, value),
+            key: IndexKey::new(key),
+        }
+    }
+
+    /// Its slot.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+}
+
 /// Whether a pulled record was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pulled {
@@ -450,6 +476,38 @@ impl Store {
         Pulled::Taken
     }
 
+    /// A pulled record made ready off the worker's thread ([`Ready`]):
+    /// taken as [`Store::apply_pulled`] takes one, with no allocation here.
+    pub(crate) fn apply_ready(&mut self, r: Ready) -> Pulled {
+        let Ready { slot, record, key } = r;
+        let Some(sl) = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.as_deref_mut())
+        else {
+            return Pulled::NotImporting;
+        };
+        let Some(t) = sl.import.as_ref() else {
+            return Pulled::NotImporting;
+        };
+        if !t.is_empty() && t.contains(record.key()) {
+            return Pulled::Stale;
+        }
+        let (klen, vlen) = (record.key().len(), record.value().len());
+        if !sl.map.insert_record_if_absent(record) {
+            return Pulled::Stale;
+        }
+        let cost = record_cost(klen, vlen);
+        self.used += cost;
+        sl.used += cost;
+        sl.bytes += klen + vlen;
+        let life = sl.life;
+        self.bytes += klen + vlen;
+        self.keys += 1;
+        self.order.insert(key, Place { slot, life });
+        Pulled::Taken
+    }
+
     /// Removes every record of slot `slot` (a slot given away), touching no
     /// other slot's; what it freed.
     pub fn drop_slot(&mut self, slot: u32) -> Dropped {
@@ -754,9 +812,9 @@ mod tests {
         let same: Vec<Vec<u8>> = (0..500)
             .map(k)
             .filter(|x| slot_of(x, SLOTS) == slot)
-            .take(4)
+            .take(5)
             .collect();
-        let (a, b, c, d) = (&same[0], &same[1], &same[2], &same[3]);
+        let (a, b, c, d, e) = (&same[0], &same[1], &same[2], &same[3], &same[4]);
         assert_eq!(s.apply_pulled(slot, a, Some(b"old")), Pulled::NotImporting);
         s.begin_import(slot);
         assert!(s.importing(slot));
@@ -773,16 +831,26 @@ mod tests {
         assert_eq!(s.apply_pulled(slot, c, Some(b"again")), Pulled::Stale);
         assert_eq!(s.apply_pulled(slot, d, None), Pulled::Stale);
         assert!(s.deleted_in_import(slot, d));
+        // Records made ready elsewhere are judged alike.
+        assert_eq!(s.apply_ready(Ready::new(slot, a, b"old")), Pulled::Stale);
+        assert_eq!(s.apply_ready(Ready::new(slot, b, b"old")), Pulled::Stale);
+        assert_eq!(s.apply_ready(Ready::new(slot, c, b"again")), Pulled::Stale);
+        assert_eq!(
+            s.apply_ready(Ready::new(slot + 1, c, b"x")),
+            Pulled::NotImporting
+        );
+        assert_eq!(s.apply_ready(Ready::new(slot, e, b"ready")), Pulled::Taken);
         assert_eq!(s.get(slot, a), Some(&b"new"[..]));
         assert_eq!(s.get(slot, b), None);
         assert_eq!(s.get(slot, c), Some(&b"pulled"[..]));
-        assert_eq!(s.scan(b"").count(), 2);
+        assert_eq!(s.scan(b"").count(), 3);
         s.end_import(slot);
         assert!(!s.importing(slot) && !s.deleted_in_import(slot, b));
         assert_eq!(s.importing_slots(), 0);
         // Taken out whole, for a migration's source.
         let t = s.take_slot(slot);
-        assert_eq!((t.len(), t.get(c)), (2, Some(&b"pulled"[..])));
+        assert_eq!((t.len(), t.get(c)), (3, Some(&b"pulled"[..])));
+        assert_eq!(t.get(e), Some(&b"ready"[..]));
         assert_eq!((s.len(), s.bytes(), s.memory_used()), (0, 0, 0));
     }
 

@@ -37,8 +37,9 @@ pub(crate) enum ToWorker {
     /// A checked batch of pulled records ([`crate::migration::wire`]); the
     /// worker says when it has taken them.
     Records {
-        /// The batch's bytes.
-        batch: Vec<u8>,
+        /// The batch's records, made ready for the store
+        /// ([`crate::serving::intake::prepare`]).
+        batch: Vec<crate::store::Ready>,
         /// Told once the records are in the store.
         taken: Sender<()>,
     },
@@ -48,8 +49,9 @@ pub(crate) enum ToWorker {
     CopyRecords {
         /// The copy begin's ticket.
         ticket: [u8; 16],
-        /// The batch's bytes.
-        batch: Vec<u8>,
+        /// The batch's records, made ready for the store
+        /// ([`crate::serving::intake::prepare`]).
+        batch: Vec<crate::store::Ready>,
         /// Told once the records are in the store.
         taken: Sender<()>,
     },

@@ -177,18 +177,15 @@ impl CopyPull {
             let bytes = bufs[i].to_vec(0, len).map_err(|e| e.to_string())?;
             let batch = Batch::new_checked(&bytes, seq, first, end, self.slots, mark)
                 .map_err(|e| format!("the primary sent {e}"))?;
-            let (last, n, b) = (
-                batch.last(),
-                batch.records().count() as u64,
-                batch.payload_len() as u64,
-            );
+            let ready = batch.ready(self.slots);
+            let (last, n, b) = (batch.last(), ready.len() as u64, batch.payload_len() as u64);
             mark = batch.next_slot();
             while untaken >= UNTAKEN {
                 self.taken(&ack_rx, &mut untaken)?;
             }
             let msg = ToWorker::CopyRecords {
                 ticket: self.begin.ticket,
-                batch: bytes,
+                batch: ready,
                 taken: ack_tx.clone(),
             };
             self.worker

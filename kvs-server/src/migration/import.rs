@@ -398,14 +398,15 @@ impl Importer {
             let batch = Batch::new_checked(&bytes, seq, first, self.end, self.slots, *mark)
                 .map_err(|e| cut(any)(format!("the source sent {e}")))?;
             let (last, next) = (batch.last(), batch.next_slot());
-            let n = batch.records().count() as u64;
+            let ready = batch.ready(self.slots);
+            let n = ready.len() as u64;
             let b = batch.payload_len() as u64;
             // The worker takes it; at most UNTAKEN wait.
             while untaken.len() >= UNTAKEN {
                 self.taken(&ack_rx, &mut untaken, mark).map_err(cut(any))?;
             }
             let msg = ToWorker::Records {
-                batch: bytes,
+                batch: ready,
                 taken: ack_tx.clone(),
             };
             self.worker

@@ -20,6 +20,8 @@
 use kvs_proto::proto::SCAN_RECORD_HEADER;
 use kvs_proto::shard::slot_of;
 
+use crate::store::Ready;
+
 mod field {
     use std::ops::Range;
     pub const MAGIC: Range<usize> = 0..4;
@@ -265,6 +267,15 @@ impl<'a> Batch<'a> {
     /// Bytes of keys and values.
     pub fn payload_len(&self) -> usize {
         self.buf.len() - BATCH_HEADER
+    }
+    /// Its records, made ready for a store of a map of `slots` slots
+    /// ([`Ready`]): allocated on the thread that received the batch, so
+    /// the worker only files them.
+    pub fn ready(&self, slots: u32) -> Vec<Ready> {
+        self.records()
+            .map_while(|r| r)
+            .map(|(k, v)| Ready::new(slot_of(k, slots), k, v))
+            .collect()
     }
     /// The records (each `None` if malformed; a checked batch has none).
     pub fn records(&self) -> impl Iterator<Item = Option<(&'a [u8], &'a [u8])>> + 'a {

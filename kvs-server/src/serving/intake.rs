@@ -7,10 +7,7 @@
 use std::collections::VecDeque;
 use std::sync::mpsc::Sender;
 
-use kvs_proto::proto::ScanRecords;
-use kvs_proto::shard::slot_of;
-
-use crate::migration::wire::BATCH_HEADER;
+use crate::store::Ready;
 
 use super::handle::Handler;
 
@@ -33,9 +30,8 @@ pub(crate) enum Whose {
 
 #[derive(Debug)]
 struct Pending {
-    batch: Vec<u8>,
-    /// Where the next record begins.
-    at: usize,
+    /// The records not taken yet.
+    recs: std::vec::IntoIter<Ready>,
     whose: Whose,
     /// Told once every record is in the store.
     taken: Sender<()>,
@@ -48,11 +44,10 @@ pub(crate) struct Intake {
 }
 
 impl Intake {
-    /// Queues a checked batch ([`crate::migration::wire`]).
-    pub fn push(&mut self, batch: Vec<u8>, whose: Whose, taken: Sender<()>) {
+    /// Queues a batch's records ([`crate::migration::wire::Batch::ready`]).
+    pub fn push(&mut self, recs: Vec<Ready>, whose: Whose, taken: Sender<()>) {
         self.batches.push_back(Pending {
-            batch,
-            at: BATCH_HEADER,
+            recs: recs.into_iter(),
             whose,
             taken,
         });
@@ -66,31 +61,22 @@ impl Intake {
     /// Takes up to `budget` records into `h`'s store, in arrival order,
     /// telling each batch's sender once it is in. Returns how many.
     pub fn take(&mut self, h: &mut Handler, budget: usize) -> usize {
-        let slots = h.map.slots();
         let mut n = 0;
         while n < budget {
             let Some(p) = self.batches.front_mut() else {
                 break;
             };
-            let body = p.batch.get(p.at..).unwrap_or_default();
-            let mut recs = ScanRecords::new(body);
-            for r in recs.by_ref().take(budget - n) {
-                // A checked batch: a malformed record cannot come; were it
-                // there, the rest of the batch would be dropped.
-                let Ok((k, v)) = r else { break };
-                let slot = slot_of(k, slots);
+            for r in p.recs.by_ref().take(budget - n) {
                 let wanted = match &p.whose {
                     Whose::Import => true,
-                    Whose::Copy(ticket) => h.replicas.copying_with(slot, ticket),
+                    Whose::Copy(ticket) => h.replicas.copying_with(r.slot(), ticket),
                 };
                 if wanted {
-                    h.store.apply_pulled(slot, k, Some(v));
+                    h.store.apply_ready(r);
                 }
                 n += 1;
             }
-            p.at = p.batch.len() - recs.remaining();
-            // All read (a malformed record ends the reading too).
-            if recs.remaining() == 0 {
+            if p.recs.len() == 0 {
                 if let Some(done) = self.batches.pop_front() {
                     let _ = done.taken.send(());
                 }
@@ -103,8 +89,15 @@ impl Intake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migration::wire::{BatchWriter, LAST};
+    use crate::migration::wire::{Batch, BatchWriter, LAST};
     use kvs_proto::{Owner, ShardMap};
+
+    /// The records of `batch`, a checked batch of slots 0..16 of 16.
+    fn ready(batch: &[u8]) -> Vec<Ready> {
+        Batch::new_checked(batch, 0, 0, 16, 16, 0)
+            .unwrap()
+            .ready(16)
+    }
 
     fn handler() -> Handler {
         let me = Owner {
@@ -129,8 +122,8 @@ mod tests {
         let batch = w.finish(16, LAST).to_vec();
         let (tx, rx) = std::sync::mpsc::channel();
         let mut intake = Intake::default();
-        intake.push(batch.clone(), Whose::Import, tx.clone());
-        intake.push(batch, Whose::Import, tx);
+        intake.push(ready(&batch), Whose::Import, tx.clone());
+        intake.push(ready(&batch), Whose::Import, tx);
         assert_eq!(intake.take(&mut h, 16), 16);
         assert!(rx.try_recv().is_err(), "not whole yet");
         assert_eq!(h.store.len(), 16);
@@ -164,30 +157,9 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut intake = Intake::default();
         // No slot is copied here under this ticket.
-        intake.push(batch, Whose::Copy([7; 16]), tx);
+        intake.push(ready(&batch), Whose::Copy([7; 16]), tx);
         assert_eq!(intake.take(&mut h, 100), 8, "read");
         assert_eq!(h.store.len(), 0, "and not taken");
         assert!(rx.try_recv().is_ok());
-    }
-
-    #[test]
-    fn a_truncated_batch_is_dropped_where_it_breaks() {
-        let mut h = handler();
-        for s in 0..16 {
-            h.store.begin_import(s);
-        }
-        let mut w = BatchWriter::new(1 << 16);
-        w.begin(0);
-        for i in 0..4 {
-            assert!(w.push(format!("key{i}").as_bytes(), b"value"));
-        }
-        let mut batch = w.finish(16, LAST).to_vec();
-        batch.truncate(batch.len() - 3);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let mut intake = Intake::default();
-        intake.push(batch, Whose::Import, tx);
-        assert_eq!(intake.take(&mut h, 100), 3);
-        assert!(rx.try_recv().is_ok(), "acknowledged, not stuck");
-        assert!(intake.is_empty());
     }
 }
