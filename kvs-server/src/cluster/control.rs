@@ -994,7 +994,7 @@ impl State {
         } else {
             self.own
         };
-        for (first, end, from, worker) in runs {
+        for &(first, end, from, worker) in &runs {
             if self.imports.contains_key(&(first, end, from)) {
                 continue;
             }
@@ -1021,7 +1021,10 @@ impl State {
                 shared: self.shared.clone(),
                 stop: self.stop.clone(),
             };
-            match self.sessions.start(worker, imp) {
+            // One session per worker and source, unless the map gives the
+            // worker more than one run of slots from that source at once.
+            let runs_alike = runs.iter().filter(|r| (r.2, r.3) == (from, worker)).count();
+            match self.sessions.start(worker, imp, runs_alike == 1) {
                 Ok(_) => {
                     self.imports.insert((first, end, from), progress);
                 }

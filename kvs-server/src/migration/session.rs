@@ -47,10 +47,17 @@ pub(crate) struct Sessions {
 
 impl Sessions {
     /// Runs `imp` in `worker`'s session with its source, starting one if
-    /// none runs.
-    pub fn start(&mut self, worker: u16, imp: Importer) -> std::io::Result<()> {
+    /// none runs; in a session of its own if not `shared`.
+    ///
+    /// A session runs its imports one after another, and an import ends
+    /// only when the map ends it, once its whole chunk is in. So two imports
+    /// the map lists at once for one worker from one source (a chunk whose
+    /// slots that worker holds in two runs) must not share a session: the
+    /// second would wait for the first, which waits for the second.
+    pub fn start(&mut self, worker: u16, imp: Importer, shared: bool) -> std::io::Result<()> {
         let key = (worker, imp.progress.from);
-        let imp = match self.running.get(&key) {
+        let running = if shared { self.running.get(&key) } else { None };
+        let imp = match running {
             Some(tx) => match tx.send(imp) {
                 Ok(()) => return Ok(()),
                 // The session ended (its thread failed to open a device):
@@ -66,7 +73,9 @@ impl Sessions {
         std::thread::Builder::new()
             .name(format!("kvs-import-{worker}"))
             .spawn(move || run(rx, stop))?;
-        self.running.insert(key, tx);
+        if shared {
+            self.running.insert(key, tx);
+        }
         Ok(())
     }
 
