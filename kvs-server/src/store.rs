@@ -439,69 +439,42 @@ impl Store {
     /// A pulled record is taken even past the memory limit: refusing it
     /// would lose it.
     pub fn apply_pulled(&mut self, slot: u32, key: &[u8], value: Option<&[u8]>) -> Pulled {
-        let Some(sl) = self
-            .slots
-            .get_mut(slot as usize)
-            .and_then(|s| s.as_deref_mut())
-        else {
-            return Pulled::NotImporting;
-        };
-        let Some(t) = sl.import.as_mut() else {
-            return Pulled::NotImporting;
-        };
-        // Most slots see no delete during their import: no tombstone to
-        // look up.
-        if !t.is_empty() && t.contains(key) {
-            return Pulled::Stale;
+        match value {
+            Some(v) => self.apply_ready(Ready::new(slot, key, v)),
+            None => match importing_for(&mut self.slots, slot, key) {
+                Ok(sl) => {
+                    if !sl.map.contains_key(key) {
+                        // Absent at the source: settled as absent here.
+                        if let Some(t) = sl.import.as_mut() {
+                            t.insert(key.into());
+                        }
+                    }
+                    Pulled::Stale
+                }
+                Err(p) => p,
+            },
         }
-        let Some(v) = value else {
-            if !sl.map.contains_key(key) {
-                // Absent at the source: settled as absent here.
-                t.insert(key.into());
-            }
-            return Pulled::Stale;
-        };
-        // One hash of the key: the entry is vacant unless a write here
-        // since the import began made it (that write is newer).
-        if !sl.map.insert_if_absent(key, v) {
-            return Pulled::Stale;
-        }
-        let cost = record_cost(key.len(), v.len());
-        self.used += cost;
-        sl.used += cost;
-        sl.bytes += key.len() + v.len();
-        let life = sl.life;
-        self.bytes += key.len() + v.len();
-        self.index(key, slot, life);
-        Pulled::Taken
     }
 
     /// A pulled record made ready off the worker's thread ([`Ready`]):
     /// taken as [`Store::apply_pulled`] takes one, with no allocation here.
     pub(crate) fn apply_ready(&mut self, r: Ready) -> Pulled {
         let Ready { slot, record, key } = r;
-        let Some(sl) = self
-            .slots
-            .get_mut(slot as usize)
-            .and_then(|s| s.as_deref_mut())
-        else {
-            return Pulled::NotImporting;
+        let sl = match importing_for(&mut self.slots, slot, record.key()) {
+            Ok(sl) => sl,
+            Err(p) => return p,
         };
-        let Some(t) = sl.import.as_ref() else {
-            return Pulled::NotImporting;
-        };
-        if !t.is_empty() && t.contains(record.key()) {
-            return Pulled::Stale;
-        }
         let (klen, vlen) = (record.key().len(), record.value().len());
+        // One hash of the key: the entry is vacant unless a write here
+        // since the import began made it (that write is newer).
         if !sl.map.insert_record_if_absent(record) {
             return Pulled::Stale;
         }
         let cost = record_cost(klen, vlen);
-        self.used += cost;
         sl.used += cost;
         sl.bytes += klen + vlen;
         let life = sl.life;
+        self.used += cost;
         self.bytes += klen + vlen;
         self.keys += 1;
         self.order.insert(key, Place { slot, life });
@@ -630,6 +603,26 @@ impl Store {
 fn settle_frees() {
     let v: Vec<u8> = Vec::with_capacity(4096);
     std::hint::black_box(&v);
+}
+
+/// Slot `slot` of `slots`, if it is being imported (or copied) and `key`
+/// was not deleted there since: where a pulled record of `key` may go.
+fn importing_for<'a>(
+    slots: &'a mut [Option<Box<Slot>>],
+    slot: u32,
+    key: &[u8],
+) -> Result<&'a mut Slot, Pulled> {
+    let sl = slots
+        .get_mut(slot as usize)
+        .and_then(|s| s.as_deref_mut())
+        .ok_or(Pulled::NotImporting)?;
+    let t = sl.import.as_ref().ok_or(Pulled::NotImporting)?;
+    // Most slots see no delete during their import: no tombstone to look
+    // up.
+    if !t.is_empty() && t.contains(key) {
+        return Err(Pulled::Stale);
+    }
+    Ok(sl)
 }
 
 /// Whether `needed` more bytes fit under `limit`.
