@@ -1,8 +1,16 @@
 //! An idle server sleeps: with two workers, a connected client and the
-//! metrics endpoint, after a second of idling it uses under 2% of one core
-//! over the next two seconds (its CPU time read from /proc), and the first
-//! request after the idle stretch is answered. With `--busy-poll` the same server spins, which the
-//! same reading shows (so the reading can tell the two apart).
+//! metrics endpoint, after a second of idling its threads wake fewer than
+//! `MAX_WAKES_PER_S` times a second in all and use under 5% of one core over
+//! the next two seconds (both read from /proc), and the first request after
+//! the idle stretch is answered. With `--busy-poll` the same server spins,
+//! which the same reading shows (so the reading can tell the two apart).
+//!
+//! The wake count is the test's measure of the design: it does not depend on
+//! the build or the machine. The CPU bound is a backstop for a thread that
+//! works without sleeping. It is loose because this is a debug build on a VM,
+//! where one wake-up of even an empty C sleep loop costs about 50 µs of CPU
+//! and the server's timers cost 10–20 times what they cost optimized.
+//! `scripts/bench-idle.sh` measures the release build (docs/performance.md).
 
 use std::time::{Duration, Instant};
 
@@ -12,19 +20,62 @@ use mlx5::sim::fabric::Fabric;
 mod support;
 use support::{connect, ServerProcess};
 
-/// The CPU time process `pid`'s threads have used: the sum of their
-/// schedstat run times (nanoseconds), or where the kernel keeps no
-/// schedstat, the process's user + system time (clock ticks).
-fn cpu_of(pid: u32) -> Duration {
+/// The timers an idle server keeps, in wake-ups a second: the control
+/// thread's Raft tick (10), the RDMA and bulk acceptors' stop checks (20
+/// each), the metrics endpoint's (10), each worker's tick (4 each) and the
+/// main thread's (4): 72. A thread that polls every millisecond adds 1,000.
+const MAX_WAKES_PER_S: u64 = 150;
+
+/// What process `pid`'s threads have used so far: CPU time, and how many
+/// times they were put on a CPU (each wake-up is one).
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    runs: u64,
+}
+
+/// The sums of the schedstat run times (nanoseconds) and run counts of
+/// process `pid`'s threads; where the kernel keeps no schedstat, the
+/// process's user + system time (clock ticks) and its threads' context
+/// switches.
+fn usage_of(pid: u32) -> Usage {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    let mut ns = 0u64;
+    let (mut ns, mut runs) = (0u64, 0u64);
     for t in tasks {
-        let Ok(s) = std::fs::read_to_string(t.unwrap().path().join("schedstat")) else {
-            return cpu_ticks_of(pid);
+        let path = t.unwrap().path();
+        let Ok(s) = std::fs::read_to_string(path.join("schedstat")) else {
+            return Usage {
+                cpu: cpu_ticks_of(pid),
+                runs: switches_of(pid),
+            };
         };
-        ns += s.split_whitespace().next().unwrap().parse::<u64>().unwrap();
+        let f: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        ns += f[0];
+        runs += f[2];
     }
-    Duration::from_nanos(ns)
+    Usage {
+        cpu: Duration::from_nanos(ns),
+        runs,
+    }
+}
+
+/// The voluntary and involuntary context switches of process `pid`'s threads.
+fn switches_of(pid: u32) -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(t.unwrap().path().join("status")).unwrap_or_default();
+        for line in status.lines() {
+            if line.contains("ctxt_switches:") {
+                n += line
+                    .split_whitespace()
+                    .last()
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap();
+            }
+        }
+    }
+    n
 }
 
 fn cpu_ticks_of(pid: u32) -> Duration {
@@ -44,9 +95,9 @@ fn cpu_ticks_of(pid: u32) -> Duration {
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Starts a 2-worker server (extra `args`), connects, writes and reads one
-/// key, idles `idle`, then measures the server's CPU over `window`; returns
-/// that CPU time, after checking the first request after it is answered.
-fn idle_cpu(tag: &str, args: &[&str], idle: Duration, window: Duration) -> Duration {
+/// key, idles `idle`, then measures the server's use over `window`; returns
+/// it, after checking the first request after it is answered.
+fn idle_use(tag: &str, args: &[&str], idle: Duration, window: Duration) -> Usage {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let fabric = format!("kvs-idle-{tag}-{}", std::process::id());
     let server = ServerProcess::start_on(&fabric, args);
@@ -57,46 +108,60 @@ fn idle_cpu(tag: &str, args: &[&str], idle: Duration, window: Duration) -> Durat
     }
     std::thread::sleep(idle);
     let pid = server.child.id();
-    let (c0, t0) = (cpu_of(pid), Instant::now());
+    let (u0, t0) = (usage_of(pid), Instant::now());
     std::thread::sleep(window);
-    let cpu = cpu_of(pid) - c0;
+    let u1 = usage_of(pid);
     let wall = t0.elapsed();
+    let used = Usage {
+        cpu: u1.cpu - u0.cpu,
+        runs: u1.runs - u0.runs,
+    };
     // The first request after the idle stretch.
     let t = Instant::now();
     let got = c.wait_for(|c, t| c.get(b"key7", t)).unwrap();
     assert_eq!(got, OwnedReply::Value(b"value".to_vec()));
     eprintln!(
-        "{tag}: {cpu:?} of CPU in {wall:?} ({:.2}% of a core); the first request after idling took {:?}",
-        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        "{tag}: {:?} of CPU and {} wake-ups in {wall:?} ({:.2}% of a core); \
+         the first request after idling took {:?}",
+        used.cpu,
+        used.runs,
+        100.0 * used.cpu.as_secs_f64() / wall.as_secs_f64(),
         t.elapsed()
     );
     drop(c);
     drop(server);
     Fabric::remove_if_unused(&fabric);
-    cpu
+    used
 }
 
 #[test]
 fn an_idle_server_sleeps_and_answers_the_first_request_after() {
     let window = Duration::from_secs(2);
     // With the metrics endpoint on, as an operator runs it.
-    let cpu = idle_cpu(
+    let used = idle_use(
         "sleep",
         &["--metrics-listen", "127.0.0.1:0"],
         Duration::from_secs(1),
         window,
     );
+    let limit = MAX_WAKES_PER_S * window.as_secs();
     assert!(
-        cpu < window / 50,
-        "an idle 2-worker server used {cpu:?} of CPU in {window:?} (limit: 2% of one core)"
+        used.runs < limit,
+        "an idle 2-worker server woke {} times in {window:?} (limit: {limit})",
+        used.runs
+    );
+    assert!(
+        used.cpu < window / 20,
+        "an idle 2-worker server used {:?} of CPU in {window:?} (limit: 5% of one core)",
+        used.cpu
     );
 }
 
 #[test]
 fn a_busy_polling_server_spins() {
     let window = Duration::from_secs(1);
-    let cpu = idle_cpu("spin", &["--busy-poll"], Duration::from_millis(200), window);
-    // Two spinning workers: five times the sleeping server's limit or more,
+    let cpu = idle_use("spin", &["--busy-poll"], Duration::from_millis(200), window).cpu;
+    // Two spinning workers: twice the sleeping server's limit or more,
     // even when they share the machine's two cores with a build.
     assert!(
         cpu > window / 10,

@@ -21,8 +21,8 @@
 //! down", and every connection closes.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -250,17 +250,24 @@ fn main() {
     println!("kvs-server: listening on {}", server.addr());
     // SIGINT and SIGTERM (systemd's stop): hand the slots to their backups,
     // then stop.
-    let stop = Arc::new(AtomicBool::new(false));
-    let s2 = stop.clone();
-    if let Err(e) = ctrlc::set_handler(move || s2.store(true, Ordering::Release)) {
+    // The signal wakes this thread at once; otherwise it wakes every
+    // `MAIN_TICK` only, to see a stop the server decided itself and to print
+    // the stats line: an idle server's threads sleep.
+    let (signal, signalled) = std::sync::mpsc::sync_channel::<()>(1);
+    if let Err(e) = ctrlc::set_handler(move || {
+        let _ = signal.try_send(());
+    }) {
         die(&format!("cannot install the signal handler: {e}"));
     }
     let stopped = server.stop_flag();
     let start = Instant::now();
     let mut last = Instant::now();
     let mut prev: Vec<u64> = vec![0; server.stats().len()];
-    while !stop.load(Ordering::Acquire) && !stopped.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(20));
+    while !stopped.load(Ordering::Acquire) {
+        match signalled.recv_timeout(MAIN_TICK) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        }
         if interval > 0 && last.elapsed() >= Duration::from_secs(interval) {
             let dt = last.elapsed().as_secs_f64();
             last = Instant::now();
@@ -309,6 +316,10 @@ fn main() {
     println!("kvs-server: shutting down");
     server.shutdown();
 }
+
+/// How often the main thread looks at the server's own stop flag and the
+/// stats interval.
+const MAIN_TICK: Duration = Duration::from_millis(250);
 
 /// How long a stopping member waits for the group to take its slots.
 const HAND_OFF: Duration = Duration::from_secs(10);
