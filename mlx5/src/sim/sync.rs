@@ -15,6 +15,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::member::Member;
 
+/// Spins on a held lock before the waiter yields its core. A critical
+/// section is one queue's step (a WQE, a CQE: well under a microsecond);
+/// 128 pauses outlast it. A holder that has not let go by then has most
+/// likely lost its core (more runnable threads than cores, as on a 2-core
+/// VM), and spinning on only keeps it from getting the core back.
+const YIELD_EVERY: u32 = 128;
+
+/// Spins on a held lock between checks that its holder still lives (a
+/// file-lock probe: a system call).
+const CHECK_EVERY: u32 = 4096;
+
 /// A lock word in shared memory (0: free; otherwise the holder's token).
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -61,16 +72,13 @@ impl ShmLock {
                 }
             } else {
                 spins += 1;
-                if spins % 4096 == 0 {
-                    if cur != token && !me.alive(cur) {
-                        // The holder died inside its critical section.
-                        let _ = self.word.compare_exchange(
-                            cur,
-                            0,
-                            Ordering::Relaxed,
-                            Ordering::Relaxed,
-                        );
-                    }
+                if spins % CHECK_EVERY == 0 && cur != token && !me.alive(cur) {
+                    // The holder died inside its critical section.
+                    let _ = self
+                        .word
+                        .compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed);
+                }
+                if spins % YIELD_EVERY == 0 {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
