@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     origin: Instant,
-    /// (TSC at `origin`, ns per tick) when the TSC is used.
-    tsc: Option<(u64, f64)>,
+    /// (TSC at `origin`, ns per tick in 32.32 fixed point) when the TSC is
+    /// used: a tick count becomes ns with one multiply and a shift, where a
+    /// float would take two conversions as well.
+    tsc: Option<(u64, u64)>,
 }
 
 impl Default for Clock {
@@ -27,7 +29,7 @@ impl Clock {
         let origin = Instant::now();
         Clock {
             origin,
-            tsc: tsc::calibrate(origin),
+            tsc: tsc::calibrate(origin).map(|(t0, per_tick)| (t0, fixed(per_tick))),
         }
     }
 
@@ -61,7 +63,7 @@ impl Clock {
     pub fn ns_between(&self, from: u64, to: u64) -> u64 {
         let d = to.saturating_sub(from);
         match self.tsc {
-            Some((_, per_tick)) => (d as f64 * per_tick) as u64,
+            Some((_, per_tick)) => scale(d, per_tick),
             None => d,
         }
     }
@@ -70,10 +72,22 @@ impl Clock {
     #[inline(always)]
     pub fn ns(&self) -> u64 {
         match self.tsc {
-            Some((t0, per_tick)) => (tsc::read().wrapping_sub(t0) as f64 * per_tick) as u64,
+            Some((t0, per_tick)) => scale(tsc::read().wrapping_sub(t0), per_tick),
             None => self.origin.elapsed().as_nanos() as u64,
         }
     }
+}
+
+/// `x` in 32.32 fixed point (rounded; saturating).
+fn fixed(x: f64) -> u64 {
+    (x * (1u64 << 32) as f64).round() as u64
+}
+
+/// `ticks` times `per_tick` (32.32 fixed point), in whole units, saturating.
+#[inline(always)]
+fn scale(ticks: u64, per_tick: u64) -> u64 {
+    let p = (u128::from(ticks) * u128::from(per_tick)) >> 32;
+    u64::try_from(p).unwrap_or(u64::MAX)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -146,5 +160,21 @@ mod tests {
         );
         assert_eq!(c.ns_between(b, a), 0, "an earlier end is no time");
         assert!(c.ns() >= 30_000_000);
+    }
+
+    #[test]
+    fn fixed_point_scaling_matches_the_float_product() {
+        for per_tick in [0.25, 0.3571, 1.0, 2.5] {
+            let f = fixed(per_tick);
+            for ticks in [0u64, 1, 7, 1_000, 3_000_000_000, 1 << 50] {
+                let want = ticks as f64 * per_tick;
+                let got = scale(ticks, f) as f64;
+                assert!(
+                    (got - want).abs() <= 1.0 + want * 1e-9,
+                    "{ticks} ticks at {per_tick}: {got}, not {want}"
+                );
+            }
+        }
+        assert_eq!(scale(u64::MAX, fixed(4.0)), u64::MAX, "saturates");
     }
 }

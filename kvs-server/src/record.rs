@@ -89,6 +89,22 @@ impl Records {
         self.table.find(self.hash(key), |r| r.key() == key)
     }
 
+    /// The record of `key` and the key's hash here, which
+    /// [`get_hashed`](Self::get_hashed) takes to find it again.
+    #[inline]
+    pub fn get_and_hash(&self, key: &[u8]) -> (u64, Option<&Record>) {
+        let h = self.hash(key);
+        (h, self.table.find(h, |r| r.key() == key))
+    }
+
+    /// The record of `key`, whose hash `hash` was (by
+    /// [`get_and_hash`](Self::get_and_hash)): the key itself is compared,
+    /// so a hash from elsewhere can only miss.
+    #[inline]
+    pub fn get_hashed(&self, hash: u64, key: &[u8]) -> Option<&Record> {
+        self.table.find(hash, |r| r.key() == key)
+    }
+
     /// The record of `key`, to change its value in place.
     #[inline]
     pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Record> {

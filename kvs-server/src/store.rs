@@ -225,6 +225,32 @@ impl Store {
         self.slot(slot)?.map.get(key).map(Record::value)
     }
 
+    /// [`get`](Self::get), and the key's hash in its slot when the slot is
+    /// here, for [`get_hashed`](Self::get_hashed).
+    #[inline]
+    pub fn get_and_hash(&self, slot: u32, key: &[u8]) -> (Option<u64>, Option<&[u8]>) {
+        match self.slot(slot) {
+            Some(s) => {
+                let (h, r) = s.map.get_and_hash(key);
+                (Some(h), r.map(Record::value))
+            }
+            None => (None, None),
+        }
+    }
+
+    /// [`get`](Self::get) with the key's hash from
+    /// [`get_and_hash`](Self::get_and_hash), which saves hashing it again.
+    /// Always right: if the slot was replaced since, the hash can only
+    /// miss, and a miss is looked up again from the key.
+    #[inline]
+    pub fn get_hashed(&self, slot: u32, hash: u64, key: &[u8]) -> Option<&[u8]> {
+        let s = self.slot(slot)?;
+        match s.map.get_hashed(hash, key) {
+            Some(r) => Some(r.value()),
+            None => s.map.get(key).map(Record::value),
+        }
+    }
+
     /// Sets `key` (of slot `slot`, below the store's slot count) to
     /// `value`, in place when the value's size is unchanged. Refused, with nothing changed, when the
     /// write would take the records' cost past the limit; a write that does

@@ -58,6 +58,16 @@ pub enum Served<'a> {
 #[derive(Debug, Clone, Copy)]
 struct Found(*const [u8]);
 
+/// What [`Handler::warm`] found out about a GET, for [`Handler::serve`].
+#[derive(Debug, Clone, Copy)]
+pub struct Warmed {
+    slot: u32,
+    /// The map's slot count `slot` was found under.
+    slots: u32,
+    /// The key's hash in the slot's table, if the slot is here.
+    hash: Option<u64>,
+}
+
 /// [`Served`] before the value is borrowed again.
 #[derive(Debug, Clone, Copy)]
 enum Answer {
@@ -284,7 +294,7 @@ impl Handler {
     /// answered.
     #[inline]
     pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
-        match self.serve(req, max_response, out) {
+        match self.serve(req, max_response, out, None) {
             Served::Handled(h) => h,
             Served::Value(v) => {
                 out.extend_from_slice(v);
@@ -298,7 +308,17 @@ impl Handler {
     /// caller writes the value after it where the answer is sent from (one
     /// copy of the value instead of two).
     #[inline]
-    pub fn serve(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Served<'_> {
+    ///
+    /// `warmed` is what [`warm`](Self::warm) found for this same `req`
+    /// earlier in the turn (or `None`): its slot and hash are not computed
+    /// again.
+    pub fn serve(
+        &mut self,
+        req: &[u8],
+        max_response: usize,
+        out: &mut Vec<u8>,
+        warmed: Option<Warmed>,
+    ) -> Served<'_> {
         let t = self.clock.ticks();
         if req.first() == Some(&(Op::Replicate as u8)) {
             self.replicate(req, max_response, out);
@@ -310,7 +330,7 @@ impl Handler {
             self.metrics.record(Op::Replicate as u8, status, ns);
             return Served::Handled(Handled::Answered);
         }
-        let a = self.answer(req, max_response, out);
+        let a = self.answer(req, max_response, out, warmed);
         if routed_by(req) < self.map.version() && out.len() > 1 {
             out[1] |= FLAG_MAP_NEWER;
         }
@@ -335,19 +355,23 @@ impl Handler {
 
     /// Looks up the record a GET in `req` will read, so its cache lines are
     /// on their way when the request is served: a worker warms a turn's
-    /// requests together, and their misses overlap. Changes nothing.
+    /// requests together, and their misses overlap. Changes nothing; what
+    /// it found, handed to [`serve`](Self::serve) with the same `req`,
+    /// saves finding the key's slot and hash again.
     #[inline]
-    pub fn warm(&self, req: &[u8]) {
-        let Ok(r) = Request::new_checked(req) else {
-            return;
-        };
+    pub fn warm(&self, req: &[u8]) -> Option<Warmed> {
+        let r = Request::new_checked(req).ok()?;
         if r.op() != Op::Get {
-            return;
+            return None;
         }
         let key = r.key();
-        if let Some(v) = self.store.get(slot_of(key, self.map.slots()), key) {
+        let slots = self.map.slots();
+        let slot = slot_of(key, slots);
+        let (hash, v) = self.store.get_and_hash(slot, key);
+        if let Some(v) = v {
             prefetch(v);
         }
+        Some(Warmed { slot, slots, hash })
     }
 
     /// Keys held as a backup of other members' slots (one pass over the
@@ -372,8 +396,14 @@ impl Handler {
         self.store.importing(slot) && !self.store.deleted_in_import(slot, key)
     }
 
-    fn answer(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Answer {
-        if let Some(v) = self.answer_or_pull(req, max_response, out) {
+    fn answer(
+        &mut self,
+        req: &[u8],
+        max_response: usize,
+        out: &mut Vec<u8>,
+        warmed: Option<Warmed>,
+    ) -> Answer {
+        if let Some(v) = self.answer_or_pull(req, max_response, out, warmed) {
             return Answer::Value(v);
         }
         Answer::Handled(self.outcome())
@@ -450,6 +480,7 @@ impl Handler {
         req: &[u8],
         max_response: usize,
         out: &mut Vec<u8>,
+        warmed: Option<Warmed>,
     ) -> Option<Found> {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
@@ -458,13 +489,21 @@ impl Handler {
                 return None;
             }
         };
-        let slot = self.admit(&r, max_response, out)?;
-        self.apply(&r, slot, max_response, out)
+        // What `warm` found holds while the map has as many slots.
+        let warmed = warmed.filter(|w| w.slots == self.map.slots());
+        let slot = self.admit(&r, max_response, out, warmed.map(|w| w.slot))?;
+        self.apply(&r, slot, max_response, out, warmed.and_then(|w| w.hash))
     }
 
     /// The checks before a request's op runs: its slot, or `None` once
     /// answered (`out`) otherwise (a redirect, a try-again, an error...).
-    fn admit(&mut self, r: &Request<'_>, max_response: usize, out: &mut Vec<u8>) -> Option<u32> {
+    fn admit(
+        &mut self,
+        r: &Request<'_>,
+        max_response: usize,
+        out: &mut Vec<u8>,
+        slot: Option<u32>,
+    ) -> Option<u32> {
         if self.draining {
             error(out, Status::ShuttingDown, "", max_response);
             return None;
@@ -496,7 +535,8 @@ impl Handler {
             }
             _ => {}
         }
-        let slot = slot_of(key, self.map.slots());
+        let slot = slot.unwrap_or_else(|| slot_of(key, self.map.slots()));
+        debug_assert_eq!(slot, slot_of(key, self.map.slots()));
         let owner = self.map.owner_of_slot(slot);
         if owner != self.me {
             self.redirect(out, r.map_version(), owner, max_response);
@@ -532,13 +572,15 @@ impl Handler {
         Some(slot)
     }
 
-    /// Runs an admitted request's op on `slot`.
+    /// Runs an admitted request's op on `slot` (`hash`: the key's there, if
+    /// known).
     fn apply(
         &mut self,
         r: &Request<'_>,
         slot: u32,
         max_response: usize,
         out: &mut Vec<u8>,
+        hash: Option<u64>,
     ) -> Option<Found> {
         let key = r.key();
         match r.op() {
@@ -548,7 +590,10 @@ impl Handler {
                 out.clear();
                 self.await_write = Some(fingerprint(key));
             }
-            Op::Get => match self.store.get(slot, key) {
+            Op::Get => match match hash {
+                Some(h) => self.store.get_hashed(slot, h, key),
+                None => self.store.get(slot, key),
+            } {
                 Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
                     response_header(out, Status::Ok, 0, v.len());
                     return Some(Found(v as *const [u8]));

@@ -19,7 +19,7 @@ use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::forward::{ack_handler, Acks, Forwarder};
-use super::handle::{Frozen, Handled, Handler, Served};
+use super::handle::{Frozen, Handled, Handler, Served, Warmed};
 use super::intake::{Intake, Whose, BUSY_TAKE, IDLE_TAKE};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
@@ -172,6 +172,8 @@ impl OnTransport for Worker {
         let mut maps = AwaitingMap::default();
         let mut intake = Intake::default();
         let mut turn_reqs: Vec<copyrpc::RecvHandle> = Vec::with_capacity(256);
+        // What warming found for each of them, in the same order.
+        let mut turn_warm: Vec<Option<Warmed>> = Vec::with_capacity(256);
         let mut due = Vec::new();
         let mut huge = HugeReport {
             worker: w,
@@ -211,20 +213,21 @@ impl OnTransport for Worker {
             // reads will find are looked up together: the cache misses of
             // one lookup overlap another's instead of following it.
             turn_reqs.clear();
+            turn_warm.clear();
             while let Some(req) = ctx.recv() {
                 turn_reqs.push(req);
             }
             if turn_reqs.len() > 1 {
                 for r in &turn_reqs {
-                    if let Some(b) = ctx.request(r) {
-                        h.warm(b);
-                    }
+                    turn_warm.push(ctx.request(r).and_then(|b| h.warm(b)));
                 }
+            } else {
+                turn_warm.extend(turn_reqs.iter().map(|_| None));
             }
-            for req in turn_reqs.drain(..) {
+            for (req, warmed) in turn_reqs.drain(..).zip(turn_warm.drain(..)) {
                 let max = req.max_response();
                 let handled = match ctx.request(&req) {
-                    Some(b) => match h.serve(b, max, &mut out) {
+                    Some(b) => match h.serve(b, max, &mut out, warmed) {
                         Served::Handled(handled) => handled,
                         // A GET's value goes from the store into the send
                         // ring, after the header.

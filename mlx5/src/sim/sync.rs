@@ -74,9 +74,9 @@ impl ShmLock {
                 spins += 1;
                 if spins % CHECK_EVERY == 0 && cur != token && !me.alive(cur) {
                     // The holder died inside its critical section.
-                    let _ = self
-                        .word
-                        .compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed);
+                    let _ =
+                        self.word
+                            .compare_exchange(cur, 0, Ordering::Relaxed, Ordering::Relaxed);
                 }
                 if spins % YIELD_EVERY == 0 {
                     std::thread::yield_now();
