@@ -78,8 +78,9 @@ pub(crate) struct Records {
 }
 
 impl Records {
+    /// The hash of `key` in this table.
     #[inline]
-    fn hash(&self, key: &[u8]) -> u64 {
+    pub fn hash(&self, key: &[u8]) -> u64 {
         self.hasher.hash_one(key)
     }
 
@@ -89,17 +90,9 @@ impl Records {
         self.table.find(self.hash(key), |r| r.key() == key)
     }
 
-    /// The record of `key` and the key's hash here, which
-    /// [`get_hashed`](Self::get_hashed) takes to find it again.
-    #[inline]
-    pub fn get_and_hash(&self, key: &[u8]) -> (u64, Option<&Record>) {
-        let h = self.hash(key);
-        (h, self.table.find(h, |r| r.key() == key))
-    }
-
     /// The record of `key`, whose hash `hash` was (by
-    /// [`get_and_hash`](Self::get_and_hash)): the key itself is compared,
-    /// so a hash from elsewhere can only miss.
+    /// [`hash`](Self::hash)): the key itself is compared, so a hash from
+    /// elsewhere can only miss.
     #[inline]
     pub fn get_hashed(&self, hash: u64, key: &[u8]) -> Option<&Record> {
         self.table.find(hash, |r| r.key() == key)

@@ -225,21 +225,15 @@ impl Store {
         self.slot(slot)?.map.get(key).map(Record::value)
     }
 
-    /// [`get`](Self::get), and the key's hash in its slot when the slot is
-    /// here, for [`get_hashed`](Self::get_hashed).
+    /// The hash of `key` in slot `slot`'s table, for
+    /// [`get_hashed`](Self::get_hashed); `None` if the slot is not here.
     #[inline]
-    pub fn get_and_hash(&self, slot: u32, key: &[u8]) -> (Option<u64>, Option<&[u8]>) {
-        match self.slot(slot) {
-            Some(s) => {
-                let (h, r) = s.map.get_and_hash(key);
-                (Some(h), r.map(Record::value))
-            }
-            None => (None, None),
-        }
+    pub fn hash_in(&self, slot: u32, key: &[u8]) -> Option<u64> {
+        self.slot(slot).map(|s| s.map.hash(key))
     }
 
     /// [`get`](Self::get) with the key's hash from
-    /// [`get_and_hash`](Self::get_and_hash), which saves hashing it again.
+    /// [`hash_in`](Self::hash_in), which saves hashing it again.
     /// Always right: if the slot was replaced since, the hash can only
     /// miss, and a miss is looked up again from the key.
     #[inline]

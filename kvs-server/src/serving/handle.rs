@@ -66,6 +66,8 @@ pub struct Warmed {
     slots: u32,
     /// The key's hash in the slot's table, if the slot is here.
     hash: Option<u64>,
+    /// Where the key is in the request: (offset, length).
+    key: (u32, u32),
 }
 
 /// [`Served`] before the value is borrowed again.
@@ -353,11 +355,11 @@ impl Handler {
         }
     }
 
-    /// Looks up the record a GET in `req` will read, so its cache lines are
-    /// on their way when the request is served: a worker warms a turn's
-    /// requests together, and their misses overlap. Changes nothing; what
-    /// it found, handed to [`serve`](Self::serve) with the same `req`,
-    /// saves finding the key's slot and hash again.
+    /// The first of a turn's two warming passes over its requests: where
+    /// the key of a GET in `req` lives (its slot, and its hash in the
+    /// slot's table). Changes nothing. Handed to [`fetch`](Self::fetch)
+    /// and then to [`serve`](Self::serve) with the same `req`, it saves
+    /// finding them again.
     #[inline]
     pub fn warm(&self, req: &[u8]) -> Option<Warmed> {
         let r = Request::new_checked(req).ok()?;
@@ -367,11 +369,32 @@ impl Handler {
         let key = r.key();
         let slots = self.map.slots();
         let slot = slot_of(key, slots);
-        let (hash, v) = self.store.get_and_hash(slot, key);
-        if let Some(v) = v {
+        let hash = self.store.hash_in(slot, key);
+        let at = key.as_ptr() as usize - req.as_ptr() as usize;
+        Some(Warmed {
+            slot,
+            slots,
+            hash,
+            key: (at as u32, key.len() as u32),
+        })
+    }
+
+    /// The second warming pass: looks up the record `warmed` (what
+    /// [`warm`](Self::warm) found in the same `req`) names and starts
+    /// loading its value. A turn's lookups run back to back in a short
+    /// loop, so their cache misses (table, record) overlap instead of
+    /// following one another. Changes nothing.
+    #[inline]
+    pub fn fetch(&self, req: &[u8], warmed: &Warmed) {
+        let (Some(hash), (at, len)) = (warmed.hash, warmed.key) else {
+            return;
+        };
+        let Some(key) = req.get(at as usize..(at + len) as usize) else {
+            return;
+        };
+        if let Some(v) = self.store.get_hashed(warmed.slot, hash, key) {
             prefetch(v);
         }
-        Some(Warmed { slot, slots, hash })
     }
 
     /// Keys held as a backup of other members' slots (one pass over the

@@ -221,6 +221,11 @@ impl OnTransport for Worker {
                 for r in &turn_reqs {
                     turn_warm.push(ctx.request(r).and_then(|b| h.warm(b)));
                 }
+                for (r, w) in turn_reqs.iter().zip(&turn_warm) {
+                    if let (Some(b), Some(w)) = (ctx.request(r), w) {
+                        h.fetch(b, w);
+                    }
+                }
             } else {
                 turn_warm.extend(turn_reqs.iter().map(|_| None));
             }
