@@ -90,6 +90,14 @@ impl Records {
         self.table.find(self.hash(key), |r| r.key() == key)
     }
 
+    /// Where the first record whose hash may be `hash` is in memory (not
+    /// read: for a prefetch). Reads the table's control bytes and one
+    /// bucket only.
+    #[inline]
+    pub fn candidate(&self, hash: u64) -> Option<*const u8> {
+        self.table.iter_hash(hash).next().map(|r| r.0.as_ptr())
+    }
+
     /// The record of `key`, whose hash `hash` was (by
     /// [`hash`](Self::hash)): the key itself is compared, so a hash from
     /// elsewhere can only miss.

@@ -232,6 +232,14 @@ impl Store {
         self.slot(slot).map(|s| s.map.hash(key))
     }
 
+    /// Where the record of the key of hash `hash` (from
+    /// [`hash_in`](Self::hash_in)) most likely is, without reading it: for
+    /// a prefetch.
+    #[inline]
+    pub fn candidate(&self, slot: u32, hash: u64) -> Option<*const u8> {
+        self.slot(slot)?.map.candidate(hash)
+    }
+
     /// [`get`](Self::get) with the key's hash from
     /// [`hash_in`](Self::hash_in), which saves hashing it again.
     /// Always right: if the slot was replaced since, the hash can only

@@ -379,7 +379,18 @@ impl Handler {
         })
     }
 
-    /// The second warming pass: looks up the record `warmed` (what
+    /// The second warming pass: finds where the record `warmed` names
+    /// most likely is and starts loading its first line (the table's own
+    /// misses, its control bytes and the bucket, overlap across a turn's
+    /// requests here).
+    #[inline]
+    pub fn locate(&self, warmed: &Warmed) {
+        if let Some(p) = warmed.hash.and_then(|h| self.store.candidate(warmed.slot, h)) {
+            prefetch_line(p);
+        }
+    }
+
+    /// The third warming pass: looks up the record `warmed` (what
     /// [`warm`](Self::warm) found in the same `req`) names and starts
     /// loading its value. A turn's lookups run back to back in a short
     /// loop, so their cache misses (table, record) overlap instead of
@@ -772,17 +783,24 @@ impl Handler {
 /// the copy's own sequential reads start the hardware prefetcher).
 #[inline(always)]
 fn prefetch(v: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
     for line in v.chunks(64).take(16) {
-        // SAFETY: a prefetch is a hint; it reads nothing the program sees
-        // and `line` points into a live slice.
-        unsafe {
-            core::arch::x86_64::_mm_prefetch(line.as_ptr().cast(), core::arch::x86_64::_MM_HINT_T0)
-        };
+        prefetch_line(line.as_ptr());
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = v;
 }
+
+/// Asks for the cache line at `p` to be brought into the cache.
+#[inline(always)]
+fn prefetch_line(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint; it reads nothing the program sees, and
+    // does not fault whatever the address.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch(p.cast(), core::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 
 fn status(out: &mut Vec<u8>, st: Status) {
     begin_response(out, st, 0);

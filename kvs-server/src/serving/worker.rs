@@ -221,6 +221,9 @@ impl OnTransport for Worker {
                 for r in &turn_reqs {
                     turn_warm.push(ctx.request(r).and_then(|b| h.warm(b)));
                 }
+                for w in turn_warm.iter().flatten() {
+                    h.locate(w);
+                }
                 for (r, w) in turn_reqs.iter().zip(&turn_warm) {
                     if let (Some(b), Some(w)) = (ctx.request(r), w) {
                         h.fetch(b, w);
