@@ -210,28 +210,12 @@ impl OnTransport for Worker {
             // One read of the clock for the turn's requests.
             h.leased = lease.enter(usize::from(w), Instant::now(), h.map.version());
             // The turn's requests are taken first, and the records their
-            // reads will find are looked up together: the cache misses of
-            // one lookup overlap another's instead of following it.
+            // reads will find are looked up together.
             turn_reqs.clear();
-            turn_warm.clear();
             while let Some(req) = ctx.recv() {
                 turn_reqs.push(req);
             }
-            if turn_reqs.len() > 1 {
-                for r in &turn_reqs {
-                    turn_warm.push(ctx.request(r).and_then(|b| h.warm(b)));
-                }
-                for w in turn_warm.iter().flatten() {
-                    h.locate(w);
-                }
-                for (r, w) in turn_reqs.iter().zip(&turn_warm) {
-                    if let (Some(b), Some(w)) = (ctx.request(r), w) {
-                        h.fetch(b, w);
-                    }
-                }
-            } else {
-                turn_warm.extend(turn_reqs.iter().map(|_| None));
-            }
+            warm_turn(&ctx, &h, &turn_reqs, &mut turn_warm);
             for (req, warmed) in turn_reqs.drain(..).zip(turn_warm.drain(..)) {
                 let max = req.max_response();
                 let handled = match ctx.request(&req) {
@@ -483,6 +467,39 @@ impl OnTransport for Worker {
 
 /// Starts the pull of the copy `p` names, from its primary's bulk port in
 /// `map`; a primary the map does not have fails it at once.
+/// Warms a turn's requests `reqs` for serving, into `warm` (one entry per
+/// request, in order). A GET's record costs up to three cache misses (the
+/// table's control bytes, its bucket, the record), each waiting for the one
+/// before. Looked up one request at a time, a turn's misses would follow one
+/// another; here each pass does one step for every request, so the misses
+/// of a pass overlap: where each key lives (slot and hash), then where its
+/// record is (its first line prefetched), then the record itself (its value
+/// prefetched for the copy into the send ring). A lone request is not
+/// warmed: it has nothing to overlap with.
+fn warm_turn<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &copyrpc::Context<u64, F, T>,
+    h: &Handler,
+    reqs: &[copyrpc::RecvHandle],
+    warm: &mut Vec<Option<Warmed>>,
+) {
+    warm.clear();
+    if reqs.len() < 2 {
+        warm.extend(reqs.iter().map(|_| None));
+        return;
+    }
+    for r in reqs {
+        warm.push(ctx.request(r).and_then(|b| h.warm(b)));
+    }
+    for w in warm.iter().flatten() {
+        h.locate(w);
+    }
+    for (r, w) in reqs.iter().zip(warm.iter()) {
+        if let (Some(b), Some(w)) = (ctx.request(r), w) {
+            h.fetch(b, w);
+        }
+    }
+}
+
 fn start_pull(
     p: PullStart,
     map: &ShardMap,
