@@ -886,6 +886,86 @@ mod tests {
         assert_eq!(Response::new_checked(&got).unwrap().payload(), b"v");
     }
 
+    /// What `serve` answers `req` with, warmed by the three passes first
+    /// (`warmed`) or not.
+    fn served(h: &mut Handler, req: &[u8], warmed: Option<Warmed>) -> (Status, Vec<u8>) {
+        let mut out = Vec::new();
+        match h.serve(req, 256, &mut out, warmed) {
+            Served::Value(v) => {
+                let v = v.to_vec();
+                out.extend_from_slice(&v);
+                (st(&out), v)
+            }
+            Served::Handled(_) => (st(&out), Vec::new()),
+        }
+    }
+
+    fn get(key: &[u8]) -> Vec<u8> {
+        let mut req = Vec::new();
+        write_request(&mut req, Op::Get, 1, key, b"", 0, 0);
+        req
+    }
+
+    #[test]
+    fn a_warmed_get_answers_as_one_not_warmed_even_if_its_slot_changed_since() {
+        let map = ShardMap::single(addr(), 16, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 64);
+        for i in 0..40u32 {
+            let (k, v) = (format!("k{i}"), format!("value {i}"));
+            let out = ask(
+                &mut h,
+                Op::Put,
+                k.as_bytes(),
+                v.as_bytes(),
+                v.len() as u32,
+                64,
+            );
+            assert_eq!(st(&out), Status::Ok);
+        }
+        for i in 0..45u32 {
+            let req = get(format!("k{i}").as_bytes());
+            let w = h.warm(&req).expect("a GET is warmed");
+            h.locate(&w);
+            h.fetch(&req, &w);
+            let plain = served(&mut h, &req, None);
+            assert_eq!(served(&mut h, &req, Some(w)), plain, "k{i}");
+            let want = if i < 40 {
+                (Status::Ok, format!("value {i}").into_bytes())
+            } else {
+                (Status::NotFound, Vec::new())
+            };
+            assert_eq!(plain, want, "k{i}");
+        }
+        // Only GETs are warmed.
+        let mut put = Vec::new();
+        write_request(&mut put, Op::Put, 1, b"k1", b"x", 1, 0);
+        assert!(h.warm(&put).is_none());
+        // Between warming and serving, the key's slot is taken away and
+        // made again (a new table, which hashes differently), and the key
+        // written anew: the warmed hash misses, and the key is found anyway.
+        let req = get(b"k3");
+        let w = h.warm(&req).unwrap();
+        let slot = slot_of(b"k3", 16);
+        h.store.take_slot(slot);
+        assert_eq!(st(&ask(&mut h, Op::Put, b"k3", b"anew", 4, 64)), Status::Ok);
+        assert_eq!(
+            served(&mut h, &req, Some(w)),
+            (Status::Ok, b"anew".to_vec())
+        );
+        // Warmed while the slot was not here at all: no hash, still found.
+        h.store.take_slot(slot);
+        let w = h.warm(&req).unwrap();
+        assert!(w.hash.is_none());
+        assert_eq!(
+            st(&ask(&mut h, Op::Put, b"k3", b"again", 5, 64)),
+            Status::Ok
+        );
+        assert_eq!(
+            served(&mut h, &req, Some(w)),
+            (Status::Ok, b"again".to_vec())
+        );
+    }
+
     #[test]
     fn a_write_sent_again_is_applied_once() {
         let map = ShardMap::single(addr(), 16, 1).unwrap();
