@@ -307,13 +307,17 @@ pub fn write_request(
     val_len: u32,
     offset: u32,
 ) {
+    // The header built whole, and one reservation: a request is written
+    // per operation, and each push or extend checks the capacity.
+    let mut head = [0u8; REQUEST_HEADER];
+    head[field::OP] = op as u8;
+    head[field::KEY_LEN].copy_from_slice(&(key.len() as u16).to_le_bytes());
+    head[field::MAP_VERSION].copy_from_slice(&map_version.to_le_bytes());
+    head[field::VAL_LEN].copy_from_slice(&val_len.to_le_bytes());
+    head[field::OFFSET].copy_from_slice(&offset.to_le_bytes());
     out.clear();
-    out.push(op as u8);
-    out.push(0);
-    out.extend_from_slice(&(key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&map_version.to_le_bytes());
-    out.extend_from_slice(&val_len.to_le_bytes());
-    out.extend_from_slice(&offset.to_le_bytes());
+    out.reserve(REQUEST_HEADER + key.len() + value.len());
+    out.extend_from_slice(&head);
     out.extend_from_slice(key);
     out.extend_from_slice(value);
 }
