@@ -87,7 +87,7 @@ impl Records {
     /// The record of `key`.
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<&Record> {
-        self.table.find(self.hash(key), |r| r.key() == key)
+        self.get_hashed(self.hash(key), key)
     }
 
     /// Where the first record whose hash may be `hash` is in memory (not

@@ -241,16 +241,16 @@ impl Store {
     }
 
     /// [`get`](Self::get) with the key's hash from
-    /// [`hash_in`](Self::hash_in), which saves hashing it again.
+    /// [`hash_in`](Self::hash_in), if known, which saves hashing it again.
     /// Always right: if the slot was replaced since, the hash can only
     /// miss, and a miss is looked up again from the key.
     #[inline]
-    pub fn get_hashed(&self, slot: u32, hash: u64, key: &[u8]) -> Option<&[u8]> {
+    pub fn get_hashed(&self, slot: u32, hash: Option<u64>, key: &[u8]) -> Option<&[u8]> {
         let s = self.slot(slot)?;
-        match s.map.get_hashed(hash, key) {
-            Some(r) => Some(r.value()),
-            None => s.map.get(key).map(Record::value),
+        if let Some(r) = hash.and_then(|h| s.map.get_hashed(h, key)) {
+            return Some(r.value());
         }
+        s.map.get(key).map(Record::value)
     }
 
     /// Sets `key` (of slot `slot`, below the store's slot count) to

@@ -398,13 +398,11 @@ impl Handler {
     /// loading its value. Changes nothing.
     #[inline]
     pub fn fetch(&self, req: &[u8], warmed: &Warmed) {
-        let (Some(hash), (at, len)) = (warmed.hash, warmed.key) else {
-            return;
-        };
+        let (at, len) = warmed.key;
         let Some(key) = req.get(at as usize..(at + len) as usize) else {
             return;
         };
-        if let Some(v) = self.store.get_hashed(warmed.slot, hash, key) {
+        if let Some(v) = self.store.get_hashed(warmed.slot, warmed.hash, key) {
             prefetch(v);
         }
     }
@@ -625,10 +623,7 @@ impl Handler {
                 out.clear();
                 self.await_write = Some(fingerprint(key));
             }
-            Op::Get => match match hash {
-                Some(h) => self.store.get_hashed(slot, h, key),
-                None => self.store.get(slot, key),
-            } {
+            Op::Get => match self.store.get_hashed(slot, hash, key) {
                 Some(v) if RESPONSE_HEADER + v.len() <= max_response => {
                     response_header(out, Status::Ok, 0, v.len());
                     return Some(Found(v as *const [u8]));
