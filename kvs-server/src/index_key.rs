@@ -1,40 +1,72 @@
-//! The ordered index's key: the key, with its first 16 bytes again inline,
-//! so that a search down the B-tree compares in the node it reads and
-//! follows a key's own allocation only on a tie of those bytes. A tree of
-//! plain boxed keys follows one pointer per comparison, a cache miss each
-//! once the index outgrows the cache: about 17 of them per insert into an
-//! index of 100,000 keys.
+//! The ordered index's key. A key of up to [`INLINE`] bytes lives in the
+//! B-tree node itself: it costs no allocation when indexed and no `free`
+//! when swept (a migration indexes and sweeps one per record). A longer key
+//! has its own allocation, with its first 16 bytes again in the node, so
+//! that a search down the B-tree compares in the node it reads and follows
+//! the key's pointer only on a tie of those bytes. A tree of plain boxed
+//! keys follows one pointer per comparison, a cache miss each once the
+//! index outgrows the cache: about 17 of them per insert into an index of
+//! 100,000 keys.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
 
+/// The longest key kept in the node: the size of a long key's head and
+/// box, less the two bytes that tell the forms apart and give the length.
+pub(crate) const INLINE: usize = 38;
+
 /// A key of the ordered index. Ordered as its bytes are (lexicographic),
 /// so it may be looked up by `&[u8]`.
 #[derive(Debug, Clone)]
-pub(crate) struct IndexKey {
-    /// The first 16 bytes, zero-padded, big-endian: two keys' heads order
-    /// as the keys do unless they are equal.
-    head: u128,
-    key: Box<[u8]>,
+pub(crate) struct IndexKey(Repr);
+
+#[derive(Debug, Clone)]
+enum Repr {
+    /// A key of at most [`INLINE`] bytes, zero-padded.
+    Inline { len: u8, bytes: [u8; INLINE] },
+    /// A longer key, with its first 16 bytes.
+    Boxed { head: [u8; 16], key: Box<[u8]> },
 }
 
 impl IndexKey {
     /// `key`, copied.
     #[inline]
     pub fn new(key: &[u8]) -> IndexKey {
-        let mut b = [0u8; 16];
-        let n = key.len().min(16);
-        b[..n].copy_from_slice(&key[..n]);
-        IndexKey {
-            head: u128::from_be_bytes(b),
-            key: key.into(),
+        if key.len() <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            bytes[..key.len()].copy_from_slice(key);
+            // The length fits: INLINE < 256.
+            return IndexKey(Repr::Inline {
+                len: key.len() as u8,
+                bytes,
+            });
         }
+        let mut head = [0u8; 16];
+        head.copy_from_slice(&key[..16]);
+        IndexKey(Repr::Boxed {
+            head,
+            key: key.into(),
+        })
     }
 
     /// The key's bytes.
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        &self.key
+        match &self.0 {
+            Repr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Repr::Boxed { key, .. } => key,
+        }
+    }
+
+    /// The key's first 16 bytes, zero-padded, big-endian: read from the
+    /// node whatever the form.
+    #[inline]
+    fn head(&self) -> u128 {
+        let h: &[u8; 16] = match &self.0 {
+            Repr::Inline { bytes, .. } => bytes[..16].try_into().expect("16 of INLINE bytes"),
+            Repr::Boxed { head, .. } => head,
+        };
+        u128::from_be_bytes(*h)
     }
 }
 
@@ -47,9 +79,9 @@ impl IndexKey {
 impl Ord for IndexKey {
     #[inline]
     fn cmp(&self, other: &IndexKey) -> Ordering {
-        self.head
-            .cmp(&other.head)
-            .then_with(|| self.key.cmp(&other.key))
+        self.head()
+            .cmp(&other.head())
+            .then_with(|| self.bytes().cmp(other.bytes()))
     }
 }
 
@@ -63,7 +95,7 @@ impl PartialOrd for IndexKey {
 impl PartialEq for IndexKey {
     #[inline]
     fn eq(&self, other: &IndexKey) -> bool {
-        self.head == other.head && self.key == other.key
+        self.bytes() == other.bytes()
     }
 }
 
@@ -72,7 +104,7 @@ impl Eq for IndexKey {}
 impl Borrow<[u8]> for IndexKey {
     #[inline]
     fn borrow(&self) -> &[u8] {
-        &self.key
+        self.bytes()
     }
 }
 
@@ -99,13 +131,19 @@ mod tests {
             b"user1234567890119".to_vec(),
             vec![0xff; 20],
             vec![0xff; 16],
+            vec![0xff; INLINE],
+            vec![0xff; INLINE + 1],
+            vec![7; INLINE],
+            [vec![7; INLINE], vec![0]].concat(),
+            [vec![7; INLINE - 1], vec![8]].concat(),
         ];
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         for _ in 0..300 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let len = (x % 24) as usize;
+            // Both forms: lengths around INLINE.
+            let len = (x % (INLINE as u64 + 8)) as usize;
             // Few distinct byte values: many ties in the head.
             keys.push((0..len).map(|i| ((x >> (i % 8)) & 3) as u8).collect());
         }
@@ -118,5 +156,17 @@ mod tests {
                 assert_eq!(borrowed, &a[..]);
             }
         }
+    }
+
+    #[test]
+    fn a_short_key_lives_in_the_node_and_the_key_costs_no_more_than_a_long_one() {
+        assert!(matches!(IndexKey::new(&[1; INLINE]).0, Repr::Inline { .. }));
+        assert!(matches!(
+            IndexKey::new(&[1; INLINE + 1]).0,
+            Repr::Boxed { .. }
+        ));
+        // The node entry of a long key: its head and its box's pointer and
+        // length, and a tag.
+        assert_eq!(std::mem::size_of::<IndexKey>(), 40);
     }
 }

@@ -3,28 +3,32 @@
 //! (`64M`, `1G`).
 //!
 //! A record is charged what it really occupies, not its key and value bytes:
-//! its record (key and value in one allocation, [`crate::record`]) and its
-//! key again in the ordered index, each rounded up to a malloc chunk, and a
+//! its record (key and value in one allocation, [`crate::record`]) rounded
+//! up to a malloc chunk, its key again in the ordered index if the key is
+//! too long to live in the index's node (a chunk of its own then), and a
 //! fixed [`RECORD_OVERHEAD`] for its hash-table slot and its share of a
 //! B-tree node. Each worker owns its store, so the cap is split evenly
 //! between the workers (slots are hashed, so their loads are even) and
 //! checked with no shared state: a PUT that would take a worker's store past
 //! its share is refused.
 
-/// Heap bytes a record costs besides its two malloc chunks (the record, the
-/// ordered index's key box): its hash-table slot (a 16-byte box and a
-/// control byte, at the table's load factor) and its share of a B-tree node,
-/// which holds 40 bytes per key: the key's box and its first 16 bytes
-/// ([`crate::index_key`]), and the slot and slot life beside it. A node of
-/// 11 such entries is about 460 bytes, so a node at least half full costs at
-/// most 84 bytes a key, and the table's slot at most 18 at its lowest fill.
+/// Heap bytes a record costs besides its record's malloc chunk and a long
+/// key's index chunk: its hash-table slot (a 16-byte box and a control
+/// byte, at the table's load factor) and its share of a B-tree node, which
+/// holds 48 bytes per key: the key itself up to 38 bytes, or a long key's
+/// box and first 16 bytes ([`crate::index_key`]), and the slot and slot life
+/// beside it. A leaf of 11 such entries is about 550 bytes, so a node at
+/// least half full costs at most 100 bytes a key, and the table's slot at
+/// most 18 at its lowest fill.
 ///
 /// A bound, not a measurement of this layout: with 40-byte table slots
-/// (a key box and a value vector) the same two containers measured 76 bytes
-/// a record when the table was 7/8 full and 123 right after it doubled
-/// (glibc malloc, x86-64, `mallinfo2().uordblks`, 57 k to 460 k random 24-
-/// to 200-byte keys with 10-byte to 4 KiB values). The 16-byte slots cost
-/// less, so the heap stays under the cap whatever the table's fill.
+/// (a key box and a value vector) and a boxed key in every index entry the
+/// same two containers measured 76 bytes a record when the table was 7/8
+/// full and 123 right after it doubled (glibc malloc, x86-64,
+/// `mallinfo2().uordblks`, 57 k to 460 k random 24- to 200-byte keys with
+/// 10-byte to 4 KiB values). The layout now costs less, so the heap stays
+/// under the cap whatever the table's fill; `tests/memory.rs` checks the
+/// process's resident memory against the cap.
 pub const RECORD_OVERHEAD: usize = 128;
 
 /// The bytes a malloc chunk for `n` bytes takes: an 8-byte header, rounded
@@ -43,7 +47,12 @@ pub const fn chunk(n: usize) -> usize {
 /// `value_len`-byte value costs.
 #[inline]
 pub const fn record_cost(key_len: usize, value_len: usize) -> usize {
-    chunk(crate::record::record_size(key_len, value_len)) + chunk(key_len) + RECORD_OVERHEAD
+    let index = if key_len > crate::index_key::INLINE {
+        chunk(key_len)
+    } else {
+        0
+    };
+    chunk(crate::record::record_size(key_len, value_len)) + index + RECORD_OVERHEAD
 }
 
 /// Each worker's share of `max_memory` (0: unlimited, `usize::MAX`).
@@ -116,7 +125,9 @@ mod tests {
         assert_eq!(chunk(24), 32);
         assert_eq!(chunk(25), 48);
         assert_eq!(chunk(100), 112);
-        assert_eq!(record_cost(24, 100), 2 * 32 + 112 + RECORD_OVERHEAD);
+        // A key the index keeps in its node, and one it boxes.
+        assert_eq!(record_cost(24, 100), 32 + 112 + RECORD_OVERHEAD);
+        assert_eq!(record_cost(39, 100), chunk(39) + 160 + RECORD_OVERHEAD);
     }
 
     #[test]
