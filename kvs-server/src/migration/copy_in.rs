@@ -22,7 +22,7 @@ use kvs_proto::replica::CopyBegin;
 use mpib::{Buffer, Comm, Request};
 
 use super::import::{post_recv, wait_recv};
-use super::wire::{Batch, PullSetup};
+use super::wire::{Batch, PullSetup, Taken};
 use super::{all_rails, open_rails, DEPTH};
 use crate::batch::BATCH;
 use crate::config::Config;
@@ -159,7 +159,7 @@ impl CopyPull {
     /// to the worker; returns once the worker took them all.
     fn receive(&self, comm: &mut Comm, progress: &CopyProgress) -> Result<(), String> {
         let (first, end) = (self.begin.first, self.begin.end);
-        let bufs: Vec<Buffer> = (0..DEPTH)
+        let mut bufs: Vec<Buffer> = (0..DEPTH)
             .map(|_| comm.alloc_buffer(BATCH))
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
@@ -174,12 +174,21 @@ impl CopyPull {
         loop {
             let i = seq as usize % DEPTH;
             let len = wait_recv(comm, &reqs[i], &self.stop)?;
-            let bytes = bufs[i].to_vec(0, len).map_err(|e| e.to_string())?;
-            let batch = Batch::new_checked(&bytes, seq, first, end, self.slots, mark)
-                .map_err(|e| format!("the primary sent {e}"))?;
-            let ready = batch.ready(self.slots);
-            let (last, n, b) = (batch.last(), ready.len() as u64, batch.payload_len() as u64);
-            mark = batch.next_slot();
+            let taken = bufs[i].fill(|buf| {
+                let got = buf
+                    .get(..len)
+                    .ok_or("more bytes than its buffer".to_string())?;
+                Batch::take_checked(got, seq, first, end, self.slots, mark)
+                    .map_err(|e| format!("the primary sent {e}"))
+            })?;
+            let Taken {
+                ready,
+                last,
+                next_slot,
+                payload_len,
+            } = taken;
+            let (n, b) = (ready.len() as u64, payload_len as u64);
+            mark = next_slot;
             while untaken >= UNTAKEN {
                 self.taken(&ack_rx, &mut untaken)?;
             }

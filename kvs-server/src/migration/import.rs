@@ -29,7 +29,7 @@ use mpib::{Buffer, Comm, Request};
 
 use super::outgoing::from_hex;
 use super::session::PullConn;
-use super::wire::{Batch, PullSetup};
+use super::wire::{Batch, PullSetup, Taken};
 use super::{all_rails, open_rails, DEPTH};
 use crate::config::Config;
 use crate::to_worker::ToWorker;
@@ -389,18 +389,25 @@ impl Importer {
             let i = seq as usize % DEPTH;
             let len = wait_recv(&mut c.comm, &c.reqs[i], &self.stop).map_err(cut(any))?;
             any = true;
-            let bytes = c.bufs[i]
-                .to_vec(0, len)
-                .map_err(|e| cut(any)(e.to_string()))?;
+            let taken = c.bufs[i].fill(|buf| {
+                let got = buf
+                    .get(..len)
+                    .ok_or("more bytes than its buffer".to_string())?;
+                Batch::take_checked(got, seq, first, self.end, self.slots, *mark)
+                    .map_err(|e| format!("the source sent {e}"))
+            });
+            // Read in place: the buffer's receive goes back only now.
             c.reqs[i] = post_recv(&mut c.comm, &c.bufs[i], seq + DEPTH as u32, &self.stop)
                 .map_err(cut(any))?;
             c.seq += 1;
-            let batch = Batch::new_checked(&bytes, seq, first, self.end, self.slots, *mark)
-                .map_err(|e| cut(any)(format!("the source sent {e}")))?;
-            let (last, next) = (batch.last(), batch.next_slot());
-            let ready = batch.ready(self.slots);
+            let Taken {
+                ready,
+                last,
+                next_slot: next,
+                payload_len,
+            } = taken.map_err(cut(any))?;
             let n = ready.len() as u64;
-            let b = batch.payload_len() as u64;
+            let b = payload_len as u64;
             // The worker takes it; at most UNTAKEN wait.
             while untaken.len() >= UNTAKEN {
                 self.taken(&ack_rx, &mut untaken, mark).map_err(cut(any))?;

@@ -206,6 +206,20 @@ pub enum BatchError {
     Progress(u32),
 }
 
+/// A checked batch's records, ready for the worker, and what its header
+/// said of the pull's progress.
+#[derive(Debug)]
+pub struct Taken {
+    /// The records, with their allocations made.
+    pub ready: Vec<Ready>,
+    /// Whether it is the pull's last batch.
+    pub last: bool,
+    /// The first slot not yet complete.
+    pub next_slot: u32,
+    /// Bytes of keys and values.
+    pub payload_len: usize,
+}
+
 /// A checked batch, read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct Batch<'a> {
@@ -214,14 +228,40 @@ pub struct Batch<'a> {
 
 impl<'a> Batch<'a> {
     /// Checks batch `want` of a pull of `first..end` (of `slots` slots)
-    /// whose progress mark was `mark`: header, sequence, every record's
-    /// framing and slot. Never panics on any input.
-    pub fn new_checked(
+    /// whose progress mark was `mark` (header, sequence, every record's
+    /// framing and slot; never panics on any input), and makes its records
+    /// ready for the store ([`Ready`]) in the same pass, each key hashed
+    /// once for its slot: allocated on the thread that received
+    /// the batch, so that the worker only files them. Read where the batch
+    /// arrived: nothing is copied but into the records.
+    pub fn take_checked(
         buf: &'a [u8],
         want: u32,
         first: u32,
         end: u32,
         slots: u32,
+        mark: u32,
+    ) -> Result<Taken, BatchError> {
+        let b = Batch::header_checked(buf, want, end, mark)?;
+        // The count is the peer's word: no more records than the payload
+        // can frame.
+        let most = b.payload_len() / SCAN_RECORD_HEADER;
+        let mut ready = Vec::with_capacity((b.count() as usize).min(most));
+        b.each_record_checked(first, end, slots, |s, k, v| ready.push(Ready::new(s, k, v)))?;
+        Ok(Taken {
+            ready,
+            last: b.last(),
+            next_slot: b.next_slot(),
+            payload_len: b.payload_len(),
+        })
+    }
+
+    /// The header's checks: magic, sequence `want`, length, and a progress
+    /// mark between `mark` and `end` (`end` if last).
+    fn header_checked(
+        buf: &'a [u8],
+        want: u32,
+        end: u32,
         mark: u32,
     ) -> Result<Batch<'a>, BatchError> {
         if buf.len() < BATCH_HEADER || &buf[field::MAGIC] != BATCH_MAGIC {
@@ -238,19 +278,38 @@ impl<'a> Batch<'a> {
         if next < mark || next > end || (b.last() && next != end) {
             return Err(BatchError::Progress(next));
         }
+        Ok(b)
+    }
+
+    /// Checks every record's framing and slot (in `first..end` of `slots`)
+    /// and the header's record count, giving each record with its slot to
+    /// `each` as it goes.
+    fn each_record_checked(
+        &self,
+        first: u32,
+        end: u32,
+        slots: u32,
+        mut each: impl FnMut(u32, &'a [u8], &'a [u8]),
+    ) -> Result<(), BatchError> {
         let mut n = 0u32;
-        for r in b.records() {
-            let (k, _) = r.ok_or(BatchError::Malformed("record"))?;
+        for r in self.records() {
+            let (k, v) = r.ok_or(BatchError::Malformed("record"))?;
             let s = slot_of(k, slots);
             if s < first || s >= end {
                 return Err(BatchError::ForeignSlot(s));
             }
+            each(s, k, v);
             n += 1;
         }
-        if n != le32(&buf[field::RECORDS]) {
+        if n != self.count() {
             return Err(BatchError::Malformed("record count"));
         }
-        Ok(b)
+        Ok(())
+    }
+
+    /// The record count its header gives.
+    fn count(&self) -> u32 {
+        le32(&self.buf[field::RECORDS])
     }
     /// Its number.
     pub fn seq(&self) -> u32 {
@@ -267,15 +326,6 @@ impl<'a> Batch<'a> {
     /// Bytes of keys and values.
     pub fn payload_len(&self) -> usize {
         self.buf.len() - BATCH_HEADER
-    }
-    /// Its records, made ready for a store of a map of `slots` slots
-    /// ([`Ready`]): allocated on the thread that received the batch, so
-    /// the worker only files them.
-    pub fn ready(&self, slots: u32) -> Vec<Ready> {
-        self.records()
-            .map_while(|r| r)
-            .map(|(k, v)| Ready::new(slot_of(k, slots), k, v))
-            .collect()
     }
     /// The records (each `None` if malformed; a checked batch has none).
     pub fn records(&self) -> impl Iterator<Item = Option<(&'a [u8], &'a [u8])>> + 'a {
@@ -302,42 +352,49 @@ mod tests {
         }
         assert!(!w.push(b"k", &[0; 200]), "a record past the cap");
         let b = w.finish(9, 0).to_vec();
-        let ok = Batch::new_checked(&b, 3, 8, 16, slots, 8).unwrap();
-        assert_eq!((ok.seq(), ok.last(), ok.next_slot()), (3, false, 9));
-        assert_eq!(ok.records().count(), keys.len());
+        let check = |b: &[u8], want, end, mark| Batch::take_checked(b, want, 8, end, slots, mark);
+        let ok = check(&b, 3, 16, 8).unwrap();
+        assert_eq!((ok.last, ok.next_slot), (false, 9));
+        let got: Vec<u32> = ok.ready.iter().map(Ready::slot).collect();
+        let want: Vec<u32> = keys.iter().map(|k| slot_of(k, slots)).collect();
+        assert_eq!(got, want);
+        assert_eq!(ok.payload_len, b.len() - BATCH_HEADER);
         assert_eq!(
-            Batch::new_checked(&b, 4, 8, 16, slots, 8).unwrap_err(),
+            check(&b, 4, 16, 8).unwrap_err(),
             BatchError::Sequence { got: 3, want: 4 }
         );
         // Records of slots not pulled.
         assert!(matches!(
-            Batch::new_checked(&b, 3, 8, 10, slots, 8),
+            check(&b, 3, 10, 8),
             Err(BatchError::ForeignSlot(_) | BatchError::Progress(_))
         ));
         // The progress mark may not go back.
-        assert_eq!(
-            Batch::new_checked(&b, 3, 8, 16, slots, 10).unwrap_err(),
-            BatchError::Progress(9)
-        );
+        assert_eq!(check(&b, 3, 16, 10).unwrap_err(), BatchError::Progress(9));
         for n in 0..b.len() {
-            assert!(Batch::new_checked(&b[..n], 3, 8, 16, slots, 8).is_err());
+            assert!(check(&b[..n], 3, 16, 8).is_err());
         }
         for i in 0..b.len() {
             let mut c = b.clone();
             c[i] ^= 0x41;
             // Anything but a changed key or value byte is caught; a changed
             // key may still hash into the range.
-            let _ = Batch::new_checked(&c, 3, 8, 16, slots, 8);
+            let _ = check(&c, 3, 16, 8);
         }
+        // A record count past what the bytes hold is an error, not a huge
+        // allocation.
+        let mut c = b.clone();
+        c[field::RECORDS].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            check(&c, 3, 16, 8).unwrap_err(),
+            BatchError::Malformed("record count")
+        );
         // The last batch must complete the range.
         w.begin(4);
         let last = w.finish(15, LAST).to_vec();
-        assert!(Batch::new_checked(&last, 4, 8, 16, slots, 9).is_err());
+        assert!(check(&last, 4, 16, 9).is_err());
         w.begin(4);
         let last = w.finish(16, LAST).to_vec();
-        assert!(Batch::new_checked(&last, 4, 8, 16, slots, 9)
-            .unwrap()
-            .last());
+        assert!(check(&last, 4, 16, 9).unwrap().last);
     }
 
     #[test]

@@ -94,9 +94,7 @@ mod tests {
 
     /// The records of `batch`, a checked batch of slots 0..16 of 16.
     fn ready(batch: &[u8]) -> Vec<Ready> {
-        Batch::new_checked(batch, 0, 0, 16, 16, 0)
-            .unwrap()
-            .ready(16)
+        Batch::take_checked(batch, 0, 0, 16, 16, 0).unwrap().ready
     }
 
     fn handler() -> Handler {
