@@ -54,6 +54,23 @@ static const struct oracle_entry oracle_entries[] = {
 	FIELD(mlx5_wqe_raddr_seg, rkey),
 	FIELD(mlx5_wqe_raddr_seg, reserved),
 
+	/* struct mlx5_wqe_av (struct mlx5_wqe_datagram_seg holds one) */
+	SIZE(mlx5_wqe_av),
+	SIZE(mlx5_wqe_datagram_seg),
+	FIELD(mlx5_wqe_av, key.dc_key),
+	FIELD(mlx5_wqe_av, key.qkey.qkey),
+	FIELD(mlx5_wqe_av, key.qkey.reserved),
+	FIELD(mlx5_wqe_av, dqp_dct),
+	FIELD(mlx5_wqe_av, stat_rate_sl),
+	FIELD(mlx5_wqe_av, fl_mlid),
+	FIELD(mlx5_wqe_av, rlid),
+	FIELD(mlx5_wqe_av, reserved0),
+	FIELD(mlx5_wqe_av, rmac),
+	FIELD(mlx5_wqe_av, tclass),
+	FIELD(mlx5_wqe_av, hop_limit),
+	FIELD(mlx5_wqe_av, grh_gid_fl),
+	FIELD(mlx5_wqe_av, rgid),
+
 	/* struct mlx5_wqe_data_seg */
 	SIZE(mlx5_wqe_data_seg),
 	FIELD(mlx5_wqe_data_seg, byte_count),
@@ -172,6 +189,7 @@ static const struct oracle_entry oracle_entries[] = {
 	VALUE(MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX),
 
 	/* Miscellaneous */
+	VALUE(MLX5_EXTENDED_UD_AV),
 	VALUE(MLX5_INLINE_SEG),
 	VALUE(MLX5_INVALID_LKEY),
 	VALUE(MLX5_SEND_WQE_BB),
@@ -204,6 +222,48 @@ void oracle_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode,
 	memcpy(&seg, out, sizeof(seg));
 	mlx5dv_set_ctrl_seg(&seg, pi, opcode, opmod, qpn, fm_ce_se, ds,
 			    signature, imm);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* The control segment's DCI stream id, as providers/mlx5
+ * mlx5_send_wr_set_dc_addr_stream writes it (that writer needs a device). */
+void oracle_ctrl_stream(uint8_t out[16], uint16_t stream_id)
+{
+	struct mlx5_wqe_ctrl_seg seg;
+
+	memcpy(&seg, out, sizeof(seg));
+	seg.dci_stream_channel_id = htobe16(stream_id);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* mlx5dv_set_dgram_seg's arguments, in one struct (tests/oracle.rs
+ * OracleAv mirrors it). */
+struct oracle_av {
+	uint64_t key;
+	uint32_t dqp_dct;
+	uint32_t grh_gid_fl;
+	uint16_t rlid;
+	uint8_t ext;
+	uint8_t stat_rate_sl;
+	uint8_t fl_mlid;
+	uint8_t tclass;
+	uint8_t hop_limit;
+	uint8_t rmac[6];
+	uint8_t rgid[16];
+};
+
+/* mlx5dv_set_dgram_seg. */
+void oracle_dgram_seg(uint8_t out[48], const struct oracle_av *a)
+{
+	struct mlx5_wqe_datagram_seg seg;
+	uint8_t rmac[6], rgid[16];
+
+	memcpy(rmac, a->rmac, sizeof(rmac));
+	memcpy(rgid, a->rgid, sizeof(rgid));
+	memcpy(&seg, out, sizeof(seg));
+	mlx5dv_set_dgram_seg(&seg, a->key, a->dqp_dct, a->ext, a->stat_rate_sl,
+			     a->fl_mlid, a->rlid, rmac, a->tclass, a->hop_limit,
+			     a->grh_gid_fl, rgid);
 	memcpy(out, &seg, sizeof(seg));
 }
 

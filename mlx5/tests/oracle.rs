@@ -10,10 +10,11 @@ use std::ffi::{c_char, CStr};
 use std::ops::Range;
 
 use mlx5::prm::{
-    cq_doorbell_bytes, cqe_res_format, ctrl_flags, op_own, ArmCmd, AtomicSeg, CqArm, CqDbRec,
-    CqDoorbell, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg, DataSeg, ErrCqe, InlineSeg, RaddrSeg,
-    SrqNextSeg, Syndrome, WqeOpcode, CQ_ARM_DB, CQ_DB_REQ_NOT, CQ_DB_REQ_NOT_SOL, CQ_DOORBELL,
-    INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB, SEND_WQE_SHIFT, SND_DBR,
+    cq_doorbell_bytes, cqe_res_format, ctrl_flags, op_own, AddressVector, ArmCmd, AtomicSeg, CqArm,
+    CqDbRec, CqDoorbell, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg, DataSeg, DatagramSeg, ErrCqe,
+    InlineSeg, RaddrSeg, SrqNextSeg, Syndrome, WqeOpcode, CQ_ARM_DB, CQ_DB_REQ_NOT,
+    CQ_DB_REQ_NOT_SOL, CQ_DOORBELL, EXTENDED_AV, INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB,
+    SEND_WQE_SHIFT, SND_DBR,
 };
 
 // ---------------------------------------------------------------------------
@@ -40,6 +41,8 @@ extern "C" {
         signature: u8,
         imm: u32,
     );
+    fn oracle_ctrl_stream(out: *mut u8, stream_id: u16);
+    fn oracle_dgram_seg(out: *mut u8, av: *const OracleAv);
     fn oracle_data_seg(out: *mut u8, length: u32, lkey: u32, addr: u64);
     fn oracle_raddr_seg(out: *mut u8, raddr: u64, rkey: u32);
     fn oracle_atomic_seg(out: *mut u8, swap_add: u64, compare: u64);
@@ -57,6 +60,22 @@ extern "C" {
         cqn: u32,
         solicited: i32,
     );
+}
+
+/// `struct oracle_av` of oracle.c: `mlx5dv_set_dgram_seg`'s arguments.
+#[repr(C)]
+struct OracleAv {
+    key: u64,
+    dqp_dct: u32,
+    grh_gid_fl: u32,
+    rlid: u16,
+    ext: u8,
+    stat_rate_sl: u8,
+    fl_mlid: u8,
+    tclass: u8,
+    hop_limit: u8,
+    rmac: [u8; 6],
+    rgid: [u8; 16],
 }
 
 #[cfg(mlx5_oracle_x86)]
@@ -274,6 +293,8 @@ fn struct_sizes_match_len() {
     assert_eq!(SrqNextSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_srq_next_seg"));
     assert_eq!(Cqe64::<&[u8]>::LEN, t.sizeof("mlx5_cqe64"));
     assert_eq!(ErrCqe::<&[u8]>::LEN, t.sizeof("mlx5_err_cqe"));
+    assert_eq!(DatagramSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_av"));
+    assert_eq!(DatagramSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_datagram_seg"));
 }
 
 // ---------------------------------------------------------------------------
@@ -380,6 +401,95 @@ fn raddr_seg_offsets() {
     assert_zeroes(&t, st, "reserved", n, |b| w(b).set(u64::MAX, u32::MAX));
     assert_reads(&t, st, "raddr", n, |b| r(b).raddr());
     assert_reads(&t, st, "rkey", n, |b| r(b).rkey().into());
+}
+
+#[test]
+fn datagram_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_av";
+    let n = DatagramSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8], av: AddressVector) {
+        DatagramSeg::new_unchecked(b).set(&av)
+    }
+    let r = |b: &[u8]| DatagramSeg::new_unchecked(b.to_vec());
+    let av = AddressVector::default;
+    let key = 0x8192_a3b4_c5d6_e7f8;
+    assert_lands(&t, st, "key.dc_key", n, key, |b| {
+        w(b, AddressVector { key, ..av() })
+    });
+    // A Q_Key is the key's high half.
+    assert_eq!(t.range(st, "key.qkey.qkey"), 0..4);
+    assert_eq!(t.range(st, "key.qkey.reserved"), 4..8);
+    // The extended flag is bit 31 of dqp_dct, over a 24-bit number.
+    assert_eq!(i64::from(EXTENDED_AV), t.get("MLX5_EXTENDED_UD_AV"));
+    let (dqp_dct, extended) = (0x01_a2b3, true);
+    assert_lands(&t, st, "dqp_dct", n, 0x8001_a2b3, |b| {
+        w(
+            b,
+            AddressVector {
+                dqp_dct,
+                extended,
+                ..av()
+            },
+        )
+    });
+    let one = |field: &str, v: u8, set: fn(&mut AddressVector, u8)| {
+        assert_lands(&t, st, field, n, v.into(), |b| {
+            let mut a = av();
+            set(&mut a, v);
+            w(b, a)
+        });
+    };
+    one("stat_rate_sl", 0x81, |a, v| a.stat_rate_sl = v);
+    one("fl_mlid", 0x82, |a, v| a.fl_mlid = v);
+    one("tclass", 0x83, |a, v| a.tclass = v);
+    one("hop_limit", 0x84, |a, v| a.hop_limit = v);
+    assert_lands(&t, st, "rlid", n, 0x8192, |b| {
+        w(
+            b,
+            AddressVector {
+                rlid: 0x8192,
+                ..av()
+            },
+        )
+    });
+    let fl: u32 = 0x8192_a3b4;
+    assert_lands(&t, st, "grh_gid_fl", n, fl.into(), |b| {
+        w(
+            b,
+            AddressVector {
+                grh_gid_fl: fl,
+                ..av()
+            },
+        )
+    });
+    // The byte arrays land whole, in order.
+    let (rmac, rgid) = ([0x81, 0x92, 0xa3, 0xb4, 0xc5, 0xd6], [0xe7; 16]);
+    let mut b = vec![0u8; n];
+    w(&mut b, AddressVector { rmac, rgid, ..av() });
+    assert_eq!(b[t.range(st, "rmac")], rmac);
+    assert_eq!(b[t.range(st, "rgid")], rgid);
+    assert_eq!(b.iter().filter(|&&x| x != 0).count(), 6 + 16, "{b:02x?}");
+    assert_zeroes(&t, st, "reserved0", n, |b| {
+        w(
+            b,
+            AddressVector {
+                key: u64::MAX,
+                rlid: u16::MAX,
+                rmac: [0xff; 6],
+                ..av()
+            },
+        )
+    });
+    assert_reads(&t, st, "key.dc_key", n, |b| r(b).key());
+    assert_reads(&t, st, "rlid", n, |b| r(b).rlid().into());
+    assert_reads(&t, st, "grh_gid_fl", n, |b| r(b).grh_gid_fl().into());
+    let d = t.range(st, "dqp_dct");
+    let mut b = vec![0u8; n];
+    b[d.clone()].copy_from_slice(&[0x80, 0x12, 0x34, 0x56]);
+    assert_eq!((r(&b).dqp_dct(), r(&b).extended()), (0x12_3456, true));
+    b[d].copy_from_slice(&[0x7f, 0xab, 0xcd, 0xef]);
+    assert_eq!((r(&b).dqp_dct(), r(&b).extended()), (0xab_cdef, false));
 }
 
 #[test]
@@ -876,6 +986,77 @@ fn data_seg_random_vs_mlx5dv_set_data_seg() {
         );
         let s = DataSeg::new_checked(&r[..]).unwrap();
         assert_eq!((s.byte_count(), s.lkey(), s.addr()), (len, lkey, addr));
+    }
+}
+
+#[test]
+fn datagram_seg_random_vs_mlx5dv_set_dgram_seg() {
+    let t = Table::load();
+    let reserved = t.range("mlx5_wqe_av", "reserved0");
+    let mut rng = Rng::new(0xd6a5_e600);
+    for i in 0..ITERS {
+        let mut av = AddressVector {
+            key: rng.edgy_u64(),
+            // The helper takes a 24-bit number and the flag apart.
+            dqp_dct: rng.u32() & 0x00ff_ffff,
+            extended: rng.u8() & 1 == 1,
+            stat_rate_sl: rng.u8(),
+            fl_mlid: rng.u8(),
+            rlid: rng.u16(),
+            tclass: rng.u8(),
+            hop_limit: rng.u8(),
+            grh_gid_fl: rng.edgy_u64() as u32,
+            ..AddressVector::default()
+        };
+        rng.fill(&mut av.rmac);
+        rng.fill(&mut av.rgid);
+        let c_av = OracleAv {
+            key: av.key,
+            dqp_dct: av.dqp_dct,
+            grh_gid_fl: av.grh_gid_fl,
+            rlid: av.rlid,
+            ext: av.extended.into(),
+            stat_rate_sl: av.stat_rate_sl,
+            fl_mlid: av.fl_mlid,
+            tclass: av.tclass,
+            hop_limit: av.hop_limit,
+            rmac: av.rmac,
+            rgid: av.rgid,
+        };
+        // The same garbage under both.
+        let mut r = [0u8; 48];
+        rng.fill(&mut r);
+        let mut c = r;
+        DatagramSeg::new_unchecked(&mut r[..]).set(&av);
+        // SAFETY: the C helper writes only the 48-byte segment into `c`, and
+        // reads `c_av`, which lives across the call.
+        unsafe { oracle_dgram_seg(c.as_mut_ptr(), &c_av) };
+        // The helper leaves the reserved word as it was; ours zeroes it.
+        assert!(r[reserved.clone()].iter().all(|&x| x == 0));
+        c[reserved.clone()].fill(0);
+        assert_eq!(r, c, "iteration {i}: {av:x?}");
+        assert_eq!(DatagramSeg::new_checked(&r[..]).unwrap().get(), av);
+    }
+}
+
+#[test]
+fn ctrl_stream_id_random_vs_c_struct() {
+    let mut rng = Rng::new(0x0d5c_1d00);
+    for i in 0..ITERS {
+        let id = rng.u16();
+        let mut r = [0u8; 16];
+        rng.fill(&mut r);
+        let mut c = r;
+        CtrlSeg::new_unchecked(&mut r[..]).set_dci_stream_channel_id(id);
+        // SAFETY: the C helper writes only the 16-byte segment into `c`.
+        unsafe { oracle_ctrl_stream(c.as_mut_ptr(), id) };
+        assert_eq!(r, c, "iteration {i}: stream {id:#x}");
+        assert_eq!(
+            CtrlSeg::new_checked(&r[..])
+                .unwrap()
+                .dci_stream_channel_id(),
+            id
+        );
     }
 }
 

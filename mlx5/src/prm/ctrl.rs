@@ -145,6 +145,12 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> CtrlSeg<T> {
     pub fn set_fm_ce_se(&mut self, v: u8) {
         self.buffer.as_mut()[field::FM_CE_SE] = v;
     }
+    /// Sets the DCI stream a DCI's WQE belongs to: WQEs of one stream
+    /// complete in order, and an error stops that stream alone.
+    #[inline]
+    pub fn set_dci_stream_channel_id(&mut self, id: u16) {
+        super::put16(self.buffer.as_mut(), field::DCI_STREAM_CHANNEL_ID, id);
+    }
     /// Sets the signature byte.
     #[inline]
     pub fn set_signature(&mut self, v: u8) {
