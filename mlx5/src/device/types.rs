@@ -115,6 +115,18 @@ impl RtrAttr {
     }
 }
 
+/// How a DC target (DCT) is created. A ConnectX gives it its number at
+/// RTR, its last state, so it is created ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DctAttr {
+    /// The DC access key: a DCI's WQE must carry it to reach the DCT.
+    pub key: u64,
+    /// Remote operations the DCT accepts ([`access`] REMOTE_* bits).
+    pub access: u32,
+    /// RNR NAK delay asked of DCIs, IB encoding (see [`RtrAttr`]).
+    pub min_rnr_timer: u8,
+}
+
 /// Attributes for RTR → RTS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsAttr {

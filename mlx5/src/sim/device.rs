@@ -372,6 +372,9 @@ impl SimContext {
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
         e.qpn.store(qpn, Ordering::Relaxed);
+        e.kind.store(registry::qp_kind::RC, Ordering::Relaxed);
+        e.dc_key.store(0, Ordering::Relaxed);
+        e.dci_streams.store(0, Ordering::Relaxed);
         e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(self.d.dev, Ordering::Relaxed);
         e.pd.store(pd.pdn, Ordering::Relaxed);

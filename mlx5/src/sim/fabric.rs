@@ -687,7 +687,7 @@ mod tests {
         r.header.ready.store(1, Ordering::Release);
         let err = Fabric::open(&name).unwrap_err().to_string();
         assert!(
-            err.contains("another version") && err.contains("layout 6, this one uses 7"),
+            err.contains("another version") && err.contains("layout 7, this one uses 8"),
             "{err}"
         );
         drop(m);

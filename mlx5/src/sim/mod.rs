@@ -26,6 +26,7 @@
 
 pub mod channel;
 pub(crate) mod cqe_out;
+pub mod dct;
 mod delay;
 pub mod device;
 pub(crate) mod engine;

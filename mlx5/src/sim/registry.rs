@@ -12,9 +12,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version in the low
-/// byte). Version 7: owners are fabric tokens (`sim::member`), not
-/// pids, and the header counts tokens.
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d07;
+/// byte). Version 8: a QP entry has a kind (RC, DCI or DCT), a DC access
+/// key and a DCI's stream counts (version 7: owners are fabric tokens,
+/// `sim::member`, not pids).
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d08;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
 /// Shared-memory segments per fabric.
@@ -55,6 +56,17 @@ pub mod qp_state {
     pub const RTS: u32 = 3;
     /// ERR.
     pub const ERR: u32 = 4;
+}
+
+/// What a QP-table entry is, as stored in [`QpEntry::kind`]. DCT numbers
+/// share the QP number space, as on a ConnectX.
+pub mod qp_kind {
+    /// A reliable connected QP.
+    pub const RC: u32 = 0;
+    /// A DC target: receives from any DCI that names it with its key, into
+    /// its SRQ.
+    pub const DCT: u32 = 2;
+    // 1 is for the DC initiator (DCI).
 }
 
 /// Registry header.
@@ -312,7 +324,14 @@ pub struct QpEntry {
     pub rq_off: AtomicU64,
     /// Offset of the doorbell record.
     pub dbrec_off: AtomicU64,
-    _pad0: [u32; 6],
+    /// A DCT's access key: a DCI's WQE must carry it to reach the DCT.
+    pub dc_key: AtomicU64,
+    /// RC, DCI or DCT ([`qp_kind`]).
+    pub kind: AtomicU32,
+    /// A DCI's streams: log2 of the concurrent streams (low byte) and of
+    /// the errored streams it survives (next byte).
+    pub dci_streams: AtomicU32,
+    _pad0: [u32; 2],
     // Requester side: written by the owner's NIC as it runs the SQ.
     /// Serialises execution of the SQ.
     pub exec_lock: ShmLock,
