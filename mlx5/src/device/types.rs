@@ -127,6 +127,34 @@ pub struct DctAttr {
     pub min_rnr_timer: u8,
 }
 
+/// A DC initiator's streams: WQEs of one stream complete in order, and an
+/// error stops its stream alone until `1 << log_errored` streams have
+/// failed (then the whole DCI goes to ERR). Zero and zero: one stream, and
+/// any error stops the DCI, as on an RC QP.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DciStreams {
+    /// log2 of the streams that may be in flight at once.
+    pub log_concurrent: u8,
+    /// log2 of the errored streams the DCI survives (0: none).
+    pub log_errored: u8,
+}
+
+/// Where a DCI's WQE goes: a DCT, the key it checks, the route to its
+/// device, and the DCI stream the WQE belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DcDest {
+    /// The DCT number.
+    pub dct: u32,
+    /// The DCT's access key.
+    pub key: u64,
+    /// The DCT's port LID (on the software device, its device number + 1).
+    pub lid: u16,
+    /// The DCT's GID (RoCE).
+    pub gid: [u8; 16],
+    /// The DCI stream.
+    pub stream: u16,
+}
+
 /// Attributes for RTR → RTS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RtsAttr {

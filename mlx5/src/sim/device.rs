@@ -15,7 +15,17 @@ use super::registry::{
 use super::sched::{ExecMode, Nic, SchedStats};
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
 use crate::device::{
-    ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr,
+    ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DciStreams, DeviceError, QpCaps, QpState,
+    RtrAttr, RtsAttr,
+};
+
+/// The software device's DCI stream limits (`dci_streams_caps`): up to 16
+/// streams, and no errored stream survived (an error stops the whole DCI,
+/// as on a ConnectX whose firmware reports `max_log_num_errored` 0). Its
+/// NIC runs a DCI's WQEs in order, which keeps each stream's order.
+pub const DCI_STREAM_CAPS: DciStreams = DciStreams {
+    log_concurrent: 4,
+    log_errored: 0,
 };
 use crate::doorbell::DeviceNotify;
 use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
@@ -341,6 +351,51 @@ impl SimContext {
         srq: Option<&SimSrq>,
         caps: &QpCaps,
     ) -> Result<SimQp, DeviceError> {
+        self.create_queues(registry::qp_kind::RC, pd, (send_cq, recv_cq), srq, caps, 0)
+    }
+
+    /// Creates a DC initiator on `pd` with its completions on `send_cq`,
+    /// `streams` within [`DCI_STREAM_CAPS`]. It has no receive queue; it
+    /// goes RESET → INIT → RTR ([`SimQp::to_rtr_dci`]) → RTS.
+    pub fn create_dci(
+        &self,
+        pd: &SimPd,
+        send_cq: &SimCq,
+        caps: &QpCaps,
+        streams: DciStreams,
+    ) -> Result<SimQp, DeviceError> {
+        let max = DCI_STREAM_CAPS;
+        if streams.log_concurrent > max.log_concurrent || streams.log_errored > max.log_errored {
+            return Err(DeviceError::Invalid(format!(
+                "DCI streams 2^{} concurrent, 2^{} errored: the device allows 2^{} and 2^{}",
+                streams.log_concurrent, streams.log_errored, max.log_concurrent, max.log_errored
+            )));
+        }
+        let packed = u32::from(streams.log_concurrent) | u32::from(streams.log_errored) << 8;
+        let caps = QpCaps {
+            rq_wqe_cnt: 0,
+            ..*caps
+        };
+        self.create_queues(
+            registry::qp_kind::DCI,
+            pd,
+            (send_cq, send_cq),
+            None,
+            &caps,
+            packed,
+        )
+    }
+
+    /// A QP-table entry with a send queue: an RC QP or a DCI.
+    fn create_queues(
+        &self,
+        kind: u32,
+        pd: &SimPd,
+        (send_cq, recv_cq): (&SimCq, &SimCq),
+        srq: Option<&SimSrq>,
+        caps: &QpCaps,
+        dci_streams: u32,
+    ) -> Result<SimQp, DeviceError> {
         let sq_cnt = caps.sq_wqe_cnt.max(1).next_power_of_two();
         if sq_cnt > 32768 {
             return Err(DeviceError::Invalid(format!(
@@ -348,7 +403,7 @@ impl SimContext {
                 caps.sq_wqe_cnt
             )));
         }
-        let (rq_cnt, rq_stride) = if srq.is_some() {
+        let (rq_cnt, rq_stride) = if srq.is_some() || kind == registry::qp_kind::DCI {
             (0, 0)
         } else {
             if caps.rq_wqe_cnt > 32768 || caps.max_recv_sge > 63 {
@@ -372,9 +427,9 @@ impl SimContext {
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
         e.qpn.store(qpn, Ordering::Relaxed);
-        e.kind.store(registry::qp_kind::RC, Ordering::Relaxed);
+        e.kind.store(kind, Ordering::Relaxed);
         e.dc_key.store(0, Ordering::Relaxed);
-        e.dci_streams.store(0, Ordering::Relaxed);
+        e.dci_streams.store(dci_streams, Ordering::Relaxed);
         e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(self.d.dev, Ordering::Relaxed);
         e.pd.store(pd.pdn, Ordering::Relaxed);
@@ -853,9 +908,27 @@ impl SimQp {
         self.transition(&[QpState::Reset], QpState::Init, |_| {})
     }
 
+    /// INIT → RTR of a DCI: it names its peer in each WQE, so nothing is
+    /// connected.
+    pub fn to_rtr_dci(&self) -> Result<(), DeviceError> {
+        if self.e().kind.load(Ordering::Relaxed) != registry::qp_kind::DCI {
+            return Err(DeviceError::Invalid(format!(
+                "QP {:#x} is not a DCI: connect it with to_rtr",
+                self.inner.qpn
+            )));
+        }
+        self.transition(&[QpState::Init], QpState::Rtr, |_| {})
+    }
+
     /// INIT → RTR: connect to `attr.remote` and accept `attr.access` remote
     /// operations.
     pub fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
+        if self.e().kind.load(Ordering::Relaxed) != registry::qp_kind::RC {
+            return Err(DeviceError::Invalid(format!(
+                "QP {:#x} is a DCI: it has no peer to connect (to_rtr_dci)",
+                self.inner.qpn
+            )));
+        }
         let remote_dev = u32::from(attr.remote.lid).wrapping_sub(1);
         if remote_dev as usize >= MAX_DEVS {
             return Err(DeviceError::Invalid(format!(

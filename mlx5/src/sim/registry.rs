@@ -63,10 +63,11 @@ pub mod qp_state {
 pub mod qp_kind {
     /// A reliable connected QP.
     pub const RC: u32 = 0;
+    /// A DC initiator: sends to any DCT its WQEs name.
+    pub const DCI: u32 = 1;
     /// A DC target: receives from any DCI that names it with its key, into
     /// its SRQ.
     pub const DCT: u32 = 2;
-    // 1 is for the DC initiator (DCI).
 }
 
 /// Registry header.

@@ -2,7 +2,9 @@
 //! writes the control segment and records the WQE in the table.
 
 use super::{write_atomic_seg, write_data_seg, write_raddr_seg, Payload, SendQueue};
-use crate::prm::{ctrl_flags, Ctrl, CtrlSeg, InlineSeg, WqeOpcode, WQE_SEG_UNIT};
+use crate::prm::{
+    ctrl_flags, AddressVector, Ctrl, CtrlSeg, DatagramSeg, InlineSeg, WqeOpcode, WQE_SEG_UNIT,
+};
 use crate::wqe_table::SendTable;
 
 /// A WQE being built in the send queue. Dropping it without
@@ -20,6 +22,8 @@ pub struct WqeBuilder<'a, T> {
     flags: u8,
     imm: u32,
     force_signal: bool,
+    /// A DCI's stream (0 for every other WQE).
+    stream: u16,
 }
 
 impl<'a, T: SendTable> WqeBuilder<'a, T> {
@@ -36,7 +40,21 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
             flags: 0,
             imm: 0,
             force_signal: false,
+            stream: 0,
         }
+    }
+
+    /// Puts a DCI's address vector (the datagram segment, right after the
+    /// control segment) and stream: where the WQE goes.
+    #[inline(always)]
+    pub(super) fn put_av(&mut self, av: &AddressVector, stream: u16) {
+        let mut b = [0u8; DatagramSeg::<()>::LEN];
+        DatagramSeg::new_unchecked(&mut b[..]).set(av);
+        for part in b.chunks_exact(16) {
+            self.sq.seg16(self.start, self.off).copy_from_slice(part);
+            self.off += 16;
+        }
+        self.stream = stream;
     }
 
     #[inline(always)]
@@ -152,6 +170,9 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
             imm: self.imm,
             ..Ctrl::default()
         });
+        if self.stream != 0 {
+            CtrlSeg::new_unchecked(self.sq.seg16(start, 0)).set_dci_stream_channel_id(self.stream);
+        }
         self.sq
             .table
             .record(start, start.wrapping_add(bbs), Some(input), signaled);

@@ -15,12 +15,14 @@
 //! completions through the queue's [`SendTable`].
 
 mod builder;
+mod dc;
 
 use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub use builder::WqeBuilder;
+pub use dc::DcSends;
 
 use crate::cq::{Completion, CompletionSource};
 use crate::doorbell::{store_dbrec, BfMode, BlueFlame, DeviceNotify};

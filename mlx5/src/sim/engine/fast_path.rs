@@ -97,7 +97,7 @@ pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>
     unsafe { std::ptr::copy(src, dst, len as usize) };
     demote_written(dst, len as usize);
     if let Some((rv, imm)) = recv {
-        let se = solicited(body);
+        let se = solicited(qp, body);
         let cqe = recv_cqe(r, &rv, CqeOpcode::RespWrImm, len as u32, imm, qp.qpn, se);
         // A responder CQ that overruns goes to error on its own; the
         // requester's WQE still completed.

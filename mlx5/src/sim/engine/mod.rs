@@ -29,9 +29,11 @@ use std::sync::atomic::Ordering;
 use super::cqe_out::FlushReport;
 use super::exec::Exec;
 use super::fabric::{in_segment, Fabric};
-use super::registry::{qp_state, slot_of, QpEntry, LIVE, MAX_QPS};
+use super::registry::{qp_kind, qp_state, slot_of, QpEntry, LIVE, MAX_DEVS, MAX_QPS};
 use crate::doorbell::load_dbrec;
-use crate::prm::{ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, WqeOpcode, SND_DBR, WQE_SEG_UNIT};
+use crate::prm::{
+    ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, DatagramSeg, Syndrome, WqeOpcode, SND_DBR, WQE_SEG_UNIT,
+};
 use errors::{Fail, Failure};
 
 pub(crate) use errors::move_to_err;
@@ -92,6 +94,7 @@ pub(crate) fn qp_by_num(fab: &Fabric, qpn: u32) -> Option<(usize, &QpEntry)> {
 }
 
 /// A QP's registry entry with its queues resolved in this process.
+#[derive(Clone, Copy)]
 struct Qp<'a> {
     e: &'a QpEntry,
     qpn: u32,
@@ -101,6 +104,33 @@ struct Qp<'a> {
     sq_cnt: u32,
     dbrec: NonNull<u8>,
     rq: Option<NonNull<u8>>,
+    /// Whether it is a DCI.
+    dci: bool,
+    /// A DCI's peer for the WQE being run, from its address vector.
+    dest: Option<Dest>,
+}
+
+/// The DCT a DCI's WQE names: its number, the key the WQE carries, and the
+/// device its route leads to.
+#[derive(Clone, Copy)]
+struct Dest {
+    dct: u32,
+    key: u64,
+    dev: u32,
+    /// The WQE's SOLICITED flag (its body, rebased past the address,
+    /// no longer starts with its control segment).
+    solicited: bool,
+}
+
+impl Qp<'_> {
+    /// The device the QP's packets go to: a DCI's WQE names it, an RC QP
+    /// was connected to it.
+    fn remote_dev(&self) -> u32 {
+        match self.dest {
+            Some(d) => d.dev,
+            None => self.e.remote_dev.load(Ordering::Relaxed),
+        }
+    }
 }
 
 fn qp_view<'a>(fab: &'a Fabric, e: &'a QpEntry) -> Option<Qp<'a>> {
@@ -129,6 +159,8 @@ fn qp_view<'a>(fab: &'a Fabric, e: &'a QpEntry) -> Option<Qp<'a>> {
         } else {
             None
         },
+        dci: e.kind.load(Ordering::Relaxed) == qp_kind::DCI,
+        dest: None,
     })
 }
 
@@ -261,8 +293,13 @@ fn run_wqes(
                 vendor,
                 remote_err,
             }) => {
+                // A responder QP that refused goes to ERR with the
+                // requester; a DCT, which serves every DCI, does not.
                 if let Some(slot) = remote_err {
-                    move_to_err(x, &x.fab.reg().qps[slot], report);
+                    let r = &x.fab.reg().qps[slot];
+                    if r.kind.load(Ordering::Relaxed) != qp_kind::DCT {
+                        move_to_err(x, r, report);
+                    }
                 }
                 (syndrome, vendor)
             }
@@ -287,8 +324,11 @@ fn run_wqes(
 #[inline]
 fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail> {
     let Some(body) = w.body else {
-        return Err(Fail::local(crate::prm::Syndrome::LocalQpOp));
+        return Err(Fail::local(Syndrome::LocalQpOp));
     };
+    if qp.dci {
+        return execute_dc(x, qp, w, body);
+    }
     let fast = if w.opcode == WqeOpcode::RdmaWriteImm as u8 {
         fast_path::write(x, qp, body, Some(w.imm))
     } else if w.opcode == WqeOpcode::RdmaWrite as u8 {
@@ -299,6 +339,50 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail>
     match fast {
         Some(n) => Ok(Done::now(n)),
         None => requester::execute(x, qp, body, w.opcode, w.imm),
+    }
+}
+
+/// Executes a DCI's WQE: its address vector (after the control segment)
+/// names the DCT, and the segments after it are an RC WQE's, run against
+/// that DCT as the responder. A WQE too short for its address vector is a
+/// local QP operation error.
+#[cold]
+fn execute_dc(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>, body: &[u8]) -> Result<Done, Fail> {
+    const AV: usize = DatagramSeg::<()>::LEN;
+    let ctrl = CtrlSeg::<()>::LEN;
+    let Some(av) = body.get(ctrl..ctrl + AV) else {
+        return Err(Fail::local(Syndrome::LocalQpOp));
+    };
+    let av = DatagramSeg::new_unchecked(av);
+    // A LID that names no device routes nowhere: no answer comes.
+    let dev = u32::from(av.rlid()).wrapping_sub(1);
+    let dev = if (dev as usize) < MAX_DEVS {
+        dev
+    } else {
+        u32::MAX
+    };
+    let q = Qp {
+        dest: Some(Dest {
+            dct: av.dqp_dct(),
+            key: av.key(),
+            dev,
+            solicited: w.flags & ctrl_flags::SOLICITED != 0,
+        }),
+        ..*qp
+    };
+    // The RC executors read segments from offset 16 on: start the body 48
+    // bytes further, so that the segment after the address sits there.
+    let rest = &body[AV..];
+    let fast = if w.opcode == WqeOpcode::RdmaWriteImm as u8 {
+        fast_path::write(x, &q, rest, Some(w.imm))
+    } else if w.opcode == WqeOpcode::RdmaWrite as u8 {
+        fast_path::write(x, &q, rest, None)
+    } else {
+        None
+    };
+    match fast {
+        Some(n) => Ok(Done::now(n)),
+        None => requester::execute(x, &q, rest, w.opcode, w.imm),
     }
 }
 

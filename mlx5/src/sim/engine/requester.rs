@@ -121,7 +121,7 @@ fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result
             src_qpn: qp.qpn,
             scatter: None,
             reveal: reveal.map(|t| t.responder),
-            solicited: solicited(body),
+            solicited: solicited(qp, body),
         };
         complete_recv(x, r, rv, done);
     }
@@ -161,7 +161,7 @@ fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<
         src_qpn: qp.qpn,
         scatter,
         reveal: reveal.map(|t| t.responder),
-        solicited: solicited(body),
+        solicited: solicited(qp, body),
     };
     complete_recv(x, r, rv, done);
     Ok(Done::at(len as u32, reveal.map(|t| t.requester)))

@@ -19,16 +19,27 @@ use crate::sim::exec::Exec;
 use crate::sim::fabric::{in_segment, Fabric};
 use crate::sim::link;
 use crate::sim::registry::{
-    qp_state, slot_of, QpEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
+    qp_kind, qp_state, slot_of, QpEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
 };
 
 /// How often a requester checks that its peer's process is alive.
 const PEER_CHECK_NS: u64 = 1_000_000;
 
 /// The responder QP of `qp` if it is connected back to `qp` and ready to
-/// receive (RTR or RTS).
+/// receive (RTR or RTS); for a DCI, the DCT its WQE names, if that DCT is on
+/// the device the route leads to and the WQE carries its key. A DCT
+/// answers no packet with another key (it counts a key violation), so the
+/// DCI sees no answer, as from a DCT that does not exist.
 #[inline]
 pub(super) fn connected_peer<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Option<(usize, &'a QpEntry)> {
+    if let Some(d) = qp.dest {
+        let (slot, r) = qp_by_num(fab, d.dct)?;
+        return (r.kind.load(Ordering::Relaxed) == qp_kind::DCT
+            && r.dev.load(Ordering::Relaxed) == d.dev
+            && r.dc_key.load(Ordering::Relaxed) == d.key
+            && r.qp_state.load(Ordering::Acquire) == qp_state::RTR)
+            .then_some((slot, r));
+    }
     let (slot, r) = qp_by_num(fab, qp.e.remote_qpn.load(Ordering::Relaxed))?;
     let st = r.qp_state.load(Ordering::Acquire);
     (r.dev.load(Ordering::Relaxed) == qp.e.remote_dev.load(Ordering::Relaxed)
@@ -73,7 +84,7 @@ pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a
 /// address names it).
 #[cold]
 fn path_down(fab: &Fabric, qp: &Qp<'_>) -> bool {
-    link::path_down(fab.reg(), qp.dev, qp.e.remote_dev.load(Ordering::Relaxed))
+    link::path_down(fab.reg(), qp.dev, qp.remote_dev())
 }
 
 /// An injected access fault, checked where the responder validates the rkey.
@@ -266,11 +277,15 @@ pub(super) fn scatter_to_cqe(
     Some((fmt, data))
 }
 
-/// Whether the WQE whose first bytes are `body` asked for a solicited event
-/// at the responder (its control segment's SOLICITED flag): its receive CQE
-/// then has the solicited bit.
+/// Whether `qp`'s WQE whose first bytes are `body` asked for a solicited
+/// event at the responder (its control segment's SOLICITED flag): its
+/// receive CQE then has the solicited bit. A DCI's body starts past its
+/// address vector; its flag came with the address.
 #[inline(always)]
-pub(super) fn solicited(body: &[u8]) -> bool {
+pub(super) fn solicited(qp: &Qp<'_>, body: &[u8]) -> bool {
+    if let Some(d) = qp.dest {
+        return d.solicited;
+    }
     body.get(..CtrlSeg::<()>::LEN)
         .is_some_and(|c| CtrlSeg::new_unchecked(c).fm_ce_se() & ctrl_flags::SOLICITED != 0)
 }

@@ -1,0 +1,116 @@
+//! A DCI's verbs: each WQE carries the DCT it goes to in a datagram segment
+//! (48 bytes, three segments) right after its control segment, and its DCI
+//! stream in the control segment. Otherwise they are the RC verbs.
+
+use super::{sge_segments, Payload, SendQueue, SqError, WqeBuilder};
+use crate::device::DcDest;
+use crate::prm::{AddressVector, WqeOpcode};
+use crate::wqe_table::SendTable;
+
+/// Segments a DCI's address vector takes.
+const AV_DS: usize = 3;
+
+/// The verbs of a DCI's send queue towards one DCT
+/// ([`SendQueue::dc`]).
+#[derive(Debug)]
+pub struct DcSends<'a, T> {
+    sq: &'a mut SendQueue<T>,
+    av: AddressVector,
+    stream: u16,
+}
+
+impl<T> SendQueue<T> {
+    /// The verbs of this queue (a DCI's) towards `dest`.
+    #[inline(always)]
+    pub fn dc(&mut self, dest: &DcDest) -> DcSends<'_, T> {
+        DcSends {
+            sq: self,
+            av: AddressVector {
+                key: dest.key,
+                dqp_dct: dest.dct,
+                extended: true,
+                rlid: dest.lid,
+                rgid: dest.gid,
+                ..AddressVector::default()
+            },
+            stream: dest.stream,
+        }
+    }
+}
+
+impl<'a, T: SendTable> DcSends<'a, T> {
+    /// A WQE of `opcode` and `ds` segments after the address, addressed.
+    #[inline(always)]
+    fn begin(
+        self,
+        opcode: WqeOpcode,
+        ds: usize,
+        inline: usize,
+    ) -> Result<WqeBuilder<'a, T>, SqError> {
+        let mut b = self.sq.begin(opcode, 1 + AV_DS + ds, inline)?;
+        b.put_av(&self.av, self.stream);
+        Ok(b)
+    }
+
+    /// RDMA WRITE of `data` to `raddr` under `rkey` at the DCT's side.
+    #[inline(always)]
+    pub fn write(
+        self,
+        raddr: u64,
+        rkey: u32,
+        data: Payload<'_>,
+    ) -> Result<WqeBuilder<'a, T>, SqError> {
+        let mut b = self.begin(WqeOpcode::RdmaWrite, 1 + data.ds(), data.inline_len())?;
+        b.put_raddr(raddr, rkey);
+        b.put_payload(&data);
+        Ok(b)
+    }
+
+    /// RDMA WRITE with immediate: consumes a receive WQE of the DCT's SRQ,
+    /// whose CQE carries `imm`.
+    #[inline(always)]
+    pub fn write_imm(
+        self,
+        raddr: u64,
+        rkey: u32,
+        imm: u32,
+        data: Payload<'_>,
+    ) -> Result<WqeBuilder<'a, T>, SqError> {
+        let mut b = self.begin(WqeOpcode::RdmaWriteImm, 1 + data.ds(), data.inline_len())?;
+        b.set_imm(imm);
+        b.put_raddr(raddr, rkey);
+        b.put_payload(&data);
+        Ok(b)
+    }
+
+    /// SEND of `data` into the next receive WQE of the DCT's SRQ.
+    #[inline(always)]
+    pub fn send(self, data: Payload<'_>) -> Result<WqeBuilder<'a, T>, SqError> {
+        let mut b = self.begin(WqeOpcode::Send, data.ds(), data.inline_len())?;
+        b.put_payload(&data);
+        Ok(b)
+    }
+
+    /// SEND with immediate.
+    #[inline(always)]
+    pub fn send_imm(self, imm: u32, data: Payload<'_>) -> Result<WqeBuilder<'a, T>, SqError> {
+        let mut b = self.begin(WqeOpcode::SendImm, data.ds(), data.inline_len())?;
+        b.set_imm(imm);
+        b.put_payload(&data);
+        Ok(b)
+    }
+
+    /// RDMA READ from `raddr` under `rkey` at the DCT's side into `sges`.
+    #[inline(always)]
+    pub fn read(
+        self,
+        raddr: u64,
+        rkey: u32,
+        sges: &[super::Sge],
+    ) -> Result<WqeBuilder<'a, T>, SqError> {
+        let mut b = self.begin(WqeOpcode::RdmaRead, 1 + sge_segments(sges), 0)?;
+        b.put_raddr(raddr, rkey);
+        b.put_payload(&Payload::Sges(sges));
+        Ok(b)
+    }
+}
