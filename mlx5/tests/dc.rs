@@ -275,13 +275,15 @@ fn a_dci_reaches_two_dcts_by_number_and_key(f: &TestFabric) {
             .unwrap()
             .post(10 + k);
     }
+    // A NOP has no address.
+    i.sq.nop().unwrap().post(50);
     let read_sge = i.sge(0x200, 11);
     i.sq.dc(&b.dest(3))
         .read(b.mr.addr() + 0x100, b.mr.rkey(), &[read_sge])
         .unwrap()
         .post(99);
     i.sq.ring_doorbell();
-    let sent = i.done(9);
+    let sent = i.done(10);
     assert!(sent.iter().all(|r| r.syndrome.is_none()), "{sent:?}");
     // In posting order: the NIC runs a DCI's WQEs in order.
     let wcs: Vec<u16> = sent.iter().map(|r| r.wc).collect();
