@@ -344,7 +344,10 @@ fn a_wrong_key_or_an_unknown_dct_gets_no_answer(f: &TestFabric) {
         assert_eq!(i.qp.state(), QpState::Err);
     }
     // Nothing reached the target, and it still serves a DCI with its key.
+    // The wrong key's two tries (the first and one retry) count as key
+    // violations; the unknown DCT's and the other device's never reach it.
     assert_eq!(t.mr.to_vec(0, 7), vec![0; 7]);
+    assert_eq!(t.dct.key_violations(), 2);
     let mut i = Initiator::new(f.open("sim0"), quick());
     i.sq.dc(&t.dest(0))
         .write_imm(t.mr.addr(), t.mr.rkey(), 5, Payload::Inline(b"arrived"))

@@ -59,6 +59,7 @@ impl SimContext {
         e.kind.store(qp_kind::DCT, Ordering::Relaxed);
         e.dc_key.store(attr.key, Ordering::Relaxed);
         e.dci_streams.store(0, Ordering::Relaxed);
+        e.key_violations.store(0, Ordering::Relaxed);
         e.owner.store(fab.token(), Ordering::Relaxed);
         e.dev.store(u32::from(self.lid()) - 1, Ordering::Relaxed);
         e.pd.store(pd.pdn(), Ordering::Relaxed);
@@ -98,6 +99,14 @@ impl SimDct {
     /// The access key a DCI's WQE must carry.
     pub fn key(&self) -> u64 {
         self.inner.key
+    }
+
+    /// Transport tries that named this DCT with another key (each dropped:
+    /// the DCI gets no answer), as a ConnectX counts them in its DCT
+    /// context's `dc_access_key_violation_count`.
+    pub fn key_violations(&self) -> u32 {
+        let e = &self.inner.ctx.fabric().reg().qps[self.inner.slot];
+        e.key_violations.load(Ordering::Relaxed)
     }
 }
 

@@ -332,7 +332,10 @@ pub struct QpEntry {
     /// A DCI's streams: log2 of the concurrent streams (low byte) and of
     /// the errored streams it survives (next byte).
     pub dci_streams: AtomicU32,
-    _pad0: [u32; 2],
+    /// A DCT's count of transport tries that named it with another key (a
+    /// ConnectX DCT context's `dc_access_key_violation_count`).
+    pub key_violations: AtomicU32,
+    _pad0: u32,
     // Requester side: written by the owner's NIC as it runs the SQ.
     /// Serialises execution of the SQ.
     pub exec_lock: ShmLock,

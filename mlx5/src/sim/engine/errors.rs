@@ -21,7 +21,13 @@ pub(super) enum Fail {
         remote_err: Option<usize>,
     },
     /// Retry the WQE after `delay_us` (an RNR NAK, or no answer from the peer).
-    Retry { kind: RetryKind, delay_us: u32 },
+    Retry {
+        kind: RetryKind,
+        delay_us: u32,
+        /// The DCT (by registry slot) that dropped the try because it
+        /// carried another key: it counts the try when the try counts.
+        key_violation: Option<usize>,
+    },
 }
 
 /// What a retried WQE waits for.
@@ -57,6 +63,7 @@ impl Fail {
         Fail::Retry {
             kind: RetryKind::Rnr,
             delay_us,
+            key_violation: None,
         }
     }
 
@@ -65,6 +72,17 @@ impl Fail {
         Fail::Retry {
             kind: RetryKind::Transport,
             delay_us: timeout_us,
+            key_violation: None,
+        }
+    }
+
+    /// No answer within `timeout_us`: DCT `dct_slot` dropped the packet for
+    /// its key.
+    pub(super) fn key_violation(timeout_us: u32, dct_slot: usize) -> Fail {
+        Fail::Retry {
+            kind: RetryKind::Transport,
+            delay_us: timeout_us,
+            key_violation: Some(dct_slot),
         }
     }
 }
@@ -87,6 +105,7 @@ pub(super) fn retry(
     ci: u32,
     kind: RetryKind,
     delay_us: u32,
+    key_violation: Option<usize>,
 ) -> Result<Stall, Syndrome> {
     let e = qp.e;
     let retry_after_us = delay_us;
@@ -116,6 +135,11 @@ pub(super) fn retry(
     }
     let tries = count.load(Ordering::Relaxed);
     count.store(tries + 1, Ordering::Relaxed);
+    if let Some(slot) = key_violation {
+        x.fab.reg().qps[slot]
+            .key_violations
+            .fetch_add(1, Ordering::Relaxed);
+    }
     e.retry_due_ns
         .store(now_ns + u64::from(delay_us) * 1000, Ordering::Relaxed);
     match kind {

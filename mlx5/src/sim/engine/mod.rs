@@ -281,7 +281,11 @@ fn run_wqes(
                 errors::clear_tries(e);
                 continue;
             }
-            Err(Fail::Retry { kind, delay_us }) => match errors::retry(x, qp, ci, kind, delay_us) {
+            Err(Fail::Retry {
+                kind,
+                delay_us,
+                key_violation,
+            }) => match errors::retry(x, qp, ci, kind, delay_us, key_violation) {
                 Ok(stall) => {
                     res.stalled = Some(stall);
                     break;

@@ -48,6 +48,18 @@ pub(super) fn connected_peer<'a>(fab: &'a Fabric, qp: &Qp<'_>) -> Option<(usize,
         .then_some((slot, r))
 }
 
+/// The DCT (by registry slot) a DCI's WQE reached with another key, if
+/// that is why no peer answered.
+#[cold]
+fn key_violated(fab: &Fabric, qp: &Qp<'_>) -> Option<usize> {
+    let d = qp.dest?;
+    let (slot, r) = qp_by_num(fab, d.dct)?;
+    (r.kind.load(Ordering::Relaxed) == qp_kind::DCT
+        && r.dev.load(Ordering::Relaxed) == d.dev
+        && r.dc_key.load(Ordering::Relaxed) != d.key)
+        .then_some(slot)
+}
+
 /// Whether `qp`'s peer process is due for its liveness check at `now`. A peer
 /// process that died leaves its queues behind in the registry; the kernel is
 /// asked whether it lives at most once per millisecond of this NIC's clock (a
@@ -67,7 +79,10 @@ pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a
         return Err(Fail::transport(timeout_us));
     }
     let Some((slot, r)) = connected_peer(x.fab, qp) else {
-        return Err(Fail::transport(timeout_us));
+        return Err(match key_violated(x.fab, qp) {
+            Some(dct) => Fail::key_violation(timeout_us, dct),
+            None => Fail::transport(timeout_us),
+        });
     };
     let now = x.clock.peer_stamp();
     if peer_check_due(qp, now) {
