@@ -348,15 +348,21 @@ fn a_wrong_key_or_an_unknown_dct_gets_no_answer(f: &TestFabric) {
     // violations; the unknown DCT's and the other device's never reach it.
     assert_eq!(t.mr.to_vec(0, 7), vec![0; 7]);
     assert_eq!(t.dct.key_violations(), 2);
+    reaches(f, &mut t, 5, b"arrived");
+}
+
+/// A new DCI's WRITE_IMM of `data` reaches `t`'s region start and its SRQ
+/// with `imm`.
+fn reaches(f: &TestFabric, t: &mut Target, imm: u32, data: &[u8]) {
     let mut i = Initiator::new(f.open("sim0"), quick());
     i.sq.dc(&t.dest(0))
-        .write_imm(t.mr.addr(), t.mr.rkey(), 5, Payload::Inline(b"arrived"))
+        .write_imm(t.mr.addr(), t.mr.rkey(), imm, Payload::Inline(data))
         .unwrap()
         .post(1);
     i.sq.ring_doorbell();
     assert_eq!(i.done(1)[0].syndrome, None);
-    assert_eq!(wait(&t.ctx, &mut t.ring, 1)[0].imm, 5);
-    assert_eq!(t.mr.to_vec(0, 7), b"arrived");
+    assert_eq!(wait(&t.ctx, &mut t.ring, 1)[0].imm, imm);
+    assert_eq!(t.mr.to_vec(0, data.len()), data);
 }
 
 fn a_dct_that_refuses_access_serves_the_next_dci(f: &TestFabric) {
@@ -373,15 +379,7 @@ fn a_dct_that_refuses_access_serves_the_next_dci(f: &TestFabric) {
     assert_eq!(i.done(1)[0].syndrome, Some(Syndrome::RemoteAccess as u8));
     assert_eq!(i.qp.state(), QpState::Err);
     // The DCT, which serves every DCI, stays ready.
-    let mut j = Initiator::new(f.open("sim0"), quick());
-    j.sq.dc(&t.dest(0))
-        .write_imm(t.mr.addr(), t.mr.rkey(), 3, Payload::Inline(b"still up"))
-        .unwrap()
-        .post(1);
-    j.sq.ring_doorbell();
-    assert_eq!(j.done(1)[0].syndrome, None);
-    assert_eq!(wait(&t.ctx, &mut t.ring, 1)[0].imm, 3);
-    assert_eq!(t.mr.to_vec(0, 8), b"still up");
+    reaches(f, &mut t, 3, b"still up");
 }
 
 fn an_empty_dct_srq_is_rnr_as_for_rc(f: &TestFabric) {

@@ -55,26 +55,15 @@ impl SimContext {
             .ok_or_else(|| DeviceError::Fabric(FabricError::Full(fab.name().into(), "QP")))?;
         let number = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
-        e.qpn.store(number, Ordering::Relaxed);
-        e.kind.store(qp_kind::DCT, Ordering::Relaxed);
+        let dev = u32::from(self.lid()) - 1;
+        e.clear(number, qp_kind::DCT, fab.token(), dev, pd.pdn());
         e.dc_key.store(attr.key, Ordering::Relaxed);
-        e.dci_streams.store(0, Ordering::Relaxed);
-        e.key_violations.store(0, Ordering::Relaxed);
-        e.owner.store(fab.token(), Ordering::Relaxed);
-        e.dev.store(u32::from(self.lid()) - 1, Ordering::Relaxed);
-        e.pd.store(pd.pdn(), Ordering::Relaxed);
-        e.seg.store(registry::NO_SEG, Ordering::Relaxed);
-        e.sq_cnt.store(0, Ordering::Relaxed);
-        e.rq_cnt.store(0, Ordering::Relaxed);
-        e.rq_stride.store(0, Ordering::Relaxed);
         e.srqn.store(srq.srqn(), Ordering::Relaxed);
         e.send_cqn.store(recv_cq.cqn(), Ordering::Relaxed);
         e.recv_cqn.store(recv_cq.cqn(), Ordering::Relaxed);
-        e.remote_qpn.store(0, Ordering::Relaxed);
         e.access.store(attr.access, Ordering::Relaxed);
         e.min_rnr_us
             .store(rnr_timer_us(attr.min_rnr_timer), Ordering::Relaxed);
-        e.rq_ci.store(0, Ordering::Relaxed);
         e.qp_state.store(qp_state::RTR, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
         Ok(SimDct {

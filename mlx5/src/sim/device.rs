@@ -426,14 +426,8 @@ impl SimContext {
         })?;
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
-        e.qpn.store(qpn, Ordering::Relaxed);
-        e.kind.store(kind, Ordering::Relaxed);
-        e.dc_key.store(0, Ordering::Relaxed);
+        e.clear(qpn, kind, fab.token(), self.d.dev, pd.pdn);
         e.dci_streams.store(dci_streams, Ordering::Relaxed);
-        e.owner.store(fab.token(), Ordering::Relaxed);
-        e.dev.store(self.d.dev, Ordering::Relaxed);
-        e.pd.store(pd.pdn, Ordering::Relaxed);
-        e.qp_state.store(qp_state::RESET, Ordering::Relaxed);
         e.seg.store(seg.slot(), Ordering::Relaxed);
         e.sq_cnt.store(sq_cnt, Ordering::Relaxed);
         e.rq_cnt.store(rq_cnt, Ordering::Relaxed);
@@ -442,18 +436,8 @@ impl SimContext {
             .store(srq.map_or(u32::MAX, |s| s.inner.srqn), Ordering::Relaxed);
         e.send_cqn.store(send_cq.inner.cqn, Ordering::Relaxed);
         e.recv_cqn.store(recv_cq.inner.cqn, Ordering::Relaxed);
-        e.remote_qpn.store(0, Ordering::Relaxed);
-        e.access.store(0, Ordering::Relaxed);
-        e.sq_off.store(0, Ordering::Relaxed);
         e.rq_off.store(sq_len, Ordering::Relaxed);
         e.dbrec_off.store(dbrec_off, Ordering::Relaxed);
-        e.sq_ci.store(0, Ordering::Relaxed);
-        e.rq_ci.store(0, Ordering::Relaxed);
-        e.retry_tries.store(0, Ordering::Relaxed);
-        e.ack_tries.store(0, Ordering::Relaxed);
-        e.retry_wqe.store(registry::NO_RETRY, Ordering::Relaxed);
-        e.retry_due_ns.store(0, Ordering::Relaxed);
-        e.peer_seen.store(u64::MAX, Ordering::Relaxed);
         e.state.store(LIVE, Ordering::Release);
         Ok(SimQp {
             inner: Arc::new(QpInner {

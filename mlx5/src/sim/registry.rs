@@ -363,6 +363,56 @@ pub struct QpEntry {
     _pad2: [u32; 14],
 }
 
+impl QpEntry {
+    /// Makes a claimed entry a fresh one of `kind`: number `qpn`, owned by
+    /// fabric token `owner`, on device `dev` and PD `pd`, in RESET, with no
+    /// queues, peer, access, key, counters or retries left from the slot's
+    /// last user. The creator then sets what its kind has, and `state`.
+    pub fn clear(&self, qpn: u32, kind: u32, owner: u32, dev: u32, pd: u32) {
+        let r = Ordering::Relaxed;
+        self.qpn.store(qpn, r);
+        self.kind.store(kind, r);
+        self.owner.store(owner, r);
+        self.dev.store(dev, r);
+        self.pd.store(pd, r);
+        self.qp_state.store(qp_state::RESET, r);
+        self.seg.store(NO_SEG, r);
+        for c in [&self.sq_cnt, &self.rq_cnt, &self.rq_stride] {
+            c.store(0, r);
+        }
+        self.srqn.store(u32::MAX, r);
+        for c in [
+            &self.send_cqn,
+            &self.recv_cqn,
+            &self.remote_qpn,
+            &self.remote_dev,
+        ] {
+            c.store(0, r);
+        }
+        for c in [
+            &self.access,
+            &self.rnr_retry,
+            &self.retry_cnt,
+            &self.min_rnr_us,
+            &self.timeout_us,
+        ] {
+            c.store(0, r);
+        }
+        for o in [&self.sq_off, &self.rq_off, &self.dbrec_off, &self.dc_key] {
+            o.store(0, r);
+        }
+        self.dci_streams.store(0, r);
+        self.key_violations.store(0, r);
+        self.sq_ci.store(0, r);
+        self.retry_tries.store(0, r);
+        self.retry_wqe.store(NO_RETRY, r);
+        self.retry_due_ns.store(0, r);
+        self.peer_seen.store(u64::MAX, r);
+        self.ack_tries.store(0, r);
+        self.rq_ci.store(0, r);
+    }
+}
+
 /// The whole registry.
 #[repr(C)]
 #[derive(Debug)]
