@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ConnInfo, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};
+use super::{
+    ConnInfo, CqAttr, DciStreams, DctAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr,
+};
 use crate::cq::CqRing;
 use crate::hw::{
     self, HwChannel, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq, VerbsQp,
@@ -14,7 +16,8 @@ use crate::hw::{
 };
 use crate::rq::{RecvQueue, Srq, SrqTopology};
 use crate::sim::channel::{SimChannel, SimWaker};
-use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
+use crate::sim::dct::SimDct;
+use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq, DCI_STREAM_CAPS};
 use crate::sim::sched::{ExecMode, SchedStats};
 use crate::sq::{SendQueue, SqConfig};
 use crate::wqe_table::{RecvTable, SendTable};
@@ -238,6 +241,87 @@ impl Context {
             }
             _ => return Err(mixed()),
         })
+    }
+}
+
+/// The Dynamically Connected transport: DC targets and initiators.
+impl Context {
+    /// The DCI streams the device supports: the largest `log_concurrent`
+    /// and `log_errored` [`create_dci`](Self::create_dci) accepts.
+    pub fn dci_stream_caps(&self) -> Result<DciStreams, DeviceError> {
+        match self {
+            Context::Sim(_) => Ok(DCI_STREAM_CAPS),
+            Context::Hw(c) => Err(no_dc(c.name())),
+        }
+    }
+
+    /// Creates a DC target on `pd`, ready to receive: any DCI whose WQE
+    /// names its number and carries `attr.key` reaches it. Its receives
+    /// come from `srq` and complete on `recv_cq`.
+    pub fn create_dct(
+        &self,
+        pd: &Pd,
+        srq: &SrqHandle,
+        recv_cq: &Cq,
+        attr: &DctAttr,
+    ) -> Result<Dct, DeviceError> {
+        match (self, pd, srq, recv_cq) {
+            (Context::Sim(c), Pd::Sim(p), SrqHandle::Sim(s), Cq::Sim(q)) => {
+                Ok(Dct::Sim(c.create_dct(p, s, q, attr)?))
+            }
+            (Context::Hw(c), Pd::Hw(_), SrqHandle::Hw(_), Cq::Hw(_)) => Err(no_dc(c.name())),
+            _ => Err(mixed()),
+        }
+    }
+
+    /// Creates a DC initiator on `pd` with its completions on `send_cq`
+    /// and `streams` within [`dci_stream_caps`](Self::dci_stream_caps).
+    /// It has no receive queue (`caps.rq_wqe_cnt` is ignored); bring it up
+    /// with [`Qp::ready_dci`], then post through
+    /// [`SendQueue::dc`](crate::sq::SendQueue::dc).
+    pub fn create_dci(
+        &self,
+        pd: &Pd,
+        send_cq: &Cq,
+        caps: &QpCaps,
+        streams: DciStreams,
+    ) -> Result<Qp, DeviceError> {
+        match (self, pd, send_cq) {
+            (Context::Sim(c), Pd::Sim(p), Cq::Sim(s)) => {
+                Ok(Qp::Sim(c.create_dci(p, s, caps, streams)?))
+            }
+            (Context::Hw(c), Pd::Hw(_), Cq::Hw(_)) => Err(no_dc(c.name())),
+            _ => Err(mixed()),
+        }
+    }
+}
+
+fn no_dc(dev: &str) -> DeviceError {
+    DeviceError::Invalid(format!(
+        "{dev}: the rdma-core backend has no DC queues yet (the software device has)"
+    ))
+}
+
+/// A DC target: receives from any DCI that names it and carries its key.
+#[derive(Debug, Clone)]
+pub enum Dct {
+    /// Software device.
+    Sim(SimDct),
+}
+
+impl Dct {
+    /// The DCT number, which a DCI's WQE names.
+    pub fn number(&self) -> u32 {
+        match self {
+            Dct::Sim(d) => d.number(),
+        }
+    }
+
+    /// The access key a DCI's WQE must carry.
+    pub fn key(&self) -> u64 {
+        match self {
+            Dct::Sim(d) => d.key(),
+        }
     }
 }
 
@@ -664,6 +748,22 @@ impl Qp {
     pub fn connect(&self, rtr: &RtrAttr, rts: &RtsAttr) -> Result<(), DeviceError> {
         self.to_init()?;
         self.to_rtr(rtr)?;
+        self.to_rts(rts)
+    }
+
+    /// INIT → RTR of a DCI: it names its peer in each WQE, so nothing is
+    /// connected.
+    pub fn to_rtr_dci(&self) -> Result<(), DeviceError> {
+        match self {
+            Qp::Sim(q) => q.to_rtr_dci(),
+            Qp::Hw { ctx, .. } => Err(no_dc(ctx.name())),
+        }
+    }
+
+    /// RESET → INIT → RTR → RTS of a DCI: ready to send to any DCT.
+    pub fn ready_dci(&self, rts: &RtsAttr) -> Result<(), DeviceError> {
+        self.to_init()?;
+        self.to_rtr_dci()?;
         self.to_rts(rts)
     }
 

@@ -15,5 +15,7 @@ mod front;
 mod types;
 
 pub use crate::sim::sched::{ExecMode, FaultPlan, SchedStats};
-pub use front::{ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Mr, Pd, Qp, SrqHandle};
+pub use front::{
+    ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, Mr, Pd, Qp, SrqHandle,
+};
 pub use types::*;
