@@ -6,11 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlx5::device::{
-    access, CompletionChannel, Context as Device, Cq, CqAttr, Pd, QpCaps, RtrAttr, RtsAttr,
-    SrqHandle,
-};
-use mlx5::fastmap::FastMap;
+use mlx5::device::{access, CompletionChannel, Context as Device, Cq, CqAttr, Pd, SrqHandle};
 
 use crate::encoding::*;
 use crate::endpoint::{
@@ -20,7 +16,7 @@ use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, W
 use crate::fifo::Fifo;
 use crate::idle::{take_wake, IdlePolicy, SpinBudget, Waker};
 use crate::slab::Slab;
-use crate::transport::{Mlx5, Sge, Transport, WorkCompletion};
+use crate::transport::{Mlx5, Objects, Sge, Transport, WorkCompletion};
 
 /// How long an idle [`Context::wait`] spins before it starts yielding the
 /// CPU between polls: longer than a round trip that is on its way.
@@ -28,11 +24,6 @@ const POLITE_AFTER: Duration = Duration::from_micros(10);
 
 /// Empty polls between two clock reads of a spinning [`Context::wait`].
 const CLOCK_EVERY: u32 = 16;
-
-/// Work requests between requested completions on an endpoint's send queue.
-const SIGNAL_INTERVAL: u32 = 64;
-/// Transport retries (ACK timeouts) before a QP gives up on its peer.
-const TRANSPORT_RETRIES: u8 = 6;
 
 /// An endpoint of a context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -276,6 +267,16 @@ impl ContextBuilder {
             posted += 1;
         }
         T::srq_ring(&mut recv_cq);
+        let shared = T::shared(&Objects {
+            device,
+            pd: &pd,
+            send_cq: &scq,
+            recv_cq: &rcq,
+            srq: &srq_h,
+            sq_size: self.sq_size,
+            max_endpoints: self.max_endpoints,
+            compression: self.compression,
+        })?;
         let n = self.max_endpoints as usize;
         let consumer_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE | access::REMOTE_READ)?;
         let read_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE)?;
@@ -295,7 +296,7 @@ impl ContextBuilder {
             srq_low: posted * 2 / 3,
             eps: Vec::with_capacity(n),
             free_slots: Vec::new(),
-            by_qpn: FastMap::new(),
+            shared,
             consumer_arena,
             read_arena,
             dirty: Vec::with_capacity(n),
@@ -336,7 +337,8 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     eps: Vec<Option<Ep<U, T>>>,
     /// Slots of removed endpoints, with the generation their next endpoint gets.
     free_slots: Vec<(u32, u32)>,
-    by_qpn: FastMap<u32>,
+    /// The transport's send-side state, shared by the endpoints.
+    shared: T::Shared,
     consumer_arena: mlx5::device::Mr,
     read_arena: mlx5::device::Mr,
     dirty: Vec<u32>,
@@ -390,20 +392,17 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             None => return Err(SetupError::TooManyEndpoints(self.eps.len())),
         };
         let c = self.cfg.ring_size;
-        let caps = QpCaps {
-            sq_wqe_cnt: self.cfg.sq_size,
-            rq_wqe_cnt: 0,
-            max_recv_sge: 1,
-            max_inline: 0,
+        let objs = Objects {
+            device: &self.device,
+            pd: &self.pd,
+            send_cq: &self.cqs.1,
+            recv_cq: &self.cqs.0,
+            srq: &self._srq_h,
+            sq_size: self.cfg.sq_size,
+            max_endpoints: self.cfg.max_endpoints,
+            compression: self.cfg.compression,
         };
-        let qp = self.device.create_qp(
-            &self.pd,
-            &self.cqs.1,
-            &self.cqs.0,
-            Some(&self._srq_h),
-            &caps,
-        )?;
-        let sq = T::send_queue(&qp, SIGNAL_INTERVAL, self.cfg.sq_size)?;
+        let (sq, reach) = T::open(&mut self.shared, &mut self.send_cq, &objs, idx as u32, gen)?;
         let ring = |access| {
             if self.cfg.huge_pages {
                 self.pd.alloc_mr_huge(c as usize, access)
@@ -413,7 +412,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         };
         let send_mr = ring(access::LOCAL_WRITE)?;
         let recv_mr = ring(access::LOCAL_WRITE | access::REMOTE_WRITE)?;
-        let ci = qp.conn_info();
+        let ci = reach.conn;
         let info = EndpointInfo {
             version: ENDPOINT_INFO_VERSION,
             qpn: ci.qpn,
@@ -426,9 +425,8 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             consumer_addr: self.consumer_arena.addr() + 8 * idx as u64,
             consumer_rkey: self.consumer_arena.rkey(),
             max_resp_reservation: self.max_resp,
+            dc: reach.dc,
         };
-        self.by_qpn.insert(ci.qpn, idx as u32);
-        T::register(&mut self.send_cq, ci.qpn, idx as u32);
         let ep = Ep {
             gen,
             send_base: send_mr.as_ptr(),
@@ -438,7 +436,6 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             recv_size: c,
             send_mr,
             recv_mr,
-            qp,
             sq,
             remote: None,
             state: State::Idle,
@@ -480,8 +477,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// Connects an endpoint to the peer described by `remote`. No handshake:
     /// each side starts with the credit the other reserves for it.
     pub fn connect(&mut self, ep: EndpointId, remote: &EndpointInfo) -> Result<(), SetupError> {
-        let e = self
-            .slot_mut(ep)
+        let e = live_mut(&mut self.eps, ep.idx, ep.gen)
             .ok_or(SetupError::Invalid("no such endpoint".into()))?;
         if remote.version != ENDPOINT_INFO_VERSION {
             return Err(SetupError::Invalid(format!(
@@ -498,28 +494,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         if e.state != State::Idle {
             return Err(SetupError::Invalid("endpoint already connected".into()));
         }
-        let peer = mlx5::device::ConnInfo {
-            qpn: remote.qpn,
-            lid: remote.lid,
-            gid: remote.gid,
-            psn: remote.psn,
-        };
-        // A silent peer must end in RETRY_EXC_ERR on every implementation:
-        // kernel soft-RoCE retries forever at retry_cnt 7 (the IB spec gives
-        // 7 that meaning only for rnr_retry). Seven tries of a 67 ms ACK
-        // timeout: a dead peer is seen in about half a second.
-        e.qp.connect(
-            &RtrAttr {
-                remote: peer,
-                access: access::REMOTE_WRITE | access::REMOTE_READ,
-                min_rnr_timer: 1,
-                max_dest_rd_atomic: 4,
-            },
-            &RtsAttr {
-                retry_cnt: TRANSPORT_RETRIES,
-                ..RtsAttr::default()
-            },
-        )?;
+        T::connect(&mut self.shared, &mut e.sq, remote)?;
         e.remote = Some(Remote {
             ring_addr: remote.ring_addr,
             ring_rkey: remote.ring_rkey,
@@ -729,7 +704,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 recv_cq,
                 srq_posted,
                 eps,
-                by_qpn,
+                shared,
                 on_response,
                 recvq,
                 consumed,
@@ -738,8 +713,10 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             let on_response =
                 &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
             n += T::poll_recv(recv_cq, 256, |c, took| {
-                let idx = by_qpn.get(c.qpn()).copied();
-                let e = idx.and_then(|i| eps[i as usize].as_mut());
+                let idx = T::recv_owner(shared, c);
+                let e = idx
+                    .and_then(|i| eps.get_mut(i as usize)?.as_mut())
+                    .filter(|e| T::recv_from_peer(&e.sq, c));
                 // The batch's lines were written by the peer's NIC (in the
                 // software device: another core); they are on their way while
                 // the endpoint's state is looked at.
@@ -753,7 +730,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                     return;
                 };
                 if let Some(code) = c.error() {
-                    close(e, transport_error(code), on_response);
+                    close(e, shared, transport_error(code), on_response);
                     return;
                 }
                 if e.state != State::Open {
@@ -766,7 +743,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                             consumed.push(i);
                         }
                     }
-                    Err(why) => close(e, CloseReason::Violation(why), on_response),
+                    Err(why) => close(e, shared, CloseReason::Violation(why), on_response),
                 }
             });
         }
@@ -781,6 +758,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         {
             let Self {
                 send_cq,
+                shared,
                 eps,
                 read_arena,
                 on_response,
@@ -789,23 +767,33 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             } = self;
             let on_response =
                 &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
-            n += T::poll_send(send_cq, 256, |i, c| {
-                let Some(e) = eps[i as usize].as_mut() else {
+            n += T::poll_send(send_cq, shared, 256, |sh, reg, c| {
+                let Some(owner) = T::send_owner(sh, reg, c) else {
+                    return;
+                };
+                let i = owner.idx;
+                let e = eps
+                    .get_mut(i as usize)
+                    .and_then(Option::as_mut)
+                    .filter(|e| owner.gen.is_none_or(|g| g == e.gen));
+                let Some(e) = e else {
+                    // Work of a removed endpoint: retired, and nothing else.
+                    T::sq_complete(sh, None, c);
                     return;
                 };
                 if let Some(code) = c.error() {
-                    T::sq_complete(&mut e.sq, c);
+                    T::sq_complete(sh, Some(&mut e.sq), c);
                     if e.state == State::Open {
-                        close(e, transport_error(code), on_response);
+                        close(e, sh, transport_error(code), on_response);
                     }
                     return;
                 }
-                if T::sq_complete(&mut e.sq, c) {
+                if T::sq_complete(sh, Some(&mut e.sq), c) {
                     e.read_inflight = false;
                     let mut w = [0u8; 8];
                     read_arena.read(8 * i as usize, &mut w);
                     if let Err(why) = e.update_remote_consumer(u64::from_le_bytes(w)) {
-                        close(e, CloseReason::Violation(why), on_response);
+                        close(e, sh, CloseReason::Violation(why), on_response);
                     } else if !e.dirty {
                         // Space may have opened for queued ranges.
                         e.dirty = true;
@@ -828,7 +816,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 continue;
             }
             e.close_batch(true);
-            match e.post_ready() {
+            match e.post_ready(&mut self.shared) {
                 Ok(true) => {
                     e.dirty = false;
                     self.dirty.swap_remove(i);
@@ -836,9 +824,12 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 Ok(false) => i += 1,
                 Err(code) => {
                     let stored = &mut self.on_response;
-                    close(e, CloseReason::Refused(code), &mut |u, r| {
-                        resp.call(stored, u, r)
-                    });
+                    close(
+                        e,
+                        &mut self.shared,
+                        CloseReason::Refused(code),
+                        &mut |u, r| resp.call(stored, u, r),
+                    );
                     e.dirty = false;
                     self.dirty.swap_remove(i);
                 }
@@ -847,6 +838,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         let Self {
             reads,
             eps,
+            shared,
             read_arena,
             on_response,
             ..
@@ -865,7 +857,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 len: 8,
                 lkey: read_arena.lkey(),
             };
-            match e.post_read(dst) {
+            match e.post_read(shared, dst) {
                 Ok(true) => {
                     e.want_read = false;
                     false
@@ -873,7 +865,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 Ok(false) => true,
                 Err(code) => {
                     e.want_read = false;
-                    close(e, CloseReason::Refused(code), on_response);
+                    close(e, shared, CloseReason::Refused(code), on_response);
                     false
                 }
             }
@@ -1021,11 +1013,14 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// liveness channel, which knows the peer is gone).
     pub(crate) fn close_as(&mut self, ep: EndpointId, why: CloseReason) {
         let Self {
-            eps, on_response, ..
+            eps,
+            shared,
+            on_response,
+            ..
         } = self;
         if let Some(e) = live_mut(eps, ep.idx, ep.gen) {
             if e.state == State::Open || e.state == State::Idle {
-                close(e, why, on_response);
+                close(e, shared, why, on_response);
             }
         }
     }
@@ -1040,13 +1035,12 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
     /// Returns false for an unknown id.
     pub fn remove(&mut self, ep: EndpointId) -> bool {
         self.close(ep);
-        let Some(e) = self.slot(ep) else {
+        if self.slot(ep).is_none() {
             return false;
-        };
-        let qpn = e.qp.qpn();
-        self.by_qpn.remove(qpn);
-        T::unregister(&mut self.send_cq, qpn);
-        self.eps[ep.idx as usize] = None;
+        }
+        if let Some(e) = self.eps[ep.idx as usize].take() {
+            T::remove(&mut self.shared, &mut self.send_cq, e.sq);
+        }
         // The work lists must not carry the slot over to its next endpoint.
         let idx = ep.idx;
         self.dirty.retain(|&i| i != idx);
@@ -1147,6 +1141,7 @@ impl<U, F, G: FnMut(U, Result<&[u8], CallFailed>)> Respond<U, F> for Given<'_, G
 
 fn close<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     e: &mut Ep<U, T>,
+    sh: &mut T::Shared,
     why: CloseReason,
     on_response: &mut F,
 ) {
@@ -1154,7 +1149,7 @@ fn close<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
         return;
     }
     e.state = State::Closed(why.clone());
-    let _ = e.qp.to_err();
+    T::close(sh, &mut e.sq);
     for u in e.pending.drain() {
         on_response(u, Err(CallFailed(why.clone())));
     }
@@ -1183,6 +1178,9 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     }
     let meta =
         FlowMetadata::new_checked(e.recv_slice(pos, FLOW_METADATA_SIZE)).ok_or("short batch")?;
+    if meta.batch_pos() != pos {
+        return Err("batch position is not where the next batch goes");
+    }
     let (consumer, grant, count) = (
         meta.consumer_pos(),
         meta.credit_grant(),

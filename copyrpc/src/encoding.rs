@@ -4,12 +4,16 @@
 //!
 //! ```text
 //! batch:   FlowMetadata (32 B) | message | message | ...
-//! meta:    consumer_pos u64 | credit_grant u64 | message_count u32 | pad 12
+//! meta:    consumer_pos u64 | credit_grant u64 | message_count u32 | pad 4 | batch_pos u64
 //! message: call_id u32 | piggyback u32 | len u32 | payload | pad to 32
 //! ```
 //! A batch whose `message_count` is [`WRAP_MESSAGE_COUNT`] is a wrap marker: it
 //! carries flow metadata only and the receiver continues at the ring's start.
-//! The immediate is the batch size in 32-byte blocks.
+//! `batch_pos` is the batch's own position in the ring (virtual, monotonic):
+//! a receiver takes a batch only where it expects the next one, so bytes a
+//! previous lap left behind never pass for a new batch.
+//! The immediate is the batch size in 32-byte blocks (on RC; on DC it names
+//! the receiving endpoint, see [`crate::transport::Dc`]).
 
 /// Every position and size is a multiple of this.
 pub const ALIGNMENT: u64 = 32;
@@ -51,6 +55,8 @@ mod field {
     pub const CONSUMER_POS: Field = 0..8;
     pub const CREDIT_GRANT: Field = 8..16;
     pub const MESSAGE_COUNT: Field = 16..20;
+    pub const PAD: Field = 20..24;
+    pub const BATCH_POS: Field = 24..32;
     pub const CALL_ID: Field = 0..4;
     pub const PIGGYBACK: Field = 4..8;
     pub const LEN: Field = 8..12;
@@ -88,16 +94,27 @@ impl<T: AsRef<[u8]>> FlowMetadata<T> {
     pub fn message_count(&self) -> u32 {
         le32(self.buffer.as_ref(), field::MESSAGE_COUNT)
     }
+    /// The batch's own position in the ring.
+    pub fn batch_pos(&self) -> u64 {
+        le64(self.buffer.as_ref(), field::BATCH_POS)
+    }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> FlowMetadata<T> {
     /// Writes the metadata (padding zeroed).
-    pub fn set(&mut self, consumer_pos: u64, credit_grant: u64, message_count: u32) {
+    pub fn set(
+        &mut self,
+        consumer_pos: u64,
+        credit_grant: u64,
+        message_count: u32,
+        batch_pos: u64,
+    ) {
         let b = self.buffer.as_mut();
         b[field::CONSUMER_POS].copy_from_slice(&consumer_pos.to_le_bytes());
         b[field::CREDIT_GRANT].copy_from_slice(&credit_grant.to_le_bytes());
         b[field::MESSAGE_COUNT].copy_from_slice(&message_count.to_le_bytes());
-        b[20..32].fill(0);
+        b[field::PAD].fill(0);
+        b[field::BATCH_POS].copy_from_slice(&batch_pos.to_le_bytes());
     }
 }
 
@@ -159,14 +176,16 @@ mod tests {
         let mut b = [0xffu8; 32];
         FlowMetadata::new_checked(&mut b[..])
             .unwrap()
-            .set(0x0102, 0x40, 3);
+            .set(0x0102, 0x40, 3, 0x0a0b_0000_0000_0c0d);
         assert_eq!(&b[..2], &[0x02, 0x01]);
         let m = FlowMetadata::new_checked(&b[..]).unwrap();
         assert_eq!(
             (m.consumer_pos(), m.credit_grant(), m.message_count()),
             (0x102, 0x40, 3)
         );
-        assert!(b[20..].iter().all(|&x| x == 0));
+        assert!(b[20..24].iter().all(|&x| x == 0));
+        assert_eq!(&b[24..26], &[0x0d, 0x0c]);
+        assert_eq!(m.batch_pos(), 0x0a0b_0000_0000_0c0d);
         let mut h = [0u8; 12];
         MessageHeader::new_checked(&mut h[..])
             .unwrap()

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 
-use mlx5::device::{Mr, Qp};
+use mlx5::device::Mr;
 
 use crate::encoding::*;
 use crate::error::CloseReason;
@@ -38,10 +38,25 @@ pub struct EndpointInfo {
     pub consumer_rkey: u32,
     /// Largest response reservation this side keeps (bounds the credit it grants).
     pub max_resp_reservation: u64,
+    /// On the DC transport: how to reach this endpoint through its context's
+    /// DC target (whose number is `qpn`). `None` on RC.
+    #[serde(default)]
+    pub dc: Option<DcInfo>,
+}
+
+/// How a peer reaches an endpoint over DC, and what this endpoint accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DcInfo {
+    /// The DC target's access key.
+    pub key: u64,
+    /// The immediate the peer's WRITE_IMMs carry: this endpoint's slot in
+    /// its low bits, a nonce above. A receive completion on the shared target
+    /// is taken for this endpoint only with exactly this immediate.
+    pub imm: u32,
 }
 
 /// The current version of [`EndpointInfo`].
-pub const ENDPOINT_INFO_VERSION: u32 = 1;
+pub const ENDPOINT_INFO_VERSION: u32 = 2;
 
 /// How much of a received batch is prefetched before it is parsed.
 const PREFETCH_BYTES: u64 = 4096;
@@ -98,7 +113,6 @@ pub(crate) enum State {
 pub(crate) struct Ep<U, T: Transport> {
     /// Generation of the endpoint's slot (ids of removed endpoints do not match).
     pub gen: u32,
-    pub qp: Qp,
     pub sq: T::Sq,
     pub send_mr: Mr,
     pub send_base: *mut u8,
@@ -216,7 +230,7 @@ impl<U, T: Transport> Ep<U, T> {
         };
         FlowMetadata::new_checked(b)
             .expect("32 bytes")
-            .set(self.last_recv_pos, grant, count);
+            .set(self.last_recv_pos, grant, count, pos);
     }
 
     /// Closes the current batch, queueing it for posting; `grant` adds a credit
@@ -304,7 +318,7 @@ impl<U, T: Transport> Ep<U, T> {
     /// Posts every ready range as a WRITE_IMM and rings once. Ranges the SQ has
     /// no room for stay queued. Returns false when something is left, or the
     /// device's code when it refused a request (the endpoint must close).
-    pub fn post_ready(&mut self) -> Result<bool, u32> {
+    pub fn post_ready(&mut self, sh: &mut T::Shared) -> Result<bool, u32> {
         let Some(remote) = self.remote else {
             return Ok(true);
         };
@@ -318,6 +332,7 @@ impl<U, T: Transport> Ep<U, T> {
                 lkey: self.send_lkey,
             };
             match T::post_write_imm(
+                sh,
                 &mut self.sq,
                 sge,
                 remote.ring_addr + off,
@@ -337,7 +352,7 @@ impl<U, T: Transport> Ep<U, T> {
             posted += 1;
         }
         if posted > 0 {
-            T::ring(&mut self.sq);
+            T::ring(sh, &mut self.sq);
         }
         match failed {
             Some(code) => Err(code),
@@ -347,18 +362,19 @@ impl<U, T: Transport> Ep<U, T> {
 
     /// Posts the RDMA READ of the peer's consumer word into `dst`: false when
     /// the SQ has no room, the device's code when it refused the request.
-    pub fn post_read(&mut self, dst: Sge) -> Result<bool, u32> {
+    pub fn post_read(&mut self, sh: &mut T::Shared, dst: Sge) -> Result<bool, u32> {
         let Some(remote) = self.remote else {
             return Ok(false);
         };
         match T::post_read(
+            sh,
             &mut self.sq,
             dst,
             remote.consumer_addr,
             remote.consumer_rkey,
         ) {
             Ok(()) => {
-                T::ring(&mut self.sq);
+                T::ring(sh, &mut self.sq);
                 self.read_inflight = true;
                 self.stats.reads += 1;
                 Ok(true)

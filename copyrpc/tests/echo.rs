@@ -3,9 +3,24 @@
 
 mod support;
 
+use copyrpc::transport::Transport;
 use copyrpc::{CallError, ContextBuilder};
 use mlx5::device::{ExecMode, FaultPlan};
 use support::*;
+
+/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
+macro_rules! on_rc_and_dc {
+    ($f:ident, $rc:ident, $dc:ident) => {
+        #[test]
+        fn $rc() {
+            $f::<copyrpc::transport::Mlx5>()
+        }
+        #[test]
+        fn $dc() {
+            $f::<copyrpc::transport::Dc>()
+        }
+    };
+}
 
 fn modes() -> [(&'static str, ExecMode); 2] {
     [
@@ -20,10 +35,9 @@ fn modes() -> [(&'static str, ExecMode); 2] {
     ]
 }
 
-#[test]
-fn echo_every_byte_verified() {
+fn echo_every_byte_verified_on<T: Transport>() {
     for (m, mode) in modes() {
-        let mut w = world(
+        let mut w = world_t::<T>(
             &format!("echo-{m}"),
             mode,
             ContextBuilder::new().ring_size(1 << 16),
@@ -40,9 +54,13 @@ fn echo_every_byte_verified() {
         );
     }
 }
+on_rc_and_dc!(
+    echo_every_byte_verified_on,
+    echo_every_byte_verified,
+    echo_every_byte_verified_over_dc
+);
 
-#[test]
-fn wrap_across_ring_and_message_sizes() {
+fn wrap_across_ring_and_message_sizes_on<T: Transport>() {
     // Property: for every ring size and message-size distribution, every echo
     // comes back intact, and the ring wrapped.
     let mut rng = Rng(0xfeed);
@@ -51,7 +69,7 @@ fn wrap_across_ring_and_message_sizes() {
             // The largest message and allowance the ring admits: C/4 - 44 bytes.
             let max_len = max_len.min((ring / 4 - 44) as usize);
             let tag = format!("wrap-{ring}-{max_len}");
-            let mut w = world(
+            let mut w = world_t::<T>(
                 &tag,
                 ExecMode::Inline,
                 ContextBuilder::new().ring_size(ring),
@@ -67,11 +85,15 @@ fn wrap_across_ring_and_message_sizes() {
         }
     }
 }
+on_rc_and_dc!(
+    wrap_across_ring_and_message_sizes_on,
+    wrap_across_ring_and_message_sizes,
+    wrap_across_ring_and_message_sizes_over_dc
+);
 
-#[test]
-fn out_of_order_replies() {
+fn out_of_order_replies_on<T: Transport>() {
     for (m, mode) in modes() {
-        let mut w = world(
+        let mut w = world_t::<T>(
             &format!("ooo-{m}"),
             mode,
             ContextBuilder::new().ring_size(1 << 14),
@@ -80,10 +102,14 @@ fn out_of_order_replies() {
         out_of_order(&mut w);
     }
 }
+on_rc_and_dc!(
+    out_of_order_replies_on,
+    out_of_order_replies,
+    out_of_order_replies_over_dc
+);
 
-#[test]
-fn request_data_is_released_by_the_next_poll() {
-    let mut w = world(
+fn request_data_is_released_by_the_next_poll_on<T: Transport>() {
+    let mut w = world_t::<T>(
         "epoch",
         ExecMode::Inline,
         ContextBuilder::new().ring_size(4096),
@@ -101,10 +127,14 @@ fn request_data_is_released_by_the_next_poll() {
     w.server.reply(h, b"ok").unwrap();
     w.until_responses(1, 100);
 }
+on_rc_and_dc!(
+    request_data_is_released_by_the_next_poll_on,
+    request_data_is_released_by_the_next_poll,
+    request_data_is_released_by_the_next_poll_over_dc
+);
 
-#[test]
-fn limits_are_clear_errors() {
-    let mut w = world(
+fn limits_are_clear_errors_on<T: Transport>() {
+    let mut w = world_t::<T>(
         "limits",
         ExecMode::Inline,
         ContextBuilder::new().ring_size(4096),
@@ -128,6 +158,11 @@ fn limits_are_clear_errors() {
     let too_big = vec![0; h.max_response() + 1];
     assert!(w.server.reply(h, &too_big).is_err());
 }
+on_rc_and_dc!(
+    limits_are_clear_errors_on,
+    limits_are_clear_errors,
+    limits_are_clear_errors_over_dc
+);
 
 #[test]
 fn huge_pages_on_the_software_device_allocate_as_usual() {

@@ -7,12 +7,17 @@ mod support;
 
 use std::collections::HashMap;
 
+use copyrpc::transport::{Dc, Mlx5, Transport};
 use copyrpc::ContextBuilder;
 use mlx5::cq::Compression;
 use mlx5::device::{ExecMode, FaultPlan};
 use support::*;
 
-fn run(seed: u64, fatal: bool) -> (usize, usize) {
+/// CQE compression the runs cycle through: on DC the receive CQ keeps full
+/// CQEs (the immediate names the endpoint).
+const ZIPS: [Compression; 3] = [Compression::Off, Compression::Enhanced, Compression::Basic];
+
+fn run<T: Transport>(seed: u64, fatal: bool, zips: &[Compression]) -> (usize, usize) {
     let faults = FaultPlan {
         delay: 200,
         rnr: 150,
@@ -20,12 +25,12 @@ fn run(seed: u64, fatal: bool) -> (usize, usize) {
         access: if fatal { 3 } else { 0 },
         peer_loss: if fatal { 3 } else { 0 },
     };
-    let zip = [Compression::Off, Compression::Enhanced, Compression::Basic][(seed % 3) as usize];
+    let zip = zips[seed as usize % zips.len()];
     let b = ContextBuilder::new()
         .ring_size(1024)
         .srq_size(16)
         .compression(zip);
-    let mut w = world(
+    let mut w = world_t::<T>(
         &format!("f{seed}-{}", fatal as u8),
         ExecMode::Deferred { seed, faults },
         b,
@@ -97,7 +102,18 @@ fn run(seed: u64, fatal: bool) -> (usize, usize) {
 fn a_thousand_seeded_fault_runs() {
     let mut total_ok = 0;
     for seed in 0..1000 {
-        let (ok, _) = run(seed, false);
+        let (ok, _) = run::<Mlx5>(seed, false, &ZIPS);
+        assert_eq!(ok, 30, "seed {seed}");
+        total_ok += ok;
+    }
+    assert_eq!(total_ok, 30_000);
+}
+
+#[test]
+fn a_thousand_seeded_fault_runs_over_dc() {
+    let mut total_ok = 0;
+    for seed in 0..1000 {
+        let (ok, _) = run::<Dc>(seed, false, &ZIPS[..1]);
         assert_eq!(ok, 30, "seed {seed}");
         total_ok += ok;
     }
@@ -106,9 +122,18 @@ fn a_thousand_seeded_fault_runs() {
 
 #[test]
 fn fatal_faults_fail_calls_explicitly() {
+    fatal_faults::<Mlx5>(&ZIPS);
+}
+
+#[test]
+fn fatal_faults_fail_calls_explicitly_over_dc() {
+    fatal_faults::<Dc>(&ZIPS[..1]);
+}
+
+fn fatal_faults<T: Transport>(zips: &[Compression]) {
     let (mut ok, mut failed) = (0, 0);
     for seed in 0..200 {
-        let (o, f) = run(seed, true);
+        let (o, f) = run::<T>(seed, true, zips);
         ok += o;
         failed += f;
     }

@@ -4,15 +4,29 @@
 
 mod support;
 
+use copyrpc::transport::Transport;
 use std::time::Duration;
 
 use copyrpc::{ContextBuilder, ReplyError};
 use mlx5::device::ExecMode;
 use support::*;
 
-#[test]
-fn replies_written_in_place_arrive_in_place() {
-    let mut w = world(
+/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
+macro_rules! on_rc_and_dc {
+    ($f:ident, $rc:ident, $dc:ident) => {
+        #[test]
+        fn $rc() {
+            $f::<copyrpc::transport::Mlx5>()
+        }
+        #[test]
+        fn $dc() {
+            $f::<copyrpc::transport::Dc>()
+        }
+    };
+}
+
+fn replies_written_in_place_arrive_in_place_on<T: Transport>() {
+    let mut w = world_t::<T>(
         "in-place",
         ExecMode::Inline,
         ContextBuilder::new().ring_size(4096),
@@ -62,10 +76,14 @@ fn replies_written_in_place_arrive_in_place() {
     );
     assert!(w.client.stats(c).wraps > 0, "the ring wrapped");
 }
+on_rc_and_dc!(
+    replies_written_in_place_arrive_in_place_on,
+    replies_written_in_place_arrive_in_place,
+    replies_written_in_place_arrive_in_place_over_dc
+);
 
-#[test]
-fn an_answer_longer_than_its_allowance_is_refused_unwritten() {
-    let mut w = world(
+fn an_answer_longer_than_its_allowance_is_refused_unwritten_on<T: Transport>() {
+    let mut w = world_t::<T>(
         "in-place-long",
         ExecMode::Inline,
         ContextBuilder::new().ring_size(4096),
@@ -84,3 +102,8 @@ fn an_answer_longer_than_its_allowance_is_refused_unwritten() {
     );
     assert!(!filled, "nothing written for a refused reply");
 }
+on_rc_and_dc!(
+    an_answer_longer_than_its_allowance_is_refused_unwritten_on,
+    an_answer_longer_than_its_allowance_is_refused_unwritten,
+    an_answer_longer_than_its_allowance_is_refused_unwritten_over_dc
+);

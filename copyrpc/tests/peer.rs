@@ -12,10 +12,14 @@ use mlx5::wqe_table::OrderedDense;
 use support::*;
 
 fn meta(consumer: u64, grant: u64, count: u32) -> Vec<u8> {
+    meta_at(consumer, grant, count, 0)
+}
+/// Metadata of a batch that says it lies at ring position `pos`.
+fn meta_at(consumer: u64, grant: u64, count: u32, pos: u64) -> Vec<u8> {
     let mut b = vec![0u8; 32];
     FlowMetadata::new_checked(&mut b[..])
         .unwrap()
-        .set(consumer, grant, count);
+        .set(consumer, grant, count, pos);
     b
 }
 fn msg(call_id: u32, piggyback: u32, len: u32, body: usize) -> Vec<u8> {
@@ -59,6 +63,10 @@ fn garbage_closes_only_that_endpoint() {
         ),
         ("empty batch", meta(0, 0, 0)),
         (
+            "a previous lap's batch",
+            [meta_at(0, 0, 1, 4096), msg(1, 2, 0, 32)].concat(),
+        ),
+        (
             "more messages than bytes",
             [meta(0, 0, 3), msg(1, 2, 0, 32)].concat(),
         ),
@@ -98,6 +106,7 @@ fn garbage_closes_only_that_endpoint() {
             consumer_addr: mr.addr(),
             consumer_rkey: mr.rkey(),
             max_resp_reservation: 1024,
+            dc: None,
         };
         w.server.connect(bad, &fake).unwrap();
         raw.to_init().unwrap();

@@ -4,14 +4,28 @@
 
 mod support;
 
+use copyrpc::transport::Transport;
 use copyrpc::{CallError, ContextBuilder};
 use mlx5::device::ExecMode;
 use support::*;
 
+/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
+macro_rules! on_rc_and_dc {
+    ($f:ident, $rc:ident, $dc:ident) => {
+        #[test]
+        fn $rc() {
+            $f::<copyrpc::transport::Mlx5>()
+        }
+        #[test]
+        fn $dc() {
+            $f::<copyrpc::transport::Dc>()
+        }
+    };
+}
+
 /// Connect, call, remove — more times than the endpoint table holds.
-#[test]
-fn churn_reuses_slots_under_new_ids() {
-    let mut w = world(
+fn churn_reuses_slots_under_new_ids_on<T: Transport>() {
+    let mut w = world_t::<T>(
         "churn",
         ExecMode::Inline,
         ContextBuilder::new().max_endpoints(4).ring_size(1024),
@@ -46,12 +60,21 @@ fn churn_reuses_slots_under_new_ids() {
         assert_eq!(w.client.endpoints(), 0);
     }
 }
+on_rc_and_dc!(
+    churn_reuses_slots_under_new_ids_on,
+    churn_reuses_slots_under_new_ids,
+    churn_reuses_slots_under_new_ids_over_dc
+);
 
 /// Removing an endpoint with calls in flight fails them through the callback;
 /// a handle of a removed endpoint cannot be answered; the peer's endpoint
 /// closes and a neighbouring pair is not disturbed.
-#[test]
-fn remove_with_work_in_flight() {
-    let mut w = world("inflight", ExecMode::Inline, ContextBuilder::new(), 2);
+fn remove_with_work_in_flight_on<T: Transport>() {
+    let mut w = world_t::<T>("inflight", ExecMode::Inline, ContextBuilder::new(), 2);
     remove_in_flight(&mut w);
 }
+on_rc_and_dc!(
+    remove_with_work_in_flight_on,
+    remove_with_work_in_flight,
+    remove_with_work_in_flight_over_dc
+);

@@ -4,9 +4,11 @@
 
 use std::cell::Cell;
 
-use copyrpc::transport::{Mlx5, QueueError, Sge, Transport, WorkCompletion};
-use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, SetupError};
-use mlx5::device::{Context as Device, Cq, ExecMode, Qp, SrqHandle};
+use copyrpc::transport::{
+    Mlx5, Objects, Owner, QueueError, RcShared, Reach, Sge, Transport, WorkCompletion,
+};
+use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, EndpointInfo, SetupError};
+use mlx5::device::{Context as Device, Cq, ExecMode, SrqHandle};
 use mlx5::sim::fabric::Fabric;
 
 thread_local! {
@@ -27,6 +29,7 @@ macro_rules! mlx5_queues {
         type Cqe<'a> = <Mlx5 as Transport>::Cqe<'a>;
         type RecvCq = <Mlx5 as Transport>::RecvCq;
         type SendCq = <Mlx5 as Transport>::SendCq;
+        type Shared = RcShared;
 
         fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError> {
             Mlx5::recv_cq(cq, srq)
@@ -34,24 +37,31 @@ macro_rules! mlx5_queues {
         fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
             Mlx5::send_cq(cq)
         }
+        fn shared(o: &Objects<'_>) -> Result<RcShared, SetupError> {
+            Mlx5::shared(o)
+        }
         fn srq_post(cq: &mut Self::RecvCq) -> bool {
             Mlx5::srq_post(cq)
         }
         fn srq_ring(cq: &mut Self::RecvCq) {
             Mlx5::srq_ring(cq)
         }
-        fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
-            Mlx5::register(cq, qpn, idx)
+        fn recv_owner(sh: &RcShared, c: &Self::Cqe<'_>) -> Option<u32> {
+            Mlx5::recv_owner(sh, c)
         }
-        fn unregister(cq: &mut Self::SendCq, qpn: u32) {
-            Mlx5::unregister(cq, qpn)
+        fn recv_from_peer(_: &Self::Sq, _: &Self::Cqe<'_>) -> bool {
+            true
         }
         fn poll_send(
             cq: &mut Self::SendCq,
+            sh: &mut RcShared,
             max: usize,
-            f: impl FnMut(u32, &Self::Cqe<'_>),
+            f: impl FnMut(&mut RcShared, u32, &Self::Cqe<'_>),
         ) -> usize {
-            Mlx5::poll_send(cq, max, f)
+            Mlx5::poll_send(cq, sh, max, f)
+        }
+        fn send_owner(sh: &mut RcShared, reg: u32, c: &Self::Cqe<'_>) -> Option<Owner> {
+            Mlx5::send_owner(sh, reg, c)
         }
         fn arm_recv(cq: &mut Self::RecvCq) -> Result<(), copyrpc::WaitError> {
             Mlx5::arm_recv(cq)
@@ -69,8 +79,23 @@ impl Transport for Counted {
     type Sq = <Mlx5 as Transport>::Sq;
     mlx5_queues!();
 
-    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
-        Mlx5::send_queue(qp, signal_interval, sq_size)
+    fn open(
+        sh: &mut RcShared,
+        send_cq: &mut Self::SendCq,
+        o: &Objects<'_>,
+        idx: u32,
+        gen: u32,
+    ) -> Result<(Self::Sq, Reach), SetupError> {
+        Mlx5::open(sh, send_cq, o, idx, gen)
+    }
+    fn connect(sh: &mut RcShared, sq: &mut Self::Sq, r: &EndpointInfo) -> Result<(), SetupError> {
+        Mlx5::connect(sh, sq, r)
+    }
+    fn close(sh: &mut RcShared, sq: &mut Self::Sq) {
+        Mlx5::close(sh, sq)
+    }
+    fn remove(sh: &mut RcShared, send_cq: &mut Self::SendCq, sq: Self::Sq) {
+        Mlx5::remove(sh, send_cq, sq)
     }
     fn poll_recv(
         cq: &mut Self::RecvCq,
@@ -89,22 +114,29 @@ impl Transport for Counted {
         })
     }
     fn post_write_imm(
+        sh: &mut RcShared,
         sq: &mut Self::Sq,
         local: Sge,
         raddr: u64,
         rkey: u32,
         imm: u32,
     ) -> Result<(), QueueError> {
-        Mlx5::post_write_imm(sq, local, raddr, rkey, imm).inspect(|()| bump(&WRITES))
+        Mlx5::post_write_imm(sh, sq, local, raddr, rkey, imm).inspect(|()| bump(&WRITES))
     }
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
-        Mlx5::post_read(sq, local, raddr, rkey).inspect(|()| bump(&READS))
+    fn post_read(
+        sh: &mut RcShared,
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<(), QueueError> {
+        Mlx5::post_read(sh, sq, local, raddr, rkey).inspect(|()| bump(&READS))
     }
-    fn ring(sq: &mut Self::Sq) {
-        Mlx5::ring(sq)
+    fn ring(sh: &mut RcShared, sq: &mut Self::Sq) {
+        Mlx5::ring(sh, sq)
     }
-    fn sq_complete(sq: &mut Self::Sq, c: &Self::Cqe<'_>) -> bool {
-        let read = Mlx5::sq_complete(sq, c);
+    fn sq_complete(sh: &mut RcShared, sq: Option<&mut Self::Sq>, c: &Self::Cqe<'_>) -> bool {
+        let read = Mlx5::sq_complete(sh, sq, c);
         if read {
             bump(&READS_DONE);
         }
@@ -204,16 +236,31 @@ impl Transport for Refusing {
     type Sq = RefusingSq;
     mlx5_queues!();
 
-    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
-        Ok(RefusingSq {
-            inner: Mlx5::send_queue(qp, signal_interval, sq_size)?,
-            qpn: qp.qpn(),
-        })
+    fn open(
+        sh: &mut RcShared,
+        send_cq: &mut Self::SendCq,
+        o: &Objects<'_>,
+        idx: u32,
+        gen: u32,
+    ) -> Result<(Self::Sq, Reach), SetupError> {
+        let (inner, reach) = Mlx5::open(sh, send_cq, o, idx, gen)?;
+        let qpn = reach.conn.qpn;
+        Ok((RefusingSq { inner, qpn }, reach))
+    }
+    fn connect(sh: &mut RcShared, sq: &mut Self::Sq, r: &EndpointInfo) -> Result<(), SetupError> {
+        Mlx5::connect(sh, &mut sq.inner, r)
+    }
+    fn close(sh: &mut RcShared, sq: &mut Self::Sq) {
+        Mlx5::close(sh, &mut sq.inner)
+    }
+    fn remove(sh: &mut RcShared, send_cq: &mut Self::SendCq, sq: Self::Sq) {
+        Mlx5::remove(sh, send_cq, sq.inner)
     }
     fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>, bool)) -> usize {
         Mlx5::poll_recv(cq, max, f)
     }
     fn post_write_imm(
+        sh: &mut RcShared,
         sq: &mut Self::Sq,
         local: Sge,
         raddr: u64,
@@ -221,17 +268,23 @@ impl Transport for Refusing {
         imm: u32,
     ) -> Result<(), QueueError> {
         sq.refused()?;
-        Mlx5::post_write_imm(&mut sq.inner, local, raddr, rkey, imm)
+        Mlx5::post_write_imm(sh, &mut sq.inner, local, raddr, rkey, imm)
     }
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
+    fn post_read(
+        sh: &mut RcShared,
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<(), QueueError> {
         sq.refused()?;
-        Mlx5::post_read(&mut sq.inner, local, raddr, rkey)
+        Mlx5::post_read(sh, &mut sq.inner, local, raddr, rkey)
     }
-    fn ring(sq: &mut Self::Sq) {
-        Mlx5::ring(&mut sq.inner)
+    fn ring(sh: &mut RcShared, sq: &mut Self::Sq) {
+        Mlx5::ring(sh, &mut sq.inner)
     }
-    fn sq_complete(sq: &mut Self::Sq, c: &Self::Cqe<'_>) -> bool {
-        Mlx5::sq_complete(&mut sq.inner, c)
+    fn sq_complete(sh: &mut RcShared, sq: Option<&mut Self::Sq>, c: &Self::Cqe<'_>) -> bool {
+        Mlx5::sq_complete(sh, sq.map(|s| &mut s.inner), c)
     }
 }
 

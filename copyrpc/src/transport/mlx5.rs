@@ -2,12 +2,14 @@
 //! read from CQ memory, on the software device and on ConnectX NICs alike.
 
 use mlx5::cq::{Completion as Cqe, DispatchCq, MonoCq};
-use mlx5::device::{Cq, Qp, SrqHandle};
+use mlx5::device::{Cq, SrqHandle};
 use mlx5::rq::Srq;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
-use super::{QueueError, Transport, WorkCompletion};
+use super::rc::{self, RcShared, RcSq, SIGNAL_INTERVAL};
+use super::{Objects, Owner, QueueError, Reach, Transport, WorkCompletion};
+use crate::endpoint::EndpointInfo;
 use crate::error::{SetupError, WaitError};
 
 /// The mlx5 direct data path (the default transport of a
@@ -36,24 +38,12 @@ impl WorkCompletion for Cqe<'_> {
 
 impl Transport for Mlx5 {
     type Cqe<'a> = Cqe<'a>;
-    type Sq = SendQueue<OrderedSparse<bool>>;
+    type Sq = RcSq<SendQueue<OrderedSparse<bool>>>;
     /// The receive CQ is a [`MonoCq`] with the SRQ as its one source: no
     /// QPN lookup to find the queue a receive completion retires.
     type RecvCq = MonoCq<Srq<OrderedRecv<()>>, ()>;
     type SendCq = DispatchCq<u32>;
-
-    /// `sq_size` is the QP's (its send queue memory is already that size).
-    #[inline]
-    fn send_queue(qp: &Qp, signal_interval: u32, _sq_size: u32) -> Result<Self::Sq, SetupError> {
-        let signal_interval = u16::try_from(signal_interval).map_err(|_| {
-            SetupError::Invalid(format!("signal interval {signal_interval} exceeds 65535"))
-        })?;
-        Ok(qp.send_queue(SqConfig {
-            signal_interval,
-            max_inline: 0,
-            ..SqConfig::default()
-        })?)
-    }
+    type Shared = RcShared;
 
     #[inline]
     fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError> {
@@ -63,6 +53,46 @@ impl Transport for Mlx5 {
     #[inline]
     fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError> {
         Ok(DispatchCq::new(cq.ring()?))
+    }
+
+    fn shared(_: &Objects<'_>) -> Result<RcShared, SetupError> {
+        Ok(RcShared::default())
+    }
+
+    fn open(
+        sh: &mut RcShared,
+        send_cq: &mut Self::SendCq,
+        o: &Objects<'_>,
+        idx: u32,
+        _gen: u32,
+    ) -> Result<(Self::Sq, Reach), SetupError> {
+        let signal_interval = SIGNAL_INTERVAL as u16;
+        let (sq, reach) = rc::open(sh, o, idx, |qp| {
+            Ok(qp.send_queue(SqConfig {
+                signal_interval,
+                max_inline: 0,
+                ..SqConfig::default()
+            })?)
+        })?;
+        send_cq.register(reach.conn.qpn, idx);
+        Ok((sq, reach))
+    }
+
+    fn connect(
+        _: &mut RcShared,
+        sq: &mut Self::Sq,
+        remote: &EndpointInfo,
+    ) -> Result<(), SetupError> {
+        rc::connect(sq, remote)
+    }
+
+    fn close(_: &mut RcShared, sq: &mut Self::Sq) {
+        rc::close(sq);
+    }
+
+    fn remove(sh: &mut RcShared, send_cq: &mut Self::SendCq, sq: Self::Sq) {
+        let qpn = rc::remove(sh, sq);
+        send_cq.unregister(qpn);
     }
 
     #[inline(always)]
@@ -85,18 +115,31 @@ impl Transport for Mlx5 {
     }
 
     #[inline(always)]
-    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
-        cq.register(qpn, idx);
+    fn recv_owner(sh: &RcShared, c: &Cqe<'_>) -> Option<u32> {
+        sh.slot(c.qpn())
     }
 
     #[inline(always)]
-    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
-        cq.unregister(qpn);
+    fn recv_from_peer(_: &Self::Sq, _: &Cqe<'_>) -> bool {
+        true
     }
 
     #[inline(always)]
-    fn poll_send(cq: &mut Self::SendCq, max: usize, mut f: impl FnMut(u32, &Cqe<'_>)) -> usize {
-        cq.poll(max, |&mut i, c| f(i, c))
+    fn poll_send(
+        cq: &mut Self::SendCq,
+        sh: &mut RcShared,
+        max: usize,
+        mut f: impl FnMut(&mut RcShared, u32, &Cqe<'_>),
+    ) -> usize {
+        cq.poll(max, |&mut i, c| f(sh, i, c))
+    }
+
+    #[inline(always)]
+    fn send_owner(_: &mut RcShared, reg: u32, _: &Cqe<'_>) -> Option<Owner> {
+        Some(Owner {
+            idx: reg,
+            gen: None,
+        })
     }
 
     #[inline]
@@ -111,13 +154,14 @@ impl Transport for Mlx5 {
 
     #[inline(always)]
     fn post_write_imm(
+        _: &mut RcShared,
         sq: &mut Self::Sq,
         local: Sge,
         raddr: u64,
         rkey: u32,
         imm: u32,
     ) -> Result<(), QueueError> {
-        match sq.write_imm(raddr, rkey, imm, Payload::Sges(&[local])) {
+        match sq.q.write_imm(raddr, rkey, imm, Payload::Sges(&[local])) {
             Ok(b) => {
                 b.post(None);
                 Ok(())
@@ -128,8 +172,14 @@ impl Transport for Mlx5 {
     }
 
     #[inline(always)]
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
-        match sq.read(raddr, rkey, &[local]) {
+    fn post_read(
+        _: &mut RcShared,
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<(), QueueError> {
+        match sq.q.read(raddr, rkey, &[local]) {
             Ok(b) => {
                 b.signaled().post(Some(true));
                 Ok(())
@@ -140,14 +190,16 @@ impl Transport for Mlx5 {
     }
 
     #[inline(always)]
-    fn ring(sq: &mut Self::Sq) {
-        sq.ring_doorbell();
+    fn ring(_: &mut RcShared, sq: &mut Self::Sq) {
+        sq.q.ring_doorbell();
     }
 
     #[inline(always)]
-    fn sq_complete(sq: &mut Self::Sq, c: &Cqe<'_>) -> bool {
+    fn sq_complete(_: &mut RcShared, sq: Option<&mut Self::Sq>, c: &Cqe<'_>) -> bool {
         let mut read = false;
-        sq.complete(c, |is_read, _| read |= is_read);
+        if let Some(sq) = sq {
+            sq.q.complete(c, |is_read, _| read |= is_read);
+        }
         read
     }
 }

@@ -15,6 +15,11 @@
 //! [`Context`](crate::Context) is monomorphized for its transport and every
 //! call inlines — so the choice costs the mlx5 path nothing.
 //!
+//! [`Dc`] is the mlx5 direct path over the Dynamically Connected transport:
+//! one DC target per context on its SRQ, and a pool of DC initiators whose
+//! streams its endpoints borrow while they have work outstanding, so an
+//! endpoint costs no QP (docs/architecture.md, "copyrpc over DC").
+//!
 //! [`Verbs`] is the verbs data path for every other RDMA device (kernel
 //! soft-RoCE in particular): the provider's `post_send` / `poll_cq` through
 //! rdma-core, one call per work request.
@@ -24,17 +29,23 @@
 //! up to a completion however it tracks them, and a full queue is
 //! [`QueueError::Full`], to be retried after polling.
 
+mod dc;
 mod mlx5;
+mod rc;
 mod select;
 mod verbs;
 
+pub use self::dc::{Dc, DcPool, DcSq};
 pub use self::mlx5::Mlx5;
+pub use self::rc::{RcShared, RcSq};
 pub use self::select::{run_on_device, DeviceSpec, OnTransport};
 pub use self::verbs::{Verbs, VerbsRecvCq, VerbsSendCq, VerbsSq};
 pub use ::mlx5::sq::Sge;
 
-use ::mlx5::device::{Cq, Qp, SrqHandle};
+use ::mlx5::cq::Compression;
+use ::mlx5::device::{ConnInfo, Context as Device, Cq, Pd, SrqHandle};
 
+use crate::endpoint::{DcInfo, EndpointInfo};
 use crate::error::{SetupError, WaitError};
 
 /// Why a work request was not posted.
@@ -61,11 +72,54 @@ pub trait WorkCompletion {
     fn error(&self) -> Option<u32>;
 }
 
+/// The context's objects an endpoint's queues are made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Objects<'a> {
+    /// The device.
+    pub device: &'a Device,
+    /// The context's protection domain.
+    pub pd: &'a Pd,
+    /// The send CQ (every send queue's completions).
+    pub send_cq: &'a Cq,
+    /// The receive CQ, bound to the SRQ.
+    pub recv_cq: &'a Cq,
+    /// The SRQ every receive comes from.
+    pub srq: &'a SrqHandle,
+    /// Send queue size per endpoint, in basic blocks.
+    pub sq_size: u32,
+    /// Most endpoints the context holds.
+    pub max_endpoints: u32,
+    /// CQE compression on the CQs.
+    pub compression: Compression,
+}
+
+/// What the peer needs to reach a new endpoint, for its [`EndpointInfo`].
+#[derive(Debug, Clone, Copy)]
+pub struct Reach {
+    /// The QP the peer connects to (on DC: the context's DC target).
+    pub conn: ConnInfo,
+    /// On DC: the target's key, the immediate the peer writes with, and
+    /// the initiators this side sends from.
+    pub dc: Option<DcInfo>,
+}
+
+/// The endpoint a send completion belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// Its slot.
+    pub idx: u32,
+    /// Its generation, where the transport records it: a completion of work
+    /// a removed endpoint posted names the old one. `None`: the slot's
+    /// current endpoint (the transport forgets a removed endpoint's queue).
+    pub gen: Option<u32>,
+}
+
 /// A data path copyrpc can run on. All functions are associated functions on
 /// the transport's queue types, so a context generic over `T` calls them
 /// without indirection.
 ///
-/// One context owns one send CQ, one receive CQ bound to its SRQ, and one
+/// One context owns one send CQ, one receive CQ bound to its SRQ, the
+/// send-side state its endpoints share ([`Shared`](Self::Shared)), and one
 /// send queue per endpoint; it uses each from one thread at a time and never
 /// concurrently, so nothing here needs to synchronize.
 pub trait Transport: Sized + 'static {
@@ -76,18 +130,41 @@ pub trait Transport: Sized + 'static {
     /// The receive CQ bound to the SRQ whose receives it completes: polled,
     /// and posted to.
     type RecvCq;
-    /// The send CQ, shared by every endpoint's send queue; completions are
-    /// dispatched by QPN to the index registered for it.
+    /// The send CQ, shared by every endpoint's send queue.
     type SendCq;
+    /// Send-side state every endpoint of a context shares: the QPN → endpoint
+    /// table on RC ([`RcShared`]), the DC target and initiator pool on DC.
+    type Shared;
 
-    /// The send queue of `qp` (a QP with `sq_size` send queue entries),
-    /// requesting a completion at least every `signal_interval` work requests.
-    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError>;
     /// The polling side of the receive CQ `cq`, bound to the posting side of
     /// `srq`.
     fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError>;
-    /// The polling side of the send CQ, with no QP registered.
+    /// The polling side of the send CQ.
     fn send_cq(cq: &Cq) -> Result<Self::SendCq, SetupError>;
+    /// The shared send-side state of a new context.
+    fn shared(o: &Objects<'_>) -> Result<Self::Shared, SetupError>;
+
+    /// The send queue of a new endpoint in slot `idx` (generation `gen`),
+    /// and what the peer needs to reach it.
+    fn open(
+        sh: &mut Self::Shared,
+        send_cq: &mut Self::SendCq,
+        o: &Objects<'_>,
+        idx: u32,
+        gen: u32,
+    ) -> Result<(Self::Sq, Reach), SetupError>;
+    /// Connects an endpoint's send queue to the peer `remote` describes.
+    fn connect(
+        sh: &mut Self::Shared,
+        sq: &mut Self::Sq,
+        remote: &EndpointInfo,
+    ) -> Result<(), SetupError>;
+    /// Stops an endpoint's transport (it closed): on RC its QP goes to ERR,
+    /// which the peer's QP sees as a silent peer.
+    fn close(sh: &mut Self::Shared, sq: &mut Self::Sq);
+    /// Forgets an endpoint's send queue (it was removed): its later
+    /// completions are dropped or retired without an owner.
+    fn remove(sh: &mut Self::Shared, send_cq: &mut Self::SendCq, sq: Self::Sq);
 
     /// Posts one zero-length receive to the SRQ (announced by
     /// [`srq_ring`](Self::srq_ring)); false when the SRQ is full.
@@ -99,15 +176,26 @@ pub trait Transport: Sized + 'static {
     /// ones included) with whether it used one of the SRQ's receives (which
     /// the caller then counts as gone); returns how many were polled.
     fn poll_recv(cq: &mut Self::RecvCq, max: usize, f: impl FnMut(&Self::Cqe<'_>, bool)) -> usize;
+    /// The endpoint slot a receive completion names, if any.
+    fn recv_owner(sh: &Self::Shared, c: &Self::Cqe<'_>) -> Option<u32>;
+    /// Whether receive completion `c`, which names the endpoint of `sq`,
+    /// came from that endpoint's peer (on DC, where one target receives
+    /// for every endpoint; always on RC, whose QP has one peer).
+    fn recv_from_peer(sq: &Self::Sq, c: &Self::Cqe<'_>) -> bool;
 
-    /// Dispatches completions of QP `qpn` to `idx`.
-    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32);
-    /// Stops dispatching completions of QP `qpn` (later ones are dropped).
-    fn unregister(cq: &mut Self::SendCq, qpn: u32);
-    /// Polls up to `max` send completions, calling `f` with the index
-    /// registered for the completion's QP (completions of unregistered QPs are
-    /// dropped); returns how many were polled.
-    fn poll_send(cq: &mut Self::SendCq, max: usize, f: impl FnMut(u32, &Self::Cqe<'_>)) -> usize;
+    /// Polls up to `max` send completions, calling `f` with the shared
+    /// state and the value the completion's queue was registered under;
+    /// returns how many were polled.
+    fn poll_send(
+        cq: &mut Self::SendCq,
+        sh: &mut Self::Shared,
+        max: usize,
+        f: impl FnMut(&mut Self::Shared, u32, &Self::Cqe<'_>),
+    ) -> usize;
+    /// The endpoint send completion `c` belongs to (`reg`: what
+    /// [`poll_send`](Self::poll_send) passed); `None` when it belongs to
+    /// none (a transport's own padding, which this call retires).
+    fn send_owner(sh: &mut Self::Shared, reg: u32, c: &Self::Cqe<'_>) -> Option<Owner>;
 
     /// Arms the receive CQ (created on a completion channel): one event at
     /// its next completion, solicited or not.
@@ -117,8 +205,10 @@ pub trait Transport: Sized + 'static {
 
     /// Queues an RDMA WRITE with immediate `imm` of `local` to `raddr`/`rkey`,
     /// unsignaled unless the signal interval asks for a completion.
-    /// Announced by [`ring`](Self::ring).
+    /// Announced by [`ring`](Self::ring). On DC the immediate is the one the
+    /// peer asked for in its [`DcInfo`], which names its endpoint.
     fn post_write_imm(
+        sh: &mut Self::Shared,
         sq: &mut Self::Sq,
         local: Sge,
         raddr: u64,
@@ -128,10 +218,17 @@ pub trait Transport: Sized + 'static {
     /// Queues a signaled RDMA READ of `raddr`/`rkey` into `local`, remembered
     /// as a READ: [`sq_complete`](Self::sq_complete) reports its completion.
     /// Announced by [`ring`](Self::ring).
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError>;
+    fn post_read(
+        sh: &mut Self::Shared,
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<(), QueueError>;
     /// Hands the work requests queued since the last call to the device.
-    fn ring(sq: &mut Self::Sq);
-    /// Retires the work requests that completion `c` (of this queue)
-    /// completes, error completions included; true if a READ was among them.
-    fn sq_complete(sq: &mut Self::Sq, c: &Self::Cqe<'_>) -> bool;
+    fn ring(sh: &mut Self::Shared, sq: &mut Self::Sq);
+    /// Retires the work requests that completion `c` completes, error
+    /// completions included; true if a READ was among them. `sq` is the
+    /// owner's queue, `None` when its endpoint is gone.
+    fn sq_complete(sh: &mut Self::Shared, sq: Option<&mut Self::Sq>, c: &Self::Cqe<'_>) -> bool;
 }

@@ -12,6 +12,10 @@ use std::collections::VecDeque;
 
 use mlx5::device::{Cq, Qp, SrqHandle};
 use mlx5::fastmap::FastMap;
+
+use super::rc::{self, RcShared, RcSq, SIGNAL_INTERVAL};
+use super::{Objects, Owner, Reach};
+use crate::endpoint::EndpointInfo;
 use mlx5::hw::verbs::{ibv_wc, RdmaOp};
 use mlx5::hw::{HwError, VerbsCq, VerbsQp, VerbsSrq};
 
@@ -119,13 +123,10 @@ impl VerbsRecvCq {
     }
 }
 
-impl Transport for Verbs {
-    type Cqe<'a> = ibv_wc;
-    type Sq = VerbsSq;
-    type RecvCq = VerbsRecv;
-    type SendCq = VerbsSendCq;
-
-    fn send_queue(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self::Sq, SetupError> {
+impl VerbsSq {
+    /// The send queue of `qp` (with `sq_size` entries), requesting a
+    /// completion at least every `signal_interval` work requests.
+    fn new(qp: &Qp, signal_interval: u32, sq_size: u32) -> Result<Self, SetupError> {
         if sq_size < 2 {
             return Err(SetupError::Invalid(format!(
                 "send queue of {sq_size} entries (at least 2)"
@@ -141,6 +142,14 @@ impl Transport for Verbs {
             reads: VecDeque::with_capacity(sq_size as usize),
         })
     }
+}
+
+impl Transport for Verbs {
+    type Cqe<'a> = ibv_wc;
+    type Sq = RcSq<VerbsSq>;
+    type RecvCq = VerbsRecv;
+    type SendCq = VerbsSendCq;
+    type Shared = RcShared;
 
     fn recv_cq(cq: &Cq, srq: &SrqHandle) -> Result<Self::RecvCq, SetupError> {
         Ok(VerbsRecv {
@@ -154,6 +163,41 @@ impl Transport for Verbs {
             cq: VerbsRecvCq::new(cq)?,
             by_qpn: FastMap::new(),
         })
+    }
+
+    fn shared(_: &Objects<'_>) -> Result<RcShared, SetupError> {
+        Ok(RcShared::default())
+    }
+
+    fn open(
+        sh: &mut RcShared,
+        send_cq: &mut Self::SendCq,
+        o: &Objects<'_>,
+        idx: u32,
+        _gen: u32,
+    ) -> Result<(Self::Sq, Reach), SetupError> {
+        let (sq, reach) = rc::open(sh, o, idx, |qp| {
+            VerbsSq::new(qp, SIGNAL_INTERVAL, o.sq_size)
+        })?;
+        send_cq.by_qpn.insert(reach.conn.qpn, idx);
+        Ok((sq, reach))
+    }
+
+    fn connect(
+        _: &mut RcShared,
+        sq: &mut Self::Sq,
+        remote: &EndpointInfo,
+    ) -> Result<(), SetupError> {
+        rc::connect(sq, remote)
+    }
+
+    fn close(_: &mut RcShared, sq: &mut Self::Sq) {
+        rc::close(sq);
+    }
+
+    fn remove(sh: &mut RcShared, send_cq: &mut Self::SendCq, sq: Self::Sq) {
+        let qpn = rc::remove(sh, sq);
+        send_cq.by_qpn.remove(qpn);
     }
 
     /// Posts a zero-length receive at once (receives need no doorbell on
@@ -174,21 +218,36 @@ impl Transport for Verbs {
         cq.cq.poll(max, |c| f(c, true))
     }
 
-    fn register(cq: &mut Self::SendCq, qpn: u32, idx: u32) {
-        cq.by_qpn.insert(qpn, idx);
-    }
-
-    fn unregister(cq: &mut Self::SendCq, qpn: u32) {
-        cq.by_qpn.remove(qpn);
+    #[inline(always)]
+    fn recv_owner(sh: &RcShared, c: &ibv_wc) -> Option<u32> {
+        sh.slot(c.qp_num)
     }
 
     #[inline(always)]
-    fn poll_send(cq: &mut Self::SendCq, max: usize, mut f: impl FnMut(u32, &ibv_wc)) -> usize {
+    fn recv_from_peer(_: &Self::Sq, _: &ibv_wc) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    fn poll_send(
+        cq: &mut Self::SendCq,
+        sh: &mut RcShared,
+        max: usize,
+        mut f: impl FnMut(&mut RcShared, u32, &ibv_wc),
+    ) -> usize {
         let VerbsSendCq { cq, by_qpn } = cq;
         cq.poll(max, |w| {
             if let Some(&i) = by_qpn.get(w.qp_num) {
-                f(i, w);
+                f(sh, i, w);
             }
+        })
+    }
+
+    #[inline(always)]
+    fn send_owner(_: &mut RcShared, reg: u32, _: &ibv_wc) -> Option<Owner> {
+        Some(Owner {
+            idx: reg,
+            gen: None,
         })
     }
 
@@ -204,18 +263,27 @@ impl Transport for Verbs {
 
     #[inline(always)]
     fn post_write_imm(
+        _: &mut RcShared,
         sq: &mut Self::Sq,
         local: Sge,
         raddr: u64,
         rkey: u32,
         imm: u32,
     ) -> Result<(), QueueError> {
+        let sq = &mut sq.q;
         let signaled = sq.unsignaled + 1 >= sq.interval;
         sq.post(RdmaOp::WriteImm(imm), local, raddr, rkey, signaled)
     }
 
     #[inline(always)]
-    fn post_read(sq: &mut Self::Sq, local: Sge, raddr: u64, rkey: u32) -> Result<(), QueueError> {
+    fn post_read(
+        _: &mut RcShared,
+        sq: &mut Self::Sq,
+        local: Sge,
+        raddr: u64,
+        rkey: u32,
+    ) -> Result<(), QueueError> {
+        let sq = &mut sq.q;
         let id = sq.next;
         sq.post(RdmaOp::Read, local, raddr, rkey, true)?;
         sq.reads.push_back(id);
@@ -224,10 +292,13 @@ impl Transport for Verbs {
 
     /// Requests went to the provider as they were posted.
     #[inline(always)]
-    fn ring(_sq: &mut Self::Sq) {}
+    fn ring(_: &mut RcShared, _sq: &mut Self::Sq) {}
 
     #[inline(always)]
-    fn sq_complete(sq: &mut Self::Sq, c: &ibv_wc) -> bool {
+    fn sq_complete(_: &mut RcShared, sq: Option<&mut Self::Sq>, c: &ibv_wc) -> bool {
+        let Some(RcSq { q: sq, .. }) = sq else {
+            return false;
+        };
         // A completion names the request it completes; every earlier one is
         // done too (RC completes in order). An id never posted is ignored.
         if c.wr_id >= sq.next || c.wr_id < sq.retired {

@@ -52,10 +52,17 @@ fn handler(log: &Log) -> Handler {
 
 /// A world with `n` connected endpoint pairs.
 pub fn world(tag: &str, mode: ExecMode, b: ContextBuilder, n: usize) -> World {
-    let fabric = format!("rpc-{}-{tag}", std::process::id());
+    world_t::<Mlx5>(tag, mode, b, n)
+}
+
+/// [`world`] on transport `T`.
+pub fn world_t<T: Transport>(tag: &str, mode: ExecMode, b: ContextBuilder, n: usize) -> World<T> {
+    // One fabric per test and transport: the two may run at once.
+    let t = std::any::type_name::<T>().rsplit("::").next().unwrap_or("");
+    let fabric = format!("rpc-{}-{tag}-{t}", std::process::id());
     let d0 = Device::open_in_mode(&fabric, "sim0", mode).unwrap();
     let d1 = Device::open_in_mode(&fabric, "sim1", mode).unwrap();
-    let mut w = world_on::<Mlx5>((d0, d1), b, n);
+    let mut w = world_on::<T>((d0, d1), b, n);
     w.fabric = fabric;
     w
 }
