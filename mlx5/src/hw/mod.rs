@@ -8,6 +8,7 @@
 //! headers by the ABI test (`tests/abi.rs`).
 
 pub mod channel;
+pub mod dc;
 pub mod device;
 // A mirror of rdma-core's headers, checked whole by the ABI test; not every
 // item of it is used by the crate.
@@ -24,6 +25,7 @@ pub mod loader;
 pub mod verbs;
 
 pub use channel::{HwChannel, HwWaker};
+pub use dc::HwDct;
 pub use device::{
     list_devices, query_device, DeviceInfo, GidInfo, HwContext, HwCq, HwMr, HwPd, HwQp, HwSrq,
     Mlx5Caps, PortInfo,
