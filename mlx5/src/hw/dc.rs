@@ -256,7 +256,12 @@ impl HwPd {
     /// carries the destination MAC the kernel resolved, which a DCI's WQE
     /// needs. Its key and DCT number are zero: the WQE sets them
     /// ([`SendQueue::dc_via`](crate::sq::SendQueue::dc_via)).
-    pub fn dc_route(&self, ctx: &HwContext, lid: u16, gid: [u8; 16]) -> Result<AddressVector, HwError> {
+    pub fn dc_route(
+        &self,
+        ctx: &HwContext,
+        lid: u16,
+        gid: [u8; 16],
+    ) -> Result<AddressVector, HwError> {
         let ah = Ah::new(self, ctx, lid, gid)?;
         let bytes = ah.av_bytes()?;
         Ok(DatagramSeg::new_unchecked(&bytes[..]).get())
@@ -272,7 +277,12 @@ pub(super) struct Ah<'a> {
 impl<'a> Ah<'a> {
     /// `ibv_create_ah` towards `lid` (InfiniBand) or `gid` (a GRH: always on
     /// RoCE, and on InfiniBand when only a GID is given).
-    pub(super) fn new(pd: &'a HwPd, ctx: &HwContext, lid: u16, gid: [u8; 16]) -> Result<Self, HwError> {
+    pub(super) fn new(
+        pd: &'a HwPd,
+        ctx: &HwContext,
+        lid: u16,
+        gid: [u8; 16],
+    ) -> Result<Self, HwError> {
         let mut a = port_av(ctx, gid);
         a.dlid = lid;
         if a.is_global == 0 && gid != [0; 16] && lid == 0 {

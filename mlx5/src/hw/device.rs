@@ -1106,7 +1106,12 @@ impl HwQp {
         }
     }
 
-    pub(super) fn modify(&self, a: &mut ibv_qp_attr, mask: i32, what: &'static str) -> Result<(), HwError> {
+    pub(super) fn modify(
+        &self,
+        a: &mut ibv_qp_attr,
+        mask: i32,
+        what: &'static str,
+    ) -> Result<(), HwError> {
         // SAFETY: a live QP and a valid attribute struct.
         verb(what, unsafe {
             (self.q.pd.c.v.modify_qp)(self.q.qp.as_ptr(), a, mask)

@@ -1009,7 +1009,10 @@ pub fn all_constants() -> Vec<(&'static str, i64)> {
             "IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",
             i64::from(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
         ),
-        ("IBV_QP_EX_WITH_RDMA_WRITE", IBV_QP_EX_WITH_RDMA_WRITE as i64),
+        (
+            "IBV_QP_EX_WITH_RDMA_WRITE",
+            IBV_QP_EX_WITH_RDMA_WRITE as i64,
+        ),
         (
             "IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM",
             IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM as i64,
