@@ -9,6 +9,8 @@
 
 pub mod channel;
 pub mod dc;
+#[cfg(feature = "rdma-core-oracle")]
+mod dc_oracle;
 pub mod device;
 // A mirror of rdma-core's headers, checked whole by the ABI test; not every
 // item of it is used by the crate.
