@@ -245,10 +245,16 @@ impl Context {
     }
 }
 
-/// The Dynamically Connected transport: DC targets and initiators.
+/// The Dynamically Connected transport: DC targets and initiators. On a NIC
+/// they are mlx5 DC queues ([`crate::hw::dc`], written from rdma-core's
+/// headers and never run on a ConnectX yet); a device that is not mlx5
+/// (soft-RoCE `rxe`) has no DC and refuses them with
+/// [`DeviceError::Invalid`].
 impl Context {
     /// The DCI streams the device supports: the largest `log_concurrent`
-    /// and `log_errored` [`create_dci`](Self::create_dci) accepts.
+    /// and `log_errored` [`create_dci`](Self::create_dci) accepts (on a NIC,
+    /// `mlx5dv_query_device`'s `dci_streams_caps`; zero and zero where the
+    /// device has none).
     pub fn dci_stream_caps(&self) -> Result<DciStreams, DeviceError> {
         match self {
             Context::Sim(_) => Ok(DCI_STREAM_CAPS),
@@ -274,7 +280,9 @@ impl Context {
 
     /// Creates a DC target on `pd`, ready to receive: any DCI whose WQE
     /// names its number and carries `attr.key` reaches it. Its receives
-    /// come from `srq` and complete on `recv_cq`.
+    /// come from `srq` and complete on `recv_cq`. On a NIC it is brought to
+    /// RTR here, where it gets its number; dropping it destroys it (rdma-core
+    /// drains it first).
     pub fn create_dct(
         &self,
         pd: &Pd,

@@ -3,9 +3,11 @@
 //!
 //! The control path goes through verbs; on mlx5 the data path is this crate's,
 //! over the queue memory `mlx5dv_init_obj` returns; on other devices (soft-RoCE)
-//! it is the provider's own post/poll entry points ([`verbs`]). **Not yet run on a NIC**: no machine
-//! this project runs on has one. The bindings are checked against the installed
-//! headers by the ABI test (`tests/abi.rs`).
+//! it is the provider's own post/poll entry points ([`verbs`](mod@verbs)). On mlx5 it
+//! also has DC queues ([`dc`]: DCTs, DCIs with streams, routes from address
+//! handles). **Not yet run on a NIC**: no machine this project runs on has
+//! one. The bindings are checked against the installed headers by the ABI
+//! test (`tests/abi.rs`).
 
 pub mod channel;
 pub mod dc;
