@@ -18,6 +18,7 @@ mod oracle {
 
     const SOURCE: &str = "oracle/oracle.c";
     const ABI_SOURCE: &str = "oracle/abi.c";
+    const DC_WR_SOURCE: &str = "oracle/dc_wr.c";
     const INSTALL_HINT: &str = "the `rdma-core-oracle` feature needs rdma-core's \
         <infiniband/mlx5dv.h>; install it with `apt-get install libibverbs-dev` \
         (Debian/Ubuntu) or `dnf install rdma-core-devel` (Fedora/RHEL)";
@@ -38,6 +39,15 @@ mod oracle {
             .file(ABI_SOURCE)
             .warnings(true)
             .compile("mlx5_abi_oracle");
+
+        // rdma-core's own DC WQE writer (inline work-request functions only),
+        // for the hardware oracle test of ours.
+        println!("cargo:rerun-if-changed={DC_WR_SOURCE}");
+        cc::Build::new()
+            .file(DC_WR_SOURCE)
+            .warnings(true)
+            .extra_warnings(true)
+            .compile("mlx5_dc_wr_oracle");
 
         // The SSE variant of the control-segment helper exists only when the
         // header is compiled with SSE3 (and needs SSSE3 for its shuffle), so it

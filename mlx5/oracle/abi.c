@@ -175,6 +175,30 @@ static const struct abi_row rows[] = {
 	F(mlx5dv_context, dc_odp_caps) F(mlx5dv_context, hca_core_clock) F(mlx5dv_context, num_lag_ports)
 	F(mlx5dv_context, sig_caps) F(mlx5dv_context, dci_streams_caps) F(mlx5dv_context, max_wr_memcpy_length)
 	F(mlx5dv_context, crypto_caps)
+
+	/* DC queues (mlx5dv_create_qp) and address handles. */
+	S(ibv_rx_hash_conf)
+	F(ibv_rx_hash_conf, rx_hash_function) F(ibv_rx_hash_conf, rx_hash_key_len) F(ibv_rx_hash_conf, rx_hash_key)
+	F(ibv_rx_hash_conf, rx_hash_fields_mask)
+	S(ibv_qp_init_attr_ex)
+	F(ibv_qp_init_attr_ex, qp_context) F(ibv_qp_init_attr_ex, send_cq) F(ibv_qp_init_attr_ex, recv_cq)
+	F(ibv_qp_init_attr_ex, srq) F(ibv_qp_init_attr_ex, cap) F(ibv_qp_init_attr_ex, qp_type)
+	F(ibv_qp_init_attr_ex, sq_sig_all) F(ibv_qp_init_attr_ex, comp_mask) F(ibv_qp_init_attr_ex, pd)
+	F(ibv_qp_init_attr_ex, xrcd) F(ibv_qp_init_attr_ex, create_flags) F(ibv_qp_init_attr_ex, max_tso_header)
+	F(ibv_qp_init_attr_ex, rwq_ind_tbl) F(ibv_qp_init_attr_ex, rx_hash_conf) F(ibv_qp_init_attr_ex, source_qpn)
+	F(ibv_qp_init_attr_ex, send_ops_flags)
+	S(mlx5dv_dci_streams) F(mlx5dv_dci_streams, log_num_concurent) F(mlx5dv_dci_streams, log_num_errored)
+	S(mlx5dv_dc_init_attr) F(mlx5dv_dc_init_attr, dc_type)
+	/* The anonymous union: as a whole (its largest member) and each member. */
+	{ "mlx5dv_dc_init_attr.u", (long)offsetof(struct mlx5dv_dc_init_attr, dct_access_key),
+	  (long)(sizeof(struct mlx5dv_dc_init_attr) - offsetof(struct mlx5dv_dc_init_attr, dct_access_key)) },
+	F(mlx5dv_dc_init_attr, dct_access_key) F(mlx5dv_dc_init_attr, dci_streams)
+	S(mlx5dv_qp_init_attr)
+	F(mlx5dv_qp_init_attr, comp_mask) F(mlx5dv_qp_init_attr, create_flags) F(mlx5dv_qp_init_attr, dc_init_attr)
+	F(mlx5dv_qp_init_attr, send_ops_flags)
+	PREFIX(ibv_ah) F(ibv_ah, context) F(ibv_ah, pd) F(ibv_ah, handle)
+	S(mlx5dv_ah) F(mlx5dv_ah, av) F(mlx5dv_ah, comp_mask)
+	S(mlx5_wqe_av)
 };
 
 size_t abi_rows(const struct abi_row **out)
@@ -205,6 +229,10 @@ static const struct abi_const consts[] = {
 	C(IBV_ACCESS_LOCAL_WRITE) C(IBV_ACCESS_REMOTE_WRITE) C(IBV_ACCESS_REMOTE_READ) C(IBV_ACCESS_REMOTE_ATOMIC)
 	C(MLX5DV_OBJ_QP) C(MLX5DV_OBJ_CQ) C(MLX5DV_OBJ_SRQ) C(MLX5DV_CONTEXT_MASK_CQE_COMPRESION)
 	C(MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE) C(MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE)
+	C(IBV_QPT_DRIVER) C(IBV_QP_INIT_ATTR_PD) C(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+	C(IBV_QP_EX_WITH_RDMA_WRITE) C(IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM) C(IBV_QP_EX_WITH_RDMA_READ)
+	C(MLX5DV_OBJ_AH) C(MLX5DV_CONTEXT_MASK_DCI_STREAMS) C(MLX5DV_QP_INIT_ATTR_MASK_DC)
+	C(MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) C(MLX5DV_DCTYPE_DCT) C(MLX5DV_DCTYPE_DCI)
 };
 
 size_t abi_consts(const struct abi_const **out)

@@ -91,6 +91,21 @@ fn control_path_on_a_real_device() {
                 b.send_queue::<mlx5::wqe_table::OrderedDense<()>>(Default::default()),
                 Err(DeviceError::Hw(HwError::NotMlx5(_)))
             ));
+            // Nor DC queues: soft-RoCE has no DC transport.
+            let dci = ctx.create_dci(&pd, &cq, &QpCaps::default(), Default::default());
+            match dci {
+                Err(DeviceError::Invalid(msg)) => {
+                    assert!(
+                        msg.contains("no DC transport") && msg.contains("RC"),
+                        "{msg}"
+                    )
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(
+                ctx.dci_stream_caps(),
+                Err(DeviceError::Invalid(_))
+            ));
         }
     }
 }

@@ -432,3 +432,65 @@ fn zero_length_sges_are_skipped() {
     assert_eq!(b.ds(), 2, "a zero-length WRITE_IMM has no data segment");
     b.post(());
 }
+
+/// A DCI's WQE over a route (a NIC's AH address vector: MAC, GRH fields and
+/// all) carries that route with the destination's DCT number and key; over
+/// the LID/GID route it is byte for byte what `dc` writes.
+#[test]
+fn a_dc_route_is_copied_whole_with_the_dct_and_key() {
+    use mlx5::device::DcDest;
+    use mlx5::prm::{AddressVector, DatagramSeg};
+    let dest = DcDest {
+        dct: 0x12_3456,
+        key: 0x0102_0304_0506_0708,
+        lid: 7,
+        gid: [0xfe; 16],
+        stream: 2,
+    };
+    let sge = Sge {
+        addr: 0x1000,
+        len: 64,
+        lkey: 0xabc,
+    };
+    let post = |via: Option<&AddressVector>| {
+        let (hw, mut sq) = HandSq::new::<OrderedDense<u32>>(64, 256, cfg());
+        let d = match via {
+            Some(r) => sq.dc_via(r, &dest),
+            None => sq.dc(&dest),
+        };
+        let b = d.write(0x2000, 0x55, Payload::Sges(&[sge])).unwrap();
+        assert_eq!(b.ds(), 6);
+        b.signaled().post(1);
+        wqe_bytes(&hw, 0, 6)
+    };
+    let plain = post(None);
+    assert_eq!(
+        plain,
+        post(Some(&AddressVector::lid_gid_route(dest.lid, dest.gid)))
+    );
+    let route = AddressVector {
+        key: 0xffff,
+        dqp_dct: 0x77,
+        extended: true,
+        stat_rate_sl: 0x03,
+        fl_mlid: 0x80,
+        rlid: 0,
+        rmac: [0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5],
+        tclass: 0x20,
+        hop_limit: 64,
+        grh_gid_fl: 0x0300_0000,
+        rgid: [0x11; 16],
+    };
+    let w = post(Some(&route));
+    let got = DatagramSeg::new_checked(&w[16..64]).unwrap().get();
+    assert_eq!(
+        got,
+        AddressVector {
+            key: dest.key,
+            dqp_dct: dest.dct,
+            ..route
+        }
+    );
+    // Everything but the address vector is as `dc` wrote it.
+    assert_eq!((&w[..16], &w[64..]), (&plain[..16], &plain[64..]));
+}

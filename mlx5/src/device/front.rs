@@ -11,9 +11,10 @@ use super::{
 };
 use crate::cq::CqRing;
 use crate::hw::{
-    self, HwChannel, HwContext, HwCq, HwError, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq, VerbsQp,
-    VerbsSrq,
+    self, HwChannel, HwContext, HwCq, HwDct, HwError, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq,
+    VerbsQp, VerbsSrq,
 };
+use crate::prm::AddressVector;
 use crate::rq::{RecvQueue, Srq, SrqTopology};
 use crate::sim::channel::{SimChannel, SimWaker};
 use crate::sim::dct::SimDct;
@@ -244,20 +245,44 @@ impl Context {
     }
 }
 
-/// The Dynamically Connected transport: DC targets and initiators.
+/// The Dynamically Connected transport: DC targets and initiators. On a NIC
+/// they are mlx5 DC queues ([`crate::hw::dc`], written from rdma-core's
+/// headers and never run on a ConnectX yet); a device that is not mlx5
+/// (soft-RoCE `rxe`) has no DC and refuses them with
+/// [`DeviceError::Invalid`].
 impl Context {
     /// The DCI streams the device supports: the largest `log_concurrent`
-    /// and `log_errored` [`create_dci`](Self::create_dci) accepts.
+    /// and `log_errored` [`create_dci`](Self::create_dci) accepts (on a NIC,
+    /// `mlx5dv_query_device`'s `dci_streams_caps`; zero and zero where the
+    /// device has none).
     pub fn dci_stream_caps(&self) -> Result<DciStreams, DeviceError> {
         match self {
             Context::Sim(_) => Ok(DCI_STREAM_CAPS),
-            Context::Hw(c) => Err(no_dc(c.name())),
+            Context::Hw(c) => Ok(dc_capable(c)?.dci_stream_caps()?),
+        }
+    }
+
+    /// The route a DCI's WQE carries to the port `lid` / `gid` (a DCT's
+    /// device, as its owner publishes it), for
+    /// [`SendQueue::dc_via`](crate::sq::SendQueue::dc_via). On a NIC it is
+    /// the address vector of an address handle (`ibv_create_ah`), which on
+    /// RoCE holds the destination MAC; get it once per peer device, not per
+    /// WQE. On the software device it is
+    /// [`AddressVector::lid_gid_route`], what
+    /// [`SendQueue::dc`](crate::sq::SendQueue::dc) writes.
+    pub fn dc_route(&self, pd: &Pd, lid: u16, gid: [u8; 16]) -> Result<AddressVector, DeviceError> {
+        match (self, pd) {
+            (Context::Sim(_), Pd::Sim(_)) => Ok(AddressVector::lid_gid_route(lid, gid)),
+            (Context::Hw(c), Pd::Hw(p)) => Ok(p.dc_route(dc_capable(c)?, lid, gid)?),
+            _ => Err(mixed()),
         }
     }
 
     /// Creates a DC target on `pd`, ready to receive: any DCI whose WQE
     /// names its number and carries `attr.key` reaches it. Its receives
-    /// come from `srq` and complete on `recv_cq`.
+    /// come from `srq` and complete on `recv_cq`. On a NIC it is brought to
+    /// RTR here, where it gets its number; dropping it destroys it (rdma-core
+    /// drains it first).
     pub fn create_dct(
         &self,
         pd: &Pd,
@@ -269,7 +294,9 @@ impl Context {
             (Context::Sim(c), Pd::Sim(p), SrqHandle::Sim(s), Cq::Sim(q)) => {
                 Ok(Dct::Sim(c.create_dct(p, s, q, attr)?))
             }
-            (Context::Hw(c), Pd::Hw(_), SrqHandle::Hw(_), Cq::Hw(_)) => Err(no_dc(c.name())),
+            (Context::Hw(c), Pd::Hw(p), SrqHandle::Hw(s), Cq::Hw(q)) => {
+                Ok(Dct::Hw(p.create_dct(dc_capable(c)?, s, q, attr)?))
+            }
             _ => Err(mixed()),
         }
     }
@@ -290,16 +317,48 @@ impl Context {
             (Context::Sim(c), Pd::Sim(p), Cq::Sim(s)) => {
                 Ok(Qp::Sim(c.create_dci(p, s, caps, streams)?))
             }
-            (Context::Hw(c), Pd::Hw(_), Cq::Hw(_)) => Err(no_dc(c.name())),
+            (Context::Hw(c), Pd::Hw(p), Cq::Hw(s)) => {
+                check_streams(c.name(), streams, dc_capable(c)?.dci_stream_caps()?)?;
+                Ok(Qp::Hw {
+                    qp: p.create_dci(s, caps, streams)?,
+                    ctx: c.clone(),
+                    state: Arc::new(AtomicU32::new(hw::ffi::qp_state::RESET)),
+                })
+            }
             _ => Err(mixed()),
         }
     }
 }
 
-fn no_dc(dev: &str) -> DeviceError {
-    DeviceError::Invalid(format!(
-        "{dev}: the rdma-core backend has no DC queues yet (the software device has)"
-    ))
+/// The device, if it has DC queues: mlx5 devices have, others (soft-RoCE
+/// `rxe`, in particular) have not.
+fn dc_capable(c: &HwContext) -> Result<&HwContext, DeviceError> {
+    if c.is_mlx5() {
+        Ok(c)
+    } else {
+        Err(DeviceError::Invalid(format!(
+            "{}: not an mlx5 device, so it has no DC transport (soft-RoCE rxe has none); \
+             use RC QPs",
+            c.name()
+        )))
+    }
+}
+
+/// `want` within the device's DCI stream caps, else a clear error.
+fn check_streams(dev: &str, want: DciStreams, caps: DciStreams) -> Result<(), DeviceError> {
+    if want.log_concurrent > caps.log_concurrent || want.log_errored > caps.log_errored {
+        return Err(DeviceError::Invalid(format!(
+            "{dev}: DCI streams 2^{} concurrent, 2^{} errored: the device's dci_streams_caps \
+             allow 2^{} and 2^{} (max_log_num_concurent {}, max_log_num_errored {})",
+            want.log_concurrent,
+            want.log_errored,
+            caps.log_concurrent,
+            caps.log_errored,
+            caps.log_concurrent,
+            caps.log_errored
+        )));
+    }
+    Ok(())
 }
 
 /// A DC target: receives from any DCI that names it and carries its key.
@@ -307,6 +366,8 @@ fn no_dc(dev: &str) -> DeviceError {
 pub enum Dct {
     /// Software device.
     Sim(SimDct),
+    /// An mlx5 NIC (never run on one yet: see [`crate::hw::dc`]).
+    Hw(HwDct),
 }
 
 impl Dct {
@@ -314,6 +375,7 @@ impl Dct {
     pub fn number(&self) -> u32 {
         match self {
             Dct::Sim(d) => d.number(),
+            Dct::Hw(d) => d.number(),
         }
     }
 
@@ -321,6 +383,7 @@ impl Dct {
     pub fn key(&self) -> u64 {
         match self {
             Dct::Sim(d) => d.key(),
+            Dct::Hw(d) => d.key(),
         }
     }
 }
@@ -727,6 +790,10 @@ impl Qp {
     pub fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
         match self {
             Qp::Sim(q) => q.to_rtr(attr),
+            Qp::Hw { qp, .. } if qp.is_dci() => Err(DeviceError::Invalid(format!(
+                "QP {:#x} is a DCI: it has no peer to connect (to_rtr_dci)",
+                qp.qpn()
+            ))),
             Qp::Hw { qp, ctx, state } => {
                 Self::hw_step(state, hw::ffi::qp_state::RTR, qp.to_rtr(ctx, attr))
             }
@@ -756,7 +823,13 @@ impl Qp {
     pub fn to_rtr_dci(&self) -> Result<(), DeviceError> {
         match self {
             Qp::Sim(q) => q.to_rtr_dci(),
-            Qp::Hw { ctx, .. } => Err(no_dc(ctx.name())),
+            Qp::Hw { qp, .. } if !qp.is_dci() => Err(DeviceError::Invalid(format!(
+                "QP {:#x} is not a DCI: connect it with to_rtr",
+                qp.qpn()
+            ))),
+            Qp::Hw { qp, ctx, state } => {
+                Self::hw_step(state, hw::ffi::qp_state::RTR, qp.to_rtr_dci(ctx))
+            }
         }
     }
 

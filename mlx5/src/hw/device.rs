@@ -91,7 +91,7 @@ pub struct DeviceInfo {
     pub mlx5: Option<Mlx5Caps>,
 }
 
-fn verb(name: &'static str, rc: c_int) -> Result<(), HwError> {
+pub(super) fn verb(name: &'static str, rc: c_int) -> Result<(), HwError> {
     if rc == 0 {
         Ok(())
     } else {
@@ -125,7 +125,7 @@ fn ops(c: &Ctx) -> &ibv_context_ops {
     unsafe { &(*c.ctx.as_ptr()).ops }
 }
 
-fn nonnull<T>(name: &'static str, p: *mut T) -> Result<NonNull<T>, HwError> {
+pub(super) fn nonnull<T>(name: &'static str, p: *mut T) -> Result<NonNull<T>, HwError> {
     NonNull::new(p).ok_or_else(|| HwError::Verb {
         verb: name,
         errno: errno(),
@@ -187,8 +187,8 @@ pub fn list_devices() -> Result<Vec<String>, HwError> {
 pub(super) struct Ctx {
     pub(super) v: &'static Verbs,
     pub(super) ctx: NonNull<ibv_context>,
-    name: String,
-    is_mlx5: bool,
+    pub(super) name: String,
+    pub(super) is_mlx5: bool,
 }
 
 // SAFETY: ibv_context is thread-safe for the verbs used here.
@@ -206,12 +206,12 @@ impl Drop for Ctx {
 /// An opened RDMA device.
 #[derive(Clone)]
 pub struct HwContext {
-    c: Arc<Ctx>,
+    pub(super) c: Arc<Ctx>,
     port: u8,
-    lid: u16,
-    gid: GidInfo,
-    mtu: u32,
-    link_layer: u8,
+    pub(super) lid: u16,
+    pub(super) gid: GidInfo,
+    pub(super) mtu: u32,
+    pub(super) link_layer: u8,
 }
 
 impl std::fmt::Debug for HwContext {
@@ -568,9 +568,9 @@ pub fn query_device(name: &str) -> Result<DeviceInfo, HwError> {
     })
 }
 
-struct PdInner {
-    c: Arc<Ctx>,
-    pd: NonNull<ibv_pd>,
+pub(super) struct PdInner {
+    pub(super) c: Arc<Ctx>,
+    pub(super) pd: NonNull<ibv_pd>,
 }
 // SAFETY: verbs objects may be used from any thread.
 unsafe impl Send for PdInner {}
@@ -586,7 +586,7 @@ impl Drop for PdInner {
 /// A protection domain on hardware.
 #[derive(Clone)]
 pub struct HwPd {
-    p: Arc<PdInner>,
+    pub(super) p: Arc<PdInner>,
 }
 
 /// Where an MR's memory came from.
@@ -804,14 +804,15 @@ impl HwPd {
                 max_inline: a.cap.max_inline_data,
                 sq_taken: AtomicBool::new(false),
                 rq_taken: AtomicBool::new(false),
+                dci: false,
             }),
         })
     }
 }
 
-struct CqInner {
+pub(super) struct CqInner {
     c: Arc<Ctx>,
-    cq: NonNull<ibv_cq>,
+    pub(super) cq: NonNull<ibv_cq>,
     zip: Compression,
     taken: AtomicBool,
     /// Its `cq_context` when created on a channel: its number and events.
@@ -837,7 +838,7 @@ impl Drop for CqInner {
 /// A CQ on hardware.
 #[derive(Clone)]
 pub struct HwCq {
-    q: Arc<CqInner>,
+    pub(super) q: Arc<CqInner>,
 }
 
 impl HwCq {
@@ -920,9 +921,9 @@ impl HwCq {
     }
 }
 
-struct SrqInner {
+pub(super) struct SrqInner {
     pd: Arc<PdInner>,
-    srq: NonNull<ibv_srq>,
+    pub(super) srq: NonNull<ibv_srq>,
     taken: AtomicBool,
 }
 // SAFETY: as for PdInner.
@@ -939,7 +940,7 @@ impl Drop for SrqInner {
 /// An SRQ on hardware.
 #[derive(Clone)]
 pub struct HwSrq {
-    s: Arc<SrqInner>,
+    pub(super) s: Arc<SrqInner>,
 }
 
 impl HwSrq {
@@ -1009,14 +1010,17 @@ impl HwSrq {
     }
 }
 
-struct QpInner {
-    pd: Arc<PdInner>,
-    qp: NonNull<ibv_qp>,
-    _cqs: (HwCq, HwCq),
-    _srq: Option<HwSrq>,
-    max_inline: u32,
-    sq_taken: AtomicBool,
-    rq_taken: AtomicBool,
+pub(super) struct QpInner {
+    pub(super) pd: Arc<PdInner>,
+    pub(super) qp: NonNull<ibv_qp>,
+    pub(super) _cqs: (HwCq, HwCq),
+    pub(super) _srq: Option<HwSrq>,
+    pub(super) max_inline: u32,
+    pub(super) sq_taken: AtomicBool,
+    pub(super) rq_taken: AtomicBool,
+    /// A DC initiator (`mlx5dv_create_qp`, DCI), not an RC QP: its
+    /// RESET → INIT carries no access flags.
+    pub(super) dci: bool,
 }
 // SAFETY: as for PdInner.
 unsafe impl Send for QpInner {}
@@ -1033,7 +1037,7 @@ impl Drop for QpInner {
 /// An RC QP on hardware.
 #[derive(Clone)]
 pub struct HwQp {
-    q: Arc<QpInner>,
+    pub(super) q: Arc<QpInner>,
 }
 
 impl HwQp {
@@ -1102,15 +1106,24 @@ impl HwQp {
         }
     }
 
-    fn modify(&self, a: &mut ibv_qp_attr, mask: i32, what: &'static str) -> Result<(), HwError> {
+    pub(super) fn modify(
+        &self,
+        a: &mut ibv_qp_attr,
+        mask: i32,
+        what: &'static str,
+    ) -> Result<(), HwError> {
         // SAFETY: a live QP and a valid attribute struct.
         verb(what, unsafe {
             (self.q.pd.c.v.modify_qp)(self.q.qp.as_ptr(), a, mask)
         })
     }
 
-    /// RESET → INIT on port 1 with `access` remote rights.
+    /// RESET → INIT on port 1 with `access` remote rights (none on a DCI,
+    /// whose RESET → INIT takes exactly STATE | PKEY_INDEX | PORT).
     pub fn to_init(&self, access: u32) -> Result<(), HwError> {
+        if self.q.dci {
+            return self.dci_to_init();
+        }
         let mut a = ibv_qp_attr {
             qp_state: qp_state::INIT,
             port_num: 1,
@@ -1195,7 +1208,7 @@ impl HwQp {
         self.modify(&mut a, qp_attr_mask::STATE, "ibv_modify_qp(ERR)")
     }
 
-    fn dv(&self) -> Result<mlx5dv_qp, HwError> {
+    pub(super) fn dv(&self) -> Result<mlx5dv_qp, HwError> {
         if !self.q.pd.c.is_mlx5 {
             return Err(HwError::NotMlx5(self.q.pd.c.name.clone()));
         }
@@ -1238,6 +1251,12 @@ impl HwQp {
 
     /// The QP's own receive queue for the data path.
     pub fn recv_queue<T: RecvTable>(&self) -> Result<RecvQueue<T>, HwError> {
+        if self.q.dci {
+            return Err(HwError::Verb {
+                verb: "recv_queue (a DCI has no receive queue)",
+                errno: libc::EINVAL,
+            });
+        }
         if self.q.rq_taken.swap(true, Ordering::AcqRel) {
             return Err(HwError::Taken("receive queue"));
         }

@@ -208,6 +208,104 @@ abi_struct!(ibv_qp_init_attr {
     sq_sig_all: c_int,
 });
 
+abi_struct!(
+    /// `struct ibv_rx_hash_conf` (part of `ibv_qp_init_attr_ex`; unused here).
+    ibv_rx_hash_conf {
+        rx_hash_function: u8,
+        rx_hash_key_len: u8,
+        rx_hash_key: *mut u8,
+        rx_hash_fields_mask: u64,
+    }
+);
+
+abi_struct!(
+    /// `struct ibv_qp_init_attr_ex`: what `mlx5dv_create_qp` takes. The
+    /// XRC domain and RSS table pointers are untyped (never set here).
+    ibv_qp_init_attr_ex {
+        qp_context: *mut c_void,
+        send_cq: *mut ibv_cq,
+        recv_cq: *mut ibv_cq,
+        srq: *mut ibv_srq,
+        cap: ibv_qp_cap,
+        qp_type: u32,
+        sq_sig_all: c_int,
+        comp_mask: u32,
+        pd: *mut ibv_pd,
+        xrcd: *mut c_void,
+        create_flags: u32,
+        max_tso_header: u16,
+        rwq_ind_tbl: *mut c_void,
+        rx_hash_conf: ibv_rx_hash_conf,
+        source_qpn: u32,
+        send_ops_flags: u64,
+    }
+);
+
+abi_struct!(
+    /// `struct mlx5dv_dci_streams`: a DCI's streams, as log2 counts.
+    mlx5dv_dci_streams {
+        log_num_concurent: u8,
+        log_num_errored: u8,
+    }
+);
+
+/// The anonymous union of `struct mlx5dv_dc_init_attr`: a DCT's access key,
+/// or a DCI's streams.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union mlx5dv_dc_init_attr_u {
+    pub dct_access_key: u64,
+    pub dci_streams: mlx5dv_dci_streams,
+}
+
+impl std::fmt::Debug for mlx5dv_dc_init_attr_u {
+    /// Which member is live depends on `dc_type`, which the union does not
+    /// know: only its type is shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("mlx5dv_dc_init_attr_u")
+            .finish_non_exhaustive()
+    }
+}
+
+abi_struct!(
+    /// `struct mlx5dv_dc_init_attr`: DCT or DCI, with the union after the type.
+    mlx5dv_dc_init_attr {
+        dc_type: u32,
+        u: mlx5dv_dc_init_attr_u,
+    }
+);
+
+abi_struct!(
+    /// `struct mlx5dv_qp_init_attr`: libmlx5's part of `mlx5dv_create_qp`.
+    mlx5dv_qp_init_attr {
+        comp_mask: u64,
+        create_flags: u32,
+        dc_init_attr: mlx5dv_dc_init_attr,
+        send_ops_flags: u64,
+    }
+);
+
+abi_struct!(
+    /// Prefix of `struct ibv_ah`.
+    ibv_ah {
+        context: *mut ibv_context,
+        pd: *mut ibv_pd,
+        handle: u32,
+    }
+);
+
+abi_struct!(
+    /// `struct mlx5dv_ah`: where the provider keeps an AH's address vector
+    /// (`struct mlx5_wqe_av`, [`MLX5_WQE_AV_LEN`] bytes).
+    mlx5dv_ah {
+        av: *mut u8,
+        comp_mask: u64,
+    }
+);
+
+/// `sizeof(struct mlx5_wqe_av)`.
+pub const MLX5_WQE_AV_LEN: usize = 48;
+
 abi_struct!(ibv_srq_attr {
     max_wr: u32,
     max_sge: u32,
@@ -562,6 +660,25 @@ abi_struct!(mlx5dv_context {
     crypto_caps: mlx5dv_crypto_caps,
 });
 
+/// The members of `mlx5dv_dc_init_attr`'s anonymous union, where they sit
+/// in the struct.
+#[cfg(feature = "rdma-core-oracle")]
+fn dc_init_attr_union_rows() -> Vec<LayoutRow> {
+    let u = std::mem::offset_of!(mlx5dv_dc_init_attr, u);
+    vec![
+        (
+            "mlx5dv_dc_init_attr.dct_access_key",
+            u + std::mem::offset_of!(mlx5dv_dc_init_attr_u, dct_access_key),
+            std::mem::size_of::<u64>(),
+        ),
+        (
+            "mlx5dv_dc_init_attr.dci_streams",
+            u + std::mem::offset_of!(mlx5dv_dc_init_attr_u, dci_streams),
+            std::mem::size_of::<mlx5dv_dci_streams>(),
+        ),
+    ]
+}
+
 /// Every struct's layout, for the ABI test.
 #[cfg(feature = "rdma-core-oracle")]
 pub fn all_layouts() -> Vec<LayoutRow> {
@@ -606,6 +723,15 @@ pub fn all_layouts() -> Vec<LayoutRow> {
         mlx5dv_dci_streams_caps::layout(),
         mlx5dv_crypto_caps::layout(),
         mlx5dv_context::layout(),
+        ibv_rx_hash_conf::layout(),
+        ibv_qp_init_attr_ex::layout(),
+        mlx5dv_dci_streams::layout(),
+        mlx5dv_dc_init_attr::layout(),
+        mlx5dv_qp_init_attr::layout(),
+        ibv_ah::layout(),
+        mlx5dv_ah::layout(),
+        vec![("mlx5_wqe_av.", 0, MLX5_WQE_AV_LEN)],
+        dc_init_attr_union_rows(),
     ]
     .concat()
 }
@@ -709,6 +835,18 @@ pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
 pub const MLX5DV_CONTEXT_MASK_CQE_COMPRESION: u64 = 1 << 0;
 pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
 pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
+pub const IBV_QPT_DRIVER: u32 = 0xff;
+pub const IBV_QP_INIT_ATTR_PD: u32 = 1 << 0;
+pub const IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: u32 = 1 << 6;
+pub const IBV_QP_EX_WITH_RDMA_WRITE: u64 = 1 << 0;
+pub const IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM: u64 = 1 << 1;
+pub const IBV_QP_EX_WITH_RDMA_READ: u64 = 1 << 4;
+pub const MLX5DV_OBJ_AH: u64 = 1 << 5;
+pub const MLX5DV_CONTEXT_MASK_DCI_STREAMS: u64 = 1 << 11;
+pub const MLX5DV_QP_INIT_ATTR_MASK_DC: u64 = 1 << 1;
+pub const MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS: u64 = 1 << 3;
+pub const MLX5DV_DCTYPE_DCT: u32 = 1;
+pub const MLX5DV_DCTYPE_DCI: u32 = 2;
 
 /// `(name, value)` of every constant above, for the ABI test.
 #[cfg(feature = "rdma-core-oracle")]
@@ -865,5 +1003,35 @@ pub fn all_constants() -> Vec<(&'static str, i64)> {
             "MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE",
             MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE as i64,
         ),
+        ("IBV_QPT_DRIVER", i64::from(IBV_QPT_DRIVER)),
+        ("IBV_QP_INIT_ATTR_PD", i64::from(IBV_QP_INIT_ATTR_PD)),
+        (
+            "IBV_QP_INIT_ATTR_SEND_OPS_FLAGS",
+            i64::from(IBV_QP_INIT_ATTR_SEND_OPS_FLAGS),
+        ),
+        (
+            "IBV_QP_EX_WITH_RDMA_WRITE",
+            IBV_QP_EX_WITH_RDMA_WRITE as i64,
+        ),
+        (
+            "IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM",
+            IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM as i64,
+        ),
+        ("IBV_QP_EX_WITH_RDMA_READ", IBV_QP_EX_WITH_RDMA_READ as i64),
+        ("MLX5DV_OBJ_AH", MLX5DV_OBJ_AH as i64),
+        (
+            "MLX5DV_CONTEXT_MASK_DCI_STREAMS",
+            MLX5DV_CONTEXT_MASK_DCI_STREAMS as i64,
+        ),
+        (
+            "MLX5DV_QP_INIT_ATTR_MASK_DC",
+            MLX5DV_QP_INIT_ATTR_MASK_DC as i64,
+        ),
+        (
+            "MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS",
+            MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS as i64,
+        ),
+        ("MLX5DV_DCTYPE_DCT", i64::from(MLX5DV_DCTYPE_DCT)),
+        ("MLX5DV_DCTYPE_DCI", i64::from(MLX5DV_DCTYPE_DCI)),
     ]
 }

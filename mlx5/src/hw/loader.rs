@@ -123,6 +123,17 @@ pub struct Mlx5Fns {
         *mut mlx5dv_cq_init_attr,
     ) -> *mut ibv_cq,
     pub init_obj: unsafe extern "C" fn(*mut mlx5dv_obj, u64) -> c_int,
+    pub create_qp: unsafe extern "C" fn(
+        *mut ibv_context,
+        *mut ibv_qp_init_attr_ex,
+        *mut mlx5dv_qp_init_attr,
+    ) -> *mut ibv_qp,
+    /// Absent before rdma-core 37 (DCI streams): then only
+    /// [`HwQp::reset_dci_stream`](super::HwQp::reset_dci_stream) fails.
+    pub dci_stream_id_reset: Option<unsafe extern "C" fn(*mut ibv_qp, u16) -> c_int>,
+    /// `mlx5dv_qp_ex_from_ibv_qp_ex`, for the oracle tests of the DC WQE
+    /// writer (absent on old rdma-core).
+    pub qp_ex_from_ibv_qp_ex: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
     _lib: Lib,
 }
 
@@ -165,6 +176,11 @@ pub struct Verbs {
     pub query_qp:
         unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    pub create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
+    pub destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
+    /// `ibv_qp_to_qp_ex`, for the oracle tests of the DC WQE writer (absent
+    /// on old rdma-core).
+    pub qp_to_qp_ex: Option<unsafe extern "C" fn(*mut ibv_qp) -> *mut c_void>,
     /// libmlx5, or why it did not load.
     pub mlx5: Result<Mlx5Fns, HwError>,
     _lib: Lib,
@@ -203,6 +219,9 @@ impl Verbs {
                 modify_qp: lib.sym(l, "ibv_modify_qp")?,
                 query_qp: lib.sym(l, "ibv_query_qp")?,
                 destroy_qp: lib.sym(l, "ibv_destroy_qp")?,
+                create_ah: lib.sym(l, "ibv_create_ah")?,
+                destroy_ah: lib.sym(l, "ibv_destroy_ah")?,
+                qp_to_qp_ex: lib.sym(l, "ibv_qp_to_qp_ex").ok(),
                 mlx5: Self::load_mlx5(mlx5),
                 _lib: lib,
             })
@@ -218,6 +237,9 @@ impl Verbs {
                 query_device: lib.sym(name, "mlx5dv_query_device")?,
                 create_cq: lib.sym(name, "mlx5dv_create_cq")?,
                 init_obj: lib.sym(name, "mlx5dv_init_obj")?,
+                create_qp: lib.sym(name, "mlx5dv_create_qp")?,
+                dci_stream_id_reset: lib.sym(name, "mlx5dv_dci_stream_id_reset").ok(),
+                qp_ex_from_ibv_qp_ex: lib.sym(name, "mlx5dv_qp_ex_from_ibv_qp_ex").ok(),
                 _lib: lib,
             })
         }

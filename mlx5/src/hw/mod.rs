@@ -3,11 +3,16 @@
 //!
 //! The control path goes through verbs; on mlx5 the data path is this crate's,
 //! over the queue memory `mlx5dv_init_obj` returns; on other devices (soft-RoCE)
-//! it is the provider's own post/poll entry points ([`verbs`]). **Not yet run on a NIC**: no machine
-//! this project runs on has one. The bindings are checked against the installed
-//! headers by the ABI test (`tests/abi.rs`).
+//! it is the provider's own post/poll entry points ([`verbs`](mod@verbs)). On mlx5 it
+//! also has DC queues ([`dc`]: DCTs, DCIs with streams, routes from address
+//! handles). **Not yet run on a NIC**: no machine this project runs on has
+//! one. The bindings are checked against the installed headers by the ABI
+//! test (`tests/abi.rs`).
 
 pub mod channel;
+pub mod dc;
+#[cfg(feature = "rdma-core-oracle")]
+mod dc_oracle;
 pub mod device;
 // A mirror of rdma-core's headers, checked whole by the ABI test; not every
 // item of it is used by the crate.
@@ -24,6 +29,7 @@ pub mod loader;
 pub mod verbs;
 
 pub use channel::{HwChannel, HwWaker};
+pub use dc::HwDct;
 pub use device::{
     list_devices, query_device, DeviceInfo, GidInfo, HwContext, HwCq, HwMr, HwPd, HwQp, HwSrq,
     Mlx5Caps, PortInfo,

@@ -63,6 +63,23 @@ pub struct AddressVector {
     pub rgid: [u8; 16],
 }
 
+impl AddressVector {
+    /// The route to a port known by its LID and GID alone: the extended AV
+    /// with both, no MAC, no key or number yet. The software device reads
+    /// nothing more, and it is what [`SendQueue::dc`](crate::sq::SendQueue::dc)
+    /// writes; a NIC on RoCE also needs the destination MAC, which only the
+    /// AV of an address handle carries
+    /// ([`Context::dc_route`](crate::device::Context::dc_route)).
+    pub fn lid_gid_route(lid: u16, gid: [u8; 16]) -> AddressVector {
+        AddressVector {
+            extended: true,
+            rlid: lid,
+            rgid: gid,
+            ..AddressVector::default()
+        }
+    }
+}
+
 impl<T: AsRef<[u8]>> DatagramSeg<T> {
     /// The DC access key (or Q_Key and reserved word).
     #[inline]

@@ -1,6 +1,9 @@
 //! A DCI's verbs: each WQE carries the DCT it goes to in a datagram segment
 //! (48 bytes, three segments) right after its control segment, and its DCI
-//! stream in the control segment. Otherwise they are the RC verbs.
+//! stream in the control segment. Otherwise they are the RC verbs. The
+//! address vector is built from the DCT's LID and GID ([`SendQueue::dc`]),
+//! or is a route the device made ([`SendQueue::dc_via`]; on a NIC, from an
+//! address handle, which on RoCE carries the destination MAC).
 
 use super::{sge_segments, Payload, SendQueue, SqError, WqeBuilder};
 use crate::device::DcDest;
@@ -20,18 +23,28 @@ pub struct DcSends<'a, T> {
 }
 
 impl<T> SendQueue<T> {
-    /// The verbs of this queue (a DCI's) towards `dest`.
+    /// The verbs of this queue (a DCI's) towards `dest`, routed by its LID
+    /// and GID alone ([`AddressVector::lid_gid_route`]): enough for the
+    /// software device and for InfiniBand; a NIC on RoCE needs
+    /// [`dc_via`](Self::dc_via).
     #[inline(always)]
     pub fn dc(&mut self, dest: &DcDest) -> DcSends<'_, T> {
+        self.dc_via(&AddressVector::lid_gid_route(dest.lid, dest.gid), dest)
+    }
+
+    /// The verbs of this queue (a DCI's) towards `dest` over `route`: the
+    /// route's address vector (on a NIC, the one its address handle holds,
+    /// from [`Context::dc_route`](crate::device::Context::dc_route), MAC and
+    /// all) with `dest`'s DCT number and key, on `dest`'s stream.
+    /// `dest.lid` and `dest.gid` are not read: the route has them.
+    #[inline(always)]
+    pub fn dc_via(&mut self, route: &AddressVector, dest: &DcDest) -> DcSends<'_, T> {
         DcSends {
             sq: self,
             av: AddressVector {
                 key: dest.key,
                 dqp_dct: dest.dct,
-                extended: true,
-                rlid: dest.lid,
-                rgid: dest.gid,
-                ..AddressVector::default()
+                ..*route
             },
             stream: dest.stream,
         }
