@@ -116,6 +116,16 @@ pub struct Args {
     /// Software device fabric.
     #[arg(long, global = true, display_order = 102, value_name = "NAME")]
     pub fabric: Option<String>,
+    /// How the connections reach the servers: `rc` or `dc` (the servers'
+    /// `transport` setting).
+    #[arg(
+        long,
+        global = true,
+        display_order = 102,
+        value_name = "rc|dc",
+        default_value = "rc"
+    )]
+    pub transport: copyrpc::transport::Wire,
     /// File holding the cluster token (the servers' cluster_token_file,
     /// readable by its owner only): the one secret the control endpoint
     /// takes. Without it, the token is taken from the environment variable

@@ -31,7 +31,7 @@ mod status;
 use std::io::{IsTerminal, Write};
 
 use clap::Parser;
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, DeviceSpec, OnTransport, Transport};
 use kvs_client::{cluster_token, ControlClient, ControlOptions};
 use mlx5::device::Context as Device;
 
@@ -63,14 +63,12 @@ fn run(a: &Args) -> Result<(), AdminError> {
         software: "sim0",
     }
     .open()?;
-    run_on_device(
-        dev,
-        Job {
-            args: a,
-            opts,
-            contact,
-        },
-    )
+    let job = Job {
+        args: a,
+        opts,
+        contact,
+    };
+    run_on_device_as(dev, a.transport, job).map_err(|(_, e)| AdminError::Device(e))?
 }
 
 /// The command, generic over the transport.

@@ -22,6 +22,7 @@
 //! slots = 1024              # shards (hash slots)
 //! max_key = 1024            # bytes
 //! max_value = 65536         # bytes
+//! transport = "rc"          # or "dc": DC targets and initiators (mlx5 only)
 //! ring_size = 1048576       # copyrpc ring per endpoint (power of two)
 //! max_endpoints = 1024      # per worker
 //! stats_interval_s = 10     # 0: no stats lines
@@ -134,6 +135,11 @@ pub struct Config {
     pub max_key: usize,
     /// Largest value, in bytes.
     pub max_value: usize,
+    /// How copyrpc connections reach their peers: `"rc"` (one QP per
+    /// client per worker) or `"dc"` (one DC target per worker and a few DC
+    /// initiators, however many clients; mlx5 only). Every member of a
+    /// cluster and every client must use the same.
+    pub transport: copyrpc::transport::Wire,
     /// copyrpc ring size per endpoint.
     pub ring_size: u64,
     /// Most endpoints (client connections) per worker.
@@ -195,6 +201,7 @@ impl Default for Config {
             slots: 1024,
             max_key: 1024,
             max_value: 64 << 10,
+            transport: copyrpc::transport::Wire::Rc,
             ring_size: 1 << 20,
             max_endpoints: 1024,
             stats_interval_s: 10,

@@ -11,6 +11,11 @@
 //! A server that requires an auth token gets it from `-p
 //! kvs.auth_token_file=FILE`, or else from `KVS_AUTH_TOKEN`.
 //!
+//! `-p kvs.transport=dc` runs every connection (and the embedded server)
+//! over DC: the server's workers receive through one DC target each, however
+//! many threads connect (the default, `rc`, is a QP per connection; a
+//! running server must use the same as its `transport`).
+//!
 //! Waiting for answers, a driver thread spins `kvs.spin_us` (default 50),
 //! then sleeps until one arrives; `-p kvs.busy_poll=true` spins instead
 //! (and so does the embedded server's worker).
@@ -76,7 +81,8 @@ struct Args {
     /// Status lines on stderr every `status.interval` seconds (default 10).
     #[arg(short = 's')]
     status: bool,
-    /// A running kvs-server (property `kvs.server`); none: embedded. One
+    /// A running kvs-server (property `kvs.server`); none: embedded. Its
+    /// `transport` is `-p kvs.transport=rc|dc` (default rc). One
     /// that requires an auth token: `-p kvs.auth_token_file=FILE` (a file
     /// readable by its owner only) or the environment variable
     /// KVS_AUTH_TOKEN. A lost connection stops the run with exit status 1.
@@ -199,6 +205,10 @@ fn main() {
     let mut embedded = None;
     // A request's deadline: past it, the operation counts as an error.
     let timeout = std::time::Duration::from_millis(num("kvs.timeout_ms", 5000));
+    let transport: copyrpc::transport::Wire = props
+        .get_str("kvs.transport", "rc")
+        .parse()
+        .unwrap_or_else(|e: String| die(&format!("kvs.transport: {e}")));
     let target = match props.get("kvs.server") {
         _ if a.db == "redis" => Target::Redis {
             url: format!(
@@ -216,6 +226,7 @@ fn main() {
             )
             .unwrap_or_else(|e| die(&e)),
             timeout,
+            transport,
         },
         None if ranks.rank != 0 => {
             // Rank 0 embeds the server; the others learn where it is.
@@ -226,6 +237,7 @@ fn main() {
                 fabric: Some(fabric),
                 auth_token: None,
                 timeout,
+                transport,
             }
         }
         None => {
@@ -241,6 +253,7 @@ fn main() {
                 busy_poll,
                 idle_spin_us: spin_us,
                 idle_max_spin_us: spin_us.max(kvs_server::Config::default().idle_max_spin_us),
+                transport,
                 ..kvs_server::Config::default()
             };
             let s = kvs_server::Server::start(cfg).unwrap_or_else(|e| die(&e));
@@ -254,6 +267,7 @@ fn main() {
                 fabric: Some(fabric.clone()),
                 auth_token: None,
                 timeout,
+                transport,
             };
             if ranks.size > 1 {
                 ranks.broadcast_server(Some((s.addr().to_string(), fabric.clone())));

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use copyrpc::clock::Clock;
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, DeviceSpec, OnTransport, Transport, Wire};
 use copyrpc::IdlePolicy;
 use kvs_client::{AuthToken, Client, ClientOptions, KvError, Reply, SubmitError};
 use mlx5::device::Context as Device;
@@ -36,6 +36,8 @@ pub enum Target {
         auth_token: Option<AuthToken>,
         /// How long a request may take before it counts as an error.
         timeout: std::time::Duration,
+        /// RC or DC, as the server's `transport`.
+        transport: Wire,
     },
     /// A Redis server (`redis://host:port`), with Java YCSB's data model.
     Redis {
@@ -294,14 +296,15 @@ pub(crate) struct Job<'a> {
 fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
     let Job { wl, thread, .. } = job;
     let fail = |why: String| RunError::Connect { thread, why };
-    let (server, device, fabric, auth_token, timeout) = match target {
+    let (server, device, fabric, auth_token, timeout, wire) = match target {
         Target::Kvs {
             server,
             device,
             fabric,
             auth_token,
             timeout,
-        } => (server, device, fabric, auth_token, *timeout),
+            transport,
+        } => (server, device, fabric, auth_token, *timeout, *transport),
         Target::Redis { url } => {
             return crate::redis_db::drive(job, url).map(|(m, ops)| ThreadResult {
                 m,
@@ -330,7 +333,8 @@ fn drive(job: Job<'_>, target: &Target) -> Result<ThreadResult, RunError> {
         timeout,
         ..ClientOptions::default()
     };
-    run_on_device(dev, KvsJob { job, server, copts })
+    run_on_device_as(dev, wire, KvsJob { job, server, copts })
+        .map_err(|(_, e)| fail(e.to_string()))?
 }
 
 /// A driver thread against kvs-server, on the transport the device calls for.

@@ -52,6 +52,7 @@ fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
         fabric: Some(fabric.clone()),
         auth_token: None,
         timeout: std::time::Duration::from_secs(5),
+        transport: copyrpc::transport::Wire::Rc,
     };
     for w in WORKLOADS {
         let mut p = Properties::parse(&workload(w));

@@ -31,6 +31,7 @@ use mlx5::device::{
     access, ConnInfo, Context as Device, Cq, DcDest, DciStreams, Dct, DctAttr, Pd, Qp, QpCaps,
     QpState, RtsAttr, SrqHandle,
 };
+use mlx5::prm::AddressVector;
 use mlx5::rq::Srq;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, Unordered};
@@ -89,6 +90,9 @@ pub struct DcPool {
     free: Vec<u32>,
     /// Lanes of a DCI in ERR, waiting until none of its lanes is held.
     broken: Vec<u32>,
+    /// The route to each peer device seen (its LID and GID): on a NIC the
+    /// address vector of an address handle, made once per device.
+    routes: Vec<(u16, [u8; 16], AddressVector)>,
     /// Bits of an immediate that carry the endpoint's slot.
     slot_mask: u32,
     /// The lane and kind of the completion [`Dc::send_owner`] retired last,
@@ -126,6 +130,8 @@ pub struct DcSq {
     owner: u64,
     lane: u32,
     dest: Option<DcDest>,
+    /// The peer device's entry in [`DcPool::routes`].
+    route: u32,
     /// The immediate the peer asked for.
     peer_imm: u32,
     /// The immediate this endpoint's receive completions must carry.
@@ -186,6 +192,7 @@ impl DcPool {
             lanes: Vec::new(),
             free: Vec::new(),
             broken: Vec::new(),
+            routes: Vec::new(),
             slot_mask: ((1u64 << slot_bits) - 1) as u32,
             retired: None,
             strays: 0,
@@ -244,6 +251,17 @@ impl DcPool {
                 return nonce | slot;
             }
         }
+    }
+
+    /// The index of the route to the device at `lid` / `gid`, made on
+    /// first use.
+    fn route(&mut self, lid: u16, gid: [u8; 16]) -> Result<u32, SetupError> {
+        if let Some(i) = self.routes.iter().position(|r| r.0 == lid && r.1 == gid) {
+            return Ok(i as u32);
+        }
+        let av = self.device.dc_route(&self.pd, lid, gid)?;
+        self.routes.push((lid, gid, av));
+        Ok(self.routes.len() as u32 - 1)
     }
 
     /// The lane `sq` holds, borrowing a free one if it holds none.
@@ -320,7 +338,12 @@ impl DcPool {
         &mut self,
         sq: &mut DcSq,
         read: bool,
-        post: impl FnOnce(&mut SendQueue<Unordered<u32>>, &DcDest, u32) -> Result<(), QueueError>,
+        post: impl FnOnce(
+            &mut SendQueue<Unordered<u32>>,
+            &AddressVector,
+            &DcDest,
+            u32,
+        ) -> Result<(), QueueError>,
     ) -> Result<(), QueueError> {
         let Some(mut dest) = sq.dest else {
             return Err(QueueError::Full);
@@ -330,7 +353,8 @@ impl DcPool {
         dest.stream = lane.stream;
         let entry = l | if read { READ } else { 0 };
         let q = &mut self.dcis[usize::from(lane.dci)].sq;
-        match post(q, &dest, entry) {
+        let route = &self.routes[sq.route as usize].2;
+        match post(q, route, &dest, entry) {
             Ok(()) => {
                 self.lanes[l as usize].outstanding += 1;
                 Ok(())
@@ -380,6 +404,7 @@ impl Transport for Dc {
             owner: u64::from(idx) | u64::from(gen) << 32,
             lane: NO_LANE,
             dest: None,
+            route: 0,
             peer_imm: 0,
             imm,
         };
@@ -396,13 +421,14 @@ impl Transport for Dc {
         ))
     }
 
-    fn connect(_: &mut DcPool, sq: &mut DcSq, remote: &EndpointInfo) -> Result<(), SetupError> {
+    fn connect(sh: &mut DcPool, sq: &mut DcSq, remote: &EndpointInfo) -> Result<(), SetupError> {
         let Some(dc) = remote.dc else {
             return Err(SetupError::Invalid(
                 "the peer's endpoint is on RC, this context on DC: build both on one transport"
                     .into(),
             ));
         };
+        sq.route = sh.route(remote.lid, remote.gid)?;
         sq.dest = Some(DcDest {
             dct: remote.qpn,
             key: dc.key,
@@ -506,11 +532,9 @@ impl Transport for Dc {
         _imm: u32,
     ) -> Result<(), QueueError> {
         let imm = sq.peer_imm;
-        sh.post(sq, false, |q, dest, entry| {
-            match q
-                .dc(dest)
-                .write_imm(raddr, rkey, imm, Payload::Sges(&[local]))
-            {
+        sh.post(sq, false, |q, route, dest, entry| {
+            let w = q.dc_via(route, dest);
+            match w.write_imm(raddr, rkey, imm, Payload::Sges(&[local])) {
                 Ok(b) => {
                     b.post(entry);
                     Ok(())
@@ -529,8 +553,8 @@ impl Transport for Dc {
         raddr: u64,
         rkey: u32,
     ) -> Result<(), QueueError> {
-        sh.post(sq, true, |q, dest, entry| {
-            match q.dc(dest).read(raddr, rkey, &[local]) {
+        sh.post(sq, true, |q, route, dest, entry| {
+            match q.dc_via(route, dest).read(raddr, rkey, &[local]) {
                 Ok(b) => {
                     b.post(entry);
                     Ok(())

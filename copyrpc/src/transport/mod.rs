@@ -38,7 +38,7 @@ mod verbs;
 pub use self::dc::{Dc, DcPool, DcSq};
 pub use self::mlx5::Mlx5;
 pub use self::rc::{RcShared, RcSq};
-pub use self::select::{run_on_device, DeviceSpec, OnTransport};
+pub use self::select::{run_on_device, run_on_device_as, DeviceSpec, OnTransport, Wire};
 pub use self::verbs::{Verbs, VerbsRecvCq, VerbsSendCq, VerbsSq};
 pub use ::mlx5::sq::Sge;
 

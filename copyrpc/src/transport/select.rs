@@ -7,10 +7,13 @@
 //! work monomorphized for the chosen transport, so the direct path pays
 //! nothing for the existence of the other.
 
+use std::fmt;
+use std::str::FromStr;
+
 use mlx5::device::{Context as Device, DeviceError};
 use mlx5::wr::DataPath;
 
-use super::{Mlx5, Transport, Verbs};
+use super::{Dc, Mlx5, Transport, Verbs};
 
 /// Which device to open.
 #[derive(Debug, Clone, Copy)]
@@ -58,5 +61,74 @@ pub fn run_on_device<W: OnTransport>(dev: Device, work: W) -> W::Output {
     match DataPath::of(&dev) {
         DataPath::Direct => work.run::<Mlx5>(dev),
         DataPath::Verbs => work.run::<Verbs>(dev),
+    }
+}
+
+/// How a program's contexts reach their peers: RC (one QP per endpoint, on
+/// every device) or DC (one DC target per context and a shared pool of DC
+/// initiators, mlx5 only). Both ends of a connection use the same.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Wire {
+    /// Reliable Connected: one QP per endpoint.
+    #[default]
+    Rc,
+    /// Dynamically Connected: endpoints that cost no QP each.
+    Dc,
+}
+
+impl fmt::Display for Wire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Wire::Rc => "rc",
+            Wire::Dc => "dc",
+        })
+    }
+}
+
+impl FromStr for Wire {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Wire, String> {
+        match s {
+            "rc" => Ok(Wire::Rc),
+            "dc" => Ok(Wire::Dc),
+            _ => Err(format!("transport {s:?}: rc or dc")),
+        }
+    }
+}
+
+/// Runs `work` over `wire` on `dev`: RC on the transport the device calls
+/// for, DC on the mlx5 direct path. A device without DC (one on the verbs
+/// path, such as kernel soft-RoCE) gives the work back with the reason.
+pub fn run_on_device_as<W: OnTransport>(
+    dev: Device,
+    wire: Wire,
+    work: W,
+) -> Result<W::Output, (W, DeviceError)> {
+    match (wire, DataPath::of(&dev)) {
+        (Wire::Rc, _) => Ok(run_on_device(dev, work)),
+        (Wire::Dc, DataPath::Direct) => Ok(work.run::<Dc>(dev)),
+        (Wire::Dc, DataPath::Verbs) => {
+            let why = DeviceError::Invalid(format!(
+                "{} is on the verbs path, which has no DC transport (kernel soft-RoCE has \
+                 none): use transport = rc",
+                dev.name()
+            ));
+            Err((work, why))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Wire;
+
+    #[test]
+    fn wire_names_round_trip_and_others_are_refused() {
+        for w in [Wire::Rc, Wire::Dc] {
+            assert_eq!(w.to_string().parse::<Wire>(), Ok(w));
+        }
+        assert!("ud".parse::<Wire>().unwrap_err().contains("rc or dc"));
+        assert_eq!(Wire::default(), Wire::Rc);
     }
 }

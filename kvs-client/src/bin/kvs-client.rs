@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
-use copyrpc::transport::{run_on_device, DeviceSpec, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, DeviceSpec, OnTransport, Transport, Wire};
 use kvs_client::{auth_token, Client, ClientOptions, KvError, OwnedReply};
 use mlx5::device::Context as Device;
 
@@ -28,6 +28,10 @@ struct Args {
     /// Software device fabric.
     #[arg(long)]
     fabric: Option<String>,
+    /// How the connections reach the servers: `rc` (a QP per connection)
+    /// or `dc` (DC, mlx5 only). The servers' `transport` setting.
+    #[arg(long, value_name = "rc|dc", default_value = "rc")]
+    transport: Wire,
     /// File holding the server's auth token (readable by its owner only).
     /// Without it, the token is taken from the environment variable
     /// KVS_AUTH_TOKEN if that is set.
@@ -72,7 +76,8 @@ fn main() {
         timeout,
         ..ClientOptions::default()
     };
-    let r = run_on_device(dev, Request { args: &a, opts });
+    let r = run_on_device_as(dev, a.transport, Request { args: &a, opts })
+        .unwrap_or_else(|(_, e)| die(&e));
     match r {
         Ok(OwnedReply::Value(v)) => println!("{}", String::from_utf8_lossy(&v)),
         Ok(OwnedReply::Done) => println!("OK"),

@@ -140,6 +140,13 @@ struct Args {
     /// no huge pages. Config key `huge_pages`.
     #[arg(long)]
     huge_pages: bool,
+    /// How copyrpc connections reach their peers. `rc`: one QP per client
+    /// per worker, on every device. `dc`: each worker receives through one
+    /// DC target and sends through a few DC initiators however many clients
+    /// it has (mlx5 only; kernel soft-RoCE has no DC). Every member and
+    /// client must use the same. Config key `transport`.
+    #[arg(long, value_name = "rc|dc")]
+    transport: Option<copyrpc::transport::Wire>,
 }
 
 fn main() {
@@ -196,6 +203,9 @@ fn main() {
     }
     if a.busy_poll {
         cfg.busy_poll = true;
+    }
+    if let Some(v) = a.transport {
+        cfg.transport = v;
     }
     if a.huge_pages {
         cfg.huge_pages = true;

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use copyrpc::conn::{Connection, PendingConnection};
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, RecvHandle, Waker};
 use kvs_control::{Applied, Command, Event, Group, MemberState};
 use kvs_proto::control::{
@@ -90,12 +90,15 @@ pub(crate) struct Control {
 impl Control {
     /// Opens the device and serves.
     pub fn start(self) {
-        match self.cfg.device_spec().open() {
-            Ok(dev) => run_on_device(dev, self),
-            Err(e) => {
-                let _ = self.ready.send(Err(StartError::Control(e.to_string())));
-            }
-        }
+        let wire = self.cfg.transport;
+        let (c, e) = match self.cfg.device_spec().open() {
+            Ok(dev) => match run_on_device_as(dev, wire, self) {
+                Ok(()) => return,
+                Err(refused) => refused,
+            },
+            Err(e) => (self, e),
+        };
+        let _ = c.ready.send(Err(StartError::Control(e.to_string())));
     }
 }
 

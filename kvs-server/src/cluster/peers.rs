@@ -17,7 +17,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender, TryS
 use std::sync::Arc;
 use std::time::Duration;
 
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::group::BatchWriter;
 use kvs_proto::AuthToken;
@@ -162,13 +162,18 @@ struct LinkThread {
 
 impl LinkThread {
     fn start(self) {
-        match self.cfg.device_spec().open() {
-            Ok(dev) => run_on_device(dev, self),
-            Err(e) => eprintln!(
-                "kvs-server: control group: the link to member {} cannot open its device: {e}",
-                self.to
-            ),
-        }
+        let wire = self.cfg.transport;
+        let (l, e) = match self.cfg.device_spec().open() {
+            Ok(dev) => match run_on_device_as(dev, wire, self) {
+                Ok(()) => return,
+                Err(refused) => refused,
+            },
+            Err(e) => (self, e),
+        };
+        eprintln!(
+            "kvs-server: control group: the link to member {} cannot open its device: {e}",
+            l.to
+        );
     }
 
     /// The next batch: waits for one message, then takes what else is

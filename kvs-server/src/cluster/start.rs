@@ -7,7 +7,7 @@
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Instant;
 
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_control::{ClusterId, Group, Identity};
 use kvs_proto::control::{ControlReply, ControlRequest};
@@ -261,15 +261,14 @@ fn ask(
         .device_spec()
         .open()
         .map_err(|e| StartError::Join(format!("open the device: {e}")))?;
-    run_on_device(
-        dev,
-        Asking {
-            target,
-            cluster_token,
-            cluster,
-            req,
-        },
-    )
+    let asking = Asking {
+        target,
+        cluster_token,
+        cluster,
+        req,
+    };
+    run_on_device_as(dev, cfg.transport, asking)
+        .map_err(|(_, e)| StartError::Join(format!("open the device: {e}")))?
 }
 
 /// What a cluster this member starts is founded with.

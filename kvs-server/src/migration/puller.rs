@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Duration;
 
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::Waker;
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::AuthToken;
@@ -38,10 +38,15 @@ pub(crate) struct Puller {
 impl Puller {
     /// Serves pulls until the worker drops its end.
     pub fn start(self) {
-        match self.cfg.device_spec().open() {
-            Ok(dev) => run_on_device(dev, self),
-            Err(e) => self.fail_all(&format!("cannot open the device: {e}")),
-        }
+        let wire = self.cfg.transport;
+        let (p, e) = match self.cfg.device_spec().open() {
+            Ok(dev) => match run_on_device_as(dev, wire, self) {
+                Ok(()) => return,
+                Err(refused) => refused,
+            },
+            Err(e) => (self, e),
+        };
+        p.fail_all(&format!("cannot open the device: {e}"));
     }
 
     /// Answers every request with an error (nothing can be pulled).

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use mlx5::device::Context as Device;
 use mpib::{Buffer, Comm, Request};
@@ -90,10 +90,15 @@ fn run(jobs: Receiver<Importer>, stop: std::sync::Arc<AtomicBool>) {
     let Some(first) = next_job(&jobs, &stop) else {
         return;
     };
-    match first.cfg.device_spec().open() {
-        Ok(dev) => run_on_device(dev, Session { jobs, first, stop }),
-        Err(e) => eprintln!("kvs-server: import: cannot open the device: {e}"),
-    }
+    let wire = first.cfg.transport;
+    let e = match first.cfg.device_spec().open() {
+        Ok(dev) => match run_on_device_as(dev, wire, Session { jobs, first, stop }) {
+            Ok(()) => return,
+            Err((_, e)) => e,
+        },
+        Err(e) => e,
+    };
+    eprintln!("kvs-server: import: cannot open the device: {e}");
 }
 
 /// The next import, or `None` once the control thread dropped the session

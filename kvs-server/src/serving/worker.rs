@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use copyrpc::clock::Clock;
 use copyrpc::conn::Connection;
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::proto::{begin_response, finish_response, Status, RESPONSE_HEADER};
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
@@ -82,16 +82,19 @@ pub(crate) struct Worker {
 impl Worker {
     /// Opens the worker's device and serves on the transport it calls for.
     pub fn start(self) {
-        match self.cfg.device_spec().open() {
-            Ok(dev) => run_on_device(dev, self),
-            Err(e) => {
-                let why = e.to_string();
-                let _ = self.ready.send(Err(StartError::Worker {
-                    worker: self.me.worker,
-                    why,
-                }));
-            }
-        }
+        let wire = self.cfg.transport;
+        let (w, e) = match self.cfg.device_spec().open() {
+            Ok(dev) => match run_on_device_as(dev, wire, self) {
+                Ok(()) => return,
+                Err(refused) => refused,
+            },
+            Err(e) => (self, e),
+        };
+        let why = e.to_string();
+        let _ = w.ready.send(Err(StartError::Worker {
+            worker: w.me.worker,
+            why,
+        }));
     }
 }
 
