@@ -34,7 +34,7 @@ use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, DatagramSeg, Syndrome, WqeOpcode, SND_DBR, WQE_SEG_UNIT,
 };
-use errors::{Fail, Failure};
+use errors::{Fail, Failure, Tries};
 
 pub(crate) use errors::move_to_err;
 
@@ -254,7 +254,7 @@ fn run_wqes(
     // waits for its last ACK timer, then fails.
     let mut head = None;
     if ci as u16 != pi {
-        match errors::last_try_expired(x, qp, ci) {
+        match errors::last_try_expired(x, qp, &Tries::of_head(e), ci) {
             Some(Ok(stall)) => {
                 res.stalled = Some(stall);
                 return;
@@ -278,14 +278,20 @@ fn run_wqes(
                 }
                 ci = ci.wrapping_add(w.bbs);
                 res.executed += 1;
-                errors::clear_tries(e);
+                errors::clear_tries(&Tries::of_head(e));
                 continue;
             }
             Err(Fail::Retry {
                 kind,
                 delay_us,
                 key_violation,
-            }) => match errors::retry(x, qp, ci, kind, delay_us, key_violation) {
+            }) => match errors::retry(
+                x,
+                qp,
+                &Tries::of_head(e),
+                ci,
+                (kind, delay_us, key_violation),
+            ) {
                 Ok(stall) => {
                     res.stalled = Some(stall);
                     break;
