@@ -261,6 +261,10 @@ pub(crate) fn move_to_err(x: &mut Exec<'_>, e: &QpEntry, report: &mut FlushRepor
 /// Flushes (WR_FLUSH_ERR) every posted WQE of the SQ and the RQ of a QP in ERR.
 /// The caller holds the QP's exec lock.
 pub(super) fn flush_locked(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
+    if qp.dci {
+        // Some of its WQEs may have completed out of order already.
+        return super::streams::flush_sq(x, qp, report);
+    }
     let e = qp.e;
     let pi = qp.sq_posted();
     let mut ci = e.sq_ci.load(Ordering::Relaxed);
