@@ -4,10 +4,13 @@
 //! doorbell (inline) and with a seeded scheduler executing later (deferred),
 //! in a fabric of its own.
 //!
-//! What the software device does not model yet: errors confined to one DCI
-//! stream (it reports `max_log_num_errored` 0, so an error stops the whole
-//! DCI, as on a ConnectX whose firmware reports the same), and the link
-//! model's connect latency.
+//! DCI streams: ordered within a stream, independent across streams; an
+//! error confined to its stream until `1 << log_errored` streams errored;
+//! a stream reset.
+//! None of this has been run against a ConnectX: it is the software
+//! device's model of what rdma-core and the PRM describe.
+
+use std::time::{Duration, Instant};
 
 use mlx5::cq::CqRing;
 use mlx5::device::{
@@ -19,7 +22,7 @@ use mlx5::sim::dct::SimDct;
 use mlx5::sim::device::{SimContext, SimCq, SimMr, SimQp, DCI_STREAM_CAPS};
 use mlx5::sim::fabric::Fabric;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
-use mlx5::wqe_table::{OrderedDense, OrderedRecv};
+use mlx5::wqe_table::{OrderedDense, OrderedRecv, SendTable, Unordered};
 
 /// A fabric of the scenario's own, removed at the end.
 struct TestFabric(String, ExecMode);
@@ -68,6 +71,12 @@ both_modes!(
     a_wrong_key_or_an_unknown_dct_gets_no_answer,
     a_dct_that_refuses_access_serves_the_next_dci,
     an_empty_dct_srq_is_rnr_as_for_rc,
+    a_bad_address_errors_only_its_stream,
+    order_holds_within_a_stream_stalled_on_rnr,
+    rnr_retries_spent_fail_only_their_stream,
+    the_dci_goes_to_err_when_its_errored_streams_reach_the_limit,
+    a_reset_stream_runs_again,
+    a_dci_without_streams_runs_in_order_and_stops_at_an_error,
 );
 
 const MR_LEN: usize = 1 << 16;
@@ -94,11 +103,15 @@ fn rec(c: &mlx5::Completion<'_>) -> Rec {
     }
 }
 
+/// The longest a test waits for completions.
+const LONGEST: Duration = Duration::from_secs(20);
+
 /// Polls until `n` completions arrived, driving the NIC (deferred mode and
 /// retries) between empty polls.
 fn wait(ctx: &SimContext, ring: &mut CqRing, n: usize) -> Vec<Rec> {
     let mut v = Vec::new();
-    for _ in 0..200_000 {
+    let deadline = Instant::now() + LONGEST;
+    while Instant::now() < deadline {
         ring.poll(usize::MAX, |c| v.push(rec(c)));
         if v.len() >= n {
             return v;
@@ -171,24 +184,39 @@ impl Target {
 }
 
 /// A DC initiator, in RTS, with its send queue, CQ and a source region.
-struct Initiator {
+/// Its table is in posting order (`T` = [`OrderedDense`]: a DCI whose
+/// completions come in order) or per WQE ([`Unordered`]: streams).
+struct Initiator<T = OrderedDense<u64>> {
     ctx: SimContext,
     qp: SimQp,
-    sq: SendQueue<OrderedDense<u64>>,
+    sq: SendQueue<T>,
     ring: CqRing,
     mr: SimMr,
     _cq: SimCq,
 }
 
+/// A DCI whose streams complete out of order with each other.
+type StreamDci = Initiator<Unordered<u64>>;
+
 impl Initiator {
+    /// Four streams; the first error stops the DCI.
     fn new(ctx: SimContext, rts: RtsAttr) -> Initiator {
+        Initiator::with_streams(
+            ctx,
+            rts,
+            DciStreams {
+                log_concurrent: 2,
+                log_errored: 0,
+            },
+        )
+    }
+}
+
+impl<T: SendTable<Input = u64>> Initiator<T> {
+    fn with_streams(ctx: SimContext, rts: RtsAttr, streams: DciStreams) -> Initiator<T> {
         let pd = ctx.alloc_pd();
         let mr = pd.alloc_mr(MR_LEN, access::LOCAL_WRITE).unwrap();
         let cq = ctx.create_cq(&Default::default()).unwrap();
-        let streams = DciStreams {
-            log_concurrent: 2,
-            log_errored: 0,
-        };
         let qp = ctx
             .create_dci(&pd, &cq, &QpCaps::default(), streams)
             .unwrap();
@@ -222,7 +250,8 @@ impl Initiator {
     /// Waits for `n` send completions, retiring their WQEs.
     fn done(&mut self, n: usize) -> Vec<Rec> {
         let mut v = Vec::new();
-        for _ in 0..200_000 {
+        let deadline = Instant::now() + LONGEST;
+        while Instant::now() < deadline {
             let sq = &mut self.sq;
             self.ring.poll(usize::MAX, |c| {
                 sq.complete(c, |_, _| {});
@@ -237,6 +266,88 @@ impl Initiator {
         panic!("expected {n} send completions, got {v:?}");
     }
 }
+
+impl StreamDci {
+    /// Posts a WRITE_IMM of `data` to `t`'s region at `off` on `stream`
+    /// (`t` with another key, or another DCT number, when `bad`); returns
+    /// its WQE counter.
+    fn put(&mut self, t: &Target, stream: u16, off: u64, data: &[u8], bad: Bad) -> u16 {
+        let mut d = t.dest(stream);
+        match bad {
+            Bad::No => {}
+            Bad::Key => d.key ^= 1,
+            Bad::Dct => d.dct ^= 0x10_0000,
+        }
+        let imm = (u32::from(stream) << 16) | off as u32;
+        self.sq
+            .dc(&d)
+            .write_imm(t.mr.addr() + off, t.mr.rkey(), imm, Payload::Inline(data))
+            .unwrap()
+            .post(off)
+    }
+
+    /// Polls until nothing more completes for a while (the NIC driven
+    /// meanwhile); the completions seen, in order.
+    fn settle(&mut self) -> Vec<Rec> {
+        let mut v = Vec::new();
+        for _ in 0..20 {
+            let sq = &mut self.sq;
+            self.ring.poll(usize::MAX, |c| {
+                sq.complete(c, |_, _| {});
+                v.push(rec(c));
+            });
+            self.ctx.progress();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        v
+    }
+}
+
+/// How [`StreamDci::put`] addresses its target.
+#[derive(Clone, Copy)]
+enum Bad {
+    /// Right.
+    No,
+    /// With another key: no answer.
+    Key,
+    /// To a DCT that does not exist: no answer.
+    Dct,
+}
+
+/// The syndrome each WQE counter of `recs` completed with (`None`:
+/// success), in the order given.
+fn outcome(recs: &[Rec], wcs: &[u16]) -> Vec<Option<u8>> {
+    wcs.iter()
+        .map(|wc| {
+            let r: Vec<_> = recs.iter().filter(|r| r.wc == *wc).collect();
+            assert_eq!(r.len(), 1, "WQE {wc} completed once: {recs:?}");
+            r[0].syndrome
+        })
+        .collect()
+}
+
+/// Whether the completions of the WQE counters `wcs` come in that order
+/// in `recs`.
+fn in_order(recs: &[Rec], wcs: &[u16]) -> bool {
+    let seen: Vec<u16> = recs
+        .iter()
+        .map(|r| r.wc)
+        .filter(|wc| wcs.contains(wc))
+        .collect();
+    seen == wcs
+}
+
+/// Streams with `1 << log_errored` errored streams stopping the DCI.
+fn streams(log_errored: u8) -> DciStreams {
+    DciStreams {
+        log_concurrent: 2,
+        log_errored,
+    }
+}
+
+const TRE: Option<u8> = Some(Syndrome::TransportRetryExc as u8);
+const FLUSH: Option<u8> = Some(Syndrome::WrFlush as u8);
+const RNR_EXC: Option<u8> = Some(Syndrome::RnrRetryExc as u8);
 
 /// Short transport tries: an 8 µs ACK timeout, one retry.
 fn quick() -> RtsAttr {
@@ -328,7 +439,7 @@ fn a_wrong_key_or_an_unknown_dct_gets_no_answer(f: &TestFabric) {
             .write_imm(t.mr.addr(), t.mr.rkey(), 1, Payload::Inline(b"lost"))
             .unwrap()
             .post(1);
-        i.sq.dc(&t.dest(1))
+        i.sq.dc(&t.dest(0))
             .write(t.mr.addr(), t.mr.rkey(), Payload::Inline(b"flushed"))
             .unwrap()
             .post(2);
@@ -392,7 +503,7 @@ fn an_empty_dct_srq_is_rnr_as_for_rc(f: &TestFabric) {
     i.sq.ring_doorbell();
     for _ in 0..50 {
         i.ctx.progress();
-        std::thread::sleep(std::time::Duration::from_micros(100));
+        std::thread::sleep(Duration::from_micros(100));
     }
     let mut none = Vec::new();
     i.ring.poll(usize::MAX, |c| none.push(rec(c)));
@@ -432,6 +543,15 @@ fn dcis_and_dcts_are_checked_where_they_are_made() {
         .create_dci(&pd, &cq, &QpCaps::default(), too_many)
         .unwrap_err();
     assert!(matches!(e, DeviceError::Invalid(_)), "{e}");
+    let too_many = DciStreams {
+        log_concurrent: 2,
+        log_errored: DCI_STREAM_CAPS.log_errored + 1,
+    };
+    let e = c
+        .create_dci(&pd, &cq, &QpCaps::default(), too_many)
+        .unwrap_err();
+    assert!(matches!(e, DeviceError::Invalid(_)), "{e}");
+    assert_eq!(DCI_STREAM_CAPS.log_errored, 4);
     let dci = c
         .create_dci(&pd, &cq, &QpCaps::default(), DciStreams::default())
         .unwrap();
@@ -449,4 +569,218 @@ fn dcis_and_dcts_are_checked_where_they_are_made() {
     dci.to_rtr_dci().unwrap();
     assert_eq!(dci.state(), QpState::Rtr);
     let _ = FaultPlan::default();
+}
+
+fn a_bad_address_errors_only_its_stream(f: &TestFabric) {
+    let mut t = Target::new(f.open("sim1"), 21, access::REMOTE_WRITE);
+    t.post_recv(16, 0x8000, 64);
+    // Four errored streams stop it: two do not.
+    let mut i = StreamDci::with_streams(f.open("sim0"), quick(), streams(2));
+    let w = [
+        i.put(&t, 0, 0x000, b"lost", Bad::Key),
+        i.put(&t, 1, 0x040, b"lost", Bad::Dct),
+        i.put(&t, 2, 0x080, b"two", Bad::No),
+        i.put(&t, 0, 0x0c0, b"flushed", Bad::No),
+        i.put(&t, 3, 0x100, b"three", Bad::No),
+        i.put(&t, 1, 0x140, b"flushed", Bad::No),
+        i.put(&t, 2, 0x180, b"two again", Bad::No),
+    ];
+    i.sq.ring_doorbell();
+    let r = i.done(7);
+    assert_eq!(
+        outcome(&r, &w),
+        [TRE, TRE, None, FLUSH, None, FLUSH, None],
+        "{r:?}"
+    );
+    // The good streams did not wait for the bad ones' retries.
+    assert!(r[..3].iter().all(|c| c.syndrome.is_none()), "{r:?}");
+    for s in [[w[0], w[3]], [w[1], w[5]], [w[2], w[6]]] {
+        assert!(in_order(&r, &s), "{r:?}");
+    }
+    assert_eq!(i.qp.state(), QpState::Rts);
+    let got = wait(&t.ctx, &mut t.ring, 3);
+    let imms: Vec<u32> = got.iter().map(|r| r.imm).collect();
+    assert_eq!(
+        imms,
+        [(2 << 16) | 0x80, (3 << 16) | 0x100, (2 << 16) | 0x180]
+    );
+    assert_eq!(t.mr.to_vec(0x80, 3), b"two");
+    assert_eq!(t.mr.to_vec(0x100, 5), b"three");
+    assert_eq!(t.mr.to_vec(0x180, 9), b"two again");
+    for off in [0, 0x40, 0xc0, 0x140] {
+        assert_eq!(t.mr.to_vec(off, 4), [0; 4], "at {off:#x}");
+    }
+    // Later, the errored streams still flush and the others still run.
+    let w = [
+        i.put(&t, 0, 0x200, b"flushed", Bad::No),
+        i.put(&t, 3, 0x240, b"later", Bad::No),
+    ];
+    i.sq.ring_doorbell();
+    assert_eq!(outcome(&i.done(2), &w), [FLUSH, None]);
+    assert_eq!(t.mr.to_vec(0x240, 5), b"later");
+}
+
+fn order_holds_within_a_stream_stalled_on_rnr(f: &TestFabric) {
+    let mut empty = Target::new(f.open("sim1"), 31, access::REMOTE_WRITE);
+    let mut t = Target::new(f.open("sim2"), 32, access::REMOTE_WRITE);
+    t.post_recv(16, 0x8000, 64);
+    let mut i = StreamDci::with_streams(f.open("sim0"), RtsAttr::default(), streams(0));
+    // Stream 0 starts at the DCT with no receives, and goes on to it and
+    // to the other, which streams 1 and 2 reach.
+    let mut per: [Vec<u16>; 3] = Default::default();
+    for k in 0..12u64 {
+        let s = (k % 3) as u16;
+        let to = if k % 6 == 0 { &empty } else { &t };
+        per[usize::from(s)].push(i.put(to, s, 0x40 * k, &[k as u8 + 1; 8], Bad::No));
+    }
+    i.sq.ring_doorbell();
+    let first = i.settle();
+    assert_eq!(first.len(), 8, "streams 1 and 2 only: {first:?}");
+    assert!(first.iter().all(|r| r.syndrome.is_none()), "{first:?}");
+    assert!(in_order(&first, &per[1]) && in_order(&first, &per[2]));
+    let at_t: Vec<u32> = wait(&t.ctx, &mut t.ring, 8).iter().map(|r| r.imm).collect();
+    for s in [1u32, 2] {
+        let mine: Vec<u32> = at_t.iter().copied().filter(|m| m >> 16 == s).collect();
+        let want: Vec<u32> = (0..4).map(|n| (s << 16) | (0x40 * (3 * n + s))).collect();
+        assert_eq!(mine, want, "stream {s} arrives in order");
+    }
+    // Nothing of stream 0 went anywhere while its first WQE waited.
+    assert!(at_t.iter().all(|m| m >> 16 != 0), "{at_t:x?}");
+    assert_eq!(t.mr.to_vec(0xc0, 8), [0; 8]);
+    // Receives come: the stalled stream completes, in order.
+    empty.post_recv(2, 0x8000, 64);
+    let rest = i.done(4);
+    assert!(rest.iter().all(|r| r.syndrome.is_none()), "{rest:?}");
+    assert_eq!(rest.iter().map(|r| r.wc).collect::<Vec<_>>(), per[0]);
+    let at_e: Vec<u32> = wait(&empty.ctx, &mut empty.ring, 2)
+        .iter()
+        .map(|r| r.imm)
+        .collect();
+    assert_eq!(at_e, [0, 0x180]);
+    let at_t: Vec<u32> = wait(&t.ctx, &mut t.ring, 2).iter().map(|r| r.imm).collect();
+    assert_eq!(at_t, [0xc0, 0x240]);
+    assert_eq!(empty.mr.to_vec(0x180, 8), [7; 8]);
+    assert_eq!(t.mr.to_vec(0x240, 8), [10; 8]);
+    assert_eq!(i.qp.state(), QpState::Rts);
+}
+
+fn rnr_retries_spent_fail_only_their_stream(f: &TestFabric) {
+    let empty = Target::new(f.open("sim1"), 41, access::REMOTE_WRITE);
+    let mut t = Target::new(f.open("sim2"), 42, access::REMOTE_WRITE);
+    t.post_recv(8, 0x8000, 64);
+    let rts = RtsAttr {
+        rnr_retry: 2,
+        ..RtsAttr::default()
+    };
+    let mut i = StreamDci::with_streams(f.open("sim0"), rts, streams(1));
+    let w = [
+        i.put(&empty, 0, 0x00, b"never", Bad::No),
+        i.put(&t, 1, 0x40, b"one", Bad::No),
+        i.put(&empty, 0, 0x80, b"flushed", Bad::No),
+        i.put(&t, 1, 0xc0, b"one more", Bad::No),
+    ];
+    i.sq.ring_doorbell();
+    let r = i.done(4);
+    assert_eq!(outcome(&r, &w), [RNR_EXC, None, FLUSH, None], "{r:?}");
+    assert!(r[..2].iter().all(|c| c.syndrome.is_none()), "{r:?}");
+    assert_eq!(i.qp.state(), QpState::Rts);
+    assert_eq!(wait(&t.ctx, &mut t.ring, 2)[1].imm, (1 << 16) | 0xc0);
+}
+
+fn the_dci_goes_to_err_when_its_errored_streams_reach_the_limit(f: &TestFabric) {
+    let empty = Target::new(f.open("sim1"), 51, access::REMOTE_WRITE);
+    let mut t = Target::new(f.open("sim2"), 52, access::REMOTE_WRITE);
+    t.post_recv(8, 0x8000, 64);
+    // 1 << 1 errored streams stop it.
+    let mut i = StreamDci::with_streams(f.open("sim0"), quick(), streams(1));
+    let w = [
+        i.put(&t, 0, 0x00, b"lost", Bad::Key),
+        i.put(&t, 3, 0x40, b"done", Bad::No),
+        // Waits on RNR (forever) when the DCI stops, with one behind it.
+        i.put(&empty, 2, 0x80, b"waits", Bad::No),
+        i.put(&t, 2, 0xc0, b"behind", Bad::No),
+        i.put(&t, 1, 0x100, b"lost", Bad::Dct),
+    ];
+    i.sq.ring_doorbell();
+    let r = i.done(5);
+    assert_eq!(outcome(&r, &w), [TRE, None, FLUSH, FLUSH, TRE], "{r:?}");
+    assert_eq!(r[0].syndrome, None, "{r:?}");
+    assert_eq!(i.qp.state(), QpState::Err);
+    assert_eq!(t.mr.to_vec(0x40, 4), b"done");
+    assert_eq!(t.mr.to_vec(0xc0, 6), [0; 6]);
+}
+
+fn a_reset_stream_runs_again(f: &TestFabric) {
+    let mut t = Target::new(f.open("sim1"), 61, access::REMOTE_WRITE);
+    t.post_recv(8, 0x8000, 64);
+    let mut i = StreamDci::with_streams(f.open("sim0"), quick(), streams(2));
+    let w = [
+        i.put(&t, 0, 0x00, b"lost", Bad::Key),
+        i.put(&t, 0, 0x40, b"flushed", Bad::No),
+    ];
+    i.sq.ring_doorbell();
+    assert_eq!(outcome(&i.done(2), &w), [TRE, FLUSH]);
+    // Errored until reset.
+    let w = [i.put(&t, 0, 0x80, b"flushed too", Bad::No)];
+    i.sq.ring_doorbell();
+    assert_eq!(outcome(&i.done(1), &w), [FLUSH]);
+    i.qp.reset_dci_stream(0).unwrap();
+    let w = [i.put(&t, 0, 0xc0, b"runs again", Bad::No)];
+    i.sq.ring_doorbell();
+    assert_eq!(outcome(&i.done(1), &w), [None]);
+    assert_eq!(wait(&t.ctx, &mut t.ring, 1)[0].imm, 0xc0);
+    assert_eq!(t.mr.to_vec(0xc0, 10), b"runs again");
+    assert_eq!(t.mr.to_vec(0x40, 7), [0; 7]);
+    // Refused: a stream it does not have, an RC QP, a DCI not in RTS.
+    let e = i.qp.reset_dci_stream(4).unwrap_err();
+    assert!(
+        matches!(&e, DeviceError::Invalid(m) if m.contains("stream 4")),
+        "{e}"
+    );
+    let pd = i.ctx.alloc_pd();
+    let cq = i.ctx.create_cq(&Default::default()).unwrap();
+    let rc = i
+        .ctx
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    let e = rc.reset_dci_stream(0).unwrap_err();
+    assert!(e.to_string().contains("not a DCI"), "{e}");
+    let dci = i
+        .ctx
+        .create_dci(&pd, &cq, &QpCaps::default(), streams(2))
+        .unwrap();
+    dci.to_init().unwrap();
+    let e = dci.reset_dci_stream(0).unwrap_err();
+    assert!(matches!(e, DeviceError::BadTransition { .. }), "{e}");
+}
+
+fn a_dci_without_streams_runs_in_order_and_stops_at_an_error(f: &TestFabric) {
+    let mut empty = Target::new(f.open("sim1"), 71, access::REMOTE_WRITE);
+    let mut t = Target::new(f.open("sim2"), 72, access::REMOTE_WRITE);
+    t.post_recv(8, 0x8000, 64);
+    let none = DciStreams {
+        log_concurrent: 0,
+        log_errored: 0,
+    };
+    let mut i = StreamDci::with_streams(f.open("sim0"), quick(), none);
+    // Without streams, a WQE's stream id means nothing: all wait behind
+    // the first.
+    let w = [
+        i.put(&empty, 0, 0x00, b"waits", Bad::No),
+        i.put(&t, 1, 0x40, b"behind", Bad::No),
+    ];
+    i.sq.ring_doorbell();
+    assert_eq!(i.settle(), []);
+    empty.post_recv(1, 0x8000, 64);
+    let r = i.done(2);
+    assert_eq!(outcome(&r, &w), [None, None]);
+    assert!(in_order(&r, &w), "{r:?}");
+    // The first error stops the DCI.
+    let w = [
+        i.put(&t, 2, 0x80, b"lost", Bad::Key),
+        i.put(&t, 3, 0xc0, b"flushed", Bad::No),
+    ];
+    i.sq.ring_doorbell();
+    assert_eq!(outcome(&i.done(2), &w), [TRE, FLUSH]);
+    assert_eq!(i.qp.state(), QpState::Err);
 }

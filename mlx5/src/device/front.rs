@@ -833,6 +833,16 @@ impl Qp {
         }
     }
 
+    /// RTS → RTS of a DCI with a stream id (`mlx5dv_dci_stream_id_reset`):
+    /// an errored `stream` runs again. Refused on a QP that is not a DCI,
+    /// a stream it does not have, or a DCI not in RTS.
+    pub fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
+        match self {
+            Qp::Sim(q) => q.reset_dci_stream(stream),
+            Qp::Hw { ctx, .. } => Err(no_dc(ctx.name())),
+        }
+    }
+
     /// RESET → INIT → RTR → RTS of a DCI: ready to send to any DCT.
     pub fn ready_dci(&self, rts: &RtsAttr) -> Result<(), DeviceError> {
         self.to_init()?;

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use super::channel::SimChannel;
+use super::engine;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
 use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, CQ_UAR_AFTER_DBREC, LIVE, MAX_CQS, MAX_DEVS,
@@ -20,12 +21,18 @@ use crate::device::{
 };
 
 /// The software device's DCI stream limits (`dci_streams_caps`): up to 16
-/// streams, and no errored stream survived (an error stops the whole DCI,
-/// as on a ConnectX whose firmware reports `max_log_num_errored` 0). Its
-/// NIC runs a DCI's WQEs in order, which keeps each stream's order.
+/// streams, and up to 16 errored streams survived. Its NIC keeps each
+/// stream's WQEs in order and runs the streams independently: a stream
+/// stalled on RNR or an unreachable DCT holds only its own WQEs, and a WQE
+/// that fails errors only its stream (whose later WQEs are flushed) until
+/// `1 << log_errored` streams have errored, when the whole DCI goes to ERR
+/// ([`SimQp::reset_dci_stream`] lets an errored stream run again). A DCI
+/// created with `log_errored` 0 or without streams (`log_concurrent` 0)
+/// goes to ERR at its first error, as on a ConnectX whose firmware reports
+/// `max_log_num_errored` 0.
 pub const DCI_STREAM_CAPS: DciStreams = DciStreams {
     log_concurrent: 4,
-    log_errored: 0,
+    log_errored: 4,
 };
 use crate::doorbell::DeviceNotify;
 use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
@@ -418,7 +425,13 @@ impl SimContext {
         let sq_len = sq_cnt as u64 * 64;
         let rq_len = u64::from(rq_cnt) * u64::from(rq_stride);
         let dbrec_off = (sq_len + rq_len).next_multiple_of(64);
-        let bf_off = (dbrec_off + 64).next_multiple_of(4096);
+        // A DCI's NIC keeps its stream state after the doorbell record.
+        let nic_private = if kind == registry::qp_kind::DCI {
+            engine::DCI_STATE_AFTER_DBREC + engine::dci_state_len(sq_cnt)
+        } else {
+            64
+        };
+        let bf_off = (dbrec_off + nic_private).next_multiple_of(4096);
         let seg = fab.alloc_segment((bf_off + 512) as usize)?;
         let r = fab.reg();
         let slot = registry::claim(&r.qps[..], |e| &e.state).ok_or_else(|| {
@@ -438,6 +451,12 @@ impl SimContext {
         e.recv_cqn.store(recv_cq.inner.cqn, Ordering::Relaxed);
         e.rq_off.store(sq_len, Ordering::Relaxed);
         e.dbrec_off.store(dbrec_off, Ordering::Relaxed);
+        if kind == registry::qp_kind::DCI && !engine::init_dci_streams(fab, e) {
+            e.state.store(registry::FREE, Ordering::Release);
+            return Err(DeviceError::Invalid(
+                "DCI segment too small for its stream state".into(),
+            ));
+        }
         e.state.store(LIVE, Ordering::Release);
         Ok(SimQp {
             inner: Arc::new(QpInner {
@@ -809,7 +828,7 @@ impl Drop for QpInner {
     }
 }
 
-/// An RC QP of the software device.
+/// A QP of the software device with a send queue: an RC QP or a DCI.
 #[derive(Clone)]
 pub struct SimQp {
     inner: Arc<QpInner>,
@@ -941,6 +960,38 @@ impl SimQp {
                 .store(u32::from(attr.retry_cnt), Ordering::Relaxed);
             e.timeout_us
                 .store(ack_timeout_us(attr.timeout), Ordering::Relaxed);
+        })
+    }
+
+    /// RTS → RTS of a DCI with a stream id (`mlx5dv_dci_stream_id_reset`):
+    /// errored `stream` runs again (its later WQEs are no longer flushed).
+    /// Refused on a QP that is not a DCI, on a
+    /// stream the DCI does not have, and on a DCI not in RTS.
+    pub fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
+        let qpn = self.inner.qpn;
+        let e = self.e();
+        if e.kind.load(Ordering::Relaxed) != registry::qp_kind::DCI {
+            return Err(DeviceError::Invalid(format!(
+                "QP {qpn:#x} is not a DCI: it has no streams to reset"
+            )));
+        }
+        let fab = &self.inner.ctx.d.fab;
+        let _g = e.exec_lock.lock(fab.member());
+        let cur = state_of(e.qp_state.load(Ordering::Acquire));
+        if cur != QpState::Rts {
+            return Err(DeviceError::BadTransition {
+                qpn,
+                from: cur,
+                to: QpState::Rts,
+            });
+        }
+        engine::reset_dci_stream(fab, e, stream).map_err(|err| match err {
+            engine::StreamResetError::Range(n) => DeviceError::Invalid(format!(
+                "DCI {qpn:#x} has streams 0..{n}: no stream {stream} to reset"
+            )),
+            engine::StreamResetError::NoState => {
+                DeviceError::Invalid(format!("DCI {qpn:#x}: no stream state in its segment"))
+            }
         })
     }
 

@@ -2,7 +2,7 @@
 //! peer could not take yet (RNR, no answer), the error CQE of a WQE that failed
 //! for good, and the QP's move to ERR with every outstanding WQE flushed.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::{Qp, RunResult, Stall, Wqe};
 use crate::doorbell::load_dbrec;
@@ -87,9 +87,38 @@ impl Fail {
     }
 }
 
-/// Counts a try of the head WQE at `ci` that the peer could not take. `Ok`:
-/// the send queue stalls and the WQE is tried again after `delay_us`; `Err`:
-/// the QP's retry budget is used up, and the WQE fails with that syndrome.
+/// Where the retry state of a stalled WQE lives: an RC QP keeps one for the
+/// WQE at its SQ head (in its [`QpEntry`]), a DCI one per stream (in its
+/// NIC-private stream state, `streams`). The limits (`rnr_retry`,
+/// `retry_cnt`, the ACK timeout) are the QP's either way.
+pub(super) struct Tries<'a> {
+    /// SQ counter of the WQE the tries are for ([`NO_RETRY`]: none).
+    pub(super) wqe: &'a AtomicU32,
+    /// RNR NAKs it received.
+    pub(super) rnr: &'a AtomicU32,
+    /// Its transport tries that no acknowledgement answered.
+    pub(super) ack: &'a AtomicU32,
+    /// The clock (ns) before which it is not tried again.
+    pub(super) due_ns: &'a AtomicU64,
+}
+
+impl<'a> Tries<'a> {
+    /// The retry state of an RC QP's SQ head.
+    #[inline(always)]
+    pub(super) fn of_head(e: &'a QpEntry) -> Tries<'a> {
+        Tries {
+            wqe: &e.retry_wqe,
+            rnr: &e.retry_tries,
+            ack: &e.ack_tries,
+            due_ns: &e.retry_due_ns,
+        }
+    }
+}
+
+/// Counts a try of the stalled WQE at `ci` (whose retry state is `t`) that
+/// the peer could not take. `Ok`: the WQE waits and is tried again after
+/// `delay_us`; `Err`: the QP's retry budget is used up, and the WQE fails
+/// with that syndrome.
 ///
 /// The two kinds count apart, as a NIC's two retry counters do:
 /// - RNR: the NAK comes back at once; after `rnr_retry` retries (7: never)
@@ -102,34 +131,33 @@ impl Fail {
 pub(super) fn retry(
     x: &Exec<'_>,
     qp: &Qp<'_>,
+    t: &Tries<'_>,
     ci: u32,
-    kind: RetryKind,
-    delay_us: u32,
-    key_violation: Option<usize>,
+    (kind, delay_us, key_violation): (RetryKind, u32, Option<usize>),
 ) -> Result<Stall, Syndrome> {
     let e = qp.e;
     let retry_after_us = delay_us;
     let (count, limit, stall) = match kind {
         RetryKind::Rnr => (
-            &e.retry_tries,
+            t.rnr,
             e.rnr_retry.load(Ordering::Relaxed),
             Stall::Rnr { retry_after_us },
         ),
         RetryKind::Transport => (
-            &e.ack_tries,
+            t.ack,
             e.retry_cnt.load(Ordering::Relaxed),
             Stall::Transport { retry_after_us },
         ),
     };
-    // Tries count for the WQE at the head only.
-    if e.retry_wqe.load(Ordering::Relaxed) != ci {
-        e.retry_wqe.store(ci, Ordering::Relaxed);
-        e.retry_tries.store(0, Ordering::Relaxed);
-        e.ack_tries.store(0, Ordering::Relaxed);
+    // Tries count for the stalled WQE only.
+    if t.wqe.load(Ordering::Relaxed) != ci {
+        t.wqe.store(ci, Ordering::Relaxed);
+        t.rnr.store(0, Ordering::Relaxed);
+        t.ack.store(0, Ordering::Relaxed);
     }
-    let tried = e.retry_tries.load(Ordering::Relaxed) | e.ack_tries.load(Ordering::Relaxed);
+    let tried = t.rnr.load(Ordering::Relaxed) | t.ack.load(Ordering::Relaxed);
     let now_ns = x.clock.ns();
-    if tried != 0 && now_ns < e.retry_due_ns.load(Ordering::Relaxed) {
+    if tried != 0 && now_ns < t.due_ns.load(Ordering::Relaxed) {
         // Not due yet: this wait is not a try.
         return Ok(stall);
     }
@@ -140,7 +168,7 @@ pub(super) fn retry(
             .key_violations
             .fetch_add(1, Ordering::Relaxed);
     }
-    e.retry_due_ns
+    t.due_ns
         .store(now_ns + u64::from(delay_us) * 1000, Ordering::Relaxed);
     match kind {
         RetryKind::Rnr if limit == 7 || tries < limit => Ok(stall),
@@ -151,37 +179,38 @@ pub(super) fn retry(
     }
 }
 
-/// The head WQE at `ci` after its last transport try, if it has had it:
-/// `Ok` (a stall) while that try's ACK timer runs, `Err` with
-/// TRANSPORT_RETRY_EXC_ERR once it expired. `None`: the WQE has tries left
-/// and runs as usual.
+/// The stalled WQE at `ci` (retry state `t`) after its last transport try,
+/// if it has had it: `Ok` (a stall) while that try's ACK timer runs, `Err`
+/// with TRANSPORT_RETRY_EXC_ERR once it expired. `None`: the WQE has tries
+/// left and runs as usual.
 pub(super) fn last_try_expired(
     x: &Exec<'_>,
     qp: &Qp<'_>,
+    t: &Tries<'_>,
     ci: u32,
 ) -> Option<Result<Stall, Syndrome>> {
     let e = qp.e;
-    let tries = e.ack_tries.load(Ordering::Relaxed);
+    let tries = t.ack.load(Ordering::Relaxed);
     if tries == 0
         || tries <= e.retry_cnt.load(Ordering::Relaxed)
-        || e.retry_wqe.load(Ordering::Relaxed) != ci
+        || t.wqe.load(Ordering::Relaxed) != ci
     {
         return None;
     }
-    if x.clock.ns() < e.retry_due_ns.load(Ordering::Relaxed) {
+    if x.clock.ns() < t.due_ns.load(Ordering::Relaxed) {
         let retry_after_us = e.timeout_us.load(Ordering::Relaxed);
         return Some(Ok(Stall::Transport { retry_after_us }));
     }
     Some(Err(Syndrome::TransportRetryExc))
 }
 
-/// Forgets the tries of the head WQE (it completed).
+/// Forgets the tries of a stalled WQE (it completed, or failed for good).
 #[inline]
-pub(super) fn clear_tries(e: &QpEntry) {
-    if e.retry_wqe.load(Ordering::Relaxed) != NO_RETRY {
-        e.retry_wqe.store(NO_RETRY, Ordering::Relaxed);
-        e.retry_tries.store(0, Ordering::Relaxed);
-        e.ack_tries.store(0, Ordering::Relaxed);
+pub(super) fn clear_tries(t: &Tries<'_>) {
+    if t.wqe.load(Ordering::Relaxed) != NO_RETRY {
+        t.wqe.store(NO_RETRY, Ordering::Relaxed);
+        t.rnr.store(0, Ordering::Relaxed);
+        t.ack.store(0, Ordering::Relaxed);
     }
 }
 
@@ -232,6 +261,10 @@ pub(crate) fn move_to_err(x: &mut Exec<'_>, e: &QpEntry, report: &mut FlushRepor
 /// Flushes (WR_FLUSH_ERR) every posted WQE of the SQ and the RQ of a QP in ERR.
 /// The caller holds the QP's exec lock.
 pub(super) fn flush_locked(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
+    if qp.dci {
+        // Some of its WQEs may have completed out of order already.
+        return super::streams::flush_sq(x, qp, report);
+    }
     let e = qp.e;
     let pi = qp.sq_posted();
     let mut ci = e.sq_ci.load(Ordering::Relaxed);

@@ -22,6 +22,7 @@ mod fast_path;
 mod memory;
 mod requester;
 mod responder;
+mod streams;
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -34,9 +35,13 @@ use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, DatagramSeg, Syndrome, WqeOpcode, SND_DBR, WQE_SEG_UNIT,
 };
-use errors::{Fail, Failure};
+use errors::{Fail, Failure, Tries};
 
 pub(crate) use errors::move_to_err;
+pub(crate) use streams::{
+    init as init_dci_streams, reset_stream as reset_dci_stream, state_len as dci_state_len,
+    ResetError as StreamResetError, STATE_AFTER_DBREC as DCI_STATE_AFTER_DBREC,
+};
 
 /// The result of running a QP's send queue.
 #[derive(Debug, Default)]
@@ -213,7 +218,8 @@ impl<'a> Qp<'a> {
 /// or an unreachable peer (gone, or behind a port that is down) is retried
 /// once its delay has passed on `x`'s clock, and fails after `rnr_retry` (7:
 /// never) RNR retries, or when the ACK timer of its last transport try (the
-/// first and `retry_cnt` retries) expires. A QP in ERR has its queues flushed.
+/// first and `retry_cnt` retries) expires. A DCI does the same per stream
+/// (`streams`). A QP in ERR has its queues flushed.
 pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
     let mut res = RunResult::default();
     let mut report = FlushReport::default();
@@ -225,6 +231,7 @@ pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
         return res;
     };
     match e.qp_state.load(Ordering::Acquire) {
+        qp_state::RTS if qp.dci => streams::run(x, &qp, max, &mut res, &mut report),
         qp_state::RTS => run_wqes(x, &qp, max, &mut res, &mut report),
         qp_state::ERR => res.executed = errors::flush_locked(x, &qp, &mut report),
         _ => return res,
@@ -237,8 +244,8 @@ pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
     res
 }
 
-/// Executes the posted WQEs of a QP in RTS, in order, until one stalls or
-/// fails.
+/// Executes the posted WQEs of an RC QP in RTS, in order, until one stalls
+/// or fails.
 fn run_wqes(
     x: &mut Exec<'_>,
     qp: &Qp<'_>,
@@ -254,7 +261,7 @@ fn run_wqes(
     // waits for its last ACK timer, then fails.
     let mut head = None;
     if ci as u16 != pi {
-        match errors::last_try_expired(x, qp, ci) {
+        match errors::last_try_expired(x, qp, &Tries::of_head(e), ci) {
             Some(Ok(stall)) => {
                 res.stalled = Some(stall);
                 return;
@@ -278,14 +285,20 @@ fn run_wqes(
                 }
                 ci = ci.wrapping_add(w.bbs);
                 res.executed += 1;
-                errors::clear_tries(e);
+                errors::clear_tries(&Tries::of_head(e));
                 continue;
             }
             Err(Fail::Retry {
                 kind,
                 delay_us,
                 key_violation,
-            }) => match errors::retry(x, qp, ci, kind, delay_us, key_violation) {
+            }) => match errors::retry(
+                x,
+                qp,
+                &Tries::of_head(e),
+                ci,
+                (kind, delay_us, key_violation),
+            ) {
                 Ok(stall) => {
                     res.stalled = Some(stall);
                     break;
@@ -330,9 +343,6 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail>
     let Some(body) = w.body else {
         return Err(Fail::local(Syndrome::LocalQpOp));
     };
-    if qp.dci {
-        return execute_dc(x, qp, w, body);
-    }
     let fast = if w.opcode == WqeOpcode::RdmaWriteImm as u8 {
         fast_path::write(x, qp, body, Some(w.imm))
     } else if w.opcode == WqeOpcode::RdmaWrite as u8 {
