@@ -117,6 +117,7 @@ pub struct ContextBuilder {
     compression: mlx5::cq::Compression,
     idle: IdlePolicy,
     huge_pages: bool,
+    dci_streams: Option<mlx5::device::DciStreams>,
 }
 
 impl Default for ContextBuilder {
@@ -138,6 +139,7 @@ impl ContextBuilder {
             compression: mlx5::cq::Compression::Off,
             idle: IdlePolicy::default(),
             huge_pages: false,
+            dci_streams: None,
         }
     }
     /// Receive (and send) ring size per endpoint, a power of two.
@@ -205,6 +207,16 @@ impl ContextBuilder {
     /// as usual. Read when an endpoint is created, never on the data path.
     pub fn huge_pages(mut self, on: bool) -> Self {
         self.huge_pages = on;
+        self
+    }
+
+    /// On DC ([`transport::Dc`](crate::transport::Dc)): the streams of each
+    /// DC initiator, within what the device allows (default: up to 16
+    /// streams, and as many errored streams kept apart as the device
+    /// allows). `log_errored` 0 makes an error stop the whole DCI, which is
+    /// then replaced, as on a device that keeps no errored stream apart.
+    pub fn dci_streams(mut self, s: mlx5::device::DciStreams) -> Self {
+        self.dci_streams = Some(s);
         self
     }
 
@@ -276,6 +288,7 @@ impl ContextBuilder {
             sq_size: self.sq_size,
             max_endpoints: self.max_endpoints,
             compression: self.compression,
+            dci_streams: self.dci_streams,
         })?;
         let n = self.max_endpoints as usize;
         let consumer_arena = pd.alloc_mr(8 * n, access::LOCAL_WRITE | access::REMOTE_READ)?;
@@ -292,6 +305,7 @@ impl ContextBuilder {
             pd,
             _srq_h: srq_h,
             srq_posted: posted,
+            strays: 0,
             srq_cap: posted,
             srq_low: posted * 2 / 3,
             eps: Vec::with_capacity(n),
@@ -331,6 +345,8 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     spin: SpinBudget,
     _srq_h: SrqHandle,
     srq_posted: u32,
+    /// Receive completions that named no endpoint.
+    strays: u64,
     srq_cap: u32,
     /// Below this many posted receives the SRQ is refilled (2/3 of the cap).
     srq_low: u32,
@@ -401,6 +417,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             sq_size: self.cfg.sq_size,
             max_endpoints: self.cfg.max_endpoints,
             compression: self.cfg.compression,
+            dci_streams: self.cfg.dci_streams,
         };
         let (sq, reach) = T::open(&mut self.shared, &mut self.send_cq, &objs, idx as u32, gen)?;
         let ring = |access| {
@@ -703,6 +720,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             let Self {
                 recv_cq,
                 srq_posted,
+                strays,
                 eps,
                 shared,
                 on_response,
@@ -727,6 +745,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                     *srq_posted -= 1;
                 }
                 let (Some(i), Some(e)) = (idx, e) else {
+                    *strays += 1;
                     return;
                 };
                 if let Some(code) = c.error() {
@@ -1059,6 +1078,19 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             .flatten()
             .map(|e| usize::from(e.send_mr.is_huge()) + usize::from(e.recv_mr.is_huge()))
             .sum()
+    }
+
+    /// Receive completions that named no endpoint of the context, and were
+    /// dropped: a removed endpoint's, or on DC one whose immediate no
+    /// endpoint carries (a stale peer's, or a guess).
+    pub fn stray_completions(&self) -> u64 {
+        self.strays
+    }
+
+    /// The transport's shared state (on DC: the [`DcPool`](crate::transport::DcPool)
+    /// and its counters).
+    pub fn transport(&self) -> &T::Shared {
+        &self.shared
     }
 
     /// Endpoints in the context (open, idle or closed; not removed).

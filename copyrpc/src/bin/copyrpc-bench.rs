@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use copyrpc::clock::Clock;
 use copyrpc::conn::{connect, Listener};
-use copyrpc::transport::{run_on_device, OnTransport, Transport};
+#[cfg(feature = "mpi")]
+use copyrpc::transport::run_on_device;
+use copyrpc::transport::{run_on_device_as, OnTransport, Transport, Wire};
 use copyrpc::{CallFailed, ContextBuilder, IdlePolicy};
 use hdrhistogram::Histogram;
 use mlx5::device::Context as Device;
@@ -54,6 +56,10 @@ struct Common {
     /// Microseconds of spinning before an idle context sleeps.
     #[arg(long, default_value_t = 50)]
     spin_us: u64,
+    /// `rc`: a QP per endpoint; `dc`: one DC target per context and a pool
+    /// of DC initiators (mlx5 only). Both sides must use the same.
+    #[arg(long, default_value = "rc", value_name = "rc|dc")]
+    transport: Wire,
 }
 
 /// What an idle context does.
@@ -291,14 +297,14 @@ fn server(common: Common, listen: SocketAddr) {
             std::thread::spawn(move || {
                 let dev = device(&common, "sim1");
                 let n = per.min(common.endpoints - (t * per).min(common.endpoints));
-                run_on_device(
-                    dev,
-                    Serve {
-                        l: &l,
-                        common: &common,
-                        n,
-                    },
-                )
+                let serve = Serve {
+                    l: &l,
+                    common: &common,
+                    n,
+                };
+                if let Err((_, e)) = run_on_device_as(dev, common.transport, serve) {
+                    die(&e)
+                }
             })
         })
         .collect();
@@ -414,7 +420,8 @@ struct ClientThread {
 impl ClientThread {
     fn start(self) -> (u64, Histogram<u64>, u64) {
         let dev = device(&self.common, "sim0");
-        run_on_device(dev, self)
+        let wire = self.common.transport;
+        run_on_device_as(dev, wire, self).unwrap_or_else(|(_, e)| die(&e))
     }
 }
 
@@ -575,6 +582,8 @@ fn client(args: ClientArgs) {
                 },
                 "--spin-us",
                 &common.spin_us.to_string(),
+                "--transport",
+                &common.transport.to_string(),
             ])
             .args(
                 common
@@ -641,7 +650,8 @@ fn client(args: ClientArgs) {
     }
     let mrps = done as f64 / dur.as_secs_f64() / 1e6;
     println!(
-        "copyrpc: {payload} B, {} endpoints ({busy} busy), depth {depth}{}{}, idle {}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
+        "copyrpc ({}): {payload} B, {} endpoints ({busy} busy), depth {depth}{}{}, idle {}, {} thread(s): {mrps:.3} Mrps; round trip p50 {:.2} us, p99 {:.2} us, p99.9 {:.2} us{}",
+        common.transport,
         common.endpoints,
         if poll_every > 0 {
             format!(" (poll every {poll_every})")

@@ -98,9 +98,10 @@ pub struct DcPool {
     /// The lane and kind of the completion [`Dc::send_owner`] retired last,
     /// for [`Dc::sq_complete`].
     retired: Option<(u32, bool)>,
-    /// Receive completions dropped because their immediate named no
-    /// endpoint as it is.
-    pub strays: u64,
+    /// DCIs replaced after they went to ERR.
+    replaced: u64,
+    /// Errored streams reset.
+    streams_reset: u64,
     hasher: RandomState,
     nonces: u64,
     // What a DCI is rebuilt from.
@@ -139,6 +140,31 @@ pub struct DcSq {
 }
 
 impl DcPool {
+    /// The DC target's number (what peers' WQEs name).
+    pub fn dct_number(&self) -> u32 {
+        self.conn.qpn
+    }
+
+    /// The DC initiators' numbers.
+    pub fn dci_numbers(&self) -> &[u32] {
+        &self.dci_qpns
+    }
+
+    /// Lanes (DCI streams) in the pool, and how many no endpoint holds now.
+    pub fn lanes(&self) -> (usize, usize) {
+        (self.lanes.len(), self.free.len())
+    }
+
+    /// DCIs replaced after an error moved them to ERR.
+    pub fn dcis_replaced(&self) -> u64 {
+        self.replaced
+    }
+
+    /// Errored DCI streams reset (their DCI ran on).
+    pub fn streams_reset(&self) -> u64 {
+        self.streams_reset
+    }
+
     fn new(o: &Objects<'_>) -> Result<DcPool, SetupError> {
         if o.compression != mlx5::cq::Compression::Off {
             return Err(SetupError::Invalid(
@@ -173,9 +199,13 @@ impl DcPool {
             psn: 0,
         };
         let caps = o.device.dci_stream_caps()?;
+        let want = o.dci_streams.unwrap_or(DciStreams {
+            log_concurrent: LOG_STREAMS,
+            log_errored: LOG_STREAMS,
+        });
         let streams = DciStreams {
-            log_concurrent: caps.log_concurrent.min(LOG_STREAMS),
-            log_errored: caps.log_errored.min(LOG_STREAMS),
+            log_concurrent: want.log_concurrent.min(caps.log_concurrent),
+            log_errored: want.log_errored.min(caps.log_errored),
         };
         // Each DC WRITE_IMM or READ takes two basic blocks.
         let caps = QpCaps {
@@ -195,7 +225,8 @@ impl DcPool {
             routes: Vec::new(),
             slot_mask: ((1u64 << slot_bits) - 1) as u32,
             retired: None,
-            strays: 0,
+            replaced: 0,
+            streams_reset: 0,
             hasher,
             nonces: 0,
             device: o.device.clone(),
@@ -288,17 +319,25 @@ impl DcPool {
         }
     }
 
-    /// A lane whose stream reported an error. Its DCI went to ERR (the
-    /// device keeps no errored stream apart, or too many errored): once no
-    /// lane of that DCI is held, the DCI is replaced and its lanes lent
-    /// again.
+    /// A lane whose stream reported an error, now held by no endpoint. If
+    /// its DCI runs on (the device kept the errored stream apart), the
+    /// stream is reset and the lane lent again. If the DCI went to ERR (the
+    /// device keeps no errored stream apart, or too many errored at once),
+    /// none of its lanes is lent until no endpoint holds one; then the DCI
+    /// is replaced.
     #[cold]
     fn recover(&mut self, l: u32) {
-        let d = self.lanes[l as usize].dci;
+        let lane = self.lanes[l as usize];
+        let d = lane.dci;
         let dci = &self.dcis[usize::from(d)];
+        if dci.qp.state() != QpState::Err && dci.qp.reset_dci_stream(lane.stream).is_ok() {
+            self.lanes[l as usize].errored = false;
+            self.streams_reset += 1;
+            self.free.push(l);
+            return;
+        }
         if dci.qp.state() != QpState::Err {
-            // The stream stopped while its DCI runs on: only ERR (which
-            // flushes the DCI's other streams) brings it back here.
+            // The stream could not be reset: the DCI is replaced.
             let _ = dci.qp.to_err();
         }
         self.broken.push(l);
@@ -315,6 +354,7 @@ impl DcPool {
         };
         self.dci_qpns[usize::from(d)] = dci.qp.qpn();
         self.dcis[usize::from(d)] = dci;
+        self.replaced += 1;
         let lanes = &mut self.lanes;
         self.broken.retain(|&b| {
             let lane = &mut lanes[b as usize];

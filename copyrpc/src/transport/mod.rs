@@ -43,7 +43,7 @@ pub use self::verbs::{Verbs, VerbsRecvCq, VerbsSendCq, VerbsSq};
 pub use ::mlx5::sq::Sge;
 
 use ::mlx5::cq::Compression;
-use ::mlx5::device::{ConnInfo, Context as Device, Cq, Pd, SrqHandle};
+use ::mlx5::device::{ConnInfo, Context as Device, Cq, DciStreams, Pd, SrqHandle};
 
 use crate::endpoint::{DcInfo, EndpointInfo};
 use crate::error::{SetupError, WaitError};
@@ -91,6 +91,9 @@ pub struct Objects<'a> {
     pub max_endpoints: u32,
     /// CQE compression on the CQs.
     pub compression: Compression,
+    /// On DC: the streams each DC initiator is asked for (`None`: the
+    /// transport's choice within the device's caps).
+    pub dci_streams: Option<DciStreams>,
 }
 
 /// What the peer needs to reach a new endpoint, for its [`EndpointInfo`].

@@ -839,7 +839,11 @@ impl Qp {
     pub fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
         match self {
             Qp::Sim(q) => q.reset_dci_stream(stream),
-            Qp::Hw { ctx, .. } => Err(no_dc(ctx.name())),
+            Qp::Hw { qp, .. } if !qp.is_dci() => Err(DeviceError::Invalid(format!(
+                "QP {:#x} is not a DCI: it has no streams",
+                qp.qpn()
+            ))),
+            Qp::Hw { qp, .. } => Ok(qp.reset_dci_stream(stream)?),
         }
     }
 
