@@ -6,7 +6,7 @@
 //!
 //! DCI streams: ordered within a stream, independent across streams; an
 //! error confined to its stream until `1 << log_errored` streams errored;
-//! a stream reset.
+//! a stream reset; the link model's connect latency (a half handshake).
 //! None of this has been run against a ConnectX: it is the software
 //! device's model of what rdma-core and the PRM describe.
 
@@ -21,6 +21,7 @@ use mlx5::rq::Srq;
 use mlx5::sim::dct::SimDct;
 use mlx5::sim::device::{SimContext, SimCq, SimMr, SimQp, DCI_STREAM_CAPS};
 use mlx5::sim::fabric::Fabric;
+use mlx5::sim::link::Link;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedDense, OrderedRecv, SendTable, Unordered};
 
@@ -77,6 +78,7 @@ both_modes!(
     the_dci_goes_to_err_when_its_errored_streams_reach_the_limit,
     a_reset_stream_runs_again,
     a_dci_without_streams_runs_in_order_and_stops_at_an_error,
+    the_first_message_to_a_new_dct_pays_the_connect_latency,
 );
 
 const MR_LEN: usize = 1 << 16;
@@ -783,4 +785,55 @@ fn a_dci_without_streams_runs_in_order_and_stops_at_an_error(f: &TestFabric) {
     i.sq.ring_doorbell();
     assert_eq!(outcome(&i.done(2), &w), [TRE, FLUSH]);
     assert_eq!(i.qp.state(), QpState::Err);
+}
+
+/// Time from the doorbell of one WRITE from `i` to `to` on `stream` to its
+/// completion: on the NIC's logical clock (`deferred`), else on the wall
+/// clock (an upper bound of the NIC's time).
+fn write_time(i: &mut StreamDci, to: &Target, stream: u16, deferred: bool) -> u64 {
+    let c0 = i.ctx.sched_stats().clock_ns;
+    let t0 = Instant::now();
+    i.sq.dc(&to.dest(stream))
+        .write(to.mr.addr(), to.mr.rkey(), Payload::Inline(b"x"))
+        .unwrap()
+        .post(0);
+    i.sq.ring_doorbell();
+    assert_eq!(i.done(1)[0].syndrome, None);
+    if deferred {
+        i.ctx.sched_stats().clock_ns - c0
+    } else {
+        t0.elapsed().as_nanos() as u64
+    }
+}
+
+fn the_first_message_to_a_new_dct_pays_the_connect_latency(f: &TestFabric) {
+    let a = Target::new(f.open("sim1"), 81, access::REMOTE_WRITE);
+    let b = Target::new(f.open("sim2"), 82, access::REMOTE_WRITE);
+    let deferred = matches!(f.1, ExecMode::Deferred { .. });
+    let lat = if deferred { 5_000 } else { 2_000_000 };
+    let mut i = StreamDci::with_streams(f.open("sim0"), RtsAttr::default(), streams(0));
+    let link = Link {
+        gbit_per_s: None,
+        latency: Duration::from_nanos(lat),
+    };
+    i.ctx.fabric().set_link(0, Some(link)).unwrap();
+    let first = write_time(&mut i, &a, 0, deferred);
+    let second = write_time(&mut i, &a, 0, deferred);
+    let other = write_time(&mut i, &b, 0, deferred);
+    let back = write_time(&mut i, &a, 0, deferred);
+    let fresh = write_time(&mut i, &a, 1, deferred);
+    let all = [first, second, other, back, fresh];
+    if deferred {
+        // The NIC's clock: a connect costs exactly one one-way latency.
+        assert_eq!(first - second, lat, "{all:?}");
+        assert_eq!([other, back, fresh], [first; 3], "{all:?}");
+        assert!(second >= 2 * lat, "{all:?}");
+    } else {
+        // The wall clock only bounds the NIC's from above: no completion
+        // comes before its round trip, plus the connect where one is due.
+        for (n, t) in all.iter().enumerate() {
+            let want = if n == 1 { 2 * lat } else { 3 * lat };
+            assert!(*t >= want, "message {n}: {all:?}");
+        }
+    }
 }

@@ -964,8 +964,8 @@ impl SimQp {
     }
 
     /// RTS → RTS of a DCI with a stream id (`mlx5dv_dci_stream_id_reset`):
-    /// errored `stream` runs again (its later WQEs are no longer flushed).
-    /// Refused on a QP that is not a DCI, on a
+    /// errored `stream` runs again (its later WQEs are no longer flushed;
+    /// its next WQE connects anew). Refused on a QP that is not a DCI, on a
     /// stream the DCI does not have, and on a DCI not in RTS.
     pub fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
         let qpn = self.inner.qpn;

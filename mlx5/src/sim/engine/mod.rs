@@ -25,7 +25,7 @@ mod responder;
 mod streams;
 
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::cqe_out::FlushReport;
 use super::exec::Exec;
@@ -125,6 +125,9 @@ struct Dest {
     /// The WQE's SOLICITED flag (its body, rebased past the address,
     /// no longer starts with its control segment).
     solicited: bool,
+    /// The WQE's stream last reached another DCT (or none): the link
+    /// model charges the connect packet's latency first.
+    connect: bool,
 }
 
 impl Qp<'_> {
@@ -135,6 +138,12 @@ impl Qp<'_> {
             Some(d) => d.dev,
             None => self.e.remote_dev.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether the WQE being run connects to its DCT first (a DCI's stream
+    /// that last reached another DCT).
+    fn connects(&self) -> bool {
+        self.dest.is_some_and(|d| d.connect)
     }
 }
 
@@ -358,9 +367,18 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail>
 
 /// Executes a DCI's WQE: its address vector (after the control segment)
 /// names the DCT, and the segments after it are an RC WQE's, run against
-/// that DCT as the responder. A NOP goes nowhere and has no address. A WQE
-/// too short for its address vector is a local QP operation error.
-fn execute_dc(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>, body: &[u8]) -> Result<Done, Fail> {
+/// that DCT as the responder. `last_dct` is the last DCT the WQE's stream
+/// reached: a WQE to another one connects first (which the link model
+/// charges), and the DCT is the stream's last once it answered (data or an
+/// RNR NAK). A NOP goes nowhere and has no address. A WQE too short for its
+/// address vector is a local QP operation error.
+fn execute_dc(
+    x: &mut Exec<'_>,
+    qp: &Qp<'_>,
+    w: &Wqe<'_>,
+    body: &[u8],
+    last_dct: &AtomicU32,
+) -> Result<Done, Fail> {
     const AV: usize = DatagramSeg::<()>::LEN;
     if w.opcode == WqeOpcode::Nop as u8 {
         return Ok(Done::now(0));
@@ -377,12 +395,14 @@ fn execute_dc(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>, body: &[u8]) -> Result
     } else {
         u32::MAX
     };
+    let dct = av.dqp_dct();
     let q = Qp {
         dest: Some(Dest {
-            dct: av.dqp_dct(),
+            dct,
             key: av.key(),
             dev,
             solicited: w.flags & ctrl_flags::SOLICITED != 0,
+            connect: last_dct.load(Ordering::Relaxed) != dct,
         }),
         ..*qp
     };
@@ -396,10 +416,21 @@ fn execute_dc(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>, body: &[u8]) -> Result
     } else {
         None
     };
-    match fast {
+    let out = match fast {
         Some(n) => Ok(Done::now(n)),
         None => requester::execute(x, &q, rest, w.opcode, w.imm),
+    };
+    if matches!(
+        out,
+        Ok(_)
+            | Err(Fail::Retry {
+                kind: errors::RetryKind::Rnr,
+                ..
+            })
+    ) {
+        last_dct.store(dct, Ordering::Relaxed);
     }
+    out
 }
 
 /// The requester's CQE of a WQE that completed.

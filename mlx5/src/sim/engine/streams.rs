@@ -9,7 +9,8 @@
 //!
 //! The NIC keeps its per-stream state in the DCI's segment, after the
 //! doorbell record, where software never looks ([`DciState`]): each
-//! stream's retry state, which streams have errored, and a bitmap of the SQ's basic
+//! stream's retry state, the last DCT it sent to (the link model's connect
+//! latency), which streams have errored, and a bitmap of the SQ's basic
 //! blocks that marks WQEs completed while an earlier WQE (of another
 //! stream) was still waiting, so that they do not run twice. The NIC's
 //! consumer counter `sq_ci` advances over the completed prefix only.
@@ -33,6 +34,10 @@ pub(crate) const MAX_STREAMS: usize = 16;
 /// Where a DCI's stream state starts, after its doorbell record.
 pub(crate) const STATE_AFTER_DBREC: u64 = 64;
 
+/// [`StreamState::last_dct`] of a stream that sent to no DCT yet (DCT
+/// numbers are never 0).
+const NO_DCT: u32 = 0;
+
 /// One stream's state in the NIC's memory.
 #[repr(C)]
 #[derive(Debug)]
@@ -43,7 +48,9 @@ pub(crate) struct StreamState {
     rnr_tries: AtomicU32,
     /// Its transport tries that no acknowledgement answered.
     ack_tries: AtomicU32,
-    _spare: u32,
+    /// The DCT the stream last reached ([`NO_DCT`]: none): a WQE to
+    /// another one connects first.
+    last_dct: AtomicU32,
     /// The clock (ns) before which the stalled WQE is not tried again.
     retry_due_ns: AtomicU64,
     _pad: u64,
@@ -59,11 +66,12 @@ impl StreamState {
         }
     }
 
-    /// As a new stream: no stall.
+    /// As a new stream: no stall, no connection.
     fn clear(&self) {
         self.retry_wqe.store(NO_RETRY, Ordering::Relaxed);
         self.rnr_tries.store(0, Ordering::Relaxed);
         self.ack_tries.store(0, Ordering::Relaxed);
+        self.last_dct.store(NO_DCT, Ordering::Relaxed);
         self.retry_due_ns.store(0, Ordering::Relaxed);
     }
 }
@@ -255,7 +263,7 @@ fn step(
         }
         Some(Err(syndrome)) => Err(Fail::local(syndrome)),
         None => match w.body {
-            Some(body) => execute_dc(x, qp, w, body),
+            Some(body) => execute_dc(x, qp, w, body, &st.last_dct),
             None => Err(Fail::local(Syndrome::LocalQpOp)),
         },
     };
@@ -322,7 +330,7 @@ pub(super) fn flush_sq(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) 
     n
 }
 
-/// Makes a new DCI's stream state: no stream stalled or errored,
+/// Makes a new DCI's stream state: no stream stalled, errored or connected,
 /// no WQE done. False if its segment does not hold it.
 pub(crate) fn init(fab: &Fabric, e: &QpEntry) -> bool {
     let Some(s) = Streams::of(fab, e) else {
@@ -344,7 +352,7 @@ pub(crate) enum ResetError {
 }
 
 /// Lets DCI `e`'s errored `stream` run again (an RTS → RTS modify with
-/// the stream id): it is no longer errored or stalled. The
+/// the stream id): it is no longer errored, stalled or connected. The
 /// caller holds the DCI's exec lock and has checked it is a DCI in RTS.
 pub(crate) fn reset_stream(fab: &Fabric, e: &QpEntry, stream: u16) -> Result<(), ResetError> {
     let s = Streams::of(fab, e).ok_or(ResetError::NoState)?;
