@@ -433,6 +433,14 @@ mod tests {
             .to_string();
         assert!(e.contains("ring_size / 8"), "{e}");
         assert!(Config::from_toml("ring_size = 3000").is_err());
+        assert_eq!(
+            Config::from_toml("transport = \"dc\"").unwrap().transport,
+            copyrpc::transport::Wire::Dc
+        );
+        let e = Config::from_toml("transport = \"ud\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rc") && e.contains("dc"), "{e}");
         assert!(Config::from_toml("max_pending_setups = 0").is_err());
         assert!(Config::from_toml("setup_timeout_ms = 0").is_err());
         assert!(!Config::from_toml("").unwrap().huge_pages);

@@ -276,6 +276,35 @@ fn device(common: &Common, default: &str) -> mlx5::device::Context {
     mlx5::device::Context::open(&name).unwrap_or_else(|e| die(&e))
 }
 
+/// The process's resident memory, in bytes (0 where /proc has no statm).
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// What one side's endpoints cost: the context's own memory (resident
+/// growth while it was built, `rss0` to `rss1`), then per endpoint the
+/// resident growth while the `n` endpoints were set up, and what each
+/// holds by construction (its two rings; on RC its QP's send queue).
+fn memory_line(side: &str, common: &Common, n: usize, rss0: u64, rss1: u64) -> String {
+    let per = resident_bytes().saturating_sub(rss1) / n.max(1) as u64;
+    // ContextBuilder's default send queue: 256 basic blocks of 64 B.
+    let qp = match common.transport {
+        Wire::Rc => "a QP with a 16 KiB send queue",
+        Wire::Dc => "no QP (the context's 4 DCIs and its DCT are shared)",
+    };
+    format!(
+        "copyrpc-bench {side} memory ({}): context {} KiB resident; per endpoint {:.1} KiB \
+         resident over {n} endpoints, holding 2 rings of {} B and {qp}",
+        common.transport,
+        rss1.saturating_sub(rss0) / 1024,
+        per as f64 / 1024.0,
+        common.ring,
+    )
+}
+
 /// Prints `e` and exits with status 1.
 fn die(e: &dyn std::fmt::Display) -> ! {
     eprintln!("copyrpc-bench: {e}");
@@ -345,9 +374,11 @@ impl OnTransport for Serve<'_> {
 }
 
 fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
+    let rss0 = resident_bytes();
     let mut ctx = builder(common, n)
         .build_on::<T, _, _>(dev, |_: u64, _| {})
         .unwrap_or_else(|e| die(&e));
+    let rss1 = resident_bytes();
     // A client whose setup fails (another ring size, a dropped connection)
     // is told so by the setup itself; the server waits for the next one.
     let mut conns = Vec::with_capacity(n);
@@ -357,6 +388,7 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
             Err(e) => eprintln!("copyrpc-bench: a client's setup failed: {e}"),
         }
     }
+    eprintln!("{}", memory_line("server", common, n, rss0, rss1));
     let mut i = 0u64;
     let mut last_check = Instant::now();
     // Replies echo the request; one buffer, reused.
@@ -471,12 +503,15 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
             Err(_) => s.failed += 1,
         }
     };
+    let rss0 = resident_bytes();
     let mut ctx = builder(common, n)
         .build_on::<T, _, _>(dev, handler)
         .unwrap_or_else(|e| die(&e));
+    let rss1 = resident_bytes();
     let conns: Vec<_> = (0..n)
         .map(|_| connect(addr, &mut ctx).unwrap_or_else(|e| die(&format!("{addr}: {e}"))))
         .collect();
+    eprintln!("{}", memory_line("client", common, n, rss0, rss1));
     let eps: Vec<_> = conns.iter().take(busy).map(|c| c.endpoint()).collect();
     let data = vec![0x5au8; payload];
     let start = Instant::now();
