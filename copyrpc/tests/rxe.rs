@@ -176,3 +176,26 @@ fn rings_in_huge_pages_carry_every_call() {
     drop(w);
     assert_eq!(free_2m_pages(), before, "the rings' pages went back");
 }
+
+/// A device on the verbs path has no DC transport: asking for it is a clear
+/// error, before anything is created.
+#[test]
+#[ignore = "needs an RDMA device (COPYRPC_TEST_DEVICE)"]
+fn dc_is_refused_on_the_verbs_path() {
+    struct Nothing;
+    impl copyrpc::transport::OnTransport for Nothing {
+        type Output = ();
+        fn run<T: copyrpc::transport::Transport>(self, _: Device) {
+            panic!("DC ran on the verbs path");
+        }
+    }
+    let d = device();
+    let name = d.name().to_owned();
+    match copyrpc::transport::run_on_device_as(d, copyrpc::transport::Wire::Dc, Nothing) {
+        Err((_, e)) => {
+            let m = e.to_string();
+            assert!(m.contains(&name) && m.contains("no DC"), "{m}");
+        }
+        Ok(()) => unreachable!(),
+    }
+}
