@@ -619,7 +619,9 @@ impl Transport for Dc {
             return false;
         };
         let lane = &mut sh.lanes[l as usize];
-        lane.outstanding -= 1;
+        // Each completion retires one WQE its lane's holder posted.
+        debug_assert!(lane.outstanding > 0);
+        lane.outstanding = lane.outstanding.saturating_sub(1);
         if lane.outstanding == 0 {
             sh.release(l);
         }
