@@ -11,7 +11,7 @@ use super::engine;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
 use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, CQ_UAR_AFTER_DBREC, LIVE, MAX_CQS, MAX_DEVS,
-    MAX_MRS, MAX_QPS, MAX_SRQS, NO_SEG,
+    MAX_QPS, MAX_SRQS, NO_SEG,
 };
 use super::sched::{ExecMode, Nic, SchedStats};
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
@@ -244,7 +244,7 @@ impl SimContext {
         // doorbell register takes arms (64 bytes).
         let seg = fab.alloc_segment(buf_len + 64 + CQ_UAR_AFTER_DBREC as usize)?;
         let r = fab.reg();
-        let slot = registry::claim(&r.cqs[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_cq().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "CQ"))
         })?;
         let cqn = registry::object_number(slot, MAX_CQS, r.next_gen());
@@ -319,7 +319,7 @@ impl SimContext {
         let buf_len = (cnt * stride) as usize;
         let seg = fab.alloc_segment(buf_len + 64)?;
         let r = fab.reg();
-        let slot = registry::claim(&r.srqs[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_srq().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "SRQ"))
         })?;
         let srqn = registry::object_number(slot, MAX_SRQS, r.next_gen());
@@ -434,7 +434,7 @@ impl SimContext {
         let bf_off = (dbrec_off + nic_private).next_multiple_of(4096);
         let seg = fab.alloc_segment((bf_off + 512) as usize)?;
         let r = fab.reg();
-        let slot = registry::claim(&r.qps[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_qp().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "QP"))
         })?;
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
@@ -503,7 +503,7 @@ impl SimPd {
     ) -> Result<SimMr, DeviceError> {
         let fab = &self.ctx.d.fab;
         let r = fab.reg();
-        let slot = registry::claim(&r.mrs[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_mr().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "MR"))
         })?;
         let key = ((slot as u32) << 8) | (r.next_gen() % 255 + 1);
@@ -1056,9 +1056,6 @@ impl SimQp {
         unsafe { RecvQueue::new(mem) }.map_err(|e| DeviceError::Queue(e.to_string()))
     }
 }
-
-/// Checks that a registry slot count fits the object-number scheme.
-const _: () = assert!(MAX_MRS <= 1 << 16 && MAX_QPS <= 1 << 16 && MAX_CQS <= 1 << 16);
 
 /// Device-wide counters for tests: live QPs of this process in the fabric.
 pub fn live_qps(ctx: &SimContext) -> usize {

@@ -401,7 +401,8 @@ impl Fabric {
     /// Allocates a zero-filled segment of `len` bytes owned by this process.
     pub fn alloc_segment(self: &Arc<Self>, len: usize) -> Result<Segment, FabricError> {
         let r = self.reg();
-        let slot = registry::claim(&r.segs[..], |e| &e.state)
+        let slot = r
+            .claim_seg()
             .ok_or_else(|| FabricError::Full(self.name.clone(), "segment"))?;
         let e = &r.segs[slot];
         let gen = r.next_gen();
@@ -686,8 +687,13 @@ mod tests {
         r.header.magic.store(registry::MAGIC - 1, Ordering::Relaxed);
         r.header.ready.store(1, Ordering::Release);
         let err = Fabric::open(&name).unwrap_err().to_string();
+        let versions = format!(
+            "layout {}, this one uses {}",
+            (registry::MAGIC - 1) & 0xff,
+            registry::MAGIC & 0xff
+        );
         assert!(
-            err.contains("another version") && err.contains("layout 7, this one uses 8"),
+            err.contains("another version") && err.contains(&versions),
             "{err}"
         );
         drop(m);
