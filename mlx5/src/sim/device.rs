@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::channel::SimChannel;
 use super::engine;
+use super::fabric::pool::Range;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
-use super::pool::Range;
 use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, CQ_UAR_AFTER_DBREC, LIVE, MAX_CQS, MAX_DEVS,
     MAX_QPS, MAX_SRQS, NO_SEG,

@@ -25,9 +25,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::link::{self, Link};
 use super::member::{token_of_name, Member};
-use super::pool::{Pool, Range};
+pub mod pool;
+
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_DEVS, MAX_SEGS};
 use super::shm::{unlink, ShmMap};
+use pool::{Pool, Range};
 
 /// Environment variable naming the fabric that `sim*` devices open.
 pub const FABRIC_ENV: &str = "MLX5_SIM_FABRIC";
@@ -481,7 +483,7 @@ impl Fabric {
     }
 
     /// Segments this process carves memory regions and queues out of now
-    /// (see [`pool`](super::pool)).
+    /// (see [`pool`]).
     pub fn carving_segments(&self) -> usize {
         self.pool.segments()
     }

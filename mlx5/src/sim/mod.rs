@@ -34,7 +34,6 @@ pub(crate) mod exec;
 pub mod fabric;
 pub mod link;
 pub(crate) mod member;
-pub mod pool;
 pub(crate) mod registry;
 pub(crate) mod sched;
 pub(crate) mod shm;

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
-use super::fabric::{Fabric, FabricError, Segment};
+use super::{Fabric, FabricError, Segment};
 
 /// Bytes of each segment ranges are carved from.
 pub const CHUNK_LEN: usize = 32 << 20;
