@@ -25,11 +25,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::link::{self, Link};
 use super::member::{token_of_name, Member};
-pub mod pool;
-
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_DEVS, MAX_SEGS};
 use super::shm::{unlink, ShmMap};
 use pool::{Pool, Range};
+
+pub mod pool;
 
 /// Environment variable naming the fabric that `sim*` devices open.
 pub const FABRIC_ENV: &str = "MLX5_SIM_FABRIC";
