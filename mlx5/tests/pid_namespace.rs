@@ -490,15 +490,16 @@ fn peers_in_other_pid_namespaces_are_told_apart_and_their_death_is_seen() {
         "the test's write to the dead A"
     );
 
-    // Reaping frees A's segments (MR, CQ, two QPs) and its liveness file,
-    // and nothing of B's or the test's.
+    // Reaping frees A's segments (its CQ's, and the one its MR and two
+    // QPs were carved out of) and its liveness file, and nothing of B's or
+    // the test's.
     let segs = files(&dir, "seg-");
     fab.reap_dead();
     let after = files(&dir, "seg-");
     assert_eq!(
         segs.len() - after.len(),
-        4,
-        "A's 4 segments: {segs:?} -> {after:?}"
+        2,
+        "A's 2 segments: {segs:?} -> {after:?}"
     );
     assert!(after.iter().all(|s| segs.contains(s)));
     let procs = files(&dir, "proc-");

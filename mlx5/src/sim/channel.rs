@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::fabric::{Fabric, FabricError};
-use super::registry::{self, ChanEntry, LIVE};
+use super::registry::{self, LIVE};
 use super::sched::{Nic, IDLE_STEPS, PROGRESS_STEPS};
 use super::sync::{futex_wait, futex_wake};
 
@@ -79,7 +79,8 @@ impl SimChannel {
     /// A new channel in `fab`, whose waiters progress `nic`.
     pub(crate) fn new(fab: &Arc<Fabric>, nic: &Arc<Nic>) -> Result<SimChannel, FabricError> {
         let r = fab.reg();
-        let slot = registry::claim(&r.chans[..], |e: &ChanEntry| &e.state)
+        let slot = r
+            .claim_chan()
             .ok_or_else(|| FabricError::Full(fab.name().into(), "completion channel"))?;
         let e = &r.chans[slot];
         e.owner.store(fab.token(), Ordering::Relaxed);

@@ -51,7 +51,8 @@ impl SimContext {
     ) -> Result<SimDct, DeviceError> {
         let fab = self.fabric();
         let r = fab.reg();
-        let slot = registry::claim(&r.qps[..], |e| &e.state)
+        let slot = r
+            .claim_qp()
             .ok_or_else(|| DeviceError::Fabric(FabricError::Full(fab.name().into(), "QP")))?;
         let number = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use super::channel::SimChannel;
 use super::engine;
+use super::fabric::pool::Range;
 use super::fabric::{fabric_name_from_env, Fabric, Segment};
 use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, CQ_UAR_AFTER_DBREC, LIVE, MAX_CQS, MAX_DEVS,
-    MAX_MRS, MAX_QPS, MAX_SRQS, NO_SEG,
+    MAX_QPS, MAX_SRQS, NO_SEG,
 };
 use super::sched::{ExecMode, Nic, SchedStats};
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
@@ -244,7 +245,7 @@ impl SimContext {
         // doorbell register takes arms (64 bytes).
         let seg = fab.alloc_segment(buf_len + 64 + CQ_UAR_AFTER_DBREC as usize)?;
         let r = fab.reg();
-        let slot = registry::claim(&r.cqs[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_cq().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "CQ"))
         })?;
         let cqn = registry::object_number(slot, MAX_CQS, r.next_gen());
@@ -319,7 +320,7 @@ impl SimContext {
         let buf_len = (cnt * stride) as usize;
         let seg = fab.alloc_segment(buf_len + 64)?;
         let r = fab.reg();
-        let slot = registry::claim(&r.srqs[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_srq().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "SRQ"))
         })?;
         let srqn = registry::object_number(slot, MAX_SRQS, r.next_gen());
@@ -432,16 +433,20 @@ impl SimContext {
             64
         };
         let bf_off = (dbrec_off + nic_private).next_multiple_of(4096);
-        let seg = fab.alloc_segment((bf_off + 512) as usize)?;
+        // Carved out of a shared segment: page-aligned, so the BlueFlame
+        // page stays page-aligned, and zero-filled.
+        let mem = Range::alloc(fab, (bf_off + 512) as usize)?;
+        let base = mem.off() as u64;
         let r = fab.reg();
-        let slot = registry::claim(&r.qps[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_qp().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "QP"))
         })?;
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
         e.clear(qpn, kind, fab.token(), self.d.dev, pd.pdn);
         e.dci_streams.store(dci_streams, Ordering::Relaxed);
-        e.seg.store(seg.slot(), Ordering::Relaxed);
+        e.seg.store(mem.slot(), Ordering::Relaxed);
+        e.sq_off.store(base, Ordering::Relaxed);
         e.sq_cnt.store(sq_cnt, Ordering::Relaxed);
         e.rq_cnt.store(rq_cnt, Ordering::Relaxed);
         e.rq_stride.store(rq_stride, Ordering::Relaxed);
@@ -449,8 +454,8 @@ impl SimContext {
             .store(srq.map_or(u32::MAX, |s| s.inner.srqn), Ordering::Relaxed);
         e.send_cqn.store(send_cq.inner.cqn, Ordering::Relaxed);
         e.recv_cqn.store(recv_cq.inner.cqn, Ordering::Relaxed);
-        e.rq_off.store(sq_len, Ordering::Relaxed);
-        e.dbrec_off.store(dbrec_off, Ordering::Relaxed);
+        e.rq_off.store(base + sq_len, Ordering::Relaxed);
+        e.dbrec_off.store(base + dbrec_off, Ordering::Relaxed);
         if kind == registry::qp_kind::DCI && !engine::init_dci_streams(fab, e) {
             e.state.store(registry::FREE, Ordering::Release);
             return Err(DeviceError::Invalid(
@@ -463,7 +468,7 @@ impl SimContext {
                 ctx: self.clone(),
                 slot,
                 qpn,
-                seg,
+                mem,
                 sq_cnt,
                 rq_cnt,
                 rq_stride,
@@ -495,7 +500,7 @@ impl SimPd {
 
     fn register(
         &self,
-        seg: Option<Arc<Segment>>,
+        mem: Option<Arc<Range>>,
         va: u64,
         off: u64,
         len: u64,
@@ -503,7 +508,7 @@ impl SimPd {
     ) -> Result<SimMr, DeviceError> {
         let fab = &self.ctx.d.fab;
         let r = fab.reg();
-        let slot = registry::claim(&r.mrs[..], |e| &e.state).ok_or_else(|| {
+        let slot = r.claim_mr().ok_or_else(|| {
             DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "MR"))
         })?;
         let key = ((slot as u32) << 8) | (r.next_gen() % 255 + 1);
@@ -514,7 +519,7 @@ impl SimPd {
         e.pd.store(self.pdn, Ordering::Relaxed);
         e.access.store(access, Ordering::Relaxed);
         e.seg
-            .store(seg.as_ref().map_or(NO_SEG, |s| s.slot()), Ordering::Relaxed);
+            .store(mem.as_ref().map_or(NO_SEG, |m| m.slot()), Ordering::Relaxed);
         e.off.store(off, Ordering::Relaxed);
         e.va.store(va, Ordering::Relaxed);
         e.len.store(len, Ordering::Relaxed);
@@ -526,7 +531,7 @@ impl SimPd {
                 key,
                 addr: va,
                 len: len as usize,
-                _seg: seg,
+                _mem: mem,
             }),
         })
     }
@@ -535,9 +540,10 @@ impl SimPd {
     /// the fabric can reach, registered with `access`
     /// ([`access`](crate::device::access) flags).
     pub fn alloc_mr(&self, len: usize, access: u32) -> Result<SimMr, DeviceError> {
-        let seg = self.ctx.d.fab.alloc_region_memory(len.max(1))?;
-        let va = seg.base().as_ptr() as u64;
-        self.register(Some(seg), va, 0, len as u64, access)
+        let mem = self.ctx.d.fab.alloc_region_memory(len.max(1))?;
+        let va = mem.base().as_ptr() as u64;
+        let off = mem.off() as u64;
+        self.register(Some(mem), va, off, len as u64, access)
     }
 
     /// Registers memory of this process. Memory inside a region this process
@@ -559,9 +565,11 @@ impl SimPd {
     ) -> Result<SimMr, DeviceError> {
         let (va, len) = (addr as u64, len as u64);
         match self.ctx.d.fab.region_memory_containing(va, len) {
-            Some(seg) => {
-                let off = va - seg.base().as_ptr() as u64;
-                self.register(Some(seg), va, off, len, access)
+            Some(mem) => {
+                // Offsets in the registry are within the segment the
+                // region memory was carved from.
+                let off = mem.off() as u64 + (va - mem.base().as_ptr() as u64);
+                self.register(Some(mem), va, off, len, access)
             }
             None => self.register(None, va, 0, len, access),
         }
@@ -574,7 +582,7 @@ struct MrInner {
     key: u32,
     addr: u64,
     len: usize,
-    _seg: Option<Arc<Segment>>,
+    _mem: Option<Arc<Range>>,
 }
 
 impl Drop for MrInner {
@@ -806,7 +814,9 @@ struct QpInner {
     ctx: SimContext,
     slot: usize,
     qpn: u32,
-    seg: Segment,
+    /// SQ, RQ, doorbell record (and a DCI's stream state) and BlueFlame
+    /// page; offsets below are within the range.
+    mem: Range,
     sq_cnt: u32,
     rq_cnt: u32,
     rq_stride: u32,
@@ -1020,10 +1030,10 @@ impl SimQp {
         let i = &self.inner;
         cfg.max_inline = cfg.max_inline.min(i.max_inline as usize);
         let mem = SqMemory {
-            buf: i.seg.at(0),
+            buf: i.mem.at(0),
             wqe_cnt: i.sq_cnt,
-            dbrec: i.seg.at(i.dbrec_off),
-            bf_reg: i.seg.at(i.bf_off),
+            dbrec: i.mem.at(i.dbrec_off),
+            bf_reg: i.mem.at(i.bf_off),
             bf_half: 256,
             qpn: i.qpn,
             notify: Some(i.ctx.notify()),
@@ -1044,10 +1054,10 @@ impl SimQp {
         }
         let i = &self.inner;
         let mem = RqMemory {
-            buf: i.seg.at(i.sq_cnt as usize * 64),
+            buf: i.mem.at(i.sq_cnt as usize * 64),
             wqe_cnt: i.rq_cnt,
             stride: i.rq_stride as usize,
-            dbrec: i.seg.at(i.dbrec_off),
+            dbrec: i.mem.at(i.dbrec_off),
             qn: i.qpn,
             notify: Some(i.ctx.notify()),
             keepalive: Some(i.clone() as Arc<dyn Any + Send + Sync>),
@@ -1056,9 +1066,6 @@ impl SimQp {
         unsafe { RecvQueue::new(mem) }.map_err(|e| DeviceError::Queue(e.to_string()))
     }
 }
-
-/// Checks that a registry slot count fits the object-number scheme.
-const _: () = assert!(MAX_MRS <= 1 << 16 && MAX_QPS <= 1 << 16 && MAX_CQS <= 1 << 16);
 
 /// Device-wide counters for tests: live QPs of this process in the fabric.
 pub fn live_qps(ctx: &SimContext) -> usize {

@@ -15,7 +15,7 @@
 //! bind-mount one fabric directory), where pids are neither unique nor
 //! checkable. See `sim::member`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -27,6 +27,9 @@ use super::link::{self, Link};
 use super::member::{token_of_name, Member};
 use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_DEVS, MAX_SEGS};
 use super::shm::{unlink, ShmMap};
+use pool::{Pool, Range};
+
+pub mod pool;
 
 /// Environment variable naming the fabric that `sim*` devices open.
 pub const FABRIC_ENV: &str = "MLX5_SIM_FABRIC";
@@ -173,10 +176,13 @@ pub struct Fabric {
     // Boxed so that the addresses in `cache` stay valid when the Vec grows.
     #[allow(clippy::vec_box)]
     keep: Mutex<Vec<Box<CachedSeg>>>,
-    /// Memory this process allocated for memory regions, so that a later
-    /// registration of part of it (on any device of the fabric) is reachable
-    /// from other processes too. Weak: the regions own it.
-    region_memory: Mutex<Vec<Weak<Segment>>>,
+    /// Memory this process allocated for memory regions, by address, so
+    /// that a later registration of part of it (on any device of the fabric)
+    /// is reachable from other processes too. Weak: the regions own it; a
+    /// range leaves the map when it is dropped.
+    region_memory: Mutex<BTreeMap<u64, Weak<Range>>>,
+    /// Segments this process carves MRs and queues out of.
+    pool: Pool,
     /// This process's token and liveness file. Declared last: it drops (its
     /// file goes, its lock is released) after everything else of the handle.
     member: Member,
@@ -301,7 +307,8 @@ impl Fabric {
                 .map(|_| AtomicPtr::new(std::ptr::null_mut()))
                 .collect(),
             keep: Mutex::new(Vec::new()),
-            region_memory: Mutex::new(Vec::new()),
+            region_memory: Mutex::new(BTreeMap::new()),
+            pool: Pool::default(),
             member,
         })
     }
@@ -401,7 +408,8 @@ impl Fabric {
     /// Allocates a zero-filled segment of `len` bytes owned by this process.
     pub fn alloc_segment(self: &Arc<Self>, len: usize) -> Result<Segment, FabricError> {
         let r = self.reg();
-        let slot = registry::claim(&r.segs[..], |e| &e.state)
+        let slot = r
+            .claim_seg()
             .ok_or_else(|| FabricError::Full(self.name.clone(), "segment"))?;
         let e = &r.segs[slot];
         let gen = r.next_gen();
@@ -432,27 +440,52 @@ impl Fabric {
         })
     }
 
-    /// Allocates a segment for memory regions: [`alloc_segment`], and
-    /// remembered so that [`region_memory_containing`] finds it.
+    /// Allocates zeroed memory for a memory region (a [`Range`]: carved
+    /// out of a shared segment when small), remembered so that
+    /// [`region_memory_containing`] finds it.
     ///
-    /// [`alloc_segment`]: Self::alloc_segment
     /// [`region_memory_containing`]: Self::region_memory_containing
-    pub fn alloc_region_memory(self: &Arc<Self>, len: usize) -> Result<Arc<Segment>, FabricError> {
-        let seg = Arc::new(self.alloc_segment(len)?);
-        let mut v = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
-        v.retain(|w| w.strong_count() > 0);
-        v.push(Arc::downgrade(&seg));
-        Ok(seg)
+    pub fn alloc_region_memory(self: &Arc<Self>, len: usize) -> Result<Arc<Range>, FabricError> {
+        let mem = Arc::new(Range::alloc(self, len)?);
+        let base = mem.base().as_ptr() as u64;
+        let mut m = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
+        m.insert(base, Arc::downgrade(&mem));
+        Ok(mem)
     }
 
-    /// The live region memory of this process that holds `[addr, addr+len)`.
-    pub fn region_memory_containing(&self, addr: u64, len: u64) -> Option<Arc<Segment>> {
+    /// The live region memory of this process that holds `[addr, addr+len)`:
+    /// the range [`alloc_region_memory`] handed out (not the whole segment
+    /// it was carved from), so the registered offset is
+    /// `range.off() + (addr - range.base())`, and the range stays allocated
+    /// while the caller holds it.
+    ///
+    /// [`alloc_region_memory`]: Self::alloc_region_memory
+    pub fn region_memory_containing(&self, addr: u64, len: u64) -> Option<Arc<Range>> {
         let end = addr.checked_add(len)?;
-        let v = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
-        v.iter().filter_map(Weak::upgrade).find(|s| {
-            let base = s.base().as_ptr() as u64;
-            base <= addr && end <= base + s.len() as u64
-        })
+        let m = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
+        let (&base, w) = m.range(..=addr).next_back()?;
+        let mem = w.upgrade()?;
+        (end <= base + mem.len() as u64).then_some(mem)
+    }
+
+    /// Forgets the region memory at `base` once no one holds it (called as a
+    /// [`Range`] is dropped; a no-op for other ranges).
+    pub(crate) fn forget_region_memory(&self, base: u64) {
+        let mut m = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
+        if m.get(&base).is_some_and(|w| w.strong_count() == 0) {
+            m.remove(&base);
+        }
+    }
+
+    /// This process's carving pool.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Segments this process carves memory regions and queues out of now
+    /// (see [`pool`]).
+    pub fn carving_segments(&self) -> usize {
+        self.pool.segments()
     }
 
     fn install(&self, slot: usize, gen: u32, map: ShmMap) -> *mut CachedSeg {
@@ -660,6 +693,13 @@ impl Drop for Segment {
         let r = self.fabric.reg();
         let e = &r.segs[self.slot as usize];
         let gen = e.gen.load(Ordering::Relaxed);
+        // The mapping stays in this process's segment cache (a lock-free
+        // reader may still hold its address), so its memory would stay
+        // allocated with it: give the pages back now. Later reads of the
+        // stale mapping see zeros.
+        // SAFETY: the whole mapping, page-aligned, of a file nobody may use
+        // once it is freed.
+        unsafe { libc::madvise(self.base.as_ptr().cast(), self.len, libc::MADV_REMOVE) };
         unlink(&self.fabric.seg_path(self.slot as usize, gen));
         e.state.store(FREE, Ordering::Release);
     }
@@ -686,8 +726,13 @@ mod tests {
         r.header.magic.store(registry::MAGIC - 1, Ordering::Relaxed);
         r.header.ready.store(1, Ordering::Release);
         let err = Fabric::open(&name).unwrap_err().to_string();
+        let versions = format!(
+            "layout {}, this one uses {}",
+            (registry::MAGIC - 1) & 0xff,
+            registry::MAGIC & 0xff
+        );
         assert!(
-            err.contains("another version") && err.contains("layout 7, this one uses 8"),
+            err.contains("another version") && err.contains(&versions),
             "{err}"
         );
         drop(m);

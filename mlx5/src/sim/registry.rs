@@ -12,22 +12,27 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version in the low
-/// byte). Version 8: a QP entry has a kind (RC, DCI or DCT), a DC access
-/// key and a DCI's stream counts (version 7: owners are fabric tokens,
-/// `sim::member`, not pids).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d08;
+/// byte). Version 9: tables of 65536 QPs and 131072 MRs, a claim cursor per
+/// table in the header, and MRs and queues carved out of shared segments
+/// (version 8: a QP entry has a kind (RC, DCI or DCT), a DC access key and a
+/// DCI's stream counts; version 7: owners are fabric tokens, `sim::member`,
+/// not pids).
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d09;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = 8;
-/// Shared-memory segments per fabric.
-pub const MAX_SEGS: usize = 8192;
-/// Memory regions per fabric.
-pub const MAX_MRS: usize = 16384;
+/// Shared-memory segments per fabric. Small memory regions and queues share
+/// segments (`sim::pool`), so this bounds CQs, SRQs, large MRs and carving
+/// segments; it also sizes each process's map of segments (8 bytes a slot).
+pub const MAX_SEGS: usize = 16384;
+/// Memory regions per fabric (keys are `slot << 8 | generation`: room for
+/// 2^24 slots).
+pub const MAX_MRS: usize = 131072;
 /// CQs per fabric.
 pub const MAX_CQS: usize = 4096;
 /// SRQs per fabric.
 pub const MAX_SRQS: usize = 1024;
-/// QPs per fabric.
-pub const MAX_QPS: usize = 16384;
+/// QPs per fabric (QPNs are 24 bits: 16 bits of slot, 8 of generation).
+pub const MAX_QPS: usize = 65536;
 /// Completion channels per fabric.
 pub const MAX_CHANS: usize = 1024;
 
@@ -90,7 +95,29 @@ pub struct Header {
     /// The last process token handed out (`sim::member`): a
     /// process joining the fabric takes the next with one `fetch_add`.
     pub next_token: AtomicU32,
-    _pad: [u32; 8],
+    /// Where each table's next claim starts looking.
+    pub hints: ClaimHints,
+    _pad: [u32; 2],
+}
+
+/// One cursor per table: the slot after the last one claimed, where the next
+/// claim starts its scan (wrapping), so that claims cost O(1) amortised
+/// instead of a scan from slot 0 past every live object.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ClaimHints {
+    /// Segments.
+    pub segs: AtomicU32,
+    /// Memory regions.
+    pub mrs: AtomicU32,
+    /// CQs.
+    pub cqs: AtomicU32,
+    /// SRQs.
+    pub srqs: AtomicU32,
+    /// QPs (and DCTs).
+    pub qps: AtomicU32,
+    /// Completion channels.
+    pub chans: AtomicU32,
 }
 
 /// A device's port: its link model and its state (all zero: no model, the
@@ -461,15 +488,58 @@ impl Registry {
     pub fn next_gen(&self) -> u32 {
         self.header.gen.fetch_add(1, Ordering::Relaxed)
     }
+
+    /// Claims a free segment slot.
+    pub fn claim_seg(&self) -> Option<usize> {
+        claim(&self.segs[..], &self.header.hints.segs, |e| &e.state)
+    }
+
+    /// Claims a free memory-region slot.
+    pub fn claim_mr(&self) -> Option<usize> {
+        claim(&self.mrs[..], &self.header.hints.mrs, |e| &e.state)
+    }
+
+    /// Claims a free CQ slot.
+    pub fn claim_cq(&self) -> Option<usize> {
+        claim(&self.cqs[..], &self.header.hints.cqs, |e| &e.state)
+    }
+
+    /// Claims a free SRQ slot.
+    pub fn claim_srq(&self) -> Option<usize> {
+        claim(&self.srqs[..], &self.header.hints.srqs, |e| &e.state)
+    }
+
+    /// Claims a free QP slot (QPs, DCIs and DCTs).
+    pub fn claim_qp(&self) -> Option<usize> {
+        claim(&self.qps[..], &self.header.hints.qps, |e| &e.state)
+    }
+
+    /// Claims a free completion-channel slot.
+    pub fn claim_chan(&self) -> Option<usize> {
+        claim(&self.chans[..], &self.header.hints.chans, |e| &e.state)
+    }
 }
 
-/// Claims the first free slot of a table (`state` FREE → CLAIMED).
-pub fn claim<T>(table: &[T], state: impl Fn(&T) -> &AtomicU32) -> Option<usize> {
-    table.iter().position(|e| {
-        state(e)
+/// Claims a free slot of a table (`state` FREE → CLAIMED, a compare-exchange),
+/// scanning from the slot `hint` names and wrapping, and moves `hint` past
+/// the slot claimed. Slots are freed in any order, but the cursor keeps
+/// moving on, so a claim passes few live slots: O(1) amortised while the table
+/// is not nearly full. `hint` is only a starting point; a stale or racing
+/// value costs a longer scan, never a wrong claim.
+pub fn claim<T>(table: &[T], hint: &AtomicU32, state: impl Fn(&T) -> &AtomicU32) -> Option<usize> {
+    let n = table.len();
+    if n == 0 {
+        return None;
+    }
+    let start = hint.load(Ordering::Relaxed) as usize % n;
+    let take = |i: usize| {
+        state(&table[i])
             .compare_exchange(FREE, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
-    })
+    };
+    let slot = (start..n).chain(0..start).find(|&i| take(i))?;
+    hint.store(((slot + 1) % n) as u32, Ordering::Relaxed);
+    Some(slot)
 }
 
 // The groups above start on cache lines of their own.
@@ -484,4 +554,54 @@ const _: () = {
     assert!(std::mem::offset_of!(QpEntry, exec_lock) == 128);
     assert!(std::mem::offset_of!(QpEntry, rq_lock) == 192);
     assert!(std::mem::size_of::<QpEntry>() == 256);
+    // Slots fit the numbering: MR keys keep 8 bits of generation in 32, and
+    // object numbers (QPNs, CQNs, SRQNs) keep at least 8 of 24.
+    assert!(MAX_MRS <= 1 << 24 && MAX_MRS.is_power_of_two());
+    assert!(MAX_QPS <= 1 << 16 && MAX_QPS.is_power_of_two());
+    assert!(MAX_CQS <= 1 << 16 && MAX_SRQS <= 1 << 16);
+    assert!(MAX_SEGS < NO_SEG as usize);
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(n: usize) -> Vec<AtomicU32> {
+        (0..n).map(|_| AtomicU32::new(FREE)).collect()
+    }
+
+    /// Claims go on from the last one, wrap, and find the one free slot of
+    /// a full table; a full table has none.
+    #[test]
+    fn claims_follow_the_cursor_and_wrap() {
+        let t = table(4);
+        let hint = AtomicU32::new(0);
+        let c = || claim(&t[..], &hint, |e| e);
+        assert_eq!((c(), c(), c()), (Some(0), Some(1), Some(2)));
+        t[0].store(FREE, Ordering::Relaxed);
+        // Slot 3 is next, even though slot 0 is free again.
+        assert_eq!(c(), Some(3));
+        assert_eq!(c(), Some(0));
+        assert_eq!(c(), None);
+        t[2].store(FREE, Ordering::Relaxed);
+        assert_eq!(c(), Some(2));
+        // A stale hint past the end still works.
+        hint.store(1000, Ordering::Relaxed);
+        t[1].store(FREE, Ordering::Relaxed);
+        assert_eq!(c(), Some(1));
+    }
+
+    /// The numbering still tells slots apart at the new table sizes.
+    #[test]
+    fn numbers_round_trip_at_full_tables() {
+        for slot in [0, 1, MAX_QPS / 2, MAX_QPS - 1] {
+            for gen in [0, 7, 254, 255, 1 << 20] {
+                let n = object_number(slot, MAX_QPS, gen);
+                assert!(n != 0 && n < 1 << 24);
+                assert_eq!(slot_of(n, MAX_QPS), slot);
+            }
+        }
+        let key = ((MAX_MRS as u32 - 1) << 8) | 255;
+        assert_eq!(slot_of(key >> 8, MAX_MRS), MAX_MRS - 1);
+    }
+}

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::cqe_out::FlushReport;
 use super::exec::Exec;
 use super::fabric::{in_segment, Fabric};
-use super::registry::{qp_kind, qp_state, slot_of, QpEntry, LIVE, MAX_DEVS, MAX_QPS};
+use super::registry::{qp_kind, qp_state, slot_of, QpEntry, LIVE, MAX_CQS, MAX_DEVS, MAX_QPS};
 use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, DatagramSeg, Syndrome, WqeOpcode, SND_DBR, WQE_SEG_UNIT,
@@ -448,6 +448,13 @@ fn req_cqe(qpn: u32, wqe_counter: u16, wqe_opcode: u8, byte_cnt: u32) -> [u8; 64
 /// overran).
 pub(crate) fn fail_qps_of_cq(fab: &Fabric, cqn: u32) {
     let me = fab.token();
+    // A QP's CQs are its owner's: when another process's CQ overran (a
+    // receive CQ this NIC completed into), no QP here names it, and the
+    // walk of the whole table is not needed.
+    let cq = &fab.reg().cqs[slot_of(cqn, MAX_CQS)];
+    if cq.owner.load(Ordering::Relaxed) != me || cq.cqn.load(Ordering::Relaxed) != cqn {
+        return;
+    }
     for e in fab.reg().qps.iter() {
         if e.state.load(Ordering::Acquire) == LIVE
             && e.owner.load(Ordering::Relaxed) == me
