@@ -29,10 +29,12 @@ use crate::transport::Transport;
 
 mod acceptor;
 mod dial;
+mod live;
 mod record;
 
 pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats};
 pub use dial::{dial, Dial};
+pub use live::LiveSet;
 pub use record::SETUP_TIMEOUT;
 use record::{check_private_data, read_record, write_record, write_refusal, SetupRecord};
 
@@ -406,6 +408,8 @@ impl Connection {
 /// Checks every connection ([`Connection::check`]) and removes the endpoints
 /// of those that closed ([`Context::remove`]: QP and rings freed, slot
 /// reused), dropping them from `conns`. For servers, every few milliseconds.
+/// One read per connection: with many connections, a [`LiveSet`] costs a
+/// system call per connection that has something to report instead.
 pub fn retain_live<U, F, T: Transport>(conns: &mut Vec<Connection>, ctx: &mut Context<U, F, T>)
 where
     F: FnMut(U, Result<&[u8], CallFailed>),

@@ -403,3 +403,85 @@ fn a_silent_or_dribbling_listener_fails_the_setup_in_its_time() {
     server.join().unwrap();
     Fabric::remove_if_unused(&fabric);
 }
+
+/// A server watching its clients' channels through a `LiveSet` removes
+/// exactly the endpoints whose client left, and those it closed itself
+/// (whose clients then see the channel close); the rest stay.
+#[test]
+fn a_live_set_removes_exactly_the_endpoints_whose_channel_ended() {
+    use copyrpc::conn::LiveSet;
+    let fabric = format!("tcp-live-{}", std::process::id());
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let f2 = fabric.clone();
+    let (to_server, from_client) = mpsc::channel::<()>();
+    let (to_client, from_server) = mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        let dev = Device::open_in(&f2, "sim1").unwrap();
+        let mut ctx = ContextBuilder::new()
+            .max_endpoints(8)
+            .ring_size(4096)
+            .build(&dev, |_: u64, _| {})
+            .unwrap();
+        let mut set = LiveSet::new().unwrap();
+        let mut eps = Vec::new();
+        for _ in 0..6 {
+            let c = listener.accept(&mut ctx).unwrap();
+            eps.push(c.endpoint());
+            set.insert(c).unwrap();
+        }
+        assert_eq!(set.retain_live(&mut ctx), 0, "every client is there");
+        to_client.send(()).unwrap();
+        // The client drops its connection 1.
+        from_client.recv().unwrap();
+        let mut removed = 0;
+        for _ in 0..1000 {
+            removed += set.retain_live(&mut ctx);
+            if removed > 0 {
+                break;
+            }
+            thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(removed, 1);
+        assert_eq!(set.len(), 5);
+        assert!(!set.endpoints().any(|e| e == eps[1]));
+        assert_eq!(ctx.endpoints(), 5);
+        // This side closes endpoint 3: its connection is shut down.
+        ctx.close(eps[3]);
+        assert_eq!(set.retain_live(&mut ctx), 1);
+        assert_eq!((set.len(), ctx.endpoints()), (4, 4));
+        to_client.send(()).unwrap();
+        from_client.recv().unwrap();
+        set.close_all(&mut ctx);
+        assert!(set.is_empty());
+        to_client.send(()).unwrap();
+    });
+    let dev = Device::open_in(&fabric, "sim0").unwrap();
+    let mut ctx = ContextBuilder::new()
+        .ring_size(4096)
+        .build(&dev, |_: u64, _| {})
+        .unwrap();
+    let mut conns: Vec<Option<Connection>> = (0..6)
+        .map(|_| Some(connect(addr, &mut ctx).unwrap()))
+        .collect();
+    from_server.recv().unwrap();
+    drop(conns[1].take());
+    to_server.send(()).unwrap();
+    from_server.recv().unwrap();
+    // Connection 3 was shut down by the server; the others are open.
+    let alive: Vec<bool> = conns
+        .iter_mut()
+        .map(|c| c.as_mut().is_some_and(|c| c.check(&mut ctx)))
+        .collect();
+    assert_eq!(alive, [true, false, true, false, true, true]);
+    to_server.send(()).unwrap();
+    from_server.recv().unwrap();
+    let alive = conns
+        .iter_mut()
+        .flatten()
+        .filter_map(|c| c.check(&mut ctx).then_some(()))
+        .count();
+    assert_eq!(alive, 0, "close_all shut every connection down");
+    server.join().unwrap();
+    Fabric::remove_if_unused(&fabric);
+}

@@ -381,10 +381,14 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
     let rss1 = resident_bytes();
     // A client whose setup fails (another ring size, a dropped connection)
     // is told so by the setup itself; the server waits for the next one.
-    let mut conns = Vec::with_capacity(n);
-    while conns.len() < n {
+    let mut conns = copyrpc::conn::LiveSet::new().unwrap_or_else(|e| die(&e));
+    let mut accepted = 0;
+    while accepted < n {
         match l.accept(&mut ctx) {
-            Ok(c) => conns.push(c),
+            Ok(c) => match conns.insert(c) {
+                Ok(()) => accepted += 1,
+                Err((_, e)) => eprintln!("copyrpc-bench: a client's connection: {e}"),
+            },
             Err(e) => eprintln!("copyrpc-bench: a client's setup failed: {e}"),
         }
     }
@@ -416,7 +420,7 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
             last_check = Instant::now();
             // A dead connection's endpoint is removed: its QP and
             // rings are freed.
-            copyrpc::conn::retain_live(&mut conns, &mut ctx);
+            conns.retain_live(&mut ctx);
         }
     }
     if common.idle == Idle::Sleep {

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use copyrpc::clock::Clock;
-use copyrpc::conn::Connection;
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_proto::proto::{begin_response, finish_response, Status, RESPONSE_HEADER};
@@ -148,12 +147,20 @@ impl OnTransport for Worker {
                 return;
             }
         };
+        // The clients' liveness channels, watched together.
+        let mut conns = match copyrpc::conn::LiveSet::new() {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = ready.send(Err(fail(format!("cannot watch connections: {e}"))));
+                return;
+            }
+        };
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
         let mut h = Handler::new(me, map, cfg.max_key, cfg.max_value)
             .with_memory_limit(cfg.max_memory, cfg.workers)
             .with_clock(clock);
-        let mut conns: Vec<Connection> = Vec::new();
+
         // The setup answer: how many workers (connections to make) and slots.
         let answer = SetupAnswer {
             workers: cfg.workers,
@@ -349,7 +356,12 @@ impl OnTransport for Worker {
                                     Some((Said::Warning, l)) => eprintln!("{l}"),
                                     None => {}
                                 }
-                                conns.push(c)
+                                if let Err((mut c, e)) = conns.insert(c) {
+                                    eprintln!("kvs-server: worker {w}: a client's connection: {e}");
+                                    ctx.close(c.endpoint());
+                                    c.check(&mut ctx);
+                                    ctx.remove(c.endpoint());
+                                }
                             }
                             Err(e) => {
                                 eprintln!("kvs-server: worker {w}: a client's setup failed: {e}")
@@ -431,7 +443,7 @@ impl OnTransport for Worker {
                 last_check = Instant::now();
                 published = ops;
                 // Clients that left: their endpoints are removed.
-                copyrpc::conn::retain_live(&mut conns, &mut ctx);
+                conns.retain_live(&mut ctx);
                 stats.ops.store(ops, Ordering::Relaxed);
                 stats.clients.store(conns.len() as u64, Ordering::Relaxed);
                 stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
@@ -459,10 +471,7 @@ impl OnTransport for Worker {
         lease.leave(usize::from(w));
         // Answers already written go out; then every endpoint closes.
         ctx.poll();
-        for c in &mut conns {
-            ctx.close(c.endpoint());
-            c.check(&mut ctx);
-        }
+        conns.close_all(&mut ctx);
         stats.ops.store(ops, Ordering::Relaxed);
         stats.clients.store(0, Ordering::Relaxed);
     }
