@@ -1,26 +1,13 @@
 //! Echo through the public API, every byte verified, in inline and deferred
 //! mode; wrap across ring and message sizes; out-of-order replies.
 
+#[macro_use]
 mod support;
 
 use copyrpc::transport::Transport;
 use copyrpc::{CallError, ContextBuilder};
 use mlx5::device::{ExecMode, FaultPlan};
 use support::*;
-
-/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
-macro_rules! on_rc_and_dc {
-    ($f:ident, $rc:ident, $dc:ident) => {
-        #[test]
-        fn $rc() {
-            $f::<copyrpc::transport::Mlx5>()
-        }
-        #[test]
-        fn $dc() {
-            $f::<copyrpc::transport::Dc>()
-        }
-    };
-}
 
 fn modes() -> [(&'static str, ExecMode); 2] {
     [

@@ -1,26 +1,13 @@
 //! Flow control: the invariant and credits under random interleavings with both
 //! sides calling each other; the READ fallback; many endpoints.
 
+#[macro_use]
 mod support;
 
 use copyrpc::transport::Transport;
 use copyrpc::ContextBuilder;
 use mlx5::device::ExecMode;
 use support::*;
-
-/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
-macro_rules! on_rc_and_dc {
-    ($f:ident, $rc:ident, $dc:ident) => {
-        #[test]
-        fn $rc() {
-            $f::<copyrpc::transport::Mlx5>()
-        }
-        #[test]
-        fn $dc() {
-            $f::<copyrpc::transport::Dc>()
-        }
-    };
-}
 
 /// Property: over random interleavings of call / reply / poll on both sides
 /// (each side both a client and a server), stepped in one thread, the invariant

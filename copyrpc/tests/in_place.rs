@@ -2,6 +2,7 @@
 //! they arrive (`poll_with`, `wait_with`), across ring wraps: every byte
 //! checked, nothing delivered to the context's own callback.
 
+#[macro_use]
 mod support;
 
 use copyrpc::transport::Transport;
@@ -10,20 +11,6 @@ use std::time::Duration;
 use copyrpc::{ContextBuilder, ReplyError};
 use mlx5::device::ExecMode;
 use support::*;
-
-/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
-macro_rules! on_rc_and_dc {
-    ($f:ident, $rc:ident, $dc:ident) => {
-        #[test]
-        fn $rc() {
-            $f::<copyrpc::transport::Mlx5>()
-        }
-        #[test]
-        fn $dc() {
-            $f::<copyrpc::transport::Dc>()
-        }
-    };
-}
 
 fn replies_written_in_place_arrive_in_place_on<T: Transport>() {
     let mut w = world_t::<T>(

@@ -2,26 +2,13 @@
 //! refused, pending calls fail, and the peer of a removed endpoint sees it close
 //! while the other endpoints carry on.
 
+#[macro_use]
 mod support;
 
 use copyrpc::transport::Transport;
 use copyrpc::{CallError, ContextBuilder};
 use mlx5::device::ExecMode;
 use support::*;
-
-/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC.
-macro_rules! on_rc_and_dc {
-    ($f:ident, $rc:ident, $dc:ident) => {
-        #[test]
-        fn $rc() {
-            $f::<copyrpc::transport::Mlx5>()
-        }
-        #[test]
-        fn $dc() {
-            $f::<copyrpc::transport::Dc>()
-        }
-    };
-}
 
 /// Connect, call, remove — more times than the endpoint table holds.
 fn churn_reuses_slots_under_new_ids_on<T: Transport>() {

@@ -5,6 +5,22 @@
 
 pub mod sleep;
 
+/// `#[test] fn $rc` runs `$f` on the RC direct path, `#[test] fn $dc` on DC
+/// (for test files that declare `#[macro_use] mod support;`).
+#[allow(unused_macros)]
+macro_rules! on_rc_and_dc {
+    ($f:ident, $rc:ident, $dc:ident) => {
+        #[test]
+        fn $rc() {
+            $f::<copyrpc::transport::Mlx5>()
+        }
+        #[test]
+        fn $dc() {
+            $f::<copyrpc::transport::Dc>()
+        }
+    };
+}
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
