@@ -20,7 +20,7 @@ use crate::members::{self, Setup};
 use crate::options::{ClientOptions, SETUP_TIMEOUT};
 use crate::reach::Reach;
 use crate::reply::{OwnedReply, Reply};
-use crate::retry::{Answer, Chase, Chaser, Step, Target};
+use crate::retry::{Answer, Answered, Chase, Chaser, Step, Target};
 use crate::route::Routes;
 use crate::scan::ScanAgg;
 use kvs_proto::proto::{
@@ -943,12 +943,15 @@ impl<T, X: Transport> Client<T, X> {
         let now = Instant::now();
         let s = &mut self.ops[i as usize];
         let routes = &self.routes;
+        let reply = Answered {
+            answer,
+            from: s.ep,
+            fixed,
+        };
         let step = self.chaser.on_answer(
             i,
             &mut s.chase,
-            answer,
-            s.ep,
-            fixed,
+            reply,
             routes.version(),
             |o| routes.endpoint(o),
             now,

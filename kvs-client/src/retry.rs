@@ -167,24 +167,36 @@ impl<E> Default for Chaser<E> {
     }
 }
 
+/// A request's reply, as the chase sees it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answered<E> {
+    /// What the member said.
+    pub(crate) answer: Answer,
+    /// The endpoint it came on.
+    pub(crate) from: E,
+    /// The request goes back to `from` whatever the answer (a scan part,
+    /// the map fetch).
+    pub(crate) fixed: bool,
+}
+
 impl<E: Copy> Chaser<E> {
-    /// Decides what to do with request `op` (its chase in `chase`), answered
-    /// with `answer` by endpoint `from`. `fixed`: it goes back to `from`
-    /// whatever the answer (a scan part, the map fetch). `version`: the map
-    /// version in use; `connected`: the endpoint of an owner, if the client
-    /// is connected to it.
-    #[allow(clippy::too_many_arguments)]
+    /// Decides what to do with request `op` (its chase in `chase`), given
+    /// its reply. `version`: the map version in use; `connected`: the
+    /// endpoint of an owner, if the client is connected to it.
     pub(crate) fn on_answer(
         &mut self,
         op: u32,
         chase: &mut Chase,
-        answer: Answer,
-        from: E,
-        fixed: bool,
+        reply: Answered<E>,
         version: u32,
         connected: impl FnOnce(Owner) -> Option<E>,
         now: Instant,
     ) -> Step<E> {
+        let Answered {
+            answer,
+            from,
+            fixed,
+        } = reply;
         self.followed += 1;
         chase.since.get_or_insert(now);
         if let Answer::Redirect(_) = answer {
@@ -337,6 +349,14 @@ impl<E: Copy> Chaser<E> {
 mod tests {
     use super::*;
 
+    fn reply(answer: Answer, from: u32, fixed: bool) -> Answered<u32> {
+        Answered {
+            answer,
+            from,
+            fixed,
+        }
+    }
+
     fn redirect(map_version: u32, member: u16, worker: u16) -> Answer {
         Answer::Redirect(Redirect {
             map_version,
@@ -360,7 +380,14 @@ mod tests {
         let mut c = Chaser::default();
         let mut ch = Chase::default();
         let t = Instant::now();
-        let s = c.on_answer(3, &mut ch, redirect(1, 0, 1), 10, false, 1, connected, t);
+        let s = c.on_answer(
+            3,
+            &mut ch,
+            reply(redirect(1, 0, 1), 10, false),
+            1,
+            connected,
+            t,
+        );
         assert_eq!(s, Step::Send(11, 1));
         // Same version as the client's: no fetch.
         assert!(!c.fetching());
@@ -377,11 +404,25 @@ mod tests {
         // Both re-sent at once (the owner is connected), as routed by the
         // redirect's map; one fetch, from the server that answered first.
         assert_eq!(
-            c.on_answer(1, &mut a, redirect(5, 0, 0), 11, false, 4, connected, t),
+            c.on_answer(
+                1,
+                &mut a,
+                reply(redirect(5, 0, 0), 11, false),
+                4,
+                connected,
+                t
+            ),
             Step::Send(10, 5)
         );
         assert_eq!(
-            c.on_answer(2, &mut b, redirect(5, 0, 0), 12, false, 4, connected, t),
+            c.on_answer(
+                2,
+                &mut b,
+                reply(redirect(5, 0, 0), 12, false),
+                4,
+                connected,
+                t
+            ),
             Step::Send(10, 5)
         );
         assert!(c.pending());
@@ -389,7 +430,14 @@ mod tests {
         assert_eq!(c.take_fetch(), None);
         // In flight: later redirects start none.
         let mut d = Chase::default();
-        c.on_answer(4, &mut d, redirect(6, 0, 0), 13, false, 4, connected, t);
+        c.on_answer(
+            4,
+            &mut d,
+            reply(redirect(6, 0, 0), 13, false),
+            4,
+            connected,
+            t,
+        );
         assert_eq!(c.take_fetch(), None);
         assert!(c.fetching());
         assert!(c.installed().is_empty());
@@ -414,7 +462,14 @@ mod tests {
         let mut c = Chaser::default();
         let t = Instant::now();
         let mut ch = Chase::default();
-        let s = c.on_answer(7, &mut ch, redirect(2, 1, 0), 10, false, 1, connected, t);
+        let s = c.on_answer(
+            7,
+            &mut ch,
+            reply(redirect(2, 1, 0), 10, false),
+            1,
+            connected,
+            t,
+        );
         assert_eq!(s, Step::Parked);
         assert_eq!(c.take_fetch(), Some(10));
         // Nothing is due: it waits for the map, not the clock.
@@ -423,7 +478,14 @@ mod tests {
         assert_eq!(c.installed(), vec![7]);
         assert!(!c.pending());
         // A failed fetch hands the parked requests back to be queued.
-        let s = c.on_answer(8, &mut ch, redirect(3, 2, 0), 10, false, 2, connected, t);
+        let s = c.on_answer(
+            8,
+            &mut ch,
+            reply(redirect(3, 2, 0), 10, false),
+            2,
+            connected,
+            t,
+        );
         assert_eq!(s, Step::Parked);
         assert_eq!(c.fetch_failed(), vec![8]);
         c.later(8, &mut ch, Target::Route, t);
@@ -435,7 +497,14 @@ mod tests {
         let mut c = Chaser::default();
         let t = Instant::now();
         let mut ch = Chase::default();
-        let s = c.on_answer(7, &mut ch, redirect(3, 4, 0), 10, false, 3, connected, t);
+        let s = c.on_answer(
+            7,
+            &mut ch,
+            reply(redirect(3, 4, 0), 10, false),
+            3,
+            connected,
+            t,
+        );
         assert_eq!(s, Step::Queued);
         assert!(!c.fetching());
         assert_eq!(due(&mut c, t + FIRST_BACKOFF), vec![(7, Target::Route)]);
@@ -450,7 +519,14 @@ mod tests {
         let mut waits = Vec::new();
         for _ in 0..10 {
             assert_eq!(
-                c.on_answer(5, &mut ch, Answer::TryAgain, 10, false, 1, connected, at),
+                c.on_answer(
+                    5,
+                    &mut ch,
+                    reply(Answer::TryAgain, 10, false),
+                    1,
+                    connected,
+                    at
+                ),
                 Step::Queued
             );
             let next = c.next_due().unwrap();
@@ -467,12 +543,26 @@ mod tests {
         assert_eq!(waits[9], MAX_BACKOFF);
         assert_eq!(c.followed(), 10);
         // A scan part (fixed) goes back to the worker that answered.
-        c.on_answer(6, &mut ch, Answer::TryAgain, 12, true, 1, connected, at);
+        c.on_answer(
+            6,
+            &mut ch,
+            reply(Answer::TryAgain, 12, true),
+            1,
+            connected,
+            at,
+        );
         assert_eq!(due(&mut c, at + MAX_BACKOFF), vec![(6, Target::To(12))]);
         // So does one redirected (a worker scans what it owns), after the
         // backoff.
         let mut ch = Chase::default();
-        let s = c.on_answer(6, &mut ch, redirect(1, 0, 1), 12, true, 1, connected, at);
+        let s = c.on_answer(
+            6,
+            &mut ch,
+            reply(redirect(1, 0, 1), 12, true),
+            1,
+            connected,
+            at,
+        );
         assert_eq!(s, Step::Queued);
         assert_eq!(due(&mut c, at + FIRST_BACKOFF), vec![(6, Target::To(12))]);
     }
@@ -499,37 +589,70 @@ mod tests {
         let t = Instant::now();
         let mut ch = Chase::default();
         for _ in 0..MAX_REDIRECTS {
-            let s = c.on_answer(1, &mut ch, redirect(1, 0, 0), 10, false, 1, connected, t);
+            let s = c.on_answer(
+                1,
+                &mut ch,
+                reply(redirect(1, 0, 0), 10, false),
+                1,
+                connected,
+                t,
+            );
             assert_eq!(s, Step::Send(10, 1));
         }
-        match c.on_answer(1, &mut ch, redirect(1, 0, 0), 10, false, 1, connected, t) {
+        match c.on_answer(
+            1,
+            &mut ch,
+            reply(redirect(1, 0, 0), 10, false),
+            1,
+            connected,
+            t,
+        ) {
             Step::Fail(why) => assert!(why.contains("redirected 65 times"), "{why}"),
             s => panic!("{s:?}"),
         }
         // Try-agains are bounded by time.
         let mut ch = Chase::default();
-        let s = c.on_answer(2, &mut ch, Answer::TryAgain, 10, false, 1, connected, t);
+        let s = c.on_answer(
+            2,
+            &mut ch,
+            reply(Answer::TryAgain, 10, false),
+            1,
+            connected,
+            t,
+        );
         assert_eq!(s, Step::Queued);
         assert_eq!(ch.exhausted(t + MAX_CHASE), None);
         assert!(ch
             .exhausted(t + MAX_CHASE + Duration::from_millis(1))
             .is_some());
         let late = t + MAX_CHASE + Duration::from_millis(1);
-        match c.on_answer(2, &mut ch, Answer::TryAgain, 10, false, 1, connected, late) {
+        match c.on_answer(
+            2,
+            &mut ch,
+            reply(Answer::TryAgain, 10, false),
+            1,
+            connected,
+            late,
+        ) {
             Step::Fail(why) => assert!(why.contains("try again"), "{why}"),
             s => panic!("{s:?}"),
         }
         // An owner without a lease is asked again the same way, and the
         // chase's end says so.
         let mut ch = Chase::default();
-        let s = c.on_answer(3, &mut ch, Answer::Unavailable, 10, false, 1, connected, t);
+        let s = c.on_answer(
+            3,
+            &mut ch,
+            reply(Answer::Unavailable, 10, false),
+            1,
+            connected,
+            t,
+        );
         assert_eq!(s, Step::Queued);
         match c.on_answer(
             3,
             &mut ch,
-            Answer::Unavailable,
-            10,
-            false,
+            reply(Answer::Unavailable, 10, false),
             1,
             connected,
             late,

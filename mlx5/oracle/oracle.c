@@ -20,6 +20,18 @@
 
 #include <infiniband/mlx5dv.h>
 
+/* mlx5dv_set_ctrl_seg's arguments (tests/oracle.rs's OracleCtrl). */
+struct oracle_ctrl {
+	uint32_t qpn;
+	uint32_t imm;
+	uint16_t pi;
+	uint8_t opcode;
+	uint8_t opmod;
+	uint8_t fm_ce_se;
+	uint8_t ds;
+	uint8_t signature;
+};
+
 #ifndef ORACLE_X86_ONLY
 
 /* ------------------------------------------------------------------------ */
@@ -213,15 +225,13 @@ size_t oracle_table(const struct oracle_entry **out)
 /* ------------------------------------------------------------------------ */
 
 /* mlx5dv_set_ctrl_seg; `imm` is stored as passed (raw, not byte-swapped). */
-void oracle_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode,
-		     uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se, uint8_t ds,
-		     uint8_t signature, uint32_t imm)
+void oracle_ctrl_seg(uint8_t out[16], const struct oracle_ctrl *a)
 {
 	struct mlx5_wqe_ctrl_seg seg;
 
 	memcpy(&seg, out, sizeof(seg));
-	mlx5dv_set_ctrl_seg(&seg, pi, opcode, opmod, qpn, fm_ce_se, ds,
-			    signature, imm);
+	mlx5dv_set_ctrl_seg(&seg, a->pi, a->opcode, a->opmod, a->qpn,
+			    a->fm_ce_se, a->ds, a->signature, a->imm);
 	memcpy(out, &seg, sizeof(seg));
 }
 
@@ -481,14 +491,12 @@ void oracle_err_cqe(const uint8_t in[64], uint64_t out[ERR_NFIELDS])
 
 /* mlx5dv_x86_set_ctrl_seg (SSE shuffle variant); `imm` is stored raw. Writes
  * all 16 bytes, including the reserved dci_stream_channel_id (zero). */
-void oracle_x86_ctrl_seg(uint8_t out[16], uint16_t pi, uint8_t opcode,
-			 uint8_t opmod, uint32_t qpn, uint8_t fm_ce_se,
-			 uint8_t ds, uint8_t signature, uint32_t imm)
+void oracle_x86_ctrl_seg(uint8_t out[16], const struct oracle_ctrl *a)
 {
 	struct mlx5_wqe_ctrl_seg seg __attribute__((aligned(16)));
 
-	mlx5dv_x86_set_ctrl_seg(&seg, pi, opcode, opmod, qpn, fm_ce_se, ds,
-				signature, imm);
+	mlx5dv_x86_set_ctrl_seg(&seg, a->pi, a->opcode, a->opmod, a->qpn,
+				a->fm_ce_se, a->ds, a->signature, a->imm);
 	memcpy(out, &seg, sizeof(seg));
 }
 

@@ -29,18 +29,7 @@ struct OracleEntry {
 
 extern "C" {
     fn oracle_table(out: *mut *const OracleEntry) -> usize;
-    #[allow(clippy::too_many_arguments)]
-    fn oracle_ctrl_seg(
-        out: *mut u8,
-        pi: u16,
-        opcode: u8,
-        opmod: u8,
-        qpn: u32,
-        fm_ce_se: u8,
-        ds: u8,
-        signature: u8,
-        imm: u32,
-    );
+    fn oracle_ctrl_seg(out: *mut u8, a: *const OracleCtrl);
     fn oracle_ctrl_stream(out: *mut u8, stream_id: u16);
     fn oracle_dgram_seg(out: *mut u8, av: *const OracleAv);
     fn oracle_data_seg(out: *mut u8, length: u32, lkey: u32, addr: u64);
@@ -62,6 +51,20 @@ extern "C" {
     );
 }
 
+/// `struct oracle_ctrl` of oracle.c: `mlx5dv_set_ctrl_seg`'s arguments.
+#[repr(C)]
+struct OracleCtrl {
+    qpn: u32,
+    /// As the helper stores it: raw (callers hand it big-endian).
+    imm: u32,
+    pi: u16,
+    opcode: u8,
+    opmod: u8,
+    fm_ce_se: u8,
+    ds: u8,
+    signature: u8,
+}
+
 /// `struct oracle_av` of oracle.c: `mlx5dv_set_dgram_seg`'s arguments.
 #[repr(C)]
 struct OracleAv {
@@ -80,18 +83,7 @@ struct OracleAv {
 
 #[cfg(mlx5_oracle_x86)]
 extern "C" {
-    #[allow(clippy::too_many_arguments)]
-    fn oracle_x86_ctrl_seg(
-        out: *mut u8,
-        pi: u16,
-        opcode: u8,
-        opmod: u8,
-        qpn: u32,
-        fm_ce_se: u8,
-        ds: u8,
-        signature: u8,
-        imm: u32,
-    );
+    fn oracle_x86_ctrl_seg(out: *mut u8, a: *const OracleCtrl);
 }
 
 /// Indices into `oracle_cqe64`'s output (the enum in oracle.c).
@@ -893,20 +885,18 @@ fn ctrl_seg_random_vs_mlx5dv_set_ctrl_seg() {
         // The helper does not write dci_stream_channel_id: start from zero.
         let mut c = [0u8; 16];
         // The helper stores imm raw: hand it the big-endian form.
-        // SAFETY: the C helper writes the 16-byte segment into `c`.
-        unsafe {
-            oracle_ctrl_seg(
-                c.as_mut_ptr(),
-                pi,
-                opcode,
-                opmod,
-                qpn,
-                fm_ce_se,
-                ds,
-                signature,
-                imm.to_be(),
-            )
+        let args = OracleCtrl {
+            qpn,
+            imm: imm.to_be(),
+            pi,
+            opcode,
+            opmod,
+            fm_ce_se,
+            ds,
+            signature,
         };
+        // SAFETY: the C helper writes the 16-byte segment into `c`.
+        unsafe { oracle_ctrl_seg(c.as_mut_ptr(), &args) };
         assert_eq!(rust, c, "iteration {i}: {a:x?}");
         // And the getters read back what was set.
         let s = CtrlSeg::new_checked(&rust[..]).unwrap();
@@ -952,19 +942,18 @@ fn ctrl_seg_random_vs_mlx5dv_x86_set_ctrl_seg() {
         let mut c = [0u8; 16];
         garbage.fill(&mut c); // the SSE variant writes all 16 bytes
                               // SAFETY: the CPU has SSSE3 (checked above).
-        unsafe {
-            oracle_x86_ctrl_seg(
-                c.as_mut_ptr(),
-                pi,
-                opcode,
-                opmod,
-                qpn,
-                fm_ce_se,
-                ds,
-                signature,
-                imm.to_be(),
-            )
+        let args = OracleCtrl {
+            qpn,
+            imm: imm.to_be(),
+            pi,
+            opcode,
+            opmod,
+            fm_ce_se,
+            ds,
+            signature,
         };
+        // SAFETY: the CPU has SSSE3 (checked above); the helper writes 16 bytes.
+        unsafe { oracle_x86_ctrl_seg(c.as_mut_ptr(), &args) };
         assert_eq!(rust, c, "iteration {i}: {a:x?}");
     }
 }
@@ -1424,18 +1413,18 @@ fn send_queue_wqes_match_rdma_core_helpers() {
         let fm_ce_se = if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
         let imm_raw = if opcode == 0x09 { imm.to_be() } else { 0 };
         // SAFETY: each helper writes exactly one 16-byte segment into `want`.
+        let ctrl = OracleCtrl {
+            qpn,
+            imm: imm_raw,
+            pi: wc,
+            opcode,
+            opmod: 0,
+            fm_ce_se,
+            ds,
+            signature: 0,
+        };
         unsafe {
-            oracle_ctrl_seg(
-                want.as_mut_ptr(),
-                wc,
-                opcode,
-                0,
-                qpn,
-                fm_ce_se,
-                ds,
-                0,
-                imm_raw,
-            );
+            oracle_ctrl_seg(want.as_mut_ptr(), &ctrl);
             oracle_raddr_seg(want.as_mut_ptr().add(16), raddr, rkey);
             let mut off = 32;
             if opcode == 0x11 {

@@ -123,9 +123,10 @@ fn show_hw(name: &str) -> Result<(), HwError> {
     Ok(())
 }
 
-fn show_sim(name: &str) {
-    let fabric = mlx5::sim::fabric::fabric_name_from_env();
-    match mlx5::sim::device::SimContext::open_in(&fabric, name) {
+/// Shows software device `name` of `fabric`, which exists: looking at it
+/// joins it, never creates it.
+fn show_sim(fabric: &str, name: &str) {
+    match mlx5::sim::device::SimContext::open_in(fabric, name) {
         Ok(c) => {
             println!("hca_id: {name}  (software mlx5 device, fabric {fabric:?})");
             println!("    lid:             {}", c.lid());
@@ -156,12 +157,23 @@ fn main() {
         Err(e) => println!("hardware: {e}"),
     }
     if !args.no_sim {
+        let fabric = mlx5::sim::fabric::fabric_name_from_env();
+        let exists = mlx5::sim::fabric::Fabric::exists(&fabric);
         for i in 0..8 {
             let n = format!("sim{i}");
-            if want(&n) && (args.device.is_some() || i < 2) {
-                show_sim(&n);
-                shown += 1;
+            if !want(&n) || (args.device.is_none() && i >= 2) {
+                continue;
             }
+            if exists {
+                show_sim(&fabric, &n);
+            } else if args.device.is_some() || i == 0 {
+                println!(
+                    "{}: software mlx5 devices of fabric {fabric:?} (MLX5_SIM_FABRIC), not \
+                     created yet: the first program that opens one creates the fabric",
+                    args.device.as_deref().unwrap_or("sim0..sim7")
+                );
+            }
+            shown += 1;
         }
     }
     if shown == 0 {

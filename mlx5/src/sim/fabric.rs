@@ -207,6 +207,11 @@ fn shm_root() -> PathBuf {
     PathBuf::from("/dev/shm")
 }
 
+/// The directory of fabric `name`'s files.
+fn dir_of(name: &str) -> PathBuf {
+    shm_root().join(format!("mlx5sim-{name}"))
+}
+
 impl Fabric {
     /// Opens (creating if needed) the fabric `name`; one handle per process.
     pub fn open(name: &str) -> Result<Arc<Fabric>, FabricError> {
@@ -243,7 +248,7 @@ impl Fabric {
             })?,
             Err(_) => Vec::new(),
         };
-        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        let dir = dir_of(name);
         match std::fs::DirBuilder::new().mode(DIR_MODE).create(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -602,10 +607,16 @@ impl Fabric {
             .unwrap_or_default()
     }
 
+    /// Whether fabric `name` exists (some process created it), without
+    /// creating or joining it.
+    pub fn exists(name: &str) -> bool {
+        dir_of(name).is_dir()
+    }
+
     /// Removes the fabric's files if no live process uses it any more (tests
     /// call this when done; a later open recreates it).
     pub fn remove_if_unused(name: &str) {
-        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        let dir = dir_of(name);
         let opened = Fabric::open(name);
         if let Err(FabricError::NotOwner { .. }) = opened {
             // Another user's: not ours to remove.
@@ -714,7 +725,7 @@ mod tests {
     #[test]
     fn a_fabric_of_another_layout_version_is_refused_clearly() {
         let name = format!("old-layout-{}", std::process::id());
-        let dir = shm_root().join(format!("mlx5sim-{name}"));
+        let dir = dir_of(name);
         std::fs::DirBuilder::new()
             .mode(DIR_MODE)
             .create(&dir)

@@ -18,6 +18,15 @@ use crate::rail::Rail;
 use crate::record::{self, Record, RECORD_LEN};
 use crate::request::{Kind, Request};
 
+/// A transfer's buffers as the rails carry them: each source, its
+/// destination at the peer, and its bytes on each rail.
+#[derive(Clone, Copy)]
+struct Parts<'a> {
+    bufs: &'a [Span],
+    dst: &'a [CtsBuffer],
+    share: &'a [[u64; 2]],
+}
+
 impl Comm {
     /// Sends `bufs` (1 to 8) into the peer's next receive, whose tag must be
     /// `tag` and which must have as many buffers, each at least as large.
@@ -164,7 +173,12 @@ impl Comm {
             let posted = if fast.is_some() {
                 self.post_fast(r, idx, imm, &bufs[0], &dst[0], share[0])
             } else {
-                self.post_with_record(r, idx, imm, slot, r == leader, bufs, dst, &share[..n])
+                let parts = Parts {
+                    bufs,
+                    dst,
+                    share: &share[..n],
+                };
+                self.post_with_record(r, idx, imm, slot, r == leader, parts)
             };
             if let Err(why) = posted {
                 return self.fail(CloseReason::Post {
@@ -233,7 +247,6 @@ impl Comm {
 
     /// The record path on rail `r`: one WRITE per buffer part on one data QP,
     /// then the signal; the leader's signal also writes the record.
-    #[allow(clippy::too_many_arguments)]
     fn post_with_record(
         &mut self,
         r: usize,
@@ -241,10 +254,9 @@ impl Comm {
         imm: u32,
         slot: u8,
         leader: bool,
-        bufs: &[Span],
-        dst: &[CtsBuffer],
-        share: &[[u64; 2]],
+        parts: Parts<'_>,
     ) -> Result<(), PostError> {
+        let Parts { bufs, dst, share } = parts;
         let rail = &mut self.rails[r];
         let qp = rail.next_data_qp();
         for ((b, d), s) in bufs.iter().zip(dst).zip(share) {
