@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::device::Ctx;
+use super::ctx::Ctx;
 use super::ffi::{ibv_comp_channel, ibv_cq};
 use super::loader::{errno, HwError};
 

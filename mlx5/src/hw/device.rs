@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::channel::{CqEvents, HwChannel};
+use super::ctx::Ctx;
 use super::ffi::*;
 use super::loader::{errno, verbs, HwError, Verbs};
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
@@ -182,25 +183,6 @@ impl Drop for DevList<'_> {
 pub fn list_devices() -> Result<Vec<String>, HwError> {
     let v = verbs()?;
     Ok(DevList::get(v)?.devices().map(|(_, n)| n).collect())
-}
-
-pub(super) struct Ctx {
-    pub(super) v: &'static Verbs,
-    pub(super) ctx: NonNull<ibv_context>,
-    pub(super) name: String,
-    pub(super) is_mlx5: bool,
-}
-
-// SAFETY: ibv_context is thread-safe for the verbs used here.
-unsafe impl Send for Ctx {}
-// SAFETY: as above.
-unsafe impl Sync for Ctx {}
-
-impl Drop for Ctx {
-    fn drop(&mut self) {
-        // SAFETY: opened by open_device; every object holding an Arc<Ctx> is gone.
-        unsafe { (self.v.close_device)(self.ctx.as_ptr()) };
-    }
 }
 
 /// An opened RDMA device.

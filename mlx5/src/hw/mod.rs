@@ -10,6 +10,7 @@
 //! test (`tests/abi.rs`).
 
 pub mod channel;
+mod ctx;
 pub mod dc;
 #[cfg(feature = "rdma-core-oracle")]
 mod dc_oracle;
