@@ -725,7 +725,7 @@ mod tests {
     #[test]
     fn a_fabric_of_another_layout_version_is_refused_clearly() {
         let name = format!("old-layout-{}", std::process::id());
-        let dir = dir_of(name);
+        let dir = dir_of(&name);
         std::fs::DirBuilder::new()
             .mode(DIR_MODE)
             .create(&dir)
