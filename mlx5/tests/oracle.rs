@@ -1412,7 +1412,6 @@ fn send_queue_wqes_match_rdma_core_helpers() {
         let mut want = vec![0u8; usize::from(ds) * 16];
         let fm_ce_se = if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
         let imm_raw = if opcode == 0x09 { imm.to_be() } else { 0 };
-        // SAFETY: each helper writes exactly one 16-byte segment into `want`.
         let ctrl = OracleCtrl {
             qpn,
             imm: imm_raw,
@@ -1423,6 +1422,7 @@ fn send_queue_wqes_match_rdma_core_helpers() {
             ds,
             signature: 0,
         };
+        // SAFETY: each helper writes exactly one 16-byte segment into `want`.
         unsafe {
             oracle_ctrl_seg(want.as_mut_ptr(), &ctrl);
             oracle_raddr_seg(want.as_mut_ptr().add(16), raddr, rkey);
