@@ -49,10 +49,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::{Parser, ValueEnum};
+use ycsb_driver::db::{kvs::KvsTarget, redis::RedisTarget, Target};
 use ycsb_driver::measure::Measurements;
 use ycsb_driver::properties::Properties;
 use ycsb_driver::report::{self, StatusInfo};
-use ycsb_driver::runner::{run_phase, Phase, PhaseResult, Progress, RunOptions, Target};
+use ycsb_driver::runner::{run_phase, Phase, PhaseResult, Progress, RunOptions};
 use ycsb_driver::workload::CoreWorkload;
 
 #[derive(Parser, Debug)]
@@ -210,14 +211,14 @@ fn main() {
         .parse()
         .unwrap_or_else(|e: String| die(&format!("kvs.transport: {e}")));
     let target = match props.get("kvs.server") {
-        _ if a.db == "redis" => Target::Redis {
+        _ if a.db == "redis" => Target::Redis(RedisTarget {
             url: format!(
                 "redis://{}:{}/",
                 props.get_str("redis.host", "127.0.0.1"),
                 num("redis.port", 6379)
             ),
-        },
-        Some(s) => Target::Kvs {
+        }),
+        Some(s) => Target::Kvs(KvsTarget {
             server: s.to_owned(),
             device: props.get_str("kvs.device", "auto").to_owned(),
             fabric: props.get("kvs.fabric").map(str::to_owned),
@@ -227,18 +228,18 @@ fn main() {
             .unwrap_or_else(|e| die(&e)),
             timeout,
             transport,
-        },
+        }),
         None if ranks.rank != 0 => {
             // Rank 0 embeds the server; the others learn where it is.
             let (server, fabric) = ranks.broadcast_server(None);
-            Target::Kvs {
+            Target::Kvs(KvsTarget {
                 server,
                 device: "sim0".into(),
                 fabric: Some(fabric),
                 auth_token: None,
                 timeout,
                 transport,
-            }
+            })
         }
         None => {
             let fabric = format!("ycsb-{}", std::process::id());
@@ -261,14 +262,14 @@ fn main() {
                 "ycsb-driver: embedded kvs-server ({} worker(s)) on the software device, fabric {fabric}",
                 num("kvs.workers", 1)
             );
-            let t = Target::Kvs {
+            let t = Target::Kvs(KvsTarget {
                 server: s.addr().to_string(),
                 device: "sim0".into(),
                 fabric: Some(fabric.clone()),
                 auth_token: None,
                 timeout,
                 transport,
-            };
+            });
             if ranks.size > 1 {
                 ranks.broadcast_server(Some((s.addr().to_string(), fabric.clone())));
             }
@@ -342,10 +343,7 @@ fn main() {
     // A lost connection stopped the phase: the report covers what completed,
     // and the driver fails.
     let lost = r.lost.clone().map(|l| {
-        let server = match &target {
-            Target::Kvs { server, .. } => server.as_str(),
-            Target::Redis { url } => url.as_str(),
-        };
+        let server = target.address();
         format!(
             "stopped: lost the connection to the server at {server} ({l}); \
              the report covers the {} of {todo} operations that completed",

@@ -46,10 +46,11 @@ fn redis() -> Redis {
     Redis(child, port)
 }
 
-fn drive(cmd: &str, w: &str, port: u16, depth: &str) -> String {
+fn drive(cmd: &str, w: &str, port: u16, depth: &str, write_all: bool) -> String {
     let out = output_within(
         Command::new(env!("CARGO_BIN_EXE_ycsb-driver"))
             .args([cmd, "redis", "-P", w, "-p", "recordcount=300"])
+            .args(["-p", &format!("writeallfields={write_all}")])
             .args(["-p", "operationcount=3000", "-p", "dataintegrity=true"])
             .args(["-p", &format!("redis.port={port}"), "-threads", "2"])
             .args(["--depth", depth]),
@@ -67,10 +68,17 @@ fn drive(cmd: &str, w: &str, port: u16, depth: &str) -> String {
 #[ignore = "needs redis-server (apt-get install redis-server)"]
 fn workloads_against_redis_every_read_checked() {
     let r = redis();
-    let load = drive("load", "workloada", r.1, "8");
+    let load = drive("load", "workloada", r.1, "8", false);
     assert_eq!(ok_count(&load, "INSERT"), 300, "{load}");
-    for (w, depth) in [("workloada", "1"), ("workloadf", "8"), ("workloade", "4")] {
-        let run = drive("run", w, r.1, depth);
+    // F again writing whole records (`writeallfields`).
+    let runs = [
+        ("workloada", "1", false),
+        ("workloadf", "8", false),
+        ("workloade", "4", false),
+        ("workloadf", "8", true),
+    ];
+    for (w, depth, write_all) in runs {
+        let run = drive("run", w, r.1, depth, write_all);
         assert!(!run.contains("Return=ERROR"), "{w}: {run}");
         assert!(!run.contains("UNEXPECTED_STATE"), "{w}: {run}");
         let ops = ok_count(&run, "READ")

@@ -11,9 +11,10 @@ use kvs_server::{Config, Server};
 mod support;
 use mlx5::sim::fabric::Fabric;
 use support::{ok_count, output_within, report_value};
+use ycsb_driver::db::{kvs::KvsTarget, Target};
 use ycsb_driver::measure::{OpKind, Series, Status};
 use ycsb_driver::properties::Properties;
-use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions, Target};
+use ycsb_driver::runner::{run_phase, Phase, Progress, RunOptions};
 use ycsb_driver::workload::CoreWorkload;
 
 /// The core workloads, A to F.
@@ -46,16 +47,20 @@ fn workload(name: &str) -> String {
 fn workloads_a_to_f_embedded_every_operation_ok_and_verified() {
     let fabric = format!("ycsb-wl-{}", std::process::id());
     let s = server(&fabric, 2);
-    let target = Target::Kvs {
+    let target = Target::Kvs(KvsTarget {
         server: s.addr().to_string(),
         device: "sim0".into(),
         fabric: Some(fabric.clone()),
         auth_token: None,
         timeout: std::time::Duration::from_secs(5),
         transport: copyrpc::transport::Wire::Rc,
-    };
-    for w in WORKLOADS {
+    });
+    // Every workload, then F and A again writing whole records
+    // (`writeallfields`: a read-modify-write's write is the whole record).
+    let all_fields = [("workloadf", true), ("workloada", true)];
+    for (w, write_all) in WORKLOADS.iter().map(|w| (*w, false)).chain(all_fields) {
         let mut p = Properties::parse(&workload(w));
+        p.set("writeallfields", write_all.to_string());
         p.set("recordcount", "300");
         p.set("operationcount", "1500");
         p.set("fieldcount", "4");
