@@ -481,14 +481,48 @@ fn xml_escape(s: &str) -> String {
 /// bottom), one coloured polyline (`data-series="READ"`) with dots per
 /// [`plotted_series`], a legend with sample counts, and `title` on top.
 pub fn write_svg_plot(w: &mut impl Write, title: &str, m: &Measurements) -> io::Result<()> {
+    let curves: Vec<(Series, Vec<(f64, u64)>)> = plotted_series(m)
+        .iter()
+        .map(|&s| (s, percentile_curve(m, s)))
+        .collect();
+    let frame = Frame::around(&curves);
+    let mut s = String::with_capacity(8192);
+    frame.header(&mut s, &xml_escape(title));
+    frame.grid(&mut s);
+    frame.labels(&mut s);
+    if curves.is_empty() {
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">no data</text>"#,
+            (Frame::LEFT + Frame::RIGHT) / 2.0,
+            (Frame::TOP + Frame::BOTTOM) / 2.0
+        );
+    }
+    for (series, curve) in &curves {
+        frame.curve(&mut s, *series, curve);
+    }
+    legend(&mut s, m, &curves);
+    s.push_str("</svg>\n");
+    w.write_all(s.as_bytes())
+}
+
+/// The plot's geometry: the page, the plotting area, and the decades the
+/// latency axis spans.
+struct Frame {
+    lo_dec: i32,
+    hi_dec: i32,
+}
+
+impl Frame {
     const WIDTH: f64 = 960.0;
     const HEIGHT: f64 = 520.0;
     const LEFT: f64 = 80.0;
     const RIGHT: f64 = 660.0;
     const TOP: f64 = 50.0;
     const BOTTOM: f64 = 450.0;
+    /// The nines the x axis reaches.
     const X_MAX: f64 = 5.0;
-    const X_TICKS: [(f64, &str); 6] = [
+    const X_TICKS: [(f64, &'static str); 6] = [
         (0.0, "0%"),
         (90.0, "90%"),
         (99.0, "99%"),
@@ -497,166 +531,169 @@ pub fn write_svg_plot(w: &mut impl Write, title: &str, m: &Measurements) -> io::
         (99.999, "99.999%"),
     ];
 
-    let series = plotted_series(m);
-    let curves: Vec<(Series, Vec<(f64, u64)>)> = series
-        .iter()
-        .map(|&s| (s, percentile_curve(m, s)))
-        .collect();
-    let values = curves.iter().flat_map(|(_, c)| c.iter().map(|&(_, v)| v));
-    let lo_val = values.clone().min().unwrap_or(1).max(1);
-    let hi_val = values.max().unwrap_or(1000).max(1);
-    let lo_dec = (lo_val as f64).log10().floor() as i32;
-    let mut hi_dec = (hi_val as f64).log10().ceil() as i32;
-    if hi_dec <= lo_dec {
-        hi_dec = lo_dec + 1;
+    /// Whole decades around every value of `curves` (at least one).
+    fn around(curves: &[(Series, Vec<(f64, u64)>)]) -> Frame {
+        let values = curves.iter().flat_map(|(_, c)| c.iter().map(|&(_, v)| v));
+        let lo_val = values.clone().min().unwrap_or(1).max(1);
+        let hi_val = values.max().unwrap_or(1000).max(1);
+        let lo_dec = (lo_val as f64).log10().floor() as i32;
+        let hi_dec = ((hi_val as f64).log10().ceil() as i32).max(lo_dec + 1);
+        Frame { lo_dec, hi_dec }
     }
-    let x_of = |p: f64| LEFT + (nines(p).min(X_MAX) / X_MAX) * (RIGHT - LEFT);
-    let y_of = |v: u64| {
+
+    fn x_of(&self, p: f64) -> f64 {
+        Self::LEFT + (nines(p).min(Self::X_MAX) / Self::X_MAX) * (Self::RIGHT - Self::LEFT)
+    }
+
+    fn y_of(&self, v: u64) -> f64 {
         let l = (v.max(1) as f64).log10();
-        let t = (l - f64::from(lo_dec)) / f64::from(hi_dec - lo_dec);
-        BOTTOM - t.clamp(0.0, 1.0) * (BOTTOM - TOP)
-    };
-
-    let mut s = String::with_capacity(8192);
-    let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">"#
-    );
-    let title = xml_escape(title);
-    let _ = writeln!(s, "<title>{title}</title>");
-    let _ = writeln!(
-        s,
-        r#"<rect x="0" y="0" width="{WIDTH}" height="{HEIGHT}" fill="white"/>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="28" text-anchor="middle" font-size="16">{title}</text>"#,
-        (LEFT + RIGHT) / 2.0
-    );
-
-    // Grid and ticks.
-    let _ = writeln!(s, r##"<g class="grid" stroke="#dddddd" stroke-width="1">"##);
-    for (p, _) in X_TICKS {
-        let x = x_of(p);
-        let _ = writeln!(
-            s,
-            r#"<line x1="{x:.1}" y1="{TOP:.1}" x2="{x:.1}" y2="{BOTTOM:.1}"/>"#
-        );
+        let t = (l - f64::from(self.lo_dec)) / f64::from(self.hi_dec - self.lo_dec);
+        Self::BOTTOM - t.clamp(0.0, 1.0) * (Self::BOTTOM - Self::TOP)
     }
-    for d in lo_dec..=hi_dec {
-        let y = BOTTOM - f64::from(d - lo_dec) / f64::from(hi_dec - lo_dec) * (BOTTOM - TOP);
-        let _ = writeln!(
-            s,
-            r#"<line x1="{LEFT:.1}" y1="{y:.1}" x2="{RIGHT:.1}" y2="{y:.1}"/>"#
-        );
-    }
-    s.push_str("</g>\n");
 
-    let _ = writeln!(s, r#"<g class="axes" stroke="black" stroke-width="1">"#);
-    let _ = writeln!(
-        s,
-        r#"<line x1="{LEFT:.1}" y1="{BOTTOM:.1}" x2="{RIGHT:.1}" y2="{BOTTOM:.1}"/>"#
-    );
-    let _ = writeln!(
-        s,
-        r#"<line x1="{LEFT:.1}" y1="{TOP:.1}" x2="{LEFT:.1}" y2="{BOTTOM:.1}"/>"#
-    );
-    s.push_str("</g>\n");
-
-    let _ = writeln!(s, r#"<g class="tick-labels">"#);
-    for (p, label) in X_TICKS {
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
-            x_of(p),
-            BOTTOM + 18.0
-        );
+    /// The y of decade `d`'s grid line.
+    fn y_of_decade(&self, d: i32) -> f64 {
+        let t = f64::from(d - self.lo_dec) / f64::from(self.hi_dec - self.lo_dec);
+        Self::BOTTOM - t * (Self::BOTTOM - Self::TOP)
     }
-    for d in lo_dec..=hi_dec {
-        let y = BOTTOM - f64::from(d - lo_dec) / f64::from(hi_dec - lo_dec) * (BOTTOM - TOP);
-        let label = 10_u128.pow(d.clamp(0, 38) as u32);
-        let _ = writeln!(
-            s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#,
-            LEFT - 6.0,
-            y + 4.0
-        );
-    }
-    s.push_str("</g>\n");
-    let _ = writeln!(
-        s,
-        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">percentile</text>"#,
-        (LEFT + RIGHT) / 2.0,
-        BOTTOM + 42.0
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="20" y="{0:.1}" text-anchor="middle" transform="rotate(-90 20 {0:.1})">latency (us)</text>"#,
-        (TOP + BOTTOM) / 2.0
-    );
 
-    if curves.is_empty() {
+    /// The XML declaration, the `<svg>` element, the background and the
+    /// title (already escaped).
+    fn header(&self, s: &mut String, title: &str) {
+        let (w, h) = (Self::WIDTH, Self::HEIGHT);
+        let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
         let _ = writeln!(
             s,
-            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">no data</text>"#,
-            (LEFT + RIGHT) / 2.0,
-            (TOP + BOTTOM) / 2.0
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(s, "<title>{title}</title>");
+        let _ = writeln!(
+            s,
+            r#"<rect x="0" y="0" width="{w}" height="{h}" fill="white"/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="28" text-anchor="middle" font-size="16">{title}</text>"#,
+            (Self::LEFT + Self::RIGHT) / 2.0
         );
     }
 
-    // Curves.
-    for (series, curve) in &curves {
+    /// The grid lines at the ticks, and the axes.
+    fn grid(&self, s: &mut String) {
+        let (left, right, top, bottom) = (Self::LEFT, Self::RIGHT, Self::TOP, Self::BOTTOM);
+        let _ = writeln!(s, r##"<g class="grid" stroke="#dddddd" stroke-width="1">"##);
+        for (p, _) in Self::X_TICKS {
+            let x = self.x_of(p);
+            let _ = writeln!(
+                s,
+                r#"<line x1="{x:.1}" y1="{top:.1}" x2="{x:.1}" y2="{bottom:.1}"/>"#
+            );
+        }
+        for d in self.lo_dec..=self.hi_dec {
+            let y = self.y_of_decade(d);
+            let _ = writeln!(
+                s,
+                r#"<line x1="{left:.1}" y1="{y:.1}" x2="{right:.1}" y2="{y:.1}"/>"#
+            );
+        }
+        s.push_str("</g>\n");
+        let _ = writeln!(s, r#"<g class="axes" stroke="black" stroke-width="1">"#);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{left:.1}" y1="{bottom:.1}" x2="{right:.1}" y2="{bottom:.1}"/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<line x1="{left:.1}" y1="{top:.1}" x2="{left:.1}" y2="{bottom:.1}"/>"#
+        );
+        s.push_str("</g>\n");
+    }
+
+    /// The tick labels and the axis titles.
+    fn labels(&self, s: &mut String) {
+        let _ = writeln!(s, r#"<g class="tick-labels">"#);
+        for (p, label) in Self::X_TICKS {
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
+                self.x_of(p),
+                Self::BOTTOM + 18.0
+            );
+        }
+        for d in self.lo_dec..=self.hi_dec {
+            let label = 10_u128.pow(d.clamp(0, 38) as u32);
+            let _ = writeln!(
+                s,
+                r#"<text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"#,
+                Self::LEFT - 6.0,
+                self.y_of_decade(d) + 4.0
+            );
+        }
+        s.push_str("</g>\n");
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">percentile</text>"#,
+            (Self::LEFT + Self::RIGHT) / 2.0,
+            Self::BOTTOM + 42.0
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="20" y="{0:.1}" text-anchor="middle" transform="rotate(-90 20 {0:.1})">latency (us)</text>"#,
+            (Self::TOP + Self::BOTTOM) / 2.0
+        );
+    }
+
+    /// One series: its polyline, and a dot with a tooltip per point.
+    fn curve(&self, s: &mut String, series: Series, curve: &[(f64, u64)]) {
         let color = PALETTE[series.index()];
+        let name = series.name();
         let points: Vec<String> = curve
             .iter()
-            .map(|&(p, v)| format!("{:.1},{:.1}", x_of(p), y_of(v)))
+            .map(|&(p, v)| format!("{:.1},{:.1}", self.x_of(p), self.y_of(v)))
             .collect();
         let _ = writeln!(
             s,
-            r#"<g class="series" data-series="{name}" fill="{color}">"#,
-            name = series.name()
+            r#"<g class="series" data-series="{name}" fill="{color}">"#
         );
         let _ = writeln!(
             s,
             r#"<polyline data-series="{name}" points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>"#,
-            name = series.name(),
             pts = points.join(" ")
         );
         for &(p, v) in curve {
             let _ = writeln!(
                 s,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="2.5"><title>{} p{p}: {v} us</title></circle>"#,
-                x_of(p),
-                y_of(v),
-                series.name()
+                r#"<circle cx="{:.1}" cy="{:.1}" r="2.5"><title>{name} p{p}: {v} us</title></circle>"#,
+                self.x_of(p),
+                self.y_of(v),
             );
         }
         s.push_str("</g>\n");
     }
+}
 
-    // Legend.
+/// The legend: each series' colour, name and sample count.
+fn legend(s: &mut String, m: &Measurements, curves: &[(Series, Vec<(f64, u64)>)]) {
     let _ = writeln!(s, r#"<g class="legend">"#);
     for (i, (series, _)) in curves.iter().enumerate() {
-        let y = TOP + 10.0 + 20.0 * i as f64;
+        let y = Frame::TOP + 10.0 + 20.0 * i as f64;
         let color = PALETTE[series.index()];
         let _ = writeln!(
             s,
             r#"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="{color}" stroke-width="3"/>"#,
-            RIGHT + 15.0,
-            RIGHT + 40.0
+            Frame::RIGHT + 15.0,
+            Frame::RIGHT + 40.0
         );
         let _ = writeln!(
             s,
             r#"<text x="{:.1}" y="{:.1}">{} ({} ops)</text>"#,
-            RIGHT + 46.0,
+            Frame::RIGHT + 46.0,
             y + 4.0,
             series.name(),
             m.histogram(*series).len()
         );
     }
-    s.push_str("</g>\n</svg>\n");
-    w.write_all(s.as_bytes())
+    s.push_str("</g>\n");
 }
 
 #[cfg(test)]

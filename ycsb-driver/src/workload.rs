@@ -224,46 +224,71 @@ fn fraction(p: &Properties, key: &'static str, default: f64) -> Result<f64, Work
     Ok(v)
 }
 
-impl WorkloadConfig {
-    /// Reads and validates the core-workload properties.
-    pub fn from_properties(p: &Properties) -> Result<Self, WorkloadError> {
-        let table = p.get_str("table", "usertable").to_owned();
-        let field_count = p.get_usize("fieldcount", 10)?;
-        if field_count == 0 {
-            return Err(invalid("fieldcount", "a record needs at least one field"));
-        }
-        let field_length = p.get_usize("fieldlength", 100)?;
-        let min_field_length = p.get_usize("minfieldlength", 1)?;
-        match p.get_str("fieldlengthdistribution", "constant") {
-            "constant" => {}
-            other @ ("uniform" | "zipfian" | "histogram") => {
-                return Err(WorkloadError::Unsupported {
-                    key: "fieldlengthdistribution",
-                    value: other.to_owned(),
-                    reason: "only `constant` field lengths are supported",
-                })
-            }
-            other => {
-                return Err(WorkloadError::UnknownChoice {
-                    key: "fieldlengthdistribution",
-                    value: other.to_owned(),
-                    expected: "constant (uniform, zipfian and histogram are not supported)",
-                })
-            }
-        }
-        // `dataintegrity` is the driver's (deterministic values, every read
-        // checked): see `runner`. Only its spelling is checked here.
-        p.get_bool("dataintegrity", false)?;
-        let field_name_prefix = p.get_str("fieldnameprefix", "field").to_owned();
-        let field_names = (0..field_count)
-            .map(|i| format!("{field_name_prefix}{i}"))
-            .collect();
+/// `key`'s value among `options` (name, value), `default` when unset.
+fn choice<T: Copy>(
+    p: &Properties,
+    key: &'static str,
+    default: &str,
+    options: &[(&str, T)],
+    expected: &'static str,
+) -> Result<T, WorkloadError> {
+    let v = p.get_str(key, default);
+    match options.iter().find(|(name, _)| *name == v) {
+        Some(&(_, t)) => Ok(t),
+        None => Err(WorkloadError::UnknownChoice {
+            key,
+            value: v.to_owned(),
+            expected,
+        }),
+    }
+}
 
+/// `fieldcount` and `fieldlength`, with the properties about them that
+/// are checked here: `fieldlengthdistribution` (only `constant`) and the
+/// spelling of `dataintegrity` (the driver's: deterministic values, every
+/// read checked).
+fn record_layout(p: &Properties) -> Result<(usize, usize), WorkloadError> {
+    let field_count = p.get_usize("fieldcount", 10)?;
+    if field_count == 0 {
+        return Err(invalid("fieldcount", "a record needs at least one field"));
+    }
+    let field_length = p.get_usize("fieldlength", 100)?;
+    match p.get_str("fieldlengthdistribution", "constant") {
+        "constant" => {}
+        other @ ("uniform" | "zipfian" | "histogram") => {
+            return Err(WorkloadError::Unsupported {
+                key: "fieldlengthdistribution",
+                value: other.to_owned(),
+                reason: "only `constant` field lengths are supported",
+            })
+        }
+        other => {
+            return Err(WorkloadError::UnknownChoice {
+                key: "fieldlengthdistribution",
+                value: other.to_owned(),
+                expected: "constant (uniform, zipfian and histogram are not supported)",
+            })
+        }
+    }
+    p.get_bool("dataintegrity", false)?;
+    Ok((field_count, field_length))
+}
+
+/// The records: `recordcount`, `insertstart`, `insertcount`, and the
+/// load phase's count.
+struct Records {
+    record_count: u64,
+    insert_start: u64,
+    insert_count: u64,
+    load_count: u64,
+}
+
+impl Records {
+    fn read(p: &Properties) -> Result<Records, WorkloadError> {
         let mut record_count = p.get_u64("recordcount", 0)?;
         if record_count == 0 {
             record_count = i32::MAX as u64; // Java: Integer.MAX_VALUE
         }
-        let operation_count = p.get_u64("operationcount", 0)?;
         let insert_start = p.get_u64("insertstart", 0)?;
         if insert_start >= record_count {
             return Err(invalid(
@@ -292,122 +317,134 @@ impl WorkloadConfig {
         } else {
             record_count
         };
+        Ok(Records {
+            record_count,
+            insert_start,
+            insert_count,
+            load_count,
+        })
+    }
+}
 
-        let read_proportion = proportion(p, "readproportion", 0.95)?;
-        let update_proportion = proportion(p, "updateproportion", 0.05)?;
-        let insert_proportion = proportion(p, "insertproportion", 0.0)?;
-        let scan_proportion = proportion(p, "scanproportion", 0.0)?;
-        let read_modify_write_proportion = proportion(p, "readmodifywriteproportion", 0.0)?;
-        if read_proportion
-            + update_proportion
-            + insert_proportion
-            + scan_proportion
-            + read_modify_write_proportion
-            <= 0.0
-        {
-            return Err(invalid(
-                "readproportion/updateproportion/insertproportion/scanproportion/\
-                 readmodifywriteproportion",
-                "all operation proportions are zero",
-            ));
-        }
+/// The operation proportions: read, update, insert, scan,
+/// read-modify-write; not all zero.
+fn proportions(p: &Properties) -> Result<[f64; 5], WorkloadError> {
+    let mix = [
+        proportion(p, "readproportion", 0.95)?,
+        proportion(p, "updateproportion", 0.05)?,
+        proportion(p, "insertproportion", 0.0)?,
+        proportion(p, "scanproportion", 0.0)?,
+        proportion(p, "readmodifywriteproportion", 0.0)?,
+    ];
+    if mix.iter().sum::<f64>() <= 0.0 {
+        return Err(invalid(
+            "readproportion/updateproportion/insertproportion/scanproportion/\
+             readmodifywriteproportion",
+            "all operation proportions are zero",
+        ));
+    }
+    Ok(mix)
+}
 
-        let request_distribution = match p.get_str("requestdistribution", "uniform") {
-            "uniform" => RequestDistribution::Uniform,
-            "zipfian" => RequestDistribution::Zipfian,
-            "latest" => RequestDistribution::Latest,
-            "hotspot" => RequestDistribution::Hotspot,
-            "sequential" => RequestDistribution::Sequential,
-            "exponential" => RequestDistribution::Exponential,
-            other => {
-                return Err(WorkloadError::UnknownChoice {
-                    key: "requestdistribution",
-                    value: other.to_owned(),
-                    expected: "uniform, zipfian, latest, hotspot, sequential, exponential",
-                })
-            }
-        };
-        let ordered_inserts = match p.get_str("insertorder", "hashed") {
-            "hashed" => false,
-            "ordered" => true,
-            other => {
-                return Err(WorkloadError::UnknownChoice {
-                    key: "insertorder",
-                    value: other.to_owned(),
-                    expected: "hashed, ordered",
-                })
-            }
-        };
-        let zero_padding = p.get_usize("zeropadding", 1)?;
+/// `minscanlength` and `maxscanlength`, in order.
+fn scan_lengths(p: &Properties) -> Result<(u64, u64), WorkloadError> {
+    let min = p.get_u64("minscanlength", 1)?;
+    let max = p.get_u64("maxscanlength", 1000)?;
+    if min > max {
+        return Err(invalid(
+            "minscanlength/maxscanlength",
+            format!("minscanlength ({min}) is above maxscanlength ({max})"),
+        ));
+    }
+    Ok((min, max))
+}
 
-        let min_scan_length = p.get_u64("minscanlength", 1)?;
-        let max_scan_length = p.get_u64("maxscanlength", 1000)?;
-        if min_scan_length > max_scan_length {
-            return Err(invalid(
-                "minscanlength/maxscanlength",
-                format!(
-                    "minscanlength ({min_scan_length}) is above maxscanlength ({max_scan_length})"
-                ),
-            ));
-        }
-        let scan_length_distribution = match p.get_str("scanlengthdistribution", "uniform") {
-            "uniform" => ScanLengthDistribution::Uniform,
-            "zipfian" => ScanLengthDistribution::Zipfian,
-            other => {
-                return Err(WorkloadError::UnknownChoice {
-                    key: "scanlengthdistribution",
-                    value: other.to_owned(),
-                    expected: "uniform, zipfian",
-                })
-            }
-        };
+/// `exponential.percentile` (strictly between 0 and 100) and
+/// `exponential.frac` (positive).
+fn exponential(p: &Properties) -> Result<(f64, f64), WorkloadError> {
+    let percentile = p.get_f64("exponential.percentile", EXPONENTIAL_PERCENTILE_DEFAULT)?;
+    if !(percentile > 0.0 && percentile < 100.0) {
+        return Err(invalid(
+            "exponential.percentile",
+            format!("{percentile} is not strictly between 0 and 100"),
+        ));
+    }
+    let frac = p.get_f64("exponential.frac", EXPONENTIAL_FRAC_DEFAULT)?;
+    if frac <= 0.0 {
+        return Err(invalid(
+            "exponential.frac",
+            format!("{frac} is not positive"),
+        ));
+    }
+    Ok((percentile, frac))
+}
 
-        let hotspot_data_fraction = fraction(p, "hotspotdatafraction", 0.2)?;
-        let hotspot_opn_fraction = fraction(p, "hotspotopnfraction", 0.8)?;
-        let exponential_percentile =
-            p.get_f64("exponential.percentile", EXPONENTIAL_PERCENTILE_DEFAULT)?;
-        if !(exponential_percentile > 0.0 && exponential_percentile < 100.0) {
-            return Err(invalid(
-                "exponential.percentile",
-                format!("{exponential_percentile} is not strictly between 0 and 100"),
-            ));
-        }
-        let exponential_frac = p.get_f64("exponential.frac", EXPONENTIAL_FRAC_DEFAULT)?;
-        if exponential_frac <= 0.0 {
-            return Err(invalid(
-                "exponential.frac",
-                format!("{exponential_frac} is not positive"),
-            ));
-        }
-
+impl WorkloadConfig {
+    /// Reads and validates the core-workload properties.
+    pub fn from_properties(p: &Properties) -> Result<Self, WorkloadError> {
+        let (field_count, field_length) = record_layout(p)?;
+        let field_name_prefix = p.get_str("fieldnameprefix", "field").to_owned();
+        let field_names = (0..field_count)
+            .map(|i| format!("{field_name_prefix}{i}"))
+            .collect();
+        let records = Records::read(p)?;
+        let [read, update, insert, scan, rmw] = proportions(p)?;
+        let (min_scan_length, max_scan_length) = scan_lengths(p)?;
+        let (exponential_percentile, exponential_frac) = exponential(p)?;
+        use RequestDistribution as D;
+        let request_distribution = choice(
+            p,
+            "requestdistribution",
+            "uniform",
+            &[
+                ("uniform", D::Uniform),
+                ("zipfian", D::Zipfian),
+                ("latest", D::Latest),
+                ("hotspot", D::Hotspot),
+                ("sequential", D::Sequential),
+                ("exponential", D::Exponential),
+            ],
+            "uniform, zipfian, latest, hotspot, sequential, exponential",
+        )?;
+        let scan_length_distribution = choice(
+            p,
+            "scanlengthdistribution",
+            "uniform",
+            &[
+                ("uniform", ScanLengthDistribution::Uniform),
+                ("zipfian", ScanLengthDistribution::Zipfian),
+            ],
+            "uniform, zipfian",
+        )?;
+        let orders = [("hashed", false), ("ordered", true)];
         Ok(WorkloadConfig {
-            table,
+            table: p.get_str("table", "usertable").to_owned(),
             field_count,
             field_length,
-            min_field_length,
+            min_field_length: p.get_usize("minfieldlength", 1)?,
             field_name_prefix,
             field_names,
             read_all_fields: p.get_bool("readallfields", true)?,
             read_all_fields_by_name: p.get_bool("readallfieldsbyname", false)?,
             write_all_fields: p.get_bool("writeallfields", false)?,
-            record_count,
-            operation_count,
-            insert_start,
-            insert_count,
-            load_count,
-            read_proportion,
-            update_proportion,
-            insert_proportion,
-            scan_proportion,
-            read_modify_write_proportion,
+            record_count: records.record_count,
+            operation_count: p.get_u64("operationcount", 0)?,
+            insert_start: records.insert_start,
+            insert_count: records.insert_count,
+            load_count: records.load_count,
+            read_proportion: read,
+            update_proportion: update,
+            insert_proportion: insert,
+            scan_proportion: scan,
+            read_modify_write_proportion: rmw,
             request_distribution,
-            ordered_inserts,
-            zero_padding,
+            ordered_inserts: choice(p, "insertorder", "hashed", &orders, "hashed, ordered")?,
+            zero_padding: p.get_usize("zeropadding", 1)?,
             min_scan_length,
             max_scan_length,
             scan_length_distribution,
-            hotspot_data_fraction,
-            hotspot_opn_fraction,
+            hotspot_data_fraction: fraction(p, "hotspotdatafraction", 0.2)?,
+            hotspot_opn_fraction: fraction(p, "hotspotopnfraction", 0.8)?,
             exponential_percentile,
             exponential_frac,
         })
