@@ -10,43 +10,33 @@ use std::time::{Duration, Instant};
 use copyrpc::transport::Mlx5;
 use copyrpc::{CallFailed, ContextBuilder, IdlePolicy};
 use mlx5::device::Context as Device;
-use mlx5::sim::fabric::Fabric;
 use support::sleep::*;
+use test_support::FabricGuard;
 
 /// Two software devices in a fabric of the test's own, removed at the end.
-struct Devs(String);
-
-impl Devs {
-    fn new(tag: &str) -> (Devs, Device, Device) {
-        let f = format!("idle-{}-{tag}", std::process::id());
-        let a = Device::open_in(&f, "sim0").unwrap();
-        let b = Device::open_in(&f, "sim1").unwrap();
-        (Devs(f), a, b)
-    }
-}
-
-impl Drop for Devs {
-    fn drop(&mut self) {
-        Fabric::remove_if_unused(&self.0);
-    }
+fn devs(tag: &str) -> (FabricGuard, Device, Device) {
+    let f = FabricGuard::unique("idle", tag);
+    let a = Device::open_in(f.name(), "sim0").unwrap();
+    let b = Device::open_in(f.name(), "sim1").unwrap();
+    (f, a, b)
 }
 
 #[test]
 fn sleepers_answer_every_call_on_the_software_device() {
-    let (_f, a, b) = Devs::new("calls");
+    let (_f, a, b) = devs("calls");
     sleepers_answer_every_call::<Mlx5>(a, b, 400);
 }
 
 #[test]
 fn an_idle_context_costs_no_cpu_on_the_software_device() {
-    let (_f, a, b) = Devs::new("cpu");
+    let (_f, a, b) = devs("cpu");
     // 2% of a core.
     an_idle_context_costs_no_cpu::<Mlx5>(a, b, Duration::from_secs(1), 50);
 }
 
 #[test]
 fn a_waker_ends_a_wait_and_a_pending_wake_the_next() {
-    let (_f, a, _b) = Devs::new("waker");
+    let (_f, a, _b) = devs("waker");
     let mut ctx = ContextBuilder::new()
         .build(&a, |_: u64, _: Result<&[u8], CallFailed>| {})
         .unwrap();
@@ -77,7 +67,7 @@ fn a_waker_ends_a_wait_and_a_pending_wake_the_next() {
 
 #[test]
 fn the_spin_policy_never_sleeps_and_wakes_still_end_its_wait() {
-    let (_f, a, _b) = Devs::new("spin");
+    let (_f, a, _b) = devs("spin");
     let mut ctx = ContextBuilder::new()
         .idle(IdlePolicy::Spin)
         .build(&a, |_: u64, _: Result<&[u8], CallFailed>| {})

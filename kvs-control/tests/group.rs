@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kvs_control::{Applied, Event, Founding, Group, GroupConfig, GroupError, MemberState};
 use kvs_proto::ShardMap;
-use support::{addr, Net, TestDir};
+use support::{addr, Net};
 
 fn cfg() -> GroupConfig {
     GroupConfig::for_member_timeout(Duration::from_millis(1000))
@@ -335,7 +335,6 @@ fn a_message_that_lies_or_does_not_decode_is_refused_without_harm() {
         n.alive().all(|m| n.state(m).unwrap().map().version() == v)
     })
     .expect("the group goes on");
-    let _ = TestDir::new("unused");
 }
 
 #[test]

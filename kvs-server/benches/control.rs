@@ -26,7 +26,7 @@ fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> S
 }
 
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
-    support::wait_until(what, most, Duration::from_micros(500), done)
+    test_support::wait_until(what, most, Duration::from_micros(500), done)
 }
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {

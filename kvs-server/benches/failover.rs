@@ -49,7 +49,7 @@ fn view(cc: &mut ControlClient, at: &[SocketAddr]) -> Option<GroupView> {
 }
 
 fn in_sync(cc: &mut ControlClient, at: &[SocketAddr]) {
-    support::wait_until(
+    test_support::wait_until(
         "every slot on two members, ready",
         Duration::from_secs(60),
         Duration::from_millis(5),
@@ -80,7 +80,7 @@ fn main() {
     let addrs: Vec<SocketAddr> = procs.iter().map(|p| p.addr).collect();
     let mut cc =
         ControlClient::new(&support::client_device(&fabric), ControlOptions::default()).unwrap();
-    support::wait_until(
+    test_support::wait_until(
         "three members",
         Duration::from_secs(20),
         Duration::from_millis(5),
@@ -91,7 +91,7 @@ fn main() {
         .request(addrs[usize::from(leader)], &ControlRequest::Rebalance)
         .unwrap();
     assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
-    support::wait_until(
+    test_support::wait_until(
         "the rebalance",
         Duration::from_secs(60),
         Duration::from_millis(5),

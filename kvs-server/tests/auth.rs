@@ -108,7 +108,7 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
         .to_string();
     assert!(m.contains("requires the cluster token"), "{m}");
     // The acceptor publishes its counts after it answers.
-    support::wait_until(
+    test_support::wait_until(
         "the refusals counted",
         std::time::Duration::from_secs(5),
         std::time::Duration::from_millis(5),

@@ -25,7 +25,7 @@ fn config(fabric: &str, join: Option<SocketAddr>) -> Config {
 }
 
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
-    support::wait_until(what, most, Duration::from_millis(5), done)
+    test_support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 #[test]

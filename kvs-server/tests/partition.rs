@@ -29,7 +29,7 @@ fn config(fabric: &str, device: &str, join: Option<SocketAddr>) -> Config {
 use support::group_view as view;
 
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
-    support::wait_until(what, most, Duration::from_millis(5), done)
+    test_support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 #[test]

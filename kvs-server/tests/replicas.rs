@@ -31,7 +31,7 @@ fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> S
 }
 
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
-    support::wait_until(what, most, Duration::from_millis(5), done)
+    test_support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 /// The view of the first member of `at` that answers with one.

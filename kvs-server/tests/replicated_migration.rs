@@ -33,7 +33,7 @@ fn member(fabric: &str, dir: &Path, join: Option<SocketAddr>) -> ServerProcess {
 }
 
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
-    support::wait_until(what, most, Duration::from_millis(5), done)
+    test_support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 fn preloaded(i: u32) -> (String, Vec<u8>) {

@@ -129,7 +129,7 @@ fn a_copy_over_the_bulk_port_keeps_the_writes_made_during_it() {
         ..ControlOptions::default()
     };
     let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
-    support::wait_until(
+    test_support::wait_until(
         "three members",
         Duration::from_secs(20),
         Duration::from_millis(5),
@@ -177,7 +177,7 @@ fn a_copy_over_the_bulk_port_keeps_the_writes_made_during_it() {
     }
     let t = Instant::now();
     let mut copies_seen = 0usize;
-    support::wait_until(
+    test_support::wait_until(
         "every slot's second copy",
         Duration::from_secs(60),
         Duration::from_millis(5),
@@ -200,7 +200,7 @@ fn a_copy_over_the_bulk_port_keeps_the_writes_made_during_it() {
     // The primary of every slot dies; its backups take over.
     procs[0].as_mut().unwrap().kill9();
     let live = [addrs[1], addrs[2]];
-    support::wait_until(
+    test_support::wait_until(
         "member 0 failed over",
         Duration::from_secs(10),
         Duration::from_millis(5),

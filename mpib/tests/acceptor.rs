@@ -150,7 +150,7 @@ fn a_malformed_or_endless_record_is_refused_with_a_reason() {
 
 #[test]
 fn a_good_setup_after_many_idle_ones_is_accepted_promptly() {
-    let fabric = unique_fabric("acceptor");
+    let fabric = unique_name("mpib", "acceptor");
     let _g = FabricGuard(fabric.clone());
     let (mut acc, addr) = acceptor(Duration::from_secs(30), 1024);
     let idle: Vec<TcpStream> = (0..300)
@@ -184,7 +184,7 @@ fn a_good_setup_after_many_idle_ones_is_accepted_promptly() {
 
 #[test]
 fn a_refused_peer_learns_why() {
-    let fabric = unique_fabric("refused");
+    let fabric = unique_name("mpib", "refused");
     let _g = FabricGuard(fabric.clone());
     let (mut acc, addr) = acceptor(Duration::from_secs(30), 16);
     let f2 = fabric.clone();

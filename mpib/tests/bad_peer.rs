@@ -23,7 +23,7 @@ struct Sim {
 
 impl Sim {
     fn new(tag: &str) -> Sim {
-        let fab = unique_fabric(tag);
+        let fab = unique_name("mpib", tag);
         let guard = FabricGuard(fab.clone());
         Sim {
             devs: open(&fab, ExecMode::Inline, 4),

@@ -93,7 +93,7 @@ fn fails_soon(comm: &mut Comm, mut step: impl FnMut(&mut Comm) -> Result<(), Err
 }
 
 fn setup(tag: &str, role: &str) -> (FabricGuard, Vec<Context>, Listener, Child) {
-    let fabric = unique_fabric(tag);
+    let fabric = unique_name("mpib", tag);
     let g = FabricGuard(fabric.clone());
     let devs = open(&fabric, ExecMode::Inline, 2);
     let listener = Listener::bind("127.0.0.1:0").unwrap();

@@ -16,7 +16,7 @@ use support::*;
 
 #[test]
 fn tcp_setup_between_two_threads_then_the_client_leaves() {
-    let fabric = unique_fabric("tcp");
+    let fabric = unique_name("mpib", "tcp");
     let _g = FabricGuard(fabric.clone());
     let cfg = Config {
         policy: PolicyKind::Adaptive,
@@ -104,7 +104,7 @@ fn tcp_setup_between_two_threads_then_the_client_leaves() {
 
 #[test]
 fn a_record_of_another_version_is_refused() {
-    let fabric = unique_fabric("tcpver");
+    let fabric = unique_name("mpib", "tcpver");
     let _g = FabricGuard(fabric.clone());
     let devs = open(&fabric, ExecMode::Inline, 2);
     let listener = Listener::bind("127.0.0.1:0").unwrap();
@@ -142,7 +142,7 @@ fn a_record_of_another_version_is_refused() {
 
 #[test]
 fn mismatched_configurations_are_refused() {
-    let fabric = unique_fabric("mismatch");
+    let fabric = unique_name("mpib", "mismatch");
     let _g = FabricGuard(fabric.clone());
     let devs = open(&fabric, ExecMode::Inline, 4);
     let a = PendingComm::new(&devs[..2], &Config::default()).unwrap();

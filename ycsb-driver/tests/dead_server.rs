@@ -3,7 +3,7 @@
 //! what completed and an error line naming the lost server.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kvs_server::{Config, Server};
@@ -11,6 +11,7 @@ use mlx5::sim::fabric::Fabric;
 
 mod support;
 use support::report_value;
+use test_support::{kill9, KillOnDrop};
 
 /// Names the fabric of the server the child process runs.
 const SERVER_FABRIC: &str = "YCSB_DEAD_SERVER_FABRIC";
@@ -35,24 +36,6 @@ fn child_server() {
     s.wait();
 }
 
-/// Kills `child` with SIGKILL and reaps it.
-fn kill9(child: &mut Child) {
-    // SAFETY: kill(2) with a pid this process spawned and has not reaped.
-    unsafe {
-        libc::kill(child.id() as libc::pid_t, libc::SIGKILL);
-    }
-    let _ = child.wait();
-}
-
-/// A child process that a failing test does not leave behind.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 #[test]
 fn a_killed_server_stops_the_driver_with_a_report_and_an_error() {

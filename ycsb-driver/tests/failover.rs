@@ -38,6 +38,7 @@ mod support;
 
 use history::{check, seq_of, value, History, Kind, Outcome};
 use support::{ok_count, report_value};
+use test_support::KillOnDrop;
 
 /// Set in a child process: the fabric of the member it runs.
 const CHILD_FABRIC: &str = "YCSB_FAILOVER_FABRIC";
@@ -143,11 +144,7 @@ impl Member {
 
     /// Kills it with SIGKILL and reaps it: once this returns, it is gone.
     fn kill9(&mut self) {
-        // SAFETY: kill(2) with a pid this process spawned and has not reaped.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGKILL);
-        }
-        let _ = self.child.wait();
+        test_support::kill9(&mut self.child);
     }
 }
 
@@ -158,15 +155,6 @@ impl Drop for Member {
     }
 }
 
-/// A child process that a failing test does not leave behind.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// The recorder's threads, stopped and joined when dropped (when a test
 /// fails too).
@@ -372,13 +360,8 @@ fn device(fabric: &str) -> mlx5::device::Context {
     .unwrap()
 }
 
-fn wait(what: &str, most: Duration, mut done: impl FnMut() -> bool) -> Duration {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < most, "{what}: not within {most:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    t.elapsed()
+fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
+    test_support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
 fn key(k: u32) -> String {

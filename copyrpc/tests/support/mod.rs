@@ -166,21 +166,7 @@ impl<T: Transport> World<T> {
     }
 }
 
-/// Deterministic generator.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0 | 1;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+pub use test_support::Rng;
 
 pub fn payload(seed: u64, len: usize) -> Vec<u8> {
     (0..len)

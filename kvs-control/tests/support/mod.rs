@@ -7,39 +7,12 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kvs_control::{Applied, ClusterState, Command, Event, Founding, Group, GroupConfig, Identity};
 use kvs_proto::ShardMap;
-
-/// A directory for one test, removed when it ends.
-pub struct TestDir(PathBuf);
-
-impl TestDir {
-    pub fn new(what: &str) -> TestDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "kvs-control-it-{what}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TestDir(p)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TestDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use test_support::TempDir;
 
 pub fn addr(member: u16) -> SocketAddr {
     SocketAddr::from(([10, 0, 0, 1], 7000 + member))
@@ -49,7 +22,7 @@ pub const SLOTS: u32 = 256;
 
 /// The group's members, their data dirs and the simulated clock.
 pub struct Net {
-    _root: TestDir,
+    _root: TempDir,
     pub dirs: Vec<PathBuf>,
     pub groups: Vec<Option<Group>>,
     pub cfg: GroupConfig,
@@ -64,7 +37,7 @@ impl Net {
     /// A cluster of `n` members (the first bootstraps, the others join in
     /// turn), `control_voters` of them voters.
     pub fn new(n: u16, control_voters: u16, cfg: GroupConfig) -> Net {
-        let root = TestDir::new("net");
+        let root = TempDir::new("kvs-control-it", "net");
         let now = Instant::now();
         let dir0 = root.path().join("m0");
         let map = ShardMap::single(addr(0), SLOTS, 2).unwrap();

@@ -234,22 +234,6 @@ pub fn group_view(cc: &mut ControlClient, at: SocketAddr) -> Option<GroupView> {
     member_status(cc, at).and_then(|s| s.group)
 }
 
-/// Waits until `done`, checking every `every`; how long it took. Panics
-/// naming `what` after `most`.
-pub fn wait_until(
-    what: &str,
-    most: Duration,
-    every: Duration,
-    mut done: impl FnMut() -> bool,
-) -> Duration {
-    let t = Instant::now();
-    while !done() {
-        assert!(t.elapsed() < most, "{what}: not within {most:?}");
-        std::thread::sleep(every);
-    }
-    t.elapsed()
-}
-
 /// Runs the kvs-server binary with `args` and expects it to exit by itself
 /// within 60 s; returns its status and everything it printed.
 pub fn run_server(args: &[&str]) -> (ExitStatus, String) {

@@ -6,31 +6,12 @@ pub mod bad_peer;
 pub mod pipeline;
 pub mod transfers;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use mlx5::device::{Context, ExecMode};
-use mlx5::sim::fabric::Fabric;
 use mpib::{Buffer, Comm, Config, Request, Sizes, Span};
 
-/// Removes its fabric when dropped (after everything in it).
-pub struct FabricGuard(pub String);
-impl Drop for FabricGuard {
-    fn drop(&mut self) {
-        Fabric::remove_if_unused(&self.0);
-    }
-}
-
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// A fabric name no other test (or test process) uses.
-pub fn unique_fabric(tag: &str) -> String {
-    format!(
-        "mpib-{}-{}-{tag}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
+pub use test_support::{unique_name, FabricGuard, Rng};
 
 /// Two communicators joined over `rails` rails: side A on sim0/sim1, side B on
 /// sim2/sim3. Fields drop in order: communicators, then devices, then the
@@ -49,7 +30,7 @@ pub fn open(fabric: &str, mode: ExecMode, n: usize) -> Vec<Context> {
 }
 
 pub fn world(tag: &str, mode: ExecMode, rails: usize, cfg: &Config) -> World {
-    let name = unique_fabric(tag);
+    let name = unique_name("mpib", tag);
     let guard = FabricGuard(name.clone());
     let devs = open(&name, mode, 4);
     let (a, b) = mpib::pair(&devs[..rails], &devs[2..2 + rails], cfg).expect("pair");
@@ -72,22 +53,6 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
-}
-
-/// Deterministic generator.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0 | 1;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// Steps allowed before a loop counts as stuck.

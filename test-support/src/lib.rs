@@ -1,0 +1,21 @@
+//! Fixtures the workspace's tests share, a dev-dependency of each crate:
+//!
+//! - [`Rng`]: a seeded generator, so a failing case can be run again;
+//! - [`FabricGuard`] and [`unique_name`]: a software-device fabric of the
+//!   test's own, removed when the test ends;
+//! - [`TempDir`]: a directory of the test's own, removed likewise;
+//! - [`wait_until`]: polls a condition with a deadline that fails the test;
+//! - [`kill9`]: `kill -9` of a child process, as the fault tests do, and
+//!   [`KillOnDrop`]: a child a failing test does not leave behind.
+
+mod dir;
+mod fabric;
+mod process;
+mod rng;
+mod wait;
+
+pub use dir::TempDir;
+pub use fabric::{unique_name, FabricGuard};
+pub use process::{kill9, KillOnDrop};
+pub use rng::Rng;
+pub use wait::wait_until;
