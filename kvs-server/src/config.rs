@@ -305,6 +305,15 @@ impl Config {
 
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check_sizes()?;
+        self.check_cluster()?;
+        self.check_idle_and_memory()?;
+        self.check_auth()
+    }
+
+    /// Checks the sizes: workers, slots, rings, keys and values (a record
+    /// fits a message and a migration batch), bulk rails and endpoints.
+    fn check_sizes(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.workers == 0 {
             return bad("workers must be at least 1".into());
@@ -345,6 +354,13 @@ impl Config {
         if self.max_endpoints == 0 {
             return bad("max_endpoints must be at least 1".into());
         }
+        Ok(())
+    }
+
+    /// Checks the cluster's settings: setup timeout, voters, replicas,
+    /// zone, member timeout and pending setups.
+    fn check_cluster(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.setup_timeout_ms == 0 || self.setup_timeout_ms > 600_000 {
             return bad("setup_timeout_ms must be in 1..=600000".into());
         }
@@ -370,6 +386,13 @@ impl Config {
         if self.max_pending_setups == 0 {
             return bad("max_pending_setups must be at least 1".into());
         }
+        Ok(())
+    }
+
+    /// Checks the idle spins and that `max_memory` leaves each worker room
+    /// for its largest record.
+    fn check_idle_and_memory(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.idle_spin_us > 1_000_000 || self.idle_max_spin_us > 1_000_000 {
             return bad("idle_spin_us and idle_max_spin_us must be at most 1000000 (1 s)".into());
         }
@@ -387,6 +410,13 @@ impl Config {
                 self.max_memory, self.workers
             ));
         }
+        Ok(())
+    }
+
+    /// Checks that the tokens protect a server others can reach, and that
+    /// the client and cluster roles have a secret each.
+    fn check_auth(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.auth_token_file.is_none() && !self.allow_unauthenticated && !self.loopback_only() {
             return bad(format!(
                 "listen = {} without auth_token_file would let anyone who can reach it read \

@@ -110,50 +110,85 @@ impl Collector for Exposition {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let requests: Vec<RequestMetrics> =
             self.workers.iter().map(|w| w.requests.snapshot()).collect();
-        let worker = |w: usize| -> Labels { vec![("worker", w.to_string())] };
-        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        encode_operations(&mut enc, &requests)?;
+        encode_durations(&mut enc, &requests)?;
+        self.encode_worker_gauges(&mut enc)?;
+        self.encode_setups(&mut enc)?;
+        self.encode_cluster(&mut enc)?;
+        self.encode_migration(&mut enc)?;
+        self.encode_process(&mut enc)
+    }
+}
 
-        let mut m = enc.encode_descriptor(
-            "kvs_operations",
-            "Requests answered, by worker, operation and result (the status of the answer).",
-            None,
-            MetricType::Counter,
-        )?;
-        for (w, r) in requests.iter().enumerate() {
-            for (op, row) in r.counts.iter().enumerate() {
-                for (st, &n) in row.iter().enumerate() {
-                    // Every op's `ok` is there from the start (rates work
-                    // from zero); other results once they happen.
-                    let real_op = u8::try_from(op).ok().and_then(Op::from_u8).is_some();
-                    if n == 0 && !(real_op && st == Status::Ok as usize) {
-                        continue;
-                    }
-                    let mut l = worker(w);
-                    l.push(("op", OPS[op].to_string()));
-                    l.push(("result", result_name(st).to_string()));
-                    m.encode_family(&l)?
-                        .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+/// The `worker` label of worker `w`.
+fn worker(w: usize) -> Labels {
+    vec![("worker", w.to_string())]
+}
+
+/// A counter or gauge's current value.
+fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `kvs_operations`: the workers' answered requests by operation and result.
+fn encode_operations(
+    enc: &mut DescriptorEncoder,
+    requests: &[RequestMetrics],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "kvs_operations",
+        "Requests answered, by worker, operation and result (the status of the answer).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (w, r) in requests.iter().enumerate() {
+        for (op, row) in r.counts.iter().enumerate() {
+            for (st, &n) in row.iter().enumerate() {
+                // Every op's `ok` is there from the start (rates work
+                // from zero); other results once they happen.
+                let real_op = u8::try_from(op).ok().and_then(Op::from_u8).is_some();
+                if n == 0 && !(real_op && st == Status::Ok as usize) {
+                    continue;
                 }
+                let mut l = worker(w);
+                l.push(("op", OPS[op].to_string()));
+                l.push(("result", result_name(st).to_string()));
+                m.encode_family(&l)?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
             }
         }
+    }
+    Ok(())
+}
 
-        let mut m = enc.encode_descriptor(
-            "kvs_request_duration",
-            "Time a worker takes to answer one request, from its bytes to the answer's \
+/// `kvs_request_duration`: each worker's service-time histogram.
+fn encode_durations(
+    enc: &mut DescriptorEncoder,
+    requests: &[RequestMetrics],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "kvs_request_duration",
+        "Time a worker takes to answer one request, from its bytes to the answer's \
              (not the network), to 1 % precision.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        for (w, r) in requests.iter().enumerate() {
-            m.encode_family(&worker(w))?
-                .encode_histogram::<NoLabelSet>(
-                    r.sum_ns as f64 * 1e-9,
-                    r.hist.len(),
-                    &buckets(&r.hist),
-                    None,
-                )?;
-        }
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for (w, r) in requests.iter().enumerate() {
+        m.encode_family(&worker(w))?
+            .encode_histogram::<NoLabelSet>(
+                r.sum_ns as f64 * 1e-9,
+                r.hist.len(),
+                &buckets(&r.hist),
+                None,
+            )?;
+    }
+    Ok(())
+}
 
+impl Exposition {
+    /// The workers' gauges (keys, memory, connections, huge rings) and the
+    /// memory cap.
+    fn encode_worker_gauges(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let gauges: [(&str, &str, Option<&Unit>, Field); 4] = [
             ("kvs_keys", "Keys a worker holds.", None, |s| &s.keys),
             (
@@ -193,7 +228,11 @@ impl Collector for Exposition {
             MetricType::Gauge,
         )?
         .encode_gauge(&self.max_memory)?;
+        Ok(())
+    }
 
+    /// Connection setup's outcomes and the setups pending.
+    fn encode_setups(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let s = match self.setup.lock() {
             Ok(s) => *s,
             Err(p) => *p.into_inner(),
@@ -232,7 +271,12 @@ impl Collector for Exposition {
             MetricType::Gauge,
         )?
         .encode_gauge(&s.pending)?;
+        Ok(())
+    }
 
+    /// The member's place in the cluster: map version, member id, leader,
+    /// term, lease.
+    fn encode_cluster(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = &self.cluster;
         let ld = |a: &std::sync::atomic::AtomicU32| a.load(std::sync::atomic::Ordering::Relaxed);
         enc.encode_descriptor(
@@ -271,6 +315,13 @@ impl Collector for Exposition {
             MetricType::Gauge,
         )?
         .encode_gauge(&u64::from(c.leased.load(relaxed)))?;
+        Ok(())
+    }
+
+    /// The slots held for their new owners and the migrations' and copies'
+    /// totals.
+    fn encode_migration(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let c = &self.cluster;
         let (held_slots, _, held_bytes) = self.outgoing.held();
         enc.encode_descriptor(
             "kvs_migration_held_slots",
@@ -328,7 +379,11 @@ impl Collector for Exposition {
             enc.encode_descriptor(name, help, unit, MetricType::Counter)?
                 .encode_counter::<NoLabelSet, _, u64>(&load(v), None)?;
         }
+        Ok(())
+    }
 
+    /// The process's start time and the build's version.
+    fn encode_process(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let start = self
             .started
             .duration_since(UNIX_EPOCH)

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use copyrpc::clock::Clock;
 use copyrpc::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use copyrpc::Waker;
-use kvs_proto::Owner;
+use kvs_proto::{Owner, ShardMap};
 
 use crate::cluster::control::Control;
 use crate::cluster::replicas::Replication;
@@ -62,246 +62,89 @@ impl Server {
         let started = SystemTime::now();
         cfg.validate()?;
         let tokens = Tokens::read(&cfg)?;
-        let listener = Listener::bind(cfg.listen).map_err(|source| StartError::Listen {
-            addr: cfg.listen,
-            source,
-        })?;
-        let listen_error = |e: std::io::Error| StartError::Listen {
-            addr: cfg.listen,
-            source: e.into(),
-        };
-        let addr = listener.local_addr().map_err(listen_error)?;
-        let acceptor = Acceptor::new(
-            listener,
-            AcceptorOptions {
-                deadline: Duration::from_millis(cfg.setup_timeout_ms),
-                max_pending: cfg.max_pending_setups,
-            },
-        )
-        .map_err(listen_error)?;
-        let metrics_listener = match cfg.metrics_listen {
-            Some(addr) => Some(
-                crate::metrics_http::bind(addr)
-                    .and_then(|l| Ok((l.local_addr()?, l)))
-                    .map_err(|source| StartError::Metrics { addr, source })?,
-            ),
-            None => None,
-        };
-        // Migrations' bulk transfers are set up on a port of their own.
-        let bulk_addr = SocketAddr::new(cfg.listen.ip(), cfg.bulk_port);
-        let bulk = mpib::conn::Listener::bind(bulk_addr)
-            .map_err(|e| StartError::Bulk(format!("bulk_port {bulk_addr}: {e}")))?;
-        let bulk_port = bulk
-            .local_addr()
-            .map_err(|e| StartError::Bulk(e.to_string()))?
-            .port();
+        let sockets = Sockets::bind(&cfg)?;
+        let addr = sockets.addr;
         // The member's part in the control group: resumed from the data
         // dir, or a new cluster, or a place in the one it joins.
-        let joined = crate::cluster::start::start(&cfg, addr, bulk_port, tokens.cluster.clone())?;
+        let joined =
+            crate::cluster::start::start(&cfg, addr, sockets.bulk_port, tokens.cluster.clone())?;
         let member = joined.group.me();
         let cluster_id = joined.group.cluster_id().to_string();
-        let cluster_bytes = joined.group.cluster_id().bytes();
         let map = joined.map.clone();
-        match (&cfg.data_dir, joined.how) {
-            // The binary says what a missing data dir means; an embedded
-            // server (the YCSB demo) needs none.
-            (None, _) => {}
-            (Some(d), How::Resumed) => eprintln!(
-                "kvs-server: resuming member {member} of cluster {cluster_id} from {}",
-                d.display()
-            ),
-            (Some(d), How::Bootstrapped) => eprintln!(
-                "kvs-server: started cluster {cluster_id} as member 0 (data dir {})",
-                d.display()
-            ),
-            (Some(d), How::Joined) => eprintln!(
-                "kvs-server: joined cluster {cluster_id} as member {member} (data dir {})",
-                d.display()
-            ),
-        }
+        say_how(&cfg, joined.how, member, &cluster_id);
         let own = crate::cluster::start::advertised(&cfg, addr, None)?;
-        let lease = Arc::new(Lease::new(usize::from(cfg.workers)));
-        let outgoing = Arc::new(Outgoing::default());
-        let copies = Arc::new(Copies::default());
-        let rails = crate::migration::rail_names(&cfg);
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut txs = Vec::new();
-        let mut workers = Vec::new();
-        let mut stats = Vec::new();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
+        let common = Common {
+            lease: Arc::new(Lease::new(usize::from(cfg.workers))),
+            outgoing: Arc::new(Outgoing::default()),
+            copies: Arc::new(Copies::default()),
+            rails: crate::migration::rail_names(&cfg),
+            stop: Arc::new(AtomicBool::new(false)),
+            cluster_token: tokens.cluster.clone(),
+            setup: Arc::new(Mutex::new(SetupStats::default())),
+        };
         let (report_tx, report_rx) = mpsc::channel::<ToControl>();
-        let clock = Clock::new();
-        for w in 0..cfg.workers {
-            let (tx, rx) = mpsc::channel::<ToWorker>();
-            txs.push(tx.clone());
-            let (cluster_token, outgoing, lease) =
-                (tokens.cluster.clone(), outgoing.clone(), lease.clone());
-            let (copies, rails) = (copies.clone(), rails.clone());
-            let report = report_tx.clone();
-            let st = Arc::new(WorkerStats::default());
-            stats.push(st.clone());
-            let (cfg, map, stop, ready) =
-                (cfg.clone(), map.clone(), stop.clone(), ready_tx.clone());
-            workers.push(
-                std::thread::Builder::new()
-                    .name(format!("kvs-worker-{w}"))
-                    .spawn(move || {
-                        Worker {
-                            me: Owner { member, worker: w },
-                            cluster: cluster_bytes,
-                            cfg,
-                            map,
-                            incoming: rx,
-                            to_self: tx,
-                            cluster_token,
-                            report,
-                            outgoing,
-                            copies,
-                            rails,
-                            lease,
-                            stop,
-                            stats: st,
-                            ready,
-                            clock,
-                        }
-                        .start()
-                    })
-                    .expect("spawn a worker thread"),
-            );
-        }
-        drop(ready_tx);
-        let mut wakers: Vec<Option<Waker>> = vec![None; cfg.workers as usize];
-        for _ in 0..cfg.workers {
-            match ready_rx.recv() {
-                Ok(Ok((w, waker))) => wakers[w as usize] = Some(waker),
-                Ok(Err(e)) => {
-                    stop.store(true, Ordering::Release);
-                    for w in workers {
-                        let _ = w.join();
-                    }
-                    return Err(e);
-                }
-                Err(_) => break,
-            }
-        }
-        let wakers: Vec<Waker> = wakers.into_iter().flatten().collect();
-        if wakers.len() != txs.len() {
-            stop.store(true, Ordering::Release);
-            return Err(StartError::Worker {
-                worker: wakers.len() as u16,
-                why: "the worker thread ended before it was ready".into(),
-            });
-        }
-        let links: Vec<(mpsc::Sender<ToWorker>, Waker)> =
-            txs.into_iter().zip(wakers.iter().cloned()).collect();
+        let me = (member, joined.group.cluster_id().bytes());
+        let workers = spawn_workers(&cfg, me, &map, &common, &report_tx)?;
         let cluster = Arc::new(Shared {
             member,
             version: AtomicU32::new(map.version()),
             ..Shared::default()
         });
-        let mut control = Vec::new();
         let (ctl_tx, ctl_rx) = mpsc::channel::<PendingConnection>();
         let (ready_tx, ready_rx) = mpsc::channel();
-        let how = joined.how;
         let c = Control {
             cfg: cfg.clone(),
             group: joined.group,
             map,
             own,
-            bulk_port,
-            workers: links.clone(),
-            stats: stats.clone(),
+            bulk_port: sockets.bulk_port,
+            workers: workers.links.clone(),
+            stats: workers.stats.clone(),
             incoming: ctl_rx,
             shared: cluster.clone(),
-            lease: lease.clone(),
-            outgoing: outgoing.clone(),
-            copies,
+            lease: common.lease.clone(),
+            outgoing: common.outgoing.clone(),
+            copies: common.copies.clone(),
             cluster_token: tokens.cluster.clone(),
-            rails: rails.clone(),
-            stop: stop.clone(),
+            rails: common.rails.clone(),
+            stop: common.stop.clone(),
             ready: ready_tx,
-            replication: Replication::new(report_rx, how == How::Resumed),
+            replication: Replication::new(report_rx, joined.how == How::Resumed),
         };
-        control.push(
-            std::thread::Builder::new()
-                .name("kvs-control".into())
-                .spawn(move || c.start())
-                .expect("spawn the control thread"),
-        );
-        let control_waker = match ready_rx.recv() {
-            Ok(Ok(w)) => w,
-            Ok(Err(e)) => {
-                stop.store(true, Ordering::Release);
-                return Err(e);
-            }
-            Err(_) => {
-                stop.store(true, Ordering::Release);
-                return Err(StartError::Control(
-                    "the thread ended before it was ready".into(),
-                ));
-            }
-        };
-        let mut wakers = wakers;
+        let (control_thread, control_waker) = spawn_control(c, ready_rx, &common.stop)?;
+        let mut wakers: Vec<Waker> = workers.links.iter().map(|(_, w)| w.clone()).collect();
         wakers.push(control_waker.clone());
-        let b = BulkServer {
-            listener: bulk,
-            outgoing: outgoing.clone(),
-            cfg: cfg.clone(),
-            rails,
-            shared: cluster.clone(),
-            stop: stop.clone(),
+        let control = vec![
+            control_thread,
+            spawn_bulk(sockets.bulk, &cfg, &common, &cluster),
+        ];
+        let ctl = (ctl_tx, control_waker);
+        let acceptor = spawn_acceptor(sockets.acceptor, workers.links, ctl, tokens, &common);
+        let exposition = Exposition {
+            cluster: cluster.clone(),
+            outgoing: common.outgoing.clone(),
+            workers: workers.stats.clone(),
+            setup: common.setup.clone(),
+            max_memory: cfg.max_memory,
+            started,
         };
-        control.push(
-            std::thread::Builder::new()
-                .name("kvs-bulk".into())
-                .spawn(move || b.run())
-                .expect("spawn the bulk listener"),
-        );
-        let s2 = stop.clone();
-        let setup = Arc::new(Mutex::new(SetupStats::default()));
-        let setup2 = setup.clone();
-        let acceptor = std::thread::Builder::new()
-            .name("kvs-acceptor".into())
-            .spawn(move || accept(acceptor, links, (ctl_tx, control_waker), tokens, s2, setup2))
-            .expect("spawn the acceptor");
-        let (metrics_addr, metrics) = match metrics_listener {
-            Some((addr, l)) => {
-                let exposition = Arc::new(Exposition {
-                    cluster: cluster.clone(),
-                    outgoing: outgoing.clone(),
-                    workers: stats.clone(),
-                    setup: setup.clone(),
-                    max_memory: cfg.max_memory,
-                    started,
-                });
-                let t = crate::metrics_http::spawn(l, exposition, stop.clone())
-                    .expect("spawn the metrics thread");
-                (Some(addr), Some(t))
-            }
-            None => (None, None),
-        };
-        // A new cluster or a new member serves once it holds its lease (at
-        // once, or at the leader's first heartbeat). A member resuming does
-        // not wait: the group may need more members back for a quorum.
-        if how != How::Resumed {
-            let until = std::time::Instant::now() + Duration::from_secs(10);
-            while !lease.holds(std::time::Instant::now()) && std::time::Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+        let (metrics_addr, metrics) = spawn_metrics(sockets.metrics, exposition, &common.stop);
+        if joined.how != How::Resumed {
+            await_lease(&common.lease);
         }
         Ok(Server {
             addr,
-            stop,
-            stats,
-            setup,
-            workers,
+            stop: common.stop,
+            stats: workers.stats,
+            setup: common.setup,
+            workers: workers.threads,
             wakers,
             acceptor: Some(acceptor),
             control,
             member,
             cluster_id,
             cluster,
-            lease,
+            lease: common.lease,
             _temporary: joined.temporary,
             metrics_addr,
             metrics,
@@ -436,6 +279,299 @@ impl Server {
         if let Some(m) = self.metrics.take() {
             let _ = m.join();
         }
+    }
+}
+
+/// The sockets a server listens on, all bound before anything starts.
+struct Sockets {
+    /// The setup address (`listen`, its port chosen if 0).
+    addr: SocketAddr,
+    acceptor: Acceptor,
+    /// `metrics_listen`'s socket, and its address.
+    metrics: Option<(SocketAddr, std::net::TcpListener)>,
+    /// Migrations' bulk transfers are set up on a port of their own.
+    bulk: mpib::conn::Listener,
+    bulk_port: u16,
+}
+
+impl Sockets {
+    /// Binds the setup, metrics and bulk sockets `cfg` names.
+    fn bind(cfg: &Config) -> Result<Sockets, StartError> {
+        let listener = Listener::bind(cfg.listen).map_err(|source| StartError::Listen {
+            addr: cfg.listen,
+            source,
+        })?;
+        let listen_error = |e: std::io::Error| StartError::Listen {
+            addr: cfg.listen,
+            source: e.into(),
+        };
+        let addr = listener.local_addr().map_err(listen_error)?;
+        let acceptor = Acceptor::new(
+            listener,
+            AcceptorOptions {
+                deadline: Duration::from_millis(cfg.setup_timeout_ms),
+                max_pending: cfg.max_pending_setups,
+            },
+        )
+        .map_err(listen_error)?;
+        let metrics = match cfg.metrics_listen {
+            Some(addr) => Some(
+                crate::metrics_http::bind(addr)
+                    .and_then(|l| Ok((l.local_addr()?, l)))
+                    .map_err(|source| StartError::Metrics { addr, source })?,
+            ),
+            None => None,
+        };
+        let bulk_addr = SocketAddr::new(cfg.listen.ip(), cfg.bulk_port);
+        let bulk = mpib::conn::Listener::bind(bulk_addr)
+            .map_err(|e| StartError::Bulk(format!("bulk_port {bulk_addr}: {e}")))?;
+        let bulk_port = bulk
+            .local_addr()
+            .map_err(|e| StartError::Bulk(e.to_string()))?
+            .port();
+        Ok(Sockets {
+            addr,
+            acceptor,
+            metrics,
+            bulk,
+            bulk_port,
+        })
+    }
+}
+
+/// What the server's threads share, made once at start.
+struct Common {
+    /// The member's lease: the workers serve only while it holds.
+    lease: Arc<Lease>,
+    /// Slots given away, held for their new owners, and copies' snapshots.
+    outgoing: Arc<Outgoing>,
+    /// The copies arriving here.
+    copies: Arc<Copies>,
+    /// The bulk transfers' rails.
+    rails: Vec<String>,
+    stop: Arc<AtomicBool>,
+    /// The cluster token, presented to other members.
+    cluster_token: Option<kvs_proto::AuthToken>,
+    /// Connection setup's counters.
+    setup: Arc<Mutex<SetupStats>>,
+}
+
+/// Says how the member started (resumed, bootstrapped or joined), when it
+/// has a data dir: the binary says what a missing one means; an embedded
+/// server (the YCSB demo) needs none.
+fn say_how(cfg: &Config, how: How, member: u16, cluster_id: &str) {
+    match (&cfg.data_dir, how) {
+        (None, _) => {}
+        (Some(d), How::Resumed) => eprintln!(
+            "kvs-server: resuming member {member} of cluster {cluster_id} from {}",
+            d.display()
+        ),
+        (Some(d), How::Bootstrapped) => eprintln!(
+            "kvs-server: started cluster {cluster_id} as member 0 (data dir {})",
+            d.display()
+        ),
+        (Some(d), How::Joined) => eprintln!(
+            "kvs-server: joined cluster {cluster_id} as member {member} (data dir {})",
+            d.display()
+        ),
+    }
+}
+
+/// A worker's channel and waker: how the acceptor and the control thread
+/// reach it.
+type Link = (mpsc::Sender<ToWorker>, Waker);
+
+/// The worker threads, once each has its context.
+struct Workers {
+    /// How to reach each, in their order.
+    links: Vec<Link>,
+    threads: Vec<JoinHandle<()>>,
+    /// Their gauges and published requests.
+    stats: Vec<Arc<WorkerStats>>,
+}
+
+/// Starts `cfg.workers` worker threads of member `me` (its id and its
+/// cluster's) on `map`, and waits until each has its context: returns
+/// their links, threads and gauges. A worker that fails stops the others.
+fn spawn_workers(
+    cfg: &Config,
+    me: (u16, [u8; 16]),
+    map: &ShardMap,
+    common: &Common,
+    report: &mpsc::Sender<ToControl>,
+) -> Result<Workers, StartError> {
+    let (member, cluster) = me;
+    let mut txs = Vec::new();
+    let mut workers = Vec::new();
+    let mut stats = Vec::new();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
+    let clock = Clock::new();
+    for w in 0..cfg.workers {
+        let (tx, rx) = mpsc::channel::<ToWorker>();
+        txs.push(tx.clone());
+        let st = Arc::new(WorkerStats::default());
+        stats.push(st.clone());
+        let worker = Worker {
+            me: Owner { member, worker: w },
+            cluster,
+            cfg: cfg.clone(),
+            map: map.clone(),
+            incoming: rx,
+            to_self: tx,
+            cluster_token: common.cluster_token.clone(),
+            report: report.clone(),
+            outgoing: common.outgoing.clone(),
+            copies: common.copies.clone(),
+            rails: common.rails.clone(),
+            lease: common.lease.clone(),
+            stop: common.stop.clone(),
+            stats: st,
+            ready: ready_tx.clone(),
+            clock,
+        };
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("kvs-worker-{w}"))
+                .spawn(move || worker.start())
+                .expect("spawn a worker thread"),
+        );
+    }
+    drop(ready_tx);
+    let wakers = match await_workers(cfg.workers, &ready_rx, &common.stop) {
+        Ok(wakers) => wakers,
+        Err(e) => {
+            for w in workers {
+                let _ = w.join();
+            }
+            return Err(e);
+        }
+    };
+    if wakers.len() != txs.len() {
+        common.stop.store(true, Ordering::Release);
+        return Err(StartError::Worker {
+            worker: wakers.len() as u16,
+            why: "the worker thread ended before it was ready".into(),
+        });
+    }
+    Ok(Workers {
+        links: txs.into_iter().zip(wakers).collect(),
+        threads: workers,
+        stats,
+    })
+}
+
+/// The wakers of the `n` workers, in their order, as each says it is ready
+/// (fewer if a thread ended before it said so); the first worker that
+/// fails raises `stop` and its error is returned.
+fn await_workers(
+    n: u16,
+    ready: &mpsc::Receiver<Result<(u16, Waker), StartError>>,
+    stop: &AtomicBool,
+) -> Result<Vec<Waker>, StartError> {
+    let mut wakers: Vec<Option<Waker>> = vec![None; n as usize];
+    for _ in 0..n {
+        match ready.recv() {
+            Ok(Ok((w, waker))) => wakers[w as usize] = Some(waker),
+            Ok(Err(e)) => {
+                stop.store(true, Ordering::Release);
+                return Err(e);
+            }
+            Err(_) => break,
+        }
+    }
+    Ok(wakers.into_iter().flatten().collect())
+}
+
+/// Starts the control thread `c` and waits until it is ready: returns the
+/// thread and its waker. If it fails, `stop` is raised.
+fn spawn_control(
+    c: Control,
+    ready: mpsc::Receiver<Result<Waker, StartError>>,
+    stop: &AtomicBool,
+) -> Result<(JoinHandle<()>, Waker), StartError> {
+    let thread = std::thread::Builder::new()
+        .name("kvs-control".into())
+        .spawn(move || c.start())
+        .expect("spawn the control thread");
+    match ready.recv() {
+        Ok(Ok(w)) => Ok((thread, w)),
+        Ok(Err(e)) => {
+            stop.store(true, Ordering::Release);
+            Err(e)
+        }
+        Err(_) => {
+            stop.store(true, Ordering::Release);
+            Err(StartError::Control(
+                "the thread ended before it was ready".into(),
+            ))
+        }
+    }
+}
+
+/// Starts the thread that serves migrations' and copies' pulls on the bulk
+/// port.
+fn spawn_bulk(
+    listener: mpib::conn::Listener,
+    cfg: &Config,
+    common: &Common,
+    cluster: &Arc<Shared>,
+) -> JoinHandle<()> {
+    let b = BulkServer {
+        listener,
+        outgoing: common.outgoing.clone(),
+        cfg: cfg.clone(),
+        rails: common.rails.clone(),
+        shared: cluster.clone(),
+        stop: common.stop.clone(),
+    };
+    std::thread::Builder::new()
+        .name("kvs-bulk".into())
+        .spawn(move || b.run())
+        .expect("spawn the bulk listener")
+}
+
+/// Starts the acceptor thread: it sets up the connections `acceptor` takes
+/// and hands them to the workers (`links`) or, for control operations, to
+/// the control thread (`control`).
+fn spawn_acceptor(
+    acceptor: Acceptor,
+    links: Vec<Link>,
+    control: (mpsc::Sender<PendingConnection>, Waker),
+    tokens: Tokens,
+    common: &Common,
+) -> JoinHandle<()> {
+    let (stop, setup) = (common.stop.clone(), common.setup.clone());
+    std::thread::Builder::new()
+        .name("kvs-acceptor".into())
+        .spawn(move || accept(acceptor, links, control, tokens, stop, setup))
+        .expect("spawn the acceptor")
+}
+
+/// Starts the metrics endpoint's thread on `listener`, if `metrics_listen`
+/// gave one: returns its address and thread.
+fn spawn_metrics(
+    listener: Option<(SocketAddr, std::net::TcpListener)>,
+    exposition: Exposition,
+    stop: &Arc<AtomicBool>,
+) -> (Option<SocketAddr>, Option<JoinHandle<()>>) {
+    match listener {
+        Some((addr, l)) => {
+            let t = crate::metrics_http::spawn(l, Arc::new(exposition), stop.clone())
+                .expect("spawn the metrics thread");
+            (Some(addr), Some(t))
+        }
+        None => (None, None),
+    }
+}
+
+/// A new cluster or a new member serves once it holds its lease (at once,
+/// or at the leader's first heartbeat): waits for it, up to 10 s. (A member
+/// resuming does not wait: the group may need more members back for a
+/// quorum.)
+fn await_lease(lease: &Lease) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !lease.holds(std::time::Instant::now()) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -149,6 +149,9 @@ struct Args {
     transport: Option<copyrpc::transport::Wire>,
 }
 
+/// Starts the server the config file and flags describe, prints its stats
+/// line every `stats_interval` seconds, and stops it (its slots handed
+/// over first) at SIGINT or SIGTERM or when it stops itself.
 fn main() {
     let a = Args::parse();
     let mut cfg = match &a.config {
@@ -156,6 +159,50 @@ fn main() {
         Some(p) => Config::read(p).unwrap_or_else(|e| die(&e.to_string())),
         None => Config::default(),
     };
+    apply_flags(a, &mut cfg);
+    let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
+    let interval = cfg.stats_interval_s;
+    let max_memory = cfg.max_memory;
+    check_open_files(&cfg);
+    let ephemeral = cfg.data_dir.is_none();
+    let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
+    say_started(&server, ephemeral, open);
+    // SIGINT and SIGTERM (systemd's stop): hand the slots to their backups,
+    // then stop.
+    // The signal wakes this thread at once; otherwise it wakes every
+    // `MAIN_TICK` only, to see a stop the server decided itself and to print
+    // the stats line: an idle server's threads sleep.
+    let (signal, signalled) = std::sync::mpsc::sync_channel::<()>(1);
+    if let Err(e) = ctrlc::set_handler(move || {
+        let _ = signal.try_send(());
+    }) {
+        die(&format!("cannot install the signal handler: {e}"));
+    }
+    let stopped = server.stop_flag();
+    let start = Instant::now();
+    let mut last = Instant::now();
+    let mut prev: Vec<u64> = vec![0; server.stats().len()];
+    while !stopped.load(Ordering::Acquire) {
+        match signalled.recv_timeout(MAIN_TICK) {
+            Err(RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if interval > 0 && last.elapsed() >= Duration::from_secs(interval) {
+            let dt = last.elapsed().as_secs_f64();
+            last = Instant::now();
+            let line = stats_line(&server, start, dt, &mut prev, max_memory);
+            println!("{line}");
+        }
+    }
+    if !stopped.load(Ordering::Acquire) {
+        hand_off(&server);
+    }
+    println!("kvs-server: shutting down");
+    server.shutdown();
+}
+
+/// Puts the flags given in `a` over the config file's settings in `cfg`.
+fn apply_flags(a: Args, cfg: &mut Config) {
     if let Some(v) = a.listen {
         cfg.listen = v;
     }
@@ -216,11 +263,12 @@ fn main() {
     if a.metrics_listen.is_some() {
         cfg.metrics_listen = a.metrics_listen;
     }
-    let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
-    let interval = cfg.stats_interval_s;
-    let max_memory = cfg.max_memory;
-    // Every client holds a TCP connection per worker (its liveness channel)
-    // and every setup under way one more.
+}
+
+/// Warns if the open-file limit (raised to its maximum first) is below what
+/// `cfg`'s workers could need: every client holds a TCP connection per
+/// worker (its liveness channel) and every setup under way one more.
+fn check_open_files(cfg: &Config) {
     let wanted =
         u64::from(cfg.workers) * u64::from(cfg.max_endpoints) + cfg.max_pending_setups as u64 + 64;
     let files = raise_open_file_limit();
@@ -231,8 +279,13 @@ fn main() {
              ulimit -n, or LimitNOFILE= in the systemd unit)"
         );
     }
-    let ephemeral = cfg.data_dir.is_none();
-    let server = Server::start(cfg).unwrap_or_else(|e| die(&e.to_string()));
+}
+
+/// Says what the started `server` is: its data dir is temporary
+/// (`ephemeral`), anyone may use it (`open`), where its metrics and its
+/// setup socket are. The warnings come before the line that says the
+/// server is up, so whoever waits for that line has seen them.
+fn say_started(server: &Server, ephemeral: bool, open: bool) {
     if ephemeral {
         eprintln!(
             "kvs-server: no data_dir: this member's identity lives in a temporary directory that \
@@ -240,8 +293,6 @@ fn main() {
              resumes it)"
         );
     }
-    // The warning comes before the line that says the server is up, so
-    // whoever waits for that line has seen it.
     if open {
         eprintln!(
             "kvs-server: WARNING: no auth token (allow_unauthenticated): anyone who can reach {} can read and write everything",
@@ -258,73 +309,61 @@ fn main() {
         server.map_version()
     );
     println!("kvs-server: listening on {}", server.addr());
-    // SIGINT and SIGTERM (systemd's stop): hand the slots to their backups,
-    // then stop.
-    // The signal wakes this thread at once; otherwise it wakes every
-    // `MAIN_TICK` only, to see a stop the server decided itself and to print
-    // the stats line: an idle server's threads sleep.
-    let (signal, signalled) = std::sync::mpsc::sync_channel::<()>(1);
-    if let Err(e) = ctrlc::set_handler(move || {
-        let _ = signal.try_send(());
-    }) {
-        die(&format!("cannot install the signal handler: {e}"));
+}
+
+/// The periodic stats line: the time since `start`, memory used (of
+/// `max_memory`, if capped) and each worker's rate over the `dt` seconds
+/// since `prev` (its ops counts, updated), clients, keys and memory.
+fn stats_line(
+    server: &Server,
+    start: Instant,
+    dt: f64,
+    prev: &mut [u64],
+    max_memory: u64,
+) -> String {
+    let used: u64 = server
+        .stats()
+        .iter()
+        .map(|s| s.memory_used.load(Ordering::Relaxed))
+        .sum();
+    let mut line = format!(
+        "kvs-server: {:.0} s: memory {}",
+        start.elapsed().as_secs_f64(),
+        mib(used)
+    );
+    if max_memory > 0 {
+        line += &format!(" of {} ({:.0}%)", mib(max_memory), pct(used, max_memory));
     }
-    let stopped = server.stop_flag();
-    let start = Instant::now();
-    let mut last = Instant::now();
-    let mut prev: Vec<u64> = vec![0; server.stats().len()];
-    while !stopped.load(Ordering::Acquire) {
-        match signalled.recv_timeout(MAIN_TICK) {
-            Err(RecvTimeoutError::Timeout) => {}
-            Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if interval > 0 && last.elapsed() >= Duration::from_secs(interval) {
-            let dt = last.elapsed().as_secs_f64();
-            last = Instant::now();
-            let used: u64 = server
-                .stats()
-                .iter()
-                .map(|s| s.memory_used.load(Ordering::Relaxed))
-                .sum();
-            let mut line = format!(
-                "kvs-server: {:.0} s: memory {}",
-                start.elapsed().as_secs_f64(),
-                mib(used)
-            );
-            if max_memory > 0 {
-                line += &format!(" of {} ({:.0}%)", mib(max_memory), pct(used, max_memory));
-            }
-            for (w, (s, p)) in server.stats().iter().zip(prev.iter_mut()).enumerate() {
-                let ops = s.ops.load(Ordering::Relaxed);
-                line += &format!(
-                    " [worker {w}: {:.0} ops/s, {} clients, {} keys, {}]",
-                    (ops - *p) as f64 / dt,
-                    s.clients.load(Ordering::Relaxed),
-                    s.keys.load(Ordering::Relaxed),
-                    mib(s.memory_used.load(Ordering::Relaxed))
-                );
-                *p = ops;
-            }
-            println!("{line}");
-        }
+    for (w, (s, p)) in server.stats().iter().zip(prev.iter_mut()).enumerate() {
+        let ops = s.ops.load(Ordering::Relaxed);
+        line += &format!(
+            " [worker {w}: {:.0} ops/s, {} clients, {} keys, {}]",
+            (ops - *p) as f64 / dt,
+            s.clients.load(Ordering::Relaxed),
+            s.keys.load(Ordering::Relaxed),
+            mib(s.memory_used.load(Ordering::Relaxed))
+        );
+        *p = ops;
     }
-    if !stopped.load(Ordering::Acquire) {
-        let t = Instant::now();
-        if server.hand_off(HAND_OFF) {
-            println!(
-                "kvs-server: handed its slots over in {:.0} ms",
-                t.elapsed().as_secs_f64() * 1e3
-            );
-        } else {
-            eprintln!(
-                "kvs-server: the control group did not take this member's slots within {} s \
-                 (no leader?); stopping anyway",
-                HAND_OFF.as_secs()
-            );
-        }
+    line
+}
+
+/// Hands the member's slots over before it stops (SIGINT, SIGTERM), and
+/// says how that went.
+fn hand_off(server: &Server) {
+    let t = Instant::now();
+    if server.hand_off(HAND_OFF) {
+        println!(
+            "kvs-server: handed its slots over in {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+    } else {
+        eprintln!(
+            "kvs-server: the control group did not take this member's slots within {} s \
+             (no leader?); stopping anyway",
+            HAND_OFF.as_secs()
+        );
     }
-    println!("kvs-server: shutting down");
-    server.shutdown();
 }
 
 /// How often the main thread looks at the server's own stop flag and the

@@ -132,6 +132,10 @@ struct Pending {
 impl OnTransport for Control {
     type Output = ();
 
+    /// The control thread's loop: each turn it waits a tick, answers the
+    /// control requests that came (or parks them), takes new control
+    /// connections, drives the group, answers what waited, and drops the
+    /// connections that closed; until the stop flag.
     fn run<T: Transport>(self, dev: Device) {
         let built = ContextBuilder::new()
             .idle(self.cfg.idle_policy())
@@ -146,8 +150,63 @@ impl OnTransport for Control {
             }
         };
         let _ = self.ready.send(Ok(ctx.waker()));
-        let me = self.group.me();
         let tick = self.cfg.group_config().tick;
+        let (mut state, incoming) = self.into_state();
+        // A member that restarts while importing pulls again.
+        state.start_imports();
+        let answer = SetupAnswer {
+            workers: state.cfg.workers,
+            slots: state.map.slots(),
+            member: state.me,
+            cluster: state.group.cluster_id().bytes(),
+        }
+        .encode();
+        let mut conns: Conns = Vec::new();
+        let mut last_check = Instant::now();
+        let mut out = Vec::new();
+        let mut req_bytes = Vec::new();
+        while !state.stop.load(Ordering::Acquire) {
+            // Alone in the group, nothing needs ticking often: no heartbeats
+            // to send, and the lease (renewed every turn) is longer.
+            let wait = if state.alone() { tick * 5 } else { tick };
+            let _ = ctx.wait(wait).or_else(|_| Ok::<_, ()>(ctx.poll()));
+            let now = Instant::now();
+            state.take_requests(&mut ctx, &conns, &mut req_bytes, &mut out, now);
+            while let Ok(p) = incoming.try_recv() {
+                let local = p.local_addr().ok();
+                match p.establish(&mut ctx, &answer) {
+                    Ok(c) => conns.push((c, local)),
+                    Err(e) => eprintln!("kvs-server: a control connection failed: {e}"),
+                }
+            }
+            if let Err(e) = state.drive(Instant::now()) {
+                state.stop_for(e);
+                break;
+            }
+            state.answer_pending(&mut ctx, &mut out, Instant::now());
+            if last_check.elapsed() >= Duration::from_millis(100) {
+                last_check = Instant::now();
+                drop_closed(&mut ctx, &mut conns);
+            }
+        }
+        // Serving stops with the control thread.
+        state.lease.set(None);
+        ctx.poll();
+        for (c, _) in &mut conns {
+            ctx.close(c.endpoint());
+            c.check(&mut ctx);
+        }
+    }
+}
+
+/// Each control connection, and the address the peer reached us at.
+type Conns = Vec<(Connection, Option<SocketAddr>)>;
+
+impl Control {
+    /// What the control thread keeps between requests, made from what it
+    /// was started with; and the channel of the acceptor's connections.
+    fn into_state(self) -> (State, Receiver<PendingConnection>) {
+        let me = self.group.me();
         let peers = Peers::new(
             me,
             self.group.cluster_id().bytes(),
@@ -158,7 +217,7 @@ impl OnTransport for Control {
         let lost_exports = (0..self.map.slots())
             .filter(|&s| self.map.importing_from(s) == Some(me))
             .collect();
-        let mut state = State {
+        let state = State {
             me,
             group: self.group,
             map: self.map,
@@ -172,10 +231,10 @@ impl OnTransport for Control {
             copies: self.copies,
             imports: HashMap::new(),
             sessions: Sessions::default(),
-            cfg: self.cfg.clone(),
+            cfg: self.cfg,
             cluster_token: self.cluster_token,
             rails: self.rails,
-            stop: self.stop.clone(),
+            stop: self.stop,
             peers,
             pending: Vec::new(),
             lost_exports,
@@ -185,84 +244,23 @@ impl OnTransport for Control {
             drain_turns: None,
             served: false,
         };
-        // A member that restarts while importing pulls again.
-        state.start_imports();
-        let answer = SetupAnswer {
-            workers: self.cfg.workers,
-            slots: state.map.slots(),
-            member: me,
-            cluster: state.group.cluster_id().bytes(),
-        }
-        .encode();
-        // Each control connection, and the address the peer reached us at.
-        let mut conns: Vec<(Connection, Option<SocketAddr>)> = Vec::new();
-        let mut last_check = Instant::now();
-        let mut out = Vec::new();
-        let mut req_bytes = Vec::new();
-        while !self.stop.load(Ordering::Acquire) {
-            // Alone in the group, nothing needs ticking often: no heartbeats
-            // to send, and the lease (renewed every turn) is longer.
-            let wait = if state.alone() { tick * 5 } else { tick };
-            let _ = ctx.wait(wait).or_else(|_| Ok::<_, ()>(ctx.poll()));
-            let now = Instant::now();
-            while let Some(req) = ctx.recv() {
-                req_bytes.clear();
-                if let Some(b) = ctx.request(&req) {
-                    req_bytes.extend_from_slice(b);
-                }
-                let local = conns
-                    .iter()
-                    .find(|(c, _)| c.endpoint() == req.endpoint())
-                    .and_then(|(_, a)| *a);
-                let max = req.max_response();
-                match state.handle(&req_bytes, local, max, &mut out, now) {
-                    Answer::Now => {
-                        let _ = ctx.reply(req, &out);
-                    }
-                    Answer::Later(awaited) => state.pending.push(Pending {
-                        handle: req,
-                        max_response: max,
-                        awaited,
-                        deadline: now + COMMIT_TIMEOUT,
-                    }),
-                }
-            }
-            while let Ok(p) = self.incoming.try_recv() {
-                let local = p.local_addr().ok();
-                match p.establish(&mut ctx, &answer) {
-                    Ok(c) => conns.push((c, local)),
-                    Err(e) => eprintln!("kvs-server: a control connection failed: {e}"),
-                }
-            }
-            if let Err(e) = state.drive(Instant::now()) {
-                // A member that cannot keep its log must not take part.
-                eprintln!("kvs-server: FATAL: the control group's log: {e}; stopping");
-                self.stop.store(true, Ordering::Release);
-                for (_, w) in &state.workers {
-                    w.wake();
-                }
-                break;
-            }
-            state.answer_pending(&mut ctx, &mut out, Instant::now());
-            if last_check.elapsed() >= Duration::from_millis(100) {
-                last_check = Instant::now();
-                conns.retain_mut(|(c, _)| {
-                    let alive = c.check(&mut ctx);
-                    if !alive {
-                        ctx.remove(c.endpoint());
-                    }
-                    alive
-                });
-            }
-        }
-        // Serving stops with the control thread.
-        state.lease.set(None);
-        ctx.poll();
-        for (c, _) in &mut conns {
-            ctx.close(c.endpoint());
-            c.check(&mut ctx);
-        }
+        (state, self.incoming)
     }
+}
+
+/// Drops the control connections whose peers left (their endpoints
+/// removed).
+fn drop_closed<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+    ctx: &mut copyrpc::Context<u64, F, T>,
+    conns: &mut Conns,
+) {
+    conns.retain_mut(|(c, _)| {
+        let alive = c.check(ctx);
+        if !alive {
+            ctx.remove(c.endpoint());
+        }
+        alive
+    });
 }
 
 /// What the control thread keeps between requests.
@@ -313,6 +311,51 @@ fn now_ms() -> u64 {
 }
 
 impl State {
+    /// Takes the turn's control requests: each is answered now, or parked
+    /// until its entry is applied (or [`COMMIT_TIMEOUT`] passes). `conns`
+    /// tell the address each requester reached this server at.
+    fn take_requests<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
+        &mut self,
+        ctx: &mut copyrpc::Context<u64, F, T>,
+        conns: &Conns,
+        req_bytes: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+        now: Instant,
+    ) {
+        while let Some(req) = ctx.recv() {
+            req_bytes.clear();
+            if let Some(b) = ctx.request(&req) {
+                req_bytes.extend_from_slice(b);
+            }
+            let local = conns
+                .iter()
+                .find(|(c, _)| c.endpoint() == req.endpoint())
+                .and_then(|(_, a)| *a);
+            let max = req.max_response();
+            match self.handle(req_bytes, local, max, out, now) {
+                Answer::Now => {
+                    let _ = ctx.reply(req, out);
+                }
+                Answer::Later(awaited) => self.pending.push(Pending {
+                    handle: req,
+                    max_response: max,
+                    awaited,
+                    deadline: now + COMMIT_TIMEOUT,
+                }),
+            }
+        }
+    }
+
+    /// The group's log failed (`e`): a member that cannot keep its log must
+    /// not take part, so the member stops (its workers woken to see it).
+    fn stop_for(&self, e: kvs_control::GroupError) {
+        eprintln!("kvs-server: FATAL: the control group's log: {e}; stopping");
+        self.stop.store(true, Ordering::Release);
+        for (_, w) in &self.workers {
+            w.wake();
+        }
+    }
+
     /// Answers one control request into `out`, or parks it. `local`: the
     /// address the requester reached this server at.
     fn handle(
@@ -348,113 +391,7 @@ impl State {
                 return Answer::Now;
             }
             Op::Control => match ControlRequest::decode(r.value()) {
-                Ok(ControlRequest::Status) => ControlReply::Status(self.status()),
-                Ok(ControlRequest::Map) => {
-                    let mut map = Vec::new();
-                    self.map.encode(&mut map);
-                    ControlReply::Map { map }
-                }
-                Ok(ControlRequest::OpenPull { first, end, .. }) if first >= end => {
-                    ControlReply::error(format!("empty slot range {first}..{end}"))
-                }
-                // Slots this process never held: it gave them away before a
-                // restart, and their records went with the old process.
-                Ok(ControlRequest::OpenPull { first, end, .. })
-                    if (first..end).any(|s| self.lost_exports.contains(&s)) =>
-                {
-                    ControlReply::error(format!(
-                        "member {} restarted after it handed slots {first}..{end} over: the \
-                         records it held for them are lost",
-                        self.me
-                    ))
-                }
-                // Slots not held (yet): this member has not applied the map
-                // that gives them away.
-                Ok(ControlRequest::OpenPull {
-                    version,
-                    first,
-                    end,
-                }) => match self.outgoing.issue(version, first, end) {
-                    Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
-                    Err(message) => ControlReply::NotYet { message },
-                },
-                Ok(ControlRequest::Drain) => {
-                    self.shared.drain.store(true, Ordering::Release);
-                    ControlReply::Ok
-                }
-                Ok(_) if !self.group.is_leader() => self.leader_is(),
-                Ok(ControlRequest::Join {
-                    addr,
-                    workers,
-                    slots,
-                    bulk_port,
-                    zone,
-                }) => match self.join(addr, workers, slots, bulk_port, zone, local) {
-                    Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
-                    Err(m) => ControlReply::error(m),
-                },
-                Ok(ControlRequest::Migrate { first, end, to }) => {
-                    let at_ms = now_ms();
-                    let cmd = Command::Migrate {
-                        moves: vec![(first, end, to)],
-                        at_ms,
-                    };
-                    match self.migrate(&cmd) {
-                        Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
-                        Err(r) => *r,
-                    }
-                }
-                Ok(ControlRequest::Rebalance) => {
-                    let at_ms = now_ms();
-                    match self.migrate(&Command::Rebalance { at_ms }) {
-                        Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
-                        Err(r) => *r,
-                    }
-                }
-                Ok(ControlRequest::Cancel) => {
-                    match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
-                        Ok(()) => return Answer::Later(Awaited::Cancelled),
-                        Err(r) => *r,
-                    }
-                }
-                Ok(ControlRequest::SetReplicas { replicas }) => {
-                    if !kvs_control::REPLICAS.contains(&replicas) {
-                        ControlReply::error(format!(
-                            "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
-                        ))
-                    } else {
-                        match self.group.propose(&Command::SetReplicas { replicas }) {
-                            Ok(()) => ControlReply::Ok,
-                            Err(e) => ControlReply::error(e.to_string()),
-                        }
-                    }
-                }
-                Ok(ControlRequest::Forget { member, force }) => {
-                    match self.group.propose_forget(member, force, now_ms()) {
-                        Ok(()) => ControlReply::Ok,
-                        Err(e) => ControlReply::error(e.to_string()),
-                    }
-                }
-                Ok(ControlRequest::ImportDone {
-                    version,
-                    slots,
-                    records,
-                    bytes,
-                    lost,
-                }) => {
-                    let cmd = Command::ImportDone {
-                        version,
-                        slots,
-                        records,
-                        bytes,
-                        lost,
-                        at_ms: now_ms(),
-                    };
-                    match self.group.propose(&cmd) {
-                        Ok(()) => ControlReply::Ok,
-                        Err(e) => ControlReply::error(e.to_string()),
-                    }
-                }
+                Ok(c) => return self.on_control(c, local, max_response, out),
                 Err(e) => ControlReply::error(e.to_string()),
             },
             op => ControlReply::error(format!(
@@ -463,6 +400,134 @@ impl State {
         };
         reply(out, Status::Ok, &answer.encode(), max_response);
         Answer::Now
+    }
+
+    /// Answers a control request `c` into `out`, or parks it until the entry
+    /// proposed for it is applied. Any member answers status, map, pulls'
+    /// opening and drains; the rest only the leader (others say where it
+    /// is). `local`: the address the requester reached this server at.
+    fn on_control(
+        &mut self,
+        c: ControlRequest,
+        local: Option<SocketAddr>,
+        max_response: usize,
+        out: &mut Vec<u8>,
+    ) -> Answer {
+        let answer = match c {
+            ControlRequest::Status => ControlReply::Status(self.status()),
+            ControlRequest::Map => {
+                let mut map = Vec::new();
+                self.map.encode(&mut map);
+                ControlReply::Map { map }
+            }
+            ControlRequest::OpenPull {
+                version,
+                first,
+                end,
+            } => self.open_pull(version, first, end),
+            ControlRequest::Drain => {
+                self.shared.drain.store(true, Ordering::Release);
+                ControlReply::Ok
+            }
+            _ if !self.group.is_leader() => self.leader_is(),
+            ControlRequest::Join {
+                addr,
+                workers,
+                slots,
+                bulk_port,
+                zone,
+            } => match self.join(addr, workers, slots, bulk_port, zone, local) {
+                Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
+                Err(m) => ControlReply::error(m),
+            },
+            ControlRequest::Migrate { first, end, to } => {
+                let at_ms = now_ms();
+                let cmd = Command::Migrate {
+                    moves: vec![(first, end, to)],
+                    at_ms,
+                };
+                match self.migrate(&cmd) {
+                    Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
+                    Err(r) => *r,
+                }
+            }
+            ControlRequest::Rebalance => {
+                let at_ms = now_ms();
+                match self.migrate(&Command::Rebalance { at_ms }) {
+                    Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
+                    Err(r) => *r,
+                }
+            }
+            ControlRequest::Cancel => match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
+                Ok(()) => return Answer::Later(Awaited::Cancelled),
+                Err(r) => *r,
+            },
+            ControlRequest::SetReplicas { replicas } => self.set_replicas(replicas),
+            ControlRequest::Forget { member, force } => {
+                match self.group.propose_forget(member, force, now_ms()) {
+                    Ok(()) => ControlReply::Ok,
+                    Err(e) => ControlReply::error(e.to_string()),
+                }
+            }
+            ControlRequest::ImportDone {
+                version,
+                slots,
+                records,
+                bytes,
+                lost,
+            } => {
+                let cmd = Command::ImportDone {
+                    version,
+                    slots,
+                    records,
+                    bytes,
+                    lost,
+                    at_ms: now_ms(),
+                };
+                match self.group.propose(&cmd) {
+                    Ok(()) => ControlReply::Ok,
+                    Err(e) => ControlReply::error(e.to_string()),
+                }
+            }
+        };
+        reply(out, Status::Ok, &answer.encode(), max_response);
+        Answer::Now
+    }
+
+    /// A ticket to pull slots `first..end` given away in map `version`, or
+    /// why not.
+    fn open_pull(&mut self, version: u32, first: u32, end: u32) -> ControlReply {
+        if first >= end {
+            return ControlReply::error(format!("empty slot range {first}..{end}"));
+        }
+        // Slots this process never held: it gave them away before a
+        // restart, and their records went with the old process.
+        if (first..end).any(|s| self.lost_exports.contains(&s)) {
+            return ControlReply::error(format!(
+                "member {} restarted after it handed slots {first}..{end} over: the \
+                 records it held for them are lost",
+                self.me
+            ));
+        }
+        // Slots not held (yet): this member has not applied the map that
+        // gives them away.
+        match self.outgoing.issue(version, first, end) {
+            Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
+            Err(message) => ControlReply::NotYet { message },
+        }
+    }
+
+    /// Proposes that the cluster keep `replicas` copies of each slot.
+    fn set_replicas(&mut self, replicas: u8) -> ControlReply {
+        if !kvs_control::REPLICAS.contains(&replicas) {
+            return ControlReply::error(format!(
+                "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
+            ));
+        }
+        match self.group.propose(&Command::SetReplicas { replicas }) {
+            Ok(()) => ControlReply::Ok,
+            Err(e) => ControlReply::error(e.to_string()),
+        }
     }
 
     /// Whether this member is the group's only live member.
@@ -718,106 +783,115 @@ impl State {
     /// Logs an event; whether the state changed.
     fn on_event(&mut self, e: Event) -> bool {
         match e {
-            Event::Leader(l) => {
-                let t = self.group.status().term;
-                self.shared
-                    .leader
-                    .store(l.map_or(0, |l| u32::from(l) + 1), Ordering::Relaxed);
-                if self.alone() {
-                    // A one-member cluster leads itself: nothing to say.
-                    return false;
-                }
-                match l {
-                    Some(l) if l == self.me => {
-                        eprintln!("kvs-server: control group: this member leads (term {t})")
-                    }
-                    Some(l) => eprintln!("kvs-server: control group: member {l} leads (term {t})"),
-                    None => eprintln!("kvs-server: control group: no leader (term {t})"),
-                }
-                false
-            }
+            Event::Leader(l) => self.on_leader(l),
             Event::Restored { index } => {
                 eprintln!("kvs-server: control group: state restored from a snapshot at {index}");
                 true
             }
-            Event::Applied(_, a) => match a {
-                Applied::Nothing => false,
-                Applied::Refused(why) => {
-                    if self.group.is_leader() {
-                        eprintln!("kvs-server: control group: an entry changed nothing: {why}");
-                    }
-                    false
+            Event::Applied(_, a) => self.on_applied(a),
+        }
+    }
+
+    /// Publishes and logs who leads now (`l`; none known); the state did
+    /// not change.
+    fn on_leader(&self, l: Option<u16>) -> bool {
+        let t = self.group.status().term;
+        self.shared
+            .leader
+            .store(l.map_or(0, |l| u32::from(l) + 1), Ordering::Relaxed);
+        if self.alone() {
+            // A one-member cluster leads itself: nothing to say.
+            return false;
+        }
+        match l {
+            Some(l) if l == self.me => {
+                eprintln!("kvs-server: control group: this member leads (term {t})")
+            }
+            Some(l) => eprintln!("kvs-server: control group: member {l} leads (term {t})"),
+            None => eprintln!("kvs-server: control group: no leader (term {t})"),
+        }
+        false
+    }
+
+    /// Logs what an applied entry did (`a`); whether the state changed.
+    fn on_applied(&mut self, a: Applied) -> bool {
+        match a {
+            Applied::Nothing => false,
+            Applied::Refused(why) => {
+                if self.group.is_leader() {
+                    eprintln!("kvs-server: control group: an entry changed nothing: {why}");
                 }
-                Applied::Failed(m) => {
+                false
+            }
+            Applied::Failed(m) => {
+                eprintln!(
+                    "kvs-server: control group: member {m} is marked failed (no word from it \
+                     within member_timeout_ms = {}); its slots with a ready backup moved \
+                     to it, the others are unavailable until it returns or is forgotten",
+                    self.cfg.member_timeout_ms
+                );
+                true
+            }
+            Applied::Drained { member, moved } => {
+                if self.replication.drained(member, self.me) {
                     eprintln!(
-                        "kvs-server: control group: member {m} is marked failed (no word from it \
-                         within member_timeout_ms = {}); its slots with a ready backup moved \
-                         to it, the others are unavailable until it returns or is forgotten",
-                        self.cfg.member_timeout_ms
+                        "kvs-server: drained: {moved} slots moved to their backups; this \
+                         member serves what had no ready backup"
                     );
-                    true
-                }
-                Applied::Drained { member, moved } => {
-                    if self.replication.drained(member, self.me) {
-                        eprintln!(
-                            "kvs-server: drained: {moved} slots moved to their backups; this \
-                             member serves what had no ready backup"
-                        );
-                        self.shared.drained.store(true, Ordering::Release);
-                    } else if member != self.me {
-                        eprintln!(
-                            "kvs-server: control group: member {member} was drained ({moved} \
-                             slots moved to their backups)"
-                        );
-                    }
-                    true
-                }
-                Applied::Restarted { member, nonce } => {
-                    if self.replication.restarted(member, nonce, self.me) {
-                        eprintln!(
-                            "kvs-server: control group: this member is back in service; its \
-                             slots with a ready backup moved to it"
-                        );
-                    } else if member != self.me {
-                        eprintln!(
-                            "kvs-server: control group: member {member} restarted without its \
-                             records; its slots with a ready backup moved to it"
-                        );
-                    }
-                    true
-                }
-                Applied::Up(m) => {
-                    eprintln!("kvs-server: control group: member {m} is up again");
-                    true
-                }
-                Applied::Left { member, lost_slots } => {
+                    self.shared.drained.store(true, Ordering::Release);
+                } else if member != self.me {
                     eprintln!(
-                        "kvs-server: control group: member {member} was forgotten{}",
-                        if lost_slots > 0 {
-                            format!("; the records of its {lost_slots} slots are lost")
-                        } else {
-                            String::new()
-                        }
+                        "kvs-server: control group: member {member} was drained ({moved} \
+                         slots moved to their backups)"
                     );
-                    if member == self.me {
-                        eprintln!("kvs-server: this member was forgotten: stopping");
-                        self.stop.store(true, Ordering::Release);
-                    }
-                    true
                 }
-                Applied::Voter { member, voter } => {
+                true
+            }
+            Applied::Restarted { member, nonce } => {
+                if self.replication.restarted(member, nonce, self.me) {
                     eprintln!(
-                        "kvs-server: control group: member {member} {}",
-                        if voter {
-                            "votes now"
-                        } else {
-                            "no longer votes"
-                        }
+                        "kvs-server: control group: this member is back in service; its \
+                         slots with a ready backup moved to it"
                     );
-                    false
+                } else if member != self.me {
+                    eprintln!(
+                        "kvs-server: control group: member {member} restarted without its \
+                         records; its slots with a ready backup moved to it"
+                    );
                 }
-                Applied::Joined(_) | Applied::Map(_) => true,
-            },
+                true
+            }
+            Applied::Up(m) => {
+                eprintln!("kvs-server: control group: member {m} is up again");
+                true
+            }
+            Applied::Left { member, lost_slots } => {
+                eprintln!(
+                    "kvs-server: control group: member {member} was forgotten{}",
+                    if lost_slots > 0 {
+                        format!("; the records of its {lost_slots} slots are lost")
+                    } else {
+                        String::new()
+                    }
+                );
+                if member == self.me {
+                    eprintln!("kvs-server: this member was forgotten: stopping");
+                    self.stop.store(true, Ordering::Release);
+                }
+                true
+            }
+            Applied::Voter { member, voter } => {
+                eprintln!(
+                    "kvs-server: control group: member {member} {}",
+                    if voter {
+                        "votes now"
+                    } else {
+                        "no longer votes"
+                    }
+                );
+                false
+            }
+            Applied::Joined(_) | Applied::Map(_) => true,
         }
     }
 

@@ -983,59 +983,12 @@ impl Forwarder {
                 continue;
             }
             for b in map.backups(s) {
-                match self.links.iter_mut().find(|l| l.owner == b.owner) {
-                    Some(l) => l.wanted = true,
-                    None => {
-                        let addr = map.members()[usize::from(b.owner.member)].addr;
-                        self.next_link = self.next_link.wrapping_add(1);
-                        self.links.push(Link {
-                            id: self.next_link,
-                            owner: b.owner,
-                            addr,
-                            state: LinkState::Down,
-                            retry_at: now,
-                            backoff: Duration::ZERO,
-                            queue: VecDeque::new(),
-                            wanted: true,
-                        });
-                    }
-                }
+                self.want_link(b.owner, map, now);
                 if b.ready {
                     continue;
                 }
-                match self
-                    .copies
-                    .iter_mut()
-                    .find(|j| j.slot == s && j.to == b.owner)
-                {
-                    Some(j) => {
-                        j.wanted = true;
-                        if j.epoch != map.epoch(s) {
-                            j.epoch = map.epoch(s);
-                            restart.push(j.id);
-                        }
-                    }
-                    None => self.copies.push(CopyJob {
-                        id: {
-                            self.next_job = self.next_job.wrapping_add(1);
-                            self.next_job
-                        },
-                        slot: s,
-                        to: b.owner,
-                        since: map.version(),
-                        epoch: map.epoch(s),
-                        step: Step::Begin,
-                        ticket: None,
-                        records: 0,
-                        bytes: 0,
-                        outstanding: 0,
-                        probing: false,
-                        next_probe: now,
-                        gen: 0,
-                        retry_at: now,
-                        wanted: true,
-                        progress: now,
-                    }),
+                if let Some(id) = self.want_copy(s, b.owner, map, now) {
+                    restart.push(id);
                 }
             }
         }
@@ -1058,6 +1011,78 @@ impl Forwarder {
         for t in &gone {
             self.release_ticket(t);
         }
+        self.drop_unwanted_links(ctx);
+    }
+
+    /// The map has `owner` back a slot of this worker's up: its link is
+    /// wanted (a new one, down, if it had none).
+    fn want_link(&mut self, owner: Owner, map: &ShardMap, now: Instant) {
+        match self.links.iter_mut().find(|l| l.owner == owner) {
+            Some(l) => l.wanted = true,
+            None => {
+                let addr = map.members()[usize::from(owner.member)].addr;
+                self.next_link = self.next_link.wrapping_add(1);
+                self.links.push(Link {
+                    id: self.next_link,
+                    owner,
+                    addr,
+                    state: LinkState::Down,
+                    retry_at: now,
+                    backoff: Duration::ZERO,
+                    queue: VecDeque::new(),
+                    wanted: true,
+                });
+            }
+        }
+    }
+
+    /// `owner` backs `slot` up but is not ready: its copy is wanted (a new
+    /// one, from its beginning, if there was none). Returns the copy's id if
+    /// the slot's epoch changed under it (it starts over).
+    fn want_copy(&mut self, slot: u32, owner: Owner, map: &ShardMap, now: Instant) -> Option<u32> {
+        if let Some(j) = self
+            .copies
+            .iter_mut()
+            .find(|j| j.slot == slot && j.to == owner)
+        {
+            j.wanted = true;
+            if j.epoch != map.epoch(slot) {
+                j.epoch = map.epoch(slot);
+                return Some(j.id);
+            }
+            return None;
+        }
+        self.copies.push(CopyJob {
+            id: {
+                self.next_job = self.next_job.wrapping_add(1);
+                self.next_job
+            },
+            slot,
+            to: owner,
+            since: map.version(),
+            epoch: map.epoch(slot),
+            step: Step::Begin,
+            ticket: None,
+            records: 0,
+            bytes: 0,
+            outstanding: 0,
+            probing: false,
+            next_probe: now,
+            gen: 0,
+            retry_at: now,
+            wanted: true,
+            progress: now,
+        });
+        None
+    }
+
+    /// Links no longer wanted go: the writes queued on them fail, their
+    /// connections close.
+    fn drop_unwanted_links<F, T>(&mut self, ctx: &mut Context<u64, F, T>)
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
         let mut i = 0;
         while i < self.links.len() {
             if self.links[i].wanted {
@@ -1088,6 +1113,36 @@ impl Forwarder {
         T: Transport,
     {
         let now = Instant::now();
+        let broken = self.tend_links(ctx, now);
+        // A backup whose connection died missed what was in flight: its
+        // copies start over (the ready ones are reported stale, through
+        // the writes that fail).
+        for o in broken {
+            for i in 0..self.copies.len() {
+                let j = &self.copies[i];
+                if j.to == o && j.step == Step::Pulling {
+                    self.fail_copy(i, now);
+                }
+            }
+        }
+        // Held slots whose backup the map now shows ready.
+        if let Some(due) = h.replicas.take_stale_due() {
+            self.stale.extend(due);
+        }
+        // A held slot whose stale report is not in yet is reported again
+        // by the control thread's retries; send what is new.
+        self.report_stale();
+        self.report_ready();
+    }
+
+    /// Moves each link on: a dead connection goes down (its queued writes
+    /// fail), a dial under way comes up or fails (backing off), a link down
+    /// whose retry is due dials. Returns the backups whose connection died.
+    fn tend_links<F, T>(&mut self, ctx: &mut Context<u64, F, T>, now: Instant) -> Vec<Owner>
+    where
+        F: FnMut(u64, Result<&[u8], CallFailed>),
+        T: Transport,
+    {
         let mut broken: Vec<Owner> = Vec::new();
         for l in &mut self.links {
             match &mut l.state {
@@ -1145,23 +1200,11 @@ impl Forwarder {
                 LinkState::Down => {}
             }
         }
-        // A backup whose connection died missed what was in flight: its
-        // copies start over (the ready ones are reported stale, through
-        // the writes that fail).
-        for o in broken {
-            for i in 0..self.copies.len() {
-                let j = &self.copies[i];
-                if j.to == o && j.step == Step::Pulling {
-                    self.fail_copy(i, now);
-                }
-            }
-        }
-        // Held slots whose backup the map now shows ready.
-        if let Some(due) = h.replicas.take_stale_due() {
-            self.stale.extend(due);
-        }
-        // A held slot whose stale report is not in yet is reported again
-        // by the control thread's retries; send what is new.
+        broken
+    }
+
+    /// Reports the held slots found stale to the control thread, by member.
+    fn report_stale(&mut self) {
         if !self.stale.is_empty() {
             let mut by: Vec<(u16, Vec<u32>)> = Vec::new();
             for (m, s) in self.stale.drain(..) {
@@ -1174,6 +1217,11 @@ impl Forwarder {
                 let _ = self.report.send(ToControl::BackupStale { member, slots });
             }
         }
+    }
+
+    /// Reports the backups made ready to the control thread, by member and
+    /// map version.
+    fn report_ready(&mut self) {
         if !self.ready.is_empty() {
             let mut by: Vec<(u16, u32, Vec<u32>, u64, u64)> = Vec::new();
             for (m, s, since, n, b) in self.ready.drain(..) {

@@ -326,11 +326,55 @@ impl Replicas {
         dedup: &mut Dedup,
     ) -> Result<(), Refused> {
         let h: Header = msg.header();
+        self.check_backs(&h, map)?;
+        let s = h.slot;
+        let i = s as usize;
+        match h.kind {
+            Kind::CopyBegin => return self.copy_begin(msg, &h, store),
+            _ if self.follow[i].is_none_or(|f| f.primary != h.primary) => {
+                return Err(refused(format!(
+                    "slot {s}'s copy from member {} worker {} has not begun here",
+                    h.primary.member, h.primary.worker
+                )))
+            }
+            Kind::CopyEnd => return self.copy_end(&h),
+            _ => {}
+        }
+        let f = self.follow[i].as_mut().expect("checked above");
+        if h.kind.is_write() {
+            if h.seq != f.applied + 1 {
+                let last = f.applied;
+                self.follow[i] = None;
+                return Err(refused(format!(
+                    "slot {s}: write {} does not follow {last}, the last applied",
+                    h.seq
+                )));
+            }
+            f.applied = h.seq;
+        }
+        match Self::apply_to_store(msg, &h, store, dedup) {
+            Ok(()) => {
+                if h.kind.is_write() {
+                    dedup.record(s, h.id);
+                }
+                Ok(())
+            }
+            Err(why) => {
+                // Diverged from the primary: nothing more until a new copy.
+                self.follow[i] = None;
+                Err(refused(format!("slot {s}: {why}")))
+            }
+        }
+    }
+
+    /// Refuses a message this worker, under `map`, does not back up as the
+    /// slot's primary's: a slot out of range, a primary's newer map (the
+    /// message waits for it), another primary, or a slot not backed up here.
+    fn check_backs(&self, h: &Header, map: &ShardMap) -> Result<(), Refused> {
         if h.slot >= map.slots() {
             return Err(refused(format!("slot {} out of range", h.slot)));
         }
         let s = h.slot;
-        let i = s as usize;
         let backs = map.backups(s).iter().any(|b| b.owner == self.me);
         if (map.owner_of_slot(s) != h.primary || !backs) && h.epoch > map.version() {
             return Err(Refused {
@@ -360,81 +404,85 @@ impl Replicas {
                 map.version()
             )));
         }
-        match h.kind {
-            Kind::CopyBegin => {
-                let Some(begin) = CopyBegin::parse(msg.key(), msg.value())
-                    .filter(|b| (b.first..b.end).contains(&s))
-                else {
-                    return Err(refused(format!("slot {s}: a malformed copy begin")));
-                };
-                if self.pulling.contains(&begin.ticket) {
-                    return Err(refused(format!(
-                        "slot {s}: its copy's begin came after the snapshot's pull started"
-                    )));
+        Ok(())
+    }
+
+    /// A copy of slot `h.slot` begins: the slot starts from nothing, follows
+    /// `h.primary`, and waits for its snapshot's pull.
+    fn copy_begin(
+        &mut self,
+        msg: &Replicate<'_>,
+        h: &Header,
+        store: &mut Store,
+    ) -> Result<(), Refused> {
+        let s = h.slot;
+        let i = s as usize;
+        let Some(begin) =
+            CopyBegin::parse(msg.key(), msg.value()).filter(|b| (b.first..b.end).contains(&s))
+        else {
+            return Err(refused(format!("slot {s}: a malformed copy begin")));
+        };
+        if self.pulling.contains(&begin.ticket) {
+            return Err(refused(format!(
+                "slot {s}: its copy's begin came after the snapshot's pull started"
+            )));
+        }
+        // The copy starts from nothing; the snapshot is pulled.
+        store.drop_slot(s);
+        store.begin_copy(s);
+        self.follow[i] = Some(Follow {
+            primary: h.primary,
+            applied: h.seq,
+        });
+        self.copy[i] = Some(CopyIn::Pulling(begin));
+        Ok(())
+    }
+
+    /// A copy's end: done once its snapshot was pulled; the first end asked
+    /// starts the pull (and is told to come again), a failed pull ends the
+    /// copy.
+    fn copy_end(&mut self, h: &Header) -> Result<(), Refused> {
+        let s = h.slot;
+        let i = s as usize;
+        match self.copy[i].take() {
+            Some(CopyIn::Pulled) => Ok(()),
+            Some(CopyIn::Pulling(b)) => {
+                // The first end asked: every begin of the snapshot
+                // the primary sent came before it, so the pull
+                // starts now (a record pulled before its slot's
+                // begin arrived would be dropped).
+                let t = b.ticket;
+                if !self.pulling.contains(&t) && !self.starts.iter().any(|p| p.begin.ticket == t) {
+                    self.starts.push(PullStart {
+                        begin: b,
+                        from: h.primary.member,
+                    });
                 }
-                // The copy starts from nothing; the snapshot is pulled.
-                store.drop_slot(s);
-                store.begin_copy(s);
-                self.follow[i] = Some(Follow {
-                    primary: h.primary,
-                    applied: h.seq,
-                });
-                self.copy[i] = Some(CopyIn::Pulling(begin));
-                return Ok(());
+                self.copy[i] = Some(CopyIn::Pulling(b));
+                Err(Refused {
+                    why: format!("slot {s}: pulling the copy's snapshot"),
+                    not_yet: true,
+                    await_map: false,
+                })
             }
-            _ if self.follow[i].is_none_or(|f| f.primary != h.primary) => {
-                return Err(refused(format!(
-                    "slot {s}'s copy from member {} worker {} has not begun here",
-                    h.primary.member, h.primary.worker
-                )))
-            }
-            Kind::CopyEnd => {
-                return match self.copy[i].take() {
-                    Some(CopyIn::Pulled) => Ok(()),
-                    Some(CopyIn::Pulling(b)) => {
-                        // The first end asked: every begin of the snapshot
-                        // the primary sent came before it, so the pull
-                        // starts now (a record pulled before its slot's
-                        // begin arrived would be dropped).
-                        let t = b.ticket;
-                        if !self.pulling.contains(&t)
-                            && !self.starts.iter().any(|p| p.begin.ticket == t)
-                        {
-                            self.starts.push(PullStart {
-                                begin: b,
-                                from: h.primary.member,
-                            });
-                        }
-                        self.copy[i] = Some(CopyIn::Pulling(b));
-                        Err(Refused {
-                            why: format!("slot {s}: pulling the copy's snapshot"),
-                            not_yet: true,
-                            await_map: false,
-                        })
-                    }
-                    Some(CopyIn::Failed(why)) => {
-                        self.follow[i] = None;
-                        Err(refused(format!("slot {s}: the copy's pull failed: {why}")))
-                    }
-                    None => Err(refused(format!("slot {s}: no copy under way here"))),
-                };
-            }
-            _ => {}
-        }
-        let key = msg.key();
-        let f = self.follow[i].as_mut().expect("checked above");
-        if h.kind.is_write() {
-            if h.seq != f.applied + 1 {
-                let last = f.applied;
+            Some(CopyIn::Failed(why)) => {
                 self.follow[i] = None;
-                return Err(refused(format!(
-                    "slot {s}: write {} does not follow {last}, the last applied",
-                    h.seq
-                )));
+                Err(refused(format!("slot {s}: the copy's pull failed: {why}")))
             }
-            f.applied = h.seq;
+            None => Err(refused(format!("slot {s}: no copy under way here"))),
         }
-        let done = match h.kind {
+    }
+
+    /// Applies the record (or request ids) `msg` carries to `store` (or
+    /// `dedup`); why not, if it does not apply.
+    fn apply_to_store(
+        msg: &Replicate<'_>,
+        h: &Header,
+        store: &mut Store,
+        dedup: &mut Dedup,
+    ) -> Result<(), String> {
+        let (s, key) = (h.slot, msg.key());
+        match h.kind {
             Kind::Put => store.put(s, key, msg.value()).map_err(|e| {
                 format!(
                     "out of memory: the worker holds {} of its {}-byte share",
@@ -459,19 +507,6 @@ impl Replicas {
                 None => Err("malformed request ids".to_string()),
             },
             Kind::CopyBegin | Kind::CopyEnd => Ok(()),
-        };
-        match done {
-            Ok(()) => {
-                if h.kind.is_write() {
-                    dedup.record(s, h.id);
-                }
-                Ok(())
-            }
-            Err(why) => {
-                // Diverged from the primary: nothing more until a new copy.
-                self.follow[i] = None;
-                Err(refused(format!("slot {s}: {why}")))
-            }
         }
     }
 }

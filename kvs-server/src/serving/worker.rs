@@ -6,7 +6,7 @@
 //! when idle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,8 +100,41 @@ impl Worker {
 impl OnTransport for Worker {
     type Output = ();
 
-    /// The worker's service loop on transport `T`.
+    /// The worker's service loop on transport `T`: each turn waits, serves
+    /// the requests that came, and moves on what follows them; every 256th
+    /// turn (every turn, idle) it takes its channel's messages and does its
+    /// chores, until a drain that began with the stop flag has lasted
+    /// [`DRAIN`].
     fn run<T: Transport>(self, dev: Device) {
+        let Some(mut s) = self.open::<T>(&dev) else {
+            return;
+        };
+        let mut turn = TurnRequests::default();
+        loop {
+            let n = s.wait();
+            s.serve_turn(&mut turn);
+            s.after_requests(n);
+            // Under load the chores below run every 256 turns; idle, after
+            // every wait.
+            s.turn = s.turn.wrapping_add(1);
+            let idle = n == 0;
+            if !idle && s.turn % 256 != 0 {
+                continue;
+            }
+            s.take_messages();
+            s.chores(idle);
+            if s.drained() {
+                break;
+            }
+        }
+        s.close();
+    }
+}
+
+impl Worker {
+    /// Builds the worker's context on `dev` and what its loop works with,
+    /// and tells the server it is ready (or why it cannot be: then `None`).
+    fn open<T: Transport>(self, dev: &Device) -> Option<Serving<T, impl OnAck>> {
         let Worker {
             me,
             cluster,
@@ -124,7 +157,7 @@ impl OnTransport for Worker {
         let w = me.worker;
         let fail = |why: String| StartError::Worker { worker: w, why };
         let acks = std::rc::Rc::new(Acks::default());
-        let mut fwd = Forwarder::new(
+        let fwd = Forwarder::new(
             me,
             cluster,
             cluster_token.clone(),
@@ -132,32 +165,24 @@ impl OnTransport for Worker {
             acks.clone(),
             report,
         );
-        let built = ContextBuilder::new()
-            .idle(cfg.idle_policy())
-            .ring_size(cfg.ring_size)
-            .max_endpoints(cfg.max_endpoints)
-            .huge_pages(cfg.huge_pages)
-            .srq_size(4096)
-            .cq_size(16384)
-            .build_on::<T, _, _>(&dev, ack_handler(acks.clone()));
-        let mut ctx = match built {
+        let ctx = match build_context::<T>(&cfg, dev, &acks) {
             Ok(c) => c,
-            Err(e) => {
-                let _ = ready.send(Err(fail(e.to_string())));
-                return;
+            Err(why) => {
+                let _ = ready.send(Err(fail(why)));
+                return None;
             }
         };
         // The clients' liveness channels, watched together.
-        let mut conns = match copyrpc::conn::LiveSet::new() {
+        let conns = match copyrpc::conn::LiveSet::new() {
             Ok(s) => s,
             Err(e) => {
                 let _ = ready.send(Err(fail(format!("cannot watch connections: {e}"))));
-                return;
+                return None;
             }
         };
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
-        let mut h = Handler::new(me, map, cfg.max_key, cfg.max_value)
+        let h = Handler::new(me, map, cfg.max_key, cfg.max_value)
             .with_memory_limit(cfg.max_memory, cfg.workers)
             .with_clock(clock);
 
@@ -169,316 +194,537 @@ impl OnTransport for Worker {
             cluster,
         }
         .encode();
-        let mut out = Vec::with_capacity(cfg.max_value + 64);
-        let mut ops = 0u64;
-        let mut turn = 0u32;
-        let mut last_check = Instant::now();
-        let mut drain_until: Option<Instant> = None;
-        let mut wait_failed = false;
-        let mut published = 0u64;
         let waker = ctx.waker();
-        let mut waiting = Waiting::new(cfg.clone(), cluster_token, to_self);
-        let mut reads = ReadsWaiting::default();
-        let mut maps = AwaitingMap::default();
-        let mut intake = Intake::default();
-        let mut turn_reqs: Vec<copyrpc::RecvHandle> = Vec::with_capacity(256);
-        // What warming found for each of them, in the same order.
-        let mut turn_warm: Vec<Option<Warmed>> = Vec::with_capacity(256);
-        let mut due = Vec::new();
-        let mut huge = HugeReport {
-            worker: w,
-            software: dev.as_sim().is_some(),
-            ..HugeReport::default()
-        };
-        loop {
-            // Idle, the worker sleeps (after a spin) until a request, a new
-            // client (the acceptor wakes it), or the tick: a short one while
-            // counters wait to be published.
-            let tick = if !intake.is_empty() {
-                // Records wait to be taken: look for requests, never sleep.
-                Duration::ZERO
-            } else if fwd.settling() {
-                // Links being set up and copies under way move on soon.
-                Duration::from_millis(1)
-            } else if ops != published {
-                PUBLISH
-            } else {
-                IDLE_TICK
-            };
-            // Between turns: nothing is served by the lease read last.
-            lease.leave(usize::from(w));
-            let n = match ctx.wait(tick) {
-                Ok(n) => n,
-                Err(e) => {
-                    if !wait_failed {
-                        eprintln!("kvs-server: worker {w}: cannot sleep, spinning instead: {e}");
-                    }
-                    wait_failed = true;
-                    ctx.poll()
-                }
-            };
-            // One read of the clock for the turn's requests.
-            h.leased = lease.enter(usize::from(w), Instant::now(), h.map.version());
-            // The turn's requests are taken first, and the records their
-            // reads will find are looked up together.
-            turn_reqs.clear();
-            while let Some(req) = ctx.recv() {
-                turn_reqs.push(req);
-            }
-            warm_turn(&ctx, &h, &turn_reqs, &mut turn_warm);
-            for (req, warmed) in turn_reqs.drain(..).zip(turn_warm.drain(..)) {
-                let max = req.max_response();
-                let handled = match ctx.request(&req) {
-                    Some(b) => match h.serve(b, max, &mut out, warmed) {
-                        Served::Handled(handled) => handled,
-                        // A GET's value goes from the store into the send
-                        // ring, after the header.
-                        Served::Value(v) => {
-                            let _ = ctx.reply_with(req, out.len() + v.len(), |ring| {
-                                let (head, value) = ring.split_at_mut(out.len());
-                                head.copy_from_slice(&out);
-                                value.copy_from_slice(v);
-                            });
-                            ops += 1;
-                            continue;
-                        }
-                    },
-                    None => {
-                        out.clear();
-                        Handled::Answered
-                    }
-                };
-                let handled = match handled {
-                    // The key may be in pulled records not taken yet: all
-                    // are taken (a stall, shorter than a priority pull's
-                    // round trip to the source), and the request looked at
-                    // again.
-                    Handled::Pull { .. } if !intake.is_empty() => {
-                        intake.take(&mut h, usize::MAX);
-                        match ctx.request(&req) {
-                            Some(b) => h.handle(b, max, &mut out),
-                            None => handled,
-                        }
-                    }
-                    other => other,
-                };
-                if let Handled::Forward(f) = handled {
-                    // Answered once every backup of the slot applied it.
-                    if let Some(b) = ctx.request(&req) {
-                        fwd.prepare(&h, b, f);
-                    }
-                    fwd.forward(&mut ctx, &mut h, req, f, &out);
-                    continue;
-                }
-                if let Handled::AwaitWrite { fp } = handled {
-                    // Its key's write awaits its backups: handled again
-                    // once answered.
-                    let parked = match ctx.request(&req) {
-                        Some(b) => reads.park(fp, req, b),
-                        None => Err(req),
-                    };
-                    if let Err(req) = parked {
-                        try_again(&mut ctx, req, &mut out);
-                    }
-                    continue;
-                }
-                if handled == Handled::AwaitMap {
-                    // A backup's message from a primary on a newer map:
-                    // handled again, in order, once this worker has it.
-                    let parked = match ctx.request(&req) {
-                        Some(b) => maps.park(req, b, Instant::now()),
-                        None => Err(req),
-                    };
-                    if let Err(req) = parked {
-                        fenced(&mut ctx, req, &mut out);
-                    }
-                    continue;
-                }
-                if let Handled::Pull { slot } = handled {
-                    // Rare: a key of a slot being imported that has not
-                    // arrived. The request waits for a priority pull.
-                    let req_bytes = ctx.request(&req).map(<[u8]>::to_vec).unwrap_or_default();
-                    let p = Parked {
-                        handle: req,
-                        req: req_bytes,
-                        slot,
-                    };
-                    if let Err(p) = waiting.park(p, &h.map, &waker) {
-                        try_again(&mut ctx, p.handle, &mut out);
-                    }
-                    continue;
-                }
-                // Only a closed endpoint or an allowance below the header refuses
-                // a reply; nothing more can be said to that caller.
-                let _ = ctx.reply(req, &out);
-                ops += 1;
-            }
-            // Copies' begins that arrived: their pulls start.
-            if let Some(starts) = h.replicas.take_starts() {
-                for p in starts {
-                    start_pull(p, &h.map, &cfg, &rails, (&copy_tx, &waker), &copies, &stop);
-                }
-            }
-            // Backups' answers, and what waits to go to them; then the
-            // reads that waited for the writes answered.
-            ops += fwd.on_acks(&mut ctx, &mut h);
-            if !reads.is_empty() {
-                ops += reads_due(&mut ctx, &mut h, &mut reads, &mut due, &mut out);
-            }
-            if fwd.busy() {
-                fwd.pump(&mut ctx, &h);
-            }
-            // Requests first; pulled records fill the gaps.
-            if !intake.is_empty() {
-                intake.take(&mut h, if n == 0 { IDLE_TAKE } else { BUSY_TAKE });
-            }
-            // Under load the chores below run every 256 turns; idle, after
-            // every wait.
-            turn = turn.wrapping_add(1);
-            let idle = n == 0;
-            if !idle && turn % 256 != 0 {
-                continue;
-            }
-            // New clients and maps.
-            loop {
-                match incoming.try_recv() {
-                    Ok(ToWorker::Connection(p)) if drain_until.is_none() => {
-                        let before = if cfg.huge_pages {
-                            ctx.huge_page_rings()
-                        } else {
-                            0
-                        };
-                        match p.establish(&mut ctx, &answer) {
-                            Ok(c) => {
-                                let rings = ctx.huge_page_rings().saturating_sub(before);
-                                match cfg.huge_pages.then(|| huge.connected(rings)).flatten() {
-                                    Some((Said::Info, l)) => println!("{l}"),
-                                    Some((Said::Warning, l)) => eprintln!("{l}"),
-                                    None => {}
-                                }
-                                if let Err((mut c, e)) = conns.insert(c) {
-                                    eprintln!("kvs-server: worker {w}: a client's connection: {e}");
-                                    ctx.close(c.endpoint());
-                                    c.check(&mut ctx);
-                                    ctx.remove(c.endpoint());
-                                }
-                            }
-                            Err(e) => {
-                                eprintln!("kvs-server: worker {w}: a client's setup failed: {e}")
-                            }
-                        }
-                    }
-                    Ok(ToWorker::Connection(p)) => p.refuse("the server is shutting down"),
-                    Ok(ToWorker::Map(m)) => {
-                        let done = h.install(m);
-                        fwd.on_install(&mut ctx, &h.map);
-                        for (slot, recs) in done.given_away {
-                            outgoing.hold(slot, recs);
-                        }
-                        // Requests waiting for pulls of slots whose import
-                        // ended, or that moved on, are answered now.
-                        let parked = waiting.take(|p| {
-                            !h.store.importing(p.slot) || done.imports_ended.contains(&p.slot)
-                        });
-                        ops += settle(&mut ctx, &mut h, &mut fwd, parked, &mut out);
-                        if !maps.is_empty() {
-                            maps_due(&mut ctx, &mut h, &mut maps, &mut out);
-                        }
-                    }
-                    Ok(ToWorker::Freeze { first, end }) => {
-                        h.frozen = Some(Frozen {
-                            first,
-                            end,
-                            reported: false,
-                        })
-                    }
-                    Ok(ToWorker::Thaw) => h.frozen = None,
-                    Ok(ToWorker::SourceFrozen { first, end }) => h.source_frozen(first..end),
-                    // Pulled records go in between turns, a few at a time.
-                    Ok(ToWorker::Records { batch, taken }) => {
-                        intake.push(batch, Whose::Import, taken)
-                    }
-                    Ok(ToWorker::CopyRecords {
-                        ticket,
-                        batch,
-                        taken,
-                    }) => intake.push(batch, Whose::Copy(ticket), taken),
-                    Ok(ToWorker::CopyPulled { ticket, result }) => {
-                        h.replicas.pulled(&ticket, result, &mut h.store);
-                    }
-                    Ok(ToWorker::Pulled { slot, key, value }) => {
-                        waiting.pulled(&key);
-                        let parked = waiting.take(|p| p.key() == key);
-                        match value {
-                            Ok(v) => {
-                                h.store.apply_pulled(slot, &key, v.as_deref());
-                                ops += settle(&mut ctx, &mut h, &mut fwd, parked, &mut out);
-                            }
-                            Err(why) => {
-                                eprintln!("kvs-server: worker {w}: a priority pull failed: {why}");
-                                for p in parked {
-                                    try_again(&mut ctx, p.handle, &mut out);
-                                }
-                            }
-                        }
-                    }
-                    Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => break,
-                }
-            }
-            fwd.chores(&mut ctx, &mut h);
-            // Keys of slots given away, out of the ordered index a few at a
-            // time.
-            if h.store.sweep(SWEEP) {
-                waker.wake();
-            }
-            if h.frozen.is_some_and(|f| !f.reported) {
-                fwd.report_quiet(&mut h);
-            }
-            if !maps.is_empty() {
-                for handle in maps.expired(Instant::now()) {
-                    fenced(&mut ctx, handle, &mut out);
-                }
-            }
-            if (idle || turn % 4096 == 0) && last_check.elapsed() >= PUBLISH {
-                last_check = Instant::now();
-                published = ops;
-                // Clients that left: their endpoints are removed.
-                conns.retain_live(&mut ctx);
-                stats.ops.store(ops, Ordering::Relaxed);
-                stats.clients.store(conns.len() as u64, Ordering::Relaxed);
-                stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
-                stats.backup_keys.store(h.backup_keys(), Ordering::Relaxed);
-                stats
-                    .memory_used
-                    .store(h.store.memory_used() as u64, Ordering::Relaxed);
-                if cfg.huge_pages {
-                    stats
-                        .huge_rings
-                        .store(ctx.huge_page_rings() as u64, Ordering::Relaxed);
-                }
-                stats.requests.publish(&h.metrics);
-            }
-            match drain_until {
-                None if stop.load(Ordering::Acquire) => {
-                    h.draining = true;
-                    drain_until = Some(Instant::now() + DRAIN);
-                }
-                Some(t) if Instant::now() >= t => break,
-                _ => {}
-            }
-        }
-        // Out of its last turn (a drain waits for no worker that ended).
-        lease.leave(usize::from(w));
-        // Answers already written go out; then every endpoint closes.
-        ctx.poll();
-        conns.close_all(&mut ctx);
-        stats.ops.store(ops, Ordering::Relaxed);
-        stats.clients.store(0, Ordering::Relaxed);
+        Some(Serving {
+            huge: HugeReport {
+                worker: w,
+                software: dev.as_sim().is_some(),
+                ..HugeReport::default()
+            },
+            due: Vec::new(),
+            intake: Intake::default(),
+            maps: AwaitingMap::default(),
+            reads: ReadsWaiting::default(),
+            waiting: Waiting::new(cfg.clone(), cluster_token, to_self),
+            waker,
+            published: 0,
+            wait_failed: false,
+            drain_until: None,
+            last_check: Instant::now(),
+            turn: 0,
+            ops: 0,
+            out: Vec::with_capacity(cfg.max_value + 64),
+            answer,
+            h,
+            conns,
+            ctx,
+            fwd,
+            copy_tx,
+            w,
+            cfg,
+            incoming,
+            outgoing,
+            copies,
+            rails,
+            lease,
+            stop,
+            stats,
+        })
     }
 }
 
-/// Starts the pull of the copy `p` names, from its primary's bulk port in
-/// `map`; a primary the map does not have fails it at once.
+/// The worker's context on `dev`, as `cfg` sets it up; its response
+/// callback files the backups' answers in `acks`.
+fn build_context<T: Transport>(
+    cfg: &Config,
+    dev: &Device,
+    acks: &std::rc::Rc<Acks>,
+) -> Result<copyrpc::Context<u64, impl OnAck, T>, String> {
+    ContextBuilder::new()
+        .idle(cfg.idle_policy())
+        .ring_size(cfg.ring_size)
+        .max_endpoints(cfg.max_endpoints)
+        .huge_pages(cfg.huge_pages)
+        .srq_size(4096)
+        .cq_size(16384)
+        .build_on::<T, _, _>(dev, ack_handler(acks.clone()))
+        .map_err(|e| e.to_string())
+}
+
+/// The worker context's response callback (as [`ack_handler`] makes it).
+trait OnAck: FnMut(u64, Result<&[u8], copyrpc::CallFailed>) {}
+
+impl<F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)> OnAck for F {}
+
+/// A turn's requests, taken first, and what warming found for each of them
+/// in the same order (kept from turn to turn: no allocation per turn).
+struct TurnRequests {
+    reqs: Vec<copyrpc::RecvHandle>,
+    warm: Vec<Option<Warmed>>,
+}
+
+impl Default for TurnRequests {
+    fn default() -> Self {
+        TurnRequests {
+            reqs: Vec::with_capacity(256),
+            warm: Vec::with_capacity(256),
+        }
+    }
+}
+
+/// What a worker's service loop works with once its context is built: the
+/// context `ctx` (its response callback `F`), the handler, the forwarder,
+/// its clients, what waits, its counters, and what it shares. (Fields drop
+/// in this order: what holds a request's handle before the context.)
+struct Serving<T: Transport, F> {
+    /// What it says about its clients' rings in huge pages.
+    huge: HugeReport,
+    /// The parked reads due again (kept between turns).
+    due: Vec<ParkedRead<copyrpc::RecvHandle>>,
+    /// Pulled records not taken yet.
+    intake: Intake,
+    /// Replication messages waiting for a newer map.
+    maps: AwaitingMap<copyrpc::RecvHandle>,
+    /// Reads waiting for a write of their key.
+    reads: ReadsWaiting<copyrpc::RecvHandle>,
+    /// Requests waiting for a priority pull.
+    waiting: Waiting,
+    waker: Waker,
+    /// `ops` when the counters were last published.
+    published: u64,
+    /// Sleeping failed once (said once; the worker spins).
+    wait_failed: bool,
+    /// When a drain ends (it begins with the stop flag).
+    drain_until: Option<Instant>,
+    /// When the counters were last published.
+    last_check: Instant,
+    turn: u32,
+    /// Requests answered.
+    ops: u64,
+    /// The answer being written.
+    out: Vec<u8>,
+    /// The setup answer: how many workers (connections to make) and slots.
+    answer: [u8; SetupAnswer::LEN],
+    h: Handler,
+    /// The clients' liveness channels, watched together.
+    conns: copyrpc::conn::LiveSet,
+    ctx: copyrpc::Context<u64, F, T>,
+    fwd: Forwarder,
+    /// The worker's own channel, for the copies' pulls it starts.
+    copy_tx: Sender<ToWorker>,
+    /// Its number.
+    w: u16,
+    cfg: Config,
+    incoming: Receiver<ToWorker>,
+    outgoing: Arc<Outgoing>,
+    copies: Arc<Copies>,
+    rails: Vec<String>,
+    lease: Arc<Lease>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<WorkerStats>,
+}
+
+impl<T: Transport, F: OnAck> Serving<T, F> {
+    /// Idle, the worker sleeps (after a spin) until a request, a new client
+    /// (the acceptor wakes it), or the tick: a short one while counters
+    /// wait to be published. Then it enters the turn under its lease;
+    /// returns how many completions the wait found.
+    #[inline]
+    fn wait(&mut self) -> usize {
+        let tick = if !self.intake.is_empty() {
+            // Records wait to be taken: look for requests, never sleep.
+            Duration::ZERO
+        } else if self.fwd.settling() {
+            // Links being set up and copies under way move on soon.
+            Duration::from_millis(1)
+        } else if self.ops != self.published {
+            PUBLISH
+        } else {
+            IDLE_TICK
+        };
+        // Between turns: nothing is served by the lease read last.
+        self.lease.leave(usize::from(self.w));
+        let n = match self.ctx.wait(tick) {
+            Ok(n) => n,
+            Err(e) => {
+                if !self.wait_failed {
+                    let w = self.w;
+                    eprintln!("kvs-server: worker {w}: cannot sleep, spinning instead: {e}");
+                }
+                self.wait_failed = true;
+                self.ctx.poll()
+            }
+        };
+        // One read of the clock for the turn's requests.
+        self.h.leased = self
+            .lease
+            .enter(usize::from(self.w), Instant::now(), self.h.map.version());
+        n
+    }
+
+    /// Serves the turn's requests: all are taken first, and the records
+    /// their reads will find are looked up together.
+    #[inline]
+    fn serve_turn(&mut self, turn: &mut TurnRequests) {
+        turn.reqs.clear();
+        while let Some(req) = self.ctx.recv() {
+            turn.reqs.push(req);
+        }
+        warm_turn(&self.ctx, &self.h, &turn.reqs, &mut turn.warm);
+        for (req, warmed) in turn.reqs.drain(..).zip(turn.warm.drain(..)) {
+            self.serve(req, warmed);
+        }
+    }
+
+    /// Serves one request: a GET's value is answered from the store at
+    /// once; anything else goes on to [`Self::dispatch`].
+    #[inline]
+    fn serve(&mut self, req: copyrpc::RecvHandle, warmed: Option<Warmed>) {
+        let max = req.max_response();
+        let handled = match self.ctx.request(&req) {
+            Some(b) => match self.h.serve(b, max, &mut self.out, warmed) {
+                Served::Handled(handled) => handled,
+                // A GET's value goes from the store into the send ring,
+                // after the header.
+                Served::Value(v) => {
+                    let out = &self.out;
+                    let _ = self.ctx.reply_with(req, out.len() + v.len(), |ring| {
+                        let (head, value) = ring.split_at_mut(out.len());
+                        head.copy_from_slice(out);
+                        value.copy_from_slice(v);
+                    });
+                    self.ops += 1;
+                    return;
+                }
+            },
+            None => {
+                self.out.clear();
+                Handled::Answered
+            }
+        };
+        let handled = match handled {
+            // The key may be in pulled records not taken yet: all are taken
+            // (a stall, shorter than a priority pull's round trip to the
+            // source), and the request looked at again.
+            Handled::Pull { .. } if !self.intake.is_empty() => {
+                self.intake.take(&mut self.h, usize::MAX);
+                match self.ctx.request(&req) {
+                    Some(b) => self.h.handle(b, max, &mut self.out),
+                    None => handled,
+                }
+            }
+            other => other,
+        };
+        self.dispatch(req, handled);
+    }
+
+    /// Does what a request's handling calls for: forwards it to the slot's
+    /// backups, parks it (for a write, a map or a pull), or sends the
+    /// answer in `out`.
+    #[inline]
+    fn dispatch(&mut self, req: copyrpc::RecvHandle, handled: Handled) {
+        match handled {
+            Handled::Forward(f) => {
+                // Answered once every backup of the slot applied it.
+                if let Some(b) = self.ctx.request(&req) {
+                    self.fwd.prepare(&self.h, b, f);
+                }
+                self.fwd
+                    .forward(&mut self.ctx, &mut self.h, req, f, &self.out);
+            }
+            Handled::AwaitWrite { fp } => {
+                // Its key's write awaits its backups: handled again once
+                // answered.
+                let parked = match self.ctx.request(&req) {
+                    Some(b) => self.reads.park(fp, req, b),
+                    None => Err(req),
+                };
+                if let Err(req) = parked {
+                    try_again(&mut self.ctx, req, &mut self.out);
+                }
+            }
+            Handled::AwaitMap => {
+                // A backup's message from a primary on a newer map: handled
+                // again, in order, once this worker has it.
+                let parked = match self.ctx.request(&req) {
+                    Some(b) => self.maps.park(req, b, Instant::now()),
+                    None => Err(req),
+                };
+                if let Err(req) = parked {
+                    fenced(&mut self.ctx, req, &mut self.out);
+                }
+            }
+            Handled::Pull { slot } => self.park_for_pull(req, slot),
+            Handled::Answered => {
+                // Only a closed endpoint or an allowance below the header
+                // refuses a reply; nothing more can be said to that caller.
+                let _ = self.ctx.reply(req, &self.out);
+                self.ops += 1;
+            }
+        }
+    }
+
+    /// Rare: a key of a slot being imported that has not arrived. The
+    /// request waits for a priority pull (or, none possible, is told to
+    /// try again).
+    fn park_for_pull(&mut self, req: copyrpc::RecvHandle, slot: u32) {
+        let req_bytes = self
+            .ctx
+            .request(&req)
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default();
+        let p = Parked {
+            handle: req,
+            req: req_bytes,
+            slot,
+        };
+        if let Err(p) = self.waiting.park(p, &self.h.map, &self.waker) {
+            try_again(&mut self.ctx, p.handle, &mut self.out);
+        }
+    }
+
+    /// What follows a turn's requests: the copies' pulls that begin, the
+    /// backups' answers and what waits to go to them, the reads that waited
+    /// for the writes answered, and (requests first) pulled records in the
+    /// gaps; `n` is what the turn's wait found (0: idle).
+    #[inline]
+    fn after_requests(&mut self, n: usize) {
+        // Copies' begins that arrived: their pulls start.
+        if let Some(starts) = self.h.replicas.take_starts() {
+            for p in starts {
+                start_pull(
+                    p,
+                    &self.h.map,
+                    &self.cfg,
+                    &self.rails,
+                    (&self.copy_tx, &self.waker),
+                    &self.copies,
+                    &self.stop,
+                );
+            }
+        }
+        // Backups' answers, and what waits to go to them; then the reads
+        // that waited for the writes answered.
+        self.ops += self.fwd.on_acks(&mut self.ctx, &mut self.h);
+        if !self.reads.is_empty() {
+            self.ops += reads_due(
+                &mut self.ctx,
+                &mut self.h,
+                &mut self.reads,
+                &mut self.due,
+                &mut self.out,
+            );
+        }
+        if self.fwd.busy() {
+            self.fwd.pump(&mut self.ctx, &self.h);
+        }
+        // Requests first; pulled records fill the gaps.
+        if !self.intake.is_empty() {
+            self.intake
+                .take(&mut self.h, if n == 0 { IDLE_TAKE } else { BUSY_TAKE });
+        }
+    }
+
+    /// Takes what the worker's channel holds: new clients and maps, and
+    /// what the control thread, the importers and the pulls sent.
+    fn take_messages(&mut self) {
+        while let Ok(m) = self.incoming.try_recv() {
+            self.on_message(m);
+        }
+    }
+
+    /// Acts on one message of the worker's channel.
+    fn on_message(&mut self, m: ToWorker) {
+        match m {
+            ToWorker::Connection(p) if self.drain_until.is_none() => self.connect(p),
+            ToWorker::Connection(p) => p.refuse("the server is shutting down"),
+            ToWorker::Map(m) => self.install(m),
+            ToWorker::Freeze { first, end } => {
+                self.h.frozen = Some(Frozen {
+                    first,
+                    end,
+                    reported: false,
+                })
+            }
+            ToWorker::Thaw => self.h.frozen = None,
+            ToWorker::SourceFrozen { first, end } => self.h.source_frozen(first..end),
+            // Pulled records go in between turns, a few at a time.
+            ToWorker::Records { batch, taken } => self.intake.push(batch, Whose::Import, taken),
+            ToWorker::CopyRecords {
+                ticket,
+                batch,
+                taken,
+            } => self.intake.push(batch, Whose::Copy(ticket), taken),
+            ToWorker::CopyPulled { ticket, result } => {
+                self.h.replicas.pulled(&ticket, result, &mut self.h.store);
+            }
+            ToWorker::Pulled { slot, key, value } => self.on_pulled(slot, key, value),
+        }
+    }
+
+    /// A new client: its connection is set up and watched (and, with
+    /// `huge_pages`, where its rings are is said).
+    fn connect(&mut self, p: copyrpc::conn::PendingConnection) {
+        let w = self.w;
+        let before = if self.cfg.huge_pages {
+            self.ctx.huge_page_rings()
+        } else {
+            0
+        };
+        match p.establish(&mut self.ctx, &self.answer) {
+            Ok(c) => {
+                let rings = self.ctx.huge_page_rings().saturating_sub(before);
+                match self
+                    .cfg
+                    .huge_pages
+                    .then(|| self.huge.connected(rings))
+                    .flatten()
+                {
+                    Some((Said::Info, l)) => println!("{l}"),
+                    Some((Said::Warning, l)) => eprintln!("{l}"),
+                    None => {}
+                }
+                if let Err((mut c, e)) = self.conns.insert(c) {
+                    eprintln!("kvs-server: worker {w}: a client's connection: {e}");
+                    self.ctx.close(c.endpoint());
+                    c.check(&mut self.ctx);
+                    self.ctx.remove(c.endpoint());
+                }
+            }
+            Err(e) => {
+                eprintln!("kvs-server: worker {w}: a client's setup failed: {e}")
+            }
+        }
+    }
+
+    /// Installs a new map: slots given away are held for their new owners,
+    /// and what waited for it is handled again.
+    fn install(&mut self, m: ShardMap) {
+        let done = self.h.install(m);
+        self.fwd.on_install(&mut self.ctx, &self.h.map);
+        for (slot, recs) in done.given_away {
+            self.outgoing.hold(slot, recs);
+        }
+        // Requests waiting for pulls of slots whose import ended, or that
+        // moved on, are answered now.
+        let h = &self.h;
+        let parked = self
+            .waiting
+            .take(|p| !h.store.importing(p.slot) || done.imports_ended.contains(&p.slot));
+        self.ops += settle(
+            &mut self.ctx,
+            &mut self.h,
+            &mut self.fwd,
+            parked,
+            &mut self.out,
+        );
+        if !self.maps.is_empty() {
+            maps_due(&mut self.ctx, &mut self.h, &mut self.maps, &mut self.out);
+        }
+    }
+
+    /// A priority pull of `key` ended: its value goes in and the requests
+    /// that waited for it are handled again (or, the pull failed, told to
+    /// try again).
+    fn on_pulled(&mut self, slot: u32, key: Vec<u8>, value: Result<Option<Vec<u8>>, String>) {
+        self.waiting.pulled(&key);
+        let parked = self.waiting.take(|p| p.key() == key);
+        match value {
+            Ok(v) => {
+                self.h.store.apply_pulled(slot, &key, v.as_deref());
+                self.ops += settle(
+                    &mut self.ctx,
+                    &mut self.h,
+                    &mut self.fwd,
+                    parked,
+                    &mut self.out,
+                );
+            }
+            Err(why) => {
+                let w = self.w;
+                eprintln!("kvs-server: worker {w}: a priority pull failed: {why}");
+                for p in parked {
+                    try_again(&mut self.ctx, p.handle, &mut self.out);
+                }
+            }
+        }
+    }
+
+    /// The chores between turns (every 256th under load): the forwarder's,
+    /// a sweep of stale keys, a freeze's report, replication messages that
+    /// waited too long for a map, and (idle, or every 4096th turn, at most
+    /// every [`PUBLISH`]) the counters.
+    fn chores(&mut self, idle: bool) {
+        self.fwd.chores(&mut self.ctx, &mut self.h);
+        // Keys of slots given away, out of the ordered index a few at a
+        // time.
+        if self.h.store.sweep(SWEEP) {
+            self.waker.wake();
+        }
+        if self.h.frozen.is_some_and(|f| !f.reported) {
+            self.fwd.report_quiet(&mut self.h);
+        }
+        if !self.maps.is_empty() {
+            for handle in self.maps.expired(Instant::now()) {
+                fenced(&mut self.ctx, handle, &mut self.out);
+            }
+        }
+        if (idle || self.turn % 4096 == 0) && self.last_check.elapsed() >= PUBLISH {
+            self.publish();
+        }
+    }
+
+    /// Removes the clients that left and publishes the worker's counters.
+    fn publish(&mut self) {
+        self.last_check = Instant::now();
+        self.published = self.ops;
+        // Clients that left: their endpoints are removed.
+        self.conns.retain_live(&mut self.ctx);
+        let (stats, h) = (&self.stats, &self.h);
+        stats.ops.store(self.ops, Ordering::Relaxed);
+        stats
+            .clients
+            .store(self.conns.len() as u64, Ordering::Relaxed);
+        stats.keys.store(h.store.len() as u64, Ordering::Relaxed);
+        stats.backup_keys.store(h.backup_keys(), Ordering::Relaxed);
+        stats
+            .memory_used
+            .store(h.store.memory_used() as u64, Ordering::Relaxed);
+        if self.cfg.huge_pages {
+            stats
+                .huge_rings
+                .store(self.ctx.huge_page_rings() as u64, Ordering::Relaxed);
+        }
+        stats.requests.publish(&h.metrics);
+    }
+
+    /// Begins the drain once the stop flag is up; true once it has lasted
+    /// [`DRAIN`].
+    fn drained(&mut self) -> bool {
+        match self.drain_until {
+            None if self.stop.load(Ordering::Acquire) => {
+                self.h.draining = true;
+                self.drain_until = Some(Instant::now() + DRAIN);
+                false
+            }
+            Some(t) if Instant::now() >= t => true,
+            _ => false,
+        }
+    }
+
+    /// Ends the worker: out of its last turn, its answers sent, every
+    /// endpoint closed, its last counters published.
+    fn close(mut self) {
+        // Out of its last turn (a drain waits for no worker that ended).
+        self.lease.leave(usize::from(self.w));
+        // Answers already written go out; then every endpoint closes.
+        self.ctx.poll();
+        self.conns.close_all(&mut self.ctx);
+        self.stats.ops.store(self.ops, Ordering::Relaxed);
+        self.stats.clients.store(0, Ordering::Relaxed);
+    }
+}
+
 /// Warms a turn's requests `reqs` for serving, into `warm` (one entry per
 /// request, in order). A GET's record costs up to three cache misses (the
 /// table's control bytes, its bucket, the record), each waiting for the one
@@ -512,6 +758,8 @@ fn warm_turn<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
     }
 }
 
+/// Starts the pull of the copy `p` names, from its primary's bulk port in
+/// `map`; a primary the map does not have fails it at once.
 fn start_pull(
     p: PullStart,
     map: &ShardMap,
