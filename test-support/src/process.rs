@@ -34,10 +34,16 @@ mod tests {
 
     #[test]
     fn a_killed_child_died_of_sigkill() {
-        let mut c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         kill9(&mut c);
         assert_eq!(c.wait().unwrap().signal(), Some(libc::SIGKILL));
-        let c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let c = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = c.id() as libc::pid_t;
         drop(KillOnDrop(c));
         // SAFETY: kill(2) with signal 0 only asks whether the (reaped) pid

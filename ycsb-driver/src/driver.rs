@@ -15,8 +15,8 @@ use copyrpc::clock::Clock;
 
 use crate::db::{Answer, Db, Fields, Init, Lost, Refused, Target, UseDb};
 use crate::measure::{Measurements, OpKind, Status};
+use crate::phase::{Phase, Progress, RunError, RunOptions, DRAIN_LIMIT};
 use crate::rng::Rng;
-use crate::runner::{Phase, Progress, RunError, RunOptions, DRAIN_LIMIT};
 use crate::values::{fill_field, fill_record, record_ok};
 use crate::workload::{CoreWorkload, Op, WorkloadThread};
 

@@ -6,6 +6,7 @@ mod driver;
 pub mod fnv;
 pub mod generator;
 pub mod measure;
+mod phase;
 pub mod properties;
 pub mod report;
 pub mod rng;

@@ -6,66 +6,18 @@
 //! for the operations it has in flight, and the phase reports what completed
 //! together with the loss ([`PhaseResult::lost`]).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use copyrpc::clock::Clock;
-use copyrpc::IdlePolicy;
+
+pub use crate::phase::{Phase, Progress, RunError, RunOptions, DRAIN_LIMIT};
 
 use crate::db::{Lost, Target};
 use crate::driver::{drive, Job, ThreadResult};
 use crate::measure::Measurements;
 use crate::workload::CoreWorkload;
-
-/// Load or run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Insert the records.
-    Load,
-    /// The operation mix.
-    Run,
-}
-
-/// Settings of one phase.
-#[derive(Debug, Clone)]
-pub struct RunOptions {
-    /// Driver threads.
-    pub threads: usize,
-    /// Operations each thread keeps in flight (1: Java YCSB's closed loop).
-    pub depth: usize,
-    /// Total operations per second to aim at (None: as fast as possible).
-    pub target_ops: Option<f64>,
-    /// Check every value read (Java's `dataintegrity`): values are a
-    /// deterministic function of key and field.
-    pub verify: bool,
-    /// What a driver thread does while waiting for answers (kvs-server
-    /// only): spin, then sleep (default), or spin only
-    /// (`kvs.busy_poll=true`).
-    pub idle: IdlePolicy,
-    /// Seed of the threads' random streams.
-    pub seed: u64,
-    /// Java's `maxexecutiontime`: after this long, no new operation starts;
-    /// those in flight finish (None: until the operation count is done).
-    pub max_time: Option<Duration>,
-    /// Set (by Ctrl-C) to end the phase early in the same way.
-    pub interrupt: Arc<AtomicBool>,
-    /// Status lines are printed: the threads hand their interval
-    /// measurements over to [`Progress::interval`] (otherwise they keep run
-    /// totals only, and record each sample once).
-    pub status: bool,
-}
-
-/// Counters the status reporter reads while a phase runs.
-#[derive(Debug, Default)]
-pub struct Progress {
-    /// Operations completed, all threads.
-    pub done: AtomicU64,
-    /// Interval measurements the threads hand over (about once a second).
-    pub interval: Mutex<Measurements>,
-    /// Set when every thread has finished.
-    pub finished: AtomicBool,
-}
 
 /// What a phase produced.
 #[derive(Debug)]
@@ -92,23 +44,6 @@ pub struct ConnectionLost {
     pub thread: usize,
     /// What its request met.
     pub why: Lost,
-}
-
-/// How long threads stopping after a lost connection wait for their
-/// operations in flight before they give up on them.
-pub const DRAIN_LIMIT: Duration = Duration::from_secs(2);
-
-/// Why a phase could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// A driver thread could not connect.
-    #[error("driver thread {thread}: {why}")]
-    Connect {
-        /// Which thread.
-        thread: usize,
-        /// Why.
-        why: String,
-    },
 }
 
 /// Runs `phase` of `wl` with `opts.threads` threads against `target`.

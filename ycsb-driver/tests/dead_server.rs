@@ -36,7 +36,6 @@ fn child_server() {
     s.wait();
 }
 
-
 #[test]
 fn a_killed_server_stops_the_driver_with_a_report_and_an_error() {
     let fabric = format!("ycsb-dead-{}", std::process::id());

@@ -155,7 +155,6 @@ impl Drop for Member {
     }
 }
 
-
 /// The recorder's threads, stopped and joined when dropped (when a test
 /// fails too).
 struct Recorders {

@@ -21,7 +21,8 @@ use kvs_proto::control::CopyStatus;
 use kvs_proto::replica::CopyBegin;
 use mpib::{Buffer, Comm, Request};
 
-use super::import::{post_recv, wait_recv};
+use super::import::wait_recv;
+use super::pull_conn::post_recv;
 use super::wire::{Batch, PullSetup, Taken};
 use super::{all_rails, open_rails, DEPTH};
 use crate::batch::BATCH;

@@ -19,7 +19,7 @@ use mpib::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use mpib::{Buffer, Comm, Request, Span};
 
 use super::outgoing::{Held, Outgoing};
-use super::session::{LINGER, SETUP_BYTES};
+use super::pull_conn::{LINGER, SETUP_BYTES};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, DEPTH};
 use crate::batch::BATCH;

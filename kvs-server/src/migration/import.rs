@@ -25,10 +25,10 @@ use copyrpc::Waker;
 use kvs_client::ControlClient;
 use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
 use kvs_proto::{AuthToken, Member};
-use mpib::{Buffer, Comm, Request};
+use mpib::{Comm, Request};
 
 use super::outgoing::from_hex;
-use super::session::PullConn;
+use super::pull_conn::{post_recv, PullConn};
 use super::wire::{Batch, PullSetup, Taken};
 use super::{all_rails, open_rails, DEPTH};
 use crate::config::Config;
@@ -454,23 +454,6 @@ impl Importer {
                 Err(mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => {}
                 Err(_) => return Err("the worker stopped".into()),
             }
-        }
-    }
-}
-
-/// Posts the receive of batch `seq` into `buf`.
-pub(super) fn post_recv(
-    comm: &mut Comm,
-    buf: &Buffer,
-    seq: u32,
-    stop: &AtomicBool,
-) -> Result<Request, String> {
-    let t = Instant::now();
-    loop {
-        match comm.irecv(&[buf.all()], seq) {
-            Ok(Some(r)) => return Ok(r),
-            Ok(None) => super::idle(comm, t, stop)?,
-            Err(e) => return Err(e.to_string()),
         }
     }
 }

@@ -52,6 +52,7 @@ pub(crate) mod copy_in;
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod outgoing;
+pub(crate) mod pull_conn;
 pub(crate) mod puller;
 pub(crate) mod session;
 pub(crate) mod waiting;

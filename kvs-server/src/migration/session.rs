@@ -1,7 +1,8 @@
 //! A target's import sessions: one thread per (worker, source) that runs
 //! the worker's imports from that source one after another, the chunks of a
 //! migration, keeping what they share: its device, its control client, and
-//! its bulk connection to the source ([`PullConn`]). A migration moves its
+//! its bulk connection to the source
+//! ([`PullConn`](super::pull_conn::PullConn)). A migration moves its
 //! slots in chunks, and setting each one's connection up again cost 10 to
 //! 25 milliseconds (a TCP handshake, queue pairs on both rails, fresh
 //! registered buffers to fault in) of a chunk that moves in about 100.
@@ -10,33 +11,19 @@
 //! ([`Sessions::start`]) and drops the session when the map lists no import
 //! of that worker from that source any more; the session then ends once its
 //! queued imports are done, and closes its connection. A source keeps its
-//! end of a connection open for [`LINGER`] after a pull, waiting for the
-//! next setup on it ([`crate::migration::export`]).
+//! end of a connection open for [`LINGER`](super::pull_conn::LINGER) after
+//! a pull, waiting for the next setup on it ([`crate::migration::export`]).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use mlx5::device::Context as Device;
-use mpib::{Buffer, Comm, Request};
 
-use super::import::{post_recv, Importer};
-use super::wire::PullSetup;
-use super::{idle, DEPTH};
-use crate::batch::BATCH;
-
-/// How long a source keeps an idle bulk connection for the next pull's
-/// setup. Chunks follow each other within milliseconds; a longer pause
-/// means the migration is over or stalled, and a new connection is cheap
-/// beside that.
-pub(crate) const LINGER: Duration = Duration::from_secs(5);
-
-/// Bytes of a setup sent over a kept connection, at most.
-pub(crate) const SETUP_BYTES: usize = 64;
+use super::import::Importer;
 
 /// The control thread's handles on the import sessions, by (worker,
 /// source member).
@@ -142,95 +129,6 @@ impl OnTransport for Session {
         }
         if let Some(mut c) = conn {
             c.comm.close();
-        }
-    }
-}
-
-/// A target's bulk connection to a source's bulk port, kept across the
-/// pulls of a session. Batches are numbered over the connection's life:
-/// a pull's first batch follows the previous pull's last, and [`DEPTH`]
-/// receives stay posted between pulls, for the next ones.
-pub(crate) struct PullConn {
-    pub comm: Comm,
-    /// The source's bulk port.
-    pub to: SocketAddr,
-    /// The rails (bit i: rail i).
-    pub mask: u8,
-    pub bufs: Vec<Buffer>,
-    /// The posted receive of each buffer: buffer `seq % DEPTH` takes batch
-    /// `seq`.
-    pub reqs: Vec<Request>,
-    /// The number of the next batch.
-    pub seq: u32,
-    /// The setups sent over the connection (the first pull's setup went
-    /// with the connection request, and is not counted); a setup's tag is
-    /// its number.
-    setups: u32,
-    setup_buf: Buffer,
-}
-
-impl PullConn {
-    /// A new connection to `to` on `rails` (selected by `mask`), asking for
-    /// `setup`'s pull, with its first receives posted.
-    pub fn open(
-        to: SocketAddr,
-        rails: &[Device],
-        mask: u8,
-        setup: &PullSetup,
-        stop: &AtomicBool,
-    ) -> Result<PullConn, String> {
-        let (mut comm, _) =
-            mpib::conn::connect_with(to, rails, &mpib::Config::default(), &setup.encode())
-                .map_err(|e| format!("bulk connection to {to}: {e}"))?;
-        let alloc = |c: &Comm, n| c.alloc_buffer(n).map_err(|e| e.to_string());
-        let bufs = (0..DEPTH)
-            .map(|_| alloc(&comm, BATCH))
-            .collect::<Result<Vec<_>, _>>()?;
-        let setup_buf = alloc(&comm, SETUP_BYTES)?;
-        let mut reqs = Vec::with_capacity(DEPTH);
-        for (i, b) in bufs.iter().enumerate() {
-            reqs.push(post_recv(&mut comm, b, i as u32, stop)?);
-        }
-        Ok(PullConn {
-            comm,
-            to,
-            mask,
-            bufs,
-            reqs,
-            seq: 0,
-            setups: 0,
-            setup_buf,
-        })
-    }
-
-    /// Asks for `setup`'s pull over the connection: sends the setup once
-    /// the source waits for it. An error if the source closed the
-    /// connection (it waited [`LINGER`] in vain) or it failed.
-    pub fn ask(&mut self, setup: &PullSetup, stop: &AtomicBool) -> Result<(), String> {
-        let bytes = setup.encode();
-        self.setup_buf.write(0, &bytes).map_err(|e| e.to_string())?;
-        let span = self
-            .setup_buf
-            .span(0, bytes.len() as u64)
-            .map_err(|e| e.to_string())?;
-        let t = Instant::now();
-        let req = loop {
-            match self.comm.isend(&[span], self.setups) {
-                Ok(Some(r)) => break r,
-                Ok(None) if t.elapsed() < LINGER => idle(&mut self.comm, t, stop)?,
-                Ok(None) => return Err("the source did not take a setup".into()),
-                Err(e) => return Err(e.to_string()),
-            }
-        };
-        self.setups += 1;
-        // The buffer is written again by the next setup: wait for this one.
-        let t = Instant::now();
-        loop {
-            match self.comm.test(&req) {
-                Ok(Some(_)) => return Ok(()),
-                Ok(None) => idle(&mut self.comm, t, stop)?,
-                Err(e) => return Err(e.to_string()),
-            }
         }
     }
 }

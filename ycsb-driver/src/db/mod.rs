@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use crate::measure::Status;
-use crate::runner::RunOptions;
+use crate::phase::RunOptions;
 use crate::workload::CoreWorkload;
 
 pub mod kvs;
