@@ -695,10 +695,24 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         self.poll_via(&mut Given(on_response))
     }
 
+    /// One poll, its responses going where `resp` says: the steps in order.
     #[inline]
     fn poll_via<R: Respond<U, F>>(&mut self, resp: &mut R) -> usize {
         // Requests handed out by the previous poll are released to the peer.
         self.epoch += 1;
+        self.publish_consumed();
+        let mut n = self.poll_recv_completions(resp);
+        self.refill_srq();
+        n += self.poll_send_completions(resp);
+        self.flush_dirty(resp);
+        self.post_reads(resp);
+        n
+    }
+
+    /// Publishes the consumer positions of the endpoints whose requests
+    /// were consumed since the last poll.
+    #[inline(always)]
+    fn publish_consumed(&mut self) {
         for &i in &self.consumed {
             // Ring space is released up to the oldest request not yet taken by
             // `recv()`: a request's bytes stay until its handle's poll is over.
@@ -713,115 +727,126 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             }
         }
         self.consumed.clear();
+    }
 
-        let mut n = 0;
-        // Receive completions: one per batch.
-        {
-            let Self {
-                recv_cq,
-                srq_posted,
-                strays,
-                eps,
-                shared,
-                on_response,
-                recvq,
-                consumed,
-                ..
-            } = self;
-            let on_response =
-                &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
-            n += T::poll_recv(recv_cq, 256, |c, took| {
-                let idx = T::recv_owner(shared, c);
-                let e = idx
-                    .and_then(|i| eps.get_mut(i as usize)?.as_mut())
-                    .filter(|e| T::recv_from_peer(&e.sq, c));
-                // The batch's lines were written by the peer's NIC (in the
-                // software device: another core); they are on their way while
-                // the endpoint's state is looked at.
-                if let Some(e) = &e {
-                    e.prefetch_batch(u64::from(c.byte_len()));
-                }
-                if took {
-                    *srq_posted -= 1;
-                }
-                let (Some(i), Some(e)) = (idx, e) else {
-                    *strays += 1;
-                    return;
-                };
-                if let Some(code) = c.error() {
-                    close(e, shared, transport_error(code), on_response);
-                    return;
-                }
-                if e.state != State::Open {
-                    return;
-                }
-                match on_batch(e, i, c.byte_len(), on_response, recvq) {
-                    Ok(()) => {
-                        if !e.consumed_dirty {
-                            e.consumed_dirty = true;
-                            consumed.push(i);
-                        }
+    /// Reads the receive completions (one per batch) and delivers their
+    /// batches; returns how many were read.
+    #[inline(always)]
+    fn poll_recv_completions<R: Respond<U, F>>(&mut self, resp: &mut R) -> usize {
+        let Self {
+            recv_cq,
+            srq_posted,
+            strays,
+            eps,
+            shared,
+            on_response,
+            recvq,
+            consumed,
+            ..
+        } = self;
+        let on_response = &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
+        T::poll_recv(recv_cq, 256, |c, took| {
+            let idx = T::recv_owner(shared, c);
+            let e = idx
+                .and_then(|i| eps.get_mut(i as usize)?.as_mut())
+                .filter(|e| T::recv_from_peer(&e.sq, c));
+            // The batch's lines were written by the peer's NIC (in the
+            // software device: another core); they are on their way while
+            // the endpoint's state is looked at.
+            if let Some(e) = &e {
+                e.prefetch_batch(u64::from(c.byte_len()));
+            }
+            if took {
+                *srq_posted -= 1;
+            }
+            let (Some(i), Some(e)) = (idx, e) else {
+                *strays += 1;
+                return;
+            };
+            if let Some(code) = c.error() {
+                close(e, shared, transport_error(code), on_response);
+                return;
+            }
+            if e.state != State::Open {
+                return;
+            }
+            match on_batch(e, i, c.byte_len(), on_response, recvq) {
+                Ok(()) => {
+                    if !e.consumed_dirty {
+                        e.consumed_dirty = true;
+                        consumed.push(i);
                     }
-                    Err(why) => close(e, shared, CloseReason::Violation(why), on_response),
                 }
-            });
-        }
-        // Keep the SRQ above 2/3 full.
+                Err(why) => close(e, shared, CloseReason::Violation(why), on_response),
+            }
+        })
+    }
+
+    /// Keeps the SRQ above 2/3 full.
+    #[inline(always)]
+    fn refill_srq(&mut self) {
         if self.srq_posted < self.srq_low {
             while self.srq_posted < self.srq_cap && T::srq_post(&mut self.recv_cq) {
                 self.srq_posted += 1;
             }
             T::srq_ring(&mut self.recv_cq);
         }
-        // Send completions: retire WQEs; READ results update the peer's consumer.
-        {
-            let Self {
-                send_cq,
-                shared,
-                eps,
-                read_arena,
-                on_response,
-                dirty,
-                ..
-            } = self;
-            let on_response =
-                &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
-            n += T::poll_send(send_cq, shared, 256, |sh, reg, c| {
-                let Some(owner) = T::send_owner(sh, reg, c) else {
-                    return;
-                };
-                let i = owner.idx;
-                let e = eps
-                    .get_mut(i as usize)
-                    .and_then(Option::as_mut)
-                    .filter(|e| owner.gen.is_none_or(|g| g == e.gen));
-                let Some(e) = e else {
-                    // Work of a removed endpoint: retired, and nothing else.
-                    T::sq_complete(sh, None, c);
-                    return;
-                };
-                if let Some(code) = c.error() {
-                    T::sq_complete(sh, Some(&mut e.sq), c);
-                    if e.state == State::Open {
-                        close(e, sh, transport_error(code), on_response);
-                    }
-                    return;
+    }
+
+    /// Reads the send completions: retires WQEs, and READ results update
+    /// the peer's consumer position. Returns how many were read.
+    #[inline(always)]
+    fn poll_send_completions<R: Respond<U, F>>(&mut self, resp: &mut R) -> usize {
+        let Self {
+            send_cq,
+            shared,
+            eps,
+            read_arena,
+            on_response,
+            dirty,
+            ..
+        } = self;
+        let on_response = &mut |u: U, r: Result<&[u8], CallFailed>| resp.call(on_response, u, r);
+        T::poll_send(send_cq, shared, 256, |sh, reg, c| {
+            let Some(owner) = T::send_owner(sh, reg, c) else {
+                return;
+            };
+            let i = owner.idx;
+            let e = eps
+                .get_mut(i as usize)
+                .and_then(Option::as_mut)
+                .filter(|e| owner.gen.is_none_or(|g| g == e.gen));
+            let Some(e) = e else {
+                // Work of a removed endpoint: retired, and nothing else.
+                T::sq_complete(sh, None, c);
+                return;
+            };
+            if let Some(code) = c.error() {
+                T::sq_complete(sh, Some(&mut e.sq), c);
+                if e.state == State::Open {
+                    close(e, sh, transport_error(code), on_response);
                 }
-                if T::sq_complete(sh, Some(&mut e.sq), c) {
-                    e.read_inflight = false;
-                    let mut w = [0u8; 8];
-                    read_arena.read(8 * i as usize, &mut w);
-                    if let Err(why) = e.update_remote_consumer(u64::from_le_bytes(w)) {
-                        close(e, sh, CloseReason::Violation(why), on_response);
-                    } else if !e.dirty {
-                        // Space may have opened for queued ranges.
-                        e.dirty = true;
-                        dirty.push(i);
-                    }
+                return;
+            }
+            if T::sq_complete(sh, Some(&mut e.sq), c) {
+                e.read_inflight = false;
+                let mut w = [0u8; 8];
+                read_arena.read(8 * i as usize, &mut w);
+                if let Err(why) = e.update_remote_consumer(u64::from_le_bytes(w)) {
+                    close(e, sh, CloseReason::Violation(why), on_response);
+                } else if !e.dirty {
+                    // Space may have opened for queued ranges.
+                    e.dirty = true;
+                    dirty.push(i);
                 }
-            });
-        }
-        // Flush endpoints with data; issue READs where asked.
+            }
+        })
+    }
+
+    /// Flushes the endpoints with data: closes their open batches and posts
+    /// what their peers have room for.
+    #[inline(always)]
+    fn flush_dirty<R: Respond<U, F>>(&mut self, resp: &mut R) {
         let mut i = 0;
         while i < self.dirty.len() {
             let idx = self.dirty[i];
@@ -854,6 +879,12 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 }
             }
         }
+    }
+
+    /// Issues the READs of the peers' consumer positions that endpoints
+    /// asked for.
+    #[inline(always)]
+    fn post_reads<R: Respond<U, F>>(&mut self, resp: &mut R) {
         let Self {
             reads,
             eps,
@@ -889,7 +920,6 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 }
             }
         });
-        n
     }
 
     /// [`poll`](Self::poll)s until there is work, a [`Waker`] fires or
@@ -1197,8 +1227,29 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
     recvq: &mut Fifo<Arrived>,
 ) -> Result<(), &'static str> {
     let pos = e.recv_producer;
-    let off = pos & (e.recv_size - 1);
     let delta = u64::from(delta);
+    let Some(count) = accept_metadata(e, pos, delta)? else {
+        return Ok(());
+    };
+    let end = pos + delta;
+    // The whole batch is checked before anything in it is delivered.
+    check_messages(e, pos, end, count)?;
+    deliver_messages(e, idx, pos, count, on_response, recvq)?;
+    e.recv_producer = end;
+    Ok(())
+}
+
+/// Checks where a batch of `delta` bytes at `pos` lies and applies its flow
+/// metadata (the peer's consumer position, its credit grant). Returns the
+/// batch's message count, or `None` for a wrap marker, which it has applied
+/// (the rest of the ring is skipped).
+#[inline(always)]
+fn accept_metadata<U, T: Transport>(
+    e: &mut Ep<U, T>,
+    pos: u64,
+    delta: u64,
+) -> Result<Option<u32>, &'static str> {
+    let off = pos & (e.recv_size - 1);
     if delta < FLOW_METADATA_SIZE || delta % ALIGNMENT != 0 {
         return Err("batch size not a positive multiple of 32");
     }
@@ -1229,72 +1280,119 @@ fn on_batch<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
         }
         // The rest of the ring is skipped.
         e.recv_producer = pos + (e.recv_size - off);
-        return Ok(());
+        return Ok(None);
     }
     if count == 0 {
         return Err("empty batch");
     }
-    let end = pos + delta;
-    // Pass 1: the whole batch is checked before anything in it is delivered.
+    Ok(Some(count))
+}
+
+/// Pass 1 over a batch (`pos..end`, `count` messages): every header lies
+/// within it, every response answers a pending call, every request carries
+/// the credit for its response, and the messages fill the batch exactly.
+#[inline(always)]
+fn check_messages<U, T: Transport>(
+    e: &Ep<U, T>,
+    pos: u64,
+    end: u64,
+    count: u32,
+) -> Result<(), &'static str> {
     let mut cur = pos + FLOW_METADATA_SIZE;
     let mut credit_used = 0u64;
     for _ in 0..count {
-        if cur + HEADER_SIZE as u64 > end {
-            return Err("message header beyond the batch");
-        }
-        let h = MessageHeader::new_checked(e.recv_slice(cur, HEADER_SIZE as u64))
-            .ok_or("short header")?;
-        let (call_id, piggyback, len) = (h.call_id(), h.piggyback(), h.len());
-        let size = padded_message_size(len as usize);
-        if len as u64 > e.recv_size || cur + size > end {
-            return Err("message length beyond the batch");
-        }
-        if call_id & RESPONSE_FLAG != 0 {
-            if !e.pending.contains(call_id & !RESPONSE_FLAG) {
-                return Err("response to no pending call");
-            }
-        } else {
-            let allowance = u64::from(piggyback) * ALIGNMENT;
-            credit_used += allowance;
-            if allowance < 2 * ALIGNMENT || credit_used > e.peer_unused_credit {
-                return Err("request without the credit for its response");
-            }
-        }
-        cur += size;
+        cur += check_message(e, cur, end, &mut credit_used)?;
     }
     if cur != end {
         return Err("batch longer than its messages");
     }
-    // Pass 2: deliver. (A response id repeated within the batch is caught here.)
+    Ok(())
+}
+
+/// Checks the message at `cur` of a batch ending at `end`, adding a
+/// request's allowance to `credit_used`; returns its padded size.
+#[inline(always)]
+fn check_message<U, T: Transport>(
+    e: &Ep<U, T>,
+    cur: u64,
+    end: u64,
+    credit_used: &mut u64,
+) -> Result<u64, &'static str> {
+    if cur + HEADER_SIZE as u64 > end {
+        return Err("message header beyond the batch");
+    }
+    let h =
+        MessageHeader::new_checked(e.recv_slice(cur, HEADER_SIZE as u64)).ok_or("short header")?;
+    let (call_id, piggyback, len) = (h.call_id(), h.piggyback(), h.len());
+    let size = padded_message_size(len as usize);
+    if len as u64 > e.recv_size || cur + size > end {
+        return Err("message length beyond the batch");
+    }
+    if call_id & RESPONSE_FLAG != 0 {
+        if !e.pending.contains(call_id & !RESPONSE_FLAG) {
+            return Err("response to no pending call");
+        }
+    } else {
+        let allowance = u64::from(piggyback) * ALIGNMENT;
+        *credit_used += allowance;
+        if allowance < 2 * ALIGNMENT || *credit_used > e.peer_unused_credit {
+            return Err("request without the credit for its response");
+        }
+    }
+    Ok(size)
+}
+
+/// Pass 2 over a checked batch at `pos` of `count` messages: responses go
+/// to `on_response`, requests to `recvq`. (A response id repeated within
+/// the batch is caught here.)
+#[inline(always)]
+fn deliver_messages<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
+    e: &mut Ep<U, T>,
+    idx: u32,
+    pos: u64,
+    count: u32,
+    on_response: &mut F,
+    recvq: &mut Fifo<Arrived>,
+) -> Result<(), &'static str> {
     let mut cur = pos + FLOW_METADATA_SIZE;
     for _ in 0..count {
-        let h = MessageHeader::new_checked(e.recv_slice(cur, HEADER_SIZE as u64))
-            .ok_or("short header")?;
-        let (call_id, piggyback, len) = (h.call_id(), h.piggyback(), h.len());
-        let data = cur + HEADER_SIZE as u64;
-        if call_id & RESPONSE_FLAG != 0 {
-            let Some(u) = e.pending.remove(call_id & !RESPONSE_FLAG) else {
-                return Err("two responses to one call");
-            };
-            e.stats.responses += 1;
-            on_response(u, Ok(e.recv_slice(data, u64::from(len))));
-        } else {
-            let allowance = u64::from(piggyback) * ALIGNMENT;
-            e.peer_unused_credit -= allowance;
-            e.stats.requests += 1;
-            e.queued.push_back(cur);
-            recvq.push_back(Arrived {
-                ep: idx,
-                gen: e.gen,
-                call_id,
-                allowance,
-                pos: data,
-                len,
-            });
-        }
-        cur += padded_message_size(len as usize);
+        cur += deliver_message(e, idx, cur, on_response, recvq)?;
     }
-
-    e.recv_producer = end;
     Ok(())
+}
+
+/// Delivers the checked message at `cur`; returns its padded size.
+#[inline(always)]
+fn deliver_message<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport>(
+    e: &mut Ep<U, T>,
+    idx: u32,
+    cur: u64,
+    on_response: &mut F,
+    recvq: &mut Fifo<Arrived>,
+) -> Result<u64, &'static str> {
+    let h =
+        MessageHeader::new_checked(e.recv_slice(cur, HEADER_SIZE as u64)).ok_or("short header")?;
+    let (call_id, piggyback, len) = (h.call_id(), h.piggyback(), h.len());
+    let data = cur + HEADER_SIZE as u64;
+    if call_id & RESPONSE_FLAG != 0 {
+        let Some(u) = e.pending.remove(call_id & !RESPONSE_FLAG) else {
+            return Err("two responses to one call");
+        };
+        e.stats.responses += 1;
+        on_response(u, Ok(e.recv_slice(data, u64::from(len))));
+    } else {
+        let allowance = u64::from(piggyback) * ALIGNMENT;
+        e.peer_unused_credit -= allowance;
+        e.stats.requests += 1;
+        e.queued.push_back(cur);
+        recvq.push_back(Arrived {
+            ep: idx,
+            gen: e.gen,
+            call_id,
+            allowance,
+            pos: data,
+            len,
+        });
+    }
+    Ok(padded_message_size(len as usize))
 }

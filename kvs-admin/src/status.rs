@@ -8,6 +8,7 @@ use std::ops::Range;
 use kvs_proto::control::{
     CopyStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus, WorkerStatus,
 };
+use kvs_proto::shard::Run;
 use kvs_proto::ShardMap;
 use serde::Serialize;
 
@@ -176,122 +177,12 @@ pub fn assemble(
     answers: Vec<(SocketAddr, Result<MemberStatus, AdminError>)>,
 ) -> ClusterStatus {
     let runs = map.runs();
-    // The most recent view of the group among the answers.
-    let view: Option<GroupView> = answers
-        .iter()
-        .filter_map(|(_, a)| a.as_ref().ok())
-        .filter_map(|s| s.group.clone())
-        .max_by_key(|g| (g.term, g.applied));
-    let migration = answers
-        .iter()
-        .filter_map(|(_, a)| a.as_ref().ok())
-        .filter(|s| {
-            s.group.as_ref().map(|g| (g.term, g.applied))
-                == view.as_ref().map(|g| (g.term, g.applied))
-        })
-        .find_map(|s| s.migration.clone());
+    let view = latest_view(&answers);
+    let migration = migration_in_view(&answers, view.as_ref());
     let members = answers
         .into_iter()
         .enumerate()
-        .map(|(i, (addr, answer))| {
-            let id = i as u16;
-            let map_workers = map.members().get(i).map_or(0, |m| m.workers);
-            let ranges_of = |w: u16| -> Vec<Span> {
-                let r: Vec<Range<u32>> = runs
-                    .iter()
-                    .filter(|r| r.owner.member == id && r.owner.worker == w)
-                    .map(|r| r.slots.clone())
-                    .collect();
-                render::merge(&r)
-                    .into_iter()
-                    .map(|r| Span {
-                        first: r.start,
-                        last: r.end - 1,
-                    })
-                    .collect()
-            };
-            let importing = runs
-                .iter()
-                .filter(|r| r.owner.member == id)
-                .filter_map(|r| {
-                    r.from.map(|from| ImportRange {
-                        first: r.slots.start,
-                        last: r.slots.end - 1,
-                        from,
-                    })
-                })
-                .collect();
-            let in_view = view
-                .as_ref()
-                .and_then(|g| g.members.iter().find(|m| m.id == id));
-            let mut v = MemberView {
-                member: id,
-                addr,
-                state: in_view.map_or("up", |m| m.state.as_str()).to_string(),
-                voter: in_view.is_some_and(|m| m.voter),
-                zone: in_view.and_then(|m| m.zone.clone()),
-                drained: in_view.is_some_and(|m| m.drained),
-                lease: None,
-                answered: false,
-                error: None,
-                map_version: None,
-                answered_as: None,
-                map_slots: map.slots_of(id),
-                backup_slots: map.backup_slots_of(id),
-                slots: None,
-                keys: None,
-                backup_keys: None,
-                bytes: None,
-                workers: Vec::new(),
-                importing,
-                imports: Vec::new(),
-                copies: Vec::new(),
-            };
-            match answer {
-                Ok(s) => {
-                    v.answered = true;
-                    v.lease = s.group.as_ref().map(|g| g.lease);
-                    v.map_version = Some(s.map_version);
-                    v.answered_as = Some(s.member);
-                    v.slots = Some(s.workers.iter().map(|w| w.slots).sum());
-                    v.keys = Some(s.workers.iter().map(primary_keys).sum());
-                    v.backup_keys = Some(s.workers.iter().map(|w| w.backup_keys).sum());
-                    v.bytes = Some(s.workers.iter().map(|w| w.bytes).sum());
-                    v.workers = s
-                        .workers
-                        .iter()
-                        .enumerate()
-                        .map(|(w, ws)| WorkerView {
-                            worker: w as u16,
-                            slots: Some(ws.slots),
-                            ranges: ranges_of(w as u16),
-                            keys: Some(primary_keys(ws)),
-                            bytes: Some(ws.bytes),
-                        })
-                        .collect();
-                    v.imports = s.imports;
-                    v.copies = s.copies;
-                }
-                // A forgotten member is not expected to answer.
-                Err(_) if v.state == "left" => {}
-                Err(e) => {
-                    if v.state == "up" {
-                        v.state = "down".into();
-                    }
-                    v.error = Some(e.to_string());
-                    v.workers = (0..map_workers)
-                        .map(|w| WorkerView {
-                            worker: w,
-                            slots: None,
-                            ranges: ranges_of(w),
-                            keys: None,
-                            bytes: None,
-                        })
-                        .collect();
-                }
-            }
-            v
-        })
+        .map(|(i, (addr, answer))| member_view(i as u16, addr, answer, map, &runs, view.as_ref()))
         .collect();
     ClusterStatus {
         cluster_id: view.as_ref().map(|g| g.cluster_id.clone()),
@@ -306,6 +197,153 @@ pub fn assemble(
         slot_ranges: backups::slot_runs(map),
         migration,
     }
+}
+
+/// The most recent view of the control group among the answers.
+fn latest_view(answers: &[(SocketAddr, Result<MemberStatus, AdminError>)]) -> Option<GroupView> {
+    answers
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().ok())
+        .filter_map(|s| s.group.clone())
+        .max_by_key(|g| (g.term, g.applied))
+}
+
+/// The migration as the first answer that shares `view` (the most recent
+/// view of the group) reports it.
+fn migration_in_view(
+    answers: &[(SocketAddr, Result<MemberStatus, AdminError>)],
+    view: Option<&GroupView>,
+) -> Option<MigrationStatus> {
+    answers
+        .iter()
+        .filter_map(|(_, a)| a.as_ref().ok())
+        .filter(|s| {
+            s.group.as_ref().map(|g| (g.term, g.applied)) == view.map(|g| (g.term, g.applied))
+        })
+        .find_map(|s| s.migration.clone())
+}
+
+/// Member `id` (at `addr`) as the map, the group's `view` and its `answer`
+/// describe it.
+fn member_view(
+    id: u16,
+    addr: SocketAddr,
+    answer: Result<MemberStatus, AdminError>,
+    map: &ShardMap,
+    runs: &[Run],
+    view: Option<&GroupView>,
+) -> MemberView {
+    let in_view = view.and_then(|g| g.members.iter().find(|m| m.id == id));
+    let mut v = MemberView {
+        member: id,
+        addr,
+        state: in_view.map_or("up", |m| m.state.as_str()).to_string(),
+        voter: in_view.is_some_and(|m| m.voter),
+        zone: in_view.and_then(|m| m.zone.clone()),
+        drained: in_view.is_some_and(|m| m.drained),
+        lease: None,
+        answered: false,
+        error: None,
+        map_version: None,
+        answered_as: None,
+        map_slots: map.slots_of(id),
+        backup_slots: map.backup_slots_of(id),
+        slots: None,
+        keys: None,
+        backup_keys: None,
+        bytes: None,
+        workers: Vec::new(),
+        importing: importing(runs, id),
+        imports: Vec::new(),
+        copies: Vec::new(),
+    };
+    match answer {
+        Ok(s) => add_answer(&mut v, s, runs),
+        // A forgotten member is not expected to answer.
+        Err(_) if v.state == "left" => {}
+        Err(e) => {
+            let map_workers = map.members().get(usize::from(id)).map_or(0, |m| m.workers);
+            add_silence(&mut v, &e, map_workers, runs);
+        }
+    }
+    v
+}
+
+/// The slots of member `id`'s worker `w` by the map's `runs`, merged into
+/// spans.
+fn worker_spans(runs: &[Run], id: u16, w: u16) -> Vec<Span> {
+    let r: Vec<Range<u32>> = runs
+        .iter()
+        .filter(|r| r.owner.member == id && r.owner.worker == w)
+        .map(|r| r.slots.clone())
+        .collect();
+    render::merge(&r)
+        .into_iter()
+        .map(|r| Span {
+            first: r.start,
+            last: r.end - 1,
+        })
+        .collect()
+}
+
+/// The slot ranges member `id` imports, by the map's `runs`.
+fn importing(runs: &[Run], id: u16) -> Vec<ImportRange> {
+    runs.iter()
+        .filter(|r| r.owner.member == id)
+        .filter_map(|r| {
+            r.from.map(|from| ImportRange {
+                first: r.slots.start,
+                last: r.slots.end - 1,
+                from,
+            })
+        })
+        .collect()
+}
+
+/// Fills `v` with its member's answer `s`: its figures, and per worker
+/// its slots (the ranges by the map's `runs`), keys and bytes.
+fn add_answer(v: &mut MemberView, s: MemberStatus, runs: &[Run]) {
+    let id = v.member;
+    v.answered = true;
+    v.lease = s.group.as_ref().map(|g| g.lease);
+    v.map_version = Some(s.map_version);
+    v.answered_as = Some(s.member);
+    v.slots = Some(s.workers.iter().map(|w| w.slots).sum());
+    v.keys = Some(s.workers.iter().map(primary_keys).sum());
+    v.backup_keys = Some(s.workers.iter().map(|w| w.backup_keys).sum());
+    v.bytes = Some(s.workers.iter().map(|w| w.bytes).sum());
+    v.workers = s
+        .workers
+        .iter()
+        .enumerate()
+        .map(|(w, ws)| WorkerView {
+            worker: w as u16,
+            slots: Some(ws.slots),
+            ranges: worker_spans(runs, id, w as u16),
+            keys: Some(primary_keys(ws)),
+            bytes: Some(ws.bytes),
+        })
+        .collect();
+    v.imports = s.imports;
+    v.copies = s.copies;
+}
+
+/// Fills `v` for a member that did not answer (`e`): an up member is down,
+/// and its `map_workers` workers show only the map's ranges.
+fn add_silence(v: &mut MemberView, e: &AdminError, map_workers: u16, runs: &[Run]) {
+    if v.state == "up" {
+        v.state = "down".into();
+    }
+    v.error = Some(e.to_string());
+    v.workers = (0..map_workers)
+        .map(|w| WorkerView {
+            worker: w,
+            slots: None,
+            ranges: worker_spans(runs, v.member, w),
+            keys: None,
+            bytes: None,
+        })
+        .collect();
 }
 
 impl ClusterStatus {
@@ -357,6 +395,24 @@ impl ClusterStatus {
 
     /// The status for people.
     pub fn text(&self) -> String {
+        let mut out = self.summary_text();
+        out.push('\n');
+        out.push_str(&self.members_table());
+        for m in self.members.iter().filter(|m| m.state != "left") {
+            out.push('\n');
+            out.push_str(&self.member_text(m));
+        }
+        if let Some(mig) = &self.migration {
+            out.push('\n');
+            out.push_str(&migration_text(mig, &self.members));
+        }
+        out.push_str(&self.imports_text());
+        out
+    }
+
+    /// The cluster's line, the control group's, the replicas' and the
+    /// warnings.
+    fn summary_text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
@@ -380,7 +436,11 @@ impl ClusterStatus {
         for w in self.warnings() {
             let _ = writeln!(out, "warning: {w}");
         }
-        out.push('\n');
+        out
+    }
+
+    /// The table of the members, one row each.
+    fn members_table(&self) -> String {
         let mut t = Table::new(&[
             ("MEMBER", Align::Right),
             ("ADDRESS", Align::Left),
@@ -418,96 +478,82 @@ impl ClusterStatus {
                 note,
             ]);
         }
-        out.push_str(&t.render(""));
-        for m in self.members.iter().filter(|m| m.state != "left") {
-            out.push('\n');
-            let mut head = format!("member {} ({})", m.member, m.addr);
-            if self.leader == Some(m.member) {
-                head.push_str(", leader");
-            }
-            if let Some(z) = &m.zone {
-                let _ = write!(head, ", zone {z}");
-            }
-            if m.drained {
-                head.push_str(", drained");
-            }
-            if self.replicas.is_some_and(|r| r > 1) || m.backup_slots > 0 {
-                let _ = write!(
-                    head,
-                    ", backs up {} slot{}",
-                    m.backup_slots,
-                    if m.backup_slots == 1 { "" } else { "s" }
-                );
-                if let Some(k) = m.backup_keys.filter(|_| m.backup_slots > 0) {
-                    let _ = write!(head, " ({k} keys)");
-                }
-            }
-            let _ = writeln!(out, "{head}");
-            let mut t = Table::new(&[
-                ("WORKER", Align::Right),
-                ("SLOTS", Align::Right),
-                ("RANGES", Align::Left),
-                ("KEYS", Align::Right),
-                ("BYTES", Align::Right),
-            ]);
-            for w in &m.workers {
-                let ranges: Vec<Range<u32>> =
-                    w.ranges.iter().map(|s| s.first..s.last + 1).collect();
-                t.row(vec![
-                    w.worker.to_string(),
-                    w.slots
-                        .map_or_else(|| format!("({})", spans_len(&w.ranges)), |s| s.to_string()),
-                    render::slot_ranges(&ranges, MAX_RANGES),
-                    opt(w.keys),
-                    w.bytes.map_or("-".to_string(), render::bytes),
-                ]);
-            }
-            out.push_str(&t.render("  "));
-            for i in &m.importing {
-                let _ = writeln!(
-                    out,
-                    "  importing {} from member {}",
-                    render::slot_range(&(i.first..i.last + 1)),
-                    i.from
-                );
+        t.render("")
+    }
+
+    /// Member `m`'s section: its head line, its workers' table and the
+    /// ranges it imports.
+    fn member_text(&self, m: &MemberView) -> String {
+        let mut out = String::new();
+        let mut head = format!("member {} ({})", m.member, m.addr);
+        if self.leader == Some(m.member) {
+            head.push_str(", leader");
+        }
+        if let Some(z) = &m.zone {
+            let _ = write!(head, ", zone {z}");
+        }
+        if m.drained {
+            head.push_str(", drained");
+        }
+        if self.replicas.is_some_and(|r| r > 1) || m.backup_slots > 0 {
+            let _ = write!(
+                head,
+                ", backs up {} slot{}",
+                m.backup_slots,
+                if m.backup_slots == 1 { "" } else { "s" }
+            );
+            if let Some(k) = m.backup_keys.filter(|_| m.backup_slots > 0) {
+                let _ = write!(head, " ({k} keys)");
             }
         }
-        if let Some(mig) = &self.migration {
-            out.push('\n');
-            out.push_str(&migration_text(mig, &self.members));
+        let _ = writeln!(out, "{head}");
+        out.push_str(&workers_table(&m.workers));
+        for i in &m.importing {
+            let _ = writeln!(
+                out,
+                "  importing {} from member {}",
+                render::slot_range(&(i.first..i.last + 1)),
+                i.from
+            );
         }
+        out
+    }
+
+    /// The imports the targets report, as a table after a blank line;
+    /// nothing without any.
+    fn imports_text(&self) -> String {
         let imports: Vec<(u16, &ImportStatus)> = self
             .members
             .iter()
             .flat_map(|m| m.imports.iter().map(move |i| (m.member, i)))
             .collect();
-        if !imports.is_empty() {
-            out.push('\n');
-            out.push_str("imports at targets\n");
-            let mut t = Table::new(&[
-                ("TARGET", Align::Right),
-                ("FROM", Align::Right),
-                ("SLOTS", Align::Right),
-                ("RECORDS", Align::Right),
-                ("BYTES", Align::Right),
-                ("RATE", Align::Right),
-                ("ELAPSED", Align::Right),
-                ("RETRIES", Align::Right),
-            ]);
-            for (target, i) in imports {
-                t.row(vec![
-                    target.to_string(),
-                    i.from.to_string(),
-                    i.slots.to_string(),
-                    i.records.to_string(),
-                    render::bytes(i.bytes),
-                    render::rate(i.bytes, i.seconds),
-                    render::duration(i.seconds),
-                    i.retries.to_string(),
-                ]);
-            }
-            out.push_str(&t.render("  "));
+        if imports.is_empty() {
+            return String::new();
         }
+        let mut out = String::from("\nimports at targets\n");
+        let mut t = Table::new(&[
+            ("TARGET", Align::Right),
+            ("FROM", Align::Right),
+            ("SLOTS", Align::Right),
+            ("RECORDS", Align::Right),
+            ("BYTES", Align::Right),
+            ("RATE", Align::Right),
+            ("ELAPSED", Align::Right),
+            ("RETRIES", Align::Right),
+        ]);
+        for (target, i) in imports {
+            t.row(vec![
+                target.to_string(),
+                i.from.to_string(),
+                i.slots.to_string(),
+                i.records.to_string(),
+                render::bytes(i.bytes),
+                render::rate(i.bytes, i.seconds),
+                render::duration(i.seconds),
+                i.retries.to_string(),
+            ]);
+        }
+        out.push_str(&t.render("  "));
         out
     }
 
@@ -566,6 +612,31 @@ impl ClusterStatus {
         // serializes.
         serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
     }
+}
+
+/// A member's workers as a table (indented under its head line): each
+/// one's slots (in parentheses: the map's count, when it did not answer),
+/// ranges, keys and bytes.
+fn workers_table(workers: &[WorkerView]) -> String {
+    let mut t = Table::new(&[
+        ("WORKER", Align::Right),
+        ("SLOTS", Align::Right),
+        ("RANGES", Align::Left),
+        ("KEYS", Align::Right),
+        ("BYTES", Align::Right),
+    ]);
+    for w in workers {
+        let ranges: Vec<Range<u32>> = w.ranges.iter().map(|s| s.first..s.last + 1).collect();
+        t.row(vec![
+            w.worker.to_string(),
+            w.slots
+                .map_or_else(|| format!("({})", spans_len(&w.ranges)), |s| s.to_string()),
+            render::slot_ranges(&ranges, MAX_RANGES),
+            opt(w.keys),
+            w.bytes.map_or("-".to_string(), render::bytes),
+        ]);
+    }
+    t.render("  ")
 }
 
 /// The keys of the slots a worker is primary of (it reports its backup

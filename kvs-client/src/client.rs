@@ -786,123 +786,9 @@ impl<T, X: Transport> Client<T, X> {
         if (events == 0 || self.polls % 1024 == 0)
             && self.clock.duration_since(self.last_check) >= Duration::from_millis(100)
         {
-            self.last_check = self.clock;
-            n += self.expire(&mut f);
-            // While a member the map names is unreachable, the map is
-            // fetched again every check: the group may move its slots to
-            // their backups (it marks it failed after member_timeout_ms).
-            if self.peers.iter().any(|p| p.reach.failing()) {
-                self.map_stale = true;
-            }
-            let mut dead: Vec<u16> = Vec::new();
-            for c in &mut self.conns {
-                if !c.check(&mut self.ctx) {
-                    if let Some(m) = self.routes.member_of(c.endpoint()) {
-                        dead.push(m);
-                    }
-                }
-            }
-            for m in dead {
-                self.lost_member(m);
-            }
+            n += self.check_liveness(&mut f);
         }
-        let mut done = self.inbox.done.take();
-        let mut arena = self.inbox.arena.take();
-        for d in done.drain(..) {
-            let i = d.op;
-            let Some(kind) = self.ops.get(i as usize).map(|s| s.kind) else {
-                continue;
-            };
-            // The caller was told its deadline passed.
-            if self.ops[i as usize].abandoned {
-                self.release(i);
-                continue;
-            }
-            let bytes = d
-                .result
-                .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
-            // The flags byte of any answer (checked in full below).
-            if let Ok([_, flags, ..]) = bytes {
-                if flags & FLAG_MAP_NEWER != 0 {
-                    self.map_newer(i);
-                }
-            }
-            match kind {
-                Kind::Key(op) => {
-                    let r = match bytes {
-                        // The member's connection died with the request
-                        // on it: in a cluster its slot may be served by a
-                        // backup by now, so it is sent again, by the next
-                        // map, until its deadline.
-                        Err(CloseReason::PeerGone | CloseReason::Transport(_))
-                            if self.map.members().len() > 1 =>
-                        {
-                            let ep = self.ops[i as usize].ep;
-                            if let Some(m) = self.routes.member_of(ep) {
-                                self.lost_member(m);
-                            }
-                            self.map_stale = true;
-                            let s = &mut self.ops[i as usize];
-                            self.chaser
-                                .later(i, &mut s.chase, Target::Route, self.clock);
-                            continue;
-                        }
-                        Err(why) => Err(KvError::Failed(why)),
-                        Ok(b) => match Response::new_checked(b) {
-                            Err(e) => Err(KvError::Malformed(e)),
-                            Ok(resp) => match resp.status() {
-                                Status::Ok => Ok(if op == Op::Get {
-                                    Reply::Value(resp.payload())
-                                } else {
-                                    Reply::Done
-                                }),
-                                Status::NotFound => Ok(Reply::NotFound),
-                                st
-                                @ (Status::Redirect | Status::TryAgain | Status::Unavailable) => {
-                                    match self.follow(i, st, resp.payload()) {
-                                        None => continue,
-                                        Some(e) => Err(e),
-                                    }
-                                }
-                                // A member of a cluster stopping: its slots
-                                // moved (it handed them over) or will once
-                                // it is marked failed; asked again by the
-                                // next map.
-                                Status::ShuttingDown if self.map.members().len() > 1 => {
-                                    self.stopping(i);
-                                    match self.follow(i, Status::Unavailable, resp.payload()) {
-                                        None => continue,
-                                        Some(_) => Err(KvError::ShuttingDown),
-                                    }
-                                }
-                                st => Err(KvError::of_status(st, resp.payload())),
-                            },
-                        },
-                    };
-                    let tag = self.release(i).expect("a request has its tag");
-                    self.in_flight -= 1;
-                    n += 1;
-                    f(tag, r);
-                }
-                Kind::Part(parent) => {
-                    if let Some(st) = chased_status(&bytes) {
-                        let payload = bytes.as_ref().map_or(&[][..], |b| &b[RESPONSE_HEADER..]);
-                        match self.follow(i, st, payload) {
-                            None => {}
-                            Some(e) => n += self.fail(i, e, &mut f),
-                        }
-                        continue;
-                    }
-                    self.release(i);
-                    n += self.part_done(parent, |agg| agg.add(bytes), &mut f);
-                }
-                Kind::Map => self.map_answered(i, bytes),
-                Kind::Scan => {}
-            }
-        }
-        self.inbox.done.set(done);
-        arena.clear();
-        self.inbox.arena.set(arena);
+        n += self.follow_inbox(&mut f);
         if self.fetched.is_some()
             || self.chaser.pending()
             || !self.doomed.is_empty()
@@ -911,6 +797,173 @@ impl<T, X: Transport> Client<T, X> {
             n += self.chase(&mut f);
         }
         n
+    }
+
+    /// The periodic check: expires requests past their deadline, marks the
+    /// map stale while a member it names is unreachable, and treats the
+    /// members of dead connections as lost. Returns how many of the
+    /// caller's requests completed.
+    fn check_liveness(&mut self, f: &mut impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        self.last_check = self.clock;
+        let n = self.expire(f);
+        // While a member the map names is unreachable, the map is
+        // fetched again every check: the group may move its slots to
+        // their backups (it marks it failed after member_timeout_ms).
+        if self.peers.iter().any(|p| p.reach.failing()) {
+            self.map_stale = true;
+        }
+        let mut dead: Vec<u16> = Vec::new();
+        for c in &mut self.conns {
+            if !c.check(&mut self.ctx) {
+                if let Some(m) = self.routes.member_of(c.endpoint()) {
+                    dead.push(m);
+                }
+            }
+        }
+        for m in dead {
+            self.lost_member(m);
+        }
+        n
+    }
+
+    /// Follows the answers the poll copied into the inbox, and empties it.
+    /// Returns how many of the caller's requests completed.
+    #[inline(always)]
+    fn follow_inbox(&mut self, f: &mut impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
+        let mut n = 0;
+        let mut done = self.inbox.done.take();
+        let mut arena = self.inbox.arena.take();
+        for d in done.drain(..) {
+            let bytes = d
+                .result
+                .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
+            n += self.answered(d.op, bytes, f);
+        }
+        self.inbox.done.set(done);
+        arena.clear();
+        self.inbox.arena.set(arena);
+        n
+    }
+
+    /// One answer (`bytes`, or why the call failed) to op `i`, by the op's
+    /// kind (a long `match` of small arms). Returns how many of the
+    /// caller's requests completed.
+    #[inline(always)]
+    fn answered(
+        &mut self,
+        i: u32,
+        bytes: Result<&[u8], CloseReason>,
+        f: &mut impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) -> usize {
+        let Some(kind) = self.ops.get(i as usize).map(|s| s.kind) else {
+            return 0;
+        };
+        // The caller was told its deadline passed.
+        if self.ops[i as usize].abandoned {
+            self.release(i);
+            return 0;
+        }
+        // The flags byte of any answer (checked in full below).
+        if let Ok([_, flags, ..]) = bytes {
+            if flags & FLAG_MAP_NEWER != 0 {
+                self.map_newer(i);
+            }
+        }
+        match kind {
+            Kind::Key(op) => {
+                let Some(r) = self.key_result(i, op, bytes) else {
+                    return 0;
+                };
+                let tag = self.release(i).expect("a request has its tag");
+                self.in_flight -= 1;
+                f(tag, r);
+                1
+            }
+            Kind::Part(parent) => self.part_answered(i, parent, bytes, f),
+            Kind::Map => {
+                self.map_answered(i, bytes);
+                0
+            }
+            Kind::Scan => 0,
+        }
+    }
+
+    /// The caller's result of key request `i` (an `op`) from its answer
+    /// `bytes`; `None` while the request is being chased (re-sent, queued
+    /// or parked).
+    #[inline(always)]
+    fn key_result<'b>(
+        &mut self,
+        i: u32,
+        op: Op,
+        bytes: Result<&'b [u8], CloseReason>,
+    ) -> Option<Result<Reply<'b>, KvError>> {
+        let b = match bytes {
+            // The member's connection died with the request on it: in a
+            // cluster its slot may be served by a backup by now, so it is
+            // sent again, by the next map, until its deadline.
+            Err(CloseReason::PeerGone | CloseReason::Transport(_))
+                if self.map.members().len() > 1 =>
+            {
+                let ep = self.ops[i as usize].ep;
+                if let Some(m) = self.routes.member_of(ep) {
+                    self.lost_member(m);
+                }
+                self.map_stale = true;
+                let s = &mut self.ops[i as usize];
+                self.chaser
+                    .later(i, &mut s.chase, Target::Route, self.clock);
+                return None;
+            }
+            Err(why) => return Some(Err(KvError::Failed(why))),
+            Ok(b) => b,
+        };
+        let resp = match Response::new_checked(b) {
+            Err(e) => return Some(Err(KvError::Malformed(e))),
+            Ok(resp) => resp,
+        };
+        Some(match resp.status() {
+            Status::Ok => Ok(if op == Op::Get {
+                Reply::Value(resp.payload())
+            } else {
+                Reply::Done
+            }),
+            Status::NotFound => Ok(Reply::NotFound),
+            st @ (Status::Redirect | Status::TryAgain | Status::Unavailable) => {
+                Err(self.follow(i, st, resp.payload())?)
+            }
+            // A member of a cluster stopping: its slots moved (it handed
+            // them over) or will once it is marked failed; asked again by
+            // the next map.
+            Status::ShuttingDown if self.map.members().len() > 1 => {
+                self.stopping(i);
+                self.follow(i, Status::Unavailable, resp.payload())?;
+                Err(KvError::ShuttingDown)
+            }
+            st => Err(KvError::of_status(st, resp.payload())),
+        })
+    }
+
+    /// The answer `bytes` to part `i` of scan `parent`: a redirect or
+    /// try-again is followed, anything else goes into the scan. Returns
+    /// how many of the caller's requests completed.
+    #[inline(always)]
+    fn part_answered(
+        &mut self,
+        i: u32,
+        parent: u32,
+        bytes: Result<&[u8], CloseReason>,
+        f: &mut impl FnMut(T, Result<Reply<'_>, KvError>),
+    ) -> usize {
+        if let Some(st) = chased_status(&bytes) {
+            let payload = bytes.as_ref().map_or(&[][..], |b| &b[RESPONSE_HEADER..]);
+            return match self.follow(i, st, payload) {
+                None => 0,
+                Some(e) => self.fail(i, e, f),
+            };
+        }
+        self.release(i);
+        self.part_done(parent, |agg| agg.add(bytes), f)
     }
 
     /// Follows a redirect or a try-again (`st`, `payload`) of op `i`: `None`

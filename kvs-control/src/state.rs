@@ -777,24 +777,12 @@ impl ClusterState {
         }
     }
 
-    /// Applies a command committed at `at` (index, term).
+    /// Applies a command committed at `at` (index, term): a `match` of one
+    /// arm per command, each small or a call to the command's own step.
     pub fn apply(&mut self, cmd: &Command, at: (u64, u64)) -> Applied {
         match cmd {
             Command::Migrate { at_ms, .. } | Command::Rebalance { at_ms } => {
-                if let Err(why) = self.check_migration(cmd) {
-                    return Applied::Refused(why);
-                }
-                let moves: Vec<(std::ops::Range<u32>, u16)> = match cmd {
-                    Command::Migrate { moves, .. } => {
-                        moves.iter().map(|&(a, b, to)| (a..b, to)).collect()
-                    }
-                    _ => self.rebalance_moves(),
-                };
-                match Migration::new(&self.map, &moves, *at_ms, self.spreads(cmd)) {
-                    Ok(g) => self.migration = Some(g),
-                    Err(why) => return Applied::Refused(why),
-                }
-                self.step_migration(at, Some(*at_ms))
+                self.start_migration(cmd, *at_ms, at)
             }
             Command::Cancel { at_ms } => match self.migration.as_mut() {
                 Some(g) if g.running() => {
@@ -820,36 +808,7 @@ impl ClusterState {
                     Applied::Nothing
                 }
             }
-            Command::Map { map } => {
-                let m = match ShardMap::decode(map) {
-                    Ok(m) => m,
-                    Err(e) => return Applied::Refused(e.to_string()),
-                };
-                if m.version() != self.map.version() + 1 {
-                    return Applied::Refused(format!(
-                        "map version {} does not follow {}",
-                        m.version(),
-                        self.map.version()
-                    ));
-                }
-                if m.slots() != self.map.slots() || m.members() != self.map.members() {
-                    return Applied::Refused(
-                        "a map command may change owners only, not slots or members".into(),
-                    );
-                }
-                for r in m.runs() {
-                    if self.member_state(r.owner.member) == Some(MemberState::Left) {
-                        return Applied::Refused(format!(
-                            "slots {}..{} given to member {}, which left",
-                            r.slots.start, r.slots.end, r.owner.member
-                        ));
-                    }
-                }
-                let v = m.version();
-                self.map = m;
-                self.map_at = at;
-                Applied::Map(v)
-            }
+            Command::Map { map } => self.replace_map(map, at),
             &Command::MarkFailed { member } => match self.member_state(member) {
                 Some(MemberState::Up) => {
                     self.members[usize::from(member)].state = MemberState::Failed;
@@ -882,117 +841,216 @@ impl ClusterState {
                 end,
                 to,
                 at_ms,
-            } => {
-                let due = self
-                    .migration
-                    .as_ref()
-                    .filter(|g| g.running())
-                    .and_then(|g| g.hand_over_due(&self.map));
-                if due.is_none_or(|c| (c.first, c.end, c.to) != (first, end, to)) {
-                    return Applied::Refused(format!(
-                        "slots {first}..{end} are not ready to be handed to member {to}"
-                    ));
-                }
-                let mut map = self.map.clone();
-                if let Err(e) = map.hand_over(first..end, to) {
-                    return Applied::Refused(format!(
-                        "slots {first}..{end} cannot be handed to member {to}: {e}"
-                    ));
-                }
-                self.set_map(map, at);
-                // The copy one too many goes; then the next chunk starts
-                // (or the backups' moves are planned, on the map without
-                // it).
-                self.reconcile(at);
-                self.step_migration(at, Some(at_ms));
-                Applied::Map(self.map.version())
-            }
-            &Command::Drain { member } => match self.member_state(member) {
-                Some(MemberState::Up) => {
-                    self.members[usize::from(member)].drained = true;
-                    let before = self.map.slots_of(member);
-                    self.fail_over(member, at);
-                    Applied::Drained {
-                        member,
-                        moved: before - self.map.slots_of(member),
-                    }
-                }
-                s => Applied::Refused(format!("member {member} is {s:?}, not up")),
-            },
-            &Command::SetReplicas { replicas } => {
-                if !REPLICAS.contains(&replicas) {
-                    return Applied::Refused(format!(
-                        "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
-                    ));
-                }
-                self.replicas = replicas;
-                if self.reconcile(at) {
-                    Applied::Map(self.map.version())
-                } else {
-                    Applied::Nothing
-                }
-            }
-            Command::BackupStale { member, slots } => {
-                let mut map = self.map.clone();
-                for &(a, b) in slots {
-                    let _ = map.set_backup_unready(a..b.min(map.slots()), *member);
-                }
-                if map == self.map {
-                    return Applied::Nothing;
-                }
-                self.set_map(map, at);
-                Applied::Map(self.map.version())
-            }
+            } => self.hand_over_chunk(first..end, to, at_ms, at),
+            &Command::Drain { member } => self.drain(member, at),
+            &Command::SetReplicas { replicas } => self.set_replicas(replicas, at),
+            Command::BackupStale { member, slots } => self.backups_stale(*member, slots, at),
             Command::BackupReady {
                 member,
                 slots,
                 since,
                 records,
                 bytes,
-            } => {
-                let mut map = self.map.clone();
-                for &(a, b) in slots {
-                    for s in a..b.min(map.slots()) {
-                        if map.epoch(s) <= *since {
-                            let _ = map.set_backup_ready(s..s + 1, *member);
-                        }
-                    }
-                }
-                if map == self.map {
-                    return Applied::Nothing;
-                }
-                self.set_map(map, at);
-                if let Some(g) = self.migration.as_mut().filter(|g| g.running()) {
-                    g.copied(*member, slots, *records, *bytes);
-                }
-                // A backup a rebalance moved is ready: the old one goes.
-                self.step_migration(at, None);
-                Applied::Map(self.map.version())
-            }
+            } => self.backups_ready(*member, slots, *since, (*records, *bytes), at),
             &Command::Readdress {
                 member,
                 addr,
                 bulk_port,
-            } => {
-                match self.member_state(member) {
-                    Some(MemberState::Left) | None => {
-                        return Applied::Refused(format!("there is no member {member}"))
-                    }
-                    _ => {}
+            } => self.readdress(member, addr, bulk_port, at),
+        }
+    }
+
+    /// A `Migrate` or `Rebalance` command (`cmd`) at `at_ms`: plans its
+    /// moves, when no migration runs, and takes the first step.
+    fn start_migration(&mut self, cmd: &Command, at_ms: u64, at: (u64, u64)) -> Applied {
+        if let Err(why) = self.check_migration(cmd) {
+            return Applied::Refused(why);
+        }
+        let moves: Vec<(std::ops::Range<u32>, u16)> = match cmd {
+            Command::Migrate { moves, .. } => moves.iter().map(|&(a, b, to)| (a..b, to)).collect(),
+            _ => self.rebalance_moves(),
+        };
+        match Migration::new(&self.map, &moves, at_ms, self.spreads(cmd)) {
+            Ok(g) => self.migration = Some(g),
+            Err(why) => return Applied::Refused(why),
+        }
+        self.step_migration(at, Some(at_ms))
+    }
+
+    /// A `Drain` command: an up `member` is marked drained, and each slot
+    /// it is primary of goes to its ready backup.
+    fn drain(&mut self, member: u16, at: (u64, u64)) -> Applied {
+        match self.member_state(member) {
+            Some(MemberState::Up) => {
+                self.members[usize::from(member)].drained = true;
+                let before = self.map.slots_of(member);
+                self.fail_over(member, at);
+                Applied::Drained {
+                    member,
+                    moved: before - self.map.slots_of(member),
                 }
-                if let Some(other) = self.member_at(addr).filter(|&o| o != member) {
-                    return Applied::Refused(format!("{addr} is member {other}'s address"));
-                }
-                let mut map = self.map.clone();
-                let _ = map.set_member_addr(member, addr);
-                let _ = map.set_bulk_port(member, bulk_port);
-                if map == self.map {
-                    return Applied::Nothing;
-                }
-                self.set_map(map, at);
-                Applied::Map(self.map.version())
+            }
+            s => Applied::Refused(format!("member {member} is {s:?}, not up")),
+        }
+    }
+
+    /// A `SetReplicas` command: the cluster keeps `replicas` copies of
+    /// each slot (1 to 3), and the map is reconciled to it.
+    fn set_replicas(&mut self, replicas: u8, at: (u64, u64)) -> Applied {
+        if !REPLICAS.contains(&replicas) {
+            return Applied::Refused(format!(
+                "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
+            ));
+        }
+        self.replicas = replicas;
+        if self.reconcile(at) {
+            Applied::Map(self.map.version())
+        } else {
+            Applied::Nothing
+        }
+    }
+
+    /// A `Map` command: the encoded `map` replaces the group's if it is the
+    /// next version, changes owners only, and gives no slot to a member
+    /// that left.
+    fn replace_map(&mut self, map: &[u8], at: (u64, u64)) -> Applied {
+        let m = match ShardMap::decode(map) {
+            Ok(m) => m,
+            Err(e) => return Applied::Refused(e.to_string()),
+        };
+        if m.version() != self.map.version() + 1 {
+            return Applied::Refused(format!(
+                "map version {} does not follow {}",
+                m.version(),
+                self.map.version()
+            ));
+        }
+        if m.slots() != self.map.slots() || m.members() != self.map.members() {
+            return Applied::Refused(
+                "a map command may change owners only, not slots or members".into(),
+            );
+        }
+        for r in m.runs() {
+            if self.member_state(r.owner.member) == Some(MemberState::Left) {
+                return Applied::Refused(format!(
+                    "slots {}..{} given to member {}, which left",
+                    r.slots.start, r.slots.end, r.owner.member
+                ));
             }
         }
+        let v = m.version();
+        self.map = m;
+        self.map_at = at;
+        Applied::Map(v)
+    }
+
+    /// A `HandOver` command: the running migration's due chunk `slots`
+    /// goes to member `to`; the copy one too many goes, and the migration
+    /// steps on.
+    fn hand_over_chunk(
+        &mut self,
+        slots: std::ops::Range<u32>,
+        to: u16,
+        at_ms: u64,
+        at: (u64, u64),
+    ) -> Applied {
+        let (first, end) = (slots.start, slots.end);
+        let due = self
+            .migration
+            .as_ref()
+            .filter(|g| g.running())
+            .and_then(|g| g.hand_over_due(&self.map));
+        if due.is_none_or(|c| (c.first, c.end, c.to) != (first, end, to)) {
+            return Applied::Refused(format!(
+                "slots {first}..{end} are not ready to be handed to member {to}"
+            ));
+        }
+        let mut map = self.map.clone();
+        if let Err(e) = map.hand_over(slots, to) {
+            return Applied::Refused(format!(
+                "slots {first}..{end} cannot be handed to member {to}: {e}"
+            ));
+        }
+        self.set_map(map, at);
+        // The copy one too many goes; then the next chunk starts
+        // (or the backups' moves are planned, on the map without
+        // it).
+        self.reconcile(at);
+        self.step_migration(at, Some(at_ms));
+        Applied::Map(self.map.version())
+    }
+
+    /// A `BackupStale` command: `member`'s backups of `slots` are not
+    /// ready.
+    fn backups_stale(&mut self, member: u16, slots: &[(u32, u32)], at: (u64, u64)) -> Applied {
+        let mut map = self.map.clone();
+        for &(a, b) in slots {
+            let _ = map.set_backup_unready(a..b.min(map.slots()), member);
+        }
+        if map == self.map {
+            return Applied::Nothing;
+        }
+        self.set_map(map, at);
+        Applied::Map(self.map.version())
+    }
+
+    /// A `BackupReady` command: `member`'s backups of `slots` whose epoch
+    /// is at most `since` are ready; the running migration counts the
+    /// copy (`records`, `bytes`), and a backup it moved replaces the old.
+    fn backups_ready(
+        &mut self,
+        member: u16,
+        slots: &[(u32, u32)],
+        since: u32,
+        (records, bytes): (u64, u64),
+        at: (u64, u64),
+    ) -> Applied {
+        let mut map = self.map.clone();
+        for &(a, b) in slots {
+            for s in a..b.min(map.slots()) {
+                if map.epoch(s) <= since {
+                    let _ = map.set_backup_ready(s..s + 1, member);
+                }
+            }
+        }
+        if map == self.map {
+            return Applied::Nothing;
+        }
+        self.set_map(map, at);
+        if let Some(g) = self.migration.as_mut().filter(|g| g.running()) {
+            g.copied(member, slots, records, bytes);
+        }
+        // A backup a rebalance moved is ready: the old one goes.
+        self.step_migration(at, None);
+        Applied::Map(self.map.version())
+    }
+
+    /// A `Readdress` command: `member` (not one that left) is reached at
+    /// `addr`, its bulk port `bulk_port`, unless another member is there.
+    fn readdress(
+        &mut self,
+        member: u16,
+        addr: SocketAddr,
+        bulk_port: u16,
+        at: (u64, u64),
+    ) -> Applied {
+        match self.member_state(member) {
+            Some(MemberState::Left) | None => {
+                return Applied::Refused(format!("there is no member {member}"))
+            }
+            _ => {}
+        }
+        if let Some(other) = self.member_at(addr).filter(|&o| o != member) {
+            return Applied::Refused(format!("{addr} is member {other}'s address"));
+        }
+        let mut map = self.map.clone();
+        let _ = map.set_member_addr(member, addr);
+        let _ = map.set_bulk_port(member, bulk_port);
+        if map == self.map {
+            return Applied::Nothing;
+        }
+        self.set_map(map, at);
+        Applied::Map(self.map.version())
     }
 
     /// The migration's next step, if it takes one: a new map.

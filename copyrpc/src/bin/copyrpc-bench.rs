@@ -428,11 +428,57 @@ fn serve<T: Transport>(dev: &Device, l: &Listener, common: &Common, n: usize) {
     }
 }
 
+/// A client thread's figures, shared by its loop and its response callback.
 struct Shared {
     hist: Histogram<u64>,
     done: u64,
     failed: u64,
     measuring: bool,
+}
+
+impl Shared {
+    /// Nothing counted, not measuring yet (warming up).
+    fn new() -> Shared {
+        Shared {
+            hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
+            done: 0,
+            failed: 0,
+            measuring: false,
+        }
+    }
+
+    /// The warm-up is over: counting starts from zero.
+    fn start_measuring(&mut self) {
+        self.measuring = true;
+        self.done = 0;
+        self.hist.reset();
+    }
+}
+
+/// The response callback of a client thread: counts responses (while
+/// measuring) and failures into `shared`, and records the round trip of the
+/// calls that carry their start time.
+///
+/// User data: the call's start time in ns since `clock`'s origin, for one
+/// call in 16 (0 for the others: two clock reads per call would be a
+/// measurable share of a 32-byte RPC).
+fn recorder(
+    shared: Rc<RefCell<Shared>>,
+    clock: Clock,
+) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
+    move |t0: u64, r: Result<&[u8], CallFailed>| {
+        let mut s = shared.borrow_mut();
+        match r {
+            Ok(_) if s.measuring => {
+                s.done += 1;
+                if t0 != 0 {
+                    let _ = s.hist.record(clock.ns().saturating_sub(t0).max(1));
+                }
+            }
+            Ok(_) => {}
+            Err(_) => s.failed += 1,
+        }
+    }
 }
 
 /// One client thread: its endpoints and its load.
@@ -483,30 +529,9 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
         think,
     } = job;
     let common = &common;
-    let shared = Rc::new(RefCell::new(Shared {
-        hist: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
-        done: 0,
-        failed: 0,
-        measuring: false,
-    }));
+    let shared = Rc::new(RefCell::new(Shared::new()));
     let clock = Clock::new();
-    let s2 = shared.clone();
-    // User data: the call's start time in ns since `origin`, for one call in
-    // 16 (0 for the others: two clock reads per call would be a measurable
-    // share of a 32-byte RPC).
-    let handler = move |t0: u64, r: Result<&[u8], CallFailed>| {
-        let mut s = s2.borrow_mut();
-        match r {
-            Ok(_) if s.measuring => {
-                s.done += 1;
-                if t0 != 0 {
-                    let _ = s.hist.record(clock.ns().saturating_sub(t0).max(1));
-                }
-            }
-            Ok(_) => {}
-            Err(_) => s.failed += 1,
-        }
-    };
+    let handler = recorder(shared.clone(), clock);
     let rss0 = resident_bytes();
     let mut ctx = builder(common, n)
         .build_on::<T, _, _>(dev, handler)
@@ -535,10 +560,7 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
             el = start.elapsed();
         }
         if el >= warm && !shared.borrow().measuring {
-            let mut s = shared.borrow_mut();
-            s.measuring = true;
-            s.done = 0;
-            s.hist.reset();
+            shared.borrow_mut().start_measuring();
         }
         if el >= warm + dur {
             break;
@@ -584,6 +606,64 @@ fn client_on<T: Transport>(dev: &Device, job: ClientThread) -> (u64, Histogram<u
     (s.done, s.hist.clone(), s.failed)
 }
 
+/// Starts the server as a child process of this binary, on a software
+/// fabric (`MLX5_SIM_FABRIC`, or one of this process's own, which the
+/// child inherits) with `common`'s settings; returns it and the address it
+/// announces.
+fn spawn_server(common: &Common) -> (std::process::Child, SocketAddr) {
+    let fabric = std::env::var("MLX5_SIM_FABRIC")
+        .unwrap_or_else(|_| format!("bench-{}", std::process::id()));
+    std::env::set_var("MLX5_SIM_FABRIC", &fabric);
+    let mut c = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "server",
+            "--listen",
+            "127.0.0.1:0",
+            "--ring",
+            &common.ring.to_string(),
+        ])
+        .args([
+            "--threads",
+            &common.threads.to_string(),
+            "--endpoints",
+            &common.endpoints.to_string(),
+            "--idle",
+            match common.idle {
+                Idle::Sleep => "sleep",
+                Idle::Spin => "spin",
+            },
+            "--spin-us",
+            &common.spin_us.to_string(),
+            "--transport",
+            &common.transport.to_string(),
+        ])
+        .args(
+            common
+                .device
+                .as_ref()
+                .map(|_| vec!["--device".to_string(), "sim1".to_string()])
+                .unwrap_or_default(),
+        )
+        .env("MLX5_SIM_FABRIC", &fabric)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("LISTENING ")
+        .expect("server announces its port")
+        .parse()
+        .unwrap();
+    (c, addr)
+}
+
+/// The `client` command: runs the load on its threads and prints the result.
 fn client(args: ClientArgs) {
     let ClientArgs {
         common,
@@ -598,55 +678,8 @@ fn client(args: ClientArgs) {
     } = args;
     let mut child = None;
     if spawn {
-        let fabric = std::env::var("MLX5_SIM_FABRIC")
-            .unwrap_or_else(|_| format!("bench-{}", std::process::id()));
-        std::env::set_var("MLX5_SIM_FABRIC", &fabric);
-        let mut c = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "server",
-                "--listen",
-                "127.0.0.1:0",
-                "--ring",
-                &common.ring.to_string(),
-            ])
-            .args([
-                "--threads",
-                &common.threads.to_string(),
-                "--endpoints",
-                &common.endpoints.to_string(),
-                "--idle",
-                match common.idle {
-                    Idle::Sleep => "sleep",
-                    Idle::Spin => "spin",
-                },
-                "--spin-us",
-                &common.spin_us.to_string(),
-                "--transport",
-                &common.transport.to_string(),
-            ])
-            .args(
-                common
-                    .device
-                    .as_ref()
-                    .map(|_| vec!["--device".to_string(), "sim1".to_string()])
-                    .unwrap_or_default(),
-            )
-            .env("MLX5_SIM_FABRIC", &fabric)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        addr = line
-            .trim()
-            .strip_prefix("LISTENING ")
-            .expect("server announces its port")
-            .parse()
-            .unwrap();
+        let (c, at) = spawn_server(&common);
+        addr = at;
         child = Some(c);
     }
     let busy = busy

@@ -117,28 +117,7 @@ impl Comm {
         let n = bufs.len();
         let nrails = self.rails.len();
         let now = Instant::now();
-        // Per buffer: bytes on rail 0, bytes on rail 1.
-        let mut share = [[0u64; 2]; MAX_BUFFERS];
-        let mut mask = 0u8;
-        let mut t = self.telemetry();
-        for (i, b) in bufs.iter().enumerate() {
-            let r0 = if nrails == 1 {
-                b.len
-            } else {
-                policy::aligned(b.len, self.policy.rail0_bytes(b.len, &t))
-            };
-            share[i] = [r0, b.len - r0];
-            for (r, (&bytes, tel)) in share[i].iter().zip(&mut t.rails).enumerate() {
-                if bytes > 0 {
-                    mask |= 1 << r;
-                }
-                tel.outstanding_bytes += bytes;
-            }
-        }
-        if mask == 0 {
-            // A 0-byte transfer: rail 0 carries the signal.
-            mask = 1;
-        }
+        let (share, mask) = self.split_over_rails(bufs);
         let leader = if mask & 1 != 0 { 0 } else { 1 };
         let g = self.res.granularity;
         let fast = if n == 1 {
@@ -157,12 +136,7 @@ impl Comm {
             *s = b.len as u32;
         }
         if fast.is_none() {
-            let mut rec = [0u8; RECORD_LEN];
-            if let Some(mut v) = Record::new_checked(&mut rec[..]) {
-                v.set(&sizes[..n]);
-            }
-            let lr = &self.rails[leader];
-            lr.staging.write(lr.record_off(slot), &rec);
+            self.stage_record(leader, slot, &sizes[..n]);
         }
         let mut rail_bytes = [0u64; 2];
         for r in 0..nrails {
@@ -210,6 +184,48 @@ impl Comm {
             index: idx,
             gen: req.gen,
         })
+    }
+
+    /// Splits each buffer between the rails, by the policy on fresh
+    /// telemetry (each buffer's share counted as outstanding for the next
+    /// one's decision). Returns, per buffer, its bytes on rail 0 and on
+    /// rail 1, and the mask of the rails that carry bytes (rail 0 alone for
+    /// a 0-byte transfer: it carries the signal).
+    fn split_over_rails(&mut self, bufs: &[Span]) -> ([[u64; 2]; MAX_BUFFERS], u8) {
+        let nrails = self.rails.len();
+        let mut share = [[0u64; 2]; MAX_BUFFERS];
+        let mut mask = 0u8;
+        let mut t = self.telemetry();
+        for (i, b) in bufs.iter().enumerate() {
+            let r0 = if nrails == 1 {
+                b.len
+            } else {
+                policy::aligned(b.len, self.policy.rail0_bytes(b.len, &t))
+            };
+            share[i] = [r0, b.len - r0];
+            for (r, (&bytes, tel)) in share[i].iter().zip(&mut t.rails).enumerate() {
+                if bytes > 0 {
+                    mask |= 1 << r;
+                }
+                tel.outstanding_bytes += bytes;
+            }
+        }
+        if mask == 0 {
+            // A 0-byte transfer: rail 0 carries the signal.
+            mask = 1;
+        }
+        (share, mask)
+    }
+
+    /// Writes the record of a transfer's buffer `sizes` into the staging
+    /// area of rail `leader`, at `slot`'s place, for the record path.
+    fn stage_record(&self, leader: usize, slot: u8, sizes: &[u32]) {
+        let mut rec = [0u8; RECORD_LEN];
+        if let Some(mut v) = Record::new_checked(&mut rec[..]) {
+            v.set(sizes);
+        }
+        let lr = &self.rails[leader];
+        lr.staging.write(lr.record_off(slot), &rec);
     }
 
     /// The fast path: one WRITE_WITH_IMM on rail `r` carries the rail's part
