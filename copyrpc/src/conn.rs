@@ -23,7 +23,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::context::{Context, EndpointId};
-use crate::endpoint::EndpointInfo;
+use crate::info::EndpointInfo;
 use crate::error::{CallFailed, CloseReason, SetupError};
 use crate::transport::Transport;
 

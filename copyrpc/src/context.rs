@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 use mlx5::device::{access, CompletionChannel, Context as Device, Cq, CqAttr, Pd, SrqHandle};
 
 use crate::encoding::*;
-use crate::endpoint::{
-    copy_small, EndpointInfo, EndpointStats, Ep, Remote, State, ENDPOINT_INFO_VERSION,
-};
+use crate::endpoint::{copy_small, EndpointStats, Ep, Remote, State};
 use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
 use crate::fifo::Fifo;
+use crate::info::{EndpointInfo, ENDPOINT_INFO_VERSION};
 use crate::idle::{take_wake, IdlePolicy, SpinBudget, Waker};
 use crate::slab::Slab;
 use crate::transport::{Mlx5, Objects, Sge, Transport, WorkCompletion};

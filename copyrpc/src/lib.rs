@@ -42,6 +42,7 @@ mod endpoint;
 mod error;
 mod fifo;
 mod idle;
+mod info;
 #[cfg(feature = "mpi")]
 pub mod mpi_setup;
 mod slab;
@@ -49,6 +50,7 @@ pub mod transport;
 
 pub use conn::{PendingConnection, MAX_PRIVATE_DATA};
 pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};
-pub use endpoint::{EndpointInfo, EndpointStats, ENDPOINT_INFO_VERSION};
+pub use endpoint::EndpointStats;
+pub use info::{DcInfo, EndpointInfo, ENDPOINT_INFO_VERSION};
 pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
 pub use idle::{IdlePolicy, Waker, DEFAULT_MAX_SPIN, DEFAULT_SPIN};

@@ -6,7 +6,7 @@
 use mpi::traits::{Communicator, CommunicatorCollectives};
 
 use crate::context::{Context, EndpointId};
-use crate::endpoint::EndpointInfo;
+use crate::info::EndpointInfo;
 use crate::error::{CallFailed, SetupError};
 use crate::transport::Transport;
 

@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use super::{ConnError, MAX_PRIVATE_DATA, MAX_SETUP_RECORD};
-use crate::endpoint::{EndpointInfo, ENDPOINT_INFO_VERSION};
+use crate::info::{EndpointInfo, ENDPOINT_INFO_VERSION};
 
 /// The setup line: the endpoint record and the sender's private data.
 #[derive(serde::Serialize, serde::Deserialize)]

@@ -38,7 +38,7 @@ use mlx5::wqe_table::{OrderedRecv, Unordered};
 
 use super::rc::TRANSPORT_RETRIES;
 use super::{Mlx5, Objects, Owner, QueueError, Reach, Transport};
-use crate::endpoint::{DcInfo, EndpointInfo};
+use crate::info::{DcInfo, EndpointInfo};
 use crate::error::{SetupError, WaitError};
 
 /// DCIs in a context's pool.

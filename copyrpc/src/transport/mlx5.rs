@@ -9,7 +9,7 @@ use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
 use super::rc::{self, RcShared, RcSq, SIGNAL_INTERVAL};
 use super::{Objects, Owner, QueueError, Reach, Transport, WorkCompletion};
-use crate::endpoint::EndpointInfo;
+use crate::info::EndpointInfo;
 use crate::error::{SetupError, WaitError};
 
 /// The mlx5 direct data path (the default transport of a

@@ -45,7 +45,7 @@ pub use ::mlx5::sq::Sge;
 use ::mlx5::cq::Compression;
 use ::mlx5::device::{ConnInfo, Context as Device, Cq, DciStreams, Pd, SrqHandle};
 
-use crate::endpoint::{DcInfo, EndpointInfo};
+use crate::info::{DcInfo, EndpointInfo};
 use crate::error::{SetupError, WaitError};
 
 /// Why a work request was not posted.

@@ -6,7 +6,7 @@ use mlx5::device::{access, Qp, QpCaps, RtrAttr, RtsAttr};
 use mlx5::fastmap::FastMap;
 
 use super::{Objects, Reach};
-use crate::endpoint::EndpointInfo;
+use crate::info::EndpointInfo;
 use crate::error::SetupError;
 
 /// Work requests between requested completions on an endpoint's send queue.

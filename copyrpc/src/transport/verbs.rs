@@ -15,7 +15,7 @@ use mlx5::fastmap::FastMap;
 
 use super::rc::{self, RcShared, RcSq, SIGNAL_INTERVAL};
 use super::{Objects, Owner, Reach};
-use crate::endpoint::EndpointInfo;
+use crate::info::EndpointInfo;
 use mlx5::hw::verbs::{ibv_wc, RdmaOp};
 use mlx5::hw::{HwError, VerbsCq, VerbsQp, VerbsSrq};
 
