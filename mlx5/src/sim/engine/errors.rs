@@ -227,8 +227,8 @@ pub(super) struct Failure<'a> {
     pub(super) report: &'a mut FlushReport,
 }
 
-/// Completes a failed WQE with an error CQE, moves its QP to ERR and flushes
-/// the rest of its send queue.
+/// Completes a failed WQE with an error CQE, moves its QP (not a DCI: its
+/// streams fail alone) to ERR and flushes the rest of its send queue.
 pub(super) fn fail(x: &mut Exec<'_>, qp: &Qp<'_>, f: Failure<'_>) {
     let Failure {
         wqe,
@@ -258,13 +258,11 @@ pub(crate) fn move_to_err(x: &mut Exec<'_>, e: &QpEntry, report: &mut FlushRepor
     }
 }
 
-/// Flushes (WR_FLUSH_ERR) every posted WQE of the SQ and the RQ of a QP in ERR.
-/// The caller holds the QP's exec lock.
+/// Flushes (WR_FLUSH_ERR) every posted WQE of the SQ and the RQ of a QP in
+/// ERR that is not a DCI (a DCI's WQEs may have completed out of order:
+/// `streams::flush_sq`). The caller holds the QP's exec lock.
 pub(super) fn flush_locked(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
-    if qp.dci {
-        // Some of its WQEs may have completed out of order already.
-        return super::streams::flush_sq(x, qp, report);
-    }
+    debug_assert!(!qp.dci, "a DCI is flushed by its streams");
     let e = qp.e;
     let pi = qp.sq_posted();
     let mut ci = e.sq_ci.load(Ordering::Relaxed);

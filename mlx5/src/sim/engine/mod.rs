@@ -242,6 +242,7 @@ pub(crate) fn run_sq(x: &mut Exec<'_>, qpn: u32, max: usize) -> RunResult {
     match e.qp_state.load(Ordering::Acquire) {
         qp_state::RTS if qp.dci => streams::run(x, &qp, max, &mut res, &mut report),
         qp_state::RTS => run_wqes(x, &qp, max, &mut res, &mut report),
+        qp_state::ERR if qp.dci => res.executed = streams::flush_sq(x, &qp, &mut report),
         qp_state::ERR => res.executed = errors::flush_locked(x, &qp, &mut report),
         _ => return res,
     }

@@ -228,7 +228,7 @@ pub(super) fn run(
                     }
                     e.sq_ci.store(ci, Ordering::Release);
                     e.qp_state.store(qp_state::ERR, Ordering::Release);
-                    res.executed += errors::flush_locked(x, qp, report);
+                    res.executed += flush_sq(x, qp, report);
                     return;
                 }
             }
