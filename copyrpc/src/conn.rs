@@ -23,8 +23,8 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use crate::context::{Context, EndpointId};
-use crate::info::EndpointInfo;
 use crate::error::{CallFailed, CloseReason, SetupError};
+use crate::info::EndpointInfo;
 use crate::transport::Transport;
 
 mod acceptor;

@@ -12,8 +12,8 @@ use crate::encoding::*;
 use crate::endpoint::{copy_small, EndpointStats, Ep, Remote, State};
 use crate::error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
 use crate::fifo::Fifo;
-use crate::info::{EndpointInfo, ENDPOINT_INFO_VERSION};
 use crate::idle::{take_wake, IdlePolicy, SpinBudget, Waker};
+use crate::info::{EndpointInfo, ENDPOINT_INFO_VERSION};
 use crate::slab::Slab;
 use crate::transport::{Mlx5, Objects, Sge, Transport, WorkCompletion};
 

@@ -51,6 +51,6 @@ pub mod transport;
 pub use conn::{PendingConnection, MAX_PRIVATE_DATA};
 pub use context::{Context, ContextBuilder, EndpointId, FlowState, RecvHandle};
 pub use endpoint::EndpointStats;
-pub use info::{DcInfo, EndpointInfo, ENDPOINT_INFO_VERSION};
 pub use error::{CallError, CallFailed, CloseReason, ReplyError, SetupError, WaitError};
 pub use idle::{IdlePolicy, Waker, DEFAULT_MAX_SPIN, DEFAULT_SPIN};
+pub use info::{DcInfo, EndpointInfo, ENDPOINT_INFO_VERSION};

@@ -6,8 +6,8 @@
 use mpi::traits::{Communicator, CommunicatorCollectives};
 
 use crate::context::{Context, EndpointId};
-use crate::info::EndpointInfo;
 use crate::error::{CallFailed, SetupError};
+use crate::info::EndpointInfo;
 use crate::transport::Transport;
 
 /// Bytes per record in the exchange (a JSON record, NUL-padded).

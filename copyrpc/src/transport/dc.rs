@@ -38,8 +38,8 @@ use mlx5::wqe_table::{OrderedRecv, Unordered};
 
 use super::rc::TRANSPORT_RETRIES;
 use super::{Mlx5, Objects, Owner, QueueError, Reach, Transport};
-use crate::info::{DcInfo, EndpointInfo};
 use crate::error::{SetupError, WaitError};
+use crate::info::{DcInfo, EndpointInfo};
 
 /// DCIs in a context's pool.
 const POOL_DCIS: usize = 4;

@@ -9,8 +9,8 @@ use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 
 use super::rc::{self, RcShared, RcSq, SIGNAL_INTERVAL};
 use super::{Objects, Owner, QueueError, Reach, Transport, WorkCompletion};
-use crate::info::EndpointInfo;
 use crate::error::{SetupError, WaitError};
+use crate::info::EndpointInfo;
 
 /// The mlx5 direct data path (the default transport of a
 /// [`Context`](crate::Context)).

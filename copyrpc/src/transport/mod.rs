@@ -45,8 +45,8 @@ pub use ::mlx5::sq::Sge;
 use ::mlx5::cq::Compression;
 use ::mlx5::device::{ConnInfo, Context as Device, Cq, DciStreams, Pd, SrqHandle};
 
-use crate::info::{DcInfo, EndpointInfo};
 use crate::error::{SetupError, WaitError};
+use crate::info::{DcInfo, EndpointInfo};
 
 /// Why a work request was not posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -6,8 +6,8 @@ use mlx5::device::{access, Qp, QpCaps, RtrAttr, RtsAttr};
 use mlx5::fastmap::FastMap;
 
 use super::{Objects, Reach};
-use crate::info::EndpointInfo;
 use crate::error::SetupError;
+use crate::info::EndpointInfo;
 
 /// Work requests between requested completions on an endpoint's send queue.
 pub(crate) const SIGNAL_INTERVAL: u32 = 64;
