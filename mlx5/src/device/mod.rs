@@ -10,12 +10,19 @@
 //! [`CqRing`](crate::cq::CqRing)) out of them. CQs created on a
 //! [`CompletionChannel`] can be armed, and a thread can sleep on the channel
 //! until one of them raises its completion event.
+//!
+//! The layout is a one-way chain: `types` and `error` are leaves the
+//! backends import; the front (the enums below) dispatches to the
+//! backends through one seam and is imported by neither. The software device
+//! is built with the crate's `sim` feature (on by default); without it,
+//! opening `sim*` fails with [`DeviceError::NoSoftwareDevice`].
 
+pub(crate) mod error;
 mod front;
-mod types;
+pub(crate) mod types;
 
-pub use crate::sim::sched::{ExecMode, FaultPlan, SchedStats};
+pub use error::DeviceError;
 pub use front::{
-    ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, Mr, Pd, Qp, SrqHandle,
+    ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, HwQpHandle, Mr, Pd, Qp, SrqHandle,
 };
 pub use types::*;
