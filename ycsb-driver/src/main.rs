@@ -378,9 +378,10 @@ fn main() {
         report::write_csv(&mut f, &r.measurements).unwrap_or_else(|e| die(&e));
     }
     ranks.barrier();
-    if let Some((s, fabric)) = embedded {
+    if let Some((s, _fabric)) = embedded {
         s.shutdown();
-        mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+        #[cfg(feature = "sim")]
+        mlx5::sim::fabric::Fabric::remove_if_unused(&_fabric);
     }
     if let Some(why) = lost {
         die(&why);

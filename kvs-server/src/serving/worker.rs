@@ -187,7 +187,7 @@ impl OnTransport for Worker {
         let mut due = Vec::new();
         let mut huge = HugeReport {
             worker: w,
-            software: dev.as_sim().is_some(),
+            software: dev.is_software(),
             ..HugeReport::default()
         };
         loop {
