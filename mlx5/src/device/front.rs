@@ -957,3 +957,29 @@ impl HwQpHandle {
         self.step(hw::ffi::qp_state::ERR, self.qp.to_err())
     }
 }
+
+#[cfg(all(test, not(feature = "sim")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_software_device_its_names_are_a_clear_error() {
+        for r in [
+            Context::open("sim0"),
+            Context::open_in("f", "sim1"),
+            Context::open_in_mode("f", "sim2", ExecMode::Inline),
+        ] {
+            match r {
+                Err(e @ DeviceError::NoSoftwareDevice(_)) => {
+                    assert!(e.to_string().contains("`sim` feature"), "{e}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // `auto` finds a NIC, or says why there is none and no fallback.
+        match Context::open("auto") {
+            Ok(c) => assert!(!c.is_software()),
+            Err(e) => assert!(matches!(e, DeviceError::NoSoftwareDevice(_)), "{e}"),
+        }
+    }
+}
