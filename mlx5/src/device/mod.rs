@@ -1,6 +1,6 @@
 //! The device API: one interface for the backends that supply queue memory to
-//! the data path — the software mlx5 device ([`crate::sim`]) and NICs through
-//! rdma-core ([`crate::hw`]).
+//! the data path — the software mlx5 device (`mlx5::sim`, feature `sim`) and
+//! NICs through rdma-core ([`crate::hw`]).
 //!
 //! Open a device by name (`sim0`, `sim1`, …, or `auto`), allocate protection
 //! domains and memory regions, create CQs, SRQs and RC QPs, move QPs through
