@@ -20,7 +20,8 @@
 //! - [`wqe_table`]: per-WQE user data and free-space accounting.
 //! - [`fastmap`]: the direct-indexed QPN table.
 //! - [`device`]: opening devices and creating PDs, MRs, CQs, SRQs and QPs;
-//!   [`sim`]: the software mlx5 device behind it.
+//!   `sim`: the software mlx5 device behind it (the `sim` feature, on by
+//!   default), and [`hw`]: NICs through rdma-core.
 //! - [`wr`]: verbs semantics (send work requests, receives, work completions)
 //!   over the direct path or, on devices that are not mlx5, the provider's own
 //!   post/poll entry points ([`hw::verbs`]).
@@ -34,6 +35,7 @@ pub mod hw;
 pub mod mem;
 pub mod prm;
 pub mod rq;
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod sq;
 pub mod wqe_table;

@@ -747,6 +747,7 @@ fn client(args: ClientArgs) {
     );
     if let Some(mut c) = child {
         let _ = c.wait();
+        #[cfg(feature = "sim")]
         if let Ok(f) = std::env::var("MLX5_SIM_FABRIC") {
             mlx5::sim::fabric::Fabric::remove_if_unused(&f);
         }

@@ -75,7 +75,7 @@ pub(crate) fn rail_names(cfg: &Config) -> Vec<String> {
     }
     let spec = cfg.device_spec();
     match spec.open() {
-        Ok(d) if d.as_sim().is_none() => vec![d.name().to_string()],
+        Ok(d) if !d.is_software() => vec![d.name().to_string()],
         _ => vec!["sim2".into(), "sim3".into()],
     }
 }

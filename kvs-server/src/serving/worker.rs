@@ -198,7 +198,7 @@ impl Worker {
         Some(Serving {
             huge: HugeReport {
                 worker: w,
-                software: dev.as_sim().is_some(),
+                software: dev.is_software(),
                 ..HugeReport::default()
             },
             due: Vec::new(),

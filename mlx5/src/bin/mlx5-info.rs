@@ -123,8 +123,43 @@ fn show_hw(name: &str) -> Result<(), HwError> {
     Ok(())
 }
 
+/// Lists the software devices of the fabric `MLX5_SIM_FABRIC` names (all
+/// eight when `device` asks for one of them, else `sim0` and `sim1`):
+/// how many it showed.
+#[cfg(feature = "sim")]
+fn list_software(device: Option<&str>) -> usize {
+    let want = |n: &str| device.is_none_or(|d| d == n);
+    let mut shown = 0;
+    let fabric = mlx5::sim::fabric::fabric_name_from_env();
+    let exists = mlx5::sim::fabric::Fabric::exists(&fabric);
+    for i in 0..8 {
+        let n = format!("sim{i}");
+        if !want(&n) || (device.is_none() && i >= 2) {
+            continue;
+        }
+        if exists {
+            show_sim(&fabric, &n);
+        } else if device.is_some() || i == 0 {
+            println!(
+                "{}: software mlx5 devices of fabric {fabric:?} (MLX5_SIM_FABRIC), not \
+                 created yet: the first program that opens one creates the fabric",
+                device.unwrap_or("sim0..sim7")
+            );
+        }
+        shown += 1;
+    }
+    shown
+}
+
+/// This build has no software device (the `sim` feature): none to list.
+#[cfg(not(feature = "sim"))]
+fn list_software(_device: Option<&str>) -> usize {
+    0
+}
+
 /// Shows software device `name` of `fabric`, which exists: looking at it
 /// joins it, never creates it.
+#[cfg(feature = "sim")]
 fn show_sim(fabric: &str, name: &str) {
     match mlx5::sim::device::SimContext::open_in(fabric, name) {
         Ok(c) => {
@@ -157,24 +192,7 @@ fn main() {
         Err(e) => println!("hardware: {e}"),
     }
     if !args.no_sim {
-        let fabric = mlx5::sim::fabric::fabric_name_from_env();
-        let exists = mlx5::sim::fabric::Fabric::exists(&fabric);
-        for i in 0..8 {
-            let n = format!("sim{i}");
-            if !want(&n) || (args.device.is_none() && i >= 2) {
-                continue;
-            }
-            if exists {
-                show_sim(&fabric, &n);
-            } else if args.device.is_some() || i == 0 {
-                println!(
-                    "{}: software mlx5 devices of fabric {fabric:?} (MLX5_SIM_FABRIC), not \
-                     created yet: the first program that opens one creates the fabric",
-                    args.device.as_deref().unwrap_or("sim0..sim7")
-                );
-            }
-            shown += 1;
-        }
+        shown += list_software(args.device.as_deref());
     }
     if shown == 0 {
         if let Some(d) = &args.device {

@@ -1,34 +1,84 @@
-//! The device API's objects: each an enum over the two backends, with one set
+//! The device API's objects: each an enum over the backends, with one set
 //! of methods. Open a device by name and everything created from it belongs to
 //! the same backend.
+//!
+//! The seam: every call into a backend goes through `backend!`, the one
+//! place that matches an object on its backend (its software arm exists only
+//! with the `sim` feature), and a call that takes several objects of one
+//! device takes each one's backend part with `sim_part` / `hw_part`, written
+//! once for all objects by `backend_parts!`. Besides the enums' variants,
+//! only opening a device names a backend. These are control-path objects; the data path
+//! ([`SendQueue`], [`CqRing`], …) is handed out by them and never goes through
+//! the front.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    ConnInfo, CqAttr, DciStreams, DctAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr,
+use super::error::{DeviceError, HwError};
+use super::types::{
+    ConnInfo, CqAttr, DciStreams, DctAttr, ExecMode, QpCaps, QpState, RtrAttr, RtsAttr, SchedStats,
 };
 use crate::cq::CqRing;
 use crate::hw::{
-    self, HwChannel, HwContext, HwCq, HwDct, HwError, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq,
-    VerbsQp, VerbsSrq,
+    self, HwChannel, HwContext, HwCq, HwDct, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq, VerbsQp,
+    VerbsSrq,
 };
 use crate::prm::AddressVector;
 use crate::rq::{RecvQueue, Srq, SrqTopology};
-use crate::sim::channel::{SimChannel, SimWaker};
-use crate::sim::dct::SimDct;
-use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq, DCI_STREAM_CAPS};
-use crate::sim::sched::{ExecMode, SchedStats};
+#[cfg(feature = "sim")]
+use crate::sim::{
+    channel::{SimChannel, SimWaker},
+    dct::SimDct,
+    device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq, DCI_STREAM_CAPS},
+};
 use crate::sq::{SendQueue, SqConfig};
 use crate::wqe_table::{RecvTable, SendTable};
 
-impl From<HwError> for DeviceError {
-    fn from(e: HwError) -> Self {
-        DeviceError::Hw(e)
-    }
+/// The seam: runs one expression per backend on the backend object inside
+/// `self` (a front enum). `backend!(self, x => x.f())` calls the same method
+/// on either; `backend!(self, Sim(x) => a, Hw(y) => b)` gives each its own.
+/// The software device's arm exists only with the `sim` feature.
+macro_rules! backend {
+    ($obj:expr, $x:ident => $both:expr) => {
+        backend!($obj, Sim($x) => $both, Hw($x) => $both)
+    };
+    ($obj:expr, Sim($s:pat) => $sim:expr, Hw($h:pat) => $hw:expr $(,)?) => {
+        match $obj {
+            #[cfg(feature = "sim")]
+            Self::Sim($s) => $sim,
+            Self::Hw($h) => $hw,
+        }
+    };
 }
 
+/// The backend parts of a front enum, for a call that takes several objects
+/// and needs them all on the device it runs on.
+macro_rules! backend_parts {
+    ($front:ident, $sim:ty, $hw:ty) => {
+        impl $front {
+            /// The software device's object, else [`mixed`].
+            #[cfg(feature = "sim")]
+            fn sim_part(&self) -> Result<&$sim, DeviceError> {
+                backend!(self, Sim(x) => Ok(x), Hw(_) => Err(mixed()))
+            }
+            /// The NIC's object, else [`mixed`].
+            fn hw_part(&self) -> Result<&$hw, DeviceError> {
+                backend!(self, Sim(_) => Err(mixed()), Hw(x) => Ok(x))
+            }
+        }
+    };
+}
+
+// Without the `sim` feature the `Sim*` types are never resolved: the
+// functions that name them are configured out first.
+backend_parts!(Pd, SimPd, HwPd);
+backend_parts!(Cq, SimCq, HwCq);
+backend_parts!(SrqHandle, SimSrq, HwSrq);
+backend_parts!(CompletionChannel, SimChannel, HwChannel);
+
+/// Objects of two devices (or two backends) were handed to one call.
+#[cfg(feature = "sim")]
 fn mixed() -> DeviceError {
     DeviceError::Invalid("objects of different devices".into())
 }
@@ -37,6 +87,7 @@ fn mixed() -> DeviceError {
 #[derive(Clone, Debug)]
 pub enum Context {
     /// The software device.
+    #[cfg(feature = "sim")]
     Sim(SimContext),
     /// A NIC through rdma-core.
     Hw(HwContext),
@@ -45,22 +96,25 @@ pub enum Context {
 impl Context {
     /// Opens a device by name: `sim0` .. `sim7` (the software device, in the
     /// fabric `MLX5_SIM_FABRIC` names), a NIC (`mlx5_0`, …), or `auto`: the first
-    /// mlx5 NIC, else `sim0` with a one-line notice on stderr.
+    /// mlx5 NIC, else `sim0` with a one-line notice on stderr. Without the
+    /// `sim` feature a software device is [`DeviceError::NoSoftwareDevice`].
     pub fn open(name: &str) -> Result<Context, DeviceError> {
         if name == "auto" {
             return Self::open_auto("sim0");
         }
         if name.starts_with("sim") {
-            return Ok(Context::Sim(SimContext::open(name)?));
+            return Self::open_software(name);
         }
         Ok(Context::Hw(HwContext::open(name)?))
     }
 
     /// The first usable mlx5 NIC, else software device `software` (in the
     /// fabric `MLX5_SIM_FABRIC` names) with a one-line notice on stderr.
+    /// Without the `sim` feature there is nothing to fall back on: no NIC is
+    /// [`DeviceError::NoSoftwareDevice`], saying why.
     pub fn open_auto(software: &str) -> Result<Context, DeviceError> {
         let software = if software == "auto" { "sim0" } else { software };
-        match hw::list_devices() {
+        let why = match hw::list_devices() {
             Ok(devs) => {
                 for d in &devs {
                     if let Ok(c) = HwContext::open(d) {
@@ -69,97 +123,137 @@ impl Context {
                         }
                     }
                 }
-                eprintln!(
-                    "mlx5: no usable mlx5 NIC among {}; using the software device {software}",
-                    devs.join(", ")
-                );
+                format!("no usable mlx5 NIC among {}", devs.join(", "))
             }
-            Err(e) => eprintln!("mlx5: {e}; using the software device {software}"),
-        }
+            Err(e) => e.to_string(),
+        };
+        Self::fall_back(software, &why)
+    }
+
+    /// `open_auto` found no NIC (`why`): the software device `software`.
+    #[cfg(feature = "sim")]
+    fn fall_back(software: &str, why: &str) -> Result<Context, DeviceError> {
+        eprintln!("mlx5: {why}; using the software device {software}");
         Self::open(software)
     }
 
+    /// `open_auto` found no NIC (`why`), and there is no software device.
+    #[cfg(not(feature = "sim"))]
+    fn fall_back(software: &str, why: &str) -> Result<Context, DeviceError> {
+        Err(DeviceError::NoSoftwareDevice(format!("{why}; {software}")))
+    }
+
+    /// Software device `name` in the fabric `MLX5_SIM_FABRIC` names.
+    #[cfg(feature = "sim")]
+    fn open_software(name: &str) -> Result<Context, DeviceError> {
+        Ok(Context::Sim(SimContext::open(name)?))
+    }
+
+    /// No software device in this build.
+    #[cfg(not(feature = "sim"))]
+    fn open_software(name: &str) -> Result<Context, DeviceError> {
+        Err(DeviceError::NoSoftwareDevice(name.to_owned()))
+    }
+
     /// Opens software device `name` in fabric `fabric` (inline mode unless this
-    /// process already drives the fabric in another).
+    /// process already drives the fabric in another). Without the `sim`
+    /// feature: [`DeviceError::NoSoftwareDevice`].
     pub fn open_in(fabric: &str, name: &str) -> Result<Context, DeviceError> {
-        Ok(Context::Sim(SimContext::open_in(fabric, name)?))
+        Self::open_in_mode_or(fabric, name, None)
     }
 
     /// Opens software device `name` in fabric `fabric` with the simulated NIC
-    /// in `mode`.
+    /// in `mode`. Without the `sim` feature:
+    /// [`DeviceError::NoSoftwareDevice`].
     pub fn open_in_mode(fabric: &str, name: &str, mode: ExecMode) -> Result<Context, DeviceError> {
-        Ok(Context::Sim(SimContext::open_in_mode(fabric, name, mode)?))
+        Self::open_in_mode_or(fabric, name, Some(mode))
+    }
+
+    /// Software device `name` of `fabric`, in `mode` or, for `None`, the
+    /// mode this process drives the fabric in (inline for a new one).
+    #[cfg(feature = "sim")]
+    fn open_in_mode_or(
+        fabric: &str,
+        name: &str,
+        mode: Option<ExecMode>,
+    ) -> Result<Context, DeviceError> {
+        Ok(Context::Sim(match mode {
+            None => SimContext::open_in(fabric, name)?,
+            Some(mode) => SimContext::open_in_mode(fabric, name, mode)?,
+        }))
+    }
+
+    /// No software device in this build.
+    #[cfg(not(feature = "sim"))]
+    fn open_in_mode_or(
+        _fabric: &str,
+        name: &str,
+        _mode: Option<ExecMode>,
+    ) -> Result<Context, DeviceError> {
+        Err(DeviceError::NoSoftwareDevice(name.to_owned()))
     }
 
     /// Device name.
     pub fn name(&self) -> &str {
-        match self {
-            Context::Sim(c) => c.name(),
-            Context::Hw(c) => c.name(),
-        }
+        backend!(self, c => c.name())
     }
 
     /// Port LID (on the software device, the device number + 1).
     pub fn lid(&self) -> u16 {
-        match self {
-            Context::Sim(c) => c.lid(),
-            Context::Hw(c) => c.lid(),
-        }
+        backend!(self, c => c.lid())
     }
 
     /// The GID used for connections.
     pub fn gid(&self) -> [u8; 16] {
-        match self {
-            Context::Sim(c) => c.gid(),
-            Context::Hw(c) => c.gid().gid,
-        }
+        backend!(self, Sim(c) => c.gid(), Hw(c) => c.gid().gid)
+    }
+
+    /// Whether this is the software device (always false without the `sim`
+    /// feature).
+    pub fn is_software(&self) -> bool {
+        backend!(self, Sim(_) => true, Hw(_) => false)
     }
 
     /// The software device, if this is one (for its own controls).
+    #[cfg(feature = "sim")]
     pub fn as_sim(&self) -> Option<&SimContext> {
-        match self {
-            Context::Sim(c) => Some(c),
-            Context::Hw(_) => None,
-        }
+        backend!(self, Sim(c) => Some(c), Hw(_) => None)
+    }
+
+    /// Whether this crate's direct data path drives the device: the software
+    /// device and mlx5 NICs (`mlx5dv_is_supported`).
+    pub(crate) fn has_direct_path(&self) -> bool {
+        backend!(self, Sim(_) => true, Hw(c) => c.is_mlx5())
+    }
+
+    /// Whether the provider's own post/poll entry points can drive the
+    /// device (any device opened through rdma-core).
+    pub(crate) fn has_verbs_path(&self) -> bool {
+        backend!(self, Sim(_) => false, Hw(_) => true)
     }
 
     /// Runs the software device's queued or stalled work (nothing on hardware,
     /// whose NIC needs no help). Returns the QPs still waiting.
     pub fn progress(&self) -> usize {
-        match self {
-            Context::Sim(c) => c.progress(),
-            Context::Hw(_) => 0,
-        }
+        backend!(self, Sim(c) => c.progress(), Hw(_) => 0)
     }
 
     /// Deferred-mode statistics of the software device (zero on hardware).
     pub fn sched_stats(&self) -> SchedStats {
-        self.as_sim()
-            .map(SimContext::sched_stats)
-            .unwrap_or_default()
+        backend!(self, Sim(c) => c.sched_stats(), Hw(_) => SchedStats::default())
     }
 
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd, DeviceError> {
-        Ok(match self {
-            Context::Sim(c) => Pd::Sim(c.alloc_pd()),
-            Context::Hw(c) => Pd::Hw(c.alloc_pd()?),
-        })
+        Ok(backend!(self, Sim(c) => Pd::Sim(c.alloc_pd()), Hw(c) => Pd::Hw(c.alloc_pd()?)))
     }
 
     /// Creates a CQ.
     pub fn create_cq(&self, attr: &CqAttr) -> Result<Cq, DeviceError> {
-        Ok(match self {
-            Context::Sim(c) => Cq::Sim(c.create_cq(attr)?),
-            Context::Hw(c) => {
-                if attr.scatter_to_cqe {
-                    return Err(DeviceError::Invalid(
-                        "scatter-to-CQE is not set up on hardware CQs yet".into(),
-                    ));
-                }
-                Cq::Hw(c.create_cq(attr.cqe_cnt, attr.cqe_size, attr.compression)?)
-            }
-        })
+        Ok(backend!(self,
+            Sim(c) => Cq::Sim(c.create_cq(attr)?),
+            Hw(c) => Cq::Hw(c.create_cq(attr.cqe_cnt, attr.cqe_size, hw_compression(attr)?)?),
+        ))
     }
 
     /// Creates a completion channel: the events of CQs created on it
@@ -168,10 +262,10 @@ impl Context {
     /// [`VerbsCq::req_notify`]) arrive there, and
     /// [`CompletionChannel::wait`] sleeps until one does.
     pub fn create_comp_channel(&self) -> Result<CompletionChannel, DeviceError> {
-        Ok(match self {
-            Context::Sim(c) => CompletionChannel::Sim(c.create_comp_channel()?),
-            Context::Hw(c) => CompletionChannel::Hw(c.create_comp_channel()?),
-        })
+        Ok(backend!(self,
+            Sim(c) => CompletionChannel::Sim(c.create_comp_channel()?),
+            Hw(c) => CompletionChannel::Hw(c.create_comp_channel()?),
+        ))
     }
 
     /// Creates a CQ whose completion events go to `channel` (a channel of this
@@ -181,18 +275,14 @@ impl Context {
         attr: &CqAttr,
         channel: &CompletionChannel,
     ) -> Result<Cq, DeviceError> {
-        Ok(match (self, channel) {
-            (Context::Sim(c), CompletionChannel::Sim(ch)) => Cq::Sim(c.create_cq_on(attr, ch)?),
-            (Context::Hw(c), CompletionChannel::Hw(ch)) => {
-                if attr.scatter_to_cqe {
-                    return Err(DeviceError::Invalid(
-                        "scatter-to-CQE is not set up on hardware CQs yet".into(),
-                    ));
-                }
-                Cq::Hw(c.create_cq_on(attr.cqe_cnt, attr.cqe_size, attr.compression, Some(ch))?)
-            }
-            _ => return Err(mixed()),
-        })
+        Ok(backend!(self,
+            Sim(c) => Cq::Sim(c.create_cq_on(attr, channel.sim_part()?)?),
+            Hw(c) => {
+                let ch = channel.hw_part()?;
+                let comp = hw_compression(attr)?;
+                Cq::Hw(c.create_cq_on(attr.cqe_cnt, attr.cqe_size, comp, Some(ch))?)
+            },
+        ))
     }
 
     /// Creates an SRQ of `wqe_cnt` WQEs with up to `max_sge` SGEs each.
@@ -202,11 +292,10 @@ impl Context {
         wqe_cnt: u32,
         max_sge: u32,
     ) -> Result<SrqHandle, DeviceError> {
-        Ok(match (self, pd) {
-            (Context::Sim(c), Pd::Sim(p)) => SrqHandle::Sim(c.create_srq(p, wqe_cnt, max_sge)?),
-            (Context::Hw(_), Pd::Hw(p)) => SrqHandle::Hw(p.create_srq(wqe_cnt, max_sge)?),
-            _ => return Err(mixed()),
-        })
+        Ok(backend!(self,
+            Sim(c) => SrqHandle::Sim(c.create_srq(pd.sim_part()?, wqe_cnt, max_sge)?),
+            Hw(_) => SrqHandle::Hw(pd.hw_part()?.create_srq(wqe_cnt, max_sge)?),
+        ))
     }
 
     /// Creates an RC QP on `pd` with the given CQs, on `srq` or an RQ of its own.
@@ -218,31 +307,30 @@ impl Context {
         srq: Option<&SrqHandle>,
         caps: &QpCaps,
     ) -> Result<Qp, DeviceError> {
-        Ok(match (self, pd, send_cq, recv_cq) {
-            (Context::Sim(c), Pd::Sim(p), Cq::Sim(s), Cq::Sim(r)) => {
-                let srq = match srq {
-                    None => None,
-                    Some(SrqHandle::Sim(x)) => Some(x),
-                    Some(_) => return Err(mixed()),
-                };
-                Qp::Sim(c.create_qp(p, s, r, srq, caps)?)
+        Ok(backend!(self,
+            Sim(c) => {
+                let srq = srq.map(SrqHandle::sim_part).transpose()?;
+                let (s, r) = (send_cq.sim_part()?, recv_cq.sim_part()?);
+                Qp::Sim(c.create_qp(pd.sim_part()?, s, r, srq, caps)?)
+            },
+            Hw(c) => {
+                let srq = srq.map(SrqHandle::hw_part).transpose()?;
+                let (s, r) = (send_cq.hw_part()?, recv_cq.hw_part()?);
+                Qp::Hw(HwQpHandle::new(pd.hw_part()?.create_qp(s, r, srq, caps)?, c))
             }
-            (Context::Hw(c), Pd::Hw(p), Cq::Hw(s), Cq::Hw(r)) => {
-                let srq = match srq {
-                    None => None,
-                    Some(SrqHandle::Hw(x)) => Some(x),
-                    Some(_) => return Err(mixed()),
-                };
-                let qp = p.create_qp(s, r, srq, caps)?;
-                Qp::Hw {
-                    qp,
-                    ctx: c.clone(),
-                    state: Arc::new(AtomicU32::new(hw::ffi::qp_state::RESET)),
-                }
-            }
-            _ => return Err(mixed()),
-        })
+        ))
     }
+}
+
+/// The compression a hardware CQ of `attr` gets, or why it cannot have
+/// what `attr` asks.
+fn hw_compression(attr: &CqAttr) -> Result<crate::cq::Compression, DeviceError> {
+    if attr.scatter_to_cqe {
+        return Err(DeviceError::Invalid(
+            "scatter-to-CQE is not set up on hardware CQs yet".into(),
+        ));
+    }
+    Ok(attr.compression)
 }
 
 /// The Dynamically Connected transport: DC targets and initiators. On a NIC
@@ -256,10 +344,10 @@ impl Context {
     /// `mlx5dv_query_device`'s `dci_streams_caps`; zero and zero where the
     /// device has none).
     pub fn dci_stream_caps(&self) -> Result<DciStreams, DeviceError> {
-        match self {
-            Context::Sim(_) => Ok(DCI_STREAM_CAPS),
-            Context::Hw(c) => Ok(dc_capable(c)?.dci_stream_caps()?),
-        }
+        backend!(self,
+            Sim(_) => Ok(DCI_STREAM_CAPS),
+            Hw(c) => Ok(dc_capable(c)?.dci_stream_caps()?),
+        )
     }
 
     /// The route a DCI's WQE carries to the port `lid` / `gid` (a DCT's
@@ -271,11 +359,13 @@ impl Context {
     /// [`AddressVector::lid_gid_route`], what
     /// [`SendQueue::dc`](crate::sq::SendQueue::dc) writes.
     pub fn dc_route(&self, pd: &Pd, lid: u16, gid: [u8; 16]) -> Result<AddressVector, DeviceError> {
-        match (self, pd) {
-            (Context::Sim(_), Pd::Sim(_)) => Ok(AddressVector::lid_gid_route(lid, gid)),
-            (Context::Hw(c), Pd::Hw(p)) => Ok(p.dc_route(dc_capable(c)?, lid, gid)?),
-            _ => Err(mixed()),
-        }
+        backend!(self,
+            Sim(_) => {
+                pd.sim_part()?;
+                Ok(AddressVector::lid_gid_route(lid, gid))
+            },
+            Hw(c) => Ok(pd.hw_part()?.dc_route(dc_capable(c)?, lid, gid)?),
+        )
     }
 
     /// Creates a DC target on `pd`, ready to receive: any DCI whose WQE
@@ -290,15 +380,16 @@ impl Context {
         recv_cq: &Cq,
         attr: &DctAttr,
     ) -> Result<Dct, DeviceError> {
-        match (self, pd, srq, recv_cq) {
-            (Context::Sim(c), Pd::Sim(p), SrqHandle::Sim(s), Cq::Sim(q)) => {
+        backend!(self,
+            Sim(c) => {
+                let (p, s, q) = (pd.sim_part()?, srq.sim_part()?, recv_cq.sim_part()?);
                 Ok(Dct::Sim(c.create_dct(p, s, q, attr)?))
-            }
-            (Context::Hw(c), Pd::Hw(p), SrqHandle::Hw(s), Cq::Hw(q)) => {
+            },
+            Hw(c) => {
+                let (p, s, q) = (pd.hw_part()?, srq.hw_part()?, recv_cq.hw_part()?);
                 Ok(Dct::Hw(p.create_dct(dc_capable(c)?, s, q, attr)?))
             }
-            _ => Err(mixed()),
-        }
+        )
     }
 
     /// Creates a DC initiator on `pd` with its completions on `send_cq`
@@ -313,20 +404,17 @@ impl Context {
         caps: &QpCaps,
         streams: DciStreams,
     ) -> Result<Qp, DeviceError> {
-        match (self, pd, send_cq) {
-            (Context::Sim(c), Pd::Sim(p), Cq::Sim(s)) => {
+        backend!(self,
+            Sim(c) => {
+                let (p, s) = (pd.sim_part()?, send_cq.sim_part()?);
                 Ok(Qp::Sim(c.create_dci(p, s, caps, streams)?))
-            }
-            (Context::Hw(c), Pd::Hw(p), Cq::Hw(s)) => {
+            },
+            Hw(c) => {
+                let (p, s) = (pd.hw_part()?, send_cq.hw_part()?);
                 check_streams(c.name(), streams, dc_capable(c)?.dci_stream_caps()?)?;
-                Ok(Qp::Hw {
-                    qp: p.create_dci(s, caps, streams)?,
-                    ctx: c.clone(),
-                    state: Arc::new(AtomicU32::new(hw::ffi::qp_state::RESET)),
-                })
+                Ok(Qp::Hw(HwQpHandle::new(p.create_dci(s, caps, streams)?, c)))
             }
-            _ => Err(mixed()),
-        }
+        )
     }
 }
 
@@ -365,6 +453,7 @@ fn check_streams(dev: &str, want: DciStreams, caps: DciStreams) -> Result<(), De
 #[derive(Debug, Clone)]
 pub enum Dct {
     /// Software device.
+    #[cfg(feature = "sim")]
     Sim(SimDct),
     /// An mlx5 NIC (never run on one yet: see [`crate::hw::dc`]).
     Hw(HwDct),
@@ -373,18 +462,12 @@ pub enum Dct {
 impl Dct {
     /// The DCT number, which a DCI's WQE names.
     pub fn number(&self) -> u32 {
-        match self {
-            Dct::Sim(d) => d.number(),
-            Dct::Hw(d) => d.number(),
-        }
+        backend!(self, d => d.number())
     }
 
     /// The access key a DCI's WQE must carry.
     pub fn key(&self) -> u64 {
-        match self {
-            Dct::Sim(d) => d.key(),
-            Dct::Hw(d) => d.key(),
-        }
+        backend!(self, d => d.key())
     }
 }
 
@@ -405,6 +488,7 @@ pub struct CqEvent {
 pub enum CompletionChannel {
     /// The software device: a futex in the fabric's shared memory, so a NIC
     /// in any process of the fabric wakes the waiter.
+    #[cfg(feature = "sim")]
     Sim(SimChannel),
     /// An RDMA device: `ibv_create_comp_channel`'s file descriptor.
     Hw(HwChannel),
@@ -426,10 +510,7 @@ impl CompletionChannel {
     /// (with `None`), as `ucp_worker_signal` does for UCX; a wake that came
     /// while nobody waited ends the next wait at once, so none is lost.
     pub fn wait(&self, timeout: Duration) -> Result<Option<CqEvent>, DeviceError> {
-        let cqn = match self {
-            CompletionChannel::Sim(c) => c.wait(timeout),
-            CompletionChannel::Hw(c) => c.wait(timeout)?,
-        };
+        let cqn = backend!(self, Sim(c) => c.wait(timeout), Hw(c) => c.wait(timeout)?);
         Ok(cqn.map(|cqn| CqEvent { cqn }))
     }
 
@@ -437,19 +518,16 @@ impl CompletionChannel {
     /// thread that learnt of the wake by other means and will not wait for
     /// it.
     pub fn take_wake(&self) -> bool {
-        match self {
-            CompletionChannel::Sim(c) => c.take_wake(),
-            CompletionChannel::Hw(c) => c.take_wake(),
-        }
+        backend!(self, c => c.take_wake())
     }
 
     /// A handle that ends this channel's wait early, from any thread (a
     /// thread that hands work to the waiter by other means than the CQs).
     pub fn waker(&self) -> ChannelWaker {
-        match self {
-            CompletionChannel::Sim(c) => ChannelWaker::Sim(c.waker()),
-            CompletionChannel::Hw(c) => ChannelWaker::Hw(c.waker()),
-        }
+        backend!(self,
+            Sim(c) => ChannelWaker::Sim(c.waker()),
+            Hw(c) => ChannelWaker::Hw(c.waker()),
+        )
     }
 }
 
@@ -457,6 +535,7 @@ impl CompletionChannel {
 #[derive(Clone, Debug)]
 pub enum ChannelWaker {
     /// The software device: a flag and the channel's futex word.
+    #[cfg(feature = "sim")]
     Sim(SimWaker),
     /// An RDMA device: an eventfd the wait polls beside the channel.
     Hw(HwWaker),
@@ -466,10 +545,7 @@ impl ChannelWaker {
     /// Ends the channel's current wait, or the next one if none is under
     /// way. Wakes do not pile up: several before a wait end that one wait.
     pub fn wake(&self) {
-        match self {
-            ChannelWaker::Sim(w) => w.wake(),
-            ChannelWaker::Hw(w) => w.wake(),
-        }
+        backend!(self, w => w.wake())
     }
 }
 
@@ -477,6 +553,7 @@ impl ChannelWaker {
 #[derive(Clone, Debug)]
 pub enum Pd {
     /// Software device.
+    #[cfg(feature = "sim")]
     Sim(SimPd),
     /// NIC.
     Hw(HwPd),
@@ -486,10 +563,10 @@ impl Pd {
     /// Allocates `len` zeroed bytes registered with `access` (on the software
     /// device: shared memory any process of the fabric can reach).
     pub fn alloc_mr(&self, len: usize, access: u32) -> Result<Mr, DeviceError> {
-        Ok(match self {
-            Pd::Sim(p) => Mr::Sim(p.alloc_mr(len, access)?),
-            Pd::Hw(p) => Mr::Hw(p.alloc_mr(len, access, false)?),
-        })
+        Ok(backend!(self,
+            Sim(p) => Mr::Sim(p.alloc_mr(len, access)?),
+            Hw(p) => Mr::Hw(p.alloc_mr(len, access, false)?),
+        ))
     }
 
     /// [`alloc_mr`](Self::alloc_mr) in 2 MiB huge pages where the device can
@@ -512,10 +589,10 @@ impl Pd {
     /// apply: this allocates as `alloc_mr` does and the region reports
     /// `is_huge() == false`.
     pub fn alloc_mr_huge(&self, len: usize, access: u32) -> Result<Mr, DeviceError> {
-        Ok(match self {
-            Pd::Sim(p) => Mr::Sim(p.alloc_mr(len, access)?),
-            Pd::Hw(p) => Mr::Hw(p.alloc_mr(len, access, true)?),
-        })
+        Ok(backend!(self,
+            Sim(p) => Mr::Sim(p.alloc_mr(len, access)?),
+            Hw(p) => Mr::Hw(p.alloc_mr(len, access, true)?),
+        ))
     }
 
     /// Registers memory of this process.
@@ -524,12 +601,12 @@ impl Pd {
     /// `[addr, addr + len)` must stay valid until the MR is dropped, and the NIC
     /// may write it whenever its access flags allow.
     pub unsafe fn reg_mr(&self, addr: *mut u8, len: usize, access: u32) -> Result<Mr, DeviceError> {
-        Ok(match self {
+        Ok(backend!(self,
             // SAFETY: the caller's guarantee, forwarded unchanged.
-            Pd::Sim(p) => Mr::Sim(unsafe { p.reg_mr(addr, len, access) }?),
+            Sim(p) => Mr::Sim(unsafe { p.reg_mr(addr, len, access) }?),
             // SAFETY: as above.
-            Pd::Hw(p) => Mr::Hw(unsafe { p.reg_mr(addr, len, access) }?),
-        })
+            Hw(p) => Mr::Hw(unsafe { p.reg_mr(addr, len, access) }?),
+        ))
     }
 }
 
@@ -537,6 +614,7 @@ impl Pd {
 #[derive(Clone)]
 pub enum Mr {
     /// Software device.
+    #[cfg(feature = "sim")]
     Sim(SimMr),
     /// NIC.
     Hw(HwMr),
@@ -556,31 +634,19 @@ impl std::fmt::Debug for Mr {
 impl Mr {
     /// Local key.
     pub fn lkey(&self) -> u32 {
-        match self {
-            Mr::Sim(m) => m.lkey(),
-            Mr::Hw(m) => m.lkey(),
-        }
+        backend!(self, m => m.lkey())
     }
     /// Remote key.
     pub fn rkey(&self) -> u32 {
-        match self {
-            Mr::Sim(m) => m.rkey(),
-            Mr::Hw(m) => m.rkey(),
-        }
+        backend!(self, m => m.rkey())
     }
     /// Address in this process (what SGEs and remote addresses use).
     pub fn addr(&self) -> u64 {
-        match self {
-            Mr::Sim(m) => m.addr(),
-            Mr::Hw(m) => m.addr(),
-        }
+        backend!(self, m => m.addr())
     }
     /// Length.
     pub fn len(&self) -> usize {
-        match self {
-            Mr::Sim(m) => m.len(),
-            Mr::Hw(m) => m.len(),
-        }
+        backend!(self, m => m.len())
     }
     /// True for a zero-length region.
     pub fn is_empty(&self) -> bool {
@@ -591,10 +657,7 @@ impl Mr {
     /// Always false on the software device, and for memory registered with
     /// [`Pd::reg_mr`].
     pub fn is_huge(&self) -> bool {
-        match self {
-            Mr::Sim(_) => false,
-            Mr::Hw(m) => m.is_huge(),
-        }
+        backend!(self, Sim(_) => false, Hw(m) => m.is_huge())
     }
     /// Base pointer.
     pub fn as_ptr(&self) -> *mut u8 {
@@ -631,6 +694,7 @@ impl Mr {
 #[derive(Clone, Debug)]
 pub enum Cq {
     /// Software device.
+    #[cfg(feature = "sim")]
     Sim(SimCq),
     /// NIC.
     Hw(HwCq),
@@ -639,36 +703,26 @@ pub enum Cq {
 impl Cq {
     /// CQ number.
     pub fn cqn(&self) -> u32 {
-        match self {
-            Cq::Sim(c) => c.cqn(),
-            Cq::Hw(c) => c.cqn().unwrap_or(0),
-        }
+        backend!(self, Sim(c) => c.cqn(), Hw(c) => c.cqn().unwrap_or(0))
     }
     /// Whether the software device found the CQ full (hardware reports an
     /// overrun as an asynchronous event, which this API does not read yet).
     pub fn overrun(&self) -> bool {
-        match self {
-            Cq::Sim(c) => c.overrun(),
-            Cq::Hw(_) => false,
-        }
+        backend!(self, Sim(c) => c.overrun(), Hw(_) => false)
     }
     /// The consumer side for the data path (once on the software device).
     pub fn ring(&self) -> Result<CqRing, DeviceError> {
-        Ok(match self {
-            Cq::Sim(c) => c.ring()?,
-            Cq::Hw(c) => c.ring()?,
-        })
+        Ok(backend!(self, c => c.ring()?))
     }
 
     /// The verbs data path's consumer side (devices opened through rdma-core).
     pub fn verbs(&self) -> Result<VerbsCq, DeviceError> {
-        match self {
-            Cq::Sim(_) => Err(no_verbs()),
-            Cq::Hw(c) => Ok(VerbsCq::new(c)?),
-        }
+        backend!(self, Sim(_) => Err(no_verbs()), Hw(c) => Ok(VerbsCq::new(c)?))
     }
 }
 
+/// The software device asked for the verbs data path.
+#[cfg(feature = "sim")]
 fn no_verbs() -> DeviceError {
     DeviceError::Invalid("the software device has the direct (mlx5) data path only".into())
 }
@@ -677,6 +731,7 @@ fn no_verbs() -> DeviceError {
 #[derive(Clone, Debug)]
 pub enum SrqHandle {
     /// Software device.
+    #[cfg(feature = "sim")]
     Sim(SimSrq),
     /// NIC.
     Hw(HwSrq),
@@ -685,47 +740,131 @@ pub enum SrqHandle {
 impl SrqHandle {
     /// SRQ number.
     pub fn srqn(&self) -> u32 {
-        match self {
-            SrqHandle::Sim(s) => s.srqn(),
-            SrqHandle::Hw(s) => s.srqn().unwrap_or(0),
-        }
+        backend!(self, Sim(s) => s.srqn(), Hw(s) => s.srqn().unwrap_or(0))
     }
     /// The posting side for the data path.
     pub fn srq<T: SrqTopology>(&self) -> Result<Srq<T>, DeviceError> {
-        Ok(match self {
-            SrqHandle::Sim(s) => s.srq()?,
-            SrqHandle::Hw(s) => s.srq()?,
-        })
+        Ok(backend!(self, s => s.srq()?))
     }
 
     /// The verbs data path's posting side (devices opened through rdma-core).
     pub fn verbs(&self) -> Result<VerbsSrq, DeviceError> {
-        match self {
-            SrqHandle::Sim(_) => Err(no_verbs()),
-            SrqHandle::Hw(s) => Ok(VerbsSrq::new(s)?),
-        }
+        backend!(self, Sim(_) => Err(no_verbs()), Hw(s) => Ok(VerbsSrq::new(s)?))
     }
 }
 
-/// An RC queue pair.
+/// An RC queue pair (or a DC initiator).
 #[derive(Clone)]
 pub enum Qp {
     /// Software device.
+    #[cfg(feature = "sim")]
     Sim(SimQp),
     /// NIC, with the context it was created on.
-    Hw {
-        /// The QP.
-        qp: HwQp,
-        /// Its device (port, GID and MTU for RTR).
-        ctx: HwContext,
-        /// The last state this API moved it to.
-        state: Arc<AtomicU32>,
-    },
+    Hw(HwQpHandle),
 }
 
 impl std::fmt::Debug for Qp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Qp")
+            .field("qpn", &self.qpn())
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+impl Qp {
+    /// QP number.
+    pub fn qpn(&self) -> u32 {
+        backend!(self, q => q.qpn())
+    }
+
+    /// Current state (the NIC moves a QP to ERR on its own after an error).
+    pub fn state(&self) -> QpState {
+        backend!(self, q => q.state())
+    }
+
+    /// What the peer needs to connect.
+    pub fn conn_info(&self) -> ConnInfo {
+        backend!(self, q => q.conn_info())
+    }
+
+    /// RESET → INIT.
+    pub fn to_init(&self) -> Result<(), DeviceError> {
+        backend!(self, q => q.to_init())
+    }
+
+    /// INIT → RTR: connect to `attr.remote`, accept `attr.access` remote operations.
+    pub fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
+        backend!(self, q => q.to_rtr(attr))
+    }
+
+    /// RTR → RTS.
+    pub fn to_rts(&self, attr: &RtsAttr) -> Result<(), DeviceError> {
+        backend!(self, q => q.to_rts(attr))
+    }
+
+    /// RESET → INIT → RTR → RTS: connects to `rtr.remote` and makes the QP
+    /// ready to send (the usual bring-up in one call).
+    pub fn connect(&self, rtr: &RtrAttr, rts: &RtsAttr) -> Result<(), DeviceError> {
+        self.to_init()?;
+        self.to_rtr(rtr)?;
+        self.to_rts(rts)
+    }
+
+    /// INIT → RTR of a DCI: it names its peer in each WQE, so nothing is
+    /// connected.
+    pub fn to_rtr_dci(&self) -> Result<(), DeviceError> {
+        backend!(self, q => q.to_rtr_dci())
+    }
+
+    /// RTS → RTS of a DCI with a stream id (`mlx5dv_dci_stream_id_reset`):
+    /// an errored `stream` runs again. Refused on a QP that is not a DCI,
+    /// a stream it does not have, or a DCI not in RTS.
+    pub fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
+        backend!(self, q => q.reset_dci_stream(stream))
+    }
+
+    /// RESET → INIT → RTR → RTS of a DCI: ready to send to any DCT.
+    pub fn ready_dci(&self, rts: &RtsAttr) -> Result<(), DeviceError> {
+        self.to_init()?;
+        self.to_rtr_dci()?;
+        self.to_rts(rts)
+    }
+
+    /// Any state → ERR: every outstanding WQE completes with WR_FLUSH_ERR.
+    pub fn to_err(&self) -> Result<(), DeviceError> {
+        backend!(self, q => q.to_err())
+    }
+
+    /// The send queue for the data path.
+    pub fn send_queue<T: SendTable>(&self, cfg: SqConfig) -> Result<SendQueue<T>, DeviceError> {
+        Ok(backend!(self, Sim(q) => q.send_queue(cfg)?, Hw(q) => q.qp.send_queue(cfg)?))
+    }
+
+    /// The QP's own receive queue for the data path.
+    pub fn recv_queue<T: RecvTable>(&self) -> Result<RecvQueue<T>, DeviceError> {
+        Ok(backend!(self, Sim(q) => q.recv_queue()?, Hw(q) => q.qp.recv_queue()?))
+    }
+
+    /// Both queues on the verbs data path (devices opened through rdma-core).
+    pub fn verbs(&self) -> Result<VerbsQp, DeviceError> {
+        backend!(self, Sim(_) => Err(no_verbs()), Hw(q) => Ok(VerbsQp::new(&q.qp)?))
+    }
+}
+
+/// A QP on a NIC as the device API sees it: the rdma-core QP, the context it
+/// was created on (port, GID and MTU for RTR), and the last state this API
+/// moved it to (rdma-core answers for the current one when it can).
+#[derive(Clone)]
+pub struct HwQpHandle {
+    qp: HwQp,
+    ctx: HwContext,
+    state: Arc<AtomicU32>,
+}
+
+impl std::fmt::Debug for HwQpHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HwQpHandle")
             .field("qpn", &self.qpn())
             .field("state", &self.state())
             .finish()
@@ -743,146 +882,104 @@ fn hw_state(v: u32) -> QpState {
     }
 }
 
-impl Qp {
-    /// QP number.
-    pub fn qpn(&self) -> u32 {
-        match self {
-            Qp::Sim(q) => q.qpn(),
-            Qp::Hw { qp, .. } => qp.qpn(),
+/// The hardware side of [`Qp`]'s methods, named as the software device's.
+impl HwQpHandle {
+    fn new(qp: HwQp, ctx: &HwContext) -> Self {
+        HwQpHandle {
+            qp,
+            ctx: ctx.clone(),
+            state: Arc::new(AtomicU32::new(hw::ffi::qp_state::RESET)),
         }
     }
 
-    /// Current state (the NIC moves a QP to ERR on its own after an error).
-    pub fn state(&self) -> QpState {
-        match self {
-            Qp::Sim(q) => q.state(),
-            Qp::Hw { qp, state, .. } => {
-                hw_state(qp.query_state().unwrap_or(state.load(Ordering::Relaxed)))
-            }
-        }
+    fn qpn(&self) -> u32 {
+        self.qp.qpn()
     }
 
-    /// What the peer needs to connect.
-    pub fn conn_info(&self) -> ConnInfo {
-        match self {
-            Qp::Sim(q) => q.conn_info(),
-            Qp::Hw { qp, ctx, .. } => qp.conn_info(ctx, 0),
-        }
+    fn state(&self) -> QpState {
+        hw_state(
+            self.qp
+                .query_state()
+                .unwrap_or(self.state.load(Ordering::Relaxed)),
+        )
     }
 
-    fn hw_step(state: &AtomicU32, v: u32, r: Result<(), HwError>) -> Result<(), DeviceError> {
+    fn conn_info(&self) -> ConnInfo {
+        self.qp.conn_info(&self.ctx, 0)
+    }
+
+    /// Records state `v` once the transition `r` went through.
+    fn step(&self, v: u32, r: Result<(), HwError>) -> Result<(), DeviceError> {
         r?;
-        state.store(v, Ordering::Relaxed);
+        self.state.store(v, Ordering::Relaxed);
         Ok(())
     }
 
-    /// RESET → INIT.
-    pub fn to_init(&self) -> Result<(), DeviceError> {
-        match self {
-            Qp::Sim(q) => q.to_init(),
-            Qp::Hw { qp, state, .. } => {
-                Self::hw_step(state, hw::ffi::qp_state::INIT, qp.to_init(0))
-            }
-        }
+    fn to_init(&self) -> Result<(), DeviceError> {
+        self.step(hw::ffi::qp_state::INIT, self.qp.to_init(0))
     }
 
-    /// INIT → RTR: connect to `attr.remote`, accept `attr.access` remote operations.
-    pub fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
-        match self {
-            Qp::Sim(q) => q.to_rtr(attr),
-            Qp::Hw { qp, .. } if qp.is_dci() => Err(DeviceError::Invalid(format!(
+    fn to_rtr(&self, attr: &RtrAttr) -> Result<(), DeviceError> {
+        if self.qp.is_dci() {
+            return Err(DeviceError::Invalid(format!(
                 "QP {:#x} is a DCI: it has no peer to connect (to_rtr_dci)",
-                qp.qpn()
-            ))),
-            Qp::Hw { qp, ctx, state } => {
-                Self::hw_step(state, hw::ffi::qp_state::RTR, qp.to_rtr(ctx, attr))
-            }
+                self.qp.qpn()
+            )));
         }
+        self.step(hw::ffi::qp_state::RTR, self.qp.to_rtr(&self.ctx, attr))
     }
 
-    /// RTR → RTS.
-    pub fn to_rts(&self, attr: &RtsAttr) -> Result<(), DeviceError> {
-        match self {
-            Qp::Sim(q) => q.to_rts(attr),
-            Qp::Hw { qp, state, .. } => {
-                Self::hw_step(state, hw::ffi::qp_state::RTS, qp.to_rts(attr))
-            }
-        }
+    fn to_rts(&self, attr: &RtsAttr) -> Result<(), DeviceError> {
+        self.step(hw::ffi::qp_state::RTS, self.qp.to_rts(attr))
     }
 
-    /// RESET → INIT → RTR → RTS: connects to `rtr.remote` and makes the QP
-    /// ready to send (the usual bring-up in one call).
-    pub fn connect(&self, rtr: &RtrAttr, rts: &RtsAttr) -> Result<(), DeviceError> {
-        self.to_init()?;
-        self.to_rtr(rtr)?;
-        self.to_rts(rts)
-    }
-
-    /// INIT → RTR of a DCI: it names its peer in each WQE, so nothing is
-    /// connected.
-    pub fn to_rtr_dci(&self) -> Result<(), DeviceError> {
-        match self {
-            Qp::Sim(q) => q.to_rtr_dci(),
-            Qp::Hw { qp, .. } if !qp.is_dci() => Err(DeviceError::Invalid(format!(
+    fn to_rtr_dci(&self) -> Result<(), DeviceError> {
+        if !self.qp.is_dci() {
+            return Err(DeviceError::Invalid(format!(
                 "QP {:#x} is not a DCI: connect it with to_rtr",
-                qp.qpn()
-            ))),
-            Qp::Hw { qp, ctx, state } => {
-                Self::hw_step(state, hw::ffi::qp_state::RTR, qp.to_rtr_dci(ctx))
+                self.qp.qpn()
+            )));
+        }
+        self.step(hw::ffi::qp_state::RTR, self.qp.to_rtr_dci(&self.ctx))
+    }
+
+    fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
+        if !self.qp.is_dci() {
+            return Err(DeviceError::Invalid(format!(
+                "QP {:#x} is not a DCI: it has no streams",
+                self.qp.qpn()
+            )));
+        }
+        Ok(self.qp.reset_dci_stream(stream)?)
+    }
+
+    fn to_err(&self) -> Result<(), DeviceError> {
+        self.step(hw::ffi::qp_state::ERR, self.qp.to_err())
+    }
+}
+
+#[cfg(all(test, not(feature = "sim")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_software_device_its_names_are_a_clear_error() {
+        for r in [
+            Context::open("sim0"),
+            Context::open_in("f", "sim1"),
+            Context::open_in_mode("f", "sim2", ExecMode::Inline),
+        ] {
+            match r {
+                Err(e @ DeviceError::NoSoftwareDevice(_)) => {
+                    assert!(e.to_string().contains("`sim` feature"), "{e}")
+                }
+                other => panic!("{other:?}"),
             }
         }
-    }
-
-    /// RTS → RTS of a DCI with a stream id (`mlx5dv_dci_stream_id_reset`):
-    /// an errored `stream` runs again. Refused on a QP that is not a DCI,
-    /// a stream it does not have, or a DCI not in RTS.
-    pub fn reset_dci_stream(&self, stream: u16) -> Result<(), DeviceError> {
-        match self {
-            Qp::Sim(q) => q.reset_dci_stream(stream),
-            Qp::Hw { qp, .. } if !qp.is_dci() => Err(DeviceError::Invalid(format!(
-                "QP {:#x} is not a DCI: it has no streams",
-                qp.qpn()
-            ))),
-            Qp::Hw { qp, .. } => Ok(qp.reset_dci_stream(stream)?),
-        }
-    }
-
-    /// RESET → INIT → RTR → RTS of a DCI: ready to send to any DCT.
-    pub fn ready_dci(&self, rts: &RtsAttr) -> Result<(), DeviceError> {
-        self.to_init()?;
-        self.to_rtr_dci()?;
-        self.to_rts(rts)
-    }
-
-    /// Any state → ERR: every outstanding WQE completes with WR_FLUSH_ERR.
-    pub fn to_err(&self) -> Result<(), DeviceError> {
-        match self {
-            Qp::Sim(q) => q.to_err(),
-            Qp::Hw { qp, state, .. } => Self::hw_step(state, hw::ffi::qp_state::ERR, qp.to_err()),
-        }
-    }
-
-    /// The send queue for the data path.
-    pub fn send_queue<T: SendTable>(&self, cfg: SqConfig) -> Result<SendQueue<T>, DeviceError> {
-        Ok(match self {
-            Qp::Sim(q) => q.send_queue(cfg)?,
-            Qp::Hw { qp, .. } => qp.send_queue(cfg)?,
-        })
-    }
-
-    /// The QP's own receive queue for the data path.
-    pub fn recv_queue<T: RecvTable>(&self) -> Result<RecvQueue<T>, DeviceError> {
-        Ok(match self {
-            Qp::Sim(q) => q.recv_queue()?,
-            Qp::Hw { qp, .. } => qp.recv_queue()?,
-        })
-    }
-
-    /// Both queues on the verbs data path (devices opened through rdma-core).
-    pub fn verbs(&self) -> Result<VerbsQp, DeviceError> {
-        match self {
-            Qp::Sim(_) => Err(no_verbs()),
-            Qp::Hw { qp, .. } => Ok(VerbsQp::new(qp)?),
+        // `auto` finds a NIC, or says why there is none and no fallback.
+        match Context::open("auto") {
+            Ok(c) => assert!(!c.is_software()),
+            Err(e) => assert!(matches!(e, DeviceError::NoSoftwareDevice(_)), "{e}"),
         }
     }
 }

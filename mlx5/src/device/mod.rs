@@ -1,6 +1,6 @@
 //! The device API: one interface for the backends that supply queue memory to
-//! the data path — the software mlx5 device ([`crate::sim`]) and NICs through
-//! rdma-core ([`crate::hw`]).
+//! the data path — the software mlx5 device (`mlx5::sim`, feature `sim`) and
+//! NICs through rdma-core ([`crate::hw`]).
 //!
 //! Open a device by name (`sim0`, `sim1`, …, or `auto`), allocate protection
 //! domains and memory regions, create CQs, SRQs and RC QPs, move QPs through
@@ -10,12 +10,19 @@
 //! [`CqRing`](crate::cq::CqRing)) out of them. CQs created on a
 //! [`CompletionChannel`] can be armed, and a thread can sleep on the channel
 //! until one of them raises its completion event.
+//!
+//! The layout is a one-way chain: `types` and `error` are leaves the
+//! backends import; the front (the enums below) dispatches to the
+//! backends through one seam and is imported by neither. The software device
+//! is built with the crate's `sim` feature (on by default); without it,
+//! opening `sim*` fails with [`DeviceError::NoSoftwareDevice`].
 
+pub(crate) mod error;
 mod front;
-mod types;
+pub(crate) mod types;
 
-pub use crate::sim::sched::{ExecMode, FaultPlan, SchedStats};
+pub use error::DeviceError;
 pub use front::{
-    ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, Mr, Pd, Qp, SrqHandle,
+    ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, HwQpHandle, Mr, Pd, Qp, SrqHandle,
 };
 pub use types::*;

@@ -1,4 +1,5 @@
-//! Types shared by every backend of the device API.
+//! Types shared by every backend of the device API. A leaf: the backends
+//! (`sim`, `hw`) import these, and nothing here knows either backend.
 
 /// Memory-region access flags (the values of `IBV_ACCESS_*`).
 pub mod access {
@@ -201,35 +202,56 @@ pub fn ack_timeout_us(code: u8) -> u32 {
     }
 }
 
-/// Errors of the device API.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// No device of that name.
-    #[error("no device named {0:?} (software devices are sim0..sim7; `auto` picks one)")]
-    UnknownDevice(String),
-    /// The fabric could not be opened.
-    #[error(transparent)]
-    Fabric(#[from] crate::sim::fabric::FabricError),
-    /// An argument is out of range.
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    /// A QP state change that the state machine does not allow.
-    #[error("QP {qpn:#x}: cannot go from {from:?} to {to:?}")]
-    BadTransition {
-        /// QP number.
-        qpn: u32,
-        /// Current state.
-        from: QpState,
-        /// Requested state.
-        to: QpState,
+/// Faults the deferred scheduler injects, each a probability in parts per
+/// thousand per step.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// A step does nothing (the NIC is slow).
+    pub delay: u16,
+    /// The responder has no receive WQE for this message (RNR NAK).
+    pub rnr: u16,
+    /// The responder rejects the rkey (remote access error; both QPs to ERR).
+    pub access: u16,
+    /// The peer does not answer this try (transport retry; fatal once
+    /// `retry_cnt` is used up).
+    pub peer_loss: u16,
+    /// CQEs written in this step are not compressed even if the CQ allows it.
+    pub no_compress: u16,
+}
+
+/// When the simulated NIC runs work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecMode {
+    /// In the doorbell call (the default).
+    Inline,
+    /// Later, in a seeded order, with faults.
+    Deferred {
+        /// Seed of the scheduler and the fault plan.
+        seed: u64,
+        /// Faults to inject.
+        faults: FaultPlan,
     },
-    /// The data-path object was already taken.
-    #[error("{0} already taken")]
-    Taken(&'static str),
-    /// A data-path object rejected the memory it was given.
-    #[error("queue memory: {0}")]
-    Queue(String),
-    /// The hardware backend failed.
-    #[error(transparent)]
-    Hw(crate::hw::HwError),
+}
+
+/// What the deferred scheduler did (for tests and diagnostics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SchedStats {
+    /// Steps taken.
+    pub steps: u64,
+    /// Steps skipped by a delay fault.
+    pub delays: u64,
+    /// WQEs executed (completed, failed or flushed).
+    pub executed: u64,
+    /// Faults armed: RNR, access, peer loss, compression off.
+    pub rnr: u64,
+    /// See `rnr`.
+    pub access: u64,
+    /// See `rnr`.
+    pub peer_loss: u64,
+    /// See `rnr`.
+    pub no_compress: u64,
+    /// The logical clock (ns): each step takes a microsecond, and time
+    /// jumps ahead to the next CQE the link model holds when nothing else is
+    /// pending.
+    pub clock_ns: u64,
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use super::device::{nonnull, verb, HwContext, HwCq, HwPd, HwQp, HwSrq, PdInner, QpInner};
 use super::ffi::*;
 use super::loader::HwError;
-use crate::device::{DciStreams, DctAttr, QpCaps};
+use crate::device::types::{DciStreams, DctAttr, QpCaps};
 use crate::prm::{AddressVector, DatagramSeg};
 
 /// Hop limit of the GRH on RoCE (as the RC path uses).

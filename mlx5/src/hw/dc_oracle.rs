@@ -10,7 +10,7 @@ use super::dc::Ah;
 use super::device::{HwContext, HwCq, HwPd, HwQp};
 use super::ffi::*;
 use super::loader::HwError;
-use crate::device::{DcDest, DciStreams, QpCaps};
+use crate::device::types::{DcDest, DciStreams, QpCaps};
 use crate::sq::Sge;
 
 extern "C" {

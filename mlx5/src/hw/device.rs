@@ -16,7 +16,7 @@ use super::ctx::Ctx;
 use super::ffi::*;
 use super::loader::{errno, verbs, HwError, Verbs};
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
-use crate::device::{ConnInfo, RtrAttr, RtsAttr};
+use crate::device::types::{ConnInfo, QpCaps, RtrAttr, RtsAttr};
 use crate::prm::cqe_res_format;
 use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
 use crate::sq::{SendQueue, SqConfig, SqMemory};
@@ -386,7 +386,7 @@ impl HwContext {
         let cq = self.create_cq(64, 64, Compression::Off)?;
         let mut last = None;
         for inline in [512u32, 256, 128, 64, 0] {
-            let caps = crate::device::QpCaps {
+            let caps = QpCaps {
                 sq_wqe_cnt: 64,
                 rq_wqe_cnt: 1,
                 max_recv_sge: 1,
@@ -755,7 +755,7 @@ impl HwPd {
         send_cq: &HwCq,
         recv_cq: &HwCq,
         srq: Option<&HwSrq>,
-        caps: &crate::device::QpCaps,
+        caps: &QpCaps,
     ) -> Result<HwQp, HwError> {
         let p = &self.p;
         let mut a = ibv_qp_init_attr {

@@ -12,51 +12,7 @@ pub const IBVERBS_ENV: &str = "MLX5_LIBIBVERBS";
 /// Environment variable overriding the libmlx5 file name.
 pub const MLX5_ENV: &str = "MLX5_LIBMLX5";
 
-/// Errors of the hardware backend.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum HwError {
-    /// The library could not be loaded.
-    #[error("cannot load {lib}: {reason} (install rdma-core: apt-get install libibverbs1 ibverbs-providers)")]
-    LibraryMissing {
-        /// File name tried.
-        lib: String,
-        /// `dlerror()`.
-        reason: String,
-    },
-    /// The library lacks a function we need (too old an rdma-core).
-    #[error("{lib} has no symbol {symbol} (rdma-core too old?)")]
-    SymbolMissing {
-        /// Library.
-        lib: String,
-        /// Symbol.
-        symbol: &'static str,
-    },
-    /// No RDMA device is present.
-    #[error("no RDMA device found")]
-    NoDevice,
-    /// No device has that name.
-    #[error("no RDMA device named {name:?} (present: {present})")]
-    UnknownDevice {
-        /// Name asked for.
-        name: String,
-        /// Names present, comma-separated.
-        present: String,
-    },
-    /// A verb failed.
-    #[error("{verb} failed: {}", std::io::Error::from_raw_os_error(*errno))]
-    Verb {
-        /// The verb.
-        verb: &'static str,
-        /// `errno`.
-        errno: i32,
-    },
-    /// The device is not an mlx5 device (the direct data path needs one).
-    #[error("{0} is not an mlx5 device")]
-    NotMlx5(String),
-    /// A data-path object was already taken (each is handed out once).
-    #[error("{0} already taken")]
-    Taken(&'static str),
-}
+pub use crate::device::error::HwError;
 
 #[derive(Debug)]
 struct Lib(*mut c_void);

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use super::device::{SimContext, SimCq, SimPd, SimSrq};
 use super::fabric::FabricError;
 use super::registry::{self, qp_kind, qp_state, LIVE, MAX_QPS};
-use crate::device::{rnr_timer_us, DctAttr, DeviceError};
+use crate::device::error::DeviceError;
+use crate::device::types::{rnr_timer_us, DctAttr};
 
 /// A DC target of the software device.
 #[derive(Debug, Clone)]
@@ -103,7 +104,7 @@ impl SimDct {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::{access, CqAttr, QpCaps};
+    use crate::device::types::{access, CqAttr, QpCaps};
     use crate::sim::device::live_qps;
 
     #[test]

@@ -9,16 +9,17 @@ use std::sync::Arc;
 use super::channel::SimChannel;
 use super::engine;
 use super::fabric::pool::Range;
-use super::fabric::{fabric_name_from_env, Fabric, Segment};
+use super::fabric::{fabric_name_from_env, Fabric, FabricError, Segment};
 use super::registry::{
     self, qp_state, slot_of, CQ_SCATTER_TO_CQE, CQ_UAR_AFTER_DBREC, LIVE, MAX_CQS, MAX_DEVS,
     MAX_QPS, MAX_SRQS, NO_SEG,
 };
-use super::sched::{ExecMode, Nic, SchedStats};
+use super::sched::Nic;
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
-use crate::device::{
-    ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DciStreams, DeviceError, QpCaps, QpState,
-    RtrAttr, RtsAttr,
+use crate::device::error::DeviceError;
+use crate::device::types::{
+    ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DciStreams, ExecMode, QpCaps, QpState, RtrAttr,
+    RtsAttr, SchedStats,
 };
 
 /// The software device's DCI stream limits (`dci_streams_caps`): up to 16
@@ -245,9 +246,9 @@ impl SimContext {
         // doorbell register takes arms (64 bytes).
         let seg = fab.alloc_segment(buf_len + 64 + CQ_UAR_AFTER_DBREC as usize)?;
         let r = fab.reg();
-        let slot = r.claim_cq().ok_or_else(|| {
-            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "CQ"))
-        })?;
+        let slot = r
+            .claim_cq()
+            .ok_or_else(|| DeviceError::Fabric(FabricError::Full(fab.name().into(), "CQ")))?;
         let cqn = registry::object_number(slot, MAX_CQS, r.next_gen());
         let e = &r.cqs[slot];
         e.cqn.store(cqn, Ordering::Relaxed);
@@ -320,9 +321,9 @@ impl SimContext {
         let buf_len = (cnt * stride) as usize;
         let seg = fab.alloc_segment(buf_len + 64)?;
         let r = fab.reg();
-        let slot = r.claim_srq().ok_or_else(|| {
-            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "SRQ"))
-        })?;
+        let slot = r
+            .claim_srq()
+            .ok_or_else(|| DeviceError::Fabric(FabricError::Full(fab.name().into(), "SRQ")))?;
         let srqn = registry::object_number(slot, MAX_SRQS, r.next_gen());
         let e = &r.srqs[slot];
         e.srqn.store(srqn, Ordering::Relaxed);
@@ -438,9 +439,9 @@ impl SimContext {
         let mem = Range::alloc(fab, (bf_off + 512) as usize)?;
         let base = mem.off() as u64;
         let r = fab.reg();
-        let slot = r.claim_qp().ok_or_else(|| {
-            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "QP"))
-        })?;
+        let slot = r
+            .claim_qp()
+            .ok_or_else(|| DeviceError::Fabric(FabricError::Full(fab.name().into(), "QP")))?;
         let qpn = registry::object_number(slot, MAX_QPS, r.next_gen());
         let e = &r.qps[slot];
         e.clear(qpn, kind, fab.token(), self.d.dev, pd.pdn);
@@ -508,9 +509,9 @@ impl SimPd {
     ) -> Result<SimMr, DeviceError> {
         let fab = &self.ctx.d.fab;
         let r = fab.reg();
-        let slot = r.claim_mr().ok_or_else(|| {
-            DeviceError::Fabric(super::fabric::FabricError::Full(fab.name().into(), "MR"))
-        })?;
+        let slot = r
+            .claim_mr()
+            .ok_or_else(|| DeviceError::Fabric(FabricError::Full(fab.name().into(), "MR")))?;
         let key = ((slot as u32) << 8) | (r.next_gen() % 255 + 1);
         let e = &r.mrs[slot];
         e.key.store(key, Ordering::Relaxed);
@@ -538,7 +539,7 @@ impl SimPd {
 
     /// Allocates `len` zeroed bytes of device memory that peers in any process of
     /// the fabric can reach, registered with `access`
-    /// ([`access`](crate::device::access) flags).
+    /// ([`access`](crate::device::types::access) flags).
     pub fn alloc_mr(&self, len: usize, access: u32) -> Result<SimMr, DeviceError> {
         let mem = self.ctx.d.fab.alloc_region_memory(len.max(1))?;
         let va = mem.base().as_ptr() as u64;

@@ -31,64 +31,9 @@ use pool::{Pool, Range};
 
 pub mod pool;
 
-/// Environment variable naming the fabric that `sim*` devices open.
-pub const FABRIC_ENV: &str = "MLX5_SIM_FABRIC";
+pub use crate::device::error::{FabricError, FABRIC_ENV};
 /// Fabric used when the variable is not set.
 pub const DEFAULT_FABRIC: &str = "default";
-
-/// Why a fabric could not be opened.
-#[derive(Debug, thiserror::Error)]
-pub enum FabricError {
-    /// The name has characters other than `[A-Za-z0-9_.-]`, or is empty.
-    #[error("invalid fabric name {0:?}: use letters, digits, '.', '_' and '-'")]
-    BadName(String),
-    /// The shared-memory files could not be created or mapped.
-    #[error("fabric {name}: {source}")]
-    Io {
-        /// Fabric name.
-        name: String,
-        /// What failed.
-        source: io::Error,
-    },
-    /// Another process is initialising the registry and did not finish.
-    #[error("fabric {0}: registry never became ready")]
-    NotReady(String),
-    /// A table of the registry is full.
-    #[error("fabric {0}: no free {1} slot")]
-    Full(String, &'static str),
-    /// The link models in the environment could not be read.
-    #[error("fabric {name}: {source} (from {env})", env = super::link::LINKS_ENV)]
-    Links {
-        /// Fabric name.
-        name: String,
-        /// What is wrong with the specification.
-        source: super::link::LinkSpecError,
-    },
-    /// There is no such device in a fabric.
-    #[error("fabric {0}: no device sim{1}")]
-    NoDevice(String, u32),
-    /// This process already drives the fabric in another execution mode.
-    #[error("fabric {0}: already opened in this process in another execution mode")]
-    ModeConflict(String),
-    /// The fabric belongs to another user: a fabric is private to the user
-    /// who created it.
-    #[error(
-        "fabric {name}: {} belongs to uid {owner}, and this process runs as uid {uid}; \
-         a fabric is private to the user who created it (pick another name with {})",
-        path.display(),
-        FABRIC_ENV
-    )]
-    NotOwner {
-        /// Fabric name.
-        name: String,
-        /// The fabric's directory.
-        path: PathBuf,
-        /// The uid that owns it.
-        owner: u32,
-        /// This process's effective uid.
-        uid: u32,
-    },
-}
 
 /// The mode of a fabric's directory: its owner's only.
 pub const DIR_MODE: u32 = 0o700;

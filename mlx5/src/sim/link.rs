@@ -32,11 +32,7 @@ use std::time::Duration;
 
 use super::registry::{PortEntry, Registry, MAX_DEVS};
 
-/// Environment variable with the link models a new fabric starts with:
-/// `sim0=24,sim1=8` (Gbit/s), or with a one-way latency, `sim0=24:2us` (units
-/// `ns`, `us`, `ms`; a bare number is ns). Read by the process that creates
-/// the fabric.
-pub const LINKS_ENV: &str = "MLX5_SIM_LINKS";
+pub use crate::device::error::{LinkSpecError, LINKS_ENV};
 
 /// A port's link model.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -60,20 +56,6 @@ impl Link {
         self.gbit_per_s
             .map_or(0, |g| ((g * 1000.0).round() as u64).max(1))
     }
-}
-
-/// Why a link specification was refused.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum LinkSpecError {
-    /// An entry is not `simN=GBPS[:LATENCY]`.
-    #[error("link spec {0:?}: expected simN=GBPS[:LATENCY], e.g. sim0=24,sim1=8:2us")]
-    Syntax(String),
-    /// The device number is not one of the fabric's.
-    #[error("link spec {0:?}: no such device (sim0 .. sim{max})", max = MAX_DEVS - 1)]
-    Device(String),
-    /// The rate is not a positive number of Gbit/s.
-    #[error("link spec {0:?}: the rate must be a positive number of Gbit/s")]
-    Rate(String),
 }
 
 /// Parses `sim0=24,sim1=8:2us` into (device, link) pairs.

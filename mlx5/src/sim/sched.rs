@@ -23,61 +23,8 @@ use super::engine;
 use super::exec::{monotonic_ns, Clock, Exec, Faults};
 use super::fabric::{Fabric, FabricError};
 use super::registry::qp_state;
+use crate::device::types::{ExecMode, FaultPlan, SchedStats};
 use crate::doorbell::DeviceNotify;
-
-/// Faults the deferred scheduler injects, each a probability in parts per
-/// thousand per step.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FaultPlan {
-    /// A step does nothing (the NIC is slow).
-    pub delay: u16,
-    /// The responder has no receive WQE for this message (RNR NAK).
-    pub rnr: u16,
-    /// The responder rejects the rkey (remote access error; both QPs to ERR).
-    pub access: u16,
-    /// The peer does not answer this try (transport retry; fatal once
-    /// `retry_cnt` is used up).
-    pub peer_loss: u16,
-    /// CQEs written in this step are not compressed even if the CQ allows it.
-    pub no_compress: u16,
-}
-
-/// When the simulated NIC runs work.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecMode {
-    /// In the doorbell call (the default).
-    Inline,
-    /// Later, in a seeded order, with faults.
-    Deferred {
-        /// Seed of the scheduler and the fault plan.
-        seed: u64,
-        /// Faults to inject.
-        faults: FaultPlan,
-    },
-}
-
-/// What the deferred scheduler did (for tests and diagnostics).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SchedStats {
-    /// Steps taken.
-    pub steps: u64,
-    /// Steps skipped by a delay fault.
-    pub delays: u64,
-    /// WQEs executed (completed, failed or flushed).
-    pub executed: u64,
-    /// Faults armed: RNR, access, peer loss, compression off.
-    pub rnr: u64,
-    /// See `rnr`.
-    pub access: u64,
-    /// See `rnr`.
-    pub peer_loss: u64,
-    /// See `rnr`.
-    pub no_compress: u64,
-    /// The logical clock (ns): each step takes a microsecond, and time
-    /// jumps ahead to the next CQE the link model holds when nothing else is
-    /// pending.
-    pub clock_ns: u64,
-}
 
 struct Deferred {
     rng: u64,

@@ -6,7 +6,7 @@
 //! address handle, which on RoCE carries the destination MAC).
 
 use super::{sge_segments, Payload, SendQueue, SqError, WqeBuilder};
-use crate::device::DcDest;
+use crate::device::types::DcDest;
 use crate::prm::{AddressVector, WqeOpcode};
 use crate::wqe_table::SendTable;
 

@@ -42,10 +42,10 @@ impl DataPath {
     /// The path a device takes: direct on the software device and mlx5 NICs
     /// (`mlx5dv_is_supported`), verbs elsewhere.
     pub fn of(ctx: &Context) -> DataPath {
-        match ctx {
-            Context::Sim(_) => DataPath::Direct,
-            Context::Hw(h) if h.is_mlx5() => DataPath::Direct,
-            Context::Hw(_) => DataPath::Verbs,
+        if ctx.has_direct_path() {
+            DataPath::Direct
+        } else {
+            DataPath::Verbs
         }
     }
 }
@@ -175,7 +175,7 @@ impl Domain {
     /// A domain on `ctx` driven through `path` (the verbs path needs a device
     /// opened through rdma-core; an mlx5 NIC can take either).
     pub fn with_path(ctx: &Context, path: DataPath) -> Result<Domain, DeviceError> {
-        if path == DataPath::Verbs && matches!(ctx, Context::Sim(_)) {
+        if path == DataPath::Verbs && !ctx.has_verbs_path() {
             return Err(DeviceError::Invalid(
                 "the software device has the direct (mlx5) data path only".into(),
             ));

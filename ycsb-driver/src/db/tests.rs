@@ -96,6 +96,7 @@ fn expected(missing: Status) -> Vec<Seen> {
 }
 
 #[test]
+#[cfg(feature = "sim")]
 fn the_kvs_store_through_the_interface() {
     let fabric = format!("ycsb-db-{}", std::process::id());
     let s = kvs_server::Server::start(kvs_server::Config {

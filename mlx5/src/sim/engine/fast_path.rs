@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use super::memory::{demote_written, resolve, resolve_remote, MAX_MSG};
 use super::responder::{connected_peer, peer_check_due, recv_cqe, solicited, take_recv};
 use super::Qp;
-use crate::device::access;
+use crate::device::types::access;
 use crate::prm::{CqeOpcode, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
 use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
@@ -117,8 +117,9 @@ pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>
 
 #[cfg(test)]
 mod tests {
-    use crate::device::{access, Context, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
+    use crate::device::types::{access, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
     use crate::doorbell::BfMode;
+    use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
     use crate::sim::fabric::Fabric;
     use crate::sim::link::Link;
     use crate::sq::{Payload, Sge, SqConfig};
@@ -145,17 +146,17 @@ mod tests {
         static RUNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let fabric = format!("fastpath-{}-{run}", std::process::id());
-        let a = Context::open_in_mode(&fabric, "sim0", ExecMode::Inline).unwrap();
-        let b = Context::open_in_mode(&fabric, "sim1", ExecMode::Inline).unwrap();
+        let a = SimContext::open_in_mode(&fabric, "sim0", ExecMode::Inline).unwrap();
+        let b = SimContext::open_in_mode(&fabric, "sim1", ExecMode::Inline).unwrap();
         for dev in [0, 1] {
-            a.as_sim().unwrap().fabric().set_link(dev, link).unwrap();
+            a.fabric().set_link(dev, link).unwrap();
         }
         // Both contexts share this process's NIC on the fabric.
-        let nic = a.as_sim().unwrap().nic().clone();
+        let nic = a.nic().clone();
         nic.set_fast_path(!general_only);
         let taken_before = nic.fast_path_wqes();
         let held_before = nic.held_cqes();
-        let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
+        let (pa, pb) = (a.alloc_pd(), b.alloc_pd());
         let src = pa.alloc_mr(1 << 14, access::LOCAL_WRITE).unwrap();
         let dst = pb
             .alloc_mr(1 << 14, access::LOCAL_WRITE | access::REMOTE_WRITE)
@@ -171,24 +172,7 @@ mod tests {
             b.create_cq(&cq_attr).unwrap(),
         );
         let srq = b.create_srq(&pb, 256, 1).unwrap();
-        let caps = QpCaps {
-            sq_wqe_cnt: 1024,
-            rq_wqe_cnt: 256,
-            max_inline: 64,
-            ..QpCaps::default()
-        };
-        let mut pairs = Vec::new();
-        for with_srq in [false, true] {
-            let qa = a.create_qp(&pa, &acq, &acq, None, &caps).unwrap();
-            let qb = b
-                .create_qp(&pb, &bcq, &bcq, with_srq.then_some(&srq), &caps)
-                .unwrap();
-            for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
-                x.connect(&RtrAttr::new(y.conn_info(), acc), &RtsAttr::default())
-                    .unwrap();
-            }
-            pairs.push((qa, qb));
-        }
+        let pairs = connected_pairs((&a, &pa, &acq), (&b, &pb, &bcq), &srq);
         let mut rq = pairs[0].1.recv_queue::<OrderedRecv<()>>().unwrap();
         let mut srq_q = srq.srq::<OrderedRecv<()>>().unwrap();
         for _ in 0..200 {
@@ -204,48 +188,7 @@ mod tests {
             bring.poll(usize::MAX, |c| cqes[1].push(*c.bytes()));
         };
         for (k, (qa, _)) in pairs.iter().enumerate() {
-            let mut sq = qa
-                .send_queue::<OrderedSparse<()>>(SqConfig {
-                    signal_interval: 4,
-                    max_inline: 64,
-                    bf_mode: BfMode::Auto,
-                })
-                .unwrap();
-            for i in 0..48usize {
-                let len = LENS[i % LENS.len()];
-                let raddr = dst.addr() + ((i * 37 + k * 5) % 8000) as u64;
-                let soff = (i * 11) % 8000;
-                let sge = [Sge {
-                    addr: src.addr() + soff as u64,
-                    len: len as u32,
-                    lkey: src.lkey(),
-                }];
-                let data = if len <= 64 && i % 2 == 0 {
-                    Payload::Inline(&pattern[soff..soff + len])
-                } else {
-                    Payload::Sges(&sge)
-                };
-                let imm = 0x1000_0000 | i as u32;
-                let w = if i % 3 == 0 {
-                    sq.write(raddr, dst.rkey(), data)
-                } else {
-                    sq.write_imm(raddr, dst.rkey(), imm, data)
-                };
-                w.unwrap().post(None);
-                sq.ring_doorbell();
-                drain(&mut cqes);
-            }
-            // A key the responder never issued: the general path's error.
-            let bad = Sge {
-                addr: src.addr(),
-                len: 16,
-                lkey: src.lkey(),
-            };
-            sq.write_imm(dst.addr(), dst.rkey() ^ 0x80, 1, Payload::Sges(&[bad]))
-                .unwrap()
-                .post(None);
-            sq.ring_doorbell();
-            drain(&mut cqes);
+            post_writes(qa, k, (&src, &dst, &pattern), &mut || drain(&mut cqes));
         }
         // CQEs the link model holds come due.
         while a.progress() > 0 {
@@ -265,6 +208,88 @@ mod tests {
             fast,
             held,
         }
+    }
+
+    /// Two connected pairs of QPs from `a` to `b`: the first on an RQ of its
+    /// own at `b`, the second on `srq`. `b` accepts WRITEs.
+    fn connected_pairs(
+        (a, pa, acq): (&SimContext, &SimPd, &SimCq),
+        (b, pb, bcq): (&SimContext, &SimPd, &SimCq),
+        srq: &SimSrq,
+    ) -> Vec<(SimQp, SimQp)> {
+        let caps = QpCaps {
+            sq_wqe_cnt: 1024,
+            rq_wqe_cnt: 256,
+            max_inline: 64,
+            ..QpCaps::default()
+        };
+        let mut pairs = Vec::new();
+        for with_srq in [false, true] {
+            let qa = a.create_qp(pa, acq, acq, None, &caps).unwrap();
+            let qb = b
+                .create_qp(pb, bcq, bcq, with_srq.then_some(srq), &caps)
+                .unwrap();
+            for (x, y, acc) in [(&qa, &qb, 0), (&qb, &qa, access::REMOTE_WRITE)] {
+                x.to_init().unwrap();
+                x.to_rtr(&RtrAttr::new(y.conn_info(), acc)).unwrap();
+                x.to_rts(&RtsAttr::default()).unwrap();
+            }
+            pairs.push((qa, qb));
+        }
+        pairs
+    }
+
+    /// Posts 48 WRITEs and WRITE_IMMs (inline and gathered, signaled every
+    /// fourth) from `src` to `dst` on `qa`, the `k`-th QP, then one with a
+    /// bad rkey, draining the CQs after each.
+    fn post_writes(
+        qa: &SimQp,
+        k: usize,
+        (src, dst, pattern): (&SimMr, &SimMr, &[u8]),
+        drain: &mut dyn FnMut(),
+    ) {
+        let mut sq = qa
+            .send_queue::<OrderedSparse<()>>(SqConfig {
+                signal_interval: 4,
+                max_inline: 64,
+                bf_mode: BfMode::Auto,
+            })
+            .unwrap();
+        for i in 0..48usize {
+            let len = LENS[i % LENS.len()];
+            let raddr = dst.addr() + ((i * 37 + k * 5) % 8000) as u64;
+            let soff = (i * 11) % 8000;
+            let sge = [Sge {
+                addr: src.addr() + soff as u64,
+                len: len as u32,
+                lkey: src.lkey(),
+            }];
+            let data = if len <= 64 && i % 2 == 0 {
+                Payload::Inline(&pattern[soff..soff + len])
+            } else {
+                Payload::Sges(&sge)
+            };
+            let imm = 0x1000_0000 | i as u32;
+            let w = if i % 3 == 0 {
+                sq.write(raddr, dst.rkey(), data)
+            } else {
+                sq.write_imm(raddr, dst.rkey(), imm, data)
+            };
+            w.unwrap().post(None);
+            sq.ring_doorbell();
+            drain();
+        }
+        // A key the responder never issued: the general path's error.
+        let bad = Sge {
+            addr: src.addr(),
+            len: 16,
+            lkey: src.lkey(),
+        };
+        sq.write_imm(dst.addr(), dst.rkey() ^ 0x80, 1, Payload::Sges(&[bad]))
+            .unwrap()
+            .post(None);
+        sq.ring_doorbell();
+        drain();
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::responder::{
     scatter_to_cqe, solicited, take_recv, RecvDone,
 };
 use super::{Done, Qp};
-use crate::device::access;
+use crate::device::types::access;
 use crate::prm::{
     AtomicSeg, CqeOpcode, DataSeg, InlineSeg, RaddrSeg, Syndrome, WqeOpcode, INVALID_LKEY,
 };

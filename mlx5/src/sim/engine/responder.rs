@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::errors::{err_cqe, Fail};
 use super::memory::{resolve, sg_copy, SgList};
 use super::{qp_by_num, Qp};
-use crate::device::access;
+use crate::device::types::access;
 use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, op_own, Cqe64, CqeOpcode, CtrlSeg, DataSeg, SrqNextSeg, Syndrome, INVALID_LKEY,

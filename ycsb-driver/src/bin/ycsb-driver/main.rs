@@ -182,9 +182,10 @@ fn main() {
         write_reports(&a, &r, ms, &set.percentiles);
     }
     ranks.barrier();
-    if let Some((s, fabric)) = embedded {
+    if let Some((s, _fabric)) = embedded {
         s.shutdown();
-        mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
+        #[cfg(feature = "sim")]
+        mlx5::sim::fabric::Fabric::remove_if_unused(&_fabric);
     }
     if let Some(why) = lost {
         die(&why);
