@@ -38,6 +38,7 @@ pub mod rq;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod sq;
+mod types;
 pub mod wqe_table;
 pub mod wr;
 

@@ -15,10 +15,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::error::{DeviceError, HwError};
-use super::types::{
-    ConnInfo, CqAttr, DciStreams, DctAttr, ExecMode, QpCaps, QpState, RtrAttr, RtsAttr, SchedStats,
-};
 use crate::cq::CqRing;
 use crate::hw::{
     self, HwChannel, HwContext, HwCq, HwDct, HwMr, HwPd, HwQp, HwSrq, HwWaker, VerbsCq, VerbsQp,
@@ -33,6 +29,10 @@ use crate::sim::{
     device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq, DCI_STREAM_CAPS},
 };
 use crate::sq::{SendQueue, SqConfig};
+use crate::types::error::{DeviceError, HwError};
+use crate::types::{
+    ConnInfo, CqAttr, DciStreams, DctAttr, ExecMode, QpCaps, QpState, RtrAttr, RtsAttr, SchedStats,
+};
 use crate::wqe_table::{RecvTable, SendTable};
 
 /// The seam: runs one expression per backend on the backend object inside

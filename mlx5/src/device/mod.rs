@@ -11,18 +11,17 @@
 //! [`CompletionChannel`] can be armed, and a thread can sleep on the channel
 //! until one of them raises its completion event.
 //!
-//! The layout is a one-way chain: `types` and `error` are leaves the
-//! backends import; the front (the enums below) dispatches to the
-//! backends through one seam and is imported by neither. The software device
+//! The layout is a one-way chain: the attributes, states and errors live in
+//! a leaf outside this folder (`crate::types`, re-exported here) that the
+//! backends and the data path import; the front (the enums below)
+//! dispatches to the backends through one seam and is imported by neither. The software device
 //! is built with the crate's `sim` feature (on by default); without it,
 //! opening `sim*` fails with [`DeviceError::NoSoftwareDevice`].
 
-pub(crate) mod error;
 mod front;
-pub(crate) mod types;
 
-pub use error::DeviceError;
+pub use crate::types::error::DeviceError;
+pub use crate::types::*;
 pub use front::{
     ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, HwQpHandle, Mr, Pd, Qp, SrqHandle,
 };
-pub use types::*;

@@ -25,8 +25,8 @@ use std::sync::Arc;
 use super::device::{nonnull, verb, HwContext, HwCq, HwPd, HwQp, HwSrq, PdInner, QpInner};
 use super::ffi::*;
 use super::loader::HwError;
-use crate::device::types::{DciStreams, DctAttr, QpCaps};
 use crate::prm::{AddressVector, DatagramSeg};
+use crate::types::{DciStreams, DctAttr, QpCaps};
 
 /// Hop limit of the GRH on RoCE (as the RC path uses).
 const HOP_LIMIT: u8 = 64;

@@ -10,8 +10,8 @@ use super::dc::Ah;
 use super::device::{HwContext, HwCq, HwPd, HwQp};
 use super::ffi::*;
 use super::loader::HwError;
-use crate::device::types::{DcDest, DciStreams, QpCaps};
 use crate::sq::Sge;
+use crate::types::{DcDest, DciStreams, QpCaps};
 
 extern "C" {
     fn oracle_dc_wr_write(

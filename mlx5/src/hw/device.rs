@@ -16,10 +16,10 @@ use super::ctx::Ctx;
 use super::ffi::*;
 use super::loader::{errno, verbs, HwError, Verbs};
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
-use crate::device::types::{ConnInfo, QpCaps, RtrAttr, RtsAttr};
 use crate::prm::cqe_res_format;
 use crate::rq::{RecvQueue, RqMemory, Srq, SrqTopology};
 use crate::sq::{SendQueue, SqConfig, SqMemory};
+use crate::types::{ConnInfo, QpCaps, RtrAttr, RtsAttr};
 use crate::wqe_table::{RecvTable, SendTable};
 
 /// A GID table entry.

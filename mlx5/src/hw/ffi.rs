@@ -974,19 +974,19 @@ pub fn all_constants() -> Vec<(&'static str, i64)> {
         ("IBV_GID_TYPE_ROCE_V2", i64::from(IBV_GID_TYPE_ROCE_V2)),
         (
             "IBV_ACCESS_LOCAL_WRITE",
-            i64::from(crate::device::types::access::LOCAL_WRITE),
+            i64::from(crate::types::access::LOCAL_WRITE),
         ),
         (
             "IBV_ACCESS_REMOTE_WRITE",
-            i64::from(crate::device::types::access::REMOTE_WRITE),
+            i64::from(crate::types::access::REMOTE_WRITE),
         ),
         (
             "IBV_ACCESS_REMOTE_READ",
-            i64::from(crate::device::types::access::REMOTE_READ),
+            i64::from(crate::types::access::REMOTE_READ),
         ),
         (
             "IBV_ACCESS_REMOTE_ATOMIC",
-            i64::from(crate::device::types::access::REMOTE_ATOMIC),
+            i64::from(crate::types::access::REMOTE_ATOMIC),
         ),
         ("MLX5DV_OBJ_QP", MLX5DV_OBJ_QP as i64),
         ("MLX5DV_OBJ_CQ", MLX5DV_OBJ_CQ as i64),

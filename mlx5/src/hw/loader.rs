@@ -12,7 +12,7 @@ pub const IBVERBS_ENV: &str = "MLX5_LIBIBVERBS";
 /// Environment variable overriding the libmlx5 file name.
 pub const MLX5_ENV: &str = "MLX5_LIBMLX5";
 
-pub use crate::device::error::HwError;
+pub use crate::types::error::HwError;
 
 #[derive(Debug)]
 struct Lib(*mut c_void);

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use super::device::{SimContext, SimCq, SimPd, SimSrq};
 use super::fabric::FabricError;
 use super::registry::{self, qp_kind, qp_state, LIVE, MAX_QPS};
-use crate::device::error::DeviceError;
-use crate::device::types::{rnr_timer_us, DctAttr};
+use crate::types::error::DeviceError;
+use crate::types::{rnr_timer_us, DctAttr};
 
 /// A DC target of the software device.
 #[derive(Debug, Clone)]
@@ -104,8 +104,8 @@ impl SimDct {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::types::{access, CqAttr, QpCaps};
     use crate::sim::device::live_qps;
+    use crate::types::{access, CqAttr, QpCaps};
 
     #[test]
     fn a_dct_takes_a_number_from_the_qp_space_and_gives_it_back() {

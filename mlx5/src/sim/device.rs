@@ -16,8 +16,8 @@ use super::registry::{
 };
 use super::sched::Nic;
 use crate::cq::{Compression, CqArmMemory, CqMemory, CqRing};
-use crate::device::error::DeviceError;
-use crate::device::types::{
+use crate::types::error::DeviceError;
+use crate::types::{
     ack_timeout_us, rnr_timer_us, ConnInfo, CqAttr, DciStreams, ExecMode, QpCaps, QpState, RtrAttr,
     RtsAttr, SchedStats,
 };
@@ -539,7 +539,7 @@ impl SimPd {
 
     /// Allocates `len` zeroed bytes of device memory that peers in any process of
     /// the fabric can reach, registered with `access`
-    /// ([`access`](crate::device::types::access) flags).
+    /// ([`access`](crate::device::access) flags).
     pub fn alloc_mr(&self, len: usize, access: u32) -> Result<SimMr, DeviceError> {
         let mem = self.ctx.d.fab.alloc_region_memory(len.max(1))?;
         let va = mem.base().as_ptr() as u64;

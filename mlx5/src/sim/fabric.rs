@@ -31,7 +31,7 @@ use pool::{Pool, Range};
 
 pub mod pool;
 
-pub use crate::device::error::{FabricError, FABRIC_ENV};
+pub use crate::types::error::{FabricError, FABRIC_ENV};
 /// Fabric used when the variable is not set.
 pub const DEFAULT_FABRIC: &str = "default";
 

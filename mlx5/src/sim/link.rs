@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use super::registry::{PortEntry, Registry, MAX_DEVS};
 
-pub use crate::device::error::{LinkSpecError, LINKS_ENV};
+pub use crate::types::error::{LinkSpecError, LINKS_ENV};
 
 /// A port's link model.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]

@@ -19,7 +19,7 @@ use super::sync::ShmLock;
 /// not pids).
 pub const MAGIC: u64 = 0x6d6c_7835_7369_6d09;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
-pub const MAX_DEVS: usize = crate::device::error::SIM_DEVICES;
+pub const MAX_DEVS: usize = crate::types::error::SIM_DEVICES;
 /// Shared-memory segments per fabric. Small memory regions and queues share
 /// segments (`sim::pool`), so this bounds CQs, SRQs, large MRs and carving
 /// segments; it also sizes each process's map of segments (8 bytes a slot).
@@ -169,7 +169,7 @@ pub struct MrEntry {
     pub dev: AtomicU32,
     /// Protection domain number.
     pub pd: AtomicU32,
-    /// Access flags ([`access`](crate::device::types::access)).
+    /// Access flags ([`access`](crate::device::access)).
     pub access: AtomicU32,
     /// Backing segment, or [`NO_SEG`] for ordinary memory of the owner.
     pub seg: AtomicU32,

@@ -23,8 +23,8 @@ use super::engine;
 use super::exec::{monotonic_ns, Clock, Exec, Faults};
 use super::fabric::{Fabric, FabricError};
 use super::registry::qp_state;
-use crate::device::types::{ExecMode, FaultPlan, SchedStats};
 use crate::doorbell::DeviceNotify;
+use crate::types::{ExecMode, FaultPlan, SchedStats};
 
 struct Deferred {
     rng: u64,

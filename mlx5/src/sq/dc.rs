@@ -6,8 +6,8 @@
 //! address handle, which on RoCE carries the destination MAC).
 
 use super::{sge_segments, Payload, SendQueue, SqError, WqeBuilder};
-use crate::device::types::DcDest;
 use crate::prm::{AddressVector, WqeOpcode};
+use crate::types::DcDest;
 use crate::wqe_table::SendTable;
 
 /// Segments a DCI's address vector takes.

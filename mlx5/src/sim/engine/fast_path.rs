@@ -14,10 +14,10 @@ use std::sync::atomic::Ordering;
 use super::memory::{demote_written, resolve, resolve_remote, MAX_MSG};
 use super::responder::{connected_peer, peer_check_due, recv_cqe, solicited, take_recv};
 use super::Qp;
-use crate::device::types::access;
 use crate::prm::{CqeOpcode, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, INVALID_LKEY};
 use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
+use crate::types::access;
 
 /// Largest message for which the responder's CQ is locked before the data is
 /// copied (a longer copy would hold other producers of that CQ up).
@@ -117,12 +117,12 @@ pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>
 
 #[cfg(test)]
 mod tests {
-    use crate::device::types::{access, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
     use crate::doorbell::BfMode;
     use crate::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimSrq};
     use crate::sim::fabric::Fabric;
     use crate::sim::link::Link;
     use crate::sq::{Payload, Sge, SqConfig};
+    use crate::types::{access, CqAttr, ExecMode, QpCaps, RtrAttr, RtsAttr};
     use crate::wqe_table::{OrderedRecv, OrderedSparse};
 
     const LENS: [usize; 12] = [1, 7, 12, 31, 32, 33, 60, 64, 100, 250, 1000, 4000];

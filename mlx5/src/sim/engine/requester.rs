@@ -10,7 +10,6 @@ use super::responder::{
     scatter_to_cqe, solicited, take_recv, RecvDone,
 };
 use super::{Done, Qp};
-use crate::device::types::access;
 use crate::prm::{
     AtomicSeg, CqeOpcode, DataSeg, InlineSeg, RaddrSeg, Syndrome, WqeOpcode, INVALID_LKEY,
 };
@@ -18,6 +17,7 @@ use crate::sim::exec::Exec;
 use crate::sim::fabric::Fabric;
 use crate::sim::link::{Port, Reveal};
 use crate::sim::registry::QpEntry;
+use crate::types::access;
 
 /// Where the segments after the control segment start (a SEND's gather list,
 /// or the remote address segment).

@@ -8,7 +8,6 @@ use std::sync::atomic::Ordering;
 use super::errors::{err_cqe, Fail};
 use super::memory::{resolve, sg_copy, SgList};
 use super::{qp_by_num, Qp};
-use crate::device::types::access;
 use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, op_own, Cqe64, CqeOpcode, CtrlSeg, DataSeg, SrqNextSeg, Syndrome, INVALID_LKEY,
@@ -21,6 +20,7 @@ use crate::sim::link;
 use crate::sim::registry::{
     qp_kind, qp_state, slot_of, QpEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
 };
+use crate::types::access;
 
 /// How often a requester checks that its peer's process is alive.
 const PEER_CHECK_NS: u64 = 1_000_000;

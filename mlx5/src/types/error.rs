@@ -2,7 +2,7 @@
 //! variables they name. A leaf: the backends (`sim`, `hw`) build these, and
 //! nothing here knows either backend.
 
-use super::types::QpState;
+use super::QpState;
 
 /// Errors of the device API.
 #[derive(Debug, thiserror::Error)]

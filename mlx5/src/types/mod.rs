@@ -1,5 +1,11 @@
-//! Types shared by every backend of the device API. A leaf: the backends
-//! (`sim`, `hw`) import these, and nothing here knows either backend.
+//! Types shared by every backend of the device API and the data path: the
+//! attributes objects are created and connected with, their states, the
+//! software device's execution modes, and the errors (`error`). A leaf: the
+//! backends (`sim`, `hw`), the send queue and the device front import
+//! these, and nothing here knows a backend. The device API re-exports them
+//! (`mlx5::device::QpCaps`, …).
+
+pub(crate) mod error;
 
 /// Memory-region access flags (the values of `IBV_ACCESS_*`).
 pub mod access {
