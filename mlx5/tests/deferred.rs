@@ -1,20 +1,15 @@
 //! Deferred execution: a seeded scheduler, faults on demand, and replay.
 
+mod support;
+use support::FabricGuard;
+
 use mlx5::cq::{Compression, CqRing};
 use mlx5::device::{
     access, Context, Cq, CqAttr, ExecMode, FaultPlan, Mr, Qp, QpCaps, RtrAttr, RtsAttr,
 };
 use mlx5::prm::{CqeOpcode, Syndrome};
-use mlx5::sim::fabric::Fabric;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
-
-struct Guard(String);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        Fabric::remove_if_unused(&self.0);
-    }
-}
 
 struct Link {
     sq: SendQueue<OrderedSparse<u32>>,
@@ -25,7 +20,7 @@ struct Link {
 /// `n` connections from sim0 to sim1 sharing one send CQ and one receive CQ
 /// (enhanced compression), receivers on one SRQ.
 struct World {
-    _g: Guard,
+    _g: FabricGuard,
     a: Context,
     scq: CqRing,
     rcq: CqRing,
@@ -83,7 +78,7 @@ fn world(tag: &str, mode: ExecMode, n: usize, rts: RtsAttr) -> World {
         });
     }
     World {
-        _g: Guard(name),
+        _g: FabricGuard(name),
         scq: acq.ring().unwrap(),
         rcq: bcq.ring().unwrap(),
         a,
@@ -333,7 +328,7 @@ fn event_transcript(tag: &str, seed: u64) -> (EventLog, Vec<[u8; 64]>) {
         },
     };
     let name = format!("defer-{}-{tag}", std::process::id());
-    let _g = Guard(name.clone());
+    let _g = FabricGuard(name.clone());
     let a = Context::open_in_mode(&name, "sim0", mode).unwrap();
     let b = Context::open_in_mode(&name, "sim1", mode).unwrap();
     let (apd, bpd) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());

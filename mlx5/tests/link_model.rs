@@ -2,6 +2,9 @@
 //! no faster than that rate, in both execution modes, and a fabric takes its
 //! link models from the environment when it is created.
 
+mod support;
+use support::FabricGuard;
+
 use std::time::{Duration, Instant};
 
 use mlx5::cq::{CompletionSource, CqRing};
@@ -18,13 +21,6 @@ use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
 const MSGS: usize = 128;
 const LEN: usize = 32 << 10;
 
-struct Guard(String);
-impl Drop for Guard {
-    fn drop(&mut self) {
-        Fabric::remove_if_unused(&self.0);
-    }
-}
-
 /// A WRITE_IMM stream from sim0 to sim1.
 struct Stream {
     a: Context,
@@ -35,18 +31,18 @@ struct Stream {
     rcq: CqRing,
     rq: mlx5::rq::RecvQueue<OrderedRecv<()>>,
     _keep: (Context, Vec<Cq>, Vec<mlx5::device::Qp>),
-    _g: Option<Guard>,
+    _g: Option<FabricGuard>,
 }
 
 fn stream(tag: &str, mode: ExecMode, link: Option<Link>) -> Stream {
     let name = format!("link-{}-{tag}", std::process::id());
-    let g = Guard(name.clone());
+    let g = FabricGuard(name.clone());
     stream_in(&name, Some(g), mode, link)
 }
 
 /// A stream in fabric `name`, which `g` (if any) removes when the stream is
 /// dropped.
-fn stream_in(name: &str, g: Option<Guard>, mode: ExecMode, link: Option<Link>) -> Stream {
+fn stream_in(name: &str, g: Option<FabricGuard>, mode: ExecMode, link: Option<Link>) -> Stream {
     let name = name.to_owned();
     let a = Context::open_in_mode(&name, "sim0", mode).unwrap();
     let b = Context::open_in_mode(&name, "sim1", mode).unwrap();
@@ -175,7 +171,7 @@ fn threads_polling_one_nic_at_once_all_see_their_held_completions() {
     // every held completion of the process — of any QP, old or new — stayed
     // held for good.
     let name = format!("link-{}-threads", std::process::id());
-    let _g = Guard(name.clone());
+    let _g = FabricGuard(name.clone());
     let link = Some(Link::rate(64.0));
     let streams: Vec<Stream> = (0..4)
         .map(|_| stream_in(&name, None, ExecMode::Inline, link))
@@ -257,7 +253,7 @@ fn deferred_mode_keeps_the_rate_on_its_logical_clock_and_replays() {
 #[ignore]
 fn env_child() {
     let name = std::env::var("LINK_TEST_FABRIC").unwrap();
-    let _g = Guard(name.clone());
+    let _g = FabricGuard(name.clone());
     let f = Fabric::open(&name).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         f.link(1),

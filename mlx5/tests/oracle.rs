@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::ffi::{c_char, CStr};
 use std::ops::Range;
 
+use test_support::Rng;
+
 use mlx5::prm::{
     cq_doorbell_bytes, cqe_res_format, ctrl_flags, op_own, AddressVector, ArmCmd, AtomicSeg, CqArm,
     CqDbRec, CqDoorbell, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg, DataSeg, DatagramSeg, ErrCqe,
@@ -183,21 +185,9 @@ impl Table {
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// xorshift64: deterministic random field values without dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed | 1)
-    }
-    fn u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
+/// Random field values, drawn from the workspace's seeded generator.
+trait Draw {
+    fn u64(&mut self) -> u64;
     fn u32(&mut self) -> u32 {
         (self.u64() >> 32) as u32
     }
@@ -219,6 +209,12 @@ impl Rng {
             1 => u64::MAX,
             _ => self.u64(),
         }
+    }
+}
+
+impl Draw for Rng {
+    fn u64(&mut self) -> u64 {
+        self.next()
     }
 }
 
@@ -876,8 +872,8 @@ fn rust_ctrl(garbage: &mut Rng, a: CtrlArgs) -> [u8; 16] {
 
 #[test]
 fn ctrl_seg_random_vs_mlx5dv_set_ctrl_seg() {
-    let mut rng = Rng::new(0x0c7a_15e6);
-    let mut garbage = Rng::new(0x9a7b_a6e0);
+    let mut rng = Rng(0x0c7a_15e6);
+    let mut garbage = Rng(0x9a7b_a6e0);
     for i in 0..ITERS {
         let a = random_ctrl(&mut rng);
         let (pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
@@ -933,8 +929,8 @@ fn ctrl_seg_random_vs_mlx5dv_x86_set_ctrl_seg() {
         eprintln!("skipped: CPU lacks SSSE3, needed by mlx5dv_x86_set_ctrl_seg");
         return;
     }
-    let mut rng = Rng::new(0x05e3_c7a1);
-    let mut garbage = Rng::new(0x4a3b_2c1d);
+    let mut rng = Rng(0x05e3_c7a1);
+    let mut garbage = Rng(0x4a3b_2c1d);
     for i in 0..ITERS {
         let a = random_ctrl(&mut rng);
         let (pi, opcode, opmod, qpn, fm_ce_se, ds, signature, imm) = a;
@@ -960,7 +956,7 @@ fn ctrl_seg_random_vs_mlx5dv_x86_set_ctrl_seg() {
 
 #[test]
 fn data_seg_random_vs_mlx5dv_set_data_seg() {
-    let mut rng = Rng::new(0x0da7_a5e6);
+    let mut rng = Rng(0x0da7_a5e6);
     for i in 0..ITERS {
         let (len, lkey, addr) = (rng.edgy_u64() as u32, rng.edgy_u64() as u32, rng.edgy_u64());
         let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
@@ -982,7 +978,7 @@ fn data_seg_random_vs_mlx5dv_set_data_seg() {
 fn datagram_seg_random_vs_mlx5dv_set_dgram_seg() {
     let t = Table::load();
     let reserved = t.range("mlx5_wqe_av", "reserved0");
-    let mut rng = Rng::new(0xd6a5_e600);
+    let mut rng = Rng(0xd6a5_e600);
     for i in 0..ITERS {
         let mut av = AddressVector {
             key: rng.edgy_u64(),
@@ -1030,7 +1026,7 @@ fn datagram_seg_random_vs_mlx5dv_set_dgram_seg() {
 
 #[test]
 fn ctrl_stream_id_random_vs_c_struct() {
-    let mut rng = Rng::new(0x0d5c_1d00);
+    let mut rng = Rng(0x0d5c_1d00);
     for i in 0..ITERS {
         let id = rng.u16();
         let mut r = [0u8; 16];
@@ -1051,7 +1047,7 @@ fn ctrl_stream_id_random_vs_c_struct() {
 
 #[test]
 fn raddr_seg_random_vs_c_struct() {
-    let mut rng = Rng::new(0x04ad_d5e6);
+    let mut rng = Rng(0x04ad_d5e6);
     for i in 0..ITERS {
         let (raddr, rkey) = (rng.edgy_u64(), rng.edgy_u64() as u32);
         let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
@@ -1068,7 +1064,7 @@ fn raddr_seg_random_vs_c_struct() {
 
 #[test]
 fn atomic_seg_random_vs_c_struct() {
-    let mut rng = Rng::new(0x0a70_311c);
+    let mut rng = Rng(0x0a70_311c);
     for i in 0..ITERS {
         let (swap_add, compare) = (rng.edgy_u64(), rng.edgy_u64());
         let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
@@ -1088,7 +1084,7 @@ fn atomic_seg_random_vs_c_struct() {
 
 #[test]
 fn inline_seg_random_vs_c_struct() {
-    let mut rng = Rng::new(0x0001_411e);
+    let mut rng = Rng(0x0001_411e);
     for i in 0..ITERS {
         // Usually a plausible length; sometimes any u32 (bit 31 is ORed either way).
         let len = if rng.u8() < 192 {
@@ -1111,7 +1107,7 @@ fn inline_seg_random_vs_c_struct() {
 
 #[test]
 fn srq_next_seg_random_vs_c_struct() {
-    let mut rng = Rng::new(0x054a_4e47);
+    let mut rng = Rng(0x054a_4e47);
     for i in 0..ITERS {
         let next = rng.edgy_u64() as u16;
         let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
@@ -1202,7 +1198,7 @@ fn cqe_output_layouts_agree() {
 
 #[test]
 fn cqe64_random_getters_vs_mlx5dv() {
-    let mut rng = Rng::new(0xc9e6_4000);
+    let mut rng = Rng(0xc9e6_4000);
     for i in 0..ITERS {
         let mut b = [0u8; 64];
         rng.fill(&mut b);
@@ -1219,7 +1215,7 @@ fn cqe64_random_getters_vs_mlx5dv() {
 
 #[test]
 fn cqe64_random_setters_vs_mlx5dv() {
-    let mut rng = Rng::new(0x05e7_c9e6);
+    let mut rng = Rng(0x05e7_c9e6);
     for i in 0..ITERS {
         let mut b = [0u8; 64];
         rng.fill(&mut b);
@@ -1276,7 +1272,7 @@ fn err_cqe_random_getters_vs_c_struct() {
     let syndrome_at = t.range("mlx5_err_cqe", "syndrome").start;
     let op_own_at = t.range("mlx5_err_cqe", "op_own").start;
     let err_opcodes = [t.get("MLX5_CQE_REQ_ERR"), t.get("MLX5_CQE_RESP_ERR")];
-    let mut rng = Rng::new(0x0e44_c9e6);
+    let mut rng = Rng(0x0e44_c9e6);
     for i in 0..ITERS {
         let mut b = [0u8; 64];
         rng.fill(&mut b);
@@ -1305,7 +1301,7 @@ fn err_cqe_random_getters_vs_c_struct() {
 
 #[test]
 fn err_cqe_random_setters_vs_c_struct() {
-    let mut rng = Rng::new(0x005e_7e44);
+    let mut rng = Rng(0x005e_7e44);
     for i in 0..ITERS {
         let mut b = [0u8; 64];
         rng.fill(&mut b);
@@ -1350,7 +1346,7 @@ fn send_queue_wqes_match_rdma_core_helpers() {
     let buf = AlignedBuf::new(256 * 64);
     let db = AlignedBuf::new(64);
     let bf = AlignedBuf::new(4096);
-    let mut rng = Rng::new(0x5eed_0f0a_1100);
+    let mut rng = Rng(0x5eed_0f0a_1100);
     let qpn = rng.u32() & 0xff_ffff;
     let mem = SqMemory {
         buf: buf.as_non_null(),
@@ -1486,7 +1482,7 @@ fn c_arm(sn: u32, ci: u32, cqn: u32, solicited: bool) -> ([u8; 8], [u8; 64]) {
 
 #[test]
 fn cq_arm_word_and_uar_doorbell_match_mlx5_arm_cq() {
-    let mut rng = Rng::new(0x000a_73c0_ffee);
+    let mut rng = Rng(0x000a_73c0_ffee);
     for i in 0..20_000u32 {
         // Every sn (including values past 2 bits), both commands, CIs and CQNs
         // across their full ranges and beyond (masked to 24 bits by both).
@@ -1549,7 +1545,7 @@ fn cq_ring_arm_writes_what_mlx5_arm_cq_writes() {
     use std::sync::Arc;
 
     const CNT: u32 = 256;
-    let mut rng = Rng::new(0x0a7e_d0b1_1100);
+    let mut rng = Rng(0x0a7e_d0b1_1100);
     for _ in 0..500 {
         let mut buf = AlignedBuf::new(CNT as usize * 64);
         let db = AlignedBuf::new(64);

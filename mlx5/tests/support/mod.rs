@@ -1,6 +1,7 @@
 //! Hand-built queue memory for tests: a CQ that a test writes CQEs into the way
 //! a NIC would (PRM bytes, owner bit / iteration count per pass), and an SQ
-//! whose doorbell record and BlueFlame page are ordinary memory.
+//! whose doorbell record and BlueFlame page are ordinary memory; and a fabric
+//! removed when a test ends.
 #![allow(dead_code)]
 
 use std::ptr::NonNull;
@@ -12,19 +13,19 @@ use mlx5::prm::{Cqe64, CqeOpcode, ErrCqe, MiniCqe, CQ_SET_CI, SND_DBR};
 use mlx5::sq::{SendQueue, SqConfig, SqMemory};
 use mlx5::wqe_table::SendTable;
 
-/// A tiny deterministic PRNG (xorshift64*).
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+#[allow(unused_imports)]
+pub use test_support::Rng;
+
+/// Removes its fabric when dropped, if nothing uses it any more. (The
+/// shared crate's guard needs mlx5 with its software device, which mlx5's
+/// own builds without it must not get.)
+#[cfg(feature = "sim")]
+pub struct FabricGuard(pub String);
+
+#[cfg(feature = "sim")]
+impl Drop for FabricGuard {
+    fn drop(&mut self) {
+        mlx5::sim::fabric::Fabric::remove_if_unused(&self.0);
     }
 }
 
