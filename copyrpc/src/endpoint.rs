@@ -272,6 +272,9 @@ impl<U, T: Transport> Ep<U, T> {
     /// Posts every ready range as a WRITE_IMM and rings once. Ranges the SQ has
     /// no room for stay queued. Returns false when something is left, or the
     /// device's code when it refused a request (the endpoint must close).
+    /// Inlined into the context's flush: called out of line, its loop's
+    /// branches predicted worse (+5 % per RPC at depth 1 in the step bench).
+    #[inline(always)]
     pub fn post_ready(&mut self, sh: &mut T::Shared) -> Result<bool, u32> {
         let Some(remote) = self.remote else {
             return Ok(true);
