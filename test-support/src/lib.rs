@@ -7,13 +7,15 @@
 //! - [`TempDir`]: a directory of the test's own, removed likewise;
 //! - [`wait_until`]: polls a condition with a deadline that fails the test;
 //! - [`kill9`]: `kill -9` of a child process, as the fault tests do, and
-//!   [`KillOnDrop`]: a child a failing test does not leave behind.
+//!   [`KillOnDrop`]: a child a failing test does not leave behind;
+//! - [`RedisServer`]: a throwaway redis-server, for the tests that drive one.
 
 mod dir;
 #[cfg(feature = "sim")]
 mod fabric;
 mod name;
 mod process;
+mod redis;
 mod rng;
 mod wait;
 
@@ -22,5 +24,6 @@ pub use dir::TempDir;
 pub use fabric::FabricGuard;
 pub use name::unique_name;
 pub use process::{kill9, KillOnDrop};
+pub use redis::RedisServer;
 pub use rng::Rng;
 pub use wait::wait_until;

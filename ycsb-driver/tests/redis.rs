@@ -3,48 +3,11 @@
 //! asked for (`.ci/run` installs redis-server and runs it):
 //! `cargo test -p ycsb-driver --test redis -- --ignored`.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 mod support;
 use support::{ok_count, output_within, report_value};
-
-struct Redis(Child, u16);
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn redis() -> Redis {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (apt-get install redis-server)");
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Redis(child, port)
-}
+use test_support::RedisServer;
 
 fn drive(cmd: &str, w: &str, port: u16, depth: &str, write_all: bool) -> String {
     let out = output_within(
@@ -67,8 +30,8 @@ fn drive(cmd: &str, w: &str, port: u16, depth: &str, write_all: bool) -> String 
 #[test]
 #[ignore = "needs redis-server (apt-get install redis-server)"]
 fn workloads_against_redis_every_read_checked() {
-    let r = redis();
-    let load = drive("load", "workloada", r.1, "8", false);
+    let r = RedisServer::start();
+    let load = drive("load", "workloada", r.port(), "8", false);
     assert_eq!(ok_count(&load, "INSERT"), 300, "{load}");
     // F again writing whole records (`writeallfields`).
     let runs = [
@@ -78,7 +41,7 @@ fn workloads_against_redis_every_read_checked() {
         ("workloadf", "8", true),
     ];
     for (w, depth, write_all) in runs {
-        let run = drive("run", w, r.1, depth, write_all);
+        let run = drive("run", w, r.port(), depth, write_all);
         assert!(!run.contains("Return=ERROR"), "{w}: {run}");
         assert!(!run.contains("UNEXPECTED_STATE"), "{w}: {run}");
         let ops = ok_count(&run, "READ")

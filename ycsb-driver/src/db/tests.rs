@@ -124,36 +124,10 @@ fn the_kvs_store_through_the_interface() {
 #[test]
 #[ignore = "needs redis-server (apt-get install redis-server)"]
 fn the_redis_store_through_the_interface() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut child = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-server (apt-get install redis-server)");
-    let t = std::time::Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "redis-server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let target = Target::Redis(redis::RedisTarget {
-        url: format!("redis://127.0.0.1:{port}/"),
-    });
+    let redis = test_support::RedisServer::start();
+    let target = Target::Redis(redis::RedisTarget { url: redis.url() });
     let seen = exercise(&target);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(redis);
     // Java's Redis binding answers ERROR for a missing record.
     assert_eq!(seen, expected(Status::Error));
 }
