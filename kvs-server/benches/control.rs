@@ -62,7 +62,7 @@ fn main() {
     });
     let fs = std::process::Command::new("stat")
         .args(["-f", "-c", "%T"])
-        .arg(&root)
+        .arg(root.as_os_str())
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
@@ -166,5 +166,4 @@ fn main() {
     drop(cc);
     drop(procs);
     Fabric::remove_if_unused(&fabric);
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -159,5 +159,4 @@ fn main() {
     println!("  Mu (published)                     < 1 ms");
     drop(procs);
     Fabric::remove_if_unused(&fabric);
-    let _ = std::fs::remove_dir_all(&root);
 }

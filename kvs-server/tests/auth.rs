@@ -177,7 +177,6 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
     assert!(matches!(e, StartError::Token { .. }), "{e}");
     assert!(e.to_string().contains("chmod 600"), "{e}");
     Fabric::remove_if_unused(&fabric);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -214,7 +213,6 @@ fn the_server_never_prints_the_token() {
     assert!(!out.contains(TOKEN) && !out.contains(wrong), "{out}");
     assert!(!out.contains(CLUSTER_TOKEN), "{out}");
     Fabric::remove_if_unused(&fabric);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -278,5 +276,4 @@ fn without_a_token_only_loopback_unless_allowed() {
     let out = s.output();
     assert!(!out.contains("WARNING"), "{out}");
     Fabric::remove_if_unused(&fabric);
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -106,7 +106,6 @@ fn the_flag_and_the_key_reach_every_worker_and_the_software_device_says_it_has_n
     write_file(&file, "huge_pages = true\n", 0o644);
     let (printed, _) = serve_with("config", &["--config", file.to_str().unwrap()]);
     assert_eq!(printed.matches(SOFTWARE).count(), 2, "{printed}");
-    let _ = std::fs::remove_dir_all(&dir);
 
     // Without it, nothing is said.
     let (printed, metrics) = serve_with("off", &[]);

@@ -198,5 +198,4 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
     drop((reader, cc));
     drop((a, b, c));
     Fabric::remove_if_unused(&fabric);
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -237,7 +237,6 @@ fn the_endpoint_reports_what_was_done() {
     drop(c);
     server.shutdown();
     Fabric::remove_if_unused(&fabric);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -51,7 +51,8 @@ fn preloaded(i: u32) -> (String, Vec<u8>) {
 /// rebalance, with every copy ready, and `preload` records written.
 struct Trio {
     fabric: String,
-    root: PathBuf,
+    /// Removed when the trio is dropped, after its processes.
+    _root: test_support::TempDir,
     dirs: Vec<PathBuf>,
     addrs: [SocketAddr; 3],
     procs: [Option<ServerProcess>; 3],
@@ -85,7 +86,7 @@ impl Trio {
         assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
         let mut t = Trio {
             fabric,
-            root,
+            _root: root,
             dirs,
             addrs,
             procs: [Some(a), Some(b), Some(c)],
@@ -166,7 +167,6 @@ impl Drop for Trio {
             drop(p.take());
         }
         Fabric::remove_if_unused(&self.fabric);
-        let _ = std::fs::remove_dir_all(&self.root);
     }
 }
 

@@ -189,5 +189,4 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
     );
     drop((a, b, c));
     Fabric::remove_if_unused(&fabric);
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -248,5 +248,4 @@ fn a_copy_over_the_bulk_port_keeps_the_writes_made_during_it() {
         drop(p.take());
     }
     Fabric::remove_if_unused(&fabric);
-    let _ = std::fs::remove_dir_all(&root);
 }

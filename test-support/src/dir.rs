@@ -24,6 +24,19 @@ impl TempDir {
     }
 }
 
+impl std::ops::Deref for TempDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for TempDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -39,7 +52,8 @@ mod tests {
         let d = TempDir::new("ts", "dir");
         let p = d.path().to_owned();
         assert!(p.is_dir() && std::fs::read_dir(&p).unwrap().next().is_none());
-        std::fs::write(p.join("f"), "x").unwrap();
+        std::fs::write(d.join("f"), "x").unwrap();
+        assert!(AsRef::<Path>::as_ref(&d).join("f").is_file());
         drop(d);
         assert!(!p.exists());
     }

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -290,12 +290,9 @@ pub fn connect(
     Client::connect(addr, &client_device(fabric), opts)
 }
 
-/// A fresh directory for this test's files.
-pub fn temp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("kvs-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A fresh directory for this test's files, removed when dropped.
+pub fn temp_dir(tag: &str) -> test_support::TempDir {
+    test_support::TempDir::new("kvs", tag)
 }
 
 /// Writes `text` to `path` with permission bits `mode`.
