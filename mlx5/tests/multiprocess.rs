@@ -8,7 +8,6 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
-
 use std::time::{Duration, Instant};
 
 use mlx5::cq::{CompletionSource, CqRing};
@@ -21,6 +20,7 @@ use mlx5::sim::fabric::Fabric;
 use mlx5::sq::SendQueue;
 use mlx5::sq::{Payload, Sge, SqConfig};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse};
+use test_support::KillOnDrop;
 
 const SLOTS: u64 = 64;
 const SLOT: u64 = 256;
@@ -70,8 +70,11 @@ fn child_lines(child: &mut std::process::Child) -> impl Iterator<Item = String> 
         })
 }
 
-fn spawn(test: &str, role: &str, fabric: &str, n: u64) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
+/// Runs `test` again as a child process in `role`; the child is killed if
+/// the test fails before it ends (a busy-polling orphan would slow every
+/// later test on the machine).
+fn spawn(test: &str, role: &str, fabric: &str, n: u64) -> KillOnDrop {
+    let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env("MLX5_MP_ROLE", role)
         .env("MLX5_MP_FABRIC", fabric)
@@ -79,7 +82,8 @@ fn spawn(test: &str, role: &str, fabric: &str, n: u64) -> std::process::Child {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap()
+        .unwrap();
+    KillOnDrop(child)
 }
 
 fn messages() -> u64 {
@@ -125,6 +129,10 @@ fn receiver(fabric: &str, n: u64) {
     std::io::stdin().read_line(&mut line).unwrap();
     let (peer, peer_credit_addr, peer_credit_rkey) = parse_info(&line);
     connect(&qp, peer, RtsAttr::default());
+    // The sender starts once this QP receives: before, its WRITE_IMMs would
+    // meet no ready QP, and a busy machine can hold this process off longer
+    // than the sender's transport retries last.
+    println!("DONE rts");
     let mut sq = qp
         .send_queue::<OrderedSparse<()>>(SqConfig {
             signal_interval: 32,
@@ -227,6 +235,11 @@ fn two_processes_exchange_a_million_write_imm() {
     )
     .unwrap();
     connect(&qp, peer, RtsAttr::default());
+    assert_eq!(
+        lines.next().as_deref(),
+        Some("DONE rts"),
+        "the receiver is ready"
+    );
     let mut sq = qp
         .send_queue::<OrderedSparse<()>>(SqConfig {
             signal_interval: 64,
@@ -270,6 +283,7 @@ fn two_processes_exchange_a_million_write_imm() {
                 }
                 Err(_) => {
                     sring.poll(usize::MAX, |c| {
+                        assert!(!c.is_error(), "{c:?}");
                         sq.complete(c, |_, _| {});
                     });
                 }

@@ -21,6 +21,19 @@ pub fn kill9(child: &mut Child) {
 #[derive(Debug)]
 pub struct KillOnDrop(pub Child);
 
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         kill9(&mut self.0);
