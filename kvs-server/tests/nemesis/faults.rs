@@ -1,0 +1,247 @@
+//! The faults the nemesis injects, drawn from a seeded generator: which
+//! fault, on which member, for how long. The same seed draws the same
+//! schedule (the processes' own timing still varies from run to run).
+//!
+//! The fault model is the store's promise: at most `replicas - 1` members
+//! lose what they hold at once. So a fault that takes a member out (a kill,
+//! a pause or a cut longer than the failure timeout, a stop, a drain) waits
+//! until the cluster is healthy again (every member up, every copy ready)
+//! before it starts. Short pauses and the operator's requests (migrate,
+//! rebalance, set replicas) do not wait: they land while the others play.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kvs_proto::control::{ControlReply, ControlRequest};
+use test_support::Rng;
+
+use crate::cluster::Cluster;
+
+/// The member failure timeout the members run with (the default).
+pub const MEMBER_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// A kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// `kill -9`, down for a while, restarted from its data dir.
+    Kill,
+    /// A kill while another member (a backup) is paused briefly.
+    KillSlowBackup,
+    /// SIGSTOP shorter than the failure timeout.
+    PauseShort,
+    /// SIGSTOP longer than the failure timeout.
+    PauseLong,
+    /// The member's port down (both ways), for a while.
+    Partition,
+    /// SIGTERM (it hands its slots over), then restarted.
+    TermRestart,
+    /// `kvs-admin drain` while another member is paused briefly, then a
+    /// restart (a drained member takes nothing until it restarts).
+    Drain,
+    /// `kvs-admin migrate` of a random range to a random member.
+    Migrate,
+    /// `kvs-admin rebalance`.
+    Rebalance,
+    /// `kvs-admin set replicas`, between the scenario's count and one more
+    /// (or one fewer).
+    SetReplicas,
+}
+
+impl Kind {
+    /// Whether it must wait for a healthy cluster (see the module docs).
+    fn takes_a_member_out(self) -> bool {
+        !matches!(
+            self,
+            Kind::PauseShort | Kind::Migrate | Kind::Rebalance | Kind::SetReplicas
+        )
+    }
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Kill => "kill -9",
+            Kind::KillSlowBackup => "kill -9 with a slow backup",
+            Kind::PauseShort => "short pause",
+            Kind::PauseLong => "long pause",
+            Kind::Partition => "partition",
+            Kind::TermRestart => "SIGTERM and restart",
+            Kind::Drain => "drain with a slow backup",
+            Kind::Migrate => "migrate",
+            Kind::Rebalance => "rebalance",
+            Kind::SetReplicas => "set replicas",
+        }
+    }
+}
+
+/// A duration between `lo` and `hi` ms.
+fn ms(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(lo + rng.below(hi - lo + 1))
+}
+
+/// A member other than `m`.
+fn other(rng: &mut Rng, n: usize, m: usize) -> usize {
+    (m + 1 + rng.below(n as u64 - 1) as usize) % n
+}
+
+/// The nemesis: a seeded schedule played against a cluster.
+pub struct Nemesis {
+    rng: Rng,
+    kinds: Vec<Kind>,
+    /// Faults played, by kind.
+    pub played: BTreeMap<Kind, u32>,
+    /// What it did, one line per fault, stamped with the history's clock.
+    pub log: Vec<String>,
+    /// The copies the cluster keeps now.
+    replicas: u8,
+    base_replicas: u8,
+}
+
+impl Nemesis {
+    /// A nemesis drawing from `kinds` with `seed`.
+    pub fn new(seed: u64, kinds: &[Kind], replicas: u8) -> Nemesis {
+        Nemesis {
+            rng: Rng(seed),
+            kinds: kinds.to_vec(),
+            played: BTreeMap::new(),
+            log: Vec::new(),
+            replicas,
+            base_replicas: replicas,
+        }
+    }
+
+    /// A gap between two faults.
+    pub fn gap(&mut self) -> Duration {
+        ms(&mut self.rng, 200, 1200)
+    }
+
+    /// Draws the next fault and plays it (waiting for a healthy cluster
+    /// first when it takes a member out). `at` stamps the log.
+    pub fn step(&mut self, c: &mut Cluster, at: impl Fn() -> f64) -> Result<(), String> {
+        let kind = self.kinds[self.rng.below(self.kinds.len() as u64) as usize];
+        let n = c.members.len();
+        let m = self.rng.below(n as u64) as usize;
+        if kind.takes_a_member_out() {
+            c.wait_healthy(Duration::from_secs(60))
+                .map_err(|e| format!("before a {}: {e}", kind.name()))?;
+        }
+        let what = self.play(c, kind, m)?;
+        *self.played.entry(kind).or_default() += 1;
+        self.log.push(format!("{:9.3} s  {what}", at()));
+        Ok(())
+    }
+
+    fn play(&mut self, c: &mut Cluster, kind: Kind, m: usize) -> Result<String, String> {
+        let n = c.members.len();
+        let r = &mut self.rng;
+        Ok(match kind {
+            Kind::Kill => {
+                let down = ms(r, 200, 3000);
+                c.kill(m);
+                std::thread::sleep(down);
+                c.restart(m);
+                format!("kill -9 member {m}, restarted after {down:?}")
+            }
+            Kind::KillSlowBackup => {
+                let (b, slow) = (other(r, n, m), ms(r, 100, 700));
+                c.pause(b, true);
+                c.kill(m);
+                std::thread::sleep(slow);
+                c.pause(b, false);
+                let down = ms(r, 500, 2000);
+                std::thread::sleep(down);
+                c.restart(m);
+                format!("kill -9 member {m} with member {b} paused for {slow:?}, restarted after {down:?}")
+            }
+            Kind::PauseShort | Kind::PauseLong => {
+                let d = if kind == Kind::PauseShort {
+                    ms(r, 50, MEMBER_TIMEOUT.as_millis() as u64 * 3 / 5)
+                } else {
+                    ms(r, MEMBER_TIMEOUT.as_millis() as u64 * 3 / 2, 4000)
+                };
+                c.pause(m, true);
+                std::thread::sleep(d);
+                c.pause(m, false);
+                format!("SIGSTOP member {m} for {d:?}")
+            }
+            Kind::Partition => {
+                let d = ms(r, 200, 3000);
+                c.port(m, true);
+                std::thread::sleep(d);
+                c.port(m, false);
+                format!("port of member {m} down for {d:?}")
+            }
+            Kind::TermRestart => {
+                let clean = c.term(m, Duration::from_secs(20));
+                c.restart(m);
+                format!("SIGTERM member {m} (exited by itself: {clean}), restarted")
+            }
+            Kind::Drain => self.drain(c, m)?,
+            Kind::Migrate => self.migrate(c, m)?,
+            Kind::Rebalance => format!(
+                "rebalance: {}",
+                answer(c.request(&ControlRequest::Rebalance))
+            ),
+            Kind::SetReplicas => {
+                let max = n.min(3) as u8;
+                let to = if self.replicas == self.base_replicas {
+                    (self.base_replicas + 1).min(max).max(2)
+                } else {
+                    self.base_replicas
+                };
+                let a = answer(c.request(&ControlRequest::SetReplicas { replicas: to }));
+                if a == "ok" {
+                    self.replicas = to;
+                    c.replicas = to;
+                }
+                format!("set replicas {to}: {a}")
+            }
+        })
+    }
+
+    fn drain(&mut self, c: &mut Cluster, m: usize) -> Result<String, String> {
+        let n = c.members.len();
+        let (b, slow) = (other(&mut self.rng, n, m), ms(&mut self.rng, 100, 600));
+        let a = answer(c.request_to(m, &ControlRequest::Drain));
+        c.pause(b, true);
+        std::thread::sleep(slow);
+        c.pause(b, false);
+        c.wait(
+            &format!("member {m} drained"),
+            Duration::from_secs(60),
+            |c| c.status(m).is_some_and(|s| s.drained),
+        )?;
+        let clean = c.term(m, Duration::from_secs(20));
+        c.restart(m);
+        Ok(format!(
+            "drain member {m} ({a}) with member {b} paused for {slow:?}; SIGTERM \
+             (exited by itself: {clean}), restarted"
+        ))
+    }
+
+    fn migrate(&mut self, c: &mut Cluster, to: usize) -> Result<String, String> {
+        let slots = 1024u32;
+        let len = 1 + self.rng.below(u64::from(slots / 4)) as u32;
+        let first = self.rng.below(u64::from(slots - len)) as u32;
+        let req = ControlRequest::Migrate {
+            first,
+            end: first + len,
+            to: to as u16,
+        };
+        Ok(format!(
+            "migrate slots {first}..{} to member {to}: {}",
+            first + len,
+            answer(c.request(&req))
+        ))
+    }
+}
+
+/// A control answer in a word or a line.
+fn answer(r: Result<ControlReply, String>) -> String {
+    match r {
+        Ok(ControlReply::Ok) => "ok".into(),
+        Ok(ControlReply::Started(_)) => "started".into(),
+        Ok(ControlReply::Error { message }) => format!("refused: {message}"),
+        Ok(other) => format!("{other:?}"),
+        Err(e) => format!("failed: {e}"),
+    }
+}

@@ -1,0 +1,371 @@
+//! The nemesis, as Jepsen runs one: a cluster of real kvs-server processes,
+//! clients that read and write the same keys and record every operation,
+//! and faults on a seeded schedule (`kill -9` and restart from the data
+//! dir, SIGSTOP pauses shorter and longer than the failure timeout, a
+//! member's port down, SIGTERM, drains, migrations, rebalances, replica
+//! changes). The recorded history is checked by stateright's
+//! linearizability checker, a register per key; after the faults every key
+//! is read once more, so an acknowledged write that was lost is an anomaly
+//! too.
+//!
+//! ```text
+//! cargo test -p kvs-server --test nemesis                       # CI's runs
+//! cargo test -p kvs-server --test nemesis -- --list             # the scenarios
+//! cargo test -p kvs-server --test nemesis -- --scenario r2-crash --seed 7
+//! cargo test --release -p kvs-server --test nemesis -- --minutes 60
+//! ```
+//! A failing run prints its scenario and seed; they replay its schedule.
+//! docs/testing.md has the figures of a long run.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+mod check;
+mod cluster;
+mod faults;
+mod history;
+#[path = "../support/mod.rs"]
+mod support;
+mod workload;
+
+use cluster::Cluster;
+use faults::{Kind, Nemesis};
+use workload::{Clients, Shared};
+
+/// A cluster and the faults played against it.
+#[derive(Debug, Clone, Copy)]
+struct Scenario {
+    name: &'static str,
+    what: &'static str,
+    members: usize,
+    replicas: u8,
+    faults: &'static [Kind],
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "r1-pause",
+        what: "one copy: pauses, cuts and the operator's moves (no crash: one copy in memory dies with its member)",
+        members: 3,
+        replicas: 1,
+        faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Migrate, Kind::Rebalance],
+    },
+    Scenario {
+        name: "r2-crash",
+        what: "two copies: kill -9 (with a slow backup), pauses, SIGTERM",
+        members: 3,
+        replicas: 2,
+        faults: &[Kind::Kill, Kind::KillSlowBackup, Kind::PauseShort, Kind::TermRestart],
+    },
+    Scenario {
+        name: "r2-pause",
+        what: "two copies: long pauses, cuts, drains with a slow backup, migrations",
+        members: 3,
+        replicas: 2,
+        faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Drain, Kind::Migrate],
+    },
+    Scenario {
+        name: "r3-mixed",
+        what: "five members, three copies: every fault, replica changes and rebalances",
+        members: 5,
+        replicas: 3,
+        faults: &[
+            Kind::Kill,
+            Kind::KillSlowBackup,
+            Kind::PauseShort,
+            Kind::PauseLong,
+            Kind::Partition,
+            Kind::TermRestart,
+            Kind::Drain,
+            Kind::Migrate,
+            Kind::Rebalance,
+            Kind::SetReplicas,
+        ],
+    },
+];
+
+/// CI's runs: (scenario, seed), a few minutes in all.
+const CI_RUNS: &[(&str, u64)] = &[("r2-crash", 1), ("r1-pause", 2)];
+
+/// The command line.
+#[derive(Debug)]
+struct Args {
+    scenario: Option<String>,
+    seed: Option<u64>,
+    minutes: Option<f64>,
+    seconds: f64,
+    clients: u32,
+    list: bool,
+}
+
+/// Reads the command line; flags cargo's test runner passes along (and
+/// a name filter) are ignored, so `cargo test --workspace -- ...` runs it.
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        scenario: None,
+        seed: None,
+        minutes: None,
+        seconds: 20.0,
+        clients: 6,
+        list: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(x) = it.next() {
+        let mut val = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        match x.as_str() {
+            "--scenario" => a.scenario = Some(val("--scenario")?),
+            "--seed" => a.seed = Some(val("--seed")?.parse().map_err(|e| format!("--seed: {e}"))?),
+            "--minutes" => {
+                a.minutes = Some(
+                    val("--minutes")?
+                        .parse()
+                        .map_err(|e| format!("--minutes: {e}"))?,
+                )
+            }
+            "--seconds" => {
+                a.seconds = val("--seconds")?
+                    .parse()
+                    .map_err(|e| format!("--seconds: {e}"))?
+            }
+            "--clients" => {
+                a.clients = val("--clients")?
+                    .parse()
+                    .map_err(|e| format!("--clients: {e}"))?
+            }
+            "--list" => a.list = true,
+            "--help" | "-h" => return Err(HELP.into()),
+            _ => {}
+        }
+    }
+    Ok(a)
+}
+
+const HELP: &str = "\
+kvs-server's nemesis: faults against a cluster of real kvs-server processes,
+the history checked for linearizability (stateright), a register per key.
+
+  --list             the scenarios, and CI's runs
+  --scenario NAME    run this scenario (with --seed: that one run)
+  --seed N           the schedule's seed (a failing run prints it)
+  --seconds S        how long faults are played per run (default 20)
+  --minutes M        run scenarios and seeds in turn for M minutes
+  --clients N        client threads (default 6)
+
+With no flag it plays CI's runs.";
+
+/// What one run found.
+#[derive(Debug, Default)]
+struct Outcome {
+    ops: usize,
+    unknown: usize,
+    anomalies: usize,
+    faults: std::collections::BTreeMap<Kind, u32>,
+    failure: Option<String>,
+}
+
+/// Plays `sc` with `seed` for `seconds` of faults.
+fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
+    let mut out = Outcome::default();
+    let tag = format!("{}-{seed}", sc.name);
+    let mut c = match Cluster::start(&tag, sc.members, sc.replicas) {
+        Ok(c) => c,
+        Err(e) => {
+            out.failure = Some(format!("the cluster did not start: {e}"));
+            return out;
+        }
+    };
+    let sh = Arc::new(Shared {
+        fabric: c.fabric.clone(),
+        contacts: c.addrs(),
+        clock: history::Clock::start(),
+        group: AtomicU32::new(0),
+        stop: AtomicBool::new(false),
+        next_process: AtomicU32::new(0),
+        timeout: Duration::from_secs(3),
+    });
+    let clients = Clients::start(&sh, clients, seed, Duration::from_millis(2));
+    let rotate = {
+        let sh = sh.clone();
+        std::thread::spawn(move || {
+            while !sh.stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1500));
+                sh.group.fetch_add(1, Ordering::AcqRel);
+            }
+        })
+    };
+    let mut nemesis = Nemesis::new(seed, sc.faults, sc.replicas);
+    let t = Instant::now();
+    let at = || sh.clock.now() as f64 / 1e9;
+    let mut failure = None;
+    while t.elapsed().as_secs_f64() < seconds && failure.is_none() {
+        std::thread::sleep(nemesis.gap());
+        failure = nemesis.step(&mut c, at).err();
+    }
+    // Everything healed, the cluster must come back and keep serving.
+    c.heal();
+    if failure.is_none() {
+        failure = c
+            .wait_healthy(Duration::from_secs(120))
+            .err()
+            .map(|e| format!("after healing: {e}"));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    sh.stop.store(true, Ordering::Release);
+    let _ = rotate.join();
+    let mut h = clients.join();
+    let keys = 0..(sh.group.load(Ordering::Acquire) + 1) * workload::KEYS_PER_GROUP;
+    sh.stop.store(false, Ordering::Release);
+    let (finals, unread) = workload::final_reads(&sh, keys, Duration::from_secs(30));
+    h.extend(finals);
+    out.ops = h.len();
+    out.unknown = h.iter().filter(|e| e.done.is_none()).count();
+    out.faults = nemesis.played.clone();
+    let report = check::check(&h, 2, Duration::from_secs(120));
+    out.anomalies = report.anomalies.len();
+    let mut problems = Vec::new();
+    if let Some(f) = failure {
+        problems.push(f);
+    }
+    if !unread.is_empty() {
+        problems.push(format!("final reads failed: {unread:?}"));
+    }
+    for (k, ops) in report.anomalies.iter().take(3) {
+        problems.push(format!(
+            "key {}: not linearizable:\n{ops}",
+            workload::key_name(*k)
+        ));
+    }
+    if !report.unchecked.is_empty() {
+        problems.push(format!(
+            "keys the checker did not finish: {:?}",
+            report.unchecked
+        ));
+    }
+    if !problems.is_empty() {
+        out.failure = Some(format!(
+            "{}\n\nfaults:\n{}\n\nmember logs (tails):\n{}",
+            problems.join("\n\n"),
+            nemesis.log.join("\n"),
+            c.tails(40)
+        ));
+    }
+    out
+}
+
+fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
+    let faults: Vec<String> = o
+        .faults
+        .iter()
+        .map(|(k, n)| format!("{} {n}", k.name()))
+        .collect();
+    format!(
+        "nemesis {} seed {seed}: {} ops ({} unknown), {} anomalies, {:.0} s; faults: {}",
+        sc.name,
+        o.ops,
+        o.unknown,
+        o.anomalies,
+        took.as_secs_f64(),
+        faults.join(", ")
+    )
+}
+
+fn main() {
+    let a = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    if a.list {
+        for s in SCENARIOS {
+            println!(
+                "{:10} {} members, replicas {}: {}",
+                s.name, s.members, s.replicas, s.what
+            );
+        }
+        println!("CI runs: {CI_RUNS:?}");
+        return;
+    }
+    if let Err(e) = check::self_test() {
+        eprintln!("nemesis: the checker is broken: {e}");
+        std::process::exit(1);
+    }
+    let find = |n: &str| SCENARIOS.iter().find(|s| s.name == n);
+    let mut plan: Vec<(Scenario, u64)> = Vec::new();
+    match (&a.scenario, a.seed) {
+        (Some(n), seed) => match find(n) {
+            Some(s) => plan.push((*s, seed.unwrap_or(1))),
+            None => {
+                eprintln!("no scenario {n} (--list names them)");
+                std::process::exit(2);
+            }
+        },
+        (None, Some(seed)) => plan.extend(SCENARIOS.iter().map(|s| (*s, seed))),
+        (None, None) if a.minutes.is_none() => plan.extend(
+            CI_RUNS
+                .iter()
+                .map(|(n, seed)| (*find(n).expect("a scenario"), *seed)),
+        ),
+        (None, None) => {}
+    }
+    let t = Instant::now();
+    let (mut passed, mut failed, mut next) = (0, 0, 0u64);
+    let mut totals = Outcome::default();
+    loop {
+        let (sc, seed) = match a.minutes {
+            Some(m) if plan.is_empty() => {
+                if t.elapsed().as_secs_f64() > m * 60.0 {
+                    break;
+                }
+                next += 1;
+                (
+                    SCENARIOS[(next as usize - 1) % SCENARIOS.len()],
+                    1000 + next,
+                )
+            }
+            _ => match plan.pop() {
+                Some(p) => p,
+                None => break,
+            },
+        };
+        let started = Instant::now();
+        let o = run(&sc, seed, a.seconds, a.clients);
+        eprintln!("{}", summary(&sc, seed, &o, started.elapsed()));
+        totals.ops += o.ops;
+        totals.unknown += o.unknown;
+        totals.anomalies += o.anomalies;
+        for (k, n) in &o.faults {
+            *totals.faults.entry(*k).or_default() += n;
+        }
+        match &o.failure {
+            None => passed += 1,
+            Some(why) => {
+                failed += 1;
+                eprintln!(
+                    "nemesis {} seed {seed} FAILED:\n{why}\nreplay: cargo test -p kvs-server \
+                     --test nemesis -- --scenario {} --seed {seed}",
+                    sc.name, sc.name
+                );
+            }
+        }
+    }
+    let faults: Vec<String> = totals
+        .faults
+        .iter()
+        .map(|(k, n)| format!("{} {n}", k.name()))
+        .collect();
+    eprintln!(
+        "nemesis: {} ops ({} unknown), {} anomalies in {:.0} s; faults: {}",
+        totals.ops,
+        totals.unknown,
+        totals.anomalies,
+        t.elapsed().as_secs_f64(),
+        faults.join(", ")
+    );
+    println!("nemesis: {passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
