@@ -10,6 +10,12 @@
 //! installed snapshot (its index and term), which discards every entry
 //! before it ([`crate::storage`] gives them meaning).
 //!
+//! The log only grows, except when [`Wal::rewrite`] replaces it whole (to
+//! shed what a snapshot covers): the new file is written beside it as
+//! `wal.partial`, flushed, renamed over it, and the directory flushed. A
+//! `wal.partial` found at opening is what a crash left of a rewrite, and is
+//! removed.
+//!
 //! A crash can tear only the last record written (records are appended and
 //! the file is flushed before anything that depends on it is sent): replay
 //! drops a last record that is short or fails its checksum, and truncates
@@ -175,8 +181,13 @@ impl Wal {
         ))
     }
 
-    /// Replaces the log with one holding just `records` (written beside it,
-    /// flushed, renamed over it): how the log sheds what a snapshot covers.
+    /// Replaces the log with one holding just `records`: how the log sheds
+    /// what a snapshot covers. Records pushed and not synced are dropped.
+    ///
+    /// The new log is written beside the old one and flushed, renamed over
+    /// it, and the directory flushed: a crash at any point leaves the old
+    /// log whole (and perhaps part of the new one beside it, which
+    /// [`Wal::open`] removes) or the new one whole.
     pub fn rewrite(&mut self, records: &[Record]) -> Result<(), StorageError> {
         let io = |source| StorageError::Io {
             path: self.path.clone(),
@@ -186,15 +197,14 @@ impl Wal {
         for r in records {
             r.encode(&mut bytes);
         }
-        crate::files::write_atomic(&self.path, &bytes).map_err(io)?;
-        self.file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
+        let (file, tmp) = crate::files::write_partial(&self.path, &bytes).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        // The new file was opened before the rename, so that appends go to
+        // the file the path names even if flushing the directory fails.
+        self.file = file;
         self.len = bytes.len() as u64;
         self.buf.clear();
-        Ok(())
+        crate::files::sync_dir(&self.path).map_err(io)
     }
 
     /// Adds `r` to the batch that [`Wal::sync`] writes.
