@@ -19,6 +19,11 @@
 //!    - [`Group::take_outgoing`]: the messages to send, and
 //!      [`Group::take_events`]: what applying did.
 //!
+//! **Large messages.** No message handed to the transport is larger than
+//! [`GroupConfig::max_message`]: a larger Raft message (a snapshot of a
+//! large state, an append of a large entry) goes in fragments, put
+//! together by the receiver's [`Group::step`].
+//!
 //! **Leases.** A member may serve its slots only while
 //! [`Group::lease_valid`]: a follower holds a lease for
 //! [`GroupConfig::lease`] from each heartbeat or append it receives from a
@@ -66,13 +71,22 @@ pub struct GroupConfig {
     pub lease: Duration,
     /// Entries applied between two snapshots of the state.
     pub snapshot_every: u64,
+    /// The largest message handed to the transport, in bytes: a larger
+    /// Raft message (a snapshot of a big state, an append of a big entry)
+    /// goes as fragments of this size, put together by the receiving
+    /// [`Group::step`]. At least [`MIN_MAX_MESSAGE`].
+    pub max_message: usize,
 }
+
+/// The least [`GroupConfig::max_message`] may be.
+pub const MIN_MAX_MESSAGE: usize = crate::fragment::MIN_MAX;
 
 impl GroupConfig {
     /// Timing derived from `member_timeout`: a tick of a fiftieth of it
     /// (5 to 100 ms), heartbeats every 2 ticks, elections after 10 to 20
-    /// ticks (a fifth to two fifths of the timeout), and a lease of two
-    /// fifths of the timeout.
+    /// ticks (a fifth to two fifths of the timeout), a lease of two
+    /// fifths of the timeout, and messages of at most 64 KiB (a control
+    /// connection's 1 MiB ring takes requests of up to about 256 KiB).
     pub fn for_member_timeout(member_timeout: Duration) -> GroupConfig {
         let tick =
             (member_timeout / 50).clamp(Duration::from_millis(5), Duration::from_millis(100));
@@ -83,6 +97,7 @@ impl GroupConfig {
             member_timeout,
             lease: member_timeout * 2 / 5,
             snapshot_every: 1024,
+            max_message: 64 << 10,
         }
     }
 
@@ -100,6 +115,12 @@ impl GroupConfig {
         }
         if self.election_ticks <= self.heartbeat_ticks {
             return Err("an election timeout must be longer than the heartbeat".into());
+        }
+        if self.max_message < MIN_MAX_MESSAGE {
+            return Err(format!(
+                "messages must be allowed {MIN_MAX_MESSAGE} bytes at least, not {}",
+                self.max_message
+            ));
         }
         // A deposed leader sends heartbeats for up to two election
         // timeouts after it lost its quorum (its quorum check runs once per
@@ -123,7 +144,9 @@ impl GroupConfig {
 pub struct Outgoing {
     /// The member it is for.
     pub to: u16,
-    /// Its bytes (a raft-rs message in protobuf).
+    /// Its bytes: a raft-rs message in protobuf, or a fragment of one
+    /// (at most [`GroupConfig::max_message`] bytes either way). The
+    /// transport carries a member's messages to a peer in order.
     pub bytes: Vec<u8>,
 }
 
@@ -181,6 +204,10 @@ pub struct Group {
     /// proposal can be dropped).
     marking: HashMap<u16, Instant>,
     leader: Option<u16>,
+    /// Messages from peers being put together from fragments.
+    fragments: crate::fragment::Reassembly,
+    /// The id of the next message sent in fragments.
+    next_fragmented: u32,
 }
 
 impl std::fmt::Debug for Group {
@@ -329,6 +356,8 @@ impl Group {
                 leader_since: None,
                 marking: HashMap::new(),
                 leader: None,
+                fragments: Default::default(),
+                next_fragmented: 0,
             },
             rec,
         ))
@@ -464,8 +493,21 @@ impl Group {
         }
     }
 
-    /// Takes a message from member `from`, as its transport delivered it.
+    /// Takes a message from member `from`, as its transport delivered it
+    /// (a fragment is kept until the rest of its message is in).
     pub fn step(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
+        let bad = |why: String| GroupError::BadMessage { from, why };
+        if crate::fragment::is_fragment(bytes) {
+            return match self.fragments.take(from, bytes).map_err(bad)? {
+                Some(whole) => self.step_whole(from, &whole, now),
+                None => Ok(()),
+            };
+        }
+        self.step_whole(from, bytes, now)
+    }
+
+    /// [`Group::step`] for a whole message.
+    fn step_whole(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
         let bad = |why: String| GroupError::BadMessage { from, why };
         let msg = Message::parse_from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
         if member_of(msg.from) != Some(from) {
@@ -690,8 +732,12 @@ impl Group {
 
     fn queue(&mut self, msgs: Vec<Message>) {
         for m in msgs {
-            if let Some(to) = member_of(m.to) {
-                let bytes = m.write_to_bytes().expect("a raft message encodes");
+            let Some(to) = member_of(m.to) else { continue };
+            let bytes = m.write_to_bytes().expect("a raft message encodes");
+            if bytes.len() > self.cfg.max_message {
+                self.next_fragmented = self.next_fragmented.wrapping_add(1);
+            }
+            for bytes in crate::fragment::split(bytes, self.next_fragmented, self.cfg.max_message) {
                 self.outgoing.push(Outgoing { to, bytes });
             }
         }

@@ -31,16 +31,25 @@ pub struct Net {
     pub cut: HashSet<u16>,
     /// Every event, with the member and the time it happened at.
     pub events: Vec<(u16, Instant, Event)>,
+    /// The largest message the transport carries: a larger one is not
+    /// delivered, and its sender hears that the peer is unreachable (as a
+    /// control connection refuses a request that can never fit its ring).
+    pub max_message: Option<usize>,
 }
 
 impl Net {
     /// A cluster of `n` members (the first bootstraps, the others join in
     /// turn), `control_voters` of them voters.
     pub fn new(n: u16, control_voters: u16, cfg: GroupConfig) -> Net {
+        Net::with_slots(n, control_voters, cfg, SLOTS)
+    }
+
+    /// [`Net::new`] with a map of `slots` slots.
+    pub fn with_slots(n: u16, control_voters: u16, cfg: GroupConfig, slots: u32) -> Net {
         let root = TempDir::new("kvs-control-it", "net");
         let now = Instant::now();
         let dir0 = root.path().join("m0");
-        let map = ShardMap::single(addr(0), SLOTS, 2).unwrap();
+        let map = ShardMap::single(addr(0), slots, 2).unwrap();
         let founding = Founding {
             control_voters,
             replicas: 1,
@@ -55,6 +64,7 @@ impl Net {
             now,
             cut: HashSet::new(),
             events: Vec::new(),
+            max_message: None,
         };
         net.run_until(Duration::from_secs(5), |n| n.leader() == Some(0))
             .expect("the first member leads");
@@ -154,6 +164,10 @@ impl Net {
             for m in self.alive().collect::<Vec<_>>() {
                 let out = self.group(m).take_outgoing();
                 for o in out {
+                    if self.max_message.is_some_and(|most| o.bytes.len() > most) {
+                        self.group(m).unreachable(o.to);
+                        continue;
+                    }
                     let delivered = !self.cut.contains(&m)
                         && !self.cut.contains(&o.to)
                         && self
