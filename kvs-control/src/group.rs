@@ -22,7 +22,10 @@
 //! **Large messages.** No message handed to the transport is larger than
 //! [`GroupConfig::max_message`]: a larger Raft message (a snapshot of a
 //! large state, an append of a large entry) goes in fragments, put
-//! together by the receiver's [`Group::step`].
+//! together by the receiver's [`Group::step`]. A snapshot the member has
+//! not acknowledged within `member_timeout`, or one sent to a member the
+//! transport then reports [unreachable](Group::unreachable), is sent again:
+//! raft-rs would otherwise send that member nothing more.
 //!
 //! **Leases.** A member may serve its slots only while
 //! [`Group::lease_valid`]: a follower holds a lease for
@@ -208,6 +211,9 @@ pub struct Group {
     fragments: crate::fragment::Reassembly,
     /// The id of the next message sent in fragments.
     next_fragmented: u32,
+    /// At the leader: when a snapshot was last sent to each member that has
+    /// not yet acknowledged it.
+    snapshots_sent: HashMap<u16, Instant>,
 }
 
 impl std::fmt::Debug for Group {
@@ -358,6 +364,7 @@ impl Group {
                 leader: None,
                 fragments: Default::default(),
                 next_fragmented: 0,
+                snapshots_sent: HashMap::new(),
             },
             rec,
         ))
@@ -450,6 +457,27 @@ impl Group {
         if self.is_leader() {
             self.detect_failures(now);
             self.balance_voters();
+            self.resend_lost_snapshots(now);
+        }
+    }
+
+    /// At the leader: a snapshot a member has not acknowledged within
+    /// `member_timeout` is taken as lost. raft-rs sends a member nothing
+    /// more after a snapshot until it hears how the snapshot went; told it
+    /// failed, it probes the member again and sends a new one.
+    fn resend_lost_snapshots(&mut self, now: Instant) {
+        let timeout = self.cfg.member_timeout;
+        let lost: Vec<u16> = self
+            .snapshots_sent
+            .iter()
+            .filter(|(_, &sent)| now.saturating_duration_since(sent) > timeout)
+            .map(|(&m, _)| m)
+            .collect();
+        for m in lost {
+            self.snapshots_sent.remove(&m);
+            // raft-rs ignores this for a member that acknowledged it.
+            self.node
+                .report_snapshot(node_of(m), raft::SnapshotStatus::Failure);
         }
     }
 
@@ -548,9 +576,14 @@ impl Group {
     }
 
     /// The transport could not deliver to `member`: Raft slows down
-    /// sending to it.
+    /// sending to it, and sends again a snapshot it was waiting on word of
+    /// (the message lost may have been, or held part of, that snapshot).
     pub fn unreachable(&mut self, member: u16) {
         self.node.report_unreachable(node_of(member));
+        if self.snapshots_sent.remove(&member).is_some() {
+            self.node
+                .report_snapshot(node_of(member), raft::SnapshotStatus::Failure);
+        }
     }
 
     fn not_leader(&self) -> GroupError {
@@ -666,7 +699,7 @@ impl Group {
         // A leader's messages may leave before its own write: it counts
         // itself in the quorum only once the write is done.
         let msgs = rd.take_messages();
-        self.queue(msgs);
+        self.queue(msgs, now);
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
             let state =
@@ -699,13 +732,13 @@ impl Group {
         // leaves: a member that forgot its vote could elect two leaders.
         self.node.mut_store().sync()?;
         let msgs = rd.take_persisted_messages();
-        self.queue(msgs);
+        self.queue(msgs, now);
         let mut light = self.node.advance(rd);
         if let Some(c) = light.commit_index() {
             self.node.mut_store().set_commit(c);
         }
         let msgs = light.take_messages();
-        self.queue(msgs);
+        self.queue(msgs, now);
         let committed = light.take_committed_entries();
         self.apply_entries(committed)?;
         self.node.advance_apply_to(self.applied);
@@ -727,12 +760,16 @@ impl Group {
         } else {
             self.leader_since = None;
             self.marking.clear();
+            self.snapshots_sent.clear();
         }
     }
 
-    fn queue(&mut self, msgs: Vec<Message>) {
+    fn queue(&mut self, msgs: Vec<Message>, now: Instant) {
         for m in msgs {
             let Some(to) = member_of(m.to) else { continue };
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                self.snapshots_sent.insert(to, now);
+            }
             let bytes = m.write_to_bytes().expect("a raft message encodes");
             if bytes.len() > self.cfg.max_message {
                 self.next_fragmented = self.next_fragmented.wrapping_add(1);

@@ -408,3 +408,33 @@ fn an_entry_larger_than_a_control_connection_carries_reaches_a_follower() {
     .expect("the follower applies the map");
     assert_eq!(net.state(1).unwrap().map(), &m);
 }
+
+/// A snapshot lost on the way (here one of its fragments) is sent again:
+/// after `member_timeout` when the loss went unnoticed (a peer's full
+/// queue drops messages without a word), at once when the transport
+/// reports the peer unreachable.
+#[test]
+fn a_snapshot_lost_on_the_way_is_sent_again() {
+    for report_lost in [false, true] {
+        let mut net = Net::with_slots(2, 1, cfg(), 1 << 14);
+        net.max_message = Some(CONTROL_RING_MESSAGE);
+        net.kill(1);
+        propose_a_map_of_one_run_per_slot(&mut net);
+        let mut fragments = 0;
+        net.lose = Some(Box::new(move |_, to, b: &[u8]| {
+            if to == 2 && b.first() == Some(&0) {
+                fragments += 1;
+            }
+            fragments == 3
+        }));
+        net.report_lost = report_lost;
+        let start = net.now;
+        let late = net.join();
+        assert!(net.all_agree());
+        assert!(net.state(late).is_some());
+        if report_lost {
+            let took = net.now.duration_since(start);
+            assert!(took < net.cfg.member_timeout, "{took:?}");
+        }
+    }
+}

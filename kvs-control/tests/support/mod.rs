@@ -20,6 +20,9 @@ pub fn addr(member: u16) -> SocketAddr {
 
 pub const SLOTS: u32 = 256;
 
+/// Whether the transport loses a message (sender, receiver, bytes).
+pub type Lose = dyn FnMut(u16, u16, &[u8]) -> bool;
+
 /// The group's members, their data dirs and the simulated clock.
 pub struct Net {
     _root: TempDir,
@@ -35,6 +38,13 @@ pub struct Net {
     /// delivered, and its sender hears that the peer is unreachable (as a
     /// control connection refuses a request that can never fit its ring).
     pub max_message: Option<usize>,
+    /// Messages the transport loses without a word, as a peer's full
+    /// queue drops them: those for which this says yes (sender, receiver,
+    /// bytes).
+    pub lose: Option<Box<Lose>>,
+    /// Whether the sender of a message [`Net::lose`] loses hears that its
+    /// peer is unreachable (as when a link fails), rather than nothing.
+    pub report_lost: bool,
 }
 
 impl Net {
@@ -65,6 +75,8 @@ impl Net {
             cut: HashSet::new(),
             events: Vec::new(),
             max_message: None,
+            lose: None,
+            report_lost: false,
         };
         net.run_until(Duration::from_secs(5), |n| n.leader() == Some(0))
             .expect("the first member leads");
@@ -166,6 +178,16 @@ impl Net {
                 for o in out {
                     if self.max_message.is_some_and(|most| o.bytes.len() > most) {
                         self.group(m).unreachable(o.to);
+                        continue;
+                    }
+                    if self
+                        .lose
+                        .as_mut()
+                        .is_some_and(|lose| lose(m, o.to, &o.bytes))
+                    {
+                        if self.report_lost {
+                            self.group(m).unreachable(o.to);
+                        }
                         continue;
                     }
                     let delivered = !self.cut.contains(&m)
