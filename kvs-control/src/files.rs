@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The suffix of a file being written in place of another; one left behind
 /// by a crash is removed at the next open ([`remove_partial`]).
@@ -13,6 +13,17 @@ const PARTIAL: &str = ".partial";
 /// renamed over `path`, and the directory flushed, so that after a crash
 /// `path` holds either its old content or all of `bytes`.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let (f, tmp) = write_partial(path, bytes)?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    sync_dir(path)
+}
+
+/// The first half of [`write_atomic`]: `bytes` written to the sibling that
+/// is to replace `path`, and flushed. Returns the sibling, open for writing
+/// after its end, and its path, for the caller to rename over `path` and
+/// then flush the directory ([`sync_dir`]).
+pub(crate) fn write_partial(path: &Path, bytes: &[u8]) -> std::io::Result<(File, PathBuf)> {
     let tmp = partial_of(path);
     let mut f = OpenOptions::new()
         .write(true)
@@ -21,9 +32,7 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    sync_dir(path)
+    Ok((f, tmp))
 }
 
 /// Flushes the directory holding `path`, so that its creation or a rename
@@ -44,7 +53,7 @@ pub(crate) fn remove_partial(path: &Path) -> std::io::Result<()> {
     }
 }
 
-fn partial_of(path: &Path) -> std::path::PathBuf {
+fn partial_of(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(PARTIAL);
     path.with_file_name(name)

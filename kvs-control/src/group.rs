@@ -19,6 +19,14 @@
 //!    - [`Group::take_outgoing`]: the messages to send, and
 //!      [`Group::take_events`]: what applying did.
 //!
+//! **Large messages.** No message handed to the transport is larger than
+//! [`GroupConfig::max_message`]: a larger Raft message (a snapshot of a
+//! large state, an append of a large entry) goes in fragments, put
+//! together by the receiver's [`Group::step`]. A snapshot the member has
+//! not acknowledged within `member_timeout`, or one sent to a member the
+//! transport then reports [unreachable](Group::unreachable), is sent again:
+//! raft-rs would otherwise send that member nothing more.
+//!
 //! **Leases.** A member may serve its slots only while
 //! [`Group::lease_valid`]: a follower holds a lease for
 //! [`GroupConfig::lease`] from each heartbeat or append it receives from a
@@ -66,13 +74,22 @@ pub struct GroupConfig {
     pub lease: Duration,
     /// Entries applied between two snapshots of the state.
     pub snapshot_every: u64,
+    /// The largest message handed to the transport, in bytes: a larger
+    /// Raft message (a snapshot of a big state, an append of a big entry)
+    /// goes as fragments of this size, put together by the receiving
+    /// [`Group::step`]. At least [`MIN_MAX_MESSAGE`].
+    pub max_message: usize,
 }
+
+/// The least [`GroupConfig::max_message`] may be.
+pub const MIN_MAX_MESSAGE: usize = crate::fragment::MIN_MAX;
 
 impl GroupConfig {
     /// Timing derived from `member_timeout`: a tick of a fiftieth of it
     /// (5 to 100 ms), heartbeats every 2 ticks, elections after 10 to 20
-    /// ticks (a fifth to two fifths of the timeout), and a lease of two
-    /// fifths of the timeout.
+    /// ticks (a fifth to two fifths of the timeout), a lease of two
+    /// fifths of the timeout, and messages of at most 64 KiB (a control
+    /// connection's 1 MiB ring takes requests of up to about 256 KiB).
     pub fn for_member_timeout(member_timeout: Duration) -> GroupConfig {
         let tick =
             (member_timeout / 50).clamp(Duration::from_millis(5), Duration::from_millis(100));
@@ -83,6 +100,7 @@ impl GroupConfig {
             member_timeout,
             lease: member_timeout * 2 / 5,
             snapshot_every: 1024,
+            max_message: 64 << 10,
         }
     }
 
@@ -100,6 +118,12 @@ impl GroupConfig {
         }
         if self.election_ticks <= self.heartbeat_ticks {
             return Err("an election timeout must be longer than the heartbeat".into());
+        }
+        if self.max_message < MIN_MAX_MESSAGE {
+            return Err(format!(
+                "messages must be allowed {MIN_MAX_MESSAGE} bytes at least, not {}",
+                self.max_message
+            ));
         }
         // A deposed leader sends heartbeats for up to two election
         // timeouts after it lost its quorum (its quorum check runs once per
@@ -123,7 +147,9 @@ impl GroupConfig {
 pub struct Outgoing {
     /// The member it is for.
     pub to: u16,
-    /// Its bytes (a raft-rs message in protobuf).
+    /// Its bytes: a raft-rs message in protobuf, or a fragment of one
+    /// (at most [`GroupConfig::max_message`] bytes either way). The
+    /// transport carries a member's messages to a peer in order.
     pub bytes: Vec<u8>,
 }
 
@@ -181,6 +207,13 @@ pub struct Group {
     /// proposal can be dropped).
     marking: HashMap<u16, Instant>,
     leader: Option<u16>,
+    /// Messages from peers being put together from fragments.
+    fragments: crate::fragment::Reassembly,
+    /// The id of the next message sent in fragments.
+    next_fragmented: u32,
+    /// At the leader: when a snapshot was last sent to each member that has
+    /// not yet acknowledged it.
+    snapshots_sent: HashMap<u16, Instant>,
 }
 
 impl std::fmt::Debug for Group {
@@ -329,6 +362,9 @@ impl Group {
                 leader_since: None,
                 marking: HashMap::new(),
                 leader: None,
+                fragments: Default::default(),
+                next_fragmented: 0,
+                snapshots_sent: HashMap::new(),
             },
             rec,
         ))
@@ -421,6 +457,27 @@ impl Group {
         if self.is_leader() {
             self.detect_failures(now);
             self.balance_voters();
+            self.resend_lost_snapshots(now);
+        }
+    }
+
+    /// At the leader: a snapshot a member has not acknowledged within
+    /// `member_timeout` is taken as lost. raft-rs sends a member nothing
+    /// more after a snapshot until it hears how the snapshot went; told it
+    /// failed, it probes the member again and sends a new one.
+    fn resend_lost_snapshots(&mut self, now: Instant) {
+        let timeout = self.cfg.member_timeout;
+        let lost: Vec<u16> = self
+            .snapshots_sent
+            .iter()
+            .filter(|(_, &sent)| now.saturating_duration_since(sent) > timeout)
+            .map(|(&m, _)| m)
+            .collect();
+        for m in lost {
+            self.snapshots_sent.remove(&m);
+            // raft-rs ignores this for a member that acknowledged it.
+            self.node
+                .report_snapshot(node_of(m), raft::SnapshotStatus::Failure);
         }
     }
 
@@ -464,8 +521,21 @@ impl Group {
         }
     }
 
-    /// Takes a message from member `from`, as its transport delivered it.
+    /// Takes a message from member `from`, as its transport delivered it
+    /// (a fragment is kept until the rest of its message is in).
     pub fn step(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
+        let bad = |why: String| GroupError::BadMessage { from, why };
+        if crate::fragment::is_fragment(bytes) {
+            return match self.fragments.take(from, bytes).map_err(bad)? {
+                Some(whole) => self.step_whole(from, &whole, now),
+                None => Ok(()),
+            };
+        }
+        self.step_whole(from, bytes, now)
+    }
+
+    /// [`Group::step`] for a whole message.
+    fn step_whole(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
         let bad = |why: String| GroupError::BadMessage { from, why };
         let msg = Message::parse_from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
         if member_of(msg.from) != Some(from) {
@@ -506,9 +576,14 @@ impl Group {
     }
 
     /// The transport could not deliver to `member`: Raft slows down
-    /// sending to it.
+    /// sending to it, and sends again a snapshot it was waiting on word of
+    /// (the message lost may have been, or held part of, that snapshot).
     pub fn unreachable(&mut self, member: u16) {
         self.node.report_unreachable(node_of(member));
+        if self.snapshots_sent.remove(&member).is_some() {
+            self.node
+                .report_snapshot(node_of(member), raft::SnapshotStatus::Failure);
+        }
     }
 
     fn not_leader(&self) -> GroupError {
@@ -624,7 +699,7 @@ impl Group {
         // A leader's messages may leave before its own write: it counts
         // itself in the quorum only once the write is done.
         let msgs = rd.take_messages();
-        self.queue(msgs);
+        self.queue(msgs, now);
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
             let state =
@@ -657,13 +732,13 @@ impl Group {
         // leaves: a member that forgot its vote could elect two leaders.
         self.node.mut_store().sync()?;
         let msgs = rd.take_persisted_messages();
-        self.queue(msgs);
+        self.queue(msgs, now);
         let mut light = self.node.advance(rd);
         if let Some(c) = light.commit_index() {
             self.node.mut_store().set_commit(c);
         }
         let msgs = light.take_messages();
-        self.queue(msgs);
+        self.queue(msgs, now);
         let committed = light.take_committed_entries();
         self.apply_entries(committed)?;
         self.node.advance_apply_to(self.applied);
@@ -685,13 +760,21 @@ impl Group {
         } else {
             self.leader_since = None;
             self.marking.clear();
+            self.snapshots_sent.clear();
         }
     }
 
-    fn queue(&mut self, msgs: Vec<Message>) {
+    fn queue(&mut self, msgs: Vec<Message>, now: Instant) {
         for m in msgs {
-            if let Some(to) = member_of(m.to) {
-                let bytes = m.write_to_bytes().expect("a raft message encodes");
+            let Some(to) = member_of(m.to) else { continue };
+            if m.get_msg_type() == MessageType::MsgSnapshot {
+                self.snapshots_sent.insert(to, now);
+            }
+            let bytes = m.write_to_bytes().expect("a raft message encodes");
+            if bytes.len() > self.cfg.max_message {
+                self.next_fragmented = self.next_fragmented.wrapping_add(1);
+            }
+            for bytes in crate::fragment::split(bytes, self.next_fragmented, self.cfg.max_message) {
                 self.outgoing.push(Outgoing { to, bytes });
             }
         }

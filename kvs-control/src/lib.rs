@@ -22,6 +22,7 @@
 
 mod error;
 mod files;
+mod fragment;
 mod group;
 mod identity;
 mod migration;
@@ -33,7 +34,7 @@ mod testdir;
 mod wal;
 
 pub use error::{GroupError, StorageError};
-pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing};
+pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing, MIN_MAX_MESSAGE};
 pub use identity::{BadClusterId, ClusterId, Identity};
 pub use migration::{chunk_slots, chunks, Chunk, Migration};
 pub use state::{Applied, ClusterState, Command, Founding, MemberState, Membership, REPLICAS};

@@ -9,6 +9,14 @@
 //! - `snapshot`: the newest snapshot (its metadata, the configuration of
 //!   the group at its index, and the cluster state), replaced whole.
 //!
+//! A compaction (the member's own snapshot) writes the snapshot file and
+//! keeps the log as it is, unless the log has grown past
+//! [`DiskStorage::set_rewrite_at`] (4 MiB): then the log is rewritten to
+//! hold the snapshot's install mark, the hard state and the entries after
+//! the snapshot, in that order, written beside the old log and renamed over
+//! it ([`crate::wal`]). The mark is what tells recovery that the entries
+//! before it are gone because of this snapshot, not replaced by a leader's.
+//!
 //! Recovery after a crash between any two writes:
 //! - a torn last record of the log is cut off (it was never flushed, so
 //!   nothing that depended on it was sent);
@@ -67,6 +75,8 @@ pub struct DiskStorage {
     /// peer's joining, and raft-rs refuses a snapshot whose configuration
     /// lacks the receiver. The group takes a new one ([`Self::take_wanted`]).
     wanted: Cell<bool>,
+    /// The log file's size past which a compaction rewrites it.
+    rewrite_at: u64,
 }
 
 impl DiskStorage {
@@ -159,9 +169,17 @@ impl DiskStorage {
                 snap,
                 entries,
                 wanted: Cell::new(false),
+                rewrite_at: REWRITE_AT,
             },
             rec,
         ))
+    }
+
+    /// Sets the log file's size past which [`compact`](Self::compact)
+    /// rewrites it without the entries the snapshot covers (4 MiB unless
+    /// set; tests set it small so that a few entries make it happen).
+    pub fn set_rewrite_at(&mut self, bytes: u64) {
+        self.rewrite_at = bytes;
     }
 
     /// Whether the log has nothing at all: a member that has not yet been
@@ -261,8 +279,18 @@ impl DiskStorage {
         let si = self.snap.get_metadata().index;
         self.entries.drain(..(index - si) as usize);
         self.snap = snap.clone();
-        if self.wal.len() > REWRITE_AT {
-            let mut recs = vec![Record::HardState(self.hard.clone())];
+        if self.wal.len() > self.rewrite_at {
+            // The install mark first: without it, opening would find a
+            // snapshot whose last entry the log does not hold, take it for
+            // one that replaced a diverged log, and drop every entry.
+            let m = snap.get_metadata();
+            let mut recs = vec![
+                Record::Install {
+                    index: m.index,
+                    term: m.term,
+                },
+                Record::HardState(self.hard.clone()),
+            ];
             recs.extend(self.entries.iter().cloned().map(Record::Entry));
             self.wal.rewrite(&recs)?;
         }
@@ -528,13 +556,151 @@ mod tests {
         assert_eq!(s.initial_state().unwrap().conf_state.voters, [1, 2]);
     }
 
-    /// Every step of every kind of write, cut short by a crash at every
-    /// byte: the member reopens to a state made only of what it passed
-    /// through, and no committed entry is lost.
+    /// A log grown past the rewrite size, compacted (so rewritten), then
+    /// appended to: it reopens with the snapshot, the entries after it and
+    /// the commit, both when entries past the snapshot are committed and
+    /// when they are only acknowledged.
     #[test]
-    fn a_crash_at_any_point_of_any_write_recovers_a_state_it_passed_through() {
+    fn a_member_restarts_after_its_log_was_rewritten() {
+        let big = |index: u64| Entry {
+            index,
+            term: 2,
+            data: vec![index as u8; 8 << 10].into(),
+            ..Default::default()
+        };
+        // (committed before the compaction, committed after entry 601).
+        for (commit, then) in [(600, 601), (500, 500)] {
+            let d = TestDir::new("storage");
+            let (mut s, _) = DiskStorage::open(d.path()).unwrap();
+            s.install(&snap(1, 1, &[1])).unwrap();
+            s.append(&(2..=600).map(big).collect::<Vec<_>>()).unwrap();
+            s.set_hard_state(&hs(2, 1, commit));
+            s.sync().unwrap();
+            let before = s.log_bytes();
+            assert!(before > REWRITE_AT);
+            s.compact(&snap(500, 2, &[1])).unwrap();
+            assert!(s.log_bytes() < before, "the log was rewritten");
+            s.append(&[big(601)]).unwrap();
+            s.set_commit(then);
+            s.sync().unwrap();
+            drop(s);
+            let (s, r) = DiskStorage::open(d.path())
+                .unwrap_or_else(|e| panic!("commit {commit}: reopening: {e}"));
+            assert_eq!(r.snapshot_index, 500);
+            assert_eq!(r.replaced_entries, 0, "commit {commit}");
+            assert_eq!(
+                indexes(&s),
+                (501..=601).map(|i| (i, 2)).collect::<Vec<_>>(),
+                "commit {commit}"
+            );
+            assert_eq!(*s.hard_state(), hs(2, 1, then));
+        }
+    }
+
+    /// The files a crash leaves: the log, the snapshot, and a rewrite of
+    /// the log being written beside it.
+    struct Disk {
+        wal: Vec<u8>,
+        snap: Option<Vec<u8>>,
+        partial: Option<Vec<u8>>,
+    }
+
+    type Look = (Vec<(u64, u64)>, HardState, u64);
+
+    fn look(s: &DiskStorage) -> Look {
+        (
+            indexes(s),
+            s.hard_state().clone(),
+            s.snap.get_metadata().index,
+        )
+    }
+
+    fn disk_of(dir: &Path) -> Disk {
+        Disk {
+            wal: std::fs::read(dir.join("wal")).unwrap(),
+            snap: std::fs::read(dir.join("snapshot")).ok(),
+            partial: None,
+        }
+    }
+
+    /// What a crash during a step can leave, from the files before and
+    /// after it. The snapshot file is renamed into place before the step's
+    /// log records are written: a crash sees the old snapshot with the old
+    /// log, or the new snapshot with any cut of the new records. A log
+    /// rewritten is written whole beside the old one (any cut of it may be
+    /// there), flushed, then renamed over it.
+    fn crashes_between(before: &Disk, after: &Disk) -> Vec<Disk> {
+        let disk = |wal: &[u8], snap: &Option<Vec<u8>>, partial: Option<&[u8]>| Disk {
+            wal: wal.to_vec(),
+            snap: snap.clone(),
+            partial: partial.map(<[u8]>::to_vec),
+        };
+        let mut disks = vec![disk(&before.wal, &before.snap, None)];
+        if after.wal.starts_with(&before.wal) {
+            for n in before.wal.len()..=after.wal.len() {
+                disks.push(disk(&after.wal[..n], &after.snap, None));
+            }
+        } else {
+            for n in 0..=after.wal.len() {
+                disks.push(disk(&before.wal, &after.snap, Some(&after.wal[..n])));
+            }
+            disks.push(disk(&after.wal, &after.snap, None));
+        }
+        disks
+    }
+
+    /// Reopens what a crash left and checks it against the states before
+    /// and after the step.
+    fn check_recovery(disk: &Disk, name: &str, before: &Look, after: &Look) {
+        let c = TestDir::new("crash");
+        std::fs::write(c.path().join("wal"), &disk.wal).unwrap();
+        if let Some(b) = &disk.snap {
+            std::fs::write(c.path().join("snapshot"), b).unwrap();
+        }
+        if let Some(b) = &disk.partial {
+            std::fs::write(c.path().join("wal.partial"), b).unwrap();
+        }
+        let at = format!(
+            "{name}, log cut at {} bytes, a rewrite of {:?} bytes beside it",
+            disk.wal.len(),
+            disk.partial.as_ref().map(Vec::len)
+        );
+        let (s, _) = DiskStorage::open(c.path()).unwrap_or_else(|e| panic!("{at}: {e}"));
+        let (ents, hard, si) = look(&s);
+        assert!(si == before.2 || si == after.2, "{at}: snapshot {si}");
+        assert!(
+            hard == before.1 || hard == after.1,
+            "{at}: hard state {hard:?}"
+        );
+        for x in &ents {
+            assert!(
+                before.0.contains(x) || after.0.contains(x),
+                "{at}: entry {x:?} was never written"
+            );
+        }
+        let last = ents.last().map_or(si, |x| x.0);
+        assert!(last >= hard.commit, "{at}: commit past the log");
+        // Committed entries the snapshot does not cover are all there.
+        for x in before
+            .0
+            .iter()
+            .filter(|x| x.0 > si && x.0 <= before.1.commit)
+        {
+            assert!(ents.contains(x), "{at}: committed entry {x:?} lost");
+        }
+        assert!(
+            !c.path().join("wal.partial").exists(),
+            "{at}: the partial rewrite is left"
+        );
+    }
+
+    /// Every step of every kind of write, cut short by a crash at every
+    /// byte, with the log rewritten at compactions once it is larger than
+    /// `rewrite_at`: the member reopens to a state made only of what it
+    /// passed through, and no committed entry is lost.
+    fn crash_at_every_point(rewrite_at: u64) {
         type Step = fn(&mut DiskStorage);
-        let steps: [(&str, Step); 6] = [
+        let steps: [(&str, Step); 7] = [
             ("install", |s| s.install(&snap(1, 1, &[1])).unwrap()),
             ("entries", |s| {
                 s.append(&(2..=6).map(|i| e(i, 1)).collect::<Vec<_>>())
@@ -546,85 +712,44 @@ mod tests {
                 s.set_hard_state(&hs(2, 3, 6));
             }),
             ("compaction", |s| s.compact(&snap(4, 1, &[1, 3])).unwrap()),
+            ("entries after a compaction", |s| {
+                s.append(&[e(8, 2)]).unwrap();
+                s.set_hard_state(&hs(2, 3, 8));
+            }),
             ("a leader's snapshot", |s| {
                 s.install(&snap(20, 4, &[1, 3])).unwrap();
                 s.append(&[e(21, 4)]).unwrap();
             }),
         ];
-        type Look = (Vec<(u64, u64)>, HardState, u64);
-        let look = |s: &DiskStorage| -> Look {
-            (
-                indexes(s),
-                s.hard_state().clone(),
-                s.snap.get_metadata().index,
-            )
-        };
-        let read_files = |dir: &Path| {
-            (
-                std::fs::read(dir.join("wal")).unwrap(),
-                std::fs::read(dir.join("snapshot")).ok(),
-            )
-        };
         let d = TestDir::new("storage");
         let (mut s, _) = DiskStorage::open(d.path()).unwrap();
+        s.set_rewrite_at(rewrite_at);
         let mut seen = vec![look(&s)];
-        let mut files = vec![read_files(d.path())];
+        let mut disks = vec![disk_of(d.path())];
         for (_, step) in &steps {
             step(&mut s);
             s.sync().unwrap();
             seen.push(look(&s));
-            files.push(read_files(d.path()));
+            disks.push(disk_of(d.path()));
         }
         drop(s);
         for (i, (name, _)) in steps.iter().enumerate() {
-            let (wal_before, snap_before) = &files[i];
-            let (wal_after, snap_after) = &files[i + 1];
-            // The snapshot file is renamed into place before the step's
-            // log records are written: a crash sees the old snapshot with
-            // the old log, or the new snapshot with any cut of the new log
-            // (a rewritten log is renamed whole).
-            let mut disks = vec![(wal_before.clone(), snap_before.clone())];
-            if wal_after.starts_with(wal_before) {
-                for n in wal_before.len()..=wal_after.len() {
-                    disks.push((wal_after[..n].to_vec(), snap_after.clone()));
-                }
-            } else {
-                disks.push((wal_before.clone(), snap_after.clone()));
-                disks.push((wal_after.clone(), snap_after.clone()));
-            }
-            let (before, after) = (&seen[i], &seen[i + 1]);
-            for (wal, snapf) in &disks {
-                let c = TestDir::new("crash");
-                std::fs::write(c.path().join("wal"), wal).unwrap();
-                if let Some(b) = snapf {
-                    std::fs::write(c.path().join("snapshot"), b).unwrap();
-                }
-                let at = format!("{name}, log cut at {} bytes", wal.len());
-                let (s, _) = DiskStorage::open(c.path()).unwrap_or_else(|e| panic!("{at}: {e}"));
-                let (ents, hard, si) = look(&s);
-                assert!(si == before.2 || si == after.2, "{at}: snapshot {si}");
-                assert!(
-                    hard == before.1 || hard == after.1,
-                    "{at}: hard state {hard:?}"
-                );
-                for x in &ents {
-                    assert!(
-                        before.0.contains(x) || after.0.contains(x),
-                        "{at}: entry {x:?} was never written"
-                    );
-                }
-                let last = ents.last().map_or(si, |x| x.0);
-                assert!(last >= hard.commit, "{at}: commit past the log");
-                // Committed entries the snapshot does not cover are all there.
-                for x in before
-                    .0
-                    .iter()
-                    .filter(|x| x.0 > si && x.0 <= before.1.commit)
-                {
-                    assert!(ents.contains(x), "{at}: committed entry {x:?} lost");
-                }
+            for disk in crashes_between(&disks[i], &disks[i + 1]) {
+                check_recovery(&disk, name, &seen[i], &seen[i + 1]);
             }
         }
+    }
+
+    #[test]
+    fn a_crash_at_any_point_of_any_write_recovers_a_state_it_passed_through() {
+        crash_at_every_point(REWRITE_AT);
+    }
+
+    /// The same with the log rewritten at the compaction: a crash at any
+    /// point of the rewrite, or after it, recovers too.
+    #[test]
+    fn a_crash_at_any_point_of_a_log_rewrite_recovers_a_state_it_passed_through() {
+        crash_at_every_point(0);
     }
 
     #[test]

@@ -10,11 +10,20 @@
 //! installed snapshot (its index and term), which discards every entry
 //! before it ([`crate::storage`] gives them meaning).
 //!
-//! A crash can tear only the last record written (records are appended and
+//! The log only grows, except when [`Wal::rewrite`] replaces it whole (to
+//! shed what a snapshot covers): the new file is written beside it as
+//! `wal.partial`, flushed, renamed over it, and the directory flushed. A
+//! `wal.partial` found at opening is what a crash left of a rewrite, and is
+//! removed.
+//!
+//! A crash can tear only the last batch written (records are appended and
 //! the file is flushed before anything that depends on it is sent): replay
 //! drops a last record that is short or fails its checksum, and truncates
-//! the file there. A bad record with good data after it is not a crash but
-//! damage, and is an error.
+//! the file there. A crash can also leave the file extended with zeros where
+//! the batch's data never reached the disk (ext4 and xfs update the size
+//! first): a bad record with only zero bytes after it, or a run of zeros up
+//! to the end of the file, is torn the same way. A bad record with anything
+//! else after it is not a crash but damage, and is an error.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -156,6 +165,9 @@ impl Wal {
                     at = next;
                 }
                 Err(Torn::Tail) => break,
+                // A crash that extended the file before its data reached
+                // the disk leaves zeros: nothing after the bad record.
+                Err(Torn::Damage(_)) if zeros(&bytes[at..]) => break,
                 Err(Torn::Damage(why)) => return Err(corrupt(at, why)),
             }
         }
@@ -175,8 +187,13 @@ impl Wal {
         ))
     }
 
-    /// Replaces the log with one holding just `records` (written beside it,
-    /// flushed, renamed over it): how the log sheds what a snapshot covers.
+    /// Replaces the log with one holding just `records`: how the log sheds
+    /// what a snapshot covers. Records pushed and not synced are dropped.
+    ///
+    /// The new log is written beside the old one and flushed, renamed over
+    /// it, and the directory flushed: a crash at any point leaves the old
+    /// log whole (and perhaps part of the new one beside it, which
+    /// [`Wal::open`] removes) or the new one whole.
     pub fn rewrite(&mut self, records: &[Record]) -> Result<(), StorageError> {
         let io = |source| StorageError::Io {
             path: self.path.clone(),
@@ -186,15 +203,14 @@ impl Wal {
         for r in records {
             r.encode(&mut bytes);
         }
-        crate::files::write_atomic(&self.path, &bytes).map_err(io)?;
-        self.file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&self.path)
-            .map_err(io)?;
+        let (file, tmp) = crate::files::write_partial(&self.path, &bytes).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        // The new file was opened before the rename, so that appends go to
+        // the file the path names even if flushing the directory fails.
+        self.file = file;
         self.len = bytes.len() as u64;
         self.buf.clear();
-        Ok(())
+        crate::files::sync_dir(&self.path).map_err(io)
     }
 
     /// Adds `r` to the batch that [`Wal::sync`] writes.
@@ -252,7 +268,9 @@ fn record_at(bytes: &[u8], at: usize) -> Result<(Record, usize), Torn> {
     }
     let body = &rest[field::HEADER..end];
     if crc32fast::hash(body) != crc {
-        return Err(if rest.len() == end {
+        // The last record, cut short by a crash; or followed only by the
+        // zeros of a file extended before its data reached the disk.
+        return Err(if zeros(&rest[end..]) {
             Torn::Tail
         } else {
             Torn::Damage("a record whose checksum does not match".into())
@@ -260,6 +278,11 @@ fn record_at(bytes: &[u8], at: usize) -> Result<(Record, usize), Torn> {
     }
     let r = Record::decode(body).map_err(Torn::Damage)?;
     Ok((r, at + end))
+}
+
+/// Whether `b` is all zero bytes (or empty).
+fn zeros(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
 }
 
 #[cfg(test)]
@@ -363,6 +386,86 @@ mod tests {
             Wal::open(&p),
             Err(StorageError::Corrupt { offset: 0, .. })
         ));
+    }
+
+    /// A log of three records flushed, and the offsets their records start
+    /// at.
+    fn three_records(p: &Path) -> (Vec<Record>, Vec<u8>, Vec<usize>) {
+        let (mut w, _) = Wal::open(p).unwrap();
+        let recs = vec![entry(1, 1), hs(1, 1), entry(2, 1)];
+        let mut starts = Vec::new();
+        for r in &recs {
+            starts.push(w.len() as usize);
+            w.push(r);
+            w.sync().unwrap();
+        }
+        (recs, std::fs::read(p).unwrap(), starts)
+    }
+
+    /// A crash can leave the file longer than what reached the disk, the
+    /// rest zeros: zeros after the last good record, or a last record cut
+    /// short by zeros, are a torn write and are cut off.
+    #[test]
+    fn a_tail_of_zeros_is_a_torn_write() {
+        let d = TestDir::new("wal");
+        let p = d.path().join("wal");
+        let (recs, full, starts) = three_records(&p);
+        let last = starts[2];
+        // (the file's bytes, the records that stand)
+        let mut cases = Vec::new();
+        for zeros in [1, 7, 8, 9, 100, 4096] {
+            let mut b = full.clone();
+            b.resize(full.len() + zeros, 0);
+            cases.push((b, 3));
+        }
+        for from in last..full.len() {
+            for more in [0, 1, 4096] {
+                let mut b = full[..from].to_vec();
+                b.resize(full.len() + more, 0);
+                cases.push((b, 2));
+            }
+        }
+        for (b, whole) in cases {
+            std::fs::write(&p, &b).unwrap();
+            let at = format!("{} bytes, {whole} records whole", b.len());
+            let (w, r) = Wal::open(&p).unwrap_or_else(|e| panic!("{at}: {e}"));
+            assert_eq!(r.records, recs[..whole], "{at}");
+            let kept = if whole == 3 { full.len() } else { last };
+            assert_eq!(r.torn_bytes, (b.len() - kept) as u64, "{at}");
+            assert_eq!(w.len(), kept as u64, "{at}");
+            assert_eq!(std::fs::metadata(&p).unwrap().len(), kept as u64);
+        }
+    }
+
+    /// Zeros are a torn write only when nothing but zeros follows them.
+    #[test]
+    fn a_bad_record_with_anything_but_zeros_after_it_is_damage() {
+        let d = TestDir::new("wal");
+        let p = d.path().join("wal");
+        let (_, full, starts) = three_records(&p);
+        let mut cases = Vec::new();
+        // The first record zeroed, the others whole after it.
+        let mut b = full.clone();
+        b[starts[0]..starts[1]].fill(0);
+        cases.push((b, starts[0]));
+        // The last record cut short by zeros, and a stray byte after them.
+        let mut b = full.clone();
+        b[starts[2] + field::HEADER..].fill(0);
+        b.resize(full.len() + 100, 0);
+        b.push(1);
+        cases.push((b, starts[2]));
+        // Zeros after the last record, then something.
+        let mut b = full.clone();
+        b.resize(full.len() + 4096, 0);
+        b.push(0x80);
+        cases.push((b, full.len()));
+        for (b, bad) in cases {
+            std::fs::write(&p, &b).unwrap();
+            match Wal::open(&p) {
+                Err(StorageError::Corrupt { offset, .. }) => assert_eq!(offset, bad as u64),
+                other => panic!("damage at {bad} expected, got {other:?}"),
+            }
+        }
     }
 
     #[test]

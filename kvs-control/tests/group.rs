@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use kvs_control::{Applied, Event, Founding, Group, GroupConfig, GroupError, MemberState};
+use kvs_control::{Applied, Command, Event, Founding, Group, GroupConfig, GroupError, MemberState};
 use kvs_proto::ShardMap;
 use support::{addr, Net};
 
@@ -353,5 +353,88 @@ fn a_member_killed_and_restarted_again_and_again_is_marked_each_time() {
             n.state(l).unwrap().member_state(victim) == Some(MemberState::Up) && n.all_agree()
         })
         .unwrap_or_else(|| panic!("round {i}: member {victim} never marked up"));
+    }
+}
+
+/// About what a control connection carries in one request: its 1 MiB ring
+/// less the room kept for answers.
+const CONTROL_RING_MESSAGE: usize = 256 << 10;
+
+/// Proposes a map of the net's slots owned alternately by members 0 and
+/// 1, one run per slot: with 16 384 slots its entry, and a snapshot of
+/// the state holding it, are over 1 MiB.
+fn propose_a_map_of_one_run_per_slot(net: &mut Net) -> ShardMap {
+    let l = net.leader().unwrap();
+    let mut m = net.state(l).unwrap().map().clone();
+    for s in (1..m.slots()).step_by(2) {
+        m.assign(s..s + 1, 1, None).unwrap();
+    }
+    m.set_version(m.version() + 1);
+    let mut b = Vec::new();
+    m.encode(&mut b);
+    net.group(l).propose(&Command::Map { map: b }).unwrap();
+    net.run_until(Duration::from_secs(2), |n| {
+        n.state(l).unwrap().map().version() == m.version()
+    })
+    .expect("the leader applies the map");
+    let snapshot = net.state(l).unwrap().encode().len();
+    assert!(snapshot > 1 << 20, "a snapshot of {snapshot} bytes");
+    m
+}
+
+#[test]
+fn a_snapshot_larger_than_a_control_connection_carries_reaches_a_new_member() {
+    let mut net = Net::with_slots(2, 1, cfg(), 1 << 14);
+    net.max_message = Some(CONTROL_RING_MESSAGE);
+    // The learner is gone: only a snapshot brings the map to anyone.
+    net.kill(1);
+    propose_a_map_of_one_run_per_slot(&mut net);
+    let late = net.join();
+    assert!(net
+        .events
+        .iter()
+        .any(|(w, _, e)| *w == late && matches!(e, Event::Restored { .. })));
+    assert!(net.all_agree());
+}
+
+#[test]
+fn an_entry_larger_than_a_control_connection_carries_reaches_a_follower() {
+    let mut net = Net::with_slots(2, 1, cfg(), 1 << 14);
+    net.max_message = Some(CONTROL_RING_MESSAGE);
+    let m = propose_a_map_of_one_run_per_slot(&mut net);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.state(1).unwrap().map().version() == m.version()
+    })
+    .expect("the follower applies the map");
+    assert_eq!(net.state(1).unwrap().map(), &m);
+}
+
+/// A snapshot lost on the way (here one of its fragments) is sent again:
+/// after `member_timeout` when the loss went unnoticed (a peer's full
+/// queue drops messages without a word), at once when the transport
+/// reports the peer unreachable.
+#[test]
+fn a_snapshot_lost_on_the_way_is_sent_again() {
+    for report_lost in [false, true] {
+        let mut net = Net::with_slots(2, 1, cfg(), 1 << 14);
+        net.max_message = Some(CONTROL_RING_MESSAGE);
+        net.kill(1);
+        propose_a_map_of_one_run_per_slot(&mut net);
+        let mut fragments = 0;
+        net.lose = Some(Box::new(move |_, to, b: &[u8]| {
+            if to == 2 && b.first() == Some(&0) {
+                fragments += 1;
+            }
+            fragments == 3
+        }));
+        net.report_lost = report_lost;
+        let start = net.now;
+        let late = net.join();
+        assert!(net.all_agree());
+        assert!(net.state(late).is_some());
+        if report_lost {
+            let took = net.now.duration_since(start);
+            assert!(took < net.cfg.member_timeout, "{took:?}");
+        }
     }
 }

@@ -20,6 +20,9 @@ pub fn addr(member: u16) -> SocketAddr {
 
 pub const SLOTS: u32 = 256;
 
+/// Whether the transport loses a message (sender, receiver, bytes).
+pub type Lose = dyn FnMut(u16, u16, &[u8]) -> bool;
+
 /// The group's members, their data dirs and the simulated clock.
 pub struct Net {
     _root: TempDir,
@@ -31,16 +34,32 @@ pub struct Net {
     pub cut: HashSet<u16>,
     /// Every event, with the member and the time it happened at.
     pub events: Vec<(u16, Instant, Event)>,
+    /// The largest message the transport carries: a larger one is not
+    /// delivered, and its sender hears that the peer is unreachable (as a
+    /// control connection refuses a request that can never fit its ring).
+    pub max_message: Option<usize>,
+    /// Messages the transport loses without a word, as a peer's full
+    /// queue drops them: those for which this says yes (sender, receiver,
+    /// bytes).
+    pub lose: Option<Box<Lose>>,
+    /// Whether the sender of a message [`Net::lose`] loses hears that its
+    /// peer is unreachable (as when a link fails), rather than nothing.
+    pub report_lost: bool,
 }
 
 impl Net {
     /// A cluster of `n` members (the first bootstraps, the others join in
     /// turn), `control_voters` of them voters.
     pub fn new(n: u16, control_voters: u16, cfg: GroupConfig) -> Net {
+        Net::with_slots(n, control_voters, cfg, SLOTS)
+    }
+
+    /// [`Net::new`] with a map of `slots` slots.
+    pub fn with_slots(n: u16, control_voters: u16, cfg: GroupConfig, slots: u32) -> Net {
         let root = TempDir::new("kvs-control-it", "net");
         let now = Instant::now();
         let dir0 = root.path().join("m0");
-        let map = ShardMap::single(addr(0), SLOTS, 2).unwrap();
+        let map = ShardMap::single(addr(0), slots, 2).unwrap();
         let founding = Founding {
             control_voters,
             replicas: 1,
@@ -55,6 +74,9 @@ impl Net {
             now,
             cut: HashSet::new(),
             events: Vec::new(),
+            max_message: None,
+            lose: None,
+            report_lost: false,
         };
         net.run_until(Duration::from_secs(5), |n| n.leader() == Some(0))
             .expect("the first member leads");
@@ -154,6 +176,20 @@ impl Net {
             for m in self.alive().collect::<Vec<_>>() {
                 let out = self.group(m).take_outgoing();
                 for o in out {
+                    if self.max_message.is_some_and(|most| o.bytes.len() > most) {
+                        self.group(m).unreachable(o.to);
+                        continue;
+                    }
+                    if self
+                        .lose
+                        .as_mut()
+                        .is_some_and(|lose| lose(m, o.to, &o.bytes))
+                    {
+                        if self.report_lost {
+                            self.group(m).unreachable(o.to);
+                        }
+                        continue;
+                    }
                     let delivered = !self.cut.contains(&m)
                         && !self.cut.contains(&o.to)
                         && self
