@@ -11,6 +11,8 @@
 //! The search is exponential in the worst case; each key runs on a thread
 //! of its own against a deadline, and a key whose search does not end in
 //! time is reported as unchecked (a run with one does not pass).
+// Shared with the tests that borrow the nemesis's parts.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -39,6 +41,8 @@ pub struct Report {
     pub anomalies: Vec<(Key, String)>,
     /// Keys whose search ran out of time.
     pub unchecked: Vec<Key>,
+    /// The longest search of one key.
+    pub slowest: Duration,
 }
 
 type Tester = LinearizabilityTester<u32, Register<Option<u64>>>;
@@ -124,7 +128,7 @@ pub fn check(history: &[Entry], threads: usize, deadline: Duration) -> Report {
     let mut finished = std::collections::BTreeSet::new();
     let until = Instant::now() + deadline;
     let queue = std::sync::Arc::new(std::sync::Mutex::new(by_key.into_iter()));
-    let (tx, rx) = mpsc::channel::<(Key, Verdict)>();
+    let (tx, rx) = mpsc::channel::<(Key, Verdict, Duration)>();
     for _ in 0..threads.max(1) {
         let (queue, tx) = (queue.clone(), tx.clone());
         // A deep search recurses once per operation: a large stack. The
@@ -135,7 +139,9 @@ pub fn check(history: &[Entry], threads: usize, deadline: Duration) -> Report {
             .spawn(move || loop {
                 let next = queue.lock().unwrap().next();
                 let Some((k, ops)) = next else { break };
-                if tx.send((k, check_key(&ops))).is_err() {
+                let t = Instant::now();
+                let v = check_key(&ops);
+                if tx.send((k, v, t.elapsed())).is_err() {
                     break;
                 }
             });
@@ -145,8 +151,9 @@ pub fn check(history: &[Entry], threads: usize, deadline: Duration) -> Report {
     while done < report.keys {
         let left = until.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
-            Ok((k, v)) => {
+            Ok((k, v, took)) => {
                 done += 1;
+                report.slowest = report.slowest.max(took);
                 finished.insert(k);
                 match v {
                     Verdict::Linearizable => {}

@@ -1,6 +1,8 @@
 //! The cluster under test: real kvs-server processes, one software device
 //! each (so that one member's port can go down alone), a data dir each,
 //! and the operator's control requests (what kvs-admin sends).
+// Shared with the tests that borrow the nemesis's parts.
+#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -162,6 +162,9 @@ struct Outcome {
     anomalies: usize,
     faults: std::collections::BTreeMap<Kind, u32>,
     failure: Option<String>,
+    /// How long the check took, and its slowest key.
+    check: Duration,
+    slowest: Duration,
 }
 
 /// Plays `sc` with `seed` for `seconds` of faults.
@@ -184,12 +187,12 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
         next_process: AtomicU32::new(0),
         timeout: Duration::from_secs(3),
     });
-    let clients = Clients::start(&sh, clients, seed, Duration::from_millis(2));
+    let clients = Clients::start(&sh, clients, seed, Duration::from_millis(5));
     let rotate = {
         let sh = sh.clone();
         std::thread::spawn(move || {
             while !sh.stop.load(Ordering::Acquire) {
-                std::thread::sleep(Duration::from_millis(1500));
+                std::thread::sleep(Duration::from_millis(500));
                 sh.group.fetch_add(1, Ordering::AcqRel);
             }
         })
@@ -221,7 +224,10 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
     out.ops = h.len();
     out.unknown = h.iter().filter(|e| e.done.is_none()).count();
     out.faults = nemesis.played.clone();
+    let checking = Instant::now();
     let report = check::check(&h, 2, Duration::from_secs(120));
+    out.check = checking.elapsed();
+    out.slowest = report.slowest;
     out.anomalies = report.anomalies.len();
     let mut problems = Vec::new();
     if let Some(f) = failure {
@@ -260,12 +266,15 @@ fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
         .map(|(k, n)| format!("{} {n}", k.name()))
         .collect();
     format!(
-        "nemesis {} seed {seed}: {} ops ({} unknown), {} anomalies, {:.0} s; faults: {}",
+        "nemesis {} seed {seed}: {} ops ({} unknown), {} anomalies, {:.0} s (checked in {:.1} s, \
+         slowest key {:.2} s); faults: {}",
         sc.name,
         o.ops,
         o.unknown,
         o.anomalies,
         took.as_secs_f64(),
+        o.check.as_secs_f64(),
+        o.slowest.as_secs_f64(),
         faults.join(", ")
     )
 }

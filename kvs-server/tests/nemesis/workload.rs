@@ -18,7 +18,7 @@ use test_support::Rng;
 use crate::history::{decode, encode, Clock, Entry, Key, Op, Process, Ret};
 
 /// Keys per group.
-pub const KEYS_PER_GROUP: u32 = 4;
+pub const KEYS_PER_GROUP: u32 = 8;
 
 /// What the clients share with the driver.
 #[derive(Debug)]
