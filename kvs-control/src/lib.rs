@@ -24,6 +24,7 @@ mod error;
 mod files;
 mod group;
 mod identity;
+mod lease;
 mod migration;
 mod replication;
 mod state;
