@@ -28,18 +28,67 @@
 //! raft-rs would otherwise send that member nothing more.
 //!
 //! **Leases.** A member may serve its slots only while
-//! [`Group::lease_valid`]: a follower holds a lease for
-//! [`GroupConfig::lease`] from each heartbeat or append it receives from a
-//! leader; the leader holds one while a quorum of voters has been heard from
-//! within the lease. **Failure detection:** the leader marks a member failed
-//! (a committed [`Command::MarkFailed`]) once it has heard nothing from it
-//! for [`GroupConfig::member_timeout`], counted from when it became leader
-//! at the earliest. The lease is shorter than the timeout by two election
-//! timeouts (the longest a deposed leader can go on sending heartbeats
-//! before raft-rs's quorum check demotes it), so a member cut off stops
-//! serving before the group can call it failed and hand its slots to anyone
-//! else. Clocks are assumed to run at the same rate, give or take what is
-//! left of the timeout (a fifth of it by default).
+//! [`Group::lease_valid`]. Every member, the leader included, asks for its
+//! lease once per heartbeat interval, ReadIndex-style: [`Group::tick`]
+//! hands raft-rs a read request (`read_index`, in its `Safe` mode) whose
+//! context is the member's id and its send time (`now`, as nanoseconds
+//! since the `now` the group was opened with). The leader notes its commit
+//! index when it takes the request and answers once a quorum of voters has
+//! acknowledged a heartbeat it sent after that. The answer grants a lease
+//! until the send time plus [`GroupConfig::lease`], which holds only once
+//! this member has applied up to the index the leader named, and only while
+//! the applied state calls it up. Nothing else grants a lease: a heartbeat,
+//! an append, or an answer processed late (after a pause, or having waited
+//! in a queue) extends nothing, since every lease is timed from when its
+//! request was sent. raft-rs drops a request when there is no leader, or
+//! when the leader has not yet committed an entry of its term; the member
+//! asks again at the next interval, so requests never pile up.
+//!
+//! **Failure detection.** The leader marks a member failed (a committed
+//! [`Command::MarkFailed`], which moves its slots to its backups) once it has
+//! heard nothing from it for [`GroupConfig::member_timeout`], counted from
+//! when it became leader at the earliest, with "heard" stamped when the
+//! message is processed (a late stamp only delays a mark).
+//!
+//! **Why a member stops serving before its slots move.** Say a member asked
+//! at `t` and leader `L` answered, naming index `i`. Its slots move only
+//! through an entry that marks it failed or forgets it, and every such
+//! entry is one of these:
+//!
+//! - committed by the time `L` took the request: its index is at most `i`,
+//!   so the member applies it before the grant holds, and then, failed or
+//!   gone, holds no lease. (`L` commits what earlier leaders left
+//!   uncommitted before it answers any request.)
+//! - proposed by `L` before it took the request and not yet committed: `L`
+//!   drops the member's requests while it has such an entry in flight.
+//! - proposed by `L` after it took the request: `L` heard from the member
+//!   then, no earlier than `t`, and waits `member_timeout` after that.
+//! - proposed by a later leader: it was elected after `t` (a quorum
+//!   acknowledged `L`'s heartbeat sent after `t`, and a voter that did so
+//!   voted in a later term only afterwards), and counts `member_timeout`
+//!   from its election.
+//!
+//! So the slots move no sooner than `t + member_timeout`, and the lease
+//! ends at `t + lease`. The leader's own lease is the same argument (it
+//! answers its own request once a quorum has acknowledged a later
+//! heartbeat). [`GroupConfig::validate`] keeps the lease two election
+//! timeouts shorter than the timeout (a fifth of the timeout is left by
+//! default): the argument needs only the lease to be shorter; the rest is
+//! margin for clocks that run at slightly different rates.
+//!
+//! **Clocks.** `now` is the caller's [`Instant`]; on Linux, Rust's standard
+//! library reads it from `CLOCK_MONOTONIC`. Setting the wall clock, or NTP
+//! stepping it, does not move that clock (NTP only slews its rate, by at
+//! most 0.05 %, within the margin above), and a member stopped
+//! (`SIGSTOP`) or stalled on a disk is covered: its clock goes on, and what
+//! queued for it grants nothing. What the guarantee cannot survive is a
+//! clock that stands still while real time passes: `CLOCK_MONOTONIC` does
+//! not count time while the system is suspended, nor, with some
+//! hypervisors and clock sources, while a virtual machine is paused. A
+//! member suspended just after a grant resumes believing little time has
+//! passed and may serve for what was left of its lease, up to `lease`,
+//! after the group moved its slots. A clock that jumps forward only ends
+//! leases early.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -53,6 +102,7 @@ use raft::{RawNode, StateRole, Storage as _};
 
 use crate::error::{GroupError, StorageError};
 use crate::identity::{ClusterId, Identity};
+use crate::lease::Leases;
 use crate::state::{Applied, ClusterState, Command, Founding, MemberState, Membership};
 use crate::storage::{DiskStorage, Recovery};
 use kvs_proto::ShardMap;
@@ -70,7 +120,8 @@ pub struct GroupConfig {
     /// How long the leader waits without hearing from a member before it
     /// marks it failed.
     pub member_timeout: Duration,
-    /// How long a member may serve after its last word from a leader.
+    /// How long a member may serve after it sent a lease request that the
+    /// leader answered.
     pub lease: Duration,
     /// Entries applied between two snapshots of the state.
     pub snapshot_every: u64,
@@ -125,9 +176,9 @@ impl GroupConfig {
                 self.max_message
             ));
         }
-        // A deposed leader sends heartbeats for up to two election
-        // timeouts after it lost its quorum (its quorum check runs once per
-        // timeout); members it reaches hold leases for `lease` after that.
+        // The lease must end before the group can mark the member failed
+        // (see the module docs); two election timeouts between them leave
+        // a margin for clocks that run at different rates.
         if self.lease + 2 * self.election() > self.member_timeout {
             return Err(format!(
                 "a lease of {:?} plus two election timeouts of {:?} must not be longer \
@@ -196,10 +247,15 @@ pub struct Group {
     events: Vec<Event>,
     /// When the clock last ticked Raft.
     last_tick: Instant,
-    /// A follower's lease.
-    lease_until: Option<Instant>,
-    /// At the leader: when each member was last heard from.
+    /// This member's lease requests and the grants they were answered with.
+    leases: Leases,
+    /// At the leader: when each member was last heard from (processing
+    /// time, for failure detection only).
     heard: HashMap<u16, Instant>,
+    /// At the leader: per member, the log index of the last entry this
+    /// leader proposed that fails or forgets it; the member's lease
+    /// requests are dropped until it is committed.
+    evicting: HashMap<u16, u64>,
     leader_since: Option<Instant>,
     /// Marks proposed and not yet applied.
     /// (Member, when proposed): a mark proposed that applying has not yet
@@ -357,8 +413,14 @@ impl Group {
                 outgoing: Vec::new(),
                 events: Vec::new(),
                 last_tick: now,
-                lease_until: None,
+                leases: Leases::new(
+                    id.member,
+                    now,
+                    cfg.lease,
+                    cfg.tick * cfg.heartbeat_ticks as u32,
+                ),
                 heard: HashMap::new(),
+                evicting: HashMap::new(),
                 leader_since: None,
                 marking: HashMap::new(),
                 leader: None,
@@ -410,40 +472,24 @@ impl Group {
     /// Whether this member may serve its slots now (see the module docs):
     /// it holds a lease, and the applied state does not call it failed.
     pub fn lease_valid(&self, now: Instant) -> bool {
-        self.lease_expiry(now).is_some_and(|t| now < t)
+        self.lease_expiry().is_some_and(|t| now < t)
     }
 
-    /// Until when this member's lease holds, as of `now` (`None`: it holds
-    /// none, or the applied state calls it failed or gone). A follower's
-    /// runs from the last word of a leader; the leader's from when it last
-    /// heard from enough voters, itself included, to make a quorum.
-    pub fn lease_expiry(&self, now: Instant) -> Option<Instant> {
+    /// Until when this member's lease holds (`None`: it holds none, or the
+    /// applied state calls it failed or gone): the latest grant whose index
+    /// is applied, which runs from when its request was sent (see the
+    /// module docs). The time may have passed.
+    pub fn lease_expiry(&self) -> Option<Instant> {
         let s = self.state.as_ref()?;
         if s.member_state(self.me) != Some(MemberState::Up) {
             return None;
         }
-        if !self.is_leader() {
-            return self.lease_until;
-        }
-        let mut heard: Vec<Instant> = s
-            .live_members()
-            .filter(|&m| s.is_voter(m))
-            .filter_map(|v| {
-                if v == self.me {
-                    Some(now)
-                } else {
-                    self.heard.get(&v).copied()
-                }
-            })
-            .collect();
-        let voters = s.live_members().filter(|&m| s.is_voter(m)).count();
-        heard.sort_unstable_by(|a, b| b.cmp(a));
-        // The quorum-th most recent word among the voters.
-        heard.get(voters / 2).map(|&t| t + self.cfg.lease)
+        self.leases.expiry(self.applied)
     }
 
     /// Lets time pass: Raft ticks for every [`GroupConfig::tick`] since the
-    /// last call, and the leader marks members it has not heard from.
+    /// last call, the member asks for its lease once per heartbeat
+    /// interval, and the leader marks members it has not heard from.
     pub fn tick(&mut self, now: Instant) {
         let mut n = 0;
         while self.last_tick + self.cfg.tick <= now {
@@ -453,6 +499,9 @@ impl Group {
                 self.node.tick();
             }
             n += 1;
+        }
+        if let Some(ctx) = self.leases.due(now) {
+            self.node.read_index(ctx);
         }
         if self.is_leader() {
             self.detect_failures(now);
@@ -517,8 +566,26 @@ impl Group {
         for m in late {
             if self.propose(&Command::MarkFailed { member: m }).is_ok() {
                 self.marking.insert(m, now);
+                self.note_evicting(m);
             }
         }
+    }
+
+    /// At the leader: an entry that fails or forgets `member` was just
+    /// proposed (the last in the log).
+    fn note_evicting(&mut self, member: u16) {
+        let index = self.node.raft.raft_log.last_index();
+        self.evicting.insert(member, index);
+    }
+
+    /// At the leader: whether to drop `from`'s lease request, because an
+    /// entry this leader proposed to fail or forget it is not yet
+    /// committed. The request would be answered with the commit index
+    /// before that entry, and the grant could outlive the member's slots.
+    fn evicting_now(&self, from: u16) -> bool {
+        self.evicting
+            .get(&from)
+            .is_some_and(|&i| i > self.node.raft.raft_log.committed)
     }
 
     /// Takes a message from member `from`, as its transport delivered it
@@ -547,16 +614,23 @@ impl Group {
         if msg.to != node_of(self.me) {
             return Err(bad(format!("it is for node {}, not this member", msg.to)));
         }
-        let (kind, term) = (msg.get_msg_type(), msg.term);
-        self.heard.insert(from, now);
-        self.node.step(msg)?;
-        let from_leader = matches!(
-            kind,
-            MessageType::MsgHeartbeat | MessageType::MsgAppend | MessageType::MsgSnapshot
-        );
-        if from_leader && term == self.node.raft.term && self.node.raft.leader_id == node_of(from) {
-            self.lease_until = Some(now + self.cfg.lease);
+        let kind = msg.get_msg_type();
+        // raft-rs forwards these to the leader, and panics if one it
+        // forwards carries a term (a sender's own never does).
+        if matches!(kind, MessageType::MsgReadIndex | MessageType::MsgPropose) && msg.term != 0 {
+            return Err(bad(format!("a {kind:?} with a term")));
         }
+        self.heard.insert(from, now);
+        // A lease request is dropped, and asked again at the next
+        // heartbeat: by a member that no longer leads (raft-rs would
+        // forward it under its sender's id, which the leader refuses from
+        // anyone but that sender), and by a leader failing its sender (it
+        // is answered once that entry is committed, with an index that
+        // includes it).
+        if kind == MessageType::MsgReadIndex && (!self.is_leader() || self.evicting_now(from)) {
+            return Ok(());
+        }
+        self.node.step(msg)?;
         // A failed member speaks again.
         if self.is_leader()
             && self.state.as_ref().and_then(|s| s.member_state(from)) == Some(MemberState::Failed)
@@ -650,7 +724,9 @@ impl Group {
             force,
             at_ms,
         };
-        self.propose_membership(&change, ConfChangeType::RemoveNode, member)
+        self.propose_membership(&change, ConfChangeType::RemoveNode, member)?;
+        self.note_evicting(member);
+        Ok(())
     }
 
     fn propose_membership(
@@ -688,6 +764,7 @@ impl Group {
             }
             self.ready(now)?;
         }
+        self.leases.prune(now, self.applied);
         self.maybe_snapshot()
     }
 
@@ -700,6 +777,11 @@ impl Group {
         // itself in the quorum only once the write is done.
         let msgs = rd.take_messages();
         self.queue(msgs, now);
+        for rs in rd.take_read_states() {
+            // Only this member's own requests are answered to it; a
+            // context it does not recognise grants nothing.
+            self.leases.confirmed(&rs.request_ctx, rs.index, now);
+        }
         if !rd.snapshot().is_empty() {
             let snap = rd.snapshot().clone();
             let state =
@@ -756,11 +838,13 @@ impl Group {
                 self.leader_since = Some(now);
                 self.heard.clear();
                 self.marking.clear();
+                self.evicting.clear();
             }
         } else {
             self.leader_since = None;
             self.marking.clear();
             self.snapshots_sent.clear();
+            self.evicting.clear();
         }
     }
 

@@ -25,6 +25,7 @@ mod files;
 mod fragment;
 mod group;
 mod identity;
+mod lease;
 mod migration;
 mod replication;
 mod state;

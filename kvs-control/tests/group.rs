@@ -1,6 +1,7 @@
 //! The control group stepped in one thread: elections, a leader's death,
 //! restarts from data dirs, leases against failure detection, learners,
-//! snapshots for late members, and forgetting.
+//! snapshots for late members, and forgetting; leases granted only for
+//! what a member has caught up with, timed from when it asked.
 
 mod support;
 
@@ -8,6 +9,7 @@ use std::time::Duration;
 
 use kvs_control::{Applied, Command, Event, Founding, Group, GroupConfig, GroupError, MemberState};
 use kvs_proto::ShardMap;
+use raft::eraftpb::MessageType;
 use support::{addr, Net};
 
 fn cfg() -> GroupConfig {
@@ -328,6 +330,19 @@ fn a_message_that_lies_or_does_not_decode_is_refused_without_harm() {
         net.group(f).step(l, &[0xff; 40], now),
         Err(GroupError::BadMessage { .. })
     ));
+    // A proposal that carries a term: raft-rs would forward it to the
+    // leader and panic on the term (Raft's node ids are member ids plus 1).
+    let mut p = raft::eraftpb::Message::default();
+    p.set_msg_type(MessageType::MsgPropose);
+    p.from = u64::from(l) + 1;
+    p.to = u64::from(f) + 1;
+    p.term = net.group(f).status().term;
+    p.set_entries(vec![raft::eraftpb::Entry::default()].into());
+    let p = protobuf::Message::write_to_bytes(&p).unwrap();
+    assert!(matches!(
+        net.group(f).step(l, &p, now),
+        Err(GroupError::BadMessage { .. })
+    ));
     // The genuine one goes through, and the group is unharmed.
     net.group(f).step(l, &hb, now).unwrap();
     let v = net.move_slots(0..8, f);
@@ -436,5 +451,243 @@ fn a_snapshot_lost_on_the_way_is_sent_again() {
             let took = net.now.duration_since(start);
             assert!(took < net.cfg.member_timeout, "{took:?}");
         }
+    }
+}
+
+/// The heartbeat interval, at which members renew their leases.
+fn heartbeat() -> Duration {
+    cfg().tick * cfg().heartbeat_ticks as u32
+}
+
+#[test]
+fn a_follower_paused_past_its_failure_gets_no_lease_from_the_heartbeats_that_queued_for_it() {
+    let mut net = Net::new(3, 3, cfg());
+    let l = net.leader().unwrap();
+    let f = (l + 1) % 3;
+    let other = 3 - l - f;
+    net.run_for(Duration::from_millis(200));
+    assert!(net.leased(f));
+    // Paused: the others go on, mark it failed and apply that.
+    net.paused.insert(f);
+    let failed = Applied::Failed(f);
+    net.run_until(Duration::from_secs(3), |n| {
+        n.applied_at(l, &failed).is_some() && n.applied_at(other, &failed).is_some()
+    })
+    .expect("the leader marks the paused member failed");
+    net.run_for(cfg().tick * 5);
+    // Resumed: it reads the clock and processes what queued for it before
+    // the entry that marked it failed (heartbeats of the current term).
+    let stale = net
+        .held_for(f)
+        .position(|h| h.carries_entries())
+        .expect("the leader sent it the mark");
+    let heartbeats = net
+        .held_for(f)
+        .take(stale)
+        .filter(|h| h.message().get_msg_type() == MessageType::MsgHeartbeat)
+        .count();
+    assert!(heartbeats > 0, "heartbeats queued before the mark");
+    net.paused.remove(&f);
+    let now = net.now;
+    net.group(f).tick(now);
+    net.group(f).poll(now).unwrap();
+    net.release(f, stale);
+    assert_eq!(
+        net.state(f).unwrap().member_state(f),
+        Some(MemberState::Up),
+        "it has not applied its failure yet"
+    );
+    assert!(
+        !net.leased(f),
+        "a member resumed after it was marked failed holds a lease from {heartbeats} stale \
+         heartbeats (expiry {:?} after now)",
+        net.group(f)
+            .lease_expiry()
+            .map(|t| t.saturating_duration_since(now))
+    );
+    // The rest arrives: it applies its failure, is marked up again, and
+    // only then serves.
+    let rest = net.held_for(f).count();
+    net.release(f, rest);
+    net.run_until(Duration::from_secs(3), |n| {
+        assert!(
+            !n.leased(f) || n.applied_at(f, &Applied::Up(f)).is_some(),
+            "a lease before the member applied that it is up again"
+        );
+        n.leased(f)
+    })
+    .expect("it serves again once marked up");
+}
+
+#[test]
+fn a_follower_holds_no_lease_until_it_has_applied_what_the_leader_had_committed() {
+    let mut net = Net::new(3, 3, cfg());
+    let l = net.leader().unwrap();
+    let f = (l + 1) % 3;
+    net.run_for(Duration::from_millis(200));
+    assert!(net.leased(f));
+    // Entries do not reach it; heartbeats and everything else do.
+    net.hold = Some(Box::new(move |_, to, m| {
+        to == f
+            && match m.get_msg_type() {
+                MessageType::MsgAppend => !m.entries.is_empty(),
+                MessageType::MsgSnapshot => true,
+                _ => false,
+            }
+    }));
+    let v = net.move_slots(0..8, (l + 2) % 3);
+    net.run_until(Duration::from_secs(1), |n| {
+        n.state(l).unwrap().map().version() == v
+    })
+    .expect("the leader commits without it");
+    let behind = net.group(f).status().applied;
+    assert!(behind < net.group(l).status().commit);
+    // Its old lease runs out, and it gets none while it lacks the entry.
+    let start = net.now;
+    while net.now < start + cfg().lease + 2 * heartbeat() {
+        net.step();
+        let old = net.now >= start + cfg().lease;
+        assert!(
+            !(old && net.leased(f)),
+            "{:?} after the leader committed entry {} it lacks, it holds a lease",
+            net.now - start,
+            behind + 1
+        );
+    }
+    assert_eq!(net.group(f).status().applied, behind);
+    // The entries arrive: the lease the leader already confirmed holds as
+    // soon as they are applied, without another round.
+    net.hold = None;
+    let n = net.held_for(f).count();
+    net.release(f, n);
+    assert_eq!(net.state(f).unwrap().map().version(), v);
+    assert!(
+        net.leased(f),
+        "applied up to the confirmed index, it serves"
+    );
+}
+
+#[test]
+fn the_leader_answers_no_lease_request_of_a_member_it_is_marking_failed() {
+    let mut net = Net::new(3, 3, cfg());
+    let l = net.leader().unwrap();
+    let f = (l + 1) % 3;
+    let o = 3 - l - f;
+    net.run_for(Duration::from_millis(200));
+    // Paused, and entries reach no one: the leader proposes the mark but
+    // cannot commit it.
+    net.paused.insert(f);
+    net.hold = Some(Box::new(move |from, _, m| {
+        from == l && m.get_msg_type() == MessageType::MsgAppend && !m.entries.is_empty()
+    }));
+    net.run_until(Duration::from_secs(3), |n| {
+        n.held_for(o).any(|h| h.carries_entries())
+    })
+    .expect("the leader proposes the mark");
+    // Resumed, what was sent to it lost: it asks for its lease while the
+    // mark is in flight. An answer now would name an index before the mark.
+    net.held.retain(|h| h.to != f);
+    net.paused.remove(&f);
+    let asked = net.now;
+    while net.now < asked + 3 * heartbeat() {
+        net.step();
+        assert_eq!(net.state(f).unwrap().member_state(f), Some(MemberState::Up));
+        assert!(
+            !net.leased(f),
+            "{:?} after it asked, with its mark in flight, it holds a lease",
+            net.now - asked
+        );
+    }
+    // The mark commits: it learns it failed, is marked up, and only then
+    // serves.
+    net.hold = None;
+    let n = net.held_for(o).count();
+    net.release(o, n);
+    net.run_until(Duration::from_secs(3), |n| {
+        assert!(
+            !n.leased(f) || n.applied_at(f, &Applied::Up(f)).is_some(),
+            "a lease before the member applied that it is up again"
+        );
+        n.leased(f)
+    })
+    .expect("it serves again once marked up");
+    assert!(net.applied_at(f, &Applied::Failed(f)).is_some());
+}
+
+#[test]
+fn the_leaders_lease_is_timed_from_when_it_sent_not_from_replies_processed_late() {
+    let mut net = Net::new(3, 3, cfg());
+    let l = net.leader().unwrap();
+    net.run_for(Duration::from_millis(200));
+    assert!(net.leased(l));
+    // It sends for a heartbeat interval, then is paused: the replies to
+    // what it sent wait for it.
+    net.deaf.insert(l);
+    net.run_for(heartbeat() + cfg().tick);
+    let last_send = net.now;
+    net.deaf.remove(&l);
+    net.paused.insert(l);
+    net.run_for(cfg().lease + cfg().tick);
+    // Resumed: it processes the replies, sent before it paused.
+    net.paused.remove(&l);
+    let replies = net.held_for(l).take_while(|h| h.sent <= last_send).count();
+    assert!(replies > 0);
+    net.release(l, replies);
+    let expiry = net.group(l).lease_expiry();
+    assert!(
+        expiry.is_none_or(|t| t <= last_send + cfg().lease),
+        "its lease runs {:?} past its last send plus the lease",
+        expiry.map(|t| t - (last_send + cfg().lease))
+    );
+    assert!(!net.leased(l));
+}
+
+#[test]
+fn members_keep_their_leases_while_all_is_well_and_lose_them_a_lease_after_a_cut() {
+    let mut net = Net::new(3, 3, cfg());
+    net.run_for(Duration::from_millis(200));
+    // Regular ticking, with a change now and then: no member is ever
+    // without a lease.
+    let start = net.now;
+    let mut i: u32 = 0;
+    while net.now < start + Duration::from_secs(4) {
+        if i % 25 == 0 {
+            let to = (i / 25 % 3) as u16;
+            // Slots 0..32 change hands, four at a time.
+            net.move_slots(i / 25 * 4..i / 25 * 4 + 4, to);
+        }
+        net.step();
+        i += 1;
+        for m in 0..3 {
+            assert!(
+                net.leased(m),
+                "member {m} lost its lease {:?} into regular ticking",
+                net.now - start
+            );
+        }
+    }
+    // Cut off, a member (a follower, then the leader) serves until a lease
+    // after its last request that was answered, which came before the cut.
+    for victim_is_leader in [false, true] {
+        let l = net.leader().unwrap();
+        let victim = if victim_is_leader { l } else { (l + 1) % 3 };
+        let cut_at = net.now;
+        let expiry = net.group(victim).lease_expiry().unwrap();
+        assert!(expiry <= cut_at + cfg().lease, "{:?}", expiry - cut_at);
+        assert!(
+            expiry + heartbeat() + cfg().tick >= cut_at + cfg().lease,
+            "renewed every heartbeat: {:?}",
+            cut_at + cfg().lease - expiry
+        );
+        net.cut.insert(victim);
+        let lost = net
+            .run_until(Duration::from_secs(2), |n| !n.leased(victim))
+            .expect("the member cut off loses its lease");
+        assert!(lost <= cfg().lease, "leader: {victim_is_leader}: {lost:?}");
+        net.cut.clear();
+        net.run_until(Duration::from_secs(5), |n| {
+            n.all_agree() && n.alive().all(|m| n.leased(m))
+        })
+        .expect("all serve again once healed");
     }
 }

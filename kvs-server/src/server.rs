@@ -564,8 +564,9 @@ fn spawn_metrics(
     }
 }
 
-/// A new cluster or a new member serves once it holds its lease (at once,
-/// or at the leader's first heartbeat): waits for it, up to 10 s. (A member
+/// A new cluster or a new member serves once it holds its lease (once the
+/// leader has answered its first lease request, and it has applied what the
+/// leader had committed): waits for it, up to 10 s. (A member
 /// resuming does not wait: the group may need more members back for a
 /// quorum.)
 fn await_lease(lease: &Lease) {

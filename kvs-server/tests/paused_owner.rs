@@ -46,7 +46,12 @@ fn round(c: &mut cluster::Cluster, clock: &Clock, key: &str, process: &mut u32) 
     let t = clock.now();
     let r = reader.wait_for(|cl, tag| cl.put(key.as_bytes(), &encode(old), tag));
     assert_eq!(r, Ok(OwnedReply::Done));
-    h.push(entry(next(process), Op::Write(old), t, Some((clock.now(), Ret::Written))));
+    h.push(entry(
+        next(process),
+        Op::Write(old),
+        t,
+        Some((clock.now(), Ret::Written)),
+    ));
     // GETs every 5 ms, each its own process; the writer at 3 s; the
     // owner paused from 0.5 s to 4.5 s; GETs until 5.5 s.
     // At most 8 GETs open at once, each under a process of its own that
@@ -136,7 +141,11 @@ fn stale(h: &[Entry]) -> String {
             _ => None,
         })
         .collect();
-    format!("{} stale reads:\n{}", bad.len(), bad[..bad.len().min(10)].join("\n"))
+    format!(
+        "{} stale reads:\n{}",
+        bad.len(),
+        bad[..bad.len().min(10)].join("\n")
+    )
 }
 
 fn entry(process: u32, op: Op, invoked: u64, done: Option<(u64, Ret)>) -> Entry {

@@ -1,7 +1,9 @@
 //! Members of one control group stepped in one thread: a simulated clock,
 //! messages carried at once between members that are alive and not cut
 //! off, members killed (their group dropped, as `kill -9` leaves the data
-//! dir) and restarted from their data dirs.
+//! dir) and restarted from their data dirs. Messages can also be held in
+//! flight (for a paused member, a deaf one, or by a filter) and delivered
+//! late, in the order they were sent.
 
 #![allow(dead_code)]
 
@@ -12,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use kvs_control::{Applied, ClusterState, Command, Event, Founding, Group, GroupConfig, Identity};
 use kvs_proto::ShardMap;
+use protobuf::Message as _;
+use raft::eraftpb::{Message, MessageType};
 use test_support::TempDir;
 
 pub fn addr(member: u16) -> SocketAddr {
@@ -45,6 +49,44 @@ pub struct Net {
     /// Whether the sender of a message [`Net::lose`] loses hears that its
     /// peer is unreachable (as when a link fails), rather than nothing.
     pub report_lost: bool,
+    /// Members paused (SIGSTOP): not ticked or polled, and what is sent to
+    /// them is held, not lost.
+    pub paused: HashSet<u16>,
+    /// Members that send but do not receive: what is sent to them is held.
+    pub deaf: HashSet<u16>,
+    /// Holds a message in flight when it says so.
+    pub hold: Option<Box<Hold>>,
+    /// Messages held in flight, in the order they were sent.
+    pub held: Vec<Held>,
+}
+
+/// Whether to hold a message (from, to, the message) in flight.
+pub type Hold = dyn Fn(u16, u16, &Message) -> bool;
+
+/// A message held in flight.
+pub struct Held {
+    pub from: u16,
+    pub to: u16,
+    /// When it was sent.
+    pub sent: Instant,
+    pub bytes: Vec<u8>,
+}
+
+impl Held {
+    pub fn message(&self) -> Message {
+        Message::parse_from_bytes(&self.bytes).unwrap()
+    }
+
+    /// Whether it carries log entries or a snapshot (not a bare heartbeat
+    /// or a commit index).
+    pub fn carries_entries(&self) -> bool {
+        let m = self.message();
+        match m.get_msg_type() {
+            MessageType::MsgAppend => !m.entries.is_empty(),
+            MessageType::MsgSnapshot => true,
+            _ => false,
+        }
+    }
 }
 
 impl Net {
@@ -77,6 +119,10 @@ impl Net {
             max_message: None,
             lose: None,
             report_lost: false,
+            paused: HashSet::new(),
+            deaf: HashSet::new(),
+            hold: None,
+            held: Vec::new(),
         };
         net.run_until(Duration::from_secs(5), |n| n.leader() == Some(0))
             .expect("the first member leads");
@@ -161,19 +207,27 @@ impl Net {
         self.groups[usize::from(m)] = Some(g);
     }
 
-    /// One tick of time: every live member ticks and polls, and messages
-    /// are carried until none is left.
+    /// One tick of time: every live member that is not paused ticks and
+    /// polls, and messages are carried until none is left.
     pub fn step(&mut self) {
         self.now += self.cfg.tick;
         let now = self.now;
-        for m in self.alive().collect::<Vec<_>>() {
+        for m in self
+            .alive()
+            .filter(|m| !self.paused.contains(m))
+            .collect::<Vec<_>>()
+        {
             let g = self.group(m);
             g.tick(now);
             g.poll(now).unwrap();
         }
         for _ in 0..50 {
             let mut moved = false;
-            for m in self.alive().collect::<Vec<_>>() {
+            for m in self
+                .alive()
+                .filter(|m| !self.paused.contains(m))
+                .collect::<Vec<_>>()
+            {
                 let out = self.group(m).take_outgoing();
                 for o in out {
                     if self.max_message.is_some_and(|most| o.bytes.len() > most) {
@@ -196,23 +250,78 @@ impl Net {
                             .groups
                             .get(usize::from(o.to))
                             .is_some_and(|g| g.is_some());
-                    if delivered {
-                        moved = true;
-                        let g = self.group(o.to);
-                        g.step(m, &o.bytes, now).unwrap();
-                        g.poll(now).unwrap();
+                    if !delivered {
+                        continue;
                     }
+                    if self.holds(m, o.to, &o.bytes) {
+                        self.held.push(Held {
+                            from: m,
+                            to: o.to,
+                            sent: now,
+                            bytes: o.bytes,
+                        });
+                        continue;
+                    }
+                    moved = true;
+                    let g = self.group(o.to);
+                    g.step(m, &o.bytes, now).unwrap();
+                    g.poll(now).unwrap();
                 }
             }
             if !moved {
                 break;
             }
         }
+        self.take_events();
+    }
+
+    fn holds(&self, from: u16, to: u16, bytes: &[u8]) -> bool {
+        self.paused.contains(&to)
+            || self.deaf.contains(&to)
+            || self
+                .hold
+                .as_ref()
+                .is_some_and(|h| h(from, to, &Message::parse_from_bytes(bytes).unwrap()))
+    }
+
+    fn take_events(&mut self) {
+        let now = self.now;
         for m in self.alive().collect::<Vec<_>>() {
             for e in self.group(m).take_events() {
                 self.events.push((m, now, e));
             }
         }
+    }
+
+    /// Delivers now, in the order they were sent, the first `n` messages
+    /// held for `to`; what they make it send waits for the next step.
+    pub fn release(&mut self, to: u16, n: usize) {
+        let now = self.now;
+        let mut left = n;
+        let held = std::mem::take(&mut self.held);
+        for h in held {
+            if h.to == to && left > 0 {
+                left -= 1;
+                let g = self.group(to);
+                g.step(h.from, &h.bytes, now).unwrap();
+                g.poll(now).unwrap();
+            } else {
+                self.held.push(h);
+            }
+        }
+        self.take_events();
+    }
+
+    /// The messages held for `to`.
+    pub fn held_for(&self, to: u16) -> impl Iterator<Item = &Held> + '_ {
+        self.held.iter().filter(move |h| h.to == to)
+    }
+
+    /// Whether member `m` may serve now.
+    pub fn leased(&self, m: u16) -> bool {
+        self.groups[usize::from(m)]
+            .as_ref()
+            .is_some_and(|g| g.lease_valid(self.now))
     }
 
     /// Steps until `done` holds; the simulated time it took, or `None`

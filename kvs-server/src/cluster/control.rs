@@ -762,8 +762,7 @@ impl State {
             self.lease.require_map(self.map.version());
         }
         self.served = serve;
-        self.lease
-            .set(self.group.lease_expiry(now).filter(|_| serve));
+        self.lease.set(self.group.lease_expiry().filter(|_| serve));
         // A drain: the turns that may still serve by the withdrawn lease.
         if !self.replication.draining() {
             self.drain_turns = None;
