@@ -48,6 +48,10 @@ pub enum GroupError {
     /// The proposal is not valid against the committed state.
     #[error("{0}")]
     Rejected(String),
+    /// Another membership change is being committed (Raft takes one at a
+    /// time): the same proposal may succeed shortly.
+    #[error("another membership change is being committed; try again shortly")]
+    Busy,
     /// A peer's message does not decode.
     #[error("a control-group message from member {from} does not decode: {why}")]
     BadMessage {

@@ -252,6 +252,12 @@ pub struct Group {
     /// At the leader: when each member was last heard from (processing
     /// time, for failure detection only).
     heard: HashMap<u16, Instant>,
+    /// At the leader: members whose join it applied and that it has not
+    /// heard from since, with when it applied the join.
+    joining: HashMap<u16, Instant>,
+    /// When [`Group::tick`] was last called: a leader that was itself
+    /// stalled does not count the stall as its members' silence.
+    last_tick_call: Instant,
     /// At the leader: per member, the log index of the last entry this
     /// leader proposed that fails or forgets it; the member's lease
     /// requests are dropped until it is committed.
@@ -286,6 +292,10 @@ impl std::fmt::Debug for Group {
 fn node_of(member: u16) -> u64 {
     u64::from(member) + 1
 }
+
+/// How many failure timeouts a member that just joined may stay silent
+/// before the leader marks it failed.
+const JOIN_GRACE: u32 = 3;
 
 /// The member of a Raft node id.
 fn member_of(node: u64) -> Option<u16> {
@@ -420,6 +430,8 @@ impl Group {
                     cfg.tick * cfg.heartbeat_ticks as u32,
                 ),
                 heard: HashMap::new(),
+                joining: HashMap::new(),
+                last_tick_call: now,
                 evicting: HashMap::new(),
                 leader_since: None,
                 marking: HashMap::new(),
@@ -491,6 +503,11 @@ impl Group {
     /// last call, the member asks for its lease once per heartbeat
     /// interval, and the leader marks members it has not heard from.
     pub fn tick(&mut self, now: Instant) {
+        let gap = now.saturating_duration_since(self.last_tick_call);
+        self.last_tick_call = now;
+        if gap > self.cfg.election() {
+            self.excuse_stall(gap, now);
+        }
         let mut n = 0;
         while self.last_tick + self.cfg.tick <= now {
             self.last_tick += self.cfg.tick;
@@ -548,18 +565,44 @@ impl Group {
         let _ = self.propose_membership(&Membership::Voter { member, voter }, kind, member);
     }
 
+    /// The leader itself did not run for `gap` (a stopped process, a
+    /// machine too loaded to schedule it): what it did not hear meanwhile
+    /// says nothing of its members, so the gap is not counted against
+    /// them. It only delays marks; leases do not depend on it.
+    fn excuse_stall(&mut self, gap: Duration, now: Instant) {
+        for t in self.heard.values_mut().chain(self.joining.values_mut()) {
+            *t = (*t + gap).min(now);
+        }
+        if let Some(t) = self.leader_since.as_mut() {
+            *t = (*t + gap).min(now);
+        }
+    }
+
+    /// How long `m` has been silent at `now` as the leader counts it, and
+    /// how long it may be: from its last word, or from this leader's
+    /// election; a member that joined under this leader and has not spoken
+    /// yet, from when its join was applied, and for [`JOIN_GRACE`] timeouts
+    /// (it first gets connected to, sent the state and opens its log, all on
+    /// a machine that may be loaded; it owns no slots yet).
+    fn silence(&self, m: u16, now: Instant) -> (Duration, Duration) {
+        let since = self.leader_since.unwrap_or(now);
+        let timeout = self.cfg.member_timeout;
+        match (self.heard.get(&m), self.joining.get(&m)) {
+            (Some(&h), _) => (now.saturating_duration_since(h.max(since)), timeout),
+            (None, Some(&j)) => (now.saturating_duration_since(j), timeout * JOIN_GRACE),
+            (None, None) => (now.saturating_duration_since(since), timeout),
+        }
+    }
+
     fn detect_failures(&mut self, now: Instant) {
         let Some(s) = &self.state else { return };
-        let since = self.leader_since.unwrap_or(now);
         let mut late = Vec::new();
         for m in s.live_members() {
             if m == self.me || s.member_state(m) != Some(MemberState::Up) {
                 continue;
             }
-            let last = self.heard.get(&m).copied().unwrap_or(since).max(since);
-            if now.saturating_duration_since(last) > self.cfg.member_timeout
-                && !self.marking_now(m, now)
-            {
+            let (silent, allowed) = self.silence(m, now);
+            if silent > allowed && !self.marking_now(m, now) {
                 late.push(m);
             }
         }
@@ -621,6 +664,7 @@ impl Group {
             return Err(bad(format!("a {kind:?} with a term")));
         }
         self.heard.insert(from, now);
+        self.joining.remove(&from);
         // A lease request is dropped, and asked again at the next
         // heartbeat: by a member that no longer leads (raft-rs would
         // forward it under its sender's id, which the leader refuses from
@@ -741,9 +785,7 @@ impl Group {
         let s = self.state.as_ref().ok_or_else(|| self.not_leader())?;
         s.check_membership(change).map_err(GroupError::Rejected)?;
         if self.node.raft.has_pending_conf() {
-            return Err(GroupError::Rejected(
-                "another membership change is being committed; try again".into(),
-            ));
+            return Err(GroupError::Busy);
         }
         let mut cc = ConfChange::default();
         cc.set_change_type(kind);
@@ -805,7 +847,7 @@ impl Group {
             });
         }
         let committed = rd.take_committed_entries();
-        self.apply_entries(committed)?;
+        self.apply_entries(committed, now)?;
         self.node.mut_store().append(rd.entries())?;
         if let Some(hs) = rd.hs() {
             self.node.mut_store().set_hard_state(hs);
@@ -822,7 +864,7 @@ impl Group {
         let msgs = light.take_messages();
         self.queue(msgs, now);
         let committed = light.take_committed_entries();
-        self.apply_entries(committed)?;
+        self.apply_entries(committed, now)?;
         self.node.advance_apply_to(self.applied);
         Ok(())
     }
@@ -837,6 +879,7 @@ impl Group {
             if self.leader_since.is_none() {
                 self.leader_since = Some(now);
                 self.heard.clear();
+                self.joining.clear();
                 self.marking.clear();
                 self.evicting.clear();
             }
@@ -864,7 +907,7 @@ impl Group {
         }
     }
 
-    fn apply_entries(&mut self, entries: Vec<Entry>) -> Result<(), GroupError> {
+    fn apply_entries(&mut self, entries: Vec<Entry>, now: Instant) -> Result<(), GroupError> {
         for e in entries {
             if e.index <= self.applied {
                 continue;
@@ -913,6 +956,9 @@ impl Group {
                 }
             };
             self.applied = e.index;
+            if let (Applied::Joined(m), true) = (&done, self.is_leader()) {
+                self.joining.insert(*m, now);
+            }
             self.events.push(Event::Applied(e.index, done));
         }
         Ok(())

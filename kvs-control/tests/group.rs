@@ -691,3 +691,52 @@ fn members_keep_their_leases_while_all_is_well_and_lose_them_a_lease_after_a_cut
         .expect("all serve again once healed");
     }
 }
+
+/// A member that joins but whose process starts late (a loaded machine) is
+/// not marked failed: its silence counts from the join, with a grace of a
+/// few timeouts, and ends with its first word.
+#[test]
+fn a_member_that_starts_late_after_its_join_is_not_marked_failed() {
+    let mut net = Net::new(1, 3, cfg());
+    let l = net.leader().unwrap();
+    let late = cfg().member_timeout * 2;
+    let a = net.join_late(late);
+    let b = net.join_late(cfg().member_timeout / 2);
+    net.run_for(cfg().member_timeout * 3);
+    for m in [a, b] {
+        assert_eq!(
+            net.applied_at(l, &Applied::Failed(m)),
+            None,
+            "member {m}, started {late:?} after its join, was marked failed"
+        );
+    }
+    // One that never starts is marked, after the grace.
+    let c = net.join_late(Duration::ZERO);
+    net.kill(c);
+    net.run_until(cfg().member_timeout * 5, |n| {
+        n.applied_at(l, &Applied::Failed(c)).is_some()
+    })
+    .expect("a joiner that never speaks is marked failed");
+}
+
+/// A leader that did not run for a while (stopped, or a machine too loaded
+/// to schedule it) does not take the stall for its members' silence: with
+/// no other voter to replace it, it resumes and marks nobody failed.
+#[test]
+fn a_leader_that_stalled_marks_nobody_failed_for_its_own_stall() {
+    let mut net = Net::new(3, 1, cfg());
+    let l = net.leader().unwrap();
+    net.run_for(Duration::from_millis(200));
+    net.paused.insert(l);
+    net.run_for(cfg().member_timeout * 3);
+    // Resumed, it ticks before it reads what queued for it.
+    net.paused.remove(&l);
+    net.run_for(cfg().member_timeout / 2);
+    for m in net.alive().filter(|&m| m != l).collect::<Vec<_>>() {
+        assert_eq!(
+            net.applied_at(l, &Applied::Failed(m)),
+            None,
+            "member {m} was marked failed for the leader's own stall"
+        );
+    }
+}

@@ -141,6 +141,13 @@ impl Net {
     /// A new member joins through the leader: the leader proposes it, the
     /// member stores the id it is given and starts with an empty log.
     pub fn join(&mut self) -> u16 {
+        self.join_late(Duration::ZERO)
+    }
+
+    /// Joins a new member whose process starts `late` after the leader
+    /// applied its join (a loaded machine, a slow start): nothing reaches
+    /// it until then.
+    pub fn join_late(&mut self, late: Duration) -> u16 {
         let l = self.leader().expect("a leader to join through");
         let next = self.groups.len() as u16;
         let id = self
@@ -156,9 +163,10 @@ impl Net {
         }
         .store(&dir)
         .unwrap();
-        let (g, _) = Group::open(&dir, self.cfg, self.now).unwrap();
         self.dirs.push(dir);
-        self.groups.push(Some(g));
+        self.groups.push(None);
+        self.run_for(late);
+        self.restart(id);
         self.run_until(Duration::from_secs(5), |n| {
             n.all_agree() && n.state(id).is_some()
         })

@@ -303,6 +303,18 @@ struct State {
     served: bool,
 }
 
+/// The answer to a proposal the group refused: ask again shortly when
+/// another membership change holds it up (a joiner waits its turn), else
+/// the reason.
+fn refusal(e: kvs_control::GroupError) -> ControlReply {
+    match e {
+        kvs_control::GroupError::Busy => ControlReply::NotYet {
+            message: e.to_string(),
+        },
+        e => ControlReply::error(e.to_string()),
+    }
+}
+
 /// Wall-clock milliseconds since the Unix epoch (migration times).
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -438,7 +450,7 @@ impl State {
                 zone,
             } => match self.join(addr, workers, slots, bulk_port, zone, local) {
                 Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
-                Err(m) => ControlReply::error(m),
+                Err(r) => r,
             },
             ControlRequest::Migrate { first, end, to } => {
                 let at_ms = now_ms();
@@ -605,24 +617,27 @@ impl State {
         bulk_port: u16,
         zone: Option<String>,
         local: Option<SocketAddr>,
-    ) -> Result<u16, String> {
+    ) -> Result<u16, ControlReply> {
         if addr.ip().is_unspecified() || addr.port() == 0 {
-            return Err(format!(
+            return Err(ControlReply::error(format!(
                 "{addr} is not an address others can reach (set advertise)"
-            ));
+            )));
         }
-        let s = self.group.state().ok_or("this member has no state yet")?;
+        let s = self
+            .group
+            .state()
+            .ok_or_else(|| ControlReply::error("this member has no state yet".to_string()))?;
         if slots != s.map().slots() {
-            return Err(format!(
+            return Err(ControlReply::error(format!(
                 "the joining server has slots = {slots}; the cluster has {}",
                 s.map().slots()
-            ));
+            )));
         }
         if let Some(m) = s.member_at(addr) {
-            return Err(format!(
+            return Err(ControlReply::error(format!(
                 "{addr} is member {m} already: start it with its data dir to resume it, \
                  or forget member {m} (kvs-admin forget {m}) to join anew"
-            ));
+            )));
         }
         // The leader learns its own address from the first member that
         // reaches it, when it listens on an unspecified one.
@@ -633,12 +648,12 @@ impl State {
                 addr: SocketAddr::new(l.ip(), own.port()),
                 bulk_port: self.bulk_port,
             };
-            self.group.propose(&cmd).map_err(|e| e.to_string())?;
+            self.group.propose(&cmd).map_err(refusal)?;
         }
         let id = self
             .group
             .propose_join(addr, workers, bulk_port, zone)
-            .map_err(|e| e.to_string())?;
+            .map_err(refusal)?;
         eprintln!("kvs-server: proposing {addr} ({workers} workers) as member {id}");
         Ok(id)
     }

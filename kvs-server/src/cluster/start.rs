@@ -302,8 +302,11 @@ impl OnTransport for Asking {
         let mut cc = ControlClient::<T>::new(&dev, opts).map_err(|e| fail(e.to_string()))?;
         let mut target = self.target;
         // The member asked, then the leader it names (a new leader may be
-        // named while an election settles, for up to 10 s).
-        let until = Instant::now() + std::time::Duration::from_secs(10);
+        // named while an election settles); a join held up by another
+        // membership change waits its turn, backing off. 30 s in all.
+        let until = Instant::now() + std::time::Duration::from_secs(30);
+        let mut backoff = std::time::Duration::from_millis(50);
+        let mut said = false;
         while Instant::now() < until {
             let answer = cc
                 .request(target, &self.req)
@@ -311,6 +314,16 @@ impl OnTransport for Asking {
             match answer {
                 ControlReply::NoLeader => {
                     std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                ControlReply::NotYet { message } => {
+                    if !said {
+                        eprintln!("kvs-server: {target}: {message}; waiting its turn");
+                        said = true;
+                    }
+                    // Spread the joiners that wait together.
+                    let spread = u64::from(self.target.port() ^ std::process::id() as u16) % 50;
+                    std::thread::sleep(backoff + std::time::Duration::from_millis(spread));
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
                 }
                 ControlReply::Keeper { addr } => {
                     target = if addr.ip().is_unspecified() {
@@ -326,7 +339,8 @@ impl OnTransport for Asking {
             }
         }
         Err(fail(format!(
-            "{}: no leader took the request (the control group may have no quorum)",
+            "{}: no leader took the request within 30 s (the control group may have no \
+             quorum, or membership changes kept it busy)",
             self.target
         )))
     }
