@@ -134,6 +134,10 @@ pub enum Status {
     /// slot up, or the message does not follow the last one it applied.
     /// The message in the payload says which.
     Fenced = 11,
+    /// The connection may not send this request: a replication message (a
+    /// member's, between workers) on a connection set up with the client
+    /// token. The message in the payload says why.
+    Forbidden = 12,
 }
 
 impl Status {
@@ -152,6 +156,7 @@ impl Status {
             9 => Status::TryAgain,
             10 => Status::Unavailable,
             11 => Status::Fenced,
+            12 => Status::Forbidden,
             _ => return None,
         })
     }

@@ -38,6 +38,7 @@ mod batch;
 mod cluster_view;
 mod lease;
 mod request_metrics;
+mod role;
 mod start_error;
 mod to_control;
 mod to_worker;

@@ -197,7 +197,13 @@ impl Server {
     /// What connection setup has done so far (updated by the acceptor
     /// thread at least every 50 ms).
     pub fn setup_stats(&self) -> SetupStats {
-        self.setup.lock().map(|s| *s).unwrap_or_default()
+        let mut s = self.setup.lock().map(|s| *s).unwrap_or_default();
+        s.refused_member_ops = self
+            .stats
+            .iter()
+            .map(|w| w.refused_member_ops.load(Ordering::Relaxed))
+            .sum();
+        s
     }
 
     /// A flag that stops the server when set (for a signal handler).

@@ -12,6 +12,8 @@ use kvs_proto::replica::{Kind, Replicate};
 use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
 
+pub use crate::role::Role;
+
 use crate::request_metrics::RequestMetrics;
 use crate::serving::dedup::Dedup;
 use crate::serving::replicas::{fingerprint, Replicas};
@@ -165,6 +167,8 @@ pub struct Handler {
     id: (u64, u64),
     /// Requests answered, by op and result, and their service times.
     pub(crate) metrics: RequestMetrics,
+    /// Replication messages refused for coming on a client's connection.
+    pub(crate) refused_member_ops: u64,
 }
 
 impl Handler {
@@ -208,6 +212,7 @@ impl Handler {
             dedup: Dedup::default(),
             id: (0, 0),
             metrics: RequestMetrics::default(),
+            refused_member_ops: 0,
         }
     }
 
@@ -294,9 +299,13 @@ impl Handler {
     /// is invariant, and a histogram slot increment; no allocation, no lock).
     /// A request that must wait for a priority pull is counted when it is
     /// answered.
+    ///
+    /// The request is taken as a member's ([`Role::Member`]): one that came
+    /// on a member's connection, or one [`serve`](Self::serve) admitted
+    /// earlier and that waited (a pull, a write, a map).
     #[inline]
     pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
-        match self.serve(req, max_response, out, None) {
+        match self.serve(req, max_response, out, None, Role::Member) {
             Served::Handled(h) => h,
             Served::Value(v) => {
                 out.extend_from_slice(v);
@@ -313,17 +322,24 @@ impl Handler {
     ///
     /// `warmed` is what [`warm`](Self::warm) found for this same `req`
     /// earlier in the turn (or `None`): its slot and hash are not computed
-    /// again.
+    /// again. `from` is the role of the connection it came on: only a
+    /// member's may replicate (the check costs nothing on other requests:
+    /// it sits behind the test for a replication message).
     pub fn serve(
         &mut self,
         req: &[u8],
         max_response: usize,
         out: &mut Vec<u8>,
         warmed: Option<Warmed>,
+        from: Role,
     ) -> Served<'_> {
         let t = self.clock.ticks();
         if req.first() == Some(&(Op::Replicate as u8)) {
-            self.replicate(req, max_response, out);
+            if from == Role::Member {
+                self.replicate(req, max_response, out);
+            } else {
+                self.forbidden(out, max_response);
+            }
             if std::mem::take(&mut self.await_map) {
                 return Served::Handled(Handled::AwaitMap);
             }
@@ -475,6 +491,18 @@ impl Handler {
             Err(r) if r.not_yet => error(out, Status::TryAgain, &r.why, max_response),
             Err(r) => error(out, Status::Fenced, &r.why, max_response),
         }
+    }
+
+    /// A replication message on a client's connection: refused, and
+    /// counted. A copy's begin would empty a backup's copy of its slot,
+    /// and a write would put a value the primary never had in it.
+    #[cold]
+    fn forbidden(&mut self, out: &mut Vec<u8>, max_response: usize) {
+        self.refused_member_ops += 1;
+        let m = "replication messages are the cluster members' only: this connection \
+                 presented the client token, and a member presents the cluster token \
+                 (cluster_token_file)";
+        error(out, Status::Forbidden, m, max_response)
     }
 
     /// Whether `op` on `slot` is a write that waits for a hand-over.
@@ -885,7 +913,7 @@ mod tests {
     /// (`warmed`) or not.
     fn served(h: &mut Handler, req: &[u8], warmed: Option<Warmed>) -> (Status, Vec<u8>) {
         let mut out = Vec::new();
-        match h.serve(req, 256, &mut out, warmed) {
+        match h.serve(req, 256, &mut out, warmed, Role::Member) {
             Served::Value(v) => {
                 let v = v.to_vec();
                 out.extend_from_slice(&v);
@@ -959,6 +987,36 @@ mod tests {
             served(&mut h, &req, Some(w)),
             (Status::Ok, b"again".to_vec())
         );
+    }
+
+    #[test]
+    fn only_a_members_connection_may_replicate() {
+        use kvs_proto::replica::{write_replicate, Header};
+        let map = ShardMap::single(addr(), 1, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        let mut req = Vec::new();
+        let hdr = Header {
+            kind: Kind::Put,
+            slot: 0,
+            epoch: 1,
+            primary: W0,
+            seq: 1,
+            offset: 0,
+            id: (0, 0),
+        };
+        write_replicate(&mut req, &hdr, b"k", b"v");
+        let mut out = Vec::new();
+        h.serve(&req, 256, &mut out, None, Role::Client);
+        let r = Response::new_checked(&out).unwrap();
+        assert_eq!(r.status(), Status::Forbidden);
+        let m = String::from_utf8_lossy(r.payload());
+        assert!(m.contains("client token"), "{m}");
+        assert_eq!(h.refused_member_ops, 1);
+        assert_eq!(h.store.len(), 0);
+        // A member's is looked at (and fenced: this worker backs nothing up).
+        h.serve(&req, 256, &mut out, None, Role::Member);
+        assert_eq!(st(&out), Status::Fenced);
+        assert_eq!(h.refused_member_ops, 1);
     }
 
     #[test]
