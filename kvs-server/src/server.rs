@@ -58,6 +58,10 @@ pub struct Server {
 impl Server {
     /// Starts the workers and the acceptor; returns once every worker has its
     /// context and the socket listens.
+    ///
+    /// A panic in one of its threads ends only that thread unless the
+    /// program called [`crate::abort_on_panic`] first, which a program that
+    /// serves others should (the library sets no process-wide hook itself).
     pub fn start(cfg: Config) -> Result<Server, StartError> {
         let started = SystemTime::now();
         cfg.validate()?;

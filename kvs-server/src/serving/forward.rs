@@ -111,11 +111,7 @@ impl std::fmt::Debug for Acks {
 /// The worker context's response callback.
 pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
     move |user, r| {
-        let (refused, not_yet) = match r {
-            Ok([0, ..]) => (None, false),
-            Ok(b) => (Some(refusal(b)), b[0] == Status::TryAgain as u8),
-            Err(CallFailed(why)) => (Some(format!("connection failed: {why}")), false),
-        };
+        let (refused, not_yet) = read_answer(r);
         let mut v = acks.0.take();
         v.push(Ack {
             user,
@@ -126,13 +122,33 @@ pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallF
     }
 }
 
+/// What a backup's answer says: why it did not apply the message (`None`:
+/// it did), and whether that is TRY_AGAIN (a copy's pull goes on). The
+/// answer is a peer's bytes: one shorter than a response header, or with
+/// a status no server sends, is a refusal, never a panic nor an OK.
+#[inline]
+fn read_answer(r: Result<&[u8], CallFailed>) -> (Option<String>, bool) {
+    match r {
+        Ok(b) if b.len() >= RESPONSE_HEADER && b[0] == Status::Ok as u8 => (None, false),
+        Ok(b) => (
+            Some(refusal(b)),
+            b.len() >= RESPONSE_HEADER && b[0] == Status::TryAgain as u8,
+        ),
+        Err(CallFailed(why)) => (Some(format!("connection failed: {why}")), false),
+    }
+}
+
 /// A backup's refusal, as its answer says it.
 #[cold]
 fn refusal(b: &[u8]) -> String {
     let status = b
         .first()
+        .filter(|_| b.len() >= RESPONSE_HEADER)
         .and_then(|&c| Status::from_u8(c))
-        .map_or_else(|| "a malformed answer".to_string(), |s| format!("{s:?}"));
+        .map_or_else(
+            || format!("a malformed answer of {} bytes", b.len()),
+            |s| format!("{s:?}"),
+        );
     let msg = b.get(RESPONSE_HEADER..).unwrap_or_default();
     format!("{status}: {}", String::from_utf8_lossy(msg))
 }
@@ -1277,12 +1293,48 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_or_malformed_answer_from_a_backup_is_a_refusal() {
+        let acks = Rc::new(Acks::default());
+        let mut on_answer = ack_handler(acks.clone());
+        let mut ok = Vec::new();
+        kvs_proto::proto::begin_response(&mut ok, Status::Ok, 0);
+        kvs_proto::proto::finish_response(&mut ok, 0);
+        let mut again = Vec::new();
+        kvs_proto::proto::begin_response(&mut again, Status::TryAgain, 0);
+        kvs_proto::proto::finish_response(&mut again, 0);
+        on_answer(1, Ok(&[]));
+        on_answer(2, Ok(&[0]));
+        on_answer(3, Ok(&[200, 1, 2]));
+        on_answer(4, Ok(&ok));
+        on_answer(5, Ok(&again));
+        let got = acks.0.take();
+        let seen: Vec<_> = got
+            .iter()
+            .map(|a| (a.user, a.refused.is_some(), a.not_yet))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, true, false),
+                (2, true, false),
+                (3, true, false),
+                (4, false, false),
+                (5, true, true)
+            ]
+        );
+        for a in &got[..3] {
+            let why = a.refused.as_deref().unwrap();
+            assert!(why.contains("malformed"), "{why}");
+        }
+    }
+
+    #[test]
     fn a_refusal_names_its_status_and_message() {
         let mut b = Vec::new();
         begin_response(&mut b, Status::Fenced, 0);
         b.extend_from_slice(b"not the primary");
         finish_response(&mut b, 0);
         assert_eq!(refusal(&b), "Fenced: not the primary");
-        assert_eq!(refusal(&[]), "a malformed answer: ");
+        assert_eq!(refusal(&[]), "a malformed answer of 0 bytes: ");
     }
 }

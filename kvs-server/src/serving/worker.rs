@@ -110,6 +110,9 @@ impl OnTransport for Worker {
         let Some(mut s) = self.open::<T>(&dev) else {
             return;
         };
+        if s.w == 0 {
+            crate::crash::debug_panic("worker");
+        }
         let mut turn = TurnRequests::default();
         loop {
             let n = s.wait();
