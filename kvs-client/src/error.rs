@@ -98,6 +98,12 @@ pub enum KvError {
     /// member's operation sent with the client token. The server's message.
     #[error("forbidden: {0}")]
     Forbidden(String),
+    /// A write sent again (an earlier send's answer was lost, or it was
+    /// redirected) too late for the server to tell whether it was applied
+    /// before: it was not applied again, and may or may not have been
+    /// applied once. The server's message.
+    #[error("outcome unknown: {0}")]
+    TooOld(String),
     /// A blocking helper could not submit.
     #[error("not sent: {0}")]
     Submit(String),
@@ -115,6 +121,7 @@ impl KvError {
             Status::OutOfMemory => KvError::OutOfMemory(msg()),
             Status::Unavailable => KvError::Unavailable(msg()),
             Status::Forbidden => KvError::Forbidden(msg()),
+            Status::TooOld => KvError::TooOld(msg()),
             Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
                 [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
                 _ => 0,

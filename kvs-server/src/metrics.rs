@@ -40,6 +40,7 @@ fn result_name(code: usize) -> &'static str {
         Status::OutOfMemory => "out_of_memory",
         Status::Fenced => "fenced",
         Status::Forbidden => "forbidden",
+        Status::TooOld => "too_old",
         Status::TryAgain => "try_again",
         Status::Unavailable => "unavailable",
     }

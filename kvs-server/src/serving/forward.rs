@@ -50,7 +50,7 @@ use copyrpc::conn::{dial, Connection, Dial};
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context, RecvHandle};
 use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONSE_HEADER};
-use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kind};
+use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kind, IDS_FORGOT};
 use kvs_proto::{hello, AuthToken, Owner, SetupAnswer, ShardMap};
 
 use crate::migration::outgoing::{Held, Outgoing};
@@ -77,7 +77,7 @@ const COPY_BUDGET: usize = 64 << 20;
 const COPY_GROUP: usize = 256;
 /// A link's queue past which no copy begins.
 const COPY_QUEUE: usize = 256;
-/// Clients' request ids per [`Kind::CopyIds`] message (about 2 KiB).
+/// Clients' windows per [`Kind::CopyIds`] message (640 bytes).
 const IDS_BATCH: usize = 16;
 
 /// A client's write forwarded to a backup (user data: the link, the
@@ -956,18 +956,23 @@ impl Forwarder {
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
     {
+        // Whether the primary forgot clients goes with every message (and
+        // alone, in one, if it remembers none): the promoted backup must
+        // refuse what the primary would have.
+        let forgot = h.dedup.forgot(begin.slot);
         let hdr = Header {
             kind: Kind::CopyIds,
             seq: 0,
+            offset: if forgot { IDS_FORGOT } else { 0 },
             ..begin
         };
         let mut value = Vec::new();
         let mut sent = 0;
         let mut clients = h.dedup.clients(begin.slot).peekable();
-        while clients.peek().is_some() {
+        while clients.peek().is_some() || (forgot && sent == 0) {
             value.clear();
-            for (client, ids) in clients.by_ref().take(IDS_BATCH) {
-                push_ids_entry(&mut value, client, &ids);
+            for e in clients.by_ref().take(IDS_BATCH) {
+                push_ids_entry(&mut value, &e);
             }
             write_replicate(&mut self.msg, &hdr, &[], &value);
             if !self.send(ctx, li, u) {

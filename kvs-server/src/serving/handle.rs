@@ -15,7 +15,7 @@ use kvs_proto::{Owner, ShardMap};
 pub use crate::role::Role;
 
 use crate::request_metrics::RequestMetrics;
-use crate::serving::dedup::Dedup;
+use crate::serving::dedup::{Dedup, Seen};
 use crate::serving::replicas::{fingerprint, Replicas};
 use crate::store::{Patch, Store};
 
@@ -505,6 +505,20 @@ impl Handler {
         error(out, Status::Forbidden, m, max_response)
     }
 
+    /// A write sent again that the slot cannot tell applied or not: it is
+    /// not applied (it may have been once), and the client is told so.
+    #[cold]
+    fn too_old(&self, out: &mut Vec<u8>, max_response: usize) {
+        let m = format!(
+            "request {} of this client was sent again after more than {} newer writes of it \
+             to the slot (or after the slot forgot the client): it was not applied now, and \
+             may have been applied before",
+            self.id.1,
+            crate::serving::dedup::WINDOW
+        );
+        error(out, Status::TooOld, &m, max_response)
+    }
+
     /// Whether `op` on `slot` is a write that waits for a hand-over.
     #[cold]
     fn frozen_write(&self, slot: u32, op: Op) -> bool {
@@ -612,19 +626,25 @@ impl Handler {
             return None;
         }
         self.id = r.id().unwrap_or((0, 0));
-        if self.id != (0, 0)
-            && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange)
-            && self.dedup.seen(slot, self.id)
-        {
-            // Sent again: applied already. Answered once its backups have
-            // it (the first answer may be what was lost).
-            let st = if self.replicas.in_flight(key) {
-                Status::TryAgain
-            } else {
-                Status::Ok
-            };
-            status(out, st);
-            return None;
+        if self.id != (0, 0) && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange) {
+            match self.dedup.check(slot, self.id, r.resent()) {
+                Seen::New => {}
+                // Sent again: applied already. Answered once its backups
+                // have it (the first answer may be what was lost).
+                Seen::Applied => {
+                    let st = if self.replicas.in_flight(key) {
+                        Status::TryAgain
+                    } else {
+                        Status::Ok
+                    };
+                    status(out, st);
+                    return None;
+                }
+                Seen::TooOld => {
+                    self.too_old(out, max_response);
+                    return None;
+                }
+            }
         }
         if self.frozen.is_some() && self.frozen_write(slot, r.op()) {
             status(out, Status::TryAgain);
@@ -1017,6 +1037,113 @@ mod tests {
         h.serve(&req, 256, &mut out, None, Role::Member);
         assert_eq!(st(&out), Status::Fenced);
         assert_eq!(h.refused_member_ops, 1);
+    }
+
+    /// A put of `v` to `k` with request id `(client, q)`.
+    fn put_with_id(k: &[u8], v: &[u8], client: u64, q: u64) -> Vec<u8> {
+        let mut req = Vec::new();
+        write_request(&mut req, Op::Put, 1, k, v, v.len() as u32, 0);
+        kvs_proto::proto::add_request_id(&mut req, client, q);
+        req
+    }
+
+    #[test]
+    fn many_writes_in_flight_sent_again_after_a_failover_are_not_applied_again() {
+        use kvs_proto::replica::{write_replicate, CopyBegin, Header};
+        let b = Owner {
+            member: 1,
+            worker: 0,
+        };
+        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
+        map.add_member(kvs_proto::Member {
+            addr: "127.0.0.1:7001".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        map.add_backup(0..1, 1).unwrap();
+        map.set_backup_ready(0..1, 1).unwrap();
+        map.set_version(2);
+        let mut primary = Handler::new(W0, map.clone(), 8, 16);
+        let mut backup = Handler::new(b, map.clone(), 8, 16);
+        let mut out = Vec::new();
+        let mut msg = Vec::new();
+        let hdr = |kind, seq, id| Header {
+            kind,
+            slot: 0,
+            epoch: map.epoch(0),
+            primary: W0,
+            seq,
+            offset: 0,
+            id,
+        };
+        let c = CopyBegin {
+            ticket: [3; 16],
+            first: 0,
+            end: 1,
+            records: 0,
+            bytes: 0,
+        };
+        write_replicate(
+            &mut msg,
+            &hdr(Kind::CopyBegin, 0, (0, 0)),
+            &c.ticket,
+            &c.value(),
+        );
+        backup.handle(&msg, 64, &mut out);
+        assert_eq!(st(&out), Status::Ok);
+        // One client, 40 writes of one key in flight: the primary applies
+        // them all and forwards each to the backup, which applies it.
+        for q in 1..=40u64 {
+            let v = format!("v{q}");
+            let Handled::Forward(f) =
+                primary.handle(&put_with_id(b"k", v.as_bytes(), 7, q), 64, &mut out)
+            else {
+                panic!("a write with a backup is forwarded");
+            };
+            primary.replicas.end_write(f.fp);
+            write_replicate(&mut msg, &hdr(Kind::Put, f.seq, f.id), b"k", v.as_bytes());
+            backup.handle(&msg, 64, &mut out);
+            assert_eq!(st(&out), Status::Ok, "write {q}");
+        }
+        // The primary dies before the answers of the older ones reached the
+        // client; the backup is promoted, and the client sends them again.
+        let mut promoted = map.clone();
+        promoted.promote(0, 1).unwrap();
+        promoted.set_version(3);
+        backup.install(promoted);
+        for q in 1..=24u64 {
+            let v = format!("v{q}");
+            backup.handle(&put_with_id(b"k", v.as_bytes(), 7, q), 64, &mut out);
+            assert_eq!(st(&out), Status::Ok, "write {q} sent again");
+        }
+        let got = ask(&mut backup, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(
+            String::from_utf8_lossy(Response::new_checked(&got).unwrap().payload()),
+            "v40",
+            "an older write was applied again over the newest"
+        );
+        // Marked as sent again, the same.
+        for q in 1..=40u64 {
+            let mut req = put_with_id(b"k", b"again", 7, q);
+            kvs_proto::proto::mark_resent(&mut req);
+            backup.handle(&req, 64, &mut out);
+            assert_eq!(st(&out), Status::Ok, "write {q} sent again, marked");
+        }
+        // Once the client's writes moved on past the window, one sent again
+        // cannot be told: refused, not applied, and the client told why.
+        let far = 40 + crate::serving::dedup::WINDOW + 1;
+        backup.handle(&put_with_id(b"k", b"far", 7, far), 64, &mut out);
+        assert_eq!(st(&out), Status::Ok);
+        let mut late = put_with_id(b"k", b"late", 7, 40);
+        kvs_proto::proto::mark_resent(&mut late);
+        backup.handle(&late, 256, &mut out);
+        let r = Response::new_checked(&out).unwrap();
+        assert_eq!(r.status(), Status::TooOld);
+        let m = String::from_utf8_lossy(r.payload());
+        assert!(m.contains("not applied now"), "{m}");
+        let got = ask(&mut backup, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"far");
     }
 
     #[test]
