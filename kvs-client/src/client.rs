@@ -1536,6 +1536,20 @@ mod tests {
     }
 
     #[test]
+    fn a_write_too_old_to_tell_is_an_error_never_a_success() {
+        let mut b = Vec::new();
+        begin_response(&mut b, Status::TooOld, 0);
+        b.extend_from_slice(b"not applied now");
+        finish_response(&mut b, 0);
+        assert!(final_reply(Kind::Key(Op::Put), false, &b).is_none());
+        let r = Response::new_checked(&b).unwrap();
+        assert_eq!(
+            KvError::of_status(r.status(), r.payload()),
+            KvError::TooOld("not applied now".into())
+        );
+    }
+
+    #[test]
     fn a_re_sent_request_keeps_its_key_and_never_goes_back_to_an_older_map() {
         let mut req = Vec::new();
         proto::write_request(&mut req, Op::Put, 3, b"user7", b"value", 5, 0);
