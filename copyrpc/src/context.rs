@@ -45,6 +45,8 @@ pub struct RecvHandle {
     ep: u32,
     gen: u32,
     call_id: u32,
+    /// Its endpoint's tag when it was received ([`Context::set_tag`]).
+    tag: u32,
     allowance: u64,
     pos: u64,
     len: u32,
@@ -69,6 +71,13 @@ impl RecvHandle {
             idx: self.ep,
             gen: self.gen,
         }
+    }
+    /// The tag its endpoint carried ([`Context::set_tag`]; 0 unless set):
+    /// what the application decided about the peer at setup, read without
+    /// a look-up per request.
+    #[inline]
+    pub fn tag(&self) -> u32 {
+        self.tag
     }
     /// Largest response payload the caller allowed.
     pub fn max_response(&self) -> usize {
@@ -473,6 +482,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             want_read: false,
             dirty: false,
             consumed_dirty: false,
+            tag: 0,
             stats: EndpointStats::default(),
         };
         if idx == self.eps.len() {
@@ -598,6 +608,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
                 ep: a.ep,
                 gen: a.gen,
                 call_id: a.call_id,
+                tag: e.tag,
                 allowance: a.allowance,
                 pos: a.pos,
                 len: a.len,
@@ -1150,6 +1161,20 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             peer_credit: e.peer_credit,
             peer_unused_credit: e.peer_unused_credit,
         })
+    }
+
+    /// Tags an endpoint with `tag`, which every request it receives from now
+    /// on carries ([`RecvHandle::tag`]): what the application learned of the
+    /// peer at setup (its role, say), for a branch per request instead of a
+    /// look-up. A new endpoint's tag is 0. Returns false for an unknown id.
+    pub fn set_tag(&mut self, ep: EndpointId, tag: u32) -> bool {
+        match live_mut(&mut self.eps, ep.idx, ep.gen) {
+            Some(e) => {
+                e.tag = tag;
+                true
+            }
+            None => false,
+        }
     }
 
     /// An endpoint's counters.

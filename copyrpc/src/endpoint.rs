@@ -108,6 +108,8 @@ pub(crate) struct Ep<U, T: Transport> {
     pub want_read: bool,
     pub dirty: bool,
     pub consumed_dirty: bool,
+    /// The application's tag ([`crate::Context::set_tag`]).
+    pub tag: u32,
     pub stats: EndpointStats,
 }
 

@@ -163,3 +163,32 @@ fn huge_pages_on_the_software_device_allocate_as_usual() {
     assert_eq!(w.client.huge_page_rings(), 0);
     assert_eq!(w.server.huge_page_rings(), 0);
 }
+
+#[test]
+fn requests_carry_their_endpoints_tag() {
+    // Two endpoints, one tagged: each request says which it came on
+    // without a look-up, and an untagged endpoint's tag is 0.
+    let mut w = world(
+        "tag",
+        ExecMode::Inline,
+        ContextBuilder::new().ring_size(4096),
+        2,
+    );
+    let ((c0, s0), (c1, _)) = (w.pairs[0], w.pairs[1]);
+    assert!(w.server.set_tag(s0, 7));
+    w.client.call(c0, b"a", 8, 1).unwrap();
+    w.client.call(c1, b"b", 8, 2).unwrap();
+    w.client.poll();
+    w.server.poll();
+    let mut tags = Vec::new();
+    while let Some(h) = w.server.recv() {
+        tags.push((w.server.request(&h).unwrap().to_vec(), h.tag()));
+        w.server.reply(h, b"ok").unwrap();
+    }
+    tags.sort();
+    assert_eq!(tags, [(b"a".to_vec(), 7), (b"b".to_vec(), 0)]);
+    w.until_responses(2, 100);
+    // A removed endpoint's id is unknown.
+    w.server.remove(s0);
+    assert!(!w.server.set_tag(s0, 1));
+}

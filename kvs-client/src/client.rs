@@ -90,6 +90,9 @@ struct OpSlot<T> {
     /// Its deadline passed and the caller was told: whatever answer still
     /// comes is dropped, and the slot freed then.
     abandoned: bool,
+    /// It went out at least once: a later send is marked as sent again
+    /// (`FLAG_RESENT`), since the server may have applied the first.
+    sent: bool,
 }
 
 /// A member of the map in use, as the client knows it.
@@ -322,6 +325,7 @@ impl<T, X: Transport> Client<T, X> {
                 s.ep = ep;
                 s.started = self.clock;
                 s.abandoned = false;
+                s.sent = false;
                 debug_assert!(s.chase.is_fresh(), "reset by release");
                 i
             }
@@ -343,6 +347,7 @@ impl<T, X: Transport> Client<T, X> {
             scan: None,
             started: self.clock,
             abandoned: false,
+            sent: false,
         });
         (self.ops.len() - 1) as u32
     }
@@ -439,6 +444,7 @@ impl<T, X: Transport> Client<T, X> {
         }
         match self.ctx.call(ep, &s.req, allowance, i) {
             Ok(()) => {
+                s.sent = true;
                 self.in_flight += 1;
                 Ok(())
             }
@@ -1101,9 +1107,17 @@ impl<T, X: Transport> Client<T, X> {
         };
         let s = &mut self.ops[i as usize];
         raise_version(&mut s.req, self.routes.version());
+        if s.sent {
+            // The server may have applied an earlier send: it must not
+            // apply this one unless it can tell it did not.
+            proto::mark_resent(&mut s.req);
+        }
         s.ep = ep;
         match self.ctx.call(ep, &s.req, s.allowance, i) {
-            Ok(()) => None,
+            Ok(()) => {
+                s.sent = true;
+                None
+            }
             Err(e) if e.is_retryable() => {
                 self.chaser.busy(i, to);
                 None
@@ -1519,6 +1533,20 @@ mod tests {
             final_reply(Kind::Key(Op::Put), false, &get_answer(b"")),
             Some(Reply::Done)
         ));
+    }
+
+    #[test]
+    fn a_write_too_old_to_tell_is_an_error_never_a_success() {
+        let mut b = Vec::new();
+        begin_response(&mut b, Status::TooOld, 0);
+        b.extend_from_slice(b"not applied now");
+        finish_response(&mut b, 0);
+        assert!(final_reply(Kind::Key(Op::Put), false, &b).is_none());
+        let r = Response::new_checked(&b).unwrap();
+        assert_eq!(
+            KvError::of_status(r.status(), r.payload()),
+            KvError::TooOld("not applied now".into())
+        );
     }
 
     #[test]

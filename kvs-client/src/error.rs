@@ -94,6 +94,16 @@ pub enum KvError {
     /// (a write may still have been applied).
     #[error("no answer within {0:?} (a write may still have been applied)")]
     Timeout(std::time::Duration),
+    /// The server refused the request for this connection's role: a
+    /// member's operation sent with the client token. The server's message.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    /// A write sent again (an earlier send's answer was lost, or it was
+    /// redirected) too late for the server to tell whether it was applied
+    /// before: it was not applied again, and may or may not have been
+    /// applied once. The server's message.
+    #[error("outcome unknown: {0}")]
+    TooOld(String),
     /// A blocking helper could not submit.
     #[error("not sent: {0}")]
     Submit(String),
@@ -110,6 +120,8 @@ impl KvError {
             Status::OutOfRange => KvError::OutOfRange,
             Status::OutOfMemory => KvError::OutOfMemory(msg()),
             Status::Unavailable => KvError::Unavailable(msg()),
+            Status::Forbidden => KvError::Forbidden(msg()),
+            Status::TooOld => KvError::TooOld(msg()),
             Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
                 [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
                 _ => 0,

@@ -134,6 +134,15 @@ pub enum Status {
     /// slot up, or the message does not follow the last one it applied.
     /// The message in the payload says which.
     Fenced = 11,
+    /// The connection may not send this request: a replication message (a
+    /// member's, between workers) on a connection set up with the client
+    /// token. The message in the payload says why.
+    Forbidden = 12,
+    /// A write sent again ([`FLAG_RESENT`]) whose request id is older than
+    /// what the server remembers of its client for the slot: whether it
+    /// was applied before cannot be told, and it was not applied now. The
+    /// message in the payload says so. Never a success.
+    TooOld = 13,
 }
 
 impl Status {
@@ -152,6 +161,8 @@ impl Status {
             9 => Status::TryAgain,
             10 => Status::Unavailable,
             11 => Status::Fenced,
+            12 => Status::Forbidden,
+            13 => Status::TooOld,
             _ => return None,
         })
     }
@@ -161,6 +172,21 @@ impl Status {
 /// client's random id and the request's number, the same on every re-send,
 /// so a server applies a re-sent write once.
 pub const FLAG_ID: u8 = 1;
+
+/// Request flag: the client sent this request before (its answer was lost,
+/// or it was redirected or told to try again), so it may have been applied
+/// already. A server that cannot tell whether it was (its request id is
+/// older than what the server remembers of the client) answers
+/// [`Status::TooOld`] instead of applying it; a request without the flag
+/// is a first send, which cannot have been applied.
+pub const FLAG_RESENT: u8 = 2;
+
+/// Marks an encoded request as sent before ([`FLAG_RESENT`]).
+pub fn mark_resent(req: &mut [u8]) {
+    if let Some(f) = req.get_mut(field::FLAGS) {
+        *f |= FLAG_RESENT;
+    }
+}
 
 /// Bytes of a request id.
 pub const REQUEST_ID: usize = 16;
@@ -258,9 +284,14 @@ impl<'a> Request<'a> {
     pub fn op(&self) -> Op {
         Op::from_u8(self.buf[field::OP]).unwrap_or(Op::Map)
     }
-    /// Request flags ([`FLAG_ID`]).
+    /// Request flags ([`FLAG_ID`], [`FLAG_RESENT`]).
     pub fn flags(&self) -> u8 {
         self.buf[field::FLAGS]
+    }
+    /// Whether the client sent it before ([`FLAG_RESENT`]).
+    #[inline]
+    pub fn resent(&self) -> bool {
+        self.buf[field::FLAGS] & FLAG_RESENT != 0
     }
     /// The shard-map version the client routed with.
     pub fn map_version(&self) -> u32 {
@@ -524,6 +555,11 @@ mod tests {
         write_request(&mut d, Op::Delete, 1, b"k", &[], 0, 0);
         add_request_id(&mut d, 1, 2);
         assert_eq!(Request::new_checked(&d).unwrap().id(), Some((1, 2)));
+        // Marked as sent again, it keeps its id.
+        assert!(!Request::new_checked(&d).unwrap().resent());
+        mark_resent(&mut d);
+        let r = Request::new_checked(&d).unwrap();
+        assert!(r.resent() && r.id() == Some((1, 2)));
         // A SCAN carries the count, not a value.
         write_request(&mut b, Op::Scan, 1, b"k", &[], 100, 0);
         let r = Request::new_checked(&b).unwrap();

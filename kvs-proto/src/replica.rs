@@ -69,37 +69,55 @@ pub enum Kind {
     /// Request ids the primary remembers for the slot (writes applied
     /// before the copy began), so that the new backup, once promoted,
     /// applies none of them again: the value is entries of [`IDS_ENTRY`]
-    /// bytes, `client u64 | request u64 × IDS_PER_CLIENT` (0: none).
+    /// bytes, `client u64 | top u64 | floor u64 | applied u128` (a
+    /// client's window, [`IdsEntry`]). `offset` bit [`IDS_FORGOT`] says the
+    /// primary forgot some clients of the slot.
     CopyIds = 7,
 }
 
-/// Request numbers per client in a [`Kind::CopyIds`] entry.
-pub const IDS_PER_CLIENT: usize = 16;
+/// Request numbers a [`Kind::CopyIds`] entry's window covers.
+pub const IDS_WINDOW: u64 = 128;
 /// Bytes of a [`Kind::CopyIds`] entry.
-pub const IDS_ENTRY: usize = 8 * (1 + IDS_PER_CLIENT);
+pub const IDS_ENTRY: usize = 8 + 8 + 8 + 16;
+/// [`Kind::CopyIds`] `offset` bit: the primary dropped some clients' ids
+/// of the slot (more clients wrote to it than it keeps), so a write sent
+/// again by a client it does not know may have been applied.
+pub const IDS_FORGOT: u32 = 1;
+
+/// One client's window in a [`Kind::CopyIds`] message: which of its
+/// writes the slot applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdsEntry {
+    /// The client's id.
+    pub client: u64,
+    /// Its highest request number applied.
+    pub top: u64,
+    /// Numbers up to this one are not known either way (the slot forgot
+    /// the client once).
+    pub floor: u64,
+    /// Bit `i`: number `top - i` was applied ([`IDS_WINDOW`] numbers).
+    pub applied: u128,
+}
 
 /// Appends a [`Kind::CopyIds`] entry to `value`.
-pub fn push_ids_entry(value: &mut Vec<u8>, client: u64, ids: &[u64; IDS_PER_CLIENT]) {
-    value.extend_from_slice(&client.to_le_bytes());
-    for id in ids {
-        value.extend_from_slice(&id.to_le_bytes());
-    }
+pub fn push_ids_entry(value: &mut Vec<u8>, e: &IdsEntry) {
+    value.extend_from_slice(&e.client.to_le_bytes());
+    value.extend_from_slice(&e.top.to_le_bytes());
+    value.extend_from_slice(&e.floor.to_le_bytes());
+    value.extend_from_slice(&e.applied.to_le_bytes());
 }
 
 /// The entries of a [`Kind::CopyIds`] value; `None` if its length is not a
 /// whole number of entries.
-pub fn ids_entries(
-    value: &[u8],
-) -> Option<impl Iterator<Item = (u64, [u64; IDS_PER_CLIENT])> + '_> {
+pub fn ids_entries(value: &[u8]) -> Option<impl Iterator<Item = IdsEntry> + '_> {
     if value.len() % IDS_ENTRY != 0 {
         return None;
     }
-    Some(value.chunks_exact(IDS_ENTRY).map(|e| {
-        let mut ids = [0u64; IDS_PER_CLIENT];
-        for (i, id) in ids.iter_mut().enumerate() {
-            *id = le64(&e[8 * (i + 1)..]);
-        }
-        (le64(e), ids)
+    Some(value.chunks_exact(IDS_ENTRY).map(|e| IdsEntry {
+        client: le64(e),
+        top: le64(&e[8..]),
+        floor: le64(&e[16..]),
+        applied: u128::from(le64(&e[24..])) | (u128::from(le64(&e[32..])) << 64),
     }))
 }
 
@@ -340,13 +358,22 @@ mod tests {
     #[test]
     fn request_ids_round_trip_in_whole_entries() {
         let mut v = Vec::new();
-        let mut ids = [0u64; IDS_PER_CLIENT];
-        ids[0] = 5;
-        ids[15] = 9;
-        push_ids_entry(&mut v, 77, &ids);
-        push_ids_entry(&mut v, 78, &[1; IDS_PER_CLIENT]);
+        let a = IdsEntry {
+            client: 77,
+            top: 300,
+            floor: 12,
+            applied: (1u128 << 127) | (5 << 60) | 1,
+        };
+        let b = IdsEntry {
+            client: 78,
+            top: 1,
+            floor: 0,
+            applied: u128::MAX,
+        };
+        push_ids_entry(&mut v, &a);
+        push_ids_entry(&mut v, &b);
         let got: Vec<_> = ids_entries(&v).unwrap().collect();
-        assert_eq!(got, [(77, ids), (78, [1; IDS_PER_CLIENT])]);
+        assert_eq!(got, [a, b]);
         assert!(ids_entries(&v[..v.len() - 1]).is_none());
     }
 

@@ -36,14 +36,17 @@ mod metrics_http;
 // here imports only other leaves, `config`, or `memory`).
 mod batch;
 mod cluster_view;
+mod crash;
 mod lease;
 mod request_metrics;
+mod role;
 mod start_error;
 mod to_control;
 mod to_worker;
 mod worker_stats;
 
 pub use config::Config;
+pub use crash::abort_on_panic;
 pub use server::Server;
 pub use serving::handle;
 pub use serving::setup::SetupStats;

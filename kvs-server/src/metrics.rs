@@ -39,6 +39,8 @@ fn result_name(code: usize) -> &'static str {
         Status::OutOfRange => "out_of_range",
         Status::OutOfMemory => "out_of_memory",
         Status::Fenced => "fenced",
+        Status::Forbidden => "forbidden",
+        Status::TooOld => "too_old",
         Status::TryAgain => "try_again",
         Status::Unavailable => "unavailable",
     }
@@ -271,6 +273,22 @@ impl Exposition {
             MetricType::Gauge,
         )?
         .encode_gauge(&s.pending)?;
+        let refused: u64 = self
+            .workers
+            .iter()
+            .map(|w| {
+                w.refused_member_ops
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+            .sum();
+        enc.encode_descriptor(
+            "kvs_refused_member_ops",
+            "Replication messages (a member's) refused on worker connections set up with \
+             the client token.",
+            None,
+            MetricType::Counter,
+        )?
+        .encode_counter::<NoLabelSet, _, u64>(&refused, None)?;
         Ok(())
     }
 

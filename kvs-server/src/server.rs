@@ -58,6 +58,10 @@ pub struct Server {
 impl Server {
     /// Starts the workers and the acceptor; returns once every worker has its
     /// context and the socket listens.
+    ///
+    /// A panic in one of its threads ends only that thread unless the
+    /// program called [`crate::abort_on_panic`] first, which a program that
+    /// serves others should (the library sets no process-wide hook itself).
     pub fn start(cfg: Config) -> Result<Server, StartError> {
         let started = SystemTime::now();
         cfg.validate()?;
@@ -197,7 +201,13 @@ impl Server {
     /// What connection setup has done so far (updated by the acceptor
     /// thread at least every 50 ms).
     pub fn setup_stats(&self) -> SetupStats {
-        self.setup.lock().map(|s| *s).unwrap_or_default()
+        let mut s = self.setup.lock().map(|s| *s).unwrap_or_default();
+        s.refused_member_ops = self
+            .stats
+            .iter()
+            .map(|w| w.refused_member_ops.load(Ordering::Relaxed))
+            .sum();
+        s
     }
 
     /// A flag that stops the server when set (for a signal handler).

@@ -6,13 +6,15 @@ use std::sync::mpsc::Sender;
 use copyrpc::conn::PendingConnection;
 use kvs_proto::ShardMap;
 
+use crate::role::Role;
+
 /// What a worker is sent: by the acceptor, a client's connection; by the
 /// control thread, a new map to serve by; by a migration's importer, that the
 /// source froze the slots, and (with the puller) records of slots it imports.
 #[derive(Debug)]
 pub(crate) enum ToWorker {
-    /// A client to serve.
-    Connection(PendingConnection),
+    /// A client to serve, in the role its token gave it.
+    Connection(PendingConnection, Role),
     /// The map to serve by from now on.
     Map(ShardMap),
     /// This member hands slots `first..end` over (a migration's source,

@@ -23,6 +23,9 @@ pub struct WorkerStats {
     /// Copyrpc rings (two per client) in 2 MiB huge pages (`huge_pages`;
     /// zero without it).
     pub(crate) huge_rings: AtomicU64,
+    /// Replication messages refused on connections set up with the client
+    /// token ([`crate::SetupStats::refused_member_ops`]).
+    pub(crate) refused_member_ops: AtomicU64,
     /// Requests by op and result, and service times (for the metrics
     /// endpoint).
     pub(crate) requests: Published,

@@ -277,3 +277,106 @@ fn without_a_token_only_loopback_unless_allowed() {
     assert!(!out.contains("WARNING"), "{out}");
     Fabric::remove_if_unused(&fabric);
 }
+
+/// A replication message, the begin of a copy of slot 0 (what empties a
+/// backup's copy of the slot), sent to worker 0 of `addr` on a raw copyrpc
+/// connection presenting `token`: the answer's status byte and message.
+fn copy_begin_as(addr: std::net::SocketAddr, fabric: &str, token: &str) -> (u8, String) {
+    use kvs_proto::replica::{write_replicate, CopyBegin, Header, Kind};
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let dev = support::client_device(fabric);
+    let got: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+    let g = got.clone();
+    let mut ctx = copyrpc::ContextBuilder::new()
+        .ring_size(Config::default().ring_size)
+        .build(
+            &dev,
+            move |_: u32, r: Result<&[u8], copyrpc::CallFailed>| {
+                *g.borrow_mut() = Some(r.map(<[u8]>::to_vec).unwrap_or_default());
+            },
+        )
+        .unwrap();
+    let t = AuthToken::new(token).unwrap();
+    let conn = copyrpc::conn::connect_with(addr, &mut ctx, &kvs_proto::hello(0, Some(&t))).unwrap();
+    let begin = CopyBegin {
+        ticket: [7; 16],
+        first: 0,
+        end: 1,
+        records: 0,
+        bytes: 0,
+    };
+    let h = Header {
+        kind: Kind::CopyBegin,
+        slot: 0,
+        epoch: 1,
+        primary: kvs_proto::Owner {
+            member: 0,
+            worker: 0,
+        },
+        seq: 0,
+        offset: 0,
+        id: (0, 0),
+    };
+    let mut req = Vec::new();
+    write_replicate(&mut req, &h, &begin.ticket, &begin.value());
+    ctx.call(conn.endpoint(), &req, 1024, 0).unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while got.borrow().is_none() {
+        assert!(std::time::Instant::now() < until, "no answer");
+        ctx.poll();
+    }
+    let out = got.borrow_mut().take().unwrap();
+    assert!(out.len() >= kvs_proto::proto::RESPONSE_HEADER, "{out:?}");
+    let msg = String::from_utf8_lossy(&out[kvs_proto::proto::RESPONSE_HEADER..]).into_owned();
+    (out[0], msg)
+}
+
+#[test]
+fn the_client_token_cannot_send_replication_messages() {
+    let dir = temp_dir("auth-role");
+    let file = dir.join("token");
+    write_file(&file, TOKEN, 0o600);
+    let cluster_file = dir.join("cluster-token");
+    write_file(&cluster_file, CLUSTER_TOKEN, 0o600);
+    let fabric = format!("kvs-auth-role-{}", std::process::id());
+    let server = Server::start(Config {
+        auth_token_file: Some(file),
+        cluster_token_file: Some(cluster_file),
+        ..test_config(&fabric)
+    })
+    .unwrap();
+    // With the client token: refused for its role, saying so, and counted.
+    let (st, m) = copy_begin_as(server.addr(), &fabric, TOKEN);
+    assert_eq!(
+        kvs_proto::proto::Status::from_u8(st),
+        Some(kvs_proto::proto::Status::Forbidden),
+        "{m}"
+    );
+    assert!(
+        m.contains("replication") && m.contains("cluster token"),
+        "{m}"
+    );
+    assert!(!m.contains(TOKEN), "{m}");
+    test_support::wait_until(
+        "the refusal counted",
+        std::time::Duration::from_secs(5),
+        std::time::Duration::from_millis(5),
+        || server.setup_stats().refused_member_ops == 1,
+    );
+    // With the cluster token the message is a member's: looked at as one
+    // (this server backs nothing up, so it is fenced, not forbidden).
+    let (st, m) = copy_begin_as(server.addr(), &fabric, CLUSTER_TOKEN);
+    assert_eq!(
+        kvs_proto::proto::Status::from_u8(st),
+        Some(kvs_proto::proto::Status::Fenced),
+        "{m}"
+    );
+    assert_eq!(server.setup_stats().refused_member_ops, 1);
+    // A client with the client token still reads and writes.
+    let mut c = connect(server.addr(), &fabric, with_token(Some(TOKEN))).unwrap();
+    c.wait_for(|c, t| c.put(b"k", b"v", t)).unwrap();
+    drop(c);
+    server.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}

@@ -5,6 +5,8 @@
 //! its records, the group copies slots to it again, and then another member
 //! is killed: still nothing lost. A rolling restart (SIGTERM, then the
 //! member again from its data dir, one member at a time) loses nothing.
+//! Writes in flight whose answers were lost with a killed member, sent
+//! again to the backup promoted in its place, are not applied twice.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -261,4 +263,128 @@ fn a_rolling_restart_under_load_loses_nothing() {
     // A handful of writes in flight when a member stopped may end without
     // an answer (the client does not send them again yet); never more.
     assert!(s.writes_unknown * 100 <= s.writes_ok, "{s:?}");
+}
+
+/// A raw connection's answers: each call's index and bytes.
+type Answers = std::rc::Rc<std::cell::RefCell<Vec<(u32, Vec<u8>)>>>;
+/// A raw connection's response callback.
+type OnAnswer = Box<dyn FnMut(u32, Result<&[u8], copyrpc::CallFailed>)>;
+
+/// A raw copyrpc connection to one worker, for requests kvs-client would
+/// not send as they are: request ids the test chooses, sent again at will.
+struct Raw {
+    ctx: copyrpc::Context<u32, OnAnswer>,
+    ep: copyrpc::EndpointId,
+    _conn: copyrpc::conn::Connection,
+    got: Answers,
+}
+
+impl Raw {
+    fn connect(addr: SocketAddr, worker: u16, fabric: &str) -> Raw {
+        let got: Answers = Default::default();
+        let g = got.clone();
+        let on_answer: OnAnswer = Box::new(move |i, r| {
+            g.borrow_mut()
+                .push((i, r.map(<[u8]>::to_vec).unwrap_or_default()))
+        });
+        let mut ctx = copyrpc::ContextBuilder::new()
+            .ring_size(kvs_server::Config::default().ring_size)
+            .build(&support::client_device(fabric), on_answer)
+            .unwrap();
+        let conn =
+            copyrpc::conn::connect_with(addr, &mut ctx, &kvs_proto::hello(worker, None)).unwrap();
+        Raw {
+            ep: conn.endpoint(),
+            _conn: conn,
+            ctx,
+            got,
+        }
+    }
+
+    /// Sends every request at once, then waits for their answers' status
+    /// bytes (in request order).
+    fn call_all(&mut self, reqs: &[Vec<u8>]) -> Vec<u8> {
+        for (i, r) in reqs.iter().enumerate() {
+            self.ctx.call(self.ep, r, 256, i as u32).unwrap();
+        }
+        let t = Instant::now();
+        while self.got.borrow().len() < reqs.len() {
+            assert!(t.elapsed() < Duration::from_secs(10), "answers missing");
+            self.ctx.poll();
+        }
+        let mut got = std::mem::take(&mut *self.got.borrow_mut());
+        got.sort_by_key(|(i, _)| *i);
+        got.into_iter()
+            .map(|(_, b)| b.first().copied().unwrap_or(u8::MAX))
+            .collect()
+    }
+}
+
+/// A put of `v` to `k` routed by map `version`, with request id
+/// `(client, q)`; `again`: marked as sent before.
+fn put_with_id(k: &[u8], v: &[u8], version: u32, (client, q): (u64, u64), again: bool) -> Vec<u8> {
+    use kvs_proto::proto::{add_request_id, write_request, Op, FLAG_RESENT};
+    let mut req = Vec::new();
+    write_request(&mut req, Op::Put, version, k, v, v.len() as u32, 0);
+    add_request_id(&mut req, client, q);
+    if again {
+        req[1] |= FLAG_RESENT;
+    }
+    req
+}
+
+#[test]
+fn writes_in_flight_sent_again_after_a_failover_are_applied_once() {
+    let mut t = Trio::start("replicas-dedup", 0);
+    let addrs = t.addrs;
+    let c = support::connect(addrs[0], &t.fabric, Default::default()).unwrap();
+    let map = c.map().clone();
+    drop(c);
+    // A key of member 1 or 2 (member 0 leads the group and stays).
+    let key = (0..)
+        .map(|i| format!("hot{i}"))
+        .find(|k| map.owner(k.as_bytes()).member != 0)
+        .unwrap();
+    let owner = map.owner(key.as_bytes());
+    let m = usize::from(owner.member);
+    // One client's 40 writes of the key, all in flight at once, all
+    // answered (so each is on the backup too).
+    let id = |q| (0x5eed, q);
+    let value = |q: u64| format!("v{q}").into_bytes();
+    let mut raw = Raw::connect(addrs[m], owner.worker, &t.fabric);
+    let first: Vec<_> = (1..=40)
+        .map(|q| put_with_id(key.as_bytes(), &value(q), map.version(), id(q), false))
+        .collect();
+    assert!(raw.call_all(&first).iter().all(|&s| s == 0));
+    drop(raw);
+    // Its member dies; the group promotes the key's backup.
+    t.procs[m].as_mut().unwrap().kill9();
+    let live: Vec<SocketAddr> = (0..3).filter(|&i| i != m).map(|i| addrs[i]).collect();
+    wait("the owner failed over", Duration::from_secs(10), || {
+        view(&mut t.cc, &live).is_some_and(|g| g.members[m].state == "failed")
+    });
+    let mut reader = support::connect(addrs[0], &t.fabric, Default::default()).unwrap();
+    let (map, now) = loop {
+        let c = support::connect(addrs[0], &t.fabric, Default::default()).unwrap();
+        let map = c.map().clone();
+        let now = map.owner(key.as_bytes());
+        if now.member != owner.member {
+            break (map, now);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The client never got the answers of the older 24 (as if lost with
+    // the member), and sends them again to the new primary.
+    let mut raw = Raw::connect(addrs[usize::from(now.member)], now.worker, &t.fabric);
+    let again: Vec<_> = (1..=24)
+        .map(|q| put_with_id(key.as_bytes(), &value(q), map.version(), id(q), true))
+        .collect();
+    let st = raw.call_all(&again);
+    assert!(st.iter().all(|&s| s == 0), "{st:?}");
+    let got = reader.wait_for(|c, t| c.get(key.as_bytes(), t)).unwrap();
+    assert_eq!(
+        got,
+        OwnedReply::Value(value(40)),
+        "an older write was applied again over the newest"
+    );
 }

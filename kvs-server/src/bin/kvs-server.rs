@@ -153,6 +153,9 @@ struct Args {
 /// line every `stats_interval` seconds, and stops it (its slots handed
 /// over first) at SIGINT or SIGTERM or when it stops itself.
 fn main() {
+    // A thread's panic ends the process: a server with a dead thread keeps
+    // its lease and serves none of that thread's slots.
+    kvs_server::abort_on_panic();
     let a = Args::parse();
     let mut cfg = match &a.config {
         // Checked once the flags are in (Server::start).

@@ -150,6 +150,7 @@ impl OnTransport for Control {
             }
         };
         let _ = self.ready.send(Ok(ctx.waker()));
+        crate::crash::debug_panic("control");
         let tick = self.cfg.group_config().tick;
         let (mut state, incoming) = self.into_state();
         // A member that restarts while importing pulls again.

@@ -50,7 +50,7 @@ use copyrpc::conn::{dial, Connection, Dial};
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context, RecvHandle};
 use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONSE_HEADER};
-use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kind};
+use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kind, IDS_FORGOT};
 use kvs_proto::{hello, AuthToken, Owner, SetupAnswer, ShardMap};
 
 use crate::migration::outgoing::{Held, Outgoing};
@@ -77,7 +77,7 @@ const COPY_BUDGET: usize = 64 << 20;
 const COPY_GROUP: usize = 256;
 /// A link's queue past which no copy begins.
 const COPY_QUEUE: usize = 256;
-/// Clients' request ids per [`Kind::CopyIds`] message (about 2 KiB).
+/// Clients' windows per [`Kind::CopyIds`] message (640 bytes).
 const IDS_BATCH: usize = 16;
 
 /// A client's write forwarded to a backup (user data: the link, the
@@ -111,11 +111,7 @@ impl std::fmt::Debug for Acks {
 /// The worker context's response callback.
 pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
     move |user, r| {
-        let (refused, not_yet) = match r {
-            Ok([0, ..]) => (None, false),
-            Ok(b) => (Some(refusal(b)), b[0] == Status::TryAgain as u8),
-            Err(CallFailed(why)) => (Some(format!("connection failed: {why}")), false),
-        };
+        let (refused, not_yet) = read_answer(r);
         let mut v = acks.0.take();
         v.push(Ack {
             user,
@@ -126,13 +122,33 @@ pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallF
     }
 }
 
+/// What a backup's answer says: why it did not apply the message (`None`:
+/// it did), and whether that is TRY_AGAIN (a copy's pull goes on). The
+/// answer is a peer's bytes: one shorter than a response header, or with
+/// a status no server sends, is a refusal, never a panic nor an OK.
+#[inline]
+fn read_answer(r: Result<&[u8], CallFailed>) -> (Option<String>, bool) {
+    match r {
+        Ok(b) if b.len() >= RESPONSE_HEADER && b[0] == Status::Ok as u8 => (None, false),
+        Ok(b) => (
+            Some(refusal(b)),
+            b.len() >= RESPONSE_HEADER && b[0] == Status::TryAgain as u8,
+        ),
+        Err(CallFailed(why)) => (Some(format!("connection failed: {why}")), false),
+    }
+}
+
 /// A backup's refusal, as its answer says it.
 #[cold]
 fn refusal(b: &[u8]) -> String {
     let status = b
         .first()
+        .filter(|_| b.len() >= RESPONSE_HEADER)
         .and_then(|&c| Status::from_u8(c))
-        .map_or_else(|| "a malformed answer".to_string(), |s| format!("{s:?}"));
+        .map_or_else(
+            || format!("a malformed answer of {} bytes", b.len()),
+            |s| format!("{s:?}"),
+        );
     let msg = b.get(RESPONSE_HEADER..).unwrap_or_default();
     format!("{status}: {}", String::from_utf8_lossy(msg))
 }
@@ -940,18 +956,23 @@ impl Forwarder {
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
     {
+        // Whether the primary forgot clients goes with every message (and
+        // alone, in one, if it remembers none): the promoted backup must
+        // refuse what the primary would have.
+        let forgot = h.dedup.forgot(begin.slot);
         let hdr = Header {
             kind: Kind::CopyIds,
             seq: 0,
+            offset: if forgot { IDS_FORGOT } else { 0 },
             ..begin
         };
         let mut value = Vec::new();
         let mut sent = 0;
         let mut clients = h.dedup.clients(begin.slot).peekable();
-        while clients.peek().is_some() {
+        while clients.peek().is_some() || (forgot && sent == 0) {
             value.clear();
-            for (client, ids) in clients.by_ref().take(IDS_BATCH) {
-                push_ids_entry(&mut value, client, &ids);
+            for e in clients.by_ref().take(IDS_BATCH) {
+                push_ids_entry(&mut value, &e);
             }
             write_replicate(&mut self.msg, &hdr, &[], &value);
             if !self.send(ctx, li, u) {
@@ -1277,12 +1298,48 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_or_malformed_answer_from_a_backup_is_a_refusal() {
+        let acks = Rc::new(Acks::default());
+        let mut on_answer = ack_handler(acks.clone());
+        let mut ok = Vec::new();
+        kvs_proto::proto::begin_response(&mut ok, Status::Ok, 0);
+        kvs_proto::proto::finish_response(&mut ok, 0);
+        let mut again = Vec::new();
+        kvs_proto::proto::begin_response(&mut again, Status::TryAgain, 0);
+        kvs_proto::proto::finish_response(&mut again, 0);
+        on_answer(1, Ok(&[]));
+        on_answer(2, Ok(&[0]));
+        on_answer(3, Ok(&[200, 1, 2]));
+        on_answer(4, Ok(&ok));
+        on_answer(5, Ok(&again));
+        let got = acks.0.take();
+        let seen: Vec<_> = got
+            .iter()
+            .map(|a| (a.user, a.refused.is_some(), a.not_yet))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (1, true, false),
+                (2, true, false),
+                (3, true, false),
+                (4, false, false),
+                (5, true, true)
+            ]
+        );
+        for a in &got[..3] {
+            let why = a.refused.as_deref().unwrap();
+            assert!(why.contains("malformed"), "{why}");
+        }
+    }
+
+    #[test]
     fn a_refusal_names_its_status_and_message() {
         let mut b = Vec::new();
         begin_response(&mut b, Status::Fenced, 0);
         b.extend_from_slice(b"not the primary");
         finish_response(&mut b, 0);
         assert_eq!(refusal(&b), "Fenced: not the primary");
-        assert_eq!(refusal(&[]), "a malformed answer: ");
+        assert_eq!(refusal(&[]), "a malformed answer of 0 bytes: ");
     }
 }

@@ -12,8 +12,10 @@ use kvs_proto::replica::{Kind, Replicate};
 use kvs_proto::shard::slot_of;
 use kvs_proto::{Owner, ShardMap};
 
+pub use crate::role::Role;
+
 use crate::request_metrics::RequestMetrics;
-use crate::serving::dedup::Dedup;
+use crate::serving::dedup::{Dedup, Seen};
 use crate::serving::replicas::{fingerprint, Replicas};
 use crate::store::{Patch, Store};
 
@@ -165,6 +167,8 @@ pub struct Handler {
     id: (u64, u64),
     /// Requests answered, by op and result, and their service times.
     pub(crate) metrics: RequestMetrics,
+    /// Replication messages refused for coming on a client's connection.
+    pub(crate) refused_member_ops: u64,
 }
 
 impl Handler {
@@ -208,6 +212,7 @@ impl Handler {
             dedup: Dedup::default(),
             id: (0, 0),
             metrics: RequestMetrics::default(),
+            refused_member_ops: 0,
         }
     }
 
@@ -294,9 +299,13 @@ impl Handler {
     /// is invariant, and a histogram slot increment; no allocation, no lock).
     /// A request that must wait for a priority pull is counted when it is
     /// answered.
+    ///
+    /// The request is taken as a member's ([`Role::Member`]): one that came
+    /// on a member's connection, or one [`serve`](Self::serve) admitted
+    /// earlier and that waited (a pull, a write, a map).
     #[inline]
     pub fn handle(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) -> Handled {
-        match self.serve(req, max_response, out, None) {
+        match self.serve(req, max_response, out, None, Role::Member) {
             Served::Handled(h) => h,
             Served::Value(v) => {
                 out.extend_from_slice(v);
@@ -313,17 +322,24 @@ impl Handler {
     ///
     /// `warmed` is what [`warm`](Self::warm) found for this same `req`
     /// earlier in the turn (or `None`): its slot and hash are not computed
-    /// again.
+    /// again. `from` is the role of the connection it came on: only a
+    /// member's may replicate (the check costs nothing on other requests:
+    /// it sits behind the test for a replication message).
     pub fn serve(
         &mut self,
         req: &[u8],
         max_response: usize,
         out: &mut Vec<u8>,
         warmed: Option<Warmed>,
+        from: Role,
     ) -> Served<'_> {
         let t = self.clock.ticks();
         if req.first() == Some(&(Op::Replicate as u8)) {
-            self.replicate(req, max_response, out);
+            if from == Role::Member {
+                self.replicate(req, max_response, out);
+            } else {
+                self.forbidden(out, max_response);
+            }
             if std::mem::take(&mut self.await_map) {
                 return Served::Handled(Handled::AwaitMap);
             }
@@ -477,6 +493,32 @@ impl Handler {
         }
     }
 
+    /// A replication message on a client's connection: refused, and
+    /// counted. A copy's begin would empty a backup's copy of its slot,
+    /// and a write would put a value the primary never had in it.
+    #[cold]
+    fn forbidden(&mut self, out: &mut Vec<u8>, max_response: usize) {
+        self.refused_member_ops += 1;
+        let m = "replication messages are the cluster members' only: this connection \
+                 presented the client token, and a member presents the cluster token \
+                 (cluster_token_file)";
+        error(out, Status::Forbidden, m, max_response)
+    }
+
+    /// A write sent again that the slot cannot tell applied or not: it is
+    /// not applied (it may have been once), and the client is told so.
+    #[cold]
+    fn too_old(&self, out: &mut Vec<u8>, max_response: usize) {
+        let m = format!(
+            "request {} of this client was sent again after more than {} newer writes of it \
+             to the slot (or after the slot forgot the client): it was not applied now, and \
+             may have been applied before",
+            self.id.1,
+            crate::serving::dedup::WINDOW
+        );
+        error(out, Status::TooOld, &m, max_response)
+    }
+
     /// Whether `op` on `slot` is a write that waits for a hand-over.
     #[cold]
     fn frozen_write(&self, slot: u32, op: Op) -> bool {
@@ -584,19 +626,25 @@ impl Handler {
             return None;
         }
         self.id = r.id().unwrap_or((0, 0));
-        if self.id != (0, 0)
-            && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange)
-            && self.dedup.seen(slot, self.id)
-        {
-            // Sent again: applied already. Answered once its backups have
-            // it (the first answer may be what was lost).
-            let st = if self.replicas.in_flight(key) {
-                Status::TryAgain
-            } else {
-                Status::Ok
-            };
-            status(out, st);
-            return None;
+        if self.id != (0, 0) && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange) {
+            match self.dedup.check(slot, self.id, r.resent()) {
+                Seen::New => {}
+                // Sent again: applied already. Answered once its backups
+                // have it (the first answer may be what was lost).
+                Seen::Applied => {
+                    let st = if self.replicas.in_flight(key) {
+                        Status::TryAgain
+                    } else {
+                        Status::Ok
+                    };
+                    status(out, st);
+                    return None;
+                }
+                Seen::TooOld => {
+                    self.too_old(out, max_response);
+                    return None;
+                }
+            }
         }
         if self.frozen.is_some() && self.frozen_write(slot, r.op()) {
             status(out, Status::TryAgain);
@@ -885,7 +933,7 @@ mod tests {
     /// (`warmed`) or not.
     fn served(h: &mut Handler, req: &[u8], warmed: Option<Warmed>) -> (Status, Vec<u8>) {
         let mut out = Vec::new();
-        match h.serve(req, 256, &mut out, warmed) {
+        match h.serve(req, 256, &mut out, warmed, Role::Member) {
             Served::Value(v) => {
                 let v = v.to_vec();
                 out.extend_from_slice(&v);
@@ -959,6 +1007,143 @@ mod tests {
             served(&mut h, &req, Some(w)),
             (Status::Ok, b"again".to_vec())
         );
+    }
+
+    #[test]
+    fn only_a_members_connection_may_replicate() {
+        use kvs_proto::replica::{write_replicate, Header};
+        let map = ShardMap::single(addr(), 1, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        let mut req = Vec::new();
+        let hdr = Header {
+            kind: Kind::Put,
+            slot: 0,
+            epoch: 1,
+            primary: W0,
+            seq: 1,
+            offset: 0,
+            id: (0, 0),
+        };
+        write_replicate(&mut req, &hdr, b"k", b"v");
+        let mut out = Vec::new();
+        h.serve(&req, 256, &mut out, None, Role::Client);
+        let r = Response::new_checked(&out).unwrap();
+        assert_eq!(r.status(), Status::Forbidden);
+        let m = String::from_utf8_lossy(r.payload());
+        assert!(m.contains("client token"), "{m}");
+        assert_eq!(h.refused_member_ops, 1);
+        assert_eq!(h.store.len(), 0);
+        // A member's is looked at (and fenced: this worker backs nothing up).
+        h.serve(&req, 256, &mut out, None, Role::Member);
+        assert_eq!(st(&out), Status::Fenced);
+        assert_eq!(h.refused_member_ops, 1);
+    }
+
+    /// A put of `v` to `k` with request id `(client, q)`.
+    fn put_with_id(k: &[u8], v: &[u8], client: u64, q: u64) -> Vec<u8> {
+        let mut req = Vec::new();
+        write_request(&mut req, Op::Put, 1, k, v, v.len() as u32, 0);
+        kvs_proto::proto::add_request_id(&mut req, client, q);
+        req
+    }
+
+    #[test]
+    fn many_writes_in_flight_sent_again_after_a_failover_are_not_applied_again() {
+        use kvs_proto::replica::{write_replicate, CopyBegin, Header};
+        let b = Owner {
+            member: 1,
+            worker: 0,
+        };
+        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
+        map.add_member(kvs_proto::Member {
+            addr: "127.0.0.1:7001".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        map.add_backup(0..1, 1).unwrap();
+        map.set_backup_ready(0..1, 1).unwrap();
+        map.set_version(2);
+        let mut primary = Handler::new(W0, map.clone(), 8, 16);
+        let mut backup = Handler::new(b, map.clone(), 8, 16);
+        let mut out = Vec::new();
+        let mut msg = Vec::new();
+        let hdr = |kind, seq, id| Header {
+            kind,
+            slot: 0,
+            epoch: map.epoch(0),
+            primary: W0,
+            seq,
+            offset: 0,
+            id,
+        };
+        let c = CopyBegin {
+            ticket: [3; 16],
+            first: 0,
+            end: 1,
+            records: 0,
+            bytes: 0,
+        };
+        write_replicate(
+            &mut msg,
+            &hdr(Kind::CopyBegin, 0, (0, 0)),
+            &c.ticket,
+            &c.value(),
+        );
+        backup.handle(&msg, 64, &mut out);
+        assert_eq!(st(&out), Status::Ok);
+        // One client, 40 writes of one key in flight: the primary applies
+        // them all and forwards each to the backup, which applies it.
+        for q in 1..=40u64 {
+            let v = format!("v{q}");
+            let Handled::Forward(f) =
+                primary.handle(&put_with_id(b"k", v.as_bytes(), 7, q), 64, &mut out)
+            else {
+                panic!("a write with a backup is forwarded");
+            };
+            primary.replicas.end_write(f.fp);
+            write_replicate(&mut msg, &hdr(Kind::Put, f.seq, f.id), b"k", v.as_bytes());
+            backup.handle(&msg, 64, &mut out);
+            assert_eq!(st(&out), Status::Ok, "write {q}");
+        }
+        // The primary dies before the answers of the older ones reached the
+        // client; the backup is promoted, and the client sends them again.
+        let mut promoted = map.clone();
+        promoted.promote(0, 1).unwrap();
+        promoted.set_version(3);
+        backup.install(promoted);
+        for q in 1..=24u64 {
+            let v = format!("v{q}");
+            backup.handle(&put_with_id(b"k", v.as_bytes(), 7, q), 64, &mut out);
+            assert_eq!(st(&out), Status::Ok, "write {q} sent again");
+        }
+        let got = ask(&mut backup, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(
+            String::from_utf8_lossy(Response::new_checked(&got).unwrap().payload()),
+            "v40",
+            "an older write was applied again over the newest"
+        );
+        // Marked as sent again, the same.
+        for q in 1..=40u64 {
+            let mut req = put_with_id(b"k", b"again", 7, q);
+            kvs_proto::proto::mark_resent(&mut req);
+            backup.handle(&req, 64, &mut out);
+            assert_eq!(st(&out), Status::Ok, "write {q} sent again, marked");
+        }
+        // Once the client's writes moved on past the window, one sent again
+        // cannot be told: refused, not applied, and the client told why.
+        let far = 40 + crate::serving::dedup::WINDOW + 1;
+        backup.handle(&put_with_id(b"k", b"far", 7, far), 64, &mut out);
+        assert_eq!(st(&out), Status::Ok);
+        let mut late = put_with_id(b"k", b"late", 7, 40);
+        kvs_proto::proto::mark_resent(&mut late);
+        backup.handle(&late, 256, &mut out);
+        let r = Response::new_checked(&out).unwrap();
+        assert_eq!(r.status(), Status::TooOld);
+        let m = String::from_utf8_lossy(r.payload());
+        assert!(m.contains("not applied now"), "{m}");
+        let got = ask(&mut backup, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"far");
     }
 
     #[test]

@@ -499,8 +499,11 @@ impl Replicas {
             },
             Kind::CopyIds => match kvs_proto::replica::ids_entries(msg.value()) {
                 Some(entries) => {
-                    for (client, ids) in entries {
-                        dedup.merge(s, client, &ids);
+                    if h.offset & kvs_proto::replica::IDS_FORGOT != 0 {
+                        dedup.set_forgot(s);
+                    }
+                    for e in entries {
+                        dedup.merge(s, &e);
                     }
                     Ok(())
                 }
@@ -650,9 +653,13 @@ mod tests {
         let mut st = Store::new(4, usize::MAX);
         let mut d = Dedup::default();
         let mut value = Vec::new();
-        let mut ids = [0u64; kvs_proto::replica::IDS_PER_CLIENT];
-        ids[0] = 41;
-        kvs_proto::replica::push_ids_entry(&mut value, 7, &ids);
+        let e = kvs_proto::replica::IdsEntry {
+            client: 7,
+            top: 41,
+            floor: 0,
+            applied: 1,
+        };
+        kvs_proto::replica::push_ids_entry(&mut value, &e);
         let msg_ids = msg(Kind::CopyIds, P, 0, b"", &value);
         let mut go =
             |b: &[u8], d: &mut Dedup| r.apply(&Replicate::new_checked(b).unwrap(), &m, &mut st, d);

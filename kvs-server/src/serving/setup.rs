@@ -15,6 +15,7 @@ use copyrpc::Waker;
 use kvs_proto::{parse_hello, AuthToken, CONTROL};
 
 use crate::config::Config;
+use crate::role::Role;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 
@@ -34,6 +35,10 @@ pub struct SetupStats {
     /// Connections refused for a hello that is not a kvs-client's or names
     /// no worker of this server.
     pub refused_hello: u64,
+    /// Members' requests (replication messages) refused on a worker
+    /// connection set up with the client token, summed over the workers
+    /// (published with their counters, at least every 50 ms while busy).
+    pub refused_member_ops: u64,
 }
 
 /// The secrets the server requires: the client token for its workers and
@@ -115,8 +120,9 @@ impl std::fmt::Display for Refusal {
 /// Where an admitted connection goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Target {
-    /// To a worker: a client's data connection.
-    Worker(usize),
+    /// To a worker, in a role: a client's data connection, or a member's
+    /// (which may also replicate).
+    Worker(usize, Role),
     /// To the control thread: a member's or kvs-admin's.
     Control,
 }
@@ -124,7 +130,9 @@ pub(crate) enum Target {
 /// Where a client's private data asks to go, if the server admits it: a
 /// worker takes the client token or the cluster token, the control endpoint
 /// only the cluster token. A token sent to a server that requires none is
-/// ignored.
+/// ignored. A worker connection's role is a member's only with the cluster
+/// token, or on a server with no tokens at all (nothing tells the roles
+/// apart there; see [`crate::role`]).
 pub(crate) fn admit(
     private_data: &[u8],
     tokens: &Tokens,
@@ -157,7 +165,12 @@ pub(crate) fn admit(
     if usize::from(w) >= workers {
         return Err(Refusal::NoWorker(w, workers));
     }
-    Ok(Target::Worker(usize::from(w)))
+    let role = if is(&tokens.cluster) || (tokens.client.is_none() && tokens.cluster.is_none()) {
+        Role::Member
+    } else {
+        Role::Client
+    };
+    Ok(Target::Worker(usize::from(w), role))
 }
 
 /// Refusals are logged at most once a second (a flood of bad clients must not
@@ -228,11 +241,11 @@ pub(crate) fn accept(
         }
         for p in ready.drain(..) {
             match admit(p.private_data(), &tokens, workers.len()) {
-                Ok(Target::Worker(w)) => {
+                Ok(Target::Worker(w, role)) => {
                     // A worker that has stopped drops the connection; a
                     // sleeping one wakes to take it.
                     let (tx, waker) = &workers[w];
-                    if tx.send(ToWorker::Connection(p)).is_ok() {
+                    if tx.send(ToWorker::Connection(p, role)).is_ok() {
                         waker.wake();
                     }
                 }
@@ -282,9 +295,16 @@ mod tests {
         let c = AuthToken::new("the-cluster-token").unwrap();
         let other = AuthToken::new("the-tokeN").unwrap();
         let both = tokens(Some(&t), Some(&c));
-        assert_eq!(admit(&hello(1, Some(&t)), &both, 2), Ok(Target::Worker(1)));
-        // Members and kvs-admin may use the data path too.
-        assert_eq!(admit(&hello(1, Some(&c)), &both, 2), Ok(Target::Worker(1)));
+        let (client, member) = (Role::Client, Role::Member);
+        assert_eq!(
+            admit(&hello(1, Some(&t)), &both, 2),
+            Ok(Target::Worker(1, client))
+        );
+        // Members and kvs-admin may use the data path too, as members.
+        assert_eq!(
+            admit(&hello(1, Some(&c)), &both, 2),
+            Ok(Target::Worker(1, member))
+        );
         assert_eq!(admit(&hello(1, None), &both, 2), Err(Refusal::NoToken));
         assert_eq!(
             admit(&hello(1, Some(&other)), &both, 2),
@@ -300,10 +320,17 @@ mod tests {
             Err(Refusal::WrongToken)
         );
         assert_eq!(admit(b"GET / HTTP/1.1", &both, 2), Err(Refusal::NotKvs));
-        // Without a token configured, any hello naming a worker is admitted.
+        // Without a token configured, any hello naming a worker is admitted,
+        // and nothing tells a member from a client.
         let open = Tokens::default();
-        assert_eq!(admit(&hello(0, None), &open, 1), Ok(Target::Worker(0)));
-        assert_eq!(admit(&hello(0, Some(&t)), &open, 1), Ok(Target::Worker(0)));
+        assert_eq!(
+            admit(&hello(0, None), &open, 1),
+            Ok(Target::Worker(0, member))
+        );
+        assert_eq!(
+            admit(&hello(0, Some(&t)), &open, 1),
+            Ok(Target::Worker(0, member))
+        );
         for r in [Refusal::NoToken, Refusal::WrongToken, Refusal::ClientToken] {
             assert!(!r.to_string().contains("the-token"));
         }
@@ -331,9 +358,21 @@ mod tests {
             admit(&hello(CONTROL, Some(&other)), &both, 2),
             Err(Refusal::WrongToken)
         );
-        // A cluster token alone: open data, guarded control.
+        // A cluster token alone: open data, guarded control and
+        // replication.
         let guarded = tokens(None, Some(&c));
-        assert_eq!(admit(&hello(0, None), &guarded, 1), Ok(Target::Worker(0)));
+        assert_eq!(
+            admit(&hello(0, None), &guarded, 1),
+            Ok(Target::Worker(0, Role::Client))
+        );
+        assert_eq!(
+            admit(&hello(0, Some(&t)), &guarded, 1),
+            Ok(Target::Worker(0, Role::Client))
+        );
+        assert_eq!(
+            admit(&hello(0, Some(&c)), &guarded, 1),
+            Ok(Target::Worker(0, Role::Member))
+        );
         assert_eq!(
             admit(&hello(CONTROL, None), &guarded, 1),
             Err(Refusal::NoClusterToken)

@@ -28,6 +28,7 @@ use crate::lease::Lease;
 use crate::migration::copy_in::{Copies, CopyPull};
 use crate::migration::outgoing::Outgoing;
 use crate::migration::waiting::{Parked, Waiting};
+use crate::role::Role;
 use crate::start_error::StartError;
 use crate::to_control::ToControl;
 use crate::to_worker::ToWorker;
@@ -109,6 +110,9 @@ impl OnTransport for Worker {
         let Some(mut s) = self.open::<T>(&dev) else {
             return;
         };
+        if s.w == 0 {
+            crate::crash::debug_panic("worker");
+        }
         let mut turn = TurnRequests::default();
         loop {
             let n = s.wait();
@@ -382,7 +386,10 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     fn serve(&mut self, req: copyrpc::RecvHandle, warmed: Option<Warmed>) {
         let max = req.max_response();
         let handled = match self.ctx.request(&req) {
-            Some(b) => match self.h.serve(b, max, &mut self.out, warmed) {
+            Some(b) => match self
+                .h
+                .serve(b, max, &mut self.out, warmed, Role::of_tag(req.tag()))
+            {
                 Served::Handled(handled) => handled,
                 // A GET's value goes from the store into the send ring,
                 // after the header.
@@ -536,8 +543,8 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     /// Acts on one message of the worker's channel.
     fn on_message(&mut self, m: ToWorker) {
         match m {
-            ToWorker::Connection(p) if self.drain_until.is_none() => self.connect(p),
-            ToWorker::Connection(p) => p.refuse("the server is shutting down"),
+            ToWorker::Connection(p, role) if self.drain_until.is_none() => self.connect(p, role),
+            ToWorker::Connection(p, _) => p.refuse("the server is shutting down"),
             ToWorker::Map(m) => self.install(m),
             ToWorker::Freeze { first, end } => {
                 self.h.frozen = Some(Frozen {
@@ -562,9 +569,10 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         }
     }
 
-    /// A new client: its connection is set up and watched (and, with
-    /// `huge_pages`, where its rings are is said).
-    fn connect(&mut self, p: copyrpc::conn::PendingConnection) {
+    /// A new client: its connection is set up, tagged with its role (which
+    /// its requests then carry), and watched (and, with `huge_pages`, where
+    /// its rings are is said).
+    fn connect(&mut self, p: copyrpc::conn::PendingConnection, role: Role) {
         let w = self.w;
         let before = if self.cfg.huge_pages {
             self.ctx.huge_page_rings()
@@ -573,6 +581,8 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         };
         match p.establish(&mut self.ctx, &self.answer) {
             Ok(c) => {
+                // Tagged before any of its requests is taken.
+                self.ctx.set_tag(c.endpoint(), role.tag());
                 let rings = self.ctx.huge_page_rings().saturating_sub(before);
                 match self
                     .cfg
@@ -695,6 +705,9 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                 .huge_rings
                 .store(self.ctx.huge_page_rings() as u64, Ordering::Relaxed);
         }
+        stats
+            .refused_member_ops
+            .store(h.refused_member_ops, Ordering::Relaxed);
         stats.requests.publish(&h.metrics);
     }
 

@@ -388,6 +388,9 @@ fn embed(set: &Settings, wl: &CoreWorkload) -> Embedded {
         transport: set.transport,
         ..defaults
     };
+    // A panic in the embedded server's threads (or the driver's) ends the
+    // run at once, instead of leaving it waiting on a dead worker.
+    kvs_server::abort_on_panic();
     let s = kvs_server::Server::start(cfg).unwrap_or_else(|e| die(&e));
     eprintln!(
         "ycsb-driver: embedded kvs-server ({} worker(s)) on the software device, fabric {fabric}",
