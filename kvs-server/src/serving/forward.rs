@@ -173,6 +173,36 @@ struct Pending {
     slot: u32,
     /// Why a backup did not apply it.
     failed: Option<String>,
+    /// The links of the backups it was sent to that counted for the
+    /// answer then (ready in the map it was accepted under, or their copy
+    /// reported ready): a refusal from one fails the write even if the
+    /// map has changed since (the backup may be the slot's primary now).
+    counted: Counted,
+}
+
+/// The links a pending write counts on (see [`Pending::counted`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Counted {
+    ids: [u16; 4],
+    n: u8,
+}
+
+impl Counted {
+    fn add(&mut self, id: u16) {
+        if let Some(slot) = self.ids.get_mut(usize::from(self.n)) {
+            *slot = id;
+        }
+        self.n = self.n.saturating_add(1);
+    }
+
+    /// Whether the link numbered `id` counted; past four links (never
+    /// more than three backups and a migration's target), every one does.
+    fn has(&self, id: u64) -> bool {
+        usize::from(self.n) > self.ids.len()
+            || self.ids[..usize::from(self.n)]
+                .iter()
+                .any(|&i| u64::from(i) == id)
+    }
 }
 
 #[derive(Debug)]
@@ -406,6 +436,7 @@ impl Forwarder {
             fp: f.fp,
             slot: f.slot,
             failed: None,
+            counted: Counted::default(),
         });
         if self.msg.is_empty() {
             let p = self.pending[idx as usize].as_mut().expect("just set");
@@ -436,8 +467,17 @@ impl Forwarder {
                 None => false,
             };
             if sent {
+                let counts = b.ready
+                    || self
+                        .job(f.slot, b.owner)
+                        .is_some_and(|i| self.copies[i].step == Step::Done);
+                let li = self.links.iter().position(|l| l.owner == b.owner);
+                let id = li.map(|li| self.links[li].id);
                 let p = self.pending[idx as usize].as_mut().expect("just set");
                 p.waiting += 1;
+                if let (true, Some(id)) = (counts, id) {
+                    p.counted.add(id);
+                }
             } else {
                 let why = format!(
                     "no connection to the backup on member {} yet",
@@ -661,9 +701,15 @@ impl Forwarder {
                     };
                     p.waiting = p.waiting.saturating_sub(1);
                     if let Some(why) = a.refused {
-                        // A link gone since (its backup was dropped from
-                        // the map) is not found: the write does not count
-                        // on it.
+                        // A backup that counted when the write was sent
+                        // fails it, whatever the map says now: it may be
+                        // the slot's primary since, without the write.
+                        if p.counted.has(hi) {
+                            p.failed.get_or_insert_with(|| why.clone());
+                        }
+                        // Its repair is judged by the map as it is now; a
+                        // link gone since (its backup dropped from the map)
+                        // needs none.
                         let link = self.links.iter().find(|l| u64::from(l.id) == hi);
                         if let Some(owner) = link.map(|l| l.owner) {
                             self.write_missed(h, idx, owner, why);
