@@ -20,6 +20,8 @@ const DEVICES: [u32; 5] = [1, 4, 5, 6, 7];
 
 /// One member.
 pub struct Member {
+    /// Its id in the cluster (a new one after its data dir was wiped).
+    pub id: u16,
     /// Its software device.
     pub dev: u32,
     /// Its data dir.
@@ -88,6 +90,7 @@ impl Cluster {
         for m in 0..n {
             let dir = c.root.join(format!("m{m}"));
             c.members.push(Member {
+                id: m as u16,
                 dev: DEVICES[m],
                 dir,
                 addr: "127.0.0.1:0".parse().unwrap(),
@@ -95,7 +98,7 @@ impl Cluster {
                 paused: false,
                 past_output: String::new(),
             });
-            c.launch(m);
+            c.launch(m, (m > 0).then_some(0));
             let want = m + 1;
             c.wait("the join", Duration::from_secs(30), |c| {
                 c.view().is_some_and(|g| {
@@ -112,9 +115,10 @@ impl Cluster {
     }
 
     /// Starts member `m`'s process (the first time on a free port, then at
-    /// its address, from its data dir).
-    fn launch(&mut self, m: usize) {
-        let join = (m > 0).then(|| self.members[0].addr.to_string());
+    /// its address, from its data dir), joining member `join` if its data
+    /// dir is empty.
+    fn launch(&mut self, m: usize, join: Option<usize>) {
+        let join = join.map(|j| self.members[j].addr.to_string());
         let me = &self.members[m];
         let dev = format!("sim{}", me.dev);
         let addr = me.addr.to_string();
@@ -225,7 +229,9 @@ impl Cluster {
             && self.view().is_some_and(|g| {
                 g.leader.is_some()
                     && g.under_replicated_slots == 0
-                    && g.members.iter().all(|m| m.state == "up")
+                    && g.members
+                        .iter()
+                        .all(|m| m.state == "up" || m.state == "left")
             })
             && self.migration_finished()
             && (0..n).all(|m| {
@@ -282,8 +288,65 @@ impl Cluster {
     /// Member `m` again, from its data dir.
     pub fn restart(&mut self, m: usize) {
         if self.members[m].proc.is_none() {
-            self.launch(m);
+            self.launch(m, None);
         }
+    }
+
+    /// Member `m` killed, its data dir lost: the group marks it failed and
+    /// fails its slots over, the operator forgets it (`kvs-admin forget`),
+    /// and it joins again, empty, as a new member at the same address.
+    pub fn wipe(&mut self, m: usize) -> Result<u16, String> {
+        self.kill(m);
+        let old = self.members[m].id;
+        self.wait(
+            &format!("member {old} marked failed"),
+            Duration::from_secs(20),
+            |c| {
+                c.view()
+                    .is_some_and(|g| g.members.iter().any(|x| x.id == old && x.state == "failed"))
+            },
+        )?;
+        // Forgetting waits until its slots have failed over.
+        let forget = ControlRequest::Forget {
+            member: old,
+            force: false,
+        };
+        let t = Instant::now();
+        loop {
+            match self.request(&forget)? {
+                ControlReply::Ok => break,
+                r if t.elapsed() > Duration::from_secs(30) => {
+                    return Err(format!("forget {old}: {r:?}"));
+                }
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.members[m].dir);
+        let via = self
+            .live()
+            .find(|&x| x != m)
+            .ok_or("no live member to join")?;
+        self.launch(m, Some(via));
+        let addr = self.members[m].addr;
+        self.wait(
+            &format!("member at {addr} rejoined"),
+            Duration::from_secs(30),
+            |c| {
+                c.view().is_some_and(|g| {
+                    g.members
+                        .iter()
+                        .any(|x| x.addr == addr && x.id != old && x.state == "up")
+                })
+            },
+        )?;
+        let id = self.view().and_then(|g| {
+            g.members
+                .iter()
+                .find(|x| x.addr == addr && x.id != old && x.state == "up")
+                .map(|x| x.id)
+        });
+        self.members[m].id = id.ok_or("the rejoined member vanished")?;
+        Ok(self.members[m].id)
     }
 
     /// SIGSTOP (`true`) or SIGCONT (`false`) to member `m`.

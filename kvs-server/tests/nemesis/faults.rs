@@ -35,6 +35,9 @@ pub enum Kind {
     Partition,
     /// SIGTERM (it hands its slots over), then restarted.
     TermRestart,
+    /// `kill -9`, its data dir lost, forgotten, and joined again as a new
+    /// member.
+    Wipe,
     /// `kvs-admin drain` while another member is paused briefly, then a
     /// restart (a drained member takes nothing until it restarts).
     Drain,
@@ -65,6 +68,7 @@ impl Kind {
             Kind::PauseLong => "long pause",
             Kind::Partition => "partition",
             Kind::TermRestart => "SIGTERM and restart",
+            Kind::Wipe => "data dir wiped",
             Kind::Drain => "drain with a slow backup",
             Kind::Migrate => "migrate",
             Kind::Rebalance => "rebalance",
@@ -176,6 +180,13 @@ impl Nemesis {
                 format!("SIGTERM member {m} (exited by itself: {clean}), restarted")
             }
             Kind::Drain => self.drain(c, m)?,
+            Kind::Wipe => {
+                let old = c.members[m].id;
+                let new = c.wipe(m)?;
+                format!(
+                    "kill -9 member {old}, its data dir wiped, forgotten, joined as member {new}"
+                )
+            }
             Kind::Migrate => self.migrate(c, m)?,
             Kind::Rebalance => format!(
                 "rebalance: {}",
@@ -222,10 +233,11 @@ impl Nemesis {
         let slots = 1024u32;
         let len = 1 + self.rng.below(u64::from(slots / 4)) as u32;
         let first = self.rng.below(u64::from(slots - len)) as u32;
+        let to = c.members[to].id;
         let req = ControlRequest::Migrate {
             first,
             end: first + len,
-            to: to as u16,
+            to,
         };
         Ok(format!(
             "migrate slots {first}..{} to member {to}: {}",

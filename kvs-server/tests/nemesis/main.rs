@@ -53,10 +53,10 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "r2-crash",
-        what: "two copies: kill -9 (with a slow backup), pauses, SIGTERM",
+        what: "two copies: kill -9 (with a slow backup), a data dir wiped, pauses, SIGTERM",
         members: 3,
         replicas: 2,
-        faults: &[Kind::Kill, Kind::KillSlowBackup, Kind::PauseShort, Kind::TermRestart],
+        faults: &[Kind::Kill, Kind::KillSlowBackup, Kind::PauseShort, Kind::TermRestart, Kind::Wipe],
     },
     Scenario {
         name: "r2-pause",
@@ -77,6 +77,7 @@ const SCENARIOS: &[Scenario] = &[
             Kind::PauseLong,
             Kind::Partition,
             Kind::TermRestart,
+            Kind::Wipe,
             Kind::Drain,
             Kind::Migrate,
             Kind::Rebalance,
@@ -86,7 +87,12 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 /// CI's runs: (scenario, seed), a few minutes in all.
-const CI_RUNS: &[(&str, u64)] = &[("r2-crash", 1), ("r1-pause", 2)];
+const CI_RUNS: &[(&str, u64)] = &[
+    ("r2-crash", 1),
+    ("r1-pause", 2),
+    ("r2-pause", 3),
+    ("r3-mixed", 4),
+];
 
 /// The command line.
 #[derive(Debug)]
