@@ -451,7 +451,7 @@ impl State {
                 zone,
             } => match self.join(addr, workers, slots, bulk_port, zone, local) {
                 Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
-                Err(r) => r,
+                Err(r) => *r,
             },
             ControlRequest::Migrate { first, end, to } => {
                 let at_ms = now_ms();
@@ -618,27 +618,28 @@ impl State {
         bulk_port: u16,
         zone: Option<String>,
         local: Option<SocketAddr>,
-    ) -> Result<u16, ControlReply> {
+    ) -> Result<u16, Box<ControlReply>> {
         if addr.ip().is_unspecified() || addr.port() == 0 {
-            return Err(ControlReply::error(format!(
+            return Err(Box::new(ControlReply::error(format!(
                 "{addr} is not an address others can reach (set advertise)"
-            )));
+            ))));
         }
-        let s = self
-            .group
-            .state()
-            .ok_or_else(|| ControlReply::error("this member has no state yet".to_string()))?;
+        let s = self.group.state().ok_or_else(|| {
+            Box::new(ControlReply::error(
+                "this member has no state yet".to_string(),
+            ))
+        })?;
         if slots != s.map().slots() {
-            return Err(ControlReply::error(format!(
+            return Err(Box::new(ControlReply::error(format!(
                 "the joining server has slots = {slots}; the cluster has {}",
                 s.map().slots()
-            )));
+            ))));
         }
         if let Some(m) = s.member_at(addr) {
-            return Err(ControlReply::error(format!(
+            return Err(Box::new(ControlReply::error(format!(
                 "{addr} is member {m} already: start it with its data dir to resume it, \
                  or forget member {m} (kvs-admin forget {m}) to join anew"
-            )));
+            ))));
         }
         // The leader learns its own address from the first member that
         // reaches it, when it listens on an unspecified one.
@@ -649,12 +650,12 @@ impl State {
                 addr: SocketAddr::new(l.ip(), own.port()),
                 bulk_port: self.bulk_port,
             };
-            self.group.propose(&cmd).map_err(refusal)?;
+            self.group.propose(&cmd).map_err(|e| Box::new(refusal(e)))?;
         }
         let id = self
             .group
             .propose_join(addr, workers, bulk_port, zone)
-            .map_err(refusal)?;
+            .map_err(|e| Box::new(refusal(e)))?;
         eprintln!("kvs-server: proposing {addr} ({workers} workers) as member {id}");
         Ok(id)
     }

@@ -87,11 +87,14 @@ impl Cluster {
             cc,
             fab,
         };
-        for m in 0..n {
+        if n > DEVICES.len() {
+            return Err(format!("at most {} members", DEVICES.len()));
+        }
+        for (m, &dev) in DEVICES.iter().enumerate().take(n) {
             let dir = c.root.join(format!("m{m}"));
             c.members.push(Member {
                 id: m as u16,
-                dev: DEVICES[m],
+                dev,
                 dir,
                 addr: "127.0.0.1:0".parse().unwrap(),
                 proc: None,
