@@ -178,9 +178,10 @@ pub enum Command {
     Drain(DrainArgs),
     /// Removes a member from the cluster for good (a host retired, or dead
     /// and not coming back). Refused while it owns slots: move them away
-    /// first (migrate, or rebalance while it is up), or give --force to
-    /// declare their records lost (its slots go, empty, to the members that
-    /// are up). Its id is never used again; the server, if it still runs,
+    /// first (migrate, or rebalance while it is up), or give --force: its
+    /// slots with a ready backup on a member that is up fail over to it,
+    /// and the others go, empty, to the members that are up, their records
+    /// lost. Its id is never used again; the server, if it still runs,
     /// stops.
     Forget(ForgetArgs),
 }
@@ -246,7 +247,8 @@ pub struct ForgetArgs {
     /// The member to remove: its id (0, 1, …) or its address.
     #[arg(value_name = "MEMBER")]
     pub member: MemberRef,
-    /// Forget it even though it owns slots: their records are lost.
+    /// Forget it even though it owns slots: those with a ready backup fail
+    /// over to it; the records of the others are lost.
     #[arg(long)]
     pub force: bool,
 }

@@ -207,7 +207,9 @@ pub enum Membership {
         voter: bool,
     },
     /// A member removed for good. Refused while it owns slots unless
-    /// `force`, which gives its slots, empty, to the members that are up.
+    /// `force`, which fails its slots over to their ready backups on
+    /// members that are up, and gives those with none, empty, to the
+    /// members that are up.
     Forget {
         /// The member.
         member: u16,
@@ -254,11 +256,14 @@ pub enum Applied {
         /// Its start's number.
         nonce: u64,
     },
-    /// A member was forgotten; how many slots it lost (with `force`).
+    /// A member was forgotten; how many of its slots failed over to their
+    /// ready backups, and how many it lost (with `force`).
     Left {
         /// The member.
         member: u16,
-        /// Slots given away empty.
+        /// Slots that went to a ready backup, records and all.
+        moved: u32,
+        /// Slots given away empty: their records are lost.
         lost_slots: u32,
     },
     /// The entry was not valid against the state, and changed nothing.
@@ -618,8 +623,8 @@ impl ClusterState {
                 if (held > 0 || importing) && !force {
                     return Err(format!(
                         "member {member} owns {held} slots; move them away first \
-                         (kvs-admin migrate), or forget it with --force to declare \
-                         their records lost"
+                         (kvs-admin migrate), or forget it with --force: slots with a \
+                         ready backup fail over to it, the others' records are lost"
                     ));
                 }
                 let others = self
@@ -724,56 +729,66 @@ impl ClusterState {
                 self.members[usize::from(member)].voter = voter;
                 Applied::Voter { member, voter }
             }
-            Membership::Forget { member, at_ms, .. } => {
-                // A migration from or to it goes on without it.
-                let unblocked = self
-                    .migration
-                    .as_mut()
-                    .filter(|g| g.running())
-                    .is_some_and(|g| g.forget(member));
-                let mut map = self.map.clone();
-                let lost = map.slots_of(member);
-                let takers: Vec<u16> = self
-                    .live_members()
-                    .filter(|&m| m != member && self.member_state(m) == Some(MemberState::Up))
-                    .collect();
-                // Runs of the member's slots go, empty, to the members that
-                // are up in turn.
-                let mut turn = 0usize;
-                for r in self.map.runs() {
-                    if r.owner.member == member {
-                        let to = takers[turn % takers.len()];
-                        turn += 1;
-                        if map.assign(r.slots.clone(), to, None).is_err() {
-                            return Applied::Refused(format!(
-                                "cannot give slots {}..{} to member {to}",
-                                r.slots.start, r.slots.end
-                            ));
-                        }
-                    }
-                }
-                // Imports from it end: what was not pulled is lost.
-                for s in 0..map.slots() {
-                    if map.importing_from(s) == Some(member) {
-                        let _ = map.finish_import(s..s + 1);
-                    }
-                }
-                self.members[usize::from(member)] = Standing {
-                    state: MemberState::Left,
-                    voter: false,
-                    zone: None,
-                    drained: false,
-                };
-                self.set_map(map, at);
-                if unblocked {
-                    self.step_migration(at, Some(at_ms));
-                }
-                self.reconcile(at);
-                Applied::Left {
-                    member,
-                    lost_slots: lost,
+            Membership::Forget { member, at_ms, .. } => self.forget(member, at_ms, at),
+        }
+    }
+
+    /// A `Forget` change (checked): `member` leaves. Each slot it is primary
+    /// of goes to its first ready backup on a member that is up, as a
+    /// failover does (every acknowledged write is on that copy); only the
+    /// slots with no such backup go, empty, to the members that are up in
+    /// turn, their records lost.
+    fn forget(&mut self, member: u16, at_ms: u64, at: (u64, u64)) -> Applied {
+        // A migration from or to it goes on without it.
+        let unblocked = self
+            .migration
+            .as_mut()
+            .filter(|g| g.running())
+            .is_some_and(|g| g.forget(member));
+        let mut map = self.map.clone();
+        let up: Vec<u16> = self.up_members().filter(|&m| m != member).collect();
+        let moved = replication::failover(&mut map, member, |m| up.contains(&m));
+        let lost = map.slots_of(member);
+        let takers: Vec<u16> = self
+            .live_members()
+            .filter(|&m| m != member && self.member_state(m) == Some(MemberState::Up))
+            .collect();
+        // Runs of the slots left go, empty, to the members that are up in
+        // turn.
+        let mut turn = 0usize;
+        for r in map.clone().runs() {
+            if r.owner.member == member {
+                let to = takers[turn % takers.len()];
+                turn += 1;
+                if map.assign(r.slots.clone(), to, None).is_err() {
+                    return Applied::Refused(format!(
+                        "cannot give slots {}..{} to member {to}",
+                        r.slots.start, r.slots.end
+                    ));
                 }
             }
+        }
+        // Imports from it end: what was not pulled is lost.
+        for s in 0..map.slots() {
+            if map.importing_from(s) == Some(member) {
+                let _ = map.finish_import(s..s + 1);
+            }
+        }
+        self.members[usize::from(member)] = Standing {
+            state: MemberState::Left,
+            voter: false,
+            zone: None,
+            drained: false,
+        };
+        self.set_map(map, at);
+        if unblocked {
+            self.step_migration(at, Some(at_ms));
+        }
+        self.reconcile(at);
+        Applied::Left {
+            member,
+            moved,
+            lost_slots: lost,
         }
     }
 
@@ -1322,6 +1337,7 @@ mod tests {
             s.apply_membership(&f2, (9, 1)),
             Applied::Left {
                 member: 2,
+                moved: 0,
                 lost_slots: 0
             }
         );
@@ -1347,6 +1363,7 @@ mod tests {
             s.apply_membership(&ff, (11, 1)),
             Applied::Left {
                 member: 0,
+                moved: 0,
                 lost_slots: 64
             }
         );
@@ -1677,6 +1694,47 @@ mod tests {
         );
         assert_eq!(s.map().importing_from(3), None);
         assert_eq!(s.map().slots_of(0), 0);
+    }
+
+    #[test]
+    fn forget_with_force_fails_slots_over_to_ready_backups_and_loses_the_rest() {
+        let mut s = three();
+        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
+            let mut m = s.map.clone();
+            m.assign(r, to, None).unwrap();
+            s.set_map(m, (9, 1));
+        }
+        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        // Member 2's slots are backed up on member 0; 42..53 are copied.
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
+        let since = s.map().version();
+        s.apply(&ready_cmd(0, vec![(42, 53)], since), (11, 1));
+        let heirs: Vec<_> = (42..53).map(|x| s.map().backups(x)[0].owner).collect();
+        // Member 2 dies and is forgotten before the leader marks it failed
+        // (an operator who knows the machine is gone).
+        let f = Membership::Forget {
+            member: 2,
+            force: true,
+            at_ms: 0,
+        };
+        assert_eq!(
+            s.apply_membership(&f, (12, 1)),
+            Applied::Left {
+                member: 2,
+                moved: 11,
+                lost_slots: 11
+            },
+            "only slots without a ready copy are lost"
+        );
+        // The copied slots are their backups' now, records and all: the
+        // owner is the backup's worker, with nothing to import.
+        for (x, heir) in (42..53).zip(heirs) {
+            assert_eq!(s.map().owner_of_slot(x), heir, "slot {x}");
+            assert_eq!(s.map().importing_from(x), None);
+        }
+        // The others went out empty, to the members that are up.
+        assert!((53..64).all(|x| s.map().owner_of_slot(x).member != 2));
+        assert_eq!(s.map().slots_of(2), 0);
     }
 
     #[test]

@@ -69,8 +69,9 @@ pub enum ControlRequest {
         replicas: u8,
     },
     /// Remove member `member` from the cluster for good (leader only).
-    /// Refused while it owns slots, unless `force` declares their records
-    /// lost (its slots go, empty, to the members that are up).
+    /// Refused while it owns slots, unless `force`: its slots with a ready
+    /// backup on a member that is up fail over to it, and the others go,
+    /// empty, to the members that are up, their records lost.
     Forget {
         /// The member.
         member: u16,

@@ -865,11 +865,23 @@ impl State {
                 eprintln!("kvs-server: control group: member {m} is up again");
                 true
             }
-            Applied::Left { member, lost_slots } => {
+            Applied::Left {
+                member,
+                moved,
+                lost_slots,
+            } => {
                 eprintln!(
-                    "kvs-server: control group: member {member} was forgotten{}",
+                    "kvs-server: control group: member {member} was forgotten{}{}",
+                    if moved > 0 {
+                        format!("; {moved} of its slots failed over to their ready backups")
+                    } else {
+                        String::new()
+                    },
                     if lost_slots > 0 {
-                        format!("; the records of its {lost_slots} slots are lost")
+                        format!(
+                            "; {lost_slots} slots had no ready backup and go out empty: \
+                             their records are lost"
+                        )
                     } else {
                         String::new()
                     }
