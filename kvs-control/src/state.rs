@@ -669,27 +669,55 @@ impl ClusterState {
     }
 
     /// The next change of voters toward [`voter_target`](Self::voter_target),
-    /// if one is due: `(member, true)` makes the lowest-numbered learner that
-    /// is up a voter; `(member, false)` makes a voter a learner (a failed one
-    /// first, else the highest-numbered; never `leader`).
+    /// if one is due: `(member, true)` makes a learner that is up a voter
+    /// (the lowest-numbered in a zone with no voter that is up, else the
+    /// lowest-numbered); `(member, false)` makes a voter a learner (a failed
+    /// one first, else the highest-numbered; never `leader`).
+    ///
+    /// A voter marked failed while a learner is up makes way for it:
+    /// demoted first, then the learner promoted. The failed voter still
+    /// counts toward the quorum, so without the swap a second failure would
+    /// stop the group although members enough to vote are up. The mark
+    /// already waited out `member_timeout`, so a voter that only paused is
+    /// not swapped; one that comes back stays a learner, the group having
+    /// its voters. Demoting before promoting keeps every step's quorum
+    /// within the members that are up (two of two, then two of three),
+    /// whatever the learner's log.
     pub fn voter_change(&self, leader: u16) -> Option<(u16, bool)> {
         let voters: Vec<u16> = self.live_voters().collect();
         let target = self.voter_target();
         if voters.len() < target {
-            return self
-                .up_members()
-                .find(|&m| !self.is_voter(m))
-                .map(|m| (m, true));
+            return self.next_voter().map(|m| (m, true));
         }
+        let failed = voters
+            .iter()
+            .copied()
+            .find(|&v| v != leader && self.member_state(v) == Some(MemberState::Failed));
         if voters.len() > target {
-            let failed = voters
-                .iter()
-                .copied()
-                .find(|&v| v != leader && self.member_state(v) == Some(MemberState::Failed));
             let highest = voters.iter().copied().rev().find(|&v| v != leader);
             return failed.or(highest).map(|m| (m, false));
         }
-        None
+        failed
+            .filter(|_| self.next_voter().is_some())
+            .map(|m| (m, false))
+    }
+
+    /// The learner that is up to make a voter next: the lowest-numbered in
+    /// a zone where no voter is up (a member without a zone is a zone of
+    /// its own), else the lowest-numbered, so the voters spread over zones
+    /// and one zone's loss takes as few as it can.
+    fn next_voter(&self) -> Option<u16> {
+        let voting_zones: Vec<&str> = self
+            .live_voters()
+            .filter(|&v| self.member_state(v) == Some(MemberState::Up))
+            .filter_map(|v| self.zone(v))
+            .collect();
+        let learners: Vec<u16> = self.up_members().filter(|&m| !self.is_voter(m)).collect();
+        learners
+            .iter()
+            .copied()
+            .find(|&m| self.zone(m).is_none_or(|z| !voting_zones.contains(&z)))
+            .or_else(|| learners.first().copied())
     }
 
     /// Applies a membership change committed at `at` (index, term); the
@@ -1279,6 +1307,57 @@ mod tests {
             Applied::Refused(_)
         ));
         assert_eq!(s2, s, "a refused change changes nothing");
+    }
+
+    #[test]
+    fn a_failed_voter_makes_way_for_a_learner_in_a_zone_without_a_voter() {
+        // Voters 0, 1, 2 in zones a, b, c; learners 3 (zone a) and 4 (d).
+        let map = ShardMap::single(addr(7000), 64, 2).unwrap();
+        let mut f = founding(3);
+        f.zone = Some("a".into());
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), f, map);
+        for (i, z) in [(1u16, "b"), (2, "c"), (3, "a"), (4, "d")] {
+            let j = Membership::Join {
+                member: i,
+                addr: addr(7000 + i),
+                workers: 2,
+                bulk_port: 9000 + i,
+                zone: Some(z.into()),
+            };
+            assert_eq!(
+                s.apply_membership(&j, (u64::from(i) + 1, 1)),
+                Applied::Joined(i)
+            );
+        }
+        let mut at = 10;
+        let mut apply = |s: &mut ClusterState, (member, voter)| {
+            at += 1;
+            let v = Membership::Voter { member, voter };
+            assert!(matches!(
+                s.apply_membership(&v, (at, 1)),
+                Applied::Voter { .. }
+            ));
+        };
+        while let Some(c) = s.voter_change(0) {
+            apply(&mut s, c);
+        }
+        assert_eq!(s.live_voters().collect::<Vec<_>>(), [0, 1, 2]);
+        // Member 1 fails: it goes back to learning, and the learner in a
+        // zone with no voter (d, not a) votes in its place.
+        s.apply(&Command::MarkFailed { member: 1 }, (20, 1));
+        assert_eq!(s.voter_change(0), Some((1, false)));
+        apply(&mut s, (1, false));
+        assert_eq!(s.voter_change(0), Some((4, true)));
+        apply(&mut s, (4, true));
+        assert_eq!(s.voter_change(0), None);
+        // Back up, it stays a learner: the group has its voters.
+        s.apply(&Command::MarkUp { member: 1 }, (21, 1));
+        assert_eq!(s.voter_change(0), None);
+        // A failed voter with no learner up to take its place stays.
+        s.apply(&Command::MarkFailed { member: 1 }, (22, 1));
+        s.apply(&Command::MarkFailed { member: 3 }, (23, 1));
+        s.apply(&Command::MarkFailed { member: 2 }, (24, 1));
+        assert_eq!(s.voter_change(0), None);
     }
 
     #[test]

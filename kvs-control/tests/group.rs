@@ -438,3 +438,47 @@ fn a_snapshot_lost_on_the_way_is_sent_again() {
         }
     }
 }
+
+#[test]
+fn a_failed_voter_is_replaced_by_a_learner_so_a_second_failure_keeps_the_quorum() {
+    // Five members, three of them voters: members 3 and 4 are learners.
+    let mut net = Net::new(5, 3, cfg());
+    let l = net.leader().unwrap();
+    let voters = |n: &Net, at: u16| -> Vec<u16> {
+        let s = n.state(at).unwrap();
+        s.live_members().filter(|&m| s.is_voter(m)).collect()
+    };
+    assert_eq!(voters(&net, l).len(), 3);
+    let first = voters(&net, l).into_iter().find(|&v| v != l).unwrap();
+    net.kill(first);
+    // Marked failed, then swapped for a learner that is up.
+    net.run_until(Duration::from_secs(5), |n| {
+        let v = voters(n, l);
+        n.all_agree() && v.len() == 3 && !v.contains(&first)
+    })
+    .expect("the failed voter is replaced by a learner");
+    let s = net.state(l).unwrap();
+    assert_eq!(s.member_state(first), Some(MemberState::Failed));
+    assert!(!s.is_voter(first), "the failed voter is a learner now");
+    // The second failure: the leader itself. The two voters left elect a
+    // leader, and every member that is up holds a lease again.
+    net.kill(l);
+    net.run_until(Duration::from_secs(5), |n| {
+        n.leader().is_some_and(|nl| {
+            let s = n.state(nl).unwrap();
+            s.member_state(l) == Some(MemberState::Failed)
+        })
+    })
+    .expect("a new leader, which marks the old one failed");
+    let nl = net.leader().unwrap();
+    let v = net.move_slots(0..16, nl);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .expect("the group commits with two of its three voters");
+    net.run_for(Duration::from_millis(200));
+    let now = net.now;
+    for m in net.alive().collect::<Vec<_>>() {
+        assert!(net.group(m).lease_valid(now), "member {m} holds a lease");
+    }
+}
