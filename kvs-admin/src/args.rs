@@ -206,6 +206,19 @@ pub enum Setting {
     /// failure loses an acknowledged write.
     #[command(after_help = REPLICAS_AFTER_HELP)]
     Replicas(ReplicasArgs),
+    /// Sets the control group's member timeout: the silence after which
+    /// the leader marks a member failed. Every member derives its Raft
+    /// tick, its lease (two fifths of it) and its election timeout from
+    /// the group's value, whatever its own member_timeout_ms says.
+    MemberTimeout(MemberTimeoutArgs),
+}
+
+/// `set member-timeout`'s options.
+#[derive(clap::Args, Debug)]
+pub struct MemberTimeoutArgs {
+    /// The timeout in milliseconds (200 to 60000).
+    #[arg(value_name = "MS")]
+    pub ms: u64,
 }
 
 /// `set replicas`'s options.

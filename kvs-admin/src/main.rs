@@ -94,6 +94,7 @@ impl OnTransport for Job<'_> {
             Command::Drain(d) => drain::drain(&mut admin, d, drain::PACE),
             Command::Set(s) => match &s.what {
                 Setting::Replicas(r) => replicas::set_replicas(&mut admin, r, replicas::PACE),
+                Setting::MemberTimeout(t) => migrate::set_member_timeout(&mut admin, t.ms),
             },
         }
     }

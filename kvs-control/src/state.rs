@@ -166,6 +166,13 @@ pub enum Command {
         /// Its start's random number.
         nonce: u64,
     },
+    /// The group's `member_timeout` becomes `ms` milliseconds (within
+    /// [`MEMBER_TIMEOUT_MS`]): every member derives its timing from it
+    /// ([`GroupConfig::for_member_timeout`](crate::GroupConfig::for_member_timeout)).
+    SetMemberTimeout {
+        /// The timeout, in milliseconds.
+        ms: u64,
+    },
     /// A member came back with a new bulk port (or, listening on an
     /// unspecified address, learned the one others reach it at).
     Readdress {
@@ -240,6 +247,8 @@ pub enum Applied {
     },
     /// A member was marked failed.
     Failed(u16),
+    /// The group's `member_timeout` changed; its new value in milliseconds.
+    MemberTimeout(u64),
     /// A failed member is up again.
     Up(u16),
     /// A member was drained; how many of its slots moved to backups.
@@ -277,6 +286,9 @@ pub struct ClusterState {
     control_voters: u16,
     /// Copies of each slot: its primary and `replicas - 1` backups.
     replicas: u8,
+    /// The group's `member_timeout`, in milliseconds (`None`: a state from
+    /// before the group agreed on it, each member using its own).
+    member_timeout_ms: Option<u64>,
     map: ShardMap,
     /// Per member id.
     members: Vec<Standing>,
@@ -304,6 +316,8 @@ struct Snap {
     control_voters: u16,
     #[serde(default = "one")]
     replicas: u8,
+    #[serde(default)]
+    member_timeout_ms: Option<u64>,
     map: Vec<u8>,
     members: Vec<Standing>,
     map_at: (u64, u64),
@@ -324,10 +338,19 @@ pub struct Founding {
     pub replicas: u8,
     /// The first member's zone.
     pub zone: Option<String>,
+    /// The group's `member_timeout`, in milliseconds, from which every
+    /// member derives its timing (`None`: the founder's own, as
+    /// [`Group::bootstrap`](crate::Group::bootstrap) fills in).
+    pub member_timeout_ms: Option<u64>,
 }
 
 /// The copies of a slot a cluster may keep.
 pub const REPLICAS: std::ops::RangeInclusive<u8> = 1..=3;
+
+/// The group's `member_timeout` may be set to, in milliseconds: under 200
+/// ms a tick would be shorter than 5 ms, and no lease would fit in the
+/// timeout with two election timeouts to spare.
+pub const MEMBER_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 200..=60_000;
 
 impl ClusterState {
     /// A new cluster's first state: one member owning every slot, a voter.
@@ -336,6 +359,7 @@ impl ClusterState {
             cluster_id,
             control_voters: founding.control_voters.max(1),
             replicas: founding.replicas.clamp(*REPLICAS.start(), *REPLICAS.end()),
+            member_timeout_ms: founding.member_timeout_ms,
             members: vec![
                 Standing {
                     state: MemberState::Up,
@@ -485,6 +509,12 @@ impl ClusterState {
     /// Copies of each slot the cluster keeps.
     pub fn replicas(&self) -> u8 {
         self.replicas
+    }
+
+    /// The group's `member_timeout` (`None`: a state from before the group
+    /// agreed on it, each member using its own).
+    pub fn member_timeout(&self) -> Option<std::time::Duration> {
+        self.member_timeout_ms.map(std::time::Duration::from_millis)
     }
 
     /// A member's zone, if it gave one.
@@ -887,6 +917,7 @@ impl ClusterState {
             } => self.hand_over_chunk(first..end, to, at_ms, at),
             &Command::Drain { member } => self.drain(member, at),
             &Command::SetReplicas { replicas } => self.set_replicas(replicas, at),
+            &Command::SetMemberTimeout { ms } => self.set_member_timeout(ms),
             Command::BackupStale { member, slots } => self.backups_stale(*member, slots, at),
             Command::BackupReady {
                 member,
@@ -951,6 +982,23 @@ impl ClusterState {
         } else {
             Applied::Nothing
         }
+    }
+
+    /// A `SetMemberTimeout` command: the group's `member_timeout` becomes
+    /// `ms`, if within [`MEMBER_TIMEOUT_MS`].
+    fn set_member_timeout(&mut self, ms: u64) -> Applied {
+        if !MEMBER_TIMEOUT_MS.contains(&ms) {
+            return Applied::Refused(format!(
+                "member_timeout = {ms} ms: it must be within {}..={} ms",
+                MEMBER_TIMEOUT_MS.start(),
+                MEMBER_TIMEOUT_MS.end()
+            ));
+        }
+        if self.member_timeout_ms == Some(ms) {
+            return Applied::Nothing;
+        }
+        self.member_timeout_ms = Some(ms);
+        Applied::MemberTimeout(ms)
     }
 
     /// A `Map` command: the encoded `map` replaces the group's if it is the
@@ -1134,6 +1182,7 @@ impl ClusterState {
             cluster_id: self.cluster_id,
             control_voters: self.control_voters,
             replicas: self.replicas,
+            member_timeout_ms: self.member_timeout_ms,
             map,
             members: self.members.clone(),
             map_at: self.map_at,
@@ -1157,6 +1206,7 @@ impl ClusterState {
             cluster_id: s.cluster_id,
             control_voters: s.control_voters.max(1),
             replicas: s.replicas.clamp(*REPLICAS.start(), *REPLICAS.end()),
+            member_timeout_ms: s.member_timeout_ms,
             map,
             members: s.members,
             map_at: s.map_at,
@@ -1202,6 +1252,7 @@ mod tests {
             control_voters,
             replicas: 1,
             zone: None,
+            member_timeout_ms: Some(1000),
         }
     }
 
@@ -1820,8 +1871,20 @@ mod tests {
     fn the_state_reads_back_from_its_bytes() {
         let mut s = three();
         s.apply(&Command::MarkFailed { member: 1 }, (9, 3));
+        // The group's member_timeout: within bounds, and kept.
+        assert_eq!(s.member_timeout(), Some(std::time::Duration::from_secs(1)));
+        let bad = Command::SetMemberTimeout { ms: 100 };
+        assert!(matches!(s.apply(&bad, (10, 3)), Applied::Refused(_)));
+        let set = Command::SetMemberTimeout { ms: 1500 };
+        assert_eq!(s.apply(&set, (11, 3)), Applied::MemberTimeout(1500));
+        assert_eq!(s.apply(&set, (12, 3)), Applied::Nothing);
         let back = ClusterState::decode(&s.encode()).unwrap();
         assert_eq!(back, s);
+        // A state from before the group agreed on it: each member's own.
+        let mut old: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        old.as_object_mut().unwrap().remove("member_timeout_ms");
+        let old = ClusterState::decode(&serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(old.member_timeout(), None);
         assert!(ClusterState::decode(b"{}").is_err());
         let c = Command::Readdress {
             member: 1,

@@ -261,6 +261,7 @@ fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
         control_voters: 3,
         replicas: 1,
         zone: None,
+        member_timeout_ms: None,
     };
     let e = Group::bootstrap(&net.dirs[0], map, founding, cfg(), net.now).unwrap_err();
     assert!(e.to_string().contains("holds member 0"), "{e}");
@@ -481,4 +482,67 @@ fn a_failed_voter_is_replaced_by_a_learner_so_a_second_failure_keeps_the_quorum(
     for m in net.alive().collect::<Vec<_>>() {
         assert!(net.group(m).lease_valid(now), "member {m} holds a lease");
     }
+}
+
+#[test]
+fn a_member_started_with_another_member_timeout_uses_the_groups() {
+    // The group was founded with member_timeout = 1 s: leases of 400 ms.
+    let mut net = Net::new(3, 3, cfg());
+    let own = GroupConfig::for_member_timeout(Duration::from_millis(3000));
+    let group_lease = net.cfg.lease;
+    let lease_left = |net: &mut Net, m: u16| {
+        let now = net.now;
+        net.group(m).lease_expiry(now).expect("a lease") - now
+    };
+    // A member that joins with 3 s of its own.
+    let j = net.join_with(own);
+    net.run_for(Duration::from_millis(500));
+    let left = lease_left(&mut net, j);
+    assert!(
+        left <= group_lease,
+        "a lease of {left:?} left: the group's is {group_lease:?}, its own {:?}",
+        own.lease
+    );
+    // A follower restarted with 3 s of its own.
+    let l = net.leader().unwrap();
+    let f = (0..3).find(|&m| m != l).unwrap();
+    net.kill(f);
+    net.restart_with(f, own);
+    net.run_for(Duration::from_millis(500));
+    let left = lease_left(&mut net, f);
+    assert!(left <= group_lease, "{left:?} left after a restart");
+    // Both time by the group's value, and said so.
+    for m in [j, f] {
+        assert_eq!(net.group(m).config().member_timeout, cfg().member_timeout);
+        assert_eq!(net.group(m).config().lease, group_lease);
+        assert!(net.events.iter().any(|(who, _, e)| *who == m
+            && *e
+                == Event::Timing {
+                    group: cfg().member_timeout,
+                    configured: own.member_timeout
+                }));
+    }
+    assert_eq!(
+        net.state(l).unwrap().member_timeout(),
+        Some(cfg().member_timeout)
+    );
+    // The group changes it: every member takes the new value up.
+    let e = net
+        .group(l)
+        .propose_member_timeout(Duration::from_millis(50));
+    assert!(e.unwrap_err().to_string().contains("200..=60000"));
+    net.group(l)
+        .propose_member_timeout(Duration::from_millis(2000))
+        .unwrap();
+    let new_lease = GroupConfig::for_member_timeout(Duration::from_millis(2000)).lease;
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive()
+            .all(|m| n.groups[usize::from(m)].as_ref().unwrap().config().lease == new_lease)
+    })
+    .expect("every member takes the group's new timing up");
+    let l = net.leader().unwrap();
+    assert_eq!(
+        net.state(l).unwrap().member_timeout(),
+        Some(Duration::from_millis(2000))
+    );
 }

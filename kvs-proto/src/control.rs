@@ -68,6 +68,13 @@ pub enum ControlRequest {
         /// The copies.
         replicas: u8,
     },
+    /// Make the control group's `member_timeout` `ms` milliseconds (leader
+    /// only): every member derives its Raft tick, lease and failure
+    /// timeout from it once it has applied the change.
+    SetMemberTimeout {
+        /// The timeout, in milliseconds.
+        ms: u64,
+    },
     /// Remove member `member` from the cluster for good (leader only).
     /// Refused while it owns slots, unless `force`: its slots with a ready
     /// backup on a member that is up fail over to it, and the others go,

@@ -64,6 +64,7 @@ impl Net {
             control_voters,
             replicas: 1,
             zone: None,
+            member_timeout_ms: None,
         };
         let g0 = Group::bootstrap(&dir0, map, founding, cfg, now).unwrap();
         let mut net = Net {
@@ -95,6 +96,11 @@ impl Net {
     /// A new member joins through the leader: the leader proposes it, the
     /// member stores the id it is given and starts with an empty log.
     pub fn join(&mut self) -> u16 {
+        self.join_with(self.cfg)
+    }
+
+    /// [`Net::join`] for a member started with timing `cfg` of its own.
+    pub fn join_with(&mut self, cfg: GroupConfig) -> u16 {
         let l = self.leader().expect("a leader to join through");
         let next = self.groups.len() as u16;
         let id = self
@@ -110,7 +116,7 @@ impl Net {
         }
         .store(&dir)
         .unwrap();
-        let (g, _) = Group::open(&dir, self.cfg, self.now).unwrap();
+        let (g, _) = Group::open(&dir, cfg, self.now).unwrap();
         self.dirs.push(dir);
         self.groups.push(Some(g));
         self.run_until(Duration::from_secs(5), |n| {
@@ -157,7 +163,12 @@ impl Net {
     }
 
     pub fn restart(&mut self, m: u16) {
-        let (g, _) = Group::open(&self.dirs[usize::from(m)], self.cfg, self.now).unwrap();
+        self.restart_with(m, self.cfg);
+    }
+
+    /// [`Net::restart`] with timing `cfg` of its own.
+    pub fn restart_with(&mut self, m: u16, cfg: GroupConfig) {
+        let (g, _) = Group::open(&self.dirs[usize::from(m)], cfg, self.now).unwrap();
         self.groups[usize::from(m)] = Some(g);
     }
 

@@ -150,7 +150,6 @@ impl OnTransport for Control {
             }
         };
         let _ = self.ready.send(Ok(ctx.waker()));
-        let tick = self.cfg.group_config().tick;
         let (mut state, incoming) = self.into_state();
         // A member that restarts while importing pulls again.
         state.start_imports();
@@ -167,7 +166,10 @@ impl OnTransport for Control {
         let mut req_bytes = Vec::new();
         while !state.stop.load(Ordering::Acquire) {
             // Alone in the group, nothing needs ticking often: no heartbeats
-            // to send, and the lease (renewed every turn) is longer.
+            // to send, and the lease (renewed every turn) is longer. The
+            // tick is the group's, which a change of its member_timeout
+            // moves.
+            let tick = state.group.config().tick;
             let wait = if state.alone() { tick * 5 } else { tick };
             let _ = ctx.wait(wait).or_else(|_| Ok::<_, ()>(ctx.poll()));
             let now = Instant::now();
@@ -463,6 +465,13 @@ impl State {
                 Err(r) => *r,
             },
             ControlRequest::SetReplicas { replicas } => self.set_replicas(replicas),
+            ControlRequest::SetMemberTimeout { ms } => {
+                let t = Duration::from_millis(ms);
+                match self.group.propose_member_timeout(t) {
+                    Ok(()) => ControlReply::Ok,
+                    Err(e) => ControlReply::error(e.to_string()),
+                }
+            }
             ControlRequest::Forget { member, force } => {
                 match self.group.propose_forget(member, force, now_ms()) {
                     Ok(()) => ControlReply::Ok,
@@ -789,6 +798,16 @@ impl State {
                 true
             }
             Event::Applied(_, a) => self.on_applied(a),
+            Event::Timing { group, configured } => {
+                eprintln!(
+                    "kvs-server: control group: this member uses the cluster's \
+                     member_timeout_ms = {}, not its own {}: every member times leases \
+                     and failures alike (kvs-admin set member-timeout changes it)",
+                    group.as_millis(),
+                    configured.as_millis()
+                );
+                false
+            }
         }
     }
 
@@ -828,7 +847,7 @@ impl State {
                     "kvs-server: control group: member {m} is marked failed (no word from it \
                      within member_timeout_ms = {}); its slots with a ready backup moved \
                      to it, the others are unavailable until it returns or is forgotten",
-                    self.cfg.member_timeout_ms
+                    self.group.config().member_timeout.as_millis()
                 );
                 true
             }
@@ -901,6 +920,10 @@ impl State {
                         "no longer votes"
                     }
                 );
+                false
+            }
+            Applied::MemberTimeout(ms) => {
+                eprintln!("kvs-server: control group: member_timeout_ms is {ms} now");
                 false
             }
             Applied::Joined(_) | Applied::Map(_) => true,
