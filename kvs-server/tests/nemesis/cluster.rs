@@ -83,10 +83,11 @@ impl Cluster {
             cc,
             fab,
         };
-        for m in 0..n {
+        assert!(n <= DEVICES.len(), "{n} members, {} devices", DEVICES.len());
+        for (m, &dev) in DEVICES.iter().enumerate().take(n) {
             let dir = c.root.join(format!("m{m}"));
             c.members.push(Member {
-                dev: DEVICES[m],
+                dev,
                 dir,
                 addr: "127.0.0.1:0".parse().unwrap(),
                 proc: None,
