@@ -57,6 +57,7 @@ use crate::state::{Applied, ClusterState, Command, Founding, MemberState, Member
 use crate::storage::{DiskStorage, Recovery};
 use kvs_proto::ShardMap;
 
+mod recover;
 mod timing;
 
 /// The group's timing.
@@ -852,6 +853,10 @@ impl Group {
                     Applied::Refused("joint configuration changes are not used".into())
                 }
             };
+            // An unsafe recovery forces its configuration on every member.
+            if let Applied::Recovered { lost, demoted, .. } = &done {
+                self.force_conf(lost, demoted)?;
+            }
             self.applied = e.index;
             self.events.push(Event::Applied(e.index, done));
         }

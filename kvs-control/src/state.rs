@@ -173,6 +173,23 @@ pub enum Command {
         /// The timeout, in milliseconds.
         ms: u64,
     },
+    /// Service restored from a minority after a majority of the voters
+    /// was lost for good (`kvs-admin unsafe-recover`): `survivor`, which
+    /// forced a configuration in which it is the only voter, proposed this
+    /// once it led. The `lost` members are forgotten (their slots fail
+    /// over to ready backups, the others go out empty), the other voters
+    /// become learners (the leader makes voters of them again as they are
+    /// up), and every member applying it forces the same configuration on
+    /// its Raft node. Acknowledged changes only the lost members had are
+    /// gone.
+    UnsafeRecover {
+        /// The member that leads after the recovery, the only voter.
+        survivor: u16,
+        /// The members lost for good.
+        lost: Vec<u16>,
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
+    },
     /// A member came back with a new bulk port (or, listening on an
     /// unspecified address, learned the one others reach it at).
     Readdress {
@@ -273,6 +290,20 @@ pub enum Applied {
         /// Slots that went to a ready backup, records and all.
         moved: u32,
         /// Slots given away empty: their records are lost.
+        lost_slots: u32,
+    },
+    /// A minority restored service after a majority of the voters was lost
+    /// ([`Command::UnsafeRecover`]).
+    Recovered {
+        /// The only voter now.
+        survivor: u16,
+        /// The members forgotten.
+        lost: Vec<u16>,
+        /// The other voters, learners now.
+        demoted: Vec<u16>,
+        /// The lost members' slots that failed over to a ready backup.
+        moved: u32,
+        /// Their slots given away empty: their records are lost.
         lost_slots: u32,
     },
     /// The entry was not valid against the state, and changed nothing.
@@ -815,7 +846,9 @@ impl ClusterState {
         // turn.
         let mut turn = 0usize;
         for r in map.clone().runs() {
-            if r.owner.member == member {
+            // No member up to take them (only an unsafe recovery whose
+            // survivor is marked failed): they stay, unavailable.
+            if r.owner.member == member && !takers.is_empty() {
                 let to = takers[turn % takers.len()];
                 turn += 1;
                 if map.assign(r.slots.clone(), to, None).is_err() {
@@ -918,6 +951,11 @@ impl ClusterState {
             &Command::Drain { member } => self.drain(member, at),
             &Command::SetReplicas { replicas } => self.set_replicas(replicas, at),
             &Command::SetMemberTimeout { ms } => self.set_member_timeout(ms),
+            Command::UnsafeRecover {
+                survivor,
+                lost,
+                at_ms,
+            } => self.unsafe_recover(*survivor, lost, *at_ms, at),
             Command::BackupStale { member, slots } => self.backups_stale(*member, slots, at),
             Command::BackupReady {
                 member,
@@ -981,6 +1019,78 @@ impl ClusterState {
             Applied::Map(self.map.version())
         } else {
             Applied::Nothing
+        }
+    }
+
+    /// Whether `survivor` may recover the group without `lost`
+    /// ([`Command::UnsafeRecover`]): it is a voter and not lost, and each
+    /// lost member is a member that has not left.
+    pub fn check_recovery(&self, survivor: u16, lost: &[u16]) -> Result<(), String> {
+        if !self.is_voter(survivor) {
+            return Err(format!(
+                "member {survivor} does not vote in the control group: run unsafe-recover on \
+                 a surviving voter"
+            ));
+        }
+        if lost.is_empty() {
+            return Err("name the members lost for good".into());
+        }
+        for &m in lost {
+            match self.member_state(m) {
+                _ if m == survivor => {
+                    return Err(format!("member {m} is the one recovering, not lost"))
+                }
+                None | Some(MemberState::Left) => {
+                    return Err(format!("there is no member {m} (or it was forgotten)"))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// An `UnsafeRecover` command: the `lost` members are forgotten, as
+    /// with `forget --force`, and the voters other than `survivor` become
+    /// learners.
+    fn unsafe_recover(
+        &mut self,
+        survivor: u16,
+        lost: &[u16],
+        at_ms: u64,
+        at: (u64, u64),
+    ) -> Applied {
+        if let Err(why) = self.check_recovery(survivor, lost) {
+            return Applied::Refused(why);
+        }
+        let (mut moved, mut lost_slots) = (0, 0);
+        let mut lost: Vec<u16> = lost.to_vec();
+        lost.sort_unstable();
+        lost.dedup();
+        // None of them takes another's slots or is promoted for them.
+        for &m in &lost {
+            self.members[usize::from(m)].state = MemberState::Failed;
+        }
+        for &m in &lost {
+            if let Applied::Left {
+                moved: mv,
+                lost_slots: ls,
+                ..
+            } = self.forget(m, at_ms, at)
+            {
+                moved += mv;
+                lost_slots += ls;
+            }
+        }
+        let demoted: Vec<u16> = self.live_voters().filter(|&v| v != survivor).collect();
+        for &v in &demoted {
+            self.members[usize::from(v)].voter = false;
+        }
+        Applied::Recovered {
+            survivor,
+            lost,
+            demoted,
+            moved,
+            lost_slots,
         }
     }
 
@@ -1864,6 +1974,43 @@ mod tests {
         }
         // The others went out empty, to the members that are up.
         assert!((53..64).all(|x| s.map().owner_of_slot(x).member != 2));
+        assert_eq!(s.map().slots_of(2), 0);
+    }
+
+    #[test]
+    fn an_unsafe_recovery_forgets_the_lost_and_leaves_one_voter() {
+        let mut s = three();
+        for m in [1, 2] {
+            s.members[m].voter = true;
+        }
+        let mut m = s.map.clone();
+        m.assign(0..32, 2, None).unwrap();
+        s.set_map(m, (9, 1));
+        let recover = |survivor, lost: Vec<u16>| Command::UnsafeRecover {
+            survivor,
+            lost,
+            at_ms: 0,
+        };
+        assert!(matches!(
+            s.apply(&recover(0, vec![0]), (10, 1)),
+            Applied::Refused(_)
+        ));
+        assert!(matches!(
+            s.apply(&recover(0, vec![7]), (10, 1)),
+            Applied::Refused(_)
+        ));
+        assert_eq!(
+            s.apply(&recover(0, vec![2]), (11, 1)),
+            Applied::Recovered {
+                survivor: 0,
+                lost: vec![2],
+                demoted: vec![1],
+                moved: 0,
+                lost_slots: 32
+            }
+        );
+        assert_eq!(s.member_state(2), Some(MemberState::Left));
+        assert_eq!(s.live_voters().collect::<Vec<_>>(), [0]);
         assert_eq!(s.map().slots_of(2), 0);
     }
 

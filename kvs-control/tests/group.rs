@@ -546,3 +546,75 @@ fn a_member_started_with_another_member_timeout_uses_the_groups() {
         Some(Duration::from_millis(2000))
     );
 }
+
+#[test]
+fn a_survivor_recovers_the_group_after_a_majority_of_voters_is_lost_for_good() {
+    // Three voters and a learner; two voters die for good.
+    let mut net = Net::new(4, 3, cfg());
+    let l = net.leader().unwrap();
+    let survivor = (0..3).find(|&m| m != l).unwrap();
+    let lost: Vec<u16> = (0..3).filter(|&m| m != survivor).collect();
+    let learner = 3;
+    let v = net.move_slots(0..64, lost[0]);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .unwrap();
+    let held: u32 = lost
+        .iter()
+        .map(|&m| net.state(l).unwrap().map().slots_of(m))
+        .sum();
+    for &m in &lost {
+        net.kill(m);
+    }
+    net.run_for(Duration::from_secs(3));
+    assert_eq!(net.leader(), None, "no quorum, no leader");
+    let now = net.now;
+    assert!(!net.group(survivor).lease_valid(now));
+    // Refused on a learner, and for a member that is the one recovering.
+    let e = net.group(learner).unsafe_recover(&lost, 0).unwrap_err();
+    assert!(e.to_string().contains("does not vote"), "{e}");
+    let e = net
+        .group(survivor)
+        .unsafe_recover(&[survivor], 0)
+        .unwrap_err();
+    assert!(e.to_string().contains("not lost"), "{e}");
+    // The survivor forces a configuration of its own, leads, and commits.
+    net.group(survivor).unsafe_recover(&lost, 0).unwrap();
+    net.run_until(Duration::from_secs(3), |n| {
+        n.leader() == Some(survivor)
+            && n.all_agree()
+            && lost
+                .iter()
+                .all(|&m| n.state(survivor).unwrap().member_state(m) == Some(MemberState::Left))
+    })
+    .expect("the survivor leads a group without the lost members");
+    let s = net.state(survivor).unwrap();
+    assert_eq!(
+        s.map().slots_of(lost[0]),
+        0,
+        "the lost member's slots went out"
+    );
+    assert!(net.events.iter().any(|(m, _, e)| *m == learner
+        && matches!(e, Event::Applied(_, Applied::Recovered { lost_slots, .. })
+                if *lost_slots == held)));
+    // It serves, and so does the learner (two members: still one voter).
+    assert!(!net.state(survivor).unwrap().is_voter(learner));
+    let v = net.move_slots(64..80, learner);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .expect("the recovered group commits");
+    let now = net.now;
+    assert!(net.group(survivor).lease_valid(now));
+    assert!(net.group(learner).lease_valid(now));
+    // Lasting: both restarted from their data dirs, they lead again.
+    net.kill(survivor);
+    net.kill(learner);
+    net.restart(survivor);
+    net.restart(learner);
+    net.run_until(Duration::from_secs(5), |n| {
+        n.leader().is_some() && n.all_agree()
+    })
+    .expect("the recovered group resumes after a restart");
+}

@@ -68,6 +68,14 @@ pub enum ControlRequest {
         /// The copies.
         replicas: u8,
     },
+    /// Restore service after a majority of the control group's voters was
+    /// lost for good (any member, for itself: a surviving voter): it makes
+    /// itself the group's only voter and leader, and the `lost` members are
+    /// forgotten. Unsafe: what only the lost members had is gone.
+    UnsafeRecover {
+        /// The members lost for good.
+        lost: Vec<u16>,
+    },
     /// Make the control group's `member_timeout` `ms` milliseconds (leader
     /// only): every member derives its Raft tick, lease and failure
     /// timeout from it once it has applied the change.

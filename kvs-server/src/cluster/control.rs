@@ -431,6 +431,8 @@ impl State {
                 self.shared.drain.store(true, Ordering::Release);
                 ControlReply::Ok
             }
+            // Asked of a survivor, which cannot lead before it.
+            ControlRequest::UnsafeRecover { lost } => self.unsafe_recover(&lost),
             _ if !self.group.is_leader() => self.leader_is(),
             ControlRequest::Join {
                 addr,
@@ -535,6 +537,22 @@ impl State {
         }
         match self.group.propose(&Command::SetReplicas { replicas }) {
             Ok(()) => ControlReply::Ok,
+            Err(e) => ControlReply::error(e.to_string()),
+        }
+    }
+
+    /// An unsafe recovery without the `lost` members, this member the
+    /// group's only voter and leader.
+    fn unsafe_recover(&mut self, lost: &[u16]) -> ControlReply {
+        match self.group.unsafe_recover(lost, now_ms()) {
+            Ok(()) => {
+                eprintln!(
+                    "kvs-server: UNSAFE RECOVERY: this member forces a control group of its \
+                     own without members {lost:?}: writes acknowledged only by them are lost, \
+                     and they must never be started again with their old data dirs"
+                );
+                ControlReply::Ok
+            }
             Err(e) => ControlReply::error(e.to_string()),
         }
     }
@@ -832,6 +850,33 @@ impl State {
         false
     }
 
+    /// Logs a member forgotten (`moved` of its slots failed over to their
+    /// ready backups, `lost_slots` went out empty), and stops if it is
+    /// this one; the state changed.
+    fn on_left(&mut self, member: u16, moved: u32, lost_slots: u32) -> bool {
+        eprintln!(
+            "kvs-server: control group: member {member} was forgotten{}{}",
+            if moved > 0 {
+                format!("; {moved} of its slots failed over to their ready backups")
+            } else {
+                String::new()
+            },
+            if lost_slots > 0 {
+                format!(
+                    "; {lost_slots} slots had no ready backup and go out empty: \
+                     their records are lost"
+                )
+            } else {
+                String::new()
+            }
+        );
+        if member == self.me {
+            eprintln!("kvs-server: this member was forgotten: stopping");
+            self.stop.store(true, Ordering::Release);
+        }
+        true
+    }
+
     /// Logs what an applied entry did (`a`); whether the state changed.
     fn on_applied(&mut self, a: Applied) -> bool {
         match a {
@@ -888,29 +933,7 @@ impl State {
                 member,
                 moved,
                 lost_slots,
-            } => {
-                eprintln!(
-                    "kvs-server: control group: member {member} was forgotten{}{}",
-                    if moved > 0 {
-                        format!("; {moved} of its slots failed over to their ready backups")
-                    } else {
-                        String::new()
-                    },
-                    if lost_slots > 0 {
-                        format!(
-                            "; {lost_slots} slots had no ready backup and go out empty: \
-                             their records are lost"
-                        )
-                    } else {
-                        String::new()
-                    }
-                );
-                if member == self.me {
-                    eprintln!("kvs-server: this member was forgotten: stopping");
-                    self.stop.store(true, Ordering::Release);
-                }
-                true
-            }
+            } => self.on_left(member, moved, lost_slots),
             Applied::Voter { member, voter } => {
                 eprintln!(
                     "kvs-server: control group: member {member} {}",
@@ -921,6 +944,23 @@ impl State {
                     }
                 );
                 false
+            }
+            Applied::Recovered {
+                survivor,
+                lost,
+                lost_slots,
+                ..
+            } => {
+                eprintln!(
+                    "kvs-server: control group: unsafe recovery by member {survivor}: members \
+                     {lost:?} are forgotten, {lost_slots} of their slots had no ready backup \
+                     and lost their records"
+                );
+                if lost.contains(&self.me) {
+                    eprintln!("kvs-server: this member was forgotten: stopping");
+                    self.stop.store(true, Ordering::Release);
+                }
+                true
             }
             Applied::MemberTimeout(ms) => {
                 eprintln!("kvs-server: control group: member_timeout_ms is {ms} now");
