@@ -44,6 +44,7 @@ Examples:
   kvs-admin set replicas 2
   kvs-admin drain 1
   kvs-admin forget 2 --force
+  kvs-admin --server 10.0.0.3:7000 unsafe-recover 0 1 --yes
   kvs-admin --cluster-token-file /etc/kvs/cluster-token --server 10.0.0.1:7000 status
 
 Exit status: 0 done; 1 an error (a server that cannot be reached, a refused
@@ -178,11 +179,44 @@ pub enum Command {
     Drain(DrainArgs),
     /// Removes a member from the cluster for good (a host retired, or dead
     /// and not coming back). Refused while it owns slots: move them away
-    /// first (migrate, or rebalance while it is up), or give --force to
-    /// declare their records lost (its slots go, empty, to the members that
-    /// are up). Its id is never used again; the server, if it still runs,
+    /// first (migrate, or rebalance while it is up), or give --force: its
+    /// slots with a ready backup on a member that is up fail over to it,
+    /// and the others go, empty, to the members that are up, their records
+    /// lost. Its id is never used again; the server, if it still runs,
     /// stops.
     Forget(ForgetArgs),
+    /// Restores service after a majority of the control group's voters was
+    /// lost for good: the member --server names, a surviving voter, makes
+    /// itself the only voter and the leader, and the lost members are
+    /// forgotten (their slots fail over to ready backups; the others' records
+    /// are lost). Unsafe: acknowledged writes and changes only the lost
+    /// members had are gone, and a lost member must never be started again
+    /// with its old data dir. Run it on the most up-to-date survivor.
+    #[command(after_help = UNSAFE_RECOVER_AFTER_HELP)]
+    UnsafeRecover(UnsafeRecoverArgs),
+}
+
+/// What `unsafe-recover --help` says after the options.
+const UNSAFE_RECOVER_AFTER_HELP: &str = "\
+Only for a majority of the voters lost for good (hosts gone with their
+disks): the control group cannot commit anything, every lease lapses, and
+nothing is served. Pick the surviving voter with the highest `applied` in
+`kvs-admin status --json`, and name it with --server; the other survivors
+follow it as learners.
+
+Example:
+  kvs-admin --server 10.0.0.3:7000 unsafe-recover 0 1 --yes";
+
+/// `unsafe-recover`'s options.
+#[derive(clap::Args, Debug)]
+pub struct UnsafeRecoverArgs {
+    /// The members lost for good: ids (0, 1, …) or addresses.
+    #[arg(value_name = "MEMBER", required = true)]
+    pub lost: Vec<MemberRef>,
+    /// Confirms that their data may be lost, and that they will never be
+    /// started again with their old data dirs.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 /// `set`'s options: the setting to change.
@@ -205,6 +239,19 @@ pub enum Setting {
     /// failure loses an acknowledged write.
     #[command(after_help = REPLICAS_AFTER_HELP)]
     Replicas(ReplicasArgs),
+    /// Sets the control group's member timeout: the silence after which
+    /// the leader marks a member failed. Every member derives its Raft
+    /// tick, its lease (two fifths of it) and its election timeout from
+    /// the group's value, whatever its own member_timeout_ms says.
+    MemberTimeout(MemberTimeoutArgs),
+}
+
+/// `set member-timeout`'s options.
+#[derive(clap::Args, Debug)]
+pub struct MemberTimeoutArgs {
+    /// The timeout in milliseconds (200 to 60000).
+    #[arg(value_name = "MS")]
+    pub ms: u64,
 }
 
 /// `set replicas`'s options.
@@ -246,7 +293,8 @@ pub struct ForgetArgs {
     /// The member to remove: its id (0, 1, …) or its address.
     #[arg(value_name = "MEMBER")]
     pub member: MemberRef,
-    /// Forget it even though it owns slots: their records are lost.
+    /// Forget it even though it owns slots: those with a ready backup fail
+    /// over to it; the records of the others are lost.
     #[arg(long)]
     pub force: bool,
 }

@@ -24,6 +24,7 @@ mod error;
 mod fake;
 mod migrate;
 mod progress;
+mod recover;
 mod render;
 mod replicas;
 mod status;
@@ -91,9 +92,11 @@ impl OnTransport for Job<'_> {
             Command::Rebalance(w) => migrate::rebalance(&mut admin, w, Pace::NORMAL),
             Command::Cancel => migrate::cancel(&mut admin),
             Command::Forget(f) => migrate::forget(&mut admin, f),
+            Command::UnsafeRecover(u) => recover::unsafe_recover(&mut admin, u),
             Command::Drain(d) => drain::drain(&mut admin, d, drain::PACE),
             Command::Set(s) => match &s.what {
                 Setting::Replicas(r) => replicas::set_replicas(&mut admin, r, replicas::PACE),
+                Setting::MemberTimeout(t) => migrate::set_member_timeout(&mut admin, t.ms),
             },
         }
     }

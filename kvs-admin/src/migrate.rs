@@ -126,6 +126,23 @@ pub fn forget<C: Control>(admin: &mut Admin<C>, f: &ForgetArgs) -> Result<(), Ad
     })
 }
 
+/// Sets the control group's member timeout to `ms` milliseconds.
+pub fn set_member_timeout<C: Control>(admin: &mut Admin<C>, ms: u64) -> Result<(), AdminError> {
+    let req = ControlRequest::SetMemberTimeout { ms };
+    let (keeper, answer) = admin.ask_keeper(&req)?;
+    match answer {
+        ControlReply::Ok => {
+            say(&format!(
+                "member_timeout_ms = {ms} proposed by the leader at {keeper}: every member \
+                 times its lease and the leader its failure marks by it once the change is \
+                 applied\n"
+            ));
+            Ok(())
+        }
+        other => Err(unexpected(keeper, "set member-timeout", other)),
+    }
+}
+
 /// Stops the migration in progress.
 pub fn cancel<C: Control>(admin: &mut Admin<C>) -> Result<(), AdminError> {
     let (keeper, answer) = admin.ask_keeper(&ControlRequest::Cancel)?;

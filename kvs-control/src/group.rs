@@ -107,6 +107,9 @@ use crate::state::{Applied, ClusterState, Command, Founding, MemberState, Member
 use crate::storage::{DiskStorage, Recovery};
 use kvs_proto::ShardMap;
 
+mod recover;
+mod timing;
+
 /// The group's timing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupConfig {
@@ -209,6 +212,14 @@ pub struct Outgoing {
 pub enum Event {
     /// An entry was applied (index, what it did).
     Applied(u64, Applied),
+    /// The member now times by the group's `member_timeout`, which is not
+    /// the one it was configured with (see [`Group::config`]).
+    Timing {
+        /// The group's, which the member uses.
+        group: Duration,
+        /// The member's own, which it does not.
+        configured: Duration,
+    },
     /// The whole state was replaced by a snapshot from the leader.
     Restored {
         /// Its index.
@@ -237,7 +248,11 @@ pub struct GroupStatus {
 pub struct Group {
     me: u16,
     cluster_id: ClusterId,
+    /// The timing in force: `configured`'s, with the group's
+    /// `member_timeout` once the state says it.
     cfg: GroupConfig,
+    /// The timing the member was started with.
+    configured: GroupConfig,
     node: RawNode<DiskStorage>,
     /// `None` until a joiner gets its first snapshot.
     state: Option<ClusterState>,
@@ -329,6 +344,12 @@ impl Group {
             source,
         };
         let cluster_id = ClusterId::random().map_err(io)?;
+        let founding = Founding {
+            member_timeout_ms: founding
+                .member_timeout_ms
+                .or(Some(cfg.member_timeout.as_millis() as u64)),
+            ..founding
+        };
         let state = ClusterState::bootstrap(cluster_id, founding, map);
         // The first state is a snapshot at index 1: a member that joins
         // later has an empty log and is given it whole.
@@ -411,11 +432,12 @@ impl Group {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&rc, store, &logger)?;
         let conf = snap.get_metadata().get_conf_state().clone();
-        Ok((
+        let (mut g, rec) = (
             Group {
                 me: id.member,
                 cluster_id: id.cluster_id,
                 cfg,
+                configured: cfg,
                 node,
                 state,
                 conf,
@@ -441,7 +463,9 @@ impl Group {
                 snapshots_sent: HashMap::new(),
             },
             rec,
-        ))
+        );
+        g.adopt_group_timing(now);
+        Ok((g, rec))
     }
 
     /// This member's id.
@@ -807,6 +831,7 @@ impl Group {
             self.ready(now)?;
         }
         self.leases.prune(now, self.applied);
+        self.adopt_group_timing(now);
         self.maybe_snapshot()
     }
 
@@ -955,6 +980,10 @@ impl Group {
                     Applied::Refused("joint configuration changes are not used".into())
                 }
             };
+            // An unsafe recovery forces its configuration on every member.
+            if let Applied::Recovered { lost, demoted, .. } = &done {
+                self.force_conf(lost, demoted)?;
+            }
             self.applied = e.index;
             if let (Applied::Joined(m), true) = (&done, self.is_leader()) {
                 self.joining.insert(*m, now);

@@ -58,6 +58,14 @@ impl Leases {
         }
     }
 
+    /// New timing, once the group's `member_timeout` changed: grants from
+    /// now on run for `lease`, and requests go out every `every`. Grants
+    /// made already keep their end (the leader allows for them).
+    pub(crate) fn set_timing(&mut self, lease: Duration, every: Duration) {
+        self.lease = lease;
+        self.every = every;
+    }
+
     /// The context of a request to send at `now`, if one is due (one per
     /// `every`: a request the leader dropped, because it has not committed
     /// in its term yet or there is no leader, is asked again, never piled

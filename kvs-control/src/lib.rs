@@ -38,5 +38,7 @@ pub use error::{GroupError, StorageError};
 pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing, MIN_MAX_MESSAGE};
 pub use identity::{BadClusterId, ClusterId, Identity};
 pub use migration::{chunk_slots, chunks, Chunk, Migration};
-pub use state::{Applied, ClusterState, Command, Founding, MemberState, Membership, REPLICAS};
+pub use state::{
+    Applied, ClusterState, Command, Founding, MemberState, Membership, MEMBER_TIMEOUT_MS, REPLICAS,
+};
 pub use storage::{DiskStorage, Recovery};

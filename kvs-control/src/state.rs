@@ -166,6 +166,30 @@ pub enum Command {
         /// Its start's random number.
         nonce: u64,
     },
+    /// The group's `member_timeout` becomes `ms` milliseconds (within
+    /// [`MEMBER_TIMEOUT_MS`]): every member derives its timing from it
+    /// ([`GroupConfig::for_member_timeout`](crate::GroupConfig::for_member_timeout)).
+    SetMemberTimeout {
+        /// The timeout, in milliseconds.
+        ms: u64,
+    },
+    /// Service restored from a minority after a majority of the voters
+    /// was lost for good (`kvs-admin unsafe-recover`): `survivor`, which
+    /// forced a configuration in which it is the only voter, proposed this
+    /// once it led. The `lost` members are forgotten (their slots fail
+    /// over to ready backups, the others go out empty), the other voters
+    /// become learners (the leader makes voters of them again as they are
+    /// up), and every member applying it forces the same configuration on
+    /// its Raft node. Acknowledged changes only the lost members had are
+    /// gone.
+    UnsafeRecover {
+        /// The member that leads after the recovery, the only voter.
+        survivor: u16,
+        /// The members lost for good.
+        lost: Vec<u16>,
+        /// The proposer's wall clock, in Unix milliseconds.
+        at_ms: u64,
+    },
     /// A member came back with a new bulk port (or, listening on an
     /// unspecified address, learned the one others reach it at).
     Readdress {
@@ -207,7 +231,9 @@ pub enum Membership {
         voter: bool,
     },
     /// A member removed for good. Refused while it owns slots unless
-    /// `force`, which gives its slots, empty, to the members that are up.
+    /// `force`, which fails its slots over to their ready backups on
+    /// members that are up, and gives those with none, empty, to the
+    /// members that are up.
     Forget {
         /// The member.
         member: u16,
@@ -238,6 +264,8 @@ pub enum Applied {
     },
     /// A member was marked failed.
     Failed(u16),
+    /// The group's `member_timeout` changed; its new value in milliseconds.
+    MemberTimeout(u64),
     /// A failed member is up again.
     Up(u16),
     /// A member was drained; how many of its slots moved to backups.
@@ -254,11 +282,28 @@ pub enum Applied {
         /// Its start's number.
         nonce: u64,
     },
-    /// A member was forgotten; how many slots it lost (with `force`).
+    /// A member was forgotten; how many of its slots failed over to their
+    /// ready backups, and how many it lost (with `force`).
     Left {
         /// The member.
         member: u16,
-        /// Slots given away empty.
+        /// Slots that went to a ready backup, records and all.
+        moved: u32,
+        /// Slots given away empty: their records are lost.
+        lost_slots: u32,
+    },
+    /// A minority restored service after a majority of the voters was lost
+    /// ([`Command::UnsafeRecover`]).
+    Recovered {
+        /// The only voter now.
+        survivor: u16,
+        /// The members forgotten.
+        lost: Vec<u16>,
+        /// The other voters, learners now.
+        demoted: Vec<u16>,
+        /// The lost members' slots that failed over to a ready backup.
+        moved: u32,
+        /// Their slots given away empty: their records are lost.
         lost_slots: u32,
     },
     /// The entry was not valid against the state, and changed nothing.
@@ -272,6 +317,9 @@ pub struct ClusterState {
     control_voters: u16,
     /// Copies of each slot: its primary and `replicas - 1` backups.
     replicas: u8,
+    /// The group's `member_timeout`, in milliseconds (`None`: a state from
+    /// before the group agreed on it, each member using its own).
+    member_timeout_ms: Option<u64>,
     map: ShardMap,
     /// Per member id.
     members: Vec<Standing>,
@@ -299,6 +347,8 @@ struct Snap {
     control_voters: u16,
     #[serde(default = "one")]
     replicas: u8,
+    #[serde(default)]
+    member_timeout_ms: Option<u64>,
     map: Vec<u8>,
     members: Vec<Standing>,
     map_at: (u64, u64),
@@ -319,10 +369,19 @@ pub struct Founding {
     pub replicas: u8,
     /// The first member's zone.
     pub zone: Option<String>,
+    /// The group's `member_timeout`, in milliseconds, from which every
+    /// member derives its timing (`None`: the founder's own, as
+    /// [`Group::bootstrap`](crate::Group::bootstrap) fills in).
+    pub member_timeout_ms: Option<u64>,
 }
 
 /// The copies of a slot a cluster may keep.
 pub const REPLICAS: std::ops::RangeInclusive<u8> = 1..=3;
+
+/// The group's `member_timeout` may be set to, in milliseconds: under 200
+/// ms a tick would be shorter than 5 ms, and no lease would fit in the
+/// timeout with two election timeouts to spare.
+pub const MEMBER_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 200..=60_000;
 
 impl ClusterState {
     /// A new cluster's first state: one member owning every slot, a voter.
@@ -331,6 +390,7 @@ impl ClusterState {
             cluster_id,
             control_voters: founding.control_voters.max(1),
             replicas: founding.replicas.clamp(*REPLICAS.start(), *REPLICAS.end()),
+            member_timeout_ms: founding.member_timeout_ms,
             members: vec![
                 Standing {
                     state: MemberState::Up,
@@ -482,6 +542,12 @@ impl ClusterState {
         self.replicas
     }
 
+    /// The group's `member_timeout` (`None`: a state from before the group
+    /// agreed on it, each member using its own).
+    pub fn member_timeout(&self) -> Option<std::time::Duration> {
+        self.member_timeout_ms.map(std::time::Duration::from_millis)
+    }
+
     /// A member's zone, if it gave one.
     pub fn zone(&self, member: u16) -> Option<&str> {
         self.members
@@ -618,8 +684,8 @@ impl ClusterState {
                 if (held > 0 || importing) && !force {
                     return Err(format!(
                         "member {member} owns {held} slots; move them away first \
-                         (kvs-admin migrate), or forget it with --force to declare \
-                         their records lost"
+                         (kvs-admin migrate), or forget it with --force: slots with a \
+                         ready backup fail over to it, the others' records are lost"
                     ));
                 }
                 let others = self
@@ -664,27 +730,55 @@ impl ClusterState {
     }
 
     /// The next change of voters toward [`voter_target`](Self::voter_target),
-    /// if one is due: `(member, true)` makes the lowest-numbered learner that
-    /// is up a voter; `(member, false)` makes a voter a learner (a failed one
-    /// first, else the highest-numbered; never `leader`).
+    /// if one is due: `(member, true)` makes a learner that is up a voter
+    /// (the lowest-numbered in a zone with no voter that is up, else the
+    /// lowest-numbered); `(member, false)` makes a voter a learner (a failed
+    /// one first, else the highest-numbered; never `leader`).
+    ///
+    /// A voter marked failed while a learner is up makes way for it:
+    /// demoted first, then the learner promoted. The failed voter still
+    /// counts toward the quorum, so without the swap a second failure would
+    /// stop the group although members enough to vote are up. The mark
+    /// already waited out `member_timeout`, so a voter that only paused is
+    /// not swapped; one that comes back stays a learner, the group having
+    /// its voters. Demoting before promoting keeps every step's quorum
+    /// within the members that are up (two of two, then two of three),
+    /// whatever the learner's log.
     pub fn voter_change(&self, leader: u16) -> Option<(u16, bool)> {
         let voters: Vec<u16> = self.live_voters().collect();
         let target = self.voter_target();
         if voters.len() < target {
-            return self
-                .up_members()
-                .find(|&m| !self.is_voter(m))
-                .map(|m| (m, true));
+            return self.next_voter().map(|m| (m, true));
         }
+        let failed = voters
+            .iter()
+            .copied()
+            .find(|&v| v != leader && self.member_state(v) == Some(MemberState::Failed));
         if voters.len() > target {
-            let failed = voters
-                .iter()
-                .copied()
-                .find(|&v| v != leader && self.member_state(v) == Some(MemberState::Failed));
             let highest = voters.iter().copied().rev().find(|&v| v != leader);
             return failed.or(highest).map(|m| (m, false));
         }
-        None
+        failed
+            .filter(|_| self.next_voter().is_some())
+            .map(|m| (m, false))
+    }
+
+    /// The learner that is up to make a voter next: the lowest-numbered in
+    /// a zone where no voter is up (a member without a zone is a zone of
+    /// its own), else the lowest-numbered, so the voters spread over zones
+    /// and one zone's loss takes as few as it can.
+    fn next_voter(&self) -> Option<u16> {
+        let voting_zones: Vec<&str> = self
+            .live_voters()
+            .filter(|&v| self.member_state(v) == Some(MemberState::Up))
+            .filter_map(|v| self.zone(v))
+            .collect();
+        let learners: Vec<u16> = self.up_members().filter(|&m| !self.is_voter(m)).collect();
+        learners
+            .iter()
+            .copied()
+            .find(|&m| self.zone(m).is_none_or(|z| !voting_zones.contains(&z)))
+            .or_else(|| learners.first().copied())
     }
 
     /// Applies a membership change committed at `at` (index, term); the
@@ -724,56 +818,68 @@ impl ClusterState {
                 self.members[usize::from(member)].voter = voter;
                 Applied::Voter { member, voter }
             }
-            Membership::Forget { member, at_ms, .. } => {
-                // A migration from or to it goes on without it.
-                let unblocked = self
-                    .migration
-                    .as_mut()
-                    .filter(|g| g.running())
-                    .is_some_and(|g| g.forget(member));
-                let mut map = self.map.clone();
-                let lost = map.slots_of(member);
-                let takers: Vec<u16> = self
-                    .live_members()
-                    .filter(|&m| m != member && self.member_state(m) == Some(MemberState::Up))
-                    .collect();
-                // Runs of the member's slots go, empty, to the members that
-                // are up in turn.
-                let mut turn = 0usize;
-                for r in self.map.runs() {
-                    if r.owner.member == member {
-                        let to = takers[turn % takers.len()];
-                        turn += 1;
-                        if map.assign(r.slots.clone(), to, None).is_err() {
-                            return Applied::Refused(format!(
-                                "cannot give slots {}..{} to member {to}",
-                                r.slots.start, r.slots.end
-                            ));
-                        }
-                    }
-                }
-                // Imports from it end: what was not pulled is lost.
-                for s in 0..map.slots() {
-                    if map.importing_from(s) == Some(member) {
-                        let _ = map.finish_import(s..s + 1);
-                    }
-                }
-                self.members[usize::from(member)] = Standing {
-                    state: MemberState::Left,
-                    voter: false,
-                    zone: None,
-                    drained: false,
-                };
-                self.set_map(map, at);
-                if unblocked {
-                    self.step_migration(at, Some(at_ms));
-                }
-                self.reconcile(at);
-                Applied::Left {
-                    member,
-                    lost_slots: lost,
+            Membership::Forget { member, at_ms, .. } => self.forget(member, at_ms, at),
+        }
+    }
+
+    /// A `Forget` change (checked): `member` leaves. Each slot it is primary
+    /// of goes to its first ready backup on a member that is up, as a
+    /// failover does (every acknowledged write is on that copy); only the
+    /// slots with no such backup go, empty, to the members that are up in
+    /// turn, their records lost.
+    fn forget(&mut self, member: u16, at_ms: u64, at: (u64, u64)) -> Applied {
+        // A migration from or to it goes on without it.
+        let unblocked = self
+            .migration
+            .as_mut()
+            .filter(|g| g.running())
+            .is_some_and(|g| g.forget(member));
+        let mut map = self.map.clone();
+        let up: Vec<u16> = self.up_members().filter(|&m| m != member).collect();
+        let moved = replication::failover(&mut map, member, |m| up.contains(&m));
+        let lost = map.slots_of(member);
+        let takers: Vec<u16> = self
+            .live_members()
+            .filter(|&m| m != member && self.member_state(m) == Some(MemberState::Up))
+            .collect();
+        // Runs of the slots left go, empty, to the members that are up in
+        // turn.
+        let mut turn = 0usize;
+        for r in map.clone().runs() {
+            // No member up to take them (only an unsafe recovery whose
+            // survivor is marked failed): they stay, unavailable.
+            if r.owner.member == member && !takers.is_empty() {
+                let to = takers[turn % takers.len()];
+                turn += 1;
+                if map.assign(r.slots.clone(), to, None).is_err() {
+                    return Applied::Refused(format!(
+                        "cannot give slots {}..{} to member {to}",
+                        r.slots.start, r.slots.end
+                    ));
                 }
             }
+        }
+        // Imports from it end: what was not pulled is lost.
+        for s in 0..map.slots() {
+            if map.importing_from(s) == Some(member) {
+                let _ = map.finish_import(s..s + 1);
+            }
+        }
+        self.members[usize::from(member)] = Standing {
+            state: MemberState::Left,
+            voter: false,
+            zone: None,
+            drained: false,
+        };
+        self.set_map(map, at);
+        if unblocked {
+            self.step_migration(at, Some(at_ms));
+        }
+        self.reconcile(at);
+        Applied::Left {
+            member,
+            moved,
+            lost_slots: lost,
         }
     }
 
@@ -844,6 +950,12 @@ impl ClusterState {
             } => self.hand_over_chunk(first..end, to, at_ms, at),
             &Command::Drain { member } => self.drain(member, at),
             &Command::SetReplicas { replicas } => self.set_replicas(replicas, at),
+            &Command::SetMemberTimeout { ms } => self.set_member_timeout(ms),
+            Command::UnsafeRecover {
+                survivor,
+                lost,
+                at_ms,
+            } => self.unsafe_recover(*survivor, lost, *at_ms, at),
             Command::BackupStale { member, slots } => self.backups_stale(*member, slots, at),
             Command::BackupReady {
                 member,
@@ -908,6 +1020,95 @@ impl ClusterState {
         } else {
             Applied::Nothing
         }
+    }
+
+    /// Whether `survivor` may recover the group without `lost`
+    /// ([`Command::UnsafeRecover`]): it is a voter and not lost, and each
+    /// lost member is a member that has not left.
+    pub fn check_recovery(&self, survivor: u16, lost: &[u16]) -> Result<(), String> {
+        if !self.is_voter(survivor) {
+            return Err(format!(
+                "member {survivor} does not vote in the control group: run unsafe-recover on \
+                 a surviving voter"
+            ));
+        }
+        if lost.is_empty() {
+            return Err("name the members lost for good".into());
+        }
+        for &m in lost {
+            match self.member_state(m) {
+                _ if m == survivor => {
+                    return Err(format!("member {m} is the one recovering, not lost"))
+                }
+                None | Some(MemberState::Left) => {
+                    return Err(format!("there is no member {m} (or it was forgotten)"))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// An `UnsafeRecover` command: the `lost` members are forgotten, as
+    /// with `forget --force`, and the voters other than `survivor` become
+    /// learners.
+    fn unsafe_recover(
+        &mut self,
+        survivor: u16,
+        lost: &[u16],
+        at_ms: u64,
+        at: (u64, u64),
+    ) -> Applied {
+        if let Err(why) = self.check_recovery(survivor, lost) {
+            return Applied::Refused(why);
+        }
+        let (mut moved, mut lost_slots) = (0, 0);
+        let mut lost: Vec<u16> = lost.to_vec();
+        lost.sort_unstable();
+        lost.dedup();
+        // None of them takes another's slots or is promoted for them.
+        for &m in &lost {
+            self.members[usize::from(m)].state = MemberState::Failed;
+        }
+        for &m in &lost {
+            if let Applied::Left {
+                moved: mv,
+                lost_slots: ls,
+                ..
+            } = self.forget(m, at_ms, at)
+            {
+                moved += mv;
+                lost_slots += ls;
+            }
+        }
+        let demoted: Vec<u16> = self.live_voters().filter(|&v| v != survivor).collect();
+        for &v in &demoted {
+            self.members[usize::from(v)].voter = false;
+        }
+        Applied::Recovered {
+            survivor,
+            lost,
+            demoted,
+            moved,
+            lost_slots,
+        }
+    }
+
+    /// A `SetMemberTimeout` command: the group's `member_timeout` becomes
+    /// `ms`, if within [`MEMBER_TIMEOUT_MS`].
+    fn set_member_timeout(&mut self, ms: u64) -> Applied {
+        if !MEMBER_TIMEOUT_MS.contains(&ms) {
+            return Applied::Refused(format!(
+                "member_timeout = {ms} ms: it must be within {}..={} ms",
+                MEMBER_TIMEOUT_MS.start(),
+                MEMBER_TIMEOUT_MS.end()
+            ));
+        }
+        if self.member_timeout_ms == Some(ms) {
+            return Applied::Nothing;
+        }
+        self.member_timeout_ms = Some(ms);
+        Applied::MemberTimeout(ms)
     }
 
     /// A `Map` command: the encoded `map` replaces the group's if it is the
@@ -1091,6 +1292,7 @@ impl ClusterState {
             cluster_id: self.cluster_id,
             control_voters: self.control_voters,
             replicas: self.replicas,
+            member_timeout_ms: self.member_timeout_ms,
             map,
             members: self.members.clone(),
             map_at: self.map_at,
@@ -1114,6 +1316,7 @@ impl ClusterState {
             cluster_id: s.cluster_id,
             control_voters: s.control_voters.max(1),
             replicas: s.replicas.clamp(*REPLICAS.start(), *REPLICAS.end()),
+            member_timeout_ms: s.member_timeout_ms,
             map,
             members: s.members,
             map_at: s.map_at,
@@ -1159,6 +1362,7 @@ mod tests {
             control_voters,
             replicas: 1,
             zone: None,
+            member_timeout_ms: Some(1000),
         }
     }
 
@@ -1267,6 +1471,57 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_voter_makes_way_for_a_learner_in_a_zone_without_a_voter() {
+        // Voters 0, 1, 2 in zones a, b, c; learners 3 (zone a) and 4 (d).
+        let map = ShardMap::single(addr(7000), 64, 2).unwrap();
+        let mut f = founding(3);
+        f.zone = Some("a".into());
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), f, map);
+        for (i, z) in [(1u16, "b"), (2, "c"), (3, "a"), (4, "d")] {
+            let j = Membership::Join {
+                member: i,
+                addr: addr(7000 + i),
+                workers: 2,
+                bulk_port: 9000 + i,
+                zone: Some(z.into()),
+            };
+            assert_eq!(
+                s.apply_membership(&j, (u64::from(i) + 1, 1)),
+                Applied::Joined(i)
+            );
+        }
+        let mut at = 10;
+        let mut apply = |s: &mut ClusterState, (member, voter)| {
+            at += 1;
+            let v = Membership::Voter { member, voter };
+            assert!(matches!(
+                s.apply_membership(&v, (at, 1)),
+                Applied::Voter { .. }
+            ));
+        };
+        while let Some(c) = s.voter_change(0) {
+            apply(&mut s, c);
+        }
+        assert_eq!(s.live_voters().collect::<Vec<_>>(), [0, 1, 2]);
+        // Member 1 fails: it goes back to learning, and the learner in a
+        // zone with no voter (d, not a) votes in its place.
+        s.apply(&Command::MarkFailed { member: 1 }, (20, 1));
+        assert_eq!(s.voter_change(0), Some((1, false)));
+        apply(&mut s, (1, false));
+        assert_eq!(s.voter_change(0), Some((4, true)));
+        apply(&mut s, (4, true));
+        assert_eq!(s.voter_change(0), None);
+        // Back up, it stays a learner: the group has its voters.
+        s.apply(&Command::MarkUp { member: 1 }, (21, 1));
+        assert_eq!(s.voter_change(0), None);
+        // A failed voter with no learner up to take its place stays.
+        s.apply(&Command::MarkFailed { member: 1 }, (22, 1));
+        s.apply(&Command::MarkFailed { member: 3 }, (23, 1));
+        s.apply(&Command::MarkFailed { member: 2 }, (24, 1));
+        assert_eq!(s.voter_change(0), None);
+    }
+
+    #[test]
     fn a_map_command_must_follow_the_version_and_keep_the_members() {
         let mut s = three();
         let mut m = s.map().clone();
@@ -1322,6 +1577,7 @@ mod tests {
             s.apply_membership(&f2, (9, 1)),
             Applied::Left {
                 member: 2,
+                moved: 0,
                 lost_slots: 0
             }
         );
@@ -1347,6 +1603,7 @@ mod tests {
             s.apply_membership(&ff, (11, 1)),
             Applied::Left {
                 member: 0,
+                moved: 0,
                 lost_slots: 64
             }
         );
@@ -1680,11 +1937,101 @@ mod tests {
     }
 
     #[test]
+    fn forget_with_force_fails_slots_over_to_ready_backups_and_loses_the_rest() {
+        let mut s = three();
+        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
+            let mut m = s.map.clone();
+            m.assign(r, to, None).unwrap();
+            s.set_map(m, (9, 1));
+        }
+        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        // Member 2's slots are backed up on member 0; 42..53 are copied.
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
+        let since = s.map().version();
+        s.apply(&ready_cmd(0, vec![(42, 53)], since), (11, 1));
+        let heirs: Vec<_> = (42..53).map(|x| s.map().backups(x)[0].owner).collect();
+        // Member 2 dies and is forgotten before the leader marks it failed
+        // (an operator who knows the machine is gone).
+        let f = Membership::Forget {
+            member: 2,
+            force: true,
+            at_ms: 0,
+        };
+        assert_eq!(
+            s.apply_membership(&f, (12, 1)),
+            Applied::Left {
+                member: 2,
+                moved: 11,
+                lost_slots: 11
+            },
+            "only slots without a ready copy are lost"
+        );
+        // The copied slots are their backups' now, records and all: the
+        // owner is the backup's worker, with nothing to import.
+        for (x, heir) in (42..53).zip(heirs) {
+            assert_eq!(s.map().owner_of_slot(x), heir, "slot {x}");
+            assert_eq!(s.map().importing_from(x), None);
+        }
+        // The others went out empty, to the members that are up.
+        assert!((53..64).all(|x| s.map().owner_of_slot(x).member != 2));
+        assert_eq!(s.map().slots_of(2), 0);
+    }
+
+    #[test]
+    fn an_unsafe_recovery_forgets_the_lost_and_leaves_one_voter() {
+        let mut s = three();
+        for m in [1, 2] {
+            s.members[m].voter = true;
+        }
+        let mut m = s.map.clone();
+        m.assign(0..32, 2, None).unwrap();
+        s.set_map(m, (9, 1));
+        let recover = |survivor, lost: Vec<u16>| Command::UnsafeRecover {
+            survivor,
+            lost,
+            at_ms: 0,
+        };
+        assert!(matches!(
+            s.apply(&recover(0, vec![0]), (10, 1)),
+            Applied::Refused(_)
+        ));
+        assert!(matches!(
+            s.apply(&recover(0, vec![7]), (10, 1)),
+            Applied::Refused(_)
+        ));
+        assert_eq!(
+            s.apply(&recover(0, vec![2]), (11, 1)),
+            Applied::Recovered {
+                survivor: 0,
+                lost: vec![2],
+                demoted: vec![1],
+                moved: 0,
+                lost_slots: 32
+            }
+        );
+        assert_eq!(s.member_state(2), Some(MemberState::Left));
+        assert_eq!(s.live_voters().collect::<Vec<_>>(), [0]);
+        assert_eq!(s.map().slots_of(2), 0);
+    }
+
+    #[test]
     fn the_state_reads_back_from_its_bytes() {
         let mut s = three();
         s.apply(&Command::MarkFailed { member: 1 }, (9, 3));
+        // The group's member_timeout: within bounds, and kept.
+        assert_eq!(s.member_timeout(), Some(std::time::Duration::from_secs(1)));
+        let bad = Command::SetMemberTimeout { ms: 100 };
+        assert!(matches!(s.apply(&bad, (10, 3)), Applied::Refused(_)));
+        let set = Command::SetMemberTimeout { ms: 1500 };
+        assert_eq!(s.apply(&set, (11, 3)), Applied::MemberTimeout(1500));
+        assert_eq!(s.apply(&set, (12, 3)), Applied::Nothing);
         let back = ClusterState::decode(&s.encode()).unwrap();
         assert_eq!(back, s);
+        // A state from before the group agreed on it: each member's own.
+        let mut old: serde_json::Value = serde_json::from_slice(&s.encode()).unwrap();
+        old.as_object_mut().unwrap().remove("member_timeout_ms");
+        let old = ClusterState::decode(&serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(old.member_timeout(), None);
         assert!(ClusterState::decode(b"{}").is_err());
         let c = Command::Readdress {
             member: 1,

@@ -263,6 +263,7 @@ fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
         control_voters: 3,
         replicas: 1,
         zone: None,
+        member_timeout_ms: None,
     };
     let e = Group::bootstrap(&net.dirs[0], map, founding, cfg(), net.now).unwrap_err();
     assert!(e.to_string().contains("holds member 0"), "{e}");
@@ -739,4 +740,182 @@ fn a_leader_that_stalled_marks_nobody_failed_for_its_own_stall() {
             "member {m} was marked failed for the leader's own stall"
         );
     }
+}
+#[test]
+fn a_failed_voter_is_replaced_by_a_learner_so_a_second_failure_keeps_the_quorum() {
+    // Five members, three of them voters: members 3 and 4 are learners.
+    let mut net = Net::new(5, 3, cfg());
+    let l = net.leader().unwrap();
+    let voters = |n: &Net, at: u16| -> Vec<u16> {
+        let s = n.state(at).unwrap();
+        s.live_members().filter(|&m| s.is_voter(m)).collect()
+    };
+    assert_eq!(voters(&net, l).len(), 3);
+    let first = voters(&net, l).into_iter().find(|&v| v != l).unwrap();
+    net.kill(first);
+    // Marked failed, then swapped for a learner that is up.
+    net.run_until(Duration::from_secs(5), |n| {
+        let v = voters(n, l);
+        n.all_agree() && v.len() == 3 && !v.contains(&first)
+    })
+    .expect("the failed voter is replaced by a learner");
+    let s = net.state(l).unwrap();
+    assert_eq!(s.member_state(first), Some(MemberState::Failed));
+    assert!(!s.is_voter(first), "the failed voter is a learner now");
+    // The second failure: the leader itself. The two voters left elect a
+    // leader, and every member that is up holds a lease again.
+    net.kill(l);
+    net.run_until(Duration::from_secs(5), |n| {
+        n.leader().is_some_and(|nl| {
+            let s = n.state(nl).unwrap();
+            s.member_state(l) == Some(MemberState::Failed)
+        })
+    })
+    .expect("a new leader, which marks the old one failed");
+    let nl = net.leader().unwrap();
+    let v = net.move_slots(0..16, nl);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .expect("the group commits with two of its three voters");
+    net.run_for(Duration::from_millis(200));
+    let now = net.now;
+    for m in net.alive().collect::<Vec<_>>() {
+        assert!(net.group(m).lease_valid(now), "member {m} holds a lease");
+    }
+}
+
+#[test]
+fn a_member_started_with_another_member_timeout_uses_the_groups() {
+    // The group was founded with member_timeout = 1 s: leases of 400 ms.
+    let mut net = Net::new(3, 3, cfg());
+    let own = GroupConfig::for_member_timeout(Duration::from_millis(3000));
+    let group_lease = net.cfg.lease;
+    let lease_left = |net: &mut Net, m: u16| {
+        let now = net.now;
+        net.group(m).lease_expiry().expect("a lease") - now
+    };
+    // A member that joins with 3 s of its own.
+    let j = net.join_with(own);
+    net.run_for(Duration::from_millis(500));
+    let left = lease_left(&mut net, j);
+    assert!(
+        left <= group_lease,
+        "a lease of {left:?} left: the group's is {group_lease:?}, its own {:?}",
+        own.lease
+    );
+    // A follower restarted with 3 s of its own.
+    let l = net.leader().unwrap();
+    let f = (0..3).find(|&m| m != l).unwrap();
+    net.kill(f);
+    net.restart_with(f, own);
+    net.run_for(Duration::from_millis(500));
+    let left = lease_left(&mut net, f);
+    assert!(left <= group_lease, "{left:?} left after a restart");
+    // Both time by the group's value, and said so.
+    for m in [j, f] {
+        assert_eq!(net.group(m).config().member_timeout, cfg().member_timeout);
+        assert_eq!(net.group(m).config().lease, group_lease);
+        assert!(net.events.iter().any(|(who, _, e)| *who == m
+            && *e
+                == Event::Timing {
+                    group: cfg().member_timeout,
+                    configured: own.member_timeout
+                }));
+    }
+    assert_eq!(
+        net.state(l).unwrap().member_timeout(),
+        Some(cfg().member_timeout)
+    );
+    // The group changes it: every member takes the new value up.
+    let e = net
+        .group(l)
+        .propose_member_timeout(Duration::from_millis(50));
+    assert!(e.unwrap_err().to_string().contains("200..=60000"));
+    net.group(l)
+        .propose_member_timeout(Duration::from_millis(2000))
+        .unwrap();
+    let new_lease = GroupConfig::for_member_timeout(Duration::from_millis(2000)).lease;
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive()
+            .all(|m| n.groups[usize::from(m)].as_ref().unwrap().config().lease == new_lease)
+    })
+    .expect("every member takes the group's new timing up");
+    let l = net.leader().unwrap();
+    assert_eq!(
+        net.state(l).unwrap().member_timeout(),
+        Some(Duration::from_millis(2000))
+    );
+}
+
+#[test]
+fn a_survivor_recovers_the_group_after_a_majority_of_voters_is_lost_for_good() {
+    // Three voters and a learner; two voters die for good.
+    let mut net = Net::new(4, 3, cfg());
+    let l = net.leader().unwrap();
+    let survivor = (0..3).find(|&m| m != l).unwrap();
+    let lost: Vec<u16> = (0..3).filter(|&m| m != survivor).collect();
+    let learner = 3;
+    let v = net.move_slots(0..64, lost[0]);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .unwrap();
+    let held: u32 = lost
+        .iter()
+        .map(|&m| net.state(l).unwrap().map().slots_of(m))
+        .sum();
+    for &m in &lost {
+        net.kill(m);
+    }
+    net.run_for(Duration::from_secs(3));
+    assert_eq!(net.leader(), None, "no quorum, no leader");
+    let now = net.now;
+    assert!(!net.group(survivor).lease_valid(now));
+    // Refused on a learner, and for a member that is the one recovering.
+    let e = net.group(learner).unsafe_recover(&lost, 0).unwrap_err();
+    assert!(e.to_string().contains("does not vote"), "{e}");
+    let e = net
+        .group(survivor)
+        .unsafe_recover(&[survivor], 0)
+        .unwrap_err();
+    assert!(e.to_string().contains("not lost"), "{e}");
+    // The survivor forces a configuration of its own, leads, and commits.
+    net.group(survivor).unsafe_recover(&lost, 0).unwrap();
+    net.run_until(Duration::from_secs(3), |n| {
+        n.leader() == Some(survivor)
+            && n.all_agree()
+            && lost
+                .iter()
+                .all(|&m| n.state(survivor).unwrap().member_state(m) == Some(MemberState::Left))
+    })
+    .expect("the survivor leads a group without the lost members");
+    let s = net.state(survivor).unwrap();
+    assert_eq!(
+        s.map().slots_of(lost[0]),
+        0,
+        "the lost member's slots went out"
+    );
+    assert!(net.events.iter().any(|(m, _, e)| *m == learner
+        && matches!(e, Event::Applied(_, Applied::Recovered { lost_slots, .. })
+                if *lost_slots == held)));
+    // It serves, and so does the learner (two members: still one voter).
+    assert!(!net.state(survivor).unwrap().is_voter(learner));
+    let v = net.move_slots(64..80, learner);
+    net.run_until(Duration::from_secs(2), |n| {
+        n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
+    })
+    .expect("the recovered group commits");
+    let now = net.now;
+    assert!(net.group(survivor).lease_valid(now));
+    assert!(net.group(learner).lease_valid(now));
+    // Lasting: both restarted from their data dirs, they lead again.
+    net.kill(survivor);
+    net.kill(learner);
+    net.restart(survivor);
+    net.restart(learner);
+    net.run_until(Duration::from_secs(5), |n| {
+        n.leader().is_some() && n.all_agree()
+    })
+    .expect("the recovered group resumes after a restart");
 }

@@ -68,9 +68,25 @@ pub enum ControlRequest {
         /// The copies.
         replicas: u8,
     },
+    /// Restore service after a majority of the control group's voters was
+    /// lost for good (any member, for itself: a surviving voter): it makes
+    /// itself the group's only voter and leader, and the `lost` members are
+    /// forgotten. Unsafe: what only the lost members had is gone.
+    UnsafeRecover {
+        /// The members lost for good.
+        lost: Vec<u16>,
+    },
+    /// Make the control group's `member_timeout` `ms` milliseconds (leader
+    /// only): every member derives its Raft tick, lease and failure
+    /// timeout from it once it has applied the change.
+    SetMemberTimeout {
+        /// The timeout, in milliseconds.
+        ms: u64,
+    },
     /// Remove member `member` from the cluster for good (leader only).
-    /// Refused while it owns slots, unless `force` declares their records
-    /// lost (its slots go, empty, to the members that are up).
+    /// Refused while it owns slots, unless `force`: its slots with a ready
+    /// backup on a member that is up fail over to it, and the others go,
+    /// empty, to the members that are up, their records lost.
     Forget {
         /// The member.
         member: u16,

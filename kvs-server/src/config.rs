@@ -6,7 +6,7 @@
 //! join = "10.0.0.4:7000"    # a member of the cluster to join; absent: start one
 //! data_dir = "/var/lib/kvs" # the member's identity and control-group log
 //! control_voters = 3        # members that vote in the control group (the first ones)
-//! member_timeout_ms = 1000  # silence after which the leader marks a member failed
+//! member_timeout_ms = 1000  # silence after which the leader marks a member failed (the founder's is the cluster's)
 //! replicas = 1              # copies of each slot (1-3), set when the cluster starts
 //! zone = "rack-a"           # this member's host or rack: a slot's copies avoid sharing one
 //! bulk_port = 7001          # TCP port for migrations' bulk transfers (0: any free one)
@@ -106,7 +106,10 @@ pub struct Config {
     pub control_voters: u16,
     /// Milliseconds without a word from a member after which the group's
     /// leader marks it failed. Leases and elections are derived from it
-    /// (a lease is two fifths of it, an election timeout a fifth).
+    /// (a lease is two fifths of it, an election timeout a fifth). The
+    /// group agrees on one value: the founding member's goes into the
+    /// cluster's state, and a member configured otherwise uses the
+    /// cluster's and says so; `kvs-admin set member-timeout` changes it.
     pub member_timeout_ms: u64,
     /// Copies of each slot the cluster keeps, 1 to 3: its primary and
     /// `replicas - 1` synchronous backups. Read when the cluster starts
@@ -380,8 +383,13 @@ impl Config {
         {
             return bad("zone must be 1 to 64 bytes".into());
         }
-        if !(100..=60_000).contains(&self.member_timeout_ms) {
-            return bad("member_timeout_ms must be in 100..=60000".into());
+        let range = kvs_control::MEMBER_TIMEOUT_MS;
+        if !range.contains(&self.member_timeout_ms) {
+            return bad(format!(
+                "member_timeout_ms must be in {}..={}",
+                range.start(),
+                range.end()
+            ));
         }
         if self.max_pending_setups == 0 {
             return bad("max_pending_setups must be at least 1".into());

@@ -106,6 +106,7 @@ impl Net {
             control_voters,
             replicas: 1,
             zone: None,
+            member_timeout_ms: None,
         };
         let g0 = Group::bootstrap(&dir0, map, founding, cfg, now).unwrap();
         let mut net = Net {
@@ -141,13 +142,22 @@ impl Net {
     /// A new member joins through the leader: the leader proposes it, the
     /// member stores the id it is given and starts with an empty log.
     pub fn join(&mut self) -> u16 {
-        self.join_late(Duration::ZERO)
+        self.join_late_with(Duration::ZERO, self.cfg)
+    }
+
+    /// [`Net::join`] for a member started with timing `cfg` of its own.
+    pub fn join_with(&mut self, cfg: GroupConfig) -> u16 {
+        self.join_late_with(Duration::ZERO, cfg)
     }
 
     /// Joins a new member whose process starts `late` after the leader
     /// applied its join (a loaded machine, a slow start): nothing reaches
     /// it until then.
     pub fn join_late(&mut self, late: Duration) -> u16 {
+        self.join_late_with(late, self.cfg)
+    }
+
+    fn join_late_with(&mut self, late: Duration, cfg: GroupConfig) -> u16 {
         let l = self.leader().expect("a leader to join through");
         let next = self.groups.len() as u16;
         let id = self
@@ -163,10 +173,11 @@ impl Net {
         }
         .store(&dir)
         .unwrap();
-        self.dirs.push(dir);
+        self.dirs.push(dir.clone());
         self.groups.push(None);
         self.run_for(late);
-        self.restart(id);
+        let (g, _) = Group::open(&dir, cfg, self.now).unwrap();
+        self.groups[usize::from(id)] = Some(g);
         self.run_until(Duration::from_secs(5), |n| {
             n.all_agree() && n.state(id).is_some()
         })
@@ -211,7 +222,12 @@ impl Net {
     }
 
     pub fn restart(&mut self, m: u16) {
-        let (g, _) = Group::open(&self.dirs[usize::from(m)], self.cfg, self.now).unwrap();
+        self.restart_with(m, self.cfg);
+    }
+
+    /// [`Net::restart`] with timing `cfg` of its own.
+    pub fn restart_with(&mut self, m: u16, cfg: GroupConfig) {
+        let (g, _) = Group::open(&self.dirs[usize::from(m)], cfg, self.now).unwrap();
         self.groups[usize::from(m)] = Some(g);
     }
 

@@ -151,7 +151,6 @@ impl OnTransport for Control {
         };
         let _ = self.ready.send(Ok(ctx.waker()));
         crate::crash::debug_panic("control");
-        let tick = self.cfg.group_config().tick;
         let (mut state, incoming) = self.into_state();
         // A member that restarts while importing pulls again.
         state.start_imports();
@@ -168,7 +167,10 @@ impl OnTransport for Control {
         let mut req_bytes = Vec::new();
         while !state.stop.load(Ordering::Acquire) {
             // Alone in the group, nothing needs ticking often: no heartbeats
-            // to send, and the lease (renewed every turn) is longer.
+            // to send, and the lease (renewed every turn) is longer. The
+            // tick is the group's, which a change of its member_timeout
+            // moves.
+            let tick = state.group.config().tick;
             let wait = if state.alone() { tick * 5 } else { tick };
             let _ = ctx.wait(wait).or_else(|_| Ok::<_, ()>(ctx.poll()));
             let now = Instant::now();
@@ -442,6 +444,8 @@ impl State {
                 self.shared.drain.store(true, Ordering::Release);
                 ControlReply::Ok
             }
+            // Asked of a survivor, which cannot lead before it.
+            ControlRequest::UnsafeRecover { lost } => self.unsafe_recover(&lost),
             _ if !self.group.is_leader() => self.leader_is(),
             ControlRequest::Join {
                 addr,
@@ -476,6 +480,13 @@ impl State {
                 Err(r) => *r,
             },
             ControlRequest::SetReplicas { replicas } => self.set_replicas(replicas),
+            ControlRequest::SetMemberTimeout { ms } => {
+                let t = Duration::from_millis(ms);
+                match self.group.propose_member_timeout(t) {
+                    Ok(()) => ControlReply::Ok,
+                    Err(e) => ControlReply::error(e.to_string()),
+                }
+            }
             ControlRequest::Forget { member, force } => {
                 match self.group.propose_forget(member, force, now_ms()) {
                     Ok(()) => ControlReply::Ok,
@@ -539,6 +550,22 @@ impl State {
         }
         match self.group.propose(&Command::SetReplicas { replicas }) {
             Ok(()) => ControlReply::Ok,
+            Err(e) => ControlReply::error(e.to_string()),
+        }
+    }
+
+    /// An unsafe recovery without the `lost` members, this member the
+    /// group's only voter and leader.
+    fn unsafe_recover(&mut self, lost: &[u16]) -> ControlReply {
+        match self.group.unsafe_recover(lost, now_ms()) {
+            Ok(()) => {
+                eprintln!(
+                    "kvs-server: UNSAFE RECOVERY: this member forces a control group of its \
+                     own without members {lost:?}: writes acknowledged only by them are lost, \
+                     and they must never be started again with their old data dirs"
+                );
+                ControlReply::Ok
+            }
             Err(e) => ControlReply::error(e.to_string()),
         }
     }
@@ -805,6 +832,16 @@ impl State {
                 true
             }
             Event::Applied(_, a) => self.on_applied(a),
+            Event::Timing { group, configured } => {
+                eprintln!(
+                    "kvs-server: control group: this member uses the cluster's \
+                     member_timeout_ms = {}, not its own {}: every member times leases \
+                     and failures alike (kvs-admin set member-timeout changes it)",
+                    group.as_millis(),
+                    configured.as_millis()
+                );
+                false
+            }
         }
     }
 
@@ -829,6 +866,33 @@ impl State {
         false
     }
 
+    /// Logs a member forgotten (`moved` of its slots failed over to their
+    /// ready backups, `lost_slots` went out empty), and stops if it is
+    /// this one; the state changed.
+    fn on_left(&mut self, member: u16, moved: u32, lost_slots: u32) -> bool {
+        eprintln!(
+            "kvs-server: control group: member {member} was forgotten{}{}",
+            if moved > 0 {
+                format!("; {moved} of its slots failed over to their ready backups")
+            } else {
+                String::new()
+            },
+            if lost_slots > 0 {
+                format!(
+                    "; {lost_slots} slots had no ready backup and go out empty: \
+                     their records are lost"
+                )
+            } else {
+                String::new()
+            }
+        );
+        if member == self.me {
+            eprintln!("kvs-server: this member was forgotten: stopping");
+            self.stop.store(true, Ordering::Release);
+        }
+        true
+    }
+
     /// Logs what an applied entry did (`a`); whether the state changed.
     fn on_applied(&mut self, a: Applied) -> bool {
         match a {
@@ -844,7 +908,7 @@ impl State {
                     "kvs-server: control group: member {m} is marked failed (no word from it \
                      within member_timeout_ms = {}); its slots with a ready backup moved \
                      to it, the others are unavailable until it returns or is forgotten",
-                    self.cfg.member_timeout_ms
+                    self.group.config().member_timeout.as_millis()
                 );
                 true
             }
@@ -881,21 +945,11 @@ impl State {
                 eprintln!("kvs-server: control group: member {m} is up again");
                 true
             }
-            Applied::Left { member, lost_slots } => {
-                eprintln!(
-                    "kvs-server: control group: member {member} was forgotten{}",
-                    if lost_slots > 0 {
-                        format!("; the records of its {lost_slots} slots are lost")
-                    } else {
-                        String::new()
-                    }
-                );
-                if member == self.me {
-                    eprintln!("kvs-server: this member was forgotten: stopping");
-                    self.stop.store(true, Ordering::Release);
-                }
-                true
-            }
+            Applied::Left {
+                member,
+                moved,
+                lost_slots,
+            } => self.on_left(member, moved, lost_slots),
             Applied::Voter { member, voter } => {
                 eprintln!(
                     "kvs-server: control group: member {member} {}",
@@ -905,6 +959,27 @@ impl State {
                         "no longer votes"
                     }
                 );
+                false
+            }
+            Applied::Recovered {
+                survivor,
+                lost,
+                lost_slots,
+                ..
+            } => {
+                eprintln!(
+                    "kvs-server: control group: unsafe recovery by member {survivor}: members \
+                     {lost:?} are forgotten, {lost_slots} of their slots had no ready backup \
+                     and lost their records"
+                );
+                if lost.contains(&self.me) {
+                    eprintln!("kvs-server: this member was forgotten: stopping");
+                    self.stop.store(true, Ordering::Release);
+                }
+                true
+            }
+            Applied::MemberTimeout(ms) => {
+                eprintln!("kvs-server: control group: member_timeout_ms is {ms} now");
                 false
             }
             Applied::Joined(_) | Applied::Map(_) => true,

@@ -277,6 +277,7 @@ fn founding(cfg: &Config) -> kvs_control::Founding {
         control_voters: cfg.control_voters,
         replicas: cfg.replicas,
         zone: cfg.zone.clone(),
+        member_timeout_ms: Some(cfg.member_timeout_ms),
     }
 }
 
