@@ -66,6 +66,28 @@ const SCENARIOS: &[Scenario] = &[
         faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Drain, Kind::Migrate],
     },
     Scenario {
+        name: "r1-five",
+        what: "five members, one copy: pauses, cuts and the operator's moves",
+        members: 5,
+        replicas: 1,
+        faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Migrate, Kind::Rebalance],
+    },
+    Scenario {
+        name: "r2-five",
+        what: "five members, two copies: kills, wipes, pauses, cuts, drains",
+        members: 5,
+        replicas: 2,
+        faults: &[
+            Kind::Kill,
+            Kind::Wipe,
+            Kind::PauseShort,
+            Kind::PauseLong,
+            Kind::Partition,
+            Kind::Drain,
+            Kind::Rebalance,
+        ],
+    },
+    Scenario {
         name: "r3-mixed",
         what: "five members, three copies: every fault, replica changes and rebalances",
         members: 5,
