@@ -53,10 +53,10 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "r2-crash",
-        what: "two copies: kill -9 (with a slow backup), a data dir wiped, pauses, SIGTERM",
+        what: "two copies: kill -9 (with a slow backup), pauses, SIGTERM",
         members: 3,
         replicas: 2,
-        faults: &[Kind::Kill, Kind::KillSlowBackup, Kind::PauseShort, Kind::TermRestart, Kind::Wipe],
+        faults: &[Kind::Kill, Kind::KillSlowBackup, Kind::PauseShort, Kind::TermRestart],
     },
     Scenario {
         name: "r2-pause",
@@ -64,6 +64,13 @@ const SCENARIOS: &[Scenario] = &[
         members: 3,
         replicas: 2,
         faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Drain, Kind::Migrate],
+    },
+    Scenario {
+        name: "r2-wipe",
+        what: "two copies: data dirs wiped (kill -9, forget, join again empty), kills, SIGTERM",
+        members: 3,
+        replicas: 2,
+        faults: &[Kind::Wipe, Kind::Kill, Kind::TermRestart, Kind::PauseShort],
     },
     Scenario {
         name: "r1-five",
@@ -99,7 +106,6 @@ const SCENARIOS: &[Scenario] = &[
             Kind::PauseLong,
             Kind::Partition,
             Kind::TermRestart,
-            Kind::Wipe,
             Kind::Drain,
             Kind::Migrate,
             Kind::Rebalance,
