@@ -101,7 +101,7 @@ impl Cluster {
                 paused: false,
                 past_output: String::new(),
             });
-            c.launch(m, (m > 0).then_some(0));
+            c.launch(m, (m > 0).then_some(0))?;
             let want = m + 1;
             c.wait("the join", Duration::from_secs(30), |c| {
                 c.view().is_some_and(|g| {
@@ -120,7 +120,7 @@ impl Cluster {
     /// Starts member `m`'s process (the first time on a free port, then at
     /// its address, from its data dir), joining member `join` if its data
     /// dir is empty.
-    fn launch(&mut self, m: usize, join: Option<usize>) {
+    fn launch(&mut self, m: usize, join: Option<usize>) -> Result<(), String> {
         let join = join.map(|j| self.members[j].addr.to_string());
         let me = &self.members[m];
         let dev = format!("sim{}", me.dev);
@@ -146,11 +146,19 @@ impl Cluster {
         if let Some(j) = &join {
             args.extend(["--join", j]);
         }
-        let p = ServerProcess::start(&args);
+        // A member that does not start fails the run, not the program.
+        let p = std::panic::catch_unwind(|| ServerProcess::start(&args)).map_err(|e| {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "it did not start".into());
+            format!("member {m} did not start: {why}")
+        })?;
         let me = &mut self.members[m];
         me.addr = p.addr;
         me.proc = Some(p);
         me.paused = false;
+        Ok(())
     }
 
     /// Every member's address.
@@ -289,10 +297,11 @@ impl Cluster {
     }
 
     /// Member `m` again, from its data dir.
-    pub fn restart(&mut self, m: usize) {
+    pub fn restart(&mut self, m: usize) -> Result<(), String> {
         if self.members[m].proc.is_none() {
-            self.launch(m, None);
+            self.launch(m, None)?;
         }
+        Ok(())
     }
 
     /// Member `m` killed, its data dir lost: the group marks it failed and
@@ -329,7 +338,7 @@ impl Cluster {
             .live()
             .find(|&x| x != m)
             .ok_or("no live member to join")?;
-        self.launch(m, Some(via));
+        self.launch(m, Some(via))?;
         let addr = self.members[m].addr;
         self.wait(
             &format!("member at {addr} rejoined"),
@@ -367,11 +376,19 @@ impl Cluster {
 
     /// Every fault undone: ports up, paused members resumed, dead members
     /// restarted.
-    pub fn heal(&mut self) {
+    pub fn heal(&mut self) -> Result<(), String> {
+        let mut failures = Vec::new();
         for m in 0..self.members.len() {
             self.port(m, false);
             self.pause(m, false);
-            self.restart(m);
+            if let Err(e) = self.restart(m) {
+                failures.push(e);
+            }
+        }
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(failures.join("; "))
         }
     }
 

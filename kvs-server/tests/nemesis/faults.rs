@@ -142,7 +142,7 @@ impl Nemesis {
                 let down = ms(r, 200, 3000);
                 c.kill(m);
                 std::thread::sleep(down);
-                c.restart(m);
+                c.restart(m)?;
                 format!("kill -9 member {m}, restarted after {down:?}")
             }
             Kind::KillSlowBackup => {
@@ -153,7 +153,7 @@ impl Nemesis {
                 c.pause(b, false);
                 let down = ms(r, 500, 2000);
                 std::thread::sleep(down);
-                c.restart(m);
+                c.restart(m)?;
                 format!("kill -9 member {m} with member {b} paused for {slow:?}, restarted after {down:?}")
             }
             Kind::PauseShort | Kind::PauseLong => {
@@ -176,7 +176,7 @@ impl Nemesis {
             }
             Kind::TermRestart => {
                 let clean = c.term(m, Duration::from_secs(20));
-                c.restart(m);
+                c.restart(m)?;
                 format!("SIGTERM member {m} (exited by itself: {clean}), restarted")
             }
             Kind::Drain => self.drain(c, m)?,
@@ -222,7 +222,7 @@ impl Nemesis {
             |c| c.status(m).is_some_and(|s| s.drained),
         )?;
         let clean = c.term(m, Duration::from_secs(20));
-        c.restart(m);
+        c.restart(m)?;
         Ok(format!(
             "drain member {m} ({a}) with member {b} paused for {slow:?}; SIGTERM \
              (exited by itself: {clean}), restarted"

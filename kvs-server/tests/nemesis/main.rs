@@ -240,10 +240,10 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
         failure = nemesis.step(&mut c, at).err();
     }
     // Everything healed, the cluster must come back and keep serving.
-    c.heal();
+    let healed = c.heal();
     if failure.is_none() {
-        failure = c
-            .wait_healthy(Duration::from_secs(120))
+        failure = healed
+            .and_then(|()| c.wait_healthy(Duration::from_secs(120)))
             .err()
             .map(|e| format!("after healing: {e}"));
     }
