@@ -293,12 +293,16 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
     out
 }
 
-fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
-    let faults: Vec<String> = o
-        .faults
+/// The faults played, by kind, in a line.
+fn fault_list(faults: &std::collections::BTreeMap<Kind, u32>) -> String {
+    let v: Vec<String> = faults
         .iter()
         .map(|(k, n)| format!("{} {n}", k.name()))
         .collect();
+    v.join(", ")
+}
+
+fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
     format!(
         "nemesis {} seed {seed}: {} ops ({} unknown), {} anomalies, {:.0} s (checked in {:.1} s, \
          slowest key {:.2} s); faults: {}",
@@ -309,7 +313,7 @@ fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
         took.as_secs_f64(),
         o.check.as_secs_f64(),
         o.slowest.as_secs_f64(),
-        faults.join(", ")
+        fault_list(&o.faults)
     )
 }
 
@@ -394,18 +398,13 @@ fn main() {
             }
         }
     }
-    let faults: Vec<String> = totals
-        .faults
-        .iter()
-        .map(|(k, n)| format!("{} {n}", k.name()))
-        .collect();
     eprintln!(
         "nemesis: {} ops ({} unknown), {} anomalies in {:.0} s; faults: {}",
         totals.ops,
         totals.unknown,
         totals.anomalies,
         t.elapsed().as_secs_f64(),
-        faults.join(", ")
+        fault_list(&totals.faults)
     );
     println!("nemesis: {passed} passed, {failed} failed");
     if failed > 0 {
