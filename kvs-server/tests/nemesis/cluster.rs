@@ -30,6 +30,9 @@ pub struct Member {
     pub paused: bool,
     /// Everything its earlier processes printed.
     pub past_output: String,
+    /// Whether a process of it has started: member 0's first start founds
+    /// the cluster (`--bootstrap`), its restarts resume from its data dir.
+    pub launched: bool,
 }
 
 /// The cluster.
@@ -83,15 +86,17 @@ impl Cluster {
             cc,
             fab,
         };
-        for m in 0..n {
+        assert!(n <= DEVICES.len(), "at most {} members", DEVICES.len());
+        for (m, &dev) in DEVICES.iter().enumerate().take(n) {
             let dir = c.root.join(format!("m{m}"));
             c.members.push(Member {
-                dev: DEVICES[m],
+                dev,
                 dir,
                 addr: "127.0.0.1:0".parse().unwrap(),
                 proc: None,
                 paused: false,
                 past_output: String::new(),
+                launched: false,
             });
             c.launch(m);
             let want = m + 1;
@@ -109,8 +114,8 @@ impl Cluster {
         Ok(c)
     }
 
-    /// Starts member `m`'s process (the first time on a free port, then at
-    /// its address, from its data dir).
+    /// Starts member `m`'s process (the first time on a free port, member 0
+    /// with `--bootstrap`; then at its address, from its data dir).
     fn launch(&mut self, m: usize) {
         let join = (m > 0).then(|| self.members[0].addr.to_string());
         let me = &self.members[m];
@@ -134,14 +139,17 @@ impl Cluster {
             "--replicas",
             &replicas,
         ];
-        if let Some(j) = &join {
-            args.extend(["--join", j]);
+        match &join {
+            Some(j) => args.extend(["--join", j]),
+            None if !me.launched => args.push("--bootstrap"),
+            None => {}
         }
         let p = ServerProcess::start(&args);
         let me = &mut self.members[m];
         me.addr = p.addr;
         me.proc = Some(p);
         me.paused = false;
+        me.launched = true;
     }
 
     /// Every member's address.
