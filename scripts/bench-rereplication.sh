@@ -25,10 +25,11 @@ pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$root" /dev/shm/mlx5sim-$fabric*; }
 trap cleanup EXIT
 for m in 0 1 2; do
-  join=()
-  [ "$m" -gt 0 ] && join=(--join 127.0.0.1:$base)
+  # Member 0 starts the cluster; the others join it.
+  how=(--bootstrap)
+  [ "$m" -gt 0 ] && how=(--join 127.0.0.1:$base)
   "$S" --listen 127.0.0.1:$((base + m)) --fabric "$fabric" --device sim1 --workers 2 \
-    --stats-interval 0 --data-dir "$root/m$m" "${join[@]}" >"$root/m$m.log" 2>&1 &
+    --stats-interval 0 --data-dir "$root/m$m" "${how[@]}" >"$root/m$m.log" 2>&1 &
   pids+=($!)
   sleep 1
 done

@@ -2,12 +2,14 @@
 # The deploy roles' test, molecule-style, on real systemd hosts:
 #   lint       ansible-lint on deploy/, --syntax-check on every playbook
 #   create     four systemd-nspawn containers (hosts.sh up)
-#   converge   site.yml: the cluster forms over both storage hosts
+#   converge   site.yml -e kvs_server_bootstrap=true: the cluster forms over
+#              both storage hosts
 #   verify     verify.yml, and every /metrics parsed by a Prometheus parser
 #   benchmark  benchmark.yml: YCSB workload A with dataintegrity from both load
 #              hosts (four MPI ranks under one mpirun); every operation in the
 #              fetched report OK
-#   idempotence  site.yml again changes nothing
+#   idempotence  site.yml again changes nothing; with kvs_server_bootstrap=true
+#              it is refused (the cluster exists) and changes nothing
 #   change     a changed setting on one storage host restarts it (handler):
 #              it hands its slots to their backups as it stops, and every slot
 #              has its two copies again (replicas = 2)
@@ -152,7 +154,7 @@ rm -rf "$LOGS" "$STATE/reports"
 mkdir -p "$LOGS"
 
 step "converge"
-play site-1 site.yml
+play site-1 site.yml -e kvs_server_bootstrap=true
 
 step "verify"
 play verify tests/verify.yml
@@ -176,6 +178,17 @@ for h in kvs1 kvs2 load1 load2 localhost; do
   [ "$(changed site-2 "$h")" = 0 ] || fail "the second site.yml changed $h: $(grep -E 'changed:' "$LOGS/site-2.log" | head)"
 done
 echo "second site.yml: no change"
+# Creating the cluster again is refused before anything changes: it would
+# start a second cluster.
+if ansible-playbook -i "$INV" "${EXTRA[@]}" site.yml -e kvs_server_bootstrap=true >"$LOGS/site-bootstrap.log" 2>&1; then
+  fail "site.yml -e kvs_server_bootstrap=true ran on an existing cluster"
+fi
+grep -q "would start a second cluster" "$LOGS/site-bootstrap.log" ||
+  fail "site.yml -e kvs_server_bootstrap=true failed for another reason: $(tail -20 "$LOGS/site-bootstrap.log")"
+for h in kvs1 kvs2; do
+  [ "$(changed site-bootstrap "$h")" = 0 ] || fail "the refused bootstrap changed $h"
+done
+echo "site.yml -e kvs_server_bootstrap=true on the cluster: refused, no change"
 
 step "change"
 before1=$(on "$KVS1" systemctl show -p InvocationID --value kvs-server)

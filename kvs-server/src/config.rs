@@ -3,8 +3,9 @@
 //! ```toml
 //! listen = "0.0.0.0:7000"   # TCP address for connection setup
 //! advertise = "10.0.0.5:7000"  # where clients and members reach this server
-//! join = "10.0.0.4:7000"    # a member of the cluster to join; absent: start one
+//! join = "10.0.0.4:7000"    # a member of the cluster to join (while data_dir holds no member)
 //! data_dir = "/var/lib/kvs" # the member's identity and control-group log
+//! bootstrap = false         # true: an empty data_dir starts a new cluster (once, to create it)
 //! control_voters = 3        # members that vote in the control group (the first ones)
 //! member_timeout_ms = 1000  # silence after which the leader marks a member failed (the founder's is the cluster's)
 //! replicas = 1              # copies of each slot (1-3), set when the cluster starts
@@ -33,6 +34,15 @@
 //! idle_max_spin_us = 1000   # the spin adapts up to this under load
 //! huge_pages = false        # true: copyrpc rings in 2 MiB huge pages (vm.nr_hugepages)
 //! ```
+//!
+//! With `data_dir`, bootstrapping is explicit: a data dir that holds a
+//! member resumes it, whatever `join` and `bootstrap` say; an empty one
+//! joins `join`, or starts a new cluster with `bootstrap = true`, and with
+//! neither the server refuses to start, since it may be a member's lost
+//! data dir. Set `bootstrap` on one server, when the cluster is created,
+//! and not afterwards: were that data dir lost, it would start a second
+//! cluster. Without `data_dir` the server starts a cluster of its own
+//! unless `join` says otherwise.
 //!
 //! An idle worker spins `idle_spin_us`, then arms its CQs and sleeps until a
 //! request arrives (a completion event), a client connects, or 50 ms pass.
@@ -91,15 +101,22 @@ pub struct Config {
     /// joins, and the first server leaves for the first member that joins
     /// to fill in.
     pub advertise: Option<SocketAddr>,
-    /// Any member of the cluster to join (`host:port`). None: this server
-    /// starts a cluster of its own and owns every slot. Used only while
-    /// `data_dir` holds no member: a member resumes from its data dir.
+    /// Any member of the cluster to join (`host:port`). Used only while
+    /// `data_dir` holds no member: a member resumes from its data dir. None:
+    /// see `bootstrap`. Not with `bootstrap`.
     pub join: Option<String>,
+    /// Start a new cluster, this server its member 0, owning every slot,
+    /// when `data_dir` holds no member. Without it (and without `join`) an
+    /// empty data dir is refused: it may be a member's lost one. Ignored
+    /// (with a note) when the data dir holds a member; without `data_dir`
+    /// the server bootstraps anyway, unless `join`. Not with `join`.
+    pub bootstrap: bool,
     /// Where the member keeps its identity (cluster and member ids) and its
     /// copy of the control group's log. A data dir that holds a member is
-    /// resumed (with or without `join`), never started anew; an empty one
-    /// starts a cluster, or joins `join`. None: a temporary directory that
-    /// goes with the process (a restart is a new member).
+    /// resumed (whatever `join` and `bootstrap` say), never started anew;
+    /// an empty one joins `join`, or starts a cluster with `bootstrap`.
+    /// None: a temporary directory that goes with the process (a restart is
+    /// a new member).
     pub data_dir: Option<PathBuf>,
     /// How many members vote in the control group: the first ones to join
     /// (the rest follow the log as learners). 3 survives one failure, 5 two.
@@ -191,6 +208,7 @@ impl Default for Config {
             listen: "127.0.0.1:7000".parse().expect("a valid address"),
             advertise: None,
             join: None,
+            bootstrap: false,
             data_dir: None,
             control_voters: 3,
             member_timeout_ms: 1000,
@@ -360,10 +378,18 @@ impl Config {
         Ok(())
     }
 
-    /// Checks the cluster's settings: setup timeout, voters, replicas,
-    /// zone, member timeout and pending setups.
+    /// Checks the cluster's settings: bootstrap or join, setup timeout,
+    /// voters, replicas, zone, member timeout and pending setups.
     fn check_cluster(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.bootstrap && self.join.is_some() {
+            return bad(format!(
+                "bootstrap (--bootstrap) and join = {:?} (--join): a server starts a new \
+                 cluster or joins one, not both; give --bootstrap to the first member only, \
+                 when the cluster is created, and --join to the others",
+                self.join.as_deref().unwrap_or_default()
+            ));
+        }
         if self.setup_timeout_ms == 0 || self.setup_timeout_ms > 600_000 {
             return bad("setup_timeout_ms must be in 1..=600000".into());
         }
@@ -484,6 +510,16 @@ mod tests {
         assert!(!Config::from_toml("").unwrap().huge_pages);
         assert!(Config::from_toml("huge_pages = true").unwrap().huge_pages);
         assert!(Config::from_toml("huge_pages = \"yes\"").is_err());
+    }
+
+    #[test]
+    fn bootstrap_or_join_not_both() {
+        assert!(!Config::default().bootstrap);
+        assert!(Config::from_toml("bootstrap = true").unwrap().bootstrap);
+        let e = Config::from_toml("bootstrap = true\njoin = \"10.0.0.4:7000\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! the cluster.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use copyrpc::conn::ConnError;
 use kvs_proto::TokenError;
@@ -55,6 +56,24 @@ pub enum StartError {
     /// The control thread could not open the device or build its context.
     #[error("control endpoint: {0}")]
     Control(String),
+    /// The data dir holds no member, and neither `bootstrap` nor `join`
+    /// says whether to start a cluster or join one. It may be the data dir
+    /// of a member that was lost: bootstrapping it by default would put a
+    /// second, empty cluster at that member's address.
+    #[error(
+        "{} holds no member, and neither --bootstrap nor --join says what to do with it. \
+         To start a new cluster with this server as its first member, start it once with \
+         --bootstrap (bootstrap = true) and leave that out of later starts. To add it to a \
+         cluster, start it with --join HOST:PORT of any member (join = \"HOST:PORT\"). If this \
+         server was a member of a cluster, its data dir was lost and it cannot come back as \
+         itself: free its old id with kvs-admin forget, then start it with --join ADDR of a \
+         live member, as a new member (--bootstrap would found a second, empty cluster)",
+        .dir.display()
+    )]
+    NoMember {
+        /// The data dir.
+        dir: PathBuf,
+    },
     /// Starting the member's part in the cluster failed: its data dir, or
     /// joining.
     #[error("{0}")]

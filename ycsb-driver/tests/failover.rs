@@ -76,6 +76,8 @@ fn child_member() {
         member_timeout_ms: 500,
         data_dir: Some(std::env::var(CHILD_DIR).unwrap().into()),
         join: std::env::var(CHILD_JOIN).ok(),
+        // Member 0 founds the cluster.
+        bootstrap: std::env::var(CHILD_JOIN).is_err(),
         ..Config::default()
     })
     .unwrap();

@@ -3,15 +3,18 @@
 //! ```text
 //! kvs-server --config kvs.toml
 //! kvs-server --listen 0.0.0.0:7000 --workers 4 --device mlx5_0 --replicas 2 \
-//!     --data-dir /var/lib/kvs --auth-token-file /etc/kvs/token \
+//!     --data-dir /var/lib/kvs --bootstrap --auth-token-file /etc/kvs/token \
 //!     --cluster-token-file /etc/kvs/cluster-token
 //! kvs-server --listen 0.0.0.0:7000 --join 10.0.0.4:7000 --data-dir /var/lib/kvs ...
 //! ```
-//! The first server starts a cluster and owns every slot; servers started
-//! with `--join` (any member's address) become members owning none, until
-//! `kvs-admin migrate` or `kvs-admin rebalance` moves slots to them. The
-//! members keep the cluster's configuration in a Raft group; with
-//! `--data-dir` a member that restarts resumes its place.
+//! The first server, started once with `--bootstrap`, starts a cluster and
+//! owns every slot; servers started with `--join` (any member's address)
+//! become members owning none, until `kvs-admin migrate` or `kvs-admin
+//! rebalance` moves slots to them. The members keep the cluster's
+//! configuration in a Raft group; with `--data-dir` a member that restarts
+//! resumes its place, and an empty data dir without `--bootstrap` or
+//! `--join` is refused (it may be a member's lost one). Without
+//! `--data-dir` the server starts a cluster of its own unless `--join`.
 //! Without a token the server listens only on a loopback address, unless
 //! `--allow-unauthenticated` (or `allow_unauthenticated = true`) says that
 //! anyone who can reach it may read and write everything.
@@ -31,7 +34,13 @@ use kvs_server::{Config, Server};
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Sharded in-memory key-value server over copyrpc (RDMA)"
+    about = "Sharded in-memory key-value server over copyrpc (RDMA)",
+    after_help = "A cluster with data dirs: start the first server once with --data-dir DIR \
+        --bootstrap, the others with --data-dir DIR --join HOST:PORT (any member). Restart them \
+        without --bootstrap: each resumes the member its data dir holds (--join is ignored \
+        then). A member whose data dir was lost joins again as a new member (kvs-admin forget \
+        its old id, then --join HOST:PORT of a live member); --bootstrap would found a second \
+        cluster."
 )]
 struct Args {
     /// TOML configuration file (every key optional; flags override it).
@@ -43,9 +52,21 @@ struct Args {
     /// Join the cluster this member belongs to (HOST:PORT of any member)
     /// instead of starting a cluster. The new member owns no slots until
     /// `kvs-admin migrate` or `rebalance` gives it some. Used only while the
-    /// data dir holds no member. Config key `join`.
+    /// data dir holds no member, so a unit file may always give it. Not
+    /// with --bootstrap. Config key `join`.
     #[arg(long, value_name = "HOST:PORT")]
     join: Option<String>,
+    /// Start a new cluster, this server its member 0, owning every slot,
+    /// when --data-dir holds no member. Give it once, to one server, when
+    /// the cluster is created, and leave it out of later starts: a data dir
+    /// that holds a member resumes it (--bootstrap is then ignored, with a
+    /// note), and a member whose data dir was lost must join again
+    /// (--join), not found a second cluster at its address. An empty data
+    /// dir with neither --bootstrap nor --join is refused. Not with --join.
+    /// Without --data-dir the server starts a cluster of its own anyway
+    /// (unless --join). Config key `bootstrap`.
+    #[arg(long)]
+    bootstrap: bool,
     /// Copies of each slot, 1 to 3: a primary and N-1 synchronous backups
     /// on other members, so a member's death loses no acknowledged write.
     /// Read when the cluster starts; `kvs-admin set replicas N` changes it
@@ -58,10 +79,12 @@ struct Args {
     zone: Option<String>,
     /// Where the member keeps its identity (the cluster's id and its own)
     /// and its copy of the control group's log. A data dir that holds a
-    /// member is resumed, with or without --join: a restart never starts a
-    /// second cluster. An empty one starts a cluster, or joins --join.
-    /// Without it, a temporary directory that goes with the process (a
-    /// restart is a new member). Config key `data_dir`.
+    /// member is resumed, whatever --join and --bootstrap say: a restart
+    /// never starts a second cluster. An empty one joins --join, or starts
+    /// a new cluster with --bootstrap; with neither the server refuses to
+    /// start (it may be a member's lost data dir). Without it, a temporary
+    /// directory that goes with the process (a restart is a new member).
+    /// Config key `data_dir`.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// The address clients and members reach this server at, when it is not
@@ -211,6 +234,9 @@ fn apply_flags(a: Args, cfg: &mut Config) {
     }
     if a.join.is_some() {
         cfg.join = a.join;
+    }
+    if a.bootstrap {
+        cfg.bootstrap = true;
     }
     if a.data_dir.is_some() {
         cfg.data_dir = a.data_dir;

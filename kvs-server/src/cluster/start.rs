@@ -1,10 +1,15 @@
-//! How a member starts: it resumes the member its data dir holds, or, with
-//! an empty data dir, starts a new cluster (no `join`) or joins the cluster
-//! of the member `join` names. A data dir that holds a member is never
-//! started anew: a restart under systemd resumes the same member of the same
-//! cluster, whatever `join` says.
+//! How a member starts: it resumes the member its data dir holds; with an
+//! empty data dir it joins the cluster of the member `join` names, or starts
+//! a new cluster when `bootstrap` says so. A data dir that holds a member is
+//! never started anew: a restart under systemd resumes the same member of
+//! the same cluster, whatever `join` or `bootstrap` say. An empty data dir
+//! with neither is refused: it may be a member's lost one, and founding a
+//! cluster there would put a second, empty cluster at a member's address.
+//! Without `data_dir` the member makes a temporary one and, without `join`,
+//! starts a cluster of its own.
 
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::path::Path;
 use std::time::Instant;
 
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
@@ -60,73 +65,102 @@ pub(crate) fn start(
             (t.path().to_path_buf(), Some(t))
         }
     };
-    let gcfg = cfg.group_config();
     let now = Instant::now();
     let fail = |e: kvs_control::GroupError| StartError::Join(format!("{}: {e}", dir.display()));
-    if Identity::load(&dir).map_err(|e| fail(e.into()))?.is_some() {
-        let (group, rec) = Group::open(&dir, gcfg, now).map_err(fail)?;
-        if rec.torn_bytes > 0 {
-            eprintln!(
-                "kvs-server: {}: dropped the last {} bytes of the control log, a write the \
-                 crash cut short",
-                dir.display(),
-                rec.torn_bytes
-            );
+    // A temporary data dir is new by construction: no member can have lost
+    // it, so it bootstraps without being told (the one-line demo server).
+    let may_bootstrap = cfg.bootstrap || temporary.is_some();
+    let (group, map, how) = if Identity::load(&dir).map_err(|e| fail(e.into()))?.is_some() {
+        resume(cfg, &dir, cluster_token, now)?
+    } else {
+        match &cfg.join {
+            Some(j) => join_anew(cfg, &dir, j, (bound, bulk_port), cluster_token, now)?,
+            None if may_bootstrap => bootstrap(cfg, &dir, (bound, bulk_port), now)?,
+            None => return Err(StartError::NoMember { dir }),
         }
-        let map = match group.state() {
-            Some(s) => s.map().clone(),
-            // It joined and stopped before the group gave it the state.
-            None => match &cfg.join {
-                Some(j) => fetch_map(cfg, resolve(j)?, cluster_token, group.cluster_id().bytes())?,
-                None => {
-                    return Err(StartError::Join(format!(
-                        "{} holds member {} of cluster {}, which has not yet been given the \
-                         cluster's state: start it with --join and any member's address",
-                        dir.display(),
-                        group.me(),
-                        group.cluster_id()
-                    )))
-                }
-            },
-        };
-        check_workers(&map, group.me(), cfg.workers)?;
-        return Ok(Started {
-            group,
-            map,
-            how: How::Resumed,
-            temporary,
-        });
+    };
+    Ok(Started {
+        group,
+        map,
+        how,
+        temporary,
+    })
+}
+
+/// The group, map and way of a started member.
+type Member = (Group, ShardMap, How);
+
+/// Resumes the member the data dir `dir` holds.
+fn resume(
+    cfg: &Config,
+    dir: &Path,
+    cluster_token: Option<AuthToken>,
+    now: Instant,
+) -> Result<Member, StartError> {
+    let fail = |e: kvs_control::GroupError| StartError::Join(format!("{}: {e}", dir.display()));
+    let (group, rec) = Group::open(dir, cfg.group_config(), now).map_err(fail)?;
+    if rec.torn_bytes > 0 {
+        eprintln!(
+            "kvs-server: {}: dropped the last {} bytes of the control log, a write the \
+             crash cut short",
+            dir.display(),
+            rec.torn_bytes
+        );
     }
-    match &cfg.join {
-        None => {
-            let me = advertised(cfg, bound, None)?;
-            let mut map = ShardMap::single(me, cfg.slots, cfg.workers).map_err(|e| {
-                StartError::Config(crate::config::ConfigError::Invalid(e.to_string()))
-            })?;
-            let _ = map.set_bulk_port(0, bulk_port);
-            let group =
-                Group::bootstrap(&dir, map.clone(), founding(cfg), gcfg, now).map_err(fail)?;
-            Ok(Started {
-                group,
-                map,
-                how: How::Bootstrapped,
-                temporary,
-            })
-        }
-        Some(j) => {
-            let target = resolve(j)?;
-            let me = advertised(cfg, bound, Some(target))?;
-            let (id, map) = join(cfg, target, me, bulk_port, cluster_token)?;
-            id.store(&dir).map_err(|e| fail(e.into()))?;
-            let (group, _) = Group::open(&dir, gcfg, now).map_err(fail)?;
-            Ok(Started {
-                group,
-                map,
-                how: How::Joined,
-                temporary,
-            })
-        }
-    }
+    let map = match group.state() {
+        Some(s) => s.map().clone(),
+        // It joined and stopped before the group gave it the state.
+        None => match &cfg.join {
+            Some(j) => fetch_map(cfg, resolve(j)?, cluster_token, group.cluster_id().bytes())?,
+            None => {
+                return Err(StartError::Join(format!(
+                    "{} holds member {} of cluster {}, which has not yet been given the \
+                     cluster's state: start it with --join and any member's address",
+                    dir.display(),
+                    group.me(),
+                    group.cluster_id()
+                )))
+            }
+        },
+    };
+    check_workers(&map, group.me(), cfg.workers)?;
+    Ok((group, map, How::Resumed))
+}
+
+/// Starts a new cluster in the empty data dir `dir`, this server its member
+/// 0 and owner of every slot; `at`: its setup address and bulk port.
+fn bootstrap(
+    cfg: &Config,
+    dir: &Path,
+    at: (SocketAddr, u16),
+    now: Instant,
+) -> Result<Member, StartError> {
+    let me = advertised(cfg, at.0, None)?;
+    let mut map = ShardMap::single(me, cfg.slots, cfg.workers)
+        .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
+    let _ = map.set_bulk_port(0, at.1);
+    let group = Group::bootstrap(dir, map.clone(), founding(cfg), cfg.group_config(), now)
+        .map_err(|e| StartError::Join(format!("{}: {e}", dir.display())))?;
+    Ok((group, map, How::Bootstrapped))
+}
+
+/// Joins the cluster of the member at `contact` (`join`) as a new member,
+/// kept in the empty data dir `dir`; `at`: its setup address and bulk port.
+fn join_anew(
+    cfg: &Config,
+    dir: &Path,
+    contact: &str,
+    at: (SocketAddr, u16),
+    cluster_token: Option<AuthToken>,
+    now: Instant,
+) -> Result<Member, StartError> {
+    let fail = |e: kvs_control::GroupError| StartError::Join(format!("{}: {e}", dir.display()));
+    let target = resolve(contact)?;
+    let me = advertised(cfg, at.0, Some(target))?;
+    let (id, map) = join(cfg, target, me, at.1, cluster_token)?;
+    id.store(dir).map_err(|e| fail(e.into()))?;
+    let (group, _) = Group::open(dir, cfg.group_config(), now).map_err(fail)?;
+    Ok((group, map, How::Joined))
 }
 
 /// A member comes back with the workers the map gave it.

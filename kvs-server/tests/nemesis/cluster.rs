@@ -34,6 +34,9 @@ pub struct Member {
     pub paused: bool,
     /// Everything its earlier processes printed.
     pub past_output: String,
+    /// Whether a process of it has started: member 0's first start founds
+    /// the cluster (`--bootstrap`), its restarts resume from its data dir.
+    pub launched: bool,
 }
 
 /// The cluster.
@@ -100,6 +103,7 @@ impl Cluster {
                 proc: None,
                 paused: false,
                 past_output: String::new(),
+                launched: false,
             });
             c.launch(m, (m > 0).then_some(0))?;
             let want = m + 1;
@@ -143,8 +147,10 @@ impl Cluster {
             "--replicas",
             &replicas,
         ];
-        if let Some(j) = &join {
-            args.extend(["--join", j]);
+        match &join {
+            Some(j) => args.extend(["--join", j]),
+            None if !me.launched => args.push("--bootstrap"),
+            None => {}
         }
         // A member that does not start fails the run, not the program.
         let p = std::panic::catch_unwind(|| ServerProcess::start(&args)).map_err(|e| {
@@ -158,6 +164,7 @@ impl Cluster {
         me.addr = p.addr;
         me.proc = Some(p);
         me.paused = false;
+        me.launched = true;
         Ok(())
     }
 

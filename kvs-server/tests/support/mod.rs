@@ -177,7 +177,9 @@ impl Drop for ServerProcess {
 
 /// A member process of `fabric` with its data dir `dir`, at `listen`
 /// (`127.0.0.1:0` the first time), with `workers` workers, joining `join`
-/// if given (device `sim1`, no stats lines).
+/// if given (device `sim1`, no stats lines). Without `join`, a `dir` that
+/// holds no member yet gets `--bootstrap`, as an operator gives it once,
+/// when the cluster is created; a restart resumes from `dir` without it.
 pub fn member_process(
     fabric: &str,
     dir: &Path,
@@ -214,8 +216,10 @@ pub fn member_process_with(
         "--data-dir",
         &dir,
     ];
-    if let Some(j) = &join {
-        args.extend(["--join", j]);
+    match &join {
+        Some(j) => args.extend(["--join", j]),
+        None if !Path::new(&dir).join("identity").exists() => args.push("--bootstrap"),
+        None => {}
     }
     args.extend_from_slice(extra);
     ServerProcess::start(&args)
