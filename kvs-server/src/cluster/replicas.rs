@@ -143,7 +143,16 @@ impl Replication {
                 let _ = group.propose_anywhere(&cmd);
             }
         }
-        while let Ok(r) = self.reports.try_recv() {
+        // A member that resumed without its records reports nothing until
+        // the group has applied its restart: its workers may have copied
+        // their empty stores to new backups, and a report ordered before
+        // the restart in the log would count such a copy ready (and a
+        // failover could then promote it). Ordered after, the restart has
+        // moved the slots' epochs past the copies, and the reports are void.
+        while self.restart.is_none() {
+            let Ok(r) = self.reports.try_recv() else {
+                break;
+            };
             let cmd = match r {
                 ToControl::Quiet { first, end, worker } => {
                     self.hand_overs.quiet(first, end, worker);
@@ -278,5 +287,42 @@ mod tests {
         m.set_version(3);
         assert!(done(&ready, &m));
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn a_restarted_member_reports_no_copy_until_its_restart_is_applied() {
+        let dir = crate::cluster::temp_dir::TempDir::new_in(&std::env::temp_dir()).unwrap();
+        let a = SocketAddr::from(([127, 0, 0, 1], 7000));
+        let founding = kvs_control::Founding {
+            control_voters: 1,
+            replicas: 2,
+            zone: None,
+            member_timeout_ms: None,
+        };
+        let cfg = kvs_control::GroupConfig::for_member_timeout(Duration::from_secs(1));
+        let now = Instant::now();
+        let map = ShardMap::single(a, 8, 1).unwrap();
+        let mut group = kvs_control::Group::bootstrap(dir.path(), map, founding, cfg, now).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut r = Replication::new(rx, true);
+        let ready = ToControl::BackupReady {
+            member: 1,
+            slots: vec![0, 1],
+            since: 1,
+            records: 0,
+            bytes: 0,
+        };
+        tx.send(ready).unwrap();
+        r.drive(&mut group, &[], (now, 0), true);
+        let kept = r.reports.try_recv();
+        assert!(kept.is_ok(), "a copy reported before the restart");
+        tx.send(kept.unwrap()).unwrap();
+        let n = r.restart.unwrap();
+        assert!(r.restarted(0, n, 0));
+        r.drive(&mut group, &[], (now, 0), true);
+        assert!(
+            r.reports.try_recv().is_err(),
+            "the report once the restart is applied"
+        );
     }
 }

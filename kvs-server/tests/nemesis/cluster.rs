@@ -240,22 +240,40 @@ impl Cluster {
     }
 
     /// Whether every member is up, a leader leads, no migration runs and
-    /// every slot has its copies, ready.
+    /// every slot has its copies, ready, as *every* member sees it: each
+    /// holds its lease (a restarted member does so only once the group
+    /// has applied its restart), and all serve by the same map, the same
+    /// leader's. One member's view is not enough: a member that has not
+    /// applied the latest entries (a restart that voided copies, say)
+    /// still counts every copy ready, and a fault played on its word can
+    /// take the last copy of a slot.
     pub fn healthy(&mut self) -> bool {
         let n = self.members.len();
-        self.live().count() == n
-            && self.view().is_some_and(|g| {
-                g.leader.is_some()
-                    && g.under_replicated_slots == 0
-                    && g.members
-                        .iter()
-                        .all(|m| m.state == "up" || m.state == "left")
-            })
-            && self.migration_finished()
-            && (0..n).all(|m| {
-                self.status(m)
-                    .is_some_and(|s| s.group.is_some_and(|g| g.lease))
-            })
+        if self.live().count() != n {
+            return false;
+        }
+        let mut seen: Option<(Option<u16>, u32)> = None;
+        for m in 0..n {
+            let Some(s) = self.status(m) else {
+                return false;
+            };
+            let Some(g) = s.group.as_ref() else {
+                return false;
+            };
+            let ok = g.lease
+                && g.leader.is_some()
+                && g.applied == g.commit
+                && g.under_replicated_slots == 0
+                && g.members
+                    .iter()
+                    .all(|m| m.state == "up" || m.state == "left")
+                && s.migration.as_ref().is_none_or(|m| m.finished);
+            if !ok || seen.is_some_and(|v| v != (g.leader, s.map_version)) {
+                return false;
+            }
+            seen = Some((g.leader, s.map_version));
+        }
+        true
     }
 
     /// Waits until [`healthy`](Self::healthy), at most `most`.
