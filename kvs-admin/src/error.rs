@@ -198,6 +198,25 @@ pub enum AdminError {
     /// Writing the output failed (a closed pipe).
     #[error("output: {0}")]
     Output(#[from] std::io::Error),
+    /// Another surviving member has committed more of the control log than
+    /// the contact asked to recover from.
+    #[error(
+        "member {member} at {addr} has committed the control log up to index {theirs}, \
+         {contact} only up to {ours}: recover from it (kvs-admin --server {addr} \
+         unsafe-recover ...), or entries the group committed are lost"
+    )]
+    NotMostAdvanced {
+        /// The contact.
+        contact: SocketAddr,
+        /// Its highest committed index.
+        ours: u64,
+        /// The member ahead of it.
+        member: u16,
+        /// Where that member is reached.
+        addr: SocketAddr,
+        /// Its highest committed index.
+        theirs: u64,
+    },
 }
 
 /// "members 0-2", "only member 0".
