@@ -5,29 +5,10 @@
 //! refused. A data dir that holds a member resumes it, with `--bootstrap` or
 //! without.
 
-use mlx5::sim::fabric::Fabric;
+use test_support::FabricGuard;
 
 mod support;
 use support::{run_server, temp_dir, ServerProcess};
-
-/// A fabric of this test's own, removed when dropped (after the servers).
-struct FabricGuard(String);
-
-impl FabricGuard {
-    fn unique(tag: &str) -> FabricGuard {
-        FabricGuard(test_support::unique_name("kvs-bootstrap", tag))
-    }
-
-    fn name(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Drop for FabricGuard {
-    fn drop(&mut self) {
-        Fabric::remove_if_unused(&self.0);
-    }
-}
 
 /// The flags of a member on `fabric` at `listen` with data dir `dir`, then
 /// `extra`.
@@ -75,7 +56,7 @@ fn says_bootstrap_or_join(out: &str, dir: &str) {
 
 #[test]
 fn an_empty_data_dir_needs_bootstrap_or_join() {
-    let fabric = FabricGuard::unique("empty");
+    let fabric = FabricGuard::unique("kvs-bootstrap", "empty");
     let dir = temp_dir("bootstrap-empty");
     let d = dir.to_str().unwrap();
     let (status, out) = run_server(&member_args(fabric.name(), "127.0.0.1:0", d, &[]));
@@ -102,7 +83,7 @@ fn an_empty_data_dir_needs_bootstrap_or_join() {
 
 #[test]
 fn a_member_whose_data_dir_was_lost_does_not_found_a_second_cluster() {
-    let fabric = FabricGuard::unique("lost");
+    let fabric = FabricGuard::unique("kvs-bootstrap", "lost");
     let dir = temp_dir("bootstrap-lost");
     let d = dir.to_str().unwrap();
     let first = ServerProcess::start(&member_args(
@@ -127,7 +108,7 @@ fn a_member_whose_data_dir_was_lost_does_not_found_a_second_cluster() {
 
 #[test]
 fn a_bootstrapped_member_resumes_its_cluster_with_or_without_bootstrap() {
-    let fabric = FabricGuard::unique("resume");
+    let fabric = FabricGuard::unique("kvs-bootstrap", "resume");
     let dir = temp_dir("bootstrap-resume");
     let d = dir.to_str().unwrap();
     let first = ServerProcess::start(&member_args(
@@ -154,7 +135,7 @@ fn a_bootstrapped_member_resumes_its_cluster_with_or_without_bootstrap() {
 
 #[test]
 fn bootstrap_and_join_together_are_refused() {
-    let fabric = FabricGuard::unique("both");
+    let fabric = FabricGuard::unique("kvs-bootstrap", "both");
     let dir = temp_dir("bootstrap-both");
     let d = dir.to_str().unwrap();
     let both = ["--bootstrap", "--join", "127.0.0.1:9"];

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use kvs_client::{ControlClient, ControlOptions};
+use test_support::FabricGuard;
 
 mod support;
 
@@ -25,8 +26,10 @@ fn start_together(
     tag: &str,
     n: usize,
     settle: Duration,
-) -> (String, test_support::TempDir, Vec<ServerProcess>) {
-    let fabric = test_support::unique_name("kvs-join", tag);
+) -> (FabricGuard, test_support::TempDir, Vec<ServerProcess>) {
+    // Declared first, dropped last: after the servers, also on a panic.
+    let guard = FabricGuard::unique("kvs-join", tag);
+    let fabric = guard.name().to_string();
     let root = support::temp_dir(tag);
     let first = member_process(&fabric, &root.join("m0"), "127.0.0.1:0", 2, None);
     let at = first.addr;
@@ -52,17 +55,16 @@ fn start_together(
             })
         },
     );
-    (fabric, root, procs)
+    (guard, root, procs)
 }
 
 #[test]
 fn members_started_together_all_join() {
-    let (fabric, _root, procs) = start_together("together", 4, Duration::ZERO);
+    let (_fabric, _root, procs) = start_together("together", 4, Duration::ZERO);
     let out: Vec<String> = procs.into_iter().map(ServerProcess::output).collect();
     for (i, o) in out.iter().enumerate().skip(1) {
         assert!(o.contains("joined cluster"), "member {i}: {o}");
     }
-    mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
 }
 
 #[test]
@@ -83,7 +85,7 @@ fn no_member_is_marked_failed_for_joining_on_a_loaded_machine() {
         .collect();
     // Member 0 has led for a while when they join (as when members are
     // started a second apart).
-    let (fabric, _root, procs) = start_together("loaded", 2, Duration::from_millis(1500));
+    let (_fabric, _root, procs) = start_together("loaded", 2, Duration::from_millis(1500));
     // A while more under load, as the members settle.
     std::thread::sleep(Duration::from_secs(2));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -102,5 +104,4 @@ fn no_member_is_marked_failed_for_joining_on_a_loaded_machine() {
         marks.join("\n"),
         out.join("\n---\n")
     );
-    mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
 }
