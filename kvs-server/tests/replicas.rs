@@ -156,7 +156,18 @@ impl Trio {
 
     /// Checks every preloaded record and the history, through a new client.
     fn check(&mut self, h: &History, preload: u32, via: SocketAddr) -> history::Summary {
-        let mut reader = support::connect(via, &self.fabric, Default::default()).unwrap();
+        let mut reader = match support::connect(via, &self.fabric, Default::default()) {
+            Ok(c) => c,
+            Err(e) => {
+                let out: Vec<String> = self
+                    .procs
+                    .iter()
+                    .flatten()
+                    .map(ServerProcess::printed)
+                    .collect();
+                panic!("cannot connect to {via}: {e}\n{}", out.join("\n---\n"));
+            }
+        };
         let s = read_back(&mut reader, h, 200, (0..preload).map(preloaded));
         assert!(s.writes_ok > 200 && s.reads_ok > 200, "{s:?}");
         s
