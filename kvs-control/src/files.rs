@@ -65,7 +65,7 @@ mod tests {
 
     #[test]
     fn a_replaced_file_holds_the_new_bytes_and_nothing_is_left_beside_it() {
-        let d = crate::testdir::TestDir::new("files");
+        let d = test_support::TempDir::new("kvs-control", "files");
         let p = d.path().join("f");
         write_atomic(&p, b"one").unwrap();
         write_atomic(&p, b"two!").unwrap();
@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn a_partial_file_left_by_a_crash_is_removed_and_the_old_one_stays() {
-        let d = crate::testdir::TestDir::new("files");
+        let d = test_support::TempDir::new("kvs-control", "files");
         let p = d.path().join("f");
         write_atomic(&p, b"old").unwrap();
         std::fs::write(partial_of(&p), b"half of the ne").unwrap();

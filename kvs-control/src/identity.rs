@@ -149,7 +149,7 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdir::TestDir;
+    use test_support::TempDir;
 
     #[test]
     fn cluster_ids_are_random_and_read_back_from_text() {
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn an_identity_survives_and_cannot_be_replaced_by_another() {
-        let d = TestDir::new("identity");
+        let d = TempDir::new("kvs-control", "identity");
         let dir = d.path().join("data");
         assert_eq!(Identity::load(&dir).unwrap(), None);
         let me = Identity {

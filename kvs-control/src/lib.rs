@@ -30,8 +30,6 @@ mod migration;
 mod replication;
 mod state;
 mod storage;
-#[cfg(test)]
-mod testdir;
 mod wal;
 
 pub use error::{GroupError, StorageError};

@@ -447,7 +447,7 @@ fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<(), StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdir::TestDir;
+    use test_support::TempDir;
     use raft::Storage as _;
 
     fn e(index: u64, term: u64) -> Entry {
@@ -484,7 +484,7 @@ mod tests {
 
     #[test]
     fn an_empty_dir_is_an_empty_uninitialized_log() {
-        let d = TestDir::new("storage");
+        let d = TempDir::new("kvs-control", "storage");
         let (s, r) = DiskStorage::open(d.path()).unwrap();
         assert!(s.is_empty());
         assert!(!s.initial_state().unwrap().initialized());
@@ -500,7 +500,7 @@ mod tests {
 
     #[test]
     fn entries_hard_state_and_snapshot_read_back_after_reopening() {
-        let d = TestDir::new("storage");
+        let d = TempDir::new("kvs-control", "storage");
         let (mut s, _) = DiskStorage::open(d.path()).unwrap();
         s.install(&snap(1, 1, &[1])).unwrap();
         s.append(&[e(2, 1), e(3, 1), e(4, 2)]).unwrap();
@@ -534,7 +534,7 @@ mod tests {
 
     #[test]
     fn compaction_sheds_covered_entries_and_keeps_the_rest() {
-        let d = TestDir::new("storage");
+        let d = TempDir::new("kvs-control", "storage");
         let (mut s, _) = DiskStorage::open(d.path()).unwrap();
         s.install(&snap(1, 1, &[1])).unwrap();
         s.append(&(2..=10).map(|i| e(i, 2)).collect::<Vec<_>>())
@@ -570,7 +570,7 @@ mod tests {
         };
         // (committed before the compaction, committed after entry 601).
         for (commit, then) in [(600, 601), (500, 500)] {
-            let d = TestDir::new("storage");
+            let d = TempDir::new("kvs-control", "storage");
             let (mut s, _) = DiskStorage::open(d.path()).unwrap();
             s.install(&snap(1, 1, &[1])).unwrap();
             s.append(&(2..=600).map(big).collect::<Vec<_>>()).unwrap();
@@ -652,7 +652,7 @@ mod tests {
     /// Reopens what a crash left and checks it against the states before
     /// and after the step.
     fn check_recovery(disk: &Disk, name: &str, before: &Look, after: &Look) {
-        let c = TestDir::new("crash");
+        let c = TempDir::new("kvs-control", "crash");
         std::fs::write(c.path().join("wal"), &disk.wal).unwrap();
         if let Some(b) = &disk.snap {
             std::fs::write(c.path().join("snapshot"), b).unwrap();
@@ -721,7 +721,7 @@ mod tests {
                 s.append(&[e(21, 4)]).unwrap();
             }),
         ];
-        let d = TestDir::new("storage");
+        let d = TempDir::new("kvs-control", "storage");
         let (mut s, _) = DiskStorage::open(d.path()).unwrap();
         s.set_rewrite_at(rewrite_at);
         let mut seen = vec![look(&s)];
@@ -754,7 +754,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_from_the_leader_without_its_mark_drops_a_diverged_log() {
-        let d = TestDir::new("storage");
+        let d = TempDir::new("kvs-control", "storage");
         let (mut s, _) = DiskStorage::open(d.path()).unwrap();
         s.install(&snap(1, 1, &[1])).unwrap();
         s.append(&[e(2, 1), e(3, 1)]).unwrap();
@@ -784,7 +784,7 @@ mod tests {
 
     #[test]
     fn a_damaged_snapshot_is_an_error_not_an_empty_member() {
-        let d = TestDir::new("storage");
+        let d = TempDir::new("kvs-control", "storage");
         let (mut s, _) = DiskStorage::open(d.path()).unwrap();
         s.install(&snap(1, 1, &[1])).unwrap();
         s.sync().unwrap();

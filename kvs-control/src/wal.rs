@@ -288,7 +288,7 @@ fn zeros(b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdir::TestDir;
+    use test_support::TempDir;
 
     fn entry(index: u64, term: u64) -> Record {
         Record::Entry(Entry {
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn records_read_back_in_order_across_opens() {
-        let d = TestDir::new("wal");
+        let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (mut w, r) = Wal::open(&p).unwrap();
         assert!(r.records.is_empty());
@@ -334,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_log_cut_anywhere_reads_back_the_whole_records_before_the_cut() {
-        let d = TestDir::new("wal");
+        let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (mut w, _) = Wal::open(&p).unwrap();
         let recs = [entry(1, 1), hs(1, 0), entry(2, 1), hs(1, 2)];
@@ -364,7 +364,7 @@ mod tests {
 
     #[test]
     fn a_bad_record_with_good_ones_after_it_is_damage_not_a_torn_write() {
-        let d = TestDir::new("wal");
+        let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (mut w, _) = Wal::open(&p).unwrap();
         w.push(&entry(1, 1));
@@ -407,7 +407,7 @@ mod tests {
     /// short by zeros, are a torn write and are cut off.
     #[test]
     fn a_tail_of_zeros_is_a_torn_write() {
-        let d = TestDir::new("wal");
+        let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (recs, full, starts) = three_records(&p);
         let last = starts[2];
@@ -440,7 +440,7 @@ mod tests {
     /// Zeros are a torn write only when nothing but zeros follows them.
     #[test]
     fn a_bad_record_with_anything_but_zeros_after_it_is_damage() {
-        let d = TestDir::new("wal");
+        let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (_, full, starts) = three_records(&p);
         let mut cases = Vec::new();
@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn a_rewritten_log_holds_only_the_new_records_and_takes_appends() {
-        let d = TestDir::new("wal");
+        let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (mut w, _) = Wal::open(&p).unwrap();
         for i in 1..50 {
