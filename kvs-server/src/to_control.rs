@@ -1,6 +1,7 @@
 //! What a worker tells its member's control thread, which proposes it to
 //! the control group: copies of slots made complete on a backup, ready
-//! backups that missed a write, and slots ready to be handed over.
+//! backups that missed a write, and slots ready to be handed over (or
+//! drained).
 
 /// A worker's report to the control thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,13 +20,12 @@ pub(crate) enum ToControl {
         /// Bytes of keys and values copied.
         bytes: u64,
     },
-    /// Worker `worker` takes no write of slots `first..end` (frozen for a
-    /// hand-over), and every write of them it took is on every backup.
+    /// Worker `worker` takes no write of the slots of freeze `round` (for
+    /// a hand-over or a drain), and every write of them it took is on
+    /// every backup.
     Quiet {
-        /// The first slot.
-        first: u32,
-        /// One past the last.
-        end: u32,
+        /// The freeze's number ([`crate::to_worker::ToWorker::Freeze`]).
+        round: u64,
         /// The worker.
         worker: u16,
     },

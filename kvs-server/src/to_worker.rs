@@ -18,15 +18,20 @@ pub(crate) enum ToWorker {
     /// The map to serve by from now on.
     Map(ShardMap),
     /// This member hands slots `first..end` over (a migration's source,
-    /// with replicas): their writes wait (TRY_AGAIN), and the worker says
-    /// when none of its own is in flight ([`crate::to_control::ToControl::Quiet`]).
+    /// with replicas, or a drain, every slot): their writes wait
+    /// (TRY_AGAIN), and the worker says when none of its own is in flight
+    /// ([`crate::to_control::ToControl::Quiet`], with `round`). A freeze
+    /// replaces the one before.
     Freeze {
         /// The first slot.
         first: u32,
         /// One past the last.
         end: u32,
+        /// The freeze's number (the control thread's, never reused): whom
+        /// the worker's answer is for.
+        round: u64,
     },
-    /// The hand-over is over (or off): writes are taken again.
+    /// The hand-over or drain is over (or off): writes are taken again.
     Thaw,
     /// The source of an import holds slots `first..end` frozen (it serves
     /// them no more): the worker may serve them.

@@ -6,7 +6,10 @@
 //! is killed: still nothing lost. A rolling restart (SIGTERM, then the
 //! member again from its data dir, one member at a time) loses nothing.
 //! Writes in flight whose answers were lost with a killed member, sent
-//! again to the backup promoted in its place, are not applied twice.
+//! again to the backup promoted in its place, are not applied twice. A
+//! drained primary waits for the writes waiting on a paused backup before
+//! the group moves its slots: they are acknowledged once the backup
+//! resumes, not failed.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -315,11 +318,32 @@ impl Raw {
     /// Sends every request at once, then waits for their answers' status
     /// bytes (in request order).
     fn call_all(&mut self, reqs: &[Vec<u8>]) -> Vec<u8> {
+        self.send_all(reqs);
+        self.answers(reqs.len())
+    }
+
+    /// Sends every request at once (numbered in order).
+    fn send_all(&mut self, reqs: &[Vec<u8>]) {
         for (i, r) in reqs.iter().enumerate() {
             self.ctx.call(self.ep, r, 256, i as u32).unwrap();
         }
+        self.ctx.poll();
+    }
+
+    /// Polls for `d`.
+    fn poll_for(&mut self, d: Duration) {
         let t = Instant::now();
-        while self.got.borrow().len() < reqs.len() {
+        while t.elapsed() < d {
+            self.ctx.poll();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Waits for the answers of the `n` requests sent: their status bytes,
+    /// in request order.
+    fn answers(&mut self, n: usize) -> Vec<u8> {
+        let t = Instant::now();
+        while self.got.borrow().len() < n {
             assert!(t.elapsed() < Duration::from_secs(10), "answers missing");
             self.ctx.poll();
         }
@@ -397,5 +421,88 @@ fn writes_in_flight_sent_again_after_a_failover_are_applied_once() {
         got,
         OwnedReply::Value(value(40)),
         "an older write was applied again over the newest"
+    );
+}
+
+/// Sends SIGSTOP (`stop`) or SIGCONT to process `p`.
+fn pause(p: &ServerProcess, stop: bool) {
+    let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+    // SAFETY: kill(2) with a pid this process spawned and has not reaped.
+    unsafe {
+        libc::kill(p.child.id() as libc::pid_t, sig);
+    }
+}
+
+#[test]
+fn a_drain_waits_for_the_writes_waiting_on_a_paused_backup() {
+    let mut t = Trio::start("replicas-drain", 0);
+    let addrs = t.addrs;
+    let c = support::connect(addrs[0], &t.fabric, Default::default()).unwrap();
+    let map = c.map().clone();
+    drop(c);
+    // Keys of one worker of member 1 or 2 backed up by the other: member
+    // 0 leads the group, and with the primary commits the drain while the
+    // backup is paused.
+    let backup_of = |k: &str| {
+        let s = kvs_proto::shard::slot_of(k.as_bytes(), map.slots());
+        map.backups(s).first().map(|b| b.owner.member)
+    };
+    let first = (0..)
+        .map(|i| format!("drain{i}"))
+        .find(|k| map.owner(k.as_bytes()).member != 0 && backup_of(k).is_some_and(|b| b != 0))
+        .unwrap();
+    let owner = map.owner(first.as_bytes());
+    let (p, b) = (usize::from(owner.member), 3 - usize::from(owner.member));
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("drain{i}"))
+        .filter(|k| map.owner(k.as_bytes()) == owner && backup_of(k) == Some(b as u16))
+        .take(20)
+        .collect();
+    let value = |k: &str| format!("{k}:{}", "v".repeat(100)).into_bytes();
+    let puts: Vec<_> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            put_with_id(
+                k.as_bytes(),
+                &value(k),
+                map.version(),
+                (0xd7a1, i as u64 + 1),
+                false,
+            )
+        })
+        .collect();
+    let mut raw = Raw::connect(addrs[p], owner.worker, &t.fabric);
+    // The backup stops; the writes reach the primary, which applies them
+    // and waits for the backup; then the primary drains.
+    pause(t.procs[b].as_ref().unwrap(), true);
+    raw.send_all(&puts);
+    raw.poll_for(Duration::from_millis(50));
+    let r = t.cc.request(addrs[p], &ControlRequest::Drain);
+    assert!(matches!(r, Ok(ControlReply::Ok)), "{r:?}");
+    raw.poll_for(Duration::from_millis(400));
+    pause(t.procs[b].as_ref().unwrap(), false);
+    let st = raw.answers(puts.len());
+    wait("the primary drained", Duration::from_secs(10), || {
+        support::member_status(&mut t.cc, addrs[p]).is_some_and(|s| s.drained)
+    });
+    // Every write acknowledged reads back from the new primary.
+    let mut reader = support::connect(addrs[0], &t.fabric, Default::default()).unwrap();
+    for (k, &s) in keys.iter().zip(&st) {
+        if s == 0 {
+            let got = reader.wait_for(|c, t| c.get(k.as_bytes(), t)).unwrap();
+            assert_eq!(
+                got,
+                OwnedReply::Value(value(k)),
+                "{k} acknowledged, then lost"
+            );
+        }
+    }
+    let failed = st.iter().filter(|&&s| s != 0).count();
+    assert!(
+        failed == 0,
+        "{failed} of {} writes waiting on the paused backup failed (status bytes {st:?}; \
+         10 = UNAVAILABLE): the drain moved the slots before their backup answered",
+        st.len()
     );
 }

@@ -12,6 +12,13 @@
 //! [`FREEZE_MAX`] is thawed and tried again after [`PAUSE`], so writes are
 //! never held long.
 //!
+//! A drain takes the workers' freeze over (see
+//! [`crate::cluster::replicas`]): it [`abandon`](HandOvers::abandon)s the
+//! chunk being handed over, and once the drain is done the chunk, if still
+//! due, is frozen anew. Each freeze has a number of its own (its
+//! `round`), which the workers' answers carry: an answer to an older
+//! freeze never counts for a newer one of the same slots.
+//!
 //! [`ClusterState::hand_over_due`]: kvs_control::ClusterState::hand_over_due
 //! [`ToControl::Quiet`]: crate::to_control::ToControl::Quiet
 
@@ -34,6 +41,8 @@ const PAUSE: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 struct Going {
     chunk: Chunk,
+    /// The freeze's number.
+    round: u64,
     /// Per worker: it said the chunk is quiet.
     quiet: Vec<bool>,
     since: Instant,
@@ -48,27 +57,30 @@ pub(crate) struct HandOvers {
 }
 
 impl HandOvers {
-    /// Worker `worker` says slots `first..end` are quiet.
-    pub fn quiet(&mut self, first: u32, end: u32, worker: u16) {
-        if let Some(g) = self
-            .going
-            .as_mut()
-            .filter(|g| (g.chunk.first, g.chunk.end) == (first, end))
-        {
+    /// Worker `worker` says the slots of freeze `round` are quiet.
+    pub fn quiet(&mut self, round: u64, worker: u16) {
+        if let Some(g) = self.going.as_mut().filter(|g| g.round == round) {
             if let Some(q) = g.quiet.get_mut(usize::from(worker)) {
                 *q = true;
             }
         }
     }
 
-    /// Freezes, thaws and proposes as the group's state and the workers'
-    /// words say, at `now` (wall clock `now_ms`).
+    /// Forgets the chunk being handed over, without thawing it: a drain
+    /// froze every slot in its place.
+    pub fn abandon(&mut self) {
+        self.going = None;
+    }
+
+    /// Freezes (numbering freezes from `rounds`), thaws and proposes as the
+    /// group's state and the workers' words say, at `now` (wall clock
+    /// `now_ms`).
     pub fn drive(
         &mut self,
         group: &mut Group,
         workers: &[(Sender<ToWorker>, Waker)],
-        now: Instant,
-        now_ms: u64,
+        (now, now_ms): (Instant, u64),
+        rounds: &mut u64,
     ) {
         let me = group.me();
         let due = group
@@ -97,12 +109,16 @@ impl HandOvers {
             if self.pause_until.is_some_and(|t| now < t) {
                 return;
             }
+            *rounds += 1;
+            let round = *rounds;
             send(workers, || ToWorker::Freeze {
                 first: c.first,
                 end: c.end,
+                round,
             });
             self.going = Some(Going {
                 chunk: c,
+                round,
                 quiet: vec![false; workers.len()],
                 since: now,
                 asked: None,
@@ -122,7 +138,7 @@ impl HandOvers {
 }
 
 /// Sends every worker what `msg` makes, and wakes it.
-fn send(workers: &[(Sender<ToWorker>, Waker)], msg: impl Fn() -> ToWorker) {
+pub(crate) fn send(workers: &[(Sender<ToWorker>, Waker)], msg: impl Fn() -> ToWorker) {
     for (tx, waker) in workers {
         if tx.send(msg()).is_ok() {
             waker.wake();

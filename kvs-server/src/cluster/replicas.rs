@@ -4,10 +4,39 @@
 //! follower forwards is lost if leadership moves; and, for a member that
 //! resumed from its data dir without its records, it proposes
 //! [`Command::Restarted`] and keeps the member from serving until that
-//! entry is applied. Asked to drain (SIGTERM, `kvs-admin drain`), it stops
-//! serving, lets the writes in flight settle, and proposes
-//! [`Command::Drain`] until it is applied; then it serves what it still
-//! owns (slots that had no ready backup).
+//! entry is applied.
+//!
+//! **Drains.** Asked to drain (SIGTERM, `kvs-admin drain`), the member
+//! stops serving (withdraws its lease) and waits until no worker's turn
+//! that began under the lease is still running. Writes those turns took
+//! may still wait for their backups' answers, and [`Command::Drain`] makes
+//! a backup the slot's primary: proposed now, it would drop the links to
+//! the backups and fail those writes, though the backups may have applied
+//! them. So it freezes every slot on every worker, as a hand-over freezes
+//! its chunk ([`ToWorker::Freeze`] over the whole map: writes answered
+//! TRY_AGAIN, which a member not serving answers anyway), and waits until
+//! each worker says that no write waits for a backup and no slot is held
+//! for a backup that missed one ([`ToControl::Quiet`]); a held slot's
+//! `BackupStale` entry is then proposed (and ordered before the drain), so
+//! the drain does not make a stale copy primary. Then it proposes
+//! [`Command::Drain`] until it is applied, and thaws the workers
+//! ([`ToWorker::Thaw`]): it serves what it still owns (slots that had no
+//! ready backup).
+//!
+//! The wait is bounded by [`QUIET_MAX`]: a backup that never answers
+//! (paused, or dead and not yet marked failed) must not stall a planned
+//! stop. The drain is then proposed anyway; once applied, the new map no
+//! longer makes this member those slots' primary, its workers drop the
+//! links to their backups, and every write still waiting on one is
+//! answered UNAVAILABLE (a closed link fails its calls; see
+//! [`crate::serving::forward`]): never acknowledged without every
+//! backup's answer. The client sends it again to the new primary.
+//!
+//! The drain's freeze replaces a hand-over's ([`HandOvers`], not driven
+//! while the member drains): the hand-over is abandoned and, if still
+//! due after the drain, frozen anew. Every freeze has its own number
+//! (`round`), which the workers' [`ToControl::Quiet`] carries, so an
+//! answer counts only for the freeze it answers.
 
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
@@ -16,7 +45,7 @@ use copyrpc::Waker;
 use kvs_control::{Command, Group};
 use kvs_proto::ShardMap;
 
-use crate::cluster::hand_over::HandOvers;
+use crate::cluster::hand_over::{send, HandOvers};
 use crate::to_control::{ranges, ToControl};
 use crate::to_worker::ToWorker;
 
@@ -24,18 +53,49 @@ use crate::to_worker::ToWorker;
 const AGAIN: Duration = Duration::from_millis(300);
 /// How long a report is pursued at all.
 const GIVE_UP: Duration = Duration::from_secs(120);
-/// How long a draining member waits, not serving, before it asks (and,
-/// before that, until every worker's turn that began under the lease is
-/// over): the writes in flight have their backups' answers by then.
-const SETTLE: Duration = Duration::from_millis(50);
+/// How long a draining member waits, its slots frozen, for the writes
+/// waiting on backups before it proposes the drain anyway (they then fail:
+/// see the [module docs](self)). A backup's answer takes microseconds;
+/// one that lags this long is paused or dead. Twice the default
+/// `member_timeout_ms` (1 s), so a dead backup is usually marked failed
+/// and dropped from the map first (which fails the writes waiting on it
+/// without the drain), and well within systemd's stop timeout
+/// (`TimeoutStopSec=30` in deploy/), so a SIGTERM still drains.
+const QUIET_MAX: Duration = Duration::from_secs(2);
 
 /// Where a drain is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Drain {
     /// Not asked.
     Idle,
-    /// Not serving since then; the entry proposed (last) then.
-    Stopping(Instant, Option<Instant>),
+    /// Not serving since then; some worker's turn may still serve by the
+    /// withdrawn lease.
+    Stopping(Instant),
+    /// Every slot frozen on every worker by freeze `round` at `since`.
+    Waiting {
+        /// The freeze's number.
+        round: u64,
+        /// When it was sent.
+        since: Instant,
+        /// Per worker: it said no write waits for a backup.
+        quiet: Vec<bool>,
+        /// When the entry was proposed (last).
+        asked: Option<Instant>,
+    },
+}
+
+/// What a drain's step asks of the control thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrainStep {
+    /// Nothing.
+    Wait,
+    /// Freeze every slot on every worker, as freeze `round`.
+    Freeze(u64),
+    /// Propose the drain; `late`: not every worker said quiet.
+    Propose {
+        /// Not every worker said quiet within [`QUIET_MAX`].
+        late: bool,
+    },
 }
 
 /// A proposal waiting for its effect.
@@ -56,6 +116,10 @@ pub(crate) struct Replication {
     restart: Option<u64>,
     restart_asked: Option<Instant>,
     drain: Drain,
+    /// The workers are frozen by a drain that is over.
+    thaw: bool,
+    /// The last freeze's number (a drain's or a hand-over's).
+    rounds: u64,
     hand_overs: HandOvers,
 }
 
@@ -69,6 +133,8 @@ impl Replication {
             restart: restarted.then(nonce),
             restart_asked: None,
             drain: Drain::Idle,
+            thaw: false,
+            rounds: 0,
             hand_overs: HandOvers::default(),
         }
     }
@@ -88,7 +154,7 @@ impl Replication {
     /// Starts draining (if it is not already).
     pub fn start_drain(&mut self, now: Instant) {
         if self.drain == Drain::Idle {
-            self.drain = Drain::Stopping(now, None);
+            self.drain = Drain::Stopping(now);
         }
     }
 
@@ -96,6 +162,7 @@ impl Replication {
     /// member's drain (it serves again what it still owns).
     pub fn drained(&mut self, member: u16, me: u16) -> bool {
         if member == me && self.drain != Drain::Idle {
+            self.thaw = matches!(self.drain, Drain::Waiting { .. });
             self.drain = Drain::Idle;
             return true;
         }
@@ -112,10 +179,97 @@ impl Replication {
         false
     }
 
-    /// Proposes what is new and again what has not taken effect; a drain
-    /// once `quiet` (no worker serves by the withdrawn lease any more); and
-    /// runs this member's hand-overs with its `workers`, at `now` (wall
-    /// clock `now_ms`).
+    /// A drain's next step at `now`: `turns_over`, no worker serves by
+    /// the withdrawn lease any more; `workers`, how many answer a freeze.
+    fn drain_step(&mut self, now: Instant, turns_over: bool, workers: usize) -> DrainStep {
+        // A restarted member not yet back in service took no write.
+        let never_served = self.restart.is_some();
+        match &mut self.drain {
+            Drain::Idle => DrainStep::Wait,
+            Drain::Stopping(_) if !turns_over => DrainStep::Wait,
+            Drain::Stopping(_) => {
+                self.rounds += 1;
+                self.drain = Drain::Waiting {
+                    round: self.rounds,
+                    since: now,
+                    quiet: vec![false; workers],
+                    asked: None,
+                };
+                DrainStep::Freeze(self.rounds)
+            }
+            Drain::Waiting {
+                since,
+                quiet,
+                asked,
+                ..
+            } => {
+                let all = never_served || quiet.iter().all(|&q| q);
+                let due = asked.is_none_or(|t| now.duration_since(t) >= AGAIN);
+                if !due || !(all || now.duration_since(*since) >= QUIET_MAX) {
+                    return DrainStep::Wait;
+                }
+                let late = !all && asked.is_none();
+                *asked = Some(now);
+                DrainStep::Propose { late }
+            }
+        }
+    }
+
+    /// Worker `worker` said the slots of freeze `round` are quiet.
+    fn on_quiet(&mut self, round: u64, worker: u16) {
+        match &mut self.drain {
+            Drain::Waiting {
+                round: r, quiet, ..
+            } if *r == round => {
+                if let Some(q) = quiet.get_mut(usize::from(worker)) {
+                    *q = true;
+                }
+            }
+            _ => self.hand_overs.quiet(round, worker),
+        }
+    }
+
+    /// Thaws the workers after a drain, and takes the drain's next step
+    /// with them (see the [module docs](self)).
+    fn drive_drain(
+        &mut self,
+        group: &mut Group,
+        workers: &[(Sender<ToWorker>, Waker)],
+        now: Instant,
+        turns_over: bool,
+    ) {
+        if std::mem::take(&mut self.thaw) {
+            send(workers, || ToWorker::Thaw);
+        }
+        let slots = group.state().map(|s| s.map().slots());
+        let turns_over = turns_over && slots.is_some();
+        match self.drain_step(now, turns_over, workers.len()) {
+            DrainStep::Wait => {}
+            DrainStep::Freeze(round) => {
+                self.hand_overs.abandon();
+                send(workers, || ToWorker::Freeze {
+                    first: 0,
+                    end: slots.unwrap_or(0),
+                    round,
+                });
+            }
+            DrainStep::Propose { late } => {
+                if late {
+                    eprintln!(
+                        "kvs-server: draining: writes still awaited their backups after \
+                         {QUIET_MAX:?}; asking the group anyway (those writes fail, and \
+                         their clients send them again)"
+                    );
+                }
+                let _ = group.propose_anywhere(&Command::Drain { member: group.me() });
+            }
+        }
+    }
+
+    /// Proposes what is new and again what has not taken effect; a
+    /// drain's steps (`quiet`: no worker serves by the withdrawn lease any
+    /// more); and runs this member's hand-overs with its `workers`, at
+    /// `now` (wall clock `now_ms`).
     pub fn drive(
         &mut self,
         group: &mut Group,
@@ -123,13 +277,7 @@ impl Replication {
         (now, now_ms): (Instant, u64),
         quiet: bool,
     ) {
-        if let Drain::Stopping(since, asked) = self.drain {
-            let due = asked.is_none_or(|t| now.duration_since(t) >= AGAIN);
-            if quiet && now.duration_since(since) >= SETTLE && due {
-                self.drain = Drain::Stopping(since, Some(now));
-                let _ = group.propose_anywhere(&Command::Drain { member: group.me() });
-            }
-        }
+        self.drive_drain(group, workers, now, quiet);
         if let Some(n) = self.restart {
             if self
                 .restart_asked
@@ -154,8 +302,8 @@ impl Replication {
                 break;
             };
             let cmd = match r {
-                ToControl::Quiet { first, end, worker } => {
-                    self.hand_overs.quiet(first, end, worker);
+                ToControl::Quiet { round, worker } => {
+                    self.on_quiet(round, worker);
                     continue;
                 }
                 ToControl::BackupReady {
@@ -184,7 +332,8 @@ impl Replication {
             });
         }
         if self.drain == Drain::Idle {
-            self.hand_overs.drive(group, workers, now, now_ms);
+            self.hand_overs
+                .drive(group, workers, (now, now_ms), &mut self.rounds);
         }
         if self.asks.is_empty() {
             return;
@@ -287,6 +436,61 @@ mod tests {
         m.set_version(3);
         assert!(done(&ready, &m));
         assert_ne!(nonce(), nonce());
+    }
+
+    #[test]
+    fn a_drain_proposes_once_every_worker_is_quiet_or_the_wait_is_over() {
+        let ms = Duration::from_millis;
+        let (_tx, rx) = std::sync::mpsc::channel();
+        let mut r = Replication::new(rx, false);
+        let t0 = Instant::now();
+        assert_eq!(r.drain_step(t0, true, 2), DrainStep::Wait);
+        r.start_drain(t0);
+        assert!(!r.may_serve());
+        // Not while a turn may still serve by the withdrawn lease.
+        assert_eq!(r.drain_step(t0, false, 2), DrainStep::Wait);
+        let DrainStep::Freeze(round) = r.drain_step(t0, true, 2) else {
+            panic!("no freeze once the turns are over");
+        };
+        assert_eq!(r.drain_step(t0, true, 2), DrainStep::Wait);
+        // Answers to another freeze (a hand-over's) do not count.
+        r.on_quiet(round - 1, 0);
+        r.on_quiet(round - 1, 1);
+        assert_eq!(r.drain_step(t0 + ms(10), true, 2), DrainStep::Wait);
+        r.on_quiet(round, 0);
+        assert_eq!(r.drain_step(t0 + ms(10), true, 2), DrainStep::Wait);
+        r.on_quiet(round, 1);
+        let asked = DrainStep::Propose { late: false };
+        assert_eq!(r.drain_step(t0 + ms(20), true, 2), asked);
+        // Again only if it has not taken effect after AGAIN.
+        assert_eq!(r.drain_step(t0 + ms(30), true, 2), DrainStep::Wait);
+        assert_eq!(r.drain_step(t0 + ms(20) + AGAIN, true, 2), asked);
+        assert!(r.drained(0, 0));
+        assert!(r.thaw && r.may_serve(), "the workers stay frozen");
+        r.thaw = false;
+        // A second drain whose workers never say quiet (a backup that does
+        // not answer): proposed anyway after QUIET_MAX; the first drain's
+        // answers do not count for it.
+        let t1 = t0 + ms(1000);
+        r.start_drain(t1);
+        let DrainStep::Freeze(second) = r.drain_step(t1, true, 2) else {
+            panic!("no freeze");
+        };
+        assert!(second > round);
+        r.on_quiet(round, 0);
+        r.on_quiet(round, 1);
+        assert_eq!(
+            r.drain_step(t1 + QUIET_MAX - ms(1), true, 2),
+            DrainStep::Wait
+        );
+        let late = DrainStep::Propose { late: true };
+        assert_eq!(r.drain_step(t1 + QUIET_MAX, true, 2), late);
+        // A drain applied before its freeze leaves nothing to thaw.
+        assert!(r.drained(0, 0));
+        r.thaw = false;
+        r.start_drain(t1);
+        assert!(r.drained(0, 0));
+        assert!(!r.thaw);
     }
 
     #[test]

@@ -572,8 +572,8 @@ impl Forwarder {
     }
 
     /// Tells the control thread, once no write of the slots frozen for a
-    /// hand-over waits for its backups (and none of them is held for a
-    /// backup that missed one), that they may be handed over.
+    /// hand-over or a drain waits for its backups (and none of them is held
+    /// for a backup that missed one), that they may be handed over.
     pub fn report_quiet(&mut self, h: &mut Handler) {
         let Some(f) = h.frozen.as_mut() else {
             return;
@@ -589,8 +589,7 @@ impl Forwarder {
             return;
         }
         let quiet = ToControl::Quiet {
-            first: f.first,
-            end: f.end,
+            round: f.round,
             worker: self.me.worker,
         };
         f.reported = self.report.send(quiet).is_ok();

@@ -91,6 +91,8 @@ pub(crate) struct Frozen {
     /// Whether the worker told the control thread that no write of them
     /// is in flight.
     pub reported: bool,
+    /// The freeze's number, for the worker's report.
+    pub round: u64,
 }
 
 /// A write to forward to the backups of its slot.

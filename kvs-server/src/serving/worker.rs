@@ -546,11 +546,12 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             ToWorker::Connection(p, role) if self.drain_until.is_none() => self.connect(p, role),
             ToWorker::Connection(p, _) => p.refuse("the server is shutting down"),
             ToWorker::Map(m) => self.install(m),
-            ToWorker::Freeze { first, end } => {
+            ToWorker::Freeze { first, end, round } => {
                 self.h.frozen = Some(Frozen {
                     first,
                     end,
                     reported: false,
+                    round,
                 })
             }
             ToWorker::Thaw => self.h.frozen = None,
