@@ -32,7 +32,7 @@ mod dial;
 mod live;
 mod record;
 
-pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats};
+pub use acceptor::{Acceptor, AcceptorOptions, AcceptorStats, DropReason};
 pub use dial::{dial, Dial};
 pub use live::LiveSet;
 pub use record::SETUP_TIMEOUT;
@@ -276,9 +276,10 @@ fn open(
     started: Instant,
     timeout: Duration,
 ) -> Result<TcpStream, ConnError> {
-    let stream = tcp_connect(addr, started, timeout)?;
-    stream.set_nodelay(true)?;
-    Ok(stream)
+    setup_conn::connect_by(addr, started + timeout).map_err(|e| match e.kind() {
+        io::ErrorKind::TimedOut => ConnError::Timeout(timeout),
+        _ => e.into(),
+    })
 }
 
 /// The connecting side's half of setup over TCP: writes this side's record,
@@ -319,36 +320,6 @@ where
         ctx.remove(ep);
     }
     r
-}
-
-/// A TCP connection to the first of `addr`'s addresses that answers before
-/// `timeout` after `started`.
-fn tcp_connect(
-    addr: impl ToSocketAddrs,
-    started: Instant,
-    timeout: Duration,
-) -> Result<TcpStream, ConnError> {
-    let mut last = None;
-    for a in addr.to_socket_addrs()? {
-        let left = (started + timeout).saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ConnError::Timeout(timeout));
-        }
-        match TcpStream::connect_timeout(&a, left) {
-            Ok(s) => return Ok(s),
-            Err(e) if e.kind() == io::ErrorKind::TimedOut => {
-                last = Some(ConnError::Timeout(timeout));
-            }
-            Err(e) => last = Some(e.into()),
-        }
-    }
-    Err(last.unwrap_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "the address resolves to nothing",
-        )
-        .into()
-    }))
 }
 
 /// An endpoint's TCP connection, kept open as its liveness channel.

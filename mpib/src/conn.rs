@@ -172,8 +172,9 @@ pub fn connect(
 
 /// [`connect`], attaching `private_data` (at most [`MAX_PRIVATE_DATA`]
 /// bytes); also returns the private data the listener answered with. The
-/// listener's record must arrive within [`SETUP_TIMEOUT`] of the TCP
-/// connection; a refusal fails the setup with the listener's reason.
+/// TCP connection must be made within [`SETUP_TIMEOUT`], and the listener's
+/// record must arrive within [`SETUP_TIMEOUT`] of it; a refusal fails the
+/// setup with the listener's reason.
 pub fn connect_with(
     addr: impl ToSocketAddrs,
     devices: &[Context],
@@ -182,9 +183,10 @@ pub fn connect_with(
 ) -> Result<(Comm, Vec<u8>), SetupError> {
     check_private_data(private_data)?;
     let pending = PendingComm::new(devices, cfg)?;
-    let stream = TcpStream::connect(addr)?;
+    // The TCP connection gets its own SETUP_TIMEOUT (not the system's
+    // minutes of SYN retries); the record, SETUP_TIMEOUT from then.
+    let stream = setup_conn::connect_by(addr, Instant::now() + SETUP_TIMEOUT)?;
     let started = Instant::now();
-    stream.set_nodelay(true)?;
     write_record(&stream, pending.info(), private_data)?;
     let rec = read_record(&stream, started, SETUP_TIMEOUT)?;
     stream.set_read_timeout(None)?;

@@ -1,144 +1,62 @@
 //! Reading many peers' setup records at once, so that no peer can hold up
-//! another: the [`Acceptor`].
+//! another: the [`Acceptor`], setup-conn's over copyrpc's setup line.
 
-use std::collections::VecDeque;
-use std::io::{self, Read};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::time::{Duration, Instant};
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use super::record::{parse_record, write_refusal, SetupRecord};
-use super::{Listener, PendingConnection, MAX_SETUP_RECORD};
+pub use setup_conn::{AcceptorOptions, AcceptorStats, DropReason};
 
-/// Settings of an [`Acceptor`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AcceptorOptions {
-    /// How long a peer has, from its TCP connection being accepted, to send
-    /// its whole setup record.
-    pub deadline: Duration,
-    /// Most peers whose record is still being read; one more drops the
-    /// oldest (at least 1).
-    pub max_pending: usize,
-}
-
-impl Default for AcceptorOptions {
-    /// A 5-second deadline and 1024 pending peers.
-    fn default() -> Self {
-        AcceptorOptions {
-            deadline: Duration::from_secs(5),
-            max_pending: 1024,
-        }
-    }
-}
-
-/// What an [`Acceptor`] has done with the peers it accepted.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AcceptorStats {
-    /// TCP connections accepted.
-    pub accepted: u64,
-    /// Complete, well-formed records handed out.
-    pub ready: u64,
-    /// Peers dropped at their deadline with no complete record.
-    pub timed_out: u64,
-    /// Peers dropped because `max_pending` others arrived after them.
-    pub evicted: u64,
-    /// Peers refused for a malformed or oversized record.
-    pub malformed: u64,
-    /// Peers that closed their connection before their record was complete.
-    pub hung_up: u64,
-}
+use super::record::Format;
+use super::{Listener, PendingConnection};
 
 /// Accepts TCP connections and reads their setup records concurrently, each
-/// under a deadline.
+/// under a deadline, on the caller's thread.
 ///
 /// It owns the listening socket and every connection whose record has not
 /// arrived in full. One `poll(2)` waits on all of them; each readable one is
 /// read without blocking into its own buffer, bounded by
-/// [`MAX_SETUP_RECORD`]. A peer that sends nothing, sends slowly, or sends
-/// garbage costs one descriptor and a few KiB until its deadline; a peer
-/// whose record is complete is handed out at once, whatever the others do.
-/// When more than `max_pending` peers are waiting, or the process runs out of
-/// descriptors, the oldest waiting peer is dropped. Every peer dropped or
-/// refused is told why in a refusal line.
+/// [`MAX_SETUP_RECORD`](super::MAX_SETUP_RECORD). A peer that sends nothing,
+/// sends slowly, or sends garbage costs one descriptor and a few KiB until
+/// its deadline; a peer whose record is complete is handed out at once,
+/// whatever the others do. When more than `max_pending` peers are waiting,
+/// or the process runs out of descriptors, the oldest waiting peer is
+/// dropped. Every peer dropped or refused is told why in a refusal line.
+/// (The workings are setup-conn's [`setup_conn::Acceptor`].)
 #[derive(Debug)]
 pub struct Acceptor {
-    tcp: TcpListener,
-    opts: AcceptorOptions,
-    /// Oldest first; deadlines in the same order.
-    pending: VecDeque<Partial>,
-    fds: Vec<libc::pollfd>,
-    stats: AcceptorStats,
-    /// After running out of descriptors with nobody left to drop, the
-    /// listener sits out of `poll` until then (else it would spin).
-    paused_until: Option<Instant>,
+    inner: setup_conn::Acceptor<Format>,
 }
-
-/// A peer whose record is being read.
-#[derive(Debug)]
-struct Partial {
-    /// `None` once settled (handed out or dropped).
-    stream: Option<TcpStream>,
-    peer: SocketAddr,
-    buf: Vec<u8>,
-    deadline: Instant,
-}
-
-/// Where one read left a peer.
-enum Step {
-    /// Nothing more to read now.
-    Waiting,
-    /// The record arrived.
-    Record(SetupRecord),
-    /// Not a setup record: refuse it, saying why.
-    Bad(String),
-    /// The peer closed, or its socket failed.
-    Gone,
-}
-
-/// Accepted connections per `poll` before the waiting ones are read again.
-const ACCEPT_BATCH: usize = 64;
-
-/// How long the listener rests after the process ran out of descriptors.
-const DESCRIPTOR_PAUSE: Duration = Duration::from_millis(50);
 
 impl Acceptor {
     /// Takes over `listener` (made non-blocking, and given the longest
     /// accept queue the system allows instead of std's 128, so that a burst
     /// of connections waits in the kernel rather than being dropped).
     pub fn new(listener: Listener, opts: AcceptorOptions) -> io::Result<Acceptor> {
-        listener.tcp.set_nonblocking(true)?;
-        // SAFETY: listen(2) on a descriptor the listener owns; on a socket
-        // that already listens, Linux only changes the queue's length (the
-        // kernel caps it at net.core.somaxconn). Failing leaves the old one.
-        unsafe {
-            libc::listen(listener.tcp.as_raw_fd(), libc::SOMAXCONN);
-        }
         Ok(Acceptor {
-            tcp: listener.tcp,
-            opts: AcceptorOptions {
-                max_pending: opts.max_pending.max(1),
-                ..opts
-            },
-            pending: VecDeque::new(),
-            fds: Vec::new(),
-            stats: AcceptorStats::default(),
-            paused_until: None,
+            inner: setup_conn::Acceptor::new(listener.tcp, Format, opts)?,
         })
     }
 
     /// The address listened on.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.tcp.local_addr()
+        self.inner.local_addr()
     }
 
     /// Peers whose record is still being read.
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        self.inner.pending()
     }
 
     /// What has been done so far.
     pub fn stats(&self) -> AcceptorStats {
-        self.stats
+        self.inner.stats()
+    }
+
+    /// The last peer dropped without a usable record, and why (for a log
+    /// line; the counts are in [`stats`](Self::stats)).
+    pub fn last_drop(&self) -> Option<(SocketAddr, &DropReason)> {
+        self.inner.last_drop()
     }
 
     /// Waits up to `timeout` for something to happen, then accepts new peers,
@@ -151,213 +69,13 @@ impl Acceptor {
         timeout: Duration,
         ready: &mut Vec<PendingConnection>,
     ) -> io::Result<()> {
-        let now = Instant::now();
-        self.expire(now);
-        let listening = match self.paused_until {
-            Some(t) if now < t => false,
-            _ => {
-                self.paused_until = None;
-                true
-            }
-        };
-        let mut wait = timeout;
-        if let Some(p) = self.pending.front() {
-            wait = wait.min(p.deadline.saturating_duration_since(now));
-        }
-        if let Some(t) = self.paused_until {
-            wait = wait.min(t.saturating_duration_since(now));
-        }
-        self.fds.clear();
-        self.fds.push(libc::pollfd {
-            // A negative descriptor is skipped by poll(2).
-            fd: if listening { self.tcp.as_raw_fd() } else { -1 },
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        for p in &self.pending {
-            self.fds.push(libc::pollfd {
-                fd: p.stream.as_ref().map_or(-1, |s| s.as_raw_fd()),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        // Rounded up, so that a deadline less than a millisecond away is
-        // waited for rather than spun on.
-        let ms = wait.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: `fds` is an initialized array of `fds.len()` pollfd structs
-        // that is neither moved nor touched until poll(2) returns; every
-        // descriptor in it is owned by a live socket of `self` (or is -1).
-        let n = unsafe { libc::poll(self.fds.as_mut_ptr(), self.fds.len() as libc::nfds_t, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            return match e.kind() {
-                io::ErrorKind::Interrupted => Ok(()),
-                _ => Err(e),
-            };
-        }
-        if n == 0 {
-            return Ok(());
-        }
-        // The waiting peers first (the descriptors are in their order), then
-        // the new ones.
-        for (i, p) in self.pending.iter_mut().enumerate() {
-            if self.fds[i + 1].revents != 0 {
-                let step = advance(p);
-                settle(p, step, ready, &mut self.stats);
-            }
-        }
-        self.pending.retain(|p| p.stream.is_some());
-        if listening && self.fds[0].revents != 0 {
-            self.accept_some(ready);
-        }
-        Ok(())
-    }
-
-    /// Accepts up to [`ACCEPT_BATCH`] peers and reads what each has sent.
-    fn accept_some(&mut self, ready: &mut Vec<PendingConnection>) {
-        for _ in 0..ACCEPT_BATCH {
-            match self.tcp.accept() {
-                Ok((stream, peer)) => {
-                    self.stats.accepted += 1;
-                    // Accepted sockets do not inherit O_NONBLOCK.
-                    if stream.set_nonblocking(true).is_err() {
-                        continue;
-                    }
-                    let _ = stream.set_nodelay(true);
-                    let mut p = Partial {
-                        stream: Some(stream),
-                        peer,
-                        buf: Vec::new(),
-                        deadline: Instant::now() + self.opts.deadline,
-                    };
-                    // An honest peer sent its record with its connection: it
-                    // is usually here already.
-                    let step = advance(&mut p);
-                    settle(&mut p, step, ready, &mut self.stats);
-                    if p.stream.is_some() {
-                        if self.pending.len() >= self.opts.max_pending {
-                            self.evict_oldest();
-                        }
-                        self.pending.push_back(p);
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                    // Out of descriptors: the oldest waiting peer makes room.
-                    if !self.evict_oldest() {
-                        self.paused_until = Some(Instant::now() + DESCRIPTOR_PAUSE);
-                        break;
-                    }
-                }
-                // A peer that reset before it was accepted.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
-                // Anything else (ENOBUFS, ENOMEM, …): try again shortly.
-                Err(_) => {
-                    self.paused_until = Some(Instant::now() + DESCRIPTOR_PAUSE);
-                    break;
-                }
-            }
-        }
-    }
-
-    /// Drops the oldest waiting peer; false when none waits.
-    fn evict_oldest(&mut self) -> bool {
-        let Some(p) = self.pending.pop_front() else {
-            return false;
-        };
-        if let Some(s) = p.stream {
-            write_refusal(
-                &s,
-                "too many connections waiting to send their setup record",
-            );
-        }
-        self.stats.evicted += 1;
-        true
-    }
-
-    /// Drops the peers whose deadline has passed.
-    fn expire(&mut self, now: Instant) {
-        while self.pending.front().is_some_and(|p| p.deadline <= now) {
-            if let Some(Partial {
-                stream: Some(s), ..
-            }) = self.pending.pop_front()
-            {
-                let why = format!("no complete setup record within {:?}", self.opts.deadline);
-                write_refusal(&s, &why);
-            }
-            self.stats.timed_out += 1;
-        }
-    }
-}
-
-/// Reads what the peer has sent, without blocking, up to the end of its
-/// record or [`MAX_SETUP_RECORD`] bytes.
-fn advance(p: &mut Partial) -> Step {
-    let Some(s) = &p.stream else {
-        return Step::Waiting;
-    };
-    let mut chunk = [0u8; 1024];
-    loop {
-        let room = (MAX_SETUP_RECORD - p.buf.len()).min(chunk.len());
-        match (&*s).read(&mut chunk[..room]) {
-            Ok(0) => return Step::Gone,
-            Ok(n) => {
-                let new = &chunk[..n];
-                if let Some(i) = new.iter().position(|&b| b == b'\n') {
-                    // The peer waits for our answer before it sends anything
-                    // more: bytes after its record are not ours to drop.
-                    if i + 1 < n {
-                        return Step::Bad("bytes after the setup record".into());
-                    }
-                    p.buf.extend_from_slice(&new[..i]);
-                    return match parse_record(&p.buf) {
-                        Ok(r) => Step::Record(r),
-                        Err(e) => Step::Bad(e.to_string()),
-                    };
-                }
-                p.buf.extend_from_slice(new);
-                if p.buf.len() >= MAX_SETUP_RECORD {
-                    return Step::Bad(format!("no end of line within {MAX_SETUP_RECORD} bytes"));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Step::Waiting,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(_) => return Step::Gone,
-        }
-    }
-}
-
-/// Acts on a step: a complete record goes to `ready`, a bad one is refused,
-/// a gone peer dropped; each of these settles `p` (takes its stream).
-fn settle(
-    p: &mut Partial,
-    step: Step,
-    ready: &mut Vec<PendingConnection>,
-    stats: &mut AcceptorStats,
-) {
-    match step {
-        Step::Waiting => {}
-        Step::Record(rec) => {
-            if let Some(stream) = p.stream.take() {
-                stats.ready += 1;
-                ready.push(PendingConnection {
-                    stream,
-                    peer: p.peer,
-                    remote: rec.info,
-                    private_data: rec.private_data,
-                });
-            }
-        }
-        Step::Bad(why) => {
-            if let Some(s) = p.stream.take() {
-                write_refusal(&s, &format!("bad setup record: {why}"));
-            }
-            stats.malformed += 1;
-        }
-        Step::Gone => {
-            p.stream = None;
-            stats.hung_up += 1;
-        }
+        self.inner.poll(timeout, |a| {
+            ready.push(PendingConnection {
+                stream: a.stream,
+                peer: a.peer,
+                remote: a.record.info,
+                private_data: a.record.private_data,
+            })
+        })
     }
 }

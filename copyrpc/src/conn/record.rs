@@ -1,12 +1,37 @@
-//! The setup line: its layout, its size bound, reading and writing it, and
-//! the refusal a side sends instead of its own record.
+//! The setup line: its layout, its size bound, writing and parsing it, and
+//! the refusal a side sends instead of its own record (the reading, bounded
+//! and under a deadline, is setup-conn's).
 
-use std::io::{self, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use setup_conn::{printable, read_line, LineError, SetupFormat};
+
 use super::{ConnError, MAX_PRIVATE_DATA, MAX_SETUP_RECORD};
 use crate::info::{EndpointInfo, ENDPOINT_INFO_VERSION};
+
+/// copyrpc's setup line, for setup-conn's acceptor.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Format;
+
+impl SetupFormat for Format {
+    type Record = SetupRecord;
+    const MAX_LINE: usize = MAX_SETUP_RECORD;
+
+    fn parse(&self, line: &[u8]) -> Result<SetupRecord, String> {
+        parse_record(line).map_err(|e| e.to_string())
+    }
+
+    fn refusal(&self, reason: &str) -> String {
+        let r = Refusal {
+            version: ENDPOINT_INFO_VERSION,
+            refused: reason,
+        };
+        // A struct of a number and a string always serializes.
+        serde_json::to_string(&r).unwrap_or_default()
+    }
+}
 
 /// The setup line: the endpoint record and the sender's private data.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -33,9 +58,6 @@ struct Probe {
     #[serde(default)]
     version: Option<u32>,
 }
-
-/// Longest refusal reason sent (longer ones are cut at a character boundary).
-const MAX_REASON: usize = 512;
 
 /// Refuses private data over [`MAX_PRIVATE_DATA`].
 pub(super) fn check_private_data(private_data: &[u8]) -> Result<(), ConnError> {
@@ -68,26 +90,10 @@ pub(super) fn write_record(
     Ok(())
 }
 
-/// Sends a refusal line (best effort, never waiting) and closes the sending
-/// direction; the caller drops the stream.
+/// Sends a refusal line (best effort, never waiting; the reason cut to 512
+/// bytes) and closes the sending direction; the caller drops the stream.
 pub(super) fn write_refusal(stream: &TcpStream, reason: &str) {
-    let mut end = reason.len().min(MAX_REASON);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
-    let r = Refusal {
-        version: ENDPOINT_INFO_VERSION,
-        refused: &reason[..end],
-    };
-    let Ok(mut line) = serde_json::to_string(&r) else {
-        return;
-    };
-    line.push('\n');
-    if stream.set_nonblocking(true).is_ok() {
-        let mut w = stream;
-        let _ = w.write_all(line.as_bytes());
-    }
-    let _ = stream.shutdown(std::net::Shutdown::Write);
+    setup_conn::refuse(stream, &Format, reason);
 }
 
 /// How long the blocking setups ([`connect_with`](super::connect_with),
@@ -103,37 +109,14 @@ pub(super) fn read_record(
     started: Instant,
     timeout: Duration,
 ) -> Result<SetupRecord, ConnError> {
-    let deadline = started + timeout;
-    let mut line = Vec::new();
-    // Byte by byte up to the newline: nothing after it may be consumed.
-    let mut r = stream.take(MAX_SETUP_RECORD as u64);
-    let mut b = [0u8; 1];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(ConnError::Timeout(timeout));
-        }
-        r.get_ref().set_read_timeout(Some(left))?;
-        match r.read(&mut b) {
-            Ok(0) if line.len() >= MAX_SETUP_RECORD => {
-                return Err(ConnError::Record(format!(
-                    "no end of line within {MAX_SETUP_RECORD} bytes"
-                )))
-            }
-            Ok(0) => return Err(ConnError::Record("no complete record".into())),
-            Ok(_) if b[0] == b'\n' => break,
-            Ok(_) => line.push(b[0]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // The read timed out: the loop's deadline check says so.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) => {}
-            Err(e) => return Err(e.into()),
+    match read_line(stream, MAX_SETUP_RECORD, started + timeout) {
+        Ok(line) => parse_record(&line),
+        Err(LineError::Timeout) => Err(ConnError::Timeout(timeout)),
+        Err(LineError::Io(e)) => Err(e.into()),
+        Err(e @ (LineError::Closed | LineError::TooLong(_))) => {
+            Err(ConnError::Record(e.to_string()))
         }
     }
-    parse_record(&line)
 }
 
 /// Parses one setup line (without its newline): a record of our version, or
@@ -160,15 +143,6 @@ pub(super) fn parse_record(line: &[u8]) -> Result<SetupRecord, ConnError> {
     }
     check_private_data(&rec.private_data)?;
     Ok(rec)
-}
-
-/// A peer's text made safe to print: control characters become `?`, and at
-/// most [`MAX_REASON`] characters are kept.
-fn printable(s: &str) -> String {
-    s.chars()
-        .take(MAX_REASON)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 #[cfg(test)]
