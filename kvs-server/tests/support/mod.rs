@@ -60,7 +60,7 @@ impl ServerProcess {
             }
         }
         args.extend_from_slice(extra);
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvs-server"));
+        let mut cmd = Command::new(server_bin());
         cmd.args(args);
         cmd
     }
@@ -68,7 +68,7 @@ impl ServerProcess {
     /// Starts `kvs-server` with `args` (which must listen on a port of its
     /// own) and waits (at most 60 s) for its "listening on" line.
     pub fn start(args: &[&str]) -> ServerProcess {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvs-server"));
+        let mut cmd = Command::new(server_bin());
         cmd.args(args);
         ServerProcess::start_command(cmd)
     }
@@ -238,10 +238,16 @@ pub fn group_view(cc: &mut ControlClient, at: SocketAddr) -> Option<GroupView> {
     member_status(cc, at).and_then(|s| s.group)
 }
 
+/// The kvs-server binary the tests run: `KVS_SERVER_BIN` if set (a build
+/// kept aside, or the one installed on a host), else the one this build made.
+pub fn server_bin() -> std::ffi::OsString {
+    std::env::var_os("KVS_SERVER_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_kvs-server").into())
+}
+
 /// Runs the kvs-server binary with `args` and expects it to exit by itself
 /// within 60 s; returns its status and everything it printed.
 pub fn run_server(args: &[&str]) -> (ExitStatus, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvs-server"))
+    let mut child = Command::new(server_bin())
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
