@@ -22,6 +22,8 @@ mod check;
 mod cluster;
 #[path = "nemesis/history.rs"]
 mod history;
+#[path = "nemesis/proxy.rs"]
+mod proxy;
 mod support;
 
 use history::{decode, encode, Clock, Entry, Op, Ret};

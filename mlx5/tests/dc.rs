@@ -79,6 +79,7 @@ both_modes!(
     a_reset_stream_runs_again,
     a_dci_without_streams_runs_in_order_and_stops_at_an_error,
     the_first_message_to_a_new_dct_pays_the_connect_latency,
+    a_path_cut_one_way_fails_the_stream_either_way,
 );
 
 const MR_LEN: usize = 1 << 16;
@@ -529,6 +530,59 @@ fn an_empty_dct_srq_is_rnr_as_for_rc(f: &TestFabric) {
         .post(1);
     j.sq.ring_doorbell();
     assert_eq!(j.done(1)[0].syndrome, Some(Syndrome::RnrRetryExc as u8));
+}
+
+/// A path cut one way between a DCI's device and a DCT's fails the DCI's
+/// WQE either way, after its retries, with TRANSPORT_RETRY_EXC_ERR, on its
+/// stream alone. Cut towards the DCT, nothing arrives; cut back from it, the
+/// DCT received the message, once, although the DCI's WQE failed. Healed
+/// within the retries, the WQE completes, the message received once.
+fn a_path_cut_one_way_fails_the_stream_either_way(f: &TestFabric) {
+    let fab = Fabric::open(&f.0).unwrap();
+    // 4.2 ms per try, two retries.
+    let rts = RtsAttr {
+        timeout: 10,
+        retry_cnt: 2,
+        ..RtsAttr::default()
+    };
+    let mut t = Target::new(f.open("sim1"), 0x5eed, access::REMOTE_WRITE);
+    t.post_recv(8, 0, 64);
+    let streams = DciStreams {
+        log_concurrent: 2,
+        log_errored: 2,
+    };
+    let mut d: StreamDci = Initiator::with_streams(f.open("sim0"), rts, streams);
+    let failed = Some(Syndrome::TransportRetryExc as u8);
+    let received = |t: &mut Target, n: usize| {
+        let mut v = Vec::new();
+        t.ring.poll(usize::MAX, |c| v.push(rec(c)));
+        assert_eq!(v.len(), n, "{v:?}");
+        v
+    };
+
+    fab.set_path_down(0, 1, true).unwrap();
+    let w = d.put(&t, 0, 0, b"lost", Bad::No);
+    d.sq.ring_doorbell();
+    assert_eq!(outcome(&d.done(1), &[w]), vec![failed]);
+    received(&mut t, 0);
+    fab.set_path_down(0, 1, false).unwrap();
+
+    fab.set_path_down(1, 0, true).unwrap();
+    let w = d.put(&t, 1, 64, b"arrives", Bad::No);
+    d.sq.ring_doorbell();
+    assert_eq!(outcome(&d.done(1), &[w]), vec![failed]);
+    let r = received(&mut t, 1);
+    assert_eq!((r[0].bc, r[0].imm), (7, 1 << 16 | 64));
+    assert_eq!(t.mr.to_vec(64, 7), b"arrives");
+
+    let w = d.put(&t, 2, 128, b"healed", Bad::No);
+    d.sq.ring_doorbell();
+    assert_eq!(wait(&t.ctx, &mut t.ring, 1)[0].bc, 6);
+    fab.set_path_down(1, 0, false).unwrap();
+    assert_eq!(outcome(&d.done(1), &[w]), vec![None]);
+    received(&mut t, 0);
+    assert_eq!(t.mr.to_vec(128, 6), b"healed");
+    assert_eq!(d.qp.state(), QpState::Rts, "two streams errored of four");
 }
 
 #[test]

@@ -1,10 +1,17 @@
 //! The cluster under test: real kvs-server processes, one software device
-//! each (so that one member's port can go down alone), a data dir each,
-//! and the operator's control requests (what kvs-admin sends).
+//! each (so that one member's port can go down, or its paths to the others
+//! be cut, alone), a data dir each, a TCP proxy each in front of its setup
+//! and bulk ports (so that its TCP can be cut: `proxy`), and the operator's
+//! control requests (what kvs-admin sends).
+//!
+//! Members advertise their proxies' addresses: clients and members reach
+//! each other through them. The nemesis observes and commands the cluster
+//! through the members' private addresses, past the proxies: the observer
+//! is not part of the system, and a cut does not blind it.
 // Shared with the tests that borrow the nemesis's parts.
 #![allow(dead_code)]
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -12,11 +19,37 @@ use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::control::{ControlReply, ControlRequest, GroupView, MemberStatus};
 use mlx5::sim::fabric::Fabric;
 
+use crate::proxy::Proxy;
 use crate::support::ServerProcess;
 
 /// The devices members run on (`sim0` is the clients', `sim2` and `sim3`
 /// carry bulk transfers).
 const DEVICES: [u32; 5] = [1, 4, 5, 6, 7];
+
+/// The IP members listen on, privately: their proxies listen on 127.0.0.1,
+/// the address they advertise, so that a member's bulk port (bound on its
+/// listening IP, reached at its advertised one) can have a proxy too.
+const PRIVATE_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+/// A member's faults that cut it off (each undone by [`Cluster::heal`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cuts {
+    /// Its port is down.
+    pub port: bool,
+    /// Its paths to every other member are cut (it sends, nobody hears).
+    pub outbound: bool,
+    /// The others' paths to it are cut (it hears nothing).
+    pub inbound: bool,
+    /// Its TCP proxies are cut.
+    pub tcp: bool,
+}
+
+impl Cuts {
+    /// Whether any is in force.
+    pub fn any(self) -> bool {
+        self != Cuts::default()
+    }
+}
 
 /// One member.
 pub struct Member {
@@ -26,12 +59,19 @@ pub struct Member {
     pub dev: u32,
     /// Its data dir.
     pub dir: PathBuf,
-    /// Its setup address (kept across restarts).
+    /// Its address, the one it advertises: its setup proxy's (kept across
+    /// restarts).
     pub addr: SocketAddr,
+    /// Where it listens itself (kept across restarts): the observer's way in.
+    pub listen: SocketAddr,
+    /// Its setup port's proxy (at `addr`) and its bulk port's.
+    pub proxies: [Proxy; 2],
     /// The process, while one runs.
     pub proc: Option<ServerProcess>,
     /// Whether it is stopped with SIGSTOP.
     pub paused: bool,
+    /// What cuts it off now.
+    pub cuts: Cuts,
     /// Everything its earlier processes printed.
     pub past_output: String,
     /// Whether a process of it has started: member 0's first start founds
@@ -95,13 +135,17 @@ impl Cluster {
         }
         for (m, &dev) in DEVICES.iter().enumerate().take(n) {
             let dir = c.root.join(format!("m{m}"));
+            let (listen, proxies) = addresses().map_err(|e| format!("member {m}'s ports: {e}"))?;
             c.members.push(Member {
                 id: m as u16,
                 dev,
                 dir,
-                addr: "127.0.0.1:0".parse().unwrap(),
+                addr: proxies[0].addr(),
+                listen,
+                proxies,
                 proc: None,
                 paused: false,
+                cuts: Cuts::default(),
                 past_output: String::new(),
                 launched: false,
             });
@@ -121,19 +165,25 @@ impl Cluster {
         Ok(c)
     }
 
-    /// Starts member `m`'s process (the first time on a free port, then at
-    /// its address, from its data dir), joining member `join` if its data
+    /// Starts member `m`'s process (at its private address, advertising
+    /// its proxies', from its data dir), joining member `join` if its data
     /// dir is empty.
     fn launch(&mut self, m: usize, join: Option<usize>) -> Result<(), String> {
         let join = join.map(|j| self.members[j].addr.to_string());
         let me = &self.members[m];
         let dev = format!("sim{}", me.dev);
-        let addr = me.addr.to_string();
+        let listen = me.listen.to_string();
+        let advertise = me.addr.to_string();
+        let bulk = me.proxies[1].addr().port().to_string();
         let replicas = self.replicas.to_string();
         let dir = me.dir.to_str().expect("a UTF-8 path").to_string();
         let mut args = vec![
             "--listen",
-            &addr,
+            &listen,
+            "--advertise",
+            &advertise,
+            "--bulk-port",
+            &bulk,
             "--device",
             &dev,
             "--fabric",
@@ -161,7 +211,12 @@ impl Cluster {
             format!("member {m} did not start: {why}")
         })?;
         let me = &mut self.members[m];
-        me.addr = p.addr;
+        if p.addr != me.listen {
+            return Err(format!(
+                "member {m} listens at {}, not at {}",
+                p.addr, me.listen
+            ));
+        }
         me.proc = Some(p);
         me.paused = false;
         me.launched = true;
@@ -179,7 +234,7 @@ impl Cluster {
     }
 
     fn status_any(&mut self) -> Option<MemberStatus> {
-        let addrs: Vec<SocketAddr> = self.live().map(|m| self.members[m].addr).collect();
+        let addrs: Vec<SocketAddr> = self.live().map(|m| self.members[m].listen).collect();
         addrs
             .into_iter()
             .find_map(|a| match self.cc.request(a, &ControlRequest::Status) {
@@ -192,17 +247,19 @@ impl Cluster {
     pub fn status(&mut self, m: usize) -> Option<MemberStatus> {
         match self
             .cc
-            .request(self.members[m].addr, &ControlRequest::Status)
+            .request(self.members[m].listen, &ControlRequest::Status)
         {
             Ok(ControlReply::Status(s)) => Some(s),
             _ => None,
         }
     }
 
-    /// The members running and not paused.
+    /// The members running, not paused and not cut off.
     pub fn live(&self) -> impl Iterator<Item = usize> + '_ {
-        (0..self.members.len())
-            .filter(|&m| self.members[m].proc.is_some() && !self.members[m].paused)
+        (0..self.members.len()).filter(|&m| {
+            let x = &self.members[m];
+            x.proc.is_some() && !x.paused && !x.cuts.any()
+        })
     }
 
     /// Sends `req` to the leader (trying every live member until one leads).
@@ -215,7 +272,7 @@ impl Cluster {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             };
-            match self.cc.request(self.members[l].addr, req) {
+            match self.cc.request(self.members[l].listen, req) {
                 Ok(ControlReply::NoLeader | ControlReply::NotYet { .. }) => {}
                 Ok(ControlReply::Keeper { .. }) => {}
                 Ok(r) => return Ok(r),
@@ -229,7 +286,7 @@ impl Cluster {
     /// Sends `req` to member `m` itself.
     pub fn request_to(&mut self, m: usize, req: &ControlRequest) -> Result<ControlReply, String> {
         self.cc
-            .request(self.members[m].addr, req)
+            .request(self.members[m].listen, req)
             .map_err(|e| e.to_string())
     }
 
@@ -397,14 +454,43 @@ impl Cluster {
     /// Member `m`'s port down (`true`) or up.
     pub fn port(&mut self, m: usize, down: bool) {
         let _ = self.fab.set_port_down(self.members[m].dev, down);
+        self.members[m].cuts.port = down;
     }
 
-    /// Every fault undone: ports up, paused members resumed, dead members
-    /// restarted.
+    /// Member `m`'s paths to every other member cut (`outbound`) or every
+    /// other member's paths to it, one way (`down`), or restored.
+    pub fn one_way(&mut self, m: usize, outbound: bool, down: bool) {
+        let me = self.members[m].dev;
+        for o in (0..self.members.len()).filter(|&o| o != m) {
+            let other = self.members[o].dev;
+            let (from, to) = if outbound { (me, other) } else { (other, me) };
+            let _ = self.fab.set_path_down(from, to, down);
+        }
+        let c = &mut self.members[m].cuts;
+        if outbound {
+            c.outbound = down;
+        } else {
+            c.inbound = down;
+        }
+    }
+
+    /// Member `m`'s TCP (its setup and bulk proxies) cut (`true`) or healed.
+    pub fn tcp(&mut self, m: usize, cut: bool) {
+        for p in &self.members[m].proxies {
+            p.cut(cut);
+        }
+        self.members[m].cuts.tcp = cut;
+    }
+
+    /// Every fault undone: ports up, paths and TCP restored, paused
+    /// members resumed, dead members restarted.
     pub fn heal(&mut self) -> Result<(), String> {
         let mut failures = Vec::new();
         for m in 0..self.members.len() {
             self.port(m, false);
+            self.one_way(m, true, false);
+            self.one_way(m, false, false);
+            self.tcp(m, false);
             self.pause(m, false);
             if let Err(e) = self.restart(m) {
                 failures.push(e);
@@ -431,6 +517,20 @@ impl Cluster {
         }
         out
     }
+}
+
+/// A member's private address (a free port on [`PRIVATE_IP`]), and its
+/// setup and bulk proxies on 127.0.0.1: the bulk proxy's port is the
+/// member's bulk port, on its private IP.
+fn addresses() -> std::io::Result<(SocketAddr, [Proxy; 2])> {
+    let listen = std::net::TcpListener::bind(SocketAddr::new(PRIVATE_IP, 0))?.local_addr()?;
+    let public: SocketAddr = "127.0.0.1:0".parse().expect("an address");
+    let setup = Proxy::start(public, |_| listen)?;
+    // The bulk port the member binds on its private IP must be free there:
+    // the proxy's port is free on 127.0.0.1, and almost surely on
+    // 127.0.0.2, where nothing but the members listens.
+    let bulk = Proxy::start(public, |at| SocketAddr::new(PRIVATE_IP, at.port()))?;
+    Ok((listen, [setup, bulk]))
 }
 
 impl Drop for Cluster {

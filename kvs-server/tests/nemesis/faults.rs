@@ -4,9 +4,18 @@
 //!
 //! The fault model is the store's promise: at most `replicas - 1` members
 //! lose what they hold at once. So a fault that takes a member out (a kill,
-//! a pause or a cut longer than the failure timeout, a stop, a drain) waits
-//! until the cluster is healthy again (every member up, every copy ready)
-//! before it starts. Short pauses and the operator's requests (migrate,
+//! a pause or a cut longer than the failure timeout, a stop, a drain, any
+//! partition) waits until the cluster is healthy again (every member up,
+//! none cut off, every copy ready) before it starts.
+//!
+//! Partitions come in four kinds: the member's port down (RDMA both ways,
+//! clients included); its paths to the other members cut one way only
+//! (outbound: what it sends is lost, what they send arrives; or inbound),
+//! which breaks RC both ways but lets requests one way be executed
+//! unacknowledged; its TCP cut (its proxies stall every connection and
+//! forward no new one: setups, joins and reconnections stop, established
+//! RDMA goes on); and the port down with its TCP cut, a host off the
+//! network. Short pauses and the operator's requests (migrate,
 //! rebalance, set replicas) do not wait: they land while the others play.
 
 use std::collections::BTreeMap;
@@ -33,6 +42,13 @@ pub enum Kind {
     PauseLong,
     /// The member's port down (both ways), for a while.
     Partition,
+    /// The member's paths to every other member cut one way, for a while:
+    /// outbound or inbound, as the seed draws.
+    OneWay,
+    /// The member's TCP (setup and bulk ports) cut, for a while.
+    TcpCut,
+    /// The member's port down and its TCP cut, for a while.
+    PartitionTcp,
     /// SIGTERM (it hands its slots over), then restarted.
     TermRestart,
     /// `kill -9`, its data dir lost, forgotten, and joined again as a new
@@ -67,6 +83,9 @@ impl Kind {
             Kind::PauseShort => "short pause",
             Kind::PauseLong => "long pause",
             Kind::Partition => "partition",
+            Kind::OneWay => "one-way partition",
+            Kind::TcpCut => "TCP cut",
+            Kind::PartitionTcp => "partition with TCP cut",
             Kind::TermRestart => "SIGTERM and restart",
             Kind::Wipe => "data dir wiped",
             Kind::Drain => "drain with a slow backup",
@@ -173,6 +192,30 @@ impl Nemesis {
                 std::thread::sleep(d);
                 c.port(m, false);
                 format!("port of member {m} down for {d:?}")
+            }
+            Kind::OneWay => {
+                let (outbound, d) = (r.below(2) == 0, ms(r, 200, 3000));
+                c.one_way(m, outbound, true);
+                std::thread::sleep(d);
+                c.one_way(m, outbound, false);
+                let way = if outbound { "to" } else { "from" };
+                format!("paths of member {m} {way} the others cut for {d:?}")
+            }
+            Kind::TcpCut => {
+                let d = ms(r, 200, 5000);
+                c.tcp(m, true);
+                std::thread::sleep(d);
+                c.tcp(m, false);
+                format!("TCP of member {m} cut for {d:?}")
+            }
+            Kind::PartitionTcp => {
+                let d = ms(r, 200, 3000);
+                c.port(m, true);
+                c.tcp(m, true);
+                std::thread::sleep(d);
+                c.tcp(m, false);
+                c.port(m, false);
+                format!("port of member {m} down and its TCP cut for {d:?}")
             }
             Kind::TermRestart => {
                 let clean = c.term(m, Duration::from_secs(20));

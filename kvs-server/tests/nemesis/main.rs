@@ -2,8 +2,8 @@
 //! clients that read and write the same keys and record every operation,
 //! and faults on a seeded schedule (`kill -9` and restart from the data
 //! dir, SIGSTOP pauses shorter and longer than the failure timeout, a
-//! member's port down, SIGTERM, drains, migrations, rebalances, replica
-//! changes). The recorded history is checked by stateright's
+//! member's port down, its paths to the others cut one way, its TCP cut,
+//! SIGTERM, drains, migrations, rebalances, replica changes). The recorded history is checked by stateright's
 //! linearizability checker, a register per key; after the faults every key
 //! is read once more, so an acknowledged write that was lost is an anomaly
 //! too.
@@ -25,6 +25,7 @@ mod check;
 mod cluster;
 mod faults;
 mod history;
+mod proxy;
 #[path = "../support/mod.rs"]
 mod support;
 mod workload;
@@ -74,14 +75,23 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "r1-five",
-        what: "five members, one copy: pauses, cuts and the operator's moves",
+        what: "five members, one copy: pauses, cuts (both ways, one way, TCP) and the operator's moves",
         members: 5,
         replicas: 1,
-        faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Migrate, Kind::Rebalance],
+        faults: &[
+            Kind::PauseShort,
+            Kind::PauseLong,
+            Kind::Partition,
+            Kind::OneWay,
+            Kind::TcpCut,
+            Kind::PartitionTcp,
+            Kind::Migrate,
+            Kind::Rebalance,
+        ],
     },
     Scenario {
         name: "r2-five",
-        what: "five members, two copies: kills, wipes, pauses, cuts, drains",
+        what: "five members, two copies: kills, wipes, pauses, cuts (both ways, one way, TCP), drains",
         members: 5,
         replicas: 2,
         faults: &[
@@ -90,6 +100,9 @@ const SCENARIOS: &[Scenario] = &[
             Kind::PauseShort,
             Kind::PauseLong,
             Kind::Partition,
+            Kind::OneWay,
+            Kind::TcpCut,
+            Kind::PartitionTcp,
             Kind::Drain,
             Kind::Rebalance,
         ],
@@ -105,6 +118,9 @@ const SCENARIOS: &[Scenario] = &[
             Kind::PauseShort,
             Kind::PauseLong,
             Kind::Partition,
+            Kind::OneWay,
+            Kind::TcpCut,
+            Kind::PartitionTcp,
             Kind::TermRestart,
             Kind::Drain,
             Kind::Migrate,

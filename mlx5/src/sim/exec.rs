@@ -29,8 +29,9 @@ pub(crate) struct Exec<'a> {
     /// Some port of the fabric has a link model (read once per run: while
     /// none has, the model costs nothing).
     pub(crate) links: bool,
-    /// Some port of the fabric is down (read once per run, like `links`).
-    pub(crate) ports_down: bool,
+    /// Some port of the fabric is down or some path cut one way (read once
+    /// per run, like `links`).
+    pub(crate) paths_down: bool,
     /// The delay line may hold CQEs, so every CQE checks whether its CQ has
     /// some held there.
     delaying: bool,
@@ -69,7 +70,7 @@ impl<'a> Exec<'a> {
             cqes,
             delay,
             links: header.modeled_ports.load(Ordering::Relaxed) != 0,
-            ports_down: header.down_ports.load(Ordering::Relaxed) != 0,
+            paths_down: super::link::any_broken(fab.reg()),
             delaying: delay.held() != 0,
             #[cfg(test)]
             fast_path: true,

@@ -339,6 +339,49 @@ impl Fabric {
         link::is_down(self.reg(), dev)
     }
 
+    /// Cuts (`down`) the path from device `from` to device `to` one way
+    /// only, or restores it, for every process of the fabric, at once: the
+    /// packets `from`'s port sends to `to`'s are lost while those `to`
+    /// sends to `from` still arrive (a link or a switch that drops one
+    /// direction). Cut both ways, the two devices cannot reach each other
+    /// while each still reaches the rest of the fabric, unlike a port down.
+    ///
+    /// RC needs both directions, so QPs of either side fail, each as its
+    /// packets do:
+    /// - a request from `from` to `to` is lost (as with a port down: see
+    ///   [`set_port_down`](Self::set_port_down)): the requester retries after
+    ///   each local ACK timeout and, `retry_cnt` + 1 timeouts after its first
+    ///   try, completes the WQE with TRANSPORT_RETRY_EXC_ERR (syndrome 0x15)
+    ///   and moves the QP to ERR; `to` sees nothing;
+    /// - a request from `to` to `from` arrives and is executed — a WRITE's
+    ///   bytes land, a SEND or WRITE_IMM consumes and completes a receive,
+    ///   an atomic is applied — but its acknowledgement (a READ's response,
+    ///   a NAK) is lost: the requester fails the WQE just the same, although
+    ///   the work was done. Its retries are duplicates, answered but not
+    ///   executed again, so a path restored within the retries completes the
+    ///   WQE once. A READ's response is lost before any byte lands.
+    ///
+    /// DC initiators and targets fare the same per WQE. Restoring the path
+    /// lets new QPs (and QPs still retrying) work; QPs that went to ERR stay
+    /// there. A cut from a device to itself cuts its loopback.
+    pub fn set_path_down(&self, from_dev: u32, to_dev: u32, down: bool) -> Result<(), FabricError> {
+        for dev in [from_dev, to_dev] {
+            if dev as usize >= MAX_DEVS {
+                return Err(FabricError::NoDevice(self.name.clone(), dev));
+            }
+        }
+        link::set_cut(self.reg(), from_dev, to_dev, down);
+        Ok(())
+    }
+
+    /// Whether the path from device `from_dev` to `to_dev` is cut that way
+    /// (see [`set_path_down`](Self::set_path_down); ports down are
+    /// [`port_down`](Self::port_down)'s); false for devices the fabric cannot
+    /// have.
+    pub fn path_down(&self, from_dev: u32, to_dev: u32) -> bool {
+        link::is_cut(self.reg(), from_dev, to_dev)
+    }
+
     /// The fabric's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -24,8 +24,20 @@
 //! retry, `engine::errors`). Nothing reaches the responder meanwhile. Work the
 //! NICs executed before the port went down has crossed already (its held
 //! completions still appear). Up again, the port carries new work; QPs that
-//! went to ERR stay there. While no port is down, port state costs the engine
-//! one word read per run.
+//! went to ERR stay there.
+//!
+//! A path may also be cut one way only ([`set_cut`]): packets from port A to
+//! port B are lost while B's reach A, as when a link or a switch drops one
+//! direction. RC needs both ways, so every QP between A and B suffers, each
+//! as its packets do: a request from A to B never arrives (as with a port
+//! down); a request from B to A arrives and is executed at A — the data
+//! written, the receive consumed, the atomic done — but its acknowledgement
+//! (or READ response, or NAK) is lost, so B's WQE fails after its retries
+//! all the same, with TRANSPORT_RETRY_EXC_ERR, although A did the work. Its
+//! retries are duplicates that A answers without executing them again, so
+//! a cut healed before they ran out completes the WQE once. While no port is
+//! down and no path is cut, port state costs the engine two words read per
+//! run.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -162,11 +174,45 @@ pub(crate) fn is_down(reg: &Registry, dev: u32) -> bool {
         .is_some_and(|p| p.down.load(Ordering::Acquire) != 0)
 }
 
-/// Whether the path between devices `a` and `b` is broken: either end's port
-/// is down (a device's loopback to itself included).
+/// Cuts (`down`) or restores the one-way path from device `from` to device
+/// `to` in `reg`: packets from `from`'s port to `to`'s are lost.
+pub(crate) fn set_cut(reg: &Registry, from: u32, to: u32, down: bool) {
+    let p = &reg.ports[from as usize];
+    let bit = 1u32 << to;
+    // The process that changes the state counts it, once.
+    if down {
+        if p.cut_to.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+            reg.header.cut_paths.fetch_add(1, Ordering::Release);
+        }
+    } else if p.cut_to.fetch_and(!bit, Ordering::AcqRel) & bit != 0 {
+        reg.header.cut_paths.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Whether the one-way path from device `from` to device `to` is cut
+/// ([`set_cut`]; devices the fabric cannot have are not).
+pub(crate) fn is_cut(reg: &Registry, from: u32, to: u32) -> bool {
+    (to as usize) < MAX_DEVS
+        && reg
+            .ports
+            .get(from as usize)
+            .is_some_and(|p| p.cut_to.load(Ordering::Acquire) & (1 << to) != 0)
+}
+
+/// Whether packets from device `from` to device `to` are lost: either end's
+/// port is down (a device's loopback to itself included), or that direction
+/// is cut.
 #[inline]
-pub(crate) fn path_down(reg: &Registry, a: u32, b: u32) -> bool {
-    is_down(reg, a) || is_down(reg, b)
+pub(crate) fn lost(reg: &Registry, from: u32, to: u32) -> bool {
+    is_down(reg, from) || is_down(reg, to) || is_cut(reg, from, to)
+}
+
+/// Whether some port of `reg` is down or some path cut: while not, the
+/// engine need not look at port state at all (read once per run).
+#[inline]
+pub(crate) fn any_broken(reg: &Registry) -> bool {
+    reg.header.down_ports.load(Ordering::Relaxed) != 0
+        || reg.header.cut_paths.load(Ordering::Relaxed) != 0
 }
 
 /// When a transfer's completions may appear (ns on the NIC's wire clock).
@@ -306,8 +352,8 @@ mod tests {
         );
         set_down(&reg, 3, true);
         assert_eq!(downs(), 2);
-        assert!(path_down(&reg, 0, 1) && path_down(&reg, 1, 0) && path_down(&reg, 1, 1));
-        assert!(!path_down(&reg, 0, 2));
+        assert!(lost(&reg, 0, 1) && lost(&reg, 1, 0) && lost(&reg, 1, 1));
+        assert!(!lost(&reg, 0, 2) && !lost(&reg, 2, 0));
         set_down(&reg, 1, false);
         set_down(&reg, 1, false);
         set_down(&reg, 0, false);
@@ -318,6 +364,41 @@ mod tests {
         assert!(!is_down(&reg, MAX_DEVS as u32));
         set_down(&reg, 3, false);
         assert_eq!(downs(), 0);
+    }
+
+    #[test]
+    fn a_cut_is_one_way_and_counted_once_per_change() {
+        // SAFETY: all-zero bytes are a valid Registry of atomics (as a fresh
+        // fabric's mapping is).
+        let reg: Box<Registry> = unsafe { Box::new_zeroed().assume_init() };
+        let cuts = || reg.header.cut_paths.load(Ordering::Relaxed);
+        assert!(!any_broken(&reg));
+        set_cut(&reg, 2, 5, true);
+        set_cut(&reg, 2, 5, true);
+        assert_eq!(cuts(), 1, "twice cut is one cut");
+        assert!(any_broken(&reg));
+        assert!(is_cut(&reg, 2, 5) && lost(&reg, 2, 5));
+        assert!(
+            !is_cut(&reg, 5, 2) && !lost(&reg, 5, 2),
+            "the other way works"
+        );
+        assert!(!lost(&reg, 2, 4) && !lost(&reg, 4, 5), "other paths work");
+        set_cut(&reg, 5, 2, true);
+        assert_eq!(cuts(), 2);
+        assert!(lost(&reg, 5, 2));
+        // Devices the fabric cannot have are never cut.
+        assert!(!is_cut(&reg, MAX_DEVS as u32, 2) && !is_cut(&reg, 2, u32::MAX));
+        set_cut(&reg, 2, 5, false);
+        set_cut(&reg, 2, 5, false);
+        set_cut(&reg, 0, 1, false);
+        assert_eq!(cuts(), 1, "restored twice, and a path never cut");
+        assert!(!lost(&reg, 2, 5) && lost(&reg, 5, 2));
+        set_cut(&reg, 5, 2, false);
+        assert!(cuts() == 0 && !any_broken(&reg));
+        // A port down breaks both ways, as before.
+        set_down(&reg, 5, true);
+        assert!(any_broken(&reg) && lost(&reg, 2, 5) && lost(&reg, 5, 2));
+        set_down(&reg, 5, false);
     }
 
     #[test]

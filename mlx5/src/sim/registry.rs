@@ -12,12 +12,13 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version in the low
-/// byte). Version 9: tables of 65536 QPs and 131072 MRs, a claim cursor per
-/// table in the header, and MRs and queues carved out of shared segments
-/// (version 8: a QP entry has a kind (RC, DCI or DCT), a DC access key and a
+/// byte). Version 10: one-way cuts between ports (a mask per port, a count
+/// in the header) and the answer-lost state of a QP's stalled WQE (version
+/// 9: tables of 65536 QPs and 131072 MRs, a claim cursor per table in the
+/// header, and MRs and queues carved out of shared segments; version 8: a QP entry has a kind (RC, DCI or DCT), a DC access key and a
 /// DCI's stream counts; version 7: owners are fabric tokens, `sim::member`,
 /// not pids).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d09;
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d0a;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = crate::types::error::SIM_DEVICES;
 /// Shared-memory segments per fabric. Small memory regions and queues share
@@ -90,14 +91,17 @@ pub struct Header {
     /// Ports with a link model: while 0, the link model costs the engine
     /// nothing.
     pub modeled_ports: AtomicU32,
-    /// Ports that are down: while 0, port state costs the engine nothing.
+    /// Ports that are down: while 0 (and `cut_paths` too), port state costs
+    /// the engine nothing.
     pub down_ports: AtomicU32,
     /// The last process token handed out (`sim::member`): a
     /// process joining the fabric takes the next with one `fetch_add`.
     pub next_token: AtomicU32,
     /// Where each table's next claim starts looking.
     pub hints: ClaimHints,
-    _pad: [u32; 2],
+    /// One-way paths that are cut ([`PortEntry::cut_to`] bits set).
+    pub cut_paths: AtomicU32,
+    _pad: u32,
 }
 
 /// One cursor per table: the slot after the last one claimed, where the next
@@ -137,7 +141,10 @@ pub struct PortEntry {
     /// 1 while the port is down (a pulled cable, a failed switch port):
     /// nothing crosses a path with a port down.
     pub down: AtomicU32,
-    _pad: [u32; 8],
+    /// One-way cuts: bit `d` set while packets from this port to device
+    /// `d`'s are lost (the other way may still work).
+    pub cut_to: AtomicU32,
+    _pad: [u32; 7],
 }
 
 /// A shared-memory segment.
@@ -381,7 +388,15 @@ pub struct QpEntry {
     /// within the local ACK timeout (the first send and `retry_cnt`
     /// retries); more than `retry_cnt`: the last try's timer runs.
     pub ack_tries: AtomicU32,
-    _pad1: [u32; 7],
+    /// The WQE at the SQ head (`retry_wqe`) reached the responder and was
+    /// executed there, but its answer was lost on the way back: its CQE's
+    /// byte count + 1 (0: it was not executed). Its retries are duplicates
+    /// that the responder answers without executing them again.
+    pub answer_lost: AtomicU32,
+    /// That WQE's result the responder keeps for a duplicate: an atomic's
+    /// old value.
+    pub replay: AtomicU64,
+    _pad1: [u32; 4],
     // Responder side: written by the peer's NIC as it consumes receives.
     /// Serialises RQ consumption.
     pub rq_lock: ShmLock,
@@ -436,6 +451,8 @@ impl QpEntry {
         self.retry_due_ns.store(0, r);
         self.peer_seen.store(u64::MAX, r);
         self.ack_tries.store(0, r);
+        self.answer_lost.store(0, r);
+        self.replay.store(0, r);
         self.rq_ci.store(0, r);
     }
 }

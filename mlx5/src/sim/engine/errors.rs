@@ -27,7 +27,21 @@ pub(super) enum Fail {
         /// The DCT (by registry slot) that dropped the try because it
         /// carried another key: it counts the try when the try counts.
         key_violation: Option<usize>,
+        /// The responder executed the WQE, and only its answer was lost:
+        /// its tries from now on are duplicates (`answer`).
+        unanswered: Option<Unanswered>,
     },
+}
+
+/// A WQE the responder executed whose answer was lost on the way back: what
+/// the answer would have told the requester.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Unanswered {
+    /// The requester's CQE byte count.
+    pub(super) byte_cnt: u32,
+    /// An atomic's old value, which the responder keeps to answer a
+    /// duplicate with (0 for other opcodes).
+    pub(super) replay: u64,
 }
 
 /// What a retried WQE waits for.
@@ -64,6 +78,7 @@ impl Fail {
             kind: RetryKind::Rnr,
             delay_us,
             key_violation: None,
+            unanswered: None,
         }
     }
 
@@ -73,6 +88,18 @@ impl Fail {
             kind: RetryKind::Transport,
             delay_us: timeout_us,
             key_violation: None,
+            unanswered: None,
+        }
+    }
+
+    /// No answer within `timeout_us`, although the responder executed the
+    /// WQE (`u`): the answer was lost on the way back.
+    pub(super) fn unanswered(timeout_us: u32, u: Unanswered) -> Fail {
+        Fail::Retry {
+            kind: RetryKind::Transport,
+            delay_us: timeout_us,
+            key_violation: None,
+            unanswered: Some(u),
         }
     }
 
@@ -83,6 +110,7 @@ impl Fail {
             kind: RetryKind::Transport,
             delay_us: timeout_us,
             key_violation: Some(dct_slot),
+            unanswered: None,
         }
     }
 }
@@ -100,6 +128,12 @@ pub(super) struct Tries<'a> {
     pub(super) ack: &'a AtomicU32,
     /// The clock (ns) before which it is not tried again.
     pub(super) due_ns: &'a AtomicU64,
+    /// Its CQE's byte count + 1 once the responder executed it and only the
+    /// answer was lost; 0 until then.
+    pub(super) answer_lost: &'a AtomicU32,
+    /// What the responder keeps to answer its duplicates (an atomic's old
+    /// value).
+    pub(super) replay: &'a AtomicU64,
 }
 
 impl<'a> Tries<'a> {
@@ -111,7 +145,20 @@ impl<'a> Tries<'a> {
             rnr: &e.retry_tries,
             ack: &e.ack_tries,
             due_ns: &e.retry_due_ns,
+            answer_lost: &e.answer_lost,
+            replay: &e.replay,
         }
+    }
+
+    /// What the responder answered the WQE at `ci` with, if it executed it
+    /// and the answer was lost: its tries are duplicates then.
+    #[inline]
+    pub(super) fn unanswered(&self, ci: u32) -> Option<Unanswered> {
+        let bc = self.answer_lost.load(Ordering::Relaxed);
+        (bc != 0 && self.wqe.load(Ordering::Relaxed) == ci).then(|| Unanswered {
+            byte_cnt: bc - 1,
+            replay: self.replay.load(Ordering::Relaxed),
+        })
     }
 }
 
@@ -128,12 +175,20 @@ impl<'a> Tries<'a> {
 ///   last try still stalls, and the WQE fails when its timer expires
 ///   ([`last_try_expired`]), `retry_cnt` + 1 timeouts after the first try
 ///   (IB spec; rxe's `COMPST_ERROR_RETRY` counts the same way).
+///
+/// A try the responder executed (`unanswered`) is remembered, due or not:
+/// the WQE is not executed again.
 pub(super) fn retry(
     x: &Exec<'_>,
     qp: &Qp<'_>,
     t: &Tries<'_>,
     ci: u32,
-    (kind, delay_us, key_violation): (RetryKind, u32, Option<usize>),
+    (kind, delay_us, key_violation, unanswered): (
+        RetryKind,
+        u32,
+        Option<usize>,
+        Option<Unanswered>,
+    ),
 ) -> Result<Stall, Syndrome> {
     let e = qp.e;
     let retry_after_us = delay_us;
@@ -154,6 +209,11 @@ pub(super) fn retry(
         t.wqe.store(ci, Ordering::Relaxed);
         t.rnr.store(0, Ordering::Relaxed);
         t.ack.store(0, Ordering::Relaxed);
+        t.answer_lost.store(0, Ordering::Relaxed);
+    }
+    if let Some(u) = unanswered {
+        t.replay.store(u.replay, Ordering::Relaxed);
+        t.answer_lost.store(u.byte_cnt + 1, Ordering::Relaxed);
     }
     let tried = t.rnr.load(Ordering::Relaxed) | t.ack.load(Ordering::Relaxed);
     let now_ns = x.clock.ns();
@@ -211,6 +271,7 @@ pub(super) fn clear_tries(t: &Tries<'_>) {
         t.wqe.store(NO_RETRY, Ordering::Relaxed);
         t.rnr.store(0, Ordering::Relaxed);
         t.ack.store(0, Ordering::Relaxed);
+        t.answer_lost.store(0, Ordering::Relaxed);
     }
 }
 

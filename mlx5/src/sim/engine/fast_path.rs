@@ -6,7 +6,7 @@
 //! writes the same bytes and CQEs, without its scatter/gather lists and error
 //! plumbing. A WQE it cannot take whole — another layout, an armed fault, a
 //! check that fails, an empty receive queue, a peer due for its liveness check,
-//! a fabric with a link model or with a port down — it leaves untouched, and
+//! a fabric with a link model, a port down or a path cut — it leaves untouched, and
 //! the general path runs it and reports exactly what went wrong.
 
 use std::sync::atomic::Ordering;
@@ -33,7 +33,7 @@ pub(super) fn write(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>
     if body.len() < GATHER + DataSeg::<()>::LEN
         || x.faults.any_failure()
         || x.links
-        || x.ports_down
+        || x.paths_down
         || !x.fast_path_on()
     {
         return None;

@@ -14,9 +14,11 @@
 //! | `requester` | each opcode's execution on the requester's side |
 //! | `responder` | reaching the peer QP, taking its receive WQEs, its CQEs |
 //! | `errors` | failed WQEs, retries (RNR, transport), flushes, ERR |
+//! | `answer` | answers lost on the way back (a path cut one way) |
 //! | `memory` | keys resolved to memory, scatter/gather lists, copies |
 //! | `fast_path` | WRITE / WRITE_IMM with one gather entry, the common case |
 
+mod answer;
 mod errors;
 mod fast_path;
 mod memory;
@@ -35,7 +37,7 @@ use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, Cqe64, CqeOpcode, CtrlSeg, DatagramSeg, Syndrome, WqeOpcode, SND_DBR, WQE_SEG_UNIT,
 };
-use errors::{Fail, Failure, Tries};
+use errors::{Fail, Failure, Tries, Unanswered};
 
 pub(crate) use errors::move_to_err;
 pub(crate) use streams::{
@@ -268,23 +270,30 @@ fn run_wqes(
     let mut ci = e.sq_ci.load(Ordering::Relaxed);
     let send_cqn = e.send_cqn.load(Ordering::Relaxed);
     // A head WQE whose transport tries are all spent is not sent again: it
-    // waits for its last ACK timer, then fails.
+    // waits for its last ACK timer, then fails. One the responder executed
+    // (its answer lost) is sent again as a duplicate.
     let mut head = None;
+    let mut again = None;
     if ci as u16 != pi {
-        match errors::last_try_expired(x, qp, &Tries::of_head(e), ci) {
+        let t = Tries::of_head(e);
+        match errors::last_try_expired(x, qp, &t, ci) {
             Some(Ok(stall)) => {
                 res.stalled = Some(stall);
                 return;
             }
             Some(Err(syndrome)) => head = Some(Fail::local(syndrome)),
-            None => {}
+            None => again = t.unanswered(ci),
         }
     }
     while ci as u16 != pi && res.executed < max {
         let w = qp.wqe(ci);
-        let outcome = match head.take() {
-            Some(fail) => Err(fail),
-            None => execute_wqe(x, qp, &w),
+        let outcome = match (head.take(), again.take()) {
+            (Some(fail), _) => Err(fail),
+            (None, Some(u)) => match w.body {
+                Some(body) => requester::again(x, qp, body, w.opcode, u),
+                None => Err(Fail::local(Syndrome::LocalQpOp)),
+            },
+            (None, None) => execute_wqe(x, qp, &w),
         };
         // What the WQE's error CQE reports, if it failed for good.
         let (syndrome, vendor) = match outcome {
@@ -302,12 +311,13 @@ fn run_wqes(
                 kind,
                 delay_us,
                 key_violation,
+                unanswered,
             }) => match errors::retry(
                 x,
                 qp,
                 &Tries::of_head(e),
                 ci,
-                (kind, delay_us, key_violation),
+                (kind, delay_us, key_violation, unanswered),
             ) {
                 Ok(stall) => {
                     res.stalled = Some(stall);
@@ -362,7 +372,10 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail>
     };
     match fast {
         Some(n) => Ok(Done::now(n)),
-        None => requester::execute(x, qp, body, w.opcode, w.imm),
+        None => {
+            let out = requester::execute(x, qp, body, w.opcode, w.imm);
+            answer::as_seen(x, qp, w.opcode, out)
+        }
     }
 }
 
@@ -372,12 +385,13 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail>
 /// reached: a WQE to another one connects first (which the link model
 /// charges), and the DCT is the stream's last once it answered (data or an
 /// RNR NAK). A NOP goes nowhere and has no address. A WQE too short for its
-/// address vector is a local QP operation error.
+/// address vector is a local QP operation error. A WQE the DCT executed
+/// already, its answer lost (`again`), goes as a duplicate.
 fn execute_dc(
     x: &mut Exec<'_>,
     qp: &Qp<'_>,
     w: &Wqe<'_>,
-    body: &[u8],
+    (body, again): (&[u8], Option<Unanswered>),
     last_dct: &AtomicU32,
 ) -> Result<Done, Fail> {
     const AV: usize = DatagramSeg::<()>::LEN;
@@ -410,6 +424,9 @@ fn execute_dc(
     // The RC executors read segments from offset 16 on: start the body 48
     // bytes further, so that the segment after the address sits there.
     let rest = &body[AV..];
+    if let Some(u) = again {
+        return requester::again(x, &q, rest, w.opcode, u);
+    }
     let fast = if w.opcode == WqeOpcode::RdmaWriteImm as u8 {
         fast_path::write(x, &q, rest, Some(w.imm))
     } else if w.opcode == WqeOpcode::RdmaWrite as u8 {
@@ -419,7 +436,10 @@ fn execute_dc(
     };
     let out = match fast {
         Some(n) => Ok(Done::now(n)),
-        None => requester::execute(x, &q, rest, w.opcode, w.imm),
+        None => {
+            let out = requester::execute(x, &q, rest, w.opcode, w.imm);
+            answer::as_seen(x, &q, w.opcode, out)
+        }
     };
     if matches!(
         out,

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::errors::Fail;
+use super::answer;
+use super::errors::{Fail, Unanswered};
 use super::memory::{resolve, resolve_remote, sg_copy, SgList, MAX_MSG};
 use super::responder::{
     access_fault, complete_recv, complete_recv_err, recv_sges, remote_access, responder,
@@ -191,6 +192,11 @@ fn read(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8]) -> Result<Done, Fail> {
     if len > 0 {
         let p = resolve_remote(x.fab, r, rkey, raddr, len, access::REMOTE_READ)
             .map_err(|v| remote_access(rslot, v))?;
+        // The response lost on its way back: nothing lands here, and the
+        // retry reads again (a duplicate READ is executed again).
+        if answer::lost(x, qp) {
+            return Err(Fail::transport(qp.e.timeout_us.load(Ordering::Relaxed)));
+        }
         let mut src = SgList::new();
         src.push(p, len);
         // SAFETY: resolved regions.
@@ -246,9 +252,51 @@ fn atomic(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], op: WqeOpcode) -> Result<D
             }
         }
     };
+    // The response lost on its way back: the responder keeps the old value
+    // for the duplicate, and nothing lands here yet.
+    if answer::lost(x, qp) {
+        let u = Unanswered {
+            byte_cnt: 8,
+            replay: old,
+        };
+        return Err(Fail::unanswered(qp.e.timeout_us.load(Ordering::Relaxed), u));
+    }
     // SAFETY: the 8-byte local destination resolved above.
     unsafe { std::ptr::copy_nonoverlapping(old.to_ne_bytes().as_ptr(), dst.get(0).ptr, 8) };
     Ok(Done::at(8, reveal_push(x, qp, 8).map(|t| t.requester)))
+}
+
+/// Sends again a WQE (`body`, `opcode`) that the responder executed before
+/// while its answer was lost (`u`): the responder recognises the duplicate
+/// and answers it without executing it again — an atomic with the old
+/// value it kept — so it completes once the way there and back works (and
+/// the responder QP is still there to answer).
+pub(super) fn again(
+    x: &mut Exec<'_>,
+    qp: &Qp<'_>,
+    body: &[u8],
+    opcode: u8,
+    u: Unanswered,
+) -> Result<Done, Fail> {
+    responder(x, qp)?;
+    if answer::lost(x, qp) {
+        return Err(Fail::unanswered(qp.e.timeout_us.load(Ordering::Relaxed), u));
+    }
+    if opcode == WqeOpcode::AtomicCs as u8 || opcode == WqeOpcode::AtomicFa as u8 {
+        let mut dst = SgList::new();
+        gather(x.fab, qp, body, AFTER_ATOMIC, access::LOCAL_WRITE, &mut dst)?;
+        if dst.total != 8 || dst.n != 1 {
+            return Err(Fail::local(Syndrome::LocalLength));
+        }
+        // SAFETY: the 8-byte local destination just resolved.
+        unsafe {
+            std::ptr::copy_nonoverlapping(u.replay.to_ne_bytes().as_ptr(), dst.get(0).ptr, 8)
+        };
+    }
+    Ok(Done::at(
+        u.byte_cnt,
+        reveal_push(x, qp, 0).map(|t| t.requester),
+    ))
 }
 
 /// Gathers the data segments (or inline data) of a WQE body from `off`.

@@ -70,12 +70,13 @@ pub(super) fn peer_check_due(qp: &Qp<'_>, now: u64) -> bool {
     now.wrapping_sub(seen) > PEER_CHECK_NS || seen > now
 }
 
-/// The responder QP of `qp`, checked as the transport would: a path with a
-/// port down carries nothing, and a peer that is gone or not ready to receive
-/// does not answer.
+/// The responder QP of `qp`, checked as the transport would: a request whose
+/// way there is broken (a port down, the path cut that way) never arrives,
+/// and a peer that is gone or not ready to receive does not answer. (Whether
+/// the answer comes back is `answer`'s business.)
 pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a QpEntry), Fail> {
     let timeout_us = qp.e.timeout_us.load(Ordering::Relaxed);
-    if x.faults.take_peer() || (x.ports_down && path_down(x.fab, qp)) {
+    if x.faults.take_peer() || (x.paths_down && request_lost(x.fab, qp)) {
         return Err(Fail::transport(timeout_us));
     }
     let Some((slot, r)) = connected_peer(x.fab, qp) else {
@@ -94,12 +95,12 @@ pub(super) fn responder<'a>(x: &mut Exec<'a>, qp: &Qp<'_>) -> Result<(usize, &'a
     Ok((slot, r))
 }
 
-/// Whether the path from `qp` to its remote device has a port down (the
-/// remote device is the one the QP was connected to at RTR, as the packets'
-/// address names it).
+/// Whether `qp`'s requests are lost on the way to its remote device (the
+/// one the QP was connected to at RTR, as the packets' address names it): a
+/// port down at either end, or the path cut that way.
 #[cold]
-fn path_down(fab: &Fabric, qp: &Qp<'_>) -> bool {
-    link::path_down(fab.reg(), qp.dev, qp.remote_dev())
+fn request_lost(fab: &Fabric, qp: &Qp<'_>) -> bool {
+    link::lost(fab.reg(), qp.dev, qp.remote_dev())
 }
 
 /// An injected access fault, checked where the responder validates the rkey.

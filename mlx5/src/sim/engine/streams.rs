@@ -53,7 +53,12 @@ pub(crate) struct StreamState {
     last_dct: AtomicU32,
     /// The clock (ns) before which the stalled WQE is not tried again.
     retry_due_ns: AtomicU64,
-    _pad: u64,
+    /// The stalled WQE's CQE byte count + 1 once the DCT executed it and
+    /// only the answer was lost (0: it was not executed).
+    answer_lost: AtomicU32,
+    _pad: u32,
+    /// What the DCT keeps to answer that WQE's duplicates.
+    replay: AtomicU64,
 }
 
 impl StreamState {
@@ -63,6 +68,8 @@ impl StreamState {
             rnr: &self.rnr_tries,
             ack: &self.ack_tries,
             due_ns: &self.retry_due_ns,
+            answer_lost: &self.answer_lost,
+            replay: &self.replay,
         }
     }
 
@@ -73,6 +80,8 @@ impl StreamState {
         self.ack_tries.store(0, Ordering::Relaxed);
         self.last_dct.store(NO_DCT, Ordering::Relaxed);
         self.retry_due_ns.store(0, Ordering::Relaxed);
+        self.answer_lost.store(0, Ordering::Relaxed);
+        self.replay.store(0, Ordering::Relaxed);
     }
 }
 
@@ -87,7 +96,7 @@ pub(crate) struct DciState {
     streams: [StreamState; MAX_STREAMS],
 }
 
-const _: () = assert!(std::mem::size_of::<DciState>() == 64 + 32 * MAX_STREAMS);
+const _: () = assert!(std::mem::size_of::<DciState>() == 64 + 40 * MAX_STREAMS);
 
 /// Bytes of a DCI's stream state with an SQ of `sq_cnt` basic blocks.
 pub(crate) fn state_len(sq_cnt: u32) -> u64 {
@@ -263,7 +272,7 @@ fn step(
         }
         Some(Err(syndrome)) => Err(Fail::local(syndrome)),
         None => match w.body {
-            Some(body) => execute_dc(x, qp, w, body, &st.last_dct),
+            Some(body) => execute_dc(x, qp, w, (body, t.unanswered(pos)), &st.last_dct),
             None => Err(Fail::local(Syndrome::LocalQpOp)),
         },
     };
@@ -281,7 +290,8 @@ fn step(
             kind,
             delay_us,
             key_violation,
-        }) => match errors::retry(x, qp, &t, pos, (kind, delay_us, key_violation)) {
+            unanswered,
+        }) => match errors::retry(x, qp, &t, pos, (kind, delay_us, key_violation, unanswered)) {
             Ok(stall) => {
                 res.stalled = Some(stall);
                 return Step::Held;
