@@ -95,7 +95,7 @@ pub fn forget<C: Control>(admin: &mut Admin<C>, f: &ForgetArgs) -> Result<(), Ad
         member,
         force: f.force,
     };
-    let (leader, answer) = admin.ask_keeper(&req)?;
+    let (leader, answer) = ask_until_taken(admin, &req, FORGET_PATIENCE)?;
     if answer != ControlReply::Ok {
         return Err(unexpected(leader, "forget", answer));
     }
@@ -124,6 +124,37 @@ pub fn forget<C: Control>(admin: &mut Admin<C>, f: &ForgetArgs) -> Result<(), Ad
                   went through"
             .into(),
     })
+}
+
+/// How long `forget` asks again while another membership change holds it
+/// up (each takes milliseconds to commit; the voters' reshuffle after a
+/// failure takes two).
+const FORGET_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `req` to the keeper, asked again every 100 ms while the answer is
+/// `NotYet` (another membership change is being committed), for at most
+/// `patience`; then the reason, as a refusal.
+fn ask_until_taken<C: Control>(
+    admin: &mut Admin<C>,
+    req: &ControlRequest,
+    patience: std::time::Duration,
+) -> Result<(SocketAddr, ControlReply), AdminError> {
+    let t = std::time::Instant::now();
+    loop {
+        match admin.ask_keeper(req)? {
+            (addr, ControlReply::NotYet { message }) => {
+                if t.elapsed() >= patience {
+                    return Err(AdminError::Refused {
+                        addr,
+                        what: "forget",
+                        message: format!("{message} (still, after {patience:?})"),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            taken => return Ok(taken),
+        }
+    }
 }
 
 /// Sets the control group's member timeout to `ms` milliseconds.
@@ -618,6 +649,51 @@ mod tests {
             started_text(a("10.0.0.1:7000"), &m, &addrs),
             "migration started at the keeper 10.0.0.1:7000: 8 slots in 2 moves\n  \
              4-7 -> member 1 (10.0.0.1:7001)\n  8-11 -> member 2 (10.0.0.1:7002)\n"
+        );
+    }
+
+    #[test]
+    fn forget_asks_again_while_another_membership_change_holds_it_up() {
+        let busy = |n: u32| {
+            let mut left = n;
+            fake::admin(KEEPER, move |_, req| {
+                Ok(match req {
+                    ControlRequest::Map => fake::map_reply(&fake::map()),
+                    ControlRequest::Forget { .. } if left > 0 => {
+                        left -= 1;
+                        ControlReply::NotYet {
+                            message: "another membership change is being committed".into(),
+                        }
+                    }
+                    ControlRequest::Forget { .. } => ControlReply::Ok,
+                    _ => {
+                        let mut g = fake::group(1, 0, 9);
+                        g.members[2].state = "left".into();
+                        fake::status_in(0, g)
+                    }
+                })
+            })
+        };
+        let f = ForgetArgs {
+            member: "2".parse().unwrap(),
+            force: false,
+        };
+        let mut a = busy(2);
+        forget(&mut a, &f).unwrap();
+        let asked = requests(&a)
+            .iter()
+            .filter(|(_, r)| matches!(r, ControlRequest::Forget { .. }))
+            .count();
+        assert_eq!(asked, 3);
+        // Held up for longer than its patience: the reason, as a refusal.
+        let mut a = busy(u32::MAX);
+        let req = ControlRequest::Forget {
+            member: 2,
+            force: false,
+        };
+        let e = ask_until_taken(&mut a, &req, std::time::Duration::ZERO);
+        assert!(
+            matches!(e, Err(AdminError::Refused { message, .. }) if message.contains("another"))
         );
     }
 }

@@ -1728,6 +1728,40 @@ mod tests {
     }
 
     #[test]
+    fn a_state_from_a_snapshot_applies_entries_as_the_one_it_was_taken_of() {
+        // Member 0 backs up member 2's slots. Readying its copies once
+        // also set fields of the map that its bytes leave out, so a member
+        // given the state in a snapshot (one that joined, or restarted)
+        // placed later backups on other workers than the members that
+        // applied the entries: their maps of one version differed, and
+        // copies to the new backups were refused for good.
+        let mut s = three();
+        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
+            let mut m = s.map.clone();
+            m.assign(r, to, None).unwrap();
+            s.set_map(m, (9, 1));
+        }
+        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
+        let since = s.map().version();
+        s.apply(&ready_cmd(0, vec![(42, 64)], since), (11, 1));
+        let mut back = ClusterState::decode(&s.encode()).unwrap();
+        assert_eq!(back, s);
+        for (i, cmd) in [
+            Command::SetReplicas { replicas: 3 },
+            ready_cmd(1, vec![(42, 53)], since + 2),
+            Command::MarkFailed { member: 2 },
+        ]
+        .iter()
+        .enumerate()
+        {
+            let at = (12 + i as u64, 1);
+            assert_eq!(back.apply(cmd, at), s.apply(cmd, at));
+            assert_eq!(back, s, "after {cmd:?}");
+        }
+    }
+
+    #[test]
     fn with_replicas_a_migration_copies_then_hands_over_on_the_sources_word() {
         let mut s = three();
         s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));

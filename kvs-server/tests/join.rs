@@ -1,10 +1,13 @@
 //! Joining a cluster: members started together all join (each waits its
-//! turn while another membership change is committed), and on a loaded
-//! machine no member is marked failed for the time it takes to start.
+//! turn while another membership change is committed), on a loaded
+//! machine no member is marked failed for the time it takes to start, and
+//! a member forgotten leaves its address to a new member at once.
 
 use std::time::Duration;
 
 use kvs_client::{ControlClient, ControlOptions};
+use kvs_proto::control::{ControlReply, ControlRequest};
+use kvs_proto::ShardMap;
 use test_support::FabricGuard;
 
 mod support;
@@ -104,4 +107,61 @@ fn no_member_is_marked_failed_for_joining_on_a_loaded_machine() {
         marks.join("\n"),
         out.join("\n---\n")
     );
+}
+
+/// `req` to the member at `at`, then to the leader it names, asked again
+/// while there is none or it says not yet (for 10 s).
+fn to_leader(
+    cc: &mut ControlClient,
+    at: std::net::SocketAddr,
+    req: &ControlRequest,
+) -> ControlReply {
+    let (mut to, t) = (at, std::time::Instant::now());
+    loop {
+        match cc.request(to, req).expect("the member answers") {
+            ControlReply::Keeper { addr } => to = addr,
+            r @ (ControlReply::NoLeader | ControlReply::NotYet { .. }) => {
+                assert!(t.elapsed() < Duration::from_secs(10), "{req:?}: {r:?}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}
+
+#[test]
+fn a_forgotten_members_address_takes_a_new_member_at_once() {
+    // A member's data dir is lost: the operator forgets it and starts a
+    // new member at its address as soon as `forget` answers.
+    let (fabric, _root, mut procs) = start_together("forget", 2, Duration::ZERO);
+    let (at, lost) = (procs[0].addr, procs[2].addr);
+    let mut cc = control(fabric.name());
+    let view = group_view(&mut cc, at).expect("member 0 answers");
+    let old = view
+        .members
+        .iter()
+        .find(|m| m.addr == lost)
+        .expect("a member")
+        .id;
+    procs[2].kill9();
+    let forget = ControlRequest::Forget {
+        member: old,
+        force: false,
+    };
+    assert_eq!(to_leader(&mut cc, at, &forget), ControlReply::Ok);
+    let ControlReply::Map { map } = to_leader(&mut cc, at, &ControlRequest::Map) else {
+        panic!("no map")
+    };
+    let join = ControlRequest::Join {
+        addr: lost,
+        workers: 2,
+        slots: ShardMap::decode(&map).expect("a map").slots(),
+        bulk_port: 0,
+        zone: None,
+    };
+    match to_leader(&mut cc, at, &join) {
+        ControlReply::Joined { member, .. } => assert!(member > old),
+        r => panic!("a join at {lost} right after forget {old} answered: {r:?}"),
+    }
+    drop(procs);
 }

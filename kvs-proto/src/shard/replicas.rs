@@ -65,6 +65,12 @@ impl Backups {
     pub fn of(&self, member: u16) -> Option<Backup> {
         self.iter().copied().find(|b| b.owner.member == member)
     }
+    /// The backups in use, to change. The fields past them stay at their
+    /// default (which reads as member 0's backup): the encoding leaves them
+    /// out, so a change there would make a map differ from its own bytes.
+    fn in_use(&mut self) -> &mut [Backup] {
+        &mut self.items[..usize::from(self.len)]
+    }
     /// Adds `b` (the caller checked there is room).
     pub(super) fn push(&mut self, b: Backup) {
         self.items[usize::from(self.len)] = b;
@@ -148,7 +154,7 @@ impl ShardMap {
         self.check_range(&slots)?;
         let mut changed = 0;
         for s in slots {
-            for b in &mut self.backups[s as usize].items {
+            for b in self.backups[s as usize].in_use() {
                 if b.owner.member == member && !b.ready {
                     b.ready = true;
                     changed += 1;
@@ -164,7 +170,7 @@ impl ShardMap {
         self.check_range(&slots)?;
         let mut changed = 0;
         for s in slots {
-            for b in &mut self.backups[s as usize].items {
+            for b in self.backups[s as usize].in_use() {
                 if b.owner.member == member && b.ready {
                     b.ready = false;
                     changed += 1;
@@ -207,7 +213,7 @@ impl ShardMap {
             return Err(BadMap("the backup's copy is not complete"));
         }
         self.backups[i].remove(member);
-        for o in &mut self.backups[i].items {
+        for o in self.backups[i].in_use() {
             o.ready = false;
         }
         self.owner[i] = b.owner;
@@ -343,6 +349,33 @@ mod tests {
         assert!(m.backups(0).is_empty());
         assert_eq!(m.epoch(0), 6);
         assert!(m.add_backup(0..1, 1).is_err(), "importing");
+        round_trip(&m);
+    }
+
+    #[test]
+    fn member_zero_as_a_backup_changes_only_its_own_backups() {
+        // The unused backup fields read as member 0's: readying member 0
+        // must not touch them, or the map differs from its own bytes (a
+        // member given the map in a snapshot would apply the next entry
+        // otherwise than the members that built it).
+        let mut m = three();
+        m.assign(0..8, 1, None).unwrap();
+        m.add_backup(0..8, 0).unwrap();
+        m.set_version(2);
+        assert_eq!(m.set_backup_ready(0..8, 0), Ok(8));
+        m.set_version(3);
+        round_trip(&m);
+        assert_eq!(m.set_backup_unready(0..4, 0), Ok(4));
+        m.set_version(4);
+        round_trip(&m);
+        m.set_backup_ready(0..4, 0).unwrap();
+        m.add_backup(0..8, 2).unwrap();
+        m.set_version(5);
+        round_trip(&m);
+        // Slots with one replica set compare equal, as their runs need.
+        assert_eq!(m.backup_set(0), m.backup_set(3));
+        m.promote(0, 0).unwrap();
+        m.set_version(6);
         round_trip(&m);
     }
 

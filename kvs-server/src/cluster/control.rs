@@ -16,7 +16,9 @@
 //! Requests only the leader serves (joins, migrations, `forget`) are
 //! answered elsewhere with where the leader is ([`ControlReply::Keeper`]),
 //! or [`ControlReply::NoLeader`]. A join is answered once the entry that
-//! adds the member is applied.
+//! adds the member is applied, a `forget` once the entry that removes it
+//! is (its address is free for a new member then); either, held up by
+//! another membership change, is answered [`ControlReply::NotYet`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -119,6 +121,8 @@ enum Awaited {
     Started { at_ms: u64 },
     /// The running migration cancelled, or over.
     Cancelled,
+    /// Member `member` forgotten (`force`: as asked).
+    Left { member: u16, force: bool },
 }
 
 /// A request waiting for its entry.
@@ -487,10 +491,12 @@ impl State {
                     Err(e) => ControlReply::error(e.to_string()),
                 }
             }
+            // Answered once applied: the member's address is free for a new
+            // member then, and not before.
             ControlRequest::Forget { member, force } => {
                 match self.group.propose_forget(member, force, now_ms()) {
-                    Ok(()) => ControlReply::Ok,
-                    Err(e) => ControlReply::error(e.to_string()),
+                    Ok(()) => return Answer::Later(Awaited::Left { member, force }),
+                    Err(e) => refusal(e),
                 }
             }
             ControlRequest::ImportDone {
@@ -745,6 +751,19 @@ impl State {
             Awaited::Cancelled => {
                 let st = s.migration_status(now_ms())?;
                 (st.cancelled || st.finished).then_some(ControlReply::Ok)
+            }
+            Awaited::Left { member, force } => {
+                if s.member_state(member) == Some(MemberState::Left) {
+                    return Some(ControlReply::Ok);
+                }
+                // Refused when applied: what was checked before proposing
+                // no longer holds (else it is still being committed).
+                let change = kvs_control::Membership::Forget {
+                    member,
+                    force,
+                    at_ms: 0,
+                };
+                s.check_membership(&change).err().map(ControlReply::error)
             }
         }
     }

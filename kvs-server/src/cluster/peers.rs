@@ -9,6 +9,10 @@
 //! (Raft then probes it gently) and tries again after a backoff of 20 ms
 //! doubling to 1 s. So a dead, slow or partitioned member never holds up the
 //! group's traffic to the others.
+//!
+//! A link dropped (its member forgotten, or reached at a new address)
+//! sends nothing it still holds: a forgotten member's address may belong
+//! to a new member by the time the link's backoff ends.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -51,6 +55,14 @@ struct Link {
     queue: SyncSender<Vec<u8>>,
     /// Messages dropped because the queue was full, not yet logged.
     dropped: u64,
+    /// Set when the link is dropped: its thread sends nothing more.
+    closed: Arc<AtomicBool>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::Release);
+    }
 }
 
 impl Peers {
@@ -119,6 +131,7 @@ impl Peers {
 
     fn link(&self, to: u16, addr: SocketAddr) -> Option<Link> {
         let (queue, rx) = mpsc::sync_channel(QUEUE);
+        let closed = Arc::new(AtomicBool::new(false));
         let sender = LinkThread {
             me: self.me,
             to,
@@ -129,6 +142,7 @@ impl Peers {
             queue: rx,
             unreachable: self.unreachable_tx.clone(),
             stop: self.stop.clone(),
+            closed: closed.clone(),
         };
         let spawned = std::thread::Builder::new()
             .name(format!("kvs-peer-{to}"))
@@ -138,6 +152,7 @@ impl Peers {
                 addr,
                 queue,
                 dropped: 0,
+                closed,
             }),
             Err(e) => {
                 eprintln!("kvs-server: control group: cannot start a link to member {to}: {e}");
@@ -158,6 +173,8 @@ struct LinkThread {
     queue: Receiver<Vec<u8>>,
     unreachable: Sender<u16>,
     stop: Arc<AtomicBool>,
+    /// The [`Link`] is gone: what is queued is not sent.
+    closed: Arc<AtomicBool>,
 }
 
 impl LinkThread {
@@ -178,13 +195,16 @@ impl LinkThread {
 
     /// The next batch: waits for one message, then takes what else is
     /// queued, up to [`MAX_BATCH`] bytes (a message that would overflow it
-    /// waits in `carry`). `None` once the server stops or the link is gone.
+    /// waits in `carry`). `None` once the server stops or the link is gone
+    /// (what it still holds is not sent).
     fn next_batch(&self, carry: &mut Option<Vec<u8>>, out: &mut Vec<u8>) -> Option<()> {
         out.clear();
+        let gone = || self.stop.load(Ordering::Acquire) || self.closed.load(Ordering::Acquire);
         let first = match carry.take() {
-            Some(m) => m,
+            Some(m) if !gone() => m,
+            Some(_) => return None,
             None => loop {
-                if self.stop.load(Ordering::Acquire) {
+                if gone() {
                     return None;
                 }
                 match self.queue.recv_timeout(Duration::from_millis(250)) {
@@ -202,7 +222,7 @@ impl LinkThread {
                 break;
             }
         }
-        Some(())
+        (!gone()).then_some(())
     }
 }
 
@@ -260,5 +280,51 @@ impl OnTransport for LinkThread {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link to member 4 and its thread's side, without the thread.
+    fn link() -> (Link, LinkThread) {
+        let (queue, rx) = mpsc::sync_channel(QUEUE);
+        let (unreachable, _) = mpsc::channel();
+        let closed = Arc::new(AtomicBool::new(false));
+        let addr: SocketAddr = "127.0.0.1:7004".parse().expect("an address");
+        let thread = LinkThread {
+            me: 0,
+            to: 4,
+            addr,
+            cluster_id: [7; 16],
+            cfg: Config::default(),
+            cluster_token: None,
+            queue: rx,
+            unreachable,
+            stop: Arc::new(AtomicBool::new(false)),
+            closed: closed.clone(),
+        };
+        let link = Link {
+            addr,
+            queue,
+            dropped: 0,
+            closed,
+        };
+        (link, thread)
+    }
+
+    #[test]
+    fn a_link_dropped_sends_nothing_it_still_holds() {
+        let (mut carry, mut batch) = (None, Vec::new());
+        let (l, t) = link();
+        l.queue.try_send(vec![1; 8]).expect("room");
+        assert!(t.next_batch(&mut carry, &mut batch).is_some());
+        // The member is forgotten while messages for it wait (the thread
+        // backing off from a dead peer): a new member may be at its
+        // address when the thread wakes.
+        l.queue.try_send(vec![2; 8]).expect("room");
+        drop(l);
+        assert!(t.next_batch(&mut carry, &mut batch).is_none());
     }
 }

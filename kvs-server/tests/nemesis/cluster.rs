@@ -267,8 +267,9 @@ impl Cluster {
         let t = Instant::now();
         let mut last = String::new();
         while t.elapsed() < Duration::from_secs(20) {
-            let leader = self.view().and_then(|g| g.leader).map(usize::from);
-            let Some(l) = leader.filter(|&l| l < self.members.len()) else {
+            // The leader's member id; a wiped member joined under a new one.
+            let leader = self.view().and_then(|g| g.leader);
+            let Some(l) = leader.and_then(|id| self.members.iter().position(|m| m.id == id)) else {
                 std::thread::sleep(Duration::from_millis(50));
                 continue;
             };
