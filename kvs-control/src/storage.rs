@@ -447,8 +447,8 @@ fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<(), StorageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use test_support::TempDir;
     use raft::Storage as _;
+    use test_support::TempDir;
 
     fn e(index: u64, term: u64) -> Entry {
         Entry {
