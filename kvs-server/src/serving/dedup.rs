@@ -20,7 +20,8 @@
 //! Backups record the ids of the writes they apply, in the primary's order,
 //! and a copy to a new backup carries the primary's windows (and whether it
 //! forgot clients), so a backup promoted to primary decides as its primary
-//! would have.
+//! would have. A migration does not carry them: a slot imported from
+//! another member starts as one that forgot clients.
 //!
 //! [`FLAG_RESENT`]: kvs_proto::proto::FLAG_RESENT
 

@@ -184,9 +184,11 @@ impl Handler {
         let mut store = Store::new(slots, usize::MAX);
         let mut awaiting_source = vec![false; slots as usize];
         let mut awaiting = 0;
+        let mut dedup = Dedup::default();
         for s in 0..slots {
             if map.owner_of_slot(s) == me && map.importing_from(s).is_some() {
                 store.begin_import(s);
+                dedup.set_forgot(s);
                 awaiting_source[s as usize] = true;
                 awaiting += 1;
             }
@@ -211,7 +213,7 @@ impl Handler {
             clock: Clock::monotonic(),
             frozen: None,
             replicas: Replicas::new(me, slots),
-            dedup: Dedup::default(),
+            dedup,
             id: (0, 0),
             metrics: RequestMetrics::default(),
             refused_member_ops: 0,
@@ -241,6 +243,10 @@ impl Handler {
                 match map.importing_from(s) {
                     Some(_) if !was => {
                         self.store.begin_import(s);
+                        // The source's windows stay there: a write sent
+                        // again may have been applied by it, and is
+                        // refused rather than applied twice.
+                        self.dedup.set_forgot(s);
                         self.set_awaiting(s, true);
                     }
                     None if self.store.importing(s) => {
@@ -1339,6 +1345,48 @@ mod tests {
             Status::Ok
         );
         assert_eq!(st(&put(&mut h, b"key3", 100)), Status::Ok);
+    }
+
+    #[test]
+    fn a_write_sent_again_to_an_imported_slot_is_refused_not_applied_twice() {
+        let mut map = ShardMap::single(addr(), 4, 1).unwrap();
+        let b = map
+            .add_member(kvs_proto::Member {
+                addr: "127.0.0.1:7001".parse().unwrap(),
+                workers: 1,
+                bulk_port: 0,
+            })
+            .unwrap();
+        let me = Owner {
+            member: b,
+            worker: 0,
+        };
+        let mut h = Handler::new(me, map.clone(), 16, 64);
+        // Member 0 applied client 7's write 5, its answer was lost, and the
+        // slots moved here: the client sends the write again.
+        map.assign(0..4, b, Some(0)).unwrap();
+        map.set_version(2);
+        h.install(map.clone());
+        h.source_frozen(0..4);
+        let put = |h: &mut Handler, v: &[u8], q: u64, resent: bool| {
+            let mut req = Vec::new();
+            write_request(&mut req, Op::Put, 2, b"k", v, v.len() as u32, 0);
+            kvs_proto::proto::add_request_id(&mut req, 7, q);
+            if resent {
+                kvs_proto::proto::mark_resent(&mut req);
+            }
+            let mut out = Vec::new();
+            h.handle(&req, 256, &mut out);
+            st(&out)
+        };
+        assert_eq!(put(&mut h, b"again", 5, true), Status::TooOld);
+        // Its new writes are applied, and their own repeats recognised.
+        assert_eq!(put(&mut h, b"new", 6, false), Status::Ok);
+        assert_eq!(put(&mut h, b"new", 6, true), Status::Ok);
+        // Restarted mid-import, the same.
+        let mut h = Handler::new(me, map, 16, 64);
+        h.source_frozen(0..4);
+        assert_eq!(put(&mut h, b"again", 5, true), Status::TooOld);
     }
 
     #[test]
