@@ -1347,8 +1347,9 @@ mod tests {
         assert_eq!(st(&put(&mut h, b"key3", 100)), Status::Ok);
     }
 
-    #[test]
-    fn a_write_sent_again_to_an_imported_slot_is_refused_not_applied_twice() {
+    /// Member 1's worker, once member 0's four slots were handed to it
+    /// (imported), and the map that says so.
+    fn importer() -> (Owner, ShardMap, Handler) {
         let mut map = ShardMap::single(addr(), 4, 1).unwrap();
         let b = map
             .add_member(kvs_proto::Member {
@@ -1362,11 +1363,17 @@ mod tests {
             worker: 0,
         };
         let mut h = Handler::new(me, map.clone(), 16, 64);
-        // Member 0 applied client 7's write 5, its answer was lost, and the
-        // slots moved here: the client sends the write again.
         map.assign(0..4, b, Some(0)).unwrap();
         map.set_version(2);
         h.install(map.clone());
+        (me, map, h)
+    }
+
+    #[test]
+    fn a_write_sent_again_to_an_imported_slot_is_refused_not_applied_twice() {
+        // Member 0 applied client 7's write 5, its answer was lost, and the
+        // slots moved here: the client sends the write again.
+        let (me, map, mut h) = importer();
         h.source_frozen(0..4);
         let put = |h: &mut Handler, v: &[u8], q: u64, resent: bool| {
             let mut req = Vec::new();
@@ -1391,23 +1398,9 @@ mod tests {
 
     #[test]
     fn keys_of_an_imported_slot_wait_for_pulls_until_settled() {
-        let mut map = ShardMap::single(addr(), 4, 1).unwrap();
-        let b = map
-            .add_member(kvs_proto::Member {
-                addr: "127.0.0.1:7001".parse().unwrap(),
-                workers: 1,
-                bulk_port: 0,
-            })
-            .unwrap();
-        let me = Owner {
-            member: b,
-            worker: 0,
-        };
-        let mut h = Handler::new(me, map.clone(), 16, 64);
         // Handed over: every slot imported from member 0.
-        map.assign(0..4, b, Some(0)).unwrap();
-        map.set_version(2);
-        h.install(map.clone());
+        let (me, mut map, mut h) = importer();
+        let b = me.member;
         let handled = |h: &mut Handler, op: Op, k: &[u8], v: &[u8]| {
             let mut req = Vec::new();
             write_request(&mut req, op, 2, k, v, v.len() as u32, 0);
