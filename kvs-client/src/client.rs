@@ -90,9 +90,14 @@ struct OpSlot<T> {
     /// Its deadline passed and the caller was told: whatever answer still
     /// comes is dropped, and the slot freed then.
     abandoned: bool,
-    /// It went out at least once: a later send is marked as sent again
-    /// (`FLAG_RESENT`), since the server may have applied the first.
-    sent: bool,
+    /// A send of it may have been applied with no answer saying so: its
+    /// connection died with it in flight, or its primary applied it and
+    /// answered Unavailable (a backup did not take it). Later sends are
+    /// marked as sent again (`FLAG_RESENT`), so the server applies it only
+    /// if it can tell it did not already. A redirect or a try-again says
+    /// that send was not applied, and leaves this as it was: a write
+    /// answered only so is a first send wherever it goes next.
+    maybe_applied: bool,
 }
 
 /// A member of the map in use, as the client knows it.
@@ -325,7 +330,7 @@ impl<T, X: Transport> Client<T, X> {
                 s.ep = ep;
                 s.started = self.clock;
                 s.abandoned = false;
-                s.sent = false;
+                s.maybe_applied = false;
                 debug_assert!(s.chase.is_fresh(), "reset by release");
                 i
             }
@@ -347,7 +352,7 @@ impl<T, X: Transport> Client<T, X> {
             scan: None,
             started: self.clock,
             abandoned: false,
-            sent: false,
+            maybe_applied: false,
         });
         (self.ops.len() - 1) as u32
     }
@@ -444,7 +449,6 @@ impl<T, X: Transport> Client<T, X> {
         }
         match self.ctx.call(ep, &s.req, allowance, i) {
             Ok(()) => {
-                s.sent = true;
                 self.in_flight += 1;
                 Ok(())
             }
@@ -917,6 +921,7 @@ impl<T, X: Transport> Client<T, X> {
                 }
                 self.map_stale = true;
                 let s = &mut self.ops[i as usize];
+                s.maybe_applied = true;
                 self.chaser
                     .later(i, &mut s.chase, Target::Route, self.clock);
                 return None;
@@ -936,6 +941,8 @@ impl<T, X: Transport> Client<T, X> {
             }),
             Status::NotFound => Ok(Reply::NotFound),
             st @ (Status::Redirect | Status::TryAgain | Status::Unavailable) => {
+                // Unavailable may come after the primary applied it.
+                self.ops[i as usize].maybe_applied |= st == Status::Unavailable;
                 Err(self.follow(i, st, resp.payload())?)
             }
             // A member of a cluster stopping: its slots moved (it handed
@@ -1107,17 +1114,14 @@ impl<T, X: Transport> Client<T, X> {
         };
         let s = &mut self.ops[i as usize];
         raise_version(&mut s.req, self.routes.version());
-        if s.sent {
+        if s.maybe_applied {
             // The server may have applied an earlier send: it must not
             // apply this one unless it can tell it did not.
             proto::mark_resent(&mut s.req);
         }
         s.ep = ep;
         match self.ctx.call(ep, &s.req, s.allowance, i) {
-            Ok(()) => {
-                s.sent = true;
-                None
-            }
+            Ok(()) => None,
             Err(e) if e.is_retryable() => {
                 self.chaser.busy(i, to);
                 None

@@ -173,9 +173,10 @@ impl Status {
 /// so a server applies a re-sent write once.
 pub const FLAG_ID: u8 = 1;
 
-/// Request flag: the client sent this request before (its answer was lost,
-/// or it was redirected or told to try again), so it may have been applied
-/// already. A server that cannot tell whether it was (its request id is
+/// Request flag: the client sent this request before and that send may
+/// have been applied with no answer saying so (its connection died, or its
+/// primary answered [`Status::Unavailable`]); a send only redirected or
+/// told to try again was not applied, and does not set it. A server that cannot tell whether it was (its request id is
 /// older than what the server remembers of the client) answers
 /// [`Status::TooOld`] instead of applying it; a request without the flag
 /// is a first send, which cannot have been applied.
