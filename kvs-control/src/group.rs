@@ -429,8 +429,7 @@ impl Group {
             pre_vote: true,
             ..Default::default()
         };
-        let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let node = RawNode::new(&rc, store, &logger)?;
+        let node = RawNode::new(&rc, store, &crate::raft_log::TracingDrain::logger())?;
         let conf = snap.get_metadata().get_conf_state().clone();
         let (mut g, rec) = (
             Group {

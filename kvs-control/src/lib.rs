@@ -27,6 +27,7 @@ mod group;
 mod identity;
 mod lease;
 mod migration;
+mod raft_log;
 mod replication;
 mod state;
 mod storage;
