@@ -33,6 +33,8 @@
 //! idle_spin_us = 50         # spin this long before sleeping
 //! idle_max_spin_us = 1000   # the spin adapts up to this under load
 //! huge_pages = false        # true: copyrpc rings in 2 MiB huge pages (vm.nr_hugepages)
+//! log = "info"              # log filter: a level, levels per module (RUST_LOG overrides it)
+//! log_format = "plain"      # or "json": one JSON object per line, for log shippers
 //! ```
 //!
 //! With `data_dir`, bootstrapping is explicit: a data dir that holds a
@@ -200,6 +202,14 @@ pub struct Config {
     /// `vm.nr_hugepages` reserves; normal pages when it runs short, and on
     /// the software device).
     pub huge_pages: bool,
+    /// The log filter, in `RUST_LOG`'s syntax: a level, and levels per
+    /// module (`info,kvs_server::cluster=debug,kvs_control::raft=debug`).
+    /// The `RUST_LOG` environment variable, when set, overrides it. Read
+    /// by the programs that install the logger ([`crate::logging::init`]).
+    pub log: String,
+    /// How log lines look: `plain` text lines (journald-friendly), or
+    /// `json`, one object per line.
+    pub log_format: crate::logging::LogFormat,
 }
 
 impl Default for Config {
@@ -237,6 +247,8 @@ impl Default for Config {
             idle_spin_us: copyrpc::DEFAULT_SPIN.as_micros() as u64,
             idle_max_spin_us: copyrpc::DEFAULT_MAX_SPIN.as_micros() as u64,
             huge_pages: false,
+            log: crate::logging::DEFAULT_FILTER.into(),
+            log_format: crate::logging::LogFormat::Plain,
         }
     }
 }
@@ -326,6 +338,7 @@ impl Config {
 
     /// Checks that the settings can work together.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        crate::logging::check_filter(&self.log).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         self.check_sizes()?;
         self.check_cluster()?;
         self.check_idle_and_memory()?;
@@ -482,6 +495,7 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::logging::LogFormat;
 
     #[test]
     fn defaults_partial_files_and_errors() {
@@ -510,6 +524,20 @@ mod tests {
         assert!(!Config::from_toml("").unwrap().huge_pages);
         assert!(Config::from_toml("huge_pages = true").unwrap().huge_pages);
         assert!(Config::from_toml("huge_pages = \"yes\"").is_err());
+    }
+
+    #[test]
+    fn log_filter_and_format() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!((c.log.as_str(), c.log_format), ("info", LogFormat::Plain));
+        let c =
+            Config::from_toml("log = \"warn,kvs_server::cluster=debug\"\nlog_format = \"json\"")
+                .unwrap();
+        assert_eq!(c.log, "warn,kvs_server::cluster=debug");
+        assert_eq!(c.log_format, LogFormat::Json);
+        let e = Config::from_toml("log = \"kvs_server=loud\"").unwrap_err();
+        assert!(e.to_string().contains("log filter"), "{e}");
+        assert!(Config::from_toml("log_format = \"yaml\"").is_err());
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub mod store;
 mod cluster;
 mod migration;
 
+// The process's logs.
+pub mod logging;
+
 // The metrics endpoint.
 mod metrics;
 mod metrics_http;
