@@ -237,7 +237,10 @@ fn without_a_token_only_loopback_unless_allowed() {
     let open =
         ServerProcess::start(&[&base[..], &["0.0.0.0:0", "--allow-unauthenticated"]].concat());
     let out = open.output();
-    assert!(out.contains("WARNING: no auth token"), "{out}");
+    assert!(
+        out.contains(" WARN kvs_server: no auth token (allow_unauthenticated)"),
+        "{out}"
+    );
     // The same from a configuration file.
     let dir = temp_dir("auth-open");
     let cfg = dir.join("kvs.toml");
@@ -274,7 +277,7 @@ fn without_a_token_only_loopback_unless_allowed() {
         cluster_token.to_str().unwrap(),
     ]);
     let out = s.output();
-    assert!(!out.contains("WARNING"), "{out}");
+    assert!(!out.contains(" WARN "), "{out}");
     Fabric::remove_if_unused(&fabric);
 }
 

@@ -58,7 +58,7 @@ fn the_open_file_limit_is_raised_to_the_hard_one_or_the_shortfall_said() {
     assert_eq!(open_files(s.child.id()), (300, 300));
     let out = s.output();
     assert!(
-        out.contains("WARNING: the open-file limit is 300; 2112 would"),
+        out.contains(" WARN kvs_server: the open-file limit is 300; 2112 would"),
         "{out}"
     );
     Fabric::remove_if_unused(&fabric);

@@ -170,6 +170,16 @@ struct Args {
     /// client must use the same. Config key `transport`.
     #[arg(long, value_name = "rc|dc")]
     transport: Option<copyrpc::transport::Wire>,
+    /// The log filter: a level (error, warn, info, debug, trace) and levels
+    /// per module, `info,kvs_server::cluster=debug,kvs_control::raft=debug`.
+    /// The RUST_LOG environment variable, when set, overrides it. Default
+    /// info. Config key `log`.
+    #[arg(long, value_name = "FILTER")]
+    log: Option<String>,
+    /// How log lines (on stderr) look: `plain` lines, or `json`, one
+    /// object per line for log shippers. Config key `log_format`.
+    #[arg(long, value_name = "plain|json")]
+    log_format: Option<kvs_server::logging::LogFormat>,
 }
 
 /// Starts the server the config file and flags describe, prints its stats
@@ -186,6 +196,7 @@ fn main() {
         None => Config::default(),
     };
     apply_flags(a, &mut cfg);
+    kvs_server::logging::init(&cfg.log, cfg.log_format).unwrap_or_else(|e| die(&e.to_string()));
     let open = cfg.auth_token_file.is_none() && !cfg.loopback_only();
     let interval = cfg.stats_interval_s;
     let max_memory = cfg.max_memory;
@@ -292,6 +303,12 @@ fn apply_flags(a: Args, cfg: &mut Config) {
     if a.metrics_listen.is_some() {
         cfg.metrics_listen = a.metrics_listen;
     }
+    if let Some(v) = a.log {
+        cfg.log = v;
+    }
+    if let Some(v) = a.log_format {
+        cfg.log_format = v;
+    }
 }
 
 /// Warns if the open-file limit (raised to its maximum first) is below what
@@ -302,29 +319,30 @@ fn check_open_files(cfg: &Config) {
         u64::from(cfg.workers) * u64::from(cfg.max_endpoints) + cfg.max_pending_setups as u64 + 64;
     let files = raise_open_file_limit();
     if files < wanted {
-        eprintln!(
-            "kvs-server: WARNING: the open-file limit is {files}; {wanted} would let every worker \
-             take max_endpoints clients with max_pending_setups setups under way (raise it: \
-             ulimit -n, or LimitNOFILE= in the systemd unit)"
+        tracing::warn!(
+            "the open-file limit is {files}; {wanted} would let every worker take max_endpoints \
+             clients with max_pending_setups setups under way (raise it: ulimit -n, or \
+             LimitNOFILE= in the systemd unit)"
         );
     }
 }
 
 /// Says what the started `server` is: its data dir is temporary
-/// (`ephemeral`), anyone may use it (`open`), where its metrics and its
-/// setup socket are. The warnings come before the line that says the
-/// server is up, so whoever waits for that line has seen them.
+/// (`ephemeral`), anyone may use it (`open`) (both in the log), where its
+/// metrics and its setup socket are (on stdout, which scripts and tests
+/// read). The warnings come before the line that says the server is up,
+/// so whoever waits for that line has seen them.
 fn say_started(server: &Server, ephemeral: bool, open: bool) {
     if ephemeral {
-        eprintln!(
-            "kvs-server: no data_dir: this member's identity lives in a temporary directory that \
-             goes with the process, so a restart starts a new member (with --data-dir a restart \
-             resumes it)"
+        tracing::info!(
+            "no data_dir: this member's identity lives in a temporary directory that goes with \
+             the process, so a restart starts a new member (with --data-dir a restart resumes it)"
         );
     }
     if open {
-        eprintln!(
-            "kvs-server: WARNING: no auth token (allow_unauthenticated): anyone who can reach {} can read and write everything",
+        tracing::warn!(
+            "no auth token (allow_unauthenticated): anyone who can reach {} can read and write \
+             everything",
             server.addr()
         );
     }
@@ -387,9 +405,9 @@ fn hand_off(server: &Server) {
             t.elapsed().as_secs_f64() * 1e3
         );
     } else {
-        eprintln!(
-            "kvs-server: the control group did not take this member's slots within {} s \
-             (no leader?); stopping anyway",
+        tracing::warn!(
+            "the control group did not take this member's slots within {} s (no leader?); \
+             stopping anyway",
             HAND_OFF.as_secs()
         );
     }
