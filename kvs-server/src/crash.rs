@@ -29,8 +29,8 @@ pub fn abort_on_panic() {
             before(info);
             let thread = std::thread::current();
             let name = thread.name().unwrap_or("unnamed");
-            eprintln!(
-                "kvs-server: thread {name} panicked; stopping the process (a server with a dead \
+            tracing::error!(
+                "thread {name} panicked; stopping the process (a server with a dead \
                  thread would keep its lease and serve none of that thread's slots)"
             );
             std::process::abort();

@@ -60,7 +60,7 @@ fn accept(listener: TcpListener, exposition: Arc<Exposition>, stop: Arc<AtomicBo
             Err(e) => {
                 // Out of descriptors, say: wait and go on.
                 if !failed {
-                    eprintln!("kvs-server: metrics endpoint: accept: {e}");
+                    tracing::warn!("metrics endpoint: accept: {e}");
                 }
                 failed = true;
                 std::thread::sleep(TICK);

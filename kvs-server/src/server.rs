@@ -373,13 +373,13 @@ fn say_how(cfg: &Config, how: How, member: u16, cluster_id: &str) {
     match (&cfg.data_dir, how) {
         (None, _) => {}
         (Some(d), How::Resumed) => {
-            eprintln!(
-                "kvs-server: resuming member {member} of cluster {cluster_id} from {}",
+            tracing::info!(
+                "resuming member {member} of cluster {cluster_id} from {}",
                 d.display()
             );
             if cfg.bootstrap {
-                eprintln!(
-                    "kvs-server: bootstrap is ignored: {} holds a member already. Give \
+                tracing::warn!(
+                    "bootstrap is ignored: {} holds a member already. Give \
                      --bootstrap (bootstrap = true) only when creating the cluster and leave it \
                      out of later starts: were this data dir lost, it would start a second, \
                      empty cluster at this address",
@@ -387,12 +387,12 @@ fn say_how(cfg: &Config, how: How, member: u16, cluster_id: &str) {
                 );
             }
         }
-        (Some(d), How::Bootstrapped) => eprintln!(
-            "kvs-server: started cluster {cluster_id} as member 0 (data dir {})",
+        (Some(d), How::Bootstrapped) => tracing::info!(
+            "started cluster {cluster_id} as member 0 (data dir {})",
             d.display()
         ),
-        (Some(d), How::Joined) => eprintln!(
-            "kvs-server: joined cluster {cluster_id} as member {member} (data dir {})",
+        (Some(d), How::Joined) => tracing::info!(
+            "joined cluster {cluster_id} as member {member} (data dir {})",
             d.display()
         ),
     }

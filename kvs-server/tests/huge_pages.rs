@@ -93,7 +93,7 @@ const SOFTWARE: &str = "huge_pages: the software device has no huge pages";
 fn the_flag_and_the_key_reach_every_worker_and_the_software_device_says_it_has_none() {
     let (printed, metrics) = serve_with("flag", &["--huge-pages"]);
     for w in 0..2 {
-        let line = format!("kvs-server: worker {w}: {SOFTWARE}");
+        let line = format!("kvs_server::serving::worker: worker {w}: {SOFTWARE}");
         assert_eq!(printed.matches(&line).count(), 1, "{printed}");
     }
     for w in 0..2 {

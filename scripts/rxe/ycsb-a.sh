@@ -84,10 +84,10 @@ if [ "$HUGE" = 1 ]; then
     grep 'huge_pages' "$OUT/server.log" || true
     echo "ycsb-a: HugePages_Free before the server $FREE0, lowest while it ran $LOWEST, after it exited $AFTER"
     for w in 0 1; do
-        grep -q "^kvs-server: worker $w: huge_pages: copyrpc rings in 2 MiB huge pages" "$OUT/server.log" ||
+        grep -q " INFO kvs_server::serving::worker: worker $w: huge_pages: copyrpc rings in 2 MiB huge pages" "$OUT/server.log" ||
             fail "worker $w did not say its rings are in huge pages"
     done
-    grep -q 'WARNING: huge_pages' "$OUT/server.log" && fail "the server fell back to normal pages"
+    grep -q ' WARN kvs_server::serving::worker: worker [0-9]*: huge_pages' "$OUT/server.log" && fail "the server fell back to normal pages"
     [ $((FREE0 - LOWEST)) -ge 4 ] || fail "HugePages_Free dropped by $((FREE0 - LOWEST)) (want 4 or more: a client's rings)"
     [ "$AFTER" = "$FREE0" ] || fail "HugePages_Free is $AFTER after the server exited (was $FREE0)"
 fi

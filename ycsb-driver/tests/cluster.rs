@@ -30,6 +30,8 @@ fn child_member() {
     let Ok(v) = std::env::var(CHILD) else {
         return;
     };
+    // Its log on stderr, which the parent keeps and shows when a test fails.
+    kvs_server::logging::init("info", kvs_server::logging::LogFormat::Plain).unwrap();
     let mut it = v.split(' ');
     let fabric = it.next().unwrap().to_owned();
     let s = Server::start(Config {

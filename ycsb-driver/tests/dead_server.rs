@@ -23,6 +23,8 @@ fn child_server() {
     let Ok(fabric) = std::env::var(SERVER_FABRIC) else {
         return;
     };
+    // Its log on stderr, which the parent keeps and shows when a test fails.
+    kvs_server::logging::init("info", kvs_server::logging::LogFormat::Plain).unwrap();
     let s = Server::start(Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         device: "sim1".into(),

@@ -183,7 +183,7 @@ impl OnTransport for Control {
                 let local = p.local_addr().ok();
                 match p.establish(&mut ctx, &answer) {
                     Ok(c) => conns.push((c, local)),
-                    Err(e) => eprintln!("kvs-server: a control connection failed: {e}"),
+                    Err(e) => tracing::warn!("a control connection failed: {e}"),
                 }
             }
             if let Err(e) = state.drive(Instant::now()) {
@@ -368,7 +368,7 @@ impl State {
     /// The group's log failed (`e`): a member that cannot keep its log must
     /// not take part, so the member stops (its workers woken to see it).
     fn stop_for(&self, e: kvs_control::GroupError) {
-        eprintln!("kvs-server: FATAL: the control group's log: {e}; stopping");
+        tracing::error!("the control group's log: {e}; stopping");
         self.stop.store(true, Ordering::Release);
         for (_, w) in &self.workers {
             w.wake();
@@ -565,8 +565,8 @@ impl State {
     fn unsafe_recover(&mut self, lost: &[u16]) -> ControlReply {
         match self.group.unsafe_recover(lost, now_ms()) {
             Ok(()) => {
-                eprintln!(
-                    "kvs-server: UNSAFE RECOVERY: this member forces a control group of its \
+                tracing::warn!(
+                    "UNSAFE RECOVERY: this member forces a control group of its \
                      own without members {lost:?}: writes acknowledged only by them are lost, \
                      and they must never be started again with their old data dirs"
                 );
@@ -613,8 +613,8 @@ impl State {
             if let Err(e) = self.group.step(from, m, now) {
                 self.step_errors += 1;
                 if self.step_errors <= 10 || self.step_errors % 1000 == 0 {
-                    eprintln!(
-                        "kvs-server: control group: a message from member {from} refused \
+                    tracing::warn!(
+                        "control group: a message from member {from} refused \
                          ({} so far): {e}",
                         self.step_errors
                     );
@@ -689,7 +689,7 @@ impl State {
             .group
             .propose_join(addr, workers, bulk_port, zone)
             .map_err(|e| Box::new(refusal(e)))?;
-        eprintln!("kvs-server: proposing {addr} ({workers} workers) as member {id}");
+        tracing::info!("proposing {addr} ({workers} workers) as member {id}");
         Ok(id)
     }
 
@@ -734,8 +734,8 @@ impl State {
                 }
                 let mut b = Vec::new();
                 s.map().encode(&mut b);
-                eprintln!(
-                    "kvs-server: member {member} ({addr}) joined; map version {}",
+                tracing::info!(
+                    "member {member} ({addr}) joined; map version {}",
                     s.map().version()
                 );
                 Some(ControlReply::Joined {
@@ -808,7 +808,7 @@ impl State {
                 .retain(|m| s.is_none_or(|s| s.member_state(m) != Some(MemberState::Left)));
         }
         if self.shared.drain.swap(false, Ordering::AcqRel) {
-            eprintln!("kvs-server: draining: this member stops serving and hands its slots over");
+            tracing::info!("draining: this member stops serving and hands its slots over");
             self.replication.start_drain(now);
         }
         let quiet = self
@@ -847,13 +847,13 @@ impl State {
         match e {
             Event::Leader(l) => self.on_leader(l),
             Event::Restored { index } => {
-                eprintln!("kvs-server: control group: state restored from a snapshot at {index}");
+                tracing::info!("control group: state restored from a snapshot at {index}");
                 true
             }
             Event::Applied(_, a) => self.on_applied(a),
             Event::Timing { group, configured } => {
-                eprintln!(
-                    "kvs-server: control group: this member uses the cluster's \
+                tracing::warn!(
+                    "control group: this member uses the cluster's \
                      member_timeout_ms = {}, not its own {}: every member times leases \
                      and failures alike (kvs-admin set member-timeout changes it)",
                     group.as_millis(),
@@ -877,10 +877,10 @@ impl State {
         }
         match l {
             Some(l) if l == self.me => {
-                eprintln!("kvs-server: control group: this member leads (term {t})")
+                tracing::info!("control group: this member leads (term {t})")
             }
-            Some(l) => eprintln!("kvs-server: control group: member {l} leads (term {t})"),
-            None => eprintln!("kvs-server: control group: no leader (term {t})"),
+            Some(l) => tracing::info!("control group: member {l} leads (term {t})"),
+            None => tracing::info!("control group: no leader (term {t})"),
         }
         false
     }
@@ -889,8 +889,8 @@ impl State {
     /// ready backups, `lost_slots` went out empty), and stops if it is
     /// this one; the state changed.
     fn on_left(&mut self, member: u16, moved: u32, lost_slots: u32) -> bool {
-        eprintln!(
-            "kvs-server: control group: member {member} was forgotten{}{}",
+        tracing::info!(
+            "control group: member {member} was forgotten{}{}",
             if moved > 0 {
                 format!("; {moved} of its slots failed over to their ready backups")
             } else {
@@ -906,7 +906,7 @@ impl State {
             }
         );
         if member == self.me {
-            eprintln!("kvs-server: this member was forgotten: stopping");
+            tracing::warn!("this member was forgotten: stopping");
             self.stop.store(true, Ordering::Release);
         }
         true
@@ -918,13 +918,13 @@ impl State {
             Applied::Nothing => false,
             Applied::Refused(why) => {
                 if self.group.is_leader() {
-                    eprintln!("kvs-server: control group: an entry changed nothing: {why}");
+                    tracing::debug!("control group: an entry changed nothing: {why}");
                 }
                 false
             }
             Applied::Failed(m) => {
-                eprintln!(
-                    "kvs-server: control group: member {m} is marked failed (no word from it \
+                tracing::warn!(
+                    "control group: member {m} is marked failed (no word from it \
                      within member_timeout_ms = {}); its slots with a ready backup moved \
                      to it, the others are unavailable until it returns or is forgotten",
                     self.group.config().member_timeout.as_millis()
@@ -933,14 +933,14 @@ impl State {
             }
             Applied::Drained { member, moved } => {
                 if self.replication.drained(member, self.me) {
-                    eprintln!(
-                        "kvs-server: drained: {moved} slots moved to their backups; this \
+                    tracing::info!(
+                        "drained: {moved} slots moved to their backups; this \
                          member serves what had no ready backup"
                     );
                     self.shared.drained.store(true, Ordering::Release);
                 } else if member != self.me {
-                    eprintln!(
-                        "kvs-server: control group: member {member} was drained ({moved} \
+                    tracing::info!(
+                        "control group: member {member} was drained ({moved} \
                          slots moved to their backups)"
                     );
                 }
@@ -948,20 +948,20 @@ impl State {
             }
             Applied::Restarted { member, nonce } => {
                 if self.replication.restarted(member, nonce, self.me) {
-                    eprintln!(
-                        "kvs-server: control group: this member is back in service; its \
+                    tracing::info!(
+                        "control group: this member is back in service; its \
                          slots with a ready backup moved to it"
                     );
                 } else if member != self.me {
-                    eprintln!(
-                        "kvs-server: control group: member {member} restarted without its \
+                    tracing::info!(
+                        "control group: member {member} restarted without its \
                          records; its slots with a ready backup moved to it"
                     );
                 }
                 true
             }
             Applied::Up(m) => {
-                eprintln!("kvs-server: control group: member {m} is up again");
+                tracing::info!("control group: member {m} is up again");
                 true
             }
             Applied::Left {
@@ -970,8 +970,8 @@ impl State {
                 lost_slots,
             } => self.on_left(member, moved, lost_slots),
             Applied::Voter { member, voter } => {
-                eprintln!(
-                    "kvs-server: control group: member {member} {}",
+                tracing::info!(
+                    "control group: member {member} {}",
                     if voter {
                         "votes now"
                     } else {
@@ -986,19 +986,19 @@ impl State {
                 lost_slots,
                 ..
             } => {
-                eprintln!(
-                    "kvs-server: control group: unsafe recovery by member {survivor}: members \
+                tracing::warn!(
+                    "control group: unsafe recovery by member {survivor}: members \
                      {lost:?} are forgotten, {lost_slots} of their slots had no ready backup \
                      and lost their records"
                 );
                 if lost.contains(&self.me) {
-                    eprintln!("kvs-server: this member was forgotten: stopping");
+                    tracing::warn!("this member was forgotten: stopping");
                     self.stop.store(true, Ordering::Release);
                 }
                 true
             }
             Applied::MemberTimeout(ms) => {
-                eprintln!("kvs-server: control group: member_timeout_ms is {ms} now");
+                tracing::info!("control group: member_timeout_ms is {ms} now");
                 false
             }
             Applied::Joined(_) | Applied::Map(_) => true,
@@ -1146,7 +1146,7 @@ impl State {
         let (n, bytes) = (gone.slots.len(), gone.bytes);
         free_elsewhere(gone);
         if n > 0 {
-            eprintln!("kvs-server: freeing {n} migrated slots ({bytes} bytes of keys and values)");
+            tracing::info!("freeing {n} migrated slots ({bytes} bytes of keys and values)");
         }
         self.start_imports();
     }
@@ -1215,7 +1215,7 @@ impl State {
                 Ok(_) => {
                     self.imports.insert((first, end, from), progress);
                 }
-                Err(e) => eprintln!("kvs-server: cannot start an import: {e}"),
+                Err(e) => tracing::error!("cannot start an import: {e}"),
             }
         }
     }

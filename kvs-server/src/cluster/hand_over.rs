@@ -91,10 +91,11 @@ impl HandOvers {
             let stuck = g.asked.is_none() && now.duration_since(g.since) >= FREEZE_MAX;
             if due.as_ref() != Some(&g.chunk) || stuck {
                 if stuck {
-                    eprintln!(
-                        "kvs-server: slots {}..{}: writes still awaited their backups after \
+                    tracing::warn!(
+                        "slots {}..{}: writes still awaited their backups after \
                          {FREEZE_MAX:?}; taking writes again, and handing over later",
-                        g.chunk.first, g.chunk.end
+                        g.chunk.first,
+                        g.chunk.end
                     );
                     self.pause_until = Some(now + PAUSE);
                 }

@@ -106,8 +106,8 @@ impl Peers {
             Err(TrySendError::Full(_)) => {
                 l.dropped += 1;
                 if l.dropped == 1 || l.dropped % 1000 == 0 {
-                    eprintln!(
-                        "kvs-server: control group: member {to} at {addr} is behind; \
+                    tracing::warn!(
+                        "control group: member {to} at {addr} is behind; \
                          {} messages to it dropped",
                         l.dropped
                     );
@@ -155,7 +155,7 @@ impl Peers {
                 closed,
             }),
             Err(e) => {
-                eprintln!("kvs-server: control group: cannot start a link to member {to}: {e}");
+                tracing::error!("control group: cannot start a link to member {to}: {e}");
                 None
             }
         }
@@ -187,8 +187,8 @@ impl LinkThread {
             },
             Err(e) => (self, e),
         };
-        eprintln!(
-            "kvs-server: control group: the link to member {} cannot open its device: {e}",
+        tracing::error!(
+            "control group: the link to member {} cannot open its device: {e}",
             l.to
         );
     }
@@ -239,8 +239,8 @@ impl OnTransport for LinkThread {
         let mut cc = match ControlClient::<T>::new(&dev, opts) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!(
-                    "kvs-server: control group: the link to member {} cannot start: {e}",
+                tracing::error!(
+                    "control group: the link to member {} cannot start: {e}",
                     self.to
                 );
                 return;
@@ -254,9 +254,10 @@ impl OnTransport for LinkThread {
             match cc.raft(self.addr, &batch) {
                 Ok(()) => {
                     if failing {
-                        eprintln!(
-                            "kvs-server: control group: member {} at {} is reachable again",
-                            self.to, self.addr
+                        tracing::info!(
+                            "control group: member {} at {} is reachable again",
+                            self.to,
+                            self.addr
                         );
                     }
                     failing = false;
@@ -264,9 +265,10 @@ impl OnTransport for LinkThread {
                 }
                 Err(e) => {
                     if !failing {
-                        eprintln!(
-                            "kvs-server: control group: cannot reach member {} at {}: {e}",
-                            self.to, self.addr
+                        tracing::warn!(
+                            "control group: cannot reach member {} at {}: {e}",
+                            self.to,
+                            self.addr
                         );
                     }
                     failing = true;

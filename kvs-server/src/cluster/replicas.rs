@@ -255,8 +255,8 @@ impl Replication {
             }
             DrainStep::Propose { late } => {
                 if late {
-                    eprintln!(
-                        "kvs-server: draining: writes still awaited their backups after \
+                    tracing::warn!(
+                        "draining: writes still awaited their backups after \
                          {QUIET_MAX:?}; asking the group anyway (those writes fail, and \
                          their clients send them again)"
                     );

@@ -100,8 +100,8 @@ fn resume(
     let fail = |e: kvs_control::GroupError| StartError::Join(format!("{}: {e}", dir.display()));
     let (group, rec) = Group::open(dir, cfg.group_config(), now).map_err(fail)?;
     if rec.torn_bytes > 0 {
-        eprintln!(
-            "kvs-server: {}: dropped the last {} bytes of the control log, a write the \
+        tracing::warn!(
+            "{}: dropped the last {} bytes of the control log, a write the \
              crash cut short",
             dir.display(),
             rec.torn_bytes
@@ -251,7 +251,7 @@ fn join(
                     )))
                 }
             }
-            eprintln!("kvs-server: joined cluster {cluster_id} as member {member}");
+            tracing::info!("joined cluster {cluster_id} as member {member}");
             Ok((Identity { cluster_id, member }, map))
         }
         other => Err(StartError::Join(format!(
@@ -352,7 +352,7 @@ impl OnTransport for Asking {
                 }
                 ControlReply::NotYet { message } => {
                     if !said {
-                        eprintln!("kvs-server: {target}: {message}; waiting its turn");
+                        tracing::info!("{target}: {message}; waiting its turn");
                         said = true;
                     }
                     // Spread the joiners that wait together.

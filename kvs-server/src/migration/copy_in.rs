@@ -120,9 +120,11 @@ impl CopyPull {
                 let result = self.run(&progress);
                 self.copies.remove(&progress);
                 if let Err(why) = &result {
-                    eprintln!(
-                        "kvs-server: copy of slots {}..{} from member {}: {why}",
-                        self.begin.first, self.begin.end, self.from
+                    tracing::warn!(
+                        "copy of slots {}..{} from member {}: {why}",
+                        self.begin.first,
+                        self.begin.end,
+                        self.from
                     );
                 }
                 let (tx, waker) = &self.worker;

@@ -85,7 +85,7 @@ impl BulkServer {
         } = self;
         let mut acc = match Acceptor::new(listener, acceptor_options(&cfg)) {
             Ok(a) => a,
-            Err(e) => return eprintln!("kvs-server: bulk port: {e}"),
+            Err(e) => return tracing::error!("bulk port: {e}"),
         };
         let ex = Arc::new(Exporter {
             outgoing,
@@ -131,7 +131,7 @@ impl Exporter {
             .name("kvs-export".into())
             .spawn(move || me.serve(p, setup, held, copy));
         if let Err(e) = spawned {
-            eprintln!("kvs-server: bulk port: cannot start a transfer for {peer}: {e}");
+            tracing::error!("bulk port: cannot start a transfer for {peer}: {e}");
         }
     }
 
@@ -144,20 +144,20 @@ impl Exporter {
         let rails = match open_rails(&self.cfg, &self.rails, setup.rails) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("kvs-server: bulk setup from {peer}: {e}");
+                tracing::warn!("bulk setup from {peer}: {e}");
                 return p.refuse(&e);
             }
         };
         let mut comm = match p.establish(&rails, &mpib::Config::default(), &[]) {
             Ok(c) => c,
-            Err(e) => return eprintln!("kvs-server: bulk setup from {peer}: {e}"),
+            Err(e) => return tracing::warn!("bulk setup from {peer}: {e}"),
         };
         self.shared.bulk_connections.fetch_add(1, Ordering::Relaxed);
         let mut conn = match SendConn::new(&comm) {
             Ok(c) => c,
             Err(e) => {
                 comm.close();
-                return eprintln!("kvs-server: bulk setup from {peer}: {e}");
+                return tracing::warn!("bulk setup from {peer}: {e}");
             }
         };
         let mask = setup.rails;
@@ -169,9 +169,10 @@ impl Exporter {
                 &self.shared.sent_bytes
             };
             if let Err(e) = send_all(&mut comm, &mut conn, &held, setup.end, sent, &self.stop) {
-                eprintln!(
-                    "kvs-server: bulk transfer of slots {}..{} to {peer} failed: {e}",
-                    setup.first, setup.end
+                tracing::warn!(
+                    "bulk transfer of slots {}..{} to {peer} failed: {e}",
+                    setup.first,
+                    setup.end
                 );
                 break;
             }
@@ -196,12 +197,12 @@ impl Exporter {
     ) -> Option<(PullSetup, Held, bool)> {
         let bytes = conn.next_setup(comm, &self.stop)?;
         let Some(setup) = PullSetup::parse(&bytes) else {
-            eprintln!("kvs-server: bulk port: {peer} sent a malformed pull setup; closing");
+            tracing::warn!("bulk port: {peer} sent a malformed pull setup; closing");
             return None;
         };
         if setup.rails != mask {
-            eprintln!(
-                "kvs-server: bulk port: {peer} asked for rails {:#b} on a connection of rails \
+            tracing::warn!(
+                "bulk port: {peer} asked for rails {:#b} on a connection of rails \
                  {mask:#b}; closing",
                 setup.rails
             );
@@ -210,9 +211,10 @@ impl Exporter {
         match self.outgoing.redeem(&setup) {
             Some((held, copy)) => Some((setup, held, copy)),
             None => {
-                eprintln!(
-                    "kvs-server: bulk port: {peer} has no open ticket for slots {}..{}; closing",
-                    setup.first, setup.end
+                tracing::warn!(
+                    "bulk port: {peer} has no open ticket for slots {}..{}; closing",
+                    setup.first,
+                    setup.end
                 );
                 None
             }

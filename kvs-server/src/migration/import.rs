@@ -169,20 +169,26 @@ impl Importer {
             match self.transfer(cc, conn, &mut mark, mask) {
                 Ok(()) => break None,
                 Err(f) if f.lost => {
-                    eprintln!(
-                        "kvs-server: the import of slots {}..{} from member {} ends without \
+                    tracing::warn!(
+                        "the import of slots {}..{} from member {} ends without \
                          the records not pulled yet: {}",
-                        mark, self.end, self.progress.from, f.why
+                        mark,
+                        self.end,
+                        self.progress.from,
+                        f.why
                     );
                     break Some(f.why);
                 }
                 Err(f) if f.not_yet => {
                     waited += 1;
                     if waited % 2000 == 0 {
-                        eprintln!(
-                            "kvs-server: import of slots {}..{}: member {} has not frozen them \
+                        tracing::info!(
+                            "import of slots {}..{}: member {} has not frozen them \
                              yet: {}",
-                            mark, self.end, self.progress.from, f.why
+                            mark,
+                            self.end,
+                            self.progress.from,
+                            f.why
                         );
                     }
                     std::thread::sleep(Duration::from_millis(5));
@@ -195,7 +201,7 @@ impl Importer {
                         mark, self.end, self.progress.from, f.why
                     );
                     if failures == 1 || failures % 10 == 0 {
-                        eprintln!("kvs-server: {why}");
+                        tracing::warn!("{why}");
                     }
                     *self
                         .progress
@@ -235,11 +241,11 @@ impl Importer {
                     continue;
                 }
                 Ok(other) if !logged => {
-                    eprintln!("kvs-server: an import report was answered with {other:?}");
+                    tracing::warn!("an import report was answered with {other:?}");
                     logged = true;
                 }
                 Err(e) if !logged => {
-                    eprintln!("kvs-server: cannot report an import to the leader yet: {e}");
+                    tracing::warn!("cannot report an import to the leader yet: {e}");
                     logged = true;
                 }
                 _ => {}

@@ -70,7 +70,7 @@ pub(crate) fn free_elsewhere(released: Released) {
         .name("kvs-free".into())
         .spawn(move || drop(released));
     if let Err(e) = spawned {
-        eprintln!("kvs-server: cannot start a thread to free migrated slots (freed here): {e}");
+        tracing::error!("cannot start a thread to free migrated slots (freed here): {e}");
     }
 }
 

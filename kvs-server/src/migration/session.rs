@@ -85,7 +85,7 @@ fn run(jobs: Receiver<Importer>, stop: std::sync::Arc<AtomicBool>) {
         },
         Err(e) => e,
     };
-    eprintln!("kvs-server: import: cannot open the device: {e}");
+    tracing::error!("import: cannot open the device: {e}");
 }
 
 /// The next import, or `None` once the control thread dropped the session
@@ -119,7 +119,7 @@ impl OnTransport for Session {
         };
         let mut cc = match ControlClient::<T>::new(&dev, opts) {
             Ok(c) => c,
-            Err(e) => return eprintln!("kvs-server: import: {e}"),
+            Err(e) => return tracing::error!("import: {e}"),
         };
         let mut conn = None;
         let mut job = Some(first);

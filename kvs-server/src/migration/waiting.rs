@@ -119,7 +119,7 @@ impl Waiting {
                 Some(tx)
             }
             Err(e) => {
-                eprintln!("kvs-server: cannot start a priority puller: {e}");
+                tracing::error!("cannot start a priority puller: {e}");
                 None
             }
         }

@@ -751,10 +751,7 @@ impl Forwarder {
         if let Some(why) = a.refused {
             // Expected while the backup installs the map: quiet.
             if !why.contains("Fenced") || why.contains("pull failed") {
-                eprintln!(
-                    "kvs-server: copy of slot {} to member {}: {why}",
-                    j.slot, j.to.member
-                );
+                tracing::warn!("copy of slot {} to member {}: {why}", j.slot, j.to.member);
             }
             return self.fail_copy(i, now);
         }
@@ -813,9 +810,11 @@ impl Forwarder {
             // No answer for that long: whatever happened to them, the copy
             // starts over rather than wait forever.
             if j.outstanding > 0 && now.duration_since(j.progress) > COPY_STALL {
-                eprintln!(
-                    "kvs-server: copy of slot {} to member {}: no answer for {:?}; starting over",
-                    j.slot, j.to.member, COPY_STALL
+                tracing::warn!(
+                    "copy of slot {} to member {}: no answer for {:?}; starting over",
+                    j.slot,
+                    j.to.member,
+                    COPY_STALL
                 );
                 self.fail_copy(i, now);
                 continue;
@@ -927,10 +926,7 @@ impl Forwarder {
         let (ticket, first, end) = match self.outgoing.issue_copy(held) {
             Ok(t) => t,
             Err(why) => {
-                eprintln!(
-                    "kvs-server: worker {}: cannot copy slots: {why}",
-                    self.me.worker
-                );
+                tracing::warn!("worker {}: cannot copy slots: {why}", self.me.worker);
                 for &i in group {
                     self.fail_copy(i, now);
                 }
@@ -1232,9 +1228,11 @@ impl Forwarder {
                             l.state = LinkState::Up(c);
                         }
                         Err(why) => {
-                            eprintln!(
-                                "kvs-server: worker {}: backup link to member {} at {}: {why}",
-                                self.me.worker, l.owner.member, l.addr
+                            tracing::warn!(
+                                "worker {}: backup link to member {} at {}: {why}",
+                                self.me.worker,
+                                l.owner.member,
+                                l.addr
                             );
                             ctx.remove(c.endpoint());
                             l.state = LinkState::Down;

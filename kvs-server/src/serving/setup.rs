@@ -196,7 +196,7 @@ impl RefusalLog {
             0 => String::new(),
             n => format!(" ({n} more refused before it)"),
         };
-        eprintln!("kvs-server: refused a client from {peer}: {why}{more}");
+        tracing::warn!("refused a client from {peer}: {why}{more}");
     }
 
     /// Reports refusals held back, once their second is over.
@@ -206,10 +206,7 @@ impl RefusalLog {
                 .last
                 .is_some_and(|t| t.elapsed() >= Duration::from_secs(1))
         {
-            eprintln!(
-                "kvs-server: refused {} more clients in the last second",
-                self.quiet
-            );
+            tracing::warn!("refused {} more clients in the last second", self.quiet);
             self.quiet = 0;
             self.last = Some(Instant::now());
         }
@@ -234,7 +231,7 @@ pub(crate) fn accept(
         // The timeout bounds how late `stop` is seen.
         if let Err(e) = acc.poll(Duration::from_millis(50), &mut ready) {
             if !poll_failed {
-                eprintln!("kvs-server: waiting for connections: {e}");
+                tracing::error!("waiting for connections: {e}");
             }
             poll_failed = true;
             std::thread::sleep(Duration::from_millis(50));

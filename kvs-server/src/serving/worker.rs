@@ -353,7 +353,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             Err(e) => {
                 if !self.wait_failed {
                     let w = self.w;
-                    eprintln!("kvs-server: worker {w}: cannot sleep, spinning instead: {e}");
+                    tracing::warn!("worker {w}: cannot sleep, spinning instead: {e}");
                 }
                 self.wait_failed = true;
                 self.ctx.poll()
@@ -591,19 +591,19 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                     .then(|| self.huge.connected(rings))
                     .flatten()
                 {
-                    Some((Said::Info, l)) => println!("{l}"),
-                    Some((Said::Warning, l)) => eprintln!("{l}"),
+                    Some((Said::Info, l)) => tracing::info!("{l}"),
+                    Some((Said::Warning, l)) => tracing::warn!("{l}"),
                     None => {}
                 }
                 if let Err((mut c, e)) = self.conns.insert(c) {
-                    eprintln!("kvs-server: worker {w}: a client's connection: {e}");
+                    tracing::warn!("worker {w}: a client's connection: {e}");
                     self.ctx.close(c.endpoint());
                     c.check(&mut self.ctx);
                     self.ctx.remove(c.endpoint());
                 }
             }
             Err(e) => {
-                eprintln!("kvs-server: worker {w}: a client's setup failed: {e}")
+                tracing::warn!("worker {w}: a client's setup failed: {e}")
             }
         }
     }
@@ -653,7 +653,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             }
             Err(why) => {
                 let w = self.w;
-                eprintln!("kvs-server: worker {w}: a priority pull failed: {why}");
+                tracing::warn!("worker {w}: a priority pull failed: {why}");
                 for p in parked {
                     try_again(&mut self.ctx, p.handle, &mut self.out);
                 }
@@ -822,7 +822,7 @@ struct HugeReport {
 
 impl HugeReport {
     /// A client connected and `rings` of its two rings are in huge pages:
-    /// what to say, if anything (warnings go to stderr).
+    /// what to say, if anything, and at which level.
     fn connected(&mut self, rings: usize) -> Option<(Said, String)> {
         let w = self.worker;
         let all = rings == 2;
@@ -831,7 +831,7 @@ impl HugeReport {
         if all {
             self.huge += 1;
         }
-        let line = |s: &str| format!("kvs-server: worker {w}: {s}");
+        let line = |s: &str| format!("worker {w}: {s}");
         if first && all {
             Some((
                 Said::Info,
@@ -849,7 +849,7 @@ impl HugeReport {
             Some((
                 Said::Warning,
                 line(
-                    "WARNING: huge_pages: copyrpc rings in normal pages, not huge ones: the \
+                    "huge_pages: copyrpc rings in normal pages, not huge ones: the \
                      2 MiB pool has too few free pages (reserve more: vm.nr_hugepages)",
                 ),
             ))
@@ -858,7 +858,7 @@ impl HugeReport {
             Some((
                 Said::Warning,
                 line(&format!(
-                    "WARNING: huge_pages: the 2 MiB pool ran short (after huge rings for {} \
+                    "huge_pages: the 2 MiB pool ran short (after huge rings for {} \
                      clients); new clients' copyrpc rings are in normal pages (reserve more: \
                      vm.nr_hugepages)",
                     self.huge
@@ -870,7 +870,7 @@ impl HugeReport {
     }
 }
 
-/// Whether a line goes to stdout or, as a warning, to stderr.
+/// Whether a line is news (logged at info) or a warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Said {
     Info,
@@ -1009,10 +1009,7 @@ mod tests {
         let mut r = report(false);
         let (how, l) = r.connected(2).unwrap();
         assert_eq!(how, Said::Info);
-        assert_eq!(
-            l,
-            "kvs-server: worker 3: huge_pages: copyrpc rings in 2 MiB huge pages"
-        );
+        assert_eq!(l, "worker 3: huge_pages: copyrpc rings in 2 MiB huge pages");
         assert_eq!(r.connected(2), None);
         let (how, l) = r.connected(1).unwrap();
         assert_eq!(how, Said::Warning);

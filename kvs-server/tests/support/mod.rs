@@ -14,8 +14,10 @@ use kvs_proto::control::{ControlReply, ControlRequest, GroupView, MemberStatus};
 
 /// The settings of an in-process test server: a loopback port of its own,
 /// software device `sim1` of `fabric`, two workers, values up to 2 KiB, no
-/// stats lines.
+/// stats lines. The server's log goes to the test's captured output (shown
+/// when it fails).
 pub fn test_config(fabric: &str) -> kvs_server::Config {
+    kvs_server::logging::init_for_tests();
     kvs_server::Config {
         listen: "127.0.0.1:0".parse().unwrap(),
         device: "sim1".into(),

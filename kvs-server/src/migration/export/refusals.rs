@@ -43,13 +43,13 @@ impl RefusalLog {
             0 => String::new(),
             n => format!(" ({n} more refused before it)"),
         };
-        eprintln!("kvs-server: bulk port: refused a connection from {peer}: {why}{more}");
+        tracing::warn!("bulk port: refused a connection from {peer}: {why}{more}");
     }
 
     /// The setup reader's `poll(2)` failed.
     pub fn poll_failed(&mut self, e: &std::io::Error) {
         if !std::mem::replace(&mut self.poll_failed, true) {
-            eprintln!("kvs-server: bulk port: waiting for connections: {e}");
+            tracing::error!("bulk port: waiting for connections: {e}");
         }
     }
 
@@ -57,8 +57,8 @@ impl RefusalLog {
     /// dropped, once their second is over.
     pub fn tick(&mut self, acc: &Acceptor) {
         if self.quiet > 0 && !recent(self.last_refusal) {
-            eprintln!(
-                "kvs-server: bulk port: refused {} more connections in the last second",
+            tracing::warn!(
+                "bulk port: refused {} more connections in the last second",
                 std::mem::take(&mut self.quiet)
             );
             self.last_refusal = Some(Instant::now());
@@ -72,8 +72,8 @@ impl RefusalLog {
             Some((peer, why)) => format!("; the last from {peer}: {why}"),
             None => String::new(),
         };
-        eprintln!(
-            "kvs-server: bulk port: dropped {} connections without a usable setup record \
+        tracing::warn!(
+            "bulk port: dropped {} connections without a usable setup record \
              (timed out {}, over the pending cap {}, malformed {}, hung up {}){last}",
             now.dropped() - was.dropped(),
             now.timed_out - was.timed_out,

@@ -141,6 +141,12 @@ fn die(m: &dyn std::fmt::Display) -> ! {
 
 fn main() {
     let a = Args::parse_from(java_args());
+    // The log of the embedded server and of the libraries (the software
+    // device standing in for a NIC, say): warnings and errors, on stderr;
+    // RUST_LOG raises it.
+    if let Err(e) = kvs_server::logging::init("warn", kvs_server::logging::LogFormat::Plain) {
+        die(&e.to_string());
+    }
     if a.db != "kvs" && a.db != "redis" {
         die(&format!("unknown binding {:?} (kvs or redis)", a.db));
     }
