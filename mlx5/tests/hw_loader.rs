@@ -69,6 +69,11 @@ fn auto_falls_back_to_the_software_device_with_a_notice() {
     }
     // In a child process, so that its stderr can be read.
     if std::env::var("MLX5_AUTO_CHILD").is_ok() {
+        // The notice is a log event: a subscriber writes it to stderr.
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
         let c = mlx5::device::Context::open("auto").unwrap();
         assert!(c.as_sim().is_some());
         println!("OPENED {}", c.name());
@@ -90,7 +95,10 @@ fn auto_falls_back_to_the_software_device_with_a_notice() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("OPENED sim0"), "{stdout}");
-    let notice: Vec<&str> = stderr.lines().filter(|l| l.starts_with("mlx5: ")).collect();
+    let notice: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" WARN mlx5::device::front: "))
+        .collect();
     assert_eq!(notice.len(), 1, "one notice line: {stderr}");
     assert!(
         notice[0].ends_with("using the software device sim0"),

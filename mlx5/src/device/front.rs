@@ -133,7 +133,7 @@ impl Context {
     /// `open_auto` found no NIC (`why`): the software device `software`.
     #[cfg(feature = "sim")]
     fn fall_back(software: &str, why: &str) -> Result<Context, DeviceError> {
-        eprintln!("mlx5: {why}; using the software device {software}");
+        tracing::warn!("{why}; using the software device {software}");
         Self::open(software)
     }
 
