@@ -22,6 +22,9 @@
 //! is primary of to their backups (with `replicas` > 1), then requests
 //! already received are answered, later ones are refused with "shutting
 //! down", and every connection closes.
+//! Its log goes to stderr (`--log`, `--log-format`, `RUST_LOG`; see
+//! `kvs_server::logging`); its reports (the start lines, stats lines, the
+//! hand-off) to stdout.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
