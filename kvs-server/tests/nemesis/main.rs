@@ -136,6 +136,8 @@ const CI_RUNS: &[(&str, u64)] = &[
     ("r1-pause", 2),
     ("r2-pause", 3),
     ("r3-mixed", 4),
+    ("r2-wipe", 5),
+    ("r2-five", 6),
 ];
 
 /// The command line.
@@ -346,6 +348,10 @@ fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
 fn main() {
     let a = match args() {
         Ok(a) => a,
+        Err(e) if e == HELP => {
+            println!("{e}");
+            return;
+        }
         Err(e) => {
             eprintln!("{e}");
             std::process::exit(2);
