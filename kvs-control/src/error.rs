@@ -2,6 +2,10 @@
 
 use std::path::PathBuf;
 
+use kvs_proto::shard::BadMap;
+
+use crate::refusal::Refusal;
+
 /// The data dir could not be read or written, or holds something it should
 /// not.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +50,11 @@ pub enum GroupError {
         leader: Option<u16>,
     },
     /// The proposal is not valid against the committed state.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    /// Something else this member cannot take: a configuration that does
+    /// not hold together, a snapshot of another cluster, an entry it cannot
+    /// apply, a recovery it cannot lead.
     #[error("{0}")]
     Rejected(String),
     /// Another membership change is being committed (Raft takes one at a
@@ -63,4 +72,25 @@ pub enum GroupError {
     /// raft-rs refused (a bug here, or a peer of another cluster).
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
+}
+
+/// Bytes of the log that do not decode: a state (a snapshot's), a
+/// [`Command`](crate::Command) or a [`Membership`](crate::Membership)
+/// change.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    /// Not the JSON of one.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The state's map does not decode.
+    #[error(transparent)]
+    Map(#[from] BadMap),
+    /// The state has standings for another number of members than its map.
+    #[error("{standings} members' standings for a map of {members}")]
+    Standings {
+        /// Members' standings.
+        standings: usize,
+        /// Members in the map.
+        members: usize,
+    },
 }

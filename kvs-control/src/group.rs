@@ -103,7 +103,9 @@ use raft::{RawNode, StateRole, Storage as _};
 use crate::error::{GroupError, StorageError};
 use crate::identity::{ClusterId, Identity};
 use crate::lease::Leases;
-use crate::state::{Applied, ClusterState, Command, Founding, MemberState, Membership};
+use crate::member_state::MemberState;
+use crate::refusal::Refusal;
+use crate::state::{Applied, ClusterState, Command, Founding, Membership};
 use crate::storage::{DiskStorage, Recovery};
 use kvs_proto::ShardMap;
 
@@ -401,7 +403,7 @@ impl Group {
             let s = ClusterState::decode(snap.get_data()).map_err(|why| StorageError::Corrupt {
                 path: DiskStorage::dir_in(data_dir).join("snapshot"),
                 offset: 0,
-                why,
+                why: why.to_string(),
             })?;
             if s.cluster_id() != id.cluster_id {
                 return Err(StorageError::Identity(format!(
@@ -806,7 +808,7 @@ impl Group {
             return Err(self.not_leader());
         }
         let s = self.state.as_ref().ok_or_else(|| self.not_leader())?;
-        s.check_membership(change).map_err(GroupError::Rejected)?;
+        s.check_membership(change)?;
         if self.node.raft.has_pending_conf() {
             return Err(GroupError::Busy);
         }
@@ -953,7 +955,7 @@ impl Group {
                         }
                         state.apply(&cmd, at)
                     }
-                    Err(why) => Applied::Refused(format!("an entry that does not decode: {why}")),
+                    Err(why) => Applied::Refused(Refusal::BadEntry(why.to_string())),
                 },
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| {
@@ -970,14 +972,10 @@ impl Group {
                             }
                             done
                         }
-                        Err(why) => Applied::Refused(format!(
-                            "a membership change that does not decode: {why}"
-                        )),
+                        Err(why) => Applied::Refused(Refusal::BadChange(why.to_string())),
                     }
                 }
-                EntryType::EntryConfChangeV2 => {
-                    Applied::Refused("joint configuration changes are not used".into())
-                }
+                EntryType::EntryConfChangeV2 => Applied::Refused(Refusal::JointChange),
             };
             // An unsafe recovery forces its configuration on every member.
             if let Applied::Recovered { lost, demoted, .. } = &done {

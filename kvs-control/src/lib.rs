@@ -26,18 +26,22 @@ mod fragment;
 mod group;
 mod identity;
 mod lease;
+mod limits;
+mod member_state;
 mod migration;
 mod raft_log;
+mod refusal;
 mod replication;
 mod state;
 mod storage;
 mod wal;
 
-pub use error::{GroupError, StorageError};
+pub use error::{DecodeError, GroupError, StorageError};
 pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing, MIN_MAX_MESSAGE};
 pub use identity::{BadClusterId, ClusterId, Identity};
+pub use limits::{MEMBER_TIMEOUT_MS, REPLICAS};
+pub use member_state::MemberState;
 pub use migration::{chunk_slots, chunks, Chunk, Migration};
-pub use state::{
-    Applied, ClusterState, Command, Founding, MemberState, Membership, MEMBER_TIMEOUT_MS, REPLICAS,
-};
+pub use refusal::Refusal;
+pub use state::{Applied, ClusterState, Command, Founding, Membership};
 pub use storage::{DiskStorage, Recovery};

@@ -26,6 +26,8 @@ use kvs_proto::control::MigrationStatus;
 use kvs_proto::ShardMap;
 use serde::{Deserialize, Serialize};
 
+use crate::refusal::Refusal;
+
 /// The most slots handed over at once: an eighth of the map's, and no
 /// fewer than 64 (each chunk costs two map versions and a bulk connection
 /// per target worker, so chunks must not be too small; a cancel waits for
@@ -151,10 +153,10 @@ impl Migration {
         moves: &[(Range<u32>, u16)],
         now_ms: u64,
         spread: bool,
-    ) -> Result<Migration, String> {
+    ) -> Result<Migration, Refusal> {
         let todo: VecDeque<Chunk> = chunks(m, moves).into();
         if todo.is_empty() && !spread {
-            return Err("nothing to move: the target already owns those slots".into());
+            return Err(Refusal::NothingToMove);
         }
         Ok(Migration {
             moves: moves.iter().map(|(r, t)| (r.start, r.end, *t)).collect(),

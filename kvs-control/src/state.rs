@@ -18,32 +18,13 @@ use kvs_proto::control::MigrationStatus;
 use kvs_proto::{Member, ShardMap};
 use serde::{Deserialize, Serialize};
 
+use crate::error::DecodeError;
 use crate::identity::ClusterId;
+use crate::limits::{MAX_MAP_BYTES, MEMBER_TIMEOUT_MS, REPLICAS};
+use crate::member_state::MemberState;
 use crate::migration::Migration;
+use crate::refusal::Refusal;
 use crate::replication;
-
-/// The largest encoded map a migration may leave behind. A map travels
-/// whole in the group's snapshots and in answers to map fetches, which
-/// copyrpc's 1 MiB control rings carry up to 256 KiB at a time; a map
-/// in the middle of a migration can have the runs of the map before and
-/// after it, and a snapshot carries the migration's chunks beside it, so
-/// the limit leaves room for both (about 1 700 runs of slots; 1 024 slots
-/// cut one by one take 29 KiB).
-pub const MAX_MAP_BYTES: usize = 48 << 10;
-
-/// A member's standing in the group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemberState {
-    /// A member of the cluster, not known to have failed.
-    Up,
-    /// The leader heard nothing from it for `member_timeout`: its slots are
-    /// unavailable until it returns or is forgotten.
-    Failed,
-    /// Forgotten (`kvs-admin forget`): it owns nothing and its id is never
-    /// used again.
-    Left,
-}
 
 /// A change to the configuration, carried in a normal entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -307,7 +288,7 @@ pub enum Applied {
         lost_slots: u32,
     },
     /// The entry was not valid against the state, and changed nothing.
-    Refused(String),
+    Refused(Refusal),
 }
 
 /// The cluster's configuration.
@@ -375,14 +356,6 @@ pub struct Founding {
     pub member_timeout_ms: Option<u64>,
 }
 
-/// The copies of a slot a cluster may keep.
-pub const REPLICAS: std::ops::RangeInclusive<u8> = 1..=3;
-
-/// The group's `member_timeout` may be set to, in milliseconds: under 200
-/// ms a tick would be shorter than 5 ms, and no lease would fit in the
-/// timeout with two election timeouts to spare.
-pub const MEMBER_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 200..=60_000;
-
 impl ClusterState {
     /// A new cluster's first state: one member owning every slot, a voter.
     pub fn bootstrap(cluster_id: ClusterId, founding: Founding, map: ShardMap) -> ClusterState {
@@ -443,7 +416,7 @@ impl ClusterState {
 
     /// Whether `cmd` would start a migration, checked against this state
     /// (the leader asks before proposing, to answer with a clear error).
-    pub fn check_migration(&self, cmd: &Command) -> Result<(), String> {
+    pub fn check_migration(&self, cmd: &Command) -> Result<(), Refusal> {
         let moves = match cmd {
             Command::Migrate { moves, .. } => moves
                 .iter()
@@ -454,42 +427,41 @@ impl ClusterState {
                 return if self.migrating() {
                     Ok(())
                 } else {
-                    Err("no migration is running".into())
+                    Err(Refusal::NoMigration)
                 }
             }
             _ => return Ok(()),
         };
         if let Some(g) = self.migration.as_ref().filter(|g| g.running()) {
             let s = g.status(0);
-            return Err(format!(
-                "a migration is already running ({} of {} slots moved); wait for it or cancel it",
-                s.slots_done, s.slots_total
-            ));
+            return Err(Refusal::MigrationRunning {
+                done: s.slots_done,
+                total: s.slots_total,
+            });
         }
         let slots = self.map.slots();
         for (r, to) in &moves {
             if r.start >= r.end || r.end > slots {
-                return Err(format!(
-                    "slot range {}..{} out of bounds: the cluster has {slots} slots (0-{})",
-                    r.start,
-                    r.end,
-                    slots - 1
-                ));
+                return Err(Refusal::SlotsOutOfBounds {
+                    first: r.start,
+                    end: r.end,
+                    slots,
+                });
             }
             match self.member_state(*to) {
                 Some(MemberState::Up) => {}
                 None => {
-                    return Err(format!(
-                        "no member {to}: the cluster has members 0-{}",
-                        self.member_count() - 1
-                    ))
+                    return Err(Refusal::NoTarget {
+                        member: *to,
+                        members: self.member_count(),
+                    })
                 }
-                Some(s) => return Err(format!("member {to} is {s:?}; it cannot take slots")),
+                Some(state) => return Err(Refusal::TargetNotUp { member: *to, state }),
             }
         }
         let spread = self.spreads(cmd);
         if moves.is_empty() && (!spread || self.spread_moves(&self.map).is_empty()) {
-            return Err("nothing to move: the slots are spread evenly already".into());
+            return Err(Refusal::Balanced);
         }
         Migration::new(&self.map, &moves, 0, spread)?;
         // The map after it must fit the messages the group carries.
@@ -499,13 +471,10 @@ impl ClusterState {
             let _ = after.finish_import(c.first..c.end);
         }
         if after.encoded_len() > MAX_MAP_BYTES {
-            return Err(format!(
-                "the map after this migration would cut the slots into {} runs ({} bytes), \
-                 more than the {MAX_MAP_BYTES} bytes the control group carries for a map: \
-                 move longer ranges of contiguous slots",
-                after.runs().len(),
-                after.encoded_len()
-            ));
+            return Err(Refusal::MapTooLarge {
+                runs: after.runs().len(),
+                bytes: after.encoded_len(),
+            });
         }
         Ok(())
     }
@@ -634,7 +603,7 @@ impl ClusterState {
 
     /// Whether `change` would be applied, checked against this state (the
     /// leader asks before proposing; applying asks again).
-    pub fn check_membership(&self, change: &Membership) -> Result<(), String> {
+    pub fn check_membership(&self, change: &Membership) -> Result<(), Refusal> {
         match change {
             Membership::Join {
                 member,
@@ -643,63 +612,59 @@ impl ClusterState {
                 ..
             } => {
                 if *member != self.member_count() {
-                    return Err(format!(
-                        "the next member id is {}, not {member}",
-                        self.member_count()
-                    ));
+                    return Err(Refusal::NotNextId {
+                        member: *member,
+                        next: self.member_count(),
+                    });
                 }
                 if let Some(m) = self.member_at(*addr) {
-                    return Err(format!("{addr} is member {m} already"));
+                    return Err(Refusal::MemberAlready {
+                        addr: *addr,
+                        member: m,
+                    });
                 }
                 if *workers == 0 || *workers > kvs_proto::shard::MAX_WORKERS {
-                    return Err(format!("{workers} workers is out of range"));
+                    return Err(Refusal::Workers(*workers));
                 }
                 if self.member_count() >= kvs_proto::shard::MAX_MEMBERS {
-                    return Err("the cluster has as many members as it may".into());
+                    return Err(Refusal::Full);
                 }
                 Ok(())
             }
             Membership::Voter { member, voter } => match self.member_state(*member) {
-                None | Some(MemberState::Left) => Err(format!("there is no member {member}")),
-                _ if self.is_voter(*member) == *voter => Err(format!(
-                    "member {member} {} already",
-                    if *voter { "votes" } else { "does not vote" }
-                )),
-                _ if !voter && self.live_voters().count() <= 1 => {
-                    Err(format!("member {member} is the control group's last voter"))
-                }
+                None | Some(MemberState::Left) => Err(Refusal::NoMember(*member)),
+                _ if self.is_voter(*member) == *voter => Err(Refusal::VoterAlready {
+                    member: *member,
+                    voter: *voter,
+                }),
+                _ if !voter && self.live_voters().count() <= 1 => Err(Refusal::LastVoter(*member)),
                 _ => Ok(()),
             },
             Membership::Forget { member, force, .. } => {
                 match self.member_state(*member) {
-                    None => return Err(format!("there is no member {member}")),
-                    Some(MemberState::Left) => {
-                        return Err(format!("member {member} was forgotten already"))
-                    }
+                    None => return Err(Refusal::NoMember(*member)),
+                    Some(MemberState::Left) => return Err(Refusal::Forgotten(*member)),
                     _ => {}
                 }
                 let held = self.map.slots_of(*member);
                 let importing =
                     (0..self.map.slots()).any(|s| self.map.importing_from(s) == Some(*member));
                 if (held > 0 || importing) && !force {
-                    return Err(format!(
-                        "member {member} owns {held} slots; move them away first \
-                         (kvs-admin migrate), or forget it with --force: slots with a \
-                         ready backup fail over to it, the others' records are lost"
-                    ));
+                    return Err(Refusal::OwnsSlots {
+                        member: *member,
+                        held,
+                    });
                 }
                 let others = self
                     .live_members()
                     .filter(|&m| m != *member && self.member_state(m) == Some(MemberState::Up))
                     .count();
                 if held > 0 && others == 0 {
-                    return Err(format!(
-                        "no other member is up to take member {member}'s slots"
-                    ));
+                    return Err(Refusal::NoTaker(*member));
                 }
                 if self.is_voter(*member) && self.live_voters().filter(|v| v != member).count() == 0
                 {
-                    return Err(format!("member {member} is the control group's last voter"));
+                    return Err(Refusal::LastVoter(*member));
                 }
                 Ok(())
             }
@@ -802,7 +767,7 @@ impl ClusterState {
                     workers,
                     bulk_port,
                 }) {
-                    return Applied::Refused(e.to_string());
+                    return Applied::Refused(e.into());
                 }
                 self.members.push(Standing {
                     state: MemberState::Up,
@@ -852,10 +817,11 @@ impl ClusterState {
                 let to = takers[turn % takers.len()];
                 turn += 1;
                 if map.assign(r.slots.clone(), to, None).is_err() {
-                    return Applied::Refused(format!(
-                        "cannot give slots {}..{} to member {to}",
-                        r.slots.start, r.slots.end
-                    ));
+                    return Applied::Refused(Refusal::CannotGive {
+                        first: r.slots.start,
+                        end: r.slots.end,
+                        to,
+                    });
                 }
             }
         }
@@ -895,7 +861,7 @@ impl ClusterState {
                     g.cancel();
                     self.step_migration(at, Some(*at_ms))
                 }
-                _ => Applied::Refused("no migration is running".into()),
+                _ => Applied::Refused(Refusal::NoMigration),
             },
             Command::ImportDone {
                 version,
@@ -921,7 +887,7 @@ impl ClusterState {
                     self.fail_over(member, at);
                     Applied::Failed(member)
                 }
-                s => Applied::Refused(format!("member {member} is {s:?}, not up")),
+                state => Applied::Refused(Refusal::NotUp { member, state }),
             },
             &Command::MarkUp { member } => match self.member_state(member) {
                 Some(MemberState::Failed) => {
@@ -930,7 +896,7 @@ impl ClusterState {
                     self.reconcile(at);
                     Applied::Up(member)
                 }
-                s => Applied::Refused(format!("member {member} is {s:?}, not failed")),
+                state => Applied::Refused(Refusal::NotFailed { member, state }),
             },
             &Command::Restarted { member, nonce } => match self.member_state(member) {
                 Some(MemberState::Up | MemberState::Failed) => {
@@ -940,7 +906,7 @@ impl ClusterState {
                     self.fail_over(member, at);
                     Applied::Restarted { member, nonce }
                 }
-                s => Applied::Refused(format!("member {member} is {s:?}")),
+                state => Applied::Refused(Refusal::NotRestartable { member, state }),
             },
             &Command::HandOver {
                 first,
@@ -1002,7 +968,7 @@ impl ClusterState {
                     moved: before - self.map.slots_of(member),
                 }
             }
-            s => Applied::Refused(format!("member {member} is {s:?}, not up")),
+            state => Applied::Refused(Refusal::NotUp { member, state }),
         }
     }
 
@@ -1010,9 +976,7 @@ impl ClusterState {
     /// each slot (1 to 3), and the map is reconciled to it.
     fn set_replicas(&mut self, replicas: u8, at: (u64, u64)) -> Applied {
         if !REPLICAS.contains(&replicas) {
-            return Applied::Refused(format!(
-                "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
-            ));
+            return Applied::Refused(Refusal::Replicas(replicas));
         }
         self.replicas = replicas;
         if self.reconcile(at) {
@@ -1025,24 +989,17 @@ impl ClusterState {
     /// Whether `survivor` may recover the group without `lost`
     /// ([`Command::UnsafeRecover`]): it is a voter and not lost, and each
     /// lost member is a member that has not left.
-    pub fn check_recovery(&self, survivor: u16, lost: &[u16]) -> Result<(), String> {
+    pub fn check_recovery(&self, survivor: u16, lost: &[u16]) -> Result<(), Refusal> {
         if !self.is_voter(survivor) {
-            return Err(format!(
-                "member {survivor} does not vote in the control group: run unsafe-recover on \
-                 a surviving voter"
-            ));
+            return Err(Refusal::SurvivorNotVoter(survivor));
         }
         if lost.is_empty() {
-            return Err("name the members lost for good".into());
+            return Err(Refusal::NoneLost);
         }
         for &m in lost {
             match self.member_state(m) {
-                _ if m == survivor => {
-                    return Err(format!("member {m} is the one recovering, not lost"))
-                }
-                None | Some(MemberState::Left) => {
-                    return Err(format!("there is no member {m} (or it was forgotten)"))
-                }
+                _ if m == survivor => return Err(Refusal::SurvivorLost(m)),
+                None | Some(MemberState::Left) => return Err(Refusal::NoLostMember(m)),
                 _ => {}
             }
         }
@@ -1098,11 +1055,7 @@ impl ClusterState {
     /// `ms`, if within [`MEMBER_TIMEOUT_MS`].
     fn set_member_timeout(&mut self, ms: u64) -> Applied {
         if !MEMBER_TIMEOUT_MS.contains(&ms) {
-            return Applied::Refused(format!(
-                "member_timeout = {ms} ms: it must be within {}..={} ms",
-                MEMBER_TIMEOUT_MS.start(),
-                MEMBER_TIMEOUT_MS.end()
-            ));
+            return Applied::Refused(Refusal::MemberTimeout(ms));
         }
         if self.member_timeout_ms == Some(ms) {
             return Applied::Nothing;
@@ -1117,26 +1070,24 @@ impl ClusterState {
     fn replace_map(&mut self, map: &[u8], at: (u64, u64)) -> Applied {
         let m = match ShardMap::decode(map) {
             Ok(m) => m,
-            Err(e) => return Applied::Refused(e.to_string()),
+            Err(e) => return Applied::Refused(e.into()),
         };
         if m.version() != self.map.version() + 1 {
-            return Applied::Refused(format!(
-                "map version {} does not follow {}",
-                m.version(),
-                self.map.version()
-            ));
+            return Applied::Refused(Refusal::MapVersion {
+                version: m.version(),
+                current: self.map.version(),
+            });
         }
         if m.slots() != self.map.slots() || m.members() != self.map.members() {
-            return Applied::Refused(
-                "a map command may change owners only, not slots or members".into(),
-            );
+            return Applied::Refused(Refusal::MapShape);
         }
         for r in m.runs() {
             if self.member_state(r.owner.member) == Some(MemberState::Left) {
-                return Applied::Refused(format!(
-                    "slots {}..{} given to member {}, which left",
-                    r.slots.start, r.slots.end, r.owner.member
-                ));
+                return Applied::Refused(Refusal::GivenToLeft {
+                    first: r.slots.start,
+                    end: r.slots.end,
+                    member: r.owner.member,
+                });
             }
         }
         let v = m.version();
@@ -1162,15 +1113,16 @@ impl ClusterState {
             .filter(|g| g.running())
             .and_then(|g| g.hand_over_due(&self.map));
         if due.is_none_or(|c| (c.first, c.end, c.to) != (first, end, to)) {
-            return Applied::Refused(format!(
-                "slots {first}..{end} are not ready to be handed to member {to}"
-            ));
+            return Applied::Refused(Refusal::HandOverNotDue { first, end, to });
         }
         let mut map = self.map.clone();
-        if let Err(e) = map.hand_over(slots, to) {
-            return Applied::Refused(format!(
-                "slots {first}..{end} cannot be handed to member {to}: {e}"
-            ));
+        if let Err(why) = map.hand_over(slots, to) {
+            return Applied::Refused(Refusal::HandOver {
+                first,
+                end,
+                to,
+                why,
+            });
         }
         self.set_map(map, at);
         // The copy one too many goes; then the next chunk starts
@@ -1236,13 +1188,14 @@ impl ClusterState {
         at: (u64, u64),
     ) -> Applied {
         match self.member_state(member) {
-            Some(MemberState::Left) | None => {
-                return Applied::Refused(format!("there is no member {member}"))
-            }
+            Some(MemberState::Left) | None => return Applied::Refused(Refusal::NoMember(member)),
             _ => {}
         }
         if let Some(other) = self.member_at(addr).filter(|&o| o != member) {
-            return Applied::Refused(format!("{addr} is member {other}'s address"));
+            return Applied::Refused(Refusal::AddressOf {
+                addr,
+                member: other,
+            });
         }
         let mut map = self.map.clone();
         let _ = map.set_member_addr(member, addr);
@@ -1302,15 +1255,14 @@ impl ClusterState {
     }
 
     /// The state in a snapshot's bytes.
-    pub fn decode(b: &[u8]) -> Result<ClusterState, String> {
-        let s: Snap = serde_json::from_slice(b).map_err(|e| e.to_string())?;
-        let map = ShardMap::decode(&s.map).map_err(|e| e.to_string())?;
+    pub fn decode(b: &[u8]) -> Result<ClusterState, DecodeError> {
+        let s: Snap = serde_json::from_slice(b)?;
+        let map = ShardMap::decode(&s.map)?;
         if s.members.len() != map.members().len() {
-            return Err(format!(
-                "{} members' standings for a map of {}",
-                s.members.len(),
-                map.members().len()
-            ));
+            return Err(DecodeError::Standings {
+                standings: s.members.len(),
+                members: map.members().len(),
+            });
         }
         Ok(ClusterState {
             cluster_id: s.cluster_id,
@@ -1332,8 +1284,8 @@ impl Command {
     }
 
     /// The command in an entry's bytes.
-    pub fn decode(b: &[u8]) -> Result<Command, String> {
-        serde_json::from_slice(b).map_err(|e| e.to_string())
+    pub fn decode(b: &[u8]) -> Result<Command, DecodeError> {
+        Ok(serde_json::from_slice(b)?)
     }
 }
 
@@ -1344,8 +1296,8 @@ impl Membership {
     }
 
     /// The change in a context's bytes.
-    pub fn decode(b: &[u8]) -> Result<Membership, String> {
-        serde_json::from_slice(b).map_err(|e| e.to_string())
+    pub fn decode(b: &[u8]) -> Result<Membership, DecodeError> {
+        Ok(serde_json::from_slice(b)?)
     }
 }
 
@@ -1566,7 +1518,7 @@ mod tests {
         let Applied::Refused(why) = s.apply_membership(&f, (8, 1)) else {
             panic!("forget of a member with slots went through")
         };
-        assert!(why.contains("owns 64 slots"), "{why}");
+        assert!(why.to_string().contains("owns 64 slots"), "{why}");
         // Member 2 owns nothing: it goes.
         let f2 = Membership::Forget {
             member: 2,
@@ -1844,7 +1796,7 @@ mod tests {
             moves: (0..16384).step_by(2).map(|a| (a, a + 1, 1)).collect(),
             at_ms: 0,
         };
-        let e = s.check_migration(&shred).unwrap_err();
+        let e = s.check_migration(&shred).unwrap_err().to_string();
         assert!(
             e.contains("16384 runs") && e.contains("longer ranges"),
             "{e}"
@@ -1878,6 +1830,7 @@ mod tests {
         assert!(s
             .check_migration(&bad)
             .unwrap_err()
+            .to_string()
             .contains("out of bounds"));
         let go = Command::Migrate {
             moves: vec![(0, 40, 1)],
@@ -1892,6 +1845,7 @@ mod tests {
         assert!(s
             .check_migration(&go)
             .unwrap_err()
+            .to_string()
             .contains("already running"));
         // A report of another version or of part of the chunk: no step.
         let report = |version, a, b| Command::ImportDone {

@@ -35,9 +35,7 @@ impl Group {
         let state = self.state.as_ref().ok_or_else(|| {
             GroupError::Rejected("this member has not been given the cluster's state".into())
         })?;
-        state
-            .check_recovery(self.me, lost)
-            .map_err(GroupError::Rejected)?;
+        state.check_recovery(self.me, lost)?;
         let me = self.me;
         let demoted: Vec<u16> = state
             .live_members()

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use super::{Event, Group, GroupConfig};
 use crate::error::GroupError;
-use crate::state::{ClusterState, Command, MEMBER_TIMEOUT_MS};
+use crate::limits::MEMBER_TIMEOUT_MS;
+use crate::refusal::Refusal;
+use crate::state::{ClusterState, Command};
 
 impl GroupConfig {
     /// This timing with `member_timeout` instead of its own: the tick and
@@ -44,11 +46,7 @@ impl Group {
     pub fn propose_member_timeout(&mut self, member_timeout: Duration) -> Result<(), GroupError> {
         let ms = u64::try_from(member_timeout.as_millis()).unwrap_or(u64::MAX);
         if !MEMBER_TIMEOUT_MS.contains(&ms) {
-            return Err(GroupError::Rejected(format!(
-                "member_timeout = {ms} ms: it must be within {}..={} ms",
-                MEMBER_TIMEOUT_MS.start(),
-                MEMBER_TIMEOUT_MS.end()
-            )));
+            return Err(Refusal::MemberTimeout(ms).into());
         }
         self.cfg
             .with_member_timeout(Duration::from_millis(ms))

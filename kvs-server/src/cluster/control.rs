@@ -30,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use copyrpc::conn::{Connection, PendingConnection};
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, RecvHandle, Waker};
-use kvs_control::{Applied, Command, Event, Group, MemberState};
+use kvs_control::{Applied, Command, Event, Group, MemberState, Refusal};
 use kvs_proto::control::{
     ControlReply, ControlRequest, GroupMember, GroupView, MemberStatus, WorkerStatus,
 };
@@ -550,9 +550,7 @@ impl State {
     /// Proposes that the cluster keep `replicas` copies of each slot.
     fn set_replicas(&mut self, replicas: u8) -> ControlReply {
         if !kvs_control::REPLICAS.contains(&replicas) {
-            return ControlReply::error(format!(
-                "replicas = {replicas}: a cluster keeps 1 to 3 copies of each slot"
-            ));
+            return ControlReply::error(Refusal::Replicas(replicas).to_string());
         }
         match self.group.propose(&Command::SetReplicas { replicas }) {
             Ok(()) => ControlReply::Ok,
@@ -632,10 +630,11 @@ impl State {
             return Err(Box::new(self.leader_is()));
         };
         if let Err(why) = s.check_migration(cmd) {
-            if matches!(cmd, Command::Rebalance { .. }) && why.starts_with("nothing to move") {
+            let nothing = matches!(why, Refusal::Balanced | Refusal::NothingToMove);
+            if matches!(cmd, Command::Rebalance { .. }) && nothing {
                 return Err(Box::new(ControlReply::Ok));
             }
-            return Err(Box::new(ControlReply::error(why)));
+            return Err(Box::new(ControlReply::error(why.to_string())));
         }
         self.group
             .propose(cmd)
@@ -763,7 +762,9 @@ impl State {
                     force,
                     at_ms: 0,
                 };
-                s.check_membership(&change).err().map(ControlReply::error)
+                s.check_membership(&change)
+                    .err()
+                    .map(|why| ControlReply::error(why.to_string()))
             }
         }
     }
