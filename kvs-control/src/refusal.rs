@@ -66,7 +66,7 @@ pub enum Refusal {
     #[error("nothing to move: the target already owns those slots")]
     NothingToMove,
     /// The map after a migration would not fit the group's messages
-    /// ([`MAX_MAP_BYTES`]).
+    /// (48 KiB).
     #[error(
         "the map after this migration would cut the slots into {runs} runs ({bytes} bytes), \
          more than the {max} bytes the control group carries for a map: \

@@ -1,0 +1,51 @@
+//! States and commands the state machine's tests share.
+
+use std::net::SocketAddr;
+
+use kvs_proto::ShardMap;
+
+use super::{Applied, ClusterState, Command, Founding, Membership};
+use crate::identity::ClusterId;
+
+pub(super) fn addr(p: u16) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1], p))
+}
+
+pub(super) fn founding(control_voters: u16) -> Founding {
+    Founding {
+        control_voters,
+        replicas: 1,
+        zone: None,
+        member_timeout_ms: Some(1000),
+    }
+}
+
+/// A copy of `slots` on `member`, begun under map `since`, is ready.
+pub(super) fn ready_cmd(member: u16, slots: Vec<(u32, u32)>, since: u32) -> Command {
+    Command::BackupReady {
+        member,
+        slots,
+        since,
+        records: 0,
+        bytes: 0,
+    }
+}
+
+pub(super) fn three() -> ClusterState {
+    let map = ShardMap::single(addr(7000), 64, 2).unwrap();
+    let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), founding(2), map);
+    for (i, p) in [(1u16, 7001u16), (2, 7002)] {
+        let j = Membership::Join {
+            member: i,
+            addr: addr(p),
+            workers: 2,
+            bulk_port: 9000 + i,
+            zone: None,
+        };
+        assert_eq!(
+            s.apply_membership(&j, (u64::from(i) + 1, 1)),
+            Applied::Joined(i)
+        );
+    }
+    s
+}

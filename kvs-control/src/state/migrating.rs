@@ -1,0 +1,413 @@
+//! Migrations in the state: the checks before one starts, its start, its
+//! steps as targets report and sources hand chunks over.
+
+use kvs_proto::control::MigrationStatus;
+use kvs_proto::ShardMap;
+
+use super::{Applied, ClusterState, Command};
+use crate::limits::MAX_MAP_BYTES;
+use crate::member_state::MemberState;
+use crate::migration::Migration;
+use crate::refusal::Refusal;
+use crate::replication;
+
+impl ClusterState {
+    /// The migration running, or the last one, as of `now_ms` (Unix
+    /// milliseconds).
+    pub fn migration_status(&self, now_ms: u64) -> Option<MigrationStatus> {
+        self.migration.as_ref().map(|g| g.status(now_ms))
+    }
+
+    /// The chunk a migration is copying, if its source may hand it over
+    /// now ([`Command::HandOver`]): the source is still each slot's
+    /// primary and the target a ready backup of each.
+    pub fn hand_over_due(&self) -> Option<crate::migration::Chunk> {
+        self.migration
+            .as_ref()
+            .filter(|g| g.running())
+            .and_then(|g| g.hand_over_due(&self.map))
+    }
+
+    /// Whether a migration is running.
+    pub fn migrating(&self) -> bool {
+        self.migration.as_ref().is_some_and(Migration::running)
+    }
+
+    /// Whether `cmd` would start a migration, checked against this state
+    /// (the leader asks before proposing, to answer with a clear error).
+    pub fn check_migration(&self, cmd: &Command) -> Result<(), Refusal> {
+        let moves = match cmd {
+            Command::Migrate { moves, .. } => moves
+                .iter()
+                .map(|&(a, b, to)| (a..b, to))
+                .collect::<Vec<_>>(),
+            Command::Rebalance { .. } => self.rebalance_moves(),
+            Command::Cancel { .. } => {
+                return if self.migrating() {
+                    Ok(())
+                } else {
+                    Err(Refusal::NoMigration)
+                }
+            }
+            _ => return Ok(()),
+        };
+        if let Some(g) = self.migration.as_ref().filter(|g| g.running()) {
+            let s = g.status(0);
+            return Err(Refusal::MigrationRunning {
+                done: s.slots_done,
+                total: s.slots_total,
+            });
+        }
+        let slots = self.map.slots();
+        for (r, to) in &moves {
+            if r.start >= r.end || r.end > slots {
+                return Err(Refusal::SlotsOutOfBounds {
+                    first: r.start,
+                    end: r.end,
+                    slots,
+                });
+            }
+            match self.member_state(*to) {
+                Some(MemberState::Up) => {}
+                None => {
+                    return Err(Refusal::NoTarget {
+                        member: *to,
+                        members: self.member_count(),
+                    })
+                }
+                Some(state) => return Err(Refusal::TargetNotUp { member: *to, state }),
+            }
+        }
+        let spread = self.spreads(cmd);
+        if moves.is_empty() && (!spread || self.spread_moves(&self.map).is_empty()) {
+            return Err(Refusal::Balanced);
+        }
+        Migration::new(&self.map, &moves, 0, spread)?;
+        // The map after it must fit the messages the group carries.
+        let mut after = self.map.clone();
+        for c in crate::migration::chunks(&self.map, &moves) {
+            let _ = after.assign(c.first..c.end, c.to, Some(c.from));
+            let _ = after.finish_import(c.first..c.end);
+        }
+        if after.encoded_len() > MAX_MAP_BYTES {
+            return Err(Refusal::MapTooLarge {
+                runs: after.runs().len(),
+                bytes: after.encoded_len(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `cmd`'s migration spreads the backups too (a rebalance,
+    /// with replicas).
+    fn spreads(&self, cmd: &Command) -> bool {
+        matches!(cmd, Command::Rebalance { .. }) && self.replicas >= 2
+    }
+
+    /// The backup moves that would even out the copies on `map`.
+    fn spread_moves(&self, map: &ShardMap) -> Vec<(std::ops::Range<u32>, u16, u16)> {
+        let up: Vec<u16> = self.up_members().collect();
+        replication::spread(map, &up, |m| self.zone(m).map(str::to_string))
+    }
+
+    fn rebalance_moves(&self) -> Vec<(std::ops::Range<u32>, u16)> {
+        let up: Vec<u16> = self.up_members().collect();
+        self.map.rebalance_moves_among(&up)
+    }
+
+    /// A `Migrate` or `Rebalance` command (`cmd`) at `at_ms`: plans its
+    /// moves, when no migration runs, and takes the first step.
+    pub(super) fn start_migration(&mut self, cmd: &Command, at_ms: u64, at: (u64, u64)) -> Applied {
+        if let Err(why) = self.check_migration(cmd) {
+            return Applied::Refused(why);
+        }
+        let moves: Vec<(std::ops::Range<u32>, u16)> = match cmd {
+            Command::Migrate { moves, .. } => moves.iter().map(|&(a, b, to)| (a..b, to)).collect(),
+            _ => self.rebalance_moves(),
+        };
+        match Migration::new(&self.map, &moves, at_ms, self.spreads(cmd)) {
+            Ok(g) => self.migration = Some(g),
+            Err(why) => return Applied::Refused(why),
+        }
+        self.step_migration(at, Some(at_ms))
+    }
+
+    /// A `HandOver` command: the running migration's due chunk `slots`
+    /// goes to member `to`; the copy one too many goes, and the migration
+    /// steps on.
+    pub(super) fn hand_over_chunk(
+        &mut self,
+        slots: std::ops::Range<u32>,
+        to: u16,
+        at_ms: u64,
+        at: (u64, u64),
+    ) -> Applied {
+        let (first, end) = (slots.start, slots.end);
+        let due = self
+            .migration
+            .as_ref()
+            .filter(|g| g.running())
+            .and_then(|g| g.hand_over_due(&self.map));
+        if due.is_none_or(|c| (c.first, c.end, c.to) != (first, end, to)) {
+            return Applied::Refused(Refusal::HandOverNotDue { first, end, to });
+        }
+        let mut map = self.map.clone();
+        if let Err(why) = map.hand_over(slots, to) {
+            return Applied::Refused(Refusal::HandOver {
+                first,
+                end,
+                to,
+                why,
+            });
+        }
+        self.set_map(map, at);
+        // The copy one too many goes; then the next chunk starts
+        // (or the backups' moves are planned, on the map without
+        // it).
+        self.reconcile(at);
+        self.step_migration(at, Some(at_ms));
+        Applied::Map(self.map.version())
+    }
+
+    /// The migration's next step, if it takes one: a new map.
+    pub(super) fn step_migration(&mut self, at: (u64, u64), now_ms: Option<u64>) -> Applied {
+        let up: Vec<u16> = self.up_members().collect();
+        let Some(mut g) = self.migration.take() else {
+            return Applied::Nothing;
+        };
+        let mut m = self.map.clone();
+        let version = m.version() + 1;
+        g.step(
+            &mut m,
+            version,
+            (now_ms, self.replicas, &up),
+            &|map: &ShardMap| self.spread_moves(map),
+        );
+        self.migration = Some(g);
+        if m == self.map {
+            return Applied::Nothing;
+        }
+        self.set_map(m, at);
+        // Slots whose import ended get their backups.
+        self.reconcile(at);
+        Applied::Map(self.map.version())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::fixtures::*;
+    use crate::state::*;
+
+    #[test]
+    fn with_replicas_a_migration_copies_then_hands_over_on_the_sources_word() {
+        let mut s = three();
+        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        // Member 0's slots are backed up on member 1, ready.
+        let since = s.map().version();
+        let ready = |member, a, b| ready_cmd(member, vec![(a, b)], since);
+        s.apply(&ready(1, 0, 64), (11, 1));
+        assert_eq!(s.under_replicated(), 0);
+        let go = Command::Migrate {
+            moves: vec![(0, 32, 2)],
+            at_ms: 1,
+        };
+        assert!(matches!(s.apply(&go, (12, 1)), Applied::Map(_)));
+        // Member 2 is copied the chunk as one more backup; member 0 keeps
+        // serving it with its ready backup.
+        assert_eq!(s.map().owner_of_slot(5).member, 0);
+        assert_eq!(s.map().backups(5).len(), 2);
+        assert_eq!(s.under_replicated(), 0);
+        assert!(s.hand_over_due().is_none());
+        let over = Command::HandOver {
+            first: 0,
+            end: 32,
+            to: 2,
+            at_ms: 2,
+        };
+        assert!(matches!(s.apply(&over, (13, 1)), Applied::Refused(_)));
+        // A reconcile (here, on the replicas entry) keeps the copy.
+        s.apply(&Command::SetReplicas { replicas: 2 }, (14, 1));
+        assert_eq!(s.map().backups(5).len(), 2);
+        let since = s.map().version();
+        let copied = Command::BackupReady {
+            member: 2,
+            slots: vec![(0, 32)],
+            since,
+            records: 5,
+            bytes: 500,
+        };
+        s.apply(&copied, (15, 1));
+        let due = s.hand_over_due().unwrap();
+        assert_eq!((due.first, due.end, due.from, due.to), (0, 32, 0, 2));
+        // Another chunk, or another target, is refused.
+        let wrong = Command::HandOver {
+            first: 0,
+            end: 16,
+            to: 2,
+            at_ms: 2,
+        };
+        assert!(matches!(s.apply(&wrong, (16, 1)), Applied::Refused(_)));
+        assert!(matches!(s.apply(&over, (17, 1)), Applied::Map(_)));
+        // Member 2 serves the chunk with one ready backup (the busier of
+        // members 0 and 1 gave up its copy), and the migration is over.
+        for x in 0..32 {
+            assert_eq!(s.map().owner_of_slot(x).member, 2);
+            let b = s.map().backups(x);
+            assert_eq!(b.len(), 1, "{x}");
+            assert!(b[0].ready);
+        }
+        assert_eq!(s.under_replicated(), 0);
+        assert!(!s.migrating());
+        let st = s.migration_status(3).unwrap();
+        assert_eq!((st.slots_done, st.error), (32, None));
+        // The copy's records and bytes count as the migration's.
+        assert_eq!((st.records, st.bytes), (5, 500));
+    }
+
+    #[test]
+    fn a_migration_that_would_shred_the_map_past_a_message_is_refused() {
+        let map = ShardMap::single(addr(7000), 16384, 1).unwrap();
+        let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), founding(3), map);
+        let j = Membership::Join {
+            member: 1,
+            addr: addr(7001),
+            workers: 1,
+            bulk_port: 9001,
+            zone: None,
+        };
+        assert_eq!(s.apply_membership(&j, (2, 1)), Applied::Joined(1));
+        // Every other slot: 16 384 runs.
+        let shred = Command::Migrate {
+            moves: (0..16384).step_by(2).map(|a| (a, a + 1, 1)).collect(),
+            at_ms: 0,
+        };
+        let e = s.check_migration(&shred).unwrap_err().to_string();
+        assert!(
+            e.contains("16384 runs") && e.contains("longer ranges"),
+            "{e}"
+        );
+        let v = s.map().version();
+        assert!(matches!(s.apply(&shred, (3, 1)), Applied::Refused(_)));
+        assert_eq!(s.map().version(), v, "a refused entry changes nothing");
+        // Half the slots in one range: two runs.
+        let half = Command::Migrate {
+            moves: vec![(0, 8192, 1)],
+            at_ms: 0,
+        };
+        s.check_migration(&half).unwrap();
+        // Up to the limit's worth of runs is fine.
+        let runs = (MAX_MAP_BYTES / kvs_proto::shard::RUN_BYTES / 2) as u32 - 16;
+        let many = Command::Migrate {
+            moves: (0..runs).map(|i| (4 * i, 4 * i + 2, 1)).collect(),
+            at_ms: 0,
+        };
+        s.check_migration(&many).unwrap();
+    }
+
+    #[test]
+    fn a_migration_runs_in_the_log_chunk_by_chunk_on_the_targets_reports() {
+        let mut s = three();
+        let v0 = s.map().version();
+        let bad = Command::Migrate {
+            moves: vec![(0, 300, 1)],
+            at_ms: 0,
+        };
+        assert!(s
+            .check_migration(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("out of bounds"));
+        let go = Command::Migrate {
+            moves: vec![(0, 40, 1)],
+            at_ms: 1000,
+        };
+        s.check_migration(&go).unwrap();
+        // The handover: the target owns the chunk and imports it.
+        assert_eq!(s.apply(&go, (20, 2)), Applied::Map(v0 + 1));
+        assert_eq!(s.map().owner_of_slot(5).member, 1);
+        assert_eq!(s.map().importing_from(5), Some(0));
+        assert!(s.migrating());
+        assert!(s
+            .check_migration(&go)
+            .unwrap_err()
+            .to_string()
+            .contains("already running"));
+        // A report of another version or of part of the chunk: no step.
+        let report = |version, a, b| Command::ImportDone {
+            version,
+            slots: vec![(a, b)],
+            records: 3,
+            bytes: 30,
+            lost: None,
+            at_ms: 3000,
+        };
+        assert_eq!(s.apply(&report(v0, 0, 40), (21, 2)), Applied::Nothing);
+        assert_eq!(s.apply(&report(v0 + 1, 0, 20), (22, 2)), Applied::Nothing);
+        // The whole chunk in: the map ends the import, and the migration.
+        assert_eq!(
+            s.apply(&report(v0 + 1, 20, 40), (23, 2)),
+            Applied::Map(v0 + 2)
+        );
+        assert_eq!(s.map().importing_from(5), None);
+        let st = s.migration_status(9000).unwrap();
+        assert!(st.finished && st.slots_done == 40 && st.records == 6);
+        assert_eq!(st.seconds, 2.0);
+        // Rebalance spreads over the members that are up only.
+        s.apply(&Command::MarkFailed { member: 2 }, (24, 2));
+        assert_eq!(
+            s.apply(&Command::Rebalance { at_ms: 0 }, (25, 2)),
+            Applied::Map(v0 + 3)
+        );
+        assert!(s.map().runs().iter().all(|r| r.owner.member != 2));
+        assert!(matches!(
+            s.apply(&Command::Rebalance { at_ms: 0 }, (26, 2)),
+            Applied::Refused(_)
+        ));
+        // Cancel stops after the chunk being pulled.
+        assert_eq!(
+            s.apply(&Command::Cancel { at_ms: 0 }, (27, 2)),
+            Applied::Nothing
+        );
+        assert!(!s.migrating() || s.migration_status(0).unwrap().cancelled);
+    }
+
+    #[test]
+    fn forgetting_a_migrations_source_ends_its_chunk_with_the_loss_named() {
+        let mut s = three();
+        s.apply(
+            &Command::Migrate {
+                moves: vec![(0, 64, 1)],
+                at_ms: 0,
+            },
+            (20, 2),
+        );
+        assert!(s.migrating());
+        assert_eq!(s.map().importing_from(3), Some(0));
+        // Member 1 (the target) holds nothing yet; member 0, the source, dies.
+        let v = Membership::Voter {
+            member: 1,
+            voter: true,
+        };
+        s.apply_membership(&v, (21, 2));
+        s.apply(&Command::MarkFailed { member: 0 }, (22, 2));
+        let f = Membership::Forget {
+            member: 0,
+            force: true,
+            at_ms: 5,
+        };
+        assert!(matches!(
+            s.apply_membership(&f, (23, 2)),
+            Applied::Left { member: 0, .. }
+        ));
+        let st = s.migration_status(10).unwrap();
+        assert!(st.finished, "{st:?}");
+        assert!(
+            st.error.as_deref().unwrap().contains("lost with member 0"),
+            "{st:?}"
+        );
+        assert_eq!(s.map().importing_from(3), None);
+        assert_eq!(s.map().slots_of(0), 0);
+    }
+}
