@@ -36,7 +36,7 @@ pub use crate::types::error::{FabricError, FABRIC_ENV};
 pub const DEFAULT_FABRIC: &str = "default";
 
 /// The mode of a fabric's directory: its owner's only.
-pub const DIR_MODE: u32 = 0o700;
+pub(crate) const DIR_MODE: u32 = 0o700;
 
 /// Makes sure `dir` is a directory of this process's user with mode
 /// [`DIR_MODE`] (tightening an older fabric's 0755); another user's is
@@ -97,7 +97,7 @@ struct CachedSeg {
 /// Pointer to `len` bytes at `off` of a mapped segment (`base`, `seg_len`), as
 /// [`Fabric::segment`] returns it; `None` when the range leaves the segment.
 #[inline(always)]
-pub fn in_segment(
+pub(crate) fn in_segment(
     (base, seg_len): (NonNull<u8>, usize),
     off: u64,
     len: u64,
@@ -453,7 +453,7 @@ impl Fabric {
     /// while the caller holds it.
     ///
     /// [`alloc_region_memory`]: Self::alloc_region_memory
-    pub fn region_memory_containing(&self, addr: u64, len: u64) -> Option<Arc<Range>> {
+    pub(crate) fn region_memory_containing(&self, addr: u64, len: u64) -> Option<Arc<Range>> {
         let end = addr.checked_add(len)?;
         let m = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
         let (&base, w) = m.range(..=addr).next_back()?;
@@ -493,7 +493,7 @@ impl Fabric {
     /// Base address and length of segment `slot` in this process, mapping it on
     /// first use. `None` when the segment is not live.
     #[inline]
-    pub fn segment(&self, slot: u32) -> Option<(NonNull<u8>, usize)> {
+    pub(crate) fn segment(&self, slot: u32) -> Option<(NonNull<u8>, usize)> {
         let slot = slot as usize;
         if slot >= MAX_SEGS {
             return None;
@@ -524,7 +524,7 @@ impl Fabric {
 
     /// Pointer to `len` bytes at `off` of segment `slot`, bounds-checked.
     #[inline]
-    pub fn seg_ptr(&self, slot: u32, off: u64, len: u64) -> Option<NonNull<u8>> {
+    pub(crate) fn seg_ptr(&self, slot: u32, off: u64, len: u64) -> Option<NonNull<u8>> {
         in_segment(self.segment(slot)?, off, len)
     }
 

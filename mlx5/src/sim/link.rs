@@ -71,7 +71,7 @@ impl Link {
 }
 
 /// Parses `sim0=24,sim1=8:2us` into (device, link) pairs.
-pub fn parse_links(spec: &str) -> Result<Vec<(u32, Link)>, LinkSpecError> {
+pub(crate) fn parse_links(spec: &str) -> Result<Vec<(u32, Link)>, LinkSpecError> {
     let mut out = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let syntax = || LinkSpecError::Syntax(item.to_owned());

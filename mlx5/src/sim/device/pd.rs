@@ -21,7 +21,7 @@ pub struct SimPd {
 
 impl SimPd {
     /// The PD number.
-    pub fn pdn(&self) -> u32 {
+    pub(crate) fn pdn(&self) -> u32 {
         self.pdn
     }
 }
