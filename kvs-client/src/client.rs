@@ -357,11 +357,9 @@ impl<T, X: Transport> Client<T, X> {
         (self.ops.len() - 1) as u32
     }
 
-    /// Frees an op slot (keeping its request buffer, and resetting its
-    /// chase if it had one); returns its tag.
-    #[inline]
     /// The context, and what takes the answers it reads ([`Finish`]),
     /// counting those handed over in `completed`.
+    #[inline]
     fn finishing<'a>(
         &'a mut self,
         completed: &'a mut usize,
@@ -384,6 +382,9 @@ impl<T, X: Transport> Client<T, X> {
         (ctx, done)
     }
 
+    /// Frees an op slot (keeping its request buffer, and resetting its
+    /// chase if it had one); returns its tag.
+    #[inline]
     fn release(&mut self, i: u32) -> Option<T> {
         release(&mut self.ops, &mut self.free, i)
     }
