@@ -21,6 +21,7 @@ use kvs_proto::control::CopyStatus;
 use kvs_proto::replica::CopyBegin;
 use mpib::{Buffer, Comm, Request};
 
+use super::error::TransferError;
 use super::import::wait_recv;
 use super::pull_conn::post_recv;
 use super::wire::{Batch, PullSetup, Taken};
@@ -117,7 +118,8 @@ impl CopyPull {
                     started: Instant::now(),
                 });
                 self.copies.add(progress.clone());
-                let result = self.run(&progress);
+                // The worker's report carries the text.
+                let result = self.run(&progress).map_err(|e| e.to_string());
                 self.copies.remove(&progress);
                 if let Err(why) = &result {
                     tracing::warn!(
@@ -140,7 +142,7 @@ impl CopyPull {
         }
     }
 
-    fn run(&self, progress: &CopyProgress) -> Result<(), String> {
+    fn run(&self, progress: &CopyProgress) -> Result<(), TransferError> {
         let mask = all_rails(&self.rails);
         let setup = PullSetup {
             version: 0,
@@ -152,7 +154,10 @@ impl CopyPull {
         let rails = open_rails(&self.cfg, &self.rails, mask)?;
         let (mut comm, _) =
             mpib::conn::connect_with(self.bulk, &rails, &mpib::Config::default(), &setup.encode())
-                .map_err(|e| format!("bulk connection to {}: {e}", self.bulk))?;
+                .map_err(|source| TransferError::Connect {
+                    to: self.bulk,
+                    source,
+                })?;
         let r = self.receive(&mut comm, progress);
         comm.close();
         r
@@ -160,12 +165,11 @@ impl CopyPull {
 
     /// Receives batches into [`DEPTH`] buffers until the last, each handed
     /// to the worker; returns once the worker took them all.
-    fn receive(&self, comm: &mut Comm, progress: &CopyProgress) -> Result<(), String> {
+    fn receive(&self, comm: &mut Comm, progress: &CopyProgress) -> Result<(), TransferError> {
         let (first, end) = (self.begin.first, self.begin.end);
         let mut bufs: Vec<Buffer> = (0..DEPTH)
             .map(|_| comm.alloc_buffer(BATCH))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<_, _>>()?;
         let mut reqs: Vec<Request> = Vec::with_capacity(DEPTH);
         for (i, b) in bufs.iter().enumerate() {
             reqs.push(post_recv(comm, b, i as u32, &self.stop)?);
@@ -178,11 +182,9 @@ impl CopyPull {
             let i = seq as usize % DEPTH;
             let len = wait_recv(comm, &reqs[i], &self.stop)?;
             let taken = bufs[i].fill(|buf| {
-                let got = buf
-                    .get(..len)
-                    .ok_or("more bytes than its buffer".to_string())?;
+                let got = buf.get(..len).ok_or(TransferError::Overrun)?;
                 Batch::take_checked(got, seq, first, end, self.slots, mark)
-                    .map_err(|e| format!("the primary sent {e}"))
+                    .map_err(TransferError::PrimarySent)
             })?;
             let Taken {
                 ready,
@@ -203,7 +205,7 @@ impl CopyPull {
             self.worker
                 .0
                 .send(msg)
-                .map_err(|_| "the worker stopped".to_string())?;
+                .map_err(|_| TransferError::WorkerStopped)?;
             self.worker.1.wake();
             untaken += 1;
             progress.records.fetch_add(n, Ordering::Relaxed);
@@ -220,7 +222,7 @@ impl CopyPull {
     }
 
     /// Waits for the worker to take the oldest batch it was given.
-    fn taken(&self, rx: &Receiver<()>, untaken: &mut usize) -> Result<(), String> {
+    fn taken(&self, rx: &Receiver<()>, untaken: &mut usize) -> Result<(), TransferError> {
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(()) => {
@@ -228,7 +230,7 @@ impl CopyPull {
                     return Ok(());
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => {}
-                Err(_) => return Err("the worker stopped".into()),
+                Err(_) => return Err(TransferError::WorkerStopped),
             }
         }
     }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use mpib::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use mpib::{Buffer, Comm, Request, Span};
 
+use super::error::TransferError;
 use super::outgoing::{Held, Outgoing};
 use super::pull_conn::{LINGER, SETUP_BYTES};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
@@ -145,7 +146,7 @@ impl Exporter {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!("bulk setup from {peer}: {e}");
-                return p.refuse(&e);
+                return p.refuse(&e.to_string());
             }
         };
         let mut comm = match p.establish(&rails, &mpib::Config::default(), &[]) {
@@ -232,12 +233,13 @@ struct SendConn {
 }
 
 impl SendConn {
-    fn new(comm: &Comm) -> Result<SendConn, String> {
-        let alloc = |n| comm.alloc_buffer(n).map_err(|e| e.to_string());
+    fn new(comm: &Comm) -> Result<SendConn, TransferError> {
         Ok(SendConn {
-            bufs: (0..DEPTH).map(|_| alloc(BATCH)).collect::<Result<_, _>>()?,
+            bufs: (0..DEPTH)
+                .map(|_| comm.alloc_buffer(BATCH))
+                .collect::<Result<_, _>>()?,
             seq: 0,
-            setup_buf: alloc(SETUP_BYTES)?,
+            setup_buf: comm.alloc_buffer(SETUP_BYTES)?,
             setups: 0,
         })
     }
@@ -279,7 +281,7 @@ fn send_all(
     end: u32,
     sent: &AtomicU64,
     stop: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), TransferError> {
     let mut inflight: Vec<Option<Request>> = (0..DEPTH).map(|_| None).collect();
     let mut recs = held
         .iter()
@@ -292,9 +294,7 @@ fn send_all(
             wait(comm, &req, stop)?;
         }
         let (len, last) = conn.bufs[i].fill(|b| fill_batch(b, seq, &mut recs, end))?;
-        let span = conn.bufs[i]
-            .span(0, len as u64)
-            .map_err(|e| e.to_string())?;
+        let span = conn.bufs[i].span(0, len as u64)?;
         inflight[i] = Some(send(comm, span, seq, stop)?);
         conn.seq += 1;
         sent.fetch_add((len - BATCH_HEADER) as u64, Ordering::Relaxed);
@@ -319,16 +319,13 @@ fn fill_batch<'r>(
     seq: u32,
     recs: &mut std::iter::Peekable<impl Iterator<Item = (u32, &'r [u8], &'r [u8])>>,
     end: u32,
-) -> Result<(usize, bool), String> {
+) -> Result<(usize, bool), TransferError> {
     let mut w = BatchWriter::over(buf);
     w.begin(seq);
     while let Some(&(slot, k, v)) = recs.peek() {
         if !w.push(k, v) {
             if w.records() == 0 {
-                return Err(format!(
-                    "a record of {} bytes exceeds a batch",
-                    k.len() + v.len()
-                ));
+                return Err(TransferError::RecordTooLarge(k.len() + v.len()));
             }
             // Full: every slot before this one is complete.
             return Ok((w.finish(slot, 0).len(), false));
@@ -339,25 +336,30 @@ fn fill_batch<'r>(
 }
 
 /// Sends `span` as batch `seq`, once the target's receive for it is posted.
-fn send(comm: &mut Comm, span: Span, seq: u32, stop: &AtomicBool) -> Result<Request, String> {
+fn send(
+    comm: &mut Comm,
+    span: Span,
+    seq: u32,
+    stop: &AtomicBool,
+) -> Result<Request, TransferError> {
     let t = Instant::now();
     loop {
         match comm.isend(&[span], seq) {
             Ok(Some(r)) => return Ok(r),
             Ok(None) => super::idle(comm, t, stop)?,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
 }
 
 /// Waits for a send to complete.
-fn wait(comm: &mut Comm, req: &Request, stop: &AtomicBool) -> Result<(), String> {
+fn wait(comm: &mut Comm, req: &Request, stop: &AtomicBool) -> Result<(), TransferError> {
     let t = Instant::now();
     loop {
         match comm.test(req) {
             Ok(Some(_)) => return Ok(()),
             Ok(None) => super::idle(comm, t, stop)?,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
 }

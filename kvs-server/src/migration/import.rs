@@ -27,6 +27,7 @@ use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
 use kvs_proto::{AuthToken, Member};
 use mpib::{Comm, Request};
 
+use super::error::TransferError;
 use super::outgoing::from_hex;
 use super::pull_conn::{post_recv, PullConn};
 use super::wire::{Batch, PullSetup, Taken};
@@ -107,39 +108,17 @@ pub(crate) struct Importer {
 
 /// Why a pull over a connection ended early.
 struct Cut {
-    why: String,
+    why: TransferError,
     /// A batch had come: the connection worked, and the failure is the
     /// pull's, not a kept connection's that the source closed.
     progressed: bool,
 }
 
 impl Cut {
-    fn before_any(why: String) -> Cut {
+    fn before_any(why: TransferError) -> Cut {
         Cut {
             why,
             progressed: false,
-        }
-    }
-}
-
-/// Why a transfer ended early.
-struct Failed {
-    why: String,
-    /// The source has not frozen the slots yet (it has not applied the
-    /// map that hands them over): not a failure, ask again at once.
-    not_yet: bool,
-    /// The source says it no longer has the records (it restarted after
-    /// the handover): nothing more can come.
-    lost: bool,
-}
-
-impl Failed {
-    /// A failure of a source that answered, or may have: try again.
-    fn reached(why: String) -> Failed {
-        Failed {
-            why,
-            not_yet: false,
-            lost: false,
         }
     }
 }
@@ -168,18 +147,22 @@ impl Importer {
             let mask = rails_for(failures, &self.rails);
             match self.transfer(cc, conn, &mut mark, mask) {
                 Ok(()) => break None,
-                Err(f) if f.lost => {
+                // The source no longer has the records: nothing more can
+                // come.
+                Err(TransferError::Lost(why)) => {
                     tracing::warn!(
                         "the import of slots {}..{} from member {} ends without \
                          the records not pulled yet: {}",
                         mark,
                         self.end,
                         self.progress.from,
-                        f.why
+                        why
                     );
-                    break Some(f.why);
+                    break Some(why);
                 }
-                Err(f) if f.not_yet => {
+                // Not frozen at the source yet: not a failure, ask again
+                // at once.
+                Err(TransferError::NotYet(why)) => {
                     waited += 1;
                     if waited % 2000 == 0 {
                         tracing::info!(
@@ -188,17 +171,18 @@ impl Importer {
                             mark,
                             self.end,
                             self.progress.from,
-                            f.why
+                            why
                         );
                     }
                     std::thread::sleep(Duration::from_millis(5));
                 }
+                // A source that answered, or may have: try again.
                 Err(f) => {
                     failures += 1;
                     self.progress.retries.store(failures, Ordering::Relaxed);
                     let why = format!(
                         "import of slots {}..{} from member {}: {} (attempt {failures})",
-                        mark, self.end, self.progress.from, f.why
+                        mark, self.end, self.progress.from, f
                     );
                     if failures == 1 || failures % 10 == 0 {
                         tracing::warn!("{why}");
@@ -276,7 +260,7 @@ impl Importer {
         conn: &mut Option<PullConn>,
         mark: &mut u32,
         mask: u8,
-    ) -> Result<(), Failed> {
+    ) -> Result<(), TransferError> {
         let ticket = self.ticket(cc, *mark)?;
         // The source holds the slots frozen: the worker may serve them.
         if !self.frozen_told.swap(true, Ordering::AcqRel) {
@@ -294,7 +278,7 @@ impl Importer {
             ticket,
             rails: mask,
         };
-        self.pull(conn, &setup, mark).map_err(Failed::reached)
+        self.pull(conn, &setup, mark)
     }
 
     /// A ticket for the slots from `mark` on, from the source's control
@@ -303,7 +287,7 @@ impl Importer {
         &self,
         cc: &mut ControlClient<impl Transport>,
         mark: u32,
-    ) -> Result<[u8; 16], Failed> {
+    ) -> Result<[u8; 16], TransferError> {
         let open = ControlRequest::OpenPull {
             version: self.version,
             first: mark,
@@ -311,20 +295,14 @@ impl Importer {
         };
         match cc.request(self.source.addr, &open) {
             Ok(ControlReply::Ticket { ticket }) => {
-                from_hex(&ticket).ok_or_else(|| Failed::reached("a malformed ticket".into()))
+                from_hex(&ticket).ok_or(TransferError::MalformedTicket)
             }
             // Not frozen there yet (the source has not applied the map that
             // gives the slots away): ask again.
-            Ok(ControlReply::NotYet { message }) => Err(Failed {
-                not_yet: true,
-                ..Failed::reached(message)
-            }),
-            Ok(ControlReply::Error { message }) => Err(Failed {
-                lost: true,
-                ..Failed::reached(message)
-            }),
-            Ok(other) => Err(Failed::reached(format!("unexpected answer {other:?}"))),
-            Err(e) => Err(Failed::reached(e.to_string())),
+            Ok(ControlReply::NotYet { message }) => Err(TransferError::NotYet(message)),
+            Ok(ControlReply::Error { message }) => Err(TransferError::Lost(message)),
+            Ok(other) => Err(TransferError::UnexpectedAnswer(Box::new(other))),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -337,7 +315,7 @@ impl Importer {
         conn: &mut Option<PullConn>,
         setup: &PullSetup,
         mark: &mut u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), TransferError> {
         let bulk = SocketAddr::new(self.source.addr.ip(), self.source.bulk_port);
         if let Some(mut c) = conn
             .take()
@@ -385,7 +363,7 @@ impl Importer {
         let mut untaken: VecDeque<u32> = VecDeque::new();
         let mut any = false;
         let cut = |any: bool| {
-            move |why: String| Cut {
+            move |why: TransferError| Cut {
                 why,
                 progressed: any,
             }
@@ -396,11 +374,9 @@ impl Importer {
             let len = wait_recv(&mut c.comm, &c.reqs[i], &self.stop).map_err(cut(any))?;
             any = true;
             let taken = c.bufs[i].fill(|buf| {
-                let got = buf
-                    .get(..len)
-                    .ok_or("more bytes than its buffer".to_string())?;
+                let got = buf.get(..len).ok_or(TransferError::Overrun)?;
                 Batch::take_checked(got, seq, first, self.end, self.slots, *mark)
-                    .map_err(|e| format!("the source sent {e}"))
+                    .map_err(TransferError::SourceSent)
             });
             // Read in place: the buffer's receive goes back only now.
             c.reqs[i] = post_recv(&mut c.comm, &c.bufs[i], seq + DEPTH as u32, &self.stop)
@@ -425,7 +401,7 @@ impl Importer {
             self.worker
                 .0
                 .send(msg)
-                .map_err(|_| cut(any)("the worker stopped".to_string()))?;
+                .map_err(|_| cut(any)(TransferError::WorkerStopped))?;
             self.worker.1.wake();
             untaken.push_back(next);
             self.progress.records.fetch_add(n, Ordering::Relaxed);
@@ -448,7 +424,7 @@ impl Importer {
         rx: &Receiver<()>,
         untaken: &mut VecDeque<u32>,
         mark: &mut u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), TransferError> {
         loop {
             match rx.recv_timeout(Duration::from_millis(100)) {
                 Ok(()) => {
@@ -458,7 +434,7 @@ impl Importer {
                     return Ok(());
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => {}
-                Err(_) => return Err("the worker stopped".into()),
+                Err(_) => return Err(TransferError::WorkerStopped),
             }
         }
     }
@@ -469,13 +445,13 @@ pub(super) fn wait_recv(
     comm: &mut Comm,
     req: &Request,
     stop: &AtomicBool,
-) -> Result<usize, String> {
+) -> Result<usize, TransferError> {
     let t = Instant::now();
     loop {
         match comm.test(req) {
             Ok(Some(sizes)) => return Ok(sizes.total() as usize),
             Ok(None) => super::idle(comm, t, stop)?,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -49,6 +49,7 @@
 //!   it says so) or is forgotten (`kvs-admin forget --force`).
 
 pub(crate) mod copy_in;
+pub(crate) mod error;
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod outgoing;
@@ -61,6 +62,7 @@ pub(crate) mod wire;
 use copyrpc::transport::DeviceSpec;
 use mlx5::device::Context as Device;
 
+use self::error::TransferError;
 use crate::config::Config;
 
 /// Batches in flight per transfer.
@@ -81,7 +83,11 @@ pub(crate) fn rail_names(cfg: &Config) -> Vec<String> {
 }
 
 /// Opens the rails `mask` selects (bit i: rail i) of `names`.
-pub(crate) fn open_rails(cfg: &Config, names: &[String], mask: u8) -> Result<Vec<Device>, String> {
+pub(crate) fn open_rails(
+    cfg: &Config,
+    names: &[String],
+    mask: u8,
+) -> Result<Vec<Device>, TransferError> {
     let mut out = Vec::new();
     for (i, n) in names.iter().enumerate().take(2) {
         if mask & (1 << i) == 0 {
@@ -92,10 +98,14 @@ pub(crate) fn open_rails(cfg: &Config, names: &[String], mask: u8) -> Result<Vec
             fabric: cfg.fabric.as_deref(),
             software: n,
         };
-        out.push(spec.open().map_err(|e| format!("rail {i} ({n}): {e}"))?);
+        out.push(spec.open().map_err(|source| TransferError::Rail {
+            index: i,
+            name: n.clone(),
+            source,
+        })?);
     }
     if out.is_empty() {
-        return Err("no rail selected".into());
+        return Err(TransferError::NoRail);
     }
     Ok(out)
 }
@@ -114,13 +124,13 @@ pub(crate) fn idle(
     comm: &mut mpib::Comm,
     since: std::time::Instant,
     stop: &std::sync::atomic::AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), TransferError> {
     comm.progress();
     if stop.load(std::sync::atomic::Ordering::Acquire) {
-        return Err("the server is stopping".into());
+        return Err(TransferError::Stopping);
     }
     if since.elapsed() > STALL {
-        return Err(format!("no progress in {STALL:?}"));
+        return Err(TransferError::Stalled(STALL));
     }
     if since.elapsed() < std::time::Duration::from_micros(50) {
         std::thread::yield_now();

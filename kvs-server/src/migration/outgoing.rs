@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::store::SlotRecords;
 
+use super::error::TicketError;
 use super::wire::PullSetup;
 
 /// How long a ticket may wait for its bulk connection.
@@ -123,20 +124,17 @@ impl Outgoing {
     }
 
     /// A ticket for pulling `first..end`, which must all be held.
-    pub fn issue(&self, version: u32, first: u32, end: u32) -> Result<[u8; 16], String> {
+    pub fn issue(&self, version: u32, first: u32, end: u32) -> Result<[u8; 16], TicketError> {
         let mut g = self.lock();
         if first >= end {
-            return Err(format!("empty slot range {first}..{end}"));
+            return Err(TicketError::EmptyRange { first, end });
         }
         if let Some(s) = (first..end).find(|s| !g.slots.contains_key(s)) {
-            return Err(format!(
-                "slot {s} is not held here for a migration (this member has not \
-                 given it away, or its import is over)"
-            ));
+            return Err(TicketError::NotHeld(s));
         }
         let now = Instant::now();
         g.tickets.retain(|t| t.expires > now);
-        let id = random_id().map_err(|e| format!("no randomness for a ticket: {e}"))?;
+        let id = random_id().map_err(TicketError::NoRandomness)?;
         g.tickets.push(Ticket {
             id,
             version,
@@ -149,11 +147,11 @@ impl Outgoing {
 
     /// A ticket for pulling `held` (snapshots of slots in increasing
     /// order, for one backup); the ticket and the slot range it covers.
-    pub fn issue_copy(&self, held: Held) -> Result<([u8; 16], u32, u32), String> {
+    pub fn issue_copy(&self, held: Held) -> Result<([u8; 16], u32, u32), TicketError> {
         let (Some(&(first, _)), Some(&(last, _))) = (held.first(), held.last()) else {
-            return Err("a copy of no slot".into());
+            return Err(TicketError::NoSlots);
         };
-        let id = random_id().map_err(|e| format!("no randomness for a ticket: {e}"))?;
+        let id = random_id().map_err(TicketError::NoRandomness)?;
         let now = Instant::now();
         let mut g = self.lock();
         g.copies.retain(|t| t.expires > now);
@@ -235,7 +233,7 @@ mod tests {
         for s in 4..8 {
             o.hold(s, SlotRecords::default());
         }
-        assert!(o.issue(3, 3, 8).unwrap_err().contains("slot 3"));
+        assert!(matches!(o.issue(3, 3, 8), Err(TicketError::NotHeld(3))));
         let t = o.issue(3, 4, 8).unwrap();
         assert_eq!(from_hex(&to_hex(&t)), Some(t));
         let setup = PullSetup {

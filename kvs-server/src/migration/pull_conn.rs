@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use mlx5::device::Context as Device;
 use mpib::{Buffer, Comm, Request};
 
+use super::error::TransferError;
 use super::wire::PullSetup;
 use super::{idle, DEPTH};
 use crate::batch::BATCH;
@@ -54,15 +55,14 @@ impl PullConn {
         mask: u8,
         setup: &PullSetup,
         stop: &AtomicBool,
-    ) -> Result<PullConn, String> {
+    ) -> Result<PullConn, TransferError> {
         let (mut comm, _) =
             mpib::conn::connect_with(to, rails, &mpib::Config::default(), &setup.encode())
-                .map_err(|e| format!("bulk connection to {to}: {e}"))?;
-        let alloc = |c: &Comm, n| c.alloc_buffer(n).map_err(|e| e.to_string());
+                .map_err(|source| TransferError::Connect { to, source })?;
         let bufs = (0..DEPTH)
-            .map(|_| alloc(&comm, BATCH))
+            .map(|_| comm.alloc_buffer(BATCH))
             .collect::<Result<Vec<_>, _>>()?;
-        let setup_buf = alloc(&comm, SETUP_BYTES)?;
+        let setup_buf = comm.alloc_buffer(SETUP_BYTES)?;
         let mut reqs = Vec::with_capacity(DEPTH);
         for (i, b) in bufs.iter().enumerate() {
             reqs.push(post_recv(&mut comm, b, i as u32, stop)?);
@@ -82,20 +82,17 @@ impl PullConn {
     /// Asks for `setup`'s pull over the connection: sends the setup once
     /// the source waits for it. An error if the source closed the
     /// connection (it waited [`LINGER`] in vain) or it failed.
-    pub fn ask(&mut self, setup: &PullSetup, stop: &AtomicBool) -> Result<(), String> {
+    pub fn ask(&mut self, setup: &PullSetup, stop: &AtomicBool) -> Result<(), TransferError> {
         let bytes = setup.encode();
-        self.setup_buf.write(0, &bytes).map_err(|e| e.to_string())?;
-        let span = self
-            .setup_buf
-            .span(0, bytes.len() as u64)
-            .map_err(|e| e.to_string())?;
+        self.setup_buf.write(0, &bytes)?;
+        let span = self.setup_buf.span(0, bytes.len() as u64)?;
         let t = Instant::now();
         let req = loop {
             match self.comm.isend(&[span], self.setups) {
                 Ok(Some(r)) => break r,
                 Ok(None) if t.elapsed() < LINGER => idle(&mut self.comm, t, stop)?,
-                Ok(None) => return Err("the source did not take a setup".into()),
-                Err(e) => return Err(e.to_string()),
+                Ok(None) => return Err(TransferError::SetupNotTaken),
+                Err(e) => return Err(e.into()),
             }
         };
         self.setups += 1;
@@ -105,7 +102,7 @@ impl PullConn {
             match self.comm.test(&req) {
                 Ok(Some(_)) => return Ok(()),
                 Ok(None) => idle(&mut self.comm, t, stop)?,
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
     }
@@ -117,13 +114,13 @@ pub(super) fn post_recv(
     buf: &Buffer,
     seq: u32,
     stop: &AtomicBool,
-) -> Result<Request, String> {
+) -> Result<Request, TransferError> {
     let t = Instant::now();
     loop {
         match comm.irecv(&[buf.all()], seq) {
             Ok(Some(r)) => return Ok(r),
             Ok(None) => super::idle(comm, t, stop)?,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
 }

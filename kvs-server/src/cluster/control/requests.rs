@@ -266,7 +266,9 @@ impl State {
         // gives them away.
         match self.outgoing.issue(version, first, end) {
             Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
-            Err(message) => ControlReply::NotYet { message },
+            Err(e) => ControlReply::NotYet {
+                message: e.to_string(),
+            },
         }
     }
 
