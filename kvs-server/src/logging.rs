@@ -50,13 +50,18 @@ impl fmt::Display for LogFormat {
     }
 }
 
+/// A log format that is neither `plain` nor `json` (the text given).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("log format {0:?}: plain or json")]
+pub struct UnknownLogFormat(pub String);
+
 impl FromStr for LogFormat {
-    type Err = String;
-    fn from_str(s: &str) -> Result<LogFormat, String> {
+    type Err = UnknownLogFormat;
+    fn from_str(s: &str) -> Result<LogFormat, UnknownLogFormat> {
         match s {
             "plain" => Ok(LogFormat::Plain),
             "json" => Ok(LogFormat::Json),
-            _ => Err(format!("log format {s:?}: plain or json")),
+            _ => Err(UnknownLogFormat(s.to_string())),
         }
     }
 }
@@ -203,7 +208,8 @@ mod tests {
         for f in [LogFormat::Plain, LogFormat::Json] {
             assert_eq!(f.to_string().parse::<LogFormat>(), Ok(f));
         }
-        assert!("yaml".parse::<LogFormat>().is_err());
+        let e = "yaml".parse::<LogFormat>().unwrap_err();
+        assert_eq!(e.to_string(), r#"log format "yaml": plain or json"#);
     }
 
     #[test]

@@ -77,26 +77,41 @@ pub struct OutOfMemory {
     pub needed: usize,
 }
 
+/// A byte size that does not parse ([`parse_bytes`]); each variant holds
+/// the text given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadByteSize {
+    /// It does not start with a number.
+    #[error("{0:?} is not a byte size (as 67108864, 64M or 1G)")]
+    NotANumber(String),
+    /// Its unit is none of `K`, `M`, `G`, `T` (and their spellings).
+    #[error("{0:?}: unknown unit (K, M, G or T)")]
+    UnknownUnit(String),
+    /// It does not fit 64 bits.
+    #[error("{0:?} is too large")]
+    TooLarge(String),
+}
+
 /// Parses a byte size: a number, optionally followed by `K`, `M`, `G` or
 /// `T` (powers of 1024, with or without `i`/`iB`/`B`: `64M`, `64MiB`,
 /// `1g`).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, BadByteSize> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(digits);
     let n: u64 = num
         .parse()
-        .map_err(|_| format!("{s:?} is not a byte size (as 67108864, 64M or 1G)"))?;
+        .map_err(|_| BadByteSize::NotANumber(s.to_string()))?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kb" | "ki" | "kib" => 10,
         "m" | "mb" | "mi" | "mib" => 20,
         "g" | "gb" | "gi" | "gib" => 30,
         "t" | "tb" | "ti" | "tib" => 40,
-        _ => return Err(format!("{s:?}: unknown unit (K, M, G or T)")),
+        _ => return Err(BadByteSize::UnknownUnit(s.to_string())),
     };
     n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("{s:?} is too large"))
+        .ok_or_else(|| BadByteSize::TooLarge(s.to_string()))
 }
 
 /// Deserializes a byte size given as an integer or as a string with a unit
@@ -142,5 +157,12 @@ mod tests {
         for bad in ["", "M", "-1", "1.5G", "12X", "99999999999T"] {
             assert!(parse_bytes(bad).is_err(), "{bad}");
         }
+        let text = |s| parse_bytes(s).unwrap_err().to_string();
+        assert_eq!(
+            text("M"),
+            r#""M" is not a byte size (as 67108864, 64M or 1G)"#
+        );
+        assert_eq!(text("12X"), r#""12X": unknown unit (K, M, G or T)"#);
+        assert_eq!(text("99999999999T"), r#""99999999999T" is too large"#);
     }
 }
