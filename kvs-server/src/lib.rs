@@ -28,6 +28,10 @@ pub mod store;
 mod cluster;
 mod migration;
 
+// Replication: the write path, copies to new backups, links to them,
+// the workers' replication state, and the control thread's side.
+mod replication;
+
 // The process's logs.
 pub mod logging;
 
@@ -40,6 +44,7 @@ mod metrics_http;
 mod batch;
 mod cluster_view;
 mod crash;
+mod dedup;
 mod lease;
 mod request_metrics;
 mod role;

@@ -15,7 +15,6 @@ use copyrpc::Waker;
 use kvs_proto::{Owner, ShardMap};
 
 use crate::cluster::control::Control;
-use crate::cluster::replicas::Replication;
 use crate::cluster::start::How;
 use crate::cluster::temp_dir::TempDir;
 use crate::cluster_view::Shared;
@@ -25,6 +24,7 @@ use crate::metrics::Exposition;
 use crate::migration::copy_in::Copies;
 use crate::migration::export::BulkServer;
 use crate::migration::outgoing::Outgoing;
+use crate::replication::proposals::Replication;
 use crate::serving::setup::{accept, SetupStats, Tokens};
 use crate::serving::worker::Worker;
 use crate::start_error::StartError;

@@ -81,3 +81,19 @@ pub(crate) enum ToWorker {
         value: Result<Option<Vec<u8>>, String>,
     },
 }
+
+/// Slots whose writes wait while the member hands them over (a
+/// migration's source, with replicas): writes are answered TRY_AGAIN,
+/// reads are served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Frozen {
+    /// The first slot.
+    pub first: u32,
+    /// One past the last.
+    pub end: u32,
+    /// Whether the worker told the control thread that no write of them
+    /// is in flight.
+    pub reported: bool,
+    /// The freeze's number, for the worker's report.
+    pub round: u64,
+}

@@ -43,7 +43,6 @@ use kvs_proto::{AuthToken, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::peers::Peers;
-use crate::cluster::replicas::Replication;
 use crate::cluster_view::Shared;
 use crate::config::Config;
 use crate::lease::Lease;
@@ -51,6 +50,7 @@ use crate::migration::copy_in::Copies;
 use crate::migration::import::Progress;
 use crate::migration::outgoing::Outgoing;
 use crate::migration::session::Sessions;
+use crate::replication::proposals::Replication;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;

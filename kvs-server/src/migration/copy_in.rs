@@ -3,7 +3,7 @@
 //! on a thread of its own; and the copies arriving, for status.
 //!
 //! The worker that received the begin starts the pull
-//! ([`crate::serving::replicas::PullStart`]); the thread hands each checked
+//! ([`crate::replication::slot_state::PullStart`]); the thread hands each checked
 //! batch to that worker ([`ToWorker::CopyRecords`]), which takes the records
 //! for keys the stream of writes did not set or delete since the begin, and
 //! says at the end whether every record came ([`ToWorker::CopyPulled`]). A

@@ -14,10 +14,13 @@ use kvs_proto::{Owner, ShardMap};
 
 pub use crate::role::Role;
 
+use crate::dedup::{Dedup, Seen};
+use crate::replication::slot_state::{fingerprint, SlotState};
+pub use crate::replication::write_path::Forward;
+use crate::replication::Primary;
 use crate::request_metrics::RequestMetrics;
-use crate::serving::dedup::{Dedup, Seen};
-use crate::serving::replicas::{fingerprint, Replicas};
 use crate::store::{Patch, Store};
+use crate::to_worker::Frozen;
 
 /// What became of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,37 +82,6 @@ enum Answer {
     Value(Found),
 }
 
-/// Slots whose writes wait while the member hands them over (a
-/// migration's source, with replicas): writes are answered TRY_AGAIN,
-/// reads are served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Frozen {
-    /// The first slot.
-    pub first: u32,
-    /// One past the last.
-    pub end: u32,
-    /// Whether the worker told the control thread that no write of them
-    /// is in flight.
-    pub reported: bool,
-    /// The freeze's number, for the worker's report.
-    pub round: u64,
-}
-
-/// A write to forward to the backups of its slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Forward {
-    /// The slot.
-    pub slot: u32,
-    /// Its number in the slot's stream.
-    pub seq: u64,
-    /// What it did.
-    pub kind: Kind,
-    /// Its key's fingerprint, for the in-flight table.
-    pub fp: u64,
-    /// The client's request id (`(0, 0)`: none).
-    pub id: (u64, u64),
-}
-
 /// What a map install changed in a worker's store.
 #[derive(Debug, Default)]
 pub struct Installed {
@@ -162,7 +134,7 @@ pub struct Handler {
     /// Slots being handed over: their writes wait.
     pub(crate) frozen: Option<Frozen>,
     /// Replication: writes' numbers, keys in flight, streams followed.
-    pub(crate) replicas: Replicas,
+    pub(crate) replicas: SlotState,
     /// The request ids of the writes applied, per slot.
     pub(crate) dedup: Dedup,
     /// The request id of the request being answered.
@@ -174,6 +146,19 @@ pub struct Handler {
 }
 
 impl Handler {
+    /// What the forwarder reads and changes of this worker's state, as its
+    /// slots' primary, for one call.
+    #[inline]
+    pub(crate) fn primary(&mut self) -> Primary<'_> {
+        Primary {
+            map: &self.map,
+            store: &self.store,
+            dedup: &self.dedup,
+            replicas: &mut self.replicas,
+            frozen: &mut self.frozen,
+        }
+    }
+
     /// Worker `me` of a member: its handler over an empty store.
     /// Slots the map says it is importing are served as imports from the
     /// start (a target that restarted mid-migration pulls them again).
@@ -212,7 +197,7 @@ impl Handler {
             await_map: false,
             clock: Clock::monotonic(),
             frozen: None,
-            replicas: Replicas::new(me, slots),
+            replicas: SlotState::new(me, slots),
             dedup,
             id: (0, 0),
             metrics: RequestMetrics::default(),
@@ -522,7 +507,7 @@ impl Handler {
              to the slot (or after the slot forgot the client): it was not applied now, and \
              may have been applied before",
             self.id.1,
-            crate::serving::dedup::WINDOW
+            crate::dedup::WINDOW
         );
         error(out, Status::TooOld, &m, max_response)
     }
@@ -1140,7 +1125,7 @@ mod tests {
         }
         // Once the client's writes moved on past the window, one sent again
         // cannot be told: refused, not applied, and the client told why.
-        let far = 40 + crate::serving::dedup::WINDOW + 1;
+        let far = 40 + crate::dedup::WINDOW + 1;
         backup.handle(&put_with_id(b"k", b"far", 7, far), 64, &mut out);
         assert_eq!(st(&out), Status::Ok);
         let mut late = put_with_id(b"k", b"late", 7, 40);

@@ -3,12 +3,9 @@
 //! map gives them and answer ([`worker`]); and how one request is answered
 //! against a worker's store ([`handle`]).
 
-pub(crate) mod dedup;
-pub(crate) mod forward;
 pub mod handle;
 pub(crate) mod intake;
 pub(crate) mod map_wait;
 pub(crate) mod read_wait;
-pub(crate) mod replicas;
 pub(crate) mod setup;
 pub(crate) mod worker;

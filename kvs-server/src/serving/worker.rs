@@ -2,7 +2,7 @@
 //! the shard map gives it, and their records. It answers requests, takes the
 //! connections the acceptor hands it, installs the maps the control thread
 //! sends, forwards its slots' writes to their backups and applies the
-//! writes it backs up ([`super::forward`], [`super::replicas`]), and sleeps
+//! writes it backs up ([`crate::replication`]), and sleeps
 //! when idle.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,20 +17,21 @@ use kvs_proto::proto::{begin_response, finish_response, Status, RESPONSE_HEADER}
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
-use super::forward::{ack_handler, Acks, Forwarder};
-use super::handle::{Frozen, Handled, Handler, Served, Warmed};
+use super::handle::{Handled, Handler, Served, Warmed};
 use super::intake::{Intake, Whose, BUSY_TAKE, IDLE_TAKE};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
-use super::replicas::PullStart;
 use crate::config::Config;
 use crate::lease::Lease;
 use crate::migration::copy_in::{Copies, CopyPull};
 use crate::migration::outgoing::Outgoing;
 use crate::migration::waiting::{Parked, Waiting};
+use crate::replication::slot_state::PullStart;
+use crate::replication::{ack_handler, Acks, Forwarder};
 use crate::role::Role;
 use crate::start_error::StartError;
 use crate::to_control::ToControl;
+use crate::to_worker::Frozen;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
 
@@ -434,10 +435,10 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             Handled::Forward(f) => {
                 // Answered once every backup of the slot applied it.
                 if let Some(b) = self.ctx.request(&req) {
-                    self.fwd.prepare(&self.h, b, f);
+                    self.fwd.prepare(&mut self.h.primary(), b, f);
                 }
                 self.fwd
-                    .forward(&mut self.ctx, &mut self.h, req, f, &self.out);
+                    .forward(&mut self.ctx, &mut self.h.primary(), req, f, &self.out);
             }
             Handled::AwaitWrite { fp } => {
                 // Its key's write awaits its backups: handled again once
@@ -512,7 +513,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         }
         // Backups' answers, and what waits to go to them; then the reads
         // that waited for the writes answered.
-        self.ops += self.fwd.on_acks(&mut self.ctx, &mut self.h);
+        self.ops += self.fwd.on_acks(&mut self.ctx, &mut self.h.primary());
         if !self.reads.is_empty() {
             self.ops += reads_due(
                 &mut self.ctx,
@@ -523,7 +524,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             );
         }
         if self.fwd.busy() {
-            self.fwd.pump(&mut self.ctx, &self.h);
+            self.fwd.pump(&mut self.ctx, &mut self.h.primary());
         }
         // Requests first; pulled records fill the gaps.
         if !self.intake.is_empty() {
@@ -666,14 +667,14 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     /// waited too long for a map, and (idle, or every 4096th turn, at most
     /// every [`PUBLISH`]) the counters.
     fn chores(&mut self, idle: bool) {
-        self.fwd.chores(&mut self.ctx, &mut self.h);
+        self.fwd.chores(&mut self.ctx, &mut self.h.primary());
         // Keys of slots given away, out of the ordered index a few at a
         // time.
         if self.h.store.sweep(SWEEP) {
             self.waker.wake();
         }
         if self.h.frozen.is_some_and(|f| !f.reported) {
-            self.fwd.report_quiet(&mut self.h);
+            self.fwd.report_quiet(&mut self.h.primary());
         }
         if !self.maps.is_empty() {
             for handle in self.maps.expired(Instant::now()) {
@@ -894,8 +895,8 @@ fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
                 n += 1;
             }
             Handled::Forward(f) => {
-                fwd.prepare(h, &p.req, f);
-                fwd.forward(ctx, h, p.handle, f, out);
+                fwd.prepare(&mut h.primary(), &p.req, f);
+                fwd.forward(ctx, &mut h.primary(), p.handle, f, out);
             }
             // Still not here (its pull failed), or a write of it in
             // flight: the client asks again.

@@ -30,7 +30,7 @@
 use kvs_proto::replica::{CopyBegin, Header, Kind, Replicate};
 use kvs_proto::{Owner, ShardMap};
 
-use crate::serving::dedup::{Dedup, IdMap};
+use crate::dedup::{Dedup, IdMap};
 use crate::store::{Patch, Store};
 
 /// Where a backup is in a primary's stream for one slot.
@@ -94,7 +94,7 @@ struct Hold {
 }
 /// A worker's replication state (see the [module docs](self)).
 #[derive(Debug)]
-pub(crate) struct Replicas {
+pub(crate) struct SlotState {
     me: Owner,
     /// Per slot, as its primary: the last write's number.
     seq: Vec<u64>,
@@ -116,10 +116,10 @@ pub(crate) struct Replicas {
     starts: Vec<PullStart>,
 }
 
-impl Replicas {
+impl SlotState {
     /// Nothing followed, nothing in flight, for a map of `slots` slots.
-    pub fn new(me: Owner, slots: u32) -> Replicas {
-        Replicas {
+    pub fn new(me: Owner, slots: u32) -> SlotState {
+        SlotState {
             me,
             seq: vec![0; slots as usize],
             follow: vec![None; slots as usize],
@@ -583,7 +583,7 @@ mod tests {
         msg(Kind::CopyBegin, primary, seq, &c.ticket, &c.value())
     }
 
-    fn apply(r: &mut Replicas, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refused> {
+    fn apply(r: &mut SlotState, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refused> {
         r.apply(
             &Replicate::new_checked(b).unwrap(),
             m,
@@ -595,7 +595,7 @@ mod tests {
     #[test]
     fn a_backup_follows_its_primary_in_order_from_the_copy_on() {
         let m = map();
-        let mut r = Replicas::new(B, 4);
+        let mut r = SlotState::new(B, 4);
         let mut st = Store::new(4, usize::MAX);
         // No write before the copy begins.
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 1, b"k", b"v"));
@@ -649,7 +649,7 @@ mod tests {
     #[test]
     fn a_copy_brings_the_request_ids_of_the_writes_before_it() {
         let m = map();
-        let mut r = Replicas::new(B, 4);
+        let mut r = SlotState::new(B, 4);
         let mut st = Store::new(4, usize::MAX);
         let mut d = Dedup::default();
         let mut value = Vec::new();
@@ -674,7 +674,7 @@ mod tests {
     #[test]
     fn a_hold_on_a_backup_reported_ready_waits_for_the_map_to_say_it() {
         let m = map();
-        let mut r = Replicas::new(P, 4);
+        let mut r = SlotState::new(P, 4);
         r.hold_until_ready(1, 1, m.epoch(1));
         r.hold_until_ready(2, 1, m.epoch(2));
         assert_eq!(r.held(1), Some(1));
@@ -696,7 +696,7 @@ mod tests {
     #[test]
     fn writes_from_anyone_but_the_maps_primary_are_fenced() {
         let m = map();
-        let mut r = Replicas::new(B, 4);
+        let mut r = SlotState::new(B, 4);
         let mut st = Store::new(4, usize::MAX);
         apply(&mut r, &m, &mut st, &begin(P, 0)).unwrap();
         apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 1, b"k", b"v1")).unwrap();
@@ -717,7 +717,7 @@ mod tests {
         r.install(&m, &promoted);
         assert_eq!(r.next_seq(1), 2);
         // A worker that does not back the slot up refuses it.
-        let mut other = Replicas::new(
+        let mut other = SlotState::new(
             Owner {
                 member: 1,
                 worker: 1,
@@ -746,9 +746,9 @@ mod tests {
         m.set_backup_ready(0..4, 2).unwrap();
         m.set_version(2);
         let (mut p, mut b, mut t) = (
-            Replicas::new(P, 4),
-            Replicas::new(B, 4),
-            Replicas::new(T, 4),
+            SlotState::new(P, 4),
+            SlotState::new(B, 4),
+            SlotState::new(T, 4),
         );
         let (mut sp, mut sb, mut st) = (
             Store::new(4, usize::MAX),
@@ -803,7 +803,7 @@ mod tests {
 
     #[test]
     fn keys_in_flight_and_held_slots_are_counted() {
-        let mut r = Replicas::new(P, 4);
+        let mut r = SlotState::new(P, 4);
         assert!(!r.in_flight(b"k"));
         r.begin_write(b"k");
         r.begin_write(b"k");

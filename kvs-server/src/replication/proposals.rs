@@ -29,7 +29,7 @@
 //! longer makes this member those slots' primary, its workers drop the
 //! links to their backups, and every write still waiting on one is
 //! answered UNAVAILABLE (a closed link fails its calls; see
-//! [`crate::serving::forward`]): never acknowledged without every
+//! [`crate::replication::write_path`]): never acknowledged without every
 //! backup's answer. The client sends it again to the new primary.
 //!
 //! The drain's freeze replaces a hand-over's ([`HandOvers`], not driven
@@ -45,7 +45,7 @@ use copyrpc::Waker;
 use kvs_control::{Command, Group};
 use kvs_proto::ShardMap;
 
-use crate::cluster::hand_over::{send, HandOvers};
+use super::hand_over::{send, HandOvers};
 use crate::to_control::{ranges, ToControl};
 use crate::to_worker::ToWorker;
 

@@ -13,7 +13,7 @@
 //! never held long.
 //!
 //! A drain takes the workers' freeze over (see
-//! [`crate::cluster::replicas`]): it [`abandon`](HandOvers::abandon)s the
+//! [`crate::replication::proposals`]): it [`abandon`](HandOvers::abandon)s the
 //! chunk being handed over, and once the drain is done the chunk, if still
 //! due, is frozen anew. Each freeze has a number of its own (its
 //! `round`), which the workers' answers carry: an answer to an older
