@@ -7,6 +7,8 @@
 //! The files, by part:
 //! - [`write_path`]: a client's write forwarded to its slot's backups, and
 //!   its answer once they all answered;
+//! - [`pending`]: which backups a waiting write counts on, and when and
+//!   how it is settled (no I/O);
 //! - [`copies`]: a slot copied to a new backup (snapshot, begin, pull, end);
 //! - [`links`]: the connections to the backups, and their queues;
 //! - [`slot_state`]: per slot, the primary's numbers and keys in flight, the
@@ -34,7 +36,7 @@
 //!
 //! - **Forwarding.** A write the handler applied ([`Handled::Forward`]) is
 //!   sent to every backup of its slot in the map; the client's answer
-//!   waits in a [`Pending`](write_path::Pending) until all have answered. copyrpc batches what a
+//!   waits in a [`PendingWrites`] until all have answered. copyrpc batches what a
 //!   turn sends to one backup into one WRITE_IMM. When a backup's ring has
 //!   no room, messages wait in that link's queue, in order, and go out on
 //!   a later turn (their buffers are reused: no allocation once warm).
@@ -69,6 +71,7 @@
 pub(crate) mod copies;
 pub(crate) mod hand_over;
 pub(crate) mod links;
+pub(crate) mod pending;
 pub(crate) mod proposals;
 pub(crate) mod slot_state;
 pub(crate) mod write_path;
@@ -91,8 +94,9 @@ use crate::to_control::ToControl;
 use crate::to_worker::Frozen;
 use copies::{CopyJob, Step};
 use links::{Link, LinkState};
+use pending::PendingWrites;
 use slot_state::SlotState;
-use write_path::Pending;
+use write_path::Waiter;
 
 /// What of a worker's state the forwarder reads and changes, as its slots'
 /// primary: borrowed from the worker's handler for one call
@@ -207,8 +211,7 @@ pub(crate) struct Forwarder {
     outgoing: Arc<Outgoing>,
     links: Vec<Link>,
     next_link: u16,
-    pending: Vec<Option<Pending>>,
-    free: Vec<u32>,
+    pending: PendingWrites<Waiter>,
     copies: Vec<CopyJob>,
     next_job: u32,
     acks: Rc<Acks>,
@@ -226,7 +229,7 @@ impl std::fmt::Debug for Forwarder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Forwarder")
             .field("links", &self.links.len())
-            .field("pending", &(self.pending.len() - self.free.len()))
+            .field("pending", &self.pending.len())
             .field("copies", &self.copies.len())
             .finish()
     }
@@ -252,8 +255,7 @@ impl Forwarder {
             outgoing,
             links: Vec::new(),
             next_link: 0,
-            pending: Vec::new(),
-            free: Vec::new(),
+            pending: PendingWrites::default(),
             copies: Vec::new(),
             next_job: 0,
             acks,

@@ -44,48 +44,15 @@ pub struct Forward {
     pub id: (u64, u64),
 }
 
-/// A client's write waiting for its backups.
+/// What the forwarder keeps with a client's write while it waits for its
+/// backups ([`PendingWrites`](super::pending::PendingWrites) decides when it is answered, and how).
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) handle: RecvHandle,
-    /// Backups that have not answered.
-    pub(super) waiting: u16,
-    /// The client's answer once all have (a response header).
-    pub(super) answer: [u8; RESPONSE_HEADER],
-    pub(super) fp: u64,
-    pub(super) slot: u32,
-    /// Why a backup did not apply it.
-    pub(super) failed: Option<String>,
-    /// The links of the backups it was sent to that counted for the
-    /// answer then (ready in the map it was accepted under, or their copy
-    /// reported ready): a refusal from one fails the write even if the
-    /// map has changed since (the backup may be the slot's primary now).
-    pub(super) counted: Counted,
-}
-
-/// The links a pending write counts on (see [`Pending::counted`]).
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Counted {
-    pub(super) ids: [u16; 4],
-    pub(super) n: u8,
-}
-
-impl Counted {
-    fn add(&mut self, id: u16) {
-        if let Some(slot) = self.ids.get_mut(usize::from(self.n)) {
-            *slot = id;
-        }
-        self.n = self.n.saturating_add(1);
-    }
-
-    /// Whether the link numbered `id` counted; past four links (never
-    /// more than three backups and a migration's target), every one does.
-    fn has(&self, id: u64) -> bool {
-        usize::from(self.n) > self.ids.len()
-            || self.ids[..usize::from(self.n)]
-                .iter()
-                .any(|&i| u64::from(i) == id)
-    }
+pub(super) struct Waiter {
+    handle: RecvHandle,
+    /// The client's answer once all have answered OK (a response header).
+    answer: [u8; RESPONSE_HEADER],
+    fp: u64,
+    slot: u32,
 }
 
 impl Forwarder {
@@ -137,25 +104,15 @@ impl Forwarder {
         let mut a = [0u8; RESPONSE_HEADER];
         let n = answer.len().min(RESPONSE_HEADER);
         a[..n].copy_from_slice(&answer[..n]);
-        let idx = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.pending.push(None);
-                (self.pending.len() - 1) as u32
-            }
-        };
-        self.pending[idx as usize] = Some(Pending {
+        let idx = self.pending.add(Waiter {
             handle,
-            waiting: 0,
             answer: a,
             fp: f.fp,
             slot: f.slot,
-            failed: None,
-            counted: Counted::default(),
         });
         if self.msg.is_empty() {
-            let p = self.pending[idx as usize].as_mut().expect("just set");
-            p.failed = Some("the write could not be encoded".into());
+            self.pending
+                .fail(idx, || "the write could not be encoded".into());
         }
         let backups = if self.msg.is_empty() {
             kvs_proto::shard::Backups::default()
@@ -186,12 +143,9 @@ impl Forwarder {
                     || self
                         .job(f.slot, b.owner)
                         .is_some_and(|i| self.copies[i].step == Step::Done);
-                let li = self.links.iter().position(|l| l.owner == b.owner);
-                let id = li.map(|li| self.links[li].id);
-                let p = self.pending[idx as usize].as_mut().expect("just set");
-                p.waiting += 1;
-                if let (true, Some(id)) = (counts, id) {
-                    p.counted.add(id);
+                // Sent: a link to it exists.
+                if let Some(l) = self.links.iter().find(|l| l.owner == b.owner) {
+                    self.pending.sent(idx, l.id, counts);
                 }
             } else {
                 let why = format!(
@@ -212,48 +166,40 @@ impl Forwarder {
     ///
     /// [`missed`]: Self::missed
     pub(super) fn write_missed(&mut self, h: &mut Primary<'_>, idx: u32, to: Owner, why: String) {
-        let Some(slot) = self
-            .pending
-            .get(idx as usize)
-            .and_then(|p| p.as_ref().map(|p| p.slot))
-        else {
+        let Some(slot) = self.pending.get(idx).map(|w| w.slot) else {
             return;
         };
         let job = self.job(slot, to);
         let counts = h.map.backups(slot).iter().any(|b| b.owner == to && b.ready)
             || job.is_some_and(|i| self.copies[i].step == Step::Done);
         if counts {
-            if let Some(p) = self.pending[idx as usize].as_mut() {
-                p.failed.get_or_insert(why);
-            }
+            self.pending.fail(idx, || why);
             self.missed(h, slot, to);
         } else if let Some(i) = job.filter(|&i| self.copies[i].step == Step::Pulling) {
             self.fail_copy(i, Instant::now());
         }
     }
 
-    /// Answers pending write `idx` if every backup has.
+    /// Answers pending write `idx` if every backup has; whether it did.
     pub(super) fn settle<F, T>(
         &mut self,
         ctx: &mut Context<u64, F, T>,
         h: &mut Primary<'_>,
         idx: u32,
-    ) where
+    ) -> bool
+    where
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
     {
-        let i = idx as usize;
-        if self.pending[i].as_ref().is_none_or(|p| p.waiting > 0) {
-            return;
-        }
-        let p = self.pending[i].take().expect("checked");
-        self.free.push(idx);
+        let Some((p, outcome)) = self.pending.settle(idx) else {
+            return false;
+        };
         h.replicas.end_write(p.fp);
-        match p.failed {
-            None => {
+        match outcome {
+            Ok(()) => {
                 let _ = ctx.reply(p.handle, &p.answer);
             }
-            Some(why) => {
+            Err(why) => {
                 let mut out = Vec::new();
                 begin_response(&mut out, Status::Unavailable, 0);
                 let m = format!(
@@ -267,6 +213,7 @@ impl Forwarder {
                 let _ = ctx.reply(p.handle, &out);
             }
         }
+        true
     }
 
     /// The backup on `to` missed a write of `slot` it was waited for: a
@@ -314,29 +261,23 @@ impl Forwarder {
             let (tag, hi, idx) = split(a.user);
             match tag {
                 TAG_WRITE => {
-                    let Some(p) = self.pending.get_mut(idx as usize).and_then(Option::as_mut)
-                    else {
+                    // A backup that counted when the write was sent fails
+                    // it, whatever the map says now: it may be the slot's
+                    // primary since, without the write (the table's rule).
+                    let link = hi as u16;
+                    if !self.pending.answer(idx, link, a.refused.as_deref()) {
                         continue;
-                    };
-                    p.waiting = p.waiting.saturating_sub(1);
+                    }
                     if let Some(why) = a.refused {
-                        // A backup that counted when the write was sent
-                        // fails it, whatever the map says now: it may be
-                        // the slot's primary since, without the write.
-                        if p.counted.has(hi) {
-                            p.failed.get_or_insert_with(|| why.clone());
-                        }
                         // Its repair is judged by the map as it is now; a
                         // link gone since (its backup dropped from the map)
                         // needs none.
-                        let link = self.links.iter().find(|l| u64::from(l.id) == hi);
-                        if let Some(owner) = link.map(|l| l.owner) {
+                        let l = self.links.iter().find(|l| l.id == link);
+                        if let Some(owner) = l.map(|l| l.owner) {
                             self.write_missed(h, idx, owner, why);
                         }
                     }
-                    let was = self.pending[idx as usize].is_some();
-                    self.settle(ctx, h, idx);
-                    if was && self.pending[idx as usize].is_none() {
+                    if self.settle(ctx, h, idx) {
                         answered += 1;
                     }
                 }
@@ -356,11 +297,7 @@ impl Forwarder {
             return;
         };
         let slots = f.first..f.end;
-        let busy = self
-            .pending
-            .iter()
-            .flatten()
-            .any(|p| slots.contains(&p.slot))
+        let busy = self.pending.iter().any(|w| slots.contains(&w.slot))
             || slots.clone().any(|s| h.replicas.held(s).is_some());
         if busy {
             return;
