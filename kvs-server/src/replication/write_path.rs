@@ -45,7 +45,8 @@ pub struct Forward {
 }
 
 /// What the forwarder keeps with a client's write while it waits for its
-/// backups ([`PendingWrites`](super::pending::PendingWrites) decides when it is answered, and how).
+/// backups ([`PendingWrites`](super::pending::PendingWrites) decides when
+/// it is answered, and how).
 #[derive(Debug)]
 pub(super) struct Waiter {
     handle: RecvHandle,
