@@ -56,7 +56,7 @@ mod worker_stats;
 pub use config::Config;
 pub use crash::abort_on_panic;
 pub use server::Server;
-pub use serving::handle;
+
 pub use serving::setup::SetupStats;
 pub use start_error::StartError;
 pub use worker_stats::WorkerStats;

@@ -365,7 +365,7 @@ impl Handler {
     }
 
     /// The first of a turn's three warming passes over its requests
-    /// (`warm`, [`locate`](Self::locate), [`fetch`](Self::fetch); the
+    /// (`warm`, [`prefetch_bucket`](Self::prefetch_bucket), [`prefetch_value`](Self::prefetch_value); the
     /// worker's `warm_turn` says why): where the key of a GET in `req`
     /// lives, its slot and its hash in the slot's table. Changes nothing.
     /// Handed on with the same `req`, up to [`serve`](Self::serve), it
@@ -393,7 +393,7 @@ impl Handler {
     /// most likely is (the table's control bytes and one bucket) and starts
     /// loading its first line. Changes nothing.
     #[inline]
-    pub fn locate(&self, warmed: &Warmed) {
+    pub fn prefetch_bucket(&self, warmed: &Warmed) {
         if let Some(p) = warmed
             .hash
             .and_then(|h| self.store.candidate(warmed.slot, h))
@@ -406,7 +406,7 @@ impl Handler {
     /// [`warm`](Self::warm) found in the same `req`) names and starts
     /// loading its value. Changes nothing.
     #[inline]
-    pub fn fetch(&self, req: &[u8], warmed: &Warmed) {
+    pub fn prefetch_value(&self, req: &[u8], warmed: &Warmed) {
         let (at, len) = warmed.key;
         let Some(key) = req.get(at as usize..(at + len) as usize) else {
             return;
@@ -961,8 +961,8 @@ mod tests {
         for i in 0..45u32 {
             let req = get(format!("k{i}").as_bytes());
             let w = h.warm(&req).expect("a GET is warmed");
-            h.locate(&w);
-            h.fetch(&req, &w);
+            h.prefetch_bucket(&w);
+            h.prefetch_value(&req, &w);
             let plain = served(&mut h, &req, None);
             assert_eq!(served(&mut h, &req, Some(w)), plain, "k{i}");
             let want = if i < 40 {

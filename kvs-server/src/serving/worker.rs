@@ -764,11 +764,11 @@ fn warm_turn<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
         warm.push(ctx.request(r).and_then(|b| h.warm(b)));
     }
     for w in warm.iter().flatten() {
-        h.locate(w);
+        h.prefetch_bucket(w);
     }
     for (r, w) in reqs.iter().zip(warm.iter()) {
         if let (Some(b), Some(w)) = (ctx.request(r), w) {
-            h.fetch(b, w);
+            h.prefetch_value(b, w);
         }
     }
 }
