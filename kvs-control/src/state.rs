@@ -306,11 +306,7 @@ mod tests {
         // applied the entries: their maps of one version differed, and
         // copies to the new backups were refused for good.
         let mut s = three();
-        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
-            let mut m = s.map.clone();
-            m.assign(r, to, None).unwrap();
-            s.set_map(m, (9, 1));
-        }
+        spread(&mut s);
         s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
         assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
         let since = s.map().version();

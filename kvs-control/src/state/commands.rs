@@ -358,12 +358,7 @@ mod tests {
     #[test]
     fn replicas_place_backups_fail_over_and_refill() {
         let mut s = three();
-        // Spread: member i owns slots 21i.. (the rest stay member 0's).
-        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
-            let mut m = s.map.clone();
-            m.assign(r, to, None).unwrap();
-            s.set_map(m, (9, 1));
-        }
+        spread(&mut s);
         assert_eq!(s.replicas(), 1);
         assert_eq!(s.under_replicated(), 0);
         let bad = Command::SetReplicas { replicas: 4 };

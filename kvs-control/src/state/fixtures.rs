@@ -49,3 +49,13 @@ pub(super) fn three() -> ClusterState {
     }
     s
 }
+
+/// Spreads [`three`]'s slots: member i owns slots 21i.. (the rest stay
+/// member 0's), in map versions applied at (9, 1).
+pub(super) fn spread(s: &mut ClusterState) {
+    for (r, to) in [(21..42, 1u16), (42..64, 2)] {
+        let mut m = s.map.clone();
+        m.assign(r, to, None).unwrap();
+        s.set_map(m, (9, 1));
+    }
+}

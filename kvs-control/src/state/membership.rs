@@ -457,11 +457,7 @@ mod tests {
     #[test]
     fn forget_with_force_fails_slots_over_to_ready_backups_and_loses_the_rest() {
         let mut s = three();
-        for (r, to) in [(21..42, 1u16), (42..64, 2)] {
-            let mut m = s.map.clone();
-            m.assign(r, to, None).unwrap();
-            s.set_map(m, (9, 1));
-        }
+        spread(&mut s);
         s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
         // Member 2's slots are backed up on member 0; 42..53 are copied.
         assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
