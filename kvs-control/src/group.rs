@@ -200,7 +200,7 @@ impl GroupConfig {
 
 /// A message for a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Outgoing {
+pub struct PeerMessage {
     /// The member it is for.
     pub to: u16,
     /// Its bytes: a raft-rs message in protobuf, or a fragment of one
@@ -260,7 +260,7 @@ pub struct Group {
     state: Option<ClusterState>,
     conf: ConfState,
     applied: u64,
-    outgoing: Vec<Outgoing>,
+    outgoing: Vec<PeerMessage>,
     events: Vec<Event>,
     /// When the clock last ticked Raft.
     last_tick: Instant,
@@ -928,7 +928,7 @@ impl Group {
                 self.next_fragmented = self.next_fragmented.wrapping_add(1);
             }
             for bytes in crate::fragment::split(bytes, self.next_fragmented, self.cfg.max_message) {
-                self.outgoing.push(Outgoing { to, bytes });
+                self.outgoing.push(PeerMessage { to, bytes });
             }
         }
     }
@@ -1010,7 +1010,7 @@ impl Group {
     }
 
     /// The messages queued for peers since the last call.
-    pub fn take_outgoing(&mut self) -> Vec<Outgoing> {
+    pub fn take_outgoing(&mut self) -> Vec<PeerMessage> {
         std::mem::take(&mut self.outgoing)
     }
 

@@ -37,7 +37,7 @@ mod storage;
 mod wal;
 
 pub use error::{DecodeError, GroupError, StorageError};
-pub use group::{Event, Group, GroupConfig, GroupStatus, Outgoing, MIN_MAX_MESSAGE};
+pub use group::{Event, Group, GroupConfig, GroupStatus, PeerMessage, MIN_MAX_MESSAGE};
 pub use identity::{BadClusterId, ClusterId, Identity};
 pub use limits::{MEMBER_TIMEOUT_MS, REPLICAS};
 pub use member_state::MemberState;

@@ -5,7 +5,7 @@
 //! ```text
 //! batch:   cluster_id 16 | from u16 | count u16 | message*
 //! message: length u32 | bytes (a raft-rs message in protobuf, or a
-//!          fragment of a larger one: kvs-control's `Outgoing`)
+//!          fragment of a larger one: kvs-control's `PeerMessage`)
 //! ```
 //! Integers are little-endian. The cluster id lets a member refuse traffic
 //! from another cluster's member that reached its address; `from` is the

@@ -60,7 +60,7 @@ pub(crate) struct Exposition {
     /// The member's place in the cluster and its migration totals.
     pub(crate) cluster: Arc<crate::cluster_view::Shared>,
     /// The slots it holds for their new owners.
-    pub(crate) outgoing: Arc<crate::migration::outgoing::Outgoing>,
+    pub(crate) outgoing: Arc<crate::migration::source_slots::SourceSlots>,
     /// The workers' gauges and published requests.
     pub(crate) workers: Vec<Arc<WorkerStats>>,
     /// Connection setup's counters.

@@ -23,7 +23,7 @@ use crate::lease::Lease;
 use crate::metrics::Exposition;
 use crate::migration::copy_in::Copies;
 use crate::migration::export::BulkServer;
-use crate::migration::outgoing::Outgoing;
+use crate::migration::source_slots::SourceSlots;
 use crate::replication::proposals::Replication;
 use crate::serving::setup::{accept, SetupStats, Tokens};
 use crate::serving::worker::Worker;
@@ -79,7 +79,7 @@ impl Server {
         let own = crate::cluster::start::advertised(&cfg, addr, None)?;
         let common = Common {
             lease: Arc::new(Lease::new(usize::from(cfg.workers))),
-            outgoing: Arc::new(Outgoing::default()),
+            outgoing: Arc::new(SourceSlots::default()),
             copies: Arc::new(Copies::default()),
             rails: crate::migration::rail_names(&cfg),
             stop: Arc::new(AtomicBool::new(false)),
@@ -354,7 +354,7 @@ struct Common {
     /// The member's lease: the workers serve only while it holds.
     lease: Arc<Lease>,
     /// Slots given away, held for their new owners, and copies' snapshots.
-    outgoing: Arc<Outgoing>,
+    outgoing: Arc<SourceSlots>,
     /// The copies arriving here.
     copies: Arc<Copies>,
     /// The bulk transfers' rails.

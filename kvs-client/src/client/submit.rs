@@ -1,5 +1,5 @@
 //! A request's way out, the hot path: `get`, `put`, `delete` and
-//! `update_range` describe it ([`Outgoing`]), `submit` routes its key to the
+//! `update_range` describe it ([`Submission`]), `submit` routes its key to the
 //! worker that owns the slot, takes an op slot, encodes the request into it
 //! and writes the call into that worker's endpoint batch (posted by the next
 //! `poll()`). An owner the client is not connected to yet is reached first
@@ -19,7 +19,7 @@ use super::{Client, Kind};
 
 /// One request's fields, as [`proto::write_request`] encodes them.
 #[derive(Clone, Copy)]
-struct Outgoing<'a> {
+struct Submission<'a> {
     op: Op,
     key: &'a [u8],
     value: &'a [u8],
@@ -29,10 +29,10 @@ struct Outgoing<'a> {
     offset: u32,
 }
 
-impl<'a> Outgoing<'a> {
+impl<'a> Submission<'a> {
     /// A request with a key and nothing else.
     fn keyed(op: Op, key: &'a [u8]) -> Self {
-        Outgoing {
+        Submission {
             op,
             key,
             value: &[],
@@ -47,22 +47,26 @@ impl<T, X: Transport> Client<T, X> {
     /// credit is used up.
     pub fn get(&mut self, key: &[u8], tag: T) -> Result<(), SubmitError<T>> {
         let a = RESPONSE_HEADER + self.opts.value_allowance;
-        self.submit(Outgoing::keyed(Op::Get, key), a, tag)
+        self.submit(Submission::keyed(Op::Get, key), a, tag)
     }
 
     /// Sets `key` to `value`.
     pub fn put(&mut self, key: &[u8], value: &[u8], tag: T) -> Result<(), SubmitError<T>> {
-        let r = Outgoing {
+        let r = Submission {
             value,
             val_len: value.len() as u32,
-            ..Outgoing::keyed(Op::Put, key)
+            ..Submission::keyed(Op::Put, key)
         };
         self.submit(r, RESPONSE_HEADER + 64, tag)
     }
 
     /// Removes `key`.
     pub fn delete(&mut self, key: &[u8], tag: T) -> Result<(), SubmitError<T>> {
-        self.submit(Outgoing::keyed(Op::Delete, key), RESPONSE_HEADER + 64, tag)
+        self.submit(
+            Submission::keyed(Op::Delete, key),
+            RESPONSE_HEADER + 64,
+            tag,
+        )
     }
 
     /// Overwrites `bytes` of `key`'s value at `offset` (the value never grows:
@@ -74,11 +78,11 @@ impl<T, X: Transport> Client<T, X> {
         bytes: &[u8],
         tag: T,
     ) -> Result<(), SubmitError<T>> {
-        let r = Outgoing {
+        let r = Submission {
             value: bytes,
             val_len: bytes.len() as u32,
             offset,
-            ..Outgoing::keyed(Op::UpdateRange, key)
+            ..Submission::keyed(Op::UpdateRange, key)
         };
         self.submit(r, RESPONSE_HEADER + 64, tag)
     }
@@ -86,8 +90,13 @@ impl<T, X: Transport> Client<T, X> {
     /// Sends one request to the owner of its key (queued until `poll()`),
     /// reserving `allowance` bytes for the response.
     #[inline]
-    fn submit(&mut self, r: Outgoing<'_>, allowance: usize, tag: T) -> Result<(), SubmitError<T>> {
-        let Outgoing {
+    fn submit(
+        &mut self,
+        r: Submission<'_>,
+        allowance: usize,
+        tag: T,
+    ) -> Result<(), SubmitError<T>> {
+        let Submission {
             op,
             key,
             value,

@@ -48,8 +48,8 @@ use crate::config::Config;
 use crate::lease::Lease;
 use crate::migration::copy_in::Copies;
 use crate::migration::import::Progress;
-use crate::migration::outgoing::Outgoing;
 use crate::migration::session::Sessions;
+use crate::migration::source_slots::SourceSlots;
 use crate::replication::proposals::Replication;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
@@ -76,7 +76,7 @@ pub(crate) struct Control {
     pub incoming: Receiver<PendingConnection>,
     pub shared: Arc<Shared>,
     pub lease: Arc<Lease>,
-    pub outgoing: Arc<Outgoing>,
+    pub outgoing: Arc<SourceSlots>,
     /// The copies arriving here (status).
     pub copies: Arc<Copies>,
     pub cluster_token: Option<AuthToken>,
@@ -254,7 +254,7 @@ struct State {
     stats: Vec<Arc<WorkerStats>>,
     shared: Arc<Shared>,
     lease: Arc<Lease>,
-    outgoing: Arc<Outgoing>,
+    outgoing: Arc<SourceSlots>,
     copies: Arc<Copies>,
     /// Imports this member runs, by (first, end, source).
     imports: HashMap<(u32, u32, u16), Arc<Progress>>,

@@ -19,8 +19,8 @@ use mpib::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use mpib::{Buffer, Comm, Request, Span};
 
 use super::error::TransferError;
-use super::outgoing::{Held, Outgoing};
 use super::pull_conn::{LINGER, SETUP_BYTES};
+use super::source_slots::{Held, SourceSlots};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, DEPTH};
 use crate::batch::BATCH;
@@ -37,7 +37,7 @@ const POLL: Duration = Duration::from_millis(50);
 /// The bulk port's listener thread, as started.
 pub(crate) struct BulkServer {
     pub listener: Listener,
-    pub outgoing: Arc<Outgoing>,
+    pub outgoing: Arc<SourceSlots>,
     pub cfg: Config,
     pub rails: Vec<String>,
     /// The member's totals (metrics).
@@ -47,7 +47,7 @@ pub(crate) struct BulkServer {
 
 /// What a transfer's thread needs of the server.
 struct Exporter {
-    outgoing: Arc<Outgoing>,
+    outgoing: Arc<SourceSlots>,
     cfg: Config,
     rails: Vec<String>,
     shared: Arc<crate::cluster_view::Shared>,

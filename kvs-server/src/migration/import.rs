@@ -28,8 +28,8 @@ use kvs_proto::{AuthToken, Member};
 use mpib::{Comm, Request};
 
 use super::error::TransferError;
-use super::outgoing::from_hex;
 use super::pull_conn::{post_recv, PullConn};
+use super::source_slots::from_hex;
 use super::wire::{Batch, PullSetup, Taken};
 use super::{all_rails, open_rails, DEPTH};
 use crate::config::Config;

@@ -8,7 +8,7 @@
 //!
 //! 1. **Handover.** A committed map gives the chunk to the target, marked as
 //!    imported from the source. Installing it, the source's workers take the
-//!    chunk's records out of their stores ([`outgoing`]: frozen, read-only)
+//!    chunk's records out of their stores ([`source_slots`]: frozen, read-only)
 //!    and redirect its keys to the target. The target's workers answer
 //!    `TRY_AGAIN` for the chunk until the source holds it frozen (its first
 //!    pull ticket says so): no write can land at the source after the
@@ -52,10 +52,10 @@ pub(crate) mod copy_in;
 pub(crate) mod error;
 pub(crate) mod export;
 pub(crate) mod import;
-pub(crate) mod outgoing;
 pub(crate) mod pull_conn;
 pub(crate) mod puller;
 pub(crate) mod session;
+pub(crate) mod source_slots;
 pub(crate) mod waiting;
 pub(crate) mod wire;
 

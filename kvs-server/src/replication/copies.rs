@@ -1,7 +1,7 @@
 //! The copies of slots to new backups (not ready in the map), over the
 //! migrations' bulk path. The slots copied to one backup in one turn (up
 //! to [`COPY_BUDGET`] bytes under way per backup) are snapshotted together
-//! under one ticket ([`Outgoing::issue_copy`]); each slot's begin goes into
+//! under one ticket ([`SourceSlots::issue_copy`]); each slot's begin goes into
 //! the stream at the slot's current number, followed by the primary's
 //! request ids for the slot ([`Kind::CopyIds`]), and the backup pulls the
 //! snapshot over mpib from this member's bulk port, taking a record only for
@@ -17,7 +17,7 @@
 //! begins); each answer, [`copy_ack`](Forwarder::copy_ack); every few turns
 //! [`report_ready`](Forwarder::report_ready).
 //!
-//! [`Outgoing::issue_copy`]: crate::migration::outgoing::Outgoing::issue_copy
+//! [`SourceSlots::issue_copy`]: crate::migration::source_slots::SourceSlots::issue_copy
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kin
 use kvs_proto::{Owner, ShardMap};
 
 use super::{user, Ack, Forwarder, Primary, TAG_COPY, TAG_PROBE};
-use crate::migration::outgoing::Held;
+use crate::migration::source_slots::Held;
 use crate::to_control::ToControl;
 
 /// How long a failed copy waits before it starts over.

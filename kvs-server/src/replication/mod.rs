@@ -52,7 +52,7 @@
 //! - **Copies.** Each backup of this worker's slots that is not ready gets
 //!   a copy. The slots copied to one backup in one turn (up to
 //!   [`COPY_BUDGET`](copies::COPY_BUDGET) bytes under way per backup) are snapshotted together
-//!   under one ticket ([`Outgoing::issue_copy`]); each slot's begin goes
+//!   under one ticket ([`SourceSlots::issue_copy`]); each slot's begin goes
 //!   into the stream at the slot's current number, and the backup pulls
 //!   the snapshot over mpib from this member's bulk port (the migrations'
 //!   bulk path), taking a record only for a key the stream did not write
@@ -88,7 +88,7 @@ use kvs_proto::proto::{Status, RESPONSE_HEADER};
 use kvs_proto::{AuthToken, Owner, ShardMap};
 
 use crate::dedup::Dedup;
-use crate::migration::outgoing::Outgoing;
+use crate::migration::source_slots::SourceSlots;
 use crate::store::Store;
 use crate::to_control::ToControl;
 use crate::to_worker::Frozen;
@@ -208,7 +208,7 @@ pub(crate) struct Forwarder {
     me: Owner,
     cluster: [u8; 16],
     token: Option<AuthToken>,
-    outgoing: Arc<Outgoing>,
+    outgoing: Arc<SourceSlots>,
     links: Vec<Link>,
     next_link: u16,
     pending: PendingWrites<Waiter>,
@@ -244,7 +244,7 @@ impl Forwarder {
         me: Owner,
         cluster: [u8; 16],
         token: Option<AuthToken>,
-        outgoing: Arc<Outgoing>,
+        outgoing: Arc<SourceSlots>,
         acks: Rc<Acks>,
         report: Sender<ToControl>,
     ) -> Forwarder {

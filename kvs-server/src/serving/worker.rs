@@ -24,7 +24,7 @@ use super::read_wait::{ParkedRead, ReadsWaiting};
 use crate::config::Config;
 use crate::lease::Lease;
 use crate::migration::copy_in::{Copies, CopyPull};
-use crate::migration::outgoing::Outgoing;
+use crate::migration::source_slots::SourceSlots;
 use crate::migration::waiting::{Parked, Waiting};
 use crate::replication::slot_state::PullStart;
 use crate::replication::{ack_handler, Acks, Forwarder};
@@ -66,7 +66,7 @@ pub(crate) struct Worker {
     /// Reports to the control thread (backups made ready, or stale).
     pub report: Sender<ToControl>,
     /// Slots given away, held for their new owners, and copies' snapshots.
-    pub outgoing: Arc<Outgoing>,
+    pub outgoing: Arc<SourceSlots>,
     /// The copies arriving here, and the bulk transfers' rails.
     pub copies: Arc<Copies>,
     pub rails: Vec<String>,
@@ -321,7 +321,7 @@ struct Serving<T: Transport, F> {
     w: u16,
     cfg: Config,
     incoming: Receiver<ToWorker>,
-    outgoing: Arc<Outgoing>,
+    outgoing: Arc<SourceSlots>,
     copies: Arc<Copies>,
     rails: Vec<String>,
     lease: Arc<Lease>,

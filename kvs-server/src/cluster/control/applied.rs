@@ -13,7 +13,7 @@ use kvs_proto::ShardMap;
 
 use super::{now_ms, State, LOG};
 use crate::migration::import::{Importer, Progress};
-use crate::migration::outgoing::free_elsewhere;
+use crate::migration::source_slots::free_elsewhere;
 use crate::to_worker::ToWorker;
 
 /// How often a member whose address or bulk port the map has wrong asks

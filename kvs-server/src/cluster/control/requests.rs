@@ -16,7 +16,7 @@ use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RES
 use kvs_proto::shard::slot_of;
 
 use super::{now_ms, Conns, State, LOG};
-use crate::migration::outgoing::to_hex;
+use crate::migration::source_slots::to_hex;
 
 /// How long a request waits for the entry proposed for it to be applied.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);

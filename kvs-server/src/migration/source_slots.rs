@@ -18,7 +18,7 @@ const TICKET_LIFE: Duration = Duration::from_secs(60);
 
 /// The slots held for their new owners, and the open tickets.
 #[derive(Debug, Default)]
-pub(crate) struct Outgoing {
+pub(crate) struct SourceSlots {
     inner: Mutex<Inner>,
 }
 
@@ -48,7 +48,7 @@ struct Ticket {
     expires: Instant,
 }
 
-/// Slots let go of by [`Outgoing::release`], not freed yet.
+/// Slots let go of by [`SourceSlots::release`], not freed yet.
 #[derive(Debug, Default)]
 pub(crate) struct Released {
     pub slots: Vec<Arc<SlotRecords>>,
@@ -78,7 +78,7 @@ pub(crate) fn free_elsewhere(released: Released) {
 /// The records of a pull's slots, in slot order.
 pub(crate) type Held = Vec<(u32, Arc<SlotRecords>)>;
 
-impl Outgoing {
+impl SourceSlots {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic elsewhere while holding the lock leaves the data as it
         // was: every change below is a single insert or remove.
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn tickets_open_exactly_the_slots_held_once() {
-        let o = Outgoing::default();
+        let o = SourceSlots::default();
         for s in 4..8 {
             o.hold(s, SlotRecords::default());
         }
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_copy_ticket_opens_its_snapshots_once() {
-        let o = Outgoing::default();
+        let o = SourceSlots::default();
         let held: Held = vec![(3, Arc::default()), (9, Arc::default())];
         let (t, first, end) = o.issue_copy(held).unwrap();
         assert_eq!((first, end), (3, 10));
