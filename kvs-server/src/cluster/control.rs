@@ -54,7 +54,7 @@ use crate::replication::proposals::Replication;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
-use requests::Pending;
+use requests::Parked;
 
 /// The target of the control thread's log events, whichever of its files
 /// makes them: operators filter and read them by it.
@@ -215,7 +215,7 @@ impl Control {
             rails: self.rails,
             stop: self.stop,
             peers,
-            pending: Vec::new(),
+            parked: Vec::new(),
             lost_exports,
             last_readdress: Instant::now(),
             step_errors: 0,
@@ -266,7 +266,7 @@ struct State {
     stop: Arc<AtomicBool>,
     peers: Peers,
     /// Requests waiting for their entries.
-    pending: Vec<Pending>,
+    parked: Vec<Parked>,
     /// Slots the map had this member exporting when the process started:
     /// their frozen copies died with the process before.
     lost_exports: std::collections::HashSet<u32>,

@@ -49,7 +49,7 @@ const COPY_QUEUE: usize = 256;
 const IDS_BATCH: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Step {
+pub(super) enum CopyStep {
     /// To begin (at `retry_at`): a snapshot, and the begin in the stream.
     Begin,
     /// The backup pulls the snapshot; asked every [`PROBE`] if done.
@@ -70,7 +70,7 @@ pub(super) struct CopyJob {
     /// The slot's epoch then: a new one (the slot's replica set changed)
     /// starts the copy over.
     pub(super) epoch: u32,
-    pub(super) step: Step,
+    pub(super) step: CopyStep,
     /// The snapshot's ticket while it is pulled, and the slot's records
     /// and bytes in it.
     pub(super) ticket: Option<[u8; 16]>,
@@ -95,7 +95,7 @@ impl Forwarder {
             && self
                 .copies
                 .iter()
-                .any(|j| j.slot == slot && j.step == Step::Pulling)
+                .any(|j| j.slot == slot && j.step == CopyStep::Pulling)
     }
 
     /// The copy of `slot` to `to`, if there is one.
@@ -112,7 +112,7 @@ impl Forwarder {
     /// [`COPY_RETRY`]; its snapshot goes unless another copy shares it.
     pub(super) fn fail_copy(&mut self, i: usize, now: Instant) {
         let j = &mut self.copies[i];
-        j.step = Step::Begin;
+        j.step = CopyStep::Begin;
         j.gen = j.gen.wrapping_add(1);
         j.outstanding = 0;
         j.probing = false;
@@ -137,7 +137,7 @@ impl Forwarder {
         let now = Instant::now();
         let j = &mut self.copies[i];
         // A copy reported ready is never started over from here.
-        if j.gen != gen || j.step == Step::Done {
+        if j.gen != gen || j.step == CopyStep::Done {
             return;
         }
         j.progress = now;
@@ -156,8 +156,8 @@ impl Forwarder {
             }
             return self.fail_copy(i, now);
         }
-        if tag == TAG_PROBE && j.step == Step::Pulling {
-            j.step = Step::Done;
+        if tag == TAG_PROBE && j.step == CopyStep::Pulling {
+            j.step = CopyStep::Done;
             if let Some(t) = j.ticket.take() {
                 self.release_ticket(&t);
             }
@@ -180,7 +180,7 @@ impl Forwarder {
     {
         for i in 0..self.copies.len() {
             let j = &self.copies[i];
-            if j.step != Step::Pulling {
+            if j.step != CopyStep::Pulling {
                 continue;
             }
             // No answer for that long: whatever happened to them, the copy
@@ -240,14 +240,14 @@ impl Forwarder {
         let under_way: usize = self
             .copies
             .iter()
-            .filter(|j| j.to == to && j.step == Step::Pulling)
+            .filter(|j| j.to == to && j.step == CopyStep::Pulling)
             .map(|j| j.bytes)
             .sum();
         let mut room = COPY_BUDGET.saturating_sub(under_way);
         let mut alone = under_way == 0;
         let mut group = Vec::new();
         for (i, j) in self.copies.iter().enumerate() {
-            if j.to != to || j.step != Step::Begin || now < j.retry_at {
+            if j.to != to || j.step != CopyStep::Begin || now < j.retry_at {
                 continue;
             }
             // Ready in the map, or held for it: copied once the map counts
@@ -345,7 +345,7 @@ impl Forwarder {
             }
             let j = &mut self.copies[i];
             j.outstanding = sent.unwrap_or(0);
-            j.step = Step::Pulling;
+            j.step = CopyStep::Pulling;
             j.bytes = size;
             j.records = count;
             j.since = h.map.version();
@@ -431,7 +431,7 @@ impl Forwarder {
             to: owner,
             since: map.version(),
             epoch: map.epoch(slot),
-            step: Step::Begin,
+            step: CopyStep::Begin,
             ticket: None,
             records: 0,
             bytes: 0,

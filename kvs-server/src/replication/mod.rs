@@ -92,7 +92,7 @@ use crate::migration::source_slots::SourceSlots;
 use crate::store::Store;
 use crate::to_control::ToControl;
 use crate::to_worker::Frozen;
-use copies::{CopyJob, Step};
+use copies::{CopyJob, CopyStep};
 use links::{Link, LinkState};
 use pending::PendingWrites;
 use slot_state::SlotState;
@@ -283,7 +283,7 @@ impl Forwarder {
                 .links
                 .iter()
                 .any(|l| !matches!(l.state, LinkState::Up(_)))
-            || self.copies.iter().any(|j| j.step != Step::Done)
+            || self.copies.iter().any(|j| j.step != CopyStep::Done)
     }
 
     /// Sends what waits: queued messages, then the copies' next steps.
@@ -365,7 +365,7 @@ impl Forwarder {
         for o in broken {
             for i in 0..self.copies.len() {
                 let j = &self.copies[i];
-                if j.to == o && j.step == Step::Pulling {
+                if j.to == o && j.step == CopyStep::Pulling {
                     self.fail_copy(i, now);
                 }
             }

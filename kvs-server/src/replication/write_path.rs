@@ -25,7 +25,7 @@ use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONS
 use kvs_proto::replica::{write_replicate, Header, Kind};
 use kvs_proto::Owner;
 
-use super::copies::Step;
+use super::copies::CopyStep;
 use super::{split, user, Forwarder, Primary, TAG_COPY, TAG_PROBE, TAG_WRITE};
 use crate::to_control::ToControl;
 
@@ -126,7 +126,7 @@ impl Forwarder {
             if !b.ready
                 && self
                     .job(f.slot, b.owner)
-                    .is_none_or(|i| self.copies[i].step == Step::Begin)
+                    .is_none_or(|i| self.copies[i].step == CopyStep::Begin)
             {
                 continue;
             }
@@ -143,7 +143,7 @@ impl Forwarder {
                 let counts = b.ready
                     || self
                         .job(f.slot, b.owner)
-                        .is_some_and(|i| self.copies[i].step == Step::Done);
+                        .is_some_and(|i| self.copies[i].step == CopyStep::Done);
                 // Sent: a link to it exists.
                 if let Some(l) = self.links.iter().find(|l| l.owner == b.owner) {
                     self.pending.sent(idx, l.id, counts);
@@ -172,11 +172,11 @@ impl Forwarder {
         };
         let job = self.job(slot, to);
         let counts = h.map.backups(slot).iter().any(|b| b.owner == to && b.ready)
-            || job.is_some_and(|i| self.copies[i].step == Step::Done);
+            || job.is_some_and(|i| self.copies[i].step == CopyStep::Done);
         if counts {
             self.pending.fail(idx, || why);
             self.missed(h, slot, to);
-        } else if let Some(i) = job.filter(|&i| self.copies[i].step == Step::Pulling) {
+        } else if let Some(i) = job.filter(|&i| self.copies[i].step == CopyStep::Pulling) {
             self.fail_copy(i, Instant::now());
         }
     }
@@ -235,7 +235,7 @@ impl Forwarder {
             self.stale.push((to.member, slot));
         } else if self
             .job(slot, to)
-            .is_some_and(|i| self.copies[i].step == Step::Done)
+            .is_some_and(|i| self.copies[i].step == CopyStep::Done)
         {
             h.replicas
                 .hold_until_ready(slot, to.member, h.map.epoch(slot));

@@ -77,7 +77,7 @@ pub struct Warmed {
 
 /// [`Served`] before the value is borrowed again.
 #[derive(Debug, Clone, Copy)]
-enum Answer {
+enum RawServed {
     Handled(Handled),
     Value(Found),
 }
@@ -345,14 +345,17 @@ impl Handler {
         if routed_by(req) < self.map.version() && out.len() > 1 {
             out[1] |= FLAG_MAP_NEWER;
         }
-        if matches!(a, Answer::Value(_) | Answer::Handled(Handled::Answered)) {
+        if matches!(
+            a,
+            RawServed::Value(_) | RawServed::Handled(Handled::Answered)
+        ) {
             let ns = self.clock.ns_between(t, self.clock.ticks());
             let op = req.first().copied().unwrap_or(0);
             let status = out.first().copied().unwrap_or(u8::MAX);
             self.metrics.record(op, status, ns);
         }
         match a {
-            Answer::Handled(h) => Served::Handled(h),
+            RawServed::Handled(h) => Served::Handled(h),
             // SAFETY: `v` points at a value in `self.store`, found by this
             // call; since then only `out`, the map's version and the metrics
             // were touched, never the store. The slice borrows `self` (the
@@ -360,7 +363,7 @@ impl Handler {
             // value while it lives. (A raw pointer carries it here because
             // returning the borrow from one branch and using `self` in the
             // others is what the borrow checker cannot yet accept.)
-            Answer::Value(Found(v)) => Served::Value(unsafe { &*v }),
+            RawServed::Value(Found(v)) => Served::Value(unsafe { &*v }),
         }
     }
 
@@ -444,11 +447,11 @@ impl Handler {
         max_response: usize,
         out: &mut Vec<u8>,
         warmed: Option<Warmed>,
-    ) -> Answer {
+    ) -> RawServed {
         if let Some(v) = self.answer_or_pull(req, max_response, out, warmed) {
-            return Answer::Value(v);
+            return RawServed::Value(v);
         }
-        Answer::Handled(self.outcome())
+        RawServed::Handled(self.outcome())
     }
 
     /// What became of a request answered without a value of the store.

@@ -29,7 +29,7 @@ pub(crate) enum Whose {
 }
 
 #[derive(Debug)]
-struct Pending {
+struct Untaken {
     /// The records not taken yet.
     recs: std::vec::IntoIter<Ready>,
     whose: Whose,
@@ -40,13 +40,13 @@ struct Pending {
 /// The batches a worker has received and not yet taken, in order.
 #[derive(Debug, Default)]
 pub(crate) struct Intake {
-    batches: VecDeque<Pending>,
+    batches: VecDeque<Untaken>,
 }
 
 impl Intake {
     /// Queues a batch's records ([`crate::migration::wire::Batch::ready`]).
     pub fn push(&mut self, recs: Vec<Ready>, whose: Whose, taken: Sender<()>) {
-        self.batches.push_back(Pending {
+        self.batches.push_back(Untaken {
             recs: recs.into_iter(),
             whose,
             taken,

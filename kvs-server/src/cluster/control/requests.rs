@@ -22,7 +22,7 @@ use crate::migration::source_slots::to_hex;
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What became of a request.
-enum Answer {
+enum Outcome {
     /// The answer is in `out`.
     Now,
     /// Answered once the entry proposed for it is applied.
@@ -43,7 +43,7 @@ enum Awaited {
 }
 
 /// A request waiting for its entry.
-pub(super) struct Pending {
+pub(super) struct Parked {
     handle: RecvHandle,
     max_response: usize,
     awaited: Awaited,
@@ -85,10 +85,10 @@ impl State {
                 .and_then(|(_, a)| *a);
             let max = req.max_response();
             match self.handle(req_bytes, local, max, out, now) {
-                Answer::Now => {
+                Outcome::Now => {
                     let _ = ctx.reply(req, out);
                 }
-                Answer::Later(awaited) => self.pending.push(Pending {
+                Outcome::Later(awaited) => self.parked.push(Parked {
                     handle: req,
                     max_response: max,
                     awaited,
@@ -107,7 +107,7 @@ impl State {
         max_response: usize,
         out: &mut Vec<u8>,
         now: Instant,
-    ) -> Answer {
+    ) -> Outcome {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
             Err(e) => {
@@ -117,7 +117,7 @@ impl State {
                     e.to_string().as_bytes(),
                     max_response,
                 );
-                return Answer::Now;
+                return Outcome::Now;
             }
         };
         let answer = match r.op() {
@@ -126,11 +126,11 @@ impl State {
                     Ok(()) => reply(out, Status::Ok, &[], max_response),
                     Err(m) => reply(out, Status::BadRequest, m.as_bytes(), max_response),
                 }
-                return Answer::Now;
+                return Outcome::Now;
             }
             Op::Pull => {
                 self.pull(r.key(), max_response, out);
-                return Answer::Now;
+                return Outcome::Now;
             }
             Op::Control => match ControlRequest::decode(r.value()) {
                 Ok(c) => return self.on_control(c, local, max_response, out),
@@ -141,7 +141,7 @@ impl State {
             )),
         };
         reply(out, Status::Ok, &answer.encode(), max_response);
-        Answer::Now
+        Outcome::Now
     }
 
     /// Answers a control request `c` into `out`, or parks it until the entry
@@ -154,7 +154,7 @@ impl State {
         local: Option<SocketAddr>,
         max_response: usize,
         out: &mut Vec<u8>,
-    ) -> Answer {
+    ) -> Outcome {
         let answer = match c {
             ControlRequest::Status => ControlReply::Status(self.status()),
             ControlRequest::Map => {
@@ -181,7 +181,7 @@ impl State {
                 bulk_port,
                 zone,
             } => match self.join(addr, workers, slots, bulk_port, zone, local) {
-                Ok(member) => return Answer::Later(Awaited::Join { member, addr }),
+                Ok(member) => return Outcome::Later(Awaited::Join { member, addr }),
                 Err(r) => *r,
             },
             ControlRequest::Migrate { first, end, to } => {
@@ -191,19 +191,19 @@ impl State {
                     at_ms,
                 };
                 match self.migrate(&cmd) {
-                    Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
+                    Ok(()) => return Outcome::Later(Awaited::Started { at_ms }),
                     Err(r) => *r,
                 }
             }
             ControlRequest::Rebalance => {
                 let at_ms = now_ms();
                 match self.migrate(&Command::Rebalance { at_ms }) {
-                    Ok(()) => return Answer::Later(Awaited::Started { at_ms }),
+                    Ok(()) => return Outcome::Later(Awaited::Started { at_ms }),
                     Err(r) => *r,
                 }
             }
             ControlRequest::Cancel => match self.migrate(&Command::Cancel { at_ms: now_ms() }) {
-                Ok(()) => return Answer::Later(Awaited::Cancelled),
+                Ok(()) => return Outcome::Later(Awaited::Cancelled),
                 Err(r) => *r,
             },
             ControlRequest::SetReplicas { replicas } => self.set_replicas(replicas),
@@ -218,7 +218,7 @@ impl State {
             // member then, and not before.
             ControlRequest::Forget { member, force } => {
                 match self.group.propose_forget(member, force, now_ms()) {
-                    Ok(()) => return Answer::Later(Awaited::Left { member, force }),
+                    Ok(()) => return Outcome::Later(Awaited::Left { member, force }),
                     Err(e) => refusal(e),
                 }
             }
@@ -244,7 +244,7 @@ impl State {
             }
         };
         reply(out, Status::Ok, &answer.encode(), max_response);
-        Answer::Now
+        Outcome::Now
     }
 
     /// A ticket to pull slots `first..end` given away in map `version`, or
@@ -424,8 +424,8 @@ impl State {
         now: Instant,
     ) {
         let mut i = 0;
-        while i < self.pending.len() {
-            let p = &self.pending[i];
+        while i < self.parked.len() {
+            let p = &self.parked[i];
             let answer = match (self.settled(p.awaited), now >= p.deadline) {
                 (Some(a), _) => a,
                 (None, true) => ControlReply::error(format!(
@@ -437,7 +437,7 @@ impl State {
                     continue;
                 }
             };
-            let p = self.pending.swap_remove(i);
+            let p = self.parked.swap_remove(i);
             reply(out, Status::Ok, &answer.encode(), p.max_response);
             let _ = ctx.reply(p.handle, out);
         }
