@@ -27,6 +27,8 @@ pub mod store;
 // The control plane, and live migration of slots between members.
 mod cluster;
 mod migration;
+// Why a bulk transfer (a migration's pull, a backup's copy) failed.
+mod transfer_error;
 
 // Replication: the write path, copies to new backups, links to them,
 // the workers' replication state, and the control thread's side.

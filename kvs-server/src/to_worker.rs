@@ -68,7 +68,7 @@ pub(crate) enum ToWorker {
         /// The copy begin's ticket.
         ticket: [u8; 16],
         /// How it ended.
-        result: Result<(), String>,
+        result: Result<(), crate::transfer_error::TransferError>,
     },
     /// The answer to a priority pull of `key`: its value at the source, or
     /// none, or why the pull failed.
@@ -78,7 +78,7 @@ pub(crate) enum ToWorker {
         /// The key.
         key: Vec<u8>,
         /// Its value at the source (`None`: the source has no such key).
-        value: Result<Option<Vec<u8>>, String>,
+        value: Result<Option<Vec<u8>>, std::sync::Arc<crate::transfer_error::PullError>>,
     },
 }
 

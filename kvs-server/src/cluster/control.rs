@@ -54,7 +54,7 @@ use crate::replication::proposals::Replication;
 use crate::start_error::StartError;
 use crate::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
-use requests::Parked;
+use requests::ParkedRequest;
 
 /// The target of the control thread's log events, whichever of its files
 /// makes them: operators filter and read them by it.
@@ -266,7 +266,7 @@ struct State {
     stop: Arc<AtomicBool>,
     peers: Peers,
     /// Requests waiting for their entries.
-    parked: Vec<Parked>,
+    parked: Vec<ParkedRequest>,
     /// Slots the map had this member exporting when the process started:
     /// their frozen copies died with the process before.
     lost_exports: std::collections::HashSet<u32>,

@@ -21,7 +21,6 @@ use kvs_proto::control::CopyStatus;
 use kvs_proto::replica::CopyBegin;
 use mpib::{Buffer, Comm, Request};
 
-use super::error::TransferError;
 use super::import::wait_recv;
 use super::pull_conn::post_recv;
 use super::wire::{Batch, PullSetup, Taken};
@@ -29,6 +28,7 @@ use super::{all_rails, open_rails, DEPTH};
 use crate::batch::BATCH;
 use crate::config::Config;
 use crate::to_worker::ToWorker;
+use crate::transfer_error::TransferError;
 
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;
@@ -118,8 +118,7 @@ impl CopyPull {
                     started: Instant::now(),
                 });
                 self.copies.add(progress.clone());
-                // The worker's report carries the text.
-                let result = self.run(&progress).map_err(|e| e.to_string());
+                let result = self.run(&progress);
                 self.copies.remove(&progress);
                 if let Err(why) = &result {
                     tracing::warn!(
@@ -136,7 +135,7 @@ impl CopyPull {
         if let Err(e) = spawned {
             let _ = tx.send(ToWorker::CopyPulled {
                 ticket,
-                result: Err(format!("cannot start the pull: {e}")),
+                result: Err(TransferError::Spawn(e)),
             });
             waker.wake();
         }

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant};
 use mpib::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use mpib::{Buffer, Comm, Request, Span};
 
-use super::error::TransferError;
 use super::pull_conn::{LINGER, SETUP_BYTES};
 use super::source_slots::{Held, SourceSlots};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, DEPTH};
 use crate::batch::BATCH;
 use crate::config::Config;
+use crate::transfer_error::TransferError;
 
 mod refusals;
 

@@ -27,13 +27,13 @@ use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
 use kvs_proto::{AuthToken, Member};
 use mpib::{Comm, Request};
 
-use super::error::TransferError;
 use super::pull_conn::{post_recv, PullConn};
 use super::source_slots::from_hex;
 use super::wire::{Batch, PullSetup, Taken};
 use super::{all_rails, open_rails, DEPTH};
 use crate::config::Config;
 use crate::to_worker::ToWorker;
+use crate::transfer_error::TransferError;
 
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;

@@ -49,7 +49,6 @@
 //!   it says so) or is forgotten (`kvs-admin forget --force`).
 
 pub(crate) mod copy_in;
-pub(crate) mod error;
 pub(crate) mod export;
 pub(crate) mod import;
 pub(crate) mod pull_conn;
@@ -62,8 +61,8 @@ pub(crate) mod wire;
 use copyrpc::transport::DeviceSpec;
 use mlx5::device::Context as Device;
 
-use self::error::TransferError;
 use crate::config::Config;
+use crate::transfer_error::TransferError;
 
 /// Batches in flight per transfer.
 pub(crate) const DEPTH: usize = 4;

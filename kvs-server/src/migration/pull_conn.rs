@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use mlx5::device::Context as Device;
 use mpib::{Buffer, Comm, Request};
 
-use super::error::TransferError;
 use super::wire::PullSetup;
 use super::{idle, DEPTH};
 use crate::batch::BATCH;
+use crate::transfer_error::TransferError;
 
 /// How long a source keeps an idle bulk connection for the next pull's
 /// setup. Chunks follow each other within milliseconds; a longer pause

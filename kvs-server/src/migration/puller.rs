@@ -7,6 +7,7 @@
 
 use std::net::SocketAddr;
 use std::sync::mpsc::{Receiver, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
@@ -17,6 +18,7 @@ use mlx5::device::Context as Device;
 
 use crate::config::Config;
 use crate::to_worker::ToWorker;
+use crate::transfer_error::PullError;
 
 /// One key to fetch.
 #[derive(Debug)]
@@ -46,17 +48,18 @@ impl Puller {
             },
             Err(e) => (self, e),
         };
-        p.fail_all(&format!("cannot open the device: {e}"));
+        p.fail_all(PullError::Device(e));
     }
 
     /// Answers every request with an error (nothing can be pulled).
-    fn fail_all(&self, why: &str) {
+    fn fail_all(&self, why: PullError) {
+        let why = Arc::new(why);
         for p in self.keys.iter() {
-            self.answer(p, Err(why.to_string()));
+            self.answer(p, Err(why.clone()));
         }
     }
 
-    fn answer(&self, p: PullKey, value: Result<Option<Vec<u8>>, String>) {
+    fn answer(&self, p: PullKey, value: Result<Option<Vec<u8>>, Arc<PullError>>) {
         let m = ToWorker::Pulled {
             slot: p.slot,
             key: p.key,
@@ -80,10 +83,12 @@ impl OnTransport for Puller {
         };
         let mut cc = match ControlClient::<T>::new(&dev, opts) {
             Ok(c) => c,
-            Err(e) => return self.fail_all(&e.to_string()),
+            Err(e) => return self.fail_all(e.into()),
         };
         while let Ok(p) = self.keys.recv() {
-            let r = cc.pull(p.from, &p.key).map_err(|e| e.to_string());
+            let r = cc
+                .pull(p.from, &p.key)
+                .map_err(|e| Arc::new(PullError::from(e)));
             self.answer(p, r);
         }
     }

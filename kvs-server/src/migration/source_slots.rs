@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::store::SlotRecords;
 
-use super::error::TicketError;
 use super::wire::PullSetup;
+use crate::transfer_error::TicketError;
 
 /// How long a ticket may wait for its bulk connection.
 const TICKET_LIFE: Duration = Duration::from_secs(60);

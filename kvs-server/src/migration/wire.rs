@@ -17,6 +17,7 @@
 //! slots before it has been sent, in this batch or earlier ones); flag
 //! [`LAST`] ends the transfer.
 
+use crate::transfer_error::BatchError;
 use kvs_proto::proto::SCAN_RECORD_HEADER;
 use kvs_proto::shard::slot_of;
 
@@ -182,28 +183,6 @@ impl<B: AsMut<[u8]> + AsRef<[u8]>> BatchWriter<B> {
         b[field::BYTES].copy_from_slice(&bytes.to_le_bytes());
         &self.buf.as_ref()[..self.len]
     }
-}
-
-/// A malformed batch.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BatchError {
-    /// Not a batch, or cut short.
-    #[error("not a batch ({0})")]
-    Malformed(&'static str),
-    /// Out of order.
-    #[error("batch {got} where {want} was due")]
-    Sequence {
-        /// Its number.
-        got: u32,
-        /// The one due.
-        want: u32,
-    },
-    /// A record of a slot that was not asked for.
-    #[error("a record of slot {0}, outside the slots pulled")]
-    ForeignSlot(u32),
-    /// `next_slot` went backwards or past the range.
-    #[error("progress mark {0} out of order")]
-    Progress(u32),
 }
 
 /// A checked batch's records, ready for the worker, and what its header

@@ -32,6 +32,7 @@ use kvs_proto::{Owner, ShardMap};
 
 use crate::dedup::{Dedup, IdMap};
 use crate::store::{Patch, Store};
+use crate::transfer_error::TransferError;
 
 /// Where a backup is in a primary's stream for one slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -246,7 +247,12 @@ impl SlotState {
 
     /// The pull of `ticket` ended: its slots' copies are complete (their
     /// records out of copy mode in `store`), or failed.
-    pub fn pulled(&mut self, ticket: &[u8; 16], result: Result<(), String>, store: &mut Store) {
+    pub fn pulled(
+        &mut self,
+        ticket: &[u8; 16],
+        result: Result<(), TransferError>,
+        store: &mut Store,
+    ) {
         self.pulling.retain(|t| t != ticket);
         for s in 0..self.copy.len() {
             if !self.copying_with(s as u32, ticket) {
@@ -257,7 +263,7 @@ impl SlotState {
                     store.end_copy(s as u32);
                     CopyIn::Pulled
                 }
-                Err(why) => CopyIn::Failed(why.clone()),
+                Err(why) => CopyIn::Failed(why.to_string()),
             });
         }
     }
@@ -641,9 +647,9 @@ mod tests {
         apply(&mut r, &m, &mut st, &begin(P, 9)).unwrap();
         let _ = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
         r.take_starts().unwrap();
-        r.pulled(&TICKET, Err("rail down".into()), &mut st);
+        r.pulled(&TICKET, Err(TransferError::NoRail), &mut st);
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
-        assert!(e.unwrap_err().why.contains("rail down"));
+        assert!(e.unwrap_err().why.contains("no rail selected"));
     }
 
     #[test]

@@ -33,6 +33,7 @@ use crate::start_error::StartError;
 use crate::to_control::ToControl;
 use crate::to_worker::Frozen;
 use crate::to_worker::ToWorker;
+use crate::transfer_error::PullError;
 use crate::worker_stats::WorkerStats;
 
 /// How often a worker publishes its counters and checks its clients'
@@ -638,7 +639,12 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     /// A priority pull of `key` ended: its value goes in and the requests
     /// that waited for it are handled again (or, the pull failed, told to
     /// try again).
-    fn on_pulled(&mut self, slot: u32, key: Vec<u8>, value: Result<Option<Vec<u8>>, String>) {
+    fn on_pulled(
+        &mut self,
+        slot: u32,
+        key: Vec<u8>,
+        value: Result<Option<Vec<u8>>, Arc<PullError>>,
+    ) {
         self.waiting.pulled(&key);
         let parked = self.waiting.take(|p| p.key() == key);
         match value {
@@ -787,7 +793,7 @@ fn start_pull(
     let Some(m) = map.members().get(usize::from(p.from)) else {
         let _ = worker.0.send(ToWorker::CopyPulled {
             ticket: p.begin.ticket,
-            result: Err(format!("member {} is not in the map", p.from)),
+            result: Err(crate::transfer_error::TransferError::NotInMap(p.from)),
         });
         return;
     };

@@ -43,7 +43,7 @@ enum Awaited {
 }
 
 /// A request waiting for its entry.
-pub(super) struct Parked {
+pub(super) struct ParkedRequest {
     handle: RecvHandle,
     max_response: usize,
     awaited: Awaited,
@@ -88,7 +88,7 @@ impl State {
                 Outcome::Now => {
                     let _ = ctx.reply(req, out);
                 }
-                Outcome::Later(awaited) => self.parked.push(Parked {
+                Outcome::Later(awaited) => self.parked.push(ParkedRequest {
                     handle: req,
                     max_response: max,
                     awaited,

@@ -1,6 +1,8 @@
 //! Why a bulk transfer failed ([`TransferError`], at either end of a
 //! migration's pull or a backup's copy), and why a source refused to issue
-//! a pull ticket ([`TicketError`]). Their text is what operators read in
+//! a pull ticket ([`TicketError`]), a priority pull of a key failed
+//! ([`PullError`]), or a batch on the bulk wire is malformed
+//! ([`BatchError`]). Their text is what operators read in
 //! the logs, in `kvs-admin status` (an import's last error) and in the
 //! control endpoint's answers.
 
@@ -9,8 +11,6 @@ use std::time::Duration;
 
 use kvs_proto::control::ControlReply;
 use mlx5::device::DeviceError;
-
-use super::wire::BatchError;
 
 /// Why a bulk transfer ended early, at the source (the export) or at the
 /// target (an import's pull, a backup's copy).
@@ -78,6 +78,12 @@ pub(crate) enum TransferError {
     /// ticket, a not-yet or an error.
     #[error("unexpected answer {0:?}")]
     UnexpectedAnswer(Box<ControlReply>),
+    /// The member a copy is to be pulled from is not in the map.
+    #[error("member {0} is not in the map")]
+    NotInMap(u16),
+    /// The thread that pulls could not be started.
+    #[error("cannot start the pull: {0}")]
+    Spawn(#[source] std::io::Error),
     /// The source has not frozen the slots yet (it has not applied the map
     /// that hands them over): not a failure, ask again. Its message.
     #[error("{0}")]
@@ -142,4 +148,39 @@ mod tests {
         let e = TicketError::EmptyRange { first: 4, end: 4 };
         assert_eq!(e.to_string(), "empty slot range 4..4");
     }
+}
+
+/// Why a priority pull of one key from its source failed (the worker
+/// answers the requests waiting on it TRY_AGAIN). Shared: a puller that
+/// cannot start fails every key asked of it with the same error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PullError {
+    /// The puller's device did not open.
+    #[error("cannot open the device: {0}")]
+    Device(#[source] DeviceError),
+    /// The control client could not be made, or the pull failed.
+    #[error(transparent)]
+    Control(#[from] kvs_client::ControlError),
+}
+
+/// A malformed batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BatchError {
+    /// Not a batch, or cut short.
+    #[error("not a batch ({0})")]
+    Malformed(&'static str),
+    /// Out of order.
+    #[error("batch {got} where {want} was due")]
+    Sequence {
+        /// Its number.
+        got: u32,
+        /// The one due.
+        want: u32,
+    },
+    /// A record of a slot that was not asked for.
+    #[error("a record of slot {0}, outside the slots pulled")]
+    ForeignSlot(u32),
+    /// `next_slot` went backwards or past the range.
+    #[error("progress mark {0} out of order")]
+    Progress(u32),
 }
