@@ -628,7 +628,11 @@ fn kill_one_member_under_ycsb_load(victim: Victim) {
     while reader.is_none() {
         match Client::<u64>::connect(addrs[contact], &device(&t.fabric), Default::default()) {
             Ok(c) => reader = Some(c),
-            Err(e) => tried.push(e.to_string()),
+            Err(e) => {
+                tried.push(e.to_string());
+                // As `wait` polls: a refused connect fails at once.
+                std::thread::sleep(Duration::from_millis(5));
+            }
         }
         assert!(
             reader.is_some() || start.elapsed() < Duration::from_secs(20),
