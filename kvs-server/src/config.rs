@@ -53,7 +53,7 @@
 //! requests. `busy_poll = true` spins forever: a core per worker, always.
 //!
 //! `max_memory` caps the heap the records occupy (keys, values, their index
-//! entries: see [`crate::memory`]), not the whole process: add the copyrpc
+//! entries: see [`crate::store::memory`]), not the whole process: add the copyrpc
 //! rings (`ring_size` per client per worker) and a few MiB. Each worker gets
 //! `max_memory / workers` (slots are hashed, so their loads are even) and
 //! refuses PUTs past its share with an out-of-memory error; reads, deletes
@@ -90,6 +90,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+/// The most bytes a record takes with its headers (the largest key and value
+/// and 64 bytes) in any configuration: a bulk transfer's batches are sized to
+/// hold one ([`crate::bulk::BATCH`]).
+pub(crate) const MAX_RECORD: usize = (1 << 20) - 64;
 
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
@@ -187,7 +192,7 @@ pub struct Config {
     pub max_pending_setups: usize,
     /// Heap bytes the records may take, split evenly between the workers
     /// (0: no cap). An integer, or a string with a unit (`"64M"`, `"1G"`).
-    #[serde(deserialize_with = "crate::memory::deserialize_bytes")]
+    #[serde(deserialize_with = "crate::store::memory::deserialize_bytes")]
     pub max_memory: u64,
     /// Where to serve metrics in the Prometheus text format (`GET /metrics`);
     /// None: no endpoint.
@@ -378,11 +383,10 @@ impl Config {
         if self.bulk_devices.len() > 2 {
             return bad("bulk_devices names one or two rails".into());
         }
-        // A record must fit one migration batch.
-        if largest > crate::batch::BATCH - 64 {
+        // A record must fit one bulk batch (a migration's, a copy's).
+        if largest > MAX_RECORD {
             return bad(format!(
-                "max_key + max_value must be under {} (a migration batch)",
-                crate::batch::BATCH - 64
+                "max_key + max_value must be under {MAX_RECORD} (a bulk transfer's batch)"
             ));
         }
         if self.max_endpoints == 0 {
@@ -449,7 +453,7 @@ impl Config {
                 self.idle_max_spin_us, self.idle_spin_us
             ));
         }
-        let largest = crate::memory::record_cost(self.max_key, self.max_value) as u64;
+        let largest = crate::store::memory::record_cost(self.max_key, self.max_value) as u64;
         if self.max_memory != 0 && self.max_memory / u64::from(self.workers) < largest {
             return bad(format!(
                 "max_memory = {} leaves each of the {} workers less than one largest record \

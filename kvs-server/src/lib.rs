@@ -4,7 +4,7 @@
 //! carrying the map. GET, PUT, DELETE, SCAN (ordered) and UPDATE_RANGE.
 //! Connection setup reads every client's setup record at once under a
 //! deadline, and checks the auth token the server's configuration names.
-//! `max_memory` caps the heap the records take ([`memory`]); `metrics_listen`
+//! `max_memory` caps the heap the records take ([`store::memory`]); `metrics_listen`
 //! serves metrics in the Prometheus text format.
 //!
 //! ```no_run
@@ -18,20 +18,17 @@ pub mod config;
 mod server;
 
 // Serving clients: connection setup, the workers, and their records.
-mod index_key;
-pub mod memory;
-mod record;
 mod serving;
 pub mod store;
 
-// The control plane, and live migration of slots between members.
+// The control plane, and live migration of slots between members over
+// bulk transfers (which copies to new backups use too).
+mod bulk;
 mod cluster;
 mod migration;
-// Why a bulk transfer (a migration's pull, a backup's copy) failed.
-mod transfer_error;
 
-// Replication: the write path, copies to new backups, links to them,
-// the workers' replication state, and the control thread's side.
+// Replication: the write path, copies to new backups (both ends), links to
+// them, the workers' replication state, and the control thread's side.
 mod replication;
 
 // The process's logs.
@@ -41,18 +38,16 @@ pub mod logging;
 mod metrics;
 mod metrics_http;
 
+// What the threads tell and share with each other.
+mod threads;
+
 // Leaves: what the modules above share, importing none of them (a module
-// here imports only other leaves, `config`, or `memory`).
-mod batch;
-mod cluster_view;
+// here imports only other leaves or `config`).
 mod crash;
 mod dedup;
-mod lease;
 mod request_metrics;
 mod role;
 mod start_error;
-mod to_control;
-mod to_worker;
 mod worker_stats;
 
 pub use config::Config;

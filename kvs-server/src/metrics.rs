@@ -58,9 +58,9 @@ const BUCKETS: [f64; 22] = [
 #[derive(Debug)]
 pub(crate) struct Exposition {
     /// The member's place in the cluster and its migration totals.
-    pub(crate) cluster: Arc<crate::cluster_view::Shared>,
+    pub(crate) cluster: Arc<crate::threads::cluster_view::Shared>,
     /// The slots it holds for their new owners.
-    pub(crate) outgoing: Arc<crate::migration::source_slots::SourceSlots>,
+    pub(crate) source_slots: Arc<crate::bulk::source_slots::SourceSlots>,
     /// The workers' gauges and published requests.
     pub(crate) workers: Vec<Arc<WorkerStats>>,
     /// Connection setup's counters.
@@ -340,7 +340,7 @@ impl Exposition {
     /// totals.
     fn encode_migration(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let c = &self.cluster;
-        let (held_slots, _, held_bytes) = self.outgoing.held();
+        let (held_slots, _, held_bytes) = self.source_slots.held();
         enc.encode_descriptor(
             "kvs_migration_held_slots",
             "Slots this member gave away and holds, frozen, until their new owner has pulled them.",
@@ -372,26 +372,26 @@ impl Exposition {
                 "kvs_migration_sent",
                 "Bytes of keys and values this member sent as a migration's source.",
                 Some(&Unit::Bytes),
-                &c.sent_bytes,
+                &c.export.sent_bytes,
             ),
             (
                 "kvs_copy_sent",
                 "Bytes of keys and values this member sent to new backups of its slots.",
                 Some(&Unit::Bytes),
-                &c.copy_sent_bytes,
+                &c.export.copy_sent_bytes,
             ),
             (
                 "kvs_bulk_connections",
                 "Bulk connections this member accepted as a migration's source or a copy's \
                  primary (a target keeps one across a migration's chunks).",
                 None,
-                &c.bulk_connections,
+                &c.export.connections,
             ),
             (
                 "kvs_bulk_pulls",
                 "Pulls (migration chunks, backup copies) this member served over its bulk port.",
                 None,
-                &c.bulk_pulls,
+                &c.export.pulls,
             ),
         ] {
             enc.encode_descriptor(name, help, unit, MetricType::Counter)?

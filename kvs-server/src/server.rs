@@ -14,22 +14,22 @@ use copyrpc::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use copyrpc::Waker;
 use kvs_proto::{Owner, ShardMap};
 
+use crate::bulk::export::BulkServer;
+use crate::bulk::source_slots::SourceSlots;
 use crate::cluster::control::Control;
 use crate::cluster::start::How;
 use crate::cluster::temp_dir::TempDir;
-use crate::cluster_view::Shared;
 use crate::config::Config;
-use crate::lease::Lease;
 use crate::metrics::Exposition;
-use crate::migration::copy_in::Copies;
-use crate::migration::export::BulkServer;
-use crate::migration::source_slots::SourceSlots;
+use crate::replication::copy_in::Copies;
 use crate::replication::proposals::Replication;
 use crate::serving::setup::{accept, SetupStats, Tokens};
 use crate::serving::worker::Worker;
 use crate::start_error::StartError;
-use crate::to_control::ToControl;
-use crate::to_worker::ToWorker;
+use crate::threads::cluster_view::Shared;
+use crate::threads::lease::Lease;
+use crate::threads::to_control::ToControl;
+use crate::threads::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
 
 /// A running server.
@@ -79,9 +79,9 @@ impl Server {
         let own = crate::cluster::start::advertised(&cfg, addr, None)?;
         let common = Common {
             lease: Arc::new(Lease::new(usize::from(cfg.workers))),
-            outgoing: Arc::new(SourceSlots::default()),
+            source_slots: Arc::new(SourceSlots::default()),
             copies: Arc::new(Copies::default()),
-            rails: crate::migration::rail_names(&cfg),
+            rails: crate::bulk::rail_names(&cfg),
             stop: Arc::new(AtomicBool::new(false)),
             cluster_token: tokens.cluster.clone(),
             setup: Arc::new(Mutex::new(SetupStats::default())),
@@ -107,7 +107,7 @@ impl Server {
             incoming: ctl_rx,
             shared: cluster.clone(),
             lease: common.lease.clone(),
-            outgoing: common.outgoing.clone(),
+            source_slots: common.source_slots.clone(),
             copies: common.copies.clone(),
             cluster_token: tokens.cluster.clone(),
             rails: common.rails.clone(),
@@ -126,7 +126,7 @@ impl Server {
         let acceptor = spawn_acceptor(sockets.acceptor, workers.links, ctl, tokens, &common);
         let exposition = Exposition {
             cluster: cluster.clone(),
-            outgoing: common.outgoing.clone(),
+            source_slots: common.source_slots.clone(),
             workers: workers.stats.clone(),
             setup: common.setup.clone(),
             max_memory: cfg.max_memory,
@@ -354,7 +354,7 @@ struct Common {
     /// The member's lease: the workers serve only while it holds.
     lease: Arc<Lease>,
     /// Slots given away, held for their new owners, and copies' snapshots.
-    outgoing: Arc<SourceSlots>,
+    source_slots: Arc<SourceSlots>,
     /// The copies arriving here.
     copies: Arc<Copies>,
     /// The bulk transfers' rails.
@@ -441,7 +441,7 @@ fn spawn_workers(
             to_self: tx,
             cluster_token: common.cluster_token.clone(),
             report: report.clone(),
-            outgoing: common.outgoing.clone(),
+            source_slots: common.source_slots.clone(),
             copies: common.copies.clone(),
             rails: common.rails.clone(),
             lease: common.lease.clone(),
@@ -539,10 +539,10 @@ fn spawn_bulk(
 ) -> JoinHandle<()> {
     let b = BulkServer {
         listener,
-        outgoing: common.outgoing.clone(),
+        source: common.source_slots.clone(),
         cfg: cfg.clone(),
         rails: common.rails.clone(),
-        shared: cluster.clone(),
+        counters: cluster.export.clone(),
         stop: common.stop.clone(),
     };
     std::thread::Builder::new()

@@ -18,7 +18,7 @@ pub struct WorkerStats {
     /// Keys held as a backup of another member's slots.
     pub backup_keys: AtomicU64,
     /// Heap bytes the worker's records take (what `max_memory` caps; see
-    /// [`crate::memory`]).
+    /// [`crate::store::memory`]).
     pub memory_used: AtomicU64,
     /// Copyrpc rings (two per client) in 2 MiB huge pages (`huge_pages`;
     /// zero without it).

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kvs_client::{Client, ClientOptions, KvError, OwnedReply, Reply, SubmitError};
-use kvs_server::{memory, Config, Server};
+use kvs_server::store::memory;
+use kvs_server::{Config, Server};
 use mlx5::sim::fabric::Fabric;
 
 mod support;

@@ -139,7 +139,7 @@ struct Args {
     /// deletes and writes that do not grow keep working. It bounds the
     /// records, not the process: add the copyrpc rings and a few MiB.
     /// Config key `max_memory`.
-    #[arg(long, value_name = "BYTES", value_parser = kvs_server::memory::parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = kvs_server::store::memory::parse_bytes)]
     max_memory: Option<u64>,
     /// Serve metrics in the Prometheus text format on this address
     /// (`GET /metrics`, HTTP): operations by type and result, service-time

@@ -14,11 +14,11 @@
 //! 4. the lease is published to the workers, which serve only under it.
 //!
 //! Requests only the leader serves (joins, migrations, `forget`) are
-//! answered elsewhere with where the leader is ([`ControlReply::Keeper`]),
-//! or [`ControlReply::NoLeader`]. A join is answered once the entry that
+//! answered elsewhere with where the leader is ([`ControlReply::Keeper`](kvs_proto::control::ControlReply::Keeper)),
+//! or [`ControlReply::NoLeader`](kvs_proto::control::ControlReply::NoLeader). A join is answered once the entry that
 //! adds the member is applied, a `forget` once the entry that removes it
 //! is (its address is free for a new member then); either, held up by
-//! another membership change, is answered [`ControlReply::NotYet`].
+//! another membership change, is answered [`ControlReply::NotYet`](kvs_proto::control::ControlReply::NotYet).
 //!
 //! Its parts: the requests it answers ([`requests`]), what it does with
 //! each turn of the group and what the log applied ([`applied`]), and the
@@ -43,16 +43,16 @@ use kvs_proto::{AuthToken, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::peers::Peers;
-use crate::cluster_view::Shared;
+use crate::bulk::source_slots::SourceSlots;
 use crate::config::Config;
-use crate::lease::Lease;
-use crate::migration::copy_in::Copies;
 use crate::migration::import::Progress;
 use crate::migration::session::Sessions;
-use crate::migration::source_slots::SourceSlots;
+use crate::replication::copy_in::Copies;
 use crate::replication::proposals::Replication;
 use crate::start_error::StartError;
-use crate::to_worker::ToWorker;
+use crate::threads::cluster_view::Shared;
+use crate::threads::lease::Lease;
+use crate::threads::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
 use requests::ParkedRequest;
 
@@ -76,7 +76,7 @@ pub(crate) struct Control {
     pub incoming: Receiver<PendingConnection>,
     pub shared: Arc<Shared>,
     pub lease: Arc<Lease>,
-    pub outgoing: Arc<SourceSlots>,
+    pub source_slots: Arc<SourceSlots>,
     /// The copies arriving here (status).
     pub copies: Arc<Copies>,
     pub cluster_token: Option<AuthToken>,
@@ -206,7 +206,7 @@ impl Control {
             stats: self.stats,
             shared: self.shared,
             lease: self.lease,
-            outgoing: self.outgoing,
+            source_slots: self.source_slots,
             copies: self.copies,
             imports: HashMap::new(),
             sessions: Sessions::default(),
@@ -254,7 +254,7 @@ struct State {
     stats: Vec<Arc<WorkerStats>>,
     shared: Arc<Shared>,
     lease: Arc<Lease>,
-    outgoing: Arc<SourceSlots>,
+    source_slots: Arc<SourceSlots>,
     copies: Arc<Copies>,
     /// Imports this member runs, by (first, end, source).
     imports: HashMap<(u32, u32, u16), Arc<Progress>>,

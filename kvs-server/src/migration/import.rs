@@ -25,15 +25,14 @@ use copyrpc::Waker;
 use kvs_client::ControlClient;
 use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
 use kvs_proto::{AuthToken, Member};
-use mpib::{Comm, Request};
 
-use super::pull_conn::{post_recv, PullConn};
-use super::source_slots::from_hex;
-use super::wire::{Batch, PullSetup, Taken};
-use super::{all_rails, open_rails, DEPTH};
+use crate::bulk::pull_conn::{post_recv, wait_recv, PullConn};
+use crate::bulk::source_slots::from_hex;
+use crate::bulk::wire::{Batch, PullSetup, Taken};
+use crate::bulk::TransferError;
+use crate::bulk::{all_rails, open_rails, DEPTH};
 use crate::config::Config;
-use crate::to_worker::ToWorker;
-use crate::transfer_error::TransferError;
+use crate::threads::to_worker::ToWorker;
 
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;
@@ -102,7 +101,7 @@ pub(crate) struct Importer {
     /// Whether the worker was told the source froze the slots.
     pub frozen_told: AtomicBool,
     /// The member's totals (metrics).
-    pub shared: Arc<crate::cluster_view::Shared>,
+    pub shared: Arc<crate::threads::cluster_view::Shared>,
     pub stop: Arc<AtomicBool>,
 }
 
@@ -436,22 +435,6 @@ impl Importer {
                 Err(mpsc::RecvTimeoutError::Timeout) if !self.stop.load(Ordering::Acquire) => {}
                 Err(_) => return Err(TransferError::WorkerStopped),
             }
-        }
-    }
-}
-
-/// Waits for a receive; its size.
-pub(super) fn wait_recv(
-    comm: &mut Comm,
-    req: &Request,
-    stop: &AtomicBool,
-) -> Result<usize, TransferError> {
-    let t = Instant::now();
-    loop {
-        match comm.test(req) {
-            Ok(Some(sizes)) => return Ok(sizes.total() as usize),
-            Ok(None) => super::idle(comm, t, stop)?,
-            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -16,9 +16,9 @@ use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::AuthToken;
 use mlx5::device::Context as Device;
 
+use crate::bulk::PullError;
 use crate::config::Config;
-use crate::to_worker::ToWorker;
-use crate::transfer_error::PullError;
+use crate::threads::to_worker::ToWorker;
 
 /// One key to fetch.
 #[derive(Debug)]

@@ -2,7 +2,7 @@
 //! the worker's imports from that source one after another, the chunks of a
 //! migration, keeping what they share: its device, its control client, and
 //! its bulk connection to the source
-//! ([`PullConn`](super::pull_conn::PullConn)). A migration moves its
+//! ([`PullConn`](crate::bulk::pull_conn::PullConn)). A migration moves its
 //! slots in chunks, and setting each one's connection up again cost 10 to
 //! 25 milliseconds (a TCP handshake, queue pairs on both rails, fresh
 //! registered buffers to fault in) of a chunk that moves in about 100.
@@ -11,8 +11,8 @@
 //! ([`Sessions::start`]) and drops the session when the map lists no import
 //! of that worker from that source any more; the session then ends once its
 //! queued imports are done, and closes its connection. A source keeps its
-//! end of a connection open for [`LINGER`](super::pull_conn::LINGER) after
-//! a pull, waiting for the next setup on it ([`crate::migration::export`]).
+//! end of a connection open for [`LINGER`](crate::bulk::pull_conn::LINGER) after
+//! a pull, waiting for the next setup on it ([`crate::bulk::export`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,7 +11,7 @@ use kvs_proto::{AuthToken, ShardMap};
 
 use super::puller::{PullKey, Puller};
 use crate::config::Config;
-use crate::to_worker::ToWorker;
+use crate::threads::to_worker::ToWorker;
 
 /// A request waiting for its key.
 #[derive(Debug)]

@@ -17,7 +17,7 @@
 //! begins); each answer, [`copy_ack`](Forwarder::copy_ack); every few turns
 //! [`report_ready`](Forwarder::report_ready).
 //!
-//! [`SourceSlots::issue_copy`]: crate::migration::source_slots::SourceSlots::issue_copy
+//! [`SourceSlots::issue_copy`]: crate::bulk::source_slots::SourceSlots::issue_copy
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,19 +28,19 @@ use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kin
 use kvs_proto::{Owner, ShardMap};
 
 use super::{user, Ack, Forwarder, Primary, TAG_COPY, TAG_PROBE};
-use crate::migration::source_slots::Held;
-use crate::to_control::ToControl;
+use crate::bulk::source_slots::Held;
+use crate::threads::to_control::ToControl;
 
 /// How long a failed copy waits before it starts over.
 const COPY_RETRY: Duration = Duration::from_millis(50);
 /// How long a copy waits for an answer before it starts over.
 const COPY_STALL: Duration = Duration::from_secs(2);
 /// How often a copy asks whether the backup pulled its snapshot.
-const PROBE: Duration = Duration::from_millis(2);
+pub(super) const PROBE: Duration = Duration::from_millis(2);
 /// Bytes of this worker's snapshots under way to one backup worker, at
 /// most (a slot larger than this goes alone): what copies may cost in
 /// memory here. 64 batches of the bulk path: enough to keep a pull busy.
-const COPY_BUDGET: usize = 64 << 20;
+pub(super) const COPY_BUDGET: usize = 64 << 20;
 /// Slots snapshotted under one ticket, at most.
 const COPY_GROUP: usize = 256;
 /// A link's queue past which no copy begins.
@@ -125,7 +125,7 @@ impl Forwarder {
     /// Frees a snapshot no copy pulls any more (if not pulled yet).
     pub(super) fn release_ticket(&self, t: &[u8; 16]) {
         if !self.copies.iter().any(|j| j.ticket.as_ref() == Some(t)) {
-            self.outgoing.cancel_copy(t);
+            self.source_slots.cancel_copy(t);
         }
     }
 
@@ -299,7 +299,7 @@ impl Forwarder {
             (n + r.len() as u64, b + r.bytes() as u64)
         });
         let sizes: Vec<(usize, usize)> = held.iter().map(|(_, r)| (r.len(), r.bytes())).collect();
-        let (ticket, first, end) = match self.outgoing.issue_copy(held) {
+        let (ticket, first, end) = match self.source_slots.issue_copy(held) {
             Ok(t) => t,
             Err(why) => {
                 tracing::warn!("worker {}: cannot copy slots: {why}", self.me.worker);

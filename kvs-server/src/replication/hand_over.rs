@@ -20,7 +20,7 @@
 //! freeze never counts for a newer one of the same slots.
 //!
 //! [`ClusterState::hand_over_due`]: kvs_control::ClusterState::hand_over_due
-//! [`ToControl::Quiet`]: crate::to_control::ToControl::Quiet
+//! [`ToControl::Quiet`]: crate::threads::to_control::ToControl::Quiet
 
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use copyrpc::Waker;
 use kvs_control::{Chunk, Command, Group};
 
-use crate::to_worker::ToWorker;
+use crate::threads::to_worker::ToWorker;
 
 /// How long a proposal waits for its effect before it is made again.
 const AGAIN: Duration = Duration::from_millis(300);

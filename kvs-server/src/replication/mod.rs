@@ -10,6 +10,7 @@
 //! - [`pending`]: which backups a waiting write counts on, and when and
 //!   how it is settled (no I/O);
 //! - [`copies`]: a slot copied to a new backup (snapshot, begin, pull, end);
+//! - [`copy_in`]: the backup's side of a copy: the pull of the snapshot;
 //! - [`links`]: the connections to the backups, and their queues;
 //! - [`slot_state`]: per slot, the primary's numbers and keys in flight, the
 //!   backup's stream followed and copy arriving, and the slots held for a
@@ -69,6 +70,7 @@
 //! [`Handled::Forward`]: crate::serving::handle::Handled::Forward
 
 pub(crate) mod copies;
+pub(crate) mod copy_in;
 pub(crate) mod hand_over;
 pub(crate) mod links;
 pub(crate) mod pending;
@@ -87,11 +89,11 @@ use copyrpc::{CallFailed, Context};
 use kvs_proto::proto::{Status, RESPONSE_HEADER};
 use kvs_proto::{AuthToken, Owner, ShardMap};
 
+use crate::bulk::source_slots::SourceSlots;
 use crate::dedup::Dedup;
-use crate::migration::source_slots::SourceSlots;
 use crate::store::Store;
-use crate::to_control::ToControl;
-use crate::to_worker::Frozen;
+use crate::threads::to_control::ToControl;
+use crate::threads::to_worker::Frozen;
 use copies::{CopyJob, CopyStep};
 use links::{Link, LinkState};
 use pending::PendingWrites;
@@ -208,7 +210,7 @@ pub(crate) struct Forwarder {
     me: Owner,
     cluster: [u8; 16],
     token: Option<AuthToken>,
-    outgoing: Arc<SourceSlots>,
+    source_slots: Arc<SourceSlots>,
     links: Vec<Link>,
     next_link: u16,
     pending: PendingWrites<Waiter>,
@@ -237,14 +239,14 @@ impl std::fmt::Debug for Forwarder {
 
 impl Forwarder {
     /// Worker `me`'s forwarder, presenting `token` to members of cluster
-    /// `cluster`, holding copies' snapshots in `outgoing`, reporting to the
+    /// `cluster`, holding copies' snapshots in `source_slots`, reporting to the
     /// control thread on `report`; `acks` is what the context's callback
     /// ([`ack_handler`]) fills.
     pub fn new(
         me: Owner,
         cluster: [u8; 16],
         token: Option<AuthToken>,
-        outgoing: Arc<SourceSlots>,
+        source_slots: Arc<SourceSlots>,
         acks: Rc<Acks>,
         report: Sender<ToControl>,
     ) -> Forwarder {
@@ -252,7 +254,7 @@ impl Forwarder {
             me,
             cluster,
             token,
-            outgoing,
+            source_slots,
             links: Vec::new(),
             next_link: 0,
             pending: PendingWrites::default(),

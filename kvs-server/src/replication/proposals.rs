@@ -46,8 +46,8 @@ use kvs_control::{Command, Group};
 use kvs_proto::ShardMap;
 
 use super::hand_over::{send, HandOvers};
-use crate::to_control::{ranges, ToControl};
-use crate::to_worker::ToWorker;
+use crate::threads::to_control::{ranges, ToControl};
+use crate::threads::to_worker::ToWorker;
 
 /// How long a proposal waits for its effect before it is made again.
 const AGAIN: Duration = Duration::from_millis(300);

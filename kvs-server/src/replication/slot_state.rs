@@ -30,9 +30,9 @@
 use kvs_proto::replica::{CopyBegin, Header, Kind, Replicate};
 use kvs_proto::{Owner, ShardMap};
 
+use crate::bulk::TransferError;
 use crate::dedup::{Dedup, IdMap};
 use crate::store::{Patch, Store};
-use crate::transfer_error::TransferError;
 
 /// Where a backup is in a primary's stream for one slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

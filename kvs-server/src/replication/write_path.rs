@@ -1,6 +1,6 @@
 //! The write path: a write the handler applied ([`Handled::Forward`]) is
 //! sent to every backup of its slot in the map; the client's answer waits
-//! in a [`Pending`] until all have answered. copyrpc batches what a turn
+//! in a [`PendingWrites`](super::pending::PendingWrites) until all have answered. copyrpc batches what a turn
 //! sends to one backup into one WRITE_IMM. A backup that refuses a write,
 //! or whose connection fails, has missed it, and the client is answered
 //! UNAVAILABLE (it sends the write again). A ready backup that missed a
@@ -27,7 +27,7 @@ use kvs_proto::Owner;
 
 use super::copies::CopyStep;
 use super::{split, user, Forwarder, Primary, TAG_COPY, TAG_PROBE, TAG_WRITE};
-use crate::to_control::ToControl;
+use crate::threads::to_control::ToControl;
 
 /// A write to forward to the backups of its slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

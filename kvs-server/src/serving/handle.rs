@@ -20,7 +20,7 @@ pub use crate::replication::write_path::Forward;
 use crate::replication::Primary;
 use crate::request_metrics::RequestMetrics;
 use crate::store::{Patch, Store};
-use crate::to_worker::Frozen;
+use crate::threads::to_worker::Frozen;
 
 /// What became of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,7 +281,7 @@ impl Handler {
     pub fn with_memory_limit(mut self, max_memory: u64, workers: u16) -> Handler {
         self.max_memory = max_memory;
         self.store
-            .set_limit(crate::memory::worker_share(max_memory, workers));
+            .set_limit(crate::store::memory::worker_share(max_memory, workers));
         self
     }
 
@@ -1294,7 +1294,7 @@ mod tests {
     #[test]
     fn puts_past_the_cap_are_refused_and_everything_else_goes_on() {
         let map = ShardMap::single(addr(), 1, 1).unwrap();
-        let rec = crate::memory::record_cost(4, 100) as u64;
+        let rec = crate::store::memory::record_cost(4, 100) as u64;
         let mut h = Handler::new(W0, map, 16, 128).with_memory_limit(2 * rec + 50, 1);
         let put =
             |h: &mut Handler, k: &[u8], n: usize| ask(h, Op::Put, k, &vec![7; n], n as u32, 512);

@@ -44,7 +44,7 @@ pub(crate) struct Intake {
 }
 
 impl Intake {
-    /// Queues a batch's records ([`crate::migration::wire::Batch::ready`]).
+    /// Queues a batch's records ([`crate::bulk::wire::Batch::take_checked`]).
     pub fn push(&mut self, recs: Vec<Ready>, whose: Whose, taken: Sender<()>) {
         self.batches.push_back(Untaken {
             recs: recs.into_iter(),
@@ -89,7 +89,7 @@ impl Intake {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migration::wire::{Batch, BatchWriter, LAST};
+    use crate::bulk::wire::{Batch, BatchWriter, LAST};
     use kvs_proto::{Owner, ShardMap};
 
     /// The records of `batch`, a checked batch of slots 0..16 of 16.

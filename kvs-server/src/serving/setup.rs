@@ -17,7 +17,7 @@ use kvs_proto::{parse_hello, AuthToken, CONTROL};
 use crate::config::Config;
 use crate::role::Role;
 use crate::start_error::StartError;
-use crate::to_worker::ToWorker;
+use crate::threads::to_worker::ToWorker;
 
 /// What connection setup has done so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

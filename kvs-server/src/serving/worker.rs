@@ -21,19 +21,19 @@ use super::handle::{Handled, Handler, Served, Warmed};
 use super::intake::{Intake, Whose, BUSY_TAKE, IDLE_TAKE};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
+use crate::bulk::source_slots::SourceSlots;
+use crate::bulk::PullError;
 use crate::config::Config;
-use crate::lease::Lease;
-use crate::migration::copy_in::{Copies, CopyPull};
-use crate::migration::source_slots::SourceSlots;
 use crate::migration::waiting::{Parked, Waiting};
+use crate::replication::copy_in::{Copies, CopyPull};
 use crate::replication::slot_state::PullStart;
 use crate::replication::{ack_handler, Acks, Forwarder};
 use crate::role::Role;
 use crate::start_error::StartError;
-use crate::to_control::ToControl;
-use crate::to_worker::Frozen;
-use crate::to_worker::ToWorker;
-use crate::transfer_error::PullError;
+use crate::threads::lease::Lease;
+use crate::threads::to_control::ToControl;
+use crate::threads::to_worker::Frozen;
+use crate::threads::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
 
 /// How often a worker publishes its counters and checks its clients'
@@ -67,7 +67,7 @@ pub(crate) struct Worker {
     /// Reports to the control thread (backups made ready, or stale).
     pub report: Sender<ToControl>,
     /// Slots given away, held for their new owners, and copies' snapshots.
-    pub outgoing: Arc<SourceSlots>,
+    pub source_slots: Arc<SourceSlots>,
     /// The copies arriving here, and the bulk transfers' rails.
     pub copies: Arc<Copies>,
     pub rails: Vec<String>,
@@ -150,7 +150,7 @@ impl Worker {
             to_self,
             cluster_token,
             report,
-            outgoing,
+            source_slots,
             copies,
             rails,
             lease,
@@ -167,7 +167,7 @@ impl Worker {
             me,
             cluster,
             cluster_token.clone(),
-            outgoing.clone(),
+            source_slots.clone(),
             acks.clone(),
             report,
         );
@@ -229,7 +229,7 @@ impl Worker {
             w,
             cfg,
             incoming,
-            outgoing,
+            source_slots,
             copies,
             rails,
             lease,
@@ -322,7 +322,7 @@ struct Serving<T: Transport, F> {
     w: u16,
     cfg: Config,
     incoming: Receiver<ToWorker>,
-    outgoing: Arc<SourceSlots>,
+    source_slots: Arc<SourceSlots>,
     copies: Arc<Copies>,
     rails: Vec<String>,
     lease: Arc<Lease>,
@@ -616,7 +616,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         let done = self.h.install(m);
         self.fwd.on_install(&mut self.ctx, &self.h.map);
         for (slot, recs) in done.given_away {
-            self.outgoing.hold(slot, recs);
+            self.source_slots.hold(slot, recs);
         }
         // Requests waiting for pulls of slots whose import ended, or that
         // moved on, are answered now.
@@ -793,7 +793,7 @@ fn start_pull(
     let Some(m) = map.members().get(usize::from(p.from)) else {
         let _ = worker.0.send(ToWorker::CopyPulled {
             ticket: p.begin.ticket,
-            result: Err(crate::transfer_error::TransferError::NotInMap(p.from)),
+            result: Err(crate::bulk::TransferError::NotInMap(p.from)),
         });
         return;
     };

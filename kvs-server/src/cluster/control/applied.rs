@@ -12,9 +12,9 @@ use kvs_control::{Applied, Command, Event, MemberState};
 use kvs_proto::ShardMap;
 
 use super::{now_ms, State, LOG};
+use crate::bulk::source_slots::free_elsewhere;
 use crate::migration::import::{Importer, Progress};
-use crate::migration::source_slots::free_elsewhere;
-use crate::to_worker::ToWorker;
+use crate::threads::to_worker::ToWorker;
 
 /// How often a member whose address or bulk port the map has wrong asks
 /// the group to change it.
@@ -309,7 +309,7 @@ impl State {
         let (me, map) = (self.me, &self.map);
         // Kept: slots another member still imports from this one.
         let gone = self
-            .outgoing
+            .source_slots
             .release(|s| map.importing_from(s) == Some(me) && map.owner_of_slot(s).member != me);
         let (n, bytes) = (gone.slots.len(), gone.bytes);
         free_elsewhere(gone);

@@ -16,7 +16,7 @@ use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RES
 use kvs_proto::shard::slot_of;
 
 use super::{now_ms, Conns, State, LOG};
-use crate::migration::source_slots::to_hex;
+use crate::bulk::source_slots::to_hex;
 
 /// How long a request waits for the entry proposed for it to be applied.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -264,7 +264,7 @@ impl State {
         }
         // Slots not held (yet): this member has not applied the map that
         // gives them away.
-        match self.outgoing.issue(version, first, end) {
+        match self.source_slots.issue(version, first, end) {
             Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
             Err(e) => ControlReply::NotYet {
                 message: e.to_string(),
@@ -496,7 +496,7 @@ impl State {
     /// A priority pull: a key's value from the frozen copy of its slot.
     fn pull(&self, key: &[u8], max_response: usize, out: &mut Vec<u8>) {
         let slot = slot_of(key, self.map.slots());
-        match self.outgoing.get(slot) {
+        match self.source_slots.get(slot) {
             Some(recs) => match recs.get(key) {
                 Some(v) => reply(out, Status::Ok, v, max_response),
                 None => reply(out, Status::NotFound, &[], max_response),

@@ -66,15 +66,15 @@ impl State {
                 .state()
                 .and_then(|s| s.migration_status(now_ms())),
             held: {
-                let (slots, _, bytes) = self.outgoing.held();
+                let (slots, _, bytes) = self.source_slots.held();
                 (slots as u32, bytes as u64)
             },
             drained: self.group.state().is_some_and(|s| s.drained(self.me)),
             copies: self.copies.status(),
             group,
             bulk_served: (
-                self.shared.bulk_connections.load(Ordering::Relaxed),
-                self.shared.bulk_pulls.load(Ordering::Relaxed),
+                self.shared.export.connections.load(Ordering::Relaxed),
+                self.shared.export.pulls.load(Ordering::Relaxed),
             ),
         }
     }

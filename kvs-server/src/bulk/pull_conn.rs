@@ -10,9 +10,9 @@ use mlx5::device::Context as Device;
 use mpib::{Buffer, Comm, Request};
 
 use super::wire::PullSetup;
+use super::TransferError;
+use super::BATCH;
 use super::{idle, DEPTH};
-use crate::batch::BATCH;
-use crate::transfer_error::TransferError;
 
 /// How long a source keeps an idle bulk connection for the next pull's
 /// setup. Chunks follow each other within milliseconds; a longer pause
@@ -109,7 +109,7 @@ impl PullConn {
 }
 
 /// Posts the receive of batch `seq` into `buf`.
-pub(super) fn post_recv(
+pub(crate) fn post_recv(
     comm: &mut Comm,
     buf: &Buffer,
     seq: u32,
@@ -119,6 +119,22 @@ pub(super) fn post_recv(
     loop {
         match comm.irecv(&[buf.all()], seq) {
             Ok(Some(r)) => return Ok(r),
+            Ok(None) => super::idle(comm, t, stop)?,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits for a receive; its size.
+pub(crate) fn wait_recv(
+    comm: &mut Comm,
+    req: &Request,
+    stop: &AtomicBool,
+) -> Result<usize, TransferError> {
+    let t = Instant::now();
+    loop {
+        match comm.test(req) {
+            Ok(Some(sizes)) => return Ok(sizes.total() as usize),
             Ok(None) => super::idle(comm, t, stop)?,
             Err(e) => return Err(e.into()),
         }

@@ -22,9 +22,9 @@ use super::pull_conn::{LINGER, SETUP_BYTES};
 use super::source_slots::{Held, SourceSlots};
 use super::wire::{BatchWriter, PullSetup, BATCH_HEADER, LAST};
 use super::{open_rails, DEPTH};
-use crate::batch::BATCH;
+use crate::bulk::TransferError;
+use crate::bulk::BATCH;
 use crate::config::Config;
-use crate::transfer_error::TransferError;
 
 mod refusals;
 
@@ -34,23 +34,37 @@ use refusals::RefusalLog;
 /// server stop.
 const POLL: Duration = Duration::from_millis(50);
 
+/// What this member sent as a source, for status and metrics.
+#[derive(Debug, Default)]
+pub(crate) struct ExportCounters {
+    /// Bytes of keys and values sent to migrations' targets.
+    pub sent_bytes: AtomicU64,
+    /// Bytes of keys and values sent to new backups (copies of the slots
+    /// this member is primary of).
+    pub copy_sent_bytes: AtomicU64,
+    /// Bulk connections accepted.
+    pub connections: AtomicU64,
+    /// Pulls served over them.
+    pub pulls: AtomicU64,
+}
+
 /// The bulk port's listener thread, as started.
 pub(crate) struct BulkServer {
     pub listener: Listener,
-    pub outgoing: Arc<SourceSlots>,
+    pub source: Arc<SourceSlots>,
     pub cfg: Config,
     pub rails: Vec<String>,
-    /// The member's totals (metrics).
-    pub shared: Arc<crate::cluster_view::Shared>,
+    /// The member's totals.
+    pub counters: Arc<ExportCounters>,
     pub stop: Arc<AtomicBool>,
 }
 
 /// What a transfer's thread needs of the server.
 struct Exporter {
-    outgoing: Arc<SourceSlots>,
+    source: Arc<SourceSlots>,
     cfg: Config,
     rails: Vec<String>,
-    shared: Arc<crate::cluster_view::Shared>,
+    counters: Arc<ExportCounters>,
     stop: Arc<AtomicBool>,
 }
 
@@ -78,10 +92,10 @@ impl BulkServer {
     pub fn run(self) {
         let BulkServer {
             listener,
-            outgoing,
+            source,
             cfg,
             rails,
-            shared,
+            counters,
             stop,
         } = self;
         let mut acc = match Acceptor::new(listener, acceptor_options(&cfg)) {
@@ -89,10 +103,10 @@ impl BulkServer {
             Err(e) => return tracing::error!("bulk port: {e}"),
         };
         let ex = Arc::new(Exporter {
-            outgoing,
+            source,
             cfg,
             rails,
-            shared,
+            counters,
             stop,
         });
         let mut ready = Vec::new();
@@ -120,7 +134,7 @@ impl Exporter {
             log.refused(peer, why);
             return p.refuse(why);
         };
-        let Some((held, copy)) = self.outgoing.redeem(&setup) else {
+        let Some((held, copy)) = self.source.redeem(&setup) else {
             let why = format!("no open ticket for slots {}..{}", setup.first, setup.end);
             log.refused(peer, &why);
             return p.refuse(&why);
@@ -153,7 +167,7 @@ impl Exporter {
             Ok(c) => c,
             Err(e) => return tracing::warn!("bulk setup from {peer}: {e}"),
         };
-        self.shared.bulk_connections.fetch_add(1, Ordering::Relaxed);
+        self.counters.connections.fetch_add(1, Ordering::Relaxed);
         let mut conn = match SendConn::new(&comm) {
             Ok(c) => c,
             Err(e) => {
@@ -165,9 +179,9 @@ impl Exporter {
         let mut next = Some((setup, held, copy));
         while let Some((setup, held, copy)) = next.take() {
             let sent = if copy {
-                &self.shared.copy_sent_bytes
+                &self.counters.copy_sent_bytes
             } else {
-                &self.shared.sent_bytes
+                &self.counters.sent_bytes
             };
             if let Err(e) = send_all(&mut comm, &mut conn, &held, setup.end, sent, &self.stop) {
                 tracing::warn!(
@@ -177,7 +191,7 @@ impl Exporter {
                 );
                 break;
             }
-            self.shared.bulk_pulls.fetch_add(1, Ordering::Relaxed);
+            self.counters.pulls.fetch_add(1, Ordering::Relaxed);
             // The slots may be freed while the connection waits.
             drop(held);
             next = self.next_pull(&mut comm, &mut conn, mask, peer);
@@ -209,7 +223,7 @@ impl Exporter {
             );
             return None;
         }
-        match self.outgoing.redeem(&setup) {
+        match self.source.redeem(&setup) {
             Some((held, copy)) => Some((setup, held, copy)),
             None => {
                 tracing::warn!(

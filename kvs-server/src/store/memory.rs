@@ -3,7 +3,7 @@
 //! (`64M`, `1G`).
 //!
 //! A record is charged what it really occupies, not its key and value bytes:
-//! its record (key and value in one allocation, [`crate::record`]) rounded
+//! its record (key and value in one allocation, `record.rs`) rounded
 //! up to a malloc chunk, its key again in the ordered index if the key is
 //! too long to live in the index's node (a chunk of its own then), and a
 //! fixed [`RECORD_OVERHEAD`] for its hash-table slot and its share of a
@@ -16,7 +16,7 @@
 /// key's index chunk: its hash-table slot (a 16-byte box and a control
 /// byte, at the table's load factor) and its share of a B-tree node, which
 /// holds 48 bytes per key: the key itself up to 38 bytes, or a long key's
-/// box and first 16 bytes ([`crate::index_key`]), and the slot and slot life
+/// box and first 16 bytes (`index_key.rs`), and the slot and slot life
 /// beside it. A leaf of 11 such entries is about 550 bytes, so a node at
 /// least half full costs at most 100 bytes a key, and the table's slot at
 /// most 18 at its lowest fill.
@@ -47,12 +47,12 @@ pub const fn chunk(n: usize) -> usize {
 /// `value_len`-byte value costs.
 #[inline]
 pub const fn record_cost(key_len: usize, value_len: usize) -> usize {
-    let index = if key_len > crate::index_key::INLINE {
+    let index = if key_len > crate::store::index_key::INLINE {
         chunk(key_len)
     } else {
         0
     };
-    chunk(crate::record::record_size(key_len, value_len)) + index + RECORD_OVERHEAD
+    chunk(crate::store::record::record_size(key_len, value_len)) + index + RECORD_OVERHEAD
 }
 
 /// Each worker's share of `max_memory` (0: unlimited, `usize::MAX`).

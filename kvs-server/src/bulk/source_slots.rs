@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::store::SlotRecords;
 
 use super::wire::PullSetup;
-use crate::transfer_error::TicketError;
+use crate::bulk::TicketError;
 
 /// How long a ticket may wait for its bulk connection.
 const TICKET_LIFE: Duration = Duration::from_secs(60);

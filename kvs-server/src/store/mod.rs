@@ -3,7 +3,7 @@
 //! map): each slot the worker holds has a hash table of its own (aHash, keyed
 //! at random: keys come from clients, and a fixed hash would let one flood a
 //! bucket; it costs a fifth of std's SipHash on a YCSB key) of records whose
-//! key and value share one allocation ([`crate::record`]), so a slot's records can be listed, shipped and dropped without
+//! key and value share one allocation (`record.rs`), so a slot's records can be listed, shipped and dropped without
 //! looking at any other slot's. An ordered index of all the worker's keys
 //! serves scans. A slot taken out of the store leaves its keys in the
 //! index, stale (a scan skips a key its slot no longer holds): taking a
@@ -11,7 +11,7 @@
 //! keys out a bounded number at a time between turns ([`Store::sweep`]).
 //! Writes that would take the heap the records occupy past the
 //! store's limit (its worker's share of `max_memory`) are refused; see
-//! [`crate::memory`] for what a record costs.
+//! [`memory`] for what a record costs.
 //!
 //! A migration uses the per-slot layout at both ends. The source *takes* a
 //! slot it gave away ([`Store::take_slot`]): its records leave the store
@@ -21,15 +21,19 @@
 //! deleted since the import began (a tombstone remembers those), so a write
 //! at the target always beats the older pulled copy.
 
+pub(crate) mod index_key;
+pub mod memory;
+pub(crate) mod record;
+
 use std::collections::BTreeMap;
 
 /// The store's tombstone sets: keyed at random (see the module docs).
 type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 use std::ops::Bound;
 
-use crate::index_key::IndexKey;
-use crate::memory::{record_cost, OutOfMemory};
-use crate::record::{Record, Records};
+use self::index_key::IndexKey;
+use self::memory::{record_cost, OutOfMemory};
+use self::record::{Record, Records};
 
 /// One slot's records.
 #[derive(Debug, Default)]
@@ -554,7 +558,7 @@ impl Store {
     /// Sweeps stale keys out of the ordered index, looking at `budget`
     /// entries at most from where the last sweep stopped; whether stale
     /// keys may remain. An entry is judged by its slot's life alone (see
-    /// [`Place`]): no record is looked up, and no key copied but the stale
+    /// `Place`): no record is looked up, and no key copied but the stale
     /// ones, into a buffer the store keeps.
     pub fn sweep(&mut self, budget: usize) -> bool {
         if self.stale_keys() == 0 {

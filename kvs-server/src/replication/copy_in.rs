@@ -21,14 +21,14 @@ use kvs_proto::control::CopyStatus;
 use kvs_proto::replica::CopyBegin;
 use mpib::{Buffer, Comm, Request};
 
-use super::import::wait_recv;
-use super::pull_conn::post_recv;
-use super::wire::{Batch, PullSetup, Taken};
-use super::{all_rails, open_rails, DEPTH};
-use crate::batch::BATCH;
+use crate::bulk::pull_conn::post_recv;
+use crate::bulk::pull_conn::wait_recv;
+use crate::bulk::wire::{Batch, PullSetup, Taken};
+use crate::bulk::TransferError;
+use crate::bulk::BATCH;
+use crate::bulk::{all_rails, open_rails, DEPTH};
 use crate::config::Config;
-use crate::to_worker::ToWorker;
-use crate::transfer_error::TransferError;
+use crate::threads::to_worker::ToWorker;
 
 /// Batches handed to the worker and not yet taken, at most.
 const UNTAKEN: usize = 8;

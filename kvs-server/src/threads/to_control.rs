@@ -24,7 +24,7 @@ pub(crate) enum ToControl {
     /// a hand-over or a drain), and every write of them it took is on
     /// every backup.
     Quiet {
-        /// The freeze's number ([`crate::to_worker::ToWorker::Freeze`]).
+        /// The freeze's number ([`crate::threads::to_worker::ToWorker::Freeze`]).
         round: u64,
         /// The worker.
         worker: u16,

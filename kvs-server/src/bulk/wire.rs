@@ -17,7 +17,7 @@
 //! slots before it has been sent, in this batch or earlier ones); flag
 //! [`LAST`] ends the transfer.
 
-use crate::transfer_error::BatchError;
+use crate::bulk::BatchError;
 use kvs_proto::proto::SCAN_RECORD_HEADER;
 use kvs_proto::shard::slot_of;
 

@@ -20,7 +20,7 @@ pub(crate) enum ToWorker {
     /// This member hands slots `first..end` over (a migration's source,
     /// with replicas, or a drain, every slot): their writes wait
     /// (TRY_AGAIN), and the worker says when none of its own is in flight
-    /// ([`crate::to_control::ToControl::Quiet`], with `round`). A freeze
+    /// ([`crate::threads::to_control::ToControl::Quiet`], with `round`). A freeze
     /// replaces the one before.
     Freeze {
         /// The first slot.
@@ -41,23 +41,23 @@ pub(crate) enum ToWorker {
         /// One past the last.
         end: u32,
     },
-    /// A checked batch of pulled records ([`crate::migration::wire`]); the
+    /// A checked batch of pulled records ([`crate::bulk::wire`]); the
     /// worker says when it has taken them.
     Records {
         /// The batch's records, made ready for the store
-        /// ([`crate::serving::intake::prepare`]).
+        /// ([`crate::bulk::wire::Batch::take_checked`]).
         batch: Vec<crate::store::Ready>,
         /// Told once the records are in the store.
         taken: Sender<()>,
     },
     /// A checked batch of a copy's snapshot pulled under `ticket`
-    /// ([`crate::migration::copy_in`]); the worker says when it has taken
+    /// ([`crate::replication::copy_in`]); the worker says when it has taken
     /// it.
     CopyRecords {
         /// The copy begin's ticket.
         ticket: [u8; 16],
         /// The batch's records, made ready for the store
-        /// ([`crate::serving::intake::prepare`]).
+        /// ([`crate::bulk::wire::Batch::take_checked`]).
         batch: Vec<crate::store::Ready>,
         /// Told once the records are in the store.
         taken: Sender<()>,
@@ -68,7 +68,7 @@ pub(crate) enum ToWorker {
         /// The copy begin's ticket.
         ticket: [u8; 16],
         /// How it ended.
-        result: Result<(), crate::transfer_error::TransferError>,
+        result: Result<(), crate::bulk::TransferError>,
     },
     /// The answer to a priority pull of `key`: its value at the source, or
     /// none, or why the pull failed.
@@ -78,7 +78,7 @@ pub(crate) enum ToWorker {
         /// The key.
         key: Vec<u8>,
         /// Its value at the source (`None`: the source has no such key).
-        value: Result<Option<Vec<u8>>, std::sync::Arc<crate::transfer_error::PullError>>,
+        value: Result<Option<Vec<u8>>, std::sync::Arc<crate::bulk::PullError>>,
     },
 }
 

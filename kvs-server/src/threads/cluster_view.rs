@@ -3,6 +3,9 @@
 //! totals (for [`crate::Server`] and the metrics endpoint).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
+use std::sync::Arc;
+
+use crate::bulk::export::ExportCounters;
 
 /// The member's view of the cluster.
 #[derive(Debug, Default)]
@@ -26,15 +29,9 @@ pub(crate) struct Shared {
     /// group while clients and backups still reach it.
     pub cut_off: AtomicBool,
     /// Records and bytes of keys and values this member pulled as a
-    /// migration's target, and sent as a source.
+    /// migration's target.
     pub pulled_records: AtomicU64,
     pub pulled_bytes: AtomicU64,
-    pub sent_bytes: AtomicU64,
-    /// Bytes of keys and values this member sent to new backups (copies
-    /// of the slots it is primary of).
-    pub copy_sent_bytes: AtomicU64,
-    /// Bulk connections this member accepted as a source, and the pulls it
-    /// served over them.
-    pub bulk_connections: AtomicU64,
-    pub bulk_pulls: AtomicU64,
+    /// What it sent as a source, of migrations and copies.
+    pub export: Arc<ExportCounters>,
 }
