@@ -43,14 +43,7 @@ use crate::progress::Pace;
 
 fn main() {
     let a = Args::parse();
-    // The libraries' warnings on stderr (`RUST_LOG` raises the level).
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    kvs_client::log_to_stderr();
     if let Err(e) = run(&a) {
         eprintln!("kvs-admin: {e}");
         std::process::exit(1);

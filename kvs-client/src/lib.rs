@@ -35,6 +35,8 @@
 //! ```
 
 mod auth;
+#[cfg(feature = "cli")]
+mod cli_logs;
 mod client;
 pub mod control;
 mod error;
@@ -49,6 +51,8 @@ mod route;
 mod scan;
 
 pub use auth::{auth_token, cluster_token, AUTH_TOKEN_ENV, CLUSTER_TOKEN_ENV};
+#[cfg(feature = "cli")]
+pub use cli_logs::log_to_stderr;
 pub use client::Client;
 pub use control::{ControlClient, ControlError, ControlOptions};
 pub use error::{ConnectError, KvError, SubmitError};

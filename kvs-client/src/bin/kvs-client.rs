@@ -60,14 +60,7 @@ enum Cmd {
 
 fn main() {
     let a = Args::parse();
-    // The libraries' warnings on stderr (`RUST_LOG` raises the level).
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    kvs_client::log_to_stderr();
     let token = auth_token(a.auth_token_file.as_deref()).unwrap_or_else(|e| die(&e));
     let spec = DeviceSpec {
         name: &a.device,
