@@ -252,7 +252,7 @@ impl Forwarder {
             }
             // Ready in the map, or held for it: copied once the map counts
             // it not ready.
-            if h.replicas.held(j.slot) == Some(to.member)
+            if h.slot_state.held(j.slot) == Some(to.member)
                 || h.map
                     .backups(j.slot)
                     .iter()
@@ -323,7 +323,7 @@ impl Forwarder {
                 slot,
                 epoch: h.map.epoch(slot),
                 primary: self.me,
-                seq: h.replicas.last_seq(slot),
+                seq: h.slot_state.last_seq(slot),
                 offset: 0,
                 id: (0, 0),
             };

@@ -261,19 +261,30 @@ impl Forwarder {
     }
 }
 
+/// Why a link's peer is not the backup the map names.
+#[derive(Debug, thiserror::Error)]
+enum WrongPeer {
+    /// Its setup answer does not parse.
+    #[error("not a kvs-server worker (bad setup answer)")]
+    NotAWorker,
+    /// It is a member of another cluster.
+    #[error("the server belongs to cluster {}, not this one", kvs_proto::cluster_hex(.0))]
+    OtherCluster([u8; 16]),
+    /// It is another member of this cluster.
+    #[error("the server says it is member {said}, the map says member {map}")]
+    OtherMember { said: u16, map: u16 },
+}
+
 /// Whether a link's setup answer is the backup's: its member, of this
 /// cluster.
-fn check_answer(c: &Connection, owner: Owner, cluster: [u8; 16]) -> Result<(), String> {
+fn check_answer(c: &Connection, owner: Owner, cluster: [u8; 16]) -> Result<(), WrongPeer> {
     match SetupAnswer::parse(c.peer_private_data()) {
-        None => Err("not a kvs-server worker (bad setup answer)".into()),
-        Some(a) if a.cluster != cluster => Err(format!(
-            "the server belongs to cluster {}, not this one",
-            kvs_proto::cluster_hex(&a.cluster)
-        )),
-        Some(a) if a.member != owner.member => Err(format!(
-            "the server says it is member {}, the map says member {}",
-            a.member, owner.member
-        )),
+        None => Err(WrongPeer::NotAWorker),
+        Some(a) if a.cluster != cluster => Err(WrongPeer::OtherCluster(a.cluster)),
+        Some(a) if a.member != owner.member => Err(WrongPeer::OtherMember {
+            said: a.member,
+            map: owner.member,
+        }),
         Some(_) => Ok(()),
     }
 }

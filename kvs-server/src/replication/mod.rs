@@ -17,7 +17,8 @@
 //!   backup that missed a write (no I/O; the worker's handler owns it);
 //! - [`proposals`]: the control thread proposes what the workers report
 //!   (copies ready, backups stale), a restart, and drains;
-//! - [`hand_over`]: a replicated migration's hand-over from this member.
+//! - [`hand_over`]: a replicated migration's hand-over from this member;
+//! - [`refusal`]: why a backup refuses a message.
 //!
 //! This file holds the [`Forwarder`] (the state the first three share;
 //! each of them adds an `impl` block), the backups' answers as the worker
@@ -75,6 +76,7 @@ pub(crate) mod hand_over;
 pub(crate) mod links;
 pub(crate) mod pending;
 pub(crate) mod proposals;
+pub(crate) mod refusal;
 pub(crate) mod slot_state;
 pub(crate) mod write_path;
 
@@ -112,7 +114,7 @@ pub(crate) struct Primary<'a> {
     /// The request ids of the writes applied, per slot.
     pub dedup: &'a Dedup,
     /// The worker's replication state.
-    pub replicas: &'a mut SlotState,
+    pub slot_state: &'a mut SlotState,
     /// Slots being handed over (or drained): their writes wait.
     pub frozen: &'a mut Option<Frozen>,
 }
@@ -171,7 +173,7 @@ fn read_answer(r: Result<&[u8], CallFailed>) -> (Option<String>, bool) {
     match r {
         Ok(b) if b.len() >= RESPONSE_HEADER && b[0] == Status::Ok as u8 => (None, false),
         Ok(b) => (
-            Some(refusal(b)),
+            Some(refusal_text(b)),
             b.len() >= RESPONSE_HEADER && b[0] == Status::TryAgain as u8,
         ),
         Err(CallFailed(why)) => (Some(format!("connection failed: {why}")), false),
@@ -180,7 +182,7 @@ fn read_answer(r: Result<&[u8], CallFailed>) -> (Option<String>, bool) {
 
 /// A backup's refusal, as its answer says it.
 #[cold]
-fn refusal(b: &[u8]) -> String {
+fn refusal_text(b: &[u8]) -> String {
     let status = b
         .first()
         .filter(|_| b.len() >= RESPONSE_HEADER)
@@ -373,7 +375,7 @@ impl Forwarder {
             }
         }
         // Held slots whose backup the map now shows ready.
-        if let Some(due) = h.replicas.take_stale_due() {
+        if let Some(due) = h.slot_state.take_stale_due() {
             self.stale.extend(due);
         }
         // A held slot whose stale report is not in yet is reported again
@@ -437,7 +439,7 @@ mod tests {
         begin_response(&mut b, Status::Fenced, 0);
         b.extend_from_slice(b"not the primary");
         finish_response(&mut b, 0);
-        assert_eq!(refusal(&b), "Fenced: not the primary");
-        assert_eq!(refusal(&[]), "a malformed answer of 0 bytes: ");
+        assert_eq!(refusal_text(&b), "Fenced: not the primary");
+        assert_eq!(refusal_text(&[]), "a malformed answer of 0 bytes: ");
     }
 }

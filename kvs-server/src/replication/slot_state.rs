@@ -30,6 +30,7 @@
 use kvs_proto::replica::{CopyBegin, Header, Kind, Replicate};
 use kvs_proto::{Owner, ShardMap};
 
+use super::refusal::{ApplyError, Refusal};
 use crate::bulk::TransferError;
 use crate::dedup::{Dedup, IdMap};
 use crate::store::{Patch, Store};
@@ -40,26 +41,6 @@ struct Follow {
     primary: Owner,
     /// The last write applied.
     applied: u64,
-}
-
-/// Why a backup refused a replication message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refused {
-    pub why: String,
-    /// Not a refusal yet: the copy's pull goes on (ask again).
-    pub not_yet: bool,
-    /// Not a refusal yet: the sender's map is newer than this backup's
-    /// (it names another primary, or this worker as a backup, since): the
-    /// message waits for the map.
-    pub await_map: bool,
-}
-
-fn refused(why: String) -> Refused {
-    Refused {
-        why,
-        not_yet: false,
-        await_map: false,
-    }
 }
 
 /// A copy arriving at this backup, for one slot.
@@ -330,7 +311,7 @@ impl SlotState {
         map: &ShardMap,
         store: &mut Store,
         dedup: &mut Dedup,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), Refusal> {
         let h: Header = msg.header();
         self.check_backs(&h, map)?;
         let s = h.slot;
@@ -338,10 +319,10 @@ impl SlotState {
         match h.kind {
             Kind::CopyBegin => return self.copy_begin(msg, &h, store),
             _ if self.follow[i].is_none_or(|f| f.primary != h.primary) => {
-                return Err(refused(format!(
-                    "slot {s}'s copy from member {} worker {} has not begun here",
-                    h.primary.member, h.primary.worker
-                )))
+                return Err(Refusal::NotBegun {
+                    slot: s,
+                    primary: h.primary,
+                })
             }
             Kind::CopyEnd => return self.copy_end(&h),
             _ => {}
@@ -351,10 +332,11 @@ impl SlotState {
             if h.seq != f.applied + 1 {
                 let last = f.applied;
                 self.follow[i] = None;
-                return Err(refused(format!(
-                    "slot {s}: write {} does not follow {last}, the last applied",
-                    h.seq
-                )));
+                return Err(Refusal::OutOfOrder {
+                    slot: s,
+                    seq: h.seq,
+                    last,
+                });
             }
             f.applied = h.seq;
         }
@@ -368,7 +350,7 @@ impl SlotState {
             Err(why) => {
                 // Diverged from the primary: nothing more until a new copy.
                 self.follow[i] = None;
-                Err(refused(format!("slot {s}: {why}")))
+                Err(Refusal::NotApplied { slot: s, why })
             }
         }
     }
@@ -376,39 +358,33 @@ impl SlotState {
     /// Refuses a message this worker, under `map`, does not back up as the
     /// slot's primary's: a slot out of range, a primary's newer map (the
     /// message waits for it), another primary, or a slot not backed up here.
-    fn check_backs(&self, h: &Header, map: &ShardMap) -> Result<(), Refused> {
+    fn check_backs(&self, h: &Header, map: &ShardMap) -> Result<(), Refusal> {
         if h.slot >= map.slots() {
-            return Err(refused(format!("slot {} out of range", h.slot)));
+            return Err(Refusal::OutOfRange { slot: h.slot });
         }
         let s = h.slot;
         let backs = map.backups(s).iter().any(|b| b.owner == self.me);
         if (map.owner_of_slot(s) != h.primary || !backs) && h.epoch > map.version() {
-            return Err(Refused {
-                why: format!(
-                    "slot {s}: the primary's map (epoch {}) is newer than this backup's ({})",
-                    h.epoch,
-                    map.version()
-                ),
-                not_yet: false,
-                await_map: true,
+            return Err(Refusal::NewerMap {
+                slot: s,
+                epoch: h.epoch,
+                version: map.version(),
             });
         }
         if map.owner_of_slot(s) != h.primary {
-            return Err(refused(format!(
-                "member {} worker {} is not slot {s}'s primary in map {} (epoch {} here, {} \
-                 there)",
-                h.primary.member,
-                h.primary.worker,
-                map.version(),
-                map.epoch(s),
-                h.epoch
-            )));
+            return Err(Refusal::NotPrimary {
+                slot: s,
+                sender: h.primary,
+                version: map.version(),
+                here: map.epoch(s),
+                there: h.epoch,
+            });
         }
         if !backs {
-            return Err(refused(format!(
-                "this worker does not back slot {s} up in map {}",
-                map.version()
-            )));
+            return Err(Refusal::NotBackup {
+                slot: s,
+                version: map.version(),
+            });
         }
         Ok(())
     }
@@ -420,18 +396,16 @@ impl SlotState {
         msg: &Replicate<'_>,
         h: &Header,
         store: &mut Store,
-    ) -> Result<(), Refused> {
+    ) -> Result<(), Refusal> {
         let s = h.slot;
         let i = s as usize;
         let Some(begin) =
             CopyBegin::parse(msg.key(), msg.value()).filter(|b| (b.first..b.end).contains(&s))
         else {
-            return Err(refused(format!("slot {s}: a malformed copy begin")));
+            return Err(Refusal::MalformedBegin { slot: s });
         };
         if self.pulling.contains(&begin.ticket) {
-            return Err(refused(format!(
-                "slot {s}: its copy's begin came after the snapshot's pull started"
-            )));
+            return Err(Refusal::LateBegin { slot: s });
         }
         // The copy starts from nothing; the snapshot is pulled.
         store.drop_slot(s);
@@ -447,7 +421,7 @@ impl SlotState {
     /// A copy's end: done once its snapshot was pulled; the first end asked
     /// starts the pull (and is told to come again), a failed pull ends the
     /// copy.
-    fn copy_end(&mut self, h: &Header) -> Result<(), Refused> {
+    fn copy_end(&mut self, h: &Header) -> Result<(), Refusal> {
         let s = h.slot;
         let i = s as usize;
         match self.copy[i].take() {
@@ -465,17 +439,13 @@ impl SlotState {
                     });
                 }
                 self.copy[i] = Some(CopyIn::Pulling(b));
-                Err(Refused {
-                    why: format!("slot {s}: pulling the copy's snapshot"),
-                    not_yet: true,
-                    await_map: false,
-                })
+                Err(Refusal::Pulling { slot: s })
             }
             Some(CopyIn::Failed(why)) => {
                 self.follow[i] = None;
-                Err(refused(format!("slot {s}: the copy's pull failed: {why}")))
+                Err(Refusal::PullFailed { slot: s, why })
             }
-            None => Err(refused(format!("slot {s}: no copy under way here"))),
+            None => Err(Refusal::NoCopy { slot: s }),
         }
     }
 
@@ -486,22 +456,22 @@ impl SlotState {
         h: &Header,
         store: &mut Store,
         dedup: &mut Dedup,
-    ) -> Result<(), String> {
+    ) -> Result<(), ApplyError> {
         let (s, key) = (h.slot, msg.key());
         match h.kind {
-            Kind::Put => store.put(s, key, msg.value()).map_err(|e| {
-                format!(
-                    "out of memory: the worker holds {} of its {}-byte share",
-                    e.used, e.limit
-                )
-            }),
+            Kind::Put => store
+                .put(s, key, msg.value())
+                .map_err(|e| ApplyError::OutOfMemory {
+                    used: e.used,
+                    limit: e.limit,
+                }),
             Kind::Delete => {
                 store.delete(s, key);
                 Ok(())
             }
             Kind::Patch => match store.patch(s, key, h.offset as usize, msg.value()) {
                 Patch::Done => Ok(()),
-                other => Err(format!("the patch does not apply here ({other:?})")),
+                other => Err(ApplyError::Patch(other)),
             },
             Kind::CopyIds => match kvs_proto::replica::ids_entries(msg.value()) {
                 Some(entries) => {
@@ -513,7 +483,7 @@ impl SlotState {
                     }
                     Ok(())
                 }
-                None => Err("malformed request ids".to_string()),
+                None => Err(ApplyError::MalformedIds),
             },
             Kind::CopyBegin | Kind::CopyEnd => Ok(()),
         }
@@ -589,7 +559,7 @@ mod tests {
         msg(Kind::CopyBegin, primary, seq, &c.ticket, &c.value())
     }
 
-    fn apply(r: &mut SlotState, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refused> {
+    fn apply(r: &mut SlotState, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refusal> {
         r.apply(
             &Replicate::new_checked(b).unwrap(),
             m,
@@ -605,29 +575,32 @@ mod tests {
         let mut st = Store::new(4, usize::MAX);
         // No write before the copy begins.
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 1, b"k", b"v"));
-        assert!(e.unwrap_err().why.contains("has not begun"));
+        assert!(e.unwrap_err().to_string().contains("has not begun"));
         st.put(1, b"stale", b"x").unwrap();
         let bad = msg(Kind::CopyBegin, P, 5, b"", b"");
-        assert!(apply(&mut r, &m, &mut st, &bad)
-            .unwrap_err()
-            .why
-            .contains("malformed"));
+        assert_eq!(
+            apply(&mut r, &m, &mut st, &bad),
+            Err(Refusal::MalformedBegin { slot: 1 })
+        );
         apply(&mut r, &m, &mut st, &begin(P, 5)).unwrap();
         assert_eq!(st.get(1, b"stale"), None, "the copy starts from nothing");
         apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 6, b"k", b"v")).unwrap();
         // The first end asked starts the pull, and is told not yet.
         assert!(r.take_starts().is_none());
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
-        assert!(e.unwrap_err().not_yet);
+        assert!(e.unwrap_err().not_yet());
         let starts = r.take_starts().unwrap();
         assert_eq!((starts.len(), starts[0].from), (1, 0));
         assert_eq!(starts[0].begin.ticket, TICKET);
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
-        assert!(e.unwrap_err().not_yet);
+        assert!(e.unwrap_err().not_yet());
         assert!(r.take_starts().is_none(), "started once");
         // A begin of the same snapshot after its pull started: refused.
         let e = apply(&mut r, &m, &mut st, &begin(P, 5)).unwrap_err();
-        assert!(e.why.contains("after the snapshot's pull started"), "{e:?}");
+        assert!(
+            e.to_string().contains("after the snapshot's pull started"),
+            "{e:?}"
+        );
         // The snapshot's records land where no write went since.
         assert!(r.copying_with(1, &TICKET) && !r.copying_with(2, &TICKET));
         st.apply_pulled(1, b"a", Some(b"1"));
@@ -639,7 +612,7 @@ mod tests {
         assert_eq!(st.get(1, b"a"), Some(&b"1"[..]));
         // A gap: refused, and nothing more until a new copy.
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Delete, P, 9, b"k", b""));
-        assert!(e.unwrap_err().why.contains("does not follow 7"));
+        assert!(e.unwrap_err().to_string().contains("does not follow 7"));
         let e = apply(&mut r, &m, &mut st, &msg(Kind::Delete, P, 8, b"k", b""));
         assert!(e.is_err());
         assert_eq!(st.get(1, b"k"), Some(&b"w"[..]));
@@ -649,7 +622,7 @@ mod tests {
         r.take_starts().unwrap();
         r.pulled(&TICKET, Err(TransferError::NoRail), &mut st);
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
-        assert!(e.unwrap_err().why.contains("no rail selected"));
+        assert!(e.unwrap_err().to_string().contains("no rail selected"));
     }
 
     #[test]
@@ -674,7 +647,10 @@ mod tests {
         go(&msg_ids, &mut d).unwrap();
         assert!(d.seen(1, (7, 41)) && !d.seen(1, (7, 42)));
         let bad = msg(Kind::CopyIds, P, 0, b"", &value[..10]);
-        assert!(go(&bad, &mut d).unwrap_err().why.contains("malformed"));
+        assert!(go(&bad, &mut d)
+            .unwrap_err()
+            .to_string()
+            .contains("malformed"));
     }
 
     #[test]
@@ -717,7 +693,10 @@ mod tests {
             &mut st,
             &msg(Kind::Put, P, 2, b"k", b"v2"),
         );
-        assert!(e.unwrap_err().why.contains("is not slot 1's primary"));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("is not slot 1's primary"));
         assert_eq!(st.get(1, b"k"), Some(&b"v1"[..]));
         // Promoted, it numbers its writes on from the last applied.
         r.install(&m, &promoted);
@@ -731,7 +710,10 @@ mod tests {
             4,
         );
         let e = apply(&mut other, &m, &mut st, &begin(P, 0));
-        assert!(e.unwrap_err().why.contains("does not back slot 1 up"));
+        assert!(e
+            .unwrap_err()
+            .to_string()
+            .contains("does not back slot 1 up"));
     }
 
     #[test]
@@ -786,7 +768,7 @@ mod tests {
         };
         write_replicate(&mut w, &h, b"k", b"v3");
         let e = apply(&mut b, &m, &mut sb, &w).unwrap_err();
-        assert!(e.await_map && !e.not_yet, "{e:?}");
+        assert!(e.await_map() && !e.not_yet(), "{e:?}");
         assert_eq!(sb.get(1, b"k"), Some(&b"v2"[..]));
         // With the map: the new primary numbers on; the backup and the old
         // primary follow it from where they are.
@@ -802,7 +784,7 @@ mod tests {
         let e = apply(&mut b, &next, &mut sb, &msg(Kind::Put, P, 4, b"k", b"x"));
         let e = e.unwrap_err();
         assert!(
-            !e.await_map && e.why.contains("not slot 1's primary"),
+            !e.await_map() && e.to_string().contains("not slot 1's primary"),
             "{e:?}"
         );
     }

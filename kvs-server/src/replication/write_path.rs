@@ -195,7 +195,7 @@ impl Forwarder {
         let Some((p, outcome)) = self.pending.settle(idx) else {
             return false;
         };
-        h.replicas.end_write(p.fp);
+        h.slot_state.end_write(p.fp);
         match outcome {
             Ok(()) => {
                 let _ = ctx.reply(p.handle, &p.answer);
@@ -226,18 +226,18 @@ impl Forwarder {
     ///
     /// [`SlotState::hold_until_ready`]: crate::replication::slot_state::SlotState::hold_until_ready
     pub(super) fn missed(&mut self, h: &mut Primary<'_>, slot: u32, to: Owner) {
-        if h.map.owner_of_slot(slot) != self.me || h.replicas.held(slot).is_some() {
+        if h.map.owner_of_slot(slot) != self.me || h.slot_state.held(slot).is_some() {
             return;
         }
         let ready = h.map.backups(slot).iter().any(|b| b.owner == to && b.ready);
         if ready {
-            h.replicas.hold(slot, Some(to.member));
+            h.slot_state.hold(slot, Some(to.member));
             self.stale.push((to.member, slot));
         } else if self
             .job(slot, to)
             .is_some_and(|i| self.copies[i].step == CopyStep::Done)
         {
-            h.replicas
+            h.slot_state
                 .hold_until_ready(slot, to.member, h.map.epoch(slot));
         }
     }
@@ -299,7 +299,7 @@ impl Forwarder {
         };
         let slots = f.first..f.end;
         let busy = self.pending.iter().any(|w| slots.contains(&w.slot))
-            || slots.clone().any(|s| h.replicas.held(s).is_some());
+            || slots.clone().any(|s| h.slot_state.held(s).is_some());
         if busy {
             return;
         }

@@ -134,7 +134,7 @@ pub struct Handler {
     /// Slots being handed over: their writes wait.
     pub(crate) frozen: Option<Frozen>,
     /// Replication: writes' numbers, keys in flight, streams followed.
-    pub(crate) replicas: SlotState,
+    pub(crate) slot_state: SlotState,
     /// The request ids of the writes applied, per slot.
     pub(crate) dedup: Dedup,
     /// The request id of the request being answered.
@@ -154,7 +154,7 @@ impl Handler {
             map: &self.map,
             store: &self.store,
             dedup: &self.dedup,
-            replicas: &mut self.replicas,
+            slot_state: &mut self.slot_state,
             frozen: &mut self.frozen,
         }
     }
@@ -197,7 +197,7 @@ impl Handler {
             await_map: false,
             clock: Clock::monotonic(),
             frozen: None,
-            replicas: SlotState::new(me, slots),
+            slot_state: SlotState::new(me, slots),
             dedup,
             id: (0, 0),
             metrics: RequestMetrics::default(),
@@ -213,7 +213,7 @@ impl Handler {
     /// the imports the map says are done.
     pub fn install(&mut self, map: ShardMap) -> Installed {
         let mut done = Installed::default();
-        self.replicas.install(&self.map, &map);
+        self.slot_state.install(&self.map, &map);
         for s in 0..map.slots().min(self.map.slots()) {
             let was = self.map.owner_of_slot(s) == self.me;
             let is = map.owner_of_slot(s) == self.me;
@@ -431,7 +431,7 @@ impl Handler {
     /// Whether a write of the key of fingerprint `fp` awaits its backups.
     #[inline]
     pub fn in_flight(&self, fp: u64) -> bool {
-        self.replicas.in_flight_fp(fp)
+        self.slot_state.in_flight_fp(fp)
     }
 
     /// Whether `key` of a slot being imported must be pulled before it can
@@ -476,16 +476,16 @@ impl Handler {
             Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
         };
         match self
-            .replicas
+            .slot_state
             .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
         {
             Ok(()) => status(out, Status::Ok),
-            Err(r) if r.await_map => {
+            Err(r) if r.await_map() => {
                 out.clear();
                 self.await_map = true;
             }
-            Err(r) if r.not_yet => error(out, Status::TryAgain, &r.why, max_response),
-            Err(r) => error(out, Status::Fenced, &r.why, max_response),
+            Err(r) if r.not_yet() => error(out, Status::TryAgain, &r.to_string(), max_response),
+            Err(r) => error(out, Status::Fenced, &r.to_string(), max_response),
         }
     }
 
@@ -531,8 +531,8 @@ impl Handler {
         if self.map.backups(slot).is_empty() {
             return;
         }
-        let seq = self.replicas.next_seq(slot);
-        self.replicas.begin_write(key);
+        let seq = self.slot_state.next_seq(slot);
+        self.slot_state.begin_write(key);
         self.forward = Some(Forward {
             slot,
             seq,
@@ -617,7 +617,7 @@ impl Handler {
             status(out, Status::TryAgain);
             return None;
         }
-        if let Some(b) = self.replicas.held(slot) {
+        if let Some(b) = self.slot_state.held(slot) {
             self.held(out, slot, b, max_response);
             return None;
         }
@@ -628,7 +628,7 @@ impl Handler {
                 // Sent again: applied already. Answered once its backups
                 // have it (the first answer may be what was lost).
                 Seen::Applied => {
-                    let st = if self.replicas.in_flight(key) {
+                    let st = if self.slot_state.in_flight(key) {
                         Status::TryAgain
                     } else {
                         Status::Ok
@@ -663,7 +663,7 @@ impl Handler {
         match r.op() {
             // A value its backups may not have yet is not read: the read
             // waits for them.
-            Op::Get if self.replicas.in_flight(key) => {
+            Op::Get if self.slot_state.in_flight(key) => {
                 out.clear();
                 self.await_write = Some(fingerprint(key));
             }
@@ -804,7 +804,7 @@ impl Handler {
             }
             // A value its backups may not have yet is not read: the client
             // asks again shortly.
-            if self.replicas.in_flight(k) {
+            if self.slot_state.in_flight(k) {
                 out.clear();
                 return status(out, Status::TryAgain);
             }
@@ -1097,7 +1097,7 @@ mod tests {
             else {
                 panic!("a write with a backup is forwarded");
             };
-            primary.replicas.end_write(f.fp);
+            primary.slot_state.end_write(f.fp);
             write_replicate(&mut msg, &hdr(Kind::Put, f.seq, f.id), b"k", v.as_bytes());
             backup.handle(&msg, 64, &mut out);
             assert_eq!(st(&out), Status::Ok, "write {q}");
@@ -1188,7 +1188,7 @@ mod tests {
         let mut h = Handler::new(W0, map, 8, 16);
         // "a" is written and its backup answers.
         ask(&mut h, Op::Put, b"a", b"1", 1, 64);
-        h.replicas.end_write(fingerprint(b"a"));
+        h.slot_state.end_write(fingerprint(b"a"));
         let mut req = Vec::new();
         write_request(&mut req, Op::Put, 1, b"k", b"v", 1, 0);
         let mut out = Vec::new();
@@ -1207,7 +1207,7 @@ mod tests {
             st(&ask(&mut h, Op::Scan, b"", b"", 10, 256)),
             Status::TryAgain
         );
-        h.replicas.end_write(f2.fp);
+        h.slot_state.end_write(f2.fp);
         assert!(!h.in_flight(f2.fp));
         let all = ask(&mut h, Op::Scan, b"", b"", 10, 256);
         assert_eq!(st(&all), Status::Ok);

@@ -69,7 +69,7 @@ impl Intake {
             for r in p.recs.by_ref().take(budget - n) {
                 let wanted = match &p.whose {
                     Whose::Import => true,
-                    Whose::Copy(ticket) => h.replicas.copying_with(r.slot(), ticket),
+                    Whose::Copy(ticket) => h.slot_state.copying_with(r.slot(), ticket),
                 };
                 if wanted {
                     h.store.apply_ready(r);

@@ -499,7 +499,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     #[inline]
     fn after_requests(&mut self, n: usize) {
         // Copies' begins that arrived: their pulls start.
-        if let Some(starts) = self.h.replicas.take_starts() {
+        if let Some(starts) = self.h.slot_state.take_starts() {
             for p in starts {
                 start_pull(
                     p,
@@ -566,7 +566,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                 taken,
             } => self.intake.push(batch, Whose::Copy(ticket), taken),
             ToWorker::CopyPulled { ticket, result } => {
-                self.h.replicas.pulled(&ticket, result, &mut self.h.store);
+                self.h.slot_state.pulled(&ticket, result, &mut self.h.store);
             }
             ToWorker::Pulled { slot, key, value } => self.on_pulled(slot, key, value),
         }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use copyrpc::transport::Transport;
 use copyrpc::RecvHandle;
-use kvs_control::{Command, MemberState, Refusal};
+use kvs_control::{ClusterId, Command, MemberState, Refusal};
 use kvs_proto::control::{ControlReply, ControlRequest};
-use kvs_proto::group::Batch;
+use kvs_proto::group::{BadBatch, Batch};
 use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
 use kvs_proto::shard::slot_of;
 
@@ -60,6 +60,24 @@ fn refusal(e: kvs_control::GroupError) -> ControlReply {
         },
         e => ControlReply::error(e.to_string()),
     }
+}
+
+/// Why a batch of the control group's messages was not taken.
+#[derive(Debug, thiserror::Error)]
+enum BatchRefused {
+    /// Fault injection: this member is cut off from the group.
+    #[error("cut off from the control group (fault injection)")]
+    CutOff,
+    /// Its framing is wrong.
+    #[error(transparent)]
+    Malformed(#[from] BadBatch),
+    /// It comes from a member of another cluster.
+    #[error("a member of cluster {theirs} reached member {me} of cluster {ours}")]
+    OtherCluster {
+        theirs: ClusterId,
+        me: u16,
+        ours: ClusterId,
+    },
 }
 
 impl State {
@@ -124,7 +142,12 @@ impl State {
             Op::Raft => {
                 match self.on_batch(r.value(), now) {
                     Ok(()) => reply(out, Status::Ok, &[], max_response),
-                    Err(m) => reply(out, Status::BadRequest, m.as_bytes(), max_response),
+                    Err(e) => reply(
+                        out,
+                        Status::BadRequest,
+                        e.to_string().as_bytes(),
+                        max_response,
+                    ),
                 }
                 return Outcome::Now;
             }
@@ -312,18 +335,17 @@ impl State {
     }
 
     /// A batch of the group's messages from a peer.
-    fn on_batch(&mut self, b: &[u8], now: Instant) -> Result<(), String> {
+    fn on_batch(&mut self, b: &[u8], now: Instant) -> Result<(), BatchRefused> {
         if self.shared.cut_off.load(Ordering::Relaxed) {
-            return Err("cut off from the control group (fault injection)".into());
+            return Err(BatchRefused::CutOff);
         }
-        let batch = Batch::new_checked(b).map_err(|e| e.to_string())?;
+        let batch = Batch::new_checked(b)?;
         if batch.cluster_id() != self.group.cluster_id().bytes() {
-            let theirs = kvs_control::ClusterId::from_bytes(batch.cluster_id());
-            return Err(format!(
-                "a member of cluster {theirs} reached member {} of cluster {}",
-                self.me,
-                self.group.cluster_id()
-            ));
+            return Err(BatchRefused::OtherCluster {
+                theirs: ClusterId::from_bytes(batch.cluster_id()),
+                me: self.me,
+                ours: self.group.cluster_id(),
+            });
         }
         let from = batch.from();
         for m in batch.messages() {
