@@ -13,28 +13,32 @@ use std::time::{Duration, Instant};
 use copyrpc::clock::Clock;
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::proto::{begin_response, finish_response, Status, RESPONSE_HEADER};
 use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::handle::{Handled, Handler, Served, Warmed};
-use super::intake::{Intake, Whose, BUSY_TAKE, IDLE_TAKE};
+use super::intake::{Intake, BUSY_TAKE, IDLE_TAKE};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
 use crate::bulk::source_slots::SourceSlots;
-use crate::bulk::PullError;
 use crate::config::Config;
 use crate::migration::waiting::{Parked, Waiting};
-use crate::replication::copy_in::{Copies, CopyPull};
-use crate::replication::slot_state::PullStart;
+use crate::replication::copy_in::Copies;
 use crate::replication::{ack_handler, Acks, Forwarder};
 use crate::role::Role;
 use crate::start_error::StartError;
 use crate::threads::lease::Lease;
 use crate::threads::to_control::ToControl;
-use crate::threads::to_worker::Frozen;
 use crate::threads::to_worker::ToWorker;
 use crate::worker_stats::WorkerStats;
+
+mod huge_pages;
+mod messages;
+mod parked;
+
+use huge_pages::HugeReport;
+use messages::start_pull;
+use parked::{fenced, reads_due, try_again};
 
 /// How often a worker publishes its counters and checks its clients'
 /// connections while it has work.
@@ -202,11 +206,7 @@ impl Worker {
         .encode();
         let waker = ctx.waker();
         Some(Serving {
-            huge: HugeReport {
-                worker: w,
-                software: dev.is_software(),
-                ..HugeReport::default()
-            },
+            huge: HugeReport::new(w, dev.is_software()),
             due: Vec::new(),
             intake: Intake::default(),
             maps: AwaitingMap::default(),
@@ -534,140 +534,6 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         }
     }
 
-    /// Takes what the worker's channel holds: new clients and maps, and
-    /// what the control thread, the importers and the pulls sent.
-    fn take_messages(&mut self) {
-        while let Ok(m) = self.incoming.try_recv() {
-            self.on_message(m);
-        }
-    }
-
-    /// Acts on one message of the worker's channel.
-    fn on_message(&mut self, m: ToWorker) {
-        match m {
-            ToWorker::Connection(p, role) if self.drain_until.is_none() => self.connect(p, role),
-            ToWorker::Connection(p, _) => p.refuse("the server is shutting down"),
-            ToWorker::Map(m) => self.install(m),
-            ToWorker::Freeze { first, end, round } => {
-                self.h.frozen = Some(Frozen {
-                    first,
-                    end,
-                    reported: false,
-                    round,
-                })
-            }
-            ToWorker::Thaw => self.h.frozen = None,
-            ToWorker::SourceFrozen { first, end } => self.h.source_frozen(first..end),
-            // Pulled records go in between turns, a few at a time.
-            ToWorker::Records { batch, taken } => self.intake.push(batch, Whose::Import, taken),
-            ToWorker::CopyRecords {
-                ticket,
-                batch,
-                taken,
-            } => self.intake.push(batch, Whose::Copy(ticket), taken),
-            ToWorker::CopyPulled { ticket, result } => {
-                self.h.slot_state.pulled(&ticket, result, &mut self.h.store);
-            }
-            ToWorker::Pulled { slot, key, value } => self.on_pulled(slot, key, value),
-        }
-    }
-
-    /// A new client: its connection is set up, tagged with its role (which
-    /// its requests then carry), and watched (and, with `huge_pages`, where
-    /// its rings are is said).
-    fn connect(&mut self, p: copyrpc::conn::PendingConnection, role: Role) {
-        let w = self.w;
-        let before = if self.cfg.huge_pages {
-            self.ctx.huge_page_rings()
-        } else {
-            0
-        };
-        match p.establish(&mut self.ctx, &self.answer) {
-            Ok(c) => {
-                // Tagged before any of its requests is taken.
-                self.ctx.set_tag(c.endpoint(), role.tag());
-                let rings = self.ctx.huge_page_rings().saturating_sub(before);
-                match self
-                    .cfg
-                    .huge_pages
-                    .then(|| self.huge.connected(rings))
-                    .flatten()
-                {
-                    Some((Said::Info, l)) => tracing::info!("{l}"),
-                    Some((Said::Warning, l)) => tracing::warn!("{l}"),
-                    None => {}
-                }
-                if let Err((mut c, e)) = self.conns.insert(c) {
-                    tracing::warn!("worker {w}: a client's connection: {e}");
-                    self.ctx.close(c.endpoint());
-                    c.check(&mut self.ctx);
-                    self.ctx.remove(c.endpoint());
-                }
-            }
-            Err(e) => {
-                tracing::warn!("worker {w}: a client's setup failed: {e}")
-            }
-        }
-    }
-
-    /// Installs a new map: slots given away are held for their new owners,
-    /// and what waited for it is handled again.
-    fn install(&mut self, m: ShardMap) {
-        let done = self.h.install(m);
-        self.fwd.on_install(&mut self.ctx, &self.h.map);
-        for (slot, recs) in done.given_away {
-            self.source_slots.hold(slot, recs);
-        }
-        // Requests waiting for pulls of slots whose import ended, or that
-        // moved on, are answered now.
-        let h = &self.h;
-        let parked = self
-            .waiting
-            .take(|p| !h.store.importing(p.slot) || done.imports_ended.contains(&p.slot));
-        self.ops += settle(
-            &mut self.ctx,
-            &mut self.h,
-            &mut self.fwd,
-            parked,
-            &mut self.out,
-        );
-        if !self.maps.is_empty() {
-            maps_due(&mut self.ctx, &mut self.h, &mut self.maps, &mut self.out);
-        }
-    }
-
-    /// A priority pull of `key` ended: its value goes in and the requests
-    /// that waited for it are handled again (or, the pull failed, told to
-    /// try again).
-    fn on_pulled(
-        &mut self,
-        slot: u32,
-        key: Vec<u8>,
-        value: Result<Option<Vec<u8>>, Arc<PullError>>,
-    ) {
-        self.waiting.pulled(&key);
-        let parked = self.waiting.take(|p| p.key() == key);
-        match value {
-            Ok(v) => {
-                self.h.store.apply_pulled(slot, &key, v.as_deref());
-                self.ops += settle(
-                    &mut self.ctx,
-                    &mut self.h,
-                    &mut self.fwd,
-                    parked,
-                    &mut self.out,
-                );
-            }
-            Err(why) => {
-                let w = self.w;
-                tracing::warn!("worker {w}: a priority pull failed: {why}");
-                for p in parked {
-                    try_again(&mut self.ctx, p.handle, &mut self.out);
-                }
-            }
-        }
-    }
-
     /// The chores between turns (every 256th under load): the forwarder's,
     /// a sweep of stale keys, a freeze's report, replication messages that
     /// waited too long for a map, and (idle, or every 4096th turn, at most
@@ -776,269 +642,5 @@ fn warm_turn<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
         if let (Some(b), Some(w)) = (ctx.request(r), w) {
             h.prefetch_value(b, w);
         }
-    }
-}
-
-/// Starts the pull of the copy `p` names, from its primary's bulk port in
-/// `map`; a primary the map does not have fails it at once.
-fn start_pull(
-    p: PullStart,
-    map: &ShardMap,
-    cfg: &Config,
-    rails: &[String],
-    worker: (&Sender<ToWorker>, &Waker),
-    copies: &Arc<Copies>,
-    stop: &Arc<AtomicBool>,
-) {
-    let Some(m) = map.members().get(usize::from(p.from)) else {
-        let _ = worker.0.send(ToWorker::CopyPulled {
-            ticket: p.begin.ticket,
-            result: Err(crate::bulk::TransferError::NotInMap(p.from)),
-        });
-        return;
-    };
-    CopyPull {
-        begin: p.begin,
-        from: p.from,
-        bulk: std::net::SocketAddr::new(m.addr.ip(), m.bulk_port),
-        slots: map.slots(),
-        worker: (worker.0.clone(), worker.1.clone()),
-        cfg: cfg.clone(),
-        rails: rails.to_vec(),
-        copies: copies.clone(),
-        stop: stop.clone(),
-    }
-    .spawn();
-}
-
-/// What a worker serving with `huge_pages` says about its clients' rings:
-/// once where the first client's rings are, and once more if the pool runs
-/// short after it gave some.
-#[derive(Debug, Default)]
-struct HugeReport {
-    worker: u16,
-    /// The software device: no huge pages there.
-    software: bool,
-    /// Connections whose rings were all in huge pages.
-    huge: u64,
-    /// The first connection was reported.
-    told: bool,
-    /// A shortage after huge rings was reported.
-    told_short: bool,
-}
-
-impl HugeReport {
-    /// A client connected and `rings` of its two rings are in huge pages:
-    /// what to say, if anything, and at which level.
-    fn connected(&mut self, rings: usize) -> Option<(Said, String)> {
-        let w = self.worker;
-        let all = rings == 2;
-        let first = !self.told;
-        self.told = true;
-        if all {
-            self.huge += 1;
-        }
-        let line = |s: &str| format!("worker {w}: {s}");
-        if first && all {
-            Some((
-                Said::Info,
-                line("huge_pages: copyrpc rings in 2 MiB huge pages"),
-            ))
-        } else if first && self.software {
-            Some((
-                Said::Info,
-                line(
-                    "huge_pages: the software device has no huge pages; copyrpc rings in \
-                     normal memory",
-                ),
-            ))
-        } else if first {
-            Some((
-                Said::Warning,
-                line(
-                    "huge_pages: copyrpc rings in normal pages, not huge ones: the \
-                     2 MiB pool has too few free pages (reserve more: vm.nr_hugepages)",
-                ),
-            ))
-        } else if !all && self.huge > 0 && !self.told_short {
-            self.told_short = true;
-            Some((
-                Said::Warning,
-                line(&format!(
-                    "huge_pages: the 2 MiB pool ran short (after huge rings for {} \
-                     clients); new clients' copyrpc rings are in normal pages (reserve more: \
-                     vm.nr_hugepages)",
-                    self.huge
-                )),
-            ))
-        } else {
-            None
-        }
-    }
-}
-
-/// Whether a line is news (logged at info) or a warning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Said {
-    Info,
-    Warning,
-}
-
-/// Handles parked requests again now that their keys are settled (or their
-/// slots moved on); returns how many were answered.
-fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
-    ctx: &mut copyrpc::Context<u64, F, T>,
-    h: &mut Handler,
-    fwd: &mut Forwarder,
-    parked: Vec<Parked>,
-    out: &mut Vec<u8>,
-) -> u64 {
-    let mut n = 0;
-    for p in parked {
-        match h.handle(&p.req, p.handle.max_response(), out) {
-            Handled::Answered => {
-                let _ = ctx.reply(p.handle, out);
-                n += 1;
-            }
-            Handled::Forward(f) => {
-                fwd.prepare(&mut h.primary(), &p.req, f);
-                fwd.forward(ctx, &mut h.primary(), p.handle, f, out);
-            }
-            // Still not here (its pull failed), or a write of it in
-            // flight: the client asks again.
-            Handled::Pull { .. } | Handled::AwaitWrite { .. } | Handled::AwaitMap => {
-                try_again(ctx, p.handle, out)
-            }
-        }
-    }
-    n
-}
-
-/// Handles again the parked reads whose key no write awaits any more;
-/// returns how many were answered.
-fn reads_due<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
-    ctx: &mut copyrpc::Context<u64, F, T>,
-    h: &mut Handler,
-    reads: &mut ReadsWaiting<copyrpc::RecvHandle>,
-    due: &mut Vec<ParkedRead<copyrpc::RecvHandle>>,
-    out: &mut Vec<u8>,
-) -> u64 {
-    reads.take_due(|fp| h.in_flight(fp), due);
-    let mut n = 0;
-    for r in due.drain(..) {
-        match h.handle(&r.req, r.handle.max_response(), out) {
-            Handled::Answered => {
-                let _ = ctx.reply(r.handle, out);
-                reads.recycle(r.req);
-                n += 1;
-            }
-            // A newer write of the key: waits again, within limits.
-            Handled::AwaitWrite { .. } => {
-                if let Err(handle) = reads.again(r) {
-                    try_again(ctx, handle, out);
-                }
-            }
-            // A read is neither forwarded nor (its slot served here) pulled
-            // but by a map change since: the client asks again.
-            Handled::Forward(_) | Handled::Pull { .. } | Handled::AwaitMap => {
-                try_again(ctx, r.handle, out);
-                reads.recycle(r.req);
-            }
-        }
-    }
-    n
-}
-
-/// Handles again, in the order they came, the replication messages that
-/// waited for a newer map (one was just installed).
-fn maps_due<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
-    ctx: &mut copyrpc::Context<u64, F, T>,
-    h: &mut Handler,
-    maps: &mut AwaitingMap<copyrpc::RecvHandle>,
-    out: &mut Vec<u8>,
-) {
-    let now = Instant::now();
-    for m in maps.take_all() {
-        match h.handle(&m.req, m.handle.max_response(), out) {
-            Handled::AwaitMap => {
-                if let Err(handle) = maps.again(m, now) {
-                    fenced(ctx, handle, out);
-                }
-            }
-            // A replication message is answered or waits: nothing else.
-            _ => {
-                let _ = ctx.reply(m.handle, out);
-                maps.recycle(m.req);
-            }
-        }
-    }
-}
-
-/// Refuses a replication message that waited too long for a newer map.
-fn fenced<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
-    ctx: &mut copyrpc::Context<u64, F, T>,
-    handle: copyrpc::RecvHandle,
-    out: &mut Vec<u8>,
-) {
-    begin_response(out, Status::Fenced, 0);
-    let why = b"the primary's map is newer than this backup's, which did not arrive in time";
-    let room = handle.max_response().saturating_sub(RESPONSE_HEADER);
-    out.extend_from_slice(&why[..why.len().min(room)]);
-    finish_response(out, 0);
-    let _ = ctx.reply(handle, out);
-}
-
-/// Answers TryAgain: the client sends the request again shortly.
-fn try_again<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
-    ctx: &mut copyrpc::Context<u64, F, T>,
-    handle: copyrpc::RecvHandle,
-    out: &mut Vec<u8>,
-) {
-    begin_response(out, Status::TryAgain, 0);
-    finish_response(out, 0);
-    let _ = ctx.reply(handle, out);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn report(software: bool) -> HugeReport {
-        HugeReport {
-            worker: 3,
-            software,
-            ..HugeReport::default()
-        }
-    }
-
-    #[test]
-    fn the_first_client_says_where_its_rings_are_and_a_later_shortage_warns_once() {
-        let mut r = report(false);
-        let (how, l) = r.connected(2).unwrap();
-        assert_eq!(how, Said::Info);
-        assert_eq!(l, "worker 3: huge_pages: copyrpc rings in 2 MiB huge pages");
-        assert_eq!(r.connected(2), None);
-        let (how, l) = r.connected(1).unwrap();
-        assert_eq!(how, Said::Warning);
-        assert!(
-            l.contains("ran short (after huge rings for 2 clients)"),
-            "{l}"
-        );
-        assert_eq!(r.connected(0), None, "said once");
-        assert_eq!(r.connected(2), None);
-    }
-
-    #[test]
-    fn no_pages_from_the_start_warns_and_the_software_device_says_it_has_none() {
-        let mut r = report(false);
-        let (how, l) = r.connected(0).unwrap();
-        assert_eq!(how, Said::Warning);
-        assert!(l.contains("too few free pages"), "{l}");
-        assert_eq!(r.connected(0), None);
-        let mut r = report(true);
-        let (how, l) = r.connected(0).unwrap();
-        assert_eq!(how, Said::Info);
-        assert!(l.contains("the software device has no huge pages"), "{l}");
-        assert_eq!(r.connected(0), None);
     }
 }
