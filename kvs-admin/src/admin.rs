@@ -7,7 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use copyrpc::transport::Transport;
 use kvs_client::{ControlClient, ControlError};
 use kvs_proto::control::{ControlReply, ControlRequest, MemberStatus};
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 use crate::error::AdminError;
 
@@ -100,8 +100,8 @@ impl<C: Control> Admin<C> {
 
     /// The members the control group has up, as the contact sees it (all
     /// of the map's when it does not say).
-    pub fn up_members(&mut self, map: &ShardMap) -> Vec<u16> {
-        let all: Vec<u16> = (0..map.members().len() as u16).collect();
+    pub fn up_members(&mut self, map: &ShardMap) -> Vec<MemberId> {
+        let all: Vec<MemberId> = map.member_ids().collect();
         match self.status(self.contact).ok().and_then(|s| s.group) {
             Some(g) => all
                 .into_iter()

@@ -1,6 +1,7 @@
 //! The command line: global options, the commands, and the parsers of their
 //! values (durations, slot ranges, members).
 
+use kvs_proto::MemberId;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -442,8 +443,7 @@ impl fmt::Display for SlotRange {
 /// against the map once it is known).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MemberRef {
-    /// A member id.
-    Id(u16),
+    Id(MemberId),
     /// `HOST:PORT`.
     Addr(String),
 }
@@ -534,7 +534,7 @@ mod tests {
 
     #[test]
     fn members_are_ids_or_addresses() {
-        assert_eq!("2".parse(), Ok(MemberRef::Id(2)));
+        assert_eq!("2".parse(), Ok(MemberRef::Id(MemberId(2))));
         assert_eq!(
             "10.0.0.9:7000".parse(),
             Ok(MemberRef::Addr("10.0.0.9:7000".into()))
@@ -614,7 +614,7 @@ mod tests {
             }
         };
         let d = parse(&["1"]).unwrap();
-        assert_eq!((d.member, d.no_wait), (MemberRef::Id(1), false));
+        assert_eq!((d.member, d.no_wait), (MemberRef::Id(MemberId(1)), false));
         assert_eq!(d.max_wait, Duration::from_secs(60));
         let d = parse(&["10.0.0.2:7000", "--no-wait", "--max-wait", "5"]).unwrap();
         assert_eq!(d.member, MemberRef::Addr("10.0.0.2:7000".into()));
@@ -635,7 +635,7 @@ mod tests {
         match a.cmd {
             Command::Migrate(m) => {
                 assert_eq!(m.slots, SlotRange { first: 0, last: 9 });
-                assert_eq!(m.to, MemberRef::Id(1));
+                assert_eq!(m.to, MemberRef::Id(MemberId(1)));
                 assert!(!m.wait.no_wait);
             }
             other => panic!("{other:?}"),

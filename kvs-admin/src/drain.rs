@@ -5,6 +5,7 @@
 //! is not involved) and follows the member's status until it says drained.
 
 use crate::render::say;
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -34,7 +35,7 @@ pub fn drain<C: Control>(
     let map = admin.map()?;
     let addrs = member_addrs(admin, &map);
     let member = member_of(&a.member, &addrs)?;
-    let addr = addrs[usize::from(member)].1;
+    let addr = addrs[member.index()].1;
     // The member itself first: whether it answers, and as whom.
     let before = match admin.status(addr) {
         Ok(s) => s,
@@ -78,7 +79,7 @@ pub fn drain<C: Control>(
 /// is not "up". Other errors pass unchanged.
 fn unreachable<C: Control>(
     admin: &mut Admin<C>,
-    member: u16,
+    member: MemberId,
     addr: SocketAddr,
     e: AdminError,
 ) -> AdminError {
@@ -104,7 +105,12 @@ fn unreachable<C: Control>(
 /// What the member took, what it does, and what cannot move: `before` is
 /// its status before the drain, `slots` the slots the contact's map gives
 /// it.
-pub fn draining_text(member: u16, addr: SocketAddr, before: &MemberStatus, slots: u32) -> String {
+pub fn draining_text(
+    member: MemberId,
+    addr: SocketAddr,
+    before: &MemberStatus,
+    slots: u32,
+) -> String {
     let mut out = format!(
         "member {member} ({addr}) is draining: it stopped serving, and the control group moves \
          each slot it is primary of to the slot's ready backup and drops the copies it holds\n"
@@ -127,7 +133,7 @@ pub fn draining_text(member: u16, addr: SocketAddr, before: &MemberStatus, slots
 }
 
 /// What the drain ended with: `left`, the slots still the member's.
-pub fn done_text(member: u16, left: u32) -> String {
+pub fn done_text(member: MemberId, left: u32) -> String {
     let stay = if left == 1 {
         "1 slot had no ready backup and stays with it (it serves it)".to_string()
     } else {
@@ -140,7 +146,7 @@ pub fn done_text(member: u16, left: u32) -> String {
 /// showing the wait on stderr; returns how long it took.
 fn wait<C: Control>(
     admin: &mut Admin<C>,
-    member: u16,
+    member: MemberId,
     addr: SocketAddr,
     pace: Pace,
     limit: Duration,
@@ -203,11 +209,11 @@ mod tests {
     /// ready backup (`left` of them) after its drain.
     fn maps(left: u32) -> (ShardMap, ShardMap) {
         let mut before = fake::map();
-        before.assign(0..16, 1, None).unwrap();
+        before.assign(0..16, MemberId(1), None).unwrap();
         before.set_version(4);
         let mut after = fake::map();
         if left > 0 {
-            after.assign(0..left, 1, None).unwrap();
+            after.assign(0..left, MemberId(1), None).unwrap();
         }
         after.set_version(5);
         (before, after)
@@ -241,9 +247,9 @@ mod tests {
                     if asked_drain {
                         n += 1;
                     }
-                    drained(fake::status_in(1, view), asked_drain && n > polls)
+                    drained(fake::status_in(MemberId(1), view), asked_drain && n > polls)
                 }
-                ControlRequest::Status => fake::status_in(0, view),
+                ControlRequest::Status => fake::status_in(MemberId(0), view),
                 ControlRequest::Drain if member => {
                     asked_drain = true;
                     answer.clone()
@@ -328,7 +334,7 @@ mod tests {
             view.members[1].state = "failed".into();
             Ok(match req {
                 ControlRequest::Map => fake::map_reply(&fake::map()),
-                _ => fake::status_in(0, view),
+                _ => fake::status_in(MemberId(0), view),
             })
         });
         let e = drain(&mut a, &args("1", false), QUICK).unwrap_err();
@@ -348,7 +354,7 @@ mod tests {
         let mut a = fake::admin(CONTACT, |_, req| {
             Ok(match req {
                 ControlRequest::Map => fake::map_reply(&fake::map()),
-                _ => fake::status(2, None),
+                _ => fake::status(MemberId(2), None),
             })
         });
         let e = drain(&mut a, &args("1", false), QUICK).unwrap_err();
@@ -385,7 +391,7 @@ mod tests {
                 addr: at,
                 after: Duration::from_secs(1),
             }),
-            _ => Ok(fake::status_in(1, fake::group(2, 0, 5))),
+            _ => Ok(fake::status_in(MemberId(1), fake::group(2, 0, 5))),
         });
         let pace = Pace {
             poll: Duration::ZERO,
@@ -403,7 +409,7 @@ mod tests {
     fn what_the_drain_does_is_said_plainly() {
         let addr = fake::addr(MEMBER);
         let st = |replicas: u8, was: bool| match drained(
-            fake::status_in(1, fake::group(replicas, 0, 5)),
+            fake::status_in(MemberId(1), fake::group(replicas, 0, 5)),
             was,
         ) {
             ControlReply::Status(s) => s,
@@ -412,26 +418,27 @@ mod tests {
         let head = "member 1 (10.0.0.1:7001) is draining: it stopped serving, and the control \
                     group moves each slot it is primary of to the slot's ready backup and drops \
                     the copies it holds\n";
-        assert_eq!(draining_text(1, addr, &st(2, false), 16), head);
+        assert_eq!(draining_text(MemberId(1), addr, &st(2, false), 16), head);
         assert_eq!(
-            draining_text(1, addr, &st(2, true), 16),
+            draining_text(MemberId(1), addr, &st(2, true), 16),
             format!("{head}note: member 1 was drained already (it has not restarted since)\n")
         );
         assert_eq!(
-            draining_text(1, addr, &st(1, false), 16),
+            draining_text(MemberId(1), addr, &st(1, false), 16),
             format!(
                 "{head}warning: replicas is 1, so no slot has a backup and nothing can move: \
                  the 16 slots of member 1 stay with it (it serves them again once the drain \
                  is applied); kvs-admin set replicas 2 first gives every slot a backup\n"
             )
         );
-        assert!(draining_text(1, addr, &st(1, false), 1).contains("the 1 slot of member 1 stays"));
+        assert!(draining_text(MemberId(1), addr, &st(1, false), 1)
+            .contains("the 1 slot of member 1 stays"));
         assert_eq!(
-            done_text(1, 0),
+            done_text(MemberId(1), 0),
             "member 1 drained: its slots moved to their ready backups; 0 slots had no ready \
              backup and stay with it (it serves them)\n"
         );
-        assert!(done_text(1, 1)
+        assert!(done_text(MemberId(1), 1)
             .ends_with("; 1 slot had no ready backup and stays with it (it serves it)\n"));
     }
 }

@@ -1,5 +1,6 @@
 //! What can go wrong, each as the one line the operator reads.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 
 use kvs_client::{ControlError, TokenError};
@@ -71,8 +72,7 @@ pub enum AdminError {
     /// `--to` names a member id the cluster does not have.
     #[error("no member {id}: the cluster has {}", members_phrase(*members))]
     NoMember {
-        /// The id given.
-        id: u16,
+        id: MemberId,
         /// How many members the cluster has.
         members: usize,
     },
@@ -166,8 +166,7 @@ pub enum AdminError {
     /// The member to drain did not answer.
     #[error("cannot reach member {member} to drain it: {why}")]
     MemberUnreachable {
-        /// The member.
-        member: u16,
+        member: MemberId,
         /// Why (with where it was asked), and the control group's standing
         /// of it if that explains it.
         why: String,
@@ -179,8 +178,7 @@ pub enum AdminError {
          shows it drained once that is done"
     )]
     DrainSlow {
-        /// The member.
-        member: u16,
+        member: MemberId,
         /// How long kvs-admin waited.
         waited: String,
     },
@@ -190,8 +188,7 @@ pub enum AdminError {
          whether it was drained"
     )]
     LostMember {
-        /// The member.
-        member: u16,
+        member: MemberId,
         /// The last failure.
         last: String,
     },
@@ -211,7 +208,7 @@ pub enum AdminError {
         /// Its highest committed index.
         ours: u64,
         /// The member ahead of it.
-        member: u16,
+        member: MemberId,
         /// Where that member is reached.
         addr: SocketAddr,
         /// Its highest committed index.
@@ -242,9 +239,15 @@ mod tests {
             e.to_string(),
             "slot range 0-9999 out of bounds: the cluster has 1024 slots (0-1023)"
         );
-        let e = AdminError::NoMember { id: 7, members: 3 };
+        let e = AdminError::NoMember {
+            id: MemberId(7),
+            members: 3,
+        };
         assert_eq!(e.to_string(), "no member 7: the cluster has members 0-2");
-        let e = AdminError::NoMember { id: 1, members: 1 };
+        let e = AdminError::NoMember {
+            id: MemberId(1),
+            members: 1,
+        };
         assert_eq!(e.to_string(), "no member 1: the cluster has only member 0");
         let e = AdminError::UnknownServer {
             given: "10.0.0.9:7000".into(),

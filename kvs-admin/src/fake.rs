@@ -8,7 +8,7 @@ use kvs_proto::control::{
     ControlReply, ControlRequest, GroupMember, GroupView, MemberStatus, MigrationStatus,
     WorkerStatus,
 };
-use kvs_proto::{Member, ShardMap};
+use kvs_proto::{ClusterId, Member, MemberId, ShardMap};
 
 use crate::admin::{Admin, Control};
 
@@ -88,7 +88,7 @@ pub fn map_reply(m: &ShardMap) -> ControlReply {
 }
 
 /// A member's status answer with one idle worker, and `migration`.
-pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
+pub fn status(member: MemberId, migration: Option<MigrationStatus>) -> ControlReply {
     ControlReply::Status(MemberStatus {
         member,
         map_version: 3,
@@ -104,7 +104,7 @@ pub fn status(member: u16, migration: Option<MigrationStatus>) -> ControlReply {
 }
 
 /// A member's status answer with one idle worker and the view `group`.
-pub fn status_in(member: u16, group: GroupView) -> ControlReply {
+pub fn status_in(member: MemberId, group: GroupView) -> ControlReply {
     ControlReply::Status(MemberStatus {
         member,
         map_version: 3,
@@ -125,15 +125,16 @@ pub fn status_in(member: u16, group: GroupView) -> ControlReply {
 pub fn group(replicas: u8, under: u32, applied: u64) -> GroupView {
     let m = map();
     GroupView {
-        cluster_id: "ab".repeat(16),
-        leader: Some(0),
+        cluster_id: ClusterId::from_bytes([0xab; 16]),
+        leader: Some(MemberId(0)),
         term: 2,
         commit: applied,
         applied,
         lease: true,
         replicas,
         under_replicated_slots: under,
-        members: (0u16..)
+        members: m
+            .member_ids()
             .zip(m.members())
             .map(|(id, x)| GroupMember {
                 id,
@@ -150,7 +151,7 @@ pub fn group(replicas: u8, under: u32, applied: u64) -> GroupView {
 /// A migration of `total` slots to member 1 with `done` of them moved.
 pub fn migration(done: u32, total: u32, finished: bool) -> MigrationStatus {
     MigrationStatus {
-        moves: vec![(0, total, 1)],
+        moves: vec![(0, total, MemberId(1))],
         slots_total: total,
         slots_done: done,
         slots_moving: total - done,

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use kvs_proto::control::{ControlReply, ControlRequest, MigrationStatus};
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 use crate::admin::{self, unexpected, Admin, Control};
 use crate::args::{ForgetArgs, MemberRef, MigrateArgs, SlotRange, WaitArgs};
@@ -75,7 +75,10 @@ pub fn member_addrs<C: Control>(admin: &Admin<C>, map: &ShardMap) -> Vec<(Socket
 
 /// The member `r` names, among the map's (`addrs`: as the map has them, and
 /// as this host reaches them).
-pub fn member_of(r: &MemberRef, addrs: &[(SocketAddr, SocketAddr)]) -> Result<u16, AdminError> {
+pub fn member_of(
+    r: &MemberRef,
+    addrs: &[(SocketAddr, SocketAddr)],
+) -> Result<MemberId, AdminError> {
     match r {
         MemberRef::Id(id) => member_by_id(*id, addrs.len()),
         MemberRef::Addr(given) => {
@@ -111,7 +114,7 @@ pub fn forget<C: Control>(admin: &mut Admin<C>, f: &ForgetArgs) -> Result<(), Ad
             say(&format!(
                 "member {member} ({}) is forgotten: it is no longer a member, and its id \
                  will not be used again\n",
-                addrs[usize::from(member)].0
+                addrs[member.index()].0
             ));
             return Ok(());
         }
@@ -237,8 +240,8 @@ pub fn check_range(range: SlotRange, slots: u32) -> Result<u32, AdminError> {
 }
 
 /// The member with id `id` of a cluster of `members`.
-pub fn member_by_id(id: u16, members: usize) -> Result<u16, AdminError> {
-    if usize::from(id) < members {
+pub fn member_by_id(id: MemberId, members: usize) -> Result<MemberId, AdminError> {
+    if id.index() < members {
         Ok(id)
     } else {
         Err(AdminError::NoMember { id, members })
@@ -252,11 +255,11 @@ pub fn member_by_addr(
     given: &str,
     candidates: &[SocketAddr],
     addrs: &[(SocketAddr, SocketAddr)],
-) -> Result<u16, AdminError> {
+) -> Result<MemberId, AdminError> {
     addrs
         .iter()
         .position(|(raw, reached)| candidates.iter().any(|c| c == raw || c == reached))
-        .map(|i| i as u16)
+        .map(|i| MemberId(i as u16))
         .ok_or_else(|| AdminError::UnknownServer {
             given: given.to_string(),
         })
@@ -265,7 +268,7 @@ pub fn member_by_addr(
 /// The rebalance plan: each move split by the member the slots leave.
 pub fn plan_text(
     map: &ShardMap,
-    moves: &[(Range<u32>, u16)],
+    moves: &[(Range<u32>, MemberId)],
     addrs: &[(SocketAddr, SocketAddr)],
 ) -> String {
     let total: u32 = moves.iter().map(|(r, _)| r.end - r.start).sum();
@@ -284,8 +287,8 @@ pub fn plan_text(
         }
     }
     out.push_str("then:");
-    let n = addrs.len() as u16;
-    let after: Vec<String> = (0..n)
+    let after: Vec<String> = (0..addrs.len() as u16)
+        .map(MemberId)
         .map(|m| {
             let gain: u32 = moves
                 .iter()
@@ -310,8 +313,8 @@ pub fn plan_text(
 }
 
 /// `r` split into runs with one owning member.
-fn by_owner(map: &ShardMap, r: Range<u32>) -> Vec<(Range<u32>, u16)> {
-    let mut out: Vec<(Range<u32>, u16)> = Vec::new();
+fn by_owner(map: &ShardMap, r: Range<u32>) -> Vec<(Range<u32>, MemberId)> {
+    let mut out: Vec<(Range<u32>, MemberId)> = Vec::new();
     for s in r {
         let m = map.owner_of_slot(s).member;
         match out.last_mut() {
@@ -323,9 +326,9 @@ fn by_owner(map: &ShardMap, r: Range<u32>) -> Vec<(Range<u32>, u16)> {
 }
 
 /// ` (address)` of member `m`, if known.
-fn at(addrs: &[(SocketAddr, SocketAddr)], m: u16) -> String {
+fn at(addrs: &[(SocketAddr, SocketAddr)], m: MemberId) -> String {
     addrs
-        .get(usize::from(m))
+        .get(m.index())
         .map_or(String::new(), |(_, a)| format!(" ({a})"))
 }
 
@@ -377,9 +380,9 @@ mod tests {
                     if let Some(m) = progress.next() {
                         last = Some(m);
                     }
-                    fake::status(0, last.clone())
+                    fake::status(MemberId(0), last.clone())
                 }
-                ControlRequest::Status => fake::status(1, None),
+                ControlRequest::Status => fake::status(MemberId(1), None),
                 _ if !keeper => ControlReply::Keeper {
                     addr: fake::addr("0.0.0.0:7000"),
                 },
@@ -420,7 +423,7 @@ mod tests {
         let m = ControlRequest::Migrate {
             first: 0,
             end: 64,
-            to: 1,
+            to: MemberId(1),
         };
         assert_eq!(
             requests(&a),
@@ -442,7 +445,7 @@ mod tests {
             ControlRequest::Migrate {
                 first: 17,
                 end: 18,
-                to: 1
+                to: MemberId(1)
             }
         );
         // --no-wait: nothing asked after the start.
@@ -575,9 +578,9 @@ mod tests {
 
     #[test]
     fn to_names_a_member_by_id_or_address() {
-        assert_eq!(member_by_id(2, 3).unwrap(), 2);
+        assert_eq!(member_by_id(MemberId(2), 3).unwrap(), MemberId(2));
         assert_eq!(
-            member_by_id(7, 3).unwrap_err().to_string(),
+            member_by_id(MemberId(7), 3).unwrap_err().to_string(),
             "no member 7: the cluster has members 0-2"
         );
         let addrs = [
@@ -587,21 +590,21 @@ mod tests {
         ];
         assert_eq!(
             member_by_addr("x", &[a("10.0.0.2:7000")], &addrs).unwrap(),
-            2
+            MemberId(2)
         );
         // Where it is reached, or the map's own address.
         assert_eq!(
             member_by_addr("x", &[a("10.0.0.1:7001")], &addrs).unwrap(),
-            1
+            MemberId(1)
         );
         assert_eq!(
             member_by_addr("x", &[a("0.0.0.0:7001")], &addrs).unwrap(),
-            1
+            MemberId(1)
         );
         // Any of the addresses a name resolves to.
         assert_eq!(
             member_by_addr("x", &[a("[::1]:7000"), a("10.0.0.1:7000")], &addrs).unwrap(),
-            0
+            MemberId(0)
         );
         assert_eq!(
             member_by_addr("10.0.0.9:7000", &[a("10.0.0.9:7000")], &addrs)
@@ -633,7 +636,7 @@ mod tests {
              then: member 0 4 slots, member 1 4 slots, member 2 4 slots\n"
         );
         let m = MigrationStatus {
-            moves: vec![(4, 8, 1), (8, 12, 2)],
+            moves: vec![(4, 8, MemberId(1)), (8, 12, MemberId(2))],
             slots_total: 8,
             slots_done: 0,
             slots_moving: 0,
@@ -669,7 +672,7 @@ mod tests {
                     _ => {
                         let mut g = fake::group(1, 0, 9);
                         g.members[2].state = "left".into();
-                        fake::status_in(0, g)
+                        fake::status_in(MemberId(0), g)
                     }
                 })
             })
@@ -688,7 +691,7 @@ mod tests {
         // Held up for longer than its patience: the reason, as a refusal.
         let mut a = busy(u32::MAX);
         let req = ControlRequest::Forget {
-            member: 2,
+            member: MemberId(2),
             force: false,
         };
         let e = ask_until_taken(&mut a, &req, std::time::Duration::ZERO);

@@ -243,6 +243,7 @@ mod tests {
     use crate::fake;
     use kvs_client::ControlError;
     use kvs_proto::control::ControlRequest;
+    use kvs_proto::MemberId;
 
     #[test]
     fn following_ends_with_the_migration_or_gives_up_with_a_reason() {
@@ -257,7 +258,7 @@ mod tests {
             fake::migration(0, 64, false),
         ];
         let mut a = fake::admin("10.0.0.1:7000", move |_, _| {
-            Ok(fake::status(0, steps.pop()))
+            Ok(fake::status(MemberId(0), steps.pop()))
         });
         let end = follow(&mut a, keeper, &[], pace).unwrap();
         assert_eq!((end.slots_done, end.finished), (64, true));
@@ -268,7 +269,7 @@ mod tests {
             .iter()
             .all(|(at, r)| *at == keeper && *r == ControlRequest::Status));
         // The keeper has no migration to report (it restarted).
-        let mut a = fake::admin("10.0.0.1:7000", |_, _| Ok(fake::status(0, None)));
+        let mut a = fake::admin("10.0.0.1:7000", |_, _| Ok(fake::status(MemberId(0), None)));
         assert!(matches!(
             follow(&mut a, keeper, &[], pace),
             Err(AdminError::MigrationGone { .. })
@@ -306,7 +307,7 @@ mod tests {
                     addr,
                     after: Duration::from_secs(1),
                 }),
-                _ => Ok(fake::status(0, Some(fake::migration(8, 8, true)))),
+                _ => Ok(fake::status(MemberId(0), Some(fake::migration(8, 8, true)))),
             }
         });
         assert!(follow(&mut a, keeper, &[], pace).is_ok());
@@ -321,8 +322,11 @@ mod tests {
                     addr,
                     after: Duration::from_secs(1),
                 }),
-                (false, 2) => Ok(fake::status(1, Some(fake::migration(4, 8, false)))),
-                (false, _) => Ok(fake::status(1, Some(fake::migration(8, 8, true)))),
+                (false, 2) => Ok(fake::status(
+                    MemberId(1),
+                    Some(fake::migration(4, 8, false)),
+                )),
+                (false, _) => Ok(fake::status(MemberId(1), Some(fake::migration(8, 8, true)))),
             }
         });
         let end = follow(&mut a, keeper, &[keeper, other], pace).unwrap();
@@ -334,7 +338,7 @@ mod tests {
 
     fn mig(done: u32, total: u32) -> MigrationStatus {
         MigrationStatus {
-            moves: vec![(0, total, 1)],
+            moves: vec![(0, total, MemberId(1))],
             slots_total: total,
             slots_done: done,
             slots_moving: 16,

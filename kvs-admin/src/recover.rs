@@ -1,6 +1,7 @@
 //! `kvs-admin unsafe-recover`: a surviving voter restores the control group
 //! after a majority of the voters was lost for good.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -28,14 +29,14 @@ let the hosts join anew as new members.";
 fn most_advanced<C: Control>(
     admin: &mut Admin<C>,
     addrs: &[(SocketAddr, SocketAddr)],
-    lost: &[u16],
+    lost: &[MemberId],
 ) -> Result<(), AdminError> {
     let contact = admin.contact();
     let mine = admin.status(contact)?;
     let Some(ours) = mine.group.as_ref() else {
         return Ok(());
     };
-    for (m, &(_, at)) in (0u16..).zip(addrs) {
+    for (m, &(_, at)) in (0u16..).map(MemberId).zip(addrs) {
         let left = ours.members.iter().any(|x| x.id == m && x.state == "left");
         if lost.contains(&m) || m == mine.member || left {
             continue;
@@ -81,7 +82,7 @@ pub fn unsafe_recover<C: Control>(
         .lost
         .iter()
         .map(|r| member_of(r, &addrs))
-        .collect::<Result<Vec<u16>, _>>()?;
+        .collect::<Result<Vec<MemberId>, _>>()?;
     most_advanced(admin, &addrs, &lost)?;
     let answer = admin.request(
         contact,
@@ -130,19 +131,19 @@ mod tests {
             Ok(match req {
                 ControlRequest::Map => fake::map_reply(&fake::map()),
                 ControlRequest::Status if at.port() == 7001 => {
-                    fake::status_in(1, fake::group(1, 0, theirs))
+                    fake::status_in(MemberId(1), fake::group(1, 0, theirs))
                 }
                 ControlRequest::Status => {
                     let mut g = fake::group(1, 0, 10);
-                    g.leader = Some(2);
+                    g.leader = Some(MemberId(2));
                     g.members[0].state = "left".into();
-                    fake::status_in(2, g)
+                    fake::status_in(MemberId(2), g)
                 }
                 _ => ControlReply::Ok,
             })
         });
         let args = UnsafeRecoverArgs {
-            lost: vec![MemberRef::Id(0)],
+            lost: vec![MemberRef::Id(MemberId(0))],
             yes: true,
         };
         let r = unsafe_recover(&mut a, &args);
@@ -158,7 +159,7 @@ mod tests {
             matches!(
                 e,
                 AdminError::NotMostAdvanced {
-                    member: 1,
+                    member: MemberId(1),
                     theirs: 12,
                     ours: 10,
                     ..
@@ -172,6 +173,8 @@ mod tests {
             .any(|r| matches!(r, ControlRequest::UnsafeRecover { .. })));
         // Behind it or level with it, the contact recovers.
         let (_, asked) = recover(10);
-        assert!(asked.contains(&ControlRequest::UnsafeRecover { lost: vec![0] }));
+        assert!(asked.contains(&ControlRequest::UnsafeRecover {
+            lost: vec![MemberId(0)]
+        }));
     }
 }

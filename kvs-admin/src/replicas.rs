@@ -324,6 +324,7 @@ mod tests {
     use super::*;
     use crate::fake::{self, Fake};
     use kvs_client::ControlError;
+    use kvs_proto::MemberId;
 
     use crate::fake::QUICK;
     const CONTACT: &str = "10.0.0.1:7001";
@@ -344,9 +345,9 @@ mod tests {
                     if let Some(v) = views.next() {
                         last = v;
                     }
-                    fake::status_in(0, last.clone())
+                    fake::status_in(MemberId(0), last.clone())
                 }
-                ControlRequest::Status => fake::status_in(1, fake::group(1, 0, 5)),
+                ControlRequest::Status => fake::status_in(MemberId(1), fake::group(1, 0, 5)),
                 _ if !leader => ControlReply::Keeper {
                     addr: fake::addr("0.0.0.0:7000"),
                 },
@@ -484,13 +485,13 @@ mod tests {
         let mut a = fake::admin(CONTACT, move |at, _| {
             n += 1;
             match at.to_string().as_str() {
-                LEADER if n == 1 => Ok(fake::status_in(0, fake::group(2, 64, 6))),
+                LEADER if n == 1 => Ok(fake::status_in(MemberId(0), fake::group(2, 64, 6))),
                 LEADER => Err(ControlError::Timeout {
                     addr: at,
                     after: Duration::from_secs(1),
                 }),
-                CONTACT => Ok(fake::status_in(1, fake::group(1, 0, 5))),
-                _ => Ok(fake::status_in(2, fake::group(2, 0, 9))),
+                CONTACT => Ok(fake::status_in(MemberId(1), fake::group(1, 0, 5))),
+                _ => Ok(fake::status_in(MemberId(2), fake::group(2, 0, 9))),
             }
         });
         let members = [leader, others[0], others[1]];

@@ -9,7 +9,7 @@ use kvs_proto::control::{
     CopyStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus, WorkerStatus,
 };
 use kvs_proto::shard::Run;
-use kvs_proto::ShardMap;
+use kvs_proto::{ClusterId, MemberId, ShardMap};
 use serde::Serialize;
 
 use crate::admin::{Admin, Control};
@@ -27,10 +27,10 @@ const MAX_RANGES: usize = 8;
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterStatus {
     /// The cluster's id (none if no member answered with one).
-    pub cluster_id: Option<String>,
+    pub cluster_id: Option<ClusterId>,
     /// The member that leads the control group, by the most recent view
     /// among the answers.
-    pub leader: Option<u16>,
+    pub leader: Option<MemberId>,
     /// The control group's term in that view.
     pub term: Option<u64>,
     /// The member asked for the map.
@@ -56,8 +56,7 @@ pub struct ClusterStatus {
 /// One member: what the map says and what it answered.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemberView {
-    /// Its id.
-    pub member: u16,
+    pub member: MemberId,
     /// Where it was asked.
     pub addr: SocketAddr,
     /// `"up"`, `"down"` (the group counts it up, but it did not answer
@@ -80,7 +79,7 @@ pub struct MemberView {
     /// The map version it serves by.
     pub map_version: Option<u32>,
     /// The member id it answered as (the map's, unless something is wrong).
-    pub answered_as: Option<u16>,
+    pub answered_as: Option<MemberId>,
     /// Slots the contact's map gives it.
     pub map_slots: u32,
     /// Slots it holds a backup of, by the contact's map.
@@ -135,7 +134,7 @@ pub struct ImportRange {
     /// The last slot.
     pub last: u32,
     /// The member they come from.
-    pub from: u16,
+    pub from: MemberId,
 }
 
 /// Asks the contact for the map and its figures, then every other member
@@ -149,7 +148,8 @@ pub fn gather<C: Control>(admin: &mut Admin<C>) -> Result<ClusterStatus, AdminEr
     let map = admin.map()?;
     let mut own = admin.status(admin.contact()).ok();
     let view = own.as_ref().and_then(|s| s.group.clone());
-    let statuses: Vec<(SocketAddr, Result<MemberStatus, AdminError>)> = (0u16..)
+    let statuses: Vec<(SocketAddr, Result<MemberStatus, AdminError>)> = map
+        .member_ids()
         .zip(map.members())
         .map(|(id, m)| {
             let addr = admin.reach(m.addr);
@@ -179,13 +179,13 @@ pub fn assemble(
     let runs = map.runs();
     let view = latest_view(&answers);
     let migration = migration_in_view(&answers, view.as_ref());
-    let members = answers
-        .into_iter()
-        .enumerate()
-        .map(|(i, (addr, answer))| member_view(i as u16, addr, answer, map, &runs, view.as_ref()))
+    let members = (0u16..)
+        .map(MemberId)
+        .zip(answers)
+        .map(|(i, (addr, answer))| member_view(i, addr, answer, map, &runs, view.as_ref()))
         .collect();
     ClusterStatus {
-        cluster_id: view.as_ref().map(|g| g.cluster_id.clone()),
+        cluster_id: view.as_ref().map(|g| g.cluster_id),
         leader: view.as_ref().and_then(|g| g.leader),
         term: view.as_ref().map(|g| g.term),
         contact,
@@ -226,7 +226,7 @@ fn migration_in_view(
 /// Member `id` (at `addr`) as the map, the group's `view` and its `answer`
 /// describe it.
 fn member_view(
-    id: u16,
+    id: MemberId,
     addr: SocketAddr,
     answer: Result<MemberStatus, AdminError>,
     map: &ShardMap,
@@ -262,7 +262,7 @@ fn member_view(
         // A forgotten member is not expected to answer.
         Err(_) if v.state == "left" => {}
         Err(e) => {
-            let map_workers = map.members().get(usize::from(id)).map_or(0, |m| m.workers);
+            let map_workers = map.members().get(id.index()).map_or(0, |m| m.workers);
             add_silence(&mut v, &e, map_workers, runs);
         }
     }
@@ -271,7 +271,7 @@ fn member_view(
 
 /// The slots of member `id`'s worker `w` by the map's `runs`, merged into
 /// spans.
-fn worker_spans(runs: &[Run], id: u16, w: u16) -> Vec<Span> {
+fn worker_spans(runs: &[Run], id: MemberId, w: u16) -> Vec<Span> {
     let r: Vec<Range<u32>> = runs
         .iter()
         .filter(|r| r.owner.member == id && r.owner.worker == w)
@@ -287,7 +287,7 @@ fn worker_spans(runs: &[Run], id: u16, w: u16) -> Vec<Span> {
 }
 
 /// The slot ranges member `id` imports, by the map's `runs`.
-fn importing(runs: &[Run], id: u16) -> Vec<ImportRange> {
+fn importing(runs: &[Run], id: MemberId) -> Vec<ImportRange> {
     runs.iter()
         .filter(|r| r.owner.member == id)
         .filter_map(|r| {
@@ -417,7 +417,7 @@ impl ClusterStatus {
         let _ = writeln!(
             out,
             "cluster {}: map version {}, {} slots, {} member{} (asked {})",
-            self.cluster_id.as_deref().unwrap_or("?"),
+            self.cluster_id.map_or("?".into(), |c| c.to_string()),
             self.map_version,
             self.slots,
             self.members.len(),
@@ -522,7 +522,7 @@ impl ClusterStatus {
     /// The imports the targets report, as a table after a blank line;
     /// nothing without any.
     fn imports_text(&self) -> String {
-        let imports: Vec<(u16, &ImportStatus)> = self
+        let imports: Vec<(MemberId, &ImportStatus)> = self
             .members
             .iter()
             .flat_map(|m| m.imports.iter().map(move |i| (m.member, i)))
@@ -569,7 +569,7 @@ impl ClusterStatus {
             let short = backups::short_ranges(&self.slot_ranges, r);
             out.push_str(&backups::short_text(&short, MAX_RANGES));
         }
-        let copies: Vec<(u16, &CopyStatus)> = self
+        let copies: Vec<(MemberId, &CopyStatus)> = self
             .members
             .iter()
             .flat_map(|m| m.copies.iter().map(move |c| (m.member, c)))
@@ -667,7 +667,7 @@ fn migration_text(m: &MigrationStatus, members: &[MemberView]) -> String {
         out.push_str("  moves to run (the first one now):\n");
         for &(first, end, to) in &m.moves {
             let addr = members
-                .get(usize::from(to))
+                .get(to.index())
                 .map_or(String::new(), |v| format!(" ({})", v.addr));
             let _ = writeln!(
                 out,
@@ -706,7 +706,7 @@ mod tests {
                 addr,
                 after: std::time::Duration::from_secs(1),
             }),
-            _ => Ok(fake::status(u16::from(addr.port() == 7001), None)),
+            _ => Ok(fake::status(MemberId(u16::from(addr.port() == 7001)), None)),
         });
         let s = gather(&mut a).unwrap();
         let asked: Vec<String> = a
@@ -760,12 +760,12 @@ mod tests {
             bulk_port: 0,
         })
         .unwrap();
-        m.assign(0..8, 1, Some(0)).unwrap();
+        m.assign(0..8, MemberId(1), Some(MemberId(0))).unwrap();
         m.set_version(4);
         m
     }
 
-    fn st(member: u16, version: u32, workers: &[(u32, u64, u64)]) -> MemberStatus {
+    fn st(member: MemberId, version: u32, workers: &[(u32, u64, u64)]) -> MemberStatus {
         MemberStatus {
             member,
             map_version: version,
@@ -791,28 +791,32 @@ mod tests {
     #[test]
     fn the_status_puts_the_map_beside_the_answers_and_flags_the_odd_ones() {
         let contact: SocketAddr = "10.0.0.1:7000".parse().unwrap();
-        let mut keeper = st(0, 4, &[(24, 100, 2048), (32, 50, 1024)]);
-        let member = |id: u16, state: &str| kvs_proto::control::GroupMember {
+        let mut keeper = st(MemberId(0), 4, &[(24, 100, 2048), (32, 50, 1024)]);
+        let member = |id: MemberId, state: &str| kvs_proto::control::GroupMember {
             id,
-            addr: map().members()[usize::from(id)].addr,
+            addr: map().members()[id.index()].addr,
             state: state.into(),
             voter: true,
-            zone: (id == 1).then(|| "rack-b".to_string()),
+            zone: (id == MemberId(1)).then(|| "rack-b".to_string()),
             drained: false,
         };
         keeper.group = Some(GroupView {
-            cluster_id: "ab".repeat(16),
-            leader: Some(0),
+            cluster_id: ClusterId::from_bytes([0xab; 16]),
+            leader: Some(MemberId(0)),
             term: 2,
             commit: 9,
             applied: 9,
             lease: true,
             replicas: 1,
             under_replicated_slots: 0,
-            members: vec![member(0, "up"), member(1, "up"), member(2, "up")],
+            members: vec![
+                member(MemberId(0), "up"),
+                member(MemberId(1), "up"),
+                member(MemberId(2), "up"),
+            ],
         });
         keeper.migration = Some(MigrationStatus {
-            moves: vec![(0, 8, 1)],
+            moves: vec![(0, 8, MemberId(1))],
             slots_total: 8,
             slots_done: 2,
             slots_moving: 6,
@@ -824,11 +828,11 @@ mod tests {
             cancelled: false,
             error: None,
         });
-        let mut one = st(1, 3, &[(8, 5, 100)]);
+        let mut one = st(MemberId(1), 3, &[(8, 5, 100)]);
         // Two of its five keys are backup copies of member 0's slots.
         one.workers[0].backup_keys = 2;
         one.copies.push(CopyStatus {
-            from: 0,
+            from: MemberId(0),
             first: 8,
             end: 16,
             records: 3,
@@ -837,7 +841,7 @@ mod tests {
             seconds: 0.5,
         });
         one.imports.push(ImportStatus {
-            from: 0,
+            from: MemberId(0),
             slots: 6,
             records: 7,
             bytes: 3_000_000,
@@ -868,7 +872,7 @@ mod tests {
             [ImportRange {
                 first: 0,
                 last: 7,
-                from: 0
+                from: MemberId(0)
             }]
         );
         assert!(!s.members[2].answered);
@@ -942,11 +946,11 @@ mod tests {
             g
         };
         // Member 1's own view is older: the contact's newer one counts.
-        let mut zero = st(0, 4, &[(56, 0, 0), (0, 0, 0)]);
+        let mut zero = st(MemberId(0), 4, &[(56, 0, 0), (0, 0, 0)]);
         zero.group = Some(view(9, true));
-        let mut one = st(1, 4, &[(8, 0, 0)]);
+        let mut one = st(MemberId(1), 4, &[(8, 0, 0)]);
         one.group = Some(view(8, false));
-        let two = st(2, 4, &[(0, 0, 0)]);
+        let two = st(MemberId(2), 4, &[(0, 0, 0)]);
         let s = assemble(
             contact,
             &map(),

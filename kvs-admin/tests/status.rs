@@ -2,6 +2,7 @@
 //! slots, keys and map version, as text and as JSON; members that do not
 //! answer; a contact that does not exist; tokens; --watch.
 
+use kvs_proto::MemberId;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ fn put_keys(c: &Cluster, n: u64) {
 
 /// The member table's row of member `id`, split at whitespace: id, address,
 /// map version, workers, slots, keys, bytes (two words), note.
-fn member_row(stdout: &str, id: u16, addr: SocketAddr) -> Vec<String> {
+fn member_row(stdout: &str, id: MemberId, addr: SocketAddr) -> Vec<String> {
     let addr = addr.to_string();
     stdout
         .lines()
@@ -70,17 +71,18 @@ fn status_shows_every_member_its_slots_keys_and_map_version() {
         "{out}"
     );
     assert!(!out.contains("warning"), "{out}");
-    for (id, slots, keys) in [(0u16, "256", "100"), (1, "0", "0"), (2, "0", "0")] {
-        let row = member_row(out, id, c.addr(usize::from(id)));
+    for (id, slots, keys) in [(0, "256", "100"), (1, "0", "0"), (2, "0", "0")] {
+        let row = member_row(out, MemberId(id), c.addr(usize::from(id)));
         assert_eq!(row[2..6], ["3", "2", slots, keys], "{out}");
     }
     // Member 0 started the cluster and leads its control group.
     assert!(
-        member_row(out, 0, c.addr(0)).ends_with(&["up".to_string(), "leader".to_string()]),
+        member_row(out, MemberId(0), c.addr(0))
+            .ends_with(&["up".to_string(), "leader".to_string()]),
         "{out}"
     );
     assert!(
-        member_row(out, 2, c.addr(2)).ends_with(&["up".to_string(), "voter".to_string()]),
+        member_row(out, MemberId(2), c.addr(2)).ends_with(&["up".to_string(), "voter".to_string()]),
         "{out}"
     );
     // Per worker: member 0's two workers own half the slots each.
@@ -157,9 +159,15 @@ fn a_member_that_does_not_answer_is_named_and_the_others_are_shown() {
     assert_eq!(r.code(), Some(0), "{r:?}");
     let warning = format!("warning: member 2 ({gone}) did not answer: connect to {gone}");
     assert!(r.stdout.contains(&warning), "{}", r.stdout);
-    assert_eq!(member_row(&r.stdout, 0, c.addr(0))[2..5], ["3", "2", "256"]);
-    assert_eq!(member_row(&r.stdout, 1, c.addr(1))[2..5], ["3", "2", "0"]);
-    let row = member_row(&r.stdout, 2, gone);
+    assert_eq!(
+        member_row(&r.stdout, MemberId(0), c.addr(0))[2..5],
+        ["3", "2", "256"]
+    );
+    assert_eq!(
+        member_row(&r.stdout, MemberId(1), c.addr(1))[2..5],
+        ["3", "2", "0"]
+    );
+    let row = member_row(&r.stdout, MemberId(2), gone);
     assert_eq!(row[2..8], ["-", "2", "0", "-", "-", "down"]);
 
     let r = c.admin(&["status", "--json"]);

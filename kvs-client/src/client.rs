@@ -49,7 +49,7 @@ use crate::retry::{Chase, Chaser, Target};
 use crate::route::Routes;
 use crate::scan::ScanAgg;
 use kvs_proto::proto::{Op, REQUEST_HEADER, RESPONSE_HEADER};
-use kvs_proto::ShardMap;
+use kvs_proto::{ClusterId, ShardMap};
 
 mod answer;
 mod chase;
@@ -162,7 +162,7 @@ pub struct Client<T, X: Transport = Mlx5> {
     doomed: Vec<(T, KvError)>,
     opts: ClientOptions,
     /// The id of the cluster (the contact's): every member must be of it.
-    cluster: [u8; 16],
+    cluster: ClusterId,
     /// A member's connections died since the last map was fetched.
     map_stale: bool,
     /// This client's random id, and its writes so far (their request ids).
@@ -227,7 +227,7 @@ impl<T, X: Transport> Client<T, X> {
             setup.deadline,
         )?;
         let me = answer.member;
-        match map.members().get(usize::from(me)) {
+        match map.members().get(me.index()) {
             None => {
                 return Err(ConnectError::Protocol(format!(
                     "the server is member {me}, not in its map of {} members",
@@ -244,14 +244,15 @@ impl<T, X: Transport> Client<T, X> {
         let mut routes = Routes::default();
         routes.push_worker(me, first.endpoint());
         let mut conns = vec![first];
-        let contact_m = map.members()[usize::from(me)];
+        let contact_m = map.members()[me.index()];
         for c in
             members::connect_workers(&mut ctx, contact, me, &contact_m, 1..answer.workers, setup)?
         {
             routes.push_worker(me, c.endpoint());
             conns.push(c);
         }
-        let peers = (0u16..)
+        let peers = map
+            .member_ids()
             .zip(map.members())
             .map(|(id, m)| Peer {
                 addr: members::member_addr(m, id, me, contact),
@@ -294,7 +295,7 @@ impl<T, X: Transport> Client<T, X> {
 
     /// The id of the cluster the client is connected to (its contact's); a
     /// member of any other cluster is refused.
-    pub fn cluster_id(&self) -> [u8; 16] {
+    pub fn cluster_id(&self) -> ClusterId {
         self.cluster
     }
 

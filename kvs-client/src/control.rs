@@ -16,7 +16,7 @@ use copyrpc::transport::{Mlx5, Transport};
 use copyrpc::{CallFailed, CloseReason, Context, ContextBuilder, IdlePolicy, WaitError};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::proto::{self, Op, Response, Status, RESPONSE_HEADER};
-use kvs_proto::{cluster_hex, hello, AuthToken, SetupAnswer, CONTROL};
+use kvs_proto::{hello, AuthToken, ClusterId, SetupAnswer, CONTROL};
 use mlx5::device::Context as Device;
 
 /// Control client settings.
@@ -28,7 +28,7 @@ pub struct ControlOptions {
     /// The id of the cluster the servers must belong to. `None`: the
     /// cluster of the first server that answers; every later one must be
     /// of the same.
-    pub cluster_id: Option<[u8; 16]>,
+    pub cluster_id: Option<ClusterId>,
     /// How long a connection's setup may take.
     pub setup_timeout: Duration,
     /// How long an answer may take once the request is sent.
@@ -122,7 +122,7 @@ pub struct ControlClient<X: Transport = Mlx5> {
     peers: Vec<(SocketAddr, Connection)>,
     opts: ControlOptions,
     /// The cluster every server must belong to, once known.
-    cluster: Option<[u8; 16]>,
+    cluster: Option<ClusterId>,
     next: u32,
     req: Vec<u8>,
 }
@@ -161,7 +161,7 @@ impl<X: Transport> ControlClient<X> {
     }
 
     /// The id of the cluster the servers answering belong to, once one has.
-    pub fn cluster_id(&self) -> Option<[u8; 16]> {
+    pub fn cluster_id(&self) -> Option<ClusterId> {
         self.cluster
     }
 
@@ -239,8 +239,8 @@ impl<X: Transport> ControlClient<X> {
             Some(ours) if ours != answer.cluster => {
                 let e = ControlError::OtherCluster {
                     addr,
-                    theirs: cluster_hex(&answer.cluster),
-                    ours: cluster_hex(&ours),
+                    theirs: answer.cluster.to_string(),
+                    ours: ours.to_string(),
                 };
                 return refuse(&mut self.ctx, e);
             }

@@ -1,5 +1,6 @@
 //! Errors.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ pub enum KvError {
     #[error("member {member} at {addr} cannot be reached: {why}")]
     Unreachable {
         /// The member's id in the shard map.
-        member: u16,
+        member: MemberId,
         /// The address the client connects to it at.
         addr: SocketAddr,
         /// Why: the last attempt's error, and when the next is due.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use copyrpc::conn::{connect_within, ConnError, Connection};
 use copyrpc::transport::Transport;
 use copyrpc::Context;
-use kvs_proto::{cluster_hex, hello, AuthToken, Member, SetupAnswer};
+use kvs_proto::{hello, AuthToken, ClusterId, Member, MemberId, SetupAnswer};
 
 use crate::error::ConnectError;
 use crate::inbox::Handler;
@@ -17,7 +17,12 @@ use crate::inbox::Handler;
 /// `sender`, reached at `sender_addr`: the sender at the address it was
 /// reached at; a member with an unspecified IP at the sender's IP and its
 /// own port; any other at its own address.
-pub(crate) fn member_addr(m: &Member, id: u16, sender: u16, sender_addr: SocketAddr) -> SocketAddr {
+pub(crate) fn member_addr(
+    m: &Member,
+    id: MemberId,
+    sender: MemberId,
+    sender_addr: SocketAddr,
+) -> SocketAddr {
     if id == sender {
         sender_addr
     } else if m.addr.ip().is_unspecified() {
@@ -33,7 +38,7 @@ pub(crate) fn member_addr(m: &Member, id: u16, sender: u16, sender_addr: SocketA
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Setup<'a> {
     pub(crate) token: Option<&'a AuthToken>,
-    pub(crate) cluster: Option<[u8; 16]>,
+    pub(crate) cluster: Option<ClusterId>,
     pub(crate) within: Duration,
     pub(crate) deadline: Instant,
 }
@@ -102,7 +107,7 @@ pub(crate) fn connect_contact<X: Transport>(
 pub(crate) fn connect_workers<X: Transport>(
     ctx: &mut Context<u32, Handler, X>,
     addr: SocketAddr,
-    member: u16,
+    member: MemberId,
     m: &Member,
     workers: Range<u16>,
     setup: Setup<'_>,
@@ -117,8 +122,8 @@ pub(crate) fn connect_workers<X: Transport>(
             Some(a) if setup.cluster.is_some_and(|c| c != a.cluster) => Some(format!(
                 "the server belongs to cluster {}, not to cluster {} whose map names it: \
                  it was started with another data dir (or none)",
-                cluster_hex(&a.cluster),
-                cluster_hex(&setup.cluster.unwrap_or_default())
+                a.cluster,
+                setup.cluster.unwrap_or_default()
             )),
             Some(a) if a.member != member => Some(format!(
                 "the server says it is member {}, the map says member {member}",
@@ -169,20 +174,26 @@ mod tests {
         let sender: SocketAddr = "192.168.1.5:7000".parse().unwrap();
         // The sender itself: where it was reached (its map may name an
         // address the client cannot use).
-        assert_eq!(member_addr(&member("0.0.0.0:7000"), 2, 2, sender), sender);
-        assert_eq!(member_addr(&member("10.9.9.9:7100"), 2, 2, sender), sender);
+        assert_eq!(
+            member_addr(&member("0.0.0.0:7000"), MemberId(2), MemberId(2), sender),
+            sender
+        );
+        assert_eq!(
+            member_addr(&member("10.9.9.9:7100"), MemberId(2), MemberId(2), sender),
+            sender
+        );
         // Unspecified: the sender's IP, the member's port.
         assert_eq!(
-            member_addr(&member("0.0.0.0:7001"), 0, 2, sender),
+            member_addr(&member("0.0.0.0:7001"), MemberId(0), MemberId(2), sender),
             "192.168.1.5:7001".parse().unwrap()
         );
         assert_eq!(
-            member_addr(&member("[::]:7002"), 1, 2, sender),
+            member_addr(&member("[::]:7002"), MemberId(1), MemberId(2), sender),
             "192.168.1.5:7002".parse().unwrap()
         );
         // Anything else: as named.
         assert_eq!(
-            member_addr(&member("10.0.0.3:7003"), 3, 2, sender),
+            member_addr(&member("10.0.0.3:7003"), MemberId(3), MemberId(2), sender),
             "10.0.0.3:7003".parse().unwrap()
         );
     }

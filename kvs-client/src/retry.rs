@@ -348,6 +348,7 @@ impl<E: Copy> Chaser<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvs_proto::MemberId;
 
     fn reply(answer: Answer, from: u32, fixed: bool) -> Answered<u32> {
         Answered {
@@ -357,7 +358,7 @@ mod tests {
         }
     }
 
-    fn redirect(map_version: u32, member: u16, worker: u16) -> Answer {
+    fn redirect(map_version: u32, member: MemberId, worker: u16) -> Answer {
         Answer::Redirect(Redirect {
             map_version,
             owner: Owner { member, worker },
@@ -366,7 +367,7 @@ mod tests {
 
     /// Member 0 (endpoints 10, 11) is connected; the rest are not.
     fn connected(o: Owner) -> Option<u32> {
-        (o.member == 0).then_some(10 + u32::from(o.worker))
+        (o.member == MemberId(0)).then_some(10 + u32::from(o.worker))
     }
 
     fn due(c: &mut Chaser<u32>, now: Instant) -> Vec<(u32, Target<u32>)> {
@@ -383,7 +384,7 @@ mod tests {
         let s = c.on_answer(
             3,
             &mut ch,
-            reply(redirect(1, 0, 1), 10, false),
+            reply(redirect(1, MemberId(0), 1), 10, false),
             1,
             connected,
             t,
@@ -407,7 +408,7 @@ mod tests {
             c.on_answer(
                 1,
                 &mut a,
-                reply(redirect(5, 0, 0), 11, false),
+                reply(redirect(5, MemberId(0), 0), 11, false),
                 4,
                 connected,
                 t
@@ -418,7 +419,7 @@ mod tests {
             c.on_answer(
                 2,
                 &mut b,
-                reply(redirect(5, 0, 0), 12, false),
+                reply(redirect(5, MemberId(0), 0), 12, false),
                 4,
                 connected,
                 t
@@ -433,7 +434,7 @@ mod tests {
         c.on_answer(
             4,
             &mut d,
-            reply(redirect(6, 0, 0), 13, false),
+            reply(redirect(6, MemberId(0), 0), 13, false),
             4,
             connected,
             t,
@@ -465,7 +466,7 @@ mod tests {
         let s = c.on_answer(
             7,
             &mut ch,
-            reply(redirect(2, 1, 0), 10, false),
+            reply(redirect(2, MemberId(1), 0), 10, false),
             1,
             connected,
             t,
@@ -481,7 +482,7 @@ mod tests {
         let s = c.on_answer(
             8,
             &mut ch,
-            reply(redirect(3, 2, 0), 10, false),
+            reply(redirect(3, MemberId(2), 0), 10, false),
             2,
             connected,
             t,
@@ -500,7 +501,7 @@ mod tests {
         let s = c.on_answer(
             7,
             &mut ch,
-            reply(redirect(3, 4, 0), 10, false),
+            reply(redirect(3, MemberId(4), 0), 10, false),
             3,
             connected,
             t,
@@ -558,7 +559,7 @@ mod tests {
         let s = c.on_answer(
             6,
             &mut ch,
-            reply(redirect(1, 0, 1), 12, true),
+            reply(redirect(1, MemberId(0), 1), 12, true),
             1,
             connected,
             at,
@@ -592,7 +593,7 @@ mod tests {
             let s = c.on_answer(
                 1,
                 &mut ch,
-                reply(redirect(1, 0, 0), 10, false),
+                reply(redirect(1, MemberId(0), 0), 10, false),
                 1,
                 connected,
                 t,
@@ -602,7 +603,7 @@ mod tests {
         match c.on_answer(
             1,
             &mut ch,
-            reply(redirect(1, 0, 0), 10, false),
+            reply(redirect(1, MemberId(0), 0), 10, false),
             1,
             connected,
             t,

@@ -6,7 +6,7 @@
 //! endpoint.
 
 use kvs_proto::shard::slot_of;
-use kvs_proto::{Owner, ShardMap};
+use kvs_proto::{MemberId, Owner, ShardMap};
 
 /// The endpoints of the connected members' workers, and the owner's endpoint
 /// of every slot.
@@ -62,21 +62,21 @@ impl<E: Copy + PartialEq> Routes<E> {
     /// The endpoint of `owner`, if the client is connected to it.
     pub(crate) fn endpoint(&self, owner: Owner) -> Option<E> {
         self.members
-            .get(usize::from(owner.member))?
+            .get(owner.member.index())?
             .get(usize::from(owner.worker))
             .copied()
     }
 
     /// How many of `member`'s workers the client is connected to.
-    pub(crate) fn workers(&self, member: u16) -> u16 {
+    pub(crate) fn workers(&self, member: MemberId) -> u16 {
         self.members
-            .get(usize::from(member))
+            .get(member.index())
             .map_or(0, |w| w.len() as u16)
     }
 
     /// Adds the endpoint of `member`'s next worker.
-    pub(crate) fn push_worker(&mut self, member: u16, ep: E) {
-        let m = usize::from(member);
+    pub(crate) fn push_worker(&mut self, member: MemberId, ep: E) {
+        let m = member.index();
         if self.members.len() <= m {
             self.members.resize_with(m + 1, Vec::new);
         }
@@ -85,11 +85,11 @@ impl<E: Copy + PartialEq> Routes<E> {
     }
 
     /// The member whose worker `ep` is.
-    pub(crate) fn member_of(&self, ep: E) -> Option<u16> {
+    pub(crate) fn member_of(&self, ep: E) -> Option<MemberId> {
         self.members
             .iter()
             .position(|w| w.contains(&ep))
-            .map(|m| m as u16)
+            .map(|m| MemberId(m as u16))
     }
 
     /// Every connected worker of every member, in the order they were
@@ -106,8 +106,8 @@ impl<E: Copy + PartialEq> Routes<E> {
     /// Forgets `member`'s endpoints (its connections died): its slots take
     /// the slow path, which connects again, after the next
     /// [`rebuild`](Self::rebuild).
-    pub(crate) fn drop_member(&mut self, member: u16) {
-        let Some(eps) = self.members.get_mut(usize::from(member)) else {
+    pub(crate) fn drop_member(&mut self, member: MemberId) {
+        let Some(eps) = self.members.get_mut(member.index()) else {
             return;
         };
         let gone = std::mem::take(eps);
@@ -145,11 +145,11 @@ mod tests {
             let k = format!("user{i}");
             let o = m.owner(k.as_bytes());
             let want = match o.member {
-                0 => Some(100 + u32::from(o.worker)),
+                MemberId(0) => Some(100 + u32::from(o.worker)),
                 _ => one.map(|b| b + u32::from(o.worker)),
             };
             assert_eq!(r.of_key(k.as_bytes()), want, "{k}");
-            seen[usize::from(o.member)] = true;
+            seen[o.member.index()] = true;
         }
         assert_eq!(seen, [true, true]);
     }
@@ -159,8 +159,8 @@ mod tests {
         let mut m = ShardMap::single(addr(1), 64, 2).unwrap();
         let mut r = Routes::default();
         // Member 0's workers are endpoints 100 and 101.
-        r.push_worker(0, 100u32);
-        r.push_worker(0, 101);
+        r.push_worker(MemberId(0), 100u32);
+        r.push_worker(MemberId(0), 101);
         r.rebuild(&m);
         assert_eq!(r.version(), 1);
         assert!(r.complete());
@@ -182,7 +182,7 @@ mod tests {
                 bulk_port: 0,
             })
             .unwrap();
-        m.assign(0..32, b, Some(0)).unwrap();
+        m.assign(0..32, b, Some(MemberId(0))).unwrap();
         m.set_version(2);
         r.rebuild(&m);
         assert_eq!(r.version(), 2);
@@ -199,25 +199,25 @@ mod tests {
         check(&r, &m, Some(200));
         assert_eq!(r.all(), [100, 101, 200, 201, 202]);
         assert_eq!(r.count(), 5);
-        assert_eq!(r.member_of(201), Some(1));
+        assert_eq!(r.member_of(201), Some(MemberId(1)));
         assert_eq!(r.member_of(7), None);
         assert_eq!(
             r.endpoint(Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 2
             }),
             Some(202)
         );
         assert_eq!(
             r.endpoint(Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 3
             }),
             None
         );
         assert_eq!(
             r.endpoint(Owner {
-                member: 2,
+                member: MemberId(2),
                 worker: 0
             }),
             None

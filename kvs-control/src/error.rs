@@ -1,5 +1,6 @@
 //! The control plane's errors.
 
+use kvs_proto::MemberId;
 use std::path::PathBuf;
 
 use kvs_proto::shard::BadMap;
@@ -47,7 +48,7 @@ pub enum GroupError {
     })]
     NotLeader {
         /// The leader, as far as this member knows.
-        leader: Option<u16>,
+        leader: Option<MemberId>,
     },
     /// The proposal is not valid against the committed state.
     #[error(transparent)]
@@ -65,7 +66,7 @@ pub enum GroupError {
     #[error("a control-group message from member {from} does not decode: {why}")]
     BadMessage {
         /// Who sent it.
-        from: u16,
+        from: MemberId,
         /// Why.
         why: String,
     },

@@ -20,6 +20,7 @@
 //! fragment that does not continue the message being put together drops
 //! it (Raft sends again what is lost).
 
+use kvs_proto::MemberId;
 use std::collections::HashMap;
 
 mod field {
@@ -72,13 +73,13 @@ struct Partial {
 /// The messages being put together, one per sender.
 #[derive(Debug, Default)]
 pub(crate) struct Reassembly {
-    partial: HashMap<u16, Partial>,
+    partial: HashMap<MemberId, Partial>,
 }
 
 impl Reassembly {
     /// Takes a fragment from `from`: the whole message once this was its
     /// last fragment. `Err`: a fragment no sender could have made.
-    pub fn take(&mut self, from: u16, fragment: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    pub fn take(&mut self, from: MemberId, fragment: &[u8]) -> Result<Option<Vec<u8>>, String> {
         let header = fragment
             .get(..field::HEADER)
             .ok_or("a fragment shorter than its header")?;
@@ -140,9 +141,9 @@ mod tests {
             let mut r = Reassembly::default();
             let (last, rest) = frags.split_last().unwrap();
             for f in rest {
-                assert_eq!(r.take(3, f), Ok(None));
+                assert_eq!(r.take(MemberId(3), f), Ok(None));
             }
-            assert_eq!(r.take(3, last), Ok(Some(msg(len))), "{len} bytes");
+            assert_eq!(r.take(MemberId(3), last), Ok(Some(msg(len))), "{len} bytes");
             assert!(r.partial.is_empty());
         }
     }
@@ -153,30 +154,30 @@ mod tests {
         let b = split(msg(250), 1, 100);
         let mut r = Reassembly::default();
         // Interleaved senders.
-        assert_eq!(r.take(1, &a[0]), Ok(None));
-        assert_eq!(r.take(2, &b[0]), Ok(None));
+        assert_eq!(r.take(MemberId(1), &a[0]), Ok(None));
+        assert_eq!(r.take(MemberId(2), &b[0]), Ok(None));
         for f in &a[1..a.len() - 1] {
-            assert_eq!(r.take(1, f), Ok(None));
+            assert_eq!(r.take(MemberId(1), f), Ok(None));
         }
         for f in &b[1..b.len() - 1] {
-            assert_eq!(r.take(2, f), Ok(None));
+            assert_eq!(r.take(MemberId(2), f), Ok(None));
         }
-        assert_eq!(r.take(2, b.last().unwrap()), Ok(Some(msg(250))));
-        assert_eq!(r.take(1, a.last().unwrap()), Ok(Some(msg(300))));
+        assert_eq!(r.take(MemberId(2), b.last().unwrap()), Ok(Some(msg(250))));
+        assert_eq!(r.take(MemberId(1), a.last().unwrap()), Ok(Some(msg(300))));
         // A lost middle fragment: the rest is dropped, and the next
         // message comes whole.
         let c = split(msg(300), 2, 100);
-        assert_eq!(r.take(1, &c[0]), Ok(None));
+        assert_eq!(r.take(MemberId(1), &c[0]), Ok(None));
         for f in &c[2..] {
-            assert_eq!(r.take(1, f), Ok(None));
+            assert_eq!(r.take(MemberId(1), f), Ok(None));
         }
         assert!(r.partial.is_empty());
         let d = split(msg(120), 3, 100);
-        assert_eq!(r.take(1, &d[0]), Ok(None));
-        assert_eq!(r.take(1, &d[1]), Ok(Some(msg(120))));
+        assert_eq!(r.take(MemberId(1), &d[0]), Ok(None));
+        assert_eq!(r.take(MemberId(1), &d[1]), Ok(Some(msg(120))));
         // A first fragment lost: the next one is dropped too.
         let e = split(msg(300), 4, 100);
-        assert_eq!(r.take(1, &e[1]), Ok(None));
+        assert_eq!(r.take(MemberId(1), &e[1]), Ok(None));
         assert!(r.partial.is_empty());
     }
 
@@ -189,7 +190,7 @@ mod tests {
         let mut huge = good[0].clone();
         huge[5..9].copy_from_slice(&u32::MAX.to_le_bytes());
         for bad in [&good[0][..5], &good[0][..field::HEADER], &past_end, &huge] {
-            assert!(r.take(1, bad).is_err(), "{bad:?}");
+            assert!(r.take(MemberId(1), bad).is_err(), "{bad:?}");
         }
         assert!(r.partial.is_empty());
     }

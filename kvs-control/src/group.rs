@@ -101,13 +101,15 @@ use raft::eraftpb::{
 use raft::{RawNode, StateRole, Storage as _};
 
 use crate::error::{GroupError, StorageError};
-use crate::identity::{ClusterId, Identity};
+use crate::identity::Identity;
 use crate::lease::Leases;
+use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::refusal::Refusal;
 use crate::state::{Applied, ClusterState, Command, Founding, Membership};
 use crate::storage::{DiskStorage, Recovery};
-use kvs_proto::ShardMap;
+use kvs_proto::ClusterId;
+use kvs_proto::{MemberId, ShardMap};
 
 mod recover;
 mod timing;
@@ -202,7 +204,7 @@ impl GroupConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerMessage {
     /// The member it is for.
-    pub to: u16,
+    pub to: MemberId,
     /// Its bytes: a raft-rs message in protobuf, or a fragment of one
     /// (at most [`GroupConfig::max_message`] bytes either way). The
     /// transport carries a member's messages to a peer in order.
@@ -228,14 +230,14 @@ pub enum Event {
         index: u64,
     },
     /// The member this group believes leads changed.
-    Leader(Option<u16>),
+    Leader(Option<MemberId>),
 }
 
 /// The group's figures, for status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupStatus {
     /// The member this one believes leads.
-    pub leader: Option<u16>,
+    pub leader: Option<MemberId>,
     /// The Raft term.
     pub term: u64,
     /// The highest index known committed.
@@ -248,7 +250,7 @@ pub struct GroupStatus {
 
 /// One member's part in the control group (see the [module docs](self)).
 pub struct Group {
-    me: u16,
+    me: MemberId,
     cluster_id: ClusterId,
     /// The timing in force: `configured`'s, with the group's
     /// `member_timeout` once the state says it.
@@ -268,31 +270,31 @@ pub struct Group {
     leases: Leases,
     /// At the leader: when each member was last heard from (processing
     /// time, for failure detection only).
-    heard: HashMap<u16, Instant>,
+    heard: HashMap<MemberId, Instant>,
     /// At the leader: members whose join it applied and that it has not
     /// heard from since, with when it applied the join.
-    joining: HashMap<u16, Instant>,
+    joining: HashMap<MemberId, Instant>,
     /// When [`Group::tick`] was last called: a leader that was itself
     /// stalled does not count the stall as its members' silence.
     last_tick_call: Instant,
     /// At the leader: per member, the log index of the last entry this
     /// leader proposed that fails or forgets it; the member's lease
     /// requests are dropped until it is committed.
-    evicting: HashMap<u16, u64>,
+    evicting: HashMap<MemberId, u64>,
     leader_since: Option<Instant>,
     /// Marks proposed and not yet applied.
     /// (Member, when proposed): a mark proposed that applying has not yet
     /// cleared; one older than `member_timeout` may be proposed again (a
     /// proposal can be dropped).
-    marking: HashMap<u16, Instant>,
-    leader: Option<u16>,
+    marking: HashMap<MemberId, Instant>,
+    leader: Option<MemberId>,
     /// Messages from peers being put together from fragments.
     fragments: crate::fragment::Reassembly,
     /// The id of the next message sent in fragments.
     next_fragmented: u32,
     /// At the leader: when a snapshot was last sent to each member that has
     /// not yet acknowledged it.
-    snapshots_sent: HashMap<u16, Instant>,
+    snapshots_sent: HashMap<MemberId, Instant>,
 }
 
 impl std::fmt::Debug for Group {
@@ -306,8 +308,8 @@ impl std::fmt::Debug for Group {
 }
 
 /// Raft's node id of a member.
-fn node_of(member: u16) -> u64 {
-    u64::from(member) + 1
+fn node_of(member: MemberId) -> u64 {
+    u64::from(member.0) + 1
 }
 
 /// How many failure timeouts a member that just joined may stay silent
@@ -315,8 +317,10 @@ fn node_of(member: u16) -> u64 {
 const JOIN_GRACE: u32 = 3;
 
 /// The member of a Raft node id.
-fn member_of(node: u64) -> Option<u16> {
-    node.checked_sub(1).and_then(|m| u16::try_from(m).ok())
+fn member_of(node: u64) -> Option<MemberId> {
+    node.checked_sub(1)
+        .and_then(|m| u16::try_from(m).ok())
+        .map(MemberId)
 }
 
 impl Group {
@@ -367,13 +371,13 @@ impl Group {
         snap.mut_metadata().index = 1;
         snap.mut_metadata().term = 1;
         snap.mut_metadata()
-            .set_conf_state(ConfState::from((vec![node_of(0)], vec![])));
+            .set_conf_state(ConfState::from((vec![node_of(MemberId(0))], vec![])));
         snap.data = state.encode().into();
         store.install(&snap)?;
         store.sync()?;
         Identity {
             cluster_id,
-            member: 0,
+            member: MemberId(0),
         }
         .store(data_dir)?;
         drop(store);
@@ -470,7 +474,7 @@ impl Group {
     }
 
     /// This member's id.
-    pub fn me(&self) -> u16 {
+    pub fn me(&self) -> MemberId {
         self.me
     }
 
@@ -486,7 +490,7 @@ impl Group {
     }
 
     /// The member this one believes leads.
-    pub fn leader(&self) -> Option<u16> {
+    pub fn leader(&self) -> Option<MemberId> {
         self.leader
     }
 
@@ -558,7 +562,7 @@ impl Group {
     /// failed, it probes the member again and sends a new one.
     fn resend_lost_snapshots(&mut self, now: Instant) {
         let timeout = self.cfg.member_timeout;
-        let lost: Vec<u16> = self
+        let lost: Vec<MemberId> = self
             .snapshots_sent
             .iter()
             .filter(|(_, &sent)| now.saturating_duration_since(sent) > timeout)
@@ -609,7 +613,7 @@ impl Group {
     /// yet, from when its join was applied, and for [`JOIN_GRACE`] timeouts
     /// (it first gets connected to, sent the state and opens its log, all on
     /// a machine that may be loaded; it owns no slots yet).
-    fn silence(&self, m: u16, now: Instant) -> (Duration, Duration) {
+    fn silence(&self, m: MemberId, now: Instant) -> (Duration, Duration) {
         let since = self.leader_since.unwrap_or(now);
         let timeout = self.cfg.member_timeout;
         match (self.heard.get(&m), self.joining.get(&m)) {
@@ -641,7 +645,7 @@ impl Group {
 
     /// At the leader: an entry that fails or forgets `member` was just
     /// proposed (the last in the log).
-    fn note_evicting(&mut self, member: u16) {
+    fn note_evicting(&mut self, member: MemberId) {
         let index = self.node.raft.raft_log.last_index();
         self.evicting.insert(member, index);
     }
@@ -650,7 +654,7 @@ impl Group {
     /// entry this leader proposed to fail or forget it is not yet
     /// committed. The request would be answered with the commit index
     /// before that entry, and the grant could outlive the member's slots.
-    fn evicting_now(&self, from: u16) -> bool {
+    fn evicting_now(&self, from: MemberId) -> bool {
         self.evicting
             .get(&from)
             .is_some_and(|&i| i > self.node.raft.raft_log.committed)
@@ -658,7 +662,7 @@ impl Group {
 
     /// Takes a message from member `from`, as its transport delivered it
     /// (a fragment is kept until the rest of its message is in).
-    pub fn step(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
+    pub fn step(&mut self, from: MemberId, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
         let bad = |why: String| GroupError::BadMessage { from, why };
         if crate::fragment::is_fragment(bytes) {
             return match self.fragments.take(from, bytes).map_err(bad)? {
@@ -670,7 +674,7 @@ impl Group {
     }
 
     /// [`Group::step`] for a whole message.
-    fn step_whole(&mut self, from: u16, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
+    fn step_whole(&mut self, from: MemberId, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
         let bad = |why: String| GroupError::BadMessage { from, why };
         let msg = Message::parse_from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
         if member_of(msg.from) != Some(from) {
@@ -712,7 +716,7 @@ impl Group {
     }
 
     /// Whether a mark of `m` proposed lately is still awaited.
-    fn marking_now(&self, m: u16, now: Instant) -> bool {
+    fn marking_now(&self, m: MemberId, now: Instant) -> bool {
         self.marking
             .get(&m)
             .is_some_and(|&t| now.saturating_duration_since(t) < self.cfg.member_timeout)
@@ -721,7 +725,7 @@ impl Group {
     /// The transport could not deliver to `member`: Raft slows down
     /// sending to it, and sends again a snapshot it was waiting on word of
     /// (the message lost may have been, or held part of, that snapshot).
-    pub fn unreachable(&mut self, member: u16) {
+    pub fn unreachable(&mut self, member: MemberId) {
         self.node.report_unreachable(node_of(member));
         if self.snapshots_sent.remove(&member).is_some() {
             self.node
@@ -767,8 +771,11 @@ impl Group {
         workers: u16,
         bulk_port: u16,
         zone: Option<String>,
-    ) -> Result<u16, GroupError> {
-        let member = self.state.as_ref().map_or(0, ClusterState::member_count);
+    ) -> Result<MemberId, GroupError> {
+        let member = self
+            .state
+            .as_ref()
+            .map_or(MemberId(0), ClusterState::next_member);
         let change = Membership::Join {
             member,
             addr,
@@ -784,7 +791,7 @@ impl Group {
     /// caller's wall clock, Unix milliseconds); see [`Membership::Forget`].
     pub fn propose_forget(
         &mut self,
-        member: u16,
+        member: MemberId,
         force: bool,
         at_ms: u64,
     ) -> Result<(), GroupError> {
@@ -802,7 +809,7 @@ impl Group {
         &mut self,
         change: &Membership,
         kind: ConfChangeType,
-        member: u16,
+        member: MemberId,
     ) -> Result<(), GroupError> {
         if !self.is_leader() {
             return Err(self.not_leader());
@@ -854,7 +861,7 @@ impl Group {
             let snap = rd.snapshot().clone();
             let state =
                 ClusterState::decode(snap.get_data()).map_err(|why| GroupError::BadMessage {
-                    from: self.leader.unwrap_or(u16::MAX),
+                    from: self.leader.unwrap_or(MemberId(u16::MAX)),
                     why: format!("a snapshot whose state does not decode: {why}"),
                 })?;
             if state.cluster_id() != self.cluster_id {
@@ -938,7 +945,7 @@ impl Group {
             if e.index <= self.applied {
                 continue;
             }
-            let at = (e.index, e.term);
+            let at = LogPos::new(e.index, e.term);
             let state = self.state.as_mut().ok_or_else(|| {
                 GroupError::Rejected(format!(
                     "entry {} committed before this member was given the state",

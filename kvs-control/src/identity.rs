@@ -3,86 +3,12 @@
 //! so that a restart resumes the same membership and never starts a second
 //! cluster.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 
+use kvs_proto::{ClusterId, MemberId};
 use serde::{Deserialize, Serialize};
 
 use crate::error::StorageError;
-
-/// A cluster's id: 128 random bits, shown as 32 hex digits.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ClusterId([u8; 16]);
-
-impl ClusterId {
-    /// A new random id (from the kernel's random source).
-    pub fn random() -> std::io::Result<ClusterId> {
-        let mut b = [0u8; 16];
-        let mut f = std::fs::File::open("/dev/urandom")?;
-        std::io::Read::read_exact(&mut f, &mut b)?;
-        Ok(ClusterId(b))
-    }
-
-    /// The id's bytes.
-    pub fn bytes(&self) -> [u8; 16] {
-        self.0
-    }
-
-    /// The id of these bytes.
-    pub fn from_bytes(b: [u8; 16]) -> ClusterId {
-        ClusterId(b)
-    }
-}
-
-impl fmt::Display for ClusterId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for b in self.0 {
-            write!(f, "{b:02x}")?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for ClusterId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ClusterId({self})")
-    }
-}
-
-/// Text that is not 32 hex digits.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a cluster id is 32 hex digits, not {0:?}")]
-pub struct BadClusterId(String);
-
-impl FromStr for ClusterId {
-    type Err = BadClusterId;
-
-    fn from_str(s: &str) -> Result<ClusterId, BadClusterId> {
-        let bad = || BadClusterId(s.chars().take(40).collect());
-        if s.len() != 32 || !s.is_ascii() {
-            return Err(bad());
-        }
-        let mut b = [0u8; 16];
-        for (i, o) in b.iter_mut().enumerate() {
-            *o = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-        }
-        Ok(ClusterId(b))
-    }
-}
-
-impl Serialize for ClusterId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for ClusterId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ClusterId, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
-}
 
 /// A member's identity in its data dir.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +16,7 @@ pub struct Identity {
     /// The cluster.
     pub cluster_id: ClusterId,
     /// This member's id in it.
-    pub member: u16,
+    pub member: MemberId,
 }
 
 impl Identity {
@@ -152,30 +78,21 @@ mod tests {
     use test_support::TempDir;
 
     #[test]
-    fn cluster_ids_are_random_and_read_back_from_text() {
-        let a = ClusterId::random().unwrap();
-        let b = ClusterId::random().unwrap();
-        assert_ne!(a, b);
-        assert_eq!(a.to_string().len(), 32);
-        assert_eq!(a.to_string().parse::<ClusterId>().unwrap(), a);
-        assert!("abc".parse::<ClusterId>().is_err());
-        assert!("zz".repeat(16).parse::<ClusterId>().is_err());
-        assert!("é".repeat(16).parse::<ClusterId>().is_err());
-    }
-
-    #[test]
     fn an_identity_survives_and_cannot_be_replaced_by_another() {
         let d = TempDir::new("kvs-control", "identity");
         let dir = d.path().join("data");
         assert_eq!(Identity::load(&dir).unwrap(), None);
         let me = Identity {
             cluster_id: ClusterId::random().unwrap(),
-            member: 2,
+            member: MemberId(2),
         };
         me.store(&dir).unwrap();
         me.store(&dir).unwrap();
         assert_eq!(Identity::load(&dir).unwrap(), Some(me));
-        let other = Identity { member: 3, ..me };
+        let other = Identity {
+            member: MemberId(3),
+            ..me
+        };
         let e = other.store(&dir).unwrap_err().to_string();
         assert!(e.contains("holds member 2"), "{e}");
         std::fs::write(dir.join("identity"), b"{").unwrap();

@@ -8,6 +8,7 @@
 //! with; the group carries them through raft-rs and checks the applied
 //! state.
 
+use kvs_proto::MemberId;
 use std::time::{Duration, Instant};
 
 /// The bytes of a request's context: the member (2 bytes) and its send
@@ -32,7 +33,7 @@ struct Grant {
 /// One member's lease requests and grants.
 #[derive(Debug)]
 pub(crate) struct Leases {
-    me: u16,
+    me: MemberId,
     /// What send times count from.
     epoch: Instant,
     lease: Duration,
@@ -47,7 +48,7 @@ pub(crate) struct Leases {
 
 impl Leases {
     /// No lease yet; send times count from `epoch`.
-    pub(crate) fn new(me: u16, epoch: Instant, lease: Duration, every: Duration) -> Leases {
+    pub(crate) fn new(me: MemberId, epoch: Instant, lease: Duration, every: Duration) -> Leases {
         Leases {
             me,
             epoch,
@@ -78,7 +79,7 @@ impl Leases {
         let nanos = now.saturating_duration_since(self.epoch).as_nanos();
         let nanos = u64::try_from(nanos).unwrap_or(u64::MAX);
         let mut ctx = Vec::with_capacity(CTX_LEN);
-        ctx.extend_from_slice(&self.me.to_be_bytes());
+        ctx.extend_from_slice(&self.me.0.to_be_bytes());
         ctx.extend_from_slice(&nanos.to_be_bytes());
         Some(ctx)
     }
@@ -89,7 +90,7 @@ impl Leases {
     fn sent_at(&self, ctx: &[u8]) -> Option<Instant> {
         let ctx: &[u8; CTX_LEN] = ctx.try_into().ok()?;
         let (member, nanos) = ctx.split_at(2);
-        if u16::from_be_bytes(member.try_into().ok()?) != self.me {
+        if MemberId(u16::from_be_bytes(member.try_into().ok()?)) != self.me {
             return None;
         }
         let nanos = u64::from_be_bytes(nanos.try_into().ok()?);
@@ -158,7 +159,7 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
 
     fn leases(epoch: Instant) -> Leases {
-        Leases::new(3, epoch, 400 * MS, 40 * MS)
+        Leases::new(MemberId(3), epoch, 400 * MS, 40 * MS)
     }
 
     #[test]

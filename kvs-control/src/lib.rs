@@ -19,6 +19,8 @@
 //! [`Group::lease_valid`].
 
 #![deny(unsafe_code)]
+// Tests pass lists of slot ranges that often hold one range.
+#![cfg_attr(test, allow(clippy::single_range_in_vec_init))]
 
 mod error;
 mod files;
@@ -27,6 +29,7 @@ mod group;
 mod identity;
 mod lease;
 mod limits;
+mod log_pos;
 mod member_state;
 mod migration;
 mod raft_log;
@@ -38,8 +41,9 @@ mod wal;
 
 pub use error::{DecodeError, GroupError, StorageError};
 pub use group::{Event, Group, GroupConfig, GroupStatus, PeerMessage, MIN_MAX_MESSAGE};
-pub use identity::{BadClusterId, ClusterId, Identity};
+pub use identity::Identity;
 pub use limits::{MEMBER_TIMEOUT_MS, REPLICAS};
+pub use log_pos::LogPos;
 pub use member_state::MemberState;
 pub use migration::{chunk_slots, chunks, Chunk, Migration};
 pub use refusal::Refusal;

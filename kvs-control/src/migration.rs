@@ -23,7 +23,7 @@ use std::collections::VecDeque;
 use std::ops::Range;
 
 use kvs_proto::control::MigrationStatus;
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 use serde::{Deserialize, Serialize};
 
 use crate::refusal::Refusal;
@@ -44,9 +44,9 @@ pub struct Chunk {
     /// One past the last.
     pub end: u32,
     /// The source.
-    pub from: u16,
+    pub from: MemberId,
     /// The target.
-    pub to: u16,
+    pub to: MemberId,
     /// A backup moving (a rebalance spreading copies): `from` is the member
     /// whose backup of the slots goes once `to`'s copy is ready.
     #[serde(default)]
@@ -70,7 +70,7 @@ struct Current {
 /// A migration the control group runs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Migration {
-    moves: Vec<(u32, u32, u16)>,
+    moves: Vec<(u32, u32, MemberId)>,
     todo: VecDeque<Chunk>,
     current: Option<Current>,
     slots_total: u32,
@@ -96,10 +96,10 @@ pub struct Migration {
 }
 
 /// Backup moves `(slots, from, to)` planned on a map.
-pub type Spread<'a> = &'a dyn Fn(&ShardMap) -> Vec<(Range<u32>, u16, u16)>;
+pub type Spread<'a> = &'a dyn Fn(&ShardMap) -> Vec<(Range<u32>, MemberId, MemberId)>;
 
 /// The contiguous parts of `slots` where `member` holds no copy.
-fn without(m: &ShardMap, slots: Range<u32>, member: u16) -> Vec<Range<u32>> {
+fn without(m: &ShardMap, slots: Range<u32>, member: MemberId) -> Vec<Range<u32>> {
     let mut out: Vec<Range<u32>> = Vec::new();
     for s in slots {
         if m.owner_of_slot(s).member == member
@@ -117,7 +117,7 @@ fn without(m: &ShardMap, slots: Range<u32>, member: u16) -> Vec<Range<u32>> {
 
 /// The chunks that carry out `moves` on map `m`: slots the target owns
 /// already are left out.
-pub fn chunks(m: &ShardMap, moves: &[(Range<u32>, u16)]) -> Vec<Chunk> {
+pub fn chunks(m: &ShardMap, moves: &[(Range<u32>, MemberId)]) -> Vec<Chunk> {
     let most = chunk_slots(m.slots());
     let mut out: Vec<Chunk> = Vec::new();
     for (r, to) in moves {
@@ -150,7 +150,7 @@ impl Migration {
     /// spreads the backups if `spread`; an error if nothing would move.
     pub fn new(
         m: &ShardMap,
-        moves: &[(Range<u32>, u16)],
+        moves: &[(Range<u32>, MemberId)],
         now_ms: u64,
         spread: bool,
     ) -> Result<Migration, Refusal> {
@@ -193,7 +193,7 @@ impl Migration {
         &mut self,
         m: &mut ShardMap,
         version: u32,
-        (now_ms, replicas, up): (Option<u64>, u8, &[u16]),
+        (now_ms, replicas, up): (Option<u64>, u8, &[MemberId]),
         spread: Spread<'_>,
     ) -> Option<Chunk> {
         if let Some(t) = now_ms {
@@ -306,7 +306,7 @@ impl Migration {
     /// target owns every slot; given up if a slot changed primary otherwise
     /// (a failover) or the source is not up; else the target is made a
     /// backup again of slots it lost its copy of (it was down a while).
-    fn tend(&mut self, m: &mut ShardMap, up: &[u16]) {
+    fn tend(&mut self, m: &mut ShardMap, up: &[MemberId]) {
         let Some(c) = self.current.as_mut() else {
             return;
         };
@@ -355,12 +355,12 @@ impl Migration {
 
     /// Member `member`'s copies of `slots` are ready, `records` and `bytes`
     /// of them: counted if it is the target of the chunk being copied.
-    pub fn copied(&mut self, member: u16, slots: &[(u32, u32)], records: u64, bytes: u64) {
+    pub fn copied(&mut self, member: MemberId, slots: &[Range<u32>], records: u64, bytes: u64) {
         let Some(c) = self.current.as_ref().filter(|c| c.copied) else {
             return;
         };
         let k = &c.chunk;
-        if k.to == member && slots.iter().any(|&(a, b)| a < k.end && k.first < b) {
+        if k.to == member && slots.iter().any(|r| r.start < k.end && k.first < r.end) {
             self.records += records;
             self.bytes += bytes;
         }
@@ -368,7 +368,7 @@ impl Migration {
 
     /// The target's backup the chunk being copied needs kept (see
     /// [`crate::replication::reconcile`]).
-    pub fn kept(&self) -> Option<(Range<u32>, u16)> {
+    pub fn kept(&self) -> Option<(Range<u32>, MemberId)> {
         self.current
             .as_ref()
             .filter(|c| c.copied && !c.pending.is_empty())
@@ -399,7 +399,7 @@ impl Migration {
     pub fn imported(
         &mut self,
         version: u32,
-        slots: &[(u32, u32)],
+        slots: &[Range<u32>],
         records: u64,
         bytes: u64,
         lost: Option<String>,
@@ -411,7 +411,8 @@ impl Migration {
             return false;
         }
         let before: u32 = c.pending.iter().map(|r| r.end - r.start).sum();
-        for &(a, b) in slots {
+        for s in slots {
+            let (a, b) = (s.start, s.end);
             c.pending = c
                 .pending
                 .iter()
@@ -438,7 +439,7 @@ impl Migration {
     /// handed over are dropped, and the chunk being pulled, if it is from or
     /// to it, counts as done (the records not pulled from a forgotten
     /// source are lost, and the migration says so). Whether it changed.
-    pub fn forget(&mut self, member: u16) -> bool {
+    pub fn forget(&mut self, member: MemberId) -> bool {
         let before = self.todo.len();
         self.todo.retain(|c| c.from != member && c.to != member);
         let mut changed = self.todo.len() != before;
@@ -465,7 +466,7 @@ impl Migration {
 
     /// For status, as of `now_ms`.
     pub fn status(&self, now_ms: u64) -> MigrationStatus {
-        let mut moves: Vec<(u32, u32, u16)> = Vec::new();
+        let mut moves: Vec<(u32, u32, MemberId)> = Vec::new();
         if let Some(c) = &self.current {
             moves.push((c.chunk.first, c.chunk.end, c.chunk.to));
         }
@@ -501,7 +502,7 @@ mod tests {
     use super::*;
     use kvs_proto::Member;
 
-    fn none(_: &ShardMap) -> Vec<(Range<u32>, u16, u16)> {
+    fn none(_: &ShardMap) -> Vec<(Range<u32>, MemberId, MemberId)> {
         Vec::new()
     }
 
@@ -521,43 +522,65 @@ mod tests {
     #[test]
     fn moves_are_cut_into_chunks_of_one_source() {
         let mut m = map();
-        m.assign(100..110, 2, None).unwrap();
-        let c = chunks(&m, &[(90..200, 1)]);
-        let spans: Vec<(u32, u32, u16)> = c.iter().map(|c| (c.first, c.end, c.from)).collect();
+        m.assign(100..110, MemberId(2), None).unwrap();
+        let c = chunks(&m, &[(90..200, MemberId(1))]);
+        let spans: Vec<(u32, u32, MemberId)> = c.iter().map(|c| (c.first, c.end, c.from)).collect();
         assert_eq!(
             spans,
-            [(90, 100, 0), (100, 110, 2), (110, 174, 0), (174, 200, 0)]
+            [(90, 100, 0), (100, 110, 2), (110, 174, 0), (174, 200, 0)].map(|(a, b, m)| (
+                a,
+                b,
+                MemberId(m)
+            ))
         );
-        assert!(chunks(&m, &[(100..110, 2)]).is_empty());
-        assert!(Migration::new(&m, &[(100..110, 2)], 0, false).is_err());
+        assert!(chunks(&m, &[(100..110, MemberId(2))]).is_empty());
+        assert!(Migration::new(&m, &[(100..110, MemberId(2))], 0, false).is_err());
     }
 
     #[test]
     fn a_migration_hands_over_one_chunk_at_a_time_and_finishes_it_on_reports() {
         let mut m = map();
-        let mut g = Migration::new(&m, &[(0..100, 1)], 0, false).unwrap();
+        let mut g = Migration::new(&m, &[(0..100, MemberId(1))], 0, false).unwrap();
         let c = g
-            .step(&mut m, 2, (Some(500), 1, &[0, 1, 2]), &none)
+            .step(
+                &mut m,
+                2,
+                (Some(500), 1, &[MemberId(0), MemberId(1), MemberId(2)]),
+                &none,
+            )
             .unwrap();
-        assert_eq!((c.first, c.end, c.from, c.to), (0, 64, 0, 1));
-        assert_eq!(m.importing_from(10), Some(0));
-        assert_eq!(m.owner_of_slot(10).member, 1);
+        assert_eq!(
+            (c.first, c.end, c.from, c.to),
+            (0, 64, MemberId(0), MemberId(1))
+        );
+        assert_eq!(m.importing_from(10), Some(MemberId(0)));
+        assert_eq!(m.owner_of_slot(10).member, MemberId(1));
         // Nothing moves on until the chunk is in.
         assert!(g
-            .step(&mut m, 3, (Some(500), 1, &[0, 1, 2]), &none)
+            .step(
+                &mut m,
+                3,
+                (Some(500), 1, &[MemberId(0), MemberId(1), MemberId(2)]),
+                &none
+            )
             .is_none());
         assert!(g.running());
         // Reports per target worker; an old version or a stranger's is
         // ignored.
-        assert!(!g.imported(1, &[(0, 64)], 1, 1, None));
-        assert!(!g.imported(2, &[(0, 32)], 10, 100, None));
-        assert!(g.imported(3, &[(32, 64)], 10, 100, None));
+        assert!(!g.imported(1, &[0..64], 1, 1, None));
+        assert!(!g.imported(2, &[0..32], 10, 100, None));
+        assert!(g.imported(3, &[32..64], 10, 100, None));
         let c = g
-            .step(&mut m, 3, (Some(500), 1, &[0, 1, 2]), &none)
+            .step(
+                &mut m,
+                3,
+                (Some(500), 1, &[MemberId(0), MemberId(1), MemberId(2)]),
+                &none,
+            )
             .unwrap();
         assert_eq!((c.first, c.end), (64, 100));
         assert_eq!(m.importing_from(10), None);
-        assert_eq!(m.importing_from(70), Some(0));
+        assert_eq!(m.importing_from(70), Some(MemberId(0)));
         let s = g.status(1000);
         assert_eq!(
             (s.slots_done, s.slots_moving, s.records, s.bytes),
@@ -565,9 +588,14 @@ mod tests {
         );
         // Cancelled: the chunk being pulled finishes, nothing more starts.
         g.cancel();
-        assert!(g.imported(3, &[(64, 100)], 0, 0, None));
+        assert!(g.imported(3, &[64..100], 0, 0, None));
         assert!(g
-            .step(&mut m, 4, (Some(500), 1, &[0, 1, 2]), &none)
+            .step(
+                &mut m,
+                4,
+                (Some(500), 1, &[MemberId(0), MemberId(1), MemberId(2)]),
+                &none
+            )
             .is_none());
         assert!(!g.running());
         let s = g.status(1000);
@@ -579,15 +607,25 @@ mod tests {
     #[test]
     fn cancelling_stops_before_the_next_chunk() {
         let mut m = map();
-        let mut g = Migration::new(&m, &[(0..200, 2)], 0, false).unwrap();
-        g.step(&mut m, 2, (Some(500), 1, &[0, 1, 2]), &none)
-            .unwrap();
+        let mut g = Migration::new(&m, &[(0..200, MemberId(2))], 0, false).unwrap();
+        g.step(
+            &mut m,
+            2,
+            (Some(500), 1, &[MemberId(0), MemberId(1), MemberId(2)]),
+            &none,
+        )
+        .unwrap();
         g.cancel();
-        assert!(g.imported(2, &[(0, 64)], 0, 0, None));
+        assert!(g.imported(2, &[0..64], 0, 0, None));
         assert!(g
-            .step(&mut m, 3, (Some(500), 1, &[0, 1, 2]), &none)
+            .step(
+                &mut m,
+                3,
+                (Some(500), 1, &[MemberId(0), MemberId(1), MemberId(2)]),
+                &none
+            )
             .is_none());
-        assert_eq!(m.slots_of(2), 64);
+        assert_eq!(m.slots_of(MemberId(2)), 64);
         assert_eq!(g.status(1000).slots_done, 64);
     }
 
@@ -595,30 +633,33 @@ mod tests {
     fn with_replicas_a_chunk_is_copied_to_its_target_then_handed_over() {
         let mut m = map();
         // Member 0's slots are backed up on member 1.
-        m.add_backup(0..256, 1).unwrap();
-        m.set_backup_ready(0..256, 1).unwrap();
+        m.add_backup(0..256, MemberId(1)).unwrap();
+        m.set_backup_ready(0..256, MemberId(1)).unwrap();
         m.set_version(2);
-        let up = [0, 1, 2];
-        let mut g = Migration::new(&m, &[(0..100, 2)], 0, false).unwrap();
+        let up = [MemberId(0), MemberId(1), MemberId(2)];
+        let mut g = Migration::new(&m, &[(0..100, MemberId(2))], 0, false).unwrap();
         let c = g.step(&mut m, 3, (Some(500), 2, &up), &none).unwrap();
         m.set_version(3);
-        assert_eq!((c.first, c.end, c.from, c.to), (0, 64, 0, 2));
+        assert_eq!(
+            (c.first, c.end, c.from, c.to),
+            (0, 64, MemberId(0), MemberId(2))
+        );
         // The source keeps the slots; the target is one more backup, kept.
-        assert_eq!(m.owner_of_slot(10).member, 0);
+        assert_eq!(m.owner_of_slot(10).member, MemberId(0));
         assert_eq!(m.importing_from(10), None);
         assert!(m
             .backups(10)
             .iter()
-            .any(|b| b.owner.member == 2 && !b.ready));
-        assert_eq!(g.kept(), Some((0..64, 2)));
+            .any(|b| b.owner.member == MemberId(2) && !b.ready));
+        assert_eq!(g.kept(), Some((0..64, MemberId(2))));
         // Not ready: nothing to hand over, nothing moves on; a pull's
         // report does not count.
         assert!(g.hand_over_due(&m).is_none());
-        assert!(!g.imported(3, &[(0, 64)], 1, 1, None));
+        assert!(!g.imported(3, &[0..64], 1, 1, None));
         assert!(g.step(&mut m, 4, (Some(600), 2, &up), &none).is_none());
-        m.set_backup_ready(0..64, 2).unwrap();
+        m.set_backup_ready(0..64, MemberId(2)).unwrap();
         assert_eq!(g.hand_over_due(&m), Some(c));
-        m.hand_over(0..64, 2).unwrap();
+        m.hand_over(0..64, MemberId(2)).unwrap();
         m.set_version(4);
         // Handed over: the next chunk starts.
         let c = g.step(&mut m, 5, (Some(700), 2, &up), &none).unwrap();
@@ -627,19 +668,26 @@ mod tests {
         assert_eq!(g.status(800).slots_done, 64);
         // The target lost its copies (it restarted without its records):
         // they are made again.
-        m.drop_backup(0..256, 2).unwrap();
+        m.drop_backup(0..256, MemberId(2)).unwrap();
         m.set_version(6);
-        assert!(m.backups(70).iter().all(|b| b.owner.member != 2));
+        assert!(m.backups(70).iter().all(|b| b.owner.member != MemberId(2)));
         assert!(g.step(&mut m, 7, (None, 2, &up), &none).is_none());
-        assert!(m.backups(70).iter().any(|b| b.owner.member == 2));
+        assert!(m.backups(70).iter().any(|b| b.owner.member == MemberId(2)));
         m.set_version(7);
         // The source failed over to its backup: the chunk is given up, and
         // the migration ends, saying so.
         for s in 64..100 {
-            m.promote(s, 1).unwrap();
+            m.promote(s, MemberId(1)).unwrap();
         }
         m.set_version(8);
-        assert!(g.step(&mut m, 9, (Some(900), 2, &[1, 2]), &none).is_none());
+        assert!(g
+            .step(
+                &mut m,
+                9,
+                (Some(900), 2, &[MemberId(1), MemberId(2)]),
+                &none
+            )
+            .is_none());
         assert!(!g.running());
         let st = g.status(1000);
         assert!(

@@ -2,6 +2,7 @@
 //! state it meets, and changes nothing (on every member alike). The leader
 //! asks the same checks before it proposes, to answer with the reason.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 
 use kvs_proto::shard::BadMap;
@@ -47,7 +48,7 @@ pub enum Refusal {
     )]
     NoTarget {
         /// The target named.
-        member: u16,
+        member: MemberId,
         /// How many member ids were given.
         members: u16,
     },
@@ -55,7 +56,7 @@ pub enum Refusal {
     #[error("member {member} is {state:?}; it cannot take slots")]
     TargetNotUp {
         /// The target.
-        member: u16,
+        member: MemberId,
         /// Its standing.
         state: MemberState,
     },
@@ -83,9 +84,9 @@ pub enum Refusal {
     #[error("the next member id is {next}, not {member}")]
     NotNextId {
         /// The id asked for.
-        member: u16,
+        member: MemberId,
         /// The next id.
-        next: u16,
+        next: MemberId,
     },
     /// A join at an address a member has.
     #[error("{addr} is member {member} already")]
@@ -93,7 +94,7 @@ pub enum Refusal {
         /// The address.
         addr: SocketAddr,
         /// The member there.
-        member: u16,
+        member: MemberId,
     },
     /// A join with no workers, or more than a map holds.
     #[error("{0} workers is out of range")]
@@ -103,7 +104,7 @@ pub enum Refusal {
     Full,
     /// A member that has no id, or left.
     #[error("there is no member {0}")]
-    NoMember(u16),
+    NoMember(MemberId),
     /// A voter change that changes nothing.
     #[error(
         "member {member} {} already",
@@ -111,16 +112,16 @@ pub enum Refusal {
     )]
     VoterAlready {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Whether it votes.
         voter: bool,
     },
     /// A change that would leave the control group without a voter.
     #[error("member {0} is the control group's last voter")]
-    LastVoter(u16),
+    LastVoter(MemberId),
     /// A member forgotten twice.
     #[error("member {0} was forgotten already")]
-    Forgotten(u16),
+    Forgotten(MemberId),
     /// A member forgotten without `force` while it owns or exports slots.
     #[error(
         "member {member} owns {held} slots; move them away first \
@@ -129,13 +130,13 @@ pub enum Refusal {
     )]
     OwnsSlots {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Slots it owns.
         held: u32,
     },
     /// A member forgotten with slots and no other member up to take them.
     #[error("no other member is up to take member {0}'s slots")]
-    NoTaker(u16),
+    NoTaker(MemberId),
     /// A forgotten member's slots could not be given to a member up.
     #[error("cannot give slots {first}..{end} to member {to}")]
     CannotGive {
@@ -144,7 +145,7 @@ pub enum Refusal {
         /// One past its last.
         end: u32,
         /// The member it would go to.
-        to: u16,
+        to: MemberId,
     },
     /// A map that does not decode, or a member the map cannot take.
     #[error(transparent)]
@@ -153,7 +154,7 @@ pub enum Refusal {
     #[error("member {member} is {state:?}, not up")]
     NotUp {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Its standing, if it has an id.
         state: Option<MemberState>,
     },
@@ -161,7 +162,7 @@ pub enum Refusal {
     #[error("member {member} is {state:?}, not failed")]
     NotFailed {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Its standing, if it has an id.
         state: Option<MemberState>,
     },
@@ -169,7 +170,7 @@ pub enum Refusal {
     #[error("member {member} is {state:?}")]
     NotRestartable {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Its standing, if it has an id.
         state: Option<MemberState>,
     },
@@ -202,7 +203,7 @@ pub enum Refusal {
         /// One past its last.
         end: u32,
         /// The member.
-        member: u16,
+        member: MemberId,
     },
     /// A hand-over of a chunk that is not the one due.
     #[error("slots {first}..{end} are not ready to be handed to member {to}")]
@@ -212,7 +213,7 @@ pub enum Refusal {
         /// One past its last.
         end: u32,
         /// The target.
-        to: u16,
+        to: MemberId,
     },
     /// A hand-over the map does not allow.
     #[error("slots {first}..{end} cannot be handed to member {to}: {why}")]
@@ -222,7 +223,7 @@ pub enum Refusal {
         /// One past its last.
         end: u32,
         /// The target.
-        to: u16,
+        to: MemberId,
         /// What the map said.
         why: BadMap,
     },
@@ -232,23 +233,23 @@ pub enum Refusal {
         /// The address.
         addr: SocketAddr,
         /// The member there.
-        member: u16,
+        member: MemberId,
     },
     /// An unsafe recovery run on a member that does not vote.
     #[error(
         "member {0} does not vote in the control group: run unsafe-recover on \
          a surviving voter"
     )]
-    SurvivorNotVoter(u16),
+    SurvivorNotVoter(MemberId),
     /// An unsafe recovery that names no lost member.
     #[error("name the members lost for good")]
     NoneLost,
     /// An unsafe recovery that names its survivor lost.
     #[error("member {0} is the one recovering, not lost")]
-    SurvivorLost(u16),
+    SurvivorLost(MemberId),
     /// An unsafe recovery that names a member with no id, or one that left.
     #[error("there is no member {0} (or it was forgotten)")]
-    NoLostMember(u16),
+    NoLostMember(MemberId),
     /// A normal entry that does not decode; the decoder's words.
     #[error("an entry that does not decode: {0}")]
     BadEntry(String),
@@ -270,7 +271,7 @@ mod tests {
         let cases = [
             (
                 Refusal::NoTarget {
-                    member: 7,
+                    member: MemberId(7),
                     members: 2,
                 },
                 "no member 7: the cluster has members 0-1",
@@ -285,7 +286,7 @@ mod tests {
             ),
             (
                 Refusal::OwnsSlots {
-                    member: 1,
+                    member: MemberId(1),
                     held: 16,
                 },
                 "member 1 owns 16 slots; move them away first (kvs-admin migrate), or forget \
@@ -294,14 +295,14 @@ mod tests {
             ),
             (
                 Refusal::VoterAlready {
-                    member: 2,
+                    member: MemberId(2),
                     voter: false,
                 },
                 "member 2 does not vote already",
             ),
             (
                 Refusal::NotUp {
-                    member: 3,
+                    member: MemberId(3),
                     state: Some(MemberState::Failed),
                 },
                 "member 3 is Some(Failed), not up",

@@ -21,12 +21,12 @@
 
 use std::ops::Range;
 
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 /// Promotes, for every slot `member` is primary of, its first ready backup
 /// on a member `up` says is up, and drops `member`'s backups. Returns how
 /// many slots changed primary.
-pub(crate) fn failover(map: &mut ShardMap, member: u16, up: impl Fn(u16) -> bool) -> u32 {
+pub(crate) fn failover(map: &mut ShardMap, member: MemberId, up: impl Fn(MemberId) -> bool) -> u32 {
     let mut promoted = 0;
     for s in 0..map.slots() {
         if map.owner_of_slot(s).member != member {
@@ -49,7 +49,7 @@ pub(crate) fn failover(map: &mut ShardMap, member: u16, up: impl Fn(u16) -> bool
 
 /// A backup a migration is making (its target, copied before it becomes
 /// the primary): never dropped as one too many, and not counted.
-pub(crate) type Kept = Option<(Range<u32>, u16)>;
+pub(crate) type Kept = Option<(Range<u32>, MemberId)>;
 
 /// Drops and adds backups so every slot that is not being imported has
 /// `replicas - 1` of them on members in `up`, as the [module
@@ -59,13 +59,13 @@ pub(crate) type Kept = Option<(Range<u32>, u16)>;
 pub(crate) fn reconcile(
     map: &mut ShardMap,
     replicas: usize,
-    up: &[u16],
+    up: &[MemberId],
     kept: &Kept,
-    zone: impl Fn(u16) -> Option<String>,
+    zone: impl Fn(MemberId) -> Option<String>,
 ) -> bool {
     let want = replicas.saturating_sub(1);
     let before = map.clone();
-    let is_kept = |s: u32, m: u16| {
+    let is_kept = |s: u32, m: MemberId| {
         kept.as_ref()
             .is_some_and(|(r, k)| *k == m && r.contains(&s))
     };
@@ -77,7 +77,7 @@ pub(crate) fn reconcile(
     };
     // Backups on members that are not up.
     for s in 0..map.slots() {
-        let gone: Vec<u16> = map
+        let gone: Vec<MemberId> = map
             .backups(s)
             .iter()
             .map(|b| b.owner.member)
@@ -94,7 +94,7 @@ pub(crate) fn reconcile(
     let mut load = vec![0u32; map.members().len()];
     for s in 0..map.slots() {
         for b in map.backups(s) {
-            load[usize::from(b.owner.member)] += 1;
+            load[b.owner.member.index()] += 1;
         }
     }
     for run in runs_where(map, |m, s| counted(m, s) > want) {
@@ -111,14 +111,14 @@ pub(crate) fn reconcile(
                 // primary).
                 None => {
                     b.iter()
-                        .max_by_key(|b| load[usize::from(b.owner.member)])
+                        .max_by_key(|b| load[b.owner.member.index()])
                         .expect("more than wanted")
                         .owner
                         .member
                 }
             };
             let _ = map.drop_backup(run.clone(), victim);
-            load[usize::from(victim)] -= run.end - run.start;
+            load[victim.index()] -= run.end - run.start;
         }
     }
     // New backups, run by run (a primary that is not up cannot copy).
@@ -127,7 +127,7 @@ pub(crate) fn reconcile(
             continue;
         }
         let primary = map.owner_of_slot(run.start);
-        let mut holders: Vec<u16> = std::iter::once(primary.member)
+        let mut holders: Vec<MemberId> = std::iter::once(primary.member)
             .chain(map.backups(run.start).iter().map(|b| b.owner.member))
             .collect();
         for _ in counted(map, run.start)..want {
@@ -152,18 +152,18 @@ pub(crate) fn reconcile(
 /// primaries.
 pub(crate) fn spread(
     map: &ShardMap,
-    up: &[u16],
-    zone: impl Fn(u16) -> Option<String>,
-) -> Vec<(Range<u32>, u16, u16)> {
+    up: &[MemberId],
+    zone: impl Fn(MemberId) -> Option<String>,
+) -> Vec<(Range<u32>, MemberId, MemberId)> {
     let mut map = map.clone();
     let mut load = vec![0u32; map.members().len()];
     for s in 0..map.slots() {
         for b in map.backups(s) {
-            load[usize::from(b.owner.member)] += 1;
+            load[b.owner.member.index()] += 1;
         }
     }
     let eligible = up.len().max(1) as u32;
-    let total: u32 = up.iter().map(|&m| load[usize::from(m)]).sum();
+    let total: u32 = up.iter().map(|&m| load[m.index()]).sum();
     let (lo, hi) = (total / eligible, total.div_ceil(eligible));
     let mut moved = vec![false; map.slots() as usize];
     let mut out = Vec::new();
@@ -173,14 +173,14 @@ pub(crate) fn spread(
         let to_share = pass < 4;
         let before = out.len();
         for run in runs_where(&map, |_, s| !moved[s as usize]) {
-            let holders: Vec<u16> = std::iter::once(map.owner_of_slot(run.start).member)
+            let holders: Vec<MemberId> = std::iter::once(map.owner_of_slot(run.start).member)
                 .chain(map.backups(run.start).iter().map(|b| b.owner.member))
                 .collect();
             let Some(from) = holders[1..]
                 .iter()
                 .copied()
                 .filter(|b| up.contains(b))
-                .max_by_key(|&b| load[usize::from(b)])
+                .max_by_key(|&b| load[b.index()])
             else {
                 continue;
             };
@@ -194,11 +194,11 @@ pub(crate) fn spread(
                 .copied()
                 .filter(|m| !holders.contains(m))
                 .filter(|&m| zone(m).is_none_or(|z| !taken.contains(&z)))
-                .min_by_key(|&m| load[usize::from(m)])
+                .min_by_key(|&m| load[m.index()])
             else {
                 continue;
             };
-            let (lf, lt) = (load[usize::from(from)], load[usize::from(to)]);
+            let (lf, lt) = (load[from.index()], load[to.index()]);
             let n = if to_share {
                 if lf <= lo || lt >= hi {
                     continue;
@@ -215,8 +215,8 @@ pub(crate) fn spread(
                 continue;
             }
             let _ = map.drop_backup(r.clone(), from);
-            load[usize::from(from)] -= n;
-            load[usize::from(to)] += n;
+            load[from.index()] -= n;
+            load[to.index()] += n;
             moved[r.start as usize..r.end as usize].fill(true);
             out.push((r, from, to));
         }
@@ -253,19 +253,19 @@ fn runs_where(map: &ShardMap, pred: impl Fn(&ShardMap, u32) -> bool) -> Vec<Rang
 /// first member in `up` after `primary` in ring order that holds no copy,
 /// preferring one whose zone holds none.
 fn pick(
-    up: &[u16],
-    holders: &[u16],
-    primary: u16,
-    zone: &impl Fn(u16) -> Option<String>,
-) -> Option<u16> {
-    let mut ring: Vec<u16> = up
+    up: &[MemberId],
+    holders: &[MemberId],
+    primary: MemberId,
+    zone: &impl Fn(MemberId) -> Option<String>,
+) -> Option<MemberId> {
+    let mut ring: Vec<MemberId> = up
         .iter()
         .copied()
         .filter(|m| !holders.contains(m))
         .collect();
-    ring.sort_unstable_by_key(|&m| m.wrapping_sub(primary).wrapping_sub(1));
+    ring.sort_unstable_by_key(|&m| m.0.wrapping_sub(primary.0).wrapping_sub(1));
     let taken: Vec<String> = holders.iter().filter_map(|&h| zone(h)).collect();
-    let fresh = |m: u16| zone(m).is_none_or(|z| !taken.contains(&z));
+    let fresh = |m: MemberId| zone(m).is_none_or(|z| !taken.contains(&z));
     ring.iter()
         .copied()
         .find(|&m| fresh(m))
@@ -296,7 +296,8 @@ mod tests {
         let n = m.members().len() as u32;
         let per = m.slots() / n;
         for i in 1..n {
-            m.assign(i * per..(i + 1) * per, i as u16, None).unwrap();
+            m.assign(i * per..(i + 1) * per, MemberId(i as u16), None)
+                .unwrap();
         }
     }
 
@@ -304,28 +305,61 @@ mod tests {
     fn backups_go_round_the_ring_in_runs_and_respect_zones() {
         let mut m = map(3, 30);
         spread(&mut m);
-        assert!(reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None));
+        assert!(reconcile(
+            &mut m,
+            2,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None
+        ));
         m.set_version(2);
         // Member i's slots are backed up on member i + 1.
         for s in 0..30 {
             let p = m.owner_of_slot(s).member;
             assert_eq!(m.backups(s).len(), 1);
-            assert_eq!(m.backups(s)[0].owner.member, (p + 1) % 3, "{s}");
+            assert_eq!(m.backups(s)[0].owner.member.0, (p.0 + 1) % 3, "{s}");
         }
-        assert!(!reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None), "stable");
+        assert!(
+            !reconcile(
+                &mut m,
+                2,
+                &[MemberId(0), MemberId(1), MemberId(2)],
+                &None,
+                |_| None
+            ),
+            "stable"
+        );
         // Three copies: every member holds every slot.
-        assert!(reconcile(&mut m, 3, &[0, 1, 2], &None, |_| None));
+        assert!(reconcile(
+            &mut m,
+            3,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None
+        ));
         assert!((0..30).all(|s| m.backups(s).len() == 2));
         // Zones: 0 and 1 in rack a, 2 in rack b: member 0's backup goes to
         // rack b, skipping member 1.
         let mut z = map(3, 30);
         spread(&mut z);
-        let rack = |m: u16| Some(if m == 2 { "b" } else { "a" }.to_string());
-        reconcile(&mut z, 2, &[0, 1, 2], &None, rack);
-        assert_eq!(z.backups(0)[0].owner.member, 2);
-        assert_eq!(z.backups(29)[0].owner.member, 0);
+        let rack = |m: MemberId| Some(if m == MemberId(2) { "b" } else { "a" }.to_string());
+        reconcile(
+            &mut z,
+            2,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            rack,
+        );
+        assert_eq!(z.backups(0)[0].owner.member, MemberId(2));
+        assert_eq!(z.backups(29)[0].owner.member, MemberId(0));
         // Back to one copy: the backups go.
-        assert!(reconcile(&mut m, 1, &[0, 1, 2], &None, |_| None));
+        assert!(reconcile(
+            &mut m,
+            1,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None
+        ));
         assert!((0..30).all(|s| m.backups(s).is_empty()));
         // A run per primary's worker, not a run a slot.
         assert!(z.runs().len() <= 6, "{}", z.runs().len());
@@ -335,35 +369,50 @@ mod tests {
     fn failover_promotes_ready_backups_and_leaves_the_rest_unavailable() {
         let mut m = map(3, 30);
         spread(&mut m);
-        reconcile(&mut m, 3, &[0, 1, 2], &None, |_| None);
+        reconcile(
+            &mut m,
+            3,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None,
+        );
         // Member 0's slots 0..5 are ready on member 1 only.
-        m.set_backup_ready(0..5, 1).unwrap();
-        m.set_backup_ready(10..30, 2).unwrap();
+        m.set_backup_ready(0..5, MemberId(1)).unwrap();
+        m.set_backup_ready(10..30, MemberId(2)).unwrap();
         m.set_version(2);
-        let promoted = failover(&mut m, 0, |x| x != 0);
+        let promoted = failover(&mut m, MemberId(0), |x| x != MemberId(0));
         m.set_version(3);
         assert_eq!(promoted, 5);
         for s in 0..5 {
-            assert_eq!(m.owner_of_slot(s).member, 1);
+            assert_eq!(m.owner_of_slot(s).member, MemberId(1));
             assert_eq!(m.epoch(s), 3);
             // The other backup is copied anew.
-            assert!(m.backups(s).iter().all(|b| !b.ready && b.owner.member == 2));
+            assert!(m
+                .backups(s)
+                .iter()
+                .all(|b| !b.ready && b.owner.member == MemberId(2)));
         }
         // No ready backup: still member 0's, unavailable.
-        assert_eq!(m.owner_of_slot(7).member, 0);
+        assert_eq!(m.owner_of_slot(7).member, MemberId(0));
         // Member 0 backs up nothing any more.
-        assert_eq!(m.backup_slots_of(0), 0);
+        assert_eq!(m.backup_slots_of(MemberId(0)), 0);
         // A backup on a failed member is not promoted.
         let mut m2 = m.clone();
-        assert_eq!(failover(&mut m2, 1, |x| x == 1), 0);
+        assert_eq!(failover(&mut m2, MemberId(1), |x| x == MemberId(1)), 0);
         // Reconciling among the members left refills member 2's share
         // without member 0.
-        assert!(reconcile(&mut m, 2, &[1, 2], &None, |_| None));
+        assert!(reconcile(
+            &mut m,
+            2,
+            &[MemberId(1), MemberId(2)],
+            &None,
+            |_| None
+        ));
         for s in 0..30 {
             let p = m.owner_of_slot(s).member;
-            if p != 0 {
+            if p != MemberId(0) {
                 assert_eq!(m.backups(s).len(), 1, "{s}");
-                assert!(m.backups(s)[0].owner.member != 0);
+                assert!(m.backups(s)[0].owner.member != MemberId(0));
             }
         }
     }
@@ -371,45 +420,72 @@ mod tests {
     #[test]
     fn imported_slots_get_backups_once_the_import_ends() {
         let mut m = map(2, 8);
-        m.assign(0..4, 1, Some(0)).unwrap();
-        reconcile(&mut m, 2, &[0, 1], &None, |_| None);
+        m.assign(0..4, MemberId(1), Some(MemberId(0))).unwrap();
+        reconcile(&mut m, 2, &[MemberId(0), MemberId(1)], &None, |_| None);
         assert!((0..4).all(|s| m.backups(s).is_empty()));
         assert!((4..8).all(|s| m.backups(s).len() == 1));
         m.finish_import(0..4).unwrap();
-        assert!(reconcile(&mut m, 2, &[0, 1], &None, |_| None));
-        assert!((0..4).all(|s| m.backups(s)[0].owner.member == 0));
+        assert!(reconcile(
+            &mut m,
+            2,
+            &[MemberId(0), MemberId(1)],
+            &None,
+            |_| None
+        ));
+        assert!((0..4).all(|s| m.backups(s)[0].owner.member == MemberId(0)));
     }
 
     #[test]
     fn a_migrations_target_is_kept_and_the_busiest_backup_goes() {
         let mut m = map(3, 30);
         spread(&mut m);
-        reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None);
-        for member in 0..3 {
+        reconcile(
+            &mut m,
+            2,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None,
+        );
+        for member in (0..3).map(MemberId) {
             m.set_backup_ready(0..30, member).unwrap();
         }
         m.set_version(2);
         // Member 2 is copied member 0's slots 0..10 (it backs up none of
         // them): not dropped, not counted.
-        m.add_backup(0..10, 2).unwrap();
+        m.add_backup(0..10, MemberId(2)).unwrap();
         m.set_version(3);
-        let kept = Some((0..10, 2));
-        assert!(!reconcile(&mut m, 2, &[0, 1, 2], &kept, |_| None));
+        let kept = Some((0..10, MemberId(2)));
+        let all = [MemberId(0), MemberId(1), MemberId(2)];
+        assert!(!reconcile(&mut m, 2, &all, &kept, |_| None));
         assert_eq!(m.backups(5).len(), 2);
         // Without the migration it is one too many, and not ready: it goes.
         let mut n = m.clone();
-        assert!(reconcile(&mut n, 2, &[0, 1, 2], &None, |_| None));
-        assert!((0..10).all(|s| n.backups(s).len() == 1 && n.backups(s)[0].owner.member == 1));
+        assert!(reconcile(
+            &mut n,
+            2,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None
+        ));
+        assert!(
+            (0..10).all(|s| n.backups(s).len() == 1 && n.backups(s)[0].owner.member == MemberId(1))
+        );
         // Handed over: member 2 is primary; 1 and 0 are ready backups. One
         // goes: member 0, which would back up 20 slots to member 1's 10.
-        m.set_backup_ready(0..10, 2).unwrap();
-        m.hand_over(0..10, 2).unwrap();
+        m.set_backup_ready(0..10, MemberId(2)).unwrap();
+        m.hand_over(0..10, MemberId(2)).unwrap();
         m.set_version(4);
-        assert!(reconcile(&mut m, 2, &[0, 1, 2], &None, |_| None));
+        assert!(reconcile(
+            &mut m,
+            2,
+            &[MemberId(0), MemberId(1), MemberId(2)],
+            &None,
+            |_| None
+        ));
         for s in 0..10 {
-            assert_eq!(m.owner_of_slot(s).member, 2);
+            assert_eq!(m.owner_of_slot(s).member, MemberId(2));
             assert_eq!(m.backups(s).len(), 1);
-            assert_eq!(m.backups(s)[0].owner.member, 1, "{s}");
+            assert_eq!(m.backups(s)[0].owner.member, MemberId(1), "{s}");
             assert!(m.backups(s)[0].ready);
         }
     }
@@ -419,45 +495,48 @@ mod tests {
         // Three members, member 0 primary of everything, backed up on
         // member 1 alone: half of the backups go to member 2.
         let mut m = map(3, 30);
-        m.add_backup(0..30, 1).unwrap();
+        m.add_backup(0..30, MemberId(1)).unwrap();
         m.set_version(2);
-        let moves = super::spread(&m, &[0, 1, 2], |_| None);
+        let moves = super::spread(&m, &[MemberId(0), MemberId(1), MemberId(2)], |_| None);
         let to_2: u32 = moves
             .iter()
             .map(|(r, from, to)| {
-                assert_eq!((*from, *to), (1, 2));
+                assert_eq!((*from, *to), (MemberId(1), MemberId(2)));
                 r.end - r.start
             })
             .sum();
         assert_eq!(to_2, 15, "{moves:?}");
         // Member 2 in member 1's zone, member 0 elsewhere: nothing breaks
         // a zone rule (2 takes over from 1, same zone).
-        let z = |x: u16| Some(if x == 0 { "a" } else { "b" }.to_string());
-        assert_eq!(super::spread(&m, &[0, 1, 2], z), moves);
+        let z = |x: MemberId| Some(if x == MemberId(0) { "a" } else { "b" }.to_string());
+        assert_eq!(
+            super::spread(&m, &[MemberId(0), MemberId(1), MemberId(2)], z),
+            moves
+        );
         // But a member in the primary's zone does not take a copy.
-        let z = |x: u16| Some(if x == 1 { "b" } else { "a" }.to_string());
-        assert!(super::spread(&m, &[0, 1, 2], z).is_empty());
+        let z = |x: MemberId| Some(if x == MemberId(1) { "b" } else { "a" }.to_string());
+        assert!(super::spread(&m, &[MemberId(0), MemberId(1), MemberId(2)], z).is_empty());
         // Even already: nothing.
-        m.add_backup(0..15, 2).unwrap();
-        m.drop_backup(0..15, 1).unwrap();
+        m.add_backup(0..15, MemberId(2)).unwrap();
+        m.drop_backup(0..15, MemberId(1)).unwrap();
         m.set_version(3);
-        assert!(super::spread(&m, &[0, 1, 2], |_| None).is_empty());
+        assert!(super::spread(&m, &[MemberId(0), MemberId(1), MemberId(2)], |_| None).is_empty());
         // A member that is not up neither gives nor takes.
-        assert!(super::spread(&m, &[0, 1], |_| None).is_empty());
+        assert!(super::spread(&m, &[MemberId(0), MemberId(1)], |_| None).is_empty());
         // Three primaries, members 0 and 1 backing up each other's slots
         // and member 2's: member 2 ends up with its share.
         let mut m = map(3, 300);
         spread(&mut m);
-        m.add_backup(0..100, 1).unwrap();
-        m.add_backup(100..200, 0).unwrap();
-        m.add_backup(200..250, 0).unwrap();
-        m.add_backup(250..300, 1).unwrap();
+        m.add_backup(0..100, MemberId(1)).unwrap();
+        m.add_backup(100..200, MemberId(0)).unwrap();
+        m.add_backup(200..250, MemberId(0)).unwrap();
+        m.add_backup(250..300, MemberId(1)).unwrap();
         m.set_version(2);
-        for (r, from, to) in super::spread(&m, &[0, 1, 2], |_| None) {
+        for (r, from, to) in super::spread(&m, &[MemberId(0), MemberId(1), MemberId(2)], |_| None) {
             m.add_backup(r.clone(), to).unwrap();
             m.drop_backup(r, from).unwrap();
         }
-        let backed: Vec<u32> = (0..3).map(|x| m.backup_slots_of(x)).collect();
+        let backed: Vec<u32> = (0..3).map(|x| m.backup_slots_of(MemberId(x))).collect();
         assert!(
             backed.iter().all(|&b| (98..=102).contains(&b)),
             "{backed:?}"

@@ -27,17 +27,18 @@ mod migrating;
 
 use std::net::SocketAddr;
 
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 use serde::{Deserialize, Serialize};
 
 pub use entries::{Applied, Command, Membership};
 
 use crate::error::DecodeError;
-use crate::identity::ClusterId;
 use crate::limits::REPLICAS;
+use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::migration::Migration;
 use crate::replication;
+use kvs_proto::ClusterId;
 
 /// The cluster's configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,8 +53,8 @@ pub struct ClusterState {
     map: ShardMap,
     /// Per member id.
     members: Vec<Standing>,
-    /// The index and term of the entry that made the map what it is.
-    map_at: (u64, u64),
+    /// The entry that made the map what it is.
+    map_at: LogPos,
     /// The migration running, or the last one.
     migration: Option<Migration>,
 }
@@ -80,7 +81,7 @@ struct Snap {
     member_timeout_ms: Option<u64>,
     map: Vec<u8>,
     members: Vec<Standing>,
-    map_at: (u64, u64),
+    map_at: LogPos,
     #[serde(default)]
     migration: Option<Migration>,
 }
@@ -122,23 +123,21 @@ impl ClusterState {
                 map.members().len()
             ],
             map,
-            map_at: (1, 1),
+            map_at: LogPos::new(1, 1),
             migration: None,
         }
     }
 
     /// The members that are up (not failed, not gone) and not drained:
     /// those that may take slots and copies.
-    pub fn up_members(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.member_count())
+    pub fn up_members(&self) -> impl Iterator<Item = MemberId> + '_ {
+        self.member_ids()
             .filter(|&m| self.member_state(m) == Some(MemberState::Up) && !self.drained(m))
     }
 
     /// Whether a member was drained (and has not restarted since).
-    pub fn drained(&self, member: u16) -> bool {
-        self.members
-            .get(usize::from(member))
-            .is_some_and(|s| s.drained)
+    pub fn drained(&self, member: MemberId) -> bool {
+        self.members.get(member.index()).is_some_and(|s| s.drained)
     }
 
     /// The cluster's id.
@@ -163,9 +162,9 @@ impl ClusterState {
     }
 
     /// A member's zone, if it gave one.
-    pub fn zone(&self, member: u16) -> Option<&str> {
+    pub fn zone(&self, member: MemberId) -> Option<&str> {
         self.members
-            .get(usize::from(member))
+            .get(member.index())
             .and_then(|s| s.zone.as_deref())
     }
 
@@ -176,11 +175,11 @@ impl ClusterState {
 
     /// Brings every slot's backups to `replicas - 1` on members that are
     /// up ([`replication::reconcile`]); a new map if that changed any.
-    pub(super) fn reconcile(&mut self, at: (u64, u64)) -> bool {
-        let up: Vec<u16> = self.up_members().collect();
+    pub(super) fn reconcile(&mut self, at: LogPos) -> bool {
+        let up: Vec<MemberId> = self.up_members().collect();
         let mut map = self.map.clone();
         let zones: Vec<Option<String>> = self.members.iter().map(|s| s.zone.clone()).collect();
-        let zone = |m: u16| zones.get(usize::from(m)).cloned().flatten();
+        let zone = |m: MemberId| zones.get(m.index()).cloned().flatten();
         let kept = self
             .migration
             .as_ref()
@@ -195,9 +194,9 @@ impl ClusterState {
 
     /// Fails `member`'s slots over to their ready backups and drops its
     /// copies ([`replication::failover`]), then refills the backups.
-    pub(super) fn fail_over(&mut self, member: u16, at: (u64, u64)) {
+    pub(super) fn fail_over(&mut self, member: MemberId, at: LogPos) {
         let mut map = self.map.clone();
-        let up: Vec<u16> = self.up_members().filter(|&m| m != member).collect();
+        let up: Vec<MemberId> = self.up_members().filter(|&m| m != member).collect();
         replication::failover(&mut map, member, |m| up.contains(&m));
         if map != self.map {
             self.set_map(map, at);
@@ -212,8 +211,8 @@ impl ClusterState {
         &self.map
     }
 
-    /// The Raft index and term of the entry the map was committed by.
-    pub fn map_committed_at(&self) -> (u64, u64) {
+    /// The entry the map was committed by.
+    pub fn map_committed_at(&self) -> LogPos {
         self.map_at
     }
 
@@ -222,31 +221,42 @@ impl ClusterState {
         self.members.len() as u16
     }
 
+    /// Every member that was given an id (members that left included).
+    pub fn member_ids(&self) -> impl Iterator<Item = MemberId> + '_ {
+        (0..self.member_count()).map(MemberId)
+    }
+
+    /// The id the next member to join gets.
+    pub fn next_member(&self) -> MemberId {
+        MemberId(self.member_count())
+    }
+
     /// A member's standing, if it has an id.
-    pub fn member_state(&self, member: u16) -> Option<MemberState> {
-        self.members.get(usize::from(member)).map(|s| s.state)
+    pub fn member_state(&self, member: MemberId) -> Option<MemberState> {
+        self.members.get(member.index()).map(|s| s.state)
     }
 
     /// Whether a member votes in the control group.
-    pub fn is_voter(&self, member: u16) -> bool {
+    pub fn is_voter(&self, member: MemberId) -> bool {
         self.members
-            .get(usize::from(member))
+            .get(member.index())
             .is_some_and(|s| s.voter && s.state != MemberState::Left)
     }
 
     /// The members that have not left.
-    pub fn live_members(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.member_count()).filter(|&m| self.member_state(m) != Some(MemberState::Left))
+    pub fn live_members(&self) -> impl Iterator<Item = MemberId> + '_ {
+        self.member_ids()
+            .filter(|&m| self.member_state(m) != Some(MemberState::Left))
     }
 
     /// The member whose setup address is `addr`, if one has it and has not
     /// left.
-    pub fn member_at(&self, addr: SocketAddr) -> Option<u16> {
+    pub fn member_at(&self, addr: SocketAddr) -> Option<MemberId> {
         self.live_members()
-            .find(|&m| self.map.members()[usize::from(m)].addr == addr)
+            .find(|&m| self.map.members()[m.index()].addr == addr)
     }
 
-    pub(super) fn set_map(&mut self, mut map: ShardMap, at: (u64, u64)) {
+    pub(super) fn set_map(&mut self, mut map: ShardMap, at: LogPos) {
         map.set_version(self.map.version() + 1);
         self.map = map;
         self.map_at = at;
@@ -307,21 +317,26 @@ mod tests {
         // copies to the new backups were refused for good.
         let mut s = three();
         spread(&mut s);
-        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
-        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
+        s.apply(&Command::SetReplicas { replicas: 2 }, LogPos::new(10, 1));
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == MemberId(0)));
         let since = s.map().version();
-        s.apply(&ready_cmd(0, vec![(42, 64)], since), (11, 1));
+        s.apply(
+            &ready_cmd(MemberId(0), vec![42..64], since),
+            LogPos::new(11, 1),
+        );
         let mut back = ClusterState::decode(&s.encode()).unwrap();
         assert_eq!(back, s);
         for (i, cmd) in [
             Command::SetReplicas { replicas: 3 },
-            ready_cmd(1, vec![(42, 53)], since + 2),
-            Command::MarkFailed { member: 2 },
+            ready_cmd(MemberId(1), vec![42..53], since + 2),
+            Command::MarkFailed {
+                member: MemberId(2),
+            },
         ]
         .iter()
         .enumerate()
         {
-            let at = (12 + i as u64, 1);
+            let at = LogPos::new(12 + i as u64, 1);
             assert_eq!(back.apply(cmd, at), s.apply(cmd, at));
             assert_eq!(back, s, "after {cmd:?}");
         }
@@ -330,14 +345,25 @@ mod tests {
     #[test]
     fn the_state_reads_back_from_its_bytes() {
         let mut s = three();
-        s.apply(&Command::MarkFailed { member: 1 }, (9, 3));
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(1),
+            },
+            LogPos::new(9, 3),
+        );
         // The group's member_timeout: within bounds, and kept.
         assert_eq!(s.member_timeout(), Some(std::time::Duration::from_secs(1)));
         let bad = Command::SetMemberTimeout { ms: 100 };
-        assert!(matches!(s.apply(&bad, (10, 3)), Applied::Refused(_)));
+        assert!(matches!(
+            s.apply(&bad, LogPos::new(10, 3)),
+            Applied::Refused(_)
+        ));
         let set = Command::SetMemberTimeout { ms: 1500 };
-        assert_eq!(s.apply(&set, (11, 3)), Applied::MemberTimeout(1500));
-        assert_eq!(s.apply(&set, (12, 3)), Applied::Nothing);
+        assert_eq!(
+            s.apply(&set, LogPos::new(11, 3)),
+            Applied::MemberTimeout(1500)
+        );
+        assert_eq!(s.apply(&set, LogPos::new(12, 3)), Applied::Nothing);
         let back = ClusterState::decode(&s.encode()).unwrap();
         assert_eq!(back, s);
         // A state from before the group agreed on it: each member's own.
@@ -347,7 +373,7 @@ mod tests {
         assert_eq!(old.member_timeout(), None);
         assert!(ClusterState::decode(b"{}").is_err());
         let c = Command::Readdress {
-            member: 1,
+            member: MemberId(1),
             addr: addr(7101),
             bulk_port: 5,
         };

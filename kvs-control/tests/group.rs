@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use kvs_control::{Applied, Command, Event, Founding, Group, GroupConfig, GroupError, MemberState};
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 use raft::eraftpb::MessageType;
 use support::{addr, Net};
 
@@ -20,28 +20,28 @@ fn cfg() -> GroupConfig {
 fn three_members_elect_one_leader_and_apply_the_same_changes() {
     let mut net = Net::new(3, 3, cfg());
     let l = net.leader().unwrap();
-    let v = net.move_slots(0..64, 1);
+    let v = net.move_slots(0..64, MemberId(1));
     net.run_until(Duration::from_secs(2), |n| {
         n.alive().all(|m| n.state(m).unwrap().map().version() == v)
     })
     .expect("every member applies the map");
     assert!(net.all_agree());
-    let s = net.state(2).unwrap();
-    assert_eq!(s.map().slots_of(1), 64);
-    assert!((0..3).all(|m| s.is_voter(m)));
+    let s = net.state(MemberId(2)).unwrap();
+    assert_eq!(s.map().slots_of(MemberId(1)), 64);
+    assert!((0..3).map(MemberId).all(|m| s.is_voter(m)));
     // One leader, and every member knows it.
     assert_eq!(
         net.alive()
-            .filter(|&m| net.groups[usize::from(m)].as_ref().unwrap().is_leader())
+            .filter(|&m| net.groups[m.index()].as_ref().unwrap().is_leader())
             .count(),
         1
     );
-    for m in 0..3u16 {
+    for m in (0..3).map(MemberId) {
         assert_eq!(net.group(m).leader(), Some(l));
     }
     // Others refuse proposals and name the leader.
-    let f = (0..3).find(|&m| m != l).unwrap();
-    match net.group(f).propose_forget(2, false, 0) {
+    let f = (0..3).map(MemberId).find(|&m| m != l).unwrap();
+    match net.group(f).propose_forget(MemberId(2), false, 0) {
         Err(GroupError::NotLeader { leader }) => assert_eq!(leader, Some(l)),
         other => panic!("a follower took a proposal: {other:?}"),
     }
@@ -63,7 +63,7 @@ fn the_leader_dies_a_new_one_leads_within_two_timeouts_and_the_old_one_rejoins_a
     let new = net.leader().unwrap();
     assert_ne!(new, old);
     // Map changes go on without the old leader.
-    let v = net.move_slots(100..140, 2);
+    let v = net.move_slots(100..140, MemberId(2));
     net.run_until(Duration::from_secs(2), |n| {
         n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
     })
@@ -88,7 +88,7 @@ fn the_leader_dies_a_new_one_leads_within_two_timeouts_and_the_old_one_rejoins_a
     .expect("the old leader catches up and is up again");
     assert_eq!(net.leader(), Some(new));
     assert!(!net.group(old).is_leader());
-    assert_eq!(net.state(old).unwrap().map().slots_of(2), 40);
+    assert_eq!(net.state(old).unwrap().map().slots_of(MemberId(2)), 40);
 }
 
 #[test]
@@ -96,20 +96,21 @@ fn a_member_cut_off_stops_serving_before_the_group_marks_it_failed_and_serves_ag
     for victim_is_leader in [false, true] {
         let mut net = Net::new(3, 3, cfg());
         let l = net.leader().unwrap();
-        let victim = if victim_is_leader { l } else { (l + 1) % 3 };
+        let victim = if victim_is_leader {
+            l
+        } else {
+            MemberId((l.0 + 1) % 3)
+        };
         net.run_for(Duration::from_millis(200));
         assert!(net.alive().all(|m| {
             let now = net.now;
-            net.groups[usize::from(m)]
-                .as_ref()
-                .unwrap()
-                .lease_valid(now)
+            net.groups[m.index()].as_ref().unwrap().lease_valid(now)
         }));
         net.cut.insert(victim);
         let cut_at = net.now;
         let lost = net
             .run_until(Duration::from_secs(5), |n| {
-                !n.groups[usize::from(victim)]
+                !n.groups[victim.index()]
                     .as_ref()
                     .unwrap()
                     .lease_valid(n.now)
@@ -158,14 +159,14 @@ fn a_member_cut_off_stops_serving_before_the_group_marks_it_failed_and_serves_ag
             let now = n.now;
             n.alive()
                 .filter(|&m| m != victim)
-                .all(|m| n.groups[usize::from(m)].as_ref().unwrap().lease_valid(now))
+                .all(|m| n.groups[m.index()].as_ref().unwrap().lease_valid(now))
         })
         .expect("the rest of the group serves");
         // Healed: it hears from the leader, is marked up, and serves.
         net.cut.clear();
         net.run_until(Duration::from_secs(3), |n| {
             n.all_agree()
-                && n.groups[usize::from(victim)]
+                && n.groups[victim.index()]
                     .as_ref()
                     .unwrap()
                     .lease_valid(n.now)
@@ -186,17 +187,20 @@ fn learners_follow_without_voting_and_a_late_member_is_given_a_snapshot() {
     // group at either one's death).
     let mut net = Net::new(2, 3, c);
     net.run_for(Duration::from_millis(500));
-    let s = net.state(0).unwrap();
-    assert!(s.is_voter(0) && !s.is_voter(1));
+    let s = net.state(MemberId(0)).unwrap();
+    assert!(s.is_voter(MemberId(0)) && !s.is_voter(MemberId(1)));
     // A third member: all three vote once the leader has promoted them.
     net.join();
     net.run_until(Duration::from_secs(3), |n| {
-        n.all_agree() && (0..3).all(|m| n.state(0).unwrap().is_voter(m))
+        n.all_agree()
+            && (0..3)
+                .map(MemberId)
+                .all(|m| n.state(MemberId(0)).unwrap().is_voter(m))
     })
     .expect("three voters");
     // Enough changes that the log is compacted under a snapshot.
     for i in 0..20 {
-        let v = net.move_slots(i * 4..i * 4 + 4, (i % 3) as u16);
+        let v = net.move_slots(i * 4..i * 4 + 4, MemberId((i % 3) as u16));
         net.run_until(Duration::from_secs(2), |n| {
             n.alive().all(|m| n.state(m).unwrap().map().version() >= v)
         })
@@ -206,7 +210,7 @@ fn learners_follow_without_voting_and_a_late_member_is_given_a_snapshot() {
     // a snapshot, not the whole log.
     let late = net.join();
     net.run_for(Duration::from_millis(500));
-    assert!(!net.state(0).unwrap().is_voter(late));
+    assert!(!net.state(MemberId(0)).unwrap().is_voter(late));
     assert!(
         net.events
             .iter()
@@ -217,14 +221,14 @@ fn learners_follow_without_voting_and_a_late_member_is_given_a_snapshot() {
     // With two of the three voters gone, the learner cannot make a quorum:
     // nothing commits.
     let l = net.leader().unwrap();
-    let gone: Vec<u16> = (0..3).filter(|&m| m != l).collect();
+    let gone: Vec<MemberId> = (0..3).map(MemberId).filter(|&m| m != l).collect();
     for &m in &gone {
         net.kill(m);
     }
     net.run_for(Duration::from_secs(3));
     let before = net.state(late).unwrap().map().version();
     if net.leader().is_some() {
-        let _ = net.move_slots(200..210, 2);
+        let _ = net.move_slots(200..210, MemberId(2));
     }
     net.run_for(Duration::from_secs(1));
     assert_eq!(net.state(late).unwrap().map().version(), before);
@@ -238,27 +242,27 @@ fn learners_follow_without_voting_and_a_late_member_is_given_a_snapshot() {
 #[test]
 fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
     let mut net = Net::new(3, 3, cfg());
-    let v = net.move_slots(10..20, 1);
+    let v = net.move_slots(10..20, MemberId(1));
     net.run_until(Duration::from_secs(2), |n| {
         n.alive().all(|m| n.state(m).unwrap().map().version() == v)
     })
     .unwrap();
-    let before = net.state(0).unwrap().clone();
-    for m in 0..3 {
+    let before = net.state(MemberId(0)).unwrap().clone();
+    for m in (0..3).map(MemberId) {
         net.kill(m);
     }
-    for m in 0..3 {
+    for m in (0..3).map(MemberId) {
         net.restart(m);
     }
     net.run_until(Duration::from_secs(5), |n| {
         n.leader().is_some() && n.all_agree()
     })
     .expect("the restarted members elect a leader");
-    let after = net.state(0).unwrap();
+    let after = net.state(MemberId(0)).unwrap();
     assert_eq!(after.cluster_id(), before.cluster_id());
     assert_eq!(after.map(), before.map());
     // A data dir that holds a member is never bootstrapped again.
-    let map = ShardMap::single(addr(0), 256, 2).unwrap();
+    let map = ShardMap::single(addr(MemberId(0)), 256, 2).unwrap();
     let founding = Founding {
         control_voters: 3,
         replicas: 1,
@@ -273,7 +277,7 @@ fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
 fn a_dead_member_is_forgotten_and_the_group_goes_on_without_it() {
     let mut net = Net::new(3, 3, cfg());
     let l = net.leader().unwrap();
-    let dead = (l + 1) % 3;
+    let dead = MemberId((l.0 + 1) % 3);
     // It owns slots: forgetting it is refused without force.
     let v = net.move_slots(0..32, dead);
     net.run_until(Duration::from_secs(2), |n| {
@@ -302,7 +306,7 @@ fn a_dead_member_is_forgotten_and_the_group_goes_on_without_it() {
     .expect("the two remaining members commit");
     // A new member takes a new id; the forgotten one is never reused.
     let fresh = net.join();
-    assert_eq!(fresh, 3);
+    assert_eq!(fresh, MemberId(3));
 }
 
 #[test]
@@ -311,7 +315,7 @@ fn a_message_that_lies_or_does_not_decode_is_refused_without_harm() {
     net.run_for(Duration::from_millis(100));
     let now = net.now;
     let l = net.leader().unwrap();
-    let f = 1 - l;
+    let f = MemberId(1 - l.0);
     net.group(l).tick(now + cfg().tick * 2);
     net.group(l).poll(now).unwrap();
     let out = net.group(l).take_outgoing();
@@ -335,8 +339,8 @@ fn a_message_that_lies_or_does_not_decode_is_refused_without_harm() {
     // leader and panic on the term (Raft's node ids are member ids plus 1).
     let mut p = raft::eraftpb::Message::default();
     p.set_msg_type(MessageType::MsgPropose);
-    p.from = u64::from(l) + 1;
-    p.to = u64::from(f) + 1;
+    p.from = u64::from(l.0) + 1;
+    p.to = u64::from(f.0) + 1;
     p.term = net.group(f).status().term;
     p.set_entries(vec![raft::eraftpb::Entry::default()].into());
     let p = protobuf::Message::write_to_bytes(&p).unwrap();
@@ -358,7 +362,7 @@ fn a_member_killed_and_restarted_again_and_again_is_marked_each_time() {
     let mut net = Net::new(3, 3, cfg());
     for i in 0..10 {
         let l = net.leader().unwrap();
-        let victim = (l + 1 + (i % 2) as u16) % 3;
+        let victim = MemberId((l.0 + 1 + (i % 2) as u16) % 3);
         net.kill(victim);
         net.run_until(Duration::from_secs(3), |n| {
             n.state(l).unwrap().member_state(victim) == Some(MemberState::Failed)
@@ -383,7 +387,7 @@ fn propose_a_map_of_one_run_per_slot(net: &mut Net) -> ShardMap {
     let l = net.leader().unwrap();
     let mut m = net.state(l).unwrap().map().clone();
     for s in (1..m.slots()).step_by(2) {
-        m.assign(s..s + 1, 1, None).unwrap();
+        m.assign(s..s + 1, MemberId(1), None).unwrap();
     }
     m.set_version(m.version() + 1);
     let mut b = Vec::new();
@@ -403,7 +407,7 @@ fn a_snapshot_larger_than_a_control_connection_carries_reaches_a_new_member() {
     let mut net = Net::with_slots(2, 1, cfg(), 1 << 14);
     net.max_message = Some(CONTROL_RING_MESSAGE);
     // The learner is gone: only a snapshot brings the map to anyone.
-    net.kill(1);
+    net.kill(MemberId(1));
     propose_a_map_of_one_run_per_slot(&mut net);
     let late = net.join();
     assert!(net
@@ -419,10 +423,10 @@ fn an_entry_larger_than_a_control_connection_carries_reaches_a_follower() {
     net.max_message = Some(CONTROL_RING_MESSAGE);
     let m = propose_a_map_of_one_run_per_slot(&mut net);
     net.run_until(Duration::from_secs(2), |n| {
-        n.state(1).unwrap().map().version() == m.version()
+        n.state(MemberId(1)).unwrap().map().version() == m.version()
     })
     .expect("the follower applies the map");
-    assert_eq!(net.state(1).unwrap().map(), &m);
+    assert_eq!(net.state(MemberId(1)).unwrap().map(), &m);
 }
 
 /// A snapshot lost on the way (here one of its fragments) is sent again:
@@ -434,11 +438,11 @@ fn a_snapshot_lost_on_the_way_is_sent_again() {
     for report_lost in [false, true] {
         let mut net = Net::with_slots(2, 1, cfg(), 1 << 14);
         net.max_message = Some(CONTROL_RING_MESSAGE);
-        net.kill(1);
+        net.kill(MemberId(1));
         propose_a_map_of_one_run_per_slot(&mut net);
         let mut fragments = 0;
         net.lose = Some(Box::new(move |_, to, b: &[u8]| {
-            if to == 2 && b.first() == Some(&0) {
+            if to == MemberId(2) && b.first() == Some(&0) {
                 fragments += 1;
             }
             fragments == 3
@@ -464,8 +468,8 @@ fn heartbeat() -> Duration {
 fn a_follower_paused_past_its_failure_gets_no_lease_from_the_heartbeats_that_queued_for_it() {
     let mut net = Net::new(3, 3, cfg());
     let l = net.leader().unwrap();
-    let f = (l + 1) % 3;
-    let other = 3 - l - f;
+    let f = MemberId((l.0 + 1) % 3);
+    let other = MemberId(3 - l.0 - f.0);
     net.run_for(Duration::from_millis(200));
     assert!(net.leased(f));
     // Paused: the others go on, mark it failed and apply that.
@@ -524,7 +528,7 @@ fn a_follower_paused_past_its_failure_gets_no_lease_from_the_heartbeats_that_que
 fn a_follower_holds_no_lease_until_it_has_applied_what_the_leader_had_committed() {
     let mut net = Net::new(3, 3, cfg());
     let l = net.leader().unwrap();
-    let f = (l + 1) % 3;
+    let f = MemberId((l.0 + 1) % 3);
     net.run_for(Duration::from_millis(200));
     assert!(net.leased(f));
     // Entries do not reach it; heartbeats and everything else do.
@@ -536,7 +540,7 @@ fn a_follower_holds_no_lease_until_it_has_applied_what_the_leader_had_committed(
                 _ => false,
             }
     }));
-    let v = net.move_slots(0..8, (l + 2) % 3);
+    let v = net.move_slots(0..8, MemberId((l.0 + 2) % 3));
     net.run_until(Duration::from_secs(1), |n| {
         n.state(l).unwrap().map().version() == v
     })
@@ -572,8 +576,8 @@ fn a_follower_holds_no_lease_until_it_has_applied_what_the_leader_had_committed(
 fn the_leader_answers_no_lease_request_of_a_member_it_is_marking_failed() {
     let mut net = Net::new(3, 3, cfg());
     let l = net.leader().unwrap();
-    let f = (l + 1) % 3;
-    let o = 3 - l - f;
+    let f = MemberId((l.0 + 1) % 3);
+    let o = MemberId(3 - l.0 - f.0);
     net.run_for(Duration::from_millis(200));
     // Paused, and entries reach no one: the leader proposes the mark but
     // cannot commit it.
@@ -653,13 +657,13 @@ fn members_keep_their_leases_while_all_is_well_and_lose_them_a_lease_after_a_cut
     let mut i: u32 = 0;
     while net.now < start + Duration::from_secs(4) {
         if i % 25 == 0 {
-            let to = (i / 25 % 3) as u16;
+            let to = MemberId((i / 25 % 3) as u16);
             // Slots 0..32 change hands, four at a time.
             net.move_slots(i / 25 * 4..i / 25 * 4 + 4, to);
         }
         net.step();
         i += 1;
-        for m in 0..3 {
+        for m in (0..3).map(MemberId) {
             assert!(
                 net.leased(m),
                 "member {m} lost its lease {:?} into regular ticking",
@@ -671,7 +675,11 @@ fn members_keep_their_leases_while_all_is_well_and_lose_them_a_lease_after_a_cut
     // after its last request that was answered, which came before the cut.
     for victim_is_leader in [false, true] {
         let l = net.leader().unwrap();
-        let victim = if victim_is_leader { l } else { (l + 1) % 3 };
+        let victim = if victim_is_leader {
+            l
+        } else {
+            MemberId((l.0 + 1) % 3)
+        };
         let cut_at = net.now;
         let expiry = net.group(victim).lease_expiry().unwrap();
         assert!(expiry <= cut_at + cfg().lease, "{:?}", expiry - cut_at);
@@ -746,7 +754,7 @@ fn a_failed_voter_is_replaced_by_a_learner_so_a_second_failure_keeps_the_quorum(
     // Five members, three of them voters: members 3 and 4 are learners.
     let mut net = Net::new(5, 3, cfg());
     let l = net.leader().unwrap();
-    let voters = |n: &Net, at: u16| -> Vec<u16> {
+    let voters = |n: &Net, at: MemberId| -> Vec<MemberId> {
         let s = n.state(at).unwrap();
         s.live_members().filter(|&m| s.is_voter(m)).collect()
     };
@@ -791,7 +799,7 @@ fn a_member_started_with_another_member_timeout_uses_the_groups() {
     let mut net = Net::new(3, 3, cfg());
     let own = GroupConfig::for_member_timeout(Duration::from_millis(3000));
     let group_lease = net.cfg.lease;
-    let lease_left = |net: &mut Net, m: u16| {
+    let lease_left = |net: &mut Net, m: MemberId| {
         let now = net.now;
         net.group(m).lease_expiry().expect("a lease") - now
     };
@@ -806,7 +814,7 @@ fn a_member_started_with_another_member_timeout_uses_the_groups() {
     );
     // A follower restarted with 3 s of its own.
     let l = net.leader().unwrap();
-    let f = (0..3).find(|&m| m != l).unwrap();
+    let f = (0..3).map(MemberId).find(|&m| m != l).unwrap();
     net.kill(f);
     net.restart_with(f, own);
     net.run_for(Duration::from_millis(500));
@@ -838,7 +846,7 @@ fn a_member_started_with_another_member_timeout_uses_the_groups() {
     let new_lease = GroupConfig::for_member_timeout(Duration::from_millis(2000)).lease;
     net.run_until(Duration::from_secs(2), |n| {
         n.alive()
-            .all(|m| n.groups[usize::from(m)].as_ref().unwrap().config().lease == new_lease)
+            .all(|m| n.groups[m.index()].as_ref().unwrap().config().lease == new_lease)
     })
     .expect("every member takes the group's new timing up");
     let l = net.leader().unwrap();
@@ -853,9 +861,9 @@ fn a_survivor_recovers_the_group_after_a_majority_of_voters_is_lost_for_good() {
     // Three voters and a learner; two voters die for good.
     let mut net = Net::new(4, 3, cfg());
     let l = net.leader().unwrap();
-    let survivor = (0..3).find(|&m| m != l).unwrap();
-    let lost: Vec<u16> = (0..3).filter(|&m| m != survivor).collect();
-    let learner = 3;
+    let survivor = (0..3).map(MemberId).find(|&m| m != l).unwrap();
+    let lost: Vec<MemberId> = (0..3).map(MemberId).filter(|&m| m != survivor).collect();
+    let learner = MemberId(3);
     let v = net.move_slots(0..64, lost[0]);
     net.run_until(Duration::from_secs(2), |n| {
         n.alive().all(|m| n.state(m).unwrap().map().version() >= v)

@@ -10,8 +10,11 @@
 //! with [`ControlReply::Keeper`], naming where to go.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
+
+use crate::ids::{ClusterId, MemberId, Ticket};
 
 /// A request to a control endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,7 +52,7 @@ pub enum ControlRequest {
         /// One past the last slot.
         end: u32,
         /// The member to own them.
-        to: u16,
+        to: MemberId,
     },
     /// Spread the slots evenly over all members (leader only): a migration
     /// of every range that moves.
@@ -74,7 +77,7 @@ pub enum ControlRequest {
     /// forgotten. Unsafe: what only the lost members had is gone.
     UnsafeRecover {
         /// The members lost for good.
-        lost: Vec<u16>,
+        lost: Vec<MemberId>,
     },
     /// Make the control group's `member_timeout` `ms` milliseconds (leader
     /// only): every member derives its Raft tick, lease and failure
@@ -88,8 +91,8 @@ pub enum ControlRequest {
     /// backup on a member that is up fail over to it, and the others go,
     /// empty, to the members that are up, their records lost.
     Forget {
-        /// The member.
-        member: u16,
+        /// The member to forget.
+        member: MemberId,
         /// Whether its slots' records may be lost.
         #[serde(default)]
         force: bool,
@@ -111,8 +114,9 @@ pub enum ControlRequest {
     ImportDone {
         /// The map version that handed the slots over.
         version: u32,
-        /// The slots, as `[first, end)` ranges.
-        slots: Vec<(u32, u32)>,
+        /// The slots (`[first, end]` pairs in JSON).
+        #[serde(with = "crate::shard::range_pairs")]
+        slots: Vec<Range<u32>>,
         /// Records and bytes it pulled.
         records: u64,
         /// Bytes of keys and values pulled.
@@ -153,10 +157,10 @@ pub enum ControlReply {
     /// Joined: the cluster's id, the member's id and the map that includes
     /// it. The new member keeps both ids in its data dir.
     Joined {
-        /// The cluster's id (32 hex digits).
-        cluster_id: String,
-        /// Its member id.
-        member: u16,
+        /// The cluster (32 hex digits in JSON).
+        cluster_id: ClusterId,
+        /// The new member.
+        member: MemberId,
         /// The encoded map ([`crate::ShardMap::encode`]).
         map: Vec<u8>,
     },
@@ -172,8 +176,8 @@ pub enum ControlReply {
     /// A pull ticket (the answer to `open_pull`): present it, hex-encoded
     /// here, in the bulk connection's setup.
     Ticket {
-        /// 32 hex digits.
-        ticket: String,
+        /// The ticket (32 hex digits in JSON).
+        ticket: Ticket,
     },
 }
 
@@ -181,8 +185,8 @@ pub enum ControlReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberStatus {
-    /// Its member id.
-    pub member: u16,
+    /// The member.
+    pub member: MemberId,
     /// The version of the map it serves by.
     pub map_version: u32,
     /// Per worker, by number.
@@ -220,7 +224,7 @@ pub struct MemberStatus {
 #[serde(deny_unknown_fields)]
 pub struct CopyStatus {
     /// The primary's member.
-    pub from: u16,
+    pub from: MemberId,
     /// The slots the snapshot covers: `first..end` (not every slot between
     /// need be in it).
     pub first: u32,
@@ -240,10 +244,10 @@ pub struct CopyStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupView {
-    /// The cluster's id (32 hex digits).
-    pub cluster_id: String,
+    /// The cluster (32 hex digits in JSON).
+    pub cluster_id: ClusterId,
     /// The member this one believes leads the group.
-    pub leader: Option<u16>,
+    pub leader: Option<MemberId>,
     /// The Raft term.
     pub term: u64,
     /// The highest log index known committed, and the highest applied.
@@ -267,7 +271,7 @@ pub struct GroupView {
 #[serde(deny_unknown_fields)]
 pub struct GroupMember {
     /// Its id.
-    pub id: u16,
+    pub id: MemberId,
     /// Its setup address.
     pub addr: SocketAddr,
     /// `"up"`, `"failed"` (the leader lost touch with it) or `"left"`
@@ -292,7 +296,7 @@ fn one() -> u8 {
 #[serde(deny_unknown_fields)]
 pub struct ImportStatus {
     /// The member pulled from.
-    pub from: u16,
+    pub from: MemberId,
     /// Slots being pulled.
     pub slots: u32,
     /// Records received so far.
@@ -312,7 +316,7 @@ pub struct ImportStatus {
 pub struct MigrationStatus {
     /// Moves still to run after the current one, and the current one:
     /// `(first, end, to)` slot ranges and their target.
-    pub moves: Vec<(u32, u32, u16)>,
+    pub moves: Vec<(u32, u32, MemberId)>,
     /// Slots the whole migration moves.
     pub slots_total: u32,
     /// Slots whose move is final.
@@ -406,7 +410,7 @@ mod tests {
             Ok(ControlRequest::Join { zone: None, .. })
         ));
         let s = ControlReply::Status(MemberStatus {
-            member: 1,
+            member: MemberId(1),
             map_version: 3,
             workers: vec![WorkerStatus {
                 slots: 512,
@@ -415,7 +419,7 @@ mod tests {
                 bytes: 1000,
             }],
             imports: vec![ImportStatus {
-                from: 0,
+                from: MemberId(0),
                 slots: 64,
                 records: 5,
                 bytes: 500,
@@ -423,7 +427,7 @@ mod tests {
                 retries: 0,
             }],
             migration: Some(MigrationStatus {
-                moves: vec![(0, 64, 1)],
+                moves: vec![(0, 64, MemberId(1))],
                 slots_total: 64,
                 slots_done: 0,
                 slots_moving: 64,
@@ -439,7 +443,7 @@ mod tests {
             drained: false,
             bulk_served: (3, 9),
             copies: vec![CopyStatus {
-                from: 1,
+                from: MemberId(1),
                 first: 0,
                 end: 64,
                 records: 10,
@@ -448,8 +452,8 @@ mod tests {
                 seconds: 0.25,
             }],
             group: Some(GroupView {
-                cluster_id: "ab".repeat(16),
-                leader: Some(1),
+                cluster_id: ClusterId::from_bytes([0xab; 16]),
+                leader: Some(MemberId(1)),
                 term: 3,
                 commit: 9,
                 applied: 9,
@@ -457,7 +461,7 @@ mod tests {
                 replicas: 2,
                 under_replicated_slots: 12,
                 members: vec![GroupMember {
-                    id: 0,
+                    id: MemberId(0),
                     addr: "10.0.0.1:7000".parse().unwrap(),
                     state: "up".into(),
                     voter: true,
@@ -467,7 +471,7 @@ mod tests {
             }),
         });
         let f = ControlRequest::Forget {
-            member: 2,
+            member: MemberId(2),
             force: true,
         };
         assert_eq!(ControlRequest::decode(&f.encode()).unwrap(), f);
@@ -486,5 +490,41 @@ mod tests {
             );
         }
         assert!(ControlReply::decode(b"[1,2]").is_err());
+    }
+
+    #[test]
+    fn typed_ids_and_ranges_keep_their_json() {
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        let j = ControlReply::Joined {
+            cluster_id: ClusterId::from_bytes([0xab; 16]),
+            member: MemberId(2),
+            map: vec![1],
+        };
+        let want = format!(
+            r#"{{"reply":"joined","cluster_id":"{}","member":2,"map":[1]}}"#,
+            "ab".repeat(16)
+        );
+        assert_eq!(text(j.encode()), want);
+        assert_eq!(ControlReply::decode(want.as_bytes()).unwrap(), j);
+        let t = ControlReply::Ticket {
+            ticket: Ticket::from_bytes([1; 16]),
+        };
+        let want = format!(r#"{{"reply":"ticket","ticket":"{}"}}"#, "01".repeat(16));
+        assert_eq!(text(t.encode()), want);
+        assert_eq!(ControlReply::decode(want.as_bytes()).unwrap(), t);
+        let d = ControlRequest::ImportDone {
+            version: 3,
+            slots: vec![0..4, 9..10],
+            records: 1,
+            bytes: 2,
+            lost: None,
+        };
+        let want = r#"{"op":"import_done","version":3,"slots":[[0,4],[9,10]],"records":1,"bytes":2,"lost":null}"#;
+        assert_eq!(text(d.encode()), want);
+        assert_eq!(ControlRequest::decode(want.as_bytes()).unwrap(), d);
+        let r = ControlRequest::UnsafeRecover {
+            lost: vec![MemberId(1), MemberId(4)],
+        };
+        assert_eq!(text(r.encode()), r#"{"op":"unsafe_recover","lost":[1,4]}"#);
     }
 }

@@ -13,6 +13,8 @@
 //! against it). A batch is input from the network: [`Batch::new_checked`]
 //! checks its framing before anything is read from it.
 
+use crate::ids::{ClusterId, MemberId};
+
 mod field {
     use std::ops::Range;
     pub const CLUSTER: Range<usize> = 0..16;
@@ -63,13 +65,13 @@ impl<'a> Batch<'a> {
     }
 
     /// The sender's cluster.
-    pub fn cluster_id(&self) -> [u8; 16] {
-        self.bytes[field::CLUSTER].try_into().expect("16 bytes")
+    pub fn cluster_id(&self) -> ClusterId {
+        ClusterId::from_bytes(self.bytes[field::CLUSTER].try_into().expect("16 bytes"))
     }
 
-    /// The sender's member id.
-    pub fn from(&self) -> u16 {
-        u16::from_le_bytes(self.bytes[field::FROM].try_into().expect("2 bytes"))
+    /// The sender.
+    pub fn from(&self) -> MemberId {
+        MemberId::from_le_bytes(self.bytes[field::FROM].try_into().expect("2 bytes"))
     }
 
     /// How many messages.
@@ -107,9 +109,9 @@ pub struct BatchWriter<'a> {
 impl<'a> BatchWriter<'a> {
     /// Starts a batch from member `from` of cluster `cluster_id` at the end
     /// of `out`.
-    pub fn new(out: &'a mut Vec<u8>, cluster_id: [u8; 16], from: u16) -> BatchWriter<'a> {
+    pub fn new(out: &'a mut Vec<u8>, cluster_id: ClusterId, from: MemberId) -> BatchWriter<'a> {
         let start = out.len();
-        out.extend_from_slice(&cluster_id);
+        out.extend_from_slice(&cluster_id.bytes());
         out.extend_from_slice(&from.to_le_bytes());
         out.extend_from_slice(&0u16.to_le_bytes());
         BatchWriter {
@@ -151,14 +153,17 @@ mod tests {
     #[test]
     fn a_batch_reads_back_what_was_written() {
         let mut b = Vec::new();
-        let mut w = BatchWriter::new(&mut b, [9; 16], 3);
+        let mut w = BatchWriter::new(&mut b, ClusterId::from_bytes([9; 16]), MemberId(3));
         assert!(w.is_empty());
         assert!(w.push(b"one"));
         assert!(w.push(b""));
         assert!(w.push(&[7; 300]));
         assert_eq!(w.len(), 20 + 3 * 4 + 3 + 300);
         let v = Batch::new_checked(&b).unwrap();
-        assert_eq!((v.cluster_id(), v.from(), v.count()), ([9; 16], 3, 3));
+        assert_eq!(
+            (v.cluster_id(), v.from(), v.count()),
+            (ClusterId::from_bytes([9; 16]), MemberId(3), 3)
+        );
         let m: Vec<&[u8]> = v.messages().collect();
         assert_eq!(m, [&b"one"[..], b"", &[7; 300][..]]);
     }
@@ -166,7 +171,7 @@ mod tests {
     #[test]
     fn every_cut_and_every_lie_about_lengths_is_refused() {
         let mut b = Vec::new();
-        let mut w = BatchWriter::new(&mut b, [1; 16], 0);
+        let mut w = BatchWriter::new(&mut b, ClusterId::from_bytes([1; 16]), MemberId(0));
         w.push(b"abc");
         w.push(b"defg");
         for n in 0..b.len() {

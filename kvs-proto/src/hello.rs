@@ -9,6 +9,7 @@
 //! A hello without a token is the 5 bytes of magic and worker.
 
 use crate::auth::{AuthToken, MAX_TOKEN};
+use crate::ids::{ClusterId, MemberId};
 
 /// The worker number a hello names to reach the server's control endpoint
 /// (membership, map pushes, administration) instead of a worker.
@@ -54,10 +55,10 @@ pub struct SetupAnswer {
     pub workers: u16,
     /// The cluster's slots.
     pub slots: u32,
-    /// The server's member id in the shard map.
-    pub member: u16,
-    /// The id of the server's cluster (random, made when it bootstrapped).
-    pub cluster: [u8; 16],
+    /// The server.
+    pub member: MemberId,
+    /// The server's cluster.
+    pub cluster: ClusterId,
 }
 
 /// Byte ranges of a setup answer.
@@ -79,7 +80,7 @@ impl SetupAnswer {
         b[field::WORKERS].copy_from_slice(&self.workers.to_le_bytes());
         b[field::SLOTS].copy_from_slice(&self.slots.to_le_bytes());
         b[field::MEMBER].copy_from_slice(&self.member.to_le_bytes());
-        b[field::CLUSTER].copy_from_slice(&self.cluster);
+        b[field::CLUSTER].copy_from_slice(&self.cluster.bytes());
         b
     }
     /// From the wire: `None` unless exactly an answer.
@@ -90,15 +91,10 @@ impl SetupAnswer {
         Some(SetupAnswer {
             workers: u16::from_le_bytes(b[field::WORKERS].try_into().ok()?),
             slots: u32::from_le_bytes(b[field::SLOTS].try_into().ok()?),
-            member: u16::from_le_bytes(b[field::MEMBER].try_into().ok()?),
-            cluster: b[field::CLUSTER].try_into().ok()?,
+            member: MemberId::from_le_bytes(b[field::MEMBER].try_into().ok()?),
+            cluster: ClusterId::from_bytes(b[field::CLUSTER].try_into().ok()?),
         })
     }
-}
-
-/// The cluster id as it is printed: 32 hex digits.
-pub fn cluster_hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -110,13 +106,13 @@ mod tests {
         let a = SetupAnswer {
             workers: 3,
             slots: 1024,
-            member: 2,
-            cluster: [0xab; 16],
+            member: MemberId(2),
+            cluster: ClusterId::from_bytes([0xab; 16]),
         };
         assert_eq!(SetupAnswer::parse(&a.encode()), Some(a));
         assert_eq!(SetupAnswer::parse(&a.encode()[..23]), None);
         assert_eq!(SetupAnswer::parse(&a.encode()[..8]), None);
-        assert_eq!(cluster_hex(&a.cluster), "ab".repeat(16));
+        assert_eq!(a.cluster.to_string(), "ab".repeat(16));
     }
 
     #[test]

@@ -192,6 +192,24 @@ pub fn mark_resent(req: &mut [u8]) {
 /// Bytes of a request id.
 pub const REQUEST_ID: usize = 16;
 
+/// A write's request id ([`FLAG_ID`]): the client's random id and the
+/// request's number, which together name one write across re-sends and
+/// failovers. On the wire `client u64 | request u64`, little-endian.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RequestId {
+    /// The client's random id (0: no id).
+    pub client: u64,
+    /// The request's number, growing per client.
+    pub request: u64,
+}
+
+impl RequestId {
+    /// `client`'s request number `request`.
+    pub const fn new(client: u64, request: u64) -> RequestId {
+        RequestId { client, request }
+    }
+}
+
 /// Response flag: the SCAN answer stopped early because the response
 /// allowance was full; more records may follow the last one.
 pub const FLAG_TRUNCATED: u8 = 1;
@@ -268,18 +286,17 @@ impl<'a> Request<'a> {
             0
         }
     }
-    /// The request's id, if it carries one: the client's id and the
-    /// request's number.
+    /// The request's id, if it carries one.
     #[inline]
-    pub fn id(&self) -> Option<(u64, u64)> {
+    pub fn id(&self) -> Option<RequestId> {
         if self.id_len() == 0 {
             return None;
         }
         let t = &self.buf[self.buf.len() - REQUEST_ID..];
-        Some((
-            u64::from_le_bytes(t[..8].try_into().ok()?),
-            u64::from_le_bytes(t[8..].try_into().ok()?),
-        ))
+        Some(RequestId {
+            client: u64::from_le_bytes(t[..8].try_into().ok()?),
+            request: u64::from_le_bytes(t[8..].try_into().ok()?),
+        })
     }
     /// The operation.
     pub fn op(&self) -> Op {
@@ -355,11 +372,11 @@ pub fn write_request(
 }
 
 /// Appends a request id to a request [`write_request`] wrote (and flags
-/// it): `client`'s request number `request`.
-pub fn add_request_id(out: &mut Vec<u8>, client: u64, request: u64) {
+/// it).
+pub fn add_request_id(out: &mut Vec<u8>, id: RequestId) {
     out[field::FLAGS] |= FLAG_ID;
-    out.extend_from_slice(&client.to_le_bytes());
-    out.extend_from_slice(&request.to_le_bytes());
+    out.extend_from_slice(&id.client.to_le_bytes());
+    out.extend_from_slice(&id.request.to_le_bytes());
 }
 
 /// A REDIRECT answer's payload: the owner of the key's slot in the
@@ -388,7 +405,7 @@ impl Redirect {
         Ok(Redirect {
             map_version: le32(&b[0..4]),
             owner: crate::shard::Owner {
-                member: le16(&b[4..6]),
+                member: crate::ids::MemberId(le16(&b[4..6])),
                 worker: le16(&b[6..8]),
             },
         })
@@ -513,6 +530,7 @@ impl<'a> Iterator for ScanRecords<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MemberId;
 
     #[test]
     fn requests_round_trip_and_lengths_are_checked() {
@@ -547,20 +565,23 @@ mod tests {
         // A request id at the end, outside the value.
         write_request(&mut b, Op::Put, 7, b"user1", b"value!", 6, 0);
         assert_eq!(Request::new_checked(&b).unwrap().id(), None);
-        add_request_id(&mut b, 0xfeed, 42);
+        add_request_id(&mut b, RequestId::new(0xfeed, 42));
         let r = Request::new_checked(&b).unwrap();
         assert_eq!((r.key(), r.value()), (&b"user1"[..], &b"value!"[..]));
-        assert_eq!(r.id(), Some((0xfeed, 42)));
+        assert_eq!(r.id(), Some(RequestId::new(0xfeed, 42)));
         assert!(Request::new_checked(&b[..b.len() - 1]).is_err());
         let mut d = Vec::new();
         write_request(&mut d, Op::Delete, 1, b"k", &[], 0, 0);
-        add_request_id(&mut d, 1, 2);
-        assert_eq!(Request::new_checked(&d).unwrap().id(), Some((1, 2)));
+        add_request_id(&mut d, RequestId::new(1, 2));
+        assert_eq!(
+            Request::new_checked(&d).unwrap().id(),
+            Some(RequestId::new(1, 2))
+        );
         // Marked as sent again, it keeps its id.
         assert!(!Request::new_checked(&d).unwrap().resent());
         mark_resent(&mut d);
         let r = Request::new_checked(&d).unwrap();
-        assert!(r.resent() && r.id() == Some((1, 2)));
+        assert!(r.resent() && r.id() == Some(RequestId::new(1, 2)));
         // A SCAN carries the count, not a value.
         write_request(&mut b, Op::Scan, 1, b"k", &[], 100, 0);
         let r = Request::new_checked(&b).unwrap();
@@ -591,7 +612,7 @@ mod tests {
         let r = Redirect {
             map_version: 7,
             owner: crate::shard::Owner {
-                member: 2,
+                member: MemberId(2),
                 worker: 3,
             },
         };

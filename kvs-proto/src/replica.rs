@@ -24,7 +24,10 @@
 //! [`Status::Fenced`]: crate::proto::Status::Fenced
 //! [`Status::TryAgain`]: crate::proto::Status::TryAgain
 
-use crate::proto::{Op, WireError};
+use std::ops::Range;
+
+use crate::ids::{MemberId, Ticket};
+use crate::proto::{Op, RequestId, WireError};
 use crate::Owner;
 
 mod field {
@@ -155,8 +158,8 @@ pub struct Header {
     pub seq: u64,
     /// Where a patch goes in the value.
     pub offset: u32,
-    /// The client's request id of a write (`(0, 0)`: none).
-    pub id: (u64, u64),
+    /// The client's request id of a write (client 0: none).
+    pub id: RequestId,
 }
 
 /// What a [`Kind::CopyBegin`] carries: the ticket (its key) that opens the
@@ -172,8 +175,8 @@ pub struct Header {
 /// carry no records).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CopyBegin {
-    /// The ticket.
-    pub ticket: [u8; 16],
+    /// Opens the snapshot.
+    pub ticket: Ticket,
     /// The first slot the snapshot covers.
     pub first: u32,
     /// One past the last.
@@ -188,6 +191,11 @@ impl CopyBegin {
     /// Bytes of the value.
     pub const VALUE: usize = 24;
 
+    /// The slots the snapshot covers.
+    pub fn slots(&self) -> Range<u32> {
+        self.first..self.end
+    }
+
     /// The value's bytes.
     pub fn value(&self) -> [u8; Self::VALUE] {
         let mut v = [0u8; Self::VALUE];
@@ -200,7 +208,7 @@ impl CopyBegin {
 
     /// From a begin's key and value; `None` if they are not one.
     pub fn parse(key: &[u8], value: &[u8]) -> Option<CopyBegin> {
-        let ticket: [u8; 16] = key.try_into().ok()?;
+        let ticket = Ticket::from_bytes(key.try_into().ok()?);
         if value.len() != Self::VALUE {
             return None;
         }
@@ -231,8 +239,8 @@ pub fn write_replicate(out: &mut Vec<u8>, h: &Header, key: &[u8], value: &[u8]) 
     out.extend_from_slice(&h.seq.to_le_bytes());
     out.extend_from_slice(&h.offset.to_le_bytes());
     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
-    out.extend_from_slice(&h.id.0.to_le_bytes());
-    out.extend_from_slice(&h.id.1.to_le_bytes());
+    out.extend_from_slice(&h.id.client.to_le_bytes());
+    out.extend_from_slice(&h.id.request.to_le_bytes());
     out.extend_from_slice(key);
     out.extend_from_slice(value);
 }
@@ -269,12 +277,12 @@ impl<'a> Replicate<'a> {
             slot: le32(&b[field::SLOT]),
             epoch: le32(&b[field::EPOCH]),
             primary: Owner {
-                member: le16(&b[field::PRIMARY_MEMBER]),
+                member: MemberId(le16(&b[field::PRIMARY_MEMBER])),
                 worker: le16(&b[field::PRIMARY_WORKER]),
             },
             seq: le64(&b[field::SEQ]),
             offset: le32(&b[field::OFFSET]),
-            id: (le64(&b[field::CLIENT]), le64(&b[field::REQUEST])),
+            id: RequestId::new(le64(&b[field::CLIENT]), le64(&b[field::REQUEST])),
         }
     }
 
@@ -322,12 +330,12 @@ mod tests {
             slot: 77,
             epoch: 9,
             primary: Owner {
-                member: 2,
+                member: MemberId(2),
                 worker: 1,
             },
             seq: 1 << 40,
             offset: 5,
-            id: (0xc11e, 77),
+            id: RequestId::new(0xc11e, 77),
         };
         let mut b = Vec::new();
         write_replicate(&mut b, &h, b"key", b"value");
@@ -380,16 +388,17 @@ mod tests {
     #[test]
     fn a_copy_begin_round_trips_and_refuses_what_is_not_one() {
         let c = CopyBegin {
-            ticket: [7; 16],
+            ticket: Ticket::from_bytes([7; 16]),
             first: 10,
             end: 12,
             records: 3,
             bytes: 1 << 33,
         };
-        assert_eq!(CopyBegin::parse(&c.ticket, &c.value()), Some(c));
-        assert_eq!(CopyBegin::parse(&c.ticket[..15], &c.value()), None);
-        assert_eq!(CopyBegin::parse(&c.ticket, &c.value()[..23]), None);
+        let key = c.ticket.bytes();
+        assert_eq!(CopyBegin::parse(&key, &c.value()), Some(c));
+        assert_eq!(CopyBegin::parse(&key[..15], &c.value()), None);
+        assert_eq!(CopyBegin::parse(&key, &c.value()[..23]), None);
         let empty = CopyBegin { end: 10, ..c };
-        assert_eq!(CopyBegin::parse(&c.ticket, &empty.value()), None);
+        assert_eq!(CopyBegin::parse(&key, &empty.value()), None);
     }
 }

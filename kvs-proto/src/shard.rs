@@ -24,6 +24,8 @@
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::ops::Range;
 
+use crate::ids::MemberId;
+
 pub mod replicas;
 pub use replicas::{Backup, Backups, MAX_BACKUPS};
 
@@ -47,7 +49,7 @@ pub const MAX_WORKERS: u16 = 1024;
 /// Bytes a run of slots takes in an encoded map.
 pub const RUN_BYTES: usize = field::RUN;
 /// "No member": the `from` of a slot nobody is importing.
-pub const NO_MEMBER: u16 = u16::MAX;
+pub const NO_MEMBER: MemberId = MemberId(u16::MAX);
 
 mod field {
     use std::ops::Range;
@@ -82,8 +84,8 @@ mod field {
 /// Who owns a slot: a member and one of its workers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Owner {
-    /// The member (an index into [`ShardMap::members`]).
-    pub member: u16,
+    /// The member.
+    pub member: MemberId,
     /// The member's worker.
     pub worker: u16,
 }
@@ -110,11 +112,32 @@ pub struct Run {
     /// Their owner.
     pub owner: Owner,
     /// The member the owner is still importing them from, if any.
-    pub from: Option<u16>,
+    pub from: Option<MemberId>,
     /// The map version at which their replica set last changed.
     pub epoch: u32,
     /// Their backups.
     pub backups: Backups,
+}
+
+/// Serde for lists of slot ranges in the form control messages and log
+/// entries carry them, `[first, end]` pairs:
+/// `#[serde(with = "kvs_proto::shard::range_pairs")]` on a
+/// `Vec<Range<u32>>`.
+pub mod range_pairs {
+    use std::ops::Range;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `[[first, end], ...]`.
+    pub fn serialize<S: Serializer>(v: &[Range<u32>], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(v.iter().map(|r| (r.start, r.end)))
+    }
+
+    /// Reads `[[first, end], ...]`.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Range<u32>>, D::Error> {
+        let v = Vec::<(u32, u32)>::deserialize(d)?;
+        Ok(v.into_iter().map(|(first, end)| first..end).collect())
+    }
 }
 
 /// A shard map that does not decode or is inconsistent.
@@ -130,7 +153,7 @@ pub struct ShardMap {
     members: Vec<Member>,
     owner: Vec<Owner>,
     /// Per slot: the member its owner imports it from, or [`NO_MEMBER`].
-    from: Vec<u16>,
+    from: Vec<MemberId>,
     /// Per slot: the version at which its replica set last changed.
     epoch: Vec<u32>,
     /// Per slot: its backups.
@@ -150,7 +173,7 @@ impl ShardMap {
         }
         let owner = (0..slots)
             .map(|s| Owner {
-                member: 0,
+                member: MemberId(0),
                 worker: block_worker(s, slots, workers),
             })
             .collect();
@@ -184,6 +207,10 @@ impl ShardMap {
     pub fn members(&self) -> &[Member] {
         &self.members
     }
+    /// The members' ids, in order.
+    pub fn member_ids(&self) -> impl Iterator<Item = MemberId> + use<> {
+        (0..self.members.len() as u16).map(MemberId)
+    }
     /// The owner of a slot (`slot < slots()`).
     #[inline]
     pub fn owner_of_slot(&self, slot: u32) -> Owner {
@@ -195,7 +222,7 @@ impl ShardMap {
         self.owner[slot_of(key, self.slots()) as usize]
     }
     /// The member `slot`'s owner is still importing it from, if any.
-    pub fn importing_from(&self, slot: u32) -> Option<u16> {
+    pub fn importing_from(&self, slot: u32) -> Option<MemberId> {
         match self.from.get(slot as usize) {
             Some(&f) if f != NO_MEMBER => Some(f),
             _ => None,
@@ -206,13 +233,13 @@ impl ShardMap {
         self.from.iter().any(|&f| f != NO_MEMBER)
     }
     /// How many slots `member` owns.
-    pub fn slots_of(&self, member: u16) -> u32 {
+    pub fn slots_of(&self, member: MemberId) -> u32 {
         self.owner.iter().filter(|o| o.member == member).count() as u32
     }
 
     /// Adds a member owning no slots; returns its id. The caller sets the
     /// version.
-    pub fn add_member(&mut self, m: Member) -> Result<u16, BadMap> {
+    pub fn add_member(&mut self, m: Member) -> Result<MemberId, BadMap> {
         if self.members.len() >= usize::from(MAX_MEMBERS) {
             return Err(BadMap("too many members"));
         }
@@ -220,24 +247,24 @@ impl ShardMap {
             return Err(BadMap("worker count out of range"));
         }
         self.members.push(m);
-        Ok((self.members.len() - 1) as u16)
+        Ok(MemberId((self.members.len() - 1) as u16))
     }
 
     /// Sets a member's bulk-transfer port.
-    pub fn set_bulk_port(&mut self, member: u16, port: u16) -> Result<(), BadMap> {
+    pub fn set_bulk_port(&mut self, member: MemberId, port: u16) -> Result<(), BadMap> {
         let m = self
             .members
-            .get_mut(usize::from(member))
+            .get_mut(member.index())
             .ok_or(BadMap("no such member"))?;
         m.bulk_port = port;
         Ok(())
     }
 
     /// Replaces a member's address (it learned its reachable one).
-    pub fn set_member_addr(&mut self, member: u16, addr: SocketAddr) -> Result<(), BadMap> {
+    pub fn set_member_addr(&mut self, member: MemberId, addr: SocketAddr) -> Result<(), BadMap> {
         let m = self
             .members
-            .get_mut(usize::from(member))
+            .get_mut(member.index())
             .ok_or(BadMap("no such member"))?;
         m.addr = addr;
         Ok(())
@@ -250,19 +277,19 @@ impl ShardMap {
     pub fn assign(
         &mut self,
         slots: Range<u32>,
-        member: u16,
-        from: Option<u16>,
+        member: MemberId,
+        from: Option<MemberId>,
     ) -> Result<(), BadMap> {
         if slots.start > slots.end || slots.end > self.slots() {
             return Err(BadMap("slot range out of bounds"));
         }
         let workers = self
             .members
-            .get(usize::from(member))
+            .get(member.index())
             .ok_or(BadMap("no such member"))?
             .workers;
         if let Some(f) = from {
-            if usize::from(f) >= self.members.len() || f == member {
+            if f.index() >= self.members.len() || f == member {
                 return Err(BadMap("bad import source"));
             }
         }
@@ -302,49 +329,50 @@ impl ShardMap {
     /// ends with `slots / members` slots, the first `slots % members` one
     /// more. Members with too many give up their highest slots; the moves
     /// come as `(slots, to)` with consecutive slots for one target merged.
-    pub fn rebalance_moves(&self) -> Vec<(Range<u32>, u16)> {
-        let all: Vec<u16> = (0..self.members.len() as u16).collect();
+    pub fn rebalance_moves(&self) -> Vec<(Range<u32>, MemberId)> {
+        let all: Vec<MemberId> = self.member_ids().collect();
         self.rebalance_moves_among(&all)
     }
 
     /// [`rebalance_moves`](Self::rebalance_moves) over the members in
     /// `among` only: the others (failed, or gone) end with no slots. Empty
     /// when `among` is.
-    pub fn rebalance_moves_among(&self, among: &[u16]) -> Vec<(Range<u32>, u16)> {
+    pub fn rebalance_moves_among(&self, among: &[MemberId]) -> Vec<(Range<u32>, MemberId)> {
         let n = among.len() as u32;
         if n == 0 {
             return Vec::new();
         }
-        let share = |m: u16| match among.iter().position(|&a| a == m) {
+        let share = |m: MemberId| match among.iter().position(|&a| a == m) {
             Some(rank) => self.slots() / n + u32::from((rank as u32) < self.slots() % n),
             None => 0,
         };
         let mut held: Vec<Vec<u32>> = vec![Vec::new(); self.members.len()];
         for (s, o) in self.owner.iter().enumerate() {
-            held[usize::from(o.member)].push(s as u32);
+            held[o.member.index()].push(s as u32);
         }
         // Surplus slots, highest first from each member with too many.
         let mut spare: Vec<u32> = Vec::new();
         for (m, h) in held.iter().enumerate() {
-            let keep = share(m as u16) as usize;
+            let keep = share(MemberId(m as u16)) as usize;
             if h.len() > keep {
                 spare.extend_from_slice(&h[keep..]);
             }
         }
         spare.sort_unstable();
         let mut spare = spare.into_iter();
-        let mut to: Vec<(u32, u16)> = Vec::new();
+        let mut to: Vec<(u32, MemberId)> = Vec::new();
         for (m, h) in held.iter().enumerate() {
-            let want = share(m as u16) as usize;
+            let m = MemberId(m as u16);
+            let want = share(m) as usize;
             for _ in h.len()..want {
                 match spare.next() {
-                    Some(s) => to.push((s, m as u16)),
+                    Some(s) => to.push((s, m)),
                     None => break,
                 }
             }
         }
         to.sort_unstable();
-        let mut moves: Vec<(Range<u32>, u16)> = Vec::new();
+        let mut moves: Vec<(Range<u32>, MemberId)> = Vec::new();
         for (s, m) in to {
             match moves.last_mut() {
                 Some((r, t)) if *t == m && r.end == s => r.end = s + 1,
@@ -482,17 +510,17 @@ impl ShardMap {
                 return Err(BadMap("runs do not cover the slots once, in order"));
             }
             let o = Owner {
-                member: le16(&r[field::R_MEMBER]),
+                member: MemberId(le16(&r[field::R_MEMBER])),
                 worker: le16(&r[field::R_WORKER]),
             };
             let m = members
-                .get(usize::from(o.member))
+                .get(o.member.index())
                 .ok_or(BadMap("owner is not a member"))?;
             if o.worker >= m.workers {
                 return Err(BadMap("owner's worker out of range"));
             }
-            let f = le16(&r[field::R_FROM]);
-            if f != NO_MEMBER && (f >= nmembers || f == o.member) {
+            let f = MemberId(le16(&r[field::R_FROM]));
+            if f != NO_MEMBER && (f.0 >= nmembers || f == o.member) {
                 return Err(BadMap("bad import source"));
             }
             let epoch = le32(&r[field::R_EPOCH]);
@@ -538,7 +566,7 @@ fn decode_backups(r: &[u8], owner: Owner, members: &[Member]) -> Result<Backups,
         }
         let b = Backup {
             owner: Owner {
-                member: le16(&f[field::B_MEMBER]),
+                member: MemberId(le16(&f[field::B_MEMBER])),
                 worker: le16(&f[field::B_WORKER]),
             },
             ready: match f[field::B_READY] {
@@ -548,7 +576,7 @@ fn decode_backups(r: &[u8], owner: Owner, members: &[Member]) -> Result<Backups,
             },
         };
         let m = members
-            .get(usize::from(b.owner.member))
+            .get(b.owner.member.index())
             .ok_or(BadMap("a backup is not a member"))?;
         if b.owner.worker >= m.workers {
             return Err(BadMap("a backup's worker out of range"));
@@ -590,12 +618,12 @@ mod tests {
             workers: 2,
             bulk_port: 9,
         });
-        assert_eq!(b, Ok(1));
-        m.assign(10..20, 1, Some(0)).unwrap();
+        assert_eq!(b, Ok(MemberId(1)));
+        m.assign(10..20, MemberId(1), Some(MemberId(0))).unwrap();
         m.set_version(2);
-        assert_eq!(m.importing_from(15), Some(0));
+        assert_eq!(m.importing_from(15), Some(MemberId(0)));
         assert_eq!(m.importing_from(20), None);
-        assert_eq!(m.slots_of(1), 10);
+        assert_eq!(m.slots_of(MemberId(1)), 10);
         let mut e = Vec::new();
         m.encode(&mut e);
         assert_eq!(e.len(), m.encoded_len());
@@ -615,7 +643,7 @@ mod tests {
                 if let Ok(d) = ShardMap::decode(&c) {
                     for s in 0..d.slots() {
                         let o = d.owner_of_slot(s);
-                        assert!(o.worker < d.members()[usize::from(o.member)].workers);
+                        assert!(o.worker < d.members()[o.member.index()].workers);
                     }
                 }
             }
@@ -671,41 +699,41 @@ mod tests {
         assert_eq!(
             m.owner_of_slot(0),
             Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 0
             }
         );
         assert_eq!(
             m.owner_of_slot(255),
             Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 0
             }
         );
         assert_eq!(
             m.owner_of_slot(256),
             Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 1
             }
         );
         assert_eq!(
             m.owner_of_slot(511),
             Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 1
             }
         );
         assert_eq!(
             m.owner_of_slot(512),
             Owner {
-                member: 0,
+                member: MemberId(0),
                 worker: 2
             }
         );
         assert!(m.assign(0..1025, id, None).is_err());
-        assert!(m.assign(0..1, 2, None).is_err());
-        assert!(m.assign(0..1, 1, Some(1)).is_err());
+        assert!(m.assign(0..1, MemberId(2), None).is_err());
+        assert!(m.assign(0..1, MemberId(1), Some(MemberId(1))).is_err());
         assert!(ShardMap::single(addr(1), 0, 1).is_err());
         assert!(ShardMap::single(addr(1), 1, 0).is_err());
     }
@@ -725,12 +753,15 @@ mod tests {
         let moves = m.rebalance_moves();
         // Member 0 keeps 334 (1000 = 334 + 333 + 333), the rest moves in
         // two ranges.
-        assert_eq!(moves, vec![(334..667, 1), (667..1000, 2)]);
+        assert_eq!(
+            moves,
+            vec![(334..667, MemberId(1)), (667..1000, MemberId(2))]
+        );
         for (r, to) in &moves {
-            m.assign(r.clone(), *to, Some(0)).unwrap();
+            m.assign(r.clone(), *to, Some(MemberId(0))).unwrap();
         }
         assert_eq!(
-            (0..3).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
+            (0..3).map(|i| m.slots_of(MemberId(i))).collect::<Vec<_>>(),
             [334, 333, 333]
         );
         assert!(m.rebalance_moves().is_empty());
@@ -742,20 +773,20 @@ mod tests {
         })
         .unwrap();
         for (r, to) in m.rebalance_moves() {
-            assert_eq!(to, 3);
+            assert_eq!(to, MemberId(3));
             m.assign(r, to, None).unwrap();
         }
         assert_eq!(
-            (0..4).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
+            (0..4).map(|i| m.slots_of(MemberId(i))).collect::<Vec<_>>(),
             [250, 250, 250, 250]
         );
         // Over members 0, 2 and 3 only: member 1 gives all of its slots up.
-        for (r, to) in m.rebalance_moves_among(&[0, 2, 3]) {
-            assert_ne!(to, 1);
+        for (r, to) in m.rebalance_moves_among(&[MemberId(0), MemberId(2), MemberId(3)]) {
+            assert_ne!(to, MemberId(1));
             m.assign(r, to, None).unwrap();
         }
         assert_eq!(
-            (0..4).map(|i| m.slots_of(i)).collect::<Vec<_>>(),
+            (0..4).map(|i| m.slots_of(MemberId(i))).collect::<Vec<_>>(),
             [334, 0, 333, 333]
         );
         assert!(m.rebalance_moves_among(&[]).is_empty());

@@ -8,6 +8,7 @@
 //! cargo bench -p kvs-server --bench control [-- --commits N --kills N --leader-kills N]
 //! ```
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -72,7 +73,7 @@ fn main() {
     // once its entry is committed and applied at the leader (proposal,
     // replication to a quorum, each member's fdatasync, apply). Empty slots
     // move back and forth between members 1 and 2.
-    let leader = |cc: &mut ControlClient| -> u16 {
+    let leader = |cc: &mut ControlClient| -> MemberId {
         addrs
             .iter()
             .find_map(|&a| view(cc, a).and_then(|g| g.leader))
@@ -81,18 +82,18 @@ fn main() {
     let l = leader(&mut cc);
     let mut lat = Vec::with_capacity(commits);
     for i in 0..commits {
-        let to = 1 + (i % 2) as u16;
+        let to = MemberId(1 + (i % 2) as u16);
         let req = ControlRequest::Migrate {
             first: 0,
             end: 1,
             to,
         };
         let t = Instant::now();
-        let r = cc.request(addrs[usize::from(l)], &req).expect("an answer");
+        let r = cc.request(addrs[l.index()], &req).expect("an answer");
         lat.push(t.elapsed());
         assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
         wait("the migration", Duration::from_secs(30), || {
-            status(&mut cc, addrs[usize::from(l)])
+            status(&mut cc, addrs[l.index()])
                 .and_then(|s| s.migration)
                 .is_some_and(|m| m.finished)
         });
@@ -110,19 +111,19 @@ fn main() {
     for i in 0..kills {
         let l = leader(&mut cc);
         let victim = (1..3u16)
-            .map(|d| (l + d) % 3)
+            .map(|d| MemberId((l.0 + d) % 3))
             .nth(i % 2)
             .expect("a follower");
-        let v = usize::from(victim);
+        let v = victim.index();
         procs[v].kill9();
         let t = Instant::now();
         wait("the failed mark", Duration::from_secs(10), || {
-            view(&mut cc, addrs[usize::from(l)]).is_some_and(|g| g.members[v].state == "failed")
+            view(&mut cc, addrs[l.index()]).is_some_and(|g| g.members[v].state == "failed")
         });
         detect.push(t.elapsed());
         procs[v] = member(&fabric, &dirs[v], &addrs[v].to_string(), None);
         wait("the member back up", Duration::from_secs(20), || {
-            view(&mut cc, addrs[usize::from(l)]).is_some_and(|g| g.members[v].state == "up")
+            view(&mut cc, addrs[l.index()]).is_some_and(|g| g.members[v].state == "up")
         });
     }
     println!(
@@ -136,14 +137,14 @@ fn main() {
     // leader.
     let mut elect = Vec::new();
     for _ in 0..leader_kills {
-        let l = usize::from(leader(&mut cc));
+        let l = (leader(&mut cc)).index();
         procs[l].kill9();
         let t = Instant::now();
         wait("a new leader", Duration::from_secs(10), || {
             (0..3)
                 .filter(|&m| m != l)
                 .filter_map(|m| view(&mut cc, addrs[m]))
-                .any(|g| g.leader.is_some_and(|x| usize::from(x) != l))
+                .any(|g| g.leader.is_some_and(|x| x.index() != l))
         });
         elect.push(t.elapsed());
         procs[l] = member(&fabric, &dirs[l], &addrs[l].to_string(), None);

@@ -88,7 +88,7 @@ fn main() {
     );
     let leader = view(&mut cc, &addrs).and_then(|g| g.leader).unwrap();
     let r = cc
-        .request(addrs[usize::from(leader)], &ControlRequest::Rebalance)
+        .request(addrs[leader.index()], &ControlRequest::Rebalance)
         .unwrap();
     assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
     test_support::wait_until(
@@ -96,7 +96,7 @@ fn main() {
         Duration::from_secs(60),
         Duration::from_millis(5),
         || {
-            support::member_status(&mut cc, addrs[usize::from(leader)])
+            support::member_status(&mut cc, addrs[leader.index()])
                 .and_then(|s| s.migration)
                 .is_some_and(|m| m.finished)
         },
@@ -111,7 +111,7 @@ fn main() {
         let mut c = support::connect(via, &fabric, Default::default()).unwrap();
         let key = (0..)
             .map(|i| format!("f{i}"))
-            .find(|key| usize::from(c.map().owner(key.as_bytes()).member) == victim)
+            .find(|key| (c.map().owner(key.as_bytes()).member).index() == victim)
             .unwrap();
         let r = c.wait_for(|c, t| c.put(key.as_bytes(), b"before", t));
         assert_eq!(r, Ok(OwnedReply::Done));

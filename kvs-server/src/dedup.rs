@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use kvs_proto::replica::IdsEntry;
+use kvs_proto::RequestId;
 
 /// Hashes a client id by one multiplication (Fibonacci hashing): cheaper
 /// than SipHash on every write. Ids come from clients, so a chosen set can
@@ -158,10 +159,11 @@ impl Dedup {
         self.slots[i].get_or_insert_with(SlotIds::default)
     }
 
-    /// Whether `client`'s request `request` to `slot` was applied;
-    /// `resent`: the client sent it before.
+    /// Whether write `id` to `slot` was applied; `resent`: the client sent
+    /// it before.
     #[inline]
-    pub fn check(&self, slot: u32, (client, request): (u64, u64), resent: bool) -> Seen {
+    pub fn check(&self, slot: u32, id: RequestId, resent: bool) -> Seen {
+        let RequestId { client, request } = id;
         let s = self.slot(slot);
         let known = match s.and_then(|s| s.clients.get(&client)) {
             Some(w) => w.has(request),
@@ -178,16 +180,17 @@ impl Dedup {
         }
     }
 
-    /// Whether `client`'s request `request` was applied to `slot`, as far
-    /// as the slot remembers.
+    /// Whether write `id` was applied to `slot`, as far as the slot
+    /// remembers.
     #[cfg(test)]
-    pub fn seen(&self, slot: u32, id: (u64, u64)) -> bool {
+    pub fn seen(&self, slot: u32, id: RequestId) -> bool {
         self.check(slot, id, true) == Seen::Applied
     }
 
-    /// `client`'s request `request` was applied to `slot`.
+    /// Write `id` was applied to `slot` (none: no id).
     #[inline]
-    pub fn record(&mut self, slot: u32, (client, request): (u64, u64)) {
+    pub fn record(&mut self, slot: u32, id: RequestId) {
+        let RequestId { client, request } = id;
         if client == 0 && request == 0 {
             return;
         }
@@ -271,9 +274,11 @@ mod tests {
     fn more_writes_in_flight_than_sixteen_are_all_remembered() {
         let mut d = Dedup::default();
         for q in 1..=40 {
-            d.record(3, (7, q));
+            d.record(3, RequestId::new(7, q));
         }
-        let forgotten: Vec<u64> = (1..=40).filter(|&q| !d.seen(3, (7, q))).collect();
+        let forgotten: Vec<u64> = (1..=40)
+            .filter(|&q| !d.seen(3, RequestId::new(7, q)))
+            .collect();
         assert!(
             forgotten.is_empty(),
             "would be applied again: {forgotten:?}"
@@ -285,31 +290,34 @@ mod tests {
         let mut d = Dedup::default();
         // Applied out of order, with gaps (other slots' numbers).
         for q in [5, 3, 9, 200, 150] {
-            d.record(3, (7, q));
+            d.record(3, RequestId::new(7, q));
         }
         for q in [150, 200] {
-            assert_eq!(d.check(3, (7, q), true), Seen::Applied, "{q}");
+            assert_eq!(d.check(3, RequestId::new(7, q), true), Seen::Applied, "{q}");
         }
         // In the window and not applied, or above it: new, sent again or not.
         for q in [151, 199, 201, 1000] {
-            assert_eq!(d.check(3, (7, q), true), Seen::New, "{q}");
+            assert_eq!(d.check(3, RequestId::new(7, q), true), Seen::New, "{q}");
         }
         // Below the window: a first send is new (it cannot have been
         // applied); one sent again cannot be told, and is refused.
         for q in [1, 3, 5, 9, 200 - WINDOW] {
-            assert_eq!(d.check(3, (7, q), false), Seen::New, "{q}");
-            assert_eq!(d.check(3, (7, q), true), Seen::TooOld, "{q}");
+            assert_eq!(d.check(3, RequestId::new(7, q), false), Seen::New, "{q}");
+            assert_eq!(d.check(3, RequestId::new(7, q), true), Seen::TooOld, "{q}");
         }
-        assert_eq!(d.check(3, (7, 200 - WINDOW + 1), true), Seen::New);
+        assert_eq!(
+            d.check(3, RequestId::new(7, 200 - WINDOW + 1), true),
+            Seen::New
+        );
         // Per slot and client; a slot that never forgot a client never saw
         // an unknown one.
-        assert_eq!(d.check(4, (7, 200), true), Seen::New);
-        assert_eq!(d.check(3, (8, 200), true), Seen::New);
+        assert_eq!(d.check(4, RequestId::new(7, 200), true), Seen::New);
+        assert_eq!(d.check(3, RequestId::new(8, 200), true), Seen::New);
         // A jump past the window forgets the bits below it.
-        d.record(3, (7, 200 + 2 * WINDOW));
-        assert_eq!(d.check(3, (7, 200), true), Seen::TooOld);
+        d.record(3, RequestId::new(7, 200 + 2 * WINDOW));
+        assert_eq!(d.check(3, RequestId::new(7, 200), true), Seen::TooOld);
         // No id: nothing to remember.
-        d.record(6, (0, 0));
+        d.record(6, RequestId::new(0, 0));
         assert!(d.clients(6).next().is_none());
     }
 
@@ -317,45 +325,49 @@ mod tests {
     fn a_slot_that_forgot_a_client_refuses_its_writes_sent_again() {
         let mut d = Dedup::default();
         for c in 100..(100 + MAX_CLIENTS as u64) {
-            d.record(5, (c, 10));
+            d.record(5, RequestId::new(c, 10));
         }
         assert!(!d.forgot(5));
-        d.record(5, (100, 11));
-        d.record(5, (9999, 1));
+        d.record(5, RequestId::new(100, 11));
+        d.record(5, RequestId::new(9999, 1));
         assert!(d.forgot(5));
         // Client 101 was the least recently written: forgotten. Its write
         // sent again may have been applied: refused; a first send is new.
-        assert_eq!(d.check(5, (101, 10), true), Seen::TooOld);
-        assert_eq!(d.check(5, (101, 10), false), Seen::New);
-        assert_eq!(d.check(5, (100, 11), true), Seen::Applied);
+        assert_eq!(d.check(5, RequestId::new(101, 10), true), Seen::TooOld);
+        assert_eq!(d.check(5, RequestId::new(101, 10), false), Seen::New);
+        assert_eq!(d.check(5, RequestId::new(100, 11), true), Seen::Applied);
         // It writes again: what came before its new window stays unknown.
-        d.record(5, (101, 12));
-        assert_eq!(d.check(5, (101, 10), true), Seen::TooOld);
-        assert_eq!(d.check(5, (101, 12), true), Seen::Applied);
-        assert_eq!(d.check(5, (101, 13), true), Seen::New);
+        d.record(5, RequestId::new(101, 12));
+        assert_eq!(d.check(5, RequestId::new(101, 10), true), Seen::TooOld);
+        assert_eq!(d.check(5, RequestId::new(101, 12), true), Seen::Applied);
+        assert_eq!(d.check(5, RequestId::new(101, 13), true), Seen::New);
     }
 
     #[test]
     fn a_copy_carries_the_windows_and_what_was_forgotten() {
         let mut d = Dedup::default();
         for q in 1..=40 {
-            d.record(5, (7, q));
+            d.record(5, RequestId::new(7, q));
         }
-        d.record(5, (8, 3));
+        d.record(5, RequestId::new(8, 3));
         let mut other = Dedup::default();
         // The backup applied a later write of client 7 before the ids came.
-        other.record(5, (7, 41));
+        other.record(5, RequestId::new(7, 41));
         for e in d.clients(5) {
             other.merge(5, &e);
         }
         for q in 1..=41 {
-            assert_eq!(other.check(5, (7, q), true), Seen::Applied, "{q}");
+            assert_eq!(
+                other.check(5, RequestId::new(7, q), true),
+                Seen::Applied,
+                "{q}"
+            );
         }
-        assert_eq!(other.check(5, (8, 3), true), Seen::Applied);
-        assert_eq!(other.check(5, (8, 2), true), Seen::New);
+        assert_eq!(other.check(5, RequestId::new(8, 3), true), Seen::Applied);
+        assert_eq!(other.check(5, RequestId::new(8, 2), true), Seen::New);
         assert!(!other.forgot(5));
         other.set_forgot(5);
-        assert_eq!(other.check(5, (9, 1), true), Seen::TooOld);
+        assert_eq!(other.check(5, RequestId::new(9, 1), true), Seen::TooOld);
         // A window with a floor keeps it across the copy.
         let mut third = Dedup::default();
         third.merge(
@@ -367,8 +379,8 @@ mod tests {
                 applied: 1,
             },
         );
-        assert_eq!(third.check(5, (7, 45), true), Seen::TooOld);
-        assert_eq!(third.check(5, (7, 46), true), Seen::New);
+        assert_eq!(third.check(5, RequestId::new(7, 45), true), Seen::TooOld);
+        assert_eq!(third.check(5, RequestId::new(7, 46), true), Seen::New);
         d.forget(5);
         assert!(d.clients(5).next().is_none() && !d.forgot(5));
     }

@@ -13,6 +13,9 @@
 //! server.wait();
 //! ```
 
+// Tests pass lists of slot ranges that often hold one range.
+#![cfg_attr(test, allow(clippy::single_range_in_vec_init))]
+
 // The assembly, and what it is configured by.
 pub mod config;
 mod server;

@@ -310,7 +310,7 @@ impl Exposition {
             None,
             MetricType::Gauge,
         )?
-        .encode_gauge(&u64::from(c.member))?;
+        .encode_gauge(&u64::from(c.member.0))?;
         let relaxed = std::sync::atomic::Ordering::Relaxed;
         enc.encode_descriptor(
             "kvs_control_leader",

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use copyrpc::clock::Clock;
 use copyrpc::conn::{Acceptor, AcceptorOptions, Listener, PendingConnection};
 use copyrpc::Waker;
-use kvs_proto::{Owner, ShardMap};
+use kvs_proto::{ClusterId, MemberId, Owner, ShardMap};
 
 use crate::bulk::export::BulkServer;
 use crate::bulk::source_slots::SourceSlots;
@@ -45,7 +45,7 @@ pub struct Server {
     acceptor: Option<JoinHandle<()>>,
     /// The control thread and the bulk listener.
     control: Vec<JoinHandle<()>>,
-    member: u16,
+    member: MemberId,
     cluster_id: String,
     cluster: Arc<Shared>,
     lease: Arc<Lease>,
@@ -87,7 +87,7 @@ impl Server {
             setup: Arc::new(Mutex::new(SetupStats::default())),
         };
         let (report_tx, report_rx) = mpsc::channel::<ToControl>();
-        let me = (member, joined.group.cluster_id().bytes());
+        let me = (member, joined.group.cluster_id());
         let workers = spawn_workers(&cfg, me, &map, &common, &report_tx)?;
         let cluster = Arc::new(Shared {
             member,
@@ -166,7 +166,7 @@ impl Server {
     }
 
     /// This server's member id in the cluster (0: it started the cluster).
-    pub fn member(&self) -> u16 {
+    pub fn member(&self) -> MemberId {
         self.member
     }
 
@@ -176,10 +176,10 @@ impl Server {
     }
 
     /// The member this one believes leads the control group, if any.
-    pub fn leader(&self) -> Option<u16> {
+    pub fn leader(&self) -> Option<MemberId> {
         match self.cluster.leader.load(Ordering::Acquire) {
             0 => None,
-            l => u16::try_from(l - 1).ok(),
+            l => u16::try_from(l - 1).ok().map(MemberId),
         }
     }
 
@@ -369,7 +369,7 @@ struct Common {
 /// Says how the member started (resumed, bootstrapped or joined), when it
 /// has a data dir: the binary says what a missing one means; an embedded
 /// server (the YCSB demo) needs none.
-fn say_how(cfg: &Config, how: How, member: u16, cluster_id: &str) {
+fn say_how(cfg: &Config, how: How, member: MemberId, cluster_id: &str) {
     match (&cfg.data_dir, how) {
         (None, _) => {}
         (Some(d), How::Resumed) => {
@@ -416,7 +416,7 @@ struct Workers {
 /// their links, threads and gauges. A worker that fails stops the others.
 fn spawn_workers(
     cfg: &Config,
-    me: (u16, [u8; 16]),
+    me: (MemberId, ClusterId),
     map: &ShardMap,
     common: &Common,
     report: &mpsc::Sender<ToControl>,

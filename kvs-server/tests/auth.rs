@@ -9,6 +9,7 @@ use kvs_client::{
     AuthToken, ClientOptions, ConnectError, ControlClient, ControlOptions, OwnedReply,
 };
 use kvs_proto::control::{ControlReply, ControlRequest};
+use kvs_proto::{MemberId, RequestId, Ticket};
 use kvs_server::{Config, Server, StartError};
 use mlx5::sim::fabric::Fabric;
 
@@ -120,7 +121,7 @@ fn a_wrong_token_and_no_token_are_refused_and_the_right_one_is_served() {
     // The cluster token does.
     let mut cc = control(&fabric, Some(CLUSTER_TOKEN));
     match cc.request(addr, &ControlRequest::Status).unwrap() {
-        ControlReply::Status(st) => assert_eq!(st.member, 0),
+        ControlReply::Status(st) => assert_eq!(st.member, MemberId(0)),
         other => panic!("{other:?}"),
     }
     // Members and kvs-admin may use the data path with it too.
@@ -303,7 +304,7 @@ fn copy_begin_as(addr: std::net::SocketAddr, fabric: &str, token: &str) -> (u8, 
     let t = AuthToken::new(token).unwrap();
     let conn = copyrpc::conn::connect_with(addr, &mut ctx, &kvs_proto::hello(0, Some(&t))).unwrap();
     let begin = CopyBegin {
-        ticket: [7; 16],
+        ticket: Ticket::from_bytes([7; 16]),
         first: 0,
         end: 1,
         records: 0,
@@ -314,15 +315,15 @@ fn copy_begin_as(addr: std::net::SocketAddr, fabric: &str, token: &str) -> (u8, 
         slot: 0,
         epoch: 1,
         primary: kvs_proto::Owner {
-            member: 0,
+            member: MemberId(0),
             worker: 0,
         },
         seq: 0,
         offset: 0,
-        id: (0, 0),
+        id: RequestId::default(),
     };
     let mut req = Vec::new();
-    write_replicate(&mut req, &h, &begin.ticket, &begin.value());
+    write_replicate(&mut req, &h, &begin.ticket.bytes(), &begin.value());
     ctx.call(conn.endpoint(), &req, 1024, 0).unwrap();
     let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while got.borrow().is_none() {

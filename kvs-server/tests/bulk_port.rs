@@ -6,6 +6,7 @@
 //! One test in this file: other tests running at the same time would start
 //! threads of their own and spoil the count.
 
+use kvs_proto::MemberId;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
@@ -119,7 +120,7 @@ fn idle_connections_to_the_bulk_port_take_no_thread_and_do_not_stop_a_migration(
             &ControlRequest::Migrate {
                 first: 0,
                 end: 256,
-                to: 1,
+                to: MemberId(1),
             },
         )
         .unwrap();

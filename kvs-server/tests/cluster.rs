@@ -1,6 +1,7 @@
 //! Several servers under one shard map: joining, map distribution, status,
 //! and clients that bootstrap from any member.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 
 use kvs_client::{ControlClient, ControlOptions, OwnedReply};
@@ -104,14 +105,14 @@ fn status(cc: &mut ControlClient, addr: SocketAddr) -> MemberStatus {
 fn servers_join_and_every_member_learns_the_map() {
     let fabric = format!("kvs-cluster-join-{}", std::process::id());
     let a = Server::start(config(&fabric, 2, None)).unwrap();
-    assert_eq!((a.member(), a.map_version()), (0, 1));
+    assert_eq!((a.member(), a.map_version()), (MemberId(0), 1));
     let (bdir, cdir) = (DataDir::new("join-b"), DataDir::new("join-c"));
     let b = Server::start(Config {
         data_dir: Some(bdir.0.clone()),
         ..config(&fabric, 2, Some(a.addr()))
     })
     .unwrap();
-    assert_eq!((b.member(), b.map_version()), (1, 2));
+    assert_eq!((b.member(), b.map_version()), (MemberId(1), 2));
     assert_eq!(b.cluster_id(), a.cluster_id());
     // Through a member that is not the leader: sent on to the leader.
     let c = Server::start(Config {
@@ -119,7 +120,7 @@ fn servers_join_and_every_member_learns_the_map() {
         ..config(&fabric, 1, Some(b.addr()))
     })
     .unwrap();
-    assert_eq!((c.member(), c.map_version()), (2, 3));
+    assert_eq!((c.member(), c.map_version()), (MemberId(2), 3));
     // Member 1 applies version 3 from the group's log.
     let t = std::time::Instant::now();
     while b.map_version() != 3 {
@@ -129,7 +130,7 @@ fn servers_join_and_every_member_learns_the_map() {
     let mut cc = control(&fabric);
     for (s, member, workers) in [(&a, 0, 2), (&b, 1, 2), (&c, 2, 1)] {
         let st = status(&mut cc, s.addr());
-        assert_eq!((st.member, st.map_version), (member, 3));
+        assert_eq!((st.member, st.map_version), (MemberId(member), 3));
         assert_eq!(st.workers.len(), workers);
         // The first server owns every slot until slots move.
         let slots: u32 = st.workers.iter().map(|w| w.slots).sum();
@@ -156,7 +157,7 @@ fn servers_join_and_every_member_learns_the_map() {
     // same cluster; the map changes only for its new bulk port (any free
     // one), which it asks the group to record.
     let b = restart_at_its_address(b, &fabric, 2, a.addr(), &bdir);
-    assert_eq!((b.member(), b.cluster_id()), (1, a.cluster_id()));
+    assert_eq!((b.member(), b.cluster_id()), (MemberId(1), a.cluster_id()));
     let t = std::time::Instant::now();
     while b.map_version() != 4 {
         assert!(
@@ -247,7 +248,7 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
     drop(c);
     let mut cc = control(&fabric);
     // Everything to member 1.
-    start_migration(&mut cc, a.addr(), 0, 256, 1);
+    start_migration(&mut cc, a.addr(), 0, 256, MemberId(1));
     // Only one at a time.
     let again = cc
         .request(
@@ -255,7 +256,7 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
             &ControlRequest::Migrate {
                 first: 0,
                 end: 256,
-                to: 1,
+                to: MemberId(1),
             },
         )
         .unwrap();
@@ -269,7 +270,7 @@ fn every_slot_moves_to_a_new_member_and_back_with_every_record() {
                     &ControlRequest::Migrate {
                         first: 0,
                         end: 10,
-                        to: 0,
+                        to: MemberId(0),
                     },
                 )
                 .unwrap();
@@ -328,7 +329,7 @@ fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
     put_all(&mut c, n, val);
     drop(c);
     let mut cc = control(&fabric);
-    start_migration(&mut cc, a.addr(), 0, 256, 1);
+    start_migration(&mut cc, a.addr(), 0, 256, MemberId(1));
     // Once the first chunk is in, rail 1 (sim3) loses its link.
     let t = std::time::Instant::now();
     loop {
@@ -355,7 +356,7 @@ fn a_rail_that_goes_down_mid_migration_is_left_and_nothing_is_lost() {
 }
 
 /// Starts a migration of `first..end` to `to` at the keeper.
-fn start_migration(cc: &mut ControlClient, keeper: SocketAddr, first: u32, end: u32, to: u16) {
+fn start_migration(cc: &mut ControlClient, keeper: SocketAddr, first: u32, end: u32, to: MemberId) {
     let r = cc
         .request(keeper, &ControlRequest::Migrate { first, end, to })
         .unwrap();
@@ -378,7 +379,7 @@ fn a_client_holding_an_old_map_keeps_working_across_map_versions() {
     let v0 = old.map().version();
     let mut cc = control(&fabric);
     for (first, end, to) in [(0, 128, 1), (64, 200, 2), (0, 256, 0), (100, 256, 2)] {
-        start_migration(&mut cc, a.addr(), first, end, to);
+        start_migration(&mut cc, a.addr(), first, end, MemberId(to));
         migration_over(&mut cc, a.addr());
     }
     let final_version = a.map_version();
@@ -473,9 +474,9 @@ fn writes_during_migrations_and_a_cancel_are_never_lost() {
     let w = writer(fabric.clone(), b.addr(), n, stop.clone());
     let mut cc = control(&fabric);
     // A whole move, then one cancelled after its first chunk.
-    start_migration(&mut cc, a.addr(), 0, 256, 1);
+    start_migration(&mut cc, a.addr(), 0, 256, MemberId(1));
     migration_over(&mut cc, a.addr());
-    start_migration(&mut cc, a.addr(), 0, 256, 0);
+    start_migration(&mut cc, a.addr(), 0, 256, MemberId(0));
     assert_eq!(
         cc.request(a.addr(), &ControlRequest::Cancel).unwrap(),
         ControlReply::Ok
@@ -487,7 +488,7 @@ fn writes_during_migrations_and_a_cancel_are_never_lost() {
         ControlReply::error("no migration is running")
     );
     // And back to where it started, with writes still going.
-    start_migration(&mut cc, a.addr(), 0, 256, 0);
+    start_migration(&mut cc, a.addr(), 0, 256, MemberId(0));
     migration_over(&mut cc, a.addr());
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let acked = w.join().unwrap();
@@ -519,7 +520,7 @@ fn a_target_that_restarts_mid_migration_pulls_its_chunk_again() {
     let n = 6000;
     load(&mut c, n, 800);
     let mut cc = control(&fabric);
-    start_migration(&mut cc, a.addr(), 0, 256, 1);
+    start_migration(&mut cc, a.addr(), 0, 256, MemberId(1));
     // The first chunk is handed over; the target goes away (its memory with
     // it) and comes back at its address, from its data dir.
     let t = std::time::Instant::now();
@@ -528,7 +529,7 @@ fn a_target_that_restarts_mid_migration_pulls_its_chunk_again() {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let b = restart_at_its_address(b, &fabric, 2, a.addr(), &bdir);
-    assert_eq!(b.member(), 1);
+    assert_eq!(b.member(), MemberId(1));
     let m = migration_over(&mut cc, a.addr());
     assert_eq!((m.error, m.slots_done), (None, 256));
     // Every record was loaded before the migration: all are at member 1

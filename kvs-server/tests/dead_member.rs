@@ -5,6 +5,7 @@
 //! clients and control clients alike, with an error that says so; the dead
 //! member is connected again once it is back and its backoff has passed.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,7 @@ fn status(cc: &mut ControlClient, addr: SocketAddr) -> MemberStatus {
 
 /// Moves slots `first..end` to member `to` and waits until the migration
 /// is over and both members serve by the same map.
-fn migrate(cc: &mut ControlClient, a: &Server, b: &Server, first: u32, end: u32, to: u16) {
+fn migrate(cc: &mut ControlClient, a: &Server, b: &Server, first: u32, end: u32, to: MemberId) {
     let r = cc
         .request(a.addr(), &ControlRequest::Migrate { first, end, to })
         .unwrap();
@@ -112,7 +113,7 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
         ..config(&fabric, Some(a.addr()))
     })
     .unwrap();
-    assert_eq!((a.member(), b.member()), (0, 1));
+    assert_eq!((a.member(), b.member()), (MemberId(0), MemberId(1)));
     let n = 400u32;
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     for i in 0..n {
@@ -124,14 +125,14 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     // Half the slots (and their records) to member 1.
     let mut cc =
         ControlClient::new(&support::client_device(&fabric), ControlOptions::default()).unwrap();
-    migrate(&mut cc, &a, &b, 0, 128, 1);
+    migrate(&mut cc, &a, &b, 0, 128, MemberId(1));
     drop(cc);
     // Both members hold keys, and every key reads back.
     let mut c = support::connect(a.addr(), &fabric, Default::default()).unwrap();
-    let owners: Vec<u16> = (0..n)
+    let owners: Vec<MemberId> = (0..n)
         .map(|i| c.map().owner(key(i).as_bytes()).member)
         .collect();
-    let of_1 = owners.iter().filter(|&&m| m == 1).count();
+    let of_1 = owners.iter().filter(|&&m| m == MemberId(1)).count();
     assert!(
         of_1 > 0 && of_1 < n as usize,
         "{of_1} of {n} keys at member 1"
@@ -158,12 +159,14 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
         let k = key(i);
         let r = answer(&mut c, &k, |c, t| c.get(k.as_bytes(), t));
         match (owners[i as usize], r) {
-            (0, r) => assert_eq!(r, Ok(OwnedReply::Value(value(i))), "{k}"),
+            (MemberId(0), r) => assert_eq!(r, Ok(OwnedReply::Value(value(i))), "{k}"),
             (
                 _,
                 Err(
                     e @ KvError::Unreachable {
-                        member: 1, addr, ..
+                        member: MemberId(1),
+                        addr,
+                        ..
                     },
                 ),
             ) => {
@@ -195,11 +198,17 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     );
     assert!(took < Duration::from_secs(10), "{took:?}");
     // Writes to member 0 work; a scan needs member 1 and says so.
-    let k0 = (0..n).find(|&i| owners[i as usize] == 0).map(key).unwrap();
+    let k0 = (0..n)
+        .find(|&i| owners[i as usize] == MemberId(0))
+        .map(key)
+        .unwrap();
     let r = answer(&mut c, "put", |c, t| c.put(k0.as_bytes(), b"again", t));
     assert_eq!(r, Ok(OwnedReply::Done));
     match answer(&mut c, "scan", |c, t| c.scan(b"", 10, t)) {
-        Err(KvError::Unreachable { member: 1, .. }) => {}
+        Err(KvError::Unreachable {
+            member: MemberId(1),
+            ..
+        }) => {}
         other => panic!("a scan with member 1 down: {other:?}"),
     }
     assert_eq!(c.in_flight(), 0);
@@ -213,16 +222,23 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     })
     .unwrap();
     assert_ne!(impostor.cluster_id(), a.cluster_id());
-    let k1 = (0..n).find(|&i| owners[i as usize] == 1).map(key).unwrap();
+    let k1 = (0..n)
+        .find(|&i| owners[i as usize] == MemberId(1))
+        .map(key)
+        .unwrap();
     let t = Instant::now();
     let msg = loop {
         match answer(&mut c, &k1, |c, t| c.put(k1.as_bytes(), b"lost", t)) {
-            Err(e @ KvError::Unreachable { member: 1, .. })
-                if !e.to_string().contains("in a row") =>
-            {
-                break e.to_string()
-            }
-            Err(KvError::Unreachable { member: 1, .. }) => {}
+            Err(
+                e @ KvError::Unreachable {
+                    member: MemberId(1),
+                    ..
+                },
+            ) if !e.to_string().contains("in a row") => break e.to_string(),
+            Err(KvError::Unreachable {
+                member: MemberId(1),
+                ..
+            }) => {}
             other => panic!("{k1} at another cluster's server: {other:?}"),
         }
         assert!(t.elapsed() < Duration::from_secs(15), "never tried again");
@@ -234,7 +250,7 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
     );
     let mut cc =
         ControlClient::new(&support::client_device(&fabric), ControlOptions::default()).unwrap();
-    assert_eq!(status(&mut cc, a.addr()).member, 0);
+    assert_eq!(status(&mut cc, a.addr()).member, MemberId(0));
     let e = cc.request(b_addr, &ControlRequest::Status).unwrap_err();
     assert!(
         matches!(e, kvs_client::ControlError::OtherCluster { .. }),
@@ -256,12 +272,15 @@ fn a_dead_member_fails_only_its_slots_for_a_new_client() {
         ..config(&fabric, Some(a.addr()))
     })
     .unwrap();
-    assert_eq!(b.member(), 1);
+    assert_eq!(b.member(), MemberId(1));
     let t = Instant::now();
     loop {
         match answer(&mut c, &k1, |c, t| c.put(k1.as_bytes(), b"back", t)) {
             Ok(OwnedReply::Done) => break,
-            Err(KvError::Unreachable { member: 1, .. }) => {}
+            Err(KvError::Unreachable {
+                member: MemberId(1),
+                ..
+            }) => {}
             other => panic!("{k1} after member 1 came back: {other:?}"),
         }
         assert!(

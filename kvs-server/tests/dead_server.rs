@@ -2,6 +2,7 @@
 //! process, a client's requests on the wire and every later one fail
 //! promptly.
 
+use kvs_proto::MemberId;
 use std::time::{Duration, Instant};
 
 use copyrpc::CloseReason;
@@ -56,7 +57,10 @@ fn a_killed_server_fails_outstanding_and_new_requests() {
     }
     while later < keys.len() {
         c.poll(|tag, r| match r {
-            Err(KvError::Unreachable { member: 0, .. }) => later += 1,
+            Err(KvError::Unreachable {
+                member: MemberId(0),
+                ..
+            }) => later += 1,
             other => panic!("request {tag} after the server died: {other:?}"),
         });
         assert!(t.elapsed() < Duration::from_secs(1), "{later} of 64 failed");

@@ -4,6 +4,7 @@
 //! the backup's refusal is then all that stops it). The promoted backup
 //! keeps the last acknowledged value.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -54,7 +55,7 @@ fn a_deposed_primary_gets_no_write_acknowledged() {
     let mut ca = support::connect(a.addr(), &fabric, Default::default()).unwrap();
     let key = (0..)
         .map(|i| format!("fence{i}"))
-        .find(|k| ca.map().owner(k.as_bytes()).member == 2)
+        .find(|k| ca.map().owner(k.as_bytes()).member == MemberId(2))
         .unwrap();
     let slot = kvs_proto::shard::slot_of(key.as_bytes(), ca.map().slots());
     let heir = ca.map().backups(slot)[0].owner.member;
@@ -67,7 +68,7 @@ fn a_deposed_primary_gets_no_write_acknowledged() {
         ..ClientOptions::default()
     };
     let mut cp = support::connect(c.addr(), &fabric, opts).unwrap();
-    assert_eq!(cp.map().owner(key.as_bytes()).member, 2);
+    assert_eq!(cp.map().owner(key.as_bytes()).member, MemberId(2));
 
     // Member 2 is cut off from the group, and keeps serving regardless.
     c.inject(true, true);

@@ -6,6 +6,7 @@
 //! on one cluster, leader and map, no migrated record is lost, and the
 //! recorded history of the load shows no lost write and no stale read.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,7 +36,7 @@ fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
 }
 
 /// Starts a migration at the leader.
-fn start_migration(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: u16) {
+fn start_migration(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: MemberId) {
     let r = cc
         .request(leader, &ControlRequest::Migrate { first, end, to })
         .unwrap();
@@ -52,7 +53,7 @@ fn migration_over(cc: &mut ControlClient, at: SocketAddr) {
 }
 
 /// Starts a migration at the leader and waits for its end.
-fn migrate(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: u16) {
+fn migrate(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: MemberId) {
     start_migration(cc, leader, first, end, to);
     migration_over(cc, leader);
 }
@@ -86,13 +87,13 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
         || {
             status(&mut cc, a.addr)
                 .and_then(|s| s.group)
-                .is_some_and(|g| g.leader == Some(0) && g.members.iter().all(|m| m.voter))
+                .is_some_and(|g| g.leader == Some(MemberId(0)) && g.members.iter().all(|m| m.voter))
         },
     );
     // The slots go to members 1 and 2: the leader's death loses no record
     // (records live in memory; replicas are another matter).
-    migrate(&mut cc, a.addr, 0, 512, 1);
-    migrate(&mut cc, a.addr, 512, 1024, 2);
+    migrate(&mut cc, a.addr, 0, 512, MemberId(1));
+    migrate(&mut cc, a.addr, 512, 1024, MemberId(2));
     // Records for a migration to move while the leader dies.
     let preload = 16_000;
     let mut loader = support::connect(b.addr, &fabric, Default::default()).unwrap();
@@ -120,7 +121,7 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
     std::thread::sleep(Duration::from_millis(500));
 
     // The leader dies while member 1's slots move to member 2.
-    start_migration(&mut cc, a.addr, 0, 512, 2);
+    start_migration(&mut cc, a.addr, 0, 512, MemberId(2));
     let m = status(&mut cc, a.addr).unwrap().migration.unwrap();
     assert!(
         !m.finished,
@@ -133,7 +134,7 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
             .iter()
             .filter_map(|&m| status(&mut cc, addrs[usize::from(m)]))
             .filter_map(|s| s.group)
-            .find_map(|g| g.leader.filter(|&l| l != 0));
+            .find_map(|g| g.leader.filter(|&l| l != MemberId(0)));
         new_leader.is_some()
     });
     let new_leader = new_leader.unwrap();
@@ -145,16 +146,16 @@ fn the_leader_dies_under_load_and_nothing_is_lost_or_stale() {
         "the old leader marked failed",
         Duration::from_secs(10),
         || {
-            status(&mut cc, addrs[usize::from(new_leader)])
+            status(&mut cc, addrs[new_leader.index()])
                 .and_then(|s| s.group)
                 .is_some_and(|g| g.members[0].state == "failed")
         },
     ) + elected;
     // The migration finishes under the new leader, and others go on
     // without the old one, under load.
-    let leader_addr = addrs[usize::from(new_leader)];
+    let leader_addr = addrs[new_leader.index()];
     migration_over(&mut cc, leader_addr);
-    migrate(&mut cc, leader_addr, 0, 64, 1);
+    migrate(&mut cc, leader_addr, 0, 64, MemberId(1));
     // Back from its data dir, without --join: the same member of the same
     // cluster, a follower.
     let a = member(&fabric, &dirs[0], &a.addr.to_string(), None);

@@ -5,6 +5,7 @@
 //! port down, and every RDMA operation to or from it fails (the control
 //! group's messages included).
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -56,7 +57,7 @@ fn a_member_cut_off_stops_serving_within_its_lease_and_serves_again_after() {
             &ControlRequest::Migrate {
                 first: 0,
                 end: 64,
-                to: 2,
+                to: MemberId(2),
             },
         )
         .unwrap()
@@ -80,7 +81,7 @@ fn a_member_cut_off_stops_serving_within_its_lease_and_serves_again_after() {
     }
     let on_c: Vec<&String> = keys
         .iter()
-        .filter(|k| map.owner(k.as_bytes()).member == 2)
+        .filter(|k| map.owner(k.as_bytes()).member == MemberId(2))
         .collect();
     assert!(!on_c.is_empty());
 
@@ -110,7 +111,10 @@ fn a_member_cut_off_stops_serving_within_its_lease_and_serves_again_after() {
     assert!(a.leased() && b.leased());
     drop(client);
     let mut client = support::connect(a.addr(), &fabric, Default::default()).unwrap();
-    for k in keys.iter().filter(|k| map.owner(k.as_bytes()).member != 2) {
+    for k in keys
+        .iter()
+        .filter(|k| map.owner(k.as_bytes()).member != MemberId(2))
+    {
         let r = client.wait_for(|cl, t| cl.get(k.as_bytes(), t));
         assert_eq!(r, Ok(OwnedReply::Value(k.as_bytes().to_vec())), "{k}");
     }

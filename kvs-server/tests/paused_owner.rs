@@ -36,7 +36,7 @@ fn round(c: &mut cluster::Cluster, clock: &Clock, key: &str, process: &mut u32) 
         ..ClientOptions::default()
     };
     let mut reader = support::connect(c.members[0].addr, &fabric, opts.clone()).unwrap();
-    let owner = usize::from(reader.map().owner(key.as_bytes()).member);
+    let owner = (reader.map().owner(key.as_bytes()).member).index();
     let other = (owner + 1) % c.members.len();
     let mut h = Vec::new();
     let next = |p: &mut u32| {

@@ -11,6 +11,7 @@
 //! the group moves its slots: they are acknowledged once the backup
 //! resumes, not failed.
 
+use kvs_proto::{MemberId, RequestId};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,7 +85,7 @@ impl Trio {
             Duration::from_secs(20),
             || {
                 group_view(&mut cc, addrs[0])
-                    .is_some_and(|g| g.leader == Some(0) && g.members.len() == 3)
+                    .is_some_and(|g| g.leader == Some(MemberId(0)) && g.members.len() == 3)
             },
         );
         let r = cc.request(addrs[0], &ControlRequest::Rebalance).unwrap();
@@ -361,7 +362,7 @@ fn put_with_id(k: &[u8], v: &[u8], version: u32, (client, q): (u64, u64), again:
     use kvs_proto::proto::{add_request_id, write_request, Op, FLAG_RESENT};
     let mut req = Vec::new();
     write_request(&mut req, Op::Put, version, k, v, v.len() as u32, 0);
-    add_request_id(&mut req, client, q);
+    add_request_id(&mut req, RequestId::new(client, q));
     if again {
         req[1] |= FLAG_RESENT;
     }
@@ -378,10 +379,10 @@ fn writes_in_flight_sent_again_after_a_failover_are_applied_once() {
     // A key of member 1 or 2 (member 0 leads the group and stays).
     let key = (0..)
         .map(|i| format!("hot{i}"))
-        .find(|k| map.owner(k.as_bytes()).member != 0)
+        .find(|k| map.owner(k.as_bytes()).member != MemberId(0))
         .unwrap();
     let owner = map.owner(key.as_bytes());
-    let m = usize::from(owner.member);
+    let m = owner.member.index();
     // One client's 40 writes of the key, all in flight at once, all
     // answered (so each is on the backup too).
     let id = |q| (0x5eed, q);
@@ -410,7 +411,7 @@ fn writes_in_flight_sent_again_after_a_failover_are_applied_once() {
     };
     // The client never got the answers of the older 24 (as if lost with
     // the member), and sends them again to the new primary.
-    let mut raw = Raw::connect(addrs[usize::from(now.member)], now.worker, &t.fabric);
+    let mut raw = Raw::connect(addrs[now.member.index()], now.worker, &t.fabric);
     let again: Vec<_> = (1..=24)
         .map(|q| put_with_id(key.as_bytes(), &value(q), map.version(), id(q), true))
         .collect();
@@ -449,13 +450,16 @@ fn a_drain_waits_for_the_writes_waiting_on_a_paused_backup() {
     };
     let first = (0..)
         .map(|i| format!("drain{i}"))
-        .find(|k| map.owner(k.as_bytes()).member != 0 && backup_of(k).is_some_and(|b| b != 0))
+        .find(|k| {
+            map.owner(k.as_bytes()).member != MemberId(0)
+                && backup_of(k).is_some_and(|b| b != MemberId(0))
+        })
         .unwrap();
     let owner = map.owner(first.as_bytes());
-    let (p, b) = (usize::from(owner.member), 3 - usize::from(owner.member));
+    let (p, b) = (owner.member.index(), 3 - owner.member.index());
     let keys: Vec<String> = (0..)
         .map(|i| format!("drain{i}"))
-        .filter(|k| map.owner(k.as_bytes()) == owner && backup_of(k) == Some(b as u16))
+        .filter(|k| map.owner(k.as_bytes()) == owner && backup_of(k) == Some(MemberId(b as u16)))
         .take(20)
         .collect();
     let value = |k: &str| format!("{k}:{}", "v".repeat(100)).into_bytes();

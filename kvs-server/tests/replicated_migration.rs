@@ -8,6 +8,7 @@
 //! Then the new member is killed (`kill -9`): the slots it took fail over
 //! to their backups, and no acknowledged write is lost, no read is stale.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -129,7 +130,7 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
         .map()
         .clone();
     let third = map.slots() / 3;
-    let on_c = map.slots_of(2);
+    let on_c = map.slots_of(MemberId(2));
     assert!(
         on_c + 2 >= third && on_c <= third + 2,
         "{on_c} of {}",
@@ -140,7 +141,7 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
         assert!(bs.len() == 1 && bs[0].ready, "slot {s}: {bs:?}");
     }
     // The backups are spread too: member 2 backs up its share.
-    let backed: Vec<u32> = (0..3).map(|m| map.backup_slots_of(m)).collect();
+    let backed: Vec<u32> = (0..3).map(|m| map.backup_slots_of(MemberId(m))).collect();
     let (lo, hi) = (*backed.iter().min().unwrap(), *backed.iter().max().unwrap());
     assert!(
         hi - lo <= map.slots() / 16,
@@ -170,7 +171,7 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
         // without a ready backup.
         let m = reader.map();
         let orphans: Vec<u32> = (0..m.slots())
-            .filter(|&x| m.owner_of_slot(x).member == 2)
+            .filter(|&x| m.owner_of_slot(x).member == MemberId(2))
             .collect();
         eprintln!(
             "slots still on member 2: {orphans:?}\n--- a\n{}\n--- b\n{}\n--- c\n{}",

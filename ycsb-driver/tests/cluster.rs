@@ -5,6 +5,7 @@
 //! the members are the records loaded, and the members and the driver agree
 //! on the map version.
 
+use kvs_proto::MemberId;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -206,7 +207,7 @@ fn workload_a_runs_clean_while_slots_move_back_and_forth() {
             ControlRequest::Migrate {
                 first: 0,
                 end: half,
-                to: 1,
+                to: MemberId(1),
             },
         );
         migrate(
@@ -215,7 +216,7 @@ fn workload_a_runs_clean_while_slots_move_back_and_forth() {
             ControlRequest::Migrate {
                 first: 0,
                 end: half,
-                to: 0,
+                to: MemberId(0),
             },
         );
         // Spread over all three (the second round finds them spread).

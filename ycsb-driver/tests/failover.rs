@@ -18,6 +18,7 @@
 //! The runs take turns (a lock): on a CI machine of two cores, three
 //! clusters at once would starve the members' heartbeats.
 
+use kvs_proto::MemberId;
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -248,7 +249,7 @@ impl Trio {
     }
 
     /// The leader, as the members that answer with the newest term see it.
-    fn leader_now(&mut self) -> Option<u16> {
+    fn leader_now(&mut self) -> Option<MemberId> {
         let all = self.addrs();
         all.iter()
             .filter_map(|&a| self.view(&[a]))
@@ -285,7 +286,7 @@ impl Trio {
         let t = Instant::now();
         loop {
             if let Some(l) = self.view(&all).and_then(|g| g.leader) {
-                keeper = all[usize::from(l)];
+                keeper = all[l.index()];
             }
             match self.cc.request(keeper, &req) {
                 Ok(ControlReply::Started(_)) => break,
@@ -478,7 +479,8 @@ fn kill_one_member_under_ycsb_load(victim: Victim) {
             // member in ring order: member 0 when x is 2, 2 when x is 1.
             // Member 3 - x (1 or 2) then backs up some slots and owns
             // none; it is the one that does not lead.
-            let x = if leader == 1 { 1 } else { 2 };
+            let x = if leader == MemberId(1) { 1 } else { 2 };
+            let x = MemberId(x);
             t.migrate(ControlRequest::Migrate {
                 first: 0,
                 end: SLOTS / 2,
@@ -489,10 +491,10 @@ fn kill_one_member_under_ycsb_load(victim: Victim) {
     }
     let map = t.in_sync();
     let leader = t.settled().leader.unwrap();
-    let owned: Vec<u32> = (0..3).map(|m| map.slots_of(m)).collect();
+    let owned: Vec<u32> = (0..3).map(|m| map.slots_of(MemberId(m))).collect();
     // The backup-only member, for that run.
-    let backup_only = (0..3u16).find(|&m| {
-        owned[usize::from(m)] == 0
+    let backup_only = (0..3).map(MemberId).find(|&m| {
+        owned[m.index()] == 0
             && (0..SLOTS).any(|s| map.backups(s).iter().any(|b| b.owner.member == m))
     });
     if victim == Victim::BackupOnly {
@@ -504,7 +506,7 @@ fn kill_one_member_under_ycsb_load(victim: Victim) {
     // The driver and the recorder enter through a member that does not
     // lead, nor is the backup-only member.
     let contact = (0..3)
-        .find(|&m| m != usize::from(leader) && Some(m as u16) != backup_only)
+        .find(|&m| m != leader.index() && Some(MemberId(m as u16)) != backup_only)
         .unwrap();
     let slot = |k: u32| slot_of(key(k).as_bytes(), SLOTS);
 
@@ -566,15 +568,16 @@ fn kill_one_member_under_ycsb_load(victim: Victim) {
         now.is_some()
     });
     let leader = now.unwrap();
-    let dead: u16 = match victim {
+    let dead: MemberId = match victim {
         Victim::BackupOnly => backup_only,
         Victim::Primary => (0..3)
-            .filter(|&m| m != leader && owned[usize::from(m)] > 0)
-            .min_by_key(|&m| usize::from(m) == contact),
+            .map(MemberId)
+            .filter(|&m| m != leader && owned[m.index()] > 0)
+            .min_by_key(|&m| m.index() == contact),
         Victim::Leader => Some(leader),
     }
     .expect("a member to kill");
-    let d = usize::from(dead);
+    let d = dead.index();
     let affected: Vec<u32> = (0..SLOTS)
         .filter(|&s| match victim {
             Victim::BackupOnly => map.backups(s).iter().any(|b| b.owner.member == dead),

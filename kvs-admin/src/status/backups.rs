@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 use serde::Serialize;
 
 use crate::render;
@@ -18,7 +18,7 @@ pub struct SlotRun {
     /// The last slot (not one past it).
     pub last: u32,
     /// The member that serves them.
-    pub primary: u16,
+    pub primary: MemberId,
     /// Its worker that owns them.
     pub worker: u16,
     /// Their backups, in the order they were added.
@@ -29,7 +29,7 @@ pub struct SlotRun {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct BackupView {
     /// The member holding the copy.
-    pub member: u16,
+    pub member: MemberId,
     /// Its worker holding it.
     pub worker: u16,
     /// Whether the copy is complete (the backup may take over).
@@ -64,10 +64,9 @@ pub fn slot_runs(map: &ShardMap) -> Vec<SlotRun> {
 pub struct ShortRange {
     /// The slots.
     pub slots: Range<u32>,
-    /// Their primary.
-    pub primary: u16,
+    pub primary: MemberId,
     /// Their backups' members, and whether each is ready.
-    pub backups: Vec<(u16, bool)>,
+    pub backups: Vec<(MemberId, bool)>,
 }
 
 /// The ranges of `runs` short of `replicas - 1` ready backups; adjacent
@@ -79,7 +78,8 @@ pub fn short_ranges(runs: &[SlotRun], replicas: u8) -> Vec<ShortRange> {
         if r.backups.iter().filter(|b| b.ready).count() >= want {
             continue;
         }
-        let backups: Vec<(u16, bool)> = r.backups.iter().map(|b| (b.member, b.ready)).collect();
+        let backups: Vec<(MemberId, bool)> =
+            r.backups.iter().map(|b| (b.member, b.ready)).collect();
         match out.last_mut() {
             Some(s) if s.slots.end == r.first && s.primary == r.primary && s.backups == backups => {
                 s.slots.end = r.last + 1
@@ -146,12 +146,12 @@ mod tests {
             })
             .unwrap();
         }
-        m.assign(8..16, 1, None).unwrap();
+        m.assign(8..16, MemberId(1), None).unwrap();
         m.set_version(2);
-        m.add_backup(0..8, 1).unwrap();
-        m.add_backup(0..2, 2).unwrap();
+        m.add_backup(0..8, MemberId(1)).unwrap();
+        m.add_backup(0..2, MemberId(2)).unwrap();
         m.set_version(3);
-        m.set_backup_ready(0..4, 1).unwrap();
+        m.set_backup_ready(0..4, MemberId(1)).unwrap();
         m.set_version(4);
         m
     }
@@ -160,17 +160,17 @@ mod tests {
     fn runs_carry_their_backups_and_short_ranges_merge_by_member() {
         let runs = slot_runs(&map());
         assert_eq!(runs[0].first, 0);
-        assert_eq!(runs[0].primary, 0);
+        assert_eq!(runs[0].primary, MemberId(0));
         assert_eq!(
             runs[0].backups,
             [
                 BackupView {
-                    member: 1,
+                    member: MemberId(1),
                     worker: 0,
                     ready: true
                 },
                 BackupView {
-                    member: 2,
+                    member: MemberId(2),
                     worker: 0,
                     ready: false
                 }
@@ -178,7 +178,7 @@ mod tests {
         );
         assert_eq!(runs.last().unwrap().last, 15);
         assert!(runs.last().unwrap().backups.is_empty());
-        assert_eq!(runs.iter().filter(|r| r.primary == 1).count(), 2);
+        assert_eq!(runs.iter().filter(|r| r.primary == MemberId(1)).count(), 2);
         // Every slot is in exactly one run.
         let covered: u32 = runs.iter().map(|r| r.last - r.first + 1).sum();
         assert_eq!(covered, 16);
@@ -188,11 +188,14 @@ mod tests {
         let short = short_ranges(&runs, 2);
         let slots: Vec<Range<u32>> = short.iter().map(|s| s.slots.clone()).collect();
         assert_eq!(slots, [4..8, 8..16]);
-        assert_eq!(short[0].backups, [(1, false)]);
+        assert_eq!(short[0].backups, [(MemberId(1), false)]);
         // Three copies: 0-1 have one ready of two.
         let short = short_ranges(&runs, 3);
         assert_eq!(short[0].slots, 0..2);
-        assert_eq!(short[0].backups, [(1, true), (2, false)]);
+        assert_eq!(
+            short[0].backups,
+            [(MemberId(1), true), (MemberId(2), false)]
+        );
         assert!(short_ranges(&runs, 1).is_empty());
 
         let text = short_text(&short_ranges(&runs, 3), 8);
@@ -214,9 +217,9 @@ mod tests {
         // fake::map's 64 slots at member 0, backed up on member 1: 0-31
         // ready, 32-63 still copying.
         let mut m = fake::map();
-        m.add_backup(0..64, 1).unwrap();
+        m.add_backup(0..64, MemberId(1)).unwrap();
         m.set_version(4);
-        m.set_backup_ready(0..32, 1).unwrap();
+        m.set_backup_ready(0..32, MemberId(1)).unwrap();
         m.set_version(5);
         let mut newest = fake::group(2, 32, 9);
         newest.members[2].zone = Some("rack-c".into());
@@ -224,9 +227,9 @@ mod tests {
             Ok(match (req, at.to_string().as_str()) {
                 (ControlRequest::Map, _) => fake::map_reply(&m),
                 // The contact lags: it has not applied `set replicas` yet.
-                (_, "10.0.0.1:7000") => fake::status_in(0, fake::group(1, 0, 5)),
-                (_, "10.0.0.1:7001") => fake::status_in(1, newest.clone()),
-                _ => fake::status_in(2, newest.clone()),
+                (_, "10.0.0.1:7000") => fake::status_in(MemberId(0), fake::group(1, 0, 5)),
+                (_, "10.0.0.1:7001") => fake::status_in(MemberId(1), newest.clone()),
+                _ => fake::status_in(MemberId(2), newest.clone()),
             })
         });
         let s = crate::status::gather(&mut a).unwrap();
@@ -271,7 +274,7 @@ mod tests {
         let mut a = fake::admin("10.0.0.1:7000", |_, req| {
             Ok(match req {
                 ControlRequest::Map => fake::map_reply(&fake::map()),
-                _ => fake::status(0, None),
+                _ => fake::status(MemberId(0), None),
             })
         });
         let s = crate::status::gather(&mut a).unwrap();

@@ -209,7 +209,7 @@ impl<T, X: Transport> Client<T, X> {
             if self.routes.all().is_empty() {
                 // Connected to no member any more: any that answers gives
                 // the map.
-                for m in 0..self.map.members().len() as u16 {
+                for m in self.map.member_ids() {
                     if self.reach(m).is_ok() {
                         break;
                     }

@@ -71,16 +71,16 @@ impl<T, X: Transport> Client<T, X> {
             return;
         }
         let sender = self.routes.member_of(from).and_then(|m| {
-            let at = self.peers.get(usize::from(m))?.addr;
+            let at = self.peers.get(m.index())?.addr;
             Some((m, at))
         });
-        for (id, m) in (0u16..).zip(map.members()) {
+        for (id, m) in map.member_ids().zip(map.members()) {
             let at = match sender {
                 Some((s, sa)) => members::member_addr(m, id, s, sa),
                 None => m.addr,
             };
             let connected = self.routes.workers(id) > 0;
-            match self.peers.get_mut(usize::from(id)) {
+            match self.peers.get_mut(id.index()) {
                 // Where it was reached.
                 Some(_) if connected => {}
                 Some(p) => {

@@ -15,7 +15,7 @@ use copyrpc::EndpointId;
 use crate::error::KvError;
 use crate::members::{self, Setup};
 use crate::reply::Reply;
-use kvs_proto::Owner;
+use kvs_proto::{MemberId, Owner};
 
 use super::Client;
 
@@ -48,8 +48,8 @@ impl<T, X: Transport> Client<T, X> {
     /// [`ClientOptions::setup_timeout`]: crate::ClientOptions::setup_timeout
     #[cold]
     #[inline(never)]
-    pub(super) fn reach(&mut self, id: u16) -> Result<(), KvError> {
-        let i = usize::from(id);
+    pub(super) fn reach(&mut self, id: MemberId) -> Result<(), KvError> {
+        let i = id.index();
         let (Some(&m), Some(peer)) = (self.map.members().get(i), self.peers.get_mut(i)) else {
             return Err(KvError::NoRoute(format!(
                 "member {id} is not in the shard map (version {})",
@@ -106,7 +106,7 @@ impl<T, X: Transport> Client<T, X> {
     #[cold]
     #[inline(never)]
     pub(super) fn reach_owners(&mut self) -> Result<(), KvError> {
-        for id in 0..self.map.members().len() as u16 {
+        for id in self.map.member_ids() {
             if self.map.slots_of(id) > 0 {
                 self.reach(id)?;
             }
@@ -130,7 +130,7 @@ impl<T, X: Transport> Client<T, X> {
         if self.peers.iter().any(|p| p.reach.failing()) {
             self.map_stale = true;
         }
-        let mut dead: Vec<u16> = Vec::new();
+        let mut dead: Vec<MemberId> = Vec::new();
         for c in &mut self.conns {
             if !c.check(&mut self.ctx) {
                 if let Some(m) = self.routes.member_of(c.endpoint()) {
@@ -150,7 +150,7 @@ impl<T, X: Transport> Client<T, X> {
     /// another member (its slots may have moved to their backups).
     #[cold]
     #[inline(never)]
-    pub(super) fn lost_member(&mut self, m: u16) {
+    pub(super) fn lost_member(&mut self, m: MemberId) {
         let mine: Vec<EndpointId> = (0..self.routes.workers(m))
             .filter_map(|w| {
                 self.routes.endpoint(Owner {
@@ -168,7 +168,7 @@ impl<T, X: Transport> Client<T, X> {
         for ep in mine {
             self.ctx.remove(ep);
         }
-        if let Some(p) = self.peers.get_mut(usize::from(m)) {
+        if let Some(p) = self.peers.get_mut(m.index()) {
             p.reach
                 .failed(Instant::now(), "its connection closed".to_string());
         }

@@ -13,7 +13,7 @@ use copyrpc::{CallError, CloseReason};
 
 use crate::error::{KvError, SubmitError};
 use crate::retry::Target;
-use kvs_proto::proto::{self, Op, RESPONSE_HEADER};
+use kvs_proto::proto::{self, Op, RequestId, RESPONSE_HEADER};
 
 use super::{Client, Kind};
 
@@ -129,8 +129,8 @@ impl<T, X: Transport> Client<T, X> {
                     let s = &mut self.ops[i as usize];
                     let version = self.routes.version();
                     proto::write_request(&mut s.req, op, version, key, value, val_len, offset);
-                    if let Some((c, q)) = id {
-                        proto::add_request_id(&mut s.req, c, q);
+                    if let Some(id) = id {
+                        proto::add_request_id(&mut s.req, id);
                     }
                     self.chaser
                         .later(i, &mut s.chase, Target::Route, Instant::now());
@@ -148,8 +148,8 @@ impl<T, X: Transport> Client<T, X> {
         let s = &mut self.ops[i as usize];
         let version = self.routes.version();
         proto::write_request(&mut s.req, op, version, key, value, val_len, offset);
-        if let Some((c, q)) = id {
-            proto::add_request_id(&mut s.req, c, q);
+        if let Some(id) = id {
+            proto::add_request_id(&mut s.req, id);
         }
         match self.ctx.call(ep, &s.req, allowance, i) {
             Ok(()) => {
@@ -178,12 +178,12 @@ impl<T, X: Transport> Client<T, X> {
     /// A write's request id (this client's id and its next request number;
     /// kept on every re-send, so a server applies it once); none for reads.
     #[inline]
-    fn next_id(&mut self, op: Op) -> Option<(u64, u64)> {
+    fn next_id(&mut self, op: Op) -> Option<RequestId> {
         if !matches!(op, Op::Put | Op::Delete | Op::UpdateRange) {
             return None;
         }
         self.requests += 1;
-        Some((self.client_id, self.requests))
+        Some(RequestId::new(self.client_id, self.requests))
     }
 
     /// A call copyrpc refused: frees its op slot and hands the tag back with

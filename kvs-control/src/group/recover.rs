@@ -17,6 +17,7 @@
 //! restarted with its old data dir would find the old configuration in it,
 //! in which the lost members may elect a leader of their own.
 
+use kvs_proto::MemberId;
 use raft::eraftpb::{ConfChange, ConfChangeType};
 
 use super::{member_of, node_of, Group};
@@ -31,13 +32,13 @@ impl Group {
     /// learners, which the leader makes voters again as they are up. Run it
     /// on the surviving voter whose log is the most advanced: one that
     /// committed entries this member does not have cannot follow it.
-    pub fn unsafe_recover(&mut self, lost: &[u16], at_ms: u64) -> Result<(), GroupError> {
+    pub fn unsafe_recover(&mut self, lost: &[MemberId], at_ms: u64) -> Result<(), GroupError> {
         let state = self.state.as_ref().ok_or_else(|| {
             GroupError::Rejected("this member has not been given the cluster's state".into())
         })?;
         state.check_recovery(self.me, lost)?;
         let me = self.me;
-        let demoted: Vec<u16> = state
+        let demoted: Vec<MemberId> = state
             .live_members()
             .filter(|&m| m != me && state.is_voter(m) && !lost.contains(&m))
             .collect();
@@ -64,8 +65,12 @@ impl Group {
     /// voter, as raft-rs allows outside a joint configuration; a step
     /// already taken (on the survivor, or when an entry is applied again
     /// after a restart) changes nothing.
-    pub(super) fn force_conf(&mut self, lost: &[u16], demoted: &[u16]) -> Result<(), GroupError> {
-        let voters = |g: &Group| -> Vec<u16> {
+    pub(super) fn force_conf(
+        &mut self,
+        lost: &[MemberId],
+        demoted: &[MemberId],
+    ) -> Result<(), GroupError> {
+        let voters = |g: &Group| -> Vec<MemberId> {
             g.conf.voters.iter().filter_map(|&n| member_of(n)).collect()
         };
         let steps = lost

@@ -1,18 +1,20 @@
 //! Applying the commands of normal entries to the state.
 
 use std::net::SocketAddr;
+use std::ops::Range;
 
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 use super::{Applied, ClusterState, Command};
 use crate::limits::{MEMBER_TIMEOUT_MS, REPLICAS};
+use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::refusal::Refusal;
 
 impl ClusterState {
-    /// Applies a command committed at `at` (index, term): a `match` of one
+    /// Applies a command committed at `at`: a `match` of one
     /// arm per command, each small or a call to the command's own step.
-    pub fn apply(&mut self, cmd: &Command, at: (u64, u64)) -> Applied {
+    pub fn apply(&mut self, cmd: &Command, at: LogPos) -> Applied {
         match cmd {
             Command::Migrate { at_ms, .. } | Command::Rebalance { at_ms } => {
                 self.start_migration(cmd, *at_ms, at)
@@ -44,7 +46,7 @@ impl ClusterState {
             Command::Map { map } => self.replace_map(map, at),
             &Command::MarkFailed { member } => match self.member_state(member) {
                 Some(MemberState::Up) => {
-                    self.members[usize::from(member)].state = MemberState::Failed;
+                    self.members[member.index()].state = MemberState::Failed;
                     self.fail_over(member, at);
                     Applied::Failed(member)
                 }
@@ -52,7 +54,7 @@ impl ClusterState {
             },
             &Command::MarkUp { member } => match self.member_state(member) {
                 Some(MemberState::Failed) => {
-                    self.members[usize::from(member)].state = MemberState::Up;
+                    self.members[member.index()].state = MemberState::Up;
                     self.step_migration(at, None);
                     self.reconcile(at);
                     Applied::Up(member)
@@ -61,7 +63,7 @@ impl ClusterState {
             },
             &Command::Restarted { member, nonce } => match self.member_state(member) {
                 Some(MemberState::Up | MemberState::Failed) => {
-                    let st = &mut self.members[usize::from(member)];
+                    let st = &mut self.members[member.index()];
                     st.state = MemberState::Up;
                     st.drained = false;
                     self.fail_over(member, at);
@@ -101,10 +103,10 @@ impl ClusterState {
 
     /// A `Drain` command: an up `member` is marked drained, and each slot
     /// it is primary of goes to its ready backup.
-    fn drain(&mut self, member: u16, at: (u64, u64)) -> Applied {
+    fn drain(&mut self, member: MemberId, at: LogPos) -> Applied {
         match self.member_state(member) {
             Some(MemberState::Up) => {
-                self.members[usize::from(member)].drained = true;
+                self.members[member.index()].drained = true;
                 let before = self.map.slots_of(member);
                 self.fail_over(member, at);
                 Applied::Drained {
@@ -118,7 +120,7 @@ impl ClusterState {
 
     /// A `SetReplicas` command: the cluster keeps `replicas` copies of
     /// each slot (1 to 3), and the map is reconciled to it.
-    fn set_replicas(&mut self, replicas: u8, at: (u64, u64)) -> Applied {
+    fn set_replicas(&mut self, replicas: u8, at: LogPos) -> Applied {
         if !REPLICAS.contains(&replicas) {
             return Applied::Refused(Refusal::Replicas(replicas));
         }
@@ -146,7 +148,7 @@ impl ClusterState {
     /// A `Map` command: the encoded `map` replaces the group's if it is the
     /// next version, changes owners only, and gives no slot to a member
     /// that left.
-    fn replace_map(&mut self, map: &[u8], at: (u64, u64)) -> Applied {
+    fn replace_map(&mut self, map: &[u8], at: LogPos) -> Applied {
         let m = match ShardMap::decode(map) {
             Ok(m) => m,
             Err(e) => return Applied::Refused(e.into()),
@@ -177,10 +179,10 @@ impl ClusterState {
 
     /// A `BackupStale` command: `member`'s backups of `slots` are not
     /// ready.
-    fn backups_stale(&mut self, member: u16, slots: &[(u32, u32)], at: (u64, u64)) -> Applied {
+    fn backups_stale(&mut self, member: MemberId, slots: &[Range<u32>], at: LogPos) -> Applied {
         let mut map = self.map.clone();
-        for &(a, b) in slots {
-            let _ = map.set_backup_unready(a..b.min(map.slots()), member);
+        for r in slots {
+            let _ = map.set_backup_unready(r.start..r.end.min(map.slots()), member);
         }
         if map == self.map {
             return Applied::Nothing;
@@ -194,15 +196,15 @@ impl ClusterState {
     /// copy (`records`, `bytes`), and a backup it moved replaces the old.
     fn backups_ready(
         &mut self,
-        member: u16,
-        slots: &[(u32, u32)],
+        member: MemberId,
+        slots: &[Range<u32>],
         since: u32,
         (records, bytes): (u64, u64),
-        at: (u64, u64),
+        at: LogPos,
     ) -> Applied {
         let mut map = self.map.clone();
-        for &(a, b) in slots {
-            for s in a..b.min(map.slots()) {
+        for r in slots {
+            for s in r.start..r.end.min(map.slots()) {
                 if map.epoch(s) <= since {
                     let _ = map.set_backup_ready(s..s + 1, member);
                 }
@@ -224,10 +226,10 @@ impl ClusterState {
     /// `addr`, its bulk port `bulk_port`, unless another member is there.
     fn readdress(
         &mut self,
-        member: u16,
+        member: MemberId,
         addr: SocketAddr,
         bulk_port: u16,
-        at: (u64, u64),
+        at: LogPos,
     ) -> Applied {
         match self.member_state(member) {
             Some(MemberState::Left) | None => return Applied::Refused(Refusal::NoMember(member)),
@@ -260,18 +262,21 @@ mod tests {
     fn a_map_command_must_follow_the_version_and_keep_the_members() {
         let mut s = three();
         let mut m = s.map().clone();
-        m.assign(0..16, 2, Some(0)).unwrap();
+        m.assign(0..16, MemberId(2), Some(MemberId(0))).unwrap();
         m.set_version(s.map().version() + 1);
         let mut b = Vec::new();
         m.encode(&mut b);
         let cmd = Command::Map { map: b };
-        assert_eq!(s.apply(&cmd, (10, 2)), Applied::Map(4));
-        assert_eq!(s.map().owner_of_slot(3).member, 2);
-        assert_eq!(s.map_committed_at(), (10, 2));
+        assert_eq!(s.apply(&cmd, LogPos::new(10, 2)), Applied::Map(4));
+        assert_eq!(s.map().owner_of_slot(3).member, MemberId(2));
+        assert_eq!(s.map_committed_at(), LogPos::new(10, 2));
         // The same command again is out of order.
-        assert!(matches!(s.apply(&cmd, (11, 2)), Applied::Refused(_)));
         assert!(matches!(
-            s.apply(&Command::Map { map: vec![1, 2, 3] }, (12, 2)),
+            s.apply(&cmd, LogPos::new(11, 2)),
+            Applied::Refused(_)
+        ));
+        assert!(matches!(
+            s.apply(&Command::Map { map: vec![1, 2, 3] }, LogPos::new(12, 2)),
             Applied::Refused(_)
         ));
     }
@@ -280,77 +285,100 @@ mod tests {
     fn failure_marks_and_forgetting() {
         let mut s = three();
         assert_eq!(
-            s.apply(&Command::MarkFailed { member: 2 }, (5, 1)),
-            Applied::Failed(2)
+            s.apply(
+                &Command::MarkFailed {
+                    member: MemberId(2)
+                },
+                LogPos::new(5, 1)
+            ),
+            Applied::Failed(MemberId(2))
         );
         assert!(matches!(
-            s.apply(&Command::MarkFailed { member: 2 }, (6, 1)),
+            s.apply(
+                &Command::MarkFailed {
+                    member: MemberId(2)
+                },
+                LogPos::new(6, 1)
+            ),
             Applied::Refused(_)
         ));
-        assert_eq!(s.member_state(2), Some(MemberState::Failed));
+        assert_eq!(s.member_state(MemberId(2)), Some(MemberState::Failed));
         assert_eq!(
-            s.apply(&Command::MarkUp { member: 2 }, (7, 1)),
-            Applied::Up(2)
+            s.apply(
+                &Command::MarkUp {
+                    member: MemberId(2)
+                },
+                LogPos::new(7, 1)
+            ),
+            Applied::Up(MemberId(2))
         );
         // Member 0 owns every slot: forgetting it needs force.
         let f = Membership::Forget {
-            member: 0,
+            member: MemberId(0),
             force: false,
             at_ms: 0,
         };
-        let Applied::Refused(why) = s.apply_membership(&f, (8, 1)) else {
+        let Applied::Refused(why) = s.apply_membership(&f, LogPos::new(8, 1)) else {
             panic!("forget of a member with slots went through")
         };
         assert!(why.to_string().contains("owns 64 slots"), "{why}");
         // Member 2 owns nothing: it goes.
         let f2 = Membership::Forget {
-            member: 2,
+            member: MemberId(2),
             force: false,
             at_ms: 0,
         };
         assert_eq!(
-            s.apply_membership(&f2, (9, 1)),
+            s.apply_membership(&f2, LogPos::new(9, 1)),
             Applied::Left {
-                member: 2,
+                member: MemberId(2),
                 moved: 0,
                 lost_slots: 0
             }
         );
         assert_eq!(s.member_at(addr(7002)), None);
-        assert_eq!(s.live_members().collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            s.live_members().collect::<Vec<_>>(),
+            [MemberId(0), MemberId(1)]
+        );
         // With force, member 0's slots go, empty, to member 1 (a voter now,
         // so the group keeps one).
         let v = Membership::Voter {
-            member: 1,
+            member: MemberId(1),
             voter: true,
         };
         assert!(matches!(
-            s.apply_membership(&v, (10, 1)),
+            s.apply_membership(&v, LogPos::new(10, 1)),
             Applied::Voter { .. }
         ));
-        s.apply(&Command::MarkFailed { member: 0 }, (10, 1));
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(0),
+            },
+            LogPos::new(10, 1),
+        );
         let ff = Membership::Forget {
-            member: 0,
+            member: MemberId(0),
             force: true,
             at_ms: 0,
         };
         assert_eq!(
-            s.apply_membership(&ff, (11, 1)),
+            s.apply_membership(&ff, LogPos::new(11, 1)),
             Applied::Left {
-                member: 0,
+                member: MemberId(0),
                 moved: 0,
                 lost_slots: 64
             }
         );
-        assert_eq!(s.map().slots_of(1), 64);
+        assert_eq!(s.map().slots_of(MemberId(1)), 64);
         // The last voter cannot go.
         let last = Membership::Forget {
-            member: 1,
+            member: MemberId(1),
             force: true,
             at_ms: 0,
         };
         assert!(matches!(
-            s.apply_membership(&last, (12, 1)),
+            s.apply_membership(&last, LogPos::new(12, 1)),
             Applied::Refused(_)
         ));
     }
@@ -362,97 +390,113 @@ mod tests {
         assert_eq!(s.replicas(), 1);
         assert_eq!(s.under_replicated(), 0);
         let bad = Command::SetReplicas { replicas: 4 };
-        assert!(matches!(s.apply(&bad, (10, 1)), Applied::Refused(_)));
+        assert!(matches!(
+            s.apply(&bad, LogPos::new(10, 1)),
+            Applied::Refused(_)
+        ));
         let v = s.map().version();
         assert_eq!(
-            s.apply(&Command::SetReplicas { replicas: 2 }, (11, 1)),
+            s.apply(&Command::SetReplicas { replicas: 2 }, LogPos::new(11, 1)),
             Applied::Map(v + 1)
         );
         assert_eq!(s.under_replicated(), 64, "no copy is ready yet");
         assert!((0..64).all(|x| s.map().backups(x).len() == 1));
         let since = s.map().version();
         // A report for a copy begun under an older replica set is stale.
-        let stale = ready_cmd(1, vec![(0, 21)], since - 1);
-        assert_eq!(s.apply(&stale, (12, 1)), Applied::Nothing);
-        let ready = |member, a, b| ready_cmd(member, vec![(a, b)], since);
+        let stale = ready_cmd(MemberId(1), vec![0..21], since - 1);
+        assert_eq!(s.apply(&stale, LogPos::new(12, 1)), Applied::Nothing);
+        let ready = |member, a, b| ready_cmd(member, vec![a..b], since);
         assert!(matches!(
-            s.apply(&ready(1, 0, 21), (13, 1)),
+            s.apply(&ready(MemberId(1), 0, 21), LogPos::new(13, 1)),
             Applied::Map(_)
         ));
         assert!(matches!(
-            s.apply(&ready(2, 21, 42), (14, 1)),
+            s.apply(&ready(MemberId(2), 21, 42), LogPos::new(14, 1)),
             Applied::Map(_)
         ));
         assert_eq!(s.under_replicated(), 22);
         // A stale backup is not ready, and ready again once copied.
         let stale = Command::BackupStale {
-            member: 2,
-            slots: vec![(21, 42)],
+            member: MemberId(2),
+            slots: vec![21..42],
         };
-        assert!(matches!(s.apply(&stale, (14, 1)), Applied::Map(_)));
-        assert_eq!(s.under_replicated(), 43);
-        assert_eq!(s.apply(&stale, (14, 1)), Applied::Nothing);
         assert!(matches!(
-            s.apply(&ready(2, 21, 42), (14, 1)),
+            s.apply(&stale, LogPos::new(14, 1)),
+            Applied::Map(_)
+        ));
+        assert_eq!(s.under_replicated(), 43);
+        assert_eq!(s.apply(&stale, LogPos::new(14, 1)), Applied::Nothing);
+        assert!(matches!(
+            s.apply(&ready(MemberId(2), 21, 42), LogPos::new(14, 1)),
             Applied::Map(_)
         ));
         // Member 0 fails: its slots go to member 1, whose copies were
         // ready, and get new backups on member 2.
         assert_eq!(
-            s.apply(&Command::MarkFailed { member: 0 }, (15, 1)),
-            Applied::Failed(0)
+            s.apply(
+                &Command::MarkFailed {
+                    member: MemberId(0)
+                },
+                LogPos::new(15, 1)
+            ),
+            Applied::Failed(MemberId(0))
         );
-        assert_eq!(s.map().slots_of(0), 0);
-        assert_eq!(s.map().slots_of(1), 42);
-        assert!((0..21).all(|x| s.map().backups(x)[0].owner.member == 2));
-        assert_eq!(s.map().backup_slots_of(0), 0);
+        assert_eq!(s.map().slots_of(MemberId(0)), 0);
+        assert_eq!(s.map().slots_of(MemberId(1)), 42);
+        assert!((0..21).all(|x| s.map().backups(x)[0].owner.member == MemberId(2)));
+        assert_eq!(s.map().backup_slots_of(MemberId(0)), 0);
         // Member 2's slots had their backups on member 0: gone, and not
         // replaced on a failed member.
-        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 1));
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == MemberId(1)));
         // It comes back, restarted: nothing of it is kept, and it takes
         // backups again.
         assert_eq!(
             s.apply(
                 &Command::Restarted {
-                    member: 0,
+                    member: MemberId(0),
                     nonce: 7
                 },
-                (16, 1)
+                LogPos::new(16, 1)
             ),
             Applied::Restarted {
-                member: 0,
+                member: MemberId(0),
                 nonce: 7
             }
         );
-        assert_eq!(s.member_state(0), Some(MemberState::Up));
-        assert_eq!(s.map().slots_of(0), 0);
+        assert_eq!(s.member_state(MemberId(0)), Some(MemberState::Up));
+        assert_eq!(s.map().slots_of(MemberId(0)), 0);
         // Three copies: member 0 is the only member with room for them.
-        s.apply(&Command::SetReplicas { replicas: 3 }, (17, 1));
-        assert_eq!(s.map().backup_slots_of(0), 64);
+        s.apply(&Command::SetReplicas { replicas: 3 }, LogPos::new(17, 1));
+        assert_eq!(s.map().backup_slots_of(MemberId(0)), 64);
         // Drained: member 1's slots go to their ready backups (none are
         // ready on member 0 yet: they stay), it keeps no copies, and it
         // takes none until it restarts.
-        s.apply(&Command::SetReplicas { replicas: 2 }, (18, 1));
+        s.apply(&Command::SetReplicas { replicas: 2 }, LogPos::new(18, 1));
         let since = s.map().version();
-        let r = ready_cmd(2, vec![(0, 42)], since);
-        s.apply(&r, (19, 1));
+        let r = ready_cmd(MemberId(2), vec![0..42], since);
+        s.apply(&r, LogPos::new(19, 1));
         assert_eq!(
-            s.apply(&Command::Drain { member: 1 }, (20, 1)),
+            s.apply(
+                &Command::Drain {
+                    member: MemberId(1)
+                },
+                LogPos::new(20, 1)
+            ),
             Applied::Drained {
-                member: 1,
+                member: MemberId(1),
                 moved: 42
             }
         );
-        assert!(s.drained(1));
-        assert_eq!(s.map().slots_of(1), 0);
-        assert_eq!(s.map().backup_slots_of(1), 0);
-        assert!(!s.up_members().any(|m| m == 1));
+        assert!(s.drained(MemberId(1)));
+        assert_eq!(s.map().slots_of(MemberId(1)), 0);
+        assert_eq!(s.map().backup_slots_of(MemberId(1)), 0);
+        assert!(!s.up_members().any(|m| m == MemberId(1)));
         let back = Command::Restarted {
-            member: 1,
+            member: MemberId(1),
             nonce: 9,
         };
-        s.apply(&back, (21, 1));
-        assert!(!s.drained(1));
+        s.apply(&back, LogPos::new(21, 1));
+        assert!(!s.drained(MemberId(1)));
         // The state survives a snapshot.
         assert_eq!(ClusterState::decode(&s.encode()).unwrap(), s);
     }

@@ -2,7 +2,9 @@
 //! normal entry, a [`Membership`] change in a Raft configuration change's
 //! context, and what applying one did ([`Applied`]).
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
+use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -22,17 +24,17 @@ pub enum Command {
     /// The leader lost touch with a member.
     MarkFailed {
         /// The member.
-        member: u16,
+        member: MemberId,
     },
     /// A failed member was heard from again.
     MarkUp {
         /// The member.
-        member: u16,
+        member: MemberId,
     },
     /// Start moving slots: each `(first, end, to)` range to member `to`.
     Migrate {
         /// The moves.
-        moves: Vec<(u32, u32, u16)>,
+        moves: Vec<(u32, u32, MemberId)>,
         /// The proposer's wall clock, in Unix milliseconds.
         at_ms: u64,
     },
@@ -50,8 +52,9 @@ pub enum Command {
     ImportDone {
         /// The map version that handed the slots over.
         version: u32,
-        /// The slots, as `[first, end)` ranges.
-        slots: Vec<(u32, u32)>,
+        /// The slots (`[first, end]` pairs in the entry).
+        #[serde(with = "kvs_proto::shard::range_pairs")]
+        slots: Vec<Range<u32>>,
         /// Records pulled.
         records: u64,
         /// Bytes of keys and values pulled.
@@ -73,9 +76,10 @@ pub enum Command {
     /// version the copy began under.
     BackupReady {
         /// The backup's member.
-        member: u16,
-        /// The slots, as `[first, end)` ranges.
-        slots: Vec<(u32, u32)>,
+        member: MemberId,
+        /// The slots (`[first, end]` pairs in the entry).
+        #[serde(with = "kvs_proto::shard::range_pairs")]
+        slots: Vec<Range<u32>>,
         /// The map version the copy began under.
         since: u32,
         /// Records copied (a migration's target counts them).
@@ -91,9 +95,10 @@ pub enum Command {
     /// it cannot be promoted meanwhile.
     BackupStale {
         /// The backup's member.
-        member: u16,
-        /// The slots, as `[first, end)` ranges.
-        slots: Vec<(u32, u32)>,
+        member: MemberId,
+        /// The slots (`[first, end]` pairs in the entry).
+        #[serde(with = "kvs_proto::shard::range_pairs")]
+        slots: Vec<Range<u32>>,
     },
     /// The source of the chunk a migration is copying (with replicas) asks
     /// for the hand-over: it stopped taking writes of slots `first..end`,
@@ -107,7 +112,7 @@ pub enum Command {
         /// One past its last.
         end: u32,
         /// The target.
-        to: u16,
+        to: MemberId,
         /// The proposer's wall clock, in Unix milliseconds.
         at_ms: u64,
     },
@@ -118,7 +123,7 @@ pub enum Command {
     /// it can be stale.
     Drain {
         /// The member.
-        member: u16,
+        member: MemberId,
     },
     /// A member started again without the records it held (the store is in
     /// memory): its slots go to their ready backups and its copies are
@@ -126,7 +131,7 @@ pub enum Command {
     /// until this entry is applied; `nonce` tells it which start it was.
     Restarted {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Its start's random number.
         nonce: u64,
     },
@@ -148,9 +153,9 @@ pub enum Command {
     /// gone.
     UnsafeRecover {
         /// The member that leads after the recovery, the only voter.
-        survivor: u16,
+        survivor: MemberId,
         /// The members lost for good.
-        lost: Vec<u16>,
+        lost: Vec<MemberId>,
         /// The proposer's wall clock, in Unix milliseconds.
         at_ms: u64,
     },
@@ -158,7 +163,7 @@ pub enum Command {
     /// unspecified address, learned the one others reach it at).
     Readdress {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Where it sets connections up.
         addr: SocketAddr,
         /// Its bulk-transfer port.
@@ -175,7 +180,7 @@ pub enum Membership {
     /// makes voters of learners as [`ClusterState::voter_change`](crate::ClusterState::voter_change) says).
     Join {
         /// The id it gets (the number of members so far).
-        member: u16,
+        member: MemberId,
         /// Where it sets connections up.
         addr: SocketAddr,
         /// Its worker threads.
@@ -190,7 +195,7 @@ pub enum Membership {
     /// A member becomes a voter (`voter`) or a learner.
     Voter {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Whether it votes from now on.
         voter: bool,
     },
@@ -200,7 +205,7 @@ pub enum Membership {
     /// members that are up.
     Forget {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Whether its slots' records may be declared lost.
         force: bool,
         /// The proposer's wall clock, in Unix milliseconds (for a migration
@@ -218,31 +223,31 @@ pub enum Applied {
     /// The map changed; its new version.
     Map(u32),
     /// A member joined.
-    Joined(u16),
+    Joined(MemberId),
     /// A member became a voter, or a learner.
     Voter {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Whether it votes now.
         voter: bool,
     },
     /// A member was marked failed.
-    Failed(u16),
+    Failed(MemberId),
     /// The group's `member_timeout` changed; its new value in milliseconds.
     MemberTimeout(u64),
     /// A failed member is up again.
-    Up(u16),
+    Up(MemberId),
     /// A member was drained; how many of its slots moved to backups.
     Drained {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Slots it was primary of that it no longer is.
         moved: u32,
     },
     /// A member that started again without its records is back in service.
     Restarted {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Its start's number.
         nonce: u64,
     },
@@ -250,7 +255,7 @@ pub enum Applied {
     /// ready backups, and how many it lost (with `force`).
     Left {
         /// The member.
-        member: u16,
+        member: MemberId,
         /// Slots that went to a ready backup, records and all.
         moved: u32,
         /// Slots given away empty: their records are lost.
@@ -260,11 +265,11 @@ pub enum Applied {
     /// ([`Command::UnsafeRecover`]).
     Recovered {
         /// The only voter now.
-        survivor: u16,
+        survivor: MemberId,
         /// The members forgotten.
-        lost: Vec<u16>,
+        lost: Vec<MemberId>,
         /// The other voters, learners now.
-        demoted: Vec<u16>,
+        demoted: Vec<MemberId>,
         /// The lost members' slots that failed over to a ready backup.
         moved: u32,
         /// Their slots given away empty: their records are lost.

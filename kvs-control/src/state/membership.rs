@@ -1,9 +1,10 @@
 //! Membership in the state: joins, voters, members forgotten, and the
 //! unsafe recovery that forgets the lost members of a group.
 
-use kvs_proto::Member;
+use kvs_proto::{Member, MemberId};
 
 use super::{Applied, ClusterState, Membership, Standing};
+use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::refusal::Refusal;
 use crate::replication;
@@ -19,10 +20,10 @@ impl ClusterState {
                 workers,
                 ..
             } => {
-                if *member != self.member_count() {
+                if *member != self.next_member() {
                     return Err(Refusal::NotNextId {
                         member: *member,
-                        next: self.member_count(),
+                        next: self.next_member(),
                     });
                 }
                 if let Some(m) = self.member_at(*addr) {
@@ -79,7 +80,7 @@ impl ClusterState {
         }
     }
 
-    fn live_voters(&self) -> impl Iterator<Item = u16> + '_ {
+    fn live_voters(&self) -> impl Iterator<Item = MemberId> + '_ {
         self.live_members().filter(|&m| self.is_voter(m))
     }
 
@@ -117,8 +118,8 @@ impl ClusterState {
     /// its voters. Demoting before promoting keeps every step's quorum
     /// within the members that are up (two of two, then two of three),
     /// whatever the learner's log.
-    pub fn voter_change(&self, leader: u16) -> Option<(u16, bool)> {
-        let voters: Vec<u16> = self.live_voters().collect();
+    pub fn voter_change(&self, leader: MemberId) -> Option<(MemberId, bool)> {
+        let voters: Vec<MemberId> = self.live_voters().collect();
         let target = self.voter_target();
         if voters.len() < target {
             return self.next_voter().map(|m| (m, true));
@@ -140,13 +141,13 @@ impl ClusterState {
     /// a zone where no voter is up (a member without a zone is a zone of
     /// its own), else the lowest-numbered, so the voters spread over zones
     /// and one zone's loss takes as few as it can.
-    fn next_voter(&self) -> Option<u16> {
+    fn next_voter(&self) -> Option<MemberId> {
         let voting_zones: Vec<&str> = self
             .live_voters()
             .filter(|&v| self.member_state(v) == Some(MemberState::Up))
             .filter_map(|v| self.zone(v))
             .collect();
-        let learners: Vec<u16> = self.up_members().filter(|&m| !self.is_voter(m)).collect();
+        let learners: Vec<MemberId> = self.up_members().filter(|&m| !self.is_voter(m)).collect();
         learners
             .iter()
             .copied()
@@ -154,10 +155,10 @@ impl ClusterState {
             .or_else(|| learners.first().copied())
     }
 
-    /// Applies a membership change committed at `at` (index, term); the
+    /// Applies a membership change committed at `at`; the
     /// caller applies the Raft configuration change only if this is not
     /// [`Applied::Refused`].
-    pub fn apply_membership(&mut self, change: &Membership, at: (u64, u64)) -> Applied {
+    pub fn apply_membership(&mut self, change: &Membership, at: LogPos) -> Applied {
         if let Err(why) = self.check_membership(change) {
             return Applied::Refused(why);
         }
@@ -188,7 +189,7 @@ impl ClusterState {
                 Applied::Joined(member)
             }
             Membership::Voter { member, voter } => {
-                self.members[usize::from(member)].voter = voter;
+                self.members[member.index()].voter = voter;
                 Applied::Voter { member, voter }
             }
             Membership::Forget { member, at_ms, .. } => self.forget(member, at_ms, at),
@@ -200,7 +201,7 @@ impl ClusterState {
     /// failover does (every acknowledged write is on that copy); only the
     /// slots with no such backup go, empty, to the members that are up in
     /// turn, their records lost.
-    fn forget(&mut self, member: u16, at_ms: u64, at: (u64, u64)) -> Applied {
+    fn forget(&mut self, member: MemberId, at_ms: u64, at: LogPos) -> Applied {
         // A migration from or to it goes on without it.
         let unblocked = self
             .migration
@@ -208,10 +209,10 @@ impl ClusterState {
             .filter(|g| g.running())
             .is_some_and(|g| g.forget(member));
         let mut map = self.map.clone();
-        let up: Vec<u16> = self.up_members().filter(|&m| m != member).collect();
+        let up: Vec<MemberId> = self.up_members().filter(|&m| m != member).collect();
         let moved = replication::failover(&mut map, member, |m| up.contains(&m));
         let lost = map.slots_of(member);
-        let takers: Vec<u16> = self
+        let takers: Vec<MemberId> = self
             .live_members()
             .filter(|&m| m != member && self.member_state(m) == Some(MemberState::Up))
             .collect();
@@ -239,7 +240,7 @@ impl ClusterState {
                 let _ = map.finish_import(s..s + 1);
             }
         }
-        self.members[usize::from(member)] = Standing {
+        self.members[member.index()] = Standing {
             state: MemberState::Left,
             voter: false,
             zone: None,
@@ -260,7 +261,7 @@ impl ClusterState {
     /// Whether `survivor` may recover the group without `lost`
     /// ([`Command::UnsafeRecover`](crate::Command::UnsafeRecover)): it is a voter and not lost, and each
     /// lost member is a member that has not left.
-    pub fn check_recovery(&self, survivor: u16, lost: &[u16]) -> Result<(), Refusal> {
+    pub fn check_recovery(&self, survivor: MemberId, lost: &[MemberId]) -> Result<(), Refusal> {
         if !self.is_voter(survivor) {
             return Err(Refusal::SurvivorNotVoter(survivor));
         }
@@ -282,21 +283,21 @@ impl ClusterState {
     /// learners.
     pub(super) fn unsafe_recover(
         &mut self,
-        survivor: u16,
-        lost: &[u16],
+        survivor: MemberId,
+        lost: &[MemberId],
         at_ms: u64,
-        at: (u64, u64),
+        at: LogPos,
     ) -> Applied {
         if let Err(why) = self.check_recovery(survivor, lost) {
             return Applied::Refused(why);
         }
         let (mut moved, mut lost_slots) = (0, 0);
-        let mut lost: Vec<u16> = lost.to_vec();
+        let mut lost: Vec<MemberId> = lost.to_vec();
         lost.sort_unstable();
         lost.dedup();
         // None of them takes another's slots or is promoted for them.
         for &m in &lost {
-            self.members[usize::from(m)].state = MemberState::Failed;
+            self.members[m.index()].state = MemberState::Failed;
         }
         for &m in &lost {
             if let Applied::Left {
@@ -309,9 +310,9 @@ impl ClusterState {
                 lost_slots += ls;
             }
         }
-        let demoted: Vec<u16> = self.live_voters().filter(|&v| v != survivor).collect();
+        let demoted: Vec<MemberId> = self.live_voters().filter(|&v| v != survivor).collect();
         for &v in &demoted {
-            self.members[usize::from(v)].voter = false;
+            self.members[v.index()].voter = false;
         }
         Applied::Recovered {
             survivor,
@@ -334,30 +335,30 @@ mod tests {
         let mut s = three();
         assert_eq!(s.member_count(), 3);
         assert_eq!(s.map().version(), 3);
-        assert_eq!(s.map_committed_at(), (3, 1));
+        assert_eq!(s.map_committed_at(), LogPos::new(3, 1));
         // Joined as learners; control_voters = 2 and 3 members: one voter.
-        assert!(s.is_voter(0) && !s.is_voter(1) && !s.is_voter(2));
+        assert!(s.is_voter(MemberId(0)) && !s.is_voter(MemberId(1)) && !s.is_voter(MemberId(2)));
         assert_eq!(s.voter_target(), 1);
-        assert_eq!(s.voter_change(0), None);
+        assert_eq!(s.voter_change(MemberId(0)), None);
         s.control_voters = 5;
         assert_eq!(s.voter_target(), 3);
-        assert_eq!(s.voter_change(0), Some((1, true)));
+        assert_eq!(s.voter_change(MemberId(0)), Some((MemberId(1), true)));
         let v = Membership::Voter {
-            member: 1,
+            member: MemberId(1),
             voter: true,
         };
         assert_eq!(
-            s.apply_membership(&v, (4, 1)),
+            s.apply_membership(&v, LogPos::new(4, 1)),
             Applied::Voter {
-                member: 1,
+                member: MemberId(1),
                 voter: true
             }
         );
         assert!(matches!(
-            s.apply_membership(&v, (5, 1)),
+            s.apply_membership(&v, LogPos::new(5, 1)),
             Applied::Refused(_)
         ));
-        assert_eq!(s.voter_change(0), Some((2, true)));
+        assert_eq!(s.voter_change(MemberId(0)), Some((MemberId(2), true)));
         // Four members with five allowed: three voters, so one goes back.
         s.members[2].voter = true;
         s.members.push(Standing {
@@ -373,31 +374,35 @@ mod tests {
                 bulk_port: 0,
             })
             .unwrap();
-        assert_eq!(s.voter_change(3), Some((2, false)));
+        assert_eq!(s.voter_change(MemberId(3)), Some((MemberId(2), false)));
         s.members[1].state = MemberState::Failed;
-        assert_eq!(s.voter_change(3), Some((1, false)), "a failed voter first");
-        assert_eq!(s.member_at(addr(7002)), Some(2));
+        assert_eq!(
+            s.voter_change(MemberId(3)),
+            Some((MemberId(1), false)),
+            "a failed voter first"
+        );
+        assert_eq!(s.member_at(addr(7002)), Some(MemberId(2)));
         let mut s2 = s.clone();
         let again = Membership::Join {
-            member: 3,
+            member: MemberId(3),
             addr: addr(7001),
             workers: 2,
             bulk_port: 1,
             zone: None,
         };
         assert!(matches!(
-            s2.apply_membership(&again, (9, 1)),
+            s2.apply_membership(&again, LogPos::new(9, 1)),
             Applied::Refused(_)
         ));
         let stale = Membership::Join {
-            member: 2,
+            member: MemberId(2),
             addr: addr(7009),
             workers: 2,
             bulk_port: 1,
             zone: None,
         };
         assert!(matches!(
-            s2.apply_membership(&stale, (9, 1)),
+            s2.apply_membership(&stale, LogPos::new(9, 1)),
             Applied::Refused(_)
         ));
         assert_eq!(s2, s, "a refused change changes nothing");
@@ -410,16 +415,16 @@ mod tests {
         let mut f = founding(3);
         f.zone = Some("a".into());
         let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), f, map);
-        for (i, z) in [(1u16, "b"), (2, "c"), (3, "a"), (4, "d")] {
+        for (i, z) in [(1, "b"), (2, "c"), (3, "a"), (4, "d")].map(|(i, z)| (MemberId(i), z)) {
             let j = Membership::Join {
                 member: i,
-                addr: addr(7000 + i),
+                addr: addr(7000 + i.0),
                 workers: 2,
-                bulk_port: 9000 + i,
+                bulk_port: 9000 + i.0,
                 zone: Some(z.into()),
             };
             assert_eq!(
-                s.apply_membership(&j, (u64::from(i) + 1, 1)),
+                s.apply_membership(&j, LogPos::new(u64::from(i.0) + 1, 1)),
                 Applied::Joined(i)
             );
         }
@@ -428,53 +433,84 @@ mod tests {
             at += 1;
             let v = Membership::Voter { member, voter };
             assert!(matches!(
-                s.apply_membership(&v, (at, 1)),
+                s.apply_membership(&v, LogPos::new(at, 1)),
                 Applied::Voter { .. }
             ));
         };
-        while let Some(c) = s.voter_change(0) {
+        while let Some(c) = s.voter_change(MemberId(0)) {
             apply(&mut s, c);
         }
-        assert_eq!(s.live_voters().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(
+            s.live_voters().collect::<Vec<_>>(),
+            [MemberId(0), MemberId(1), MemberId(2)]
+        );
         // Member 1 fails: it goes back to learning, and the learner in a
         // zone with no voter (d, not a) votes in its place.
-        s.apply(&Command::MarkFailed { member: 1 }, (20, 1));
-        assert_eq!(s.voter_change(0), Some((1, false)));
-        apply(&mut s, (1, false));
-        assert_eq!(s.voter_change(0), Some((4, true)));
-        apply(&mut s, (4, true));
-        assert_eq!(s.voter_change(0), None);
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(1),
+            },
+            LogPos::new(20, 1),
+        );
+        assert_eq!(s.voter_change(MemberId(0)), Some((MemberId(1), false)));
+        apply(&mut s, (MemberId(1), false));
+        assert_eq!(s.voter_change(MemberId(0)), Some((MemberId(4), true)));
+        apply(&mut s, (MemberId(4), true));
+        assert_eq!(s.voter_change(MemberId(0)), None);
         // Back up, it stays a learner: the group has its voters.
-        s.apply(&Command::MarkUp { member: 1 }, (21, 1));
-        assert_eq!(s.voter_change(0), None);
+        s.apply(
+            &Command::MarkUp {
+                member: MemberId(1),
+            },
+            LogPos::new(21, 1),
+        );
+        assert_eq!(s.voter_change(MemberId(0)), None);
         // A failed voter with no learner up to take its place stays.
-        s.apply(&Command::MarkFailed { member: 1 }, (22, 1));
-        s.apply(&Command::MarkFailed { member: 3 }, (23, 1));
-        s.apply(&Command::MarkFailed { member: 2 }, (24, 1));
-        assert_eq!(s.voter_change(0), None);
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(1),
+            },
+            LogPos::new(22, 1),
+        );
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(3),
+            },
+            LogPos::new(23, 1),
+        );
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(2),
+            },
+            LogPos::new(24, 1),
+        );
+        assert_eq!(s.voter_change(MemberId(0)), None);
     }
 
     #[test]
     fn forget_with_force_fails_slots_over_to_ready_backups_and_loses_the_rest() {
         let mut s = three();
         spread(&mut s);
-        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        s.apply(&Command::SetReplicas { replicas: 2 }, LogPos::new(10, 1));
         // Member 2's slots are backed up on member 0; 42..53 are copied.
-        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == 0));
+        assert!((42..64).all(|x| s.map().backups(x)[0].owner.member == MemberId(0)));
         let since = s.map().version();
-        s.apply(&ready_cmd(0, vec![(42, 53)], since), (11, 1));
+        s.apply(
+            &ready_cmd(MemberId(0), vec![42..53], since),
+            LogPos::new(11, 1),
+        );
         let heirs: Vec<_> = (42..53).map(|x| s.map().backups(x)[0].owner).collect();
         // Member 2 dies and is forgotten before the leader marks it failed
         // (an operator who knows the machine is gone).
         let f = Membership::Forget {
-            member: 2,
+            member: MemberId(2),
             force: true,
             at_ms: 0,
         };
         assert_eq!(
-            s.apply_membership(&f, (12, 1)),
+            s.apply_membership(&f, LogPos::new(12, 1)),
             Applied::Left {
-                member: 2,
+                member: MemberId(2),
                 moved: 11,
                 lost_slots: 11
             },
@@ -487,8 +523,8 @@ mod tests {
             assert_eq!(s.map().importing_from(x), None);
         }
         // The others went out empty, to the members that are up.
-        assert!((53..64).all(|x| s.map().owner_of_slot(x).member != 2));
-        assert_eq!(s.map().slots_of(2), 0);
+        assert!((53..64).all(|x| s.map().owner_of_slot(x).member != MemberId(2)));
+        assert_eq!(s.map().slots_of(MemberId(2)), 0);
     }
 
     #[test]
@@ -498,33 +534,33 @@ mod tests {
             s.members[m].voter = true;
         }
         let mut m = s.map.clone();
-        m.assign(0..32, 2, None).unwrap();
-        s.set_map(m, (9, 1));
-        let recover = |survivor, lost: Vec<u16>| Command::UnsafeRecover {
+        m.assign(0..32, MemberId(2), None).unwrap();
+        s.set_map(m, LogPos::new(9, 1));
+        let recover = |survivor, lost: Vec<MemberId>| Command::UnsafeRecover {
             survivor,
             lost,
             at_ms: 0,
         };
         assert!(matches!(
-            s.apply(&recover(0, vec![0]), (10, 1)),
+            s.apply(&recover(MemberId(0), vec![MemberId(0)]), LogPos::new(10, 1)),
             Applied::Refused(_)
         ));
         assert!(matches!(
-            s.apply(&recover(0, vec![7]), (10, 1)),
+            s.apply(&recover(MemberId(0), vec![MemberId(7)]), LogPos::new(10, 1)),
             Applied::Refused(_)
         ));
         assert_eq!(
-            s.apply(&recover(0, vec![2]), (11, 1)),
+            s.apply(&recover(MemberId(0), vec![MemberId(2)]), LogPos::new(11, 1)),
             Applied::Recovered {
-                survivor: 0,
-                lost: vec![2],
-                demoted: vec![1],
+                survivor: MemberId(0),
+                lost: vec![MemberId(2)],
+                demoted: vec![MemberId(1)],
                 moved: 0,
                 lost_slots: 32
             }
         );
-        assert_eq!(s.member_state(2), Some(MemberState::Left));
-        assert_eq!(s.live_voters().collect::<Vec<_>>(), [0]);
-        assert_eq!(s.map().slots_of(2), 0);
+        assert_eq!(s.member_state(MemberId(2)), Some(MemberState::Left));
+        assert_eq!(s.live_voters().collect::<Vec<_>>(), [MemberId(0)]);
+        assert_eq!(s.map().slots_of(MemberId(2)), 0);
     }
 }

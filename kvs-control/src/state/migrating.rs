@@ -2,10 +2,11 @@
 //! steps as targets report and sources hand chunks over.
 
 use kvs_proto::control::MigrationStatus;
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 use super::{Applied, ClusterState, Command};
 use crate::limits::MAX_MAP_BYTES;
+use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::migration::Migration;
 use crate::refusal::Refusal;
@@ -105,23 +106,23 @@ impl ClusterState {
     }
 
     /// The backup moves that would even out the copies on `map`.
-    fn spread_moves(&self, map: &ShardMap) -> Vec<(std::ops::Range<u32>, u16, u16)> {
-        let up: Vec<u16> = self.up_members().collect();
+    fn spread_moves(&self, map: &ShardMap) -> Vec<(std::ops::Range<u32>, MemberId, MemberId)> {
+        let up: Vec<MemberId> = self.up_members().collect();
         replication::spread(map, &up, |m| self.zone(m).map(str::to_string))
     }
 
-    fn rebalance_moves(&self) -> Vec<(std::ops::Range<u32>, u16)> {
-        let up: Vec<u16> = self.up_members().collect();
+    fn rebalance_moves(&self) -> Vec<(std::ops::Range<u32>, MemberId)> {
+        let up: Vec<MemberId> = self.up_members().collect();
         self.map.rebalance_moves_among(&up)
     }
 
     /// A `Migrate` or `Rebalance` command (`cmd`) at `at_ms`: plans its
     /// moves, when no migration runs, and takes the first step.
-    pub(super) fn start_migration(&mut self, cmd: &Command, at_ms: u64, at: (u64, u64)) -> Applied {
+    pub(super) fn start_migration(&mut self, cmd: &Command, at_ms: u64, at: LogPos) -> Applied {
         if let Err(why) = self.check_migration(cmd) {
             return Applied::Refused(why);
         }
-        let moves: Vec<(std::ops::Range<u32>, u16)> = match cmd {
+        let moves: Vec<(std::ops::Range<u32>, MemberId)> = match cmd {
             Command::Migrate { moves, .. } => moves.iter().map(|&(a, b, to)| (a..b, to)).collect(),
             _ => self.rebalance_moves(),
         };
@@ -138,9 +139,9 @@ impl ClusterState {
     pub(super) fn hand_over_chunk(
         &mut self,
         slots: std::ops::Range<u32>,
-        to: u16,
+        to: MemberId,
         at_ms: u64,
-        at: (u64, u64),
+        at: LogPos,
     ) -> Applied {
         let (first, end) = (slots.start, slots.end);
         let due = self
@@ -170,8 +171,8 @@ impl ClusterState {
     }
 
     /// The migration's next step, if it takes one: a new map.
-    pub(super) fn step_migration(&mut self, at: (u64, u64), now_ms: Option<u64>) -> Applied {
-        let up: Vec<u16> = self.up_members().collect();
+    pub(super) fn step_migration(&mut self, at: LogPos, now_ms: Option<u64>) -> Applied {
+        let up: Vec<MemberId> = self.up_members().collect();
         let Some(mut g) = self.migration.take() else {
             return Applied::Nothing;
         };
@@ -203,57 +204,69 @@ mod tests {
     #[test]
     fn with_replicas_a_migration_copies_then_hands_over_on_the_sources_word() {
         let mut s = three();
-        s.apply(&Command::SetReplicas { replicas: 2 }, (10, 1));
+        s.apply(&Command::SetReplicas { replicas: 2 }, LogPos::new(10, 1));
         // Member 0's slots are backed up on member 1, ready.
         let since = s.map().version();
-        let ready = |member, a, b| ready_cmd(member, vec![(a, b)], since);
-        s.apply(&ready(1, 0, 64), (11, 1));
+        let ready = |member, a, b| ready_cmd(member, vec![a..b], since);
+        s.apply(&ready(MemberId(1), 0, 64), LogPos::new(11, 1));
         assert_eq!(s.under_replicated(), 0);
         let go = Command::Migrate {
-            moves: vec![(0, 32, 2)],
+            moves: vec![(0, 32, MemberId(2))],
             at_ms: 1,
         };
-        assert!(matches!(s.apply(&go, (12, 1)), Applied::Map(_)));
+        assert!(matches!(s.apply(&go, LogPos::new(12, 1)), Applied::Map(_)));
         // Member 2 is copied the chunk as one more backup; member 0 keeps
         // serving it with its ready backup.
-        assert_eq!(s.map().owner_of_slot(5).member, 0);
+        assert_eq!(s.map().owner_of_slot(5).member, MemberId(0));
         assert_eq!(s.map().backups(5).len(), 2);
         assert_eq!(s.under_replicated(), 0);
         assert!(s.hand_over_due().is_none());
         let over = Command::HandOver {
             first: 0,
             end: 32,
-            to: 2,
+            to: MemberId(2),
             at_ms: 2,
         };
-        assert!(matches!(s.apply(&over, (13, 1)), Applied::Refused(_)));
+        assert!(matches!(
+            s.apply(&over, LogPos::new(13, 1)),
+            Applied::Refused(_)
+        ));
         // A reconcile (here, on the replicas entry) keeps the copy.
-        s.apply(&Command::SetReplicas { replicas: 2 }, (14, 1));
+        s.apply(&Command::SetReplicas { replicas: 2 }, LogPos::new(14, 1));
         assert_eq!(s.map().backups(5).len(), 2);
         let since = s.map().version();
         let copied = Command::BackupReady {
-            member: 2,
-            slots: vec![(0, 32)],
+            member: MemberId(2),
+            slots: vec![0..32],
             since,
             records: 5,
             bytes: 500,
         };
-        s.apply(&copied, (15, 1));
+        s.apply(&copied, LogPos::new(15, 1));
         let due = s.hand_over_due().unwrap();
-        assert_eq!((due.first, due.end, due.from, due.to), (0, 32, 0, 2));
+        assert_eq!(
+            (due.first, due.end, due.from, due.to),
+            (0, 32, MemberId(0), MemberId(2))
+        );
         // Another chunk, or another target, is refused.
         let wrong = Command::HandOver {
             first: 0,
             end: 16,
-            to: 2,
+            to: MemberId(2),
             at_ms: 2,
         };
-        assert!(matches!(s.apply(&wrong, (16, 1)), Applied::Refused(_)));
-        assert!(matches!(s.apply(&over, (17, 1)), Applied::Map(_)));
+        assert!(matches!(
+            s.apply(&wrong, LogPos::new(16, 1)),
+            Applied::Refused(_)
+        ));
+        assert!(matches!(
+            s.apply(&over, LogPos::new(17, 1)),
+            Applied::Map(_)
+        ));
         // Member 2 serves the chunk with one ready backup (the busier of
         // members 0 and 1 gave up its copy), and the migration is over.
         for x in 0..32 {
-            assert_eq!(s.map().owner_of_slot(x).member, 2);
+            assert_eq!(s.map().owner_of_slot(x).member, MemberId(2));
             let b = s.map().backups(x);
             assert_eq!(b.len(), 1, "{x}");
             assert!(b[0].ready);
@@ -271,16 +284,22 @@ mod tests {
         let map = ShardMap::single(addr(7000), 16384, 1).unwrap();
         let mut s = ClusterState::bootstrap(ClusterId::from_bytes([7; 16]), founding(3), map);
         let j = Membership::Join {
-            member: 1,
+            member: MemberId(1),
             addr: addr(7001),
             workers: 1,
             bulk_port: 9001,
             zone: None,
         };
-        assert_eq!(s.apply_membership(&j, (2, 1)), Applied::Joined(1));
+        assert_eq!(
+            s.apply_membership(&j, LogPos::new(2, 1)),
+            Applied::Joined(MemberId(1))
+        );
         // Every other slot: 16 384 runs.
         let shred = Command::Migrate {
-            moves: (0..16384).step_by(2).map(|a| (a, a + 1, 1)).collect(),
+            moves: (0..16384)
+                .step_by(2)
+                .map(|a| (a, a + 1, MemberId(1)))
+                .collect(),
             at_ms: 0,
         };
         let e = s.check_migration(&shred).unwrap_err().to_string();
@@ -289,18 +308,21 @@ mod tests {
             "{e}"
         );
         let v = s.map().version();
-        assert!(matches!(s.apply(&shred, (3, 1)), Applied::Refused(_)));
+        assert!(matches!(
+            s.apply(&shred, LogPos::new(3, 1)),
+            Applied::Refused(_)
+        ));
         assert_eq!(s.map().version(), v, "a refused entry changes nothing");
         // Half the slots in one range: two runs.
         let half = Command::Migrate {
-            moves: vec![(0, 8192, 1)],
+            moves: vec![(0, 8192, MemberId(1))],
             at_ms: 0,
         };
         s.check_migration(&half).unwrap();
         // Up to the limit's worth of runs is fine.
         let runs = (MAX_MAP_BYTES / kvs_proto::shard::RUN_BYTES / 2) as u32 - 16;
         let many = Command::Migrate {
-            moves: (0..runs).map(|i| (4 * i, 4 * i + 2, 1)).collect(),
+            moves: (0..runs).map(|i| (4 * i, 4 * i + 2, MemberId(1))).collect(),
             at_ms: 0,
         };
         s.check_migration(&many).unwrap();
@@ -311,7 +333,7 @@ mod tests {
         let mut s = three();
         let v0 = s.map().version();
         let bad = Command::Migrate {
-            moves: vec![(0, 300, 1)],
+            moves: vec![(0, 300, MemberId(1))],
             at_ms: 0,
         };
         assert!(s
@@ -320,14 +342,14 @@ mod tests {
             .to_string()
             .contains("out of bounds"));
         let go = Command::Migrate {
-            moves: vec![(0, 40, 1)],
+            moves: vec![(0, 40, MemberId(1))],
             at_ms: 1000,
         };
         s.check_migration(&go).unwrap();
         // The handover: the target owns the chunk and imports it.
-        assert_eq!(s.apply(&go, (20, 2)), Applied::Map(v0 + 1));
-        assert_eq!(s.map().owner_of_slot(5).member, 1);
-        assert_eq!(s.map().importing_from(5), Some(0));
+        assert_eq!(s.apply(&go, LogPos::new(20, 2)), Applied::Map(v0 + 1));
+        assert_eq!(s.map().owner_of_slot(5).member, MemberId(1));
+        assert_eq!(s.map().importing_from(5), Some(MemberId(0)));
         assert!(s.migrating());
         assert!(s
             .check_migration(&go)
@@ -337,17 +359,23 @@ mod tests {
         // A report of another version or of part of the chunk: no step.
         let report = |version, a, b| Command::ImportDone {
             version,
-            slots: vec![(a, b)],
+            slots: vec![a..b],
             records: 3,
             bytes: 30,
             lost: None,
             at_ms: 3000,
         };
-        assert_eq!(s.apply(&report(v0, 0, 40), (21, 2)), Applied::Nothing);
-        assert_eq!(s.apply(&report(v0 + 1, 0, 20), (22, 2)), Applied::Nothing);
+        assert_eq!(
+            s.apply(&report(v0, 0, 40), LogPos::new(21, 2)),
+            Applied::Nothing
+        );
+        assert_eq!(
+            s.apply(&report(v0 + 1, 0, 20), LogPos::new(22, 2)),
+            Applied::Nothing
+        );
         // The whole chunk in: the map ends the import, and the migration.
         assert_eq!(
-            s.apply(&report(v0 + 1, 20, 40), (23, 2)),
+            s.apply(&report(v0 + 1, 20, 40), LogPos::new(23, 2)),
             Applied::Map(v0 + 2)
         );
         assert_eq!(s.map().importing_from(5), None);
@@ -355,19 +383,24 @@ mod tests {
         assert!(st.finished && st.slots_done == 40 && st.records == 6);
         assert_eq!(st.seconds, 2.0);
         // Rebalance spreads over the members that are up only.
-        s.apply(&Command::MarkFailed { member: 2 }, (24, 2));
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(2),
+            },
+            LogPos::new(24, 2),
+        );
         assert_eq!(
-            s.apply(&Command::Rebalance { at_ms: 0 }, (25, 2)),
+            s.apply(&Command::Rebalance { at_ms: 0 }, LogPos::new(25, 2)),
             Applied::Map(v0 + 3)
         );
-        assert!(s.map().runs().iter().all(|r| r.owner.member != 2));
+        assert!(s.map().runs().iter().all(|r| r.owner.member != MemberId(2)));
         assert!(matches!(
-            s.apply(&Command::Rebalance { at_ms: 0 }, (26, 2)),
+            s.apply(&Command::Rebalance { at_ms: 0 }, LogPos::new(26, 2)),
             Applied::Refused(_)
         ));
         // Cancel stops after the chunk being pulled.
         assert_eq!(
-            s.apply(&Command::Cancel { at_ms: 0 }, (27, 2)),
+            s.apply(&Command::Cancel { at_ms: 0 }, LogPos::new(27, 2)),
             Applied::Nothing
         );
         assert!(!s.migrating() || s.migration_status(0).unwrap().cancelled);
@@ -378,28 +411,36 @@ mod tests {
         let mut s = three();
         s.apply(
             &Command::Migrate {
-                moves: vec![(0, 64, 1)],
+                moves: vec![(0, 64, MemberId(1))],
                 at_ms: 0,
             },
-            (20, 2),
+            LogPos::new(20, 2),
         );
         assert!(s.migrating());
-        assert_eq!(s.map().importing_from(3), Some(0));
+        assert_eq!(s.map().importing_from(3), Some(MemberId(0)));
         // Member 1 (the target) holds nothing yet; member 0, the source, dies.
         let v = Membership::Voter {
-            member: 1,
+            member: MemberId(1),
             voter: true,
         };
-        s.apply_membership(&v, (21, 2));
-        s.apply(&Command::MarkFailed { member: 0 }, (22, 2));
+        s.apply_membership(&v, LogPos::new(21, 2));
+        s.apply(
+            &Command::MarkFailed {
+                member: MemberId(0),
+            },
+            LogPos::new(22, 2),
+        );
         let f = Membership::Forget {
-            member: 0,
+            member: MemberId(0),
             force: true,
             at_ms: 5,
         };
         assert!(matches!(
-            s.apply_membership(&f, (23, 2)),
-            Applied::Left { member: 0, .. }
+            s.apply_membership(&f, LogPos::new(23, 2)),
+            Applied::Left {
+                member: MemberId(0),
+                ..
+            }
         ));
         let st = s.migration_status(10).unwrap();
         assert!(st.finished, "{st:?}");
@@ -408,6 +449,6 @@ mod tests {
             "{st:?}"
         );
         assert_eq!(s.map().importing_from(3), None);
-        assert_eq!(s.map().slots_of(0), 0);
+        assert_eq!(s.map().slots_of(MemberId(0)), 0);
     }
 }

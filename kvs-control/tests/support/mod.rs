@@ -13,19 +13,19 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kvs_control::{Applied, ClusterState, Command, Event, Founding, Group, GroupConfig, Identity};
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use test_support::TempDir;
 
-pub fn addr(member: u16) -> SocketAddr {
-    SocketAddr::from(([10, 0, 0, 1], 7000 + member))
+pub fn addr(member: MemberId) -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 1], 7000 + member.0))
 }
 
 pub const SLOTS: u32 = 256;
 
 /// Whether the transport loses a message (sender, receiver, bytes).
-pub type Lose = dyn FnMut(u16, u16, &[u8]) -> bool;
+pub type Lose = dyn FnMut(MemberId, MemberId, &[u8]) -> bool;
 
 /// The group's members, their data dirs and the simulated clock.
 pub struct Net {
@@ -35,9 +35,9 @@ pub struct Net {
     pub cfg: GroupConfig,
     pub now: Instant,
     /// Members cut off: nothing reaches them or leaves them.
-    pub cut: HashSet<u16>,
+    pub cut: HashSet<MemberId>,
     /// Every event, with the member and the time it happened at.
-    pub events: Vec<(u16, Instant, Event)>,
+    pub events: Vec<(MemberId, Instant, Event)>,
     /// The largest message the transport carries: a larger one is not
     /// delivered, and its sender hears that the peer is unreachable (as a
     /// control connection refuses a request that can never fit its ring).
@@ -51,9 +51,9 @@ pub struct Net {
     pub report_lost: bool,
     /// Members paused (SIGSTOP): not ticked or polled, and what is sent to
     /// them is held, not lost.
-    pub paused: HashSet<u16>,
+    pub paused: HashSet<MemberId>,
     /// Members that send but do not receive: what is sent to them is held.
-    pub deaf: HashSet<u16>,
+    pub deaf: HashSet<MemberId>,
     /// Holds a message in flight when it says so.
     pub hold: Option<Box<Hold>>,
     /// Messages held in flight, in the order they were sent.
@@ -61,12 +61,12 @@ pub struct Net {
 }
 
 /// Whether to hold a message (from, to, the message) in flight.
-pub type Hold = dyn Fn(u16, u16, &Message) -> bool;
+pub type Hold = dyn Fn(MemberId, MemberId, &Message) -> bool;
 
 /// A message held in flight.
 pub struct Held {
-    pub from: u16,
-    pub to: u16,
+    pub from: MemberId,
+    pub to: MemberId,
     /// When it was sent.
     pub sent: Instant,
     pub bytes: Vec<u8>,
@@ -101,7 +101,7 @@ impl Net {
         let root = TempDir::new("kvs-control-it", "net");
         let now = Instant::now();
         let dir0 = root.path().join("m0");
-        let map = ShardMap::single(addr(0), slots, 2).unwrap();
+        let map = ShardMap::single(addr(MemberId(0)), slots, 2).unwrap();
         let founding = Founding {
             control_voters,
             replicas: 1,
@@ -125,14 +125,14 @@ impl Net {
             hold: None,
             held: Vec::new(),
         };
-        net.run_until(Duration::from_secs(5), |n| n.leader() == Some(0))
+        net.run_until(Duration::from_secs(5), |n| n.leader() == Some(MemberId(0)))
             .expect("the first member leads");
         for _ in 1..n {
             net.join();
         }
         // The leader makes voters of learners one at a time.
         net.run_until(Duration::from_secs(5), |n| {
-            let l = n.leader().unwrap_or(0);
+            let l = n.leader().unwrap_or(MemberId(0));
             n.all_agree() && n.state(l).is_some_and(|s| s.voter_change(l).is_none())
         })
         .expect("the voters settle");
@@ -141,28 +141,28 @@ impl Net {
 
     /// A new member joins through the leader: the leader proposes it, the
     /// member stores the id it is given and starts with an empty log.
-    pub fn join(&mut self) -> u16 {
+    pub fn join(&mut self) -> MemberId {
         self.join_late_with(Duration::ZERO, self.cfg)
     }
 
     /// [`Net::join`] for a member started with timing `cfg` of its own.
-    pub fn join_with(&mut self, cfg: GroupConfig) -> u16 {
+    pub fn join_with(&mut self, cfg: GroupConfig) -> MemberId {
         self.join_late_with(Duration::ZERO, cfg)
     }
 
     /// Joins a new member whose process starts `late` after the leader
     /// applied its join (a loaded machine, a slow start): nothing reaches
     /// it until then.
-    pub fn join_late(&mut self, late: Duration) -> u16 {
+    pub fn join_late(&mut self, late: Duration) -> MemberId {
         self.join_late_with(late, self.cfg)
     }
 
-    fn join_late_with(&mut self, late: Duration, cfg: GroupConfig) -> u16 {
+    fn join_late_with(&mut self, late: Duration, cfg: GroupConfig) -> MemberId {
         let l = self.leader().expect("a leader to join through");
-        let next = self.groups.len() as u16;
+        let next = MemberId(self.groups.len() as u16);
         let id = self
             .group(l)
-            .propose_join(addr(next), 2, 9000 + next, None)
+            .propose_join(addr(next), 2, 9000 + next.0, None)
             .unwrap();
         assert_eq!(id, next);
         let cluster_id = self.group(l).cluster_id();
@@ -177,7 +177,7 @@ impl Net {
         self.groups.push(None);
         self.run_for(late);
         let (g, _) = Group::open(&dir, cfg, self.now).unwrap();
-        self.groups[usize::from(id)] = Some(g);
+        self.groups[id.index()] = Some(g);
         self.run_until(Duration::from_secs(5), |n| {
             n.all_agree() && n.state(id).is_some()
         })
@@ -185,26 +185,28 @@ impl Net {
         id
     }
 
-    pub fn group(&mut self, m: u16) -> &mut Group {
-        self.groups[usize::from(m)].as_mut().expect("a live member")
+    pub fn group(&mut self, m: MemberId) -> &mut Group {
+        self.groups[m.index()].as_mut().expect("a live member")
     }
 
-    pub fn state(&self, m: u16) -> Option<&ClusterState> {
-        self.groups[usize::from(m)].as_ref()?.state()
+    pub fn state(&self, m: MemberId) -> Option<&ClusterState> {
+        self.groups[m.index()].as_ref()?.state()
     }
 
-    pub fn alive(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.groups.len() as u16).filter(|&m| self.groups[usize::from(m)].is_some())
+    pub fn alive(&self) -> impl Iterator<Item = MemberId> + '_ {
+        (0..self.groups.len() as u16)
+            .map(MemberId)
+            .filter(|&m| self.groups[m.index()].is_some())
     }
 
     /// The live member that leads in the highest term, if any.
-    pub fn leader(&self) -> Option<u16> {
+    pub fn leader(&self) -> Option<MemberId> {
         self.alive()
             .filter(|&m| {
-                let g = self.groups[usize::from(m)].as_ref().unwrap();
+                let g = self.groups[m.index()].as_ref().unwrap();
                 g.is_leader()
             })
-            .max_by_key(|&m| self.groups[usize::from(m)].as_ref().unwrap().status().term)
+            .max_by_key(|&m| self.groups[m.index()].as_ref().unwrap().status().term)
     }
 
     /// Whether every live member that is not cut off applied the same state.
@@ -217,18 +219,18 @@ impl Net {
         states.iter().all(|s| s.is_some() && *s == states[0])
     }
 
-    pub fn kill(&mut self, m: u16) {
-        self.groups[usize::from(m)] = None;
+    pub fn kill(&mut self, m: MemberId) {
+        self.groups[m.index()] = None;
     }
 
-    pub fn restart(&mut self, m: u16) {
+    pub fn restart(&mut self, m: MemberId) {
         self.restart_with(m, self.cfg);
     }
 
     /// [`Net::restart`] with timing `cfg` of its own.
-    pub fn restart_with(&mut self, m: u16, cfg: GroupConfig) {
-        let (g, _) = Group::open(&self.dirs[usize::from(m)], cfg, self.now).unwrap();
-        self.groups[usize::from(m)] = Some(g);
+    pub fn restart_with(&mut self, m: MemberId, cfg: GroupConfig) {
+        let (g, _) = Group::open(&self.dirs[m.index()], cfg, self.now).unwrap();
+        self.groups[m.index()] = Some(g);
     }
 
     /// One tick of time: every live member that is not paused ticks and
@@ -270,10 +272,7 @@ impl Net {
                     }
                     let delivered = !self.cut.contains(&m)
                         && !self.cut.contains(&o.to)
-                        && self
-                            .groups
-                            .get(usize::from(o.to))
-                            .is_some_and(|g| g.is_some());
+                        && self.groups.get(o.to.index()).is_some_and(|g| g.is_some());
                     if !delivered {
                         continue;
                     }
@@ -299,7 +298,7 @@ impl Net {
         self.take_events();
     }
 
-    fn holds(&self, from: u16, to: u16, bytes: &[u8]) -> bool {
+    fn holds(&self, from: MemberId, to: MemberId, bytes: &[u8]) -> bool {
         self.paused.contains(&to)
             || self.deaf.contains(&to)
             || self
@@ -319,7 +318,7 @@ impl Net {
 
     /// Delivers now, in the order they were sent, the first `n` messages
     /// held for `to`; what they make it send waits for the next step.
-    pub fn release(&mut self, to: u16, n: usize) {
+    pub fn release(&mut self, to: MemberId, n: usize) {
         let now = self.now;
         let mut left = n;
         let held = std::mem::take(&mut self.held);
@@ -337,13 +336,13 @@ impl Net {
     }
 
     /// The messages held for `to`.
-    pub fn held_for(&self, to: u16) -> impl Iterator<Item = &Held> + '_ {
+    pub fn held_for(&self, to: MemberId) -> impl Iterator<Item = &Held> + '_ {
         self.held.iter().filter(move |h| h.to == to)
     }
 
     /// Whether member `m` may serve now.
-    pub fn leased(&self, m: u16) -> bool {
-        self.groups[usize::from(m)]
+    pub fn leased(&self, m: MemberId) -> bool {
+        self.groups[m.index()]
             .as_ref()
             .is_some_and(|g| g.lease_valid(self.now))
     }
@@ -369,7 +368,7 @@ impl Net {
     }
 
     /// The leader's proposal of a map in which `slots` belong to `to`.
-    pub fn move_slots(&mut self, slots: std::ops::Range<u32>, to: u16) -> u32 {
+    pub fn move_slots(&mut self, slots: std::ops::Range<u32>, to: MemberId) -> u32 {
         let l = self.leader().expect("a leader");
         let mut m = self.state(l).unwrap().map().clone();
         m.assign(slots, to, None).unwrap();
@@ -381,7 +380,7 @@ impl Net {
     }
 
     /// When member `m` applied something matching `what`, first.
-    pub fn applied_at(&self, m: u16, what: &Applied) -> Option<Instant> {
+    pub fn applied_at(&self, m: MemberId, what: &Applied) -> Option<Instant> {
         self.events
             .iter()
             .find(|(who, _, e)| *who == m && matches!(e, Event::Applied(_, a) if a == what))

@@ -14,6 +14,7 @@
 use std::ops::Range;
 
 use super::{block_worker, BadMap, Owner, ShardMap, NO_MEMBER};
+use crate::ids::MemberId;
 
 /// The most backups a slot may have: `replicas` is 1 to 3, so a slot has
 /// at most two, and one more while a migration copies it to its next
@@ -58,11 +59,11 @@ impl Backups {
         self.iter().filter(|b| b.ready).count()
     }
     /// Whether `member` holds one of them.
-    pub fn holds(&self, member: u16) -> bool {
+    pub fn holds(&self, member: MemberId) -> bool {
         self.iter().any(|b| b.owner.member == member)
     }
     /// `member`'s backup, if it holds one.
-    pub fn of(&self, member: u16) -> Option<Backup> {
+    pub fn of(&self, member: MemberId) -> Option<Backup> {
         self.iter().copied().find(|b| b.owner.member == member)
     }
     /// The backups in use, to change. The fields past them stay at their
@@ -77,7 +78,7 @@ impl Backups {
         self.len += 1;
     }
     /// Removes `member`'s backup; whether there was one.
-    fn remove(&mut self, member: u16) -> bool {
+    fn remove(&mut self, member: MemberId) -> bool {
         let Some(i) = self.iter().position(|b| b.owner.member == member) else {
             return false;
         };
@@ -112,11 +113,11 @@ impl ShardMap {
     /// primary owns, one it backs up already, one with no room for
     /// another backup, and one being imported (a migration's target pulls
     /// records its backups would not see). The caller sets the version.
-    pub fn add_backup(&mut self, slots: Range<u32>, member: u16) -> Result<(), BadMap> {
+    pub fn add_backup(&mut self, slots: Range<u32>, member: MemberId) -> Result<(), BadMap> {
         self.check_range(&slots)?;
         let workers = self
             .members
-            .get(usize::from(member))
+            .get(member.index())
             .ok_or(BadMap("no such member"))?
             .workers;
         for s in slots.clone() {
@@ -150,7 +151,7 @@ impl ShardMap {
     /// Marks `member`'s backups of `slots` ready (their copies are
     /// complete); returns how many changed. The epoch stays: the write path
     /// is the same either way. The caller sets the version.
-    pub fn set_backup_ready(&mut self, slots: Range<u32>, member: u16) -> Result<u32, BadMap> {
+    pub fn set_backup_ready(&mut self, slots: Range<u32>, member: MemberId) -> Result<u32, BadMap> {
         self.check_range(&slots)?;
         let mut changed = 0;
         for s in slots {
@@ -166,7 +167,11 @@ impl ShardMap {
 
     /// Marks `member`'s backups of `slots` not ready (their copies must be
     /// made anew); returns how many changed. The caller sets the version.
-    pub fn set_backup_unready(&mut self, slots: Range<u32>, member: u16) -> Result<u32, BadMap> {
+    pub fn set_backup_unready(
+        &mut self,
+        slots: Range<u32>,
+        member: MemberId,
+    ) -> Result<u32, BadMap> {
         self.check_range(&slots)?;
         let mut changed = 0;
         for s in slots {
@@ -182,7 +187,7 @@ impl ShardMap {
 
     /// Drops `member`'s backups of `slots`; returns how many it held. The
     /// caller sets the version.
-    pub fn drop_backup(&mut self, slots: Range<u32>, member: u16) -> Result<u32, BadMap> {
+    pub fn drop_backup(&mut self, slots: Range<u32>, member: MemberId) -> Result<u32, BadMap> {
         self.check_range(&slots)?;
         let next = self.version + 1;
         let mut dropped = 0;
@@ -201,7 +206,7 @@ impl ShardMap {
     /// The other backups stay, not ready: they applied the old primary's
     /// stream up to where it stopped, which may differ from the new
     /// primary's, so each is copied anew. The caller sets the version.
-    pub fn promote(&mut self, slot: u32, member: u16) -> Result<(), BadMap> {
+    pub fn promote(&mut self, slot: u32, member: MemberId) -> Result<(), BadMap> {
         let i = slot as usize;
         if i >= self.owner.len() {
             return Err(BadMap("slot out of range"));
@@ -229,7 +234,7 @@ impl ShardMap {
     /// write it took is on every backup, so all copies are the same. (A
     /// failover, [`promote`](Self::promote), cannot know that.) The epoch
     /// moves on; the caller sets the version.
-    pub fn hand_over(&mut self, slots: Range<u32>, member: u16) -> Result<(), BadMap> {
+    pub fn hand_over(&mut self, slots: Range<u32>, member: MemberId) -> Result<(), BadMap> {
         self.check_range(&slots)?;
         for s in slots.clone() {
             let i = s as usize;
@@ -263,7 +268,7 @@ impl ShardMap {
     }
 
     /// How many slots `member` backs up.
-    pub fn backup_slots_of(&self, member: u16) -> u32 {
+    pub fn backup_slots_of(&self, member: MemberId) -> u32 {
         self.backups.iter().filter(|b| b.holds(member)).count() as u32
     }
 
@@ -305,50 +310,50 @@ mod tests {
     #[test]
     fn backups_are_added_made_ready_promoted_and_dropped_under_new_epochs() {
         let mut m = three();
-        m.add_backup(0..8, 1).unwrap();
-        m.add_backup(0..4, 2).unwrap();
+        m.add_backup(0..8, MemberId(1)).unwrap();
+        m.add_backup(0..4, MemberId(2)).unwrap();
         m.set_version(2);
         assert_eq!(m.epoch(0), 2);
         assert_eq!(m.epoch(12), 1);
         assert_eq!(m.backups(3).len(), 2);
-        assert_eq!(m.backups(3)[0].owner.member, 1);
+        assert_eq!(m.backups(3)[0].owner.member, MemberId(1));
         // Dealt in blocks over the backup member's workers.
         assert_eq!(m.backups(0)[0].owner.worker, 0);
         assert_eq!(m.backups(7)[0].owner.worker, 1);
         assert_eq!(m.under_replicated(2), 16);
         round_trip(&m);
         // Refused: the owner, a second copy.
-        assert!(m.add_backup(0..1, 0).is_err());
-        assert!(m.add_backup(0..1, 1).is_err());
+        assert!(m.add_backup(0..1, MemberId(0)).is_err());
+        assert!(m.add_backup(0..1, MemberId(1)).is_err());
         assert_eq!(m.backups(0).len(), 2);
         // Ready: no new epoch.
-        assert_eq!(m.set_backup_ready(0..8, 1), Ok(8));
+        assert_eq!(m.set_backup_ready(0..8, MemberId(1)), Ok(8));
         m.set_version(3);
         assert_eq!(m.epoch(0), 2);
         assert_eq!(m.under_replicated(2), 8);
         assert_eq!(m.under_replicated(3), 16);
         round_trip(&m);
         // Not ready: cannot be promoted.
-        assert!(m.promote(2, 2).is_err());
-        m.promote(2, 1).unwrap();
+        assert!(m.promote(2, MemberId(2)).is_err());
+        m.promote(2, MemberId(1)).unwrap();
         m.set_version(4);
-        assert_eq!(m.owner_of_slot(2).member, 1);
+        assert_eq!(m.owner_of_slot(2).member, MemberId(1));
         assert_eq!(m.epoch(2), 4);
         assert_eq!(m.backups(2).len(), 1);
-        assert_eq!(m.backups(2)[0].owner.member, 2);
+        assert_eq!(m.backups(2)[0].owner.member, MemberId(2));
         assert!(!m.backups(2)[0].ready);
         round_trip(&m);
-        assert_eq!(m.drop_backup(0..16, 2), Ok(4));
+        assert_eq!(m.drop_backup(0..16, MemberId(2)), Ok(4));
         m.set_version(5);
-        assert_eq!(m.backup_slots_of(2), 0);
+        assert_eq!(m.backup_slots_of(MemberId(2)), 0);
         assert_eq!(m.epoch(3), 5);
         round_trip(&m);
         // A new owner by migration starts with no backups.
-        m.assign(0..1, 2, Some(0)).unwrap();
+        m.assign(0..1, MemberId(2), Some(MemberId(0))).unwrap();
         m.set_version(6);
         assert!(m.backups(0).is_empty());
         assert_eq!(m.epoch(0), 6);
-        assert!(m.add_backup(0..1, 1).is_err(), "importing");
+        assert!(m.add_backup(0..1, MemberId(1)).is_err(), "importing");
         round_trip(&m);
     }
 
@@ -359,22 +364,22 @@ mod tests {
         // member given the map in a snapshot would apply the next entry
         // otherwise than the members that built it).
         let mut m = three();
-        m.assign(0..8, 1, None).unwrap();
-        m.add_backup(0..8, 0).unwrap();
+        m.assign(0..8, MemberId(1), None).unwrap();
+        m.add_backup(0..8, MemberId(0)).unwrap();
         m.set_version(2);
-        assert_eq!(m.set_backup_ready(0..8, 0), Ok(8));
+        assert_eq!(m.set_backup_ready(0..8, MemberId(0)), Ok(8));
         m.set_version(3);
         round_trip(&m);
-        assert_eq!(m.set_backup_unready(0..4, 0), Ok(4));
+        assert_eq!(m.set_backup_unready(0..4, MemberId(0)), Ok(4));
         m.set_version(4);
         round_trip(&m);
-        m.set_backup_ready(0..4, 0).unwrap();
-        m.add_backup(0..8, 2).unwrap();
+        m.set_backup_ready(0..4, MemberId(0)).unwrap();
+        m.add_backup(0..8, MemberId(2)).unwrap();
         m.set_version(5);
         round_trip(&m);
         // Slots with one replica set compare equal, as their runs need.
         assert_eq!(m.backup_set(0), m.backup_set(3));
-        m.promote(0, 0).unwrap();
+        m.promote(0, MemberId(0)).unwrap();
         m.set_version(6);
         round_trip(&m);
     }
@@ -382,7 +387,7 @@ mod tests {
     #[test]
     fn bad_backups_are_refused_on_decode() {
         let mut m = three();
-        m.add_backup(0..16, 1).unwrap();
+        m.add_backup(0..16, MemberId(1)).unwrap();
         m.set_version(2);
         let mut e = Vec::new();
         m.encode(&mut e);
@@ -410,19 +415,22 @@ mod tests {
     #[test]
     fn a_hand_over_keeps_every_copy_ready() {
         let mut m = three();
-        m.add_backup(0..8, 1).unwrap();
-        m.add_backup(0..8, 2).unwrap();
+        m.add_backup(0..8, MemberId(1)).unwrap();
+        m.add_backup(0..8, MemberId(2)).unwrap();
         m.set_version(2);
         // Not ready: refused.
-        assert!(m.hand_over(0..8, 2).is_err());
-        m.set_backup_ready(0..8, 1).unwrap();
-        m.set_backup_ready(0..4, 2).unwrap();
+        assert!(m.hand_over(0..8, MemberId(2)).is_err());
+        m.set_backup_ready(0..8, MemberId(1)).unwrap();
+        m.set_backup_ready(0..4, MemberId(2)).unwrap();
         m.set_version(3);
-        assert!(m.hand_over(0..8, 2).is_err(), "slots 4..8 not ready there");
-        assert!(m.hand_over(8..9, 1).is_err(), "not a backup");
+        assert!(
+            m.hand_over(0..8, MemberId(2)).is_err(),
+            "slots 4..8 not ready there"
+        );
+        assert!(m.hand_over(8..9, MemberId(1)).is_err(), "not a backup");
         let before: Vec<Owner> = (0..4).map(|s| m.owner_of_slot(s)).collect();
         let copy: Vec<Owner> = (0..4).map(|s| m.backups(s)[1].owner).collect();
-        m.hand_over(0..4, 2).unwrap();
+        m.hand_over(0..4, MemberId(2)).unwrap();
         m.set_version(4);
         for s in 0..4u32 {
             let i = s as usize;
@@ -433,14 +441,14 @@ mod tests {
             let b = m.backups(s);
             assert_eq!(b.len(), 2);
             assert!(b.iter().all(|b| b.ready));
-            assert_eq!(b[0].owner.member, 1);
+            assert_eq!(b[0].owner.member, MemberId(1));
             assert_eq!(b[1].owner, before[i]);
         }
         // Slots 0..4 keep two ready backups: only 4..16 are short.
         assert_eq!(m.under_replicated(3), 12);
         round_trip(&m);
         // A slot being imported is not handed over.
-        m.assign(8..9, 1, Some(0)).unwrap();
-        assert!(m.hand_over(8..9, 2).is_err());
+        m.assign(8..9, MemberId(1), Some(MemberId(0))).unwrap();
+        assert!(m.hand_over(8..9, MemberId(2)).is_err());
     }
 }

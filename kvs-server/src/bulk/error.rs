@@ -6,6 +6,7 @@
 //! the logs, in `kvs-admin status` (an import's last error) and in the
 //! control endpoint's answers.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -71,16 +72,13 @@ pub(crate) enum TransferError {
     /// The source's control endpoint could not be asked for a ticket.
     #[error(transparent)]
     Control(#[from] kvs_client::ControlError),
-    /// The source answered a ticket request with a ticket that is not one.
-    #[error("a malformed ticket")]
-    MalformedTicket,
     /// The source answered a ticket request with something else than a
     /// ticket, a not-yet or an error.
     #[error("unexpected answer {0:?}")]
     UnexpectedAnswer(Box<ControlReply>),
     /// The member a copy is to be pulled from is not in the map.
     #[error("member {0} is not in the map")]
-    NotInMap(u16),
+    NotInMap(MemberId),
     /// The thread that pulls could not be started.
     #[error("cannot start the pull: {0}")]
     Spawn(#[source] std::io::Error),

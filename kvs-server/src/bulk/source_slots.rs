@@ -4,6 +4,7 @@
 //! snapshots a primary copies to a new backup, each under a ticket of its
 //! own that the backup redeems on the same port.
 
+use kvs_proto::Ticket;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -25,14 +26,14 @@ pub(crate) struct SourceSlots {
 #[derive(Debug, Default)]
 struct Inner {
     slots: HashMap<u32, Arc<SlotRecords>>,
-    tickets: Vec<Ticket>,
+    tickets: Vec<PullTicket>,
     copies: Vec<CopyTicket>,
 }
 
 /// A snapshot for a new backup, until it is pulled.
 #[derive(Debug)]
 struct CopyTicket {
-    id: [u8; 16],
+    id: Ticket,
     first: u32,
     end: u32,
     held: Held,
@@ -40,8 +41,8 @@ struct CopyTicket {
 }
 
 #[derive(Debug)]
-struct Ticket {
-    id: [u8; 16],
+struct PullTicket {
+    id: Ticket,
     version: u32,
     first: u32,
     end: u32,
@@ -124,7 +125,7 @@ impl SourceSlots {
     }
 
     /// A ticket for pulling `first..end`, which must all be held.
-    pub fn issue(&self, version: u32, first: u32, end: u32) -> Result<[u8; 16], TicketError> {
+    pub fn issue(&self, version: u32, first: u32, end: u32) -> Result<Ticket, TicketError> {
         let mut g = self.lock();
         if first >= end {
             return Err(TicketError::EmptyRange { first, end });
@@ -135,7 +136,7 @@ impl SourceSlots {
         let now = Instant::now();
         g.tickets.retain(|t| t.expires > now);
         let id = random_id().map_err(TicketError::NoRandomness)?;
-        g.tickets.push(Ticket {
+        g.tickets.push(PullTicket {
             id,
             version,
             first,
@@ -147,7 +148,7 @@ impl SourceSlots {
 
     /// A ticket for pulling `held` (snapshots of slots in increasing
     /// order, for one backup); the ticket and the slot range it covers.
-    pub fn issue_copy(&self, held: Held) -> Result<([u8; 16], u32, u32), TicketError> {
+    pub fn issue_copy(&self, held: Held) -> Result<(Ticket, u32, u32), TicketError> {
         let (Some(&(first, _)), Some(&(last, _))) = (held.first(), held.last()) else {
             return Err(TicketError::NoSlots);
         };
@@ -167,7 +168,7 @@ impl SourceSlots {
 
     /// Frees a copy's snapshot not pulled yet (the copy starts over, or is
     /// no longer wanted).
-    pub fn cancel_copy(&self, id: &[u8; 16]) {
+    pub fn cancel_copy(&self, id: &Ticket) {
         self.lock().copies.retain(|t| &t.id != id);
     }
 
@@ -195,32 +196,15 @@ impl SourceSlots {
     }
 }
 
-/// 16 bytes from the kernel's random source.
-fn random_id() -> std::io::Result<[u8; 16]> {
+/// A new ticket: 16 bytes from the kernel's random source.
+fn random_id() -> std::io::Result<Ticket> {
     let mut b = [0u8; 16];
     // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
     let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
     if n != b.len() as isize {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(b)
-}
-
-/// A ticket as hex, for JSON.
-pub(crate) fn to_hex(id: &[u8; 16]) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A ticket from hex.
-pub(crate) fn from_hex(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 || !s.is_ascii() {
-        return None;
-    }
-    let mut b = [0u8; 16];
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(b)
+    Ok(Ticket::from_bytes(b))
 }
 
 #[cfg(test)]
@@ -235,7 +219,6 @@ mod tests {
         }
         assert!(matches!(o.issue(3, 3, 8), Err(TicketError::NotHeld(3))));
         let t = o.issue(3, 4, 8).unwrap();
-        assert_eq!(from_hex(&to_hex(&t)), Some(t));
         let setup = PullSetup {
             version: 3,
             first: 4,
@@ -244,7 +227,7 @@ mod tests {
             rails: 1,
         };
         let wrong = PullSetup {
-            ticket: [0; 16],
+            ticket: Ticket::from_bytes([0; 16]),
             ..setup.clone()
         };
         assert!(o.redeem(&wrong).is_none());
@@ -261,7 +244,6 @@ mod tests {
         let r = o.release(|s| s >= 6);
         assert_eq!((r.slots.len(), r.bytes), (2, 0));
         assert_eq!(o.held().0, 2);
-        assert_eq!(from_hex("zz"), None);
     }
 
     #[test]

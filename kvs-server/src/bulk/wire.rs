@@ -20,6 +20,7 @@
 use crate::bulk::BatchError;
 use kvs_proto::proto::SCAN_RECORD_HEADER;
 use kvs_proto::shard::slot_of;
+use kvs_proto::Ticket;
 
 use crate::store::Ready;
 
@@ -66,8 +67,7 @@ pub struct PullSetup {
     pub first: u32,
     /// One past the last.
     pub end: u32,
-    /// The ticket.
-    pub ticket: [u8; 16],
+    pub ticket: Ticket,
     /// The rails the target uses (bit 0: rail 0, bit 1: rail 1); the
     /// source answers on the same ones.
     pub rails: u8,
@@ -81,7 +81,7 @@ impl PullSetup {
         b.extend_from_slice(&self.version.to_le_bytes());
         b.extend_from_slice(&self.first.to_le_bytes());
         b.extend_from_slice(&self.end.to_le_bytes());
-        b.extend_from_slice(&self.ticket);
+        b.extend_from_slice(&self.ticket.bytes());
         b.push(self.rails);
         b
     }
@@ -99,7 +99,7 @@ impl PullSetup {
             version: le32(&b[field::S_VERSION]),
             first,
             end,
-            ticket: b[SETUP_HEADER..SETUP_HEADER + 16].try_into().ok()?,
+            ticket: Ticket::from_bytes(b[SETUP_HEADER..SETUP_HEADER + 16].try_into().ok()?),
             rails,
         })
     }
@@ -403,7 +403,7 @@ mod tests {
             version: 7,
             first: 10,
             end: 20,
-            ticket: [7; 16],
+            ticket: Ticket::from_bytes([7; 16]),
             rails: 0b11,
         };
         assert_eq!(PullSetup::parse(&s.encode()), Some(s.clone()));

@@ -39,7 +39,7 @@ use copyrpc::conn::{Connection, PendingConnection};
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
 use kvs_control::Group;
-use kvs_proto::{AuthToken, SetupAnswer, ShardMap};
+use kvs_proto::{AuthToken, MemberId, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::peers::Peers;
@@ -134,7 +134,7 @@ impl OnTransport for Control {
             workers: state.cfg.workers,
             slots: state.map.slots(),
             member: state.me,
-            cluster: state.group.cluster_id().bytes(),
+            cluster: state.group.cluster_id(),
         }
         .encode();
         let mut conns: Conns = Vec::new();
@@ -188,7 +188,7 @@ impl Control {
         let me = self.group.me();
         let peers = Peers::new(
             me,
-            self.group.cluster_id().bytes(),
+            self.group.cluster_id(),
             self.cfg.clone(),
             self.cluster_token.clone(),
             self.stop.clone(),
@@ -244,7 +244,7 @@ fn drop_closed<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFailed>)>(
 
 /// What the control thread keeps between requests.
 struct State {
-    me: u16,
+    me: MemberId,
     group: Group,
     /// The map in force in the workers.
     map: ShardMap,
@@ -257,7 +257,7 @@ struct State {
     source_slots: Arc<SourceSlots>,
     copies: Arc<Copies>,
     /// Imports this member runs, by (first, end, source).
-    imports: HashMap<(u32, u32, u16), Arc<Progress>>,
+    imports: HashMap<(u32, u32, MemberId), Arc<Progress>>,
     /// The import sessions, one per (worker, source) with imports.
     sessions: Sessions,
     cfg: Config,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::group::BatchWriter;
-use kvs_proto::AuthToken;
+use kvs_proto::{AuthToken, ClusterId, MemberId};
 use mlx5::device::Context as Device;
 
 use crate::config::Config;
@@ -40,14 +40,14 @@ const ANSWER: Duration = Duration::from_millis(2000);
 
 /// The links to the peers.
 pub(crate) struct Peers {
-    me: u16,
-    cluster_id: [u8; 16],
+    me: MemberId,
+    cluster_id: ClusterId,
     cfg: Config,
     cluster_token: Option<AuthToken>,
     stop: Arc<AtomicBool>,
-    links: HashMap<u16, Link>,
-    unreachable_tx: Sender<u16>,
-    unreachable: Receiver<u16>,
+    links: HashMap<MemberId, Link>,
+    unreachable_tx: Sender<MemberId>,
+    unreachable: Receiver<MemberId>,
 }
 
 struct Link {
@@ -68,8 +68,8 @@ impl Drop for Link {
 impl Peers {
     /// No links yet; they are made on the first message to each peer.
     pub fn new(
-        me: u16,
-        cluster_id: [u8; 16],
+        me: MemberId,
+        cluster_id: ClusterId,
         cfg: Config,
         cluster_token: Option<AuthToken>,
         stop: Arc<AtomicBool>,
@@ -89,7 +89,7 @@ impl Peers {
 
     /// Queues `msg` for member `to`, reached at `addr` (a new link if there
     /// is none, or the peer's address changed).
-    pub fn send(&mut self, to: u16, addr: SocketAddr, msg: Vec<u8>) {
+    pub fn send(&mut self, to: MemberId, addr: SocketAddr, msg: Vec<u8>) {
         if self.links.get(&to).is_none_or(|l| l.addr != addr) {
             match self.link(to, addr) {
                 Some(l) => {
@@ -120,16 +120,16 @@ impl Peers {
     }
 
     /// Drops the links to members not in `keep`.
-    pub fn retain(&mut self, keep: impl Fn(u16) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(MemberId) -> bool) {
         self.links.retain(|&m, _| keep(m));
     }
 
     /// Peers found unreachable since the last call.
-    pub fn take_unreachable(&self) -> Vec<u16> {
+    pub fn take_unreachable(&self) -> Vec<MemberId> {
         self.unreachable.try_iter().collect()
     }
 
-    fn link(&self, to: u16, addr: SocketAddr) -> Option<Link> {
+    fn link(&self, to: MemberId, addr: SocketAddr) -> Option<Link> {
         let (queue, rx) = mpsc::sync_channel(QUEUE);
         let closed = Arc::new(AtomicBool::new(false));
         let sender = LinkThread {
@@ -164,14 +164,14 @@ impl Peers {
 
 /// One link's thread.
 struct LinkThread {
-    me: u16,
-    to: u16,
+    me: MemberId,
+    to: MemberId,
     addr: SocketAddr,
-    cluster_id: [u8; 16],
+    cluster_id: ClusterId,
     cfg: Config,
     cluster_token: Option<AuthToken>,
     queue: Receiver<Vec<u8>>,
-    unreachable: Sender<u16>,
+    unreachable: Sender<MemberId>,
     stop: Arc<AtomicBool>,
     /// The [`Link`] is gone: what is queued is not sent.
     closed: Arc<AtomicBool>,
@@ -296,10 +296,10 @@ mod tests {
         let closed = Arc::new(AtomicBool::new(false));
         let addr: SocketAddr = "127.0.0.1:7004".parse().expect("an address");
         let thread = LinkThread {
-            me: 0,
-            to: 4,
+            me: MemberId(0),
+            to: MemberId(4),
             addr,
-            cluster_id: [7; 16],
+            cluster_id: ClusterId::from_bytes([7; 16]),
             cfg: Config::default(),
             cluster_token: None,
             queue: rx,

@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use kvs_client::{ControlClient, ControlOptions};
-use kvs_control::{ClusterId, Group, Identity};
+use kvs_control::{Group, Identity};
 use kvs_proto::control::{ControlReply, ControlRequest};
-use kvs_proto::{AuthToken, ShardMap};
+use kvs_proto::{AuthToken, ClusterId, MemberId, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::temp_dir::TempDir;
@@ -111,7 +111,7 @@ fn resume(
         Some(s) => s.map().clone(),
         // It joined and stopped before the group gave it the state.
         None => match &cfg.join {
-            Some(j) => fetch_map(cfg, resolve(j)?, cluster_token, group.cluster_id().bytes())?,
+            Some(j) => fetch_map(cfg, resolve(j)?, cluster_token, group.cluster_id())?,
             None => {
                 return Err(StartError::Join(format!(
                     "{} holds member {} of cluster {}, which has not yet been given the \
@@ -138,7 +138,7 @@ fn bootstrap(
     let me = advertised(cfg, at.0, None)?;
     let mut map = ShardMap::single(me, cfg.slots, cfg.workers)
         .map_err(|e| StartError::Config(crate::config::ConfigError::Invalid(e.to_string())))?;
-    let _ = map.set_bulk_port(0, at.1);
+    let _ = map.set_bulk_port(MemberId(0), at.1);
     let group = Group::bootstrap(dir, map.clone(), founding(cfg), cfg.group_config(), now)
         .map_err(|e| StartError::Join(format!("{}: {e}", dir.display())))?;
     Ok((group, map, How::Bootstrapped))
@@ -164,8 +164,8 @@ fn join_anew(
 }
 
 /// A member comes back with the workers the map gave it.
-fn check_workers(map: &ShardMap, me: u16, workers: u16) -> Result<(), StartError> {
-    match map.members().get(usize::from(me)) {
+fn check_workers(map: &ShardMap, me: MemberId, workers: u16) -> Result<(), StartError> {
+    match map.members().get(me.index()) {
         Some(m) if m.workers != workers => Err(StartError::Join(format!(
             "this is member {me}, which has {} workers in the cluster's map; it cannot come \
              back with {workers} (set workers = {})",
@@ -242,8 +242,7 @@ fn join(
         } => {
             let fail = |m: String| StartError::Join(format!("join {target}: {m}"));
             let map = ShardMap::decode(&map).map_err(|e| fail(e.to_string()))?;
-            let cluster_id: ClusterId = cluster_id.parse().map_err(|e| fail(format!("{e}")))?;
-            match map.members().get(usize::from(member)) {
+            match map.members().get(member.index()) {
                 Some(m) if m.addr == me && m.workers == cfg.workers => {}
                 _ => {
                     return Err(fail(format!(
@@ -265,7 +264,7 @@ fn fetch_map(
     cfg: &Config,
     target: SocketAddr,
     cluster_token: Option<AuthToken>,
-    cluster: [u8; 16],
+    cluster: ClusterId,
 ) -> Result<ShardMap, StartError> {
     match ask(
         cfg,
@@ -288,7 +287,7 @@ fn ask(
     cfg: &Config,
     target: SocketAddr,
     cluster_token: Option<AuthToken>,
-    cluster: Option<[u8; 16]>,
+    cluster: Option<ClusterId>,
     req: ControlRequest,
 ) -> Result<ControlReply, StartError> {
     let dev = cfg
@@ -320,7 +319,7 @@ struct Asking {
     target: SocketAddr,
     cluster_token: Option<AuthToken>,
     /// The cluster the target must belong to, when the member knows it.
-    cluster: Option<[u8; 16]>,
+    cluster: Option<ClusterId>,
     req: ControlRequest,
 }
 

@@ -24,10 +24,9 @@ use copyrpc::transport::Transport;
 use copyrpc::Waker;
 use kvs_client::ControlClient;
 use kvs_proto::control::{ControlReply, ControlRequest, ImportStatus};
-use kvs_proto::{AuthToken, Member};
+use kvs_proto::{AuthToken, Member, MemberId, Ticket};
 
 use crate::bulk::pull_conn::{post_recv, wait_recv, PullConn};
-use crate::bulk::source_slots::from_hex;
 use crate::bulk::wire::{Batch, PullSetup, Taken};
 use crate::bulk::TransferError;
 use crate::bulk::{all_rails, open_rails, DEPTH};
@@ -40,7 +39,7 @@ const UNTAKEN: usize = 8;
 /// What an import has done, for status.
 #[derive(Debug)]
 pub(crate) struct Progress {
-    pub from: u16,
+    pub from: MemberId,
     pub slots: u32,
     pub records: AtomicU64,
     pub bytes: AtomicU64,
@@ -55,7 +54,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// An import of `slots` slots from member `from`, just started.
-    pub fn new(from: u16, slots: u32) -> Progress {
+    pub fn new(from: MemberId, slots: u32) -> Progress {
         Progress {
             from,
             slots,
@@ -205,7 +204,7 @@ impl Importer {
     fn report(&self, cc: &mut ControlClient<impl Transport>, lost: Option<String>) {
         let req = ControlRequest::ImportDone {
             version: self.version,
-            slots: vec![(self.first, self.end)],
+            slots: std::iter::once(self.first..self.end).collect(),
             records: self.progress.records.load(Ordering::Relaxed),
             bytes: self.progress.bytes.load(Ordering::Relaxed),
             lost,
@@ -286,16 +285,14 @@ impl Importer {
         &self,
         cc: &mut ControlClient<impl Transport>,
         mark: u32,
-    ) -> Result<[u8; 16], TransferError> {
+    ) -> Result<Ticket, TransferError> {
         let open = ControlRequest::OpenPull {
             version: self.version,
             first: mark,
             end: self.end,
         };
         match cc.request(self.source.addr, &open) {
-            Ok(ControlReply::Ticket { ticket }) => {
-                from_hex(&ticket).ok_or(TransferError::MalformedTicket)
-            }
+            Ok(ControlReply::Ticket { ticket }) => Ok(ticket),
             // Not frozen there yet (the source has not applied the map that
             // gives the slots away): ask again.
             Ok(ControlReply::NotYet { message }) => Err(TransferError::NotYet(message)),

@@ -14,6 +14,7 @@
 //! end of a connection open for [`LINGER`](crate::bulk::pull_conn::LINGER) after
 //! a pull, waiting for the next setup on it ([`crate::bulk::export`]).
 
+use kvs_proto::MemberId;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -29,7 +30,7 @@ use super::import::Importer;
 /// source member).
 #[derive(Default)]
 pub(crate) struct Sessions {
-    running: HashMap<(u16, u16), Sender<Importer>>,
+    running: HashMap<(u16, MemberId), Sender<Importer>>,
 }
 
 impl Sessions {
@@ -67,7 +68,7 @@ impl Sessions {
     }
 
     /// Ends the sessions `keep` rejects, once their queued imports are done.
-    pub fn retain(&mut self, keep: impl Fn(u16, u16) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(u16, MemberId) -> bool) {
         self.running.retain(|&(w, from), _| keep(w, from));
     }
 }

@@ -62,7 +62,7 @@ impl Waiting {
     pub fn park(&mut self, p: Parked, map: &ShardMap, waker: &Waker) -> Result<(), Parked> {
         let Some(from) = map
             .importing_from(p.slot)
-            .and_then(|f| map.members().get(usize::from(f)))
+            .and_then(|f| map.members().get(f.index()))
         else {
             return Err(p);
         };

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context};
 use kvs_proto::replica::{push_ids_entry, write_replicate, CopyBegin, Header, Kind, IDS_FORGOT};
-use kvs_proto::{Owner, ShardMap};
+use kvs_proto::{MemberId, Owner, RequestId, ShardMap, Ticket};
 
 use super::{user, Ack, Forwarder, Primary, TAG_COPY, TAG_PROBE};
 use crate::bulk::source_slots::Held;
@@ -73,7 +73,7 @@ pub(super) struct CopyJob {
     pub(super) step: CopyStep,
     /// The snapshot's ticket while it is pulled, and the slot's records
     /// and bytes in it.
-    pub(super) ticket: Option<[u8; 16]>,
+    pub(super) ticket: Option<Ticket>,
     pub(super) records: usize,
     pub(super) bytes: usize,
     /// Answers awaited, and whether one is a probe's.
@@ -123,7 +123,7 @@ impl Forwarder {
     }
 
     /// Frees a snapshot no copy pulls any more (if not pulled yet).
-    pub(super) fn release_ticket(&self, t: &[u8; 16]) {
+    pub(super) fn release_ticket(&self, t: &Ticket) {
         if !self.copies.iter().any(|j| j.ticket.as_ref() == Some(t)) {
             self.source_slots.cancel_copy(t);
         }
@@ -208,7 +208,7 @@ impl Forwarder {
                 primary: self.me,
                 seq: 0,
                 offset: 0,
-                id: (0, 0),
+                id: RequestId::default(),
             };
             let u = user(TAG_PROBE, u64::from(j.gen), j.id);
             write_replicate(&mut self.msg, &hdr, &[], &[]);
@@ -325,9 +325,9 @@ impl Forwarder {
                 primary: self.me,
                 seq: h.slot_state.last_seq(slot),
                 offset: 0,
-                id: (0, 0),
+                id: RequestId::default(),
             };
-            write_replicate(&mut self.msg, &hdr, &ticket, &begin.value());
+            write_replicate(&mut self.msg, &hdr, &ticket.bytes(), &begin.value());
             let j = &mut self.copies[i];
             j.gen = j.gen.wrapping_add(1);
             let u = user(TAG_COPY, u64::from(j.gen), j.id);
@@ -450,7 +450,7 @@ impl Forwarder {
     /// map version.
     pub(super) fn report_ready(&mut self) {
         if !self.ready.is_empty() {
-            let mut by: Vec<(u16, u32, Vec<u32>, u64, u64)> = Vec::new();
+            let mut by: Vec<(MemberId, u32, Vec<u32>, u64, u64)> = Vec::new();
             for (m, s, since, n, b) in self.ready.drain(..) {
                 let (n, b) = (n as u64, b as u64);
                 match by.iter_mut().find(|(x, v, ..)| *x == m && *v == since) {

@@ -10,6 +10,7 @@
 //! pull is not resumed: its ticket is used up, so a failed one fails the
 //! copy and the primary starts it over from a new snapshot.
 
+use kvs_proto::MemberId;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -36,7 +37,7 @@ const UNTAKEN: usize = 8;
 /// One copy arriving: what it has pulled.
 #[derive(Debug)]
 pub(crate) struct CopyProgress {
-    from: u16,
+    from: MemberId,
     begin: CopyBegin,
     records: AtomicU64,
     bytes: AtomicU64,
@@ -90,7 +91,7 @@ impl Copies {
 pub(crate) struct CopyPull {
     pub begin: CopyBegin,
     /// The primary's member id and its bulk port's address.
-    pub from: u16,
+    pub from: MemberId,
     pub bulk: SocketAddr,
     /// The map's slot count.
     pub slots: u32,

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use copyrpc::conn::{dial, Connection, Dial};
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context};
-use kvs_proto::{hello, Owner, SetupAnswer, ShardMap};
+use kvs_proto::{hello, ClusterId, MemberId, Owner, SetupAnswer, ShardMap};
 
 use super::{Ack, Acks, Forwarder, ANSWER};
 
@@ -141,7 +141,7 @@ impl Forwarder {
         match self.links.iter_mut().find(|l| l.owner == owner) {
             Some(l) => l.wanted = true,
             None => {
-                let addr = map.members()[usize::from(owner.member)].addr;
+                let addr = map.members()[owner.member.index()].addr;
                 self.next_link = self.next_link.wrapping_add(1);
                 self.links.push(Link {
                     id: self.next_link,
@@ -268,16 +268,16 @@ enum WrongPeer {
     #[error("not a kvs-server worker (bad setup answer)")]
     NotAWorker,
     /// It is a member of another cluster.
-    #[error("the server belongs to cluster {}, not this one", kvs_proto::cluster_hex(.0))]
-    OtherCluster([u8; 16]),
+    #[error("the server belongs to cluster {0}, not this one")]
+    OtherCluster(ClusterId),
     /// It is another member of this cluster.
     #[error("the server says it is member {said}, the map says member {map}")]
-    OtherMember { said: u16, map: u16 },
+    OtherMember { said: MemberId, map: MemberId },
 }
 
 /// Whether a link's setup answer is the backup's: its member, of this
 /// cluster.
-fn check_answer(c: &Connection, owner: Owner, cluster: [u8; 16]) -> Result<(), WrongPeer> {
+fn check_answer(c: &Connection, owner: Owner, cluster: ClusterId) -> Result<(), WrongPeer> {
     match SetupAnswer::parse(c.peer_private_data()) {
         None => Err(WrongPeer::NotAWorker),
         Some(a) if a.cluster != cluster => Err(WrongPeer::OtherCluster(a.cluster)),

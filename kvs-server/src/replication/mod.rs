@@ -89,7 +89,7 @@ use std::time::Instant;
 use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context};
 use kvs_proto::proto::{Status, RESPONSE_HEADER};
-use kvs_proto::{AuthToken, Owner, ShardMap};
+use kvs_proto::{AuthToken, ClusterId, MemberId, Owner, ShardMap, Ticket};
 
 use crate::bulk::source_slots::SourceSlots;
 use crate::dedup::Dedup;
@@ -210,7 +210,7 @@ fn split(user: u64) -> (u64, u64, u32) {
 /// docs](self)).
 pub(crate) struct Forwarder {
     me: Owner,
-    cluster: [u8; 16],
+    cluster: ClusterId,
     token: Option<AuthToken>,
     source_slots: Arc<SourceSlots>,
     links: Vec<Link>,
@@ -225,8 +225,8 @@ pub(crate) struct Forwarder {
     report: Sender<ToControl>,
     /// Copies complete: the backup's member, the slot, the version the
     /// copy began under, its records and bytes.
-    ready: Vec<(u16, u32, u32, usize, usize)>,
-    stale: Vec<(u16, u32)>,
+    ready: Vec<(MemberId, u32, u32, usize, usize)>,
+    stale: Vec<(MemberId, u32)>,
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -246,7 +246,7 @@ impl Forwarder {
     /// ([`ack_handler`]) fills.
     pub fn new(
         me: Owner,
-        cluster: [u8; 16],
+        cluster: ClusterId,
         token: Option<AuthToken>,
         source_slots: Arc<SourceSlots>,
         acks: Rc<Acks>,
@@ -341,7 +341,7 @@ impl Forwarder {
         }
         // Copies no longer wanted go (their answers, if any still come,
         // find no job), and their snapshots if not pulled yet.
-        let gone: Vec<[u8; 16]> = self
+        let gone: Vec<Ticket> = self
             .copies
             .iter()
             .filter(|j| !j.wanted)

@@ -38,12 +38,13 @@
 //! (`round`), which the workers' [`ToControl::Quiet`] carries, so an
 //! answer counts only for the freeze it answers.
 
+use std::ops::Range;
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use copyrpc::Waker;
 use kvs_control::{Command, Group};
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 use super::hand_over::{send, HandOvers};
 use crate::threads::to_control::{ranges, ToControl};
@@ -160,7 +161,7 @@ impl Replication {
 
     /// The entry `Drain { member }` was applied: whether it ended this
     /// member's drain (it serves again what it still owns).
-    pub fn drained(&mut self, member: u16, me: u16) -> bool {
+    pub fn drained(&mut self, member: MemberId, me: MemberId) -> bool {
         if member == me && self.drain != Drain::Idle {
             self.thaw = matches!(self.drain, Drain::Waiting { .. });
             self.drain = Drain::Idle;
@@ -171,7 +172,7 @@ impl Replication {
 
     /// The entry `Restarted { member, nonce }` was applied: whether it was
     /// this start's.
-    pub fn restarted(&mut self, member: u16, nonce: u64, me: u16) -> bool {
+    pub fn restarted(&mut self, member: MemberId, nonce: u64, me: MemberId) -> bool {
         if member == me && self.restart == Some(nonce) {
             self.restart = None;
             return true;
@@ -355,15 +356,15 @@ impl Replication {
 /// Whether `map` shows what `cmd` asked for (or has moved past it: the
 /// backup is gone, or the slot's replica set changed since).
 fn done(cmd: &Command, map: &ShardMap) -> bool {
-    let backup = |s: u32, member: u16| {
+    let backup = |s: u32, member: MemberId| {
         map.backups(s)
             .iter()
             .find(|b| b.owner.member == member)
             .copied()
     };
-    let slots = |r: &[(u32, u32)]| {
+    let slots = |r: &[Range<u32>]| {
         r.iter()
-            .flat_map(|&(a, b)| a..b.min(map.slots()))
+            .flat_map(|r| r.start..r.end.min(map.slots()))
             .collect::<Vec<u32>>()
     };
     match cmd {
@@ -412,27 +413,27 @@ mod tests {
             bulk_port: 0,
         })
         .unwrap();
-        m.add_backup(0..8, 1).unwrap();
+        m.add_backup(0..8, MemberId(1)).unwrap();
         m.set_version(2);
         let ready = Command::BackupReady {
-            member: 1,
-            slots: vec![(0, 4)],
+            member: MemberId(1),
+            slots: vec![0..4],
             since: 2,
             records: 0,
             bytes: 0,
         };
         assert!(!done(&ready, &m));
-        m.set_backup_ready(0..4, 1).unwrap();
+        m.set_backup_ready(0..4, MemberId(1)).unwrap();
         assert!(done(&ready, &m));
         let stale = Command::BackupStale {
-            member: 1,
-            slots: vec![(0, 4)],
+            member: MemberId(1),
+            slots: vec![0..4],
         };
         assert!(!done(&stale, &m));
-        m.set_backup_unready(0..4, 1).unwrap();
+        m.set_backup_unready(0..4, MemberId(1)).unwrap();
         assert!(done(&stale, &m));
         // The backup dropped since: nothing left to do.
-        m.drop_backup(0..8, 1).unwrap();
+        m.drop_backup(0..8, MemberId(1)).unwrap();
         m.set_version(3);
         assert!(done(&ready, &m));
         assert_ne!(nonce(), nonce());
@@ -465,7 +466,7 @@ mod tests {
         // Again only if it has not taken effect after AGAIN.
         assert_eq!(r.drain_step(t0 + ms(30), true, 2), DrainStep::Wait);
         assert_eq!(r.drain_step(t0 + ms(20) + AGAIN, true, 2), asked);
-        assert!(r.drained(0, 0));
+        assert!(r.drained(MemberId(0), MemberId(0)));
         assert!(r.thaw && r.may_serve(), "the workers stay frozen");
         r.thaw = false;
         // A second drain whose workers never say quiet (a backup that does
@@ -486,10 +487,10 @@ mod tests {
         let late = DrainStep::Propose { late: true };
         assert_eq!(r.drain_step(t1 + QUIET_MAX, true, 2), late);
         // A drain applied before its freeze leaves nothing to thaw.
-        assert!(r.drained(0, 0));
+        assert!(r.drained(MemberId(0), MemberId(0)));
         r.thaw = false;
         r.start_drain(t1);
-        assert!(r.drained(0, 0));
+        assert!(r.drained(MemberId(0), MemberId(0)));
         assert!(!r.thaw);
     }
 
@@ -510,7 +511,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut r = Replication::new(rx, true);
         let ready = ToControl::BackupReady {
-            member: 1,
+            member: MemberId(1),
             slots: vec![0, 1],
             since: 1,
             records: 0,
@@ -522,7 +523,7 @@ mod tests {
         assert!(kept.is_ok(), "a copy reported before the restart");
         tx.send(kept.unwrap()).unwrap();
         let n = r.restart.unwrap();
-        assert!(r.restarted(0, n, 0));
+        assert!(r.restarted(MemberId(0), n, MemberId(0)));
         r.drive(&mut group, &[], (now, 0), true);
         assert!(
             r.reports.try_recv().is_err(),

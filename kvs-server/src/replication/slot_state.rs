@@ -28,7 +28,7 @@
 //! the backup says every pulled record is in.
 
 use kvs_proto::replica::{CopyBegin, Header, Kind, Replicate};
-use kvs_proto::{Owner, ShardMap};
+use kvs_proto::{MemberId, Owner, ShardMap, Ticket};
 
 use super::refusal::{ApplyError, Refusal};
 use crate::bulk::TransferError;
@@ -60,14 +60,14 @@ enum CopyIn {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PullStart {
     pub begin: CopyBegin,
-    pub from: u16,
+    pub from: MemberId,
 }
 
 /// Why a slot is held (nothing served).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Hold {
     /// The backup member that missed a write.
-    member: u16,
+    member: MemberId,
     /// Its copy was complete and reported ready, but the map did not say
     /// so yet when it missed the write: held until the map says it (then
     /// it is reported stale), or until the slot's epoch moves past this
@@ -90,11 +90,11 @@ pub(crate) struct SlotState {
     holding: u32,
     /// Held slots whose backup the map now shows ready: to be reported
     /// stale.
-    stale_due: Vec<(u16, u32)>,
+    stale_due: Vec<(MemberId, u32)>,
     /// Per slot, as a backup: the copy arriving.
     copy: Vec<Option<CopyIn>>,
     /// Tickets being pulled, and pulls to start (asked about this turn).
-    pulling: Vec<[u8; 16]>,
+    pulling: Vec<Ticket>,
     starts: Vec<PullStart>,
 }
 
@@ -159,7 +159,7 @@ impl SlotState {
 
     /// The backup member `slot` is held for, if it is.
     #[inline]
-    pub fn held(&self, slot: u32) -> Option<u16> {
+    pub fn held(&self, slot: u32) -> Option<MemberId> {
         if self.holding == 0 {
             return None;
         }
@@ -168,7 +168,7 @@ impl SlotState {
 
     /// Holds `slot` for its ready backup on `member`, which missed a write
     /// (`None`: lets it go).
-    pub fn hold(&mut self, slot: u32, member: Option<u16>) {
+    pub fn hold(&mut self, slot: u32, member: Option<MemberId>) {
         self.set_hold(
             slot,
             member.map(|member| Hold {
@@ -182,7 +182,7 @@ impl SlotState {
     /// its copy was reported ready under epoch `epoch`, before the map said
     /// so: until the map says it (then it is reported stale, see
     /// [`take_stale_due`](Self::take_stale_due)) or the epoch moves on.
-    pub fn hold_until_ready(&mut self, slot: u32, member: u16, epoch: u32) {
+    pub fn hold_until_ready(&mut self, slot: u32, member: MemberId, epoch: u32) {
         self.set_hold(
             slot,
             Some(Hold {
@@ -204,7 +204,7 @@ impl SlotState {
 
     /// Held slots whose backup (member, slot) the map now shows ready: the
     /// primary reports them stale.
-    pub fn take_stale_due(&mut self) -> Option<Vec<(u16, u32)>> {
+    pub fn take_stale_due(&mut self) -> Option<Vec<(MemberId, u32)>> {
         (!self.stale_due.is_empty()).then(|| std::mem::take(&mut self.stale_due))
     }
 
@@ -222,7 +222,7 @@ impl SlotState {
 
     /// Whether `slot` takes the records pulled under `ticket`.
     #[inline]
-    pub fn copying_with(&self, slot: u32, ticket: &[u8; 16]) -> bool {
+    pub fn copying_with(&self, slot: u32, ticket: &Ticket) -> bool {
         matches!(self.copy.get(slot as usize), Some(Some(CopyIn::Pulling(b))) if &b.ticket == ticket)
     }
 
@@ -230,7 +230,7 @@ impl SlotState {
     /// records out of copy mode in `store`), or failed.
     pub fn pulled(
         &mut self,
-        ticket: &[u8; 16],
+        ticket: &Ticket,
         result: Result<(), TransferError>,
         store: &mut Store,
     ) {
@@ -507,14 +507,15 @@ mod tests {
     use super::*;
     use kvs_proto::replica::write_replicate;
     use kvs_proto::Member;
+    use kvs_proto::RequestId;
     use std::net::SocketAddr;
 
     const P: Owner = Owner {
-        member: 0,
+        member: MemberId(0),
         worker: 0,
     };
     const B: Owner = Owner {
-        member: 1,
+        member: MemberId(1),
         worker: 0,
     };
 
@@ -526,7 +527,7 @@ mod tests {
             bulk_port: 0,
         })
         .unwrap();
-        m.add_backup(0..4, 1).unwrap();
+        m.add_backup(0..4, MemberId(1)).unwrap();
         m.set_version(2);
         m
     }
@@ -540,13 +541,13 @@ mod tests {
             primary,
             seq,
             offset: 0,
-            id: (0, 0),
+            id: RequestId::default(),
         };
         write_replicate(&mut b, &h, key, value);
         b
     }
 
-    const TICKET: [u8; 16] = [9; 16];
+    const TICKET: Ticket = Ticket::from_bytes([9; 16]);
 
     fn begin(primary: Owner, seq: u64) -> Vec<u8> {
         let c = CopyBegin {
@@ -556,7 +557,7 @@ mod tests {
             records: 1,
             bytes: 2,
         };
-        msg(Kind::CopyBegin, primary, seq, &c.ticket, &c.value())
+        msg(Kind::CopyBegin, primary, seq, &c.ticket.bytes(), &c.value())
     }
 
     fn apply(r: &mut SlotState, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refusal> {
@@ -590,7 +591,7 @@ mod tests {
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
         assert!(e.unwrap_err().not_yet());
         let starts = r.take_starts().unwrap();
-        assert_eq!((starts.len(), starts[0].from), (1, 0));
+        assert_eq!((starts.len(), starts[0].from), (1, MemberId(0)));
         assert_eq!(starts[0].begin.ticket, TICKET);
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
         assert!(e.unwrap_err().not_yet());
@@ -645,7 +646,7 @@ mod tests {
         assert!(go(&msg_ids, &mut d).is_err(), "not before the begin");
         go(&begin(P, 3), &mut d).unwrap();
         go(&msg_ids, &mut d).unwrap();
-        assert!(d.seen(1, (7, 41)) && !d.seen(1, (7, 42)));
+        assert!(d.seen(1, RequestId::new(7, 41)) && !d.seen(1, RequestId::new(7, 42)));
         let bad = msg(Kind::CopyIds, P, 0, b"", &value[..10]);
         assert!(go(&bad, &mut d)
             .unwrap_err()
@@ -657,22 +658,25 @@ mod tests {
     fn a_hold_on_a_backup_reported_ready_waits_for_the_map_to_say_it() {
         let m = map();
         let mut r = SlotState::new(P, 4);
-        r.hold_until_ready(1, 1, m.epoch(1));
-        r.hold_until_ready(2, 1, m.epoch(2));
-        assert_eq!(r.held(1), Some(1));
+        r.hold_until_ready(1, MemberId(1), m.epoch(1));
+        r.hold_until_ready(2, MemberId(1), m.epoch(2));
+        assert_eq!(r.held(1), Some(MemberId(1)));
         let mut ready = m.clone();
-        ready.set_backup_ready(1..2, 1).unwrap();
+        ready.set_backup_ready(1..2, MemberId(1)).unwrap();
         ready.set_version(3);
         r.install(&m, &ready);
         // Slot 1: ready now, so reported stale and held as any ready one.
-        assert_eq!(r.take_stale_due(), Some(vec![(1, 1)]));
-        assert_eq!((r.held(1), r.held(2)), (Some(1), Some(1)));
+        assert_eq!(r.take_stale_due(), Some(vec![(MemberId(1), 1)]));
+        assert_eq!(
+            (r.held(1), r.held(2)),
+            (Some(MemberId(1)), Some(MemberId(1)))
+        );
         // Slot 2: a new epoch; the report cannot count: let go.
         let mut next = ready.clone();
-        next.drop_backup(2..3, 1).unwrap();
+        next.drop_backup(2..3, MemberId(1)).unwrap();
         next.set_version(4);
         r.install(&ready, &next);
-        assert_eq!((r.held(1), r.held(2)), (Some(1), None));
+        assert_eq!((r.held(1), r.held(2)), (Some(MemberId(1)), None));
     }
 
     #[test]
@@ -684,8 +688,8 @@ mod tests {
         apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 1, b"k", b"v1")).unwrap();
         // The group promotes this backup: the old primary is refused.
         let mut promoted = m.clone();
-        promoted.set_backup_ready(0..4, 1).unwrap();
-        promoted.promote(1, 1).unwrap();
+        promoted.set_backup_ready(0..4, MemberId(1)).unwrap();
+        promoted.promote(1, MemberId(1)).unwrap();
         promoted.set_version(3);
         let e = apply(
             &mut r,
@@ -704,7 +708,7 @@ mod tests {
         // A worker that does not back the slot up refuses it.
         let mut other = SlotState::new(
             Owner {
-                member: 1,
+                member: MemberId(1),
                 worker: 1,
             },
             4,
@@ -719,7 +723,7 @@ mod tests {
     #[test]
     fn after_a_hand_over_the_old_primary_and_the_backups_follow_the_new_one() {
         const T: Owner = Owner {
-            member: 2,
+            member: MemberId(2),
             worker: 0,
         };
         let mut m = map();
@@ -729,9 +733,9 @@ mod tests {
             bulk_port: 0,
         })
         .unwrap();
-        m.add_backup(0..4, 2).unwrap();
-        m.set_backup_ready(0..4, 1).unwrap();
-        m.set_backup_ready(0..4, 2).unwrap();
+        m.add_backup(0..4, MemberId(2)).unwrap();
+        m.set_backup_ready(0..4, MemberId(1)).unwrap();
+        m.set_backup_ready(0..4, MemberId(2)).unwrap();
         m.set_version(2);
         let (mut p, mut b, mut t) = (
             SlotState::new(P, 4),
@@ -752,7 +756,7 @@ mod tests {
         sp.put(1, b"k", b"v2").unwrap();
         assert_eq!((p.next_seq(1), p.next_seq(1)), (1, 2));
         let mut next = m.clone();
-        next.hand_over(0..4, 2).unwrap();
+        next.hand_over(0..4, MemberId(2)).unwrap();
         next.set_version(3);
         // The new primary's write, at a backup still on the old map, waits
         // for the map.
@@ -764,7 +768,7 @@ mod tests {
             primary: T,
             seq: 3,
             offset: 0,
-            id: (0, 0),
+            id: RequestId::default(),
         };
         write_replicate(&mut w, &h, b"k", b"v3");
         let e = apply(&mut b, &m, &mut sb, &w).unwrap_err();
@@ -800,8 +804,8 @@ mod tests {
         assert!(r.in_flight(b"k"));
         r.end_write(fingerprint(b"k"));
         assert!(!r.in_flight(b"k"));
-        r.hold(2, Some(1));
-        assert_eq!((r.held(2), r.held(1)), (Some(1), None));
+        r.hold(2, Some(MemberId(1)));
+        assert_eq!((r.held(2), r.held(1)), (Some(MemberId(1)), None));
         r.hold(2, None);
         assert_eq!(r.held(2), None);
     }

@@ -23,7 +23,7 @@ use copyrpc::transport::Transport;
 use copyrpc::{CallFailed, Context, RecvHandle};
 use kvs_proto::proto::{begin_response, finish_response, Request, Status, RESPONSE_HEADER};
 use kvs_proto::replica::{write_replicate, Header, Kind};
-use kvs_proto::Owner;
+use kvs_proto::{MemberId, Owner, RequestId};
 
 use super::copies::CopyStep;
 use super::{split, user, Forwarder, Primary, TAG_COPY, TAG_PROBE, TAG_WRITE};
@@ -41,7 +41,7 @@ pub struct Forward {
     /// Its key's fingerprint, for the in-flight table.
     pub fp: u64,
     /// The client's request id (`(0, 0)`: none).
-    pub id: (u64, u64),
+    pub id: RequestId,
 }
 
 /// What the forwarder keeps with a client's write while it waits for its
@@ -313,7 +313,7 @@ impl Forwarder {
     /// Reports the held slots found stale to the control thread, by member.
     pub(super) fn report_stale(&mut self) {
         if !self.stale.is_empty() {
-            let mut by: Vec<(u16, Vec<u32>)> = Vec::new();
+            let mut by: Vec<(MemberId, Vec<u32>)> = Vec::new();
             for (m, s) in self.stale.drain(..) {
                 match by.iter_mut().find(|(x, _)| *x == m) {
                     Some((_, v)) => v.push(s),

@@ -10,7 +10,7 @@ use kvs_proto::proto::{
 };
 use kvs_proto::replica::{Kind, Replicate};
 use kvs_proto::shard::slot_of;
-use kvs_proto::{Owner, ShardMap};
+use kvs_proto::{MemberId, Owner, RequestId, ShardMap};
 
 pub use crate::role::Role;
 
@@ -138,7 +138,7 @@ pub struct Handler {
     /// The request ids of the writes applied, per slot.
     pub(crate) dedup: Dedup,
     /// The request id of the request being answered.
-    id: (u64, u64),
+    id: RequestId,
     /// Requests answered, by op and result, and their service times.
     pub(crate) metrics: RequestMetrics,
     /// Replication messages refused for coming on a client's connection.
@@ -199,7 +199,7 @@ impl Handler {
             frozen: None,
             slot_state: SlotState::new(me, slots),
             dedup,
-            id: (0, 0),
+            id: RequestId::default(),
             metrics: RequestMetrics::default(),
             refused_member_ops: 0,
         }
@@ -509,7 +509,7 @@ impl Handler {
             "request {} of this client was sent again after more than {} newer writes of it \
              to the slot (or after the slot forgot the client): it was not applied now, and \
              may have been applied before",
-            self.id.1,
+            self.id.request,
             crate::dedup::WINDOW
         );
         error(out, Status::TooOld, &m, max_response)
@@ -621,8 +621,10 @@ impl Handler {
             self.held(out, slot, b, max_response);
             return None;
         }
-        self.id = r.id().unwrap_or((0, 0));
-        if self.id != (0, 0) && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange) {
+        self.id = r.id().unwrap_or_default();
+        if self.id != RequestId::default()
+            && matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange)
+        {
             match self.dedup.check(slot, self.id, r.resent()) {
                 Seen::New => {}
                 // Sent again: applied already. Answered once its backups
@@ -742,7 +744,7 @@ impl Handler {
     /// The slot's ready backup on `member` missed a write: nothing of the
     /// slot is served until the group no longer counts that copy as ready.
     #[cold]
-    fn held(&self, out: &mut Vec<u8>, slot: u32, member: u16, max_response: usize) {
+    fn held(&self, out: &mut Vec<u8>, slot: u32, member: MemberId, max_response: usize) {
         let m = format!(
             "slot {slot}'s backup on member {member} missed a write; the slot is served again \
              once the control group counts that copy as stale"
@@ -873,6 +875,7 @@ fn too_small(out: &mut Vec<u8>, needed: usize, max_response: usize) {
 mod tests {
     use super::*;
     use kvs_proto::proto::{write_request, Response, ScanRecords};
+    use kvs_proto::Ticket;
 
     fn ask(h: &mut Handler, op: Op, key: &[u8], val: &[u8], n: u32, max: usize) -> Vec<u8> {
         let mut req = Vec::new();
@@ -884,7 +887,7 @@ mod tests {
     }
 
     const W0: Owner = Owner {
-        member: 0,
+        member: MemberId(0),
         worker: 0,
     };
 
@@ -1018,7 +1021,7 @@ mod tests {
             primary: W0,
             seq: 1,
             offset: 0,
-            id: (0, 0),
+            id: RequestId::default(),
         };
         write_replicate(&mut req, &hdr, b"k", b"v");
         let mut out = Vec::new();
@@ -1039,7 +1042,7 @@ mod tests {
     fn put_with_id(k: &[u8], v: &[u8], client: u64, q: u64) -> Vec<u8> {
         let mut req = Vec::new();
         write_request(&mut req, Op::Put, 1, k, v, v.len() as u32, 0);
-        kvs_proto::proto::add_request_id(&mut req, client, q);
+        kvs_proto::proto::add_request_id(&mut req, RequestId::new(client, q));
         req
     }
 
@@ -1047,7 +1050,7 @@ mod tests {
     fn many_writes_in_flight_sent_again_after_a_failover_are_not_applied_again() {
         use kvs_proto::replica::{write_replicate, CopyBegin, Header};
         let b = Owner {
-            member: 1,
+            member: MemberId(1),
             worker: 0,
         };
         let mut map = ShardMap::single(addr(), 1, 1).unwrap();
@@ -1057,8 +1060,8 @@ mod tests {
             bulk_port: 0,
         })
         .unwrap();
-        map.add_backup(0..1, 1).unwrap();
-        map.set_backup_ready(0..1, 1).unwrap();
+        map.add_backup(0..1, MemberId(1)).unwrap();
+        map.set_backup_ready(0..1, MemberId(1)).unwrap();
         map.set_version(2);
         let mut primary = Handler::new(W0, map.clone(), 8, 16);
         let mut backup = Handler::new(b, map.clone(), 8, 16);
@@ -1074,7 +1077,7 @@ mod tests {
             id,
         };
         let c = CopyBegin {
-            ticket: [3; 16],
+            ticket: Ticket::from_bytes([3; 16]),
             first: 0,
             end: 1,
             records: 0,
@@ -1082,8 +1085,8 @@ mod tests {
         };
         write_replicate(
             &mut msg,
-            &hdr(Kind::CopyBegin, 0, (0, 0)),
-            &c.ticket,
+            &hdr(Kind::CopyBegin, 0, RequestId::default()),
+            &c.ticket.bytes(),
             &c.value(),
         );
         backup.handle(&msg, 64, &mut out);
@@ -1105,7 +1108,7 @@ mod tests {
         // The primary dies before the answers of the older ones reached the
         // client; the backup is promoted, and the client sends them again.
         let mut promoted = map.clone();
-        promoted.promote(0, 1).unwrap();
+        promoted.promote(0, MemberId(1)).unwrap();
         promoted.set_version(3);
         backup.install(promoted);
         for q in 1..=24u64 {
@@ -1149,7 +1152,7 @@ mod tests {
         let with_id = |op, v: &[u8], q| {
             let mut req = Vec::new();
             write_request(&mut req, op, 1, b"k", v, v.len() as u32, 0);
-            kvs_proto::proto::add_request_id(&mut req, 7, q);
+            kvs_proto::proto::add_request_id(&mut req, RequestId::new(7, q));
             req
         };
         let run = |h: &mut Handler, req: &[u8]| {
@@ -1184,7 +1187,7 @@ mod tests {
             bulk_port: 0,
         })
         .unwrap();
-        map.add_backup(0..1, 1).unwrap();
+        map.add_backup(0..1, MemberId(1)).unwrap();
         let mut h = Handler::new(W0, map, 8, 16);
         // "a" is written and its backup answers.
         ask(&mut h, Op::Put, b"a", b"1", 1, 64);
@@ -1256,7 +1259,7 @@ mod tests {
             Redirect {
                 map_version: 1,
                 owner: Owner {
-                    member: 0,
+                    member: MemberId(0),
                     worker: 1
                 }
             }
@@ -1351,7 +1354,7 @@ mod tests {
             worker: 0,
         };
         let mut h = Handler::new(me, map.clone(), 16, 64);
-        map.assign(0..4, b, Some(0)).unwrap();
+        map.assign(0..4, b, Some(MemberId(0))).unwrap();
         map.set_version(2);
         h.install(map.clone());
         (me, map, h)
@@ -1366,7 +1369,7 @@ mod tests {
         let put = |h: &mut Handler, v: &[u8], q: u64, resent: bool| {
             let mut req = Vec::new();
             write_request(&mut req, Op::Put, 2, b"k", v, v.len() as u32, 0);
-            kvs_proto::proto::add_request_id(&mut req, 7, q);
+            kvs_proto::proto::add_request_id(&mut req, RequestId::new(7, q));
             if resent {
                 kvs_proto::proto::mark_resent(&mut req);
             }
@@ -1447,7 +1450,7 @@ mod tests {
         let flags = Response::new_checked(&out).unwrap().flags();
         assert_eq!(flags & FLAG_MAP_NEWER, FLAG_MAP_NEWER);
         // Given away: the records leave the store whole.
-        map.assign(0..4, 0, Some(b)).unwrap();
+        map.assign(0..4, MemberId(0), Some(b)).unwrap();
         map.set_version(4);
         let done = h.install(map);
         let held: usize = done.given_away.iter().map(|(_, r)| r.len()).sum();

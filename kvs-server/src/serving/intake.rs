@@ -4,6 +4,7 @@
 //! Taking a 1 MiB batch whole held the worker for a millisecond, and every
 //! request that arrived meanwhile waited for it.
 
+use kvs_proto::Ticket;
 use std::collections::VecDeque;
 use std::sync::mpsc::Sender;
 
@@ -25,7 +26,7 @@ pub(crate) enum Whose {
     Import,
     /// A backup's copy under this ticket: only records of slots still
     /// copied under it.
-    Copy([u8; 16]),
+    Copy(Ticket),
 }
 
 #[derive(Debug)]
@@ -90,6 +91,7 @@ impl Intake {
 mod tests {
     use super::*;
     use crate::bulk::wire::{Batch, BatchWriter, LAST};
+    use kvs_proto::MemberId;
     use kvs_proto::{Owner, ShardMap};
 
     /// The records of `batch`, a checked batch of slots 0..16 of 16.
@@ -99,7 +101,7 @@ mod tests {
 
     fn handler() -> Handler {
         let me = Owner {
-            member: 0,
+            member: MemberId(0),
             worker: 0,
         };
         let addr = "127.0.0.1:1".parse().unwrap();
@@ -155,7 +157,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut intake = Intake::default();
         // No slot is copied here under this ticket.
-        intake.push(ready(&batch), Whose::Copy([7; 16]), tx);
+        intake.push(ready(&batch), Whose::Copy(Ticket::from_bytes([7; 16])), tx);
         assert_eq!(intake.take(&mut h, 100), 8, "read");
         assert_eq!(h.store.len(), 0, "and not taken");
         assert!(rx.try_recv().is_ok());

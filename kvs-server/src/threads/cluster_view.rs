@@ -2,6 +2,7 @@
 //! id, the map version in force, the control group's view, and migration
 //! totals (for [`crate::Server`] and the metrics endpoint).
 
+use kvs_proto::MemberId;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use crate::bulk::export::ExportCounters;
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     /// This member's id.
-    pub member: u16,
+    pub member: MemberId,
     /// The map version in force.
     pub version: AtomicU32,
     /// The member that leads the control group, plus one (0: none known).

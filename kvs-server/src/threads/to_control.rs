@@ -3,6 +3,10 @@
 //! backups that missed a write, and slots ready to be handed over (or
 //! drained).
 
+use std::ops::Range;
+
+use kvs_proto::MemberId;
+
 /// A worker's report to the control thread.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ToControl {
@@ -10,7 +14,7 @@ pub(crate) enum ToControl {
     /// on `member`, under map version `since` or later.
     BackupReady {
         /// The backup's member.
-        member: u16,
+        member: MemberId,
         /// The slots.
         slots: Vec<u32>,
         /// The map version the copies began under.
@@ -34,22 +38,22 @@ pub(crate) enum ToControl {
     /// anew.
     BackupStale {
         /// The backup's member.
-        member: u16,
+        member: MemberId,
         /// The slots.
         slots: Vec<u32>,
     },
 }
 
-/// `slots` as sorted `[first, end)` ranges.
-pub(crate) fn ranges(slots: &[u32]) -> Vec<(u32, u32)> {
+/// `slots` as sorted ranges.
+pub(crate) fn ranges(slots: &[u32]) -> Vec<Range<u32>> {
     let mut s = slots.to_vec();
     s.sort_unstable();
     s.dedup();
-    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut out: Vec<Range<u32>> = Vec::new();
     for x in s {
         match out.last_mut() {
-            Some((_, end)) if *end == x => *end = x + 1,
-            _ => out.push((x, x + 1)),
+            Some(r) if r.end == x => r.end = x + 1,
+            _ => out.push(x..x + 1),
         }
     }
     out
@@ -61,7 +65,7 @@ mod tests {
 
     #[test]
     fn slots_become_ranges() {
-        assert_eq!(ranges(&[5, 1, 2, 3, 9, 2]), vec![(1, 4), (5, 6), (9, 10)]);
+        assert_eq!(ranges(&[5, 1, 2, 3, 9, 2]), vec![1..4, 5..6, 9..10]);
         assert!(ranges(&[]).is_empty());
     }
 }

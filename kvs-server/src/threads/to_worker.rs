@@ -4,7 +4,7 @@
 use std::sync::mpsc::Sender;
 
 use copyrpc::conn::PendingConnection;
-use kvs_proto::ShardMap;
+use kvs_proto::{ShardMap, Ticket};
 
 use crate::role::Role;
 
@@ -55,7 +55,7 @@ pub(crate) enum ToWorker {
     /// it.
     CopyRecords {
         /// The copy begin's ticket.
-        ticket: [u8; 16],
+        ticket: Ticket,
         /// The batch's records, made ready for the store
         /// ([`crate::bulk::wire::Batch::take_checked`]).
         batch: Vec<crate::store::Ready>,
@@ -66,7 +66,7 @@ pub(crate) enum ToWorker {
     /// over, or why not.
     CopyPulled {
         /// The copy begin's ticket.
-        ticket: [u8; 16],
+        ticket: Ticket,
         /// How it ended.
         result: Result<(), crate::bulk::TransferError>,
     },

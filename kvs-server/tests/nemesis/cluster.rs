@@ -11,6 +11,7 @@
 // Shared with the tests that borrow the nemesis's parts.
 #![allow(dead_code)]
 
+use kvs_proto::MemberId;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -54,7 +55,7 @@ impl Cuts {
 /// One member.
 pub struct Member {
     /// Its id in the cluster (a new one after its data dir was wiped).
-    pub id: u16,
+    pub id: MemberId,
     /// Its software device.
     pub dev: u32,
     /// Its data dir.
@@ -137,7 +138,7 @@ impl Cluster {
             let dir = c.root.join(format!("m{m}"));
             let (listen, proxies) = addresses().map_err(|e| format!("member {m}'s ports: {e}"))?;
             c.members.push(Member {
-                id: m as u16,
+                id: MemberId(m as u16),
                 dev,
                 dir,
                 addr: proxies[0].addr(),
@@ -310,7 +311,7 @@ impl Cluster {
         if self.live().count() != n {
             return false;
         }
-        let mut seen: Option<(Option<u16>, u32)> = None;
+        let mut seen: Option<(Option<MemberId>, u32)> = None;
         for m in 0..n {
             let Some(s) = self.status(m) else {
                 return false;
@@ -390,7 +391,7 @@ impl Cluster {
     /// Member `m` killed, its data dir lost: the group marks it failed and
     /// fails its slots over, the operator forgets it (`kvs-admin forget`),
     /// and it joins again, empty, as a new member at the same address.
-    pub fn wipe(&mut self, m: usize) -> Result<u16, String> {
+    pub fn wipe(&mut self, m: usize) -> Result<MemberId, String> {
         self.kill(m);
         let old = self.members[m].id;
         self.wait(

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvs_control::{Applied, Command, Event, MemberState};
-use kvs_proto::ShardMap;
+use kvs_proto::{MemberId, ShardMap};
 
 use super::{now_ms, State, LOG};
 use crate::bulk::source_slots::free_elsewhere;
@@ -34,7 +34,7 @@ impl State {
             if cut_off {
                 continue;
             }
-            match self.map.members().get(usize::from(o.to)) {
+            match self.map.members().get(o.to.index()) {
                 Some(m) => {
                     let addr = m.addr;
                     self.peers.send(o.to, addr, o.bytes)
@@ -120,11 +120,11 @@ impl State {
 
     /// Publishes and logs who leads now (`l`; none known); the state did
     /// not change.
-    fn on_leader(&self, l: Option<u16>) -> bool {
+    fn on_leader(&self, l: Option<MemberId>) -> bool {
         let t = self.group.status().term;
         self.shared
             .leader
-            .store(l.map_or(0, |l| u32::from(l) + 1), Ordering::Relaxed);
+            .store(l.map_or(0, |l| u32::from(l.0) + 1), Ordering::Relaxed);
         if self.alone() {
             // A one-member cluster leads itself: nothing to say.
             return false;
@@ -142,7 +142,7 @@ impl State {
     /// Logs a member forgotten (`moved` of its slots failed over to their
     /// ready backups, `lost_slots` went out empty), and stops if it is
     /// this one; the state changed.
-    fn on_left(&mut self, member: u16, moved: u32, lost_slots: u32) -> bool {
+    fn on_left(&mut self, member: MemberId, moved: u32, lost_slots: u32) -> bool {
         tracing::info!(
             target: LOG,
             "control group: member {member} was forgotten{}{}",
@@ -276,7 +276,7 @@ impl State {
         }
         self.last_readdress = now;
         let Some(s) = self.group.state() else { return };
-        let Some(mine) = s.map().members().get(usize::from(self.me)) else {
+        let Some(mine) = s.map().members().get(self.me.index()) else {
             return;
         };
         let addr = if self.own.ip().is_unspecified() {
@@ -324,7 +324,7 @@ impl State {
     /// no longer lists.
     pub(super) fn start_imports(&mut self) {
         let map = &self.map;
-        let mut runs: Vec<(u32, u32, u16, u16)> = Vec::new();
+        let mut runs: Vec<(u32, u32, MemberId, u16)> = Vec::new();
         for s in 0..map.slots() {
             let o = map.owner_of_slot(s);
             let Some(from) = map.importing_from(s).filter(|_| o.member == self.me) else {
@@ -354,7 +354,7 @@ impl State {
                 continue;
             }
             let (Some(source), Some(link)) = (
-                map.members().get(usize::from(from)).copied(),
+                map.members().get(from.index()).copied(),
                 self.workers.get(usize::from(worker)),
             ) else {
                 continue;

@@ -3,20 +3,20 @@
 //! tickets and priority pulls. Each is answered at once, or parked until
 //! the entry proposed for it is applied.
 
+use kvs_proto::{ClusterId, MemberId};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use copyrpc::transport::Transport;
 use copyrpc::RecvHandle;
-use kvs_control::{ClusterId, Command, MemberState, Refusal};
+use kvs_control::{Command, MemberState, Refusal};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::group::{BadBatch, Batch};
 use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
 use kvs_proto::shard::slot_of;
 
 use super::{now_ms, Conns, State, LOG};
-use crate::bulk::source_slots::to_hex;
 
 /// How long a request waits for the entry proposed for it to be applied.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,13 +33,13 @@ enum Outcome {
 #[derive(Debug, Clone, Copy)]
 enum Awaited {
     /// Member `member` at `addr` (a join).
-    Join { member: u16, addr: SocketAddr },
+    Join { member: MemberId, addr: SocketAddr },
     /// The migration proposed at `at_ms` (migrate, rebalance).
     Started { at_ms: u64 },
     /// The running migration cancelled, or over.
     Cancelled,
     /// Member `member` forgotten (`force`: as asked).
-    Left { member: u16, force: bool },
+    Left { member: MemberId, force: bool },
 }
 
 /// A request waiting for its entry.
@@ -75,7 +75,7 @@ enum BatchRefused {
     #[error("a member of cluster {theirs} reached member {me} of cluster {ours}")]
     OtherCluster {
         theirs: ClusterId,
-        me: u16,
+        me: MemberId,
         ours: ClusterId,
     },
 }
@@ -288,7 +288,7 @@ impl State {
         // Slots not held (yet): this member has not applied the map that
         // gives them away.
         match self.source_slots.issue(version, first, end) {
-            Ok(t) => ControlReply::Ticket { ticket: to_hex(&t) },
+            Ok(ticket) => ControlReply::Ticket { ticket },
             Err(e) => ControlReply::NotYet {
                 message: e.to_string(),
             },
@@ -308,7 +308,7 @@ impl State {
 
     /// An unsafe recovery without the `lost` members, this member the
     /// group's only voter and leader.
-    fn unsafe_recover(&mut self, lost: &[u16]) -> ControlReply {
+    fn unsafe_recover(&mut self, lost: &[MemberId]) -> ControlReply {
         match self.group.unsafe_recover(lost, now_ms()) {
             Ok(()) => {
                 tracing::warn!(
@@ -326,7 +326,7 @@ impl State {
     /// Where to take a request only the leader serves.
     pub(super) fn leader_is(&self) -> ControlReply {
         match self.group.leader().filter(|&l| l != self.me) {
-            Some(l) => match self.map.members().get(usize::from(l)) {
+            Some(l) => match self.map.members().get(l.index()) {
                 Some(m) => ControlReply::Keeper { addr: m.addr },
                 None => ControlReply::NoLeader,
             },
@@ -340,9 +340,9 @@ impl State {
             return Err(BatchRefused::CutOff);
         }
         let batch = Batch::new_checked(b)?;
-        if batch.cluster_id() != self.group.cluster_id().bytes() {
+        if batch.cluster_id() != self.group.cluster_id() {
             return Err(BatchRefused::OtherCluster {
-                theirs: ClusterId::from_bytes(batch.cluster_id()),
+                theirs: batch.cluster_id(),
                 me: self.me,
                 ours: self.group.cluster_id(),
             });
@@ -392,7 +392,7 @@ impl State {
         bulk_port: u16,
         zone: Option<String>,
         local: Option<SocketAddr>,
-    ) -> Result<u16, Box<ControlReply>> {
+    ) -> Result<MemberId, Box<ControlReply>> {
         if addr.ip().is_unspecified() || addr.port() == 0 {
             return Err(Box::new(ControlReply::error(format!(
                 "{addr} is not an address others can reach (set advertise)"
@@ -417,7 +417,7 @@ impl State {
         }
         // The leader learns its own address from the first member that
         // reaches it, when it listens on an unspecified one.
-        let own = s.map().members()[usize::from(self.me)].addr;
+        let own = s.map().members()[self.me.index()].addr;
         if let (true, Some(l)) = (own.ip().is_unspecified(), local) {
             let cmd = Command::Readdress {
                 member: self.me,
@@ -470,7 +470,7 @@ impl State {
         let s = self.group.state()?;
         match awaited {
             Awaited::Join { member, addr } => {
-                let m = s.map().members().get(usize::from(member))?;
+                let m = s.map().members().get(member.index())?;
                 if m.addr != addr {
                     return Some(ControlReply::error(format!(
                         "member id {member} went to another server; try again"
@@ -484,7 +484,7 @@ impl State {
                     s.map().version()
                 );
                 Some(ControlReply::Joined {
-                    cluster_id: s.cluster_id().to_string(),
+                    cluster_id: s.cluster_id(),
                     member,
                     map: b,
                 })

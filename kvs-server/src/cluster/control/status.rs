@@ -32,7 +32,7 @@ impl State {
         }
         let g = self.group.status();
         let group = self.group.state().map(|s| GroupView {
-            cluster_id: s.cluster_id().to_string(),
+            cluster_id: s.cluster_id(),
             leader: g.leader,
             term: g.term,
             commit: g.commit,
@@ -40,10 +40,11 @@ impl State {
             lease: self.shared.leased.load(Ordering::Relaxed),
             replicas: s.replicas(),
             under_replicated_slots: s.under_replicated(),
-            members: (0..s.member_count())
+            members: s
+                .member_ids()
                 .map(|m| GroupMember {
                     id: m,
-                    addr: s.map().members()[usize::from(m)].addr,
+                    addr: s.map().members()[m.index()].addr,
                     state: match s.member_state(m) {
                         Some(MemberState::Up) | None => "up",
                         Some(MemberState::Failed) => "failed",

@@ -168,7 +168,7 @@ pub(super) fn start_pull(
     copies: &Arc<Copies>,
     stop: &Arc<AtomicBool>,
 ) {
-    let Some(m) = map.members().get(usize::from(p.from)) else {
+    let Some(m) = map.members().get(p.from.index()) else {
         let _ = worker.0.send(ToWorker::CopyPulled {
             ticket: p.begin.ticket,
             result: Err(crate::bulk::TransferError::NotInMap(p.from)),

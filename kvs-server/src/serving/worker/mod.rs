@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use copyrpc::clock::Clock;
 use copyrpc::transport::{run_on_device_as, OnTransport, Transport};
 use copyrpc::{ContextBuilder, Waker};
-use kvs_proto::{AuthToken, Owner, SetupAnswer, ShardMap};
+use kvs_proto::{AuthToken, ClusterId, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
 use super::handle::{Handled, Handler, Served, Warmed};
@@ -60,7 +60,7 @@ pub(crate) struct Worker {
     /// Who it is: its member and number.
     pub me: Owner,
     /// The id of its cluster, in every setup answer.
-    pub cluster: [u8; 16],
+    pub cluster: ClusterId,
     pub cfg: Config,
     pub map: ShardMap,
     pub incoming: Receiver<ToWorker>,
