@@ -1,9 +1,9 @@
 //! The control plane's errors.
 
-use kvs_proto::MemberId;
 use std::path::PathBuf;
 
 use kvs_proto::shard::BadMap;
+use kvs_proto::{ClusterId, MemberId};
 
 use crate::refusal::Refusal;
 
@@ -53,11 +53,37 @@ pub enum GroupError {
     /// The proposal is not valid against the committed state.
     #[error(transparent)]
     Refused(#[from] Refusal),
-    /// Something else this member cannot take: a configuration that does
-    /// not hold together, a snapshot of another cluster, an entry it cannot
-    /// apply, a recovery it cannot lead.
-    #[error("{0}")]
-    Rejected(String),
+    /// A timing that does not hold together ([`GroupConfig::validate`]).
+    ///
+    /// [`GroupConfig::validate`]: crate::GroupConfig::validate
+    #[error(transparent)]
+    Timing(#[from] BadTiming),
+    /// A snapshot sent by a member of another cluster.
+    #[error("a snapshot of cluster {theirs}, not {ours}")]
+    OtherCluster {
+        /// The snapshot's cluster.
+        theirs: ClusterId,
+        /// This member's.
+        ours: ClusterId,
+    },
+    /// A committed entry this member cannot apply: the log is not one it
+    /// can follow.
+    #[error("entry {index}: {why}")]
+    BadLog {
+        /// The entry's index.
+        index: u64,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// This member has not been given the cluster's state yet.
+    #[error("this member has not been given the cluster's state")]
+    NoState,
+    /// An unsafe recovery on a member that could not take the lead.
+    #[error(
+        "this member could not take the lead (a configuration change it has committed but not \
+         applied yet): try again"
+    )]
+    NotLeading,
     /// Another membership change is being committed (Raft takes one at a
     /// time): the same proposal may succeed shortly.
     #[error("another membership change is being committed; try again shortly")]
@@ -93,5 +119,39 @@ pub enum DecodeError {
         standings: usize,
         /// Members in the map.
         members: usize,
+    },
+}
+
+/// A [`GroupConfig`](crate::GroupConfig)'s timing that does not hold
+/// together.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadTiming {
+    /// A tick or heartbeat of zero.
+    #[error("the tick and the heartbeat must be longer than zero")]
+    Zero,
+    /// An election timeout not longer than the heartbeat.
+    #[error("an election timeout must be longer than the heartbeat")]
+    ElectionTooShort,
+    /// Messages too small for the group's.
+    #[error("messages must be allowed {min} bytes at least, not {max}")]
+    MessagesTooSmall {
+        /// The least allowed.
+        min: usize,
+        /// What was configured.
+        max: usize,
+    },
+    /// A lease that could outlast the group's patience.
+    #[error(
+        "a lease of {lease:?} plus two election timeouts of {election:?} must not be longer \
+         than member_timeout ({member_timeout:?}): a member cut off could still serve after \
+         the group marks it failed"
+    )]
+    LeaseTooLong {
+        /// The lease.
+        lease: std::time::Duration,
+        /// The election timeout.
+        election: std::time::Duration,
+        /// The member timeout.
+        member_timeout: std::time::Duration,
     },
 }

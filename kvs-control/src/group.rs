@@ -100,7 +100,7 @@ use raft::eraftpb::{
 };
 use raft::{RawNode, StateRole, Storage as _};
 
-use crate::error::{GroupError, StorageError};
+use crate::error::{BadTiming, GroupError, StorageError};
 use crate::identity::Identity;
 use crate::lease::Leases;
 use crate::log_pos::LogPos;
@@ -170,31 +170,28 @@ impl GroupConfig {
 
     /// Refuses timing under which a lease could outlive the member's
     /// failure being committed.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BadTiming> {
         if self.tick.is_zero() || self.heartbeat_ticks == 0 {
-            return Err("the tick and the heartbeat must be longer than zero".into());
+            return Err(BadTiming::Zero);
         }
         if self.election_ticks <= self.heartbeat_ticks {
-            return Err("an election timeout must be longer than the heartbeat".into());
+            return Err(BadTiming::ElectionTooShort);
         }
         if self.max_message < MIN_MAX_MESSAGE {
-            return Err(format!(
-                "messages must be allowed {MIN_MAX_MESSAGE} bytes at least, not {}",
-                self.max_message
-            ));
+            return Err(BadTiming::MessagesTooSmall {
+                min: MIN_MAX_MESSAGE,
+                max: self.max_message,
+            });
         }
         // The lease must end before the group can mark the member failed
         // (see the module docs); two election timeouts between them leave
         // a margin for clocks that run at different rates.
         if self.lease + 2 * self.election() > self.member_timeout {
-            return Err(format!(
-                "a lease of {:?} plus two election timeouts of {:?} must not be longer \
-                 than member_timeout ({:?}): a member cut off could still serve after the \
-                 group marks it failed",
-                self.lease,
-                self.election(),
-                self.member_timeout
-            ));
+            return Err(BadTiming::LeaseTooLong {
+                lease: self.lease,
+                election: self.election(),
+                member_timeout: self.member_timeout,
+            });
         }
         Ok(())
     }
@@ -335,7 +332,7 @@ impl Group {
         cfg: GroupConfig,
         now: Instant,
     ) -> Result<Group, GroupError> {
-        cfg.validate().map_err(GroupError::Rejected)?;
+        cfg.validate()?;
         if let Some(id) = Identity::load(data_dir)? {
             return Err(StorageError::Identity(format!(
                 "{} holds member {} of cluster {} already; start it without bootstrapping",
@@ -395,7 +392,7 @@ impl Group {
         cfg: GroupConfig,
         now: Instant,
     ) -> Result<(Group, Recovery), GroupError> {
-        cfg.validate().map_err(GroupError::Rejected)?;
+        cfg.validate()?;
         let id = Identity::load(data_dir)?.ok_or_else(|| {
             StorageError::Identity(format!("{} holds no member", data_dir.display()))
         })?;
@@ -865,11 +862,10 @@ impl Group {
                     why: format!("a snapshot whose state does not decode: {why}"),
                 })?;
             if state.cluster_id() != self.cluster_id {
-                return Err(GroupError::Rejected(format!(
-                    "a snapshot of cluster {}, not {}",
-                    state.cluster_id(),
-                    self.cluster_id
-                )));
+                return Err(GroupError::OtherCluster {
+                    theirs: state.cluster_id(),
+                    ours: self.cluster_id,
+                });
             }
             self.node.mut_store().install(&snap)?;
             self.state = Some(state);
@@ -946,11 +942,9 @@ impl Group {
                 continue;
             }
             let at = LogPos::new(e.index, e.term);
-            let state = self.state.as_mut().ok_or_else(|| {
-                GroupError::Rejected(format!(
-                    "entry {} committed before this member was given the state",
-                    e.index
-                ))
+            let state = self.state.as_mut().ok_or_else(|| GroupError::BadLog {
+                index: e.index,
+                why: "committed before this member was given the state".into(),
             })?;
             let done = match e.get_entry_type() {
                 EntryType::EntryNormal if e.data.is_empty() => Applied::Nothing,
@@ -966,10 +960,10 @@ impl Group {
                 },
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| {
-                        GroupError::Rejected(format!(
-                            "configuration change {} does not decode: {err}",
-                            e.index
-                        ))
+                        GroupError::BadLog {
+                            index: e.index,
+                            why: format!("a configuration change that does not decode: {err}"),
+                        }
                     })?;
                     match Membership::decode(&cc.context) {
                         Ok(change) => {

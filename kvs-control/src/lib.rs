@@ -39,7 +39,7 @@ mod state;
 mod storage;
 mod wal;
 
-pub use error::{DecodeError, GroupError, StorageError};
+pub use error::{BadTiming, DecodeError, GroupError, StorageError};
 pub use group::{Event, Group, GroupConfig, GroupStatus, PeerMessage, MIN_MAX_MESSAGE};
 pub use identity::Identity;
 pub use limits::{MEMBER_TIMEOUT_MS, REPLICAS};

@@ -33,9 +33,7 @@ impl Group {
     /// on the surviving voter whose log is the most advanced: one that
     /// committed entries this member does not have cannot follow it.
     pub fn unsafe_recover(&mut self, lost: &[MemberId], at_ms: u64) -> Result<(), GroupError> {
-        let state = self.state.as_ref().ok_or_else(|| {
-            GroupError::Rejected("this member has not been given the cluster's state".into())
-        })?;
+        let state = self.state.as_ref().ok_or_else(|| GroupError::NoState)?;
         state.check_recovery(self.me, lost)?;
         let me = self.me;
         let demoted: Vec<MemberId> = state
@@ -47,11 +45,7 @@ impl Group {
             self.node.campaign()?;
         }
         if !self.is_leader() {
-            return Err(GroupError::Rejected(
-                "this member could not take the lead (a configuration change it has committed \
-                 but not applied yet): try again"
-                    .into(),
-            ));
+            return Err(GroupError::NotLeading);
         }
         self.propose(&Command::UnsafeRecover {
             survivor: me,

@@ -50,8 +50,7 @@ impl Group {
         }
         self.cfg
             .with_member_timeout(Duration::from_millis(ms))
-            .validate()
-            .map_err(GroupError::Rejected)?;
+            .validate()?;
         self.propose(&Command::SetMemberTimeout { ms })
     }
 
