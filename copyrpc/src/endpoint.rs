@@ -366,7 +366,7 @@ impl<U, T: Transport> Ep<U, T> {
         let off = self.recv_producer & (self.recv_size - 1);
         let len = delta.min(PREFETCH_BYTES).min(self.recv_size - off);
         for line in (0..len).step_by(64) {
-            mlx5::barrier::prefetch(self.recv_base.wrapping_add((off + line) as usize));
+            mlx5::prefetch(self.recv_base.wrapping_add((off + line) as usize));
         }
     }
 

@@ -9,9 +9,9 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use mlx5::cq::{Compression, CqMemory, CqRing};
-use mlx5::doorbell::BfMode;
 use mlx5::mem::AlignedBuf;
 use mlx5::prm::{Cqe64, CqeOpcode, MiniCqe};
+use mlx5::sq::BfMode;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqMemory};
 use mlx5::wqe_table::OrderedSparse;
 use mlx5::Completion;
@@ -120,7 +120,7 @@ fn reference_post(n: u64, runs: usize) -> f64 {
                     std::ptr::write_volatile(d.add(k), std::ptr::read(s.add(k)));
                 }
             }
-            mlx5::barrier::flush_wc();
+            mlx5::flush_wc();
         }
         res.push(t.elapsed().as_nanos() as f64 / n as f64);
     }

@@ -15,11 +15,11 @@ use std::time::Instant;
 
 use mlx5::cq::CqRing;
 use mlx5::device::{access, ConnInfo, Context, CqAttr, Mr, Qp, QpCaps, RtrAttr, RtsAttr};
-use mlx5::doorbell::BfMode;
 use mlx5::mem::AlignedBuf;
 use mlx5::prm::Cqe64;
 use mlx5::rq::RecvQueue;
 use mlx5::sim::fabric::Fabric;
+use mlx5::sq::BfMode;
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqMemory};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse, SendTable};
 use mlx5::Completion;
@@ -390,7 +390,7 @@ fn follow(kind: &str, fabric: &str, size: usize, n: u64, ch: &mut dyn Chan) {
 /// A hook that does nothing: the price of the mechanism itself.
 #[derive(Debug)]
 struct NoopHook;
-impl mlx5::doorbell::DeviceNotify for NoopHook {
+impl mlx5::DeviceNotify for NoopHook {
     fn sq_doorbell(&self, _: u32) {}
     fn rq_doorbell(&self, _: u32) {}
     fn cq_idle(&self, _: u32) {}

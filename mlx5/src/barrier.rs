@@ -12,7 +12,7 @@ use core::sync::atomic::{compiler_fence, fence, Ordering};
 /// doorbell write (`udma_to_device_barrier`). x86-64: stores are ordered, so a
 /// compiler barrier; aarch64: `dmb oshst`.
 #[inline(always)]
-pub fn to_device() {
+pub(crate) fn to_device() {
     fence(Ordering::Release);
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction; it touches no memory and no registers.
@@ -26,7 +26,7 @@ pub fn to_device() {
 /// x86-64: loads are not reordered with older loads, so a compiler barrier, as
 /// Linux's `dma_rmb()` and UCX do (rdma-core uses `lfence`); aarch64: `dmb oshld`.
 #[inline(always)]
-pub fn from_device() {
+pub(crate) fn from_device() {
     fence(Ordering::Acquire);
     #[cfg(target_arch = "aarch64")]
     // SAFETY: a barrier instruction; it touches no memory and no registers.
@@ -57,7 +57,7 @@ pub fn flush_wc() {
 /// write-combining memory (`mmio_wc_start`, which rdma-core defines as
 /// [`flush_wc`]: WC stores may pass earlier WB stores on x86-64).
 #[inline(always)]
-pub fn wc_start() {
+pub(crate) fn wc_start() {
     fence(Ordering::Release);
     flush_wc();
 }
@@ -84,8 +84,9 @@ pub fn prefetch(p: *const u8) {
 /// architectures). The software device does this with what it writes as a
 /// NIC's DMA does with DDIO: the reader then finds the line in the shared
 /// cache instead of snooping it out of the writer's core.
+#[cfg(feature = "sim")]
 #[inline(always)]
-pub fn demote(p: *const u8) {
+pub(crate) fn demote(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: `cldemote` is a hint: it does not change memory, raises no fault
     // for any address, and executes as a NOP where not supported.
@@ -97,8 +98,9 @@ pub fn demote(p: *const u8) {
 }
 
 /// [`demote`] for every cache line of `len` bytes at `p`.
+#[cfg(feature = "sim")]
 #[inline(always)]
-pub fn demote_range(p: *const u8, len: usize) {
+pub(crate) fn demote_range(p: *const u8, len: usize) {
     let end = (p as usize).wrapping_add(len);
     let mut l = (p as usize) & !63;
     while l < end {

@@ -47,7 +47,7 @@ pub trait DeviceNotify: Send + Sync + std::fmt::Debug {
 /// `rec` must point to a live, 4-byte-aligned doorbell record with at least
 /// `word + 1` words.
 #[inline(always)]
-pub unsafe fn store_dbrec(rec: NonNull<u8>, word: usize, value: u32) {
+pub(crate) unsafe fn store_dbrec(rec: NonNull<u8>, word: usize, value: u32) {
     // SAFETY: the caller guarantees the word is in bounds and aligned;
     // AtomicU32 has the layout of u32, and the NIC only reads it.
     let w = unsafe { &*(rec.as_ptr().add(word * 4) as *const AtomicU32) };
@@ -58,8 +58,9 @@ pub unsafe fn store_dbrec(rec: NonNull<u8>, word: usize, value: u32) {
 ///
 /// # Safety
 /// As for [`store_dbrec`].
+#[cfg(feature = "sim")]
 #[inline(always)]
-pub unsafe fn load_dbrec(rec: NonNull<u8>, word: usize) -> u32 {
+pub(crate) unsafe fn load_dbrec(rec: NonNull<u8>, word: usize) -> u32 {
     // SAFETY: as for store_dbrec.
     let w = unsafe { &*(rec.as_ptr().add(word * 4) as *const AtomicU32) };
     u32::from_be(w.load(Ordering::Acquire))
@@ -95,7 +96,7 @@ impl BlueFlame {
     /// `reg` must be 8-byte aligned and writable for `2 * half` bytes (at least 8
     /// when `half` is 0: a UAR without BlueFlame takes only 8-byte doorbells) for
     /// the life of the value; `half` must be 0 or a multiple of 64.
-    pub unsafe fn new(reg: NonNull<u8>, half: usize) -> Self {
+    pub(crate) unsafe fn new(reg: NonNull<u8>, half: usize) -> Self {
         Self {
             reg,
             half,
@@ -105,7 +106,7 @@ impl BlueFlame {
 
     /// Bytes one half can take (`bf.size` of `struct mlx5dv_qp`).
     #[inline(always)]
-    pub fn half_size(&self) -> usize {
+    pub(crate) fn half_size(&self) -> usize {
         self.half
     }
 
@@ -121,7 +122,7 @@ impl BlueFlame {
     /// # Safety
     /// `ctrl` must be readable for 8 bytes and 8-byte aligned.
     #[inline(always)]
-    pub unsafe fn ring_db(&mut self, ctrl: *const u8) {
+    pub(crate) unsafe fn ring_db(&mut self, ctrl: *const u8) {
         barrier::wc_start();
         // SAFETY: `ctrl` is readable (caller); the register half is writable and
         // aligned (constructor contract).
@@ -141,7 +142,7 @@ impl BlueFlame {
     /// `wqe` must be readable for `bbs * 64` bytes and 8-byte aligned, and
     /// `bbs * 64 <= half_size()`.
     #[inline(always)]
-    pub unsafe fn ring_bf(&mut self, wqe: *const u8, bbs: usize) {
+    pub(crate) unsafe fn ring_bf(&mut self, wqe: *const u8, bbs: usize) {
         debug_assert!(bbs * SEND_WQE_BB <= self.half);
         barrier::wc_start();
         let words = bbs * SEND_WQE_BB / 8;

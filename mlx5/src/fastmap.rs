@@ -7,7 +7,7 @@ const SHIFT: u32 = 12;
 const PAGE: usize = 1 << SHIFT;
 const MASK: u32 = (PAGE as u32) - 1;
 /// Largest key the map takes: queue numbers are 24 bits.
-pub const MAX_KEY: u32 = (1 << 24) - 1;
+const MAX_KEY: u32 = (1 << 24) - 1;
 
 type Page<T> = Box<[Option<T>]>;
 

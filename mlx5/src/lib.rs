@@ -11,9 +11,8 @@
 //! code runs on either.
 //!
 //! - [`prm`]: the hardware byte layouts, as zero-copy views, and their constants.
-//! - [`barrier`]: the DMA / MMIO barriers, per architecture.
-//! - [`sq`]: the send queue and its WQE builder; [`doorbell`]: doorbell record
-//!   and BlueFlame.
+//! - [`sq`]: the send queue and its WQE builder (and how it rings the
+//!   BlueFlame register, [`sq::BfMode`]).
 //! - [`rq`]: receive queues (RQ) and shared receive queues (SRQ).
 //! - [`cq`]: completion queue polling (owner bit, compressed CQEs,
 //!   scatter-to-CQE), [`cq::DispatchCq`] with QPN dispatch and [`cq::MonoCq`].
@@ -25,13 +24,24 @@
 //! - [`wr`]: verbs semantics (send work requests, receives, work completions)
 //!   over the direct path or, on devices that are not mlx5, the provider's own
 //!   post/poll entry points ([`hw::verbs`]).
+//!
+//! The queues can also be built over memory the caller supplies
+//! ([`sq::SqMemory`], [`rq::RqMemory`], [`cq::CqMemory`]), with a
+//! [`DeviceNotify`] hook for what a doorbell does beyond its memory writes;
+//! the backends build them that way. At the root, besides the most used
+//! data-path types: [`prefetch`] and [`flush_wc`], the CPU hints and
+//! barriers the data path uses, for code that touches the same memory.
+//! The crate's own tests and benchmarks turn on the `test-hooks` feature,
+//! which adds `mem` (page-aligned buffers to build queues on) and the
+//! software device's test hooks.
 
-pub mod barrier;
+mod barrier;
 pub mod cq;
 pub mod device;
-pub mod doorbell;
+mod doorbell;
 pub mod fastmap;
 pub mod hw;
+#[cfg(feature = "test-hooks")]
 pub mod mem;
 pub mod prm;
 pub mod rq;
@@ -42,5 +52,7 @@ mod types;
 pub mod wqe_table;
 pub mod wr;
 
+pub use barrier::{flush_wc, prefetch};
 pub use cq::{Completion, CqRing, DispatchCq, MonoCq};
+pub use doorbell::DeviceNotify;
 pub use sq::SendQueue;

@@ -1,5 +1,7 @@
 //! Owned, zeroed, page-aligned memory: hand-built queue memory for tests and
 //! benchmarks, and an ordinary page that stands in for a BlueFlame register.
+//! A test fixture, with the `test-hooks` feature only: nothing in the crate
+//! uses it.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::ptr::NonNull;

@@ -4,7 +4,7 @@
 //! [`INVALID_LKEY`] when shorter than the queue's maximum. An SRQ WQE starts with
 //! an [`SrqNextSeg`] that links it to the next WQE the NIC will use.
 //!
-//! Ordered SRQs ([`OrderedRecv`](crate::wqe_table::OrderedRecv)) are *cyclic*:
+//! Ordered SRQs ([`OrderedRecv`]) are *cyclic*:
 //! WQE `i` links to `i + 1`, the NIC consumes them in order, and the WQE counter
 //! of a compressed responder CQE can be derived from the title's (UCX's cyclic
 //! topology). Unordered SRQs (TM-SRQ) keep rdma-core's free list: a completed

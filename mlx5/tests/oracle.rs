@@ -1338,8 +1338,8 @@ fn err_cqe_random_setters_vs_c_struct() {
 
 #[test]
 fn send_queue_wqes_match_rdma_core_helpers() {
-    use mlx5::doorbell::BfMode;
     use mlx5::mem::AlignedBuf;
+    use mlx5::sq::BfMode;
     use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqMemory};
     use mlx5::wqe_table::OrderedSparse;
 

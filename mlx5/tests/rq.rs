@@ -4,9 +4,8 @@
 mod support;
 
 use mlx5::cq::{Completion, CompletionSource};
-use mlx5::doorbell::load_dbrec;
 use mlx5::mem::AlignedBuf;
-use mlx5::prm::{Cqe64, DataSeg, SrqNextSeg, INVALID_LKEY, RCV_DBR};
+use mlx5::prm::{Cqe64, DataSeg, QpDbRec, SrqDbRec, SrqNextSeg, INVALID_LKEY};
 use mlx5::rq::{RecvQueue, RqError, RqMemory, Srq};
 use mlx5::sq::Sge;
 use mlx5::wqe_table::{OrderedRecv, UnorderedRecv};
@@ -61,11 +60,10 @@ fn rq_posts_sges_with_terminator_and_rings() {
     let d = DataSeg::new_unchecked(&w0[16..32]);
     assert_eq!((d.addr(), d.byte_count(), d.lkey()), (0x5000, 100, 9));
     assert_eq!(DataSeg::new_unchecked(&w0[32..48]).lkey(), INVALID_LKEY);
-    // SAFETY: db lives.
-    assert_eq!(unsafe { load_dbrec(db.as_non_null(), RCV_DBR) }, 0);
+    let recv_counter = |db: &AlignedBuf| QpDbRec::new_unchecked(db.as_slice()).recv_counter();
+    assert_eq!(recv_counter(&db), 0);
     rq.ring_doorbell();
-    // SAFETY: db lives.
-    assert_eq!(unsafe { load_dbrec(db.as_non_null(), RCV_DBR) }, 2);
+    assert_eq!(recv_counter(&db), 2);
     for i in 2..8 {
         rq.post(&[], i).unwrap();
     }
@@ -99,8 +97,7 @@ fn cyclic_srq_links_in_order_and_posts_zero_length_receives() {
         "zero-length receive"
     );
     srq.ring_doorbell();
-    // SAFETY: db lives.
-    assert_eq!(unsafe { load_dbrec(db.as_non_null(), 0) }, 16);
+    assert_eq!(SrqDbRec::new_unchecked(db.as_slice()).counter(), 16);
     assert_eq!(take(&mut srq, 3), vec![3], "completion names its WQE");
     assert_eq!(
         srq.post(&[], 77).err(),

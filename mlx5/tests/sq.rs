@@ -5,9 +5,8 @@
 mod support;
 
 use mlx5::cq::Completion;
-use mlx5::doorbell::BfMode;
 use mlx5::prm::{ctrl_flags, AtomicSeg, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, WqeOpcode};
-use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqError};
+use mlx5::sq::{BfMode, Payload, SendQueue, Sge, SqConfig, SqError};
 use mlx5::wqe_table::{OrderedDense, OrderedSparse, Unordered};
 use support::{req_cqe, HandSq};
 

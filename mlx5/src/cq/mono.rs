@@ -59,12 +59,6 @@ impl<Q, F> MonoCq<Q, F> {
         &mut self.source
     }
 
-    /// The callback, mutably (to reach state it owns).
-    #[inline(always)]
-    pub fn callback_mut(&mut self) -> &mut F {
-        &mut self.callback
-    }
-
     /// The ring.
     pub fn ring(&self) -> &CqRing {
         &self.ring
@@ -94,11 +88,6 @@ impl<Q, F> MonoCq<Q, F> {
     /// poll again, then wait on the CQ's channel).
     pub fn arm(&mut self, solicited_only: bool) -> Result<(), CqError> {
         self.ring.arm(solicited_only)
-    }
-
-    /// Takes the parts apart.
-    pub fn into_parts(self) -> (CqRing, Q, F) {
-        (self.ring, self.source, self.callback)
     }
 }
 

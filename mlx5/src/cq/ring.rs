@@ -233,12 +233,6 @@ impl CqRing {
         self.mask + 1
     }
 
-    /// Consumer counter: completions consumed so far (mod 2^32).
-    #[inline(always)]
-    pub fn consumer_index(&self) -> u32 {
-        self.ci
-    }
-
     /// Completions expanded from mini CQEs so far.
     pub fn expanded(&self) -> u64 {
         self.expanded

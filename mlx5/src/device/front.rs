@@ -334,7 +334,7 @@ fn hw_compression(attr: &CqAttr) -> Result<crate::cq::Compression, DeviceError> 
 }
 
 /// The Dynamically Connected transport: DC targets and initiators. On a NIC
-/// they are mlx5 DC queues ([`crate::hw::dc`], written from rdma-core's
+/// they are mlx5 DC queues (`hw::dc`, written from rdma-core's
 /// headers and never run on a ConnectX yet); a device that is not mlx5
 /// (soft-RoCE `rxe`) has no DC and refuses them with
 /// [`DeviceError::Invalid`].
@@ -455,7 +455,7 @@ pub enum Dct {
     /// Software device.
     #[cfg(feature = "sim")]
     Sim(SimDct),
-    /// An mlx5 NIC (never run on one yet: see [`crate::hw::dc`]).
+    /// An mlx5 NIC (never run on one yet: see `hw::dc`).
     Hw(HwDct),
 }
 

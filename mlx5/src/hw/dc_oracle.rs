@@ -33,6 +33,7 @@ extern "C" {
 impl HwPd {
     /// A DCI whose rdma-core work-request API (`ibv_qp_ex`) takes RDMA
     /// WRITEs (`IBV_QP_EX_WITH_RDMA_WRITE`), for the oracle test.
+    #[doc(hidden)]
     pub fn create_dci_wr_api(
         &self,
         send_cq: &HwCq,
@@ -49,6 +50,7 @@ impl HwQp {
     /// towards `dest.lid` / `dest.gid`), runs `read` while the WQE sits in
     /// the send queue, not rung, then drops it (`ibv_wr_abort`). The DCI
     /// must come from [`HwPd::create_dci_wr_api`].
+    #[doc(hidden)]
     pub fn with_rdma_core_dc_write<R>(
         &self,
         ctx: &HwContext,

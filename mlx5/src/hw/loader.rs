@@ -8,9 +8,9 @@ use std::sync::OnceLock;
 use super::ffi::*;
 
 /// Environment variable overriding the libibverbs file name.
-pub const IBVERBS_ENV: &str = "MLX5_LIBIBVERBS";
+pub(crate) const IBVERBS_ENV: &str = "MLX5_LIBIBVERBS";
 /// Environment variable overriding the libmlx5 file name.
-pub const MLX5_ENV: &str = "MLX5_LIBMLX5";
+pub(crate) const MLX5_ENV: &str = "MLX5_LIBMLX5";
 
 pub use crate::types::error::HwError;
 
@@ -70,75 +70,81 @@ fn dlerror() -> String {
 /// The libmlx5 entry points; each field is the `mlx5dv_*` function of that name.
 #[allow(missing_docs)]
 #[derive(Debug)]
-pub struct Mlx5Fns {
-    pub is_supported: unsafe extern "C" fn(*mut ibv_device) -> bool,
-    pub query_device: unsafe extern "C" fn(*mut ibv_context, *mut mlx5dv_context) -> c_int,
-    pub create_cq: unsafe extern "C" fn(
+pub(crate) struct Mlx5Fns {
+    pub(crate) is_supported: unsafe extern "C" fn(*mut ibv_device) -> bool,
+    pub(crate) query_device: unsafe extern "C" fn(*mut ibv_context, *mut mlx5dv_context) -> c_int,
+    pub(crate) create_cq: unsafe extern "C" fn(
         *mut ibv_context,
         *mut ibv_cq_init_attr_ex,
         *mut mlx5dv_cq_init_attr,
     ) -> *mut ibv_cq,
-    pub init_obj: unsafe extern "C" fn(*mut mlx5dv_obj, u64) -> c_int,
-    pub create_qp: unsafe extern "C" fn(
+    pub(crate) init_obj: unsafe extern "C" fn(*mut mlx5dv_obj, u64) -> c_int,
+    pub(crate) create_qp: unsafe extern "C" fn(
         *mut ibv_context,
         *mut ibv_qp_init_attr_ex,
         *mut mlx5dv_qp_init_attr,
     ) -> *mut ibv_qp,
     /// Absent before rdma-core 37 (DCI streams): then only
     /// [`HwQp::reset_dci_stream`](super::HwQp::reset_dci_stream) fails.
-    pub dci_stream_id_reset: Option<unsafe extern "C" fn(*mut ibv_qp, u16) -> c_int>,
+    pub(crate) dci_stream_id_reset: Option<unsafe extern "C" fn(*mut ibv_qp, u16) -> c_int>,
     /// `mlx5dv_qp_ex_from_ibv_qp_ex`, for the oracle tests of the DC WQE
-    /// writer (absent on old rdma-core).
-    pub qp_ex_from_ibv_qp_ex: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
+    /// writer (absent on old rdma-core; loaded with `rdma-core-oracle` only).
+    #[cfg(feature = "rdma-core-oracle")]
+    pub(crate) qp_ex_from_ibv_qp_ex: Option<unsafe extern "C" fn(*mut c_void) -> *mut c_void>,
     _lib: Lib,
 }
 
 /// The libibverbs entry points (each field is the `ibv_*` function of that
 /// name; `query_gid_ex` is `_ibv_query_gid_ex`), and libmlx5's when it loads.
+/// Opaque outside the crate: [`Verbs::load_from`] tells whether libraries of
+/// given names load, which the crate otherwise does on its own (names from
+/// `MLX5_LIBIBVERBS` / `MLX5_LIBMLX5`, default `libibverbs.so.1`,
+/// `libmlx5.so.1`).
 #[allow(missing_docs)]
 #[derive(Debug)]
 pub struct Verbs {
-    pub get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
-    pub free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
-    pub get_device_name: unsafe extern "C" fn(*mut ibv_device) -> *const c_char,
-    pub open_device: unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context,
-    pub close_device: unsafe extern "C" fn(*mut ibv_context) -> c_int,
-    pub query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
-    pub query_port: unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int,
-    pub query_gid: unsafe extern "C" fn(*mut ibv_context, u8, c_int, *mut ibv_gid) -> c_int,
-    pub query_gid_ex:
+    pub(crate) get_device_list: unsafe extern "C" fn(*mut c_int) -> *mut *mut ibv_device,
+    pub(crate) free_device_list: unsafe extern "C" fn(*mut *mut ibv_device),
+    pub(crate) get_device_name: unsafe extern "C" fn(*mut ibv_device) -> *const c_char,
+    pub(crate) open_device: unsafe extern "C" fn(*mut ibv_device) -> *mut ibv_context,
+    pub(crate) close_device: unsafe extern "C" fn(*mut ibv_context) -> c_int,
+    pub(crate) query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
+    pub(crate) query_port: unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr) -> c_int,
+    pub(crate) query_gid_ex:
         unsafe extern "C" fn(*mut ibv_context, u32, u32, *mut ibv_gid_entry, u32, usize) -> c_int,
-    pub alloc_pd: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd,
-    pub dealloc_pd: unsafe extern "C" fn(*mut ibv_pd) -> c_int,
-    pub reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
-    pub dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
-    pub create_cq: unsafe extern "C" fn(
+    pub(crate) alloc_pd: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_pd,
+    pub(crate) dealloc_pd: unsafe extern "C" fn(*mut ibv_pd) -> c_int,
+    pub(crate) reg_mr: unsafe extern "C" fn(*mut ibv_pd, *mut c_void, usize, c_int) -> *mut ibv_mr,
+    pub(crate) dereg_mr: unsafe extern "C" fn(*mut ibv_mr) -> c_int,
+    pub(crate) create_cq: unsafe extern "C" fn(
         *mut ibv_context,
         c_int,
         *mut c_void,
         *mut ibv_comp_channel,
         c_int,
     ) -> *mut ibv_cq,
-    pub destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
-    pub create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
-    pub destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
-    pub get_cq_event:
+    pub(crate) destroy_cq: unsafe extern "C" fn(*mut ibv_cq) -> c_int,
+    pub(crate) create_comp_channel: unsafe extern "C" fn(*mut ibv_context) -> *mut ibv_comp_channel,
+    pub(crate) destroy_comp_channel: unsafe extern "C" fn(*mut ibv_comp_channel) -> c_int,
+    pub(crate) get_cq_event:
         unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
-    pub ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, u32),
-    pub create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
-    pub destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
-    pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
-    pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
-    pub query_qp:
+    pub(crate) ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, u32),
+    pub(crate) create_srq:
+        unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
+    pub(crate) destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
+    pub(crate) create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
+    pub(crate) modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    pub(crate) query_qp:
         unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
-    pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
-    pub create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
-    pub destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
+    pub(crate) destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
+    pub(crate) create_ah: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_ah_attr) -> *mut ibv_ah,
+    pub(crate) destroy_ah: unsafe extern "C" fn(*mut ibv_ah) -> c_int,
     /// `ibv_qp_to_qp_ex`, for the oracle tests of the DC WQE writer (absent
-    /// on old rdma-core).
-    pub qp_to_qp_ex: Option<unsafe extern "C" fn(*mut ibv_qp) -> *mut c_void>,
+    /// on old rdma-core; loaded with `rdma-core-oracle` only).
+    #[cfg(feature = "rdma-core-oracle")]
+    pub(crate) qp_to_qp_ex: Option<unsafe extern "C" fn(*mut ibv_qp) -> *mut c_void>,
     /// libmlx5, or why it did not load.
-    pub mlx5: Result<Mlx5Fns, HwError>,
+    pub(crate) mlx5: Result<Mlx5Fns, HwError>,
     _lib: Lib,
 }
 
@@ -157,7 +163,6 @@ impl Verbs {
                 close_device: lib.sym(l, "ibv_close_device")?,
                 query_device: lib.sym(l, "ibv_query_device")?,
                 query_port: lib.sym(l, "ibv_query_port")?,
-                query_gid: lib.sym(l, "ibv_query_gid")?,
                 query_gid_ex: lib.sym(l, "_ibv_query_gid_ex")?,
                 alloc_pd: lib.sym(l, "ibv_alloc_pd")?,
                 dealloc_pd: lib.sym(l, "ibv_dealloc_pd")?,
@@ -177,6 +182,7 @@ impl Verbs {
                 destroy_qp: lib.sym(l, "ibv_destroy_qp")?,
                 create_ah: lib.sym(l, "ibv_create_ah")?,
                 destroy_ah: lib.sym(l, "ibv_destroy_ah")?,
+                #[cfg(feature = "rdma-core-oracle")]
                 qp_to_qp_ex: lib.sym(l, "ibv_qp_to_qp_ex").ok(),
                 mlx5: Self::load_mlx5(mlx5),
                 _lib: lib,
@@ -195,6 +201,7 @@ impl Verbs {
                 init_obj: lib.sym(name, "mlx5dv_init_obj")?,
                 create_qp: lib.sym(name, "mlx5dv_create_qp")?,
                 dci_stream_id_reset: lib.sym(name, "mlx5dv_dci_stream_id_reset").ok(),
+                #[cfg(feature = "rdma-core-oracle")]
                 qp_ex_from_ibv_qp_ex: lib.sym(name, "mlx5dv_qp_ex_from_ibv_qp_ex").ok(),
                 _lib: lib,
             })
@@ -204,7 +211,7 @@ impl Verbs {
 
 /// The process-wide libraries, loaded on first use from the names in
 /// [`IBVERBS_ENV`] / [`MLX5_ENV`] (default `libibverbs.so.1`, `libmlx5.so.1`).
-pub fn verbs() -> Result<&'static Verbs, HwError> {
+pub(crate) fn verbs() -> Result<&'static Verbs, HwError> {
     static V: OnceLock<Result<Verbs, HwError>> = OnceLock::new();
     V.get_or_init(|| {
         let ib = std::env::var(IBVERBS_ENV).unwrap_or_else(|_| "libibverbs.so.1".into());

@@ -36,5 +36,5 @@ pub use device::{
     list_devices, query_device, DeviceInfo, GidInfo, HwContext, HwCq, HwMr, HwPd, HwQp, HwSrq,
     Mlx5Caps, PortInfo,
 };
-pub use loader::{verbs, HwError, Mlx5Fns, Verbs, IBVERBS_ENV, MLX5_ENV};
+pub use loader::{HwError, Verbs};
 pub use verbs::{VerbsCq, VerbsQp, VerbsSrq};

@@ -30,8 +30,6 @@ pub const CQ_DOORBELL: usize = 0x20;
 pub const CQ_DB_REQ_NOT_SOL: u32 = 1 << 24;
 /// Arm request: next completion (`MLX5_CQ_DB_REQ_NOT`).
 pub const CQ_DB_REQ_NOT: u32 = 0;
-/// Offset of the first BlueFlame register in a UAR page.
-pub const BF_REG_OFFSET: usize = 0x800;
 
 /// Control segment `fm_ce_se` bits (`MLX5_WQE_CTRL_*`).
 pub mod ctrl_flags {

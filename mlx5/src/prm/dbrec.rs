@@ -40,18 +40,6 @@ impl<T: AsRef<[u8]>> QpDbRec<T> {
         be32(self.buffer.as_ref(), field::WORD1)
     }
 }
-impl<T: AsRef<[u8]> + AsMut<[u8]>> QpDbRec<T> {
-    /// Sets the receive counter (low 16 bits of the RQ head).
-    #[inline]
-    pub fn set_recv_counter(&mut self, v: u32) {
-        put32(self.buffer.as_mut(), field::WORD0, v & 0xffff)
-    }
-    /// Sets the send counter (low 16 bits of the SQ producer index).
-    #[inline]
-    pub fn set_send_counter(&mut self, v: u32) {
-        put32(self.buffer.as_mut(), field::WORD1, v & 0xffff)
-    }
-}
 
 impl<T: AsRef<[u8]>> CqDbRec<T> {
     /// Consumer index (24 bits).
@@ -71,11 +59,6 @@ impl<T: AsRef<[u8]>> CqDbRec<T> {
     }
 }
 impl<T: AsRef<[u8]> + AsMut<[u8]>> CqDbRec<T> {
-    /// Sets the consumer index (masked to 24 bits).
-    #[inline]
-    pub fn set_ci(&mut self, ci: u32) {
-        put32(self.buffer.as_mut(), field::WORD0, ci & 0x00ff_ffff)
-    }
     /// Sets the arm word.
     #[inline]
     pub fn set_arm(&mut self, v: u32) {
@@ -93,12 +76,5 @@ impl<T: AsRef<[u8]>> SrqDbRec<T> {
     #[inline]
     pub fn counter(&self) -> u32 {
         be32(self.buffer.as_ref(), field::WORD0)
-    }
-}
-impl<T: AsRef<[u8]> + AsMut<[u8]>> SrqDbRec<T> {
-    /// Sets the WQE counter (low 16 bits).
-    #[inline]
-    pub fn set_counter(&mut self, v: u32) {
-        put32(self.buffer.as_mut(), field::WORD0, v & 0xffff)
     }
 }

@@ -10,10 +10,8 @@ mod field {
     pub const WQE_COUNTER: Field = 0..2;
     pub const S_WQE_OPCODE: usize = 2;
     pub const RESERVED: usize = 3;
-    // Responder forms.
+    // Responder HASH form.
     pub const RX_HASH_RESULT: Field = 0..4;
-    pub const CHECKSUM: Field = 0..2;
-    pub const STRIDX: Field = 2..4;
     // Every form.
     pub const BYTE_CNT: Field = 4..8;
 }
@@ -25,8 +23,9 @@ pub const MINI_PER_BASIC_SLOT: usize = 8;
 
 view!(
     /// Mini CQE. The first word depends on the form: requester (wqe_counter,
-    /// s_wqe_opcode), responder HASH (rx_hash_result) or CSUM(_STRIDX)
-    /// (checksum, stride index). The byte count is common to all.
+    /// s_wqe_opcode) or responder HASH (rx_hash_result; the CSUM(_STRIDX)
+    /// forms, checksum and stride index, are never asked for). The byte
+    /// count is common to all.
     MiniCqe,
     8
 );
@@ -41,21 +40,6 @@ impl<T: AsRef<[u8]>> MiniCqe<T> {
     #[inline]
     pub fn s_wqe_opcode(&self) -> u8 {
         self.buffer.as_ref()[field::S_WQE_OPCODE]
-    }
-    /// Responder HASH form: rx hash result.
-    #[inline]
-    pub fn rx_hash_result(&self) -> u32 {
-        be32(self.buffer.as_ref(), field::RX_HASH_RESULT)
-    }
-    /// Responder CSUM forms: checksum.
-    #[inline]
-    pub fn checksum(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::CHECKSUM)
-    }
-    /// Responder CSUM_STRIDX form: stride index.
-    #[inline]
-    pub fn stridx(&self) -> u16 {
-        be16(self.buffer.as_ref(), field::STRIDX)
     }
     /// Byte count.
     #[inline]
@@ -79,14 +63,6 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> MiniCqe<T> {
     pub fn set_responder_hash(&mut self, rx_hash_result: u32, byte_cnt: u32) {
         let b = self.buffer.as_mut();
         put32(b, field::RX_HASH_RESULT, rx_hash_result);
-        put32(b, field::BYTE_CNT, byte_cnt);
-    }
-    /// Writes a responder CSUM(_STRIDX)-form mini CQE.
-    #[inline]
-    pub fn set_responder_csum(&mut self, checksum: u16, stridx: u16, byte_cnt: u32) {
-        let b = self.buffer.as_mut();
-        put16(b, field::CHECKSUM, checksum);
-        put16(b, field::STRIDX, stridx);
         put32(b, field::BYTE_CNT, byte_cnt);
     }
 }

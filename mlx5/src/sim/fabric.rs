@@ -29,11 +29,12 @@ use super::registry::{self, Registry, CLAIMED, FREE, LIVE, MAX_DEVS, MAX_SEGS};
 use super::shm::{unlink, ShmMap};
 use pool::{Pool, Range};
 
-pub mod pool;
+pub(crate) mod pool;
 
-pub use crate::types::error::{FabricError, FABRIC_ENV};
+pub use crate::types::error::FabricError;
+pub(crate) use crate::types::error::FABRIC_ENV;
 /// Fabric used when the variable is not set.
-pub const DEFAULT_FABRIC: &str = "default";
+pub(crate) const DEFAULT_FABRIC: &str = "default";
 
 /// The mode of a fabric's directory: its owner's only.
 pub(crate) const DIR_MODE: u32 = 0o700;
@@ -143,7 +144,8 @@ impl std::fmt::Debug for Fabric {
 /// nobody uses is unmapped.
 static FABRICS: OnceLock<Mutex<HashMap<String, Weak<Fabric>>>> = OnceLock::new();
 
-/// The name of the fabric from [`FABRIC_ENV`], or [`DEFAULT_FABRIC`].
+/// The name of the fabric from `MLX5_SIM_FABRIC`, or `default` when it is
+/// not set.
 pub fn fabric_name_from_env() -> String {
     std::env::var(FABRIC_ENV).unwrap_or_else(|_| DEFAULT_FABRIC.to_owned())
 }
@@ -389,7 +391,7 @@ impl Fabric {
 
     /// The registry.
     #[inline(always)]
-    pub fn reg(&self) -> &Registry {
+    pub(crate) fn reg(&self) -> &Registry {
         // SAFETY: mapped with exactly this layout for the fabric's life.
         unsafe { &*(self.reg.base().as_ptr() as *const Registry) }
     }
@@ -399,7 +401,7 @@ impl Fabric {
     }
 
     /// Allocates a zero-filled segment of `len` bytes owned by this process.
-    pub fn alloc_segment(self: &Arc<Self>, len: usize) -> Result<Segment, FabricError> {
+    pub(crate) fn alloc_segment(self: &Arc<Self>, len: usize) -> Result<Segment, FabricError> {
         let r = self.reg();
         let slot = r
             .claim_seg()
@@ -438,7 +440,10 @@ impl Fabric {
     /// [`region_memory_containing`] finds it.
     ///
     /// [`region_memory_containing`]: Self::region_memory_containing
-    pub fn alloc_region_memory(self: &Arc<Self>, len: usize) -> Result<Arc<Range>, FabricError> {
+    pub(crate) fn alloc_region_memory(
+        self: &Arc<Self>,
+        len: usize,
+    ) -> Result<Arc<Range>, FabricError> {
         let mem = Arc::new(Range::alloc(self, len)?);
         let base = mem.base().as_ptr() as u64;
         let mut m = self.region_memory.lock().unwrap_or_else(|e| e.into_inner());
@@ -475,8 +480,9 @@ impl Fabric {
         &self.pool
     }
 
-    /// Segments this process carves memory regions and queues out of now
-    /// (see [`pool`]).
+    /// Segments this process carves memory regions and queues out of now:
+    /// small objects share 32 MiB segments, one object above 1 MiB has a
+    /// segment of its own.
     pub fn carving_segments(&self) -> usize {
         self.pool.segments()
     }
@@ -643,7 +649,7 @@ impl Fabric {
 
 /// A segment owned by this process; freed (file removed) on drop.
 #[derive(Debug)]
-pub struct Segment {
+pub(crate) struct Segment {
     fabric: Arc<Fabric>,
     slot: u32,
     base: NonNull<u8>,
@@ -660,17 +666,9 @@ impl Segment {
     pub fn slot(&self) -> u32 {
         self.slot
     }
-    /// Base address in this process.
-    pub fn base(&self) -> NonNull<u8> {
-        self.base
-    }
     /// Length.
     pub fn len(&self) -> usize {
         self.len
-    }
-    /// Always false.
-    pub fn is_empty(&self) -> bool {
-        false
     }
     /// Pointer at `off`.
     ///

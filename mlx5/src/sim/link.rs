@@ -26,7 +26,8 @@
 //! completions still appear). Up again, the port carries new work; QPs that
 //! went to ERR stay there.
 //!
-//! A path may also be cut one way only ([`set_cut`]): packets from port A to
+//! A path may also be cut one way only
+//! ([`Fabric::set_path_down`](super::fabric::Fabric::set_path_down)): packets from port A to
 //! port B are lost while B's reach A, as when a link or a switch drops one
 //! direction. RC needs both ways, so every QP between A and B suffers, each
 //! as its packets do: a request from A to B never arrives (as with a port

@@ -117,13 +117,6 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
         self
     }
 
-    /// Sets the initiator small fence (`MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE`).
-    #[inline(always)]
-    pub fn small_fence(mut self) -> Self {
-        self.flags |= ctrl_flags::INITIATOR_SMALL_FENCE;
-        self
-    }
-
     /// Raises a solicited event at the responder (SEND / WRITE_IMM).
     #[inline(always)]
     pub fn solicited(mut self) -> Self {

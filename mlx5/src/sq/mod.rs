@@ -21,11 +21,12 @@ use std::any::Any;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+pub use crate::doorbell::{BfMode, BlueFlame};
 pub use builder::WqeBuilder;
 pub use dc::DcSends;
 
 use crate::cq::{Completion, CompletionSource};
-use crate::doorbell::{store_dbrec, BfMode, BlueFlame, DeviceNotify};
+use crate::doorbell::{store_dbrec, DeviceNotify};
 use crate::prm::{
     ctrl_flags, AtomicSeg, Ctrl, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, WqeOpcode, MAX_WQE_DS,
     SEND_WQE_BB, SND_DBR, WQE_SEG_UNIT,

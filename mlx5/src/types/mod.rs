@@ -190,7 +190,8 @@ impl Default for RtsAttr {
 }
 
 /// IB `min_rnr_timer` encoding to microseconds (IBA table 45).
-pub fn rnr_timer_us(code: u8) -> u32 {
+#[cfg(feature = "sim")]
+pub(crate) fn rnr_timer_us(code: u8) -> u32 {
     const T: [u32; 32] = [
         655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920, 2560, 3840,
         5120, 7680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,

@@ -174,7 +174,7 @@ impl Domain {
 
     /// A domain on `ctx` driven through `path` (the verbs path needs a device
     /// opened through rdma-core; an mlx5 NIC can take either).
-    pub fn with_path(ctx: &Context, path: DataPath) -> Result<Domain, DeviceError> {
+    fn with_path(ctx: &Context, path: DataPath) -> Result<Domain, DeviceError> {
         if path == DataPath::Verbs && !ctx.has_verbs_path() {
             return Err(DeviceError::Invalid(
                 "the software device has the direct (mlx5) data path only".into(),

@@ -17,7 +17,7 @@ macro_rules! wc_enum {
             pub const ALL: &'static [$name] = &[$($name::$v,)*];
 
             /// Decodes a raw verbs value; `None` for one this crate does not know.
-            pub fn from_raw(v: u32) -> Option<Self> {
+            pub(crate) fn from_raw(v: u32) -> Option<Self> {
                 match v { $(x if x == $mod::$c => Some($name::$v),)* _ => None }
             }
 
@@ -103,7 +103,7 @@ impl WcStatus {
     /// The status rdma-core's mlx5 provider reports for an error CQE's
     /// syndrome (`mlx5_handle_error_cqe`); unknown syndromes are
     /// `IBV_WC_GENERAL_ERR`.
-    pub fn from_syndrome(syndrome: u8) -> WcStatus {
+    pub(crate) fn from_syndrome(syndrome: u8) -> WcStatus {
         match Syndrome::from_u8(syndrome) {
             Some(Syndrome::LocalLength) => WcStatus::LocLenErr,
             Some(Syndrome::LocalQpOp) => WcStatus::LocQpOpErr,
@@ -126,7 +126,7 @@ impl WcStatus {
 impl WcOpcode {
     /// The opcode of a requester completion, from the WQE opcode the CQE
     /// echoes (`sop_drop_qpn >> 24`), as rdma-core's `handle_good_req` does.
-    pub fn from_wqe_opcode(op: u8) -> Option<WcOpcode> {
+    pub(crate) fn from_wqe_opcode(op: u8) -> Option<WcOpcode> {
         Some(match WqeOpcode::from_u8(op)? {
             WqeOpcode::RdmaWrite | WqeOpcode::RdmaWriteImm => WcOpcode::RdmaWrite,
             WqeOpcode::Send | WqeOpcode::SendImm | WqeOpcode::SendInval => WcOpcode::Send,

@@ -7,9 +7,8 @@
 use std::ptr::NonNull;
 
 use mlx5::cq::{Compression, CqMemory, CqRing};
-use mlx5::doorbell::load_dbrec;
 use mlx5::mem::AlignedBuf;
-use mlx5::prm::{Cqe64, CqeOpcode, ErrCqe, MiniCqe, CQ_SET_CI, SND_DBR};
+use mlx5::prm::{CqDbRec, Cqe64, CqeOpcode, ErrCqe, MiniCqe, QpDbRec};
 use mlx5::sq::{SendQueue, SqConfig, SqMemory};
 use mlx5::wqe_table::SendTable;
 
@@ -71,8 +70,7 @@ impl HandCq {
 
     /// Consumer index the software wrote to the doorbell record.
     pub fn dbrec_ci(&self) -> u32 {
-        // SAFETY: the record lives as long as self.
-        unsafe { load_dbrec(self.dbrec.as_non_null(), CQ_SET_CI) }
+        CqDbRec::new_unchecked(self.dbrec.as_slice()).ci()
     }
 
     /// Slots the NIC may still write: CQ overrun would follow otherwise.
@@ -259,8 +257,7 @@ impl HandSq {
     }
 
     pub fn send_dbr(&self) -> u32 {
-        // SAFETY: lives as long as self.
-        unsafe { load_dbrec(self.dbrec.as_non_null(), SND_DBR) }
+        QpDbRec::new_unchecked(self.dbrec.as_slice()).send_counter()
     }
 
     pub fn bb(&self, counter: u16) -> &[u8] {

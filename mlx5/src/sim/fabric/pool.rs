@@ -160,11 +160,8 @@ impl Range {
     pub fn len(&self) -> usize {
         self.len
     }
-    /// Always false: a range has at least [`ALIGN`] bytes.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
     /// Whether the range shares its segment with others.
+    #[cfg(test)]
     pub fn carved(&self) -> bool {
         self.carved
     }
