@@ -97,7 +97,7 @@ fn auto_falls_back_to_the_software_device_with_a_notice() {
     assert!(stdout.contains("OPENED sim0"), "{stdout}");
     let notice: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.contains(" WARN mlx5::device::front: "))
+        .filter(|l| l.contains(" WARN mlx5::device::context: "))
         .collect();
     assert_eq!(notice.len(), 1, "one notice line: {stderr}");
     assert!(

@@ -11,17 +11,40 @@
 //! [`CompletionChannel`] can be armed, and a thread can sleep on the channel
 //! until one of them raises its completion event.
 //!
+//! Each object is an enum over the backends, with one set of methods, in a
+//! file of its own: `context` ([`Context`]: opening a device, creating the
+//! RC objects), `pd`, `mr`, `cq`, `srq`, `qp`, `channel` (completion
+//! channels) and `dc` (the DC transport). Open a device by name and
+//! everything created from it belongs to the same backend. These are
+//! control-path objects; the data path is handed out by them and never goes
+//! through them. Every call into a backend goes through one seam (`seam`:
+//! the `backend!` macro, the only place that matches an object on its
+//! backend).
+//!
 //! The layout is a one-way chain: the attributes, states and errors live in
 //! a leaf outside this folder (`crate::types`, re-exported here) that the
-//! backends and the data path import; the front (the enums below)
-//! dispatches to the backends through one seam and is imported by neither. The software device
-//! is built with the crate's `sim` feature (on by default); without it,
-//! opening `sim*` fails with [`DeviceError::NoSoftwareDevice`].
+//! backends and the data path import; the objects here dispatch to the
+//! backends and are imported by neither. The software device is built with
+//! the crate's `sim` feature (on by default); without it, opening `sim*`
+//! fails with [`DeviceError::NoSoftwareDevice`].
 
-mod front;
+mod channel;
+mod context;
+mod cq;
+mod dc;
+mod mr;
+mod pd;
+mod qp;
+mod seam;
+mod srq;
 
 pub use crate::types::error::DeviceError;
 pub use crate::types::*;
-pub use front::{
-    ChannelWaker, CompletionChannel, Context, Cq, CqEvent, Dct, HwQpHandle, Mr, Pd, Qp, SrqHandle,
-};
+pub use channel::{ChannelWaker, CompletionChannel, CqEvent};
+pub use context::Context;
+pub use cq::Cq;
+pub use dc::Dct;
+pub use mr::Mr;
+pub use pd::Pd;
+pub use qp::{HwQpHandle, Qp};
+pub use srq::SrqHandle;
