@@ -19,8 +19,7 @@ use mlx5::mem::AlignedBuf;
 use mlx5::prm::Cqe64;
 use mlx5::rq::RecvQueue;
 use mlx5::sim::fabric::Fabric;
-use mlx5::sq::BfMode;
-use mlx5::sq::{Payload, SendQueue, Sge, SqConfig, SqMemory};
+use mlx5::sq::{BfMode, Payload, SendQueue, Sge, SqConfig, SqMemory};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse, SendTable};
 use mlx5::Completion;
 
@@ -584,7 +583,20 @@ fn nic_only(n: u64) {
     Fabric::remove_if_unused(&fabric);
 }
 
+/// Shows the library's warnings on stderr, as the workspace's binaries do
+/// (`RUST_LOG` raises the level).
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
 fn main() {
+    init_logs();
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--nic-only") {
         nic_only(if args.iter().any(|a| a == "--quick") {
