@@ -29,6 +29,11 @@ pub enum StorageError {
         /// What is wrong.
         why: String,
     },
+    /// The write-ahead log, or a file replaced atomically, could not be
+    /// read or written, or is damaged (the message names the file, and the
+    /// byte where there is one).
+    #[error(transparent)]
+    Wal(#[from] kvs_wal::WalError),
     /// The data dir belongs to another cluster or member than asked for.
     #[error("{0}")]
     Identity(String),

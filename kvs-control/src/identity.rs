@@ -27,11 +27,7 @@ impl Identity {
     /// The identity kept in `data_dir`, if there is one.
     pub fn load(data_dir: &Path) -> Result<Option<Identity>, StorageError> {
         let path = Identity::path(data_dir);
-        let io = |source| StorageError::Io {
-            path: path.clone(),
-            source,
-        };
-        crate::files::remove_partial(&path).map_err(io)?;
+        kvs_wal::remove_partial(&path)?;
         match std::fs::read(&path) {
             Ok(b) => serde_json::from_slice(&b)
                 .map(Some)
@@ -41,7 +37,7 @@ impl Identity {
                     why: e.to_string(),
                 }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io(e)),
+            Err(source) => Err(StorageError::Io { path, source }),
         }
     }
 
@@ -62,13 +58,13 @@ impl Identity {
                 self.cluster_id
             )));
         }
-        let io = |source| StorageError::Io {
+        std::fs::create_dir_all(data_dir).map_err(|source| StorageError::Io {
             path: data_dir.to_path_buf(),
             source,
-        };
-        std::fs::create_dir_all(data_dir).map_err(io)?;
+        })?;
         let b = serde_json::to_vec_pretty(self).expect("an identity encodes");
-        crate::files::write_atomic(&Identity::path(data_dir), &b).map_err(io)
+        kvs_wal::write_atomic(&Identity::path(data_dir), &b)?;
+        Ok(())
     }
 }
 

@@ -23,7 +23,6 @@
 #![cfg_attr(test, allow(clippy::single_range_in_vec_init))]
 
 mod error;
-mod files;
 mod fragment;
 mod group;
 mod identity;

@@ -221,7 +221,7 @@ impl DiskStorage {
         }
         self.entries.truncate(keep);
         for e in ents {
-            self.wal.push(&Record::Entry(e.clone()));
+            self.wal.push(&Record::Entry(e.clone()))?;
             self.entries.push(e.clone());
         }
         Ok(())
@@ -231,7 +231,10 @@ impl DiskStorage {
     pub fn set_hard_state(&mut self, hs: &HardState) {
         if *hs != self.hard {
             self.hard = hs.clone();
-            self.wal.push(&Record::HardState(hs.clone()));
+            // Three varints: far below the largest record.
+            self.wal
+                .push(&Record::HardState(hs.clone()))
+                .expect("a hard state fits in a record");
         }
     }
 
@@ -253,7 +256,7 @@ impl DiskStorage {
         self.wal.push(&Record::Install {
             index: m.index,
             term: m.term,
-        });
+        })?;
         self.entries.clear();
         let mut hs = self.hard.clone();
         hs.commit = hs.commit.max(m.index);
@@ -403,10 +406,7 @@ impl raft::Storage for DiskStorage {
 }
 
 fn read_snapshot(path: &Path) -> Result<Snapshot, StorageError> {
-    crate::files::remove_partial(path).map_err(|source| StorageError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    kvs_wal::remove_partial(path)?;
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Snapshot::default()),
@@ -438,10 +438,8 @@ fn write_snapshot(path: &Path, snap: &Snapshot) -> Result<(), StorageError> {
     let mut bytes = field::SNAPSHOT_MAGIC.to_vec();
     bytes.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
     bytes.extend_from_slice(&body);
-    crate::files::write_atomic(path, &bytes).map_err(|source| StorageError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    kvs_wal::write_atomic(path, &bytes)?;
+    Ok(())
 }
 
 #[cfg(test)]

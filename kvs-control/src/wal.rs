@@ -1,14 +1,15 @@
-//! The write-ahead log: one append-only file of checksummed records, flushed
-//! to disk once per batch.
+//! The write-ahead log: one append-only file of checksummed records,
+//! flushed to disk once per batch, in the workspace's log format
+//! ([`kvs_wal`]: its framing, torn-tail rules, replay and rewrite).
 //!
 //! ```text
 //! file:   magic 8 ("KVSWAL\0\x01") | record*
 //! record: length u32 | crc u32 | kind u8 | payload (length - 1 bytes)
 //! ```
-//! Integers are little-endian; `crc` is CRC-32 (IEEE) of kind and payload.
-//! Kinds: an entry of the Raft log, the Raft hard state, and the mark of an
-//! installed snapshot (its index and term), which discards every entry
-//! before it ([`crate::storage`] gives them meaning).
+//! Kinds: an entry of the Raft log (its protobuf), the Raft hard state (its
+//! protobuf), and the mark of an installed snapshot (its index and term,
+//! u64 little-endian each), which discards every entry before it
+//! ([`crate::storage`] gives them meaning).
 //!
 //! The log only grows, except when [`Wal::rewrite`] replaces it whole (to
 //! shed what a snapshot covers): the new file is written beside it as
@@ -25,26 +26,22 @@
 //! to the end of the file, is torn the same way. A bad record with anything
 //! else after it is not a crash but damage, and is an error.
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use kvs_wal::{Batch, Format, Log, TooLarge, Writer};
 use protobuf::Message as _;
 use raft::eraftpb::{Entry, HardState};
 
 use crate::error::StorageError;
 
 mod field {
-    pub const MAGIC: &[u8; 8] = b"KVSWAL\0\x01";
-    /// length and crc.
-    pub const HEADER: usize = 8;
     pub const KIND_ENTRY: u8 = 1;
     pub const KIND_HARD_STATE: u8 = 2;
     pub const KIND_INSTALL: u8 = 3;
 }
 
-/// The most a record may claim to hold: larger means damage.
-const MAX_RECORD: usize = 64 << 20;
+/// The control log's magic, and its largest record (larger is damage).
+const FORMAT: Format = Format::new(*b"KVSWAL\0\x01", 64 << 20);
 
 /// One record of the log.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,48 +60,62 @@ pub(crate) enum Record {
     },
 }
 
+/// A record of the log that does not decode.
+#[derive(Debug, thiserror::Error)]
+enum BadRecord {
+    #[error("an entry that does not parse: {0}")]
+    Entry(protobuf::ProtobufError),
+    #[error("a hard state that does not parse: {0}")]
+    HardState(protobuf::ProtobufError),
+    #[error("a record of unknown kind {kind} or size {len}")]
+    Unknown { kind: u8, len: usize },
+}
+
 impl Record {
-    fn encode(&self, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(&[0; field::HEADER]);
+    fn kind(&self) -> u8 {
         match self {
-            Record::Entry(e) => {
-                out.push(field::KIND_ENTRY);
-                e.write_to_vec(out).expect("a protobuf entry encodes");
-            }
-            Record::HardState(h) => {
-                out.push(field::KIND_HARD_STATE);
-                h.write_to_vec(out).expect("a protobuf hard state encodes");
-            }
+            Record::Entry(_) => field::KIND_ENTRY,
+            Record::HardState(_) => field::KIND_HARD_STATE,
+            Record::Install { .. } => field::KIND_INSTALL,
+        }
+    }
+
+    /// Appends the record's payload to `out`.
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Record::Entry(e) => e.write_to_vec(out).expect("a protobuf entry encodes"),
+            Record::HardState(h) => h.write_to_vec(out).expect("a protobuf hard state encodes"),
             Record::Install { index, term } => {
-                out.push(field::KIND_INSTALL);
                 out.extend_from_slice(&index.to_le_bytes());
                 out.extend_from_slice(&term.to_le_bytes());
             }
         }
-        let body = &out[start + field::HEADER..];
-        let (len, crc) = (body.len() as u32, crc32fast::hash(body));
-        out[start..start + 4].copy_from_slice(&len.to_le_bytes());
-        out[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
     }
 
-    fn decode(body: &[u8]) -> Result<Record, String> {
-        let (&kind, payload) = body.split_first().ok_or("an empty record")?;
+    /// Adds the record to `b`, its payload encoded in place.
+    fn push_to(&self, b: &mut Batch) -> Result<(), TooLarge> {
+        b.push_with(self.kind(), |out| self.encode(out))
+    }
+
+    fn decode(kind: u8, payload: &[u8]) -> Result<Record, BadRecord> {
         match kind {
             field::KIND_ENTRY => Entry::parse_from_bytes(payload)
                 .map(Record::Entry)
-                .map_err(|e| format!("an entry that does not parse: {e}")),
+                .map_err(BadRecord::Entry),
             field::KIND_HARD_STATE => HardState::parse_from_bytes(payload)
                 .map(Record::HardState)
-                .map_err(|e| format!("a hard state that does not parse: {e}")),
-            field::KIND_INSTALL if payload.len() == 16 => Ok(Record::Install {
-                index: u64::from_le_bytes(payload[..8].try_into().expect("8 bytes")),
-                term: u64::from_le_bytes(payload[8..].try_into().expect("8 bytes")),
+                .map_err(BadRecord::HardState),
+            field::KIND_INSTALL if payload.len() == 16 => {
+                let (index, term) = payload.split_at(8);
+                Ok(Record::Install {
+                    index: u64::from_le_bytes(index.try_into().expect("8 bytes")),
+                    term: u64::from_le_bytes(term.try_into().expect("8 bytes")),
+                })
+            }
+            kind => Err(BadRecord::Unknown {
+                kind,
+                len: payload.len() + 1,
             }),
-            k => Err(format!(
-                "a record of unknown kind {k} or size {}",
-                body.len()
-            )),
         }
     }
 }
@@ -121,69 +132,26 @@ pub(crate) struct Replay {
 /// The log file, open for appending.
 #[derive(Debug)]
 pub(crate) struct Wal {
-    path: PathBuf,
-    file: File,
-    /// Bytes in the file, flushed or not.
-    len: u64,
-    /// Records encoded and not yet written.
-    buf: Vec<u8>,
+    w: Writer,
 }
 
 impl Wal {
     /// Opens the log at `path` (creating an empty one if there is none) and
     /// reads it all; a torn last record is cut off the file.
     pub fn open(path: &Path) -> Result<(Wal, Replay), StorageError> {
-        let io = |source| StorageError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        crate::files::remove_partial(path).map_err(io)?;
-        if !path.exists() {
-            crate::files::write_atomic(path, field::MAGIC).map_err(io)?;
-        }
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
-        let mut bytes = Vec::new();
-        file.read_to_end(&mut bytes).map_err(io)?;
-        let corrupt = |offset: usize, why: String| StorageError::Corrupt {
-            path: path.to_path_buf(),
-            offset: offset as u64,
-            why,
-        };
-        if bytes.len() < field::MAGIC.len() || &bytes[..field::MAGIC.len()] != field::MAGIC {
-            return Err(corrupt(0, "not a write-ahead log of this version".into()));
-        }
-        let mut replay = Replay::default();
-        let mut at = field::MAGIC.len();
-        while at < bytes.len() {
-            match record_at(&bytes, at) {
-                Ok((r, next)) => {
-                    replay.records.push(r);
-                    at = next;
-                }
-                Err(Torn::Tail) => break,
-                // A crash that extended the file before its data reached
-                // the disk leaves zeros: nothing after the bad record.
-                Err(Torn::Damage(_)) if zeros(&bytes[at..]) => break,
-                Err(Torn::Damage(why)) => return Err(corrupt(at, why)),
-            }
-        }
-        if at < bytes.len() {
-            replay.torn_bytes = (bytes.len() - at) as u64;
-            file.set_len(at as u64).map_err(io)?;
-            file.sync_data().map_err(io)?;
-        }
+        let mut records = Vec::new();
+        let replayed = Log::open(path, FORMAT)?.replay(&mut |kind, payload: &[u8], _| {
+            records.push(Record::decode(kind, payload)?);
+            Ok(())
+        })?;
+        let torn_bytes = replayed.torn_bytes();
+        let w = replayed.append()?;
         Ok((
-            Wal {
-                path: path.to_path_buf(),
-                file,
-                len: at as u64,
-                buf: Vec::new(),
+            Wal { w },
+            Replay {
+                records,
+                torn_bytes,
             },
-            replay,
         ))
     }
 
@@ -195,100 +163,43 @@ impl Wal {
     /// log whole (and perhaps part of the new one beside it, which
     /// [`Wal::open`] removes) or the new one whole.
     pub fn rewrite(&mut self, records: &[Record]) -> Result<(), StorageError> {
-        let io = |source| StorageError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let mut bytes = field::MAGIC.to_vec();
-        for r in records {
-            r.encode(&mut bytes);
-        }
-        let (file, tmp) = crate::files::write_partial(&self.path, &bytes).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
-        // The new file was opened before the rename, so that appends go to
-        // the file the path names even if flushing the directory fails.
-        self.file = file;
-        self.len = bytes.len() as u64;
-        self.buf.clear();
-        crate::files::sync_dir(&self.path).map_err(io)
+        self.w
+            .rewrite(|b| records.iter().try_for_each(|r| r.push_to(b)))?;
+        Ok(())
     }
 
-    /// Adds `r` to the batch that [`Wal::sync`] writes.
-    pub fn push(&mut self, r: &Record) {
-        r.encode(&mut self.buf);
+    /// Adds `r` to the batch that [`Wal::sync`] writes. A record larger
+    /// than the log takes is refused.
+    pub fn push(&mut self, r: &Record) -> Result<(), StorageError> {
+        self.w.push_with(r.kind(), |out| r.encode(out))?;
+        Ok(())
     }
 
     /// Writes the batch and flushes the file to disk: the records pushed
     /// so far survive a crash once this returns.
     pub fn sync(&mut self) -> Result<(), StorageError> {
-        let io = |source| StorageError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        if !self.buf.is_empty() {
-            self.file.write_all(&self.buf).map_err(io)?;
-            self.len += self.buf.len() as u64;
-            self.buf.clear();
-        }
-        self.file.sync_data().map_err(io)
+        self.w.commit()?;
+        Ok(())
     }
 
     /// Whether records were pushed and not yet synced.
     pub fn dirty(&self) -> bool {
-        !self.buf.is_empty()
+        self.w.pending() > 0
     }
 
     /// The file's length in bytes (written records only).
     pub fn len(&self) -> u64 {
-        self.len
+        self.w.end()
     }
-}
-
-enum Torn {
-    /// The file ends inside this record: a write a crash cut short.
-    Tail,
-    /// A bad record with more of the file after it.
-    Damage(String),
-}
-
-/// The record at `at` and where the next one starts.
-fn record_at(bytes: &[u8], at: usize) -> Result<(Record, usize), Torn> {
-    let rest = &bytes[at..];
-    if rest.len() < field::HEADER {
-        return Err(Torn::Tail);
-    }
-    let len = u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
-    let crc = u32::from_le_bytes(rest[4..8].try_into().expect("4 bytes"));
-    if len > MAX_RECORD {
-        return Err(Torn::Damage(format!("a record of {len} bytes")));
-    }
-    let end = field::HEADER + len;
-    if rest.len() < end {
-        return Err(Torn::Tail);
-    }
-    let body = &rest[field::HEADER..end];
-    if crc32fast::hash(body) != crc {
-        // The last record, cut short by a crash; or followed only by the
-        // zeros of a file extended before its data reached the disk.
-        return Err(if zeros(&rest[end..]) {
-            Torn::Tail
-        } else {
-            Torn::Damage("a record whose checksum does not match".into())
-        });
-    }
-    let r = Record::decode(body).map_err(Torn::Damage)?;
-    Ok((r, at + end))
-}
-
-/// Whether `b` is all zero bytes (or empty).
-fn zeros(b: &[u8]) -> bool {
-    b.iter().all(|&x| x == 0)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvs_wal::{field as wire, Damage, WalError};
     use test_support::TempDir;
+
+    const MAGIC_LEN: usize = wire::MAGIC.end;
 
     fn entry(index: u64, term: u64) -> Record {
         Record::Entry(Entry {
@@ -321,7 +232,7 @@ mod tests {
             entry(10, 3),
         ];
         for r in &recs {
-            w.push(r);
+            w.push(r).unwrap();
         }
         assert!(w.dirty());
         w.sync().unwrap();
@@ -340,19 +251,19 @@ mod tests {
         let recs = [entry(1, 1), hs(1, 0), entry(2, 1), hs(1, 2)];
         let mut ends = Vec::new();
         for r in &recs {
-            w.push(r);
+            w.push(r).unwrap();
             w.sync().unwrap();
             ends.push(w.len());
         }
         drop(w);
         let full = std::fs::read(&p).unwrap();
-        for cut in field::MAGIC.len()..=full.len() {
+        for cut in MAGIC_LEN..=full.len() {
             std::fs::write(&p, &full[..cut]).unwrap();
             let (w, r) = Wal::open(&p).unwrap();
             let whole = ends.iter().filter(|&&e| e <= cut as u64).count();
             assert_eq!(r.records, recs[..whole], "cut at {cut}");
             let kept = if whole == 0 {
-                field::MAGIC.len() as u64
+                MAGIC_LEN as u64
             } else {
                 ends[whole - 1]
             };
@@ -367,24 +278,28 @@ mod tests {
         let d = TempDir::new("kvs-control", "wal");
         let p = d.path().join("wal");
         let (mut w, _) = Wal::open(&p).unwrap();
-        w.push(&entry(1, 1));
-        w.push(&entry(2, 1));
+        w.push(&entry(1, 1)).unwrap();
+        w.push(&entry(2, 1)).unwrap();
         w.sync().unwrap();
         drop(w);
         let mut b = std::fs::read(&p).unwrap();
         // A flipped bit in the first record's payload.
-        b[field::MAGIC.len() + field::HEADER + 3] ^= 1;
+        b[MAGIC_LEN + wire::HEADER_LEN + 3] ^= 1;
         std::fs::write(&p, &b).unwrap();
         match Wal::open(&p) {
-            Err(StorageError::Corrupt { offset, .. }) => {
-                assert_eq!(offset, field::MAGIC.len() as u64)
+            Err(StorageError::Wal(WalError::Corrupt { offset, .. })) => {
+                assert_eq!(offset, MAGIC_LEN as u64)
             }
             other => panic!("expected damage, got {other:?}"),
         }
         std::fs::write(&p, b"not a log at all").unwrap();
         assert!(matches!(
             Wal::open(&p),
-            Err(StorageError::Corrupt { offset: 0, .. })
+            Err(StorageError::Wal(WalError::Corrupt {
+                offset: 0,
+                why: Damage::BadMagic,
+                ..
+            }))
         ));
     }
 
@@ -396,7 +311,7 @@ mod tests {
         let mut starts = Vec::new();
         for r in &recs {
             starts.push(w.len() as usize);
-            w.push(r);
+            w.push(r).unwrap();
             w.sync().unwrap();
         }
         (recs, std::fs::read(p).unwrap(), starts)
@@ -450,7 +365,7 @@ mod tests {
         cases.push((b, starts[0]));
         // The last record cut short by zeros, and a stray byte after them.
         let mut b = full.clone();
-        b[starts[2] + field::HEADER..].fill(0);
+        b[starts[2] + wire::HEADER_LEN..].fill(0);
         b.resize(full.len() + 100, 0);
         b.push(1);
         cases.push((b, starts[2]));
@@ -462,7 +377,9 @@ mod tests {
         for (b, bad) in cases {
             std::fs::write(&p, &b).unwrap();
             match Wal::open(&p) {
-                Err(StorageError::Corrupt { offset, .. }) => assert_eq!(offset, bad as u64),
+                Err(StorageError::Wal(WalError::Corrupt { offset, .. })) => {
+                    assert_eq!(offset, bad as u64)
+                }
                 other => panic!("damage at {bad} expected, got {other:?}"),
             }
         }
@@ -474,16 +391,87 @@ mod tests {
         let p = d.path().join("wal");
         let (mut w, _) = Wal::open(&p).unwrap();
         for i in 1..50 {
-            w.push(&entry(i, 1));
+            w.push(&entry(i, 1)).unwrap();
         }
         w.sync().unwrap();
         let before = w.len();
         w.rewrite(&[hs(2, 48), entry(49, 1)]).unwrap();
         assert!(w.len() < before);
-        w.push(&entry(50, 2));
+        w.push(&entry(50, 2)).unwrap();
         w.sync().unwrap();
         drop(w);
         let (_, r) = Wal::open(&p).unwrap();
         assert_eq!(r.records, [hs(2, 48), entry(49, 1), entry(50, 2)]);
+    }
+
+    /// A log written before the format moved to kvs-wal (the bytes are
+    /// that code's output) opens, and takes appends after its records.
+    #[test]
+    fn a_log_written_by_the_earlier_code_still_opens() {
+        const OLD: &str = "4b565357414c00010e000000009cd13301100218052207707574206b2076\
+                           07000000244eca3f020802100118051100000004a381c90309000000000000\
+                           000300000000000000";
+        let old: Vec<u8> = (0..OLD.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&OLD[i..i + 2], 16).unwrap())
+            .collect();
+        let d = TempDir::new("kvs-control", "wal");
+        let p = d.path().join("wal");
+        std::fs::write(&p, &old).unwrap();
+        let (mut w, r) = Wal::open(&p).unwrap();
+        let want = [
+            Record::Entry(Entry {
+                index: 5,
+                term: 2,
+                data: b"put k v".to_vec().into(),
+                ..Default::default()
+            }),
+            Record::HardState(HardState {
+                term: 2,
+                vote: 1,
+                commit: 5,
+                ..Default::default()
+            }),
+            Record::Install { index: 9, term: 3 },
+        ];
+        assert_eq!(r.records, want);
+        assert_eq!((r.torn_bytes, w.len()), (0, old.len() as u64));
+        // What this code writes is what the earlier code wrote.
+        let again = d.path().join("again");
+        let (mut w2, _) = Wal::open(&again).unwrap();
+        for r in &want {
+            w2.push(r).unwrap();
+        }
+        w2.sync().unwrap();
+        assert_eq!(std::fs::read(&again).unwrap(), old);
+        w.push(&entry(6, 2)).unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let (_, r) = Wal::open(&p).unwrap();
+        assert_eq!(r.records.len(), 4);
+    }
+
+    #[test]
+    fn a_record_larger_than_the_log_takes_is_refused_not_written() {
+        let d = TempDir::new("kvs-control", "wal");
+        let p = d.path().join("wal");
+        let (mut w, _) = Wal::open(&p).unwrap();
+        let big = Record::Entry(Entry {
+            index: 1,
+            term: 1,
+            data: vec![0; FORMAT.max_record() as usize].into(),
+            ..Default::default()
+        });
+        let e = w.push(&big).unwrap_err();
+        assert!(
+            matches!(e, StorageError::Wal(WalError::TooLarge { .. })),
+            "{e}"
+        );
+        assert!(!w.dirty());
+        assert!(w.rewrite(&[big]).is_err());
+        w.push(&entry(1, 1)).unwrap();
+        w.sync().unwrap();
+        drop(w);
+        assert_eq!(Wal::open(&p).unwrap().1.records, [entry(1, 1)]);
     }
 }
