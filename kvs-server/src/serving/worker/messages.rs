@@ -21,6 +21,11 @@ use crate::role::Role;
 use crate::serving::intake::Whose;
 use crate::threads::to_worker::{Frozen, ToWorker};
 
+/// The worker's log target, the same for all its files: what operators
+/// filter on (`log = "info,kvs_server::serving::worker=debug"`) and what
+/// scripts look for.
+const LOG: &str = "kvs_server::serving::worker";
+
 impl<T: Transport, F: OnAck> Serving<T, F> {
     /// Takes what the worker's channel holds: new clients and maps, and
     /// what the control thread, the importers and the pulls sent.
@@ -81,19 +86,19 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                     .then(|| self.huge.connected(rings))
                     .flatten()
                 {
-                    Some((Said::Info, l)) => tracing::info!("{l}"),
-                    Some((Said::Warning, l)) => tracing::warn!("{l}"),
+                    Some((Said::Info, l)) => tracing::info!(target: LOG, "{l}"),
+                    Some((Said::Warning, l)) => tracing::warn!(target: LOG, "{l}"),
                     None => {}
                 }
                 if let Err((mut c, e)) = self.conns.insert(c) {
-                    tracing::warn!("worker {w}: a client's connection: {e}");
+                    tracing::warn!(target: LOG, "worker {w}: a client's connection: {e}");
                     self.ctx.close(c.endpoint());
                     c.check(&mut self.ctx);
                     self.ctx.remove(c.endpoint());
                 }
             }
             Err(e) => {
-                tracing::warn!("worker {w}: a client's setup failed: {e}")
+                tracing::warn!(target: LOG, "worker {w}: a client's setup failed: {e}")
             }
         }
     }
@@ -148,7 +153,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             }
             Err(why) => {
                 let w = self.w;
-                tracing::warn!("worker {w}: a priority pull failed: {why}");
+                tracing::warn!(target: LOG, "worker {w}: a priority pull failed: {why}");
                 for p in parked {
                     try_again(&mut self.ctx, p.handle, &mut self.out);
                 }
