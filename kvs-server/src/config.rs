@@ -4,7 +4,8 @@
 //! listen = "0.0.0.0:7000"   # TCP address for connection setup
 //! advertise = "10.0.0.5:7000"  # where clients and members reach this server
 //! join = "10.0.0.4:7000"    # a member of the cluster to join (while data_dir holds no member)
-//! data_dir = "/var/lib/kvs" # the member's identity and control-group log
+//! data_dir = "/var/lib/kvs" # the member's identity and control-group log (and its records' logs)
+//! durability = "everysec"   # none, everysec or always: the records' logs on disk (needs data_dir)
 //! bootstrap = false         # true: an empty data_dir starts a new cluster (once, to create it)
 //! control_voters = 3        # members that vote in the control group (the first ones)
 //! member_timeout_ms = 1000  # silence after which the leader marks a member failed (the founder's is the cluster's)
@@ -96,6 +97,41 @@ use std::time::Duration;
 /// hold one ([`crate::bulk::BATCH`]).
 pub(crate) const MAX_RECORD: usize = (1 << 20) - 64;
 
+/// Whether a member keeps its records on disk, and how soon an
+/// acknowledged write is there: Redis's `appendfsync` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Memory only: a member restarts empty (its copies come from the
+    /// other members, with `replicas` > 1).
+    #[default]
+    None,
+    /// Each worker writes its turn's changes to its log at the turn's
+    /// end; a thread flushes the logs to disk once a second. A crash of
+    /// every copy of a slot loses at most about its last second of writes.
+    Everysec,
+    /// A write is acknowledged only once the log holding it is flushed to
+    /// disk (the turn's writes share one flush).
+    Always,
+}
+
+/// A `durability` that is not one of the three.
+#[derive(Debug, thiserror::Error)]
+#[error("durability {0:?}: none, everysec or always")]
+pub struct UnknownDurability(pub String);
+
+impl std::str::FromStr for Durability {
+    type Err = UnknownDurability;
+    fn from_str(s: &str) -> Result<Durability, UnknownDurability> {
+        match s {
+            "none" => Ok(Durability::None),
+            "everysec" => Ok(Durability::Everysec),
+            "always" => Ok(Durability::Always),
+            _ => Err(UnknownDurability(s.to_string())),
+        }
+    }
+}
+
 /// Server settings.
 #[derive(Debug, Clone, PartialEq, serde::Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -125,6 +161,10 @@ pub struct Config {
     /// None: a temporary directory that goes with the process (a restart is
     /// a new member).
     pub data_dir: Option<PathBuf>,
+    /// Whether the records are kept on disk too, in a log per worker in
+    /// `data_dir`, and how soon an acknowledged write is there (as Redis's
+    /// `appendfsync`): see [`Durability`].
+    pub durability: Durability,
     /// How many members vote in the control group: the first ones to join
     /// (the rest follow the log as learners). 3 survives one failure, 5 two.
     pub control_voters: u16,
@@ -225,6 +265,7 @@ impl Default for Config {
             join: None,
             bootstrap: false,
             data_dir: None,
+            durability: Durability::None,
             control_voters: 3,
             member_timeout_ms: 1000,
             replicas: 1,
@@ -347,6 +388,13 @@ impl Config {
         self.check_sizes()?;
         self.check_cluster()?;
         self.check_idle_and_memory()?;
+        if self.durability != Durability::None && self.data_dir.is_none() {
+            return Err(ConfigError::Invalid(
+                "durability = \"everysec\" or \"always\" keeps the records' logs in data_dir: \
+                 set data_dir"
+                    .into(),
+            ));
+        }
         self.check_auth()
     }
 

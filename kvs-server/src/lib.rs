@@ -34,6 +34,9 @@ mod migration;
 // them, the workers' replication state, and the control thread's side.
 mod replication;
 
+// The records on disk: a durable log per worker.
+mod persist;
+
 // The process's logs.
 pub mod logging;
 
@@ -53,7 +56,7 @@ mod role;
 mod start_error;
 mod worker_stats;
 
-pub use config::Config;
+pub use config::{Config, Durability};
 pub use crash::abort_on_panic;
 pub use server::Server;
 

@@ -17,7 +17,8 @@ pub struct Batch {
 }
 
 impl Batch {
-    pub(crate) fn new(format: Format) -> Batch {
+    /// An empty batch of records of `format`.
+    pub fn new(format: Format) -> Batch {
         Batch {
             buf: Vec::new(),
             records: 0,
@@ -79,6 +80,12 @@ impl Batch {
     /// The records pushed.
     pub fn records(&self) -> usize {
         self.records
+    }
+
+    /// Appends `other`'s records.
+    pub(crate) fn extend(&mut self, other: &Batch) {
+        self.buf.extend_from_slice(&other.buf);
+        self.records += other.records;
     }
 
     /// Drops the records, keeping the buffer.

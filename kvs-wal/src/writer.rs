@@ -74,6 +74,21 @@ impl Writer {
         Ok(self.end + self.batch.len() as u64)
     }
 
+    /// Adds the records of `batch` (built elsewhere, in this log's
+    /// format) to the batch, leaving `batch` empty; returns the log's
+    /// length once the batch is written, as [`push`](Self::push) does.
+    /// When the writer's own batch is empty the two buffers trade places:
+    /// nothing is copied.
+    pub fn adopt(&mut self, batch: &mut Batch) -> u64 {
+        if self.batch.is_empty() {
+            std::mem::swap(&mut self.batch, batch);
+        } else {
+            self.batch.extend(batch);
+            batch.clear();
+        }
+        self.end + self.batch.len() as u64
+    }
+
     /// Bytes pushed and not yet written.
     pub fn pending(&self) -> usize {
         self.batch.len()

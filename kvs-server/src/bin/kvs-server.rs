@@ -90,6 +90,14 @@ struct Args {
     /// Config key `data_dir`.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Keep the records on disk too, a log per worker in --data-dir:
+    /// `none` (memory only: a member restarts empty), `everysec` (each
+    /// worker's log flushed once a second: a crash of every copy loses at
+    /// most about the last second of writes), or `always` (a write is
+    /// acknowledged once its log is flushed; a turn's writes share one
+    /// flush). Config key `durability`.
+    #[arg(long, value_name = "none|everysec|always")]
+    durability: Option<kvs_server::Durability>,
     /// The address clients and members reach this server at, when it is not
     /// `--listen` (behind NAT, or listening on 0.0.0.0). Config key
     /// `advertise`.
@@ -254,6 +262,9 @@ fn apply_flags(a: Args, cfg: &mut Config) {
     }
     if a.data_dir.is_some() {
         cfg.data_dir = a.data_dir;
+    }
+    if let Some(v) = a.durability {
+        cfg.durability = v;
     }
     if a.advertise.is_some() {
         cfg.advertise = a.advertise;

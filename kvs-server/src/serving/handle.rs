@@ -162,14 +162,44 @@ impl Handler {
     /// Worker `me` of a member: its handler over an empty store.
     /// Slots the map says it is importing are served as imports from the
     /// start (a target that restarted mid-migration pulls them again).
+    #[cfg(test)]
     pub fn new(me: Owner, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
+        let store = Store::new(map.slots(), usize::MAX);
+        Self::with_store(me, map, max_key, max_value, store)
+    }
+
+    /// [`Handler::new`], serving the records of `store`: what the worker's
+    /// log held at its start. The slots `map` gives this worker neither as
+    /// owner nor as a backup go; an import or a copy that `map` ended
+    /// while the worker was down ends; and since the clients' request ids
+    /// did not survive, every slot held refuses a write sent again (as an
+    /// imported slot does) rather than apply it twice.
+    pub fn with_store(
+        me: Owner,
+        map: ShardMap,
+        max_key: usize,
+        max_value: usize,
+        mut store: Store,
+    ) -> Handler {
         let mut map_bytes = Vec::new();
         map.encode(&mut map_bytes);
         let slots = map.slots();
-        let mut store = Store::new(slots, usize::MAX);
         let mut awaiting_source = vec![false; slots as usize];
         let mut awaiting = 0;
         let mut dedup = Dedup::default();
+        let held: Vec<u32> = store.held_slots().collect();
+        for s in held {
+            let owns = map.owner_of_slot(s) == me;
+            if !owns && !map.backups(s).iter().any(|b| b.owner == me) {
+                store.drop_slot(s);
+                continue;
+            }
+            dedup.set_forgot(s);
+            if owns && map.importing_from(s).is_none() {
+                store.end_import(s);
+                store.end_copy(s);
+            }
+        }
         for s in 0..slots {
             if map.owner_of_slot(s) == me && map.importing_from(s).is_some() {
                 store.begin_import(s);
@@ -1385,6 +1415,50 @@ mod tests {
         let mut h = Handler::new(me, map, 16, 64);
         h.source_frozen(0..4);
         assert_eq!(put(&mut h, b"again", 5, true), Status::TooOld);
+    }
+
+    #[test]
+    fn a_store_from_the_log_keeps_this_workers_slots_and_refuses_resent_writes() {
+        // Member 0 owns slots 0..2; 2..4 moved to member 1 while it was
+        // down, and its log still holds records of all four.
+        let mut map = ShardMap::single(addr(), 4, 1).unwrap();
+        let b = map
+            .add_member(kvs_proto::Member {
+                addr: "127.0.0.1:7001".parse().unwrap(),
+                workers: 1,
+                bulk_port: 0,
+            })
+            .unwrap();
+        map.assign(2..4, b, None).unwrap();
+        let me = map.owner_of_slot(0);
+        let key_of = |slot: u32| {
+            (0u32..)
+                .map(|i| format!("k{i}").into_bytes())
+                .find(|k| kvs_proto::shard::slot_of(k, 4) == slot)
+                .unwrap()
+        };
+        let mut store = Store::new(4, usize::MAX);
+        for slot in 0..4 {
+            store.put(slot, &key_of(slot), b"logged").unwrap();
+        }
+        let mut h = Handler::with_store(me, map, 16, 64, store);
+        assert_eq!(h.store.held_slots().collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(h.store.get(0, &key_of(0)), Some(&b"logged"[..]));
+        // Client 7's write 5 may be in the log; its request ids are not:
+        // sent again, it is refused rather than applied twice.
+        let put = |h: &mut Handler, q: u64, resent: bool| {
+            let mut req = Vec::new();
+            write_request(&mut req, Op::Put, 1, &key_of(1), b"v", 1, 0);
+            kvs_proto::proto::add_request_id(&mut req, RequestId::new(7, q));
+            if resent {
+                kvs_proto::proto::mark_resent(&mut req);
+            }
+            let mut out = Vec::new();
+            h.handle(&req, 256, &mut out);
+            st(&out)
+        };
+        assert_eq!(put(&mut h, 5, true), Status::TooOld);
+        assert_eq!(put(&mut h, 6, false), Status::Ok);
     }
 
     #[test]

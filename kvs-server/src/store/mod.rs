@@ -21,6 +21,7 @@
 //! deleted since the import began (a tombstone remembers those), so a write
 //! at the target always beats the older pulled copy.
 
+pub(crate) mod change;
 pub(crate) mod index_key;
 pub mod memory;
 pub(crate) mod record;
@@ -31,6 +32,9 @@ use std::collections::BTreeMap;
 type HashSet<K> = std::collections::HashSet<K, ahash::RandomState>;
 use std::ops::Bound;
 
+use kvs_wal::Batch;
+
+use self::change::Change;
 use self::index_key::IndexKey;
 use self::memory::{record_cost, OutOfMemory};
 use self::record::{Record, Records};
@@ -161,6 +165,10 @@ pub struct Store {
     limit: usize,
     /// Slots being imported.
     importing: u32,
+    /// Every change to the records, as records of the worker's durable
+    /// log ([`change`]), until the worker writes them at its turn's end;
+    /// `None`: no log (`durability = "none"`).
+    journal: Option<Batch>,
 }
 
 /// Where an ordered-index entry's record lives: its slot, and the slot's
@@ -210,7 +218,37 @@ impl Store {
             used: 0,
             limit,
             importing: 0,
+            journal: None,
         }
+    }
+
+    /// From now on, every change to the records is also added to a journal
+    /// of log records in `format` ([`Store::journal`]).
+    pub fn keep_journal(&mut self, format: kvs_wal::Format) {
+        self.journal = Some(Batch::new(format));
+    }
+
+    /// The changes since the journal was last emptied, for the worker to
+    /// write to its log (which takes the records and leaves it empty).
+    pub fn journal(&mut self) -> Option<&mut Batch> {
+        self.journal.as_mut()
+    }
+
+    /// Adds `c` to the journal, if the store keeps one.
+    #[inline]
+    fn journal_change(&mut self, c: Change<'_>) {
+        if let Some(j) = self.journal.as_mut() {
+            // The log's records hold a bulk batch's largest record, and a
+            // change holds one record (the configuration bounds keys and
+            // values; a pulled record came whole in a batch).
+            j.push_with(c.kind(), |out| c.encode(out))
+                .expect("a change fits a log record");
+        }
+    }
+
+    /// How many slots the store's map has.
+    pub fn slots(&self) -> u32 {
+        self.slots.len() as u32
     }
 
     #[inline]
@@ -302,6 +340,7 @@ impl Store {
                 self.index(key, slot, life);
             }
         }
+        self.journal_change(Change::Put { slot, key, value });
         Ok(())
     }
 
@@ -311,21 +350,33 @@ impl Store {
         let Some(sl) = self.slot_mut(slot) else {
             return false;
         };
+        // Journaled whether or not the key was there: in a slot being
+        // imported the delete leaves a tombstone either way.
+        let gone = Self::remove(sl, key);
+        self.journal_change(Change::Delete { slot, key });
+        let Some((klen, len, cost)) = gone else {
+            return false;
+        };
+        self.order.remove(key);
+        self.keys -= 1;
+        self.bytes -= klen + len;
+        self.used -= cost;
+        true
+    }
+
+    /// Takes `key` out of `sl` (leaving a tombstone if the slot is being
+    /// imported): its key's and value's lengths and cost, if it was there.
+    #[inline]
+    fn remove(sl: &mut Slot, key: &[u8]) -> Option<(usize, usize, usize)> {
         if let Some(t) = sl.import.as_mut() {
             t.insert(key.into());
         }
-        let Some(r) = sl.map.remove(key) else {
-            return false;
-        };
+        let r = sl.map.remove(key)?;
         let len = r.value().len();
         let cost = record_cost(key.len(), len);
         sl.bytes -= key.len() + len;
         sl.used -= cost;
-        self.order.remove(key);
-        self.keys -= 1;
-        self.bytes -= key.len() + len;
-        self.used -= cost;
-        true
+        Some((key.len(), len, cost))
     }
 
     /// Overwrites `bytes` of `key`'s value (of slot `slot`) at `offset`.
@@ -337,6 +388,13 @@ impl Store {
         match offset.checked_add(bytes.len()) {
             Some(end) if end <= v.len() => {
                 v[offset..end].copy_from_slice(bytes);
+                self.journal_change(Change::Patch {
+                    slot,
+                    key,
+                    // The offset fits the value, whose size fits a u32.
+                    offset: offset as u32,
+                    bytes,
+                });
                 Patch::Done
             }
             _ => Patch::OutOfRange,
@@ -373,6 +431,7 @@ impl Store {
         let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return SlotRecords::default();
         };
+        self.journal_change(Change::DropSlot { slot });
         if sl.import.is_some() && !sl.copying {
             self.importing -= 1;
         }
@@ -398,6 +457,7 @@ impl Store {
             sl.copying = false;
             self.importing += 1;
         }
+        self.journal_change(Change::BeginImport { slot });
     }
 
     /// Ends slot `slot`'s import (every record is in); its tombstones go.
@@ -405,6 +465,7 @@ impl Store {
         if let Some(sl) = self.slot_mut(slot) {
             if !sl.copying && sl.import.take().is_some() {
                 self.importing -= 1;
+                self.journal_change(Change::EndImport { slot });
             }
         }
     }
@@ -422,6 +483,7 @@ impl Store {
             sl.import = Some(HashSet::default());
             sl.copying = true;
         }
+        self.journal_change(Change::BeginCopy { slot });
     }
 
     /// Ends slot `slot`'s copy (every pulled record is in); its tombstones
@@ -431,6 +493,7 @@ impl Store {
             if sl.copying {
                 sl.import = None;
                 sl.copying = false;
+                self.journal_change(Change::EndCopy { slot });
             }
         }
     }
@@ -480,6 +543,11 @@ impl Store {
                         if let Some(t) = sl.import.as_mut() {
                             t.insert(key.into());
                         }
+                        self.journal_change(Change::Pulled {
+                            slot,
+                            key,
+                            value: None,
+                        });
                     }
                     Pulled::Stale
                 }
@@ -509,6 +577,16 @@ impl Store {
         self.used += cost;
         self.bytes += klen + vlen;
         self.keys += 1;
+        if let Some(j) = self.journal.as_mut() {
+            let rec = sl.map.get(key.bytes()).expect("just inserted");
+            let c = Change::Pulled {
+                slot,
+                key: rec.key(),
+                value: Some(rec.value()),
+            };
+            j.push_with(c.kind(), |out| c.encode(out))
+                .expect("a change fits a log record");
+        }
         self.order.insert(key, Place { slot, life });
         Pulled::Taken
     }

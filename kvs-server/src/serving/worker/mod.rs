@@ -23,10 +23,12 @@ use super::read_wait::{ParkedRead, ReadsWaiting};
 use crate::bulk::source_slots::SourceSlots;
 use crate::config::Config;
 use crate::migration::waiting::{Parked, Waiting};
+use crate::persist::WorkerLog;
 use crate::replication::copy_in::Copies;
 use crate::replication::{ack_handler, Acks, Forwarder};
 use crate::role::Role;
 use crate::start_error::StartError;
+use crate::store::Store;
 use crate::threads::lease::Lease;
 use crate::threads::to_control::ToControl;
 use crate::threads::to_worker::ToWorker;
@@ -175,24 +177,23 @@ impl Worker {
             acks.clone(),
             report,
         );
-        let ctx = match build_context::<T>(&cfg, dev, &acks) {
-            Ok(c) => c,
+        // The context, the clients' liveness channels (watched together),
+        // and the records the worker's log holds, before it is ready.
+        let parts = build_context::<T>(&cfg, dev, &acks).and_then(|ctx| {
+            let conns = copyrpc::conn::LiveSet::new()
+                .map_err(|e| format!("cannot watch connections: {e}"))?;
+            Ok((ctx, conns, open_store(&cfg, map.slots(), w)?))
+        });
+        let (ctx, conns, (store, log)) = match parts {
+            Ok(p) => p,
             Err(why) => {
                 let _ = ready.send(Err(fail(why)));
                 return None;
             }
         };
-        // The clients' liveness channels, watched together.
-        let conns = match copyrpc::conn::LiveSet::new() {
-            Ok(s) => s,
-            Err(e) => {
-                let _ = ready.send(Err(fail(format!("cannot watch connections: {e}"))));
-                return None;
-            }
-        };
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
-        let h = Handler::new(me, map, cfg.max_key, cfg.max_value)
+        let h = Handler::with_store(me, map, cfg.max_key, cfg.max_value, store)
             .with_memory_limit(cfg.max_memory, cfg.workers)
             .with_clock(clock);
 
@@ -206,6 +207,7 @@ impl Worker {
         .encode();
         let waker = ctx.waker();
         Some(Serving {
+            log,
             huge: HugeReport::new(w, dev.is_software()),
             due: Vec::new(),
             intake: Intake::default(),
@@ -283,6 +285,8 @@ impl Default for TurnRequests {
 /// its clients, what waits, its counters, and what it shares. (Fields drop
 /// in this order: what holds a request's handle before the context.)
 struct Serving<T: Transport, F> {
+    /// The records' durable log (`durability`), written at each turn's end.
+    log: Option<WorkerLog>,
     /// What it says about its clients' rings in huge pages.
     huge: HugeReport,
     /// The parked reads due again (kept between turns).
@@ -348,6 +352,11 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         } else {
             IDLE_TICK
         };
+        // The turn's changes go to the log before its replies leave (the
+        // wait's poll sends them).
+        if let Some(l) = self.log.as_mut() {
+            l.commit(&mut self.h.store, self.w);
+        }
         // Between turns: nothing is served by the lease read last.
         self.lease.leave(usize::from(self.w));
         let n = match self.ctx.wait(tick) {
@@ -604,11 +613,25 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     fn close(mut self) {
         // Out of its last turn (a drain waits for no worker that ended).
         self.lease.leave(usize::from(self.w));
-        // Answers already written go out; then every endpoint closes.
+        // Answers already written go out, once their changes are in the
+        // log; then every endpoint closes.
+        if let Some(l) = self.log.as_mut() {
+            l.commit(&mut self.h.store, self.w);
+        }
         self.ctx.poll();
         self.conns.close_all(&mut self.ctx);
         self.stats.ops.store(self.ops, Ordering::Relaxed);
         self.stats.clients.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The store worker `w` starts with, and its log: what the log holds
+/// with `durability`, else an empty store.
+fn open_store(cfg: &Config, slots: u32, w: u16) -> Result<(Store, Option<WorkerLog>), String> {
+    match crate::persist::open(cfg, slots, w) {
+        Ok(Some((store, log))) => Ok((store, Some(log))),
+        Ok(None) => Ok((Store::new(slots, usize::MAX), None)),
+        Err(e) => Err(format!("its records' log: {e}")),
     }
 }
 
