@@ -95,22 +95,20 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use protobuf::Message as _;
-use raft::eraftpb::{
-    ConfChange, ConfChangeType, ConfState, Entry, EntryType, Message, MessageType,
-};
-use raft::{RawNode, StateRole, Storage as _};
+use raft::eraftpb::{ConfChange, ConfChangeType, ConfState, Message, MessageType};
+use raft::{RawNode, StateRole};
 
 use crate::error::{BadTiming, GroupError, StorageError};
 use crate::identity::Identity;
 use crate::lease::Leases;
-use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
-use crate::refusal::Refusal;
 use crate::state::{Applied, ClusterState, Command, Founding, Membership};
 use crate::storage::{DiskStorage, Recovery};
 use kvs_proto::ClusterId;
 use kvs_proto::{MemberId, ShardMap};
 
+mod failures;
+mod ready;
 mod recover;
 mod timing;
 
@@ -573,90 +571,6 @@ impl Group {
         }
     }
 
-    /// At the leader: the next change of voters the state calls for, once
-    /// no other membership change is being committed.
-    fn balance_voters(&mut self) {
-        if self.node.raft.has_pending_conf() {
-            return;
-        }
-        let Some((member, voter)) = self.state.as_ref().and_then(|s| s.voter_change(self.me))
-        else {
-            return;
-        };
-        let kind = if voter {
-            ConfChangeType::AddNode
-        } else {
-            ConfChangeType::AddLearnerNode
-        };
-        let _ = self.propose_membership(&Membership::Voter { member, voter }, kind, member);
-    }
-
-    /// The leader itself did not run for `gap` (a stopped process, a
-    /// machine too loaded to schedule it): what it did not hear meanwhile
-    /// says nothing of its members, so the gap is not counted against
-    /// them. It only delays marks; leases do not depend on it.
-    fn excuse_stall(&mut self, gap: Duration, now: Instant) {
-        for t in self.heard.values_mut().chain(self.joining.values_mut()) {
-            *t = (*t + gap).min(now);
-        }
-        if let Some(t) = self.leader_since.as_mut() {
-            *t = (*t + gap).min(now);
-        }
-    }
-
-    /// How long `m` has been silent at `now` as the leader counts it, and
-    /// how long it may be: from its last word, or from this leader's
-    /// election; a member that joined under this leader and has not spoken
-    /// yet, from when its join was applied, and for [`JOIN_GRACE`] timeouts
-    /// (it first gets connected to, sent the state and opens its log, all on
-    /// a machine that may be loaded; it owns no slots yet).
-    fn silence(&self, m: MemberId, now: Instant) -> (Duration, Duration) {
-        let since = self.leader_since.unwrap_or(now);
-        let timeout = self.cfg.member_timeout;
-        match (self.heard.get(&m), self.joining.get(&m)) {
-            (Some(&h), _) => (now.saturating_duration_since(h.max(since)), timeout),
-            (None, Some(&j)) => (now.saturating_duration_since(j), timeout * JOIN_GRACE),
-            (None, None) => (now.saturating_duration_since(since), timeout),
-        }
-    }
-
-    fn detect_failures(&mut self, now: Instant) {
-        let Some(s) = &self.state else { return };
-        let mut late = Vec::new();
-        for m in s.live_members() {
-            if m == self.me || s.member_state(m) != Some(MemberState::Up) {
-                continue;
-            }
-            let (silent, allowed) = self.silence(m, now);
-            if silent > allowed && !self.marking_now(m, now) {
-                late.push(m);
-            }
-        }
-        for m in late {
-            if self.propose(&Command::MarkFailed { member: m }).is_ok() {
-                self.marking.insert(m, now);
-                self.note_evicting(m);
-            }
-        }
-    }
-
-    /// At the leader: an entry that fails or forgets `member` was just
-    /// proposed (the last in the log).
-    fn note_evicting(&mut self, member: MemberId) {
-        let index = self.node.raft.raft_log.last_index();
-        self.evicting.insert(member, index);
-    }
-
-    /// At the leader: whether to drop `from`'s lease request, because an
-    /// entry this leader proposed to fail or forget it is not yet
-    /// committed. The request would be answered with the commit index
-    /// before that entry, and the grant could outlive the member's slots.
-    fn evicting_now(&self, from: MemberId) -> bool {
-        self.evicting
-            .get(&from)
-            .is_some_and(|&i| i > self.node.raft.raft_log.committed)
-    }
-
     /// Takes a message from member `from`, as its transport delivered it
     /// (a fragment is kept until the rest of its message is in).
     pub fn step(&mut self, from: MemberId, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
@@ -710,13 +624,6 @@ impl Group {
             self.marking.insert(from, now);
         }
         Ok(())
-    }
-
-    /// Whether a mark of `m` proposed lately is still awaited.
-    fn marking_now(&self, m: MemberId, now: Instant) -> bool {
-        self.marking
-            .get(&m)
-            .is_some_and(|&t| now.saturating_duration_since(t) < self.cfg.member_timeout)
     }
 
     /// The transport could not deliver to `member`: Raft slows down
@@ -821,192 +728,6 @@ impl Group {
         cc.node_id = node_of(member);
         cc.context = change.encode().into();
         self.node.propose_conf_change(Vec::new(), cc)?;
-        Ok(())
-    }
-
-    /// Does what Raft has ready: persists entries, hard state and snapshots
-    /// (flushed before the messages that depend on them are queued),
-    /// applies what is committed, and snapshots the state every
-    /// [`GroupConfig::snapshot_every`] entries.
-    pub fn poll(&mut self, now: Instant) -> Result<(), GroupError> {
-        for _ in 0..4 {
-            if !self.node.has_ready() {
-                break;
-            }
-            self.ready(now)?;
-        }
-        self.leases.prune(now, self.applied);
-        self.adopt_group_timing(now);
-        self.maybe_snapshot()
-    }
-
-    fn ready(&mut self, now: Instant) -> Result<(), GroupError> {
-        let mut rd = self.node.ready();
-        if let Some(ss) = rd.ss() {
-            self.on_soft_state(ss.leader_id, ss.raft_state, now);
-        }
-        // A leader's messages may leave before its own write: it counts
-        // itself in the quorum only once the write is done.
-        let msgs = rd.take_messages();
-        self.queue(msgs, now);
-        for rs in rd.take_read_states() {
-            // Only this member's own requests are answered to it; a
-            // context it does not recognise grants nothing.
-            self.leases.confirmed(&rs.request_ctx, rs.index, now);
-        }
-        if !rd.snapshot().is_empty() {
-            let snap = rd.snapshot().clone();
-            let state =
-                ClusterState::decode(snap.get_data()).map_err(|why| GroupError::BadMessage {
-                    from: self.leader.unwrap_or(MemberId(u16::MAX)),
-                    why: format!("a snapshot whose state does not decode: {why}"),
-                })?;
-            if state.cluster_id() != self.cluster_id {
-                return Err(GroupError::OtherCluster {
-                    theirs: state.cluster_id(),
-                    ours: self.cluster_id,
-                });
-            }
-            self.node.mut_store().install(&snap)?;
-            self.state = Some(state);
-            self.conf = snap.get_metadata().get_conf_state().clone();
-            self.applied = snap.get_metadata().index;
-            self.events.push(Event::Restored {
-                index: self.applied,
-            });
-        }
-        let committed = rd.take_committed_entries();
-        self.apply_entries(committed, now)?;
-        self.node.mut_store().append(rd.entries())?;
-        if let Some(hs) = rd.hs() {
-            self.node.mut_store().set_hard_state(hs);
-        }
-        // One flush for all of it, before a vote or an append's answer
-        // leaves: a member that forgot its vote could elect two leaders.
-        self.node.mut_store().sync()?;
-        let msgs = rd.take_persisted_messages();
-        self.queue(msgs, now);
-        let mut light = self.node.advance(rd);
-        if let Some(c) = light.commit_index() {
-            self.node.mut_store().set_commit(c);
-        }
-        let msgs = light.take_messages();
-        self.queue(msgs, now);
-        let committed = light.take_committed_entries();
-        self.apply_entries(committed, now)?;
-        self.node.advance_apply_to(self.applied);
-        Ok(())
-    }
-
-    fn on_soft_state(&mut self, leader: u64, role: StateRole, now: Instant) {
-        let leader = member_of(leader);
-        if leader != self.leader {
-            self.leader = leader;
-            self.events.push(Event::Leader(leader));
-        }
-        if role == StateRole::Leader {
-            if self.leader_since.is_none() {
-                self.leader_since = Some(now);
-                self.heard.clear();
-                self.joining.clear();
-                self.marking.clear();
-                self.evicting.clear();
-            }
-        } else {
-            self.leader_since = None;
-            self.marking.clear();
-            self.snapshots_sent.clear();
-            self.evicting.clear();
-        }
-    }
-
-    fn queue(&mut self, msgs: Vec<Message>, now: Instant) {
-        for m in msgs {
-            let Some(to) = member_of(m.to) else { continue };
-            if m.get_msg_type() == MessageType::MsgSnapshot {
-                self.snapshots_sent.insert(to, now);
-            }
-            let bytes = m.write_to_bytes().expect("a raft message encodes");
-            if bytes.len() > self.cfg.max_message {
-                self.next_fragmented = self.next_fragmented.wrapping_add(1);
-            }
-            for bytes in crate::fragment::split(bytes, self.next_fragmented, self.cfg.max_message) {
-                self.outgoing.push(PeerMessage { to, bytes });
-            }
-        }
-    }
-
-    fn apply_entries(&mut self, entries: Vec<Entry>, now: Instant) -> Result<(), GroupError> {
-        for e in entries {
-            if e.index <= self.applied {
-                continue;
-            }
-            let at = LogPos::new(e.index, e.term);
-            let state = self.state.as_mut().ok_or_else(|| GroupError::BadLog {
-                index: e.index,
-                why: "committed before this member was given the state".into(),
-            })?;
-            let done = match e.get_entry_type() {
-                EntryType::EntryNormal if e.data.is_empty() => Applied::Nothing,
-                EntryType::EntryNormal => match Command::decode(&e.data) {
-                    Ok(cmd) => {
-                        // A mark applied, or refused, is no longer awaited.
-                        if let Command::MarkFailed { member } | Command::MarkUp { member } = cmd {
-                            self.marking.remove(&member);
-                        }
-                        state.apply(&cmd, at)
-                    }
-                    Err(why) => Applied::Refused(Refusal::BadEntry(why.to_string())),
-                },
-                EntryType::EntryConfChange => {
-                    let cc = ConfChange::parse_from_bytes(&e.data).map_err(|err| {
-                        GroupError::BadLog {
-                            index: e.index,
-                            why: format!("a configuration change that does not decode: {err}"),
-                        }
-                    })?;
-                    match Membership::decode(&cc.context) {
-                        Ok(change) => {
-                            let done = state.apply_membership(&change, at);
-                            if !matches!(done, Applied::Refused(_)) {
-                                self.conf = self.node.apply_conf_change(&cc)?;
-                            }
-                            done
-                        }
-                        Err(why) => Applied::Refused(Refusal::BadChange(why.to_string())),
-                    }
-                }
-                EntryType::EntryConfChangeV2 => Applied::Refused(Refusal::JointChange),
-            };
-            // An unsafe recovery forces its configuration on every member.
-            if let Applied::Recovered { lost, demoted, .. } = &done {
-                self.force_conf(lost, demoted)?;
-            }
-            self.applied = e.index;
-            if let (Applied::Joined(m), true) = (&done, self.is_leader()) {
-                self.joining.insert(*m, now);
-            }
-            self.events.push(Event::Applied(e.index, done));
-        }
-        Ok(())
-    }
-
-    fn maybe_snapshot(&mut self) -> Result<(), GroupError> {
-        let Some(state) = &self.state else {
-            return Ok(());
-        };
-        let si = self.node.store().latest_snapshot().get_metadata().index;
-        let wanted = self.node.store().take_wanted();
-        if self.applied <= si || (!wanted && self.applied < si + self.cfg.snapshot_every) {
-            return Ok(());
-        }
-        let term = self.node.store().term(self.applied)?;
-        let mut snap = raft::eraftpb::Snapshot::default();
-        snap.mut_metadata().index = self.applied;
-        snap.mut_metadata().term = term;
-        snap.mut_metadata().set_conf_state(self.conf.clone());
-        snap.data = state.encode().into();
-        self.node.mut_store().compact(&snap)?;
         Ok(())
     }
 
