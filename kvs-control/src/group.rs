@@ -243,7 +243,7 @@ pub struct GroupStatus {
     pub log_bytes: u64,
 }
 
-/// One member's part in the control group (see the [module docs](self)).
+/// One member's part in the control group (the module docs of `group.rs` tell how).
 pub struct Group {
     me: MemberId,
     cluster_id: ClusterId,

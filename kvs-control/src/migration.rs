@@ -367,7 +367,7 @@ impl Migration {
     }
 
     /// The target's backup the chunk being copied needs kept (see
-    /// [`crate::replication::reconcile`]).
+    /// `replication::reconcile`).
     pub fn kept(&self) -> Option<(Range<u32>, MemberId)> {
         self.current
             .as_ref()

@@ -1,5 +1,5 @@
 //! A phase (load or run) across the driver threads: each thread drives its
-//! share against the store ([`crate::driver`]); their measurements are merged.
+//! share against the store (`driver.rs`); their measurements are merged.
 //!
 //! A lost connection to the store ends the phase: the thread that sees it
 //! stops issuing, the others stop too, each waits (at most [`DRAIN_LIMIT`])

@@ -455,7 +455,7 @@ impl WorkloadConfig {
 /// name is written to the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// Read the record (all fields if [`WorkloadThread::read_all_fields`],
+    /// Read the record (all fields if [`WorkloadConfig::read_all_fields`],
     /// else one field from [`WorkloadThread::choose_field`]).
     Read,
     /// Overwrite field `field` of the record, or every field when `field` is
