@@ -62,6 +62,21 @@ pub(crate) fn is_fragment(bytes: &[u8]) -> bool {
     bytes.first() == Some(&field::TAG)
 }
 
+/// A fragment no sender could have made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BadFragment {
+    /// Shorter than the fragment header.
+    #[error("a fragment shorter than its header")]
+    Short,
+    /// Empty, past its message's end, or of a message larger than any.
+    #[error("a fragment of {len} bytes at {offset} of a message of {total}")]
+    OutOfBounds {
+        len: usize,
+        offset: usize,
+        total: usize,
+    },
+}
+
 /// One message being put together.
 #[derive(Debug)]
 struct Partial {
@@ -79,10 +94,12 @@ pub(crate) struct Reassembly {
 impl Reassembly {
     /// Takes a fragment from `from`: the whole message once this was its
     /// last fragment. `Err`: a fragment no sender could have made.
-    pub fn take(&mut self, from: MemberId, fragment: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        let header = fragment
-            .get(..field::HEADER)
-            .ok_or("a fragment shorter than its header")?;
+    pub fn take(
+        &mut self,
+        from: MemberId,
+        fragment: &[u8],
+    ) -> Result<Option<Vec<u8>>, BadFragment> {
+        let header = fragment.get(..field::HEADER).ok_or(BadFragment::Short)?;
         let word = |at: usize| {
             let b = [header[at], header[at + 1], header[at + 2], header[at + 3]];
             u32::from_le_bytes(b) as usize
@@ -92,10 +109,11 @@ impl Reassembly {
         let past_end = offset.checked_add(part.len()).is_none_or(|end| end > total);
         if total > MAX_TOTAL || past_end || part.is_empty() {
             self.partial.remove(&from);
-            return Err(format!(
-                "a fragment of {} bytes at {offset} of a message of {total}",
-                part.len()
-            ));
+            return Err(BadFragment::OutOfBounds {
+                len: part.len(),
+                offset,
+                total,
+            });
         }
         if offset == 0 {
             self.partial.insert(

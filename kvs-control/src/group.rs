@@ -576,7 +576,11 @@ impl Group {
     pub fn step(&mut self, from: MemberId, bytes: &[u8], now: Instant) -> Result<(), GroupError> {
         let bad = |why: String| GroupError::BadMessage { from, why };
         if crate::fragment::is_fragment(bytes) {
-            return match self.fragments.take(from, bytes).map_err(bad)? {
+            return match self
+                .fragments
+                .take(from, bytes)
+                .map_err(|e| bad(e.to_string()))?
+            {
                 Some(whole) => self.step_whole(from, &whole, now),
                 None => Ok(()),
             };

@@ -61,5 +61,5 @@ pub use crash::abort_on_panic;
 pub use server::Server;
 
 pub use serving::setup::SetupStats;
-pub use start_error::StartError;
+pub use start_error::{StartError, WorkerFailure};
 pub use worker_stats::WorkerStats;

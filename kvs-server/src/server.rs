@@ -471,7 +471,7 @@ fn spawn_workers(
         common.stop.store(true, Ordering::Release);
         return Err(StartError::Worker {
             worker: wakers.len() as u16,
-            why: "the worker thread ended before it was ready".into(),
+            why: crate::start_error::WorkerFailure::Ended,
         });
     }
     Ok(Workers {

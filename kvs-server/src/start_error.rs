@@ -9,6 +9,26 @@ use std::path::PathBuf;
 use copyrpc::conn::ConnError;
 use kvs_proto::TokenError;
 
+/// Why a worker could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerFailure {
+    /// Its device would not open, or not on the transport configured.
+    #[error(transparent)]
+    Device(#[from] mlx5::device::DeviceError),
+    /// Its copyrpc context could not be built.
+    #[error(transparent)]
+    Context(#[from] copyrpc::SetupError),
+    /// Its clients' liveness channels cannot be watched (epoll).
+    #[error("cannot watch connections: {0}")]
+    Watch(std::io::Error),
+    /// Its records' log cannot be read (damage names the file and byte).
+    #[error("its records' log: {0}")]
+    Log(#[from] kvs_wal::WalError),
+    /// Its thread ended before it said it was ready.
+    #[error("the worker thread ended before it was ready")]
+    Ended,
+}
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -45,13 +65,14 @@ pub enum StartError {
         /// Why.
         source: std::io::Error,
     },
-    /// A worker could not open the device or build its context.
+    /// A worker could not open the device, build its context, or read
+    /// its records' log.
     #[error("worker {worker}: {why}")]
     Worker {
         /// Which worker.
         worker: u16,
         /// Why.
-        why: String,
+        why: WorkerFailure,
     },
     /// The control thread could not open the device or build its context.
     #[error("control endpoint: {0}")]

@@ -27,7 +27,7 @@ use crate::persist::WorkerLog;
 use crate::replication::copy_in::Copies;
 use crate::replication::{ack_handler, Acks, Forwarder};
 use crate::role::Role;
-use crate::start_error::StartError;
+use crate::start_error::{StartError, WorkerFailure};
 use crate::store::Store;
 use crate::threads::lease::Lease;
 use crate::threads::to_control::ToControl;
@@ -98,10 +98,9 @@ impl Worker {
             },
             Err(e) => (self, e),
         };
-        let why = e.to_string();
         let _ = w.ready.send(Err(StartError::Worker {
             worker: w.me.worker,
-            why,
+            why: e.into(),
         }));
     }
 }
@@ -167,7 +166,7 @@ impl Worker {
         } = self;
         let copy_tx = to_self.clone();
         let w = me.worker;
-        let fail = |why: String| StartError::Worker { worker: w, why };
+        let fail = |why: WorkerFailure| StartError::Worker { worker: w, why };
         let acks = std::rc::Rc::new(Acks::default());
         let fwd = Forwarder::new(
             me,
@@ -180,8 +179,7 @@ impl Worker {
         // The context, the clients' liveness channels (watched together),
         // and the records the worker's log holds, before it is ready.
         let parts = build_context::<T>(&cfg, dev, &acks).and_then(|ctx| {
-            let conns = copyrpc::conn::LiveSet::new()
-                .map_err(|e| format!("cannot watch connections: {e}"))?;
+            let conns = copyrpc::conn::LiveSet::new().map_err(WorkerFailure::Watch)?;
             Ok((ctx, conns, open_store(&cfg, map.slots(), w)?))
         });
         let (ctx, conns, (store, log)) = match parts {
@@ -247,7 +245,7 @@ fn build_context<T: Transport>(
     cfg: &Config,
     dev: &Device,
     acks: &std::rc::Rc<Acks>,
-) -> Result<copyrpc::Context<u64, impl OnAck, T>, String> {
+) -> Result<copyrpc::Context<u64, impl OnAck, T>, WorkerFailure> {
     ContextBuilder::new()
         .idle(cfg.idle_policy())
         .ring_size(cfg.ring_size)
@@ -256,7 +254,7 @@ fn build_context<T: Transport>(
         .srq_size(4096)
         .cq_size(16384)
         .build_on::<T, _, _>(dev, ack_handler(acks.clone()))
-        .map_err(|e| e.to_string())
+        .map_err(WorkerFailure::Context)
 }
 
 /// The worker context's response callback (as [`ack_handler`] makes it).
@@ -627,12 +625,15 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
 
 /// The store worker `w` starts with, and its log: what the log holds
 /// with `durability`, else an empty store.
-fn open_store(cfg: &Config, slots: u32, w: u16) -> Result<(Store, Option<WorkerLog>), String> {
-    match crate::persist::open(cfg, slots, w) {
-        Ok(Some((store, log))) => Ok((store, Some(log))),
-        Ok(None) => Ok((Store::new(slots, usize::MAX), None)),
-        Err(e) => Err(format!("its records' log: {e}")),
-    }
+fn open_store(
+    cfg: &Config,
+    slots: u32,
+    w: u16,
+) -> Result<(Store, Option<WorkerLog>), WorkerFailure> {
+    Ok(match crate::persist::open(cfg, slots, w)? {
+        Some((store, log)) => (store, Some(log)),
+        None => (Store::new(slots, usize::MAX), None),
+    })
 }
 
 /// Warms a turn's requests `reqs` for serving, into `warm` (one entry per
