@@ -35,8 +35,6 @@
 //! ```
 
 mod auth;
-#[cfg(feature = "cli")]
-mod cli_logs;
 mod client;
 pub mod control;
 mod error;
@@ -51,12 +49,12 @@ mod route;
 mod scan;
 
 pub use auth::{auth_token, cluster_token, AUTH_TOKEN_ENV, CLUSTER_TOKEN_ENV};
-#[cfg(feature = "cli")]
-pub use cli_logs::log_to_stderr;
 pub use client::Client;
 pub use control::{ControlClient, ControlError, ControlOptions};
 pub use error::{ConnectError, KvError, SubmitError};
 pub use kvs_proto::{AuthToken, ShardMap, TokenError};
+#[cfg(feature = "cli")]
+pub use mlx5::log_to_stderr;
 pub use options::ClientOptions;
 pub use reply::{OwnedReply, Reply};
 pub use scan::ScanReply;

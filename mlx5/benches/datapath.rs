@@ -332,20 +332,8 @@ fn bench_poll(name: &str, rounds: usize, runs: usize, zip: Compression, referenc
     );
 }
 
-/// Shows the library's warnings on stderr, as the workspace's binaries do
-/// (`RUST_LOG` raises the level).
-fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
 fn main() {
-    init_logs();
+    mlx5::log_to_stderr();
     let quick = std::env::args().any(|a| a == "--quick");
     let (n, rounds, runs) = if quick {
         (200_000, 50, 3)

@@ -583,20 +583,8 @@ fn nic_only(n: u64) {
     Fabric::remove_if_unused(&fabric);
 }
 
-/// Shows the library's warnings on stderr, as the workspace's binaries do
-/// (`RUST_LOG` raises the level).
-fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
 fn main() {
-    init_logs();
+    mlx5::log_to_stderr();
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a == "--nic-only") {
         nic_only(if args.iter().any(|a| a == "--quick") {

@@ -215,20 +215,8 @@ fn run_side(fabric: &str, dev: &str, n: usize, ch: &mut dyn Lines) -> String {
     )
 }
 
-/// Shows the library's warnings on stderr, as the workspace's binaries do
-/// (`RUST_LOG` raises the level).
-fn init_logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-}
-
 fn main() {
-    init_logs();
+    mlx5::log_to_stderr();
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--peer") {
         let report = run_side(&args[2], "sim1", args[3].parse().unwrap(), &mut Parent);

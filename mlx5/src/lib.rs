@@ -36,6 +36,8 @@
 //! software device's test hooks.
 
 mod barrier;
+#[cfg(feature = "cli")]
+mod cli_logs;
 pub mod cq;
 pub mod device;
 mod doorbell;
@@ -53,6 +55,8 @@ pub mod wqe_table;
 pub mod wr;
 
 pub use barrier::{flush_wc, prefetch};
+#[cfg(feature = "cli")]
+pub use cli_logs::log_to_stderr;
 pub use cq::{Completion, CqRing, DispatchCq, MonoCq};
 pub use doorbell::DeviceNotify;
 pub use sq::SendQueue;

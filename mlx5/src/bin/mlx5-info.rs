@@ -178,14 +178,7 @@ fn show_sim(fabric: &str, name: &str) {
 
 fn main() {
     let args = Args::parse();
-    // The library's warnings on stderr (`RUST_LOG` raises the level).
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    mlx5::log_to_stderr();
     let want = |n: &str| args.device.as_deref().is_none_or(|d| d == n);
     let mut shown = 0;
     match hw::list_devices() {

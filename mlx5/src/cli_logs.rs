@@ -1,6 +1,6 @@
-//! The log output of the cluster's command-line tools (`kvs-client`,
-//! `kvs-admin`): the libraries' warnings, such as the software device
-//! standing in for a missing NIC, on stderr.
+//! The log output of the workspace's command-line tools (mlx5-info, the
+//! benches, kvs-client, kvs-admin): the libraries' warnings, such as the
+//! software device standing in for a missing NIC, on stderr.
 
 use std::io::IsTerminal;
 
