@@ -776,6 +776,7 @@ mod tests {
                     keys,
                     backup_keys: 0,
                     bytes,
+                    disk: None,
                 })
                 .collect(),
             imports: Vec::new(),

@@ -65,6 +65,11 @@ pub enum ControlRequest {
     /// ready backup and drop its copies; it takes none until it restarts.
     /// Answered at once; [`MemberStatus::drained`] says when it is done.
     Drain,
+    /// Snapshot the member's records now (any member, for itself; one
+    /// with `durability` other than `none`): each worker copies its slots
+    /// to its snapshot file while it serves, and its logs shed what the
+    /// snapshot holds. Answered at once; [`WorkerStatus::disk`] follows it.
+    Snapshot,
     /// Keep `replicas` copies of every slot, 1 to 3 (leader only): backups
     /// are added, copied and made ready, or dropped.
     SetReplicas {
@@ -354,6 +359,27 @@ pub struct WorkerStatus {
     pub backup_keys: u64,
     /// Heap bytes its records take.
     pub bytes: u64,
+    /// Its records on disk (`None`: `durability = "none"`).
+    #[serde(default)]
+    pub disk: Option<DiskStatus>,
+}
+
+/// A worker's records on disk: its logs and snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskStatus {
+    /// Bytes of its logs (what a restart replays after the snapshot).
+    pub log_bytes: u64,
+    /// Its snapshot's size (0: none yet).
+    pub snapshot_bytes: u64,
+    /// Snapshots it put in place since the member started.
+    pub snapshots: u64,
+    /// The snapshot under way: slots copied, and of how many.
+    pub snapshotting: Option<(u32, u32)>,
+    /// What its start read (snapshot and logs), in bytes.
+    pub recovered_bytes: u64,
+    /// How long its start took to read them, in milliseconds.
+    pub recovery_ms: u64,
 }
 
 /// A control message that is not JSON of the expected shape.
@@ -417,6 +443,14 @@ mod tests {
                 keys: 10,
                 backup_keys: 4,
                 bytes: 1000,
+                disk: Some(DiskStatus {
+                    log_bytes: 4096,
+                    snapshot_bytes: 1 << 20,
+                    snapshots: 2,
+                    snapshotting: Some((10, 512)),
+                    recovered_bytes: 5000,
+                    recovery_ms: 12,
+                }),
             }],
             imports: vec![ImportStatus {
                 from: MemberId(0),

@@ -6,6 +6,8 @@
 //! join = "10.0.0.4:7000"    # a member of the cluster to join (while data_dir holds no member)
 //! data_dir = "/var/lib/kvs" # the member's identity and control-group log (and its records' logs)
 //! durability = "everysec"   # none, everysec or always: the records' logs on disk (needs data_dir)
+//! auto_snapshot_percentage = 100  # snapshot when the logs outgrow the last snapshot by this much (0: only on request)
+//! auto_snapshot_min_size = "64M"  # ... and hold at least this many bytes
 //! bootstrap = false         # true: an empty data_dir starts a new cluster (once, to create it)
 //! control_voters = 3        # members that vote in the control group (the first ones)
 //! member_timeout_ms = 1000  # silence after which the leader marks a member failed (the founder's is the cluster's)
@@ -165,6 +167,15 @@ pub struct Config {
     /// `data_dir`, and how soon an acknowledged write is there (as Redis's
     /// `appendfsync`): see [`Durability`].
     pub durability: Durability,
+    /// A worker snapshots its records (and sheds the logs the snapshot
+    /// holds) once its logs hold this percentage of its last snapshot's
+    /// size, as Redis's `auto-aof-rewrite-percentage` does; 0: only when
+    /// `kvs-admin snapshot` asks.
+    pub auto_snapshot_percentage: u32,
+    /// ... and at least this many bytes (an integer, or a string with a
+    /// unit: `"64M"`), as `auto-aof-rewrite-min-size`.
+    #[serde(deserialize_with = "crate::store::memory::deserialize_bytes")]
+    pub auto_snapshot_min_size: u64,
     /// How many members vote in the control group: the first ones to join
     /// (the rest follow the log as learners). 3 survives one failure, 5 two.
     pub control_voters: u16,
@@ -266,6 +277,8 @@ impl Default for Config {
             bootstrap: false,
             data_dir: None,
             durability: Durability::None,
+            auto_snapshot_percentage: 100,
+            auto_snapshot_min_size: 64 << 20,
             control_voters: 3,
             member_timeout_ms: 1000,
             replicas: 1,

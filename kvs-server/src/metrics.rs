@@ -8,6 +8,8 @@
 //! workers' gauges ([`WorkerStats`]) and the setup counters, and encodes them
 //! with `prometheus-client` in the Prometheus text format.
 
+mod disk;
+
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -115,6 +117,7 @@ impl Collector for Exposition {
         encode_operations(&mut enc, &requests)?;
         encode_durations(&mut enc, &requests)?;
         self.encode_worker_gauges(&mut enc)?;
+        self.encode_disk(&mut enc)?;
         self.encode_setups(&mut enc)?;
         self.encode_cluster(&mut enc)?;
         self.encode_migration(&mut enc)?;

@@ -2,6 +2,9 @@
 //! [`Server::stats`](crate::Server::stats) and the metrics endpoint.
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+
+use crate::persist::LogStatus;
 
 use crate::request_metrics::Published;
 
@@ -29,4 +32,14 @@ pub struct WorkerStats {
     /// Requests by op and result, and service times (for the metrics
     /// endpoint).
     pub(crate) requests: Published,
+    /// Its records on disk (`None`: `durability = "none"`); published with
+    /// the rest, so a lock taken as seldom.
+    pub(crate) disk: Mutex<Option<LogStatus>>,
+}
+
+impl WorkerStats {
+    /// Its records on disk, as last published.
+    pub(crate) fn disk(&self) -> Option<LogStatus> {
+        *self.disk.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }

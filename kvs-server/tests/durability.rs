@@ -1,7 +1,8 @@
 //! The records on disk (`durability`): a member killed with `kill -9` and
 //! started again from its data dir serves every write it acknowledged,
-//! puts, partial updates and deletes alike; a log damaged in the middle
-//! stops the start with a message naming the file and the byte.
+//! puts, partial updates and deletes alike, whether they are in its logs
+//! or in the snapshots that let the logs shrink; a log damaged in the
+//! middle stops the start with a message naming the file and the byte.
 //!
 //! `kill -9` leaves what the process wrote in the kernel's page cache, so
 //! these tests show the log and its replay, not the flush to disk: a power
@@ -13,7 +14,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kvs_client::{Client, ClientOptions, KvError, OwnedReply, SubmitError};
+use kvs_client::{
+    Client, ClientOptions, ControlClient, ControlOptions, KvError, OwnedReply, SubmitError,
+};
+use kvs_proto::control::{ControlReply, ControlRequest, DiskStatus};
 use mlx5::sim::fabric::Fabric;
 
 mod support;
@@ -126,10 +130,7 @@ fn killed_and_restarted(durability: &str) {
     let mut c = client(&again, &fabric);
     check(&mut c, &want);
     let out = again.output();
-    assert!(
-        out.contains("changes (") && out.contains("replayed from"),
-        "{out}"
-    );
+    assert!(out.contains("recovered from"), "{out}");
     Fabric::remove_if_unused(&fabric);
 }
 
@@ -211,5 +212,122 @@ fn a_log_damaged_in_the_middle_stops_the_start_naming_file_and_byte() {
         out.contains(&name) && out.contains("damaged at byte 8"),
         "{out}"
     );
+    Fabric::remove_if_unused(&fabric);
+}
+
+fn control(fabric: &str) -> ControlClient {
+    ControlClient::new(&support::client_device(fabric), ControlOptions::default()).unwrap()
+}
+
+/// The disk figures of the member at `s`, its workers' summed; `None`
+/// before it answers.
+fn disk(cc: &mut ControlClient, s: &ServerProcess) -> Option<(DiskStatus, bool)> {
+    let st = support::member_status(cc, s.addr)?;
+    let mut sum = DiskStatus::default();
+    let mut running = false;
+    for w in &st.workers {
+        let d = w.disk.expect("a member with durability reports its disk");
+        sum.log_bytes += d.log_bytes;
+        sum.snapshot_bytes += d.snapshot_bytes;
+        sum.snapshots += d.snapshots;
+        running |= d.snapshotting.is_some();
+    }
+    Some((sum, running))
+}
+
+#[test]
+fn snapshots_bound_the_logs_and_a_restart_reads_snapshot_and_logs() {
+    let fabric = format!("kvs-durable-snap-{}", std::process::id());
+    let dir = support::temp_dir("durable-snap");
+    let flags = [
+        "--durability",
+        "always",
+        "--auto-snapshot-min-size",
+        "64K",
+        "--auto-snapshot-percentage",
+        "100",
+    ];
+    let mut m = support::member_process_with(&fabric, dir.path(), "127.0.0.1:0", 2, None, &flags);
+    let mut cc = control(&fabric);
+    let mut c = client(&m, &fabric);
+    // Five rounds of the history: about 1 MB of changes, each key's last
+    // value what the last round left.
+    let mut want = BTreeMap::new();
+    for _ in 0..5 {
+        want = write_history(&mut c);
+    }
+    // The automatic snapshots kept the logs near their threshold (64 KiB
+    // per worker, or the snapshot's size) rather than the whole history.
+    let t = Instant::now();
+    let (auto, _) = loop {
+        let d = disk(&mut cc, &m);
+        if let Some((d, false)) = d.filter(|(d, _)| d.snapshots >= 2) {
+            break (d, false);
+        }
+        assert!(t.elapsed() < WITHIN, "no automatic snapshot: {d:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(auto.snapshot_bytes > 0, "{auto:?}");
+    // `kvs-admin snapshot`: every worker takes one more.
+    match cc.request(m.addr, &ControlRequest::Snapshot) {
+        Ok(ControlReply::Ok) => {}
+        other => panic!("snapshot: {other:?}"),
+    }
+    let t = Instant::now();
+    let asked = loop {
+        let d = disk(&mut cc, &m);
+        if let Some((d, false)) = d.filter(|(d, _)| d.snapshots >= auto.snapshots + 2) {
+            break d;
+        }
+        assert!(
+            t.elapsed() < WITHIN,
+            "the snapshot asked for did not finish: {d:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        asked.log_bytes < 64 << 10,
+        "a fresh snapshot leaves little log: {asked:?}"
+    );
+    // A few writes after it: they are in the logs only.
+    for i in 0..20u32 {
+        let k = format!("key{i:04}");
+        let v = format!("after the snapshot {i}").into_bytes();
+        answer(&mut c, |c| c.put(k.as_bytes(), &v, 1)).unwrap();
+        want.insert(k, Some(v));
+    }
+    drop(c);
+    m.kill9();
+    let again = support::member_process_with(&fabric, dir.path(), "127.0.0.1:0", 2, None, &flags);
+    let mut c = client(&again, &fabric);
+    check(&mut c, &want);
+    drop(c);
+    let out = again.output();
+    assert!(
+        out.contains("from snapshot") && !out.contains("from snapshot 0 "),
+        "{out}"
+    );
+    Fabric::remove_if_unused(&fabric);
+}
+
+#[test]
+fn a_snapshot_is_refused_without_durability() {
+    let fabric = format!("kvs-durable-nosnap-{}", std::process::id());
+    let dir = support::temp_dir("durable-nosnap");
+    let m = member(&fabric, dir.path(), "none");
+    let mut cc = control(&fabric);
+    let t = Instant::now();
+    let reply = loop {
+        match cc.request(m.addr, &ControlRequest::Snapshot) {
+            Ok(r) => break r,
+            Err(e) if t.elapsed() > WITHIN => panic!("{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    match reply {
+        ControlReply::Error { message } => assert!(message.contains("durability"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    drop(m);
     Fabric::remove_if_unused(&fabric);
 }

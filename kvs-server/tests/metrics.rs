@@ -208,6 +208,8 @@ fn the_endpoint_reports_what_was_done() {
     assert_eq!(sum(&s, "kvs_migration_pulled_bytes_total", &[]), 0.0);
     assert_eq!(sum(&s, "kvs_migration_sent_bytes_total", &[]), 0.0);
     assert!(sum(&s, "process_start_time_seconds", &[]) > 1.6e9);
+    // No records on disk: no disk metrics.
+    assert!(!s.iter().any(|x| x.metric.starts_with("kvs_log")), "{s:?}");
 
     // Other paths and methods.
     let (code, _, body) = get(m, "/");
@@ -234,6 +236,69 @@ fn the_endpoint_reports_what_was_done() {
     assert_eq!(ops(&s, "put", "ok"), 10.0);
     drop((stalled, half));
 
+    drop(c);
+    server.shutdown();
+    Fabric::remove_if_unused(&fabric);
+}
+
+#[test]
+fn the_disk_metrics_follow_the_logs_and_snapshots() {
+    let dir = temp_dir("metrics-disk");
+    let fabric = format!("kvs-metrics-disk-{}", std::process::id());
+    let server = Server::start(Config {
+        data_dir: Some(dir.join("member")),
+        bootstrap: true,
+        durability: kvs_server::Durability::Always,
+        // A snapshot as soon as the logs hold 4 KiB.
+        auto_snapshot_min_size: 4 << 10,
+        metrics_listen: Some("127.0.0.1:0".parse().unwrap()),
+        ..test_config(&fabric)
+    })
+    .unwrap();
+    let m = server.metrics_addr().expect("an endpoint");
+    let s = scrape(m);
+    assert_eq!(sum(&s, "kvs_snapshots_total", &[]), 0.0);
+    assert_eq!(sum(&s, "kvs_snapshot_bytes", &[]), 0.0);
+    assert_eq!(sum(&s, "kvs_snapshot_in_progress", &[]), 0.0);
+    assert!(
+        s.iter().any(|x| x.metric == "kvs_recovery_seconds"),
+        "{s:?}"
+    );
+    let mut c = connect(server.addr(), &fabric, ClientOptions::default()).unwrap();
+    let value = vec![b'v'; 1000];
+    for i in 0..40u32 {
+        let k = format!("key{i}");
+        c.put(k.as_bytes(), &value, 1).unwrap();
+        let mut done = false;
+        while !done {
+            c.wait(Duration::from_millis(10), |_, r| {
+                assert!(r.is_ok(), "{r:?}");
+                done = true;
+            })
+            .unwrap();
+        }
+    }
+    // Each worker's logs passed 4 KiB: a snapshot each, then a log that
+    // is small again.
+    let t = Instant::now();
+    let s = loop {
+        let s = scrape(m);
+        // Published with the other gauges, a moment after the writes.
+        let on_disk = sum(&s, "kvs_snapshot_bytes", &[]) + sum(&s, "kvs_log_bytes", &[]);
+        if sum(&s, "kvs_snapshots_total", &[]) >= 2.0 && on_disk > 40.0 * 1000.0 {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // A worker's logs grow to its last snapshot's size (or 4 KiB) and then
+    // are snapshotted: what they hold stays below that, and a put.
+    let (snap, log) = (
+        sum(&s, "kvs_snapshot_bytes", &[]),
+        sum(&s, "kvs_log_bytes", &[]),
+    );
+    assert!(snap > 0.0, "{snap}");
+    assert!(log < snap + 2.0 * (4096.0 + 1100.0), "{log} {snap}");
     drop(c);
     server.shutdown();
     Fabric::remove_if_unused(&fabric);

@@ -95,6 +95,12 @@ pub enum Damage {
     /// after it.
     #[error("a record whose checksum does not match")]
     Checksum,
+    /// A file that is complete once in place (a
+    /// [`Replacement`](crate::Replacement), such as a snapshot) ends inside
+    /// a record or before the record that ends it: it was cut short after
+    /// it was written.
+    #[error("the file was cut short: it ends before its last record does")]
+    Cut,
     /// The visitor refused a whole, well-checksummed record.
     #[error("a record of kind {kind} that the reader rejects: {reason}")]
     Rejected {

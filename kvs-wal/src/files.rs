@@ -35,18 +35,25 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), WalError> {
 /// sibling, open for reading and writing, and its path, for the caller to
 /// rename over `path` and then flush the directory ([`sync_dir`]).
 pub(crate) fn write_partial(path: &Path, parts: &[&[u8]]) -> Result<(File, PathBuf), WalError> {
+    let (mut f, tmp) = open_partial(path)?;
+    for p in parts {
+        f.write_all(p).map_err(io(&tmp))?;
+    }
+    f.sync_all().map_err(io(&tmp))?;
+    Ok((f, tmp))
+}
+
+/// The sibling that is to replace `path`, created empty (or emptied), open
+/// for reading and writing, and its path.
+pub(crate) fn open_partial(path: &Path) -> Result<(File, PathBuf), WalError> {
     let tmp = partial_of(path);
-    let mut f = OpenOptions::new()
+    let f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(true)
         .open(&tmp)
         .map_err(io(&tmp))?;
-    for p in parts {
-        f.write_all(p).map_err(io(&tmp))?;
-    }
-    f.sync_all().map_err(io(&tmp))?;
     Ok((f, tmp))
 }
 

@@ -96,6 +96,7 @@ pub mod field;
 mod files;
 mod format;
 mod open;
+mod replacement;
 mod replay;
 mod sync;
 #[cfg(test)]
@@ -108,6 +109,7 @@ pub use error::{Damage, Reason, TooLarge, WalError};
 pub use files::{remove_partial, write_atomic};
 pub use format::Format;
 pub use open::Log;
+pub use replacement::Replacement;
 pub use replay::{Replayed, Visit};
 pub use sync::SyncHandle;
 pub use writer::Writer;

@@ -98,6 +98,17 @@ struct Args {
     /// flush). Config key `durability`.
     #[arg(long, value_name = "none|everysec|always")]
     durability: Option<kvs_server::Durability>,
+    /// With --durability: each worker snapshots its records (while it
+    /// serves) and drops the logs the snapshot holds, once its logs reach
+    /// PERCENT of its last snapshot's size and --auto-snapshot-min-size,
+    /// as Redis's auto-aof-rewrite-percentage; 0: only when `kvs-admin
+    /// snapshot` asks. Default 100. Config key `auto_snapshot_percentage`.
+    #[arg(long, value_name = "PERCENT")]
+    auto_snapshot_percentage: Option<u32>,
+    /// The logs' least size for an automatic snapshot, in bytes or with a
+    /// unit (64M, 1G); default 64M. Config key `auto_snapshot_min_size`.
+    #[arg(long, value_name = "BYTES", value_parser = kvs_server::store::memory::parse_bytes)]
+    auto_snapshot_min_size: Option<u64>,
     /// The address clients and members reach this server at, when it is not
     /// `--listen` (behind NAT, or listening on 0.0.0.0). Config key
     /// `advertise`.
@@ -265,6 +276,12 @@ fn apply_flags(a: Args, cfg: &mut Config) {
     }
     if let Some(v) = a.durability {
         cfg.durability = v;
+    }
+    if let Some(v) = a.auto_snapshot_percentage {
+        cfg.auto_snapshot_percentage = v;
+    }
+    if let Some(v) = a.auto_snapshot_min_size {
+        cfg.auto_snapshot_min_size = v;
     }
     if a.advertise.is_some() {
         cfg.advertise = a.advertise;

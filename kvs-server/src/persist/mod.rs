@@ -1,6 +1,8 @@
-//! A worker's durable log: every change to its store ([`Change`]), in the
-//! workspace's log format ([`kvs_wal`]) with this log's own magic, one
-//! file per worker in `data_dir` (`data/worker-W.log`).
+//! A worker's records on disk: a log of every change to its store
+//! ([`Change`]), in the workspace's log format ([`kvs_wal`]) with this
+//! log's own magic, and now and then a snapshot that lets the log shed
+//! what it holds ([`snapshot`]); the files are in `data_dir/data`
+//! ([`files`]).
 //!
 //! The store journals each change as it makes it ([`Store::journal`]); at
 //! the end of each turn, before the replies the turn wrote leave (the next
@@ -15,79 +17,142 @@
 //!   Redis does under `appendfsync always`): its replies must not leave,
 //!   and the members holding copies take over.
 //!
-//! At start the worker replays its log into an empty store before it
-//! serves ([`recover`]), logging its progress; a torn last write is cut
-//! off and reported, damage elsewhere stops the start naming the file and
-//! the byte.
+//! At start the worker loads its snapshot and replays its logs into an
+//! empty store before it serves ([`recover()`]), logging its progress; a
+//! torn last write is cut off and reported, damage elsewhere stops the
+//! start naming the file and the byte.
+//!
+//! A snapshot begins when the logs hold `auto_snapshot_percentage` of the
+//! last snapshot's size and at least `auto_snapshot_min_size`, or when
+//! `kvs-admin snapshot` asks ([`WorkerLog::request_snapshot`]).
 //!
 //! [`Change`]: crate::store::change::Change
 //! [`Store::journal`]: crate::store::Store::journal
 
+mod files;
+mod records;
 mod recover;
+mod snapshot;
 mod syncer;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use kvs_wal::{Format, WalError, Writer};
+use kvs_wal::{Format, Log, WalError, Writer};
 
-use crate::config::Durability;
+use crate::config::{Config, Durability};
 use crate::store::Store;
 
-pub(crate) use recover::recover;
+pub(crate) use recover::{recover, Recovered};
+use snapshot::{Outcome, Snapshot};
 use syncer::Syncer;
 
 /// The data logs' format: their magic, and records as large as a bulk
 /// batch (a change holds one record; a pulled one came in a batch).
 pub(crate) const FORMAT: Format = Format::new(*b"KVSDATA\x01", crate::bulk::BATCH as u32);
 
-/// Where worker `worker` of the member whose data dir is `data_dir` keeps
-/// its log.
-pub(crate) fn log_path(data_dir: &Path, worker: u16) -> PathBuf {
-    data_dir.join("data").join(format!("worker-{worker}.log"))
-}
+/// The snapshots' format: the same records (changes that make the slots
+/// again), between a head and an end.
+pub(crate) const SNAPSHOT_FORMAT: Format = Format::new(*b"KVSSNAP\x01", crate::bulk::BATCH as u32);
+
+/// How long after a failed snapshot (or a log that could not begin) the
+/// next is tried.
+const RETRY: Duration = Duration::from_secs(60);
 
 /// Worker `worker`'s store and log at its start: `None` without
-/// durability, else the store its log holds, journaling its changes from
+/// durability, else the store its files hold, journaling its changes from
 /// now on (the slots its map no longer gives it are dropped next, and
-/// that is logged too), and the log. `Err`: why the log cannot be read (damage names the file and
-/// the byte).
+/// that is logged too), and the log. `Err`: why the files cannot be read
+/// (damage names the file and the byte).
 pub(crate) fn open(
-    cfg: &crate::config::Config,
+    cfg: &Config,
     slots: u32,
     worker: u16,
 ) -> Result<Option<(Store, WorkerLog)>, WalError> {
-    let Some(dir) = cfg
+    let Some(data_dir) = cfg
         .data_dir
         .as_deref()
         .filter(|_| cfg.durability != Durability::None)
     else {
         return Ok(None);
     };
-    let path = log_path(dir, worker);
-    let (mut store, writer, found) = recover(&path, slots, worker)?;
-    store.keep_journal(FORMAT);
+    let dir = files::dir(data_dir);
+    let opened = recover(&dir, slots, worker)?;
+    let found = opened.found;
     tracing::info!(
-        "worker {worker}: {} changes ({} bytes) replayed from {} in {:.3} s",
+        "worker {worker}: {} changes from snapshot {} and {} from the logs ({} bytes) \
+         recovered from {} in {:.3} s",
+        found.snapshot_changes,
+        opened.snap_gen,
         found.changes,
         found.bytes,
-        path.display(),
+        dir.display(),
         found.took.as_secs_f64()
     );
-    Ok(Some((
-        store,
-        WorkerLog::new(writer, cfg.durability, worker),
-    )))
+    let mut store = opened.store;
+    store.keep_journal(FORMAT);
+    // The logs before the newest; the newest is the writer's.
+    let older = opened.log_bytes - opened.writer.end();
+    let log = WorkerLog {
+        _syncer: syncer_for(&opened.writer, cfg.durability, worker),
+        writer: opened.writer,
+        durability: cfg.durability,
+        failing: false,
+        worker,
+        dir,
+        slots,
+        gen: opened.gen,
+        older,
+        snapshot_bytes: opened.snapshot_bytes,
+        auto_percentage: cfg.auto_snapshot_percentage,
+        auto_min: cfg.auto_snapshot_min_size,
+        snapshot: None,
+        requested: false,
+        not_before: None,
+        snapshots: 0,
+        recovered: found,
+    };
+    Ok(Some((store, log)))
 }
 
-/// A worker's log, open for appending after its replay.
+/// `everysec`: the thread that flushes `writer`'s log.
+fn syncer_for(writer: &Writer, durability: Durability, worker: u16) -> Option<Syncer> {
+    (durability == Durability::Everysec).then(|| Syncer::start(writer.sync_handle(), worker))
+}
+
+/// A worker's records on disk: its log, open for appending after the
+/// recovery, and its snapshots.
 pub(crate) struct WorkerLog {
     writer: Writer,
     durability: Durability,
-    /// `everysec`: the thread that fsyncs the log (stops when dropped).
+    /// `everysec`: the thread that flushes the log (stops when dropped).
     _syncer: Option<Syncer>,
     /// The last write failed (`everysec`): its records wait in the batch
     /// for the next turn's try.
     failing: bool,
+    worker: u16,
+    /// Where the files are.
+    dir: PathBuf,
+    slots: u32,
+    /// The newest log's generation (the writer's).
+    gen: u64,
+    /// Bytes of the logs before the newest, kept until a snapshot holds
+    /// them.
+    older: u64,
+    /// The last snapshot's size.
+    snapshot_bytes: u64,
+    auto_percentage: u32,
+    auto_min: u64,
+    /// The snapshot under way.
+    snapshot: Option<Snapshot>,
+    /// `kvs-admin snapshot` asked for one.
+    requested: bool,
+    /// No snapshot begins before this (one failed).
+    not_before: Option<Instant>,
+    /// Snapshots put in place since the start.
+    snapshots: u64,
+    /// What the start recovered.
+    recovered: Recovered,
 }
 
 impl std::fmt::Debug for WorkerLog {
@@ -96,29 +161,33 @@ impl std::fmt::Debug for WorkerLog {
             .field("path", &self.writer.path())
             .field("end", &self.writer.end())
             .field("durability", &self.durability)
+            .field("snapshot", &self.snapshot)
             .finish()
     }
 }
 
-impl WorkerLog {
-    /// The log `writer` appends to, flushed as `durability` says.
-    pub(crate) fn new(writer: Writer, durability: Durability, worker: u16) -> WorkerLog {
-        let syncer = (durability == Durability::Everysec)
-            .then(|| Syncer::start(writer.sync_handle(), worker));
-        WorkerLog {
-            writer,
-            durability,
-            _syncer: syncer,
-            failing: false,
-        }
-    }
+/// What a worker's records on disk look like, for its counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LogStatus {
+    /// Bytes of the logs kept.
+    pub log_bytes: u64,
+    /// The last snapshot's size.
+    pub snapshot_bytes: u64,
+    /// Snapshots put in place since the start.
+    pub snapshots: u64,
+    /// The snapshot under way: slots copied, of how many.
+    pub snapshotting: Option<(u32, u32)>,
+    /// What the start recovered.
+    pub recovered: Recovered,
+}
 
+impl WorkerLog {
     /// The turn's end: the store's journal is written to the log (one
     /// write), and under `always` flushed to disk, before the turn's
     /// replies leave. Under `always` a failure stops the process (see the
     /// module's docs); under `everysec` it is logged, the records stay to
     /// be written at the next turn, and the log says when it writes again.
-    pub(crate) fn commit(&mut self, store: &mut Store, worker: u16) {
+    pub(crate) fn commit(&mut self, store: &mut Store) {
         if let Some(j) = store.journal() {
             if !j.is_empty() {
                 self.writer.adopt(j);
@@ -127,6 +196,7 @@ impl WorkerLog {
         if self.writer.pending() == 0 {
             return;
         }
+        let worker = self.worker;
         let r = match self.durability {
             Durability::Always => self.writer.commit(),
             _ => self.writer.write(),
@@ -148,6 +218,155 @@ impl WorkerLog {
                 self.failing = true;
             }
         }
+    }
+
+    /// After the turn's [`commit`](Self::commit): the snapshot under way
+    /// takes its step, or one begins if it is due or was asked for.
+    #[inline]
+    pub(crate) fn tend(&mut self, store: &mut Store) {
+        if self.failing {
+            return;
+        }
+        if let Some(s) = self.snapshot.as_mut() {
+            if let Some(o) = s.step(store) {
+                self.snapshot = None;
+                self.ended(o);
+            }
+        } else if self.requested || self.due() {
+            self.begin();
+        }
+    }
+
+    /// Asks for a snapshot at the next turn's end; false if one is under
+    /// way already.
+    pub(crate) fn request_snapshot(&mut self) -> bool {
+        if self.snapshot.is_some() {
+            return false;
+        }
+        self.requested = true;
+        self.not_before = None;
+        true
+    }
+
+    /// How soon the worker should come back when idle: `Some(ZERO)` while
+    /// a snapshot has slots to copy, a millisecond while it waits for its
+    /// thread, `None` with no snapshot under way.
+    pub(crate) fn tick(&self) -> Option<Duration> {
+        self.snapshot.as_ref().map(|s| {
+            if s.has_work() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(1)
+            }
+        })
+    }
+
+    /// The counters' view.
+    pub(crate) fn status(&self) -> LogStatus {
+        LogStatus {
+            log_bytes: self.log_bytes(),
+            snapshot_bytes: self.snapshot_bytes,
+            snapshots: self.snapshots,
+            snapshotting: self.snapshot.as_ref().map(Snapshot::progress),
+            recovered: self.recovered,
+        }
+    }
+
+    /// Bytes of the logs kept.
+    fn log_bytes(&self) -> u64 {
+        self.older + self.writer.end()
+    }
+
+    /// Whether the logs have grown enough for a snapshot.
+    #[inline]
+    fn due(&self) -> bool {
+        if self.auto_percentage == 0 {
+            return false;
+        }
+        let grown = self
+            .snapshot_bytes
+            .saturating_mul(u64::from(self.auto_percentage))
+            / 100;
+        self.log_bytes() >= grown.max(self.auto_min)
+            && self.not_before.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Begins a snapshot: the log flushed and the next one begun, the
+    /// snapshot's thread started.
+    #[cold]
+    fn begin(&mut self) {
+        self.requested = false;
+        let (worker, gen) = (self.worker, self.gen + 1);
+        let path = files::log_path(&self.dir, worker, gen);
+        // The log must be whole on disk before the next one takes writes:
+        // a recovery reads them in order.
+        let next = self.writer.sync().and_then(|()| {
+            Log::open(&path, FORMAT)?
+                .replay(&mut |_: u8, _: &[u8], _: u64| Ok(()))?
+                .append()
+        });
+        let next = match next {
+            Ok(w) => w,
+            Err(e) => return self.failed(gen, &e),
+        };
+        self.older += self.writer.end();
+        self.writer = next;
+        self.gen = gen;
+        // The old thread's last flush is of a flushed log.
+        self._syncer = syncer_for(&self.writer, self.durability, worker);
+        match Snapshot::start(self.dir.clone(), worker, gen, self.slots) {
+            Ok(s) => {
+                tracing::info!(
+                    "worker {worker}: snapshot {gen} begins ({} bytes of logs; the last \
+                     snapshot is {} bytes)",
+                    self.older,
+                    self.snapshot_bytes
+                );
+                self.snapshot = Some(s);
+            }
+            Err(e) => self.failed(
+                gen,
+                &WalError::Io {
+                    path: files::snapshot_path(&self.dir, worker),
+                    source: e,
+                },
+            ),
+        }
+    }
+
+    /// The snapshot under way ended.
+    #[cold]
+    fn ended(&mut self, o: Outcome) {
+        let worker = self.worker;
+        match o {
+            Outcome::Finished {
+                gen,
+                bytes,
+                removed,
+                took,
+            } => {
+                self.snapshot_bytes = bytes;
+                self.older = self.older.saturating_sub(removed);
+                self.snapshots += 1;
+                tracing::info!(
+                    "worker {worker}: snapshot {gen} in place: {bytes} bytes in {:.3} s; \
+                     {removed} bytes of logs before it removed",
+                    took.as_secs_f64()
+                );
+            }
+            Outcome::Failed { gen, why } => self.failed(gen, &why),
+        }
+    }
+
+    #[cold]
+    fn failed(&mut self, gen: u64, why: &WalError) {
+        tracing::error!(
+            "worker {}: snapshot {gen} failed: {why}; the logs are kept, and the next snapshot \
+             is tried in {} s",
+            self.worker,
+            RETRY.as_secs()
+        );
+        self.not_before = Some(Instant::now() + RETRY);
     }
 }
 

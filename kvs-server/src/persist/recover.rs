@@ -1,176 +1,342 @@
-//! A worker's start from its log: the changes replayed into an empty
-//! store, in order, with the progress logged.
+//! A worker's start from its files: the snapshot loaded, then the logs
+//! from its generation on replayed, in order, with the progress logged.
+//!
+//! In the snapshot's own log, a change to a slot before the mark the
+//! snapshot left there ([`Copied`]) is skipped: the snapshot's copy of the
+//! slot holds it. A later log (a snapshot that never finished began it)
+//! is replayed whole, and its marks ignored.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kvs_wal::{Log, Reason, Visit, WalError, Writer};
+use kvs_wal::{Damage, Log, Reason, Visit, WalError, Writer};
 
-use super::FORMAT;
+use super::files;
+use super::records::{self, Copied, End, Head};
+use super::{FORMAT, SNAPSHOT_FORMAT};
 use crate::store::change::Change;
 use crate::store::Store;
 
-/// How often a long replay says how far it got.
+/// How often a long recovery says how far it got.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
-/// What a replay found.
+/// What a recovery found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Recovered {
-    /// Changes replayed.
+    /// Changes the snapshot held.
+    pub snapshot_changes: u64,
+    /// Changes replayed from the logs (those a snapshot held not counted).
     pub changes: u64,
-    /// Bytes of the log read.
+    /// Bytes read: snapshot and logs.
     pub bytes: u64,
-    /// Bytes of a torn last write cut off.
+    /// Bytes of a torn last write cut off the newest log.
     pub torn_bytes: u64,
-    /// How long the replay took.
+    /// How long the recovery took.
     pub took: Duration,
 }
 
-/// Replays worker `worker`'s log at `path` (made empty if there is none)
-/// into a store of `slots` slots with no memory limit (what was taken once
-/// is taken again); returns the store, the log open for appending, and
-/// what was found. Damage stops the replay with an error naming the file
-/// and the byte.
-pub(crate) fn recover(
-    path: &Path,
-    slots: u32,
-    worker: u16,
-) -> Result<(Store, Writer, Recovered), WalError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| WalError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-    }
-    let t = Instant::now();
-    let log = Log::open(path, FORMAT)?;
-    let mut v = Replay {
-        store: Store::new(slots, usize::MAX),
-        worker,
-        changes: 0,
-        started: t,
-        reported: t,
-    };
-    let replayed = log.replay(&mut v)?;
-    let found = Recovered {
-        changes: v.changes,
-        bytes: replayed.end(),
-        torn_bytes: replayed.torn_bytes(),
-        took: t.elapsed(),
-    };
-    if found.torn_bytes > 0 {
-        tracing::warn!(
-            "worker {worker}: {}: a torn last write of {} bytes cut off (a crash during the write; \
-             nothing it held was acknowledged under durability = \"always\")",
-            path.display(),
-            found.torn_bytes
-        );
-    }
-    let writer = replayed.append()?;
-    Ok((v.store, writer, found))
+/// A worker's files opened: its store as they hold it, and the newest
+/// log open for appending.
+#[derive(Debug)]
+pub(crate) struct Opened {
+    pub store: Store,
+    pub writer: Writer,
+    /// The newest log's generation.
+    pub gen: u64,
+    /// The snapshot's generation (0: no snapshot).
+    pub snap_gen: u64,
+    /// The snapshot's size in bytes (0: none).
+    pub snapshot_bytes: u64,
+    /// The logs' sizes, summed.
+    pub log_bytes: u64,
+    pub found: Recovered,
 }
 
-/// The replay's visitor: each change applied to the store.
-struct Replay {
-    store: Store,
+/// Loads worker `worker`'s snapshot and replays its logs (in `dir`; a
+/// fresh log is made if there is none) into a store of `slots` slots with
+/// no memory limit (what was taken once is taken again). Logs older than
+/// the snapshot (a crash kept them from being removed) are removed. Damage
+/// stops the recovery with an error naming the file and the byte.
+pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, WalError> {
+    std::fs::create_dir_all(dir).map_err(|source| WalError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let t = Instant::now();
+    let snap = files::snapshot_path(dir, worker);
+    kvs_wal::remove_partial(&snap)?;
+    let snap_size = std::fs::metadata(&snap).map(|m| m.len()).ok();
+    let mut logs = files::logs(dir, worker)?;
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let total = snap_size.unwrap_or(0) + logs.iter().map(|(_, p)| size(p)).sum::<u64>();
+    let mut v = Replay {
+        store: Store::new(slots, usize::MAX),
+        skip: None,
+        changes: 0,
+        progress: Progress::new(worker, total, t),
+    };
+    let mut found = Recovered::default();
+    let (snap_gen, snapshot_bytes) = match snap_size {
+        Some(bytes) => {
+            let (head, changes) = load_snapshot(&snap, &mut v)?;
+            found.snapshot_changes = changes;
+            v.skip = Some(Skip {
+                gen: head.gen,
+                copied: vec![false; slots as usize],
+            });
+            (head.gen, bytes)
+        }
+        None => (0, 0),
+    };
+    // Logs before the snapshot's are obsolete; the snapshot's own must be
+    // there (it was started before the snapshot was).
+    while logs.first().is_some_and(|(g, _)| *g < snap_gen) {
+        let (_, p) = logs.remove(0);
+        files::remove(&p)?;
+        tracing::info!(
+            "worker {worker}: {} removed: the snapshot holds it",
+            p.display()
+        );
+    }
+    match logs.first() {
+        None if snap_gen == 0 => {
+            let p = files::log_path(dir, worker, 0);
+            Log::open(&p, FORMAT)?;
+            logs.push((0, p));
+        }
+        Some((g, _)) if *g == snap_gen => {}
+        _ => return Err(missing_log(dir, worker, snap_gen, &snap)),
+    }
+    let mut log_bytes = 0;
+    let last = logs.len() - 1;
+    let mut writer = None;
+    for (i, (gen, path)) in logs.iter().enumerate() {
+        if v.skip.as_ref().is_some_and(|s| s.gen != *gen) {
+            // A later log: replayed whole.
+            v.skip = None;
+        }
+        let log = Log::open(path, FORMAT)?;
+        let replayed = log.replay(&mut v)?;
+        v.progress.done(replayed.end() + replayed.torn_bytes());
+        log_bytes += replayed.end();
+        if i < last {
+            // Flushed before the next log began: a tear is damage.
+            if replayed.torn_bytes() > 0 {
+                return Err(cut(path, replayed.end()));
+            }
+            continue;
+        }
+        found.torn_bytes = replayed.torn_bytes();
+        if found.torn_bytes > 0 {
+            tracing::warn!(
+                "worker {worker}: {}: a torn last write of {} bytes cut off (a crash during the \
+                 write; nothing it held was acknowledged under durability = \"always\")",
+                path.display(),
+                found.torn_bytes
+            );
+        }
+        writer = Some((*gen, replayed.append()?));
+    }
+    let (gen, writer) = writer.expect("at least one log");
+    found.changes = v.changes;
+    found.bytes = total;
+    found.took = t.elapsed();
+    Ok(Opened {
+        store: v.store,
+        writer,
+        gen,
+        snap_gen,
+        snapshot_bytes,
+        log_bytes,
+        found,
+    })
+}
+
+/// Loads the snapshot at `path` into the replay's store: its head, and
+/// the changes it held.
+fn load_snapshot(path: &Path, v: &mut Replay) -> Result<(Head, u64), WalError> {
+    let mut s = LoadSnapshot {
+        replay: v,
+        head: None,
+        end: None,
+        changes: 0,
+    };
+    let replayed = Log::open(path, SNAPSHOT_FORMAT)?.replay(&mut s)?;
+    let end = replayed.end();
+    s.replay.progress.done(end + replayed.torn_bytes());
+    match (s.head, s.end, replayed.torn_bytes()) {
+        (Some(head), Some(_), 0) => Ok((head, s.changes)),
+        _ => Err(cut(path, end)),
+    }
+}
+
+/// A complete file (a snapshot, or a log a later one follows) cut short
+/// at byte `at`.
+fn cut(path: &Path, at: u64) -> WalError {
+    WalError::Corrupt {
+        path: path.to_path_buf(),
+        offset: at,
+        why: Damage::Cut,
+    }
+}
+
+/// The log a snapshot needs is not there: the files were not all kept.
+fn missing_log(dir: &Path, worker: u16, gen: u64, snap: &Path) -> WalError {
+    let p: PathBuf = files::log_path(dir, worker, gen);
+    WalError::Io {
+        path: p,
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!(
+                "missing: it holds the writes after {} (generation {gen}); were the data dir's \
+                 files copied or restored in part?",
+                if gen == 0 {
+                    "the start".to_string()
+                } else {
+                    snap.display().to_string()
+                }
+            ),
+        ),
+    }
+}
+
+/// Which slots' changes a replay of snapshot `gen`'s log applies: those
+/// after the slot's mark.
+struct Skip {
+    gen: u64,
+    /// By slot: its mark was read.
+    copied: Vec<bool>,
+}
+
+/// Recovery's progress, across its files.
+struct Progress {
     worker: u16,
-    changes: u64,
+    total: u64,
+    /// Bytes of the files read before the current one.
+    before: u64,
     started: Instant,
     reported: Instant,
 }
 
-impl Visit for Replay {
-    fn record(&mut self, kind: u8, payload: &[u8], _offset: u64) -> Result<(), Reason> {
-        Change::decode(kind, payload)?.apply(&mut self.store)?;
-        self.changes += 1;
-        Ok(())
+impl Progress {
+    fn new(worker: u16, total: u64, started: Instant) -> Progress {
+        Progress {
+            worker,
+            total,
+            before: 0,
+            started,
+            reported: started,
+        }
     }
 
-    fn progress(&mut self, read: u64, size: u64) {
+    fn read(&mut self, read: u64) {
         if self.reported.elapsed() >= REPORT_EVERY {
             self.reported = Instant::now();
             tracing::info!(
-                "worker {}: recovering, {read} of {size} bytes of the log read ({} s)",
+                "worker {}: recovering, {} of {} bytes read ({} s)",
                 self.worker,
+                self.before + read,
+                self.total,
                 self.started.elapsed().as_secs()
             );
         }
     }
+
+    /// A file of `bytes` bytes was read whole.
+    fn done(&mut self, bytes: u64) {
+        self.before += bytes;
+    }
+}
+
+/// The logs' visitor: each change applied to the store, unless a snapshot
+/// holds it.
+struct Replay {
+    store: Store,
+    skip: Option<Skip>,
+    changes: u64,
+    progress: Progress,
+}
+
+impl Visit for Replay {
+    fn record(&mut self, kind: u8, payload: &[u8], _offset: u64) -> Result<(), Reason> {
+        if kind == records::COPIED {
+            let c = Copied::decode(payload)?;
+            if let Some(s) = self.skip.as_mut().filter(|s| s.gen == c.gen) {
+                let slots = c.slots.start as usize..c.slots.end as usize;
+                s.copied
+                    .get_mut(slots)
+                    .ok_or("a mark of slots past the store's")?
+                    .fill(true);
+            }
+            return Ok(());
+        }
+        let c = Change::decode(kind, payload)?;
+        if let Some(s) = &self.skip {
+            if !s.copied.get(c.slot() as usize).copied().unwrap_or(true) {
+                return Ok(());
+            }
+        }
+        c.apply(&mut self.store)?;
+        self.changes += 1;
+        Ok(())
+    }
+
+    fn progress(&mut self, read: u64, _size: u64) {
+        self.progress.read(read);
+    }
+}
+
+/// The snapshot's visitor: its head first, then changes, its end last.
+struct LoadSnapshot<'a> {
+    replay: &'a mut Replay,
+    head: Option<Head>,
+    end: Option<End>,
+    changes: u64,
+}
+
+impl Visit for LoadSnapshot<'_> {
+    fn record(&mut self, kind: u8, payload: &[u8], _offset: u64) -> Result<(), Reason> {
+        let slots = self.replay.store.slots();
+        match (kind, self.head, self.end) {
+            (_, _, Some(_)) => Err("a record after the snapshot's end".into()),
+            (records::HEAD, None, _) => {
+                let h = Head::decode(payload)?;
+                if h.slots != slots {
+                    return Err(format!(
+                        "a snapshot of a map of {} slots, not this cluster's {slots}",
+                        h.slots
+                    )
+                    .into());
+                }
+                self.head = Some(h);
+                Ok(())
+            }
+            (_, None, _) => Err("the snapshot does not start with its head".into()),
+            (records::END, Some(h), None) => {
+                let e = End::decode(payload)?;
+                if e.gen != h.gen || e.records != self.changes {
+                    return Err(format!(
+                        "the snapshot's end says generation {} and {} changes, \
+                         its head generation {} and {} were read",
+                        e.gen, e.records, h.gen, self.changes
+                    )
+                    .into());
+                }
+                self.end = Some(e);
+                Ok(())
+            }
+            _ => {
+                Change::decode(kind, payload)?.apply(&mut self.replay.store)?;
+                self.changes += 1;
+                Ok(())
+            }
+        }
+    }
+
+    fn progress(&mut self, read: u64, _size: u64) {
+        self.replay.progress.read(read);
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use test_support::TempDir;
-
-    fn write_some(path: &Path) -> u64 {
-        let (mut s, w, found) = recover(path, 8, 0).unwrap();
-        assert_eq!(found.changes, 0);
-        s.keep_journal(FORMAT);
-        let mut log = super::super::WorkerLog::new(w, crate::config::Durability::Always, 0);
-        s.put(1, b"a", b"1").unwrap();
-        s.put(2, b"b", b"2").unwrap();
-        log.commit(&mut s, 0);
-        s.delete(1, b"a");
-        s.put(3, b"c", b"3").unwrap();
-        log.commit(&mut s, 0);
-        std::fs::metadata(path).unwrap().len()
-    }
-
-    #[test]
-    fn a_store_comes_back_from_its_log() {
-        let d = TempDir::new("kvs-server", "recover");
-        let p = d.path().join("data").join("worker-0.log");
-        write_some(&p);
-        let (s, _, found) = recover(&p, 8, 0).unwrap();
-        assert_eq!(found.changes, 4);
-        assert_eq!(found.torn_bytes, 0);
-        assert_eq!(s.get(1, b"a"), None);
-        assert_eq!(s.get(2, b"b"), Some(&b"2"[..]));
-        assert_eq!(s.get(3, b"c"), Some(&b"3"[..]));
-    }
-
-    #[test]
-    fn a_log_cut_anywhere_gives_the_changes_before_the_cut() {
-        let d = TempDir::new("kvs-server", "recover-cut");
-        let p = d.path().join("w.log");
-        let full = write_some(&p);
-        let bytes = std::fs::read(&p).unwrap();
-        let mut last = 0;
-        for cut in 8..=full {
-            std::fs::write(&p, &bytes[..cut as usize]).unwrap();
-            let (s, _, found) = recover(&p, 8, 0).unwrap();
-            assert!(found.changes >= last, "cut at {cut}");
-            last = found.changes;
-            assert_eq!(found.bytes + found.torn_bytes, cut);
-            // The changes come back in order: b's put before c's.
-            if s.get(3, b"c").is_some() {
-                assert!(s.get(2, b"b").is_some() && s.get(1, b"a").is_none());
-            }
-        }
-        assert_eq!(last, 4);
-    }
-
-    #[test]
-    fn damage_in_the_middle_names_the_file_and_byte() {
-        let d = TempDir::new("kvs-server", "recover-damage");
-        let p = d.path().join("w.log");
-        write_some(&p);
-        let mut bytes = std::fs::read(&p).unwrap();
-        // The first record's payload (after the magic and its header).
-        bytes[8 + 8 + 2] ^= 0xff;
-        std::fs::write(&p, &bytes).unwrap();
-        let e = recover(&p, 8, 0).unwrap_err().to_string();
-        assert!(e.contains("w.log") && e.contains("byte 8"), "{e}");
-    }
-
-    #[test]
-    fn a_change_to_a_slot_the_store_lacks_is_damage() {
-        let d = TempDir::new("kvs-server", "recover-slots");
-        let p = d.path().join("w.log");
-        write_some(&p);
-        // Slot 3 does not exist in a store of 2 slots.
-        let e = recover(&p, 2, 0).unwrap_err().to_string();
-        assert!(e.contains("slot"), "{e}");
-    }
-}
+mod tests;

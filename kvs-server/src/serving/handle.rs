@@ -168,7 +168,7 @@ impl Handler {
         Self::with_store(me, map, max_key, max_value, store)
     }
 
-    /// [`Handler::new`], serving the records of `store`: what the worker's
+    /// A handler serving the records of `store`: what the worker's
     /// log held at its start. The slots `map` gives this worker neither as
     /// owner nor as a backup go; an import or a copy that `map` ended
     /// while the worker was down ends; and since the clients' request ids

@@ -17,6 +17,8 @@
 //!              slot u32
 //! ```
 
+use kvs_wal::Batch;
+
 use super::{Patch, Store};
 
 mod field {
@@ -250,6 +252,47 @@ impl<'a> Change<'a> {
     }
 }
 
+impl Store {
+    /// Slot `slot` as the changes that make it again on a store without it
+    /// (a snapshot's copy of the slot), appended to `out`: its import or
+    /// copy begun, the keys deleted since that began, then its records.
+    /// Returns how many changes; none for a slot the store does not hold.
+    pub(crate) fn copy_slot(&self, slot: u32, out: &mut Batch) -> u64 {
+        let Some(sl) = self.slots.get(slot as usize).and_then(Option::as_deref) else {
+            return 0;
+        };
+        let mut n = 0;
+        let mut push = |c: Change<'_>| {
+            // A change holds one record, as in the log (see
+            // `Store::journal_change`).
+            out.push_with(c.kind(), |b| c.encode(b))
+                .expect("a change fits a log record");
+            n += 1;
+        };
+        if let Some(tombstones) = &sl.import {
+            push(if sl.copying {
+                Change::BeginCopy { slot }
+            } else {
+                Change::BeginImport { slot }
+            });
+            // Deleted while the slot is imported, and absent: a delete
+            // leaves the tombstone. A key put again after its delete keeps
+            // its tombstone too, as here (its put follows).
+            for key in tombstones {
+                push(Change::Delete { slot, key });
+            }
+        }
+        for r in sl.map.iter() {
+            push(Change::Put {
+                slot,
+                key: r.key(),
+                value: r.value(),
+            });
+        }
+        n
+    }
+}
+
 /// Why a change read from a log does not apply to the store replaying it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum Unapplied {
@@ -385,6 +428,61 @@ mod tests {
         assert!(s.importing(1) && s.deleted_in_import(1, b"k"));
         s.apply_pulled(1, b"k", Some(b"old"));
         assert_eq!(s.get(1, b"k"), None);
+    }
+
+    #[test]
+    fn a_copied_slot_makes_the_same_slot_again() {
+        const F: kvs_wal::Format = kvs_wal::Format::new(*b"TESTCOPY", 1 << 16);
+        let mut live = Store::new(4, usize::MAX);
+        live.put(0, b"plain", b"p").unwrap();
+        live.begin_import(1);
+        live.put(1, b"kept", b"k").unwrap();
+        live.delete(1, b"gone");
+        live.delete(1, b"again");
+        live.put(1, b"again", b"back").unwrap();
+        live.begin_copy(2);
+        live.put(2, b"c", b"copied").unwrap();
+        live.delete(2, b"x");
+        let mut b = Batch::new(F);
+        let n: u64 = (0..4).map(|s| live.copy_slot(s, &mut b)).sum();
+        assert_eq!(n as usize, b.records());
+        // The batch's records, replayed through a log.
+        let d = test_support::TempDir::new("kvs-server", "copy-slot");
+        let p = d.path().join("copy");
+        let mut r = kvs_wal::Replacement::create(&p, F).unwrap();
+        r.write(&mut b).unwrap();
+        r.finish().unwrap();
+        let mut again = Store::new(4, usize::MAX);
+        kvs_wal::Log::open(&p, F)
+            .unwrap()
+            .replay(&mut |kind, payload: &[u8], _| {
+                Change::decode(kind, payload)?.apply(&mut again)?;
+                Ok(())
+            })
+            .unwrap();
+        for slot in 0..4 {
+            let mut a: Vec<_> = live.slot_records(slot).collect();
+            let mut b: Vec<_> = again.slot_records(slot).collect();
+            a.sort();
+            b.sort();
+            assert_eq!(a, b, "slot {slot}");
+            assert_eq!(live.importing(slot), again.importing(slot));
+        }
+        for (slot, key) in [(1, &b"gone"[..]), (1, b"again"), (2, b"x")] {
+            assert!(again.deleted_in_import(slot, key), "{key:?}");
+        }
+        assert!(!again.deleted_in_import(1, b"kept"));
+        // The copy still takes pulled records as a copy does.
+        assert_eq!(
+            again.apply_pulled(2, b"y", Some(b"pulled")),
+            super::super::Pulled::Taken
+        );
+        assert_eq!(
+            again.apply_pulled(2, b"x", Some(b"stale")),
+            super::super::Pulled::Stale
+        );
+        again.end_copy(2);
+        assert_eq!(again.len(), live.len() + 1);
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub(crate) enum ToWorker {
     },
     /// The hand-over or drain is over (or off): writes are taken again.
     Thaw,
+    /// `kvs-admin snapshot`: snapshot the worker's records at the end of
+    /// its turn (with a log; nothing without one).
+    Snapshot,
     /// The source of an import holds slots `first..end` frozen (it serves
     /// them no more): the worker may serve them.
     SourceFrozen {

@@ -12,6 +12,8 @@ use copyrpc::transport::Transport;
 use copyrpc::RecvHandle;
 use kvs_control::{Command, MemberState, Refusal};
 use kvs_proto::control::{ControlReply, ControlRequest};
+
+use crate::threads::to_worker::ToWorker;
 use kvs_proto::group::{BadBatch, Batch};
 use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
 use kvs_proto::shard::slot_of;
@@ -194,6 +196,7 @@ impl State {
                 self.shared.drain.store(true, Ordering::Release);
                 ControlReply::Ok
             }
+            ControlRequest::Snapshot => self.snapshot(),
             // Asked of a survivor, which cannot lead before it.
             ControlRequest::UnsafeRecover { lost } => self.unsafe_recover(&lost),
             _ if !self.group.is_leader() => self.leader_is(),
@@ -268,6 +271,27 @@ impl State {
         };
         reply(out, Status::Ok, &answer.encode(), max_response);
         Outcome::Now
+    }
+
+    /// `kvs-admin snapshot`: every worker snapshots its records at the end
+    /// of its turn; refused with no records on disk.
+    fn snapshot(&self) -> ControlReply {
+        if self.cfg.durability == crate::config::Durability::None {
+            return ControlReply::Error {
+                message: format!(
+                    "member {} keeps its records in memory only (durability = \"none\"): \
+                     there is nothing to snapshot; set durability to everysec or always \
+                     (with a data_dir) and restart it",
+                    self.me
+                ),
+            };
+        }
+        for (tx, waker) in &self.workers {
+            if tx.send(ToWorker::Snapshot).is_ok() {
+                waker.wake();
+            }
+        }
+        ControlReply::Ok
     }
 
     /// A ticket to pull slots `first..end` given away in map `version`, or

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use kvs_control::MemberState;
-use kvs_proto::control::{GroupMember, GroupView, MemberStatus, WorkerStatus};
+use kvs_proto::control::{DiskStatus, GroupMember, GroupView, MemberStatus, WorkerStatus};
 use kvs_proto::Owner;
 
 use super::{now_ms, State};
@@ -20,6 +20,14 @@ impl State {
                 keys: s.keys.load(Ordering::Relaxed),
                 backup_keys: s.backup_keys.load(Ordering::Relaxed),
                 bytes: s.memory_used.load(Ordering::Relaxed),
+                disk: s.disk().map(|d| DiskStatus {
+                    log_bytes: d.log_bytes,
+                    snapshot_bytes: d.snapshot_bytes,
+                    snapshots: d.snapshots,
+                    snapshotting: d.snapshotting,
+                    recovered_bytes: d.recovered.bytes,
+                    recovery_ms: d.recovered.took.as_millis() as u64,
+                }),
             })
             .collect();
         for s in 0..self.map.slots() {

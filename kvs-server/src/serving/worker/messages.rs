@@ -50,6 +50,13 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                 })
             }
             ToWorker::Thaw => self.h.frozen = None,
+            ToWorker::Snapshot => {
+                if let Some(l) = self.log.as_mut() {
+                    if !l.request_snapshot() {
+                        tracing::info!(target: LOG, "worker {}: a snapshot is under way already", self.w);
+                    }
+                }
+            }
             ToWorker::SourceFrozen { first, end } => self.h.source_frozen(first..end),
             // Pulled records go in between turns, a few at a time.
             ToWorker::Records { batch, taken } => self.intake.push(batch, Whose::Import, taken),

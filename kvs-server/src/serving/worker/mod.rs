@@ -189,6 +189,10 @@ impl Worker {
                 return None;
             }
         };
+        if let Some(l) = &log {
+            // What the start recovered, readable as soon as the member is.
+            *stats.disk.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.status());
+        }
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
         let h = Handler::with_store(me, map, cfg.max_key, cfg.max_value, store)
@@ -339,9 +343,20 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     /// returns how many completions the wait found.
     #[inline]
     fn wait(&mut self) -> usize {
+        // The turn's changes go to the log before its replies leave (the
+        // wait's poll sends them); then a snapshot under way takes a step.
+        let mut snapshot_tick = None;
+        if let Some(l) = self.log.as_mut() {
+            l.commit(&mut self.h.store);
+            l.tend(&mut self.h.store);
+            snapshot_tick = l.tick();
+        }
         let tick = if !self.intake.is_empty() {
             // Records wait to be taken: look for requests, never sleep.
             Duration::ZERO
+        } else if let Some(t) = snapshot_tick {
+            // A snapshot copies slots between turns: come back soon.
+            t
         } else if self.fwd.settling() {
             // Links being set up and copies under way move on soon.
             Duration::from_millis(1)
@@ -350,11 +365,6 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         } else {
             IDLE_TICK
         };
-        // The turn's changes go to the log before its replies leave (the
-        // wait's poll sends them).
-        if let Some(l) = self.log.as_mut() {
-            l.commit(&mut self.h.store, self.w);
-        }
         // Between turns: nothing is served by the lease read last.
         self.lease.leave(usize::from(self.w));
         let n = match self.ctx.wait(tick) {
@@ -590,6 +600,9 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             .refused_member_ops
             .store(h.refused_member_ops, Ordering::Relaxed);
         stats.requests.publish(&h.metrics);
+        if let Some(l) = &self.log {
+            *stats.disk.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.status());
+        }
     }
 
     /// Begins the drain once the stop flag is up; true once it has lasted
@@ -614,7 +627,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         // Answers already written go out, once their changes are in the
         // log; then every endpoint closes.
         if let Some(l) = self.log.as_mut() {
-            l.commit(&mut self.h.store, self.w);
+            l.commit(&mut self.h.store);
         }
         self.ctx.poll();
         self.conns.close_all(&mut self.ctx);

@@ -1,0 +1,310 @@
+use std::path::Path;
+
+use test_support::TempDir;
+
+use super::*;
+use crate::config::{Config, Durability};
+use crate::persist::{open, WorkerLog};
+
+const SLOTS: u32 = 16;
+
+fn config(data_dir: &Path) -> Config {
+    Config {
+        data_dir: Some(data_dir.to_path_buf()),
+        durability: Durability::Always,
+        // Snapshots only when a test asks.
+        auto_snapshot_percentage: 0,
+        ..Config::default()
+    }
+}
+
+/// A worker's store and log, as the worker opens them.
+fn start(data_dir: &Path) -> (Store, WorkerLog) {
+    open(&config(data_dir), SLOTS, 0).unwrap().unwrap()
+}
+
+/// A turn's end, as the worker's loop makes it.
+fn turn(s: &mut Store, l: &mut WorkerLog) {
+    l.commit(s);
+    l.tend(s);
+}
+
+/// Every record and slot state of `s`, in order.
+fn dump(s: &Store) -> Vec<(u32, Vec<u8>, Vec<u8>, bool)> {
+    let mut v: Vec<_> = (0..s.slots())
+        .flat_map(|slot| {
+            s.slot_records(slot)
+                .map(move |(k, v)| (slot, k.to_vec(), v.to_vec(), s.importing(slot)))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The files of `data_dir` copied into a fresh dir: what a crash at this
+/// moment leaves (every write was flushed under `always`).
+fn crash_copy(data_dir: &Path) -> TempDir {
+    let d = TempDir::new("kvs-server", "crash-copy");
+    let to = files::dir(d.path());
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(files::dir(data_dir)).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    d
+}
+
+fn recovered(data_dir: &Path) -> Store {
+    recover(&files::dir(data_dir), SLOTS, 0).unwrap().store
+}
+
+/// Writes that touch every slot, `round` making them differ.
+fn writes(s: &mut Store, round: u32) {
+    for slot in 0..SLOTS {
+        for i in 0..4 {
+            let key = format!("k{slot}-{i}");
+            let value = vec![b'a' + (round % 26) as u8; 2000 + (round as usize * 7 + i) % 500];
+            s.put(slot, key.as_bytes(), &value).unwrap();
+        }
+        if round % 3 == 0 {
+            s.delete(slot, format!("k{slot}-1").as_bytes());
+        }
+        if round % 5 == 0 {
+            s.patch(slot, format!("k{slot}-2").as_bytes(), 3, b"PATCH");
+        }
+    }
+}
+
+#[test]
+fn a_store_comes_back_from_its_log() {
+    let d = TempDir::new("kvs-server", "recover");
+    let (mut s, mut l) = start(d.path());
+    s.put(1, b"a", b"1").unwrap();
+    s.put(2, b"b", b"2").unwrap();
+    turn(&mut s, &mut l);
+    s.delete(1, b"a");
+    s.put(3, b"c", b"3").unwrap();
+    turn(&mut s, &mut l);
+    drop(l);
+    let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
+    assert_eq!((o.found.changes, o.found.torn_bytes), (4, 0));
+    assert_eq!(o.store.get(1, b"a"), None);
+    assert_eq!(o.store.get(2, b"b"), Some(&b"2"[..]));
+    assert_eq!(o.store.get(3, b"c"), Some(&b"3"[..]));
+    assert_eq!(dump(&o.store), dump(&s));
+}
+
+#[test]
+fn a_log_cut_anywhere_gives_the_changes_before_the_cut() {
+    let d = TempDir::new("kvs-server", "recover-cut");
+    let (mut s, mut l) = start(d.path());
+    s.put(1, b"a", b"1").unwrap();
+    s.put(2, b"b", b"2").unwrap();
+    turn(&mut s, &mut l);
+    s.delete(1, b"a");
+    s.put(3, b"c", b"3").unwrap();
+    turn(&mut s, &mut l);
+    drop(l);
+    let p = files::log_path(&files::dir(d.path()), 0, 0);
+    let bytes = std::fs::read(&p).unwrap();
+    let mut last = 0;
+    for cut in 8..=bytes.len() {
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
+        assert!(o.found.changes >= last, "cut at {cut}");
+        last = o.found.changes;
+        assert_eq!(o.log_bytes + o.found.torn_bytes, cut as u64);
+        // The changes come back in order: b's put before c's.
+        if o.store.get(3, b"c").is_some() {
+            assert!(o.store.get(2, b"b").is_some() && o.store.get(1, b"a").is_none());
+        }
+    }
+    assert_eq!(last, 4);
+}
+
+#[test]
+fn damage_in_the_middle_names_the_file_and_byte() {
+    let d = TempDir::new("kvs-server", "recover-damage");
+    let (mut s, mut l) = start(d.path());
+    s.put(1, b"a", b"1").unwrap();
+    s.put(2, b"b", b"2").unwrap();
+    turn(&mut s, &mut l);
+    drop(l);
+    let p = files::log_path(&files::dir(d.path()), 0, 0);
+    let mut bytes = std::fs::read(&p).unwrap();
+    // The first record's payload (after the magic and its header).
+    bytes[8 + 8 + 2] ^= 0xff;
+    std::fs::write(&p, &bytes).unwrap();
+    let e = recover(&files::dir(d.path()), SLOTS, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("worker-0.0.log") && e.contains("byte 8"), "{e}");
+}
+
+#[test]
+fn a_change_to_a_slot_the_store_lacks_is_damage() {
+    let d = TempDir::new("kvs-server", "recover-slots");
+    let (mut s, mut l) = start(d.path());
+    s.put(3, b"c", b"3").unwrap();
+    turn(&mut s, &mut l);
+    drop(l);
+    // Slot 3 does not exist in a store of 2 slots.
+    let e = recover(&files::dir(d.path()), 2, 0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("slot"), "{e}");
+}
+
+/// A snapshot taken while every slot keeps changing; after each turn the
+/// files a crash would leave are recovered and must give the store as it
+/// was at that turn's end.
+#[test]
+fn a_crash_at_any_turn_of_a_snapshot_recovers_the_store_of_that_turn() {
+    let d = TempDir::new("kvs-server", "recover-snapshot");
+    let (mut s, mut l) = start(d.path());
+    s.begin_import(5);
+    s.delete(5, b"tombstone");
+    s.begin_copy(6);
+    writes(&mut s, 0);
+    turn(&mut s, &mut l);
+    assert!(l.request_snapshot());
+    let mut round = 1;
+    let mut checked = 0;
+    while round < 200 {
+        writes(&mut s, round);
+        turn(&mut s, &mut l);
+        let copy = crash_copy(d.path());
+        assert_eq!(dump(&recovered(copy.path())), dump(&s), "round {round}");
+        checked += 1;
+        round += 1;
+        if l.status().snapshots == 1 {
+            break;
+        }
+        if l.snapshot.is_none() {
+            panic!("the snapshot ended without being put in place");
+        }
+    }
+    assert_eq!(l.status().snapshots, 1, "the snapshot finished");
+    assert!(checked > 3, "the snapshot took several turns: {checked}");
+    // The logs before it are gone; the store comes back from the snapshot
+    // and the snapshot's log, its tombstones and import states too.
+    let dir = files::dir(d.path());
+    let gens: Vec<u64> = files::logs(&dir, 0)
+        .unwrap()
+        .into_iter()
+        .map(|x| x.0)
+        .collect();
+    assert_eq!(gens, [1]);
+    for _ in 0..3 {
+        writes(&mut s, round);
+        round += 1;
+        turn(&mut s, &mut l);
+    }
+    let o = recover(&dir, SLOTS, 0).unwrap();
+    assert_eq!(o.snap_gen, 1);
+    assert!(o.found.snapshot_changes > 0);
+    assert_eq!(dump(&o.store), dump(&s));
+    assert!(o.store.importing(5) && o.store.deleted_in_import(5, b"tombstone"));
+    assert!(!o.store.importing(6) && o.store.deleted_in_import(6, b"k6-1"));
+}
+
+#[test]
+fn a_second_snapshot_replaces_the_first_and_the_logs_shrink() {
+    let d = TempDir::new("kvs-server", "recover-two");
+    let (mut s, mut l) = start(d.path());
+    for round in 0..30 {
+        writes(&mut s, round);
+        turn(&mut s, &mut l);
+    }
+    let before = l.status().log_bytes;
+    for n in 1..=2 {
+        assert!(l.request_snapshot());
+        while l.status().snapshots < n {
+            turn(&mut s, &mut l);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let st = l.status();
+    assert!(st.log_bytes < before / 4, "{} of {before}", st.log_bytes);
+    assert!(st.snapshot_bytes > 0);
+    let dir = files::dir(d.path());
+    let gens: Vec<u64> = files::logs(&dir, 0)
+        .unwrap()
+        .into_iter()
+        .map(|x| x.0)
+        .collect();
+    assert_eq!(gens, [2]);
+    drop(l);
+    let o = recover(&dir, SLOTS, 0).unwrap();
+    assert_eq!((o.snap_gen, o.gen), (2, 2));
+    assert_eq!(dump(&o.store), dump(&s));
+}
+
+#[test]
+fn a_snapshot_cut_anywhere_stops_the_start_naming_it() {
+    let d = TempDir::new("kvs-server", "recover-snap-cut");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    l.request_snapshot();
+    while l.status().snapshots < 1 {
+        turn(&mut s, &mut l);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(l);
+    let p = files::snapshot_path(&files::dir(d.path()), 0);
+    let bytes = std::fs::read(&p).unwrap();
+    // Every byte of its last two records (the last slot's copies and the
+    // end), and a few whole-record cuts before.
+    let last = bytes.len();
+    for cut in (last - 2100..last).chain([8, 20, last / 2]) {
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        let e = recover(&files::dir(d.path()), SLOTS, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("worker-0.snap"), "cut at {cut}: {e}");
+    }
+    std::fs::write(&p, &bytes).unwrap();
+    assert_eq!(dump(&recovered(d.path())), dump(&s));
+}
+
+#[test]
+fn a_snapshot_whose_log_is_missing_is_refused() {
+    let d = TempDir::new("kvs-server", "recover-missing");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    l.request_snapshot();
+    while l.status().snapshots < 1 {
+        turn(&mut s, &mut l);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(l);
+    let dir = files::dir(d.path());
+    std::fs::remove_file(files::log_path(&dir, 0, 1)).unwrap();
+    let e = recover(&dir, SLOTS, 0).unwrap_err().to_string();
+    assert!(e.contains("worker-0.1.log") && e.contains("missing"), "{e}");
+}
+
+#[test]
+fn a_change_before_its_slots_mark_is_not_replayed_on_the_snapshot() {
+    // A partial update that fitted the value it was made to, and then a
+    // shorter value: replayed on the snapshot's copy (the short value) the
+    // update would not fit. It precedes the slot's mark, so it is skipped.
+    let d = TempDir::new("kvs-server", "recover-skip");
+    let (mut s, mut l) = start(d.path());
+    s.put(0, b"k", b"0123456789").unwrap();
+    turn(&mut s, &mut l);
+    l.request_snapshot();
+    turn(&mut s, &mut l);
+    assert_eq!(s.patch(0, b"k", 8, b"xx"), crate::store::Patch::Done);
+    s.put(0, b"k", b"abc").unwrap();
+    while l.status().snapshots < 1 {
+        turn(&mut s, &mut l);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(l);
+    let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
+    assert_eq!(o.store.get(0, b"k"), Some(&b"abc"[..]));
+    assert_eq!(o.found.changes, 0, "both changes are the snapshot's");
+}
