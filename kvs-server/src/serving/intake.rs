@@ -3,6 +3,13 @@
 //! the worker's turns, so requests go first and the copy fills the gaps.
 //! Taking a 1 MiB batch whole held the worker for a millisecond, and every
 //! request that arrived meanwhile waited for it.
+//!
+//! A batch's sender is told it was taken only at the end of the turn that
+//! took its last record, once the turn's changes are in the worker's log
+//! ([`Intake::acknowledge`]): what it tells lets the source free its copy
+//! of the records (a migration's) or the slot's copies count this one
+//! (a backup's), so the records must be as durable as the worker's
+//! `durability` makes its own writes first.
 
 use kvs_proto::Ticket;
 use std::collections::VecDeque;
@@ -34,7 +41,7 @@ struct Untaken {
     /// The records not taken yet.
     recs: std::vec::IntoIter<Ready>,
     whose: Whose,
-    /// Told once every record is in the store.
+    /// Told once every record is in the store and its log.
     taken: Sender<()>,
 }
 
@@ -42,6 +49,8 @@ struct Untaken {
 #[derive(Debug, Default)]
 pub(crate) struct Intake {
     batches: VecDeque<Untaken>,
+    /// Batches taken whole this turn: told at its end.
+    taken: Vec<Sender<()>>,
 }
 
 impl Intake {
@@ -54,13 +63,24 @@ impl Intake {
         });
     }
 
-    /// Nothing waits.
+    /// Nothing waits to be taken.
     pub fn is_empty(&self) -> bool {
         self.batches.is_empty()
     }
 
-    /// Takes up to `budget` records into `h`'s store, in arrival order,
-    /// telling each batch's sender once it is in. Returns how many.
+    /// Tells the senders of the batches taken whole since the last call
+    /// that they are in: called at the turn's end, once the turn's changes
+    /// are in the log.
+    #[inline]
+    pub fn acknowledge(&mut self) {
+        for t in self.taken.drain(..) {
+            let _ = t.send(());
+        }
+    }
+
+    /// Takes up to `budget` records into `h`'s store, in arrival order;
+    /// a batch taken whole is told so at the next
+    /// [`acknowledge`](Self::acknowledge). Returns how many.
     pub fn take(&mut self, h: &mut Handler, budget: usize) -> usize {
         let mut n = 0;
         while n < budget {
@@ -79,7 +99,7 @@ impl Intake {
             }
             if p.recs.len() == 0 {
                 if let Some(done) = self.batches.pop_front() {
-                    let _ = done.taken.send(());
+                    self.taken.push(done.taken);
                 }
             }
         }
@@ -125,6 +145,7 @@ mod tests {
         intake.push(ready(&batch), Whose::Import, tx.clone());
         intake.push(ready(&batch), Whose::Import, tx);
         assert_eq!(intake.take(&mut h, 16), 16);
+        intake.acknowledge();
         assert!(rx.try_recv().is_err(), "not whole yet");
         assert_eq!(h.store.len(), 16);
         assert_eq!(
@@ -132,6 +153,11 @@ mod tests {
             30,
             "the first's other 24, six of the next"
         );
+        assert!(
+            rx.try_recv().is_err(),
+            "the first is whole, told at the turn's end"
+        );
+        intake.acknowledge();
         assert!(rx.try_recv().is_ok(), "the first is in");
         assert!(rx.try_recv().is_err());
         assert_eq!(
@@ -140,6 +166,7 @@ mod tests {
             "the second batch's keys are there already"
         );
         assert_eq!(intake.take(&mut h, 100), 34);
+        intake.acknowledge();
         assert!(rx.try_recv().is_ok());
         assert!(intake.is_empty());
         assert_eq!(intake.take(&mut h, 100), 0);
@@ -160,6 +187,7 @@ mod tests {
         intake.push(ready(&batch), Whose::Copy(Ticket::from_bytes([7; 16])), tx);
         assert_eq!(intake.take(&mut h, 100), 8, "read");
         assert_eq!(h.store.len(), 0, "and not taken");
+        intake.acknowledge();
         assert!(rx.try_recv().is_ok());
     }
 }

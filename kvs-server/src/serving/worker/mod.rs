@@ -351,6 +351,9 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             l.tend(&mut self.h.store);
             snapshot_tick = l.tick();
         }
+        // Pulled batches taken whole are in the log now: their senders may
+        // let the source's copy go.
+        self.intake.acknowledge();
         let tick = if !self.intake.is_empty() {
             // Records wait to be taken: look for requests, never sleep.
             Duration::ZERO
@@ -629,6 +632,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         if let Some(l) = self.log.as_mut() {
             l.commit(&mut self.h.store);
         }
+        self.intake.acknowledge();
         self.ctx.poll();
         self.conns.close_all(&mut self.ctx);
         self.stats.ops.store(self.ops, Ordering::Relaxed);
