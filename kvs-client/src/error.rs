@@ -75,6 +75,11 @@ pub enum KvError {
     /// writes that do not grow a value still work.
     #[error("out of memory: {0}")]
     OutOfMemory(String),
+    /// The server's disk for its records is full: the write was not
+    /// applied. Reads still work; writes are taken again once there is
+    /// room.
+    #[error("disk full: {0}")]
+    DiskFull(String),
     /// The connection failed; the request may or may not have been done.
     #[error("connection failed: {0}")]
     Failed(CloseReason),
@@ -123,6 +128,7 @@ impl KvError {
             Status::Unavailable => KvError::Unavailable(msg()),
             Status::Forbidden => KvError::Forbidden(msg()),
             Status::TooOld => KvError::TooOld(msg()),
+            Status::DiskFull => KvError::DiskFull(msg()),
             Status::AllowanceTooSmall => KvError::AllowanceTooSmall(match payload {
                 [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) as usize,
                 _ => 0,

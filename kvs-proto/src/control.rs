@@ -380,6 +380,9 @@ pub struct DiskStatus {
     pub recovered_bytes: u64,
     /// How long its start took to read them, in milliseconds.
     pub recovery_ms: u64,
+    /// Its log's disk is full: it refuses writes (reads go on).
+    #[serde(default)]
+    pub disk_full: bool,
 }
 
 /// A control message that is not JSON of the expected shape.
@@ -450,6 +453,7 @@ mod tests {
                     snapshotting: Some((10, 512)),
                     recovered_bytes: 5000,
                     recovery_ms: 12,
+                    disk_full: false,
                 }),
             }],
             imports: vec![ImportStatus {

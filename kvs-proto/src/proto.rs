@@ -143,6 +143,11 @@ pub enum Status {
     /// was applied before cannot be told, and it was not applied now. The
     /// message in the payload says so. Never a success.
     TooOld = 13,
+    /// The write was not applied: the disk that holds the worker's log
+    /// (`durability`) is full, and a write it cannot log is not taken. The
+    /// message in the payload says which log; reads go on, and writes are
+    /// taken again once there is room.
+    DiskFull = 14,
 }
 
 impl Status {
@@ -163,6 +168,7 @@ impl Status {
             11 => Status::Fenced,
             12 => Status::Forbidden,
             13 => Status::TooOld,
+            14 => Status::DiskFull,
             _ => return None,
         })
     }

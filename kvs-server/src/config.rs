@@ -117,6 +117,17 @@ pub enum Durability {
     Always,
 }
 
+impl Durability {
+    /// Its name in the config file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::None => "none",
+            Durability::Everysec => "everysec",
+            Durability::Always => "always",
+        }
+    }
+}
+
 /// A `durability` that is not one of the three.
 #[derive(Debug, thiserror::Error)]
 #[error("durability {0:?}: none, everysec or always")]

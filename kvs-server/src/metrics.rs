@@ -43,6 +43,7 @@ fn result_name(code: usize) -> &'static str {
         Status::Fenced => "fenced",
         Status::Forbidden => "forbidden",
         Status::TooOld => "too_old",
+        Status::DiskFull => "disk_full",
         Status::TryAgain => "try_again",
         Status::Unavailable => "unavailable",
     }

@@ -14,43 +14,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kvs_client::{
-    Client, ClientOptions, ControlClient, ControlOptions, KvError, OwnedReply, SubmitError,
-};
+use kvs_client::{Client, ControlClient, ControlOptions, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, DiskStatus};
 use mlx5::sim::fabric::Fabric;
 
 mod support;
-use support::ServerProcess;
+use support::{answer, client_of as client, ServerProcess};
 
 const WITHIN: Duration = Duration::from_secs(10);
-
-/// Submits one request (tag 1) and waits for its answer.
-fn answer(
-    c: &mut Client<u64>,
-    mut submit: impl FnMut(&mut Client<u64>) -> Result<(), SubmitError<u64>>,
-) -> Result<OwnedReply, KvError> {
-    let t = Instant::now();
-    loop {
-        match submit(c) {
-            Ok(()) => break,
-            Err(SubmitError::Busy(_)) => {
-                c.poll(|_, _| {});
-            }
-            Err(e) => panic!("not sent: {e}"),
-        }
-        assert!(t.elapsed() < WITHIN, "not sent in time");
-    }
-    let mut out = None;
-    while out.is_none() {
-        c.wait(Duration::from_millis(10), |_, r| {
-            out = Some(r.map(OwnedReply::from))
-        })
-        .unwrap();
-        assert!(out.is_some() || t.elapsed() < WITHIN, "no answer in time");
-    }
-    out.expect("an answer")
-}
 
 /// A member of its own cluster with `durability`, its data in `dir`.
 fn member(fabric: &str, dir: &Path, durability: &str) -> ServerProcess {
@@ -62,17 +33,6 @@ fn member(fabric: &str, dir: &Path, durability: &str) -> ServerProcess {
         None,
         &["--durability", durability],
     )
-}
-
-fn client(s: &ServerProcess, fabric: &str) -> Client<u64> {
-    let t = Instant::now();
-    loop {
-        match support::connect(s.addr, fabric, ClientOptions::default()) {
-            Ok(c) => return c,
-            Err(e) if t.elapsed() > WITHIN => panic!("connect: {e}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
-        }
-    }
 }
 
 /// Writes, updates and deletes keys through `c`; what each key holds

@@ -72,6 +72,21 @@ pub enum WalError {
     },
 }
 
+impl WalError {
+    /// Whether the disk (or the user's quota) is full: `ENOSPC` or
+    /// `EDQUOT` from a write, a flush or a reservation.
+    pub fn is_disk_full(&self) -> bool {
+        let source = match self {
+            WalError::Io { source, .. } | WalError::Write { source, .. } => source,
+            _ => return false,
+        };
+        matches!(
+            source.raw_os_error(),
+            Some(libc::ENOSPC) | Some(libc::EDQUOT)
+        )
+    }
+}
+
 /// What is wrong at the offset of a [`WalError::Corrupt`].
 #[derive(Debug, thiserror::Error)]
 pub enum Damage {

@@ -166,6 +166,30 @@ impl Writer {
         &self.shared.path
     }
 
+    /// Has the filesystem set aside the log's blocks up to byte `upto`
+    /// (fallocate with `FALLOC_FL_KEEP_SIZE`: the file's length does not
+    /// change, and a replay reads no further than before), so that writes
+    /// up to there do not fail for want of space. A full disk is an error
+    /// ([`WalError::is_disk_full`]) before any write needs the space:
+    /// what holds the log can refuse new work while the writes already
+    /// taken still fit. `Ok(false)`: the filesystem cannot set space aside
+    /// (nothing is held).
+    pub fn reserve(&mut self, upto: u64) -> Result<bool, WalError> {
+        if upto <= self.end {
+            return Ok(true);
+        }
+        // Offsets and lengths are off_t (i64): a log never nears 2^63.
+        let (off, len) = (self.end as i64, (upto - self.end) as i64);
+        match fallocate_keep_size(&self.file, off, len) {
+            Ok(()) => Ok(true),
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(false),
+            Err(source) => Err(WalError::Io {
+                path: self.shared.path.clone(),
+                source,
+            }),
+        }
+    }
+
     /// Replaces the log with one holding just the records `fill` pushes
     /// (how a log sheds what a snapshot covers); records pushed here and
     /// not written are dropped.
@@ -208,6 +232,20 @@ impl Writer {
         self.cut = false;
         self.batch.clear();
         files::sync_dir(&path)
+    }
+}
+
+/// fallocate(2) of `len` bytes of `file` from `off`, keeping its size.
+#[allow(unsafe_code)]
+fn fallocate_keep_size(file: &File, off: i64, len: i64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate takes a descriptor, which `file` keeps open for
+    // the call, and two integers; it touches no memory of ours.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, len) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -21,7 +21,7 @@ impl Exposition {
             return Ok(());
         }
         type Pick = fn(&LogStatus) -> u64;
-        let gauges: [(&str, &str, Option<&Unit>, MetricType, Pick); 5] = [
+        let gauges: [(&str, &str, Option<&Unit>, MetricType, Pick); 6] = [
             (
                 "kvs_log",
                 "Bytes of a worker's logs on disk: what a restart replays after its snapshot.",
@@ -49,6 +49,14 @@ impl Exposition {
                 None,
                 MetricType::Gauge,
                 |d| u64::from(d.snapshotting.is_some()),
+            ),
+            (
+                "kvs_disk_full",
+                "1 while a worker refuses writes because the disk of its log is full \
+                 (reads go on).",
+                None,
+                MetricType::Gauge,
+                |d| u64::from(d.disk_full),
             ),
             (
                 "kvs_recovered",

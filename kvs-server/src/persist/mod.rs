@@ -36,6 +36,7 @@ mod snapshot;
 mod syncer;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kvs_wal::{Format, Log, WalError, Writer};
@@ -58,6 +59,15 @@ pub(crate) const SNAPSHOT_FORMAT: Format = Format::new(*b"KVSSNAP\x01", crate::b
 /// How long after a failed snapshot (or a log that could not begin) the
 /// next is tried.
 const RETRY: Duration = Duration::from_secs(60);
+
+/// How far past its end a log's disk space is held ([`Writer::reserve`]),
+/// and how little of it may be left before more is asked for: a turn's
+/// changes must fit in what is left when the disk fills.
+const RESERVE_AHEAD: u64 = 16 << 20;
+const RESERVE_LOW: u64 = 8 << 20;
+
+/// How often a full disk is looked at again.
+const FULL_RETRY: Duration = Duration::from_secs(1);
 
 /// Worker `worker`'s store and log at its start: `None` without
 /// durability, else the store its files hold, journaling its changes from
@@ -111,7 +121,12 @@ pub(crate) fn open(
         not_before: None,
         snapshots: 0,
         recovered: found,
+        reserved: 0,
+        full: None,
+        full_changed: false,
     };
+    let mut log = log;
+    log.reserve();
     Ok(Some((store, log)))
 }
 
@@ -153,6 +168,22 @@ pub(crate) struct WorkerLog {
     snapshots: u64,
     /// What the start recovered.
     recovered: Recovered,
+    /// The log's disk space is held up to this byte (`u64::MAX`: the
+    /// filesystem cannot hold space; 0: not yet).
+    reserved: u64,
+    /// The disk is full: writes are refused.
+    full: Option<Full>,
+    /// `full` changed since [`WorkerLog::disk_full_changed`] was asked.
+    full_changed: bool,
+}
+
+/// A full disk, as the worker refuses writes for it.
+#[derive(Debug)]
+struct Full {
+    /// What a refused write is told.
+    message: Arc<str>,
+    /// When the space is asked for again.
+    retry_at: Instant,
 }
 
 impl std::fmt::Debug for WorkerLog {
@@ -179,6 +210,8 @@ pub(crate) struct LogStatus {
     pub snapshotting: Option<(u32, u32)>,
     /// What the start recovered.
     pub recovered: Recovered,
+    /// The disk is full: writes are refused.
+    pub disk_full: bool,
 }
 
 impl WorkerLog {
@@ -206,7 +239,11 @@ impl WorkerLog {
                 self.failing = false;
                 tracing::warn!("worker {worker}: the log takes writes again");
             }
-            Ok(()) => {}
+            Ok(()) => {
+                if self.writer.end() + RESERVE_LOW > self.reserved && self.full.is_none() {
+                    self.reserve();
+                }
+            }
             Err(e) if self.durability == Durability::Always => fatal(worker, &e),
             Err(e) => {
                 if !self.failing {
@@ -224,6 +261,13 @@ impl WorkerLog {
     /// takes its step, or one begins if it is due or was asked for.
     #[inline]
     pub(crate) fn tend(&mut self, store: &mut Store) {
+        if self
+            .full
+            .as_ref()
+            .is_some_and(|f| Instant::now() >= f.retry_at)
+        {
+            self.reserve();
+        }
         if self.failing {
             return;
         }
@@ -232,7 +276,8 @@ impl WorkerLog {
                 self.snapshot = None;
                 self.ended(o);
             }
-        } else if self.requested || self.due() {
+        } else if self.requested || (self.full.is_none() && self.due()) {
+            // An automatic snapshot waits for room; one asked for is tried.
             self.begin();
         }
     }
@@ -269,6 +314,64 @@ impl WorkerLog {
             snapshots: self.snapshots,
             snapshotting: self.snapshot.as_ref().map(Snapshot::progress),
             recovered: self.recovered,
+            disk_full: self.full.is_some(),
+        }
+    }
+
+    /// When the disk filled or has room again since the last call: what
+    /// a refused write is told (`None`: writes are taken).
+    #[inline]
+    pub(crate) fn disk_full_changed(&mut self) -> Option<Option<Arc<str>>> {
+        if !std::mem::take(&mut self.full_changed) {
+            return None;
+        }
+        Some(self.full.as_ref().map(|f| f.message.clone()))
+    }
+
+    /// Holds the log's disk space [`RESERVE_AHEAD`] past its end; a full
+    /// disk makes the worker refuse writes until it has room again.
+    #[cold]
+    fn reserve(&mut self) {
+        let worker = self.worker;
+        let upto = self.writer.end() + RESERVE_AHEAD;
+        match self.writer.reserve(upto) {
+            Ok(held) => {
+                self.reserved = if held { upto } else { u64::MAX };
+                if self.full.take().is_some() {
+                    self.full_changed = true;
+                    tracing::warn!(
+                        "worker {worker}: {} has room again: writes are taken",
+                        self.writer.path().display()
+                    );
+                }
+            }
+            Err(e) if e.is_disk_full() => {
+                let retry_at = Instant::now() + FULL_RETRY;
+                if let Some(f) = self.full.as_mut() {
+                    f.retry_at = retry_at;
+                    return;
+                }
+                // Short, to fit a write's answer; the server's log says more.
+                let path = self.writer.path();
+                let name = path.file_name().unwrap_or_default().to_string_lossy();
+                let message = format!("disk full at {name}: writes refused until there is room");
+                tracing::error!(
+                    "worker {worker}: {e}: the disk of its log is full; writes are refused \
+                     (durability = \"{}\") and reads go on until it has room",
+                    self.durability.name()
+                );
+                self.full = Some(Full {
+                    message: message.into(),
+                    retry_at,
+                });
+                self.full_changed = true;
+            }
+            Err(e) => {
+                // Not a full disk: writes go on, and the next write says
+                // whether the disk takes them.
+                tracing::warn!("worker {worker}: holding disk space for the log: {e}");
+                self.reserved = upto;
+            }
         }
     }
 
@@ -312,6 +415,8 @@ impl WorkerLog {
         self.older += self.writer.end();
         self.writer = next;
         self.gen = gen;
+        self.reserved = 0;
+        self.reserve();
         // The old thread's last flush is of a flushed log.
         self._syncer = syncer_for(&self.writer, self.durability, worker);
         match Snapshot::start(self.dir.clone(), worker, gen, self.slots) {

@@ -65,6 +65,9 @@ pub(crate) enum Refusal {
     /// A copy's end with no copy under way.
     #[error("slot {slot}: no copy under way here")]
     NoCopy { slot: u32 },
+    /// The backup's log cannot take the write: its disk is full.
+    #[error("slot {slot}: the backup cannot log it: {why}")]
+    DiskFull { slot: u32, why: String },
 }
 
 impl Refusal {

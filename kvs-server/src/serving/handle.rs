@@ -143,6 +143,9 @@ pub struct Handler {
     pub(crate) metrics: RequestMetrics,
     /// Replication messages refused for coming on a client's connection.
     pub(crate) refused_member_ops: u64,
+    /// The disk of the worker's log is full: writes are refused with this
+    /// message (reads go on).
+    pub(crate) disk_full: Option<std::sync::Arc<str>>,
 }
 
 impl Handler {
@@ -232,6 +235,7 @@ impl Handler {
             id: RequestId::default(),
             metrics: RequestMetrics::default(),
             refused_member_ops: 0,
+            disk_full: None,
         }
     }
 
@@ -505,6 +509,18 @@ impl Handler {
             Ok(m) => m,
             Err(e) => return error(out, Status::BadRequest, &e.to_string(), max_response),
         };
+        if let Some(m) = self.disk_full.as_deref() {
+            // A backup that cannot log what it applies is no copy: the
+            // primary fails the write and has the slot copied anew.
+            let h = msg.header();
+            if h.kind.is_write() || h.kind == Kind::CopyBegin {
+                let why = crate::replication::refusal::Refusal::DiskFull {
+                    slot: h.slot,
+                    why: m.to_string(),
+                };
+                return error(out, Status::Fenced, &why.to_string(), max_response);
+            }
+        }
         match self
             .slot_state
             .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
@@ -677,6 +693,12 @@ impl Handler {
         if self.frozen.is_some() && self.frozen_write(slot, r.op()) {
             status(out, Status::TryAgain);
             return None;
+        }
+        if let Some(m) = self.disk_full.as_deref() {
+            if matches!(r.op(), Op::Put | Op::Delete | Op::UpdateRange) {
+                error(out, Status::DiskFull, m, max_response);
+                return None;
+            }
         }
         Some(slot)
     }
@@ -956,6 +978,29 @@ mod tests {
         h.leased = true;
         let got = ask(&mut h, Op::Get, k, b"", 0, 64);
         assert_eq!(Response::new_checked(&got).unwrap().payload(), b"v");
+    }
+
+    #[test]
+    fn a_full_disk_refuses_every_write_and_serves_reads() {
+        let map = ShardMap::single(addr(), 16, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        assert_eq!(st(&ask(&mut h, Op::Put, b"k", b"v", 1, 64)), Status::Ok);
+        h.disk_full = Some("disk full at worker-0.0.log".into());
+        for (op, v) in [
+            (Op::Put, &b"w"[..]),
+            (Op::Delete, b""),
+            (Op::UpdateRange, b"x"),
+        ] {
+            let out = ask(&mut h, op, b"k", v, v.len() as u32, 256);
+            let r = Response::new_checked(&out).unwrap();
+            assert_eq!(r.status(), Status::DiskFull, "{op:?}");
+            assert_eq!(r.payload(), b"disk full at worker-0.0.log");
+        }
+        let got = ask(&mut h, Op::Get, b"k", b"", 0, 64);
+        assert_eq!(Response::new_checked(&got).unwrap().payload(), b"v");
+        assert_eq!(st(&ask(&mut h, Op::Scan, b"", b"", 0, 256)), Status::Ok);
+        h.disk_full = None;
+        assert_eq!(st(&ask(&mut h, Op::Put, b"k", b"w", 1, 64)), Status::Ok);
     }
 
     /// What `serve` answers `req` with, warmed by the three passes first

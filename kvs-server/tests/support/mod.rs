@@ -324,3 +324,52 @@ pub fn bench_arg(name: &str, default: usize) -> usize {
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
 }
+
+/// How long [`answer`] and [`client_of`] wait.
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// Submits one request (tag 1) through `c` and waits for its answer, 10 s
+/// at most.
+pub fn answer(
+    c: &mut Client<u64>,
+    mut submit: impl FnMut(&mut Client<u64>) -> Result<(), kvs_client::SubmitError<u64>>,
+) -> Result<kvs_client::OwnedReply, kvs_client::KvError> {
+    let t = Instant::now();
+    loop {
+        match submit(c) {
+            Ok(()) => break,
+            Err(kvs_client::SubmitError::Busy(_)) => {
+                c.poll(|_, _| {});
+            }
+            Err(e) => panic!("not sent: {e}"),
+        }
+        assert!(t.elapsed() < WITHIN, "not sent in time");
+    }
+    let mut out = None;
+    while out.is_none() {
+        c.wait(Duration::from_millis(10), |_, r| {
+            out = Some(r.map(kvs_client::OwnedReply::from))
+        })
+        .unwrap();
+        assert!(out.is_some() || t.elapsed() < WITHIN, "no answer in time");
+    }
+    out.expect("an answer")
+}
+
+/// A client of the server process `s` on `fabric`, connecting until the
+/// server takes it (10 s at most).
+pub fn client_of(s: &ServerProcess, fabric: &str) -> Client<u64> {
+    client_with(s, fabric, ClientOptions::default())
+}
+
+/// [`client_of`] with `opts`.
+pub fn client_with(s: &ServerProcess, fabric: &str, opts: ClientOptions) -> Client<u64> {
+    let t = Instant::now();
+    loop {
+        match connect(s.addr, fabric, opts.clone()) {
+            Ok(c) => return c,
+            Err(e) if t.elapsed() > WITHIN => panic!("connect: {e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}

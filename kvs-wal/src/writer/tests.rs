@@ -351,3 +351,47 @@ fn fsize_child(dir: &Path) {
     w.commit().unwrap();
     assert_eq!(w.end(), field::MAGIC.end as u64 + 7 * 109);
 }
+
+#[test]
+fn a_reservation_holds_blocks_without_growing_the_log() {
+    use std::os::unix::fs::MetadataExt;
+    let (_d, p) = temp();
+    let mut w = open(&p);
+    w.push(1, b"before").unwrap();
+    w.commit().unwrap();
+    let (len, blocks) = {
+        let m = std::fs::metadata(&p).unwrap();
+        (m.len(), m.blocks())
+    };
+    if !w.reserve(len + (1 << 20)).unwrap() {
+        // The filesystem cannot set space aside: nothing to check.
+        return;
+    }
+    let m = std::fs::metadata(&p).unwrap();
+    assert_eq!(m.len(), len, "the length is the log's");
+    assert!(m.blocks() >= blocks + 2048 - 8, "{} {}", blocks, m.blocks());
+    // Writes go on into the space set aside, and a replay reads them.
+    w.push(2, b"after").unwrap();
+    w.commit().unwrap();
+    drop(w);
+    let (got, r) = read_log(&p, 1 << 20).unwrap();
+    assert_eq!(got.len(), 2);
+    assert_eq!(r.torn_bytes(), 0);
+    // Below the end: nothing to do.
+    let mut w = open(&p);
+    assert!(w.reserve(8).unwrap());
+}
+
+#[test]
+fn a_full_disk_is_told_apart() {
+    let full = WalError::Io {
+        path: "x".into(),
+        source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+    };
+    assert!(full.is_disk_full());
+    let other = WalError::Io {
+        path: "x".into(),
+        source: std::io::Error::from_raw_os_error(libc::EIO),
+    };
+    assert!(!other.is_disk_full());
+}

@@ -27,6 +27,7 @@ impl State {
                     snapshotting: d.snapshotting,
                     recovered_bytes: d.recovered.bytes,
                     recovery_ms: d.recovered.took.as_millis() as u64,
+                    disk_full: d.disk_full,
                 }),
             })
             .collect();

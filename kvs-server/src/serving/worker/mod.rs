@@ -350,11 +350,17 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             l.commit(&mut self.h.store);
             l.tend(&mut self.h.store);
             snapshot_tick = l.tick();
+            if let Some(full) = l.disk_full_changed() {
+                // Writes are refused (or taken again) from the next turn,
+                // and the status says so at once.
+                self.h.disk_full = full;
+                *self.stats.disk.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.status());
+            }
         }
         // Pulled batches taken whole are in the log now: their senders may
         // let the source's copy go.
         self.intake.acknowledge();
-        let tick = if !self.intake.is_empty() {
+        let tick = if !self.intake.is_empty() && self.h.disk_full.is_none() {
             // Records wait to be taken: look for requests, never sleep.
             Duration::ZERO
         } else if let Some(t) = snapshot_tick {
@@ -547,8 +553,9 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         if self.fwd.busy() {
             self.fwd.pump(&mut self.ctx, &mut self.h.primary());
         }
-        // Requests first; pulled records fill the gaps.
-        if !self.intake.is_empty() {
+        // Requests first; pulled records fill the gaps (none while the
+        // log's disk is full: they wait for room).
+        if !self.intake.is_empty() && self.h.disk_full.is_none() {
             self.intake
                 .take(&mut self.h, if n == 0 { IDLE_TAKE } else { BUSY_TAKE });
         }
