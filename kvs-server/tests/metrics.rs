@@ -299,6 +299,10 @@ fn the_disk_metrics_follow_the_logs_and_snapshots() {
     );
     assert!(snap > 0.0, "{snap}");
     assert!(log < snap + 2.0 * (4096.0 + 1100.0), "{log} {snap}");
+    // Under always, a flush per turn that wrote: at least one per put.
+    let flushes = sum(&s, "kvs_log_fsync_seconds_count", &[]);
+    assert!(flushes >= 40.0, "{flushes}");
+    assert!(sum(&s, "kvs_log_fsync_seconds_sum", &[]) > 0.0);
     drop(c);
     server.shutdown();
     Fabric::remove_if_unused(&fabric);

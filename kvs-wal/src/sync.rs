@@ -5,8 +5,10 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use crate::error::WalError;
+use crate::flush_times::FlushRecorder;
 
 /// What a writer and its sync handles share.
 #[derive(Debug)]
@@ -21,6 +23,8 @@ pub(crate) struct Shared {
     pub durable: AtomicU64,
     /// An fsync failed: nothing written since can be trusted to the disk.
     pub failed: AtomicBool,
+    /// How long the flushes took.
+    pub flushes: FlushRecorder,
 }
 
 impl Shared {
@@ -31,6 +35,7 @@ impl Shared {
             written: AtomicU64::new(len),
             durable: AtomicU64::new(len),
             failed: AtomicBool::new(false),
+            flushes: FlushRecorder::default(),
         }
     }
 
@@ -53,7 +58,10 @@ impl Shared {
     /// bytes are durable, on failure the log takes no more writes.
     pub fn flush(&self, file: &File, upto: u64) -> Result<u64, WalError> {
         self.check()?;
-        match file.sync_data() {
+        let t = Instant::now();
+        let r = file.sync_data();
+        self.flushes.record(t.elapsed());
+        match r {
             Ok(()) => Ok(self.durable.fetch_max(upto, Ordering::AcqRel).max(upto)),
             Err(source) => {
                 self.failed.store(true, Ordering::Release);

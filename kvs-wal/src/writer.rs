@@ -156,6 +156,12 @@ impl Writer {
         self.shared.durable.load(Ordering::Acquire)
     }
 
+    /// How long this log's flushes took (its writer's and its sync
+    /// handles').
+    pub fn flush_times(&self) -> crate::FlushTimes {
+        self.shared.flushes.read()
+    }
+
     /// A handle another thread flushes this log with.
     pub fn sync_handle(&self) -> SyncHandle {
         SyncHandle::new(self.shared.clone())

@@ -1,6 +1,7 @@
 //! The workers' records on disk (`durability` other than `none`): their
 //! logs and snapshots, and what the start recovered.
 
+use kvs_wal::FLUSH_BOUNDS;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Unit;
@@ -78,6 +79,29 @@ impl Exposition {
                     _ => e.encode_gauge(&pick(d))?,
                 }
             }
+        }
+        let mut m = enc.encode_descriptor(
+            "kvs_log_fsync",
+            "How long a worker's log flushes (fdatasync) take: one per turn that wrote under \
+             durability = always, one a second under everysec.",
+            Some(&Unit::Seconds),
+            MetricType::Histogram,
+        )?;
+        for (w, d) in &disks {
+            let f = &d.fsync;
+            let buckets: Vec<(f64, u64)> = FLUSH_BOUNDS
+                .iter()
+                .copied()
+                .chain([f64::INFINITY])
+                .zip(f.counts)
+                .collect();
+            m.encode_family(&worker(*w))?
+                .encode_histogram::<NoLabelSet>(
+                    f.sum_ns as f64 * 1e-9,
+                    f.count(),
+                    &buckets,
+                    None,
+                )?;
         }
         let mut m = enc.encode_descriptor(
             "kvs_recovery",

@@ -39,7 +39,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvs_wal::{Format, Log, WalError, Writer};
+use kvs_wal::{FlushTimes, Format, Log, WalError, Writer};
 
 use crate::config::{Config, Durability};
 use crate::store::Store;
@@ -124,6 +124,7 @@ pub(crate) fn open(
         reserved: 0,
         full: None,
         full_changed: false,
+        flushed: FlushTimes::default(),
     };
     let mut log = log;
     log.reserve();
@@ -175,6 +176,8 @@ pub(crate) struct WorkerLog {
     full: Option<Full>,
     /// `full` changed since [`WorkerLog::disk_full_changed`] was asked.
     full_changed: bool,
+    /// The flushes of the logs before the newest.
+    flushed: FlushTimes,
 }
 
 /// A full disk, as the worker refuses writes for it.
@@ -212,6 +215,8 @@ pub(crate) struct LogStatus {
     pub recovered: Recovered,
     /// The disk is full: writes are refused.
     pub disk_full: bool,
+    /// How long the logs' flushes took.
+    pub fsync: FlushTimes,
 }
 
 impl WorkerLog {
@@ -315,6 +320,11 @@ impl WorkerLog {
             snapshotting: self.snapshot.as_ref().map(Snapshot::progress),
             recovered: self.recovered,
             disk_full: self.full.is_some(),
+            fsync: {
+                let mut t = self.flushed;
+                t.add(&self.writer.flush_times());
+                t
+            },
         }
     }
 
@@ -413,6 +423,7 @@ impl WorkerLog {
             Err(e) => return self.failed(gen, &e),
         };
         self.older += self.writer.end();
+        self.flushed.add(&self.writer.flush_times());
         self.writer = next;
         self.gen = gen;
         self.reserved = 0;
