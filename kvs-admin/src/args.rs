@@ -30,6 +30,10 @@ stops serving, its slots move to their ready backups, and it takes none
 until it restarts. SIGTERM (systemd stop) does the same before a server
 exits.
 
+Snapshots: with records on disk (`durability`), `kvs-admin snapshot
+[MEMBER]` has each worker copy its records to its snapshot file while it
+serves, so its logs start again small: do it before a backup.
+
 --server names any one member: kvs-admin reads the map from it, asks every
 member for its figures, and sends migrations and settings to the leader
 wherever it is.
@@ -44,14 +48,15 @@ Examples:
   kvs-admin cancel
   kvs-admin set replicas 2
   kvs-admin drain 1
+  kvs-admin snapshot
   kvs-admin forget 2 --force
   kvs-admin --server 10.0.0.3:7000 unsafe-recover 0 1 --yes
   kvs-admin --cluster-token-file /etc/kvs/cluster-token --server 10.0.0.1:7000 status
 
 Exit status: 0 done; 1 an error (a server that cannot be reached, a refused
 token, a refused request, a migration that failed or was cancelled, copies
-that were not all made in time, a drain not applied in time); 2 a usage
-error.";
+that were not all made in time, a drain not applied in time, a snapshot
+refused, failed or not done in time); 2 a usage error.";
 
 /// What `set replicas --help` says after the options.
 const REPLICAS_AFTER_HELP: &str = "\
@@ -92,6 +97,41 @@ backup).
 Examples:
   kvs-admin drain 1
   kvs-admin drain 10.0.0.2:7000 --no-wait";
+
+/// What `snapshot --help` says after the options.
+const SNAPSHOT_AFTER_HELP: &str = "\
+A snapshot is a copy of a worker's records, DATA_DIR/data/worker-W.snap:
+the worker starts a new log, copies its slots into the new snapshot about
+64 KiB per turn while it serves, and once every slot is copied the file
+is put in place and the logs before it are removed. A restart then loads
+the snapshot and replays only the logs written since, so it is quicker.
+Only members with records on disk (durability = everysec or always, with
+a data_dir) take snapshots; one with durability = \"none\" refuses.
+
+Snapshots also happen on their own: once a worker's logs hold
+auto_snapshot_percentage (100) percent of its last snapshot's size and at
+least auto_snapshot_min_size (64 MiB), as Redis's
+auto-aof-rewrite-percentage and -min-size (0 turns those off). This command
+takes one now, on every worker of the member (of every member without
+MEMBER).
+
+kvs-admin asks each member (any member snapshots itself), then waits until
+every worker of each has put a new snapshot in place (unless --no-wait;
+stopping kvs-admin with Ctrl-C does not stop the snapshots), and says the
+sizes of the snapshots and of the logs left. `kvs-admin status` shows them
+too, and a snapshot under way.
+
+Backups: run it first, so the logs to copy are small, then copy each
+worker-W.snap, then its worker-W.*.log files, then the rest of DATA_DIR;
+if a worker's `snapshots` (kvs-admin status --json) changed during the
+copy, copy again. docs/operations.md, \"Backing up and restoring a
+member\", has the whole procedure.
+
+Examples:
+  kvs-admin snapshot
+  kvs-admin snapshot 1
+  kvs-admin snapshot 10.0.0.2:7000 --no-wait
+  kvs-admin snapshot --max-wait 3600";
 
 /// `kvs-admin`'s command line.
 #[derive(Parser, Debug)]
@@ -178,6 +218,16 @@ pub enum Command {
     /// stay with it, and it serves them again.
     #[command(after_help = DRAIN_AFTER_HELP)]
     Drain(DrainArgs),
+    /// Snapshots the records of a member (of every member without one):
+    /// each worker copies its records to its snapshot file while it
+    /// serves, and its logs start again small.
+    ///
+    /// Then waits until every worker of each member asked has put its new
+    /// snapshot in place (unless --no-wait), and says the sizes of the
+    /// snapshots and of the logs left. Refused by members that keep their
+    /// records in memory only (durability = "none").
+    #[command(after_help = SNAPSHOT_AFTER_HELP)]
+    Snapshot(SnapshotArgs),
     /// Removes a member from the cluster for good (a host retired, or dead
     /// and not coming back). Refused while it owns slots: move them away
     /// first (migrate, or rebalance while it is up), or give --force: its
@@ -317,6 +367,31 @@ pub struct DrainArgs {
         long,
         value_name = "SECONDS",
         default_value = "60",
+        value_parser = parse_seconds
+    )]
+    pub max_wait: Duration,
+}
+
+/// `snapshot`'s options.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotArgs {
+    /// The member to snapshot: its id (0, 1, …) or its address; without
+    /// it, every member of the cluster.
+    #[arg(value_name = "MEMBER")]
+    pub member: Option<MemberRef>,
+    /// Waits until every worker has put its snapshot in place (the
+    /// default).
+    #[arg(long, overrides_with = "no_wait")]
+    pub wait: bool,
+    /// Returns once the members have taken the request; they snapshot
+    /// anyway.
+    #[arg(long, overrides_with = "wait")]
+    pub no_wait: bool,
+    /// Gives up waiting after SECONDS (the snapshots go on).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value = "600",
         value_parser = parse_seconds
     )]
     pub max_wait: Duration,
@@ -625,6 +700,33 @@ mod tests {
         assert!(parse(&["nobody"])
             .unwrap_err()
             .contains("is neither a member id"));
+    }
+
+    #[test]
+    fn snapshot_takes_a_member_or_none_and_waits_by_default() {
+        let parse = |args: &[&str]| {
+            let mut v = vec!["kvs-admin", "snapshot"];
+            v.extend_from_slice(args);
+            match Args::try_parse_from(v).map(|a| a.cmd) {
+                Ok(Command::Snapshot(s)) => Ok(s),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let s = parse(&[]).unwrap();
+        assert_eq!((s.member, s.no_wait), (None, false));
+        assert_eq!(s.max_wait, Duration::from_secs(600));
+        let s = parse(&["1"]).unwrap();
+        assert_eq!(s.member, Some(MemberRef::Id(MemberId(1))));
+        let s = parse(&["10.0.0.2:7000", "--no-wait", "--max-wait", "5"]).unwrap();
+        assert_eq!(s.member, Some(MemberRef::Addr("10.0.0.2:7000".into())));
+        assert!(s.no_wait);
+        assert_eq!(s.max_wait, Duration::from_secs(5));
+        assert!(!parse(&["--no-wait", "--wait"]).unwrap().no_wait);
+        assert!(parse(&["nobody"])
+            .unwrap_err()
+            .contains("is neither a member id"));
+        assert!(parse(&["1", "2"]).is_err());
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub fn drain<C: Control>(
     // The member itself first: whether it answers, and as whom.
     let before = match admin.status(addr) {
         Ok(s) => s,
-        Err(e) => return Err(unreachable(admin, member, addr, e)),
+        Err(e) => return Err(unreachable(admin, member, addr, e, "drain it")),
     };
     if before.member != member {
         return Err(AdminError::Unexpected {
@@ -54,7 +54,7 @@ pub fn drain<C: Control>(
     match admin.request(addr, &ControlRequest::Drain) {
         Ok(ControlReply::Ok) => {}
         Ok(other) => return Err(unexpected(addr, "drain", other)),
-        Err(e) => return Err(unreachable(admin, member, addr, e)),
+        Err(e) => return Err(unreachable(admin, member, addr, e, "drain it")),
     }
     say(&draining_text(member, addr, &before, map.slots_of(member)));
     if a.no_wait {
@@ -74,14 +74,15 @@ pub fn drain<C: Control>(
     Ok(())
 }
 
-/// A failure to reach the member, as the error the operator reads: with
-/// the control group's standing of it (from the contact's view) when that
-/// is not "up". Other errors pass unchanged.
-fn unreachable<C: Control>(
+/// A failure to reach the member to do `to` ("drain it"), as the error
+/// the operator reads: with the control group's standing of it (from the
+/// contact's view) when that is not "up". Other errors pass unchanged.
+pub fn unreachable<C: Control>(
     admin: &mut Admin<C>,
     member: MemberId,
     addr: SocketAddr,
     e: AdminError,
+    to: &'static str,
 ) -> AdminError {
     let AdminError::Control(e) = e else {
         return e;
@@ -99,7 +100,7 @@ fn unreachable<C: Control>(
             why.push_str(&format!("; the control group marks it {s}"));
         }
     }
-    AdminError::MemberUnreachable { member, why }
+    AdminError::MemberUnreachable { member, to, why }
 }
 
 /// What the member took, what it does, and what cannot move: `before` is

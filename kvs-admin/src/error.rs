@@ -163,10 +163,12 @@ pub enum AdminError {
         /// The last failure.
         last: String,
     },
-    /// The member to drain did not answer.
-    #[error("cannot reach member {member} to drain it: {why}")]
+    /// The member to drain or snapshot did not answer.
+    #[error("cannot reach member {member} to {to}: {why}")]
     MemberUnreachable {
         member: MemberId,
+        /// What it was to do: "drain it", "snapshot it".
+        to: &'static str,
         /// Why (with where it was asked), and the control group's standing
         /// of it if that explains it.
         why: String,
@@ -192,6 +194,77 @@ pub enum AdminError {
         /// The last failure.
         last: String,
     },
+    /// The member refused to snapshot (it keeps its records in memory
+    /// only: `durability = "none"`).
+    #[error("member {member} ({addr}) refused the snapshot: {message}")]
+    SnapshotRefused {
+        member: MemberId,
+        /// Where it was asked.
+        addr: SocketAddr,
+        /// What it said, verbatim.
+        message: String,
+    },
+    /// The member restarted while kvs-admin waited for its snapshot: the
+    /// request went with the old process.
+    #[error(
+        "member {member} restarted while kvs-admin waited for its snapshot ({evidence}): the \
+         request went with the old process; kvs-admin snapshot {member} asks the new one"
+    )]
+    MemberRestarted {
+        member: MemberId,
+        /// What shows it: a counter that went back, start figures that
+        /// changed.
+        evidence: String,
+    },
+    /// A worker's snapshot ended without being put in place.
+    #[error(
+        "member {member}: the snapshot of worker {worker} ended without being put in place \
+         (it failed: the member's log says why, such as a full disk); its logs are all kept, \
+         and kvs-admin snapshot {member} asks again once the cause is fixed"
+    )]
+    SnapshotFailed {
+        member: MemberId,
+        /// The worker whose snapshot failed.
+        worker: u16,
+    },
+    /// The snapshot was not done within the wait's limit.
+    #[error(
+        "member {member} has not finished its snapshot after {waited} ({progress}); it \
+         carries on, and kvs-admin status shows it (a snapshot that fails is in the member's \
+         log)"
+    )]
+    SnapshotSlow {
+        member: MemberId,
+        /// Where it stood: its workers done, the slots copied.
+        progress: String,
+        /// How long kvs-admin waited.
+        waited: String,
+    },
+    /// The member stopped answering for too long while kvs-admin waited
+    /// for its snapshot.
+    #[error(
+        "lost member {member} while waiting for its snapshot: {last}; kvs-admin status shows \
+         its snapshots once it answers again"
+    )]
+    LostSnapshot {
+        member: MemberId,
+        /// The last failure.
+        last: String,
+    },
+    /// Asked of several members, some did not snapshot (each said
+    /// before).
+    #[error(
+        "{done} of {asked} members snapshotted; not {} (said above)",
+        members_list(missing)
+    )]
+    SnapshotsIncomplete {
+        /// Members whose snapshot is done (or, with --no-wait, asked).
+        done: usize,
+        /// Members asked.
+        asked: usize,
+        /// The others.
+        missing: Vec<MemberId>,
+    },
     /// Writing the output failed (a closed pipe).
     #[error("output: {0}")]
     Output(#[from] std::io::Error),
@@ -214,6 +287,16 @@ pub enum AdminError {
         /// Its highest committed index.
         theirs: u64,
     },
+}
+
+/// "member 1", "members 1, 3".
+fn members_list(m: &[MemberId]) -> String {
+    let each: Vec<String> = m.iter().map(ToString::to_string).collect();
+    format!(
+        "member{} {}",
+        if m.len() == 1 { "" } else { "s" },
+        each.join(", ")
+    )
 }
 
 /// "members 0-2", "only member 0".

@@ -8,11 +8,13 @@
 //! kvs-admin cancel
 //! kvs-admin set replicas 2
 //! kvs-admin drain 1
+//! kvs-admin snapshot
 //! ```
 //!
 //! Every command reaches the cluster through one member (`--server`) on its
 //! control endpoint; requests only the keeper serves go on to the keeper
-//! (`drain` goes to the member it names: each member drains itself).
+//! (`drain` and `snapshot` go to the members they name: each member drains
+//! and snapshots itself).
 //! Migrations and the copying of slots to new backups run at the servers:
 //! kvs-admin starts them and follows them.
 
@@ -27,6 +29,7 @@ mod progress;
 mod recover;
 mod render;
 mod replicas;
+mod snapshot;
 mod status;
 
 use std::io::{IsTerminal, Write};
@@ -95,6 +98,7 @@ impl OnTransport for Job<'_> {
             Command::Forget(f) => migrate::forget(&mut admin, f),
             Command::UnsafeRecover(u) => recover::unsafe_recover(&mut admin, u),
             Command::Drain(d) => drain::drain(&mut admin, d, drain::PACE),
+            Command::Snapshot(s) => snapshot::snapshot(&mut admin, s, snapshot::PACE),
             Command::Set(s) => match &s.what {
                 Setting::Replicas(r) => replicas::set_replicas(&mut admin, r, replicas::PACE),
                 Setting::MemberTimeout(t) => migrate::set_member_timeout(&mut admin, t.ms),

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use kvs_proto::control::{
-    CopyStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus, WorkerStatus,
+    CopyStatus, DiskStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus, WorkerStatus,
 };
 use kvs_proto::shard::Run;
 use kvs_proto::{ClusterId, MemberId, ShardMap};
@@ -19,6 +19,8 @@ use crate::render::{self, Align, Table};
 
 mod backups;
 pub use backups::SlotRun;
+mod disk;
+pub use disk::DiskSum;
 
 /// The most slot ranges a worker's line lists.
 const MAX_RANGES: usize = 8;
@@ -115,6 +117,10 @@ pub struct WorkerView {
     pub keys: Option<u64>,
     /// Heap bytes its records take.
     pub bytes: Option<u64>,
+    /// Its records on disk: logs and snapshots (absent with `durability =
+    /// "none"`, or when it did not answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<DiskStatus>,
 }
 
 /// An inclusive range of slots.
@@ -322,6 +328,7 @@ fn add_answer(v: &mut MemberView, s: MemberStatus, runs: &[Run]) {
             ranges: worker_spans(runs, id, w as u16),
             keys: Some(primary_keys(ws)),
             bytes: Some(ws.bytes),
+            disk: ws.disk,
         })
         .collect();
     v.imports = s.imports;
@@ -342,6 +349,7 @@ fn add_silence(v: &mut MemberView, e: &AdminError, map_workers: u16, runs: &[Run
             ranges: worker_spans(runs, v.member, w),
             keys: None,
             bytes: None,
+            disk: None,
         })
         .collect();
 }
@@ -481,8 +489,8 @@ impl ClusterStatus {
         t.render("")
     }
 
-    /// Member `m`'s section: its head line, its workers' table and the
-    /// ranges it imports.
+    /// Member `m`'s section: its head line, its workers' table, its
+    /// records on disk and the ranges it imports.
     fn member_text(&self, m: &MemberView) -> String {
         let mut out = String::new();
         let mut head = format!("member {} ({})", m.member, m.addr);
@@ -508,6 +516,7 @@ impl ClusterStatus {
         }
         let _ = writeln!(out, "{head}");
         out.push_str(&workers_table(&m.workers));
+        out.push_str(&disk::line(&m.workers));
         for i in &m.importing {
             let _ = writeln!(
                 out,
