@@ -118,6 +118,7 @@ pub(crate) fn open(
         auto_min: cfg.auto_snapshot_min_size,
         snapshot: None,
         requested: false,
+        asked: false,
         not_before: None,
         snapshots: 0,
         recovered: found,
@@ -163,6 +164,8 @@ pub(crate) struct WorkerLog {
     snapshot: Option<Snapshot>,
     /// `kvs-admin snapshot` asked for one.
     requested: bool,
+    /// The snapshot under way was asked for.
+    asked: bool,
     /// No snapshot begins before this (one failed).
     not_before: Option<Instant>,
     /// Snapshots put in place since the start.
@@ -281,8 +284,11 @@ impl WorkerLog {
                 self.snapshot = None;
                 self.ended(o);
             }
-        } else if self.requested || (self.full.is_none() && self.due()) {
-            // An automatic snapshot waits for room; one asked for is tried.
+        } else if (self.requested || (self.full.is_none() && self.due()))
+            && self.not_before.is_none_or(|t| Instant::now() >= t)
+        {
+            // An automatic snapshot waits for room; one asked for is tried
+            // (and tried again after a failure, until one is in place).
             self.begin();
         }
     }
@@ -401,14 +407,15 @@ impl WorkerLog {
             .saturating_mul(u64::from(self.auto_percentage))
             / 100;
         self.log_bytes() >= grown.max(self.auto_min)
-            && self.not_before.is_none_or(|t| Instant::now() >= t)
     }
 
     /// Begins a snapshot: the log flushed and the next one begun, the
     /// snapshot's thread started.
     #[cold]
     fn begin(&mut self) {
-        self.requested = false;
+        // Kept until the snapshot is in place: a failed one asked for is
+        // tried again.
+        self.asked = std::mem::take(&mut self.requested);
         let (worker, gen) = (self.worker, self.gen + 1);
         let path = files::log_path(&self.dir, worker, gen);
         // The log must be whole on disk before the next one takes writes:
@@ -461,6 +468,7 @@ impl WorkerLog {
                 removed,
                 took,
             } => {
+                self.asked = false;
                 self.snapshot_bytes = bytes;
                 self.older = self.older.saturating_sub(removed);
                 self.snapshots += 1;
@@ -476,6 +484,7 @@ impl WorkerLog {
 
     #[cold]
     fn failed(&mut self, gen: u64, why: &WalError) {
+        self.requested |= std::mem::take(&mut self.asked);
         tracing::error!(
             "worker {}: snapshot {gen} failed: {why}; the logs are kept, and the next snapshot \
              is tried in {} s",

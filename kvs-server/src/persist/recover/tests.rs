@@ -308,3 +308,38 @@ fn a_change_before_its_slots_mark_is_not_replayed_on_the_snapshot() {
     assert_eq!(o.store.get(0, b"k"), Some(&b"abc"[..]));
     assert_eq!(o.found.changes, 0, "both changes are the snapshot's");
 }
+
+#[test]
+fn a_snapshot_asked_for_that_fails_is_tried_again() {
+    let d = TempDir::new("kvs-server", "recover-retry");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    // Its file cannot be made: a directory where it is to be written.
+    let blocker = files::dir(d.path()).join("worker-0.snap.partial");
+    std::fs::create_dir(&blocker).unwrap();
+    assert!(l.request_snapshot());
+    turn(&mut s, &mut l);
+    for _ in 0..1000 {
+        if l.snapshot.is_none() {
+            break;
+        }
+        turn(&mut s, &mut l);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(l.snapshot.is_none() && l.status().snapshots == 0);
+    assert!(
+        l.requested && l.not_before.is_some(),
+        "asked for again, later"
+    );
+    // The way is clear, and the retry's time has come.
+    std::fs::remove_dir(&blocker).unwrap();
+    l.not_before = Some(std::time::Instant::now());
+    while l.status().snapshots < 1 {
+        turn(&mut s, &mut l);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!l.requested);
+    drop(l);
+    assert_eq!(dump(&recovered(d.path())), dump(&s));
+}
