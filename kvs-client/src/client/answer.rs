@@ -131,22 +131,30 @@ impl<T, X: Transport> Client<T, X> {
     }
 
     /// Follows the answers the poll copied into the inbox, and empties it.
-    /// Returns how many of the caller's requests completed.
+    /// Following one may fail more calls: a call that failed because its
+    /// member is gone has the client remove the member's other connections
+    /// (`lost_member`), and the calls waiting on them fail into the inbox
+    /// there and then. They are followed too, in another round: dropped,
+    /// their requests would never complete (a `Timeout` for the caller),
+    /// and a map fetch among them would wait forever. Returns how many of
+    /// the caller's requests completed.
     #[inline(always)]
     fn follow_inbox(&mut self, f: &mut impl FnMut(T, Result<Reply<'_>, KvError>)) -> usize {
         let mut n = 0;
-        let mut done = self.inbox.done.take();
-        let mut arena = self.inbox.arena.take();
-        for d in done.drain(..) {
-            let bytes = d
-                .result
-                .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
-            n += self.answered(d.op, bytes, f);
+        loop {
+            let mut done = self.inbox.done.take();
+            let mut arena = self.inbox.arena.take();
+            for d in done.drain(..) {
+                let bytes = d
+                    .result
+                    .map(|(s, len)| &arena[s as usize..(s + len) as usize]);
+                n += self.answered(d.op, bytes, f);
+            }
+            arena.clear();
+            if !self.inbox.give_back(done, arena) {
+                return n;
+            }
         }
-        self.inbox.done.set(done);
-        arena.clear();
-        self.inbox.arena.set(arena);
-        n
     }
 
     /// One answer (`bytes`, or why the call failed) to op `i`, by the op's
@@ -205,8 +213,11 @@ impl<T, X: Transport> Client<T, X> {
         let b = match bytes {
             // The member's connection died with the request on it: in a
             // cluster its slot may be served by a backup by now, so it is
-            // sent again, by the next map, until its deadline.
-            Err(CloseReason::PeerGone | CloseReason::Transport(_))
+            // sent again, by the next map, until its deadline. Closed by
+            // this side: another connection of the member died first, and
+            // the client removed this one with it (`lost_member`, the only
+            // place the client closes a connection with calls on it).
+            Err(CloseReason::PeerGone | CloseReason::Transport(_) | CloseReason::Local)
                 if self.map.members().len() > 1 =>
             {
                 let ep = self.ops[i as usize].ep;

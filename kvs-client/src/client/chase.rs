@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use copyrpc::transport::Transport;
-use copyrpc::{CloseReason, EndpointId};
+use copyrpc::{CallError, CloseReason, EndpointId};
 
 use crate::error::KvError;
 use crate::reply::Reply;
@@ -167,10 +167,27 @@ impl<T, X: Transport> Client<T, X> {
             proto::mark_resent(&mut s.req);
         }
         s.ep = ep;
+        let key_op = matches!(s.kind, Kind::Key(_));
         match self.ctx.call(ep, &s.req, s.allowance, i) {
             Ok(()) => None,
             Err(e) if e.is_retryable() => {
                 self.chaser.busy(i, to);
+                None
+            }
+            // The connection died since the request was routed to it (its
+            // failure not followed yet): as `submit` does, the member is
+            // lost and the request waits for the next map, until its
+            // deadline, rather than failing as if the client had lost the
+            // cluster.
+            Err(CallError::Closed(..) | CallError::NoEndpoint(_))
+                if key_op && self.map.members().len() > 1 =>
+            {
+                if let Some(m) = self.routes.member_of(ep) {
+                    self.lost_member(m);
+                }
+                let s = &mut self.ops[i as usize];
+                self.chaser
+                    .later(i, &mut s.chase, Target::Route, Instant::now());
                 None
             }
             Err(e) => Some(call_failed(e)),

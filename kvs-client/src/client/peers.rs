@@ -147,7 +147,11 @@ impl<T, X: Transport> Client<T, X> {
     /// The connections to member `m` died (its process stopped or was
     /// killed): its endpoints go, it is connected again when a request
     /// needs it (after its backoff), and the map is fetched anew from
-    /// another member (its slots may have moved to their backups).
+    /// another member (its slots may have moved to their backups). The
+    /// calls still waiting on an endpoint that had not failed by itself
+    /// fail now, closed by this side, into the inbox (followed in the same
+    /// round when this runs while it is being followed); their requests
+    /// are sent again by the next map, as those of a connection that died.
     #[cold]
     #[inline(never)]
     pub(super) fn lost_member(&mut self, m: MemberId) {
