@@ -23,12 +23,14 @@
 #     S s") and the CPU time its start took, beside dd's sequential read of
 #     the same log, both with the log out of the page cache when that can
 #     be done (said in the output), and a second replay with the log cached.
-#  5. Throughput during a snapshot: a place kept for it (no snapshots yet).
+#  5. Throughput during snapshots: YCSB-A for SNAP_SECS seconds without a
+#     snapshot, while every member snapshots again and again, and without
+#     again (durability everysec).
 #
 #   bash scripts/bench-durability.sh
 #   RUNS=5 RECORDS=100000 OPS=600000 DEPTH=64 bash scripts/bench-durability.sh
 #   RUNS=1 RECORDS=2000 OPS=20000 SECS1=1 REPLAY_RECORDS=20000 bash scripts/bench-durability.sh
-# Also: THREADS, WORKERS, SECS1, DSYNC_WRITES, SEQ_MB, REPLAY_RECORDS,
+# Also: THREADS, WORKERS, SECS1, SNAP_SECS, DSYNC_WRITES, SEQ_MB, REPLAY_RECORDS,
 # REPLAY_DURABILITY (everysec or always), SKIP_REDIS=1; TMPDIR picks the
 # disk (the data dirs, Redis's dir and dd's file all live under it).
 set -euo pipefail
@@ -40,6 +42,7 @@ DEPTH=${DEPTH:-64}
 THREADS=${THREADS:-2}
 WORKERS=${WORKERS:-2}
 SECS1=${SECS1:-5}
+SNAP_SECS=${SNAP_SECS:-10}
 DSYNC_WRITES=${DSYNC_WRITES:-1000}
 SEQ_MB=${SEQ_MB:-512}
 REPLAY_RECORDS=${REPLAY_RECORDS:-300000}
@@ -388,8 +391,14 @@ uncache() { # file
 cached() {
   if command -v fincore >/dev/null; then fincore -bn -o RES "$1" | awk '{print $1}'; else echo "?"; fi
 }
-# The replay line of a member's log -> "changes bytes seconds"
-replayed() { sed -n 's/.* \([0-9]*\) changes (\([0-9]*\) bytes) replayed from .* in \([0-9.]*\) s.*/\1 \2 \3/p' "$1" | tail -n1; }
+# The recovery line of a member's log ("N changes from snapshot G and M from
+# the logs (B bytes) recovered from DIR in S s") -> "changes bytes seconds"
+replayed() {
+  sed -n 's/.* \([0-9]*\) changes from snapshot [0-9]* and \([0-9]*\) from the logs (\([0-9]*\) bytes) recovered from .* in \([0-9.]*\) s.*/\1 \2 \3 \4/p' "$1" |
+    tail -n1 | awk '{print $1 + $2, $3, $4}'
+}
+# A worker's files: its snapshot (if any) and its logs.
+worker_files() { ls "$rdir"/data/worker-0.snap "$rdir"/data/worker-0.*.log 2>/dev/null; }
 
 echo "-- recovery: one member, 1 worker, durability $REPLAY_DURABILITY, $REPLAY_RECORDS records"
 n=$((n + 1))
@@ -409,10 +418,20 @@ start_replay_member "$root/replay-0.log" "the recovery member" 30 --bootstrap
   die_log "$root/load.out" "loading the recovery member failed"
 stop "$rm_pid"
 rm -rf /dev/shm/mlx5sim-"$fabric"*
-wal="$rdir/data/worker-0.log"
-[ -f "$wal" ] || die "no log at $wal after the load"
-wal_bytes=$(stat -c %s "$wal")
-read -r cache_how cache_left <<<"$(uncache "$wal")"
+mapfile -t wal < <(worker_files)
+[ "${#wal[@]}" -gt 0 ] || die "no snapshot or log in $rdir/data after the load"
+wal_bytes=$(stat -c %s "${wal[@]}" | awk '{s += $1} END {print s}')
+uncache_all() { # -> "how bytes-left" over the worker's files
+  local f how left total=0 hows=""
+  for f in "${wal[@]}"; do
+    read -r how left <<<"$(uncache "$f")"
+    hows="$how"
+    [ "$left" = "?" ] && total="?"
+    [ "$total" != "?" ] && total=$((total + left))
+  done
+  echo "$hows $total"
+}
+read -r cache_how cache_left <<<"$(uncache_all)"
 t0=$(date +%s.%N)
 start_replay_member "$root/replay-1.log" "the recovery member, restarted" 600
 t1=$(date +%s.%N)
@@ -430,17 +449,53 @@ read -r _ _ w_secs <<<"$(replayed "$root/replay-2.log")"
 [ -n "${w_secs:-}" ] || die_log "$root/replay-2.log" "no replay line in the restarted member's log"
 stop "$rm_pid"
 rm -rf /dev/shm/mlx5sim-"$fabric"*
-read -r dd_how dd_left <<<"$(uncache "$wal")"
-dd_s=$(dd if="$wal" of=/dev/null bs=1M 2>&1 | dd_secs)
+mapfile -t wal < <(worker_files)
+read -r dd_how dd_left <<<"$(uncache_all)"
+dd_s=0
+for f in "${wal[@]}"; do
+  dd_s=$(awk -v a="$dd_s" -v b="$(dd if="$f" of=/dev/null bs=1M 2>&1 | dd_secs)" 'BEGIN {print a + b}')
+done
 dd_mbs=$(awk -v b="$wal_bytes" -v s="$dd_s" 'BEGIN {printf "%.0f", b / s / 1e6}')
 replay_mbs=$(awk -v b="$r_bytes" -v s="$r_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
 warm_mbs=$(awk -v b="$r_bytes" -v s="$w_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
 
-# --- 5: throughput during a snapshot ---------------------------------------
-# Kept for the snapshot feature: YCSB-A throughput and p99 while a member
-# writes a snapshot of its store (and cuts its log), beside the same run
-# without one. kvs-server has no snapshots yet, so nothing is measured here.
-snapshot_figure="not measured: kvs-server has no snapshots yet"
+# --- 5: throughput during a snapshot -----------------------------------------
+# YCSB-A at depth DEPTH for SNAP_SECS seconds on a three-member cluster
+# (durability everysec, replicas = 2): without a snapshot, then while every
+# member snapshots its workers again and again (kvs-admin snapshot, one
+# after the other until the run ends), then without again; the ratio is the
+# run with snapshots over the mean of the two without.
+echo "-- throughput during snapshots: $SNAP_SECS s runs, durability everysec"
+cluster_up everysec
+remote=(--server "127.0.0.1:$base" -p kvs.fabric="$fabric" -p kvs.device=sim0)
+"$D" load "${remote[@]}" "${wl[@]}" --depth 16 >"$root/load.out" 2>&1 ||
+  die_log "$root/load.out" "loading the cluster for the snapshot runs failed"
+timed() { # name
+  drive "$1" run "${remote[@]}" "${wl[@]}" -p operationcount=1000000000 \
+    -p maxexecutiontime="$SNAP_SECS" --depth "$DEPTH"
+}
+timed snap-before
+touch "$root/snapping"
+(
+  while [ -e "$root/snapping" ]; do
+    "${admin[@]}" snapshot >>"$root/snap-admin.log" 2>&1 || true
+    echo x >>"$root/snaps"
+  done
+) &
+snapper=$!
+pids+=("$snapper")
+timed snap-during
+rm -f "$root/snapping"
+wait "$snapper" 2>/dev/null || true
+forget "$snapper"
+timed snap-after
+snaps=$(wc -l <"$root/snaps" 2>/dev/null || echo 0)
+cluster_down
+before=$(cut -d' ' -f1 "$root/res/snap-before" | tail -n1 | awk '{printf "%.0f", $1}')
+during=$(cut -d' ' -f1 "$root/res/snap-during" | tail -n1 | awk '{printf "%.0f", $1}')
+after=$(cut -d' ' -f1 "$root/res/snap-after" | tail -n1 | awk '{printf "%.0f", $1}')
+snap_ratio=$(awk -v b="$before" -v d="$during" -v a="$after" 'BEGIN {printf "%.2f", d / ((b + a) / 2)}')
+snapshot_figure="$before ops/s before, $during during ($snaps snapshot rounds of every member), $after after: $snap_ratio"
 
 # --- the table ----------------------------------------------------------------
 
@@ -520,5 +575,5 @@ echo "  dd sequential read of the log ($((wal_bytes / 1000000)) MB): $dd_mbs MB/
   "log out of the cache before it: $dd_how ($dd_left bytes still cached)"
 r=$(awk -v a="$replay_mbs" -v b="$dd_mbs" 'BEGIN {printf "%.2f", a / b}')
 echo "  replay / dd: $r  $(goal "$r" 0.5)"
-echo "throughput during a snapshot: $snapshot_figure"
+echo "throughput during snapshots: $snapshot_figure  $(goal "$snap_ratio" 0.85)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
