@@ -384,7 +384,8 @@ impl Group {
 
     /// Resumes the member whose identity is in `data_dir` (a member that
     /// has just been given its id stores it first, with
-    /// [`Identity::store`], and starts with an empty log).
+    /// [`Identity::store`], and starts with an empty log), its state
+    /// everything its log holds as committed.
     pub fn open(
         data_dir: &Path,
         cfg: GroupConfig,
@@ -396,6 +397,7 @@ impl Group {
         })?;
         let (store, rec) = DiskStorage::open(&DiskStorage::dir_in(data_dir))?;
         let snap = store.latest_snapshot().clone();
+        let commit = store.hard_state().commit;
         let state = if store.is_empty() {
             None
         } else {
@@ -464,8 +466,32 @@ impl Group {
             },
             rec,
         );
+        g.apply_logged_commits(commit, now)?;
         g.adopt_group_timing(now);
         Ok((g, rec))
+    }
+
+    /// Applies the entries up to `commit` that the log holds as committed,
+    /// at open rather than at the first poll: the state, its map above
+    /// all, is then the newest the log knows was committed, not the
+    /// snapshot's (up to [`GroupConfig::snapshot_every`] entries older).
+    /// A member's workers start from that map, and their records' logs
+    /// were written under the newest map the member had applied: a map
+    /// older than those records would drop slots the member still holds
+    /// copies of. The entries' events come out at the first poll, as they
+    /// would have.
+    fn apply_logged_commits(&mut self, commit: u64, now: Instant) -> Result<(), GroupError> {
+        if self.state.is_none() {
+            return Ok(());
+        }
+        while self.applied < commit && self.node.has_ready() {
+            let before = self.applied;
+            self.ready(now)?;
+            if self.applied == before {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// This member's id.

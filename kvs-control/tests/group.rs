@@ -253,6 +253,10 @@ fn every_member_restarted_from_its_data_dir_resumes_one_cluster() {
     }
     for m in (0..3).map(MemberId) {
         net.restart(m);
+        // Opened, before any message: the map its log holds as committed,
+        // not its snapshot's (a member's workers start from it).
+        let at_open = net.state(m).unwrap().map().version();
+        assert_eq!(at_open, v, "member {m} opened at map {at_open}");
     }
     net.run_until(Duration::from_secs(5), |n| {
         n.leader().is_some() && n.all_agree()
