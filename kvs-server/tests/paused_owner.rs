@@ -162,7 +162,7 @@ fn entry(process: u32, op: Op, invoked: u64, done: Option<(u64, Ret)>) -> Entry 
 
 #[test]
 fn a_member_resumed_after_its_slots_failed_over_serves_no_stale_read() {
-    let mut c = cluster::Cluster::start("paused-owner", 3, 2).unwrap();
+    let mut c = cluster::Cluster::start("paused-owner", 3, 2, "none").unwrap();
     let clock = Clock::start();
     let mut process = 0;
     let mut failures = Vec::new();

@@ -90,6 +90,8 @@ pub struct Cluster {
     pub members: Vec<Member>,
     /// Copies of each slot.
     pub replicas: u8,
+    /// The members' `durability` (`none`, `everysec` or `always`).
+    pub durability: &'static str,
     cc: ControlClient,
     fab: std::sync::Arc<Fabric>,
 }
@@ -103,10 +105,16 @@ fn signal(p: &ServerProcess, sig: libc::c_int) {
 }
 
 impl Cluster {
-    /// Starts `n` members keeping `replicas` copies of each slot: member 0
-    /// founds the cluster, the others join it one at a time, the slots are
-    /// spread over all of them, and every copy is made ready.
-    pub fn start(tag: &str, n: usize, replicas: u8) -> Result<Cluster, String> {
+    /// Starts `n` members keeping `replicas` copies of each slot, their
+    /// records' logs kept as `durability` says: member 0 founds the
+    /// cluster, the others join it one at a time, the slots are spread
+    /// over all of them, and every copy is made ready.
+    pub fn start(
+        tag: &str,
+        n: usize,
+        replicas: u8,
+        durability: &'static str,
+    ) -> Result<Cluster, String> {
         let fabric = test_support::unique_name("kvs-nemesis", tag);
         let root = test_support::TempDir::new("kvs-nemesis", tag);
         let opts = ControlOptions {
@@ -128,6 +136,7 @@ impl Cluster {
             members: Vec::new(),
             root,
             replicas,
+            durability,
             cc,
             fab,
         };
@@ -197,6 +206,8 @@ impl Cluster {
             &dir,
             "--replicas",
             &replicas,
+            "--durability",
+            self.durability,
         ];
         match &join {
             Some(j) => args.extend(["--join", j]),
@@ -366,6 +377,20 @@ impl Cluster {
             self.members[m].past_output.push_str(&out);
         }
         self.members[m].paused = false;
+    }
+
+    /// `kill -9` of every member at once: SIGKILL goes to every process
+    /// before any is waited for, so the members die within the signals'
+    /// loop (microseconds) of each other, as at a power cut.
+    pub fn kill_all(&mut self) {
+        for m in &self.members {
+            if let Some(p) = &m.proc {
+                signal(p, libc::SIGKILL);
+            }
+        }
+        for m in 0..self.members.len() {
+            self.kill(m);
+        }
     }
 
     /// SIGTERM to member `m` (it hands its slots over and exits); whether

@@ -17,8 +17,17 @@
 //! RDMA goes on); and the port down with its TCP cut, a host off the
 //! network. Short pauses and the operator's requests (migrate,
 //! rebalance, set replicas) do not wait: they land while the others play.
+//!
+//! One fault breaks the model on purpose: `kill -9` of every member at
+//! once ([`Kind::KillAll`]), for scenarios whose members keep their
+//! records on disk (`durability`): what they acknowledged must come back
+//! from their logs, not from another copy. The times it struck are kept
+//! ([`Nemesis::kill_alls`]) for the check of what it lost
+//! ([`crate::loss`]).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kvs_proto::control::{ControlReply, ControlRequest};
@@ -64,6 +73,9 @@ pub enum Kind {
     /// `kvs-admin set replicas`, between the scenario's count and one more
     /// (or one fewer).
     SetReplicas,
+    /// `kill -9` of every member at once, down for a while, every one
+    /// restarted from its data dir (in an order the seed draws).
+    KillAll,
 }
 
 impl Kind {
@@ -92,6 +104,7 @@ impl Kind {
             Kind::Migrate => "migrate",
             Kind::Rebalance => "rebalance",
             Kind::SetReplicas => "set replicas",
+            Kind::KillAll => "kill -9 of every member",
         }
     }
 }
@@ -114,6 +127,12 @@ pub struct Nemesis {
     pub played: BTreeMap<Kind, u32>,
     /// What it did, one line per fault, stamped with the history's clock.
     pub log: Vec<String>,
+    /// When each kill of every member struck, in ns of the history's
+    /// clock (just before the first SIGKILL).
+    pub kill_alls: Vec<u64>,
+    /// Set from a kill of every member until they are all started again
+    /// (the clients hold their next operations).
+    pub hold: Arc<AtomicBool>,
     /// The copies the cluster keeps now.
     replicas: u8,
     base_replicas: u8,
@@ -127,6 +146,8 @@ impl Nemesis {
             kinds: kinds.to_vec(),
             played: BTreeMap::new(),
             log: Vec::new(),
+            kill_alls: Vec::new(),
+            hold: Arc::new(AtomicBool::new(false)),
             replicas,
             base_replicas: replicas,
         }
@@ -138,22 +159,61 @@ impl Nemesis {
     }
 
     /// Draws the next fault and plays it (waiting for a healthy cluster
-    /// first when it takes a member out). `at` stamps the log.
-    pub fn step(&mut self, c: &mut Cluster, at: impl Fn() -> f64) -> Result<(), String> {
-        let kind = self.kinds[self.rng.below(self.kinds.len() as u64) as usize];
+    /// first when it takes a member out). `at`, the history's clock in ns,
+    /// stamps the log.
+    pub fn step(&mut self, c: &mut Cluster, at: impl Fn() -> u64) -> Result<(), String> {
+        let mut kind = self.kinds[self.rng.below(self.kinds.len() as u64) as usize];
+        // A scenario with kills of every member plays one by its third
+        // fault at the latest, whatever the draws.
+        let steps: u32 = self.played.values().sum();
+        if steps >= 2
+            && self.kinds.contains(&Kind::KillAll)
+            && !self.played.contains_key(&Kind::KillAll)
+        {
+            kind = Kind::KillAll;
+        }
         let n = c.members.len();
         let m = self.rng.below(n as u64) as usize;
         if kind.takes_a_member_out() {
             c.wait_healthy(Duration::from_secs(60))
                 .map_err(|e| format!("before a {}: {e}", kind.name()))?;
         }
-        let what = self.play(c, kind, m)?;
+        let what = self.play(c, kind, m, &at)?;
         *self.played.entry(kind).or_default() += 1;
-        self.log.push(format!("{:9.3} s  {what}", at()));
+        self.log
+            .push(format!("{:9.3} s  {what}", at() as f64 / 1e9));
         Ok(())
     }
 
-    fn play(&mut self, c: &mut Cluster, kind: Kind, m: usize) -> Result<String, String> {
+    /// Every member killed at once, down for a while, and restarted from
+    /// its data dir, one after the other from a member the seed draws.
+    fn kill_all(&mut self, c: &mut Cluster, at: &impl Fn() -> u64) -> Result<String, String> {
+        let n = c.members.len();
+        let (down, first) = (
+            ms(&mut self.rng, 100, 2000),
+            self.rng.below(n as u64) as usize,
+        );
+        let struck = at();
+        c.kill_all();
+        self.hold.store(true, Ordering::Release);
+        self.kill_alls.push(struck);
+        std::thread::sleep(down);
+        let restarted = (0..n).try_for_each(|i| c.restart((first + i) % n));
+        self.hold.store(false, Ordering::Release);
+        restarted?;
+        Ok(format!(
+            "kill -9 of every member at {:.3} s, restarted after {down:?} from member {first} on",
+            struck as f64 / 1e9
+        ))
+    }
+
+    fn play(
+        &mut self,
+        c: &mut Cluster,
+        kind: Kind,
+        m: usize,
+        at: &impl Fn() -> u64,
+    ) -> Result<String, String> {
         let n = c.members.len();
         let r = &mut self.rng;
         Ok(match kind {
@@ -249,6 +309,7 @@ impl Nemesis {
                 }
                 format!("set replicas {to}: {a}")
             }
+            Kind::KillAll => self.kill_all(c, at)?,
         })
     }
 

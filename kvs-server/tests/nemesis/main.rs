@@ -3,10 +3,15 @@
 //! and faults on a seeded schedule (`kill -9` and restart from the data
 //! dir, SIGSTOP pauses shorter and longer than the failure timeout, a
 //! member's port down, its paths to the others cut one way, its TCP cut,
-//! SIGTERM, drains, migrations, rebalances, replica changes). The recorded history is checked by stateright's
+//! SIGTERM, drains, migrations, rebalances, replica changes; and, where
+//! the members keep their records on disk, `kill -9` of every member at
+//! once). The recorded history is checked by stateright's
 //! linearizability checker, a register per key; after the faults every key
 //! is read once more, so an acknowledged write that was lost is an anomaly
-//! too.
+//! too. Under `durability = "everysec"` a kill of every member may lose
+//! the last second or so of acknowledged writes: those are measured
+//! ([`loss`]), an older one fails the run, and the rest of the history is
+//! checked as before.
 //!
 //! ```text
 //! cargo test -p kvs-server --test nemesis                       # CI's runs
@@ -25,6 +30,7 @@ mod check;
 mod cluster;
 mod faults;
 mod history;
+mod loss;
 mod proxy;
 #[path = "../support/mod.rs"]
 mod support;
@@ -41,6 +47,9 @@ struct Scenario {
     what: &'static str,
     members: usize,
     replicas: u8,
+    /// The members' `durability`: `none`, `everysec` or `always`.
+    durability: &'static str,
+    /// The faults, drawn with equal odds.
     faults: &'static [Kind],
 }
 
@@ -50,6 +59,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "one copy: pauses, cuts and the operator's moves (no crash: one copy in memory dies with its member)",
         members: 3,
         replicas: 1,
+        durability: "none",
         faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Migrate, Kind::Rebalance],
     },
     Scenario {
@@ -57,6 +67,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "two copies: kill -9 (with a slow backup), pauses, SIGTERM",
         members: 3,
         replicas: 2,
+        durability: "none",
         faults: &[Kind::Kill, Kind::KillSlowBackup, Kind::PauseShort, Kind::TermRestart],
     },
     Scenario {
@@ -64,6 +75,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "two copies: long pauses, cuts, drains with a slow backup, migrations",
         members: 3,
         replicas: 2,
+        durability: "none",
         faults: &[Kind::PauseShort, Kind::PauseLong, Kind::Partition, Kind::Drain, Kind::Migrate],
     },
     Scenario {
@@ -71,6 +83,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "two copies: data dirs wiped (kill -9, forget, join again empty), kills, SIGTERM",
         members: 3,
         replicas: 2,
+        durability: "none",
         faults: &[Kind::Wipe, Kind::Kill, Kind::TermRestart, Kind::PauseShort],
     },
     Scenario {
@@ -78,6 +91,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "five members, one copy: pauses, cuts (both ways, one way, TCP) and the operator's moves",
         members: 5,
         replicas: 1,
+        durability: "none",
         faults: &[
             Kind::PauseShort,
             Kind::PauseLong,
@@ -94,6 +108,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "five members, two copies: kills, wipes, pauses, cuts (both ways, one way, TCP), drains",
         members: 5,
         replicas: 2,
+        durability: "none",
         faults: &[
             Kind::Kill,
             Kind::Wipe,
@@ -112,6 +127,7 @@ const SCENARIOS: &[Scenario] = &[
         what: "five members, three copies: every fault, replica changes and rebalances",
         members: 5,
         replicas: 3,
+        durability: "none",
         faults: &[
             Kind::Kill,
             Kind::KillSlowBackup,
@@ -128,12 +144,52 @@ const SCENARIOS: &[Scenario] = &[
             Kind::SetReplicas,
         ],
     },
+    Scenario {
+        name: "r1-killall",
+        what: "one copy on disk (always): every member killed at once, kills, pauses, cuts, migrations, rebalances",
+        members: 3,
+        replicas: 1,
+        durability: "always",
+        faults: &[
+            Kind::KillAll,
+            Kind::Kill,
+            Kind::PauseShort,
+            Kind::PauseLong,
+            Kind::Partition,
+            Kind::Migrate,
+            Kind::Rebalance,
+        ],
+    },
+    Scenario {
+        name: "r2-killall",
+        what: "two copies on disk (always): every member killed at once, kills (with a slow backup), pauses, SIGTERM",
+        members: 3,
+        replicas: 2,
+        durability: "always",
+        faults: &[
+            Kind::KillAll,
+            Kind::Kill,
+            Kind::KillSlowBackup,
+            Kind::PauseShort,
+            Kind::TermRestart,
+        ],
+    },
+    Scenario {
+        name: "r2-everysec",
+        what: "two copies on disk (everysec): every member killed at once, kills, pauses; the loss measured",
+        members: 3,
+        replicas: 2,
+        durability: "everysec",
+        faults: &[Kind::KillAll, Kind::Kill, Kind::PauseShort],
+    },
 ];
 
-/// CI's runs: (scenario, seed), a few minutes in all.
+/// CI's runs: (scenario, seed), a few minutes in all. The kills of every
+/// member under `always` (`r2-killall`, `r1-killall`) stand in for
+/// `r2-crash` and `r1-pause`, whose faults they play too.
 const CI_RUNS: &[(&str, u64)] = &[
-    ("r2-crash", 1),
-    ("r1-pause", 2),
+    ("r2-killall", 1),
+    ("r1-killall", 2),
     ("r2-pause", 3),
     ("r3-mixed", 4),
     ("r2-wipe", 5),
@@ -217,6 +273,8 @@ struct Outcome {
     /// How long the check took, and its slowest key.
     check: Duration,
     slowest: Duration,
+    /// What the kills of every member lost, if any struck.
+    loss: Option<loss::Loss>,
 }
 
 /// The generators' state for `seed` (splitmix64's finalizer): test-support's
@@ -233,19 +291,21 @@ fn spread(seed: u64) -> u64 {
 fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
     let mut out = Outcome::default();
     let tag = format!("{}-{seed}", sc.name);
-    let mut c = match Cluster::start(&tag, sc.members, sc.replicas) {
+    let mut c = match Cluster::start(&tag, sc.members, sc.replicas, sc.durability) {
         Ok(c) => c,
         Err(e) => {
             out.failure = Some(format!("the cluster did not start: {e}"));
             return out;
         }
     };
+    let mut nemesis = Nemesis::new(spread(seed), sc.faults, sc.replicas);
     let sh = Arc::new(Shared {
         fabric: c.fabric.clone(),
         contacts: c.addrs(),
         clock: history::Clock::start(),
         group: AtomicU32::new(0),
         stop: AtomicBool::new(false),
+        hold: nemesis.hold.clone(),
         next_process: AtomicU32::new(0),
         timeout: Duration::from_secs(3),
     });
@@ -259,9 +319,8 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
             }
         })
     };
-    let mut nemesis = Nemesis::new(spread(seed), sc.faults, sc.replicas);
     let t = Instant::now();
-    let at = || sh.clock.now() as f64 / 1e9;
+    let at = || sh.clock.now();
     let mut failure = None;
     while t.elapsed().as_secs_f64() < seconds && failure.is_none() {
         std::thread::sleep(nemesis.gap());
@@ -286,12 +345,17 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
     out.ops = h.len();
     out.unknown = h.iter().filter(|e| e.done.is_none()).count();
     out.faults = nemesis.played.clone();
+    let mut problems = Vec::new();
+    if !nemesis.kill_alls.is_empty() {
+        let (l, forgiven) = lost(sc, &h, &nemesis.kill_alls, &mut problems);
+        h = forgiven;
+        out.loss = Some(l);
+    }
     let checking = Instant::now();
     let report = check::check(&h, 2, Duration::from_secs(120));
     out.check = checking.elapsed();
     out.slowest = report.slowest;
     out.anomalies = report.anomalies.len();
-    let mut problems = Vec::new();
     if let Some(f) = failure {
         problems.push(f);
     }
@@ -321,6 +385,46 @@ fn run(sc: &Scenario, seed: u64, seconds: f64, clients: u32) -> Outcome {
     out
 }
 
+/// What the kills of every member at `kills` lost in `h`, and the history
+/// to check for linearizability: under `everysec`, the writes lost within
+/// [`loss::EVERYSEC_BOUND`] of their kill count as writes of unknown
+/// outcome, and an older one is a problem; under `always` every loss is
+/// one (and an anomaly of the check).
+fn lost(
+    sc: &Scenario,
+    h: &[history::Entry],
+    kills: &[u64],
+    problems: &mut Vec<String>,
+) -> (loss::Loss, Vec<history::Entry>) {
+    let l = loss::measure(h, kills);
+    let (bound, forgiven) = if sc.durability == "everysec" {
+        (loss::EVERYSEC_BOUND, loss::forgiven(h, &l.lost))
+    } else {
+        (Duration::ZERO, h.to_vec())
+    };
+    let old: Vec<String> = l
+        .older_than(bound)
+        .take(10)
+        .map(|x| {
+            format!(
+                "{} = {} acknowledged {:.0} ms before its kill",
+                workload::key_name(x.key),
+                x.value,
+                x.age.as_secs_f64() * 1e3
+            )
+        })
+        .collect();
+    if !old.is_empty() {
+        problems.push(format!(
+            "durability = {:?}: {}; lost older than {bound:?}: {}",
+            sc.durability,
+            l.line(),
+            old.join(", ")
+        ));
+    }
+    (l, forgiven)
+}
+
 /// The faults played, by kind, in a line.
 fn fault_list(faults: &std::collections::BTreeMap<Kind, u32>) -> String {
     let v: Vec<String> = faults
@@ -331,9 +435,13 @@ fn fault_list(faults: &std::collections::BTreeMap<Kind, u32>) -> String {
 }
 
 fn summary(sc: &Scenario, seed: u64, o: &Outcome, took: Duration) -> String {
+    let loss = match &o.loss {
+        Some(l) => format!("; {}", l.line()),
+        None => String::new(),
+    };
     format!(
         "nemesis {} seed {seed}: {} ops ({} unknown), {} anomalies, {:.0} s (checked in {:.1} s, \
-         slowest key {:.2} s); faults: {}",
+         slowest key {:.2} s); faults: {}{loss}",
         sc.name,
         o.ops,
         o.unknown,
@@ -360,8 +468,8 @@ fn main() {
     if a.list {
         for s in SCENARIOS {
             println!(
-                "{:10} {} members, replicas {}: {}",
-                s.name, s.members, s.replicas, s.what
+                "{:11} {} members, replicas {}, durability {}: {}",
+                s.name, s.members, s.replicas, s.durability, s.what
             );
         }
         println!("CI runs: {CI_RUNS:?}");
@@ -369,6 +477,10 @@ fn main() {
     }
     if let Err(e) = check::self_test() {
         eprintln!("nemesis: the checker is broken: {e}");
+        std::process::exit(1);
+    }
+    if let Err(e) = loss::self_test() {
+        eprintln!("nemesis: the measure of lost writes is broken: {e}");
         std::process::exit(1);
     }
     let draw = |seed| test_support::Rng(spread(seed)).next();
@@ -423,6 +535,9 @@ fn main() {
         for (k, n) in &o.faults {
             *totals.faults.entry(*k).or_default() += n;
         }
+        if let Some(l) = &o.loss {
+            totals.loss.get_or_insert_with(Default::default).add(l);
+        }
         match &o.failure {
             None => passed += 1,
             Some(why) => {
@@ -435,8 +550,12 @@ fn main() {
             }
         }
     }
+    let loss = match &totals.loss {
+        Some(l) => format!("; {}", l.line()),
+        None => String::new(),
+    };
     eprintln!(
-        "nemesis: {} ops ({} unknown), {} anomalies in {:.0} s; faults: {}",
+        "nemesis: {} ops ({} unknown), {} anomalies in {:.0} s; faults: {}{loss}",
         totals.ops,
         totals.unknown,
         totals.anomalies,

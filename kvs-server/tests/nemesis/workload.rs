@@ -33,6 +33,10 @@ pub struct Shared {
     pub group: AtomicU32,
     /// Set to stop the clients.
     pub stop: AtomicBool,
+    /// Set while no member runs (every member killed, until all are
+    /// started again): clients start no operation then, since every one
+    /// would end unknown and only slow the check down.
+    pub hold: Arc<AtomicBool>,
     /// The next process id.
     pub next_process: AtomicU32,
     /// How long an operation may take before its outcome is unknown.
@@ -123,6 +127,10 @@ pub fn client(sh: Arc<Shared>, me: u32, seed: u64, pace: Duration) -> Vec<Entry>
     let mut written = 0u64;
     let mut client = None;
     while !sh.stop.load(Ordering::Acquire) {
+        if sh.hold.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         let Some(c) = client.as_mut() else {
             client = connect(&sh, &mut rng);
             continue;
