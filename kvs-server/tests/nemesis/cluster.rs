@@ -208,6 +208,10 @@ impl Cluster {
             &replicas,
             "--durability",
             self.durability,
+            // With records on disk, snapshots come every few tens of KiB
+            // of writes: kills land during them, and restarts read them.
+            "--auto-snapshot-min-size",
+            "64K",
         ];
         match &join {
             Some(j) => args.extend(["--join", j]),
