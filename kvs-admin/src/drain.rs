@@ -14,6 +14,7 @@ use kvs_proto::control::{ControlReply, ControlRequest, MemberStatus};
 use crate::admin::{unexpected, Admin, Control};
 use crate::args::DrainArgs;
 use crate::error::AdminError;
+use crate::member::{status_as, unreachable};
 use crate::migrate::{member_addrs, member_of};
 use crate::progress::{Display, Pace};
 use crate::render;
@@ -37,20 +38,7 @@ pub fn drain<C: Control>(
     let member = member_of(&a.member, &addrs)?;
     let addr = addrs[member.index()].1;
     // The member itself first: whether it answers, and as whom.
-    let before = match admin.status(addr) {
-        Ok(s) => s,
-        Err(e) => return Err(unreachable(admin, member, addr, e, "drain it")),
-    };
-    if before.member != member {
-        return Err(AdminError::Unexpected {
-            addr,
-            what: "status",
-            got: format!(
-                "it answers as member {}, not {member}: nothing sent",
-                before.member
-            ),
-        });
-    }
+    let before = status_as(admin, member, addr, "drain it")?;
     match admin.request(addr, &ControlRequest::Drain) {
         Ok(ControlReply::Ok) => {}
         Ok(other) => return Err(unexpected(addr, "drain", other)),
@@ -72,35 +60,6 @@ pub fn drain<C: Control>(
     };
     say(&done_text(member, left));
     Ok(())
-}
-
-/// A failure to reach the member to do `to` ("drain it"), as the error
-/// the operator reads: with the control group's standing of it (from the
-/// contact's view) when that is not "up". Other errors pass unchanged.
-pub fn unreachable<C: Control>(
-    admin: &mut Admin<C>,
-    member: MemberId,
-    addr: SocketAddr,
-    e: AdminError,
-    to: &'static str,
-) -> AdminError {
-    let AdminError::Control(e) = e else {
-        return e;
-    };
-    let mut why = e.to_string();
-    if addr != admin.contact() {
-        let state = admin
-            .status(admin.contact())
-            .ok()
-            .and_then(|s| s.group)
-            .and_then(|g| g.members.into_iter().find(|m| m.id == member))
-            .map(|m| m.state)
-            .filter(|s| s != "up");
-        if let Some(s) = state {
-            why.push_str(&format!("; the control group marks it {s}"));
-        }
-    }
-    AdminError::MemberUnreachable { member, to, why }
 }
 
 /// What the member took, what it does, and what cannot move: `before` is

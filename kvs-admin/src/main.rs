@@ -24,6 +24,7 @@ mod drain;
 mod error;
 #[cfg(test)]
 mod fake;
+mod member;
 mod migrate;
 mod progress;
 mod recover;

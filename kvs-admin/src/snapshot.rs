@@ -20,8 +20,8 @@ use kvs_proto::{MemberId, ShardMap};
 
 use crate::admin::{unexpected, Admin, Control};
 use crate::args::SnapshotArgs;
-use crate::drain::unreachable;
 use crate::error::AdminError;
+use crate::member::{status_as, unreachable};
 use crate::migrate::{member_addrs, member_of};
 use crate::progress::{Display, Pace};
 use crate::render::{self, say};
@@ -142,20 +142,7 @@ fn ask<C: Control>(
     addr: SocketAddr,
 ) -> Result<Asked, AdminError> {
     const TO: &str = "snapshot it";
-    let before = match admin.status(addr) {
-        Ok(s) => s,
-        Err(e) => return Err(unreachable(admin, member, addr, e, TO)),
-    };
-    if before.member != member {
-        return Err(AdminError::Unexpected {
-            addr,
-            what: "status",
-            got: format!(
-                "it answers as member {}, not {member}: nothing sent",
-                before.member
-            ),
-        });
-    }
+    let before = status_as(admin, member, addr, TO)?;
     match admin.request(addr, &ControlRequest::Snapshot) {
         Ok(ControlReply::Ok) => {}
         Ok(ControlReply::Error { message }) => {

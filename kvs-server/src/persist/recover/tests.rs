@@ -29,6 +29,17 @@ fn turn(s: &mut Store, l: &mut WorkerLog) {
     l.tend(s);
 }
 
+/// Turns until `n` snapshots are in place (the snapshot's thread writes
+/// between them).
+fn turns_until(s: &mut Store, l: &mut WorkerLog, n: u64) {
+    let t = std::time::Instant::now();
+    while l.status().snapshots < n {
+        assert!(t.elapsed() < Duration::from_secs(30), "no snapshot {n}");
+        turn(s, l);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Every record and slot state of `s`, in order.
 fn dump(s: &Store) -> Vec<(u32, Vec<u8>, Vec<u8>, bool)> {
     let mut v: Vec<_> = (0..s.slots())
@@ -219,10 +230,7 @@ fn a_second_snapshot_replaces_the_first_and_the_logs_shrink() {
     let before = l.status().log_bytes;
     for n in 1..=2 {
         assert!(l.request_snapshot());
-        while l.status().snapshots < n {
-            turn(&mut s, &mut l);
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        turns_until(&mut s, &mut l, n);
     }
     let st = l.status();
     assert!(st.log_bytes < before / 4, "{} of {before}", st.log_bytes);
@@ -247,10 +255,7 @@ fn a_snapshot_cut_anywhere_stops_the_start_naming_it() {
     writes(&mut s, 1);
     turn(&mut s, &mut l);
     l.request_snapshot();
-    while l.status().snapshots < 1 {
-        turn(&mut s, &mut l);
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    turns_until(&mut s, &mut l, 1);
     drop(l);
     let p = files::snapshot_path(&files::dir(d.path()), 0);
     let bytes = std::fs::read(&p).unwrap();
@@ -275,10 +280,7 @@ fn a_snapshot_whose_log_is_missing_is_refused() {
     writes(&mut s, 1);
     turn(&mut s, &mut l);
     l.request_snapshot();
-    while l.status().snapshots < 1 {
-        turn(&mut s, &mut l);
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    turns_until(&mut s, &mut l, 1);
     drop(l);
     let dir = files::dir(d.path());
     std::fs::remove_file(files::log_path(&dir, 0, 1)).unwrap();
@@ -299,10 +301,7 @@ fn a_change_before_its_slots_mark_is_not_replayed_on_the_snapshot() {
     turn(&mut s, &mut l);
     assert_eq!(s.patch(0, b"k", 8, b"xx"), crate::store::Patch::Done);
     s.put(0, b"k", b"abc").unwrap();
-    while l.status().snapshots < 1 {
-        turn(&mut s, &mut l);
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    turns_until(&mut s, &mut l, 1);
     drop(l);
     let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
     assert_eq!(o.store.get(0, b"k"), Some(&b"abc"[..]));
@@ -335,10 +334,7 @@ fn a_snapshot_asked_for_that_fails_is_tried_again() {
     // The way is clear, and the retry's time has come.
     std::fs::remove_dir(&blocker).unwrap();
     l.not_before = Some(std::time::Instant::now());
-    while l.status().snapshots < 1 {
-        turn(&mut s, &mut l);
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    turns_until(&mut s, &mut l, 1);
     assert!(!l.requested);
     drop(l);
     assert_eq!(dump(&recovered(d.path())), dump(&s));
