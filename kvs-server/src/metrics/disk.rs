@@ -80,39 +80,42 @@ impl Exposition {
                 }
             }
         }
-        let mut m = enc.encode_descriptor(
-            "kvs_log_fsync",
-            "How long a worker's log flushes (fdatasync) take: one per turn that wrote under \
-             durability = always, one a second under everysec.",
-            Some(&Unit::Seconds),
-            MetricType::Histogram,
-        )?;
-        for (w, d) in &disks {
-            let f = &d.fsync;
-            let buckets: Vec<(f64, u64)> = FLUSH_BOUNDS
-                .iter()
-                .copied()
-                .chain([f64::INFINITY])
-                .zip(f.counts)
-                .collect();
-            m.encode_family(&worker(*w))?
-                .encode_histogram::<NoLabelSet>(
-                    f.sum_ns as f64 * 1e-9,
-                    f.count(),
-                    &buckets,
-                    None,
-                )?;
-        }
-        let mut m = enc.encode_descriptor(
-            "kvs_recovery",
-            "How long a worker took to read its snapshot and logs at the member's start.",
-            Some(&Unit::Seconds),
-            MetricType::Gauge,
-        )?;
-        for (w, d) in &disks {
-            m.encode_family(&worker(*w))?
-                .encode_gauge(&d.recovered.took.as_secs_f64())?;
-        }
-        Ok(())
+        encode_times(enc, &disks)
     }
+}
+
+/// The flushes' histogram and the recovery's time, one per worker.
+fn encode_times(
+    enc: &mut DescriptorEncoder,
+    disks: &[(usize, LogStatus)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = enc.encode_descriptor(
+        "kvs_log_fsync",
+        "How long a worker's log flushes (fdatasync) take: one per turn that wrote under \
+         durability = always, one a second under everysec.",
+        Some(&Unit::Seconds),
+        MetricType::Histogram,
+    )?;
+    for (w, d) in disks {
+        let f = &d.fsync;
+        let buckets: Vec<(f64, u64)> = FLUSH_BOUNDS
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(f.counts)
+            .collect();
+        m.encode_family(&worker(*w))?
+            .encode_histogram::<NoLabelSet>(f.sum_ns as f64 * 1e-9, f.count(), &buckets, None)?;
+    }
+    let mut m = enc.encode_descriptor(
+        "kvs_recovery",
+        "How long a worker took to read its snapshot and logs at the member's start.",
+        Some(&Unit::Seconds),
+        MetricType::Gauge,
+    )?;
+    for (w, d) in disks {
+        m.encode_family(&worker(*w))?
+            .encode_gauge(&d.recovered.took.as_secs_f64())?;
+    }
+    Ok(())
 }
