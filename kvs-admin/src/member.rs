@@ -12,7 +12,7 @@ use crate::error::AdminError;
 
 /// Member `member`'s status, asked of it at `addr` before kvs-admin asks
 /// it `to` do something: an error if it does not answer
-/// ([`unreachable`]), or answers as another member (nothing is sent).
+/// ([`unreachable()`]), or answers as another member (nothing is sent).
 pub fn status_as<C: Control>(
     admin: &mut Admin<C>,
     member: MemberId,
