@@ -53,6 +53,31 @@ pub(crate) fn logs(dir: &Path, worker: u16) -> Result<Vec<(u64, PathBuf)>, WalEr
     Ok(found)
 }
 
+/// A log from before snapshots (`worker-W.log`, with no generation) is
+/// generation 0's: renamed so, durably, when there is no generation 0.
+pub(crate) fn adopt_unnumbered(dir: &Path, worker: u16) -> Result<(), WalError> {
+    let old = dir.join(format!("worker-{worker}.log"));
+    let new = log_path(dir, worker, 0);
+    if !old.exists() || new.exists() {
+        return Ok(());
+    }
+    std::fs::rename(&old, &new).map_err(|source| WalError::Io {
+        path: old.clone(),
+        source,
+    })?;
+    tracing::info!(
+        "worker {worker}: {} is now {} (a log from before snapshots)",
+        old.display(),
+        new.display()
+    );
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| WalError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
 /// Removes `path` (a log a snapshot made obsolete); its size.
 pub(crate) fn remove(path: &Path) -> Result<u64, WalError> {
     let io = |source| WalError::Io {

@@ -63,6 +63,7 @@ pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, Wal
         source,
     })?;
     let t = Instant::now();
+    files::adopt_unnumbered(dir, worker)?;
     let snap = files::snapshot_path(dir, worker);
     kvs_wal::remove_partial(&snap)?;
     let snap_size = std::fs::metadata(&snap).map(|m| m.len()).ok();

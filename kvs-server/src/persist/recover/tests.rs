@@ -339,3 +339,16 @@ fn a_snapshot_asked_for_that_fails_is_tried_again() {
     drop(l);
     assert_eq!(dump(&recovered(d.path())), dump(&s));
 }
+
+#[test]
+fn a_log_from_before_snapshots_is_generation_zero() {
+    let d = TempDir::new("kvs-server", "recover-unnumbered");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    drop(l);
+    let dir = files::dir(d.path());
+    std::fs::rename(files::log_path(&dir, 0, 0), dir.join("worker-0.log")).unwrap();
+    assert_eq!(dump(&recovered(d.path())), dump(&s));
+    assert!(!dir.join("worker-0.log").exists());
+}
