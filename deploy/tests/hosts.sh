@@ -6,6 +6,8 @@
 # bind-mounted into all three (the stand-in for the RDMA network).
 #
 #   hosts.sh up     build the image (once), boot the hosts, write the inventory
+#   hosts.sh reset HOST...  reset the named hosts at once, the hard way, and
+#                   boot them again (their files stay)
 #   hosts.sh down   power them off and remove them
 #
 # Needs root, systemd-container, mmdebstrap and iproute2. State lives in
@@ -141,6 +143,10 @@ kvs_server_fabric: $FABRIC
 kvs_server_uid: $SERVICE_UID
 kvs_server_workers: 1
 kvs_server_max_memory: 256M
+# The records on disk, each write answered once its log is flushed: a
+# server killed, or a host reset, reloads them before it serves (the test's
+# "restart all" step kills every storage host's server at once).
+kvs_server_durability: always
 # Two copies of each slot, one on each storage host (each its own zone): a
 # restarted host hands its slots to the other first and gets its copies back.
 kvs_server_replicas: 2
@@ -177,6 +183,47 @@ up() {
   say "up: ${HOSTS[*]} on $BRIDGE ($NET.0/24); inventory $STATE/inventory"
 }
 
+# Resets the named hosts at the same moment, the hard way: reboot(2) from
+# inside each, with no shutdown and no sync, kills every process of the host
+# at once (a power cut, but for the page cache: the containers share this
+# machine's kernel). systemd-nspawn exits then (a reboot under --keep-unit),
+# and each host is booted again from its directory and waited for.
+reset() {
+  [ "$#" -gt 0 ] || die "usage: $0 reset HOST..."
+  local name pid sshs=()
+  local -A addr
+  for name in "$@"; do
+    addr[$name]=$(host_ip "$name")
+    if ! [ -f "$STATE/$name.pid" ] || ! kill -0 "$(cat "$STATE/$name.pid")" 2>/dev/null; then
+      die "$name is not up"
+    fi
+  done
+  for name in "$@"; do
+    # The connection dies with the host: it may end in an error.
+    timeout 20 ssh -F "$STATE/ssh_config" "${addr[$name]}" 'reboot --force --force --no-sync' >/dev/null 2>&1 &
+    sshs+=($!)
+  done
+  wait "${sshs[@]}" || true
+  for name in "$@"; do
+    pid=$(cat "$STATE/$name.pid")
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    ! kill -0 "$pid" 2>/dev/null || die "$name did not go down within 30 s of its reset"
+    rm -f "$STATE/$name.pid"
+  done
+  for name in "$@"; do boot "$name"; done
+  for name in "$@"; do wait_ssh "$name" "${addr[$name]}"; done
+  say "reset and booted again: $*"
+}
+
+# The address of host $1.
+host_ip() {
+  local h
+  for h in "${HOSTS[@]}"; do
+    [ "${h%%:*}" != "$1" ] || { echo "$NET.${h#*:}"; return; }
+  done
+  die "no host $1 (the hosts: ${HOSTS[*]})"
+}
+
 down_hosts() {
   local pids=()
   for h in "${HOSTS[@]}"; do
@@ -203,6 +250,7 @@ down() {
 
 case "${1:-}" in
   up) up ;;
+  reset) shift; reset "$@" ;;
   down) down ;;
-  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+  *) echo "usage: $0 up|reset HOST...|down" >&2; exit 2 ;;
 esac
