@@ -86,17 +86,22 @@ fn writes(s: &mut Store, round: u32) {
     }
 }
 
-#[test]
-fn a_store_comes_back_from_its_log() {
-    let d = TempDir::new("kvs-server", "recover");
-    let (mut s, mut l) = start(d.path());
+/// Two puts, then a delete and a put, in two turns; the store they make.
+fn four_changes(data_dir: &Path) -> Store {
+    let (mut s, mut l) = start(data_dir);
     s.put(1, b"a", b"1").unwrap();
     s.put(2, b"b", b"2").unwrap();
     turn(&mut s, &mut l);
     s.delete(1, b"a");
     s.put(3, b"c", b"3").unwrap();
     turn(&mut s, &mut l);
-    drop(l);
+    s
+}
+
+#[test]
+fn a_store_comes_back_from_its_log() {
+    let d = TempDir::new("kvs-server", "recover");
+    let s = four_changes(d.path());
     let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
     assert_eq!((o.found.changes, o.found.torn_bytes), (4, 0));
     assert_eq!(o.store.get(1, b"a"), None);
@@ -108,14 +113,7 @@ fn a_store_comes_back_from_its_log() {
 #[test]
 fn a_log_cut_anywhere_gives_the_changes_before_the_cut() {
     let d = TempDir::new("kvs-server", "recover-cut");
-    let (mut s, mut l) = start(d.path());
-    s.put(1, b"a", b"1").unwrap();
-    s.put(2, b"b", b"2").unwrap();
-    turn(&mut s, &mut l);
-    s.delete(1, b"a");
-    s.put(3, b"c", b"3").unwrap();
-    turn(&mut s, &mut l);
-    drop(l);
+    four_changes(d.path());
     let p = files::log_path(&files::dir(d.path()), 0, 0);
     let bytes = std::fs::read(&p).unwrap();
     let mut last = 0;
