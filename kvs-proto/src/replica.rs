@@ -11,7 +11,8 @@
 //! All integers little-endian. `kind` says what it carries ([`Kind`]): a
 //! write the primary applied (PUT, DELETE, UPDATE_RANGE at `offset`), with
 //! the slot's next sequence number `seq`; or a step of copying the slot to
-//! a new backup (begin at `seq`, one record, end). `epoch` is the slot's
+//! a new backup (begin at `seq`, request ids, end), or of a backup's
+//! catch-up (the ask, the begin, the records it lacks, request ids, end). `epoch` is the slot's
 //! epoch in the primary's map ([`crate::shard::replicas`]). A write carries
 //! the client's request id (`client`, `request`; both 0: none), which the
 //! backup remembers as the primary does, so that a re-sent write is applied
@@ -66,6 +67,10 @@ pub enum Kind {
     /// bulk port; a pulled record never overwrites a key written or
     /// deleted since the begin.
     CopyBegin = 4,
+    /// One record of a catch-up ([`Kind::CatchUp`]): `key`'s value as
+    /// the primary held it at the catch-up's begin, or (`offset` bit
+    /// [`FILL_ABSENT`]) the key was deleted.
+    Fill = 5,
     /// Whether the copy is complete: answered OK once every pulled record
     /// is applied, TRY_AGAIN while the pull goes on.
     CopyEnd = 6,
@@ -76,6 +81,61 @@ pub enum Kind {
     /// client's window, [`IdsEntry`]). `offset` bit [`IDS_FORGOT`] says the
     /// primary forgot some clients of the slot.
     CopyIds = 7,
+    /// Where the backup's complete copy of the slot stands in the
+    /// primary's stream numbered `seq` (the stream, not a write): the OK
+    /// answer carries the last write of that stream the copy holds plus
+    /// one, as a `u64` after the response header (0: the copy is not in
+    /// that stream, or not complete).
+    CopyAsk = 8,
+    /// The primary catches the backup up instead of copying the slot: the
+    /// backup keeps its copy, which stands at `from` in stream `stream`
+    /// (the value, [`CatchUp`]), takes the writes numbered from `seq + 1`
+    /// on, and the [`Kind::Fill`] records that follow give it every key
+    /// the stream wrote after `from`. Refused if the copy does not stand
+    /// there.
+    CatchUp = 9,
+}
+
+/// [`Kind::Fill`] `offset` bit: the key is deleted.
+pub const FILL_ABSENT: u32 = 1;
+
+/// What a [`Kind::CatchUp`] carries (its value): the stream, and where
+/// the backup's copy stands in it.
+///
+/// ```text
+/// value: stream u64 | from u64
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CatchUp {
+    /// The stream (the slot's primary drew it, never 0).
+    pub stream: u64,
+    /// The last write of it the backup's copy holds.
+    pub from: u64,
+}
+
+impl CatchUp {
+    /// Bytes of the value.
+    pub const VALUE: usize = 16;
+
+    /// The value's bytes.
+    pub fn value(&self) -> [u8; Self::VALUE] {
+        let mut v = [0u8; Self::VALUE];
+        v[..8].copy_from_slice(&self.stream.to_le_bytes());
+        v[8..].copy_from_slice(&self.from.to_le_bytes());
+        v
+    }
+
+    /// From a catch-up's value; `None` if it is not one.
+    pub fn parse(value: &[u8]) -> Option<CatchUp> {
+        if value.len() != Self::VALUE {
+            return None;
+        }
+        let stream = le64(&value[..8]);
+        (stream != 0).then(|| CatchUp {
+            stream,
+            from: le64(&value[8..]),
+        })
+    }
 }
 
 /// Request numbers a [`Kind::CopyIds`] entry's window covers.
@@ -131,8 +191,11 @@ impl Kind {
             2 => Kind::Delete,
             3 => Kind::Patch,
             4 => Kind::CopyBegin,
+            5 => Kind::Fill,
             6 => Kind::CopyEnd,
             7 => Kind::CopyIds,
+            8 => Kind::CopyAsk,
+            9 => Kind::CatchUp,
             _ => return None,
         })
     }
@@ -164,11 +227,12 @@ pub struct Header {
 
 /// What a [`Kind::CopyBegin`] carries: the ticket (its key) that opens the
 /// snapshot on the primary's bulk port, and (its value) the slots the
-/// snapshot covers with its size, for progress.
+/// snapshot covers with its size, for progress, and the slot's stream
+/// (the copy's position in it is the begin's `seq`).
 ///
 /// ```text
 /// key:   ticket[16]
-/// value: first u32 | end u32 | records u64 | bytes u64
+/// value: first u32 | end u32 | records u64 | bytes u64 | stream u64
 /// ```
 /// One snapshot may cover several slots copied to the same backup at once
 /// (`first..end` holds them all; the slots between that are not copied
@@ -185,11 +249,13 @@ pub struct CopyBegin {
     pub records: u64,
     /// Bytes of their keys and values.
     pub bytes: u64,
+    /// The slot's stream of writes (0: the primary keeps none).
+    pub stream: u64,
 }
 
 impl CopyBegin {
     /// Bytes of the value.
-    pub const VALUE: usize = 24;
+    pub const VALUE: usize = 32;
 
     /// The slots the snapshot covers.
     pub fn slots(&self) -> Range<u32> {
@@ -202,7 +268,8 @@ impl CopyBegin {
         v[..4].copy_from_slice(&self.first.to_le_bytes());
         v[4..8].copy_from_slice(&self.end.to_le_bytes());
         v[8..16].copy_from_slice(&self.records.to_le_bytes());
-        v[16..].copy_from_slice(&self.bytes.to_le_bytes());
+        v[16..24].copy_from_slice(&self.bytes.to_le_bytes());
+        v[24..].copy_from_slice(&self.stream.to_le_bytes());
         v
     }
 
@@ -221,7 +288,8 @@ impl CopyBegin {
             first,
             end,
             records: le64(&value[8..16]),
-            bytes: le64(&value[16..]),
+            bytes: le64(&value[16..24]),
+            stream: le64(&value[24..]),
         })
     }
 }
@@ -349,7 +417,7 @@ mod tests {
         long.push(0);
         assert!(Replicate::new_checked(&long).is_err());
         let mut c = b.clone();
-        c[1] = 9;
+        c[1] = 10;
         assert!(Replicate::new_checked(&c).is_err());
         c = b.clone();
         c[0] = Op::Put as u8;
@@ -393,12 +461,27 @@ mod tests {
             end: 12,
             records: 3,
             bytes: 1 << 33,
+            stream: 0xfeed,
         };
         let key = c.ticket.bytes();
         assert_eq!(CopyBegin::parse(&key, &c.value()), Some(c));
         assert_eq!(CopyBegin::parse(&key[..15], &c.value()), None);
-        assert_eq!(CopyBegin::parse(&key, &c.value()[..23]), None);
+        assert_eq!(CopyBegin::parse(&key, &c.value()[..31]), None);
         let empty = CopyBegin { end: 10, ..c };
         assert_eq!(CopyBegin::parse(&key, &empty.value()), None);
+    }
+
+    #[test]
+    fn a_catch_up_round_trips_and_refuses_what_is_not_one() {
+        let c = CatchUp {
+            stream: 0xabc,
+            from: 1 << 40,
+        };
+        assert_eq!(CatchUp::parse(&c.value()), Some(c));
+        assert_eq!(CatchUp::parse(&c.value()[..15]), None);
+        assert_eq!(CatchUp::parse(&CatchUp { stream: 0, ..c }.value()), None);
+        for k in [5u8, 8, 9] {
+            assert!(Kind::from_u8(k).is_some_and(|k| !k.is_write()));
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! durability = "everysec"   # none, everysec or always: the records' logs on disk (needs data_dir)
 //! auto_snapshot_percentage = 100  # snapshot when the logs outgrow the last snapshot by this much (0: only on request)
 //! auto_snapshot_min_size = "64M"  # ... and hold at least this many bytes
+//! catch_up_history = "16M"  # per worker: recent writes' keys a restarted backup catches up from (0: whole copies)
 //! bootstrap = false         # true: an empty data_dir starts a new cluster (once, to create it)
 //! control_voters = 3        # members that vote in the control group (the first ones)
 //! member_timeout_ms = 1000  # silence after which the leader marks a member failed (the founder's is the cluster's)
@@ -187,6 +188,13 @@ pub struct Config {
     /// unit: `"64M"`), as `auto-aof-rewrite-min-size`.
     #[serde(deserialize_with = "crate::store::memory::deserialize_bytes")]
     pub auto_snapshot_min_size: u64,
+    /// With `durability`: bytes of each worker's history of its last
+    /// writes' keys (as a Redis master's `repl-backlog-size`). A backup
+    /// restarted from its files whose copy of a slot stands within it gets
+    /// only the keys written since (a catch-up), not the whole slot; 0:
+    /// every copy is whole. About 30 bytes plus the key per write.
+    #[serde(deserialize_with = "crate::store::memory::deserialize_bytes")]
+    pub catch_up_history: u64,
     /// How many members vote in the control group: the first ones to join
     /// (the rest follow the log as learners). 3 survives one failure, 5 two.
     pub control_voters: u16,
@@ -290,6 +298,7 @@ impl Default for Config {
             durability: Durability::None,
             auto_snapshot_percentage: 100,
             auto_snapshot_min_size: 64 << 20,
+            catch_up_history: 16 << 20,
             control_voters: 3,
             member_timeout_ms: 1000,
             replicas: 1,

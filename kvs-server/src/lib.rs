@@ -51,6 +51,7 @@ mod threads;
 // here imports only other leaves or `config`).
 mod crash;
 mod dedup;
+mod random;
 mod request_metrics;
 mod role;
 mod start_error;

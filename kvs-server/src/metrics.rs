@@ -293,6 +293,42 @@ impl Exposition {
             MetricType::Counter,
         )?
         .encode_counter::<NoLabelSet, _, u64>(&refused, None)?;
+        self.encode_copied(enc)
+    }
+
+    /// The copies of slots to backups this member's workers began, whole
+    /// and caught up, and their bytes.
+    fn encode_copied(&self, enc: &mut DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut c = crate::replication::Copied::default();
+        for w in self.workers.iter() {
+            let x = *w.copied.lock().unwrap_or_else(|e| e.into_inner());
+            c.whole += x.whole;
+            c.whole_bytes += x.whole_bytes;
+            c.catch_ups += x.catch_ups;
+            c.catch_up_bytes += x.catch_up_bytes;
+        }
+        for (name, help, whole, catch_up) in [
+            (
+                "kvs_backup_copies",
+                "Copies of slots to backups this member began, whole or caught up from its \
+                 history of writes.",
+                c.whole,
+                c.catch_ups,
+            ),
+            (
+                "kvs_backup_copy_bytes",
+                "Bytes of keys and values those copies sent.",
+                c.whole_bytes,
+                c.catch_up_bytes,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (kind, n) in [("whole", whole), ("catch_up", catch_up)] {
+                let l: Labels = vec![("kind", kind.to_string())];
+                m.encode_family(&l)?
+                    .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+            }
+        }
         Ok(())
     }
 

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use crate::persist::LogStatus;
+use crate::replication::Copied;
 
 use crate::request_metrics::Published;
 
@@ -35,6 +36,8 @@ pub struct WorkerStats {
     /// Its records on disk (`None`: `durability = "none"`); published with
     /// the rest, so a lock taken as seldom.
     pub(crate) disk: Mutex<Option<LogStatus>>,
+    /// The copies to backups it began, whole and caught up.
+    pub(crate) copied: Mutex<Copied>,
 }
 
 impl WorkerStats {

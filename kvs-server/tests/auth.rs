@@ -309,6 +309,7 @@ fn copy_begin_as(addr: std::net::SocketAddr, fabric: &str, token: &str) -> (u8, 
         end: 1,
         records: 0,
         bytes: 0,
+        stream: 0,
     };
     let h = Header {
         kind: Kind::CopyBegin,

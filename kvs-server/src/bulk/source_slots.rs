@@ -199,11 +199,7 @@ impl SourceSlots {
 /// A new ticket: 16 bytes from the kernel's random source.
 fn random_id() -> std::io::Result<Ticket> {
     let mut b = [0u8; 16];
-    // SAFETY: getrandom writes at most `b.len()` bytes into `b`.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != b.len() as isize {
-        return Err(std::io::Error::last_os_error());
-    }
+    crate::random::fill(&mut b)?;
     Ok(Ticket::from_bytes(b))
 }
 

@@ -50,8 +50,12 @@ const IDS_BATCH: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum CopyStep {
-    /// To begin (at `retry_at`): a snapshot, and the begin in the stream.
+    /// To begin (at `retry_at`): asked where the backup's copy stands
+    /// first (unless [`CopyJob::whole`]), then a catch-up, or a snapshot
+    /// and the begin in the stream.
     Begin,
+    /// The backup was asked where its copy stands ([`super::catch_up`]).
+    Asking,
     /// The backup pulls the snapshot; asked every [`PROBE`] if done.
     Pulling,
     /// Complete, and reported ready.
@@ -86,6 +90,16 @@ pub(super) struct CopyJob {
     pub(super) wanted: bool,
     /// When an answer last came (or the step last began).
     pub(super) progress: Instant,
+    /// Where the backup said its copy stands in the slot's stream (0:
+    /// nowhere), once asked.
+    pub(super) from: Option<u64>,
+    /// The copy is whole (no catch-up: the backup lacks too much, or
+    /// refused it).
+    pub(super) whole: bool,
+    /// Asks refused so far.
+    pub(super) asks: u8,
+    /// The copy under way is a catch-up.
+    pub(super) catch_up: bool,
 }
 
 impl Forwarder {
@@ -154,7 +168,11 @@ impl Forwarder {
             if !why.contains("Fenced") || why.contains("pull failed") {
                 tracing::warn!("copy of slot {} to member {}: {why}", j.slot, j.to.member);
             }
+            j.refused_catch_up(&why);
             return self.fail_copy(i, now);
+        }
+        if j.step == CopyStep::Asking {
+            return j.answered(a.value, now);
         }
         if tag == TAG_PROBE && j.step == CopyStep::Pulling {
             j.step = CopyStep::Done;
@@ -180,6 +198,10 @@ impl Forwarder {
     {
         for i in 0..self.copies.len() {
             let j = &self.copies[i];
+            if j.step == CopyStep::Asking && now.duration_since(j.progress) > COPY_STALL {
+                self.fail_copy(i, now);
+                continue;
+            }
             if j.step != CopyStep::Pulling {
                 continue;
             }
@@ -226,6 +248,7 @@ impl Forwarder {
             {
                 continue;
             }
+            self.ask_or_catch_up(ctx, h, li, now);
             let group = self.copy_group(h, self.links[li].owner, now);
             if !group.is_empty() {
                 self.begin_copies(ctx, h, li, &group, now);
@@ -247,7 +270,7 @@ impl Forwarder {
         let mut alone = under_way == 0;
         let mut group = Vec::new();
         for (i, j) in self.copies.iter().enumerate() {
-            if j.to != to || j.step != CopyStep::Begin || now < j.retry_at {
+            if j.to != to || j.step != CopyStep::Begin || now < j.retry_at || !j.whole {
                 continue;
             }
             // Ready in the map, or held for it: copied once the map counts
@@ -315,6 +338,7 @@ impl Forwarder {
             end,
             records,
             bytes,
+            stream: 0,
         };
         for (&i, (count, size)) in group.iter().zip(sizes) {
             let slot = self.copies[i].slot;
@@ -327,8 +351,13 @@ impl Forwarder {
                 offset: 0,
                 id: RequestId::default(),
             };
+            let begin = CopyBegin {
+                stream: h.slot_state.stream(slot),
+                ..begin
+            };
             write_replicate(&mut self.msg, &hdr, &ticket.bytes(), &begin.value());
             let j = &mut self.copies[i];
+            j.catch_up = false;
             j.gen = j.gen.wrapping_add(1);
             let u = user(TAG_COPY, u64::from(j.gen), j.id);
             j.ticket = Some(ticket);
@@ -343,6 +372,7 @@ impl Forwarder {
                 self.fail_copy(i, now);
                 continue;
             }
+            self.copied.whole(size);
             let j = &mut self.copies[i];
             j.outstanding = sent.unwrap_or(0);
             j.step = CopyStep::Pulling;
@@ -442,6 +472,10 @@ impl Forwarder {
             retry_at: now,
             wanted: true,
             progress: now,
+            from: None,
+            whole: false,
+            asks: 0,
+            catch_up: false,
         });
         None
     }

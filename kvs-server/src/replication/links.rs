@@ -122,6 +122,7 @@ impl Forwarder {
             user: u,
             refused: Some(why.to_string()),
             not_yet: false,
+            value: 0,
         });
         acks.0.set(v);
     }

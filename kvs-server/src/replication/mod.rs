@@ -70,9 +70,11 @@
 //!
 //! [`Handled::Forward`]: crate::serving::handle::Handled::Forward
 
+mod catch_up;
 pub(crate) mod copies;
 pub(crate) mod copy_in;
 pub(crate) mod hand_over;
+pub(crate) mod history;
 pub(crate) mod links;
 pub(crate) mod pending;
 pub(crate) mod proposals;
@@ -137,6 +139,11 @@ pub(crate) struct Ack {
     refused: Option<String>,
     /// The refusal is TRY_AGAIN (a copy's pull goes on).
     not_yet: bool,
+    /// What an OK answer carries after its header, as a `u64` (0: none):
+    /// where a backup's copy stands, to a [`Kind::CopyAsk`].
+    ///
+    /// [`Kind::CopyAsk`]: kvs_proto::replica::Kind::CopyAsk
+    value: u64,
 }
 
 /// Where the worker context's response callback leaves backups' answers:
@@ -153,12 +160,18 @@ impl std::fmt::Debug for Acks {
 /// The worker context's response callback.
 pub(crate) fn ack_handler(acks: Rc<Acks>) -> impl FnMut(u64, Result<&[u8], CallFailed>) {
     move |user, r| {
+        let value = r
+            .as_ref()
+            .ok()
+            .and_then(|b| b.get(RESPONSE_HEADER..RESPONSE_HEADER + 8))
+            .map_or(0, |v| u64::from_le_bytes(v.try_into().expect("8 bytes")));
         let (refused, not_yet) = read_answer(r);
         let mut v = acks.0.take();
         v.push(Ack {
             user,
             refused,
             not_yet,
+            value,
         });
         acks.0.set(v);
     }
@@ -227,6 +240,30 @@ pub(crate) struct Forwarder {
     /// copy began under, its records and bytes.
     ready: Vec<(MemberId, u32, u32, usize, usize)>,
     stale: Vec<(MemberId, u32)>,
+    /// The copies begun so far, by kind.
+    pub copied: Copied,
+}
+
+/// Copies of slots a primary worker began, whole and caught up: how many,
+/// and the records' bytes each sent (keys and values).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Copied {
+    pub whole: u64,
+    pub whole_bytes: u64,
+    pub catch_ups: u64,
+    pub catch_up_bytes: u64,
+}
+
+impl Copied {
+    fn whole(&mut self, bytes: usize) {
+        self.whole += 1;
+        self.whole_bytes += bytes as u64;
+    }
+
+    fn catch_up(&mut self, bytes: usize) {
+        self.catch_ups += 1;
+        self.catch_up_bytes += bytes as u64;
+    }
 }
 
 impl std::fmt::Debug for Forwarder {
@@ -268,6 +305,7 @@ impl Forwarder {
             msg: Vec::with_capacity(4096),
             report,
             ready: Vec::new(),
+            copied: Copied::default(),
             stale: Vec::new(),
         }
     }

@@ -122,6 +122,8 @@ pub(crate) struct Replication {
     /// The last freeze's number (a drain's or a hand-over's).
     rounds: u64,
     hand_overs: HandOvers,
+    /// This member's restart was applied (see [`Replication::take_rejoined`]).
+    rejoined: bool,
 }
 
 impl Replication {
@@ -131,12 +133,13 @@ impl Replication {
         Replication {
             reports,
             asks: Vec::new(),
-            restart: restarted.then(nonce),
+            restart: restarted.then(crate::random::nonce),
             restart_asked: None,
             drain: Drain::Idle,
             thaw: false,
             rounds: 0,
             hand_overs: HandOvers::default(),
+            rejoined: false,
         }
     }
 
@@ -175,9 +178,17 @@ impl Replication {
     pub fn restarted(&mut self, member: MemberId, nonce: u64, me: MemberId) -> bool {
         if member == me && self.restart == Some(nonce) {
             self.restart = None;
+            self.rejoined = true;
             return true;
         }
         false
+    }
+
+    /// Whether this member's restart was applied since the last call: the
+    /// workers, given the map it made, let go of what they kept
+    /// ([`ToWorker::EndRetention`]).
+    pub fn take_rejoined(&mut self) -> bool {
+        std::mem::take(&mut self.rejoined)
     }
 
     /// A drain's next step at `now`: `turns_over`, no worker serves by
@@ -383,20 +394,6 @@ fn done(cmd: &Command, map: &ShardMap) -> bool {
     }
 }
 
-/// A random number for this start (from the kernel's random source; the
-/// clock if that fails).
-fn nonce() -> u64 {
-    let mut b = [0u8; 8];
-    match std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-    {
-        Ok(()) => u64::from_le_bytes(b),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_nanos() as u64),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,7 +433,7 @@ mod tests {
         m.drop_backup(0..8, MemberId(1)).unwrap();
         m.set_version(3);
         assert!(done(&ready, &m));
-        assert_ne!(nonce(), nonce());
+        assert_ne!(crate::random::nonce(), crate::random::nonce());
     }
 
     #[test]

@@ -65,6 +65,20 @@ pub(crate) enum Refusal {
     /// A copy's end with no copy under way.
     #[error("slot {slot}: no copy under way here")]
     NoCopy { slot: u32 },
+    /// A catch-up's begin that does not parse.
+    #[error("slot {slot}: a malformed catch-up begin")]
+    MalformedCatchUp { slot: u32 },
+    /// A catch-up from where this backup's copy does not stand (it moved,
+    /// or the copy is not complete): the primary copies the slot whole.
+    #[error(
+        "slot {slot}: cannot catch up from write {from} of stream {stream:#x}: the copy here          stands at {here}"
+    )]
+    CatchUpFrom {
+        slot: u32,
+        stream: u64,
+        from: u64,
+        here: String,
+    },
     /// The backup's log cannot take the write: its disk is full.
     #[error("slot {slot}: the backup cannot log it: {why}")]
     DiskFull { slot: u32, why: String },

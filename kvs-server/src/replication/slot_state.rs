@@ -27,12 +27,14 @@
 //! begin ([`Store::begin_copy`]). The primary asks (the copy's end) until
 //! the backup says every pulled record is in.
 
-use kvs_proto::replica::{CopyBegin, Header, Kind, Replicate};
+use kvs_proto::replica::{CatchUp, CopyBegin, Header, Kind, Replicate, FILL_ABSENT};
 use kvs_proto::{MemberId, Owner, ShardMap, Ticket};
 
+use super::history::History;
 use super::refusal::{ApplyError, Refusal};
 use crate::bulk::TransferError;
 use crate::dedup::{Dedup, IdMap};
+use crate::store::Position;
 use crate::store::{Patch, Store};
 
 /// Where a backup is in a primary's stream for one slot.
@@ -41,6 +43,10 @@ struct Follow {
     primary: Owner,
     /// The last write applied.
     applied: u64,
+    /// The primary's stream, as its copy's begin named it (0: not known,
+    /// as after a hand-over or a failover; the copy's position is not
+    /// kept then).
+    stream: u64,
 }
 
 /// A copy arriving at this backup, for one slot.
@@ -96,6 +102,12 @@ pub(crate) struct SlotState {
     /// Tickets being pulled, and pulls to start (asked about this turn).
     pulling: Vec<Ticket>,
     starts: Vec<PullStart>,
+    /// As a primary: the last writes' keys, for backups to catch up.
+    history: History,
+    /// As a backup: slots whose copy's position moved this turn, once each
+    /// ([`record_positions`](Self::record_positions)).
+    due: Vec<u32>,
+    is_due: Vec<bool>,
 }
 
 impl SlotState {
@@ -112,6 +124,74 @@ impl SlotState {
             copy: vec![None; slots as usize],
             pulling: Vec::new(),
             starts: Vec::new(),
+            history: History::new(slots, 0),
+            due: Vec::new(),
+            is_due: vec![false; slots as usize],
+        }
+    }
+
+    /// Keeps the last `capacity` bytes of writes' keys as a primary, so
+    /// that a backup restarted from its files can catch up.
+    pub fn keep_history(&mut self, capacity: usize) {
+        self.history = History::new(self.seq.len() as u32, capacity);
+    }
+
+    /// Whether writes are numbered and kept even for a slot with no
+    /// backup (one may come back and catch up).
+    #[inline]
+    pub fn keeps_history(&self) -> bool {
+        self.history.keeps()
+    }
+
+    /// Keeps write `seq` of `key` to `slot` in the history.
+    #[inline]
+    pub fn remember(&mut self, slot: u32, seq: u64, key: &[u8]) {
+        if self.history.keeps() {
+            self.history.push(slot, seq, key);
+        }
+    }
+
+    /// As `slot`'s primary: its stream (0: no history is kept).
+    pub fn stream(&mut self, slot: u32) -> u64 {
+        if !self.history.keeps() {
+            return 0;
+        }
+        let seq = self.seq[slot as usize];
+        self.history.stream(slot, seq)
+    }
+
+    /// As `slot`'s primary: the keys a backup whose copy stands at `at`
+    /// lacks, up to the last write; `None` if it needs a whole copy.
+    pub fn lacks(&mut self, slot: u32, at: Position) -> Option<Vec<Vec<u8>>> {
+        let last = self.seq[slot as usize];
+        self.history.keys_since(slot, at, last)
+    }
+
+    /// As a backup: slot `slot`'s copy's position moved (or ended).
+    #[inline]
+    fn position_moved(&mut self, slot: u32) {
+        let d = &mut self.is_due[slot as usize];
+        if !*d {
+            *d = true;
+            self.due.push(slot);
+        }
+    }
+
+    /// As a backup, at the turn's end (before its log commit): the
+    /// positions of the copies that moved go to `store`, after the changes
+    /// they cover. Only a complete copy that knows its stream has one.
+    pub fn record_positions(&mut self, store: &mut Store) {
+        for s in self.due.drain(..) {
+            let i = s as usize;
+            self.is_due[i] = false;
+            let p = match (self.follow[i], &self.copy[i]) {
+                (Some(f), None) if f.stream != 0 => Some(Position {
+                    stream: f.stream,
+                    applied: f.applied,
+                }),
+                _ => None,
+            };
+            store.set_position(s, p);
         }
     }
 
@@ -266,6 +346,10 @@ impl SlotState {
             if primary && !was {
                 self.seq[i] = self.follow[i].map_or(0, |f| f.applied);
             }
+            if primary != was {
+                // A stream is one primary's term.
+                self.history.end_stream(s);
+            }
             if !backs {
                 self.follow[i] = None;
                 self.copy[i] = None;
@@ -273,10 +357,15 @@ impl SlotState {
                 self.follow[i] = Some(Follow {
                     primary: new.owner_of_slot(s),
                     applied: self.seq[i],
+                    stream: 0,
                 });
+                self.position_moved(s);
             } else if let Some(f) = self.follow[i].as_mut() {
-                if f.primary == old.owner_of_slot(s) {
+                if f.primary == old.owner_of_slot(s) && f.primary != new.owner_of_slot(s) {
+                    // The new primary's stream is not the old one's.
                     f.primary = new.owner_of_slot(s);
+                    f.stream = 0;
+                    self.position_moved(s);
                 }
             }
             let Some(h) = self.held[i] else {
@@ -318,6 +407,8 @@ impl SlotState {
         let i = s as usize;
         match h.kind {
             Kind::CopyBegin => return self.copy_begin(msg, &h, store),
+            Kind::CatchUp => return self.catch_up(msg, &h, store),
+            Kind::CopyAsk => return Ok(()),
             _ if self.follow[i].is_none_or(|f| f.primary != h.primary) => {
                 return Err(Refusal::NotBegun {
                     slot: s,
@@ -339,6 +430,9 @@ impl SlotState {
                 });
             }
             f.applied = h.seq;
+            if self.copy[i].is_none() {
+                self.position_moved(s);
+            }
         }
         match Self::apply_to_store(msg, &h, store, dedup) {
             Ok(()) => {
@@ -413,8 +507,78 @@ impl SlotState {
         self.follow[i] = Some(Follow {
             primary: h.primary,
             applied: h.seq,
+            stream: begin.stream,
         });
         self.copy[i] = Some(CopyIn::Pulling(begin));
+        Ok(())
+    }
+
+    /// As slot `h.slot`'s backup: where its complete copy stands in the
+    /// primary's stream `h.seq`, as the last write it holds plus one (0:
+    /// nowhere, or not in that stream). A
+    /// copy not being followed is one the worker recovered from its files.
+    pub fn ask(&self, h: &Header, map: &ShardMap, store: &Store) -> Result<u64, Refusal> {
+        self.check_backs(h, map)?;
+        Ok(self
+            .stands(h.slot, store)
+            .filter(|p| p.stream == h.seq)
+            .map_or(0, |p| p.applied + 1))
+    }
+
+    /// Where slot `slot`'s complete copy stands: the stream it follows
+    /// (once its copy is complete), else the position its files gave it.
+    fn stands(&self, slot: u32, store: &Store) -> Option<Position> {
+        let i = slot as usize;
+        match (self.follow[i], &self.copy[i]) {
+            (Some(f), None) if f.stream != 0 => Some(Position {
+                stream: f.stream,
+                applied: f.applied,
+            }),
+            (None, None) => store.position(slot),
+            _ => None,
+        }
+    }
+
+    /// A catch-up of slot `h.slot` begins: its copy, which stands in the
+    /// stream between the catch-up's `from` and `h.seq`, stays, follows
+    /// `h.primary` from `h.seq`, and takes the records that follow. Its
+    /// position is cleared until the copy's end (a crash before every
+    /// record is in leaves no position, so the next copy is whole).
+    fn catch_up(
+        &mut self,
+        msg: &Replicate<'_>,
+        h: &Header,
+        store: &mut Store,
+    ) -> Result<(), Refusal> {
+        let s = h.slot;
+        let i = s as usize;
+        let Some(c) = CatchUp::parse(msg.value()) else {
+            return Err(Refusal::MalformedCatchUp { slot: s });
+        };
+        // The copy may have followed the stream past `from` since it
+        // answered the ask (the writes before the begin came first): the
+        // records that follow set every key written after `from` anyway.
+        let here = self.stands(s, store);
+        if !here.is_some_and(|p| p.stream == c.stream && (c.from..=h.seq).contains(&p.applied)) {
+            let here = match here {
+                Some(p) => format!("write {} of stream {:#x}", p.applied, p.stream),
+                None => "nowhere (no complete copy)".to_string(),
+            };
+            return Err(Refusal::CatchUpFrom {
+                slot: s,
+                stream: c.stream,
+                from: c.from,
+                here,
+            });
+        }
+        store.set_position(s, None);
+        self.follow[i] = Some(Follow {
+            primary: h.primary,
+            applied: h.seq,
+            stream: c.stream,
+        });
+        // Nothing to pull: the records come in the stream.
+        self.copy[i] = Some(CopyIn::Pulled);
         Ok(())
     }
 
@@ -425,7 +589,11 @@ impl SlotState {
         let s = h.slot;
         let i = s as usize;
         match self.copy[i].take() {
-            Some(CopyIn::Pulled) => Ok(()),
+            Some(CopyIn::Pulled) => {
+                // Complete: its position is kept from now on.
+                self.position_moved(s);
+                Ok(())
+            }
             Some(CopyIn::Pulling(b)) => {
                 // The first end asked: every begin of the snapshot
                 // the primary sent came before it, so the pull
@@ -485,7 +653,17 @@ impl SlotState {
                 }
                 None => Err(ApplyError::MalformedIds),
             },
-            Kind::CopyBegin | Kind::CopyEnd => Ok(()),
+            Kind::Fill if h.offset & FILL_ABSENT != 0 => {
+                store.delete(s, key);
+                Ok(())
+            }
+            Kind::Fill => store
+                .put(s, key, msg.value())
+                .map_err(|e| ApplyError::OutOfMemory {
+                    used: e.used,
+                    limit: e.limit,
+                }),
+            Kind::CopyBegin | Kind::CopyEnd | Kind::CopyAsk | Kind::CatchUp => Ok(()),
         }
     }
 }
@@ -556,9 +734,12 @@ mod tests {
             end: 4,
             records: 1,
             bytes: 2,
+            stream: STREAM,
         };
         msg(Kind::CopyBegin, primary, seq, &c.ticket.bytes(), &c.value())
     }
+
+    const STREAM: u64 = 0x5eed;
 
     fn apply(r: &mut SlotState, m: &ShardMap, st: &mut Store, b: &[u8]) -> Result<(), Refusal> {
         r.apply(
@@ -624,6 +805,92 @@ mod tests {
         r.pulled(&TICKET, Err(TransferError::NoRail), &mut st);
         let e = apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b""));
         assert!(e.unwrap_err().to_string().contains("no rail selected"));
+    }
+
+    /// A complete copy of slot 1 from `P`, at write 2 of [`STREAM`], with
+    /// `a` and `b`.
+    fn complete_copy(r: &mut SlotState, m: &ShardMap, st: &mut Store) {
+        apply(r, m, st, &begin(P, 0)).unwrap();
+        let _ = apply(r, m, st, &msg(Kind::CopyEnd, P, 0, b"", b""));
+        r.take_starts().unwrap();
+        r.pulled(&TICKET, Ok(()), st);
+        apply(r, m, st, &msg(Kind::Put, P, 1, b"a", b"1")).unwrap();
+        r.record_positions(st);
+        assert_eq!(st.position(1), None, "not before the copy's end");
+        apply(r, m, st, &msg(Kind::CopyEnd, P, 0, b"", b"")).unwrap();
+        apply(r, m, st, &msg(Kind::Put, P, 2, b"b", b"2")).unwrap();
+        r.record_positions(st);
+    }
+
+    fn ask(r: &SlotState, m: &ShardMap, st: &Store, stream: u64) -> u64 {
+        let b = msg(Kind::CopyAsk, P, stream, b"", b"");
+        r.ask(&Replicate::new_checked(&b).unwrap().header(), m, st)
+            .unwrap()
+    }
+
+    fn catch_up(seq: u64, from: u64) -> Vec<u8> {
+        let c = CatchUp {
+            stream: STREAM,
+            from,
+        };
+        msg(Kind::CatchUp, P, seq, b"", &c.value())
+    }
+
+    #[test]
+    fn a_restarted_backup_catches_up_from_where_its_copy_stands() {
+        let m = map();
+        let mut st = Store::new(4, usize::MAX);
+        let mut r = SlotState::new(B, 4);
+        complete_copy(&mut r, &m, &mut st);
+        let at = Position {
+            stream: STREAM,
+            applied: 2,
+        };
+        assert_eq!(st.position(1), Some(at));
+        assert_eq!(ask(&r, &m, &st, STREAM), 3, "following it, at 2");
+        apply(&mut r, &m, &mut st, &begin(P, 2)).unwrap();
+        assert_eq!(ask(&r, &m, &st, STREAM), 0, "a copy under way");
+        let mut st = Store::new(4, usize::MAX);
+        let mut r = SlotState::new(B, 4);
+        complete_copy(&mut r, &m, &mut st);
+
+        // Restarted: the store came back from the files, nothing followed.
+        let mut r = SlotState::new(B, 4);
+        assert_eq!(ask(&r, &m, &st, STREAM), 3);
+        assert_eq!(ask(&r, &m, &st, 0xbad), 0, "another stream");
+        let e = apply(&mut r, &m, &mut st, &catch_up(5, 3)).unwrap_err();
+        assert!(e.to_string().contains("stands at write 2"), "{e}");
+        let e = apply(&mut r, &m, &mut st, &catch_up(1, 1)).unwrap_err();
+        assert!(
+            e.to_string().contains("stands at write 2"),
+            "past the begin: {e}"
+        );
+        apply(&mut r, &m, &mut st, &catch_up(5, 2)).unwrap();
+        r.record_positions(&mut st);
+        assert_eq!(st.position(1), None, "none until every record is in");
+        assert_eq!(st.get(1, b"a"), Some(&b"1"[..]), "the copy stays");
+        // The keys written after 2, as they are at 5, then write 6.
+        let mut gone = msg(Kind::Fill, P, 5, b"a", b"");
+        gone[field_offset()..field_offset() + 4].copy_from_slice(&FILL_ABSENT.to_le_bytes());
+        apply(&mut r, &m, &mut st, &gone).unwrap();
+        apply(&mut r, &m, &mut st, &msg(Kind::Fill, P, 5, b"c", b"3")).unwrap();
+        apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 6, b"d", b"4")).unwrap();
+        apply(&mut r, &m, &mut st, &msg(Kind::CopyEnd, P, 0, b"", b"")).unwrap();
+        r.record_positions(&mut st);
+        assert_eq!(st.position(1), Some(Position { applied: 6, ..at }));
+        let keys: Vec<_> = st
+            .scan(b"")
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect();
+        assert_eq!(
+            keys,
+            [(b"b", b"2"), (b"c", b"3"), (b"d", b"4")].map(|(k, v)| (k.to_vec(), v.to_vec()))
+        );
+    }
+
+    /// Where the header's `offset` is (a fill's flags).
+    fn field_offset() -> usize {
+        24
     }
 
     #[test]

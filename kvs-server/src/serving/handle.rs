@@ -19,6 +19,7 @@ use crate::replication::slot_state::{fingerprint, SlotState};
 pub use crate::replication::write_path::Forward;
 use crate::replication::Primary;
 use crate::request_metrics::RequestMetrics;
+use crate::serving::retained::Retained;
 use crate::store::{Patch, Store};
 use crate::threads::to_worker::Frozen;
 
@@ -146,6 +147,8 @@ pub struct Handler {
     /// The disk of the worker's log is full: writes are refused with this
     /// message (reads go on).
     pub(crate) disk_full: Option<std::sync::Arc<str>>,
+    /// Slots whose records stay, not served, while the member rejoins.
+    retained: Retained,
 }
 
 impl Handler {
@@ -168,12 +171,13 @@ impl Handler {
     #[cfg(test)]
     pub fn new(me: Owner, map: ShardMap, max_key: usize, max_value: usize) -> Handler {
         let store = Store::new(map.slots(), usize::MAX);
-        Self::with_store(me, map, max_key, max_value, store)
+        Self::with_store(me, map, max_key, max_value, store, Retained::new(false))
     }
 
     /// A handler serving the records of `store`: what the worker's
     /// log held at its start. The slots `map` gives this worker neither as
-    /// owner nor as a backup go; an import or a copy that `map` ended
+    /// owner nor as a backup go (or stay, not served, in `retained`, until
+    /// [`end_retention`](Self::end_retention)); an import or a copy that `map` ended
     /// while the worker was down ends; and since the clients' request ids
     /// did not survive, every slot held refuses a write sent again (as an
     /// imported slot does) rather than apply it twice.
@@ -183,6 +187,7 @@ impl Handler {
         max_key: usize,
         max_value: usize,
         mut store: Store,
+        mut retained: Retained,
     ) -> Handler {
         let mut map_bytes = Vec::new();
         map.encode(&mut map_bytes);
@@ -194,7 +199,9 @@ impl Handler {
         for s in held {
             let owns = map.owner_of_slot(s) == me;
             if !owns && !map.backups(s).iter().any(|b| b.owner == me) {
-                store.drop_slot(s);
+                if !retained.keep(s) {
+                    store.drop_slot(s);
+                }
                 continue;
             }
             dedup.set_forgot(s);
@@ -236,6 +243,7 @@ impl Handler {
             metrics: RequestMetrics::default(),
             refused_member_ops: 0,
             disk_full: None,
+            retained,
         }
     }
 
@@ -252,11 +260,18 @@ impl Handler {
             let was = self.map.owner_of_slot(s) == self.me;
             let is = map.owner_of_slot(s) == self.me;
             let backs = |m: &ShardMap| m.backups(s).iter().any(|b| b.owner == self.me);
+            let kept = (is || backs(&map)) && self.retained.release(s);
+            if kept && is {
+                // Kept records of a slot now served from here: stale.
+                self.store.drop_slot(s);
+            }
             if was && !is && map.importing_from(s) == Some(self.me.member) {
                 done.given_away.push((s, self.store.take_slot(s)));
                 self.dedup.forget(s);
             } else if (was || backs(&self.map)) && !is && !backs(&map) {
-                self.store.drop_slot(s);
+                if !self.retained.keep(s) {
+                    self.store.drop_slot(s);
+                }
                 self.dedup.forget(s);
             } else if is {
                 match map.importing_from(s) {
@@ -308,6 +323,34 @@ impl Handler {
     pub fn with_clock(mut self, clock: Clock) -> Handler {
         self.clock = clock;
         self
+    }
+
+    /// The same, keeping the last `capacity` bytes of its writes' keys as a
+    /// slot's primary, so that a backup restarted from its files catches
+    /// up on what it lacks (0: none kept; every copy is whole).
+    pub fn with_history(mut self, capacity: usize) -> Handler {
+        self.slot_state.keep_history(capacity);
+        self
+    }
+
+    /// The member's restart is applied (with the map that places its
+    /// copies anew): the records kept of slots this worker did not get
+    /// back go.
+    pub fn end_retention(&mut self) {
+        for s in self.retained.end() {
+            let ours = self.map.owner_of_slot(s) == self.me
+                || self.map.backups(s).iter().any(|b| b.owner == self.me);
+            if !ours {
+                self.store.drop_slot(s);
+            }
+        }
+    }
+
+    /// The turn's end, before the worker's log commit: the backups' copies
+    /// whose position moved record it after the changes it covers.
+    #[inline]
+    pub fn end_turn(&mut self) {
+        self.slot_state.record_positions(&mut self.store);
     }
 
     /// The same over a store capped at `share` bytes, this worker's part of
@@ -513,7 +556,7 @@ impl Handler {
             // A backup that cannot log what it applies is no copy: the
             // primary fails the write and has the slot copied anew.
             let h = msg.header();
-            if h.kind.is_write() || h.kind == Kind::CopyBegin {
+            if h.kind.is_write() || matches!(h.kind, Kind::CopyBegin | Kind::CatchUp | Kind::Fill) {
                 let why = crate::replication::refusal::Refusal::DiskFull {
                     slot: h.slot,
                     why: m.to_string(),
@@ -521,11 +564,22 @@ impl Handler {
                 return error(out, Status::Fenced, &why.to_string(), max_response);
             }
         }
-        match self
-            .slot_state
-            .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
-        {
-            Ok(()) => status(out, Status::Ok),
+        let applied = if msg.header().kind == Kind::CopyAsk {
+            // The answer carries where this copy stands.
+            self.slot_state
+                .ask(&msg.header(), &self.map, &self.store)
+                .map(|at| {
+                    begin_response(out, Status::Ok, 0);
+                    out.extend_from_slice(&at.to_le_bytes());
+                    finish_response(out, 0);
+                })
+        } else {
+            self.slot_state
+                .apply(&msg, &self.map, &mut self.store, &mut self.dedup)
+                .map(|()| status(out, Status::Ok))
+        };
+        match applied {
+            Ok(()) => {}
             Err(r) if r.await_map() => {
                 out.clear();
                 self.await_map = true;
@@ -574,10 +628,17 @@ impl Handler {
     #[inline]
     fn wrote(&mut self, slot: u32, key: &[u8], kind: Kind) {
         self.dedup.record(slot, self.id);
-        if self.map.backups(slot).is_empty() {
+        let backed = !self.map.backups(slot).is_empty();
+        if !backed && !self.slot_state.keeps_history() {
             return;
         }
+        // Numbered (and kept) even with no backup: one may come back and
+        // catch up from the history.
         let seq = self.slot_state.next_seq(slot);
+        self.slot_state.remember(slot, seq, key);
+        if !backed {
+            return;
+        }
         self.slot_state.begin_write(key);
         self.forward = Some(Forward {
             slot,
@@ -1157,6 +1218,7 @@ mod tests {
             end: 1,
             records: 0,
             bytes: 0,
+            stream: 0,
         };
         write_replicate(
             &mut msg,
@@ -1486,7 +1548,7 @@ mod tests {
         for slot in 0..4 {
             store.put(slot, &key_of(slot), b"logged").unwrap();
         }
-        let mut h = Handler::with_store(me, map, 16, 64, store);
+        let mut h = Handler::with_store(me, map, 16, 64, store, Retained::new(false));
         assert_eq!(h.store.held_slots().collect::<Vec<_>>(), vec![0, 1]);
         assert_eq!(h.store.get(0, &key_of(0)), Some(&b"logged"[..]));
         // Client 7's write 5 may be in the log; its request ids are not:

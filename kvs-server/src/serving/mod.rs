@@ -7,5 +7,6 @@ pub mod handle;
 pub(crate) mod intake;
 pub(crate) mod map_wait;
 pub(crate) mod read_wait;
+pub(crate) mod retained;
 pub(crate) mod setup;
 pub(crate) mod worker;

@@ -15,10 +15,12 @@
 //! PULLED       slot u32 | key_len u16 | key | present u8 | value
 //! DROP_SLOT, BEGIN_IMPORT, END_IMPORT, BEGIN_COPY, END_COPY
 //!              slot u32
+//! POSITION     slot u32 | stream u64 | applied u64   (stream 0: none)
 //! ```
 
 use kvs_wal::Batch;
 
+use super::Position;
 use super::{Patch, Store};
 
 mod field {
@@ -38,6 +40,10 @@ mod field {
     pub const END_IMPORT: u8 = 7;
     pub const BEGIN_COPY: u8 = 8;
     pub const END_COPY: u8 = 9;
+    pub const POSITION: u8 = 10;
+
+    pub const STREAM: Range<usize> = 4..12;
+    pub const APPLIED: Range<usize> = 12..20;
 }
 
 /// One change to a store.
@@ -76,6 +82,12 @@ pub(crate) enum Change<'a> {
     BeginCopy { slot: u32 },
     /// [`Store::end_copy`].
     EndCopy { slot: u32 },
+    /// [`Store::set_position`] (`stream` 0: cleared).
+    Position {
+        slot: u32,
+        stream: u64,
+        applied: u64,
+    },
 }
 
 /// A log record that is not a change to a store.
@@ -101,7 +113,8 @@ impl<'a> Change<'a> {
             | Change::BeginImport { slot }
             | Change::EndImport { slot }
             | Change::BeginCopy { slot }
-            | Change::EndCopy { slot } => slot,
+            | Change::EndCopy { slot }
+            | Change::Position { slot, .. } => slot,
         }
     }
 
@@ -117,6 +130,7 @@ impl<'a> Change<'a> {
             Change::EndImport { .. } => field::END_IMPORT,
             Change::BeginCopy { .. } => field::BEGIN_COPY,
             Change::EndCopy { .. } => field::END_COPY,
+            Change::Position { .. } => field::POSITION,
         }
     }
 
@@ -148,6 +162,12 @@ impl<'a> Change<'a> {
                 key(out, k);
                 out.push(u8::from(value.is_some()));
                 out.extend_from_slice(value.unwrap_or_default());
+            }
+            Change::Position {
+                stream, applied, ..
+            } => {
+                out.extend_from_slice(&stream.to_le_bytes());
+                out.extend_from_slice(&applied.to_le_bytes());
             }
             Change::DropSlot { .. }
             | Change::BeginImport { .. }
@@ -208,6 +228,12 @@ impl<'a> Change<'a> {
                 _ => Change::EndCopy { slot },
             }),
             field::DROP_SLOT..=field::END_COPY => Err(bad),
+            field::POSITION if p.len() == field::APPLIED.end => Ok(Change::Position {
+                slot,
+                stream: u64::from_le_bytes(p[field::STREAM].try_into().expect("8 bytes")),
+                applied: u64::from_le_bytes(p[field::APPLIED].try_into().expect("8 bytes")),
+            }),
+            field::POSITION => Err(bad),
             k => Err(BadChange::Kind(k)),
         }
     }
@@ -247,6 +273,11 @@ impl<'a> Change<'a> {
             Change::EndImport { slot } => store.end_import(slot),
             Change::BeginCopy { slot } => store.begin_copy(slot),
             Change::EndCopy { slot } => store.end_copy(slot),
+            Change::Position {
+                slot,
+                stream,
+                applied,
+            } => store.set_position(slot, (stream != 0).then_some(Position { stream, applied })),
         }
         Ok(())
     }
@@ -287,6 +318,14 @@ impl Store {
                 slot,
                 key: r.key(),
                 value: r.value(),
+            });
+        }
+        if let Some(p) = sl.position {
+            // After the records it covers, as in the log.
+            push(Change::Position {
+                slot,
+                stream: p.stream,
+                applied: p.applied,
             });
         }
         n
@@ -352,6 +391,11 @@ mod tests {
                 value: b"copied",
             },
             Change::EndCopy { slot: 5 },
+            Change::Position {
+                slot: 5,
+                stream: 77,
+                applied: 12,
+            },
             Change::Put {
                 slot: 7,
                 key: b"x",
@@ -384,6 +428,11 @@ mod tests {
         live.begin_copy(5);
         live.put(5, b"c", b"copied").unwrap();
         live.end_copy(5);
+        let at = Position {
+            stream: 77,
+            applied: 12,
+        };
+        live.set_position(5, Some(at));
         live.put(7, b"x", b"dropped").unwrap();
         live.drop_slot(7);
 
@@ -411,6 +460,7 @@ mod tests {
         assert_eq!(replayed.len(), live.len());
         assert_eq!(replayed.bytes(), live.bytes());
         assert!(!replayed.importing(3));
+        assert_eq!(replayed.position(5), Some(at));
     }
 
     #[test]

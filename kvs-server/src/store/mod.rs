@@ -24,6 +24,7 @@
 pub(crate) mod change;
 pub(crate) mod index_key;
 pub mod memory;
+pub(crate) mod position;
 pub(crate) mod record;
 
 use std::collections::BTreeMap;
@@ -58,6 +59,9 @@ struct Slot {
     /// migration's: the slot is not served here, so it does not count as
     /// importing.
     copying: bool,
+    /// Where this copy stands in its primary's stream, if it is a
+    /// complete backup's copy ([`position`]).
+    position: Option<Position>,
 }
 
 impl Slot {
@@ -140,6 +144,17 @@ pub enum Pulled {
     Stale,
     /// The slot is not being imported (any more).
     NotImporting,
+}
+
+/// A stream of writes of one slot, and the last of them a copy applied
+/// (where a backup's copy stands: [`position`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Position {
+    /// The stream: a number the slot's primary drew when it became the
+    /// primary (never 0).
+    pub stream: u64,
+    /// The last write applied.
+    pub applied: u64,
 }
 
 /// A worker's keys and values, by slot.

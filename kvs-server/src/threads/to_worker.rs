@@ -33,6 +33,10 @@ pub(crate) enum ToWorker {
     },
     /// The hand-over or drain is over (or off): writes are taken again.
     Thaw,
+    /// This member's restart is applied: the records a restarted worker
+    /// kept of slots it did not get back go
+    /// ([`crate::serving::retained`]).
+    EndRetention,
     /// `kvs-admin snapshot`: snapshot the worker's records at the end of
     /// its turn (with a log; nothing without one).
     Snapshot,

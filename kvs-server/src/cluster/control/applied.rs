@@ -60,6 +60,10 @@ impl State {
             self.peers
                 .retain(|m| s.is_none_or(|s| s.member_state(m) != Some(MemberState::Left)));
         }
+        if self.replication.take_rejoined() {
+            // After the map the restart made.
+            crate::replication::hand_over::send(&self.workers, || ToWorker::EndRetention);
+        }
         if self.shared.drain.swap(false, Ordering::AcqRel) {
             tracing::info!(target: LOG, "draining: this member stops serving and hands its slots over");
             self.replication.start_drain(now);

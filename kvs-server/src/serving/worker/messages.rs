@@ -50,6 +50,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                 })
             }
             ToWorker::Thaw => self.h.frozen = None,
+            ToWorker::EndRetention => self.h.end_retention(),
             ToWorker::Snapshot => {
                 if let Some(l) = self.log.as_mut() {
                     if !l.request_snapshot() {

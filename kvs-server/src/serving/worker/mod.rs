@@ -20,6 +20,7 @@ use super::handle::{Handled, Handler, Served, Warmed};
 use super::intake::{Intake, BUSY_TAKE, IDLE_TAKE};
 use super::map_wait::AwaitingMap;
 use super::read_wait::{ParkedRead, ReadsWaiting};
+use super::retained::Retained;
 use crate::bulk::source_slots::SourceSlots;
 use crate::config::Config;
 use crate::migration::waiting::{Parked, Waiting};
@@ -195,9 +196,7 @@ impl Worker {
         }
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
-        let h = Handler::with_store(me, map, cfg.max_key, cfg.max_value, store)
-            .with_memory_limit(cfg.max_memory, cfg.workers)
-            .with_clock(clock);
+        let h = handler(me, map, &cfg, store, log.is_some(), clock);
 
         // The setup answer: how many workers (connections to make) and slots.
         let answer = SetupAnswer {
@@ -241,6 +240,32 @@ impl Worker {
             stats,
         })
     }
+}
+
+/// Worker `me`'s handler over `store`, by `map` and `cfg`; `logged`: the
+/// store came from (and goes to) the worker's log.
+fn handler(
+    me: Owner,
+    map: ShardMap,
+    cfg: &Config,
+    store: Store,
+    logged: bool,
+    clock: Clock,
+) -> Handler {
+    // A history of writes only where a backup can come back with its
+    // records (from its files).
+    let history = if logged {
+        cfg.catch_up_history as usize
+    } else {
+        0
+    };
+    // A start that recovered records keeps those of the slots its maps
+    // take away until the member's restart is applied.
+    let retained = Retained::new(logged && !store.is_empty());
+    Handler::with_store(me, map, cfg.max_key, cfg.max_value, store, retained)
+        .with_memory_limit(cfg.max_memory, cfg.workers)
+        .with_history(history)
+        .with_clock(clock)
 }
 
 /// The worker's context on `dev`, as `cfg` sets it up; its response
@@ -347,6 +372,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         // wait's poll sends them); then a snapshot under way takes a step.
         let mut snapshot_tick = None;
         if let Some(l) = self.log.as_mut() {
+            self.h.end_turn();
             l.commit(&mut self.h.store);
             l.tend(&mut self.h.store);
             snapshot_tick = l.tick();
@@ -610,6 +636,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             .refused_member_ops
             .store(h.refused_member_ops, Ordering::Relaxed);
         stats.requests.publish(&h.metrics);
+        *stats.copied.lock().unwrap_or_else(|e| e.into_inner()) = self.fwd.copied;
         if let Some(l) = &self.log {
             *stats.disk.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.status());
         }
@@ -637,6 +664,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         // Answers already written go out, once their changes are in the
         // log; then every endpoint closes.
         if let Some(l) = self.log.as_mut() {
+            self.h.end_turn();
             l.commit(&mut self.h.store);
         }
         self.intake.acknowledge();

@@ -1,0 +1,229 @@
+//! A primary worker's recent writes, by key, so that a backup restarted
+//! from its files catches up on what it lacks instead of taking a whole
+//! copy of the slot (as a Redis replica's partial resync takes the
+//! master's backlog instead of a full sync).
+//!
+//! Each slot's writes form a *stream*: a number drawn when this worker
+//! became the slot's primary, and the writes' sequence numbers in it. A
+//! backup's complete copy stands at a position in that stream
+//! ([`Position`]). The history keeps, for the last `capacity` bytes of
+//! writes, the stream, slot, number and key of each; a write's value is
+//! not kept, since a catch-up sends each key's value as it is when the
+//! catch-up begins (a key written again since then is sent once, and a key
+//! deleted is sent as deleted).
+//!
+//! A backup at `applied` in the current stream can catch up if no write
+//! after `applied` has been pushed out of the history ([`History::keys_since`]).
+//! No I/O: the worker's handler owns it; the copies read it.
+//!
+//! ```text
+//! entry: stream u64 | seq u64 | slot u32 | key_len u16 | key
+//! ```
+
+use std::collections::VecDeque;
+
+use crate::store::Position;
+use std::collections::HashSet;
+
+/// Bytes of an entry before its key.
+const ENTRY_HEADER: usize = 8 + 8 + 4 + 2;
+
+/// The last writes' keys, by stream and slot (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct History {
+    /// Entries, oldest first; never more than `capacity` bytes.
+    ring: VecDeque<u8>,
+    capacity: usize,
+    /// Per slot: its stream as this worker's (0: none drawn yet).
+    stream: Vec<u64>,
+    /// Per slot: every write of its stream numbered past this one is in
+    /// the history.
+    complete_after: Vec<u64>,
+}
+
+impl History {
+    /// A history of at most `capacity` bytes for `slots` slots (0: none is
+    /// kept, and no backup can catch up).
+    pub fn new(slots: u32, capacity: usize) -> History {
+        History {
+            ring: VecDeque::with_capacity(capacity),
+            capacity,
+            stream: vec![0; slots as usize],
+            complete_after: vec![0; slots as usize],
+        }
+    }
+
+    /// Whether writes are kept.
+    #[inline]
+    pub fn keeps(&self) -> bool {
+        self.capacity > 0
+    }
+
+    /// Slot `slot`'s stream, drawn now if it has none: this worker is its
+    /// primary, and its last write was number `seq`.
+    pub fn stream(&mut self, slot: u32, seq: u64) -> u64 {
+        let i = slot as usize;
+        if self.stream[i] == 0 {
+            self.stream[i] = crate::random::nonce();
+            self.complete_after[i] = seq;
+        }
+        self.stream[i]
+    }
+
+    /// This worker stops being slot `slot`'s primary, or becomes it anew:
+    /// its stream ends, and the next write draws another.
+    pub fn end_stream(&mut self, slot: u32) {
+        self.stream[slot as usize] = 0;
+    }
+
+    /// Keeps write `seq` of `key` in slot `slot`'s stream (drawn if
+    /// needed). The oldest writes go to make room; a key larger than the
+    /// whole history ends what the slot's stream can catch up from.
+    #[inline]
+    pub fn push(&mut self, slot: u32, seq: u64, key: &[u8]) {
+        let stream = self.stream(slot, seq - 1);
+        let len = ENTRY_HEADER + key.len();
+        if len > self.capacity {
+            self.complete_after[slot as usize] = seq;
+            return;
+        }
+        while self.capacity - self.ring.len() < len {
+            self.pop();
+        }
+        self.ring.extend(stream.to_le_bytes());
+        self.ring.extend(seq.to_le_bytes());
+        self.ring.extend(slot.to_le_bytes());
+        self.ring.extend((key.len() as u16).to_le_bytes());
+        self.ring.extend(key.iter().copied());
+    }
+
+    /// Drops the oldest entry; its stream, if still its slot's, can no
+    /// longer catch up from before it.
+    fn pop(&mut self) {
+        let mut h = [0u8; ENTRY_HEADER];
+        for (i, b) in h.iter_mut().enumerate() {
+            *b = self.ring[i];
+        }
+        let stream = u64::from_le_bytes(h[0..8].try_into().expect("8 bytes"));
+        let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        let slot = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes")) as usize;
+        let klen = u16::from_le_bytes(h[20..22].try_into().expect("2 bytes")) as usize;
+        if self.stream[slot] == stream {
+            let c = &mut self.complete_after[slot];
+            *c = (*c).max(seq);
+        }
+        self.ring.drain(..ENTRY_HEADER + klen);
+    }
+
+    /// The keys slot `slot`'s stream wrote after a backup's position `at`,
+    /// each once, if the history has them all: `at` is in the slot's
+    /// current stream, no later than its last write `last`, and nothing
+    /// written after it has left the history. `None`: the backup needs a
+    /// whole copy.
+    pub fn keys_since(&mut self, slot: u32, at: Position, last: u64) -> Option<Vec<Vec<u8>>> {
+        let i = slot as usize;
+        let stream = *self.stream.get(i)?;
+        if stream == 0 || at.stream != stream || at.applied > last {
+            return None;
+        }
+        if at.applied < self.complete_after[i] {
+            return None;
+        }
+        let mut seen = HashSet::new();
+        let mut keys = Vec::new();
+        let mut ring: &[u8] = self.ring.make_contiguous();
+        while ring.len() >= ENTRY_HEADER {
+            let (h, rest) = ring.split_at(ENTRY_HEADER);
+            let klen = u16::from_le_bytes([h[20], h[21]]) as usize;
+            let (key, rest) = rest.split_at(klen);
+            ring = rest;
+            let s = u64::from_le_bytes(h[0..8].try_into().expect("8 bytes"));
+            let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+            let sl = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes"));
+            if s == stream && sl == slot && seq > at.applied && seq <= last && seen.insert(key) {
+                keys.push(key.to_vec());
+            }
+        }
+        Some(keys)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(h: &mut History, slot: u32, applied: u64) -> Position {
+        Position {
+            stream: h.stream(slot, 0),
+            applied,
+        }
+    }
+
+    #[test]
+    fn a_backup_in_the_stream_gets_the_keys_written_after_it_once() {
+        let mut h = History::new(4, 1 << 10);
+        h.push(1, 1, b"a");
+        h.push(1, 2, b"b");
+        h.push(2, 1, b"other slot");
+        h.push(1, 3, b"a");
+        h.push(1, 4, b"c");
+        let p = at(&mut h, 1, 1);
+        assert_eq!(
+            h.keys_since(1, p, 4),
+            Some(vec![b"b".to_vec(), b"a".to_vec(), b"c".to_vec()])
+        );
+        assert_eq!(
+            h.keys_since(1, Position { applied: 4, ..p }, 4),
+            Some(vec![])
+        );
+        assert_eq!(
+            h.keys_since(1, Position { applied: 5, ..p }, 4),
+            None,
+            "ahead"
+        );
+        assert_eq!(h.keys_since(1, Position { stream: 1, ..p }, 4), None);
+    }
+
+    #[test]
+    fn writes_pushed_out_end_the_catch_up_from_before_them() {
+        let key = [7u8; 10];
+        let entry = ENTRY_HEADER + key.len();
+        let mut h = History::new(2, 3 * entry);
+        for seq in 1..=5 {
+            h.push(0, seq, &key);
+        }
+        // Writes 1 and 2 left.
+        let p = at(&mut h, 0, 0);
+        assert_eq!(h.keys_since(0, Position { applied: 1, ..p }, 5), None);
+        assert_eq!(
+            h.keys_since(0, Position { applied: 2, ..p }, 5),
+            Some(vec![key.to_vec()])
+        );
+    }
+
+    #[test]
+    fn a_new_stream_does_not_count_the_old_ones_writes() {
+        let mut h = History::new(2, 1 << 10);
+        h.push(0, 1, b"old");
+        let old = at(&mut h, 0, 0);
+        h.end_stream(0);
+        h.push(0, 2, b"new");
+        let new = at(&mut h, 0, 1);
+        assert_ne!(old.stream, new.stream);
+        assert_eq!(h.keys_since(0, old, 2), None);
+        assert_eq!(h.keys_since(0, new, 2), Some(vec![b"new".to_vec()]));
+        assert_eq!(h.keys_since(0, Position { applied: 0, ..new }, 2), None);
+    }
+
+    #[test]
+    fn a_key_larger_than_the_history_ends_the_catch_up() {
+        let mut h = History::new(1, 64);
+        h.push(0, 1, &[1u8; 100]);
+        let p = at(&mut h, 0, 0);
+        assert_eq!(h.keys_since(0, p, 1), None);
+        assert_eq!(
+            h.keys_since(0, Position { applied: 1, ..p }, 1),
+            Some(vec![])
+        );
+    }
+}

@@ -1,0 +1,223 @@
+//! A backup restarted after a stop catches up on what it missed instead of
+//! taking a whole copy: two member processes, `replicas = 2`,
+//! `durability = "always"`, the founder the only voter (so it marks the
+//! backup failed alone). The backup is killed (`kill -9`); records are
+//! overwritten, deleted and added while it is down and marked failed; it
+//! restarts from its data dir and becomes every slot's ready backup again.
+//! The founder's metrics show the copies: none whole, and catch-ups of a
+//! few kilobytes against megabytes of records. Then the founder drains, the
+//! caught-up copies become the primaries, and every record reads back
+//! from them as the last acknowledged write left it.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_proto::control::{ControlReply, ControlRequest};
+use mlx5::sim::fabric::Fabric;
+use prometheus_parse::{Scrape, Value};
+
+mod support;
+
+use support::{group_view, ServerProcess};
+
+const RECORDS: u32 = 4000;
+const VALUE: usize = 500;
+
+fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
+    let cfg = dir.with_extension("toml");
+    support::write_file(&cfg, "member_timeout_ms = 500\ncontrol_voters = 1\n", 0o644);
+    let cfg = cfg.to_str().unwrap();
+    support::member_process_with(
+        fabric,
+        dir,
+        listen,
+        2,
+        join,
+        &["--config", cfg, "--replicas", "2", "--durability", "always"],
+    )
+}
+
+fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) {
+    test_support::wait_until(what, most, Duration::from_millis(10), done);
+}
+
+/// The founder's copies so far: (whole, whole bytes, catch-ups, their
+/// bytes), parsed from its metrics endpoint by a Prometheus parser.
+fn copies(metrics: SocketAddr) -> (f64, f64, f64, f64) {
+    let mut s = TcpStream::connect(metrics).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET /metrics HTTP/1.1\r\nHost: kvs\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (_, body) = raw.split_once("\r\n\r\n").expect("a head");
+    let samples = Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .unwrap()
+        .samples;
+    let get = |name: &str, kind: &str| {
+        samples
+            .iter()
+            .find(|s| s.metric == name && s.labels.get("kind") == Some(kind))
+            .map(|s| match s.value {
+                Value::Counter(v) | Value::Untyped(v) => v,
+                ref v => panic!("{name}: {v:?}"),
+            })
+            .unwrap_or_else(|| panic!("no {name}{{kind={kind}}} in\n{body}"))
+    };
+    (
+        get("kvs_backup_copies_total", "whole"),
+        get("kvs_backup_copy_bytes_total", "whole"),
+        get("kvs_backup_copies_total", "catch_up"),
+        get("kvs_backup_copy_bytes_total", "catch_up"),
+    )
+}
+
+/// Whether both members are up and every slot's backup is ready.
+fn healthy(cc: &mut ControlClient, at: SocketAddr) -> bool {
+    group_view(cc, at).is_some_and(|g| {
+        g.members.len() == 2
+            && g.members.iter().all(|m| m.state == "up")
+            && g.under_replicated_slots == 0
+            && g.applied == g.commit
+    })
+}
+
+fn value(i: u32, round: u32) -> Vec<u8> {
+    format!("{i}.{round}:{}", "v".repeat(VALUE)).into_bytes()
+}
+
+#[test]
+fn a_restarted_backup_catches_up_instead_of_a_whole_copy() {
+    let fabric = format!("kvs-catch-up-{}", std::process::id());
+    let root = support::temp_dir("catch-up");
+    let (d0, d1) = (root.join("m0"), root.join("m1"));
+    let metrics = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let ma = metrics.to_string();
+    let a = {
+        let cfg = d0.with_extension("toml");
+        support::write_file(&cfg, "member_timeout_ms = 500\ncontrol_voters = 1\n", 0o644);
+        let cfg = cfg.to_str().unwrap();
+        support::member_process_with(
+            &fabric,
+            &d0,
+            "127.0.0.1:0",
+            2,
+            None,
+            &[
+                "--config",
+                cfg,
+                "--replicas",
+                "2",
+                "--durability",
+                "always",
+                "--metrics-listen",
+                &ma,
+            ],
+        )
+    };
+    let mut b = member(&fabric, &d1, "127.0.0.1:0", Some(a.addr));
+    let b_addr = b.addr;
+    let opts = ControlOptions {
+        setup_timeout: Duration::from_secs(2),
+        call_timeout: Duration::from_secs(3),
+        ..ControlOptions::default()
+    };
+    let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+    wait("every slot backed up", Duration::from_secs(60), || {
+        healthy(&mut cc, a.addr)
+    });
+
+    // The records, acknowledged with both copies.
+    let mut want: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    let mut c = support::connect(a.addr, &fabric, Default::default()).unwrap();
+    for i in 0..RECORDS {
+        let (k, v) = (format!("r{i}"), value(i, 0));
+        let r = c.wait_for(|c, t| c.put(k.as_bytes(), &v, t));
+        assert_eq!(r, Ok(OwnedReply::Done), "{k}");
+        want.insert(k, Some(v));
+    }
+    let before = copies(metrics);
+    assert!(before.0 > 0.0, "the first copies were whole: {before:?}");
+
+    // The backup dies; the founder marks it failed and writes on alone.
+    b.kill9();
+    for i in (0..RECORDS).step_by(40) {
+        let k = format!("r{i}");
+        let r = if i % 80 == 0 {
+            want.insert(k.clone(), None);
+            c.wait_for(|c, t| c.delete(k.as_bytes(), t))
+        } else {
+            let v = value(i, 1);
+            want.insert(k.clone(), Some(v.clone()));
+            c.wait_for(|c, t| c.put(k.as_bytes(), &v, t))
+        };
+        assert!(
+            matches!(r, Ok(OwnedReply::Done | OwnedReply::NotFound)),
+            "{k}: {r:?}"
+        );
+    }
+    for i in RECORDS..RECORDS + 50 {
+        let (k, v) = (format!("r{i}"), value(i, 1));
+        assert_eq!(
+            c.wait_for(|c, t| c.put(k.as_bytes(), &v, t)),
+            Ok(OwnedReply::Done)
+        );
+        want.insert(k, Some(v));
+    }
+    wait("the backup marked failed", Duration::from_secs(20), || {
+        group_view(&mut cc, a.addr).is_some_and(|g| g.members.iter().any(|m| m.state == "failed"))
+    });
+
+    // Back from its data dir: every slot's ready backup again.
+    let b = member(&fabric, &d1, &b_addr.to_string(), None);
+    let t = std::time::Instant::now();
+    while !healthy(&mut cc, a.addr) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the backup not ready within 60 s:\n{}",
+            b.printed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let after = copies(metrics);
+    let (whole, whole_bytes) = (after.0 - before.0, after.1 - before.1);
+    let (catch_ups, catch_up_bytes) = (after.2 - before.2, after.3 - before.3);
+    let data = f64::from(RECORDS) * (VALUE as f64 + 16.0);
+    eprintln!(
+        "after the restart: {whole} whole copies ({whole_bytes} bytes), {catch_ups} catch-ups \
+         ({catch_up_bytes} bytes), of {data} bytes of records"
+    );
+    assert_eq!(
+        whole,
+        0.0,
+        "a slot was copied whole: {after:?}\n{}\n---\n{}",
+        a.printed(),
+        b.printed()
+    );
+    assert!(catch_ups > 0.0 && catch_up_bytes > 0.0, "{after:?}");
+    assert!(catch_up_bytes < data / 10.0, "{catch_up_bytes} of {data}");
+
+    // The caught-up copies serve: the founder drains, and every record
+    // reads back from the backup as the last acknowledged write left it.
+    let r = cc.request(a.addr, &ControlRequest::Drain);
+    assert!(matches!(r, Ok(ControlReply::Ok)), "{r:?}");
+    wait("the founder drained", Duration::from_secs(20), || {
+        support::member_status(&mut cc, a.addr).is_some_and(|s| s.drained)
+    });
+    drop(c);
+    let mut c = support::connect(b.addr, &fabric, Default::default()).unwrap();
+    for (k, v) in &want {
+        let got = c.wait_for(|c, t| c.get(k.as_bytes(), t)).unwrap();
+        let expect = v.clone().map_or(OwnedReply::NotFound, OwnedReply::Value);
+        assert_eq!(got, expect, "{k}");
+    }
+    drop(c);
+    drop(cc);
+    Fabric::remove_if_unused(&fabric);
+}
