@@ -100,6 +100,7 @@ pub fn status(member: MemberId, migration: Option<MigrationStatus>) -> ControlRe
         bulk_served: (0, 0),
         group: None,
         drained: false,
+        recovering: false,
     })
 }
 
@@ -116,6 +117,7 @@ pub fn status_in(member: MemberId, group: GroupView) -> ControlReply {
         bulk_served: (0, 0),
         group: Some(group),
         drained: false,
+        recovering: false,
     })
 }
 

@@ -786,6 +786,7 @@ mod tests {
                     backup_keys: 0,
                     bytes,
                     disk: None,
+                    recovering: None,
                 })
                 .collect(),
             imports: Vec::new(),
@@ -795,6 +796,7 @@ mod tests {
             bulk_served: (0, 0),
             group: None,
             drained: false,
+            recovering: false,
         }
     }
 

@@ -184,6 +184,14 @@ pub enum ControlReply {
         /// The ticket (32 hex digits in JSON).
         ticket: Ticket,
     },
+    /// Not now: this member is loading its records from its data dir
+    /// (snapshot and logs) and serves nothing else until it is done; it
+    /// answers only status ([`MemberStatus::recovering`]) and its map
+    /// meanwhile. Ask again later, or another member.
+    Recovering {
+        /// How far its workers got, summed.
+        progress: RecoveryProgress,
+    },
 }
 
 /// One member's figures (the answer to [`ControlRequest::Status`]).
@@ -221,6 +229,14 @@ pub struct MemberStatus {
     /// keeps one connection across a migration's chunks.
     #[serde(default)]
     pub bulk_served: (u64, u64),
+    /// Whether this member is still loading its records from its data dir
+    /// (each worker says how far it got, [`WorkerStatus::recovering`]): it
+    /// serves none of its slots and takes no part in the control group yet,
+    /// so this answer has no [`group`](Self::group) and no keys. Absent
+    /// from the JSON when false, so a reader from before it reads every
+    /// other answer.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub recovering: bool,
 }
 
 /// A copy arriving at a new backup: the snapshot of some of a primary's
@@ -296,6 +312,10 @@ fn one() -> u8 {
     1
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 /// One import a target runs: the slots it pulls from one source.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -362,6 +382,43 @@ pub struct WorkerStatus {
     /// Its records on disk (`None`: `durability = "none"`).
     #[serde(default)]
     pub disk: Option<DiskStatus>,
+    /// While its member recovers ([`MemberStatus::recovering`]): how far
+    /// this worker got through its files (a worker done waits for the
+    /// others). Absent from the JSON otherwise, so a reader from before it
+    /// reads every other answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovering: Option<RecoveryProgress>,
+}
+
+/// How far a recovery from the data dir got: bytes of the snapshot and
+/// logs read, of all there are to read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryProgress {
+    /// Bytes read so far (never more than `total`).
+    pub read: u64,
+    /// Bytes of the snapshot and logs to read.
+    pub total: u64,
+}
+
+impl RecoveryProgress {
+    /// The sum of `parts` (a member's workers).
+    pub fn sum(parts: impl IntoIterator<Item = RecoveryProgress>) -> RecoveryProgress {
+        parts
+            .into_iter()
+            .fold(RecoveryProgress::default(), |a, p| RecoveryProgress {
+                read: a.read.saturating_add(p.read),
+                total: a.total.saturating_add(p.total),
+            })
+    }
+
+    /// The share read, in percent (100 with nothing to read).
+    pub fn percent(&self) -> u32 {
+        if self.total == 0 {
+            return 100;
+        }
+        (u128::from(self.read.min(self.total)) * 100 / u128::from(self.total)) as u32
+    }
 }
 
 /// A worker's records on disk: its logs and snapshots.
@@ -455,6 +512,7 @@ mod tests {
                     recovery_ms: 12,
                     disk_full: false,
                 }),
+                recovering: None,
             }],
             imports: vec![ImportStatus {
                 from: MemberId(0),
@@ -480,6 +538,7 @@ mod tests {
             held: (2, 100),
             drained: false,
             bulk_served: (3, 9),
+            recovering: false,
             copies: vec![CopyStatus {
                 from: MemberId(1),
                 first: 0,
@@ -528,6 +587,86 @@ mod tests {
             );
         }
         assert!(ControlReply::decode(b"[1,2]").is_err());
+    }
+
+    /// A status of a member still recovering, two workers: one done.
+    fn recovering_status() -> MemberStatus {
+        let w = |read, total| WorkerStatus {
+            slots: 8,
+            recovering: Some(RecoveryProgress { read, total }),
+            ..WorkerStatus::default()
+        };
+        MemberStatus {
+            member: MemberId(2),
+            map_version: 7,
+            workers: vec![w(100, 100), w(30, 300)],
+            imports: vec![],
+            migration: None,
+            held: (0, 0),
+            group: None,
+            drained: false,
+            copies: vec![],
+            bulk_served: (0, 0),
+            recovering: true,
+        }
+    }
+
+    #[test]
+    fn a_recovering_status_round_trips_and_a_serving_one_does_not_mention_it() {
+        let s = ControlReply::Status(recovering_status());
+        assert_eq!(ControlReply::decode(&s.encode()).unwrap(), s);
+        // Once it serves, neither field is written: a reader from before
+        // them (deny_unknown_fields) reads the answer as it always did.
+        let mut serving = recovering_status();
+        serving.recovering = false;
+        for w in &mut serving.workers {
+            w.recovering = None;
+        }
+        let text = String::from_utf8(ControlReply::Status(serving.clone()).encode()).unwrap();
+        assert!(!text.contains("recovering"), "{text}");
+        // And a status from before them reads as a member that serves.
+        let old = br#"{"reply":"status","member":2,"map_version":7,"workers":[{"slots":8,"keys":0,"bytes":0}]}"#;
+        match ControlReply::decode(old).unwrap() {
+            ControlReply::Status(s) => {
+                assert!(!s.recovering);
+                assert_eq!(s.workers[0].recovering, None);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A progress of the wrong shape is refused, not guessed at.
+        let bad = br#"{"reply":"status","member":2,"map_version":7,"workers":[{"slots":8,"keys":0,"bytes":0,"recovering":{"read":1}}],"recovering":true}"#;
+        assert!(ControlReply::decode(bad).is_err());
+    }
+
+    #[test]
+    fn the_recovering_refusal_keeps_its_json_and_sums_its_workers() {
+        let p = RecoveryProgress::sum(
+            recovering_status()
+                .workers
+                .iter()
+                .filter_map(|w| w.recovering),
+        );
+        assert_eq!(
+            p,
+            RecoveryProgress {
+                read: 130,
+                total: 400
+            }
+        );
+        assert_eq!(p.percent(), 32);
+        let r = ControlReply::Recovering { progress: p };
+        let want = r#"{"reply":"recovering","progress":{"read":130,"total":400}}"#;
+        assert_eq!(String::from_utf8(r.encode()).unwrap(), want);
+        assert_eq!(ControlReply::decode(want.as_bytes()).unwrap(), r);
+        // Nothing to read is done; a count past its total is clamped.
+        assert_eq!(RecoveryProgress::default().percent(), 100);
+        let over = RecoveryProgress { read: 9, total: 3 };
+        assert_eq!(over.percent(), 100);
+        let big = RecoveryProgress {
+            read: u64::MAX / 2,
+            total: u64::MAX,
+        };
+        assert_eq!(big.percent(), 49);
     }
 
     #[test]

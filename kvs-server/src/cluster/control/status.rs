@@ -29,6 +29,7 @@ impl State {
                     recovery_ms: d.recovered.took.as_millis() as u64,
                     disk_full: d.disk_full,
                 }),
+                recovering: None,
             })
             .collect();
         for s in 0..self.map.slots() {
@@ -86,6 +87,7 @@ impl State {
                 self.shared.export.connections.load(Ordering::Relaxed),
                 self.shared.export.pulls.load(Ordering::Relaxed),
             ),
+            recovering: false,
         }
     }
 }
