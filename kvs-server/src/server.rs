@@ -23,6 +23,7 @@ use crate::config::Config;
 use crate::metrics::Exposition;
 use crate::replication::copy_in::Copies;
 use crate::replication::proposals::Replication;
+use crate::serving::recovering::{Recovering, WhileRecovering};
 use crate::serving::setup::{accept, SetupStats, Tokens};
 use crate::serving::worker::Worker;
 use crate::start_error::StartError;
@@ -57,7 +58,9 @@ pub struct Server {
 
 impl Server {
     /// Starts the workers and the acceptor; returns once every worker has its
-    /// context and the socket listens.
+    /// context and its records (with `durability`, loaded from the data
+    /// dir: meanwhile the member answers status, saying how far each
+    /// worker got, and refuses everything else) and the socket listens.
     ///
     /// A panic in one of its threads ends only that thread unless the
     /// program called [`crate::abort_on_panic`] first, which a program that
@@ -88,7 +91,14 @@ impl Server {
         };
         let (report_tx, report_rx) = mpsc::channel::<ToControl>();
         let me = (member, joined.group.cluster_id());
-        let workers = spawn_workers(&cfg, me, &map, &common, &report_tx)?;
+        let (workers, acceptor) = start_workers(
+            &cfg,
+            me,
+            &map,
+            &common,
+            &report_tx,
+            (sockets.acceptor, &tokens),
+        )?;
         let cluster = Arc::new(Shared {
             member,
             version: AtomicU32::new(map.version()),
@@ -123,7 +133,7 @@ impl Server {
             spawn_bulk(sockets.bulk, &cfg, &common, &cluster),
         ];
         let ctl = (ctl_tx, control_waker);
-        let acceptor = spawn_acceptor(sockets.acceptor, workers.links, ctl, tokens, &common);
+        let acceptor = spawn_acceptor(acceptor, workers.links, ctl, tokens, &common);
         let exposition = Exposition {
             cluster: cluster.clone(),
             source_slots: common.source_slots.clone(),
@@ -411,27 +421,54 @@ struct Workers {
     stats: Vec<Arc<WorkerStats>>,
 }
 
+/// Starts the workers ([`spawn_workers`]) of member `me` (its id and its
+/// cluster's) on `map`, while the setup socket (`acceptor`, admitting by
+/// `tokens`) answers for the member as they recover their records
+/// ([`WhileRecovering`]); returns the workers and the socket, back.
+fn start_workers(
+    cfg: &Config,
+    me: (MemberId, ClusterId),
+    map: &ShardMap,
+    common: &Common,
+    report: &mpsc::Sender<ToControl>,
+    (acceptor, tokens): (Acceptor, &Tokens),
+) -> Result<(Workers, Acceptor), StartError> {
+    let stats: Vec<Arc<WorkerStats>> = (0..cfg.workers).map(|_| Arc::default()).collect();
+    let answering = WhileRecovering::start(Recovering {
+        acceptor,
+        tokens: tokens.clone(),
+        cfg: cfg.clone(),
+        member: me.0,
+        cluster: me.1,
+        map: map.clone(),
+        stats: stats.clone(),
+        done: Arc::new(AtomicBool::new(false)),
+    });
+    let workers = spawn_workers(cfg, me, map, common, report, stats);
+    let acceptor = answering.finish()?;
+    Ok((workers?, acceptor))
+}
+
 /// Starts `cfg.workers` worker threads of member `me` (its id and its
-/// cluster's) on `map`, and waits until each has its context: returns
-/// their links, threads and gauges. A worker that fails stops the others.
+/// cluster's) on `map`, each with its gauges of `stats`, and waits until
+/// each has its context and its records: returns their links, threads and
+/// gauges. A worker that fails stops the others.
 fn spawn_workers(
     cfg: &Config,
     me: (MemberId, ClusterId),
     map: &ShardMap,
     common: &Common,
     report: &mpsc::Sender<ToControl>,
+    stats: Vec<Arc<WorkerStats>>,
 ) -> Result<Workers, StartError> {
     let (member, cluster) = me;
     let mut txs = Vec::new();
     let mut workers = Vec::new();
-    let mut stats = Vec::new();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
     let clock = Clock::new();
-    for w in 0..cfg.workers {
+    for (w, st) in (0..cfg.workers).zip(stats.iter().cloned()) {
         let (tx, rx) = mpsc::channel::<ToWorker>();
         txs.push(tx.clone());
-        let st = Arc::new(WorkerStats::default());
-        stats.push(st.clone());
         let worker = Worker {
             me: Owner { member, worker: w },
             cluster,

@@ -4,7 +4,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
-use crate::persist::LogStatus;
+use crate::persist::{LogStatus, RecoveryCounters};
 use crate::replication::Copied;
 
 use crate::request_metrics::Published;
@@ -38,6 +38,9 @@ pub struct WorkerStats {
     pub(crate) disk: Mutex<Option<LogStatus>>,
     /// The copies to backups it began, whole and caught up.
     pub(crate) copied: Mutex<Copied>,
+    /// How far its recovery from the data dir got (zero of zero without
+    /// durability): what the member's status says while it recovers.
+    pub(crate) recovery: RecoveryCounters,
 }
 
 impl WorkerStats {

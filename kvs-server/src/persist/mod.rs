@@ -18,9 +18,11 @@
 //!   and the members holding copies take over.
 //!
 //! At start the worker loads its snapshot and replays its logs into an
-//! empty store before it serves ([`recover()`]), logging its progress; a
-//! torn last write is cut off and reported, damage elsewhere stops the
-//! start naming the file and the byte.
+//! empty store before it serves ([`recover()`]), logging its progress
+//! about once a second and counting it where the member's status reads it
+//! meanwhile ([`RecoveryCounters`]); a torn last write is cut off and
+//! reported, damage elsewhere stops the start naming the file and the
+//! byte.
 //!
 //! A snapshot begins when the logs hold `auto_snapshot_percentage` of the
 //! last snapshot's size and at least `auto_snapshot_min_size`, or when
@@ -30,6 +32,7 @@
 //! [`Store::journal`]: crate::store::Store::journal
 
 mod files;
+mod progress;
 mod records;
 mod recover;
 mod snapshot;
@@ -44,6 +47,7 @@ use kvs_wal::{FlushTimes, Format, Log, WalError, Writer};
 use crate::config::{Config, Durability};
 use crate::store::Store;
 
+pub(crate) use progress::RecoveryCounters;
 pub(crate) use recover::{recover, Recovered};
 use snapshot::{Outcome, Snapshot};
 use syncer::Syncer;
@@ -73,11 +77,13 @@ const FULL_RETRY: Duration = Duration::from_secs(1);
 /// durability, else the store its files hold, journaling its changes from
 /// now on (the slots its map no longer gives it are dropped next, and
 /// that is logged too), and the log. `Err`: why the files cannot be read
-/// (damage names the file and the byte).
+/// (damage names the file and the byte). The recovery's progress is
+/// counted in `counters` as it reads.
 pub(crate) fn open(
     cfg: &Config,
     slots: u32,
     worker: u16,
+    counters: &RecoveryCounters,
 ) -> Result<Option<(Store, WorkerLog)>, WalError> {
     let Some(data_dir) = cfg
         .data_dir
@@ -87,7 +93,7 @@ pub(crate) fn open(
         return Ok(None);
     };
     let dir = files::dir(data_dir);
-    let opened = recover(&dir, slots, worker)?;
+    let opened = recover(&dir, slots, worker, counters)?;
     let found = opened.found;
     tracing::info!(
         "worker {worker}: {} changes from snapshot {} and {} from the logs ({} bytes) \

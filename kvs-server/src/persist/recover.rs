@@ -12,13 +12,11 @@ use std::time::{Duration, Instant};
 use kvs_wal::{Damage, Log, Reason, Visit, WalError, Writer};
 
 use super::files;
+use super::progress::{Progress, RecoveryCounters};
 use super::records::{self, Copied, End, Head};
 use super::{FORMAT, SNAPSHOT_FORMAT};
 use crate::store::change::Change;
 use crate::store::Store;
-
-/// How often a long recovery says how far it got.
-const REPORT_EVERY: Duration = Duration::from_secs(1);
 
 /// What a recovery found.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -57,7 +55,16 @@ pub(crate) struct Opened {
 /// no memory limit (what was taken once is taken again). Logs older than
 /// the snapshot (a crash kept them from being removed) are removed. Damage
 /// stops the recovery with an error naming the file and the byte.
-pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, WalError> {
+///
+/// How far it got is logged about once a second and kept in `counters`
+/// as it reads: bytes read of the snapshot's and logs' total, which ends
+/// read whole.
+pub(crate) fn recover(
+    dir: &Path,
+    slots: u32,
+    worker: u16,
+    counters: &RecoveryCounters,
+) -> Result<Opened, WalError> {
     std::fs::create_dir_all(dir).map_err(|source| WalError::Io {
         path: dir.to_path_buf(),
         source,
@@ -68,13 +75,12 @@ pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, Wal
     kvs_wal::remove_partial(&snap)?;
     let snap_size = std::fs::metadata(&snap).map(|m| m.len()).ok();
     let mut logs = files::logs(dir, worker)?;
-    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let total = snap_size.unwrap_or(0) + logs.iter().map(|(_, p)| size(p)).sum::<u64>();
     let mut v = Replay {
         store: Store::new(slots, usize::MAX),
         skip: None,
         changes: 0,
-        progress: Progress::new(worker, total, t),
+        progress: Progress::new(worker, total, t, counters),
     };
     let mut found = Recovered::default();
     let (snap_gen, snapshot_bytes) = match snap_size {
@@ -89,25 +95,7 @@ pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, Wal
         }
         None => (0, 0),
     };
-    // Logs before the snapshot's are obsolete; the snapshot's own must be
-    // there (it was started before the snapshot was).
-    while logs.first().is_some_and(|(g, _)| *g < snap_gen) {
-        let (_, p) = logs.remove(0);
-        files::remove(&p)?;
-        tracing::info!(
-            "worker {worker}: {} removed: the snapshot holds it",
-            p.display()
-        );
-    }
-    match logs.first() {
-        None if snap_gen == 0 => {
-            let p = files::log_path(dir, worker, 0);
-            Log::open(&p, FORMAT)?;
-            logs.push((0, p));
-        }
-        Some((g, _)) if *g == snap_gen => {}
-        _ => return Err(missing_log(dir, worker, snap_gen, &snap)),
-    }
+    logs_after(dir, worker, (snap_gen, &snap), &mut logs, &mut v.progress)?;
     let mut log_bytes = 0;
     let last = logs.len() - 1;
     let mut writer = None;
@@ -140,7 +128,7 @@ pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, Wal
     }
     let (gen, writer) = writer.expect("at least one log");
     found.changes = v.changes;
-    found.bytes = total;
+    found.bytes = v.progress.total();
     found.took = t.elapsed();
     Ok(Opened {
         store: v.store,
@@ -153,9 +141,49 @@ pub(crate) fn recover(dir: &Path, slots: u32, worker: u16) -> Result<Opened, Wal
     })
 }
 
+/// A file's size (0 if it cannot be read: its reading says why).
+fn size(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Leaves in `logs` (worker `worker`'s in `dir`, in order) those to
+/// replay after snapshot `snap` of generation `snap_gen` (0: none): the
+/// logs before the snapshot's are obsolete, and removed; the snapshot's
+/// own must be there (it was started before the snapshot was). With
+/// neither snapshot nor log, a fresh log is made. `progress` counts what
+/// is left to read.
+fn logs_after(
+    dir: &Path,
+    worker: u16,
+    (snap_gen, snap): (u64, &Path),
+    logs: &mut Vec<(u64, PathBuf)>,
+    progress: &mut Progress<'_>,
+) -> Result<(), WalError> {
+    while logs.first().is_some_and(|(g, _)| *g < snap_gen) {
+        let (_, p) = logs.remove(0);
+        progress.skipped(size(&p));
+        files::remove(&p)?;
+        tracing::info!(
+            "worker {worker}: {} removed: the snapshot holds it",
+            p.display()
+        );
+    }
+    match logs.first() {
+        None if snap_gen == 0 => {
+            let p = files::log_path(dir, worker, 0);
+            Log::open(&p, FORMAT)?;
+            progress.added(size(&p));
+            logs.push((0, p));
+            Ok(())
+        }
+        Some((g, _)) if *g == snap_gen => Ok(()),
+        _ => Err(missing_log(dir, worker, snap_gen, snap)),
+    }
+}
+
 /// Loads the snapshot at `path` into the replay's store: its head, and
 /// the changes it held.
-fn load_snapshot(path: &Path, v: &mut Replay) -> Result<(Head, u64), WalError> {
+fn load_snapshot(path: &Path, v: &mut Replay<'_>) -> Result<(Head, u64), WalError> {
     let mut s = LoadSnapshot {
         replay: v,
         head: None,
@@ -209,56 +237,16 @@ struct Skip {
     copied: Vec<bool>,
 }
 
-/// Recovery's progress, across its files.
-struct Progress {
-    worker: u16,
-    total: u64,
-    /// Bytes of the files read before the current one.
-    before: u64,
-    started: Instant,
-    reported: Instant,
-}
-
-impl Progress {
-    fn new(worker: u16, total: u64, started: Instant) -> Progress {
-        Progress {
-            worker,
-            total,
-            before: 0,
-            started,
-            reported: started,
-        }
-    }
-
-    fn read(&mut self, read: u64) {
-        if self.reported.elapsed() >= REPORT_EVERY {
-            self.reported = Instant::now();
-            tracing::info!(
-                "worker {}: recovering, {} of {} bytes read ({} s)",
-                self.worker,
-                self.before + read,
-                self.total,
-                self.started.elapsed().as_secs()
-            );
-        }
-    }
-
-    /// A file of `bytes` bytes was read whole.
-    fn done(&mut self, bytes: u64) {
-        self.before += bytes;
-    }
-}
-
 /// The logs' visitor: each change applied to the store, unless a snapshot
 /// holds it.
-struct Replay {
+struct Replay<'a> {
     store: Store,
     skip: Option<Skip>,
     changes: u64,
-    progress: Progress,
+    progress: Progress<'a>,
 }
 
-impl Visit for Replay {
+impl Visit for Replay<'_> {
     fn record(&mut self, kind: u8, payload: &[u8], _offset: u64) -> Result<(), Reason> {
         if kind == records::COPIED {
             let c = Copied::decode(payload)?;
@@ -288,14 +276,14 @@ impl Visit for Replay {
 }
 
 /// The snapshot's visitor: its head first, then changes, its end last.
-struct LoadSnapshot<'a> {
-    replay: &'a mut Replay,
+struct LoadSnapshot<'a, 'b> {
+    replay: &'a mut Replay<'b>,
     head: Option<Head>,
     end: Option<End>,
     changes: u64,
 }
 
-impl Visit for LoadSnapshot<'_> {
+impl Visit for LoadSnapshot<'_, '_> {
     fn record(&mut self, kind: u8, payload: &[u8], _offset: u64) -> Result<(), Reason> {
         let slots = self.replay.store.slots();
         match (kind, self.head, self.end) {

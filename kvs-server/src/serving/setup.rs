@@ -176,13 +176,15 @@ pub(crate) fn admit(
 /// Refusals are logged at most once a second (a flood of bad clients must not
 /// flood the log); the ones in between are counted in the next line.
 #[derive(Debug, Default)]
-struct RefusalLog {
+pub(crate) struct RefusalLog {
     last: Option<Instant>,
     quiet: u64,
 }
 
 impl RefusalLog {
-    fn refused(&mut self, peer: SocketAddr, why: Refusal) {
+    /// Logs that `peer` was refused for `why` (or counts it, within a
+    /// second of the last line).
+    pub(crate) fn refused(&mut self, peer: SocketAddr, why: Refusal) {
         if self
             .last
             .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
@@ -200,7 +202,7 @@ impl RefusalLog {
     }
 
     /// Reports refusals held back, once their second is over.
-    fn tick(&mut self) {
+    pub(crate) fn tick(&mut self) {
         if self.quiet > 0
             && self
                 .last

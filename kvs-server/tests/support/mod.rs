@@ -77,7 +77,39 @@ impl ServerProcess {
 
     /// [`start`](Self::start) with `cmd` (the kvs-server binary and its
     /// arguments, set up as the test needs).
-    pub fn start_command(mut cmd: Command) -> ServerProcess {
+    pub fn start_command(cmd: Command) -> ServerProcess {
+        let (mut p, rx) = ServerProcess::spawn(cmd);
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => {
+                p.addr = a;
+                p
+            }
+            Err(_) => {
+                let _ = p.child.kill();
+                let _ = p.child.wait();
+                panic!("kvs-server did not start: {}", p.out.lock().unwrap());
+            }
+        }
+    }
+
+    /// Starts `cmd`, a kvs-server that listens at `addr` (known from an
+    /// earlier start), and returns at once: for a test that looks at it
+    /// while it starts ([`listening`](Self::listening) says when it is
+    /// up).
+    pub fn launch_at(cmd: Command, addr: SocketAddr) -> ServerProcess {
+        let (mut p, _) = ServerProcess::spawn(cmd);
+        p.addr = addr;
+        p
+    }
+
+    /// Whether it has said that it listens (that it is up).
+    pub fn listening(&self) -> bool {
+        self.printed().contains("kvs-server: listening on ")
+    }
+
+    /// Spawns `cmd` with its output captured; the address its "listening
+    /// on" line gives comes on the channel.
+    fn spawn(mut cmd: Command) -> (ServerProcess, std::sync::mpsc::Receiver<SocketAddr>) {
         let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -111,20 +143,13 @@ impl ServerProcess {
                     .push_str(&String::from_utf8_lossy(&b[..n]));
             }
         });
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(a) => a,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("kvs-server did not start: {}", out.lock().unwrap());
-            }
-        };
-        ServerProcess {
+        let p = ServerProcess {
             child,
-            addr,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             out,
             readers: vec![r1, r2],
-        }
+        };
+        (p, rx)
     }
 
     /// Kills it with SIGKILL and waits until it is gone.
@@ -201,6 +226,18 @@ pub fn member_process_with(
     join: Option<SocketAddr>,
     extra: &[&str],
 ) -> ServerProcess {
+    ServerProcess::start_command(member_command(fabric, dir, listen, workers, join, extra))
+}
+
+/// The command [`member_process_with`] runs.
+pub fn member_command(
+    fabric: &str,
+    dir: &Path,
+    listen: &str,
+    workers: u16,
+    join: Option<SocketAddr>,
+    extra: &[&str],
+) -> Command {
     let dir = dir.to_str().expect("a UTF-8 path").to_string();
     let workers = workers.to_string();
     let join = join.map(|a| a.to_string());
@@ -224,7 +261,9 @@ pub fn member_process_with(
         None => {}
     }
     args.extend_from_slice(extra);
-    ServerProcess::start(&args)
+    let mut cmd = Command::new(server_bin());
+    cmd.args(args);
+    cmd
 }
 
 /// The status of the member at `at`, if it answers.

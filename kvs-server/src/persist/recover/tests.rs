@@ -5,6 +5,7 @@ use test_support::TempDir;
 use super::*;
 use crate::config::{Config, Durability};
 use crate::persist::{open, WorkerLog};
+use kvs_proto::control::RecoveryProgress;
 
 const SLOTS: u32 = 16;
 
@@ -20,7 +21,9 @@ fn config(data_dir: &Path) -> Config {
 
 /// A worker's store and log, as the worker opens them.
 fn start(data_dir: &Path) -> (Store, WorkerLog) {
-    open(&config(data_dir), SLOTS, 0).unwrap().unwrap()
+    open(&config(data_dir), SLOTS, 0, &counters())
+        .unwrap()
+        .unwrap()
 }
 
 /// A turn's end, as the worker's loop makes it.
@@ -65,8 +68,24 @@ fn crash_copy(data_dir: &Path) -> TempDir {
     d
 }
 
+fn counters() -> RecoveryCounters {
+    RecoveryCounters::default()
+}
+
+/// The bytes of worker 0's files in `dir`.
+fn file_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("worker-0."))
+        .map(|e| e.metadata().unwrap().len())
+        .sum()
+}
+
 fn recovered(data_dir: &Path) -> Store {
-    recover(&files::dir(data_dir), SLOTS, 0).unwrap().store
+    recover(&files::dir(data_dir), SLOTS, 0, &counters())
+        .unwrap()
+        .store
 }
 
 /// Writes that touch every slot, `round` making them differ.
@@ -102,7 +121,7 @@ fn four_changes(data_dir: &Path) -> Store {
 fn a_store_comes_back_from_its_log() {
     let d = TempDir::new("kvs-server", "recover");
     let s = four_changes(d.path());
-    let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
+    let o = recover(&files::dir(d.path()), SLOTS, 0, &counters()).unwrap();
     assert_eq!((o.found.changes, o.found.torn_bytes), (4, 0));
     assert_eq!(o.store.get(1, b"a"), None);
     assert_eq!(o.store.get(2, b"b"), Some(&b"2"[..]));
@@ -119,7 +138,7 @@ fn a_log_cut_anywhere_gives_the_changes_before_the_cut() {
     let mut last = 0;
     for cut in 8..=bytes.len() {
         std::fs::write(&p, &bytes[..cut]).unwrap();
-        let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
+        let o = recover(&files::dir(d.path()), SLOTS, 0, &counters()).unwrap();
         assert!(o.found.changes >= last, "cut at {cut}");
         last = o.found.changes;
         assert_eq!(o.log_bytes + o.found.torn_bytes, cut as u64);
@@ -144,7 +163,7 @@ fn damage_in_the_middle_names_the_file_and_byte() {
     // The first record's payload (after the magic and its header).
     bytes[8 + 8 + 2] ^= 0xff;
     std::fs::write(&p, &bytes).unwrap();
-    let e = recover(&files::dir(d.path()), SLOTS, 0)
+    let e = recover(&files::dir(d.path()), SLOTS, 0, &counters())
         .unwrap_err()
         .to_string();
     assert!(e.contains("worker-0.0.log") && e.contains("byte 8"), "{e}");
@@ -158,7 +177,7 @@ fn a_change_to_a_slot_the_store_lacks_is_damage() {
     turn(&mut s, &mut l);
     drop(l);
     // Slot 3 does not exist in a store of 2 slots.
-    let e = recover(&files::dir(d.path()), 2, 0)
+    let e = recover(&files::dir(d.path()), 2, 0, &counters())
         .unwrap_err()
         .to_string();
     assert!(e.contains("slot"), "{e}");
@@ -209,7 +228,7 @@ fn a_crash_at_any_turn_of_a_snapshot_recovers_the_store_of_that_turn() {
         round += 1;
         turn(&mut s, &mut l);
     }
-    let o = recover(&dir, SLOTS, 0).unwrap();
+    let o = recover(&dir, SLOTS, 0, &counters()).unwrap();
     assert_eq!(o.snap_gen, 1);
     assert!(o.found.snapshot_changes > 0);
     assert_eq!(dump(&o.store), dump(&s));
@@ -241,7 +260,7 @@ fn a_second_snapshot_replaces_the_first_and_the_logs_shrink() {
         .collect();
     assert_eq!(gens, [2]);
     drop(l);
-    let o = recover(&dir, SLOTS, 0).unwrap();
+    let o = recover(&dir, SLOTS, 0, &counters()).unwrap();
     assert_eq!((o.snap_gen, o.gen), (2, 2));
     assert_eq!(dump(&o.store), dump(&s));
 }
@@ -262,7 +281,7 @@ fn a_snapshot_cut_anywhere_stops_the_start_naming_it() {
     let last = bytes.len();
     for cut in (last - 2100..last).chain([8, 20, last / 2]) {
         std::fs::write(&p, &bytes[..cut]).unwrap();
-        let e = recover(&files::dir(d.path()), SLOTS, 0)
+        let e = recover(&files::dir(d.path()), SLOTS, 0, &counters())
             .unwrap_err()
             .to_string();
         assert!(e.contains("worker-0.snap"), "cut at {cut}: {e}");
@@ -282,7 +301,9 @@ fn a_snapshot_whose_log_is_missing_is_refused() {
     drop(l);
     let dir = files::dir(d.path());
     std::fs::remove_file(files::log_path(&dir, 0, 1)).unwrap();
-    let e = recover(&dir, SLOTS, 0).unwrap_err().to_string();
+    let e = recover(&dir, SLOTS, 0, &counters())
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("worker-0.1.log") && e.contains("missing"), "{e}");
 }
 
@@ -301,7 +322,7 @@ fn a_change_before_its_slots_mark_is_not_replayed_on_the_snapshot() {
     s.put(0, b"k", b"abc").unwrap();
     turns_until(&mut s, &mut l, 1);
     drop(l);
-    let o = recover(&files::dir(d.path()), SLOTS, 0).unwrap();
+    let o = recover(&files::dir(d.path()), SLOTS, 0, &counters()).unwrap();
     assert_eq!(o.store.get(0, b"k"), Some(&b"abc"[..]));
     assert_eq!(o.found.changes, 0, "both changes are the snapshot's");
 }
@@ -349,4 +370,109 @@ fn a_log_from_before_snapshots_is_generation_zero() {
     std::fs::rename(files::log_path(&dir, 0, 0), dir.join("worker-0.log")).unwrap();
     assert_eq!(dump(&recovered(d.path())), dump(&s));
     assert!(!dir.join("worker-0.log").exists());
+}
+
+#[test]
+fn the_progress_ends_at_the_snapshot_and_logs_read_whole() {
+    let d = TempDir::new("kvs-server", "recover-progress");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    l.request_snapshot();
+    turns_until(&mut s, &mut l, 1);
+    writes(&mut s, 2);
+    turn(&mut s, &mut l);
+    drop(l);
+    let dir = files::dir(d.path());
+    let bytes = file_bytes(&dir);
+    let c = counters();
+    let o = recover(&dir, SLOTS, 0, &c).unwrap();
+    assert_eq!(o.snap_gen, 1);
+    assert_eq!(o.found.bytes, bytes);
+    assert_eq!(
+        c.progress(),
+        RecoveryProgress {
+            read: bytes,
+            total: bytes
+        }
+    );
+    assert_eq!(o.snapshot_bytes + o.log_bytes, bytes);
+}
+
+#[test]
+fn a_log_the_snapshot_holds_is_not_counted_and_a_fresh_one_is() {
+    let d = TempDir::new("kvs-server", "recover-progress-skip");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    l.request_snapshot();
+    turns_until(&mut s, &mut l, 1);
+    drop(l);
+    let dir = files::dir(d.path());
+    let read = file_bytes(&dir);
+    // A log from before the snapshot, left by a crash before its removal.
+    std::fs::write(files::log_path(&dir, 0, 0), vec![7u8; 5000]).unwrap();
+    let c = counters();
+    let o = recover(&dir, SLOTS, 0, &c).unwrap();
+    assert!(!files::log_path(&dir, 0, 0).exists());
+    assert_eq!(o.found.bytes, read);
+    assert_eq!(c.progress(), RecoveryProgress { read, total: read });
+    // An empty dir: the fresh log it gets is all there is.
+    let e = TempDir::new("kvs-server", "recover-progress-fresh");
+    let dir = files::dir(e.path());
+    let c = counters();
+    let o = recover(&dir, SLOTS, 0, &c).unwrap();
+    let fresh = file_bytes(&dir);
+    assert!(fresh > 0);
+    assert_eq!(o.found.bytes, fresh);
+    assert_eq!(
+        c.progress(),
+        RecoveryProgress {
+            read: fresh,
+            total: fresh
+        }
+    );
+}
+
+#[test]
+fn the_progress_seen_while_it_reads_only_grows_and_stays_within_the_total() {
+    let d = TempDir::new("kvs-server", "recover-progress-watch");
+    let (mut s, mut l) = start(d.path());
+    // Several MiB of log: several of the replay's chunks.
+    for round in 0..40 {
+        writes(&mut s, round);
+        turn(&mut s, &mut l);
+    }
+    drop(l);
+    let dir = files::dir(d.path());
+    let bytes = file_bytes(&dir);
+    assert!(bytes > 4 << 20, "{bytes}");
+    let c = counters();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let seen = std::thread::scope(|scope| {
+        let watch = scope.spawn(|| {
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                seen.push(c.progress());
+                std::thread::yield_now();
+            }
+            seen
+        });
+        recover(&dir, SLOTS, 0, &c).unwrap();
+        done.store(true, std::sync::atomic::Ordering::Release);
+        watch.join().unwrap()
+    });
+    for p in &seen {
+        assert!(p.read <= p.total && p.total <= bytes, "{p:?} of {bytes}");
+    }
+    for w in seen.windows(2) {
+        assert!(w[0].read <= w[1].read, "{:?} then {:?}", w[0], w[1]);
+    }
+    assert_eq!(
+        c.progress(),
+        RecoveryProgress {
+            read: bytes,
+            total: bytes
+        }
+    );
 }

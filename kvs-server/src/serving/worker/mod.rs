@@ -181,7 +181,7 @@ impl Worker {
         // and the records the worker's log holds, before it is ready.
         let parts = build_context::<T>(&cfg, dev, &acks).and_then(|ctx| {
             let conns = copyrpc::conn::LiveSet::new().map_err(WorkerFailure::Watch)?;
-            Ok((ctx, conns, open_store(&cfg, map.slots(), w)?))
+            Ok((ctx, conns, open_store(&cfg, map.slots(), w, &stats)?))
         });
         let (ctx, conns, (store, log)) = match parts {
             Ok(p) => p,
@@ -676,16 +676,20 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
 }
 
 /// The store worker `w` starts with, and its log: what the log holds
-/// with `durability`, else an empty store.
+/// with `durability` (its recovery's progress counted in `stats`), else
+/// an empty store.
 fn open_store(
     cfg: &Config,
     slots: u32,
     w: u16,
+    stats: &WorkerStats,
 ) -> Result<(Store, Option<WorkerLog>), WorkerFailure> {
-    Ok(match crate::persist::open(cfg, slots, w)? {
-        Some((store, log)) => (store, Some(log)),
-        None => (Store::new(slots, usize::MAX), None),
-    })
+    Ok(
+        match crate::persist::open(cfg, slots, w, &stats.recovery)? {
+            Some((store, log)) => (store, Some(log)),
+            None => (Store::new(slots, usize::MAX), None),
+        },
+    )
 }
 
 /// Warms a turn's requests `reqs` for serving, into `warm` (one entry per
