@@ -162,13 +162,18 @@ pub fn reach(addr: SocketAddr, contact: SocketAddr) -> SocketAddr {
 }
 
 /// An answer that does not fit the request, as an error (an `Error`
-/// answer's message verbatim).
+/// answer's message verbatim; a member still recovering, as such).
 pub fn unexpected(addr: SocketAddr, what: &'static str, got: ControlReply) -> AdminError {
     match got {
         ControlReply::Error { message } => AdminError::Refused {
             addr,
             what,
             message,
+        },
+        ControlReply::Recovering { progress } => AdminError::Recovering {
+            addr,
+            what,
+            progress,
         },
         other => AdminError::Unexpected {
             addr,
@@ -275,6 +280,32 @@ mod tests {
             a.map().unwrap_err().to_string(),
             "10.0.0.2:7001: unexpected answer to map: Ok"
         );
+    }
+
+    #[test]
+    fn a_member_still_recovering_is_a_typed_refusal() {
+        let progress = kvs_proto::control::RecoveryProgress {
+            read: 3 << 29,
+            total: 7 << 29,
+        };
+        let mut a = fake::admin("10.0.0.2:7001", move |_, _| {
+            Ok(ControlReply::Recovering { progress })
+        });
+        let e = a
+            .ask_keeper(&ControlRequest::Cancel)
+            .map(|(at, r)| unexpected(at, "cancel", r));
+        let e = e.unwrap();
+        assert!(matches!(e, AdminError::Recovering { progress: p, .. } if p == progress));
+        assert_eq!(
+            e.to_string(),
+            "cancel refused by 10.0.0.2:7001: the member is recovering its records from its \
+             data dir: 1.50 GiB of 3.50 GiB (42%); ask again once it serves (kvs-admin status \
+             shows how far it got)"
+        );
+        assert!(matches!(
+            a.status(fake::addr("10.0.0.2:7001")),
+            Err(AdminError::Recovering { what: "status", .. })
+        ));
     }
 
     #[test]

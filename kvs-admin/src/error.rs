@@ -4,6 +4,7 @@ use kvs_proto::MemberId;
 use std::net::SocketAddr;
 
 use kvs_client::{ControlError, TokenError};
+use kvs_proto::control::RecoveryProgress;
 use kvs_proto::shard::BadMap;
 
 use crate::args::SlotRange;
@@ -38,6 +39,22 @@ pub enum AdminError {
         what: &'static str,
         /// What it said, verbatim.
         message: String,
+    },
+    /// A member answered that it is loading its records from its data dir
+    /// ([`ControlReply::Recovering`](kvs_proto::control::ControlReply::Recovering)):
+    /// until it serves it answers only status and its map.
+    #[error(
+        "{what} refused by {addr}: the member is recovering its records from its data dir: \
+         {}; ask again once it serves (kvs-admin status shows how far it got)",
+        crate::status::recovery_text(progress)
+    )]
+    Recovering {
+        /// The server.
+        addr: SocketAddr,
+        /// The request.
+        what: &'static str,
+        /// How far its workers got, summed.
+        progress: RecoveryProgress,
     },
     /// A server answered with something other than what the request calls
     /// for.

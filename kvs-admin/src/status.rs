@@ -6,7 +6,8 @@ use std::net::SocketAddr;
 use std::ops::Range;
 
 use kvs_proto::control::{
-    CopyStatus, DiskStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus, WorkerStatus,
+    CopyStatus, DiskStatus, GroupView, ImportStatus, MemberStatus, MigrationStatus,
+    RecoveryProgress, WorkerStatus,
 };
 use kvs_proto::shard::Run;
 use kvs_proto::{ClusterId, MemberId, ShardMap};
@@ -21,6 +22,8 @@ mod backups;
 pub use backups::SlotRun;
 mod disk;
 pub use disk::DiskSum;
+mod recovering;
+pub use recovering::recovery_text;
 
 /// The most slot ranges a worker's line lists.
 const MAX_RANGES: usize = 8;
@@ -62,8 +65,9 @@ pub struct MemberView {
     /// Where it was asked.
     pub addr: SocketAddr,
     /// `"up"`, `"down"` (the group counts it up, but it did not answer
-    /// here), `"failed"` (the group's leader lost touch with it) or
-    /// `"left"` (forgotten).
+    /// here), `"failed"` (the group's leader lost touch with it),
+    /// `"left"` (forgotten) or `"recovering"` (it answered that it is
+    /// loading its records from its data dir, whatever the group says).
     pub state: String,
     /// Whether it votes in the control group.
     pub voter: bool,
@@ -102,6 +106,10 @@ pub struct MemberView {
     pub imports: Vec<ImportStatus>,
     /// The copies arriving at it as a new backup.
     pub copies: Vec<CopyStatus>,
+    /// While it loads its records from its data dir: bytes its workers
+    /// read of their total, summed (`None` once it serves, or if it did
+    /// not answer).
+    pub recovering: Option<RecoveryProgress>,
 }
 
 /// One worker of a member.
@@ -121,6 +129,10 @@ pub struct WorkerView {
     /// "none"`, or when it did not answer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk: Option<DiskStatus>,
+    /// While its member recovers: how far it got through its snapshot and
+    /// logs (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovering: Option<RecoveryProgress>,
 }
 
 /// An inclusive range of slots.
@@ -262,6 +274,7 @@ fn member_view(
         importing: importing(runs, id),
         imports: Vec::new(),
         copies: Vec::new(),
+        recovering: None,
     };
     match answer {
         Ok(s) => add_answer(&mut v, s, runs),
@@ -307,10 +320,12 @@ fn importing(runs: &[Run], id: MemberId) -> Vec<ImportRange> {
 }
 
 /// Fills `v` with its member's answer `s`: its figures, and per worker
-/// its slots (the ranges by the map's `runs`), keys and bytes.
+/// its slots (the ranges by the map's `runs`), keys and bytes; or, while
+/// it recovers, how far each worker got (no keys are loaded yet).
 fn add_answer(v: &mut MemberView, s: MemberStatus, runs: &[Run]) {
     let id = v.member;
     v.answered = true;
+    let recovering = s.recovering;
     v.lease = s.group.as_ref().map(|g| g.lease);
     v.map_version = Some(s.map_version);
     v.answered_as = Some(s.member);
@@ -329,10 +344,21 @@ fn add_answer(v: &mut MemberView, s: MemberStatus, runs: &[Run]) {
             keys: Some(primary_keys(ws)),
             bytes: Some(ws.bytes),
             disk: ws.disk,
+            recovering: ws.recovering,
         })
         .collect();
     v.imports = s.imports;
     v.copies = s.copies;
+    if recovering {
+        v.state = "recovering".into();
+        v.recovering = Some(RecoveryProgress::sum(
+            s.workers.iter().filter_map(|w| w.recovering),
+        ));
+        (v.keys, v.backup_keys, v.bytes) = (None, None, None);
+        for w in &mut v.workers {
+            (w.keys, w.bytes) = (None, None);
+        }
+    }
 }
 
 /// Fills `v` for a member that did not answer (`e`): an up member is down,
@@ -350,6 +376,7 @@ fn add_silence(v: &mut MemberView, e: &AdminError, map_workers: u16, runs: &[Run
             keys: None,
             bytes: None,
             disk: None,
+            recovering: None,
         })
         .collect();
 }
@@ -379,6 +406,7 @@ impl ClusterStatus {
                     m.member, m.addr, m.member
                 ));
             }
+            w.extend(recovering::warning(m));
             if m.lease == Some(false) {
                 w.push(format!(
                     "member {} ({}) holds no lease: it serves none of its slots now",
@@ -517,6 +545,7 @@ impl ClusterStatus {
         let _ = writeln!(out, "{head}");
         out.push_str(&workers_table(&m.workers));
         out.push_str(&disk::line(&m.workers));
+        out.push_str(&recovering::line(m));
         for i in &m.importing {
             let _ = writeln!(
                 out,
