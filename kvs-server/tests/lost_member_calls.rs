@@ -68,15 +68,6 @@ fn member(fabric: &str, device: &str, dir: &Path, join: Option<SocketAddr>) -> S
     ServerProcess::start(&args)
 }
 
-/// Sends SIGSTOP (`stop`) or SIGCONT to process `p`.
-fn pause(p: &ServerProcess, stop: bool) {
-    let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
-    // SAFETY: kill(2) with a pid this process spawned and has not reaped.
-    unsafe {
-        libc::kill(p.child.id() as libc::pid_t, sig);
-    }
-}
-
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
     test_support::wait_until(what, most, Duration::from_millis(10), done)
 }
@@ -156,7 +147,7 @@ fn requests_in_flight_to_a_lost_member_are_answered_not_dropped() {
 
     // Member 1 stops answering: a GET to its worker 1 is delivered and
     // waits there.
-    pause(&b, true);
+    b.pause(true);
     let mut answers: Vec<(u64, Result<OwnedReply, KvError>, Duration)> = Vec::new();
     let sent = Instant::now();
     c.get(k1.as_bytes(), 1).unwrap();
@@ -178,7 +169,7 @@ fn requests_in_flight_to_a_lost_member_are_answered_not_dropped() {
         })
         .unwrap();
     }
-    pause(&b, false);
+    b.pause(false);
     answers.sort_by_key(|(t, ..)| *t);
     eprintln!("answers: {answers:?}");
     assert_eq!(

@@ -425,15 +425,6 @@ fn writes_in_flight_sent_again_after_a_failover_are_applied_once() {
     );
 }
 
-/// Sends SIGSTOP (`stop`) or SIGCONT to process `p`.
-fn pause(p: &ServerProcess, stop: bool) {
-    let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
-    // SAFETY: kill(2) with a pid this process spawned and has not reaped.
-    unsafe {
-        libc::kill(p.child.id() as libc::pid_t, sig);
-    }
-}
-
 #[test]
 fn a_drain_waits_for_the_writes_waiting_on_a_paused_backup() {
     let mut t = Trio::start("replicas-drain", 0);
@@ -479,13 +470,13 @@ fn a_drain_waits_for_the_writes_waiting_on_a_paused_backup() {
     let mut raw = Raw::connect(addrs[p], owner.worker, &t.fabric);
     // The backup stops; the writes reach the primary, which applies them
     // and waits for the backup; then the primary drains.
-    pause(t.procs[b].as_ref().unwrap(), true);
+    t.procs[b].as_ref().unwrap().pause(true);
     raw.send_all(&puts);
     raw.poll_for(Duration::from_millis(50));
     let r = t.cc.request(addrs[p], &ControlRequest::Drain);
     assert!(matches!(r, Ok(ControlReply::Ok)), "{r:?}");
     raw.poll_for(Duration::from_millis(400));
-    pause(t.procs[b].as_ref().unwrap(), false);
+    t.procs[b].as_ref().unwrap().pause(false);
     let st = raw.answers(puts.len());
     wait("the primary drained", Duration::from_secs(10), || {
         support::member_status(&mut t.cc, addrs[p]).is_some_and(|s| s.drained)

@@ -87,8 +87,20 @@ impl SourceSlots {
     }
 
     /// Holds slot `slot`'s records for its new owner.
-    pub fn hold(&self, slot: u32, records: SlotRecords) {
-        self.lock().slots.insert(slot, Arc::new(records));
+    pub fn hold(&self, slot: u32, records: Arc<SlotRecords>) {
+        self.lock().slots.insert(slot, records);
+    }
+
+    /// Holds slot `slot`'s records as a worker recovered them from its log:
+    /// every worker holds the exports under way at the stop, the one that
+    /// had the slot with its records, the others with none; none never
+    /// replaces records.
+    pub fn hold_recovered(&self, slot: u32, records: Arc<SlotRecords>) {
+        let mut g = self.lock();
+        let e = g.slots.entry(slot).or_default();
+        if e.is_empty() {
+            *e = records;
+        }
     }
 
     /// Slot `slot`'s records, if held.
@@ -211,7 +223,7 @@ mod tests {
     fn tickets_open_exactly_the_slots_held_once() {
         let o = SourceSlots::default();
         for s in 4..8 {
-            o.hold(s, SlotRecords::default());
+            o.hold(s, Arc::default());
         }
         assert!(matches!(o.issue(3, 3, 8), Err(TicketError::NotHeld(3))));
         let t = o.issue(3, 4, 8).unwrap();

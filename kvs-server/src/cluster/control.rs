@@ -193,8 +193,12 @@ impl Control {
             self.cluster_token.clone(),
             self.stop.clone(),
         );
+        // Slots given away whose records the workers did not recover (no
+        // durability): their import cannot finish.
         let lost_exports = (0..self.map.slots())
-            .filter(|&s| self.map.importing_from(s) == Some(me))
+            .filter(|&s| {
+                self.map.importing_from(s) == Some(me) && self.source_slots.get(s).is_none()
+            })
             .collect();
         let state = State {
             me,

@@ -50,13 +50,18 @@ pub(crate) struct Progress {
     /// the import: the importer stops reporting.
     pub ended: AtomicBool,
     pub last_error: Mutex<Option<String>>,
+    /// Where the source is, as the newest map says: a source that restarts
+    /// may listen on another bulk port (or address) and readdress itself.
+    source: Mutex<Member>,
 }
 
 impl Progress {
-    /// An import of `slots` slots from member `from`, just started.
-    pub fn new(from: MemberId, slots: u32) -> Progress {
+    /// An import of `slots` slots from member `from`, at `source`, just
+    /// started.
+    pub fn new(from: MemberId, source: Member, slots: u32) -> Progress {
         Progress {
             from,
+            source: Mutex::new(source),
             slots,
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
@@ -66,6 +71,16 @@ impl Progress {
             ended: AtomicBool::new(false),
             last_error: Mutex::new(None),
         }
+    }
+
+    /// Where the source is now.
+    pub fn source(&self) -> Member {
+        *self.source.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The newest map puts the source at `m`.
+    pub fn set_source(&self, m: Member) {
+        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = m;
     }
 
     /// For `kvs-admin status`.
@@ -86,7 +101,6 @@ pub(crate) struct Importer {
     pub version: u32,
     pub first: u32,
     pub end: u32,
-    pub source: Member,
     /// This member's own control endpoint (reports go there, and on to
     /// the leader it names).
     pub own: SocketAddr,
@@ -291,7 +305,7 @@ impl Importer {
             first: mark,
             end: self.end,
         };
-        match cc.request(self.source.addr, &open) {
+        match cc.request(self.progress.source().addr, &open) {
             Ok(ControlReply::Ticket { ticket }) => Ok(ticket),
             // Not frozen there yet (the source has not applied the map that
             // gives the slots away): ask again.
@@ -312,7 +326,8 @@ impl Importer {
         setup: &PullSetup,
         mark: &mut u32,
     ) -> Result<(), TransferError> {
-        let bulk = SocketAddr::new(self.source.addr.ip(), self.source.bulk_port);
+        let source = self.progress.source();
+        let bulk = SocketAddr::new(source.addr.ip(), source.bulk_port);
         if let Some(mut c) = conn
             .take()
             .filter(|c| c.to == bulk && c.mask == setup.rails)

@@ -87,7 +87,7 @@ enum RawServed {
 #[derive(Debug, Default)]
 pub struct Installed {
     /// Slots given away, with their records (frozen, for the target).
-    pub given_away: Vec<(u32, crate::store::SlotRecords)>,
+    pub given_away: Vec<(u32, std::sync::Arc<crate::store::SlotRecords>)>,
     /// Slots whose import ended.
     pub imports_ended: Vec<u32>,
 }
@@ -149,6 +149,8 @@ pub struct Handler {
     pub(crate) disk_full: Option<std::sync::Arc<str>>,
     /// Slots whose records stay, not served, while the member rejoins.
     retained: Retained,
+    /// Exports recovered from the log, until the worker holds them.
+    exports: Vec<(u32, std::sync::Arc<crate::store::SlotRecords>)>,
 }
 
 impl Handler {
@@ -175,9 +177,12 @@ impl Handler {
     }
 
     /// A handler serving the records of `store`: what the worker's
-    /// log held at its start. The slots `map` gives this worker neither as
-    /// owner nor as a backup go (or stay, not served, in `retained`, until
-    /// [`end_retention`](Self::end_retention)); an import or a copy that `map` ended
+    /// log held at its start. Slots `map` gives away from this member, to
+    /// a target still importing them, are frozen again for it
+    /// ([`take_exports`](Self::take_exports)); the slots `map` gives this
+    /// worker neither as owner nor as a backup go (or stay, not served, in
+    /// `retained`, until [`end_retention`](Self::end_retention)); an import
+    /// or a copy that `map` ended
     /// while the worker was down ends; and since the clients' request ids
     /// did not survive, every slot held refuses a write sent again (as an
     /// imported slot does) rather than apply it twice.
@@ -196,8 +201,18 @@ impl Handler {
         let mut awaiting = 0;
         let mut dedup = Dedup::default();
         let held: Vec<u32> = store.held_slots().collect();
+        // Given away before the stop, and not all pulled: held for the
+        // target again (by every worker: the one that had the slot holds
+        // its records, the others nothing).
+        let exports: Vec<_> = (0..slots)
+            .filter(|&s| map.importing_from(s) == Some(me.member) && map.owner_of_slot(s) != me)
+            .map(|s| (s, store.export_slot(s)))
+            .collect();
         for s in held {
             let owns = map.owner_of_slot(s) == me;
+            if store.exporting(s) {
+                continue;
+            }
             if !owns && !map.backups(s).iter().any(|b| b.owner == me) {
                 if !retained.keep(s) {
                     store.drop_slot(s);
@@ -244,7 +259,15 @@ impl Handler {
             refused_member_ops: 0,
             disk_full: None,
             retained,
+            exports,
         }
+    }
+
+    /// The slots given away before the worker's stop whose import is not
+    /// over, with their records from the log: for the worker to hold for
+    /// their target again.
+    pub fn take_exports(&mut self) -> Vec<(u32, std::sync::Arc<crate::store::SlotRecords>)> {
+        std::mem::take(&mut self.exports)
     }
 
     /// Serves by `map` from now on (a newer map from the control thread,
@@ -265,8 +288,13 @@ impl Handler {
                 // Kept records of a slot now served from here: stale.
                 self.store.drop_slot(s);
             }
+            if self.store.exporting(s) && map.importing_from(s) != Some(self.me.member) {
+                // The target's import is over (or off): the records the
+                // log kept for it go.
+                self.store.end_export(s);
+            }
             if was && !is && map.importing_from(s) == Some(self.me.member) {
-                done.given_away.push((s, self.store.take_slot(s)));
+                done.given_away.push((s, self.store.export_slot(s)));
                 self.dedup.forget(s);
             } else if (was || backs(&self.map)) && !is && !backs(&map) {
                 if !self.retained.keep(s) {

@@ -290,7 +290,7 @@ impl Store {
     /// Returns how many changes; none for a slot the store does not hold.
     pub(crate) fn copy_slot(&self, slot: u32, out: &mut Batch) -> u64 {
         let Some(sl) = self.slots.get(slot as usize).and_then(Option::as_deref) else {
-            return 0;
+            return self.copy_export(slot, out);
         };
         let mut n = 0;
         let mut push = |c: Change<'_>| {
@@ -329,6 +329,23 @@ impl Store {
             });
         }
         n
+    }
+}
+
+impl Store {
+    /// An exported slot's frozen records as the changes that make the slot
+    /// again (its drop is journaled once its import is over); none if it
+    /// is not exported.
+    fn copy_export(&self, slot: u32, out: &mut Batch) -> u64 {
+        let Some(records) = self.exported(slot) else {
+            return 0;
+        };
+        for (key, value) in records.iter() {
+            let c = Change::Put { slot, key, value };
+            out.push_with(c.kind(), |b| c.encode(b))
+                .expect("a change fits a log record");
+        }
+        records.len() as u64
     }
 }
 

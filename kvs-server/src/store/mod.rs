@@ -22,6 +22,7 @@
 //! at the target always beats the older pulled copy.
 
 pub(crate) mod change;
+pub(crate) mod export;
 pub(crate) mod index_key;
 pub mod memory;
 pub(crate) mod position;
@@ -184,6 +185,9 @@ pub struct Store {
     /// log ([`change`]), until the worker writes them at its turn's end;
     /// `None`: no log (`durability = "none"`).
     journal: Option<Batch>,
+    /// Slots given away whose import is not over: their records, frozen
+    /// where the migration's source holds them ([`export`]).
+    exports: Vec<(u32, std::sync::Weak<SlotRecords>)>,
 }
 
 /// Where an ordered-index entry's record lives: its slot, and the slot's
@@ -234,6 +238,7 @@ impl Store {
             limit,
             importing: 0,
             journal: None,
+            exports: Vec::new(),
         }
     }
 
@@ -443,10 +448,18 @@ impl Store {
     /// Takes every record of slot `slot` out of the store (a slot given
     /// away), touching no other slot's.
     pub fn take_slot(&mut self, slot: u32) -> SlotRecords {
+        if self.slots.get(slot as usize).is_some_and(Option::is_some) {
+            self.journal_change(Change::DropSlot { slot });
+        }
+        self.take_unjournaled(slot)
+    }
+
+    /// [`take_slot`](Self::take_slot), leaving the records in the log (an
+    /// export: [`export`]).
+    fn take_unjournaled(&mut self, slot: u32) -> SlotRecords {
         let Some(sl) = self.slots.get_mut(slot as usize).and_then(Option::take) else {
             return SlotRecords::default();
         };
-        self.journal_change(Change::DropSlot { slot });
         if sl.import.is_some() && !sl.copying {
             self.importing -= 1;
         }

@@ -152,6 +152,15 @@ impl ServerProcess {
         (p, rx)
     }
 
+    /// Stops it with SIGSTOP (`stop`), or lets it go on with SIGCONT.
+    pub fn pause(&self, stop: bool) {
+        let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: kill(2) with a pid this process spawned and has not reaped.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, sig);
+        }
+    }
+
     /// Kills it with SIGKILL and waits until it is gone.
     pub fn kill9(&mut self) {
         // SAFETY: kill(2) with a pid this process spawned and has not reaped.

@@ -354,7 +354,11 @@ impl State {
             self.own
         };
         for &(first, end, from, worker) in &runs {
-            if self.imports.contains_key(&(first, end, from)) {
+            if let Some(p) = self.imports.get(&(first, end, from)) {
+                // A source that restarted elsewhere readdressed itself.
+                if let Some(&m) = map.members().get(from.index()) {
+                    p.set_source(m);
+                }
                 continue;
             }
             let (Some(source), Some(link)) = (
@@ -363,12 +367,11 @@ impl State {
             ) else {
                 continue;
             };
-            let progress = Arc::new(Progress::new(from, end - first));
+            let progress = Arc::new(Progress::new(from, source, end - first));
             let imp = Importer {
                 version: map.version(),
                 first,
                 end,
-                source,
                 own,
                 slots: map.slots(),
                 worker: link.clone(),

@@ -194,9 +194,11 @@ impl Worker {
             // What the start recovered, readable as soon as the member is.
             *stats.disk.lock().unwrap_or_else(|e| e.into_inner()) = Some(l.status());
         }
+        // Exports under way at the stop are held for their targets again
+        // before the control thread looks for them.
+        let h = handler(me, map, &cfg, store, log.is_some(), clock, &source_slots);
         let _ = ready.send(Ok((w, ctx.waker())));
         drop(ready);
-        let h = handler(me, map, &cfg, store, log.is_some(), clock);
 
         // The setup answer: how many workers (connections to make) and slots.
         let answer = SetupAnswer {
@@ -243,7 +245,9 @@ impl Worker {
 }
 
 /// Worker `me`'s handler over `store`, by `map` and `cfg`; `logged`: the
-/// store came from (and goes to) the worker's log.
+/// store came from (and goes to) the worker's log, and the exports under
+/// way at the stop go to `source_slots` (without a log there are none:
+/// the control thread says their records are lost).
 fn handler(
     me: Owner,
     map: ShardMap,
@@ -251,6 +255,7 @@ fn handler(
     store: Store,
     logged: bool,
     clock: Clock,
+    source_slots: &SourceSlots,
 ) -> Handler {
     // A history of writes only where a backup can come back with its
     // records (from its files).
@@ -262,10 +267,17 @@ fn handler(
     // A start that recovered records keeps those of the slots its maps
     // take away until the member's restart is applied.
     let retained = Retained::new(logged && !store.is_empty());
-    Handler::with_store(me, map, cfg.max_key, cfg.max_value, store, retained)
+    let mut h = Handler::with_store(me, map, cfg.max_key, cfg.max_value, store, retained)
         .with_memory_limit(cfg.max_memory, cfg.workers)
         .with_history(history)
-        .with_clock(clock)
+        .with_clock(clock);
+    let exports = h.take_exports();
+    if logged {
+        for (slot, records) in exports {
+            source_slots.hold_recovered(slot, records);
+        }
+    }
+    h
 }
 
 /// The worker's context on `dev`, as `cfg` sets it up; its response
