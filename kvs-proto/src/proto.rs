@@ -471,6 +471,23 @@ pub fn response_header(out: &mut Vec<u8>, status: Status, flags: u8, len: usize)
     out[field::LEN].copy_from_slice(&(len as u32).to_le_bytes());
 }
 
+/// Writes into `out` (cleared first) a whole response of `status` with
+/// `payload`; or, if that would pass `max_response` bytes (the asker's
+/// allowance), [`Status::AllowanceTooSmall`] with the size it needs (as a
+/// `u32`, if the allowance has room for it).
+pub fn write_response(out: &mut Vec<u8>, status: Status, payload: &[u8], max_response: usize) {
+    if RESPONSE_HEADER + payload.len() > max_response {
+        begin_response(out, Status::AllowanceTooSmall, 0);
+        if max_response >= RESPONSE_HEADER + 4 {
+            out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        }
+    } else {
+        begin_response(out, status, 0);
+        out.extend_from_slice(payload);
+    }
+    finish_response(out, 0);
+}
+
 /// Sets the payload length of the response in `out`, and its flags.
 pub fn finish_response(out: &mut [u8], flags: u8) {
     let len = (out.len() - RESPONSE_HEADER) as u32;

@@ -15,7 +15,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use mlx5::sim::fabric::Fabric;
 use prometheus_parse::{Scrape, Value};
@@ -27,18 +27,13 @@ use support::{group_view, ServerProcess};
 const RECORDS: u32 = 4000;
 const VALUE: usize = 500;
 
+/// Each member's config: the founder alone votes, and marks a silent
+/// member failed after half a second.
+const CONFIG: &str = "member_timeout_ms = 500\ncontrol_voters = 1\n";
+
 fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
-    let cfg = dir.with_extension("toml");
-    support::write_file(&cfg, "member_timeout_ms = 500\ncontrol_voters = 1\n", 0o644);
-    let cfg = cfg.to_str().unwrap();
-    support::member_process_with(
-        fabric,
-        dir,
-        listen,
-        2,
-        join,
-        &["--config", cfg, "--replicas", "2", "--durability", "always"],
-    )
+    let extra = ["--replicas", "2", "--durability", "always"];
+    support::member_process_configured(fabric, dir, listen, join, CONFIG, &extra)
 }
 
 fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) {
@@ -99,36 +94,24 @@ fn a_restarted_backup_catches_up_instead_of_a_whole_copy() {
         l.local_addr().unwrap()
     };
     let ma = metrics.to_string();
-    let a = {
-        let cfg = d0.with_extension("toml");
-        support::write_file(&cfg, "member_timeout_ms = 500\ncontrol_voters = 1\n", 0o644);
-        let cfg = cfg.to_str().unwrap();
-        support::member_process_with(
-            &fabric,
-            &d0,
-            "127.0.0.1:0",
-            2,
-            None,
-            &[
-                "--config",
-                cfg,
-                "--replicas",
-                "2",
-                "--durability",
-                "always",
-                "--metrics-listen",
-                &ma,
-            ],
-        )
-    };
+    let a = support::member_process_configured(
+        &fabric,
+        &d0,
+        "127.0.0.1:0",
+        None,
+        CONFIG,
+        &[
+            "--replicas",
+            "2",
+            "--durability",
+            "always",
+            "--metrics-listen",
+            &ma,
+        ],
+    );
     let mut b = member(&fabric, &d1, "127.0.0.1:0", Some(a.addr));
     let b_addr = b.addr;
-    let opts = ControlOptions {
-        setup_timeout: Duration::from_secs(2),
-        call_timeout: Duration::from_secs(3),
-        ..ControlOptions::default()
-    };
-    let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+    let mut cc = support::control_client(&fabric);
     wait("every slot backed up", Duration::from_secs(60), || {
         healthy(&mut cc, a.addr)
     });

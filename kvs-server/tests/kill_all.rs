@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, GroupView};
 use kvs_proto::MemberId;
 use mlx5::sim::fabric::Fabric;
@@ -82,12 +82,7 @@ fn every_member_killed_at_once_loses_no_acknowledged_write() {
     let c = member(&fabric, &dirs[2], "127.0.0.1:0", Some(a.addr));
     let addrs = [a.addr, b.addr, c.addr];
     let mut procs = [Some(a), Some(b), Some(c)];
-    let opts = ControlOptions {
-        setup_timeout: Duration::from_secs(2),
-        call_timeout: Duration::from_secs(3),
-        ..ControlOptions::default()
-    };
-    let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+    let mut cc = support::control_client(&fabric);
     wait("three members", Duration::from_secs(20), || {
         group_view(&mut cc, addrs[0]).is_some_and(|g| g.members.len() == 3)
     });

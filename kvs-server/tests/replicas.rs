@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, GroupView};
 use mlx5::sim::fabric::Fabric;
 
@@ -74,12 +74,7 @@ impl Trio {
         let b = member(&fabric, &dirs[1], "127.0.0.1:0", Some(a.addr));
         let c = member(&fabric, &dirs[2], "127.0.0.1:0", Some(a.addr));
         let addrs = [a.addr, b.addr, c.addr];
-        let opts = ControlOptions {
-            setup_timeout: Duration::from_secs(2),
-            call_timeout: Duration::from_secs(3),
-            ..ControlOptions::default()
-        };
-        let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+        let mut cc = support::control_client(&fabric);
         wait(
             "three members under member 0",
             Duration::from_secs(20),

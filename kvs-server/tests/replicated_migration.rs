@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use mlx5::sim::fabric::Fabric;
 
@@ -50,12 +50,7 @@ fn a_rebalance_keeps_every_slot_replicated_and_its_target_may_die() {
     let root = support::temp_dir("repl-mig");
     let a = member(&fabric, &root.join("a"), None);
     let b = member(&fabric, &root.join("b"), Some(a.addr));
-    let opts = ControlOptions {
-        setup_timeout: Duration::from_secs(2),
-        call_timeout: Duration::from_secs(3),
-        ..ControlOptions::default()
-    };
-    let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+    let mut cc = support::control_client(&fabric);
     let synced = |cc: &mut ControlClient, n: usize| {
         group_view(cc, a.addr).is_some_and(|g| {
             g.members.len() == n

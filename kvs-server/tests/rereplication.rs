@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, GroupView};
 use mlx5::sim::fabric::Fabric;
 
@@ -32,17 +32,8 @@ const RECORDS: u32 = 20_000;
 const VALUE: usize = 500;
 
 fn member(fabric: &str, dir: &Path, join: Option<SocketAddr>) -> ServerProcess {
-    let cfg = dir.with_extension("toml");
-    support::write_file(&cfg, "member_timeout_ms = 500\n", 0o644);
-    let cfg = cfg.to_str().unwrap();
-    support::member_process_with(
-        fabric,
-        dir,
-        "127.0.0.1:0",
-        2,
-        join,
-        &["--config", cfg, "--replicas", "1"],
-    )
+    let cfg = "member_timeout_ms = 500\n";
+    support::member_process_configured(fabric, dir, "127.0.0.1:0", join, cfg, &["--replicas", "1"])
 }
 
 fn record(i: u32) -> (String, Vec<u8>) {
@@ -123,12 +114,7 @@ fn a_copy_over_the_bulk_port_keeps_the_writes_made_during_it() {
     let c = member(&fabric, &dirs[2], Some(a.addr));
     let addrs = [a.addr, b.addr, c.addr];
     let mut procs = [Some(a), Some(b), Some(c)];
-    let opts = ControlOptions {
-        setup_timeout: Duration::from_secs(2),
-        call_timeout: Duration::from_secs(3),
-        ..ControlOptions::default()
-    };
-    let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+    let mut cc = support::control_client(&fabric);
     test_support::wait_until(
         "three members",
         Duration::from_secs(20),

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kvs_client::{ControlClient, ControlOptions, OwnedReply};
+use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, MigrationStatus};
 use kvs_proto::MemberId;
 use mlx5::sim::fabric::Fabric;
@@ -25,17 +25,8 @@ const RECORDS: u32 = 4_000;
 const VALUE: usize = 1000;
 
 fn member(fabric: &str, dir: &Path, listen: &str, join: Option<SocketAddr>) -> ServerProcess {
-    let cfg = dir.with_extension("toml");
-    support::write_file(&cfg, "control_voters = 1\n", 0o644);
-    let cfg = cfg.to_str().unwrap();
-    support::member_process_with(
-        fabric,
-        dir,
-        listen,
-        2,
-        join,
-        &["--config", cfg, "--replicas", "1", "--durability", "always"],
-    )
+    let extra = ["--replicas", "1", "--durability", "always"];
+    support::member_process_configured(fabric, dir, listen, join, "control_voters = 1\n", &extra)
 }
 
 fn value(i: u32) -> Vec<u8> {
@@ -54,12 +45,7 @@ fn a_source_killed_mid_migration_keeps_the_records_it_gave_away() {
     let mut a = member(&fabric, &d0, "127.0.0.1:0", None);
     let b = member(&fabric, &d1, "127.0.0.1:0", Some(a.addr));
     let a_addr = a.addr;
-    let opts = ControlOptions {
-        setup_timeout: Duration::from_secs(2),
-        call_timeout: Duration::from_secs(3),
-        ..ControlOptions::default()
-    };
-    let mut cc = ControlClient::new(&support::client_device(&fabric), opts).unwrap();
+    let mut cc = support::control_client(&fabric);
     test_support::wait_until(
         "two members",
         Duration::from_secs(20),

@@ -23,7 +23,7 @@ use copyrpc::{CallFailed, Context};
 use kvs_proto::replica::{write_replicate, CatchUp, Header, Kind, FILL_ABSENT};
 use kvs_proto::RequestId;
 
-use super::copies::{CopyJob, CopyStep, PROBE};
+use super::copies::{copyable, CopyJob, CopyStep, PROBE};
 use super::{user, Forwarder, Primary, TAG_COPY};
 use crate::store::Position;
 
@@ -81,13 +81,7 @@ impl Forwarder {
                 j.whole = true;
                 continue;
             }
-            // Held for the backup, or ready in the map: as for a whole copy.
-            if h.slot_state.held(j.slot) == Some(to.member)
-                || h.map
-                    .backups(j.slot)
-                    .iter()
-                    .any(|b| b.owner == to && b.ready)
-            {
+            if !copyable(h, j.slot, to) {
                 continue;
             }
             match j.from {

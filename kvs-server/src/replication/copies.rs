@@ -273,14 +273,7 @@ impl Forwarder {
             if j.to != to || j.step != CopyStep::Begin || now < j.retry_at || !j.whole {
                 continue;
             }
-            // Ready in the map, or held for it: copied once the map counts
-            // it not ready.
-            if h.slot_state.held(j.slot) == Some(to.member)
-                || h.map
-                    .backups(j.slot)
-                    .iter()
-                    .any(|b| b.owner == to && b.ready)
-            {
+            if !copyable(h, j.slot, to) {
                 continue;
             }
             let size = h.store.slot_size(j.slot).bytes;
@@ -507,4 +500,12 @@ impl Forwarder {
             }
         }
     }
+}
+
+/// Whether `slot` may be copied to its backup `to` now: not while the map
+/// has it ready, or the slot is held for it (it is copied once the map
+/// counts it not ready).
+pub(super) fn copyable(h: &Primary<'_>, slot: u32, to: Owner) -> bool {
+    h.slot_state.held(slot) != Some(to.member)
+        && !h.map.backups(slot).iter().any(|b| b.owner == to && b.ready)
 }

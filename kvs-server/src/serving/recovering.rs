@@ -26,7 +26,7 @@ use copyrpc::ContextBuilder;
 use kvs_proto::control::{
     ControlReply, ControlRequest, MemberStatus, RecoveryProgress, WorkerStatus,
 };
-use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
+use kvs_proto::proto::{write_response, Op, Request, Status};
 use kvs_proto::{ClusterId, MemberId, Owner, SetupAnswer, ShardMap};
 use mlx5::device::Context as Device;
 
@@ -218,7 +218,7 @@ impl Recovering {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
             Err(e) => {
-                return reply(
+                return write_response(
                     out,
                     Status::BadRequest,
                     e.to_string().as_bytes(),
@@ -242,13 +242,13 @@ impl Recovering {
             // The group's messages and priority pulls: not taken until the
             // member serves; their senders try again.
             Op::Raft | Op::Pull => {
-                return reply(out, Status::TryAgain, self.why().as_bytes(), max_response)
+                return write_response(out, Status::TryAgain, self.why().as_bytes(), max_response)
             }
             op => ControlReply::error(format!(
                 "{op:?} is a worker's request, not a control request"
             )),
         };
-        reply(out, Status::Ok, &answer.encode(), max_response);
+        write_response(out, Status::Ok, &answer.encode(), max_response);
     }
 }
 
@@ -317,18 +317,4 @@ impl OnTransport for Recovering {
         ctx.poll();
         self.acceptor
     }
-}
-
-/// An answer with `payload`, or `AllowanceTooSmall` with the size needed.
-fn reply(out: &mut Vec<u8>, st: Status, payload: &[u8], max_response: usize) {
-    if RESPONSE_HEADER + payload.len() > max_response {
-        begin_response(out, Status::AllowanceTooSmall, 0);
-        if max_response >= RESPONSE_HEADER + 4 {
-            out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        }
-    } else {
-        begin_response(out, st, 0);
-        out.extend_from_slice(payload);
-    }
-    finish_response(out, 0);
 }

@@ -275,6 +275,35 @@ pub fn member_command(
     cmd
 }
 
+/// [`member_process_with`], configured by `toml` in a file beside `dir`
+/// (`--config`) as well.
+pub fn member_process_configured(
+    fabric: &str,
+    dir: &Path,
+    listen: &str,
+    join: Option<SocketAddr>,
+    toml: &str,
+    extra: &[&str],
+) -> ServerProcess {
+    let cfg = dir.with_extension("toml");
+    write_file(&cfg, toml, 0o644);
+    let cfg = cfg.to_str().expect("a UTF-8 path");
+    let mut args = vec!["--config", cfg];
+    args.extend_from_slice(extra);
+    member_process_with(fabric, dir, listen, 2, join, &args)
+}
+
+/// A control client on `fabric` that waits for members that restart or
+/// fail over: 2 s for a setup, 3 s for an answer.
+pub fn control_client(fabric: &str) -> ControlClient {
+    let opts = kvs_client::ControlOptions {
+        setup_timeout: std::time::Duration::from_secs(2),
+        call_timeout: std::time::Duration::from_secs(3),
+        ..kvs_client::ControlOptions::default()
+    };
+    ControlClient::new(&client_device(fabric), opts).expect("a control client")
+}
+
 /// The status of the member at `at`, if it answers.
 pub fn member_status(cc: &mut ControlClient, at: SocketAddr) -> Option<MemberStatus> {
     match cc.request(at, &ControlRequest::Status) {

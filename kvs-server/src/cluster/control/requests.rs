@@ -15,7 +15,7 @@ use kvs_proto::control::{ControlReply, ControlRequest};
 
 use crate::threads::to_worker::ToWorker;
 use kvs_proto::group::{BadBatch, Batch};
-use kvs_proto::proto::{begin_response, finish_response, Op, Request, Status, RESPONSE_HEADER};
+use kvs_proto::proto::{write_response, Op, Request, Status};
 use kvs_proto::shard::slot_of;
 
 use super::{now_ms, Conns, State, LOG};
@@ -131,7 +131,7 @@ impl State {
         let r = match Request::new_checked(req) {
             Ok(r) => r,
             Err(e) => {
-                reply(
+                write_response(
                     out,
                     Status::BadRequest,
                     e.to_string().as_bytes(),
@@ -143,8 +143,8 @@ impl State {
         let answer = match r.op() {
             Op::Raft => {
                 match self.on_batch(r.value(), now) {
-                    Ok(()) => reply(out, Status::Ok, &[], max_response),
-                    Err(e) => reply(
+                    Ok(()) => write_response(out, Status::Ok, &[], max_response),
+                    Err(e) => write_response(
                         out,
                         Status::BadRequest,
                         e.to_string().as_bytes(),
@@ -165,7 +165,7 @@ impl State {
                 "{op:?} is a worker's request, not a control request"
             )),
         };
-        reply(out, Status::Ok, &answer.encode(), max_response);
+        write_response(out, Status::Ok, &answer.encode(), max_response);
         Outcome::Now
     }
 
@@ -269,7 +269,7 @@ impl State {
                 }
             }
         };
-        reply(out, Status::Ok, &answer.encode(), max_response);
+        write_response(out, Status::Ok, &answer.encode(), max_response);
         Outcome::Now
     }
 
@@ -484,7 +484,7 @@ impl State {
                 }
             };
             let p = self.parked.swap_remove(i);
-            reply(out, Status::Ok, &answer.encode(), p.max_response);
+            write_response(out, Status::Ok, &answer.encode(), p.max_response);
             let _ = ctx.reply(p.handle, out);
         }
     }
@@ -544,8 +544,8 @@ impl State {
         let slot = slot_of(key, self.map.slots());
         match self.source_slots.get(slot) {
             Some(recs) => match recs.get(key) {
-                Some(v) => reply(out, Status::Ok, v, max_response),
-                None => reply(out, Status::NotFound, &[], max_response),
+                Some(v) => write_response(out, Status::Ok, v, max_response),
+                None => write_response(out, Status::NotFound, &[], max_response),
             },
             // Its import is over (the map that says so reached this member
             // before the target): every record of the frozen copy is at
@@ -553,28 +553,14 @@ impl State {
             None if self.map.owner_of_slot(slot).member != self.me
                 && self.map.importing_from(slot) != Some(self.me) =>
             {
-                reply(out, Status::NotFound, &[], max_response)
+                write_response(out, Status::NotFound, &[], max_response)
             }
             None => {
                 // Not frozen here yet: this member has not applied the map
                 // that gives the slot away. The target asks again.
                 let m = format!("slot {slot} is not held here for a migration (yet)");
-                reply(out, Status::TryAgain, m.as_bytes(), max_response)
+                write_response(out, Status::TryAgain, m.as_bytes(), max_response)
             }
         }
     }
-}
-
-/// An answer with `payload`, or `AllowanceTooSmall` with the size needed.
-fn reply(out: &mut Vec<u8>, st: Status, payload: &[u8], max_response: usize) {
-    if RESPONSE_HEADER + payload.len() > max_response {
-        begin_response(out, Status::AllowanceTooSmall, 0);
-        if max_response >= RESPONSE_HEADER + 4 {
-            out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-        }
-    } else {
-        begin_response(out, st, 0);
-        out.extend_from_slice(payload);
-    }
-    finish_response(out, 0);
 }

@@ -43,6 +43,17 @@ fn turns_until(s: &mut Store, l: &mut WorkerLog, n: u64) {
     }
 }
 
+/// A worker's store and log in `dir` after one turn of writes and a
+/// snapshot of them in place.
+fn snapshotted(dir: &Path) -> (Store, WorkerLog) {
+    let (mut s, mut l) = start(dir);
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    l.request_snapshot();
+    turns_until(&mut s, &mut l, 1);
+    (s, l)
+}
+
 /// Every record and slot state of `s`, in order.
 fn dump(s: &Store) -> Vec<(u32, Vec<u8>, Vec<u8>, bool)> {
     let mut v: Vec<_> = (0..s.slots())
@@ -268,11 +279,7 @@ fn a_second_snapshot_replaces_the_first_and_the_logs_shrink() {
 #[test]
 fn a_snapshot_cut_anywhere_stops_the_start_naming_it() {
     let d = TempDir::new("kvs-server", "recover-snap-cut");
-    let (mut s, mut l) = start(d.path());
-    writes(&mut s, 1);
-    turn(&mut s, &mut l);
-    l.request_snapshot();
-    turns_until(&mut s, &mut l, 1);
+    let (s, l) = snapshotted(d.path());
     drop(l);
     let p = files::snapshot_path(&files::dir(d.path()), 0);
     let bytes = std::fs::read(&p).unwrap();
@@ -293,11 +300,7 @@ fn a_snapshot_cut_anywhere_stops_the_start_naming_it() {
 #[test]
 fn a_snapshot_whose_log_is_missing_is_refused() {
     let d = TempDir::new("kvs-server", "recover-missing");
-    let (mut s, mut l) = start(d.path());
-    writes(&mut s, 1);
-    turn(&mut s, &mut l);
-    l.request_snapshot();
-    turns_until(&mut s, &mut l, 1);
+    let (_, l) = snapshotted(d.path());
     drop(l);
     let dir = files::dir(d.path());
     std::fs::remove_file(files::log_path(&dir, 0, 1)).unwrap();
@@ -375,11 +378,7 @@ fn a_log_from_before_snapshots_is_generation_zero() {
 #[test]
 fn the_progress_ends_at_the_snapshot_and_logs_read_whole() {
     let d = TempDir::new("kvs-server", "recover-progress");
-    let (mut s, mut l) = start(d.path());
-    writes(&mut s, 1);
-    turn(&mut s, &mut l);
-    l.request_snapshot();
-    turns_until(&mut s, &mut l, 1);
+    let (mut s, mut l) = snapshotted(d.path());
     writes(&mut s, 2);
     turn(&mut s, &mut l);
     drop(l);
@@ -402,11 +401,7 @@ fn the_progress_ends_at_the_snapshot_and_logs_read_whole() {
 #[test]
 fn a_log_the_snapshot_holds_is_not_counted_and_a_fresh_one_is() {
     let d = TempDir::new("kvs-server", "recover-progress-skip");
-    let (mut s, mut l) = start(d.path());
-    writes(&mut s, 1);
-    turn(&mut s, &mut l);
-    l.request_snapshot();
-    turns_until(&mut s, &mut l, 1);
+    let (_, l) = snapshotted(d.path());
     drop(l);
     let dir = files::dir(d.path());
     let read = file_bytes(&dir);
