@@ -5,12 +5,14 @@
 //! the members' status until every worker of each has put a new snapshot
 //! in place.
 //!
-//! A worker counts its snapshots since the member started
-//! ([`DiskStatus::snapshots`]): one is done once that count is past the one
-//! read before the request and no snapshot is under way. A snapshot under
-//! way when the request arrives counts (the worker takes no second one);
-//! one that ends with no new count failed; a count that goes back, or start
-//! figures that change, mean the member restarted and lost the request.
+//! The member numbers each request ([`ControlReply::SnapshotAsked`]), and
+//! each worker says the last request a snapshot in place answers
+//! ([`DiskStatus::answered`]): a snapshot that began after the request, or
+//! was under way when it came (the worker takes no second one). A worker
+//! is done once that number reaches the request's. One seen copying that
+//! ends without answering failed; a snapshot count that goes back, or
+//! start figures that change, mean the member restarted and lost the
+//! request.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -127,6 +129,8 @@ struct Asked {
     member: MemberId,
     /// Where it is reached.
     addr: SocketAddr,
+    /// The member's number for the request.
+    ask: u64,
     /// Each worker's records on disk before the request.
     before: Vec<Option<DiskStatus>>,
     /// Workers seen with a snapshot under way since the request: one that
@@ -143,8 +147,8 @@ fn ask<C: Control>(
 ) -> Result<Asked, AdminError> {
     const TO: &str = "snapshot it";
     let before = status_as(admin, member, addr, TO)?;
-    match admin.request(addr, &ControlRequest::Snapshot) {
-        Ok(ControlReply::Ok) => {}
+    let ask = match admin.request(addr, &ControlRequest::Snapshot) {
+        Ok(ControlReply::SnapshotAsked { ask }) => ask,
         Ok(ControlReply::Error { message }) => {
             return Err(AdminError::SnapshotRefused {
                 member,
@@ -154,10 +158,11 @@ fn ask<C: Control>(
         }
         Ok(other) => return Err(unexpected(addr, "snapshot", other)),
         Err(e) => return Err(unreachable(admin, member, addr, e, TO)),
-    }
+    };
     Ok(Asked {
         member,
         addr,
+        ask,
         before: before.workers.iter().map(|w| w.disk).collect(),
         seen: vec![false; before.workers.len()],
     })
@@ -230,7 +235,6 @@ fn check(x: &mut Asked, now: &MemberStatus) -> Result<Progress, AdminError> {
             p.done += 1;
             continue;
         };
-        let base = before.map_or(0, |b| b.snapshots);
         if let Some(b) = before {
             if d.snapshots < b.snapshots {
                 return Err(restarted(format!(
@@ -250,7 +254,7 @@ fn check(x: &mut Asked, now: &MemberStatus) -> Result<Progress, AdminError> {
                 x.seen[w] = true;
                 p.copying.push((worker, copied, of));
             }
-            None if d.snapshots > base => p.done += 1,
+            None if d.answered >= x.ask => p.done += 1,
             None if x.seen[w] => return Err(AdminError::SnapshotFailed { member, worker }),
             None => {}
         }
@@ -418,6 +422,9 @@ mod tests {
 
     /// Snapshots each worker took before the request.
     const BEFORE: u64 = 2;
+    /// The member's number for the request (the ones before were
+    /// answered).
+    const ASK: u64 = 5;
 
     /// Worker `w`'s disk figures after `n` status answers since the
     /// request (none before it).
@@ -430,6 +437,7 @@ mod tests {
             recovered_bytes: 240_000,
             recovery_ms: 15,
             disk_full: false,
+            answered: ASK - 1,
         };
         let Some(n) = n else { return d };
         if p.restarts && n >= 2 {
@@ -442,6 +450,7 @@ mod tests {
             d.snapshotting = Some(((n as u32 * 8).min(31), 32));
         } else if !p.fails {
             d.snapshots += 1;
+            d.answered = ASK;
             d.log_bytes = 1000;
             d.snapshot_bytes = 1 << 20;
         }
@@ -497,7 +506,7 @@ mod tests {
                 )),
                 ControlRequest::Snapshot => {
                     polls[i] = Some(0);
-                    ControlReply::Ok
+                    ControlReply::SnapshotAsked { ask: ASK }
                 }
                 _ => ControlReply::error("not asked here"),
             })
@@ -674,6 +683,7 @@ mod tests {
         Asked {
             member: MemberId(1),
             addr: fake::addr(ONE),
+            ask: ASK,
             before: (0..n).map(|w| Some(disk(FINE, w, None))).collect(),
             seen: vec![false; n],
         }
@@ -706,10 +716,19 @@ mod tests {
         };
         let done = DiskStatus {
             snapshots: BEFORE + 1,
+            answered: ASK,
             log_bytes: 512,
             snapshot_bytes: 3 << 20,
             ..before
         };
+        // A snapshot that ended just before the request (the figures read
+        // before it were a second old) answers none of it.
+        let earlier = DiskStatus {
+            answered: ASK - 1,
+            ..done
+        };
+        let p = check(&mut x, &status_with(&[earlier; 4])).unwrap();
+        assert_eq!(p.done, 0);
         // Not begun yet: the figures before.
         let p = check(&mut x, &status_with(&[before; 4])).unwrap();
         assert_eq!(p.text(), "0 of 4 workers done");

@@ -192,6 +192,13 @@ pub enum ControlReply {
         /// How far its workers got, summed.
         progress: RecoveryProgress,
     },
+    /// [`ControlRequest::Snapshot`] taken: the member's request number
+    /// `ask` (counted from its start). A worker's snapshot answers it once
+    /// the worker's [`DiskStatus::answered`] reaches it.
+    SnapshotAsked {
+        /// The request's number.
+        ask: u64,
+    },
 }
 
 /// One member's figures (the answer to [`ControlRequest::Status`]).
@@ -440,6 +447,11 @@ pub struct DiskStatus {
     /// Its log's disk is full: it refuses writes (reads go on).
     #[serde(default)]
     pub disk_full: bool,
+    /// The last snapshot request ([`ControlReply::SnapshotAsked`]) a
+    /// snapshot in place answers: one that began after the request came,
+    /// or was under way then.
+    #[serde(default)]
+    pub answered: u64,
 }
 
 /// A control message that is not JSON of the expected shape.
@@ -511,6 +523,7 @@ mod tests {
                     recovered_bytes: 5000,
                     recovery_ms: 12,
                     disk_full: false,
+                    answered: 3,
                 }),
                 recovering: None,
             }],

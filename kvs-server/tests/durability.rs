@@ -179,17 +179,22 @@ fn control(fabric: &str) -> ControlClient {
     ControlClient::new(&support::client_device(fabric), ControlOptions::default()).unwrap()
 }
 
-/// The disk figures of the member at `s`, its workers' summed; `None`
+/// The disk figures of the member at `s`, its workers' summed (and the
+/// last snapshot request every worker's snapshots answered); `None`
 /// before it answers.
 fn disk(cc: &mut ControlClient, s: &ServerProcess) -> Option<(DiskStatus, bool)> {
     let st = support::member_status(cc, s.addr)?;
-    let mut sum = DiskStatus::default();
+    let mut sum = DiskStatus {
+        answered: u64::MAX,
+        ..DiskStatus::default()
+    };
     let mut running = false;
     for w in &st.workers {
         let d = w.disk.expect("a member with durability reports its disk");
         sum.log_bytes += d.log_bytes;
         sum.snapshot_bytes += d.snapshot_bytes;
         sum.snapshots += d.snapshots;
+        sum.answered = sum.answered.min(d.answered);
         running |= d.snapshotting.is_some();
     }
     Some((sum, running))
@@ -228,15 +233,17 @@ fn snapshots_bound_the_logs_and_a_restart_reads_snapshot_and_logs() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(auto.snapshot_bytes > 0, "{auto:?}");
-    // `kvs-admin snapshot`: every worker takes one more.
-    match cc.request(m.addr, &ControlRequest::Snapshot) {
-        Ok(ControlReply::Ok) => {}
+    // `kvs-admin snapshot`: every worker takes one more, which answers
+    // the request.
+    let ask = match cc.request(m.addr, &ControlRequest::Snapshot) {
+        Ok(ControlReply::SnapshotAsked { ask }) => ask,
         other => panic!("snapshot: {other:?}"),
-    }
+    };
     let t = Instant::now();
     let asked = loop {
         let d = disk(&mut cc, &m);
-        if let Some((d, false)) = d.filter(|(d, _)| d.snapshots >= auto.snapshots + 2) {
+        if let Some((d, false)) = d.filter(|(d, _)| d.answered >= ask) {
+            assert!(d.snapshots >= auto.snapshots + 2, "{d:?}");
             break d;
         }
         assert!(

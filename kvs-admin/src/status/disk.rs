@@ -122,6 +122,7 @@ mod tests {
             recovered_bytes: 3 << 20,
             recovery_ms: 1200,
             disk_full: false,
+            answered: 0,
         }
     }
 
@@ -241,6 +242,7 @@ mod tests {
                 "log_bytes": 3072,
                 "snapshot_bytes": 4 << 20,
                 "snapshots": 2,
+                "answered": 0,
                 "snapshotting": [10, 32],
                 "recovered_bytes": 3 << 20,
                 "recovery_ms": 1200,

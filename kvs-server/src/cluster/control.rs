@@ -221,6 +221,7 @@ impl Control {
             peers,
             parked: Vec::new(),
             lost_exports,
+            snapshot_asks: 0,
             last_readdress: Instant::now(),
             step_errors: 0,
             replication: self.replication,
@@ -274,6 +275,8 @@ struct State {
     /// Slots the map had this member exporting when the process started:
     /// their frozen copies died with the process before.
     lost_exports: std::collections::HashSet<u32>,
+    /// `kvs-admin snapshot` requests taken since the start.
+    snapshot_asks: u64,
     last_readdress: Instant,
     /// Peers' messages the group refused, for the log.
     step_errors: u64,

@@ -124,6 +124,9 @@ pub(crate) fn open(
         auto_min: cfg.auto_snapshot_min_size,
         snapshot: None,
         requested: false,
+        pending_ask: 0,
+        answering: 0,
+        answered: 0,
         asked: false,
         not_before: None,
         snapshots: 0,
@@ -172,6 +175,12 @@ pub(crate) struct WorkerLog {
     requested: bool,
     /// The snapshot under way was asked for.
     asked: bool,
+    /// The last `kvs-admin snapshot` request not yet under way, the last
+    /// one the snapshot under way answers, and the last one a snapshot in
+    /// place answered (the member's request numbers).
+    pending_ask: u64,
+    answering: u64,
+    answered: u64,
     /// No snapshot begins before this (one failed).
     not_before: Option<Instant>,
     /// Snapshots put in place since the start.
@@ -224,6 +233,8 @@ pub(crate) struct LogStatus {
     pub recovered: Recovered,
     /// The disk is full: writes are refused.
     pub disk_full: bool,
+    /// The last `kvs-admin snapshot` request a snapshot in place answers.
+    pub answered: u64,
     /// How long the logs' flushes took.
     pub fsync: FlushTimes,
 }
@@ -301,10 +312,13 @@ impl WorkerLog {
 
     /// Asks for a snapshot at the next turn's end; false if one is under
     /// way already.
-    pub(crate) fn request_snapshot(&mut self) -> bool {
+    pub(crate) fn request_snapshot(&mut self, ask: u64) -> bool {
         if self.snapshot.is_some() {
+            // The one under way answers it.
+            self.answering = self.answering.max(ask);
             return false;
         }
+        self.pending_ask = self.pending_ask.max(ask);
         self.requested = true;
         self.not_before = None;
         true
@@ -332,6 +346,7 @@ impl WorkerLog {
             snapshotting: self.snapshot.as_ref().map(Snapshot::progress),
             recovered: self.recovered,
             disk_full: self.full.is_some(),
+            answered: self.answered,
             fsync: {
                 let mut t = self.flushed;
                 t.add(&self.writer.flush_times());
@@ -422,6 +437,8 @@ impl WorkerLog {
         // Kept until the snapshot is in place: a failed one asked for is
         // tried again.
         self.asked = std::mem::take(&mut self.requested);
+        // Any snapshot that begins now answers the requests before it.
+        self.answering = self.answering.max(self.pending_ask);
         let (worker, gen) = (self.worker, self.gen + 1);
         let path = files::log_path(&self.dir, worker, gen);
         // The log must be whole on disk before the next one takes writes:
@@ -475,6 +492,7 @@ impl WorkerLog {
                 took,
             } => {
                 self.asked = false;
+                self.answered = self.answering;
                 self.snapshot_bytes = bytes;
                 self.older = self.older.saturating_sub(removed);
                 self.snapshots += 1;

@@ -37,9 +37,13 @@ pub(crate) enum ToWorker {
     /// kept of slots it did not get back go
     /// ([`crate::serving::retained`]).
     EndRetention,
-    /// `kvs-admin snapshot`: snapshot the worker's records at the end of
-    /// its turn (with a log; nothing without one).
-    Snapshot,
+    /// `kvs-admin snapshot`, the member's request number `ask`: snapshot
+    /// the worker's records at the end of its turn (with a log; nothing
+    /// without one), unless one is under way (it answers the request).
+    Snapshot {
+        /// The request's number.
+        ask: u64,
+    },
     /// The source of an import holds slots `first..end` frozen (it serves
     /// them no more): the worker may serve them.
     SourceFrozen {

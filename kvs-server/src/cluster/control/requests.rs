@@ -274,8 +274,9 @@ impl State {
     }
 
     /// `kvs-admin snapshot`: every worker snapshots its records at the end
-    /// of its turn; refused with no records on disk.
-    fn snapshot(&self) -> ControlReply {
+    /// of its turn; refused with no records on disk. The answer numbers
+    /// the request, for the asker to know which snapshot answers it.
+    fn snapshot(&mut self) -> ControlReply {
         if self.cfg.durability == crate::config::Durability::None {
             return ControlReply::Error {
                 message: format!(
@@ -286,12 +287,14 @@ impl State {
                 ),
             };
         }
+        self.snapshot_asks += 1;
+        let ask = self.snapshot_asks;
         for (tx, waker) in &self.workers {
-            if tx.send(ToWorker::Snapshot).is_ok() {
+            if tx.send(ToWorker::Snapshot { ask }).is_ok() {
                 waker.wake();
             }
         }
-        ControlReply::Ok
+        ControlReply::SnapshotAsked { ask }
     }
 
     /// A ticket to pull slots `first..end` given away in map `version`, or

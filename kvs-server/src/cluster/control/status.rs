@@ -28,6 +28,7 @@ impl State {
                     recovered_bytes: d.recovered.bytes,
                     recovery_ms: d.recovered.took.as_millis() as u64,
                     disk_full: d.disk_full,
+                    answered: d.answered,
                 }),
                 recovering: None,
             })

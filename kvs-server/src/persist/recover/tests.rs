@@ -49,7 +49,7 @@ fn snapshotted(dir: &Path) -> (Store, WorkerLog) {
     let (mut s, mut l) = start(dir);
     writes(&mut s, 1);
     turn(&mut s, &mut l);
-    l.request_snapshot();
+    l.request_snapshot(1);
     turns_until(&mut s, &mut l, 1);
     (s, l)
 }
@@ -206,7 +206,7 @@ fn a_crash_at_any_turn_of_a_snapshot_recovers_the_store_of_that_turn() {
     s.begin_copy(6);
     writes(&mut s, 0);
     turn(&mut s, &mut l);
-    assert!(l.request_snapshot());
+    assert!(l.request_snapshot(1));
     let mut round = 1;
     let mut checked = 0;
     while round < 200 {
@@ -257,7 +257,7 @@ fn a_second_snapshot_replaces_the_first_and_the_logs_shrink() {
     }
     let before = l.status().log_bytes;
     for n in 1..=2 {
-        assert!(l.request_snapshot());
+        assert!(l.request_snapshot(1));
         turns_until(&mut s, &mut l, n);
     }
     let st = l.status();
@@ -319,7 +319,7 @@ fn a_change_before_its_slots_mark_is_not_replayed_on_the_snapshot() {
     let (mut s, mut l) = start(d.path());
     s.put(0, b"k", b"0123456789").unwrap();
     turn(&mut s, &mut l);
-    l.request_snapshot();
+    l.request_snapshot(1);
     turn(&mut s, &mut l);
     assert_eq!(s.patch(0, b"k", 8, b"xx"), crate::store::Patch::Done);
     s.put(0, b"k", b"abc").unwrap();
@@ -339,7 +339,7 @@ fn a_snapshot_asked_for_that_fails_is_tried_again() {
     // Its file cannot be made: a directory where it is to be written.
     let blocker = files::dir(d.path()).join("worker-0.snap.partial");
     std::fs::create_dir(&blocker).unwrap();
-    assert!(l.request_snapshot());
+    assert!(l.request_snapshot(1));
     turn(&mut s, &mut l);
     for _ in 0..1000 {
         if l.snapshot.is_none() {
@@ -470,4 +470,22 @@ fn the_progress_seen_while_it_reads_only_grows_and_stays_within_the_total() {
             total: bytes
         }
     );
+}
+
+#[test]
+fn a_snapshot_answers_the_requests_that_came_before_its_end() {
+    let d = TempDir::new("kvs-server", "snapshot-asks");
+    let (mut s, mut l) = start(d.path());
+    writes(&mut s, 1);
+    turn(&mut s, &mut l);
+    assert!(l.request_snapshot(1));
+    turn(&mut s, &mut l);
+    assert!(!l.request_snapshot(2), "one is under way: it answers 2 too");
+    turns_until(&mut s, &mut l, 1);
+    assert_eq!(l.status().answered, 2);
+    // An automatic snapshot in place before a request answers none after.
+    assert!(l.request_snapshot(3));
+    assert_eq!(l.status().answered, 2, "not before the next is in place");
+    turns_until(&mut s, &mut l, 2);
+    assert_eq!(l.status().answered, 3);
 }

@@ -51,9 +51,9 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             }
             ToWorker::Thaw => self.h.frozen = None,
             ToWorker::EndRetention => self.h.end_retention(),
-            ToWorker::Snapshot => {
+            ToWorker::Snapshot { ask } => {
                 if let Some(l) = self.log.as_mut() {
-                    if !l.request_snapshot() {
+                    if !l.request_snapshot(ask) {
                         tracing::info!(target: LOG, "worker {}: a snapshot is under way already", self.w);
                     }
                 }
