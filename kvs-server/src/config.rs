@@ -609,6 +609,11 @@ mod tests {
         assert!(!Config::from_toml("").unwrap().huge_pages);
         assert!(Config::from_toml("huge_pages = true").unwrap().huge_pages);
         assert!(Config::from_toml("huge_pages = \"yes\"").is_err());
+        let history = |t: &str| Config::from_toml(t).map(|c| c.catch_up_history).ok();
+        assert_eq!(history(""), Some(16 << 20));
+        assert_eq!(history("catch_up_history = \"0\""), Some(0));
+        assert_eq!(history("catch_up_history = \"64M\""), Some(64 << 20));
+        assert!(history("catch_up_history = \"lots\"").is_none());
     }
 
     #[test]
