@@ -1,9 +1,11 @@
 //! A backup restarted after a stop catches up on what it missed instead of
 //! taking a whole copy: two member processes, `replicas = 2`,
 //! `durability = "always"`, the founder the only voter (so it marks the
-//! backup failed alone). The backup is killed (`kill -9`); records are
-//! overwritten, deleted and added while it is down and marked failed; it
-//! restarts from its data dir and becomes every slot's ready backup again.
+//! backup failed alone). The backup is killed (`kill -9`), or stopped as
+//! systemd stops it (SIGTERM: it drains first, and the drain drops its
+//! copies from the map); records are overwritten, deleted and added while
+//! it is down and marked failed; it restarts from its data dir and becomes
+//! every slot's ready backup again.
 //! The founder's metrics show the copies: none whole, and catch-ups of a
 //! few kilobytes against megabytes of records. Then the founder drains, the
 //! caught-up copies become the primaries, and every record reads back
@@ -85,9 +87,21 @@ fn value(i: u32, round: u32) -> Vec<u8> {
 }
 
 #[test]
-fn a_restarted_backup_catches_up_instead_of_a_whole_copy() {
-    let fabric = format!("kvs-catch-up-{}", std::process::id());
-    let root = support::temp_dir("catch-up");
+fn a_backup_killed_and_restarted_catches_up_instead_of_a_whole_copy() {
+    restart_catches_up("kill", ServerProcess::kill9);
+}
+
+#[test]
+fn a_backup_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
+    restart_catches_up("term", |b| {
+        assert!(b.term(Duration::from_secs(20)), "{}", b.printed());
+    });
+}
+
+/// The test, with the backup stopped by `stop`.
+fn restart_catches_up(tag: &str, stop: impl FnOnce(&mut ServerProcess)) {
+    let fabric = format!("kvs-catch-up-{tag}-{}", std::process::id());
+    let root = support::temp_dir(&format!("catch-up-{tag}"));
     let (d0, d1) = (root.join("m0"), root.join("m1"));
     let metrics = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -128,8 +142,8 @@ fn a_restarted_backup_catches_up_instead_of_a_whole_copy() {
     let before = copies(metrics);
     assert!(before.0 > 0.0, "the first copies were whole: {before:?}");
 
-    // The backup dies; the founder marks it failed and writes on alone.
-    b.kill9();
+    // The backup stops; the founder marks it failed and writes on alone.
+    stop(&mut b);
     for i in (0..RECORDS).step_by(40) {
         let k = format!("r{i}");
         let r = if i % 80 == 0 {

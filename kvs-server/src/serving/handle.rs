@@ -361,6 +361,12 @@ impl Handler {
         self
     }
 
+    /// The member drains: the records of slots its maps take away stay
+    /// from now on (see [`crate::serving::retained`]).
+    pub fn retain(&mut self) {
+        self.retained.start();
+    }
+
     /// The member's restart is applied (with the map that places its
     /// copies anew): the records kept of slots this worker did not get
     /// back go.

@@ -9,6 +9,10 @@
 //! the group has applied this member's restart (and the map that places
 //! its copies anew), the records of a slot it lost stay, not served; then
 //! those of the slots it did not get back go.
+//!
+//! A member that drains (SIGTERM, `kvs-admin drain`) keeps the records of
+//! the copies the drain takes away the same way, on disk and in memory,
+//! until it restarts: the restarted member catches up on them.
 
 /// The slots kept (see the [module docs](self)).
 #[derive(Debug, Default)]
@@ -26,6 +30,11 @@ impl Retained {
             on,
             slots: Vec::new(),
         }
+    }
+
+    /// Slots are kept from now on (the member drains).
+    pub fn start(&mut self) {
+        self.on = true;
     }
 
     /// Slot `slot` is no longer this worker's: whether its records stay
@@ -71,5 +80,7 @@ mod tests {
         assert!(!r.release(2));
         assert_eq!(r.end(), vec![1]);
         assert!(!r.keep(3), "ended");
+        r.start();
+        assert!(r.keep(3), "a drain");
     }
 }

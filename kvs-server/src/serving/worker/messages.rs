@@ -51,6 +51,7 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
             }
             ToWorker::Thaw => self.h.frozen = None,
             ToWorker::EndRetention => self.h.end_retention(),
+            ToWorker::Retain => self.h.retain(),
             ToWorker::Snapshot { ask } => {
                 if let Some(l) = self.log.as_mut() {
                     if !l.request_snapshot(ask) {
