@@ -105,8 +105,14 @@ mod tests {
     use crate::testing::{read_log, F};
     use crate::Damage;
 
-    #[test]
-    fn a_finished_replacement_takes_the_place_whole() {
+    /// A replacement of the file `snap` (holding `old`) in a new temporary
+    /// directory, with one record written.
+    fn begun() -> (
+        test_support::TempDir,
+        std::path::PathBuf,
+        Replacement,
+        Batch,
+    ) {
         let d = test_support::TempDir::new("kvs-wal", "replacement");
         let p = d.path().join("snap");
         crate::write_atomic(&p, b"old").unwrap();
@@ -114,6 +120,12 @@ mod tests {
         let mut b = Batch::new(F);
         b.push(1, b"one").unwrap();
         r.write(&mut b).unwrap();
+        (d, p, r, b)
+    }
+
+    #[test]
+    fn a_finished_replacement_takes_the_place_whole() {
+        let (_d, p, mut r, mut b) = begun();
         assert!(b.is_empty());
         b.push(2, b"two").unwrap();
         r.write(&mut b).unwrap();
@@ -128,13 +140,7 @@ mod tests {
 
     #[test]
     fn an_unfinished_replacement_leaves_the_old_file_and_nothing_beside() {
-        let d = test_support::TempDir::new("kvs-wal", "replacement");
-        let p = d.path().join("snap");
-        crate::write_atomic(&p, b"old").unwrap();
-        let mut r = Replacement::create(&p, F).unwrap();
-        let mut b = Batch::new(F);
-        b.push(1, b"one").unwrap();
-        r.write(&mut b).unwrap();
+        let (_d, p, r, _) = begun();
         drop(r);
         assert_eq!(std::fs::read(&p).unwrap(), b"old");
         assert!(!files::partial_of(&p).exists());
