@@ -155,7 +155,7 @@ fn wait<C: Control>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::{self, Fake};
+    use crate::fake::{self, requests, Fake};
     use kvs_client::ControlError;
     use kvs_proto::ShardMap;
 
@@ -226,14 +226,6 @@ mod tests {
             no_wait,
             max_wait: Duration::from_secs(60),
         }
-    }
-
-    fn requests(a: &Admin<Fake>) -> Vec<(String, ControlRequest)> {
-        a.client()
-            .asked
-            .iter()
-            .map(|(at, r)| (at.to_string(), r.clone()))
-            .collect()
     }
 
     #[test]

@@ -59,6 +59,15 @@ pub const QUICK: crate::progress::Pace = crate::progress::Pace {
     patience: std::time::Duration::from_secs(60),
 };
 
+/// The requests `a`'s fake was asked, in order, with where they went.
+pub fn requests(a: &Admin<Fake>) -> Vec<(String, ControlRequest)> {
+    a.client()
+        .asked
+        .iter()
+        .map(|(at, r)| (at.to_string(), r.clone()))
+        .collect()
+}
+
 /// An address from its text.
 pub fn addr(s: &str) -> SocketAddr {
     s.parse().expect("a socket address")

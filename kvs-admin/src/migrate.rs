@@ -358,7 +358,7 @@ fn started_text(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::{self, Fake};
+    use crate::fake::{self, requests, Fake};
     use kvs_proto::Member;
 
     use crate::fake::QUICK;
@@ -398,14 +398,6 @@ mod tests {
             to: to.parse().unwrap(),
             wait: WaitArgs { no_wait },
         }
-    }
-
-    fn requests(a: &Admin<Fake>) -> Vec<(String, ControlRequest)> {
-        a.client()
-            .asked
-            .iter()
-            .map(|(at, r)| (at.to_string(), r.clone()))
-            .collect()
     }
 
     #[test]

@@ -381,7 +381,7 @@ pub fn done_text(member: MemberId, addr: SocketAddr, sum: &DiskSum, took: Durati
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::{self, Fake, QUICK};
+    use crate::fake::{self, requests, Fake, QUICK};
     use kvs_client::ControlError;
     use kvs_proto::control::WorkerStatus;
 
@@ -520,14 +520,6 @@ mod tests {
             no_wait,
             max_wait: Duration::from_secs(60),
         }
-    }
-
-    fn requests(a: &Admin<Fake>) -> Vec<(String, ControlRequest)> {
-        a.client()
-            .asked
-            .iter()
-            .map(|(at, r)| (at.to_string(), r.clone()))
-            .collect()
     }
 
     /// Where the snapshot requests went.
