@@ -4,7 +4,7 @@
 use super::batch::on_batch;
 use super::endpoints::close;
 use super::respond::{Given, Respond, Stored};
-use super::Context;
+use super::{live_mut, Context, EndpointId};
 use crate::endpoint::State;
 use crate::error::{CallFailed, CloseReason};
 use crate::transport::{Sge, Transport, WorkCompletion};
@@ -45,6 +45,49 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         self.flush_dirty(resp);
         self.post_reads(resp);
         n
+    }
+
+    /// Sends now what endpoint `ep` has written since it was last flushed
+    /// (its calls and replies): closes its open batch, as a poll would, and
+    /// posts what its peer has room for. Every other endpoint waits for the
+    /// next [`poll`](Self::poll), which sends the rest of `ep`'s too if its
+    /// peer's ring had no room for all of it now. Returns true if nothing of
+    /// `ep`'s waits any more; false also for an endpoint that is not open
+    /// (a refused post closes it, failing its calls through the context's
+    /// callback, as a poll would).
+    ///
+    /// What it is for: sending some endpoints' messages before something
+    /// the others' must wait for. A server that makes its changes durable
+    /// before its replies leave sends the calls it made to its peers
+    /// first, so that their work overlaps its own fsync, and lets the next
+    /// poll send the replies after it.
+    ///
+    /// Allocates nothing. The endpoint stays on the poll's work list, where
+    /// the next poll finds nothing left to send.
+    pub fn flush(&mut self, ep: EndpointId) -> bool {
+        let Self {
+            eps,
+            shared,
+            on_response,
+            ..
+        } = self;
+        let Some(e) = live_mut(eps, ep.idx, ep.gen) else {
+            return false;
+        };
+        if e.state != State::Open {
+            return false;
+        }
+        if !e.dirty {
+            return true;
+        }
+        e.close_batch(true);
+        match e.post_ready(shared) {
+            Ok(sent) => sent,
+            Err(code) => {
+                close(e, shared, CloseReason::Refused(code), on_response);
+                false
+            }
+        }
     }
 
     /// Publishes the consumer positions of the endpoints whose requests
