@@ -15,7 +15,11 @@
 //! - `always`: fsync before the turn's replies leave, so an acknowledged
 //!   write is on disk. A failed write or fsync stops the process (as
 //!   Redis does under `appendfsync always`): its replies must not leave,
-//!   and the members holding copies take over.
+//!   and the members holding copies take over. The turn's writes to the
+//!   backups leave before the commit
+//!   ([`Forwarder::flush_links`](crate::replication::Forwarder::flush_links)),
+//!   so the backups log them while this worker does; a client's answer
+//!   still waits for both.
 //!
 //! At start the worker loads its snapshot and replays its logs into an
 //! empty store before it serves ([`recover()`]), logging its progress

@@ -385,6 +385,22 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         let mut snapshot_tick = None;
         if let Some(l) = self.log.as_mut() {
             self.h.end_turn();
+            // The turn's writes go to their backups first, so that each
+            // backup applies and logs them while this worker logs them:
+            // an update waits for two log commits in a row, not three.
+            // Nothing is acknowledged earlier for it: a client's answer
+            // still leaves only after this commit and every backup's ack,
+            // and a backup acks only after its own commit (the ack is a
+            // reply of its turn, which leaves after that turn's commit).
+            // A crash of the primary and its backups can leave a backup
+            // holding a write the primary's log lost; that write was never
+            // answered, so it is indeterminate: whether it took effect
+            // depends on which copy is promoted, and either is a
+            // linearizable outcome. A restarted backup catches up only in
+            // the stream of a primary that did not restart (a restarted
+            // primary draws new streams), so such a write never outlives
+            // its next copy.
+            self.fwd.flush_links(&mut self.ctx);
             l.commit(&mut self.h.store);
             l.tend(&mut self.h.store);
             snapshot_tick = l.tick();
