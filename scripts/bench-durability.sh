@@ -30,9 +30,18 @@
 #   bash scripts/bench-durability.sh
 #   RUNS=5 RECORDS=100000 OPS=600000 DEPTH=64 bash scripts/bench-durability.sh
 #   RUNS=1 RECORDS=2000 OPS=20000 SECS1=1 REPLAY_RECORDS=20000 bash scripts/bench-durability.sh
+#   RUNS=5 SETTINGS="none always" PARTS=settings BEFORE=/tmp/old-bin bash scripts/bench-durability.sh
 # Also: THREADS, WORKERS, SECS1, SNAP_SECS, DSYNC_WRITES, SEQ_MB, REPLAY_RECORDS,
 # REPLAY_DURABILITY (everysec or always), SKIP_REDIS=1; TMPDIR picks the
 # disk (the data dirs, Redis's dir and dd's file all live under it).
+# SETTINGS: the durability settings of 1-3 (none everysec always; Redis
+# runs the same ones: no, everysec, always). PARTS: which of 1-3
+# (settings), 4 (recovery) and 5 (snapshots) run. BEFORE: a directory
+# holding another build's kvs-server (an earlier commit's, say): each
+# setting of 1 also runs on it, in the same repetitions ("before
+# always"), for a before/after comparison on one noisy machine. BIN: a
+# directory holding ycsb-driver, kvs-server and kvs-admin to run instead
+# of building them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
@@ -48,16 +57,29 @@ SEQ_MB=${SEQ_MB:-512}
 REPLAY_RECORDS=${REPLAY_RECORDS:-300000}
 REPLAY_DURABILITY=${REPLAY_DURABILITY:-everysec}
 SKIP_REDIS=${SKIP_REDIS:-0}
+SETTINGS=${SETTINGS:-none everysec always}
+PARTS=${PARTS:-settings recovery snapshots}
+BEFORE=${BEFORE:-}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+setting() { [[ " $SETTINGS " == *" $1 "* ]]; }
 
-cargo build -q --release -p ycsb-driver -p kvs-server -p kvs-admin
 # The interpreter itself, not a shim that starts it (the sampler below
 # must start within a short run).
 py=$(python3 -c 'import sys; print(sys.executable)')
-bin=$(cargo metadata -q --format-version 1 --no-deps |
-  "$py" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release
+if [ -n "${BIN:-}" ]; then
+  bin=$BIN
+else
+  cargo build -q --release -p ycsb-driver -p kvs-server -p kvs-admin
+  bin=$(cargo metadata -q --format-version 1 --no-deps |
+    "$py" -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release
+fi
 D=$bin/ycsb-driver
 S=$bin/kvs-server
 A=$bin/kvs-admin
+if [ -n "$BEFORE" ] && [ ! -x "$BEFORE/kvs-server" ]; then
+  echo "bench-durability: no kvs-server in BEFORE=$BEFORE" >&2
+  exit 1
+fi
 
 redis=1
 if [ "$SKIP_REDIS" = 1 ]; then
@@ -153,9 +175,14 @@ n=0          # clusters started, for their fabric's and dir's names
 members=()   # the running cluster's pids
 fabric=""
 base=0
-# A three-member cluster with durability $1, replicas = 2, slots spread.
+# A three-member cluster with durability $1 ("before-" first: on the
+# BEFORE build), replicas = 2, slots spread.
 cluster_up() {
-  local m how dir log
+  local m how dir log server=$S dur=$1
+  if [ "${1#before-}" != "$1" ]; then
+    server=$BEFORE/kvs-server
+    dur=${1#before-}
+  fi
   n=$((n + 1))
   fabric="$fabric_base-$n"
   base=$(free_ports)
@@ -167,8 +194,8 @@ cluster_up() {
     dir="$root/c$n/m$m"
     log="$root/c$n-m$m.log"
     mkdir -p "$dir"
-    "$S" --listen "127.0.0.1:$((base + m))" --fabric "$fabric" --device sim1 --workers "$WORKERS" \
-      --stats-interval 0 --data-dir "$dir" --durability "$1" "${how[@]}" >"$log" 2>&1 &
+    "$server" --listen "127.0.0.1:$((base + m))" --fabric "$fabric" --device sim1 --workers "$WORKERS" \
+      --stats-interval 0 --data-dir "$dir" --durability "$dur" "${how[@]}" >"$log" 2>&1 &
     pids+=($!)
     members+=($!)
     wait_up "$log" $! "member $m (durability $1)" 30
@@ -344,21 +371,31 @@ rotate() { # repetition settings...
 echo "== bench-durability: $RUNS repetitions; YCSB-A, $RECORDS records, $THREADS driver threads;"
 echo "   3 members of $WORKERS workers, replicas = 2; temp dir on $(df -P "$root" | awk 'NR==2 {print $1}');" \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs"
-for i in $(seq "$RUNS"); do
+# The kvs settings (and the BEFORE build's), and Redis's.
+kvs_settings=()
+redis_settings=()
+for s in none everysec always; do
+  setting "$s" || continue
+  kvs_settings+=("$s")
+  [ -n "$BEFORE" ] && kvs_settings+=("before-$s")
+  redis_settings+=("$([ "$s" = none ] && echo no || echo "$s")")
+done
+part settings || RUNS_1=0
+for i in $(seq "${RUNS_1:-$RUNS}"); do
   echo "-- repetition $i of $RUNS"
   disk
-  for s in $(rotate "$i" none everysec always); do
+  for s in $(rotate "$i" "${kvs_settings[@]}"); do
     cluster_up "$s"
     remote=(--server "127.0.0.1:$base" -p kvs.fabric="$fabric" -p kvs.device=sim0)
     "$D" load "${remote[@]}" "${wl[@]}" --depth 16 >"$root/load.out" 2>&1 ||
       die_log "$root/load.out" "loading the cluster (durability $s) failed"
     one=0
-    [ "$s" != everysec ] && one=1
+    [ "${s#before-}" != everysec ] && one=1
     runs "kvs-$s" "$one" "${remote[@]}"
     cluster_down
   done
   if [ "$redis" = 1 ]; then
-    for s in $(rotate "$i" no everysec always); do
+    for s in $(rotate "$i" "${redis_settings[@]}"); do
       redis_up "$s"
       rr=(redis -p redis.port="$rport")
       "$D" load "${rr[@]}" "${wl[@]}" --depth 16 >"$root/load.out" 2>&1 ||
@@ -400,64 +437,66 @@ replayed() {
 # A worker's files: its snapshot (if any) and its logs.
 worker_files() { ls "$rdir"/data/worker-0.snap "$rdir"/data/worker-0.*.log 2>/dev/null; }
 
-echo "-- recovery: one member, 1 worker, durability $REPLAY_DURABILITY, $REPLAY_RECORDS records"
-n=$((n + 1))
-fabric="$fabric_base-$n"
-rbase=$(free_ports)
-rdir="$root/replay"
-start_replay_member() { # log what timeout [--bootstrap]
-  "$S" --listen "127.0.0.1:$rbase" --fabric "$fabric" --device sim1 --workers 1 \
-    --stats-interval 0 --data-dir "$rdir" --durability "$REPLAY_DURABILITY" "${@:4}" >"$1" 2>&1 &
-  rm_pid=$!
-  pids+=("$rm_pid")
-  wait_up "$1" "$rm_pid" "$2" "$3"
-}
-start_replay_member "$root/replay-0.log" "the recovery member" 30 --bootstrap
-"$D" load --server "127.0.0.1:$rbase" -p kvs.fabric="$fabric" -p kvs.device=sim0 \
-  -P workloada -p recordcount="$REPLAY_RECORDS" -threads 2 --depth 16 >"$root/load.out" 2>&1 ||
-  die_log "$root/load.out" "loading the recovery member failed"
-stop "$rm_pid"
-rm -rf /dev/shm/mlx5sim-"$fabric"*
-mapfile -t wal < <(worker_files)
-[ "${#wal[@]}" -gt 0 ] || die "no snapshot or log in $rdir/data after the load"
-wal_bytes=$(stat -c %s "${wal[@]}" | awk '{s += $1} END {print s}')
-uncache_all() { # -> "how bytes-left" over the worker's files
-  local f how left total=0 hows=""
+if part recovery; then
+  echo "-- recovery: one member, 1 worker, durability $REPLAY_DURABILITY, $REPLAY_RECORDS records"
+  n=$((n + 1))
+  fabric="$fabric_base-$n"
+  rbase=$(free_ports)
+  rdir="$root/replay"
+  start_replay_member() { # log what timeout [--bootstrap]
+    "$S" --listen "127.0.0.1:$rbase" --fabric "$fabric" --device sim1 --workers 1 \
+      --stats-interval 0 --data-dir "$rdir" --durability "$REPLAY_DURABILITY" "${@:4}" >"$1" 2>&1 &
+    rm_pid=$!
+    pids+=("$rm_pid")
+    wait_up "$1" "$rm_pid" "$2" "$3"
+  }
+  start_replay_member "$root/replay-0.log" "the recovery member" 30 --bootstrap
+  "$D" load --server "127.0.0.1:$rbase" -p kvs.fabric="$fabric" -p kvs.device=sim0 \
+    -P workloada -p recordcount="$REPLAY_RECORDS" -threads 2 --depth 16 >"$root/load.out" 2>&1 ||
+    die_log "$root/load.out" "loading the recovery member failed"
+  stop "$rm_pid"
+  rm -rf /dev/shm/mlx5sim-"$fabric"*
+  mapfile -t wal < <(worker_files)
+  [ "${#wal[@]}" -gt 0 ] || die "no snapshot or log in $rdir/data after the load"
+  wal_bytes=$(stat -c %s "${wal[@]}" | awk '{s += $1} END {print s}')
+  uncache_all() { # -> "how bytes-left" over the worker's files
+    local f how left total=0 hows=""
+    for f in "${wal[@]}"; do
+      read -r how left <<<"$(uncache "$f")"
+      hows="$how"
+      [ "$left" = "?" ] && total="?"
+      [ "$total" != "?" ] && total=$((total + left))
+    done
+    echo "$hows $total"
+  }
+  read -r cache_how cache_left <<<"$(uncache_all)"
+  t0=$(date +%s.%N)
+  start_replay_member "$root/replay-1.log" "the recovery member, restarted" 600
+  t1=$(date +%s.%N)
+  # CPU time the restarted member has used (its start, nearly all of it the
+  # replay): a rate per CPU-second does not depend on the machine's load.
+  cpu_secs=$(awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$rm_pid/stat")
+  read -r r_changes r_bytes r_secs <<<"$(replayed "$root/replay-1.log")"
+  [ -n "${r_secs:-}" ] || die_log "$root/replay-1.log" "no replay line in the restarted member's log"
+  up_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
+  # The same log again, now in the page cache (the replay just read it).
+  stop "$rm_pid"
+  rm -rf /dev/shm/mlx5sim-"$fabric"*
+  start_replay_member "$root/replay-2.log" "the recovery member, restarted again" 600
+  read -r _ _ w_secs <<<"$(replayed "$root/replay-2.log")"
+  [ -n "${w_secs:-}" ] || die_log "$root/replay-2.log" "no replay line in the restarted member's log"
+  stop "$rm_pid"
+  rm -rf /dev/shm/mlx5sim-"$fabric"*
+  mapfile -t wal < <(worker_files)
+  read -r dd_how dd_left <<<"$(uncache_all)"
+  dd_s=0
   for f in "${wal[@]}"; do
-    read -r how left <<<"$(uncache "$f")"
-    hows="$how"
-    [ "$left" = "?" ] && total="?"
-    [ "$total" != "?" ] && total=$((total + left))
+    dd_s=$(awk -v a="$dd_s" -v b="$(dd if="$f" of=/dev/null bs=1M 2>&1 | dd_secs)" 'BEGIN {print a + b}')
   done
-  echo "$hows $total"
-}
-read -r cache_how cache_left <<<"$(uncache_all)"
-t0=$(date +%s.%N)
-start_replay_member "$root/replay-1.log" "the recovery member, restarted" 600
-t1=$(date +%s.%N)
-# CPU time the restarted member has used (its start, nearly all of it the
-# replay): a rate per CPU-second does not depend on the machine's load.
-cpu_secs=$(awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$rm_pid/stat")
-read -r r_changes r_bytes r_secs <<<"$(replayed "$root/replay-1.log")"
-[ -n "${r_secs:-}" ] || die_log "$root/replay-1.log" "no replay line in the restarted member's log"
-up_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
-# The same log again, now in the page cache (the replay just read it).
-stop "$rm_pid"
-rm -rf /dev/shm/mlx5sim-"$fabric"*
-start_replay_member "$root/replay-2.log" "the recovery member, restarted again" 600
-read -r _ _ w_secs <<<"$(replayed "$root/replay-2.log")"
-[ -n "${w_secs:-}" ] || die_log "$root/replay-2.log" "no replay line in the restarted member's log"
-stop "$rm_pid"
-rm -rf /dev/shm/mlx5sim-"$fabric"*
-mapfile -t wal < <(worker_files)
-read -r dd_how dd_left <<<"$(uncache_all)"
-dd_s=0
-for f in "${wal[@]}"; do
-  dd_s=$(awk -v a="$dd_s" -v b="$(dd if="$f" of=/dev/null bs=1M 2>&1 | dd_secs)" 'BEGIN {print a + b}')
-done
-dd_mbs=$(awk -v b="$wal_bytes" -v s="$dd_s" 'BEGIN {printf "%.0f", b / s / 1e6}')
-replay_mbs=$(awk -v b="$r_bytes" -v s="$r_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
-warm_mbs=$(awk -v b="$r_bytes" -v s="$w_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
+  dd_mbs=$(awk -v b="$wal_bytes" -v s="$dd_s" 'BEGIN {printf "%.0f", b / s / 1e6}')
+  replay_mbs=$(awk -v b="$r_bytes" -v s="$r_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
+  warm_mbs=$(awk -v b="$r_bytes" -v s="$w_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
+fi
 
 # --- 5: throughput during a snapshot -----------------------------------------
 # YCSB-A at depth DEPTH for SNAP_SECS seconds on a three-member cluster
@@ -465,37 +504,39 @@ warm_mbs=$(awk -v b="$r_bytes" -v s="$w_secs" 'BEGIN {printf "%.0f", b / s / 1e6
 # member snapshots its workers again and again (kvs-admin snapshot, one
 # after the other until the run ends), then without again; the ratio is the
 # run with snapshots over the mean of the two without.
-echo "-- throughput during snapshots: $SNAP_SECS s runs, durability everysec"
-cluster_up everysec
-remote=(--server "127.0.0.1:$base" -p kvs.fabric="$fabric" -p kvs.device=sim0)
-"$D" load "${remote[@]}" "${wl[@]}" --depth 16 >"$root/load.out" 2>&1 ||
-  die_log "$root/load.out" "loading the cluster for the snapshot runs failed"
-timed() { # name
-  drive "$1" run "${remote[@]}" "${wl[@]}" -p operationcount=1000000000 \
-    -p maxexecutiontime="$SNAP_SECS" --depth "$DEPTH"
-}
-timed snap-before
-touch "$root/snapping"
-(
-  while [ -e "$root/snapping" ]; do
-    "${admin[@]}" snapshot >>"$root/snap-admin.log" 2>&1 || true
-    echo x >>"$root/snaps"
-  done
-) &
-snapper=$!
-pids+=("$snapper")
-timed snap-during
-rm -f "$root/snapping"
-wait "$snapper" 2>/dev/null || true
-forget "$snapper"
-timed snap-after
-snaps=$(wc -l <"$root/snaps" 2>/dev/null || echo 0)
-cluster_down
-before=$(cut -d' ' -f1 "$root/res/snap-before" | tail -n1 | awk '{printf "%.0f", $1}')
-during=$(cut -d' ' -f1 "$root/res/snap-during" | tail -n1 | awk '{printf "%.0f", $1}')
-after=$(cut -d' ' -f1 "$root/res/snap-after" | tail -n1 | awk '{printf "%.0f", $1}')
-snap_ratio=$(awk -v b="$before" -v d="$during" -v a="$after" 'BEGIN {printf "%.2f", d / ((b + a) / 2)}')
-snapshot_figure="$before ops/s before, $during during ($snaps snapshot rounds of every member), $after after: $snap_ratio"
+if part snapshots; then
+  echo "-- throughput during snapshots: $SNAP_SECS s runs, durability everysec"
+  cluster_up everysec
+  remote=(--server "127.0.0.1:$base" -p kvs.fabric="$fabric" -p kvs.device=sim0)
+  "$D" load "${remote[@]}" "${wl[@]}" --depth 16 >"$root/load.out" 2>&1 ||
+    die_log "$root/load.out" "loading the cluster for the snapshot runs failed"
+  timed() { # name
+    drive "$1" run "${remote[@]}" "${wl[@]}" -p operationcount=1000000000 \
+      -p maxexecutiontime="$SNAP_SECS" --depth "$DEPTH"
+  }
+  timed snap-before
+  touch "$root/snapping"
+  (
+    while [ -e "$root/snapping" ]; do
+      "${admin[@]}" snapshot >>"$root/snap-admin.log" 2>&1 || true
+      echo x >>"$root/snaps"
+    done
+  ) &
+  snapper=$!
+  pids+=("$snapper")
+  timed snap-during
+  rm -f "$root/snapping"
+  wait "$snapper" 2>/dev/null || true
+  forget "$snapper"
+  timed snap-after
+  snaps=$(wc -l <"$root/snaps" 2>/dev/null || echo 0)
+  cluster_down
+  before=$(cut -d' ' -f1 "$root/res/snap-before" | tail -n1 | awk '{printf "%.0f", $1}')
+  during=$(cut -d' ' -f1 "$root/res/snap-during" | tail -n1 | awk '{printf "%.0f", $1}')
+  after=$(cut -d' ' -f1 "$root/res/snap-after" | tail -n1 | awk '{printf "%.0f", $1}')
+  snap_ratio=$(awk -v b="$before" -v d="$during" -v a="$after" 'BEGIN {printf "%.2f", d / ((b + a) / 2)}')
+  snapshot_figure="$before ops/s before, $during during ($snaps snapshot rounds of every member), $after after: $snap_ratio"
+fi
 
 # --- the table ----------------------------------------------------------------
 
@@ -533,8 +574,9 @@ echo
 echo "== Figures: medians of $RUNS; ratios: the median of each repetition's ratio (each one in brackets)"
 echo "YCSB-A, $RECORDS records, $THREADS driver threads; kvs: 3 members x $WORKERS workers, replicas = 2"
 printf '%-30s %9s %9s %9s %9s %9s\n' "" "ops/s" "READ p50" "READ p99" "UPD p50" "UPD p99"
-for s in none everysec always; do row "kvs $s, depth $DEPTH" "kvs-$s-d$DEPTH"; done
-for s in none always; do row "kvs $s, depth 1" "kvs-$s-d1"; done
+label() { [ "${1#before-}" = "$1" ] && echo "$1" || echo "before ${1#before-}"; }
+for s in "${kvs_settings[@]}"; do row "kvs $(label "$s"), depth $DEPTH" "kvs-$s-d$DEPTH"; done
+for s in "${kvs_settings[@]}"; do row "kvs $(label "$s"), depth 1" "kvs-$s-d1"; done
 row "Redis appendonly no, depth $DEPTH" "redis-no-d$DEPTH"
 for s in everysec always; do row "Redis $s, depth $DEPTH" "redis-$s-d$DEPTH"; done
 row "Redis appendonly no, depth 1" redis-no-d1
@@ -542,14 +584,31 @@ row "Redis always, depth 1" redis-always-d1
 echo "(latencies in us)"
 echo "kvs logs and workers: log writes a second a worker, changes a write (both members' copies);"
 echo "worker threads' samples: running (R), sleeping (S), waiting for the disk (D, where, most often)"
-for s in none everysec always; do wrow "kvs $s, depth $DEPTH" "kvs-$s-d$DEPTH"; done
-for s in none always; do wrow "kvs $s, depth 1" "kvs-$s-d1"; done
-r=$(ratio "kvs-everysec-d$DEPTH" "kvs-none-d$DEPTH")
-echo "kvs everysec / none, depth $DEPTH: $r  $(goal "$r" 0.9)"
-r=$(ratio "kvs-always-d$DEPTH" "kvs-none-d$DEPTH")
-echo "kvs always / none, depth $DEPTH: $r  $(goal "$r" 0.5)"
-echo "kvs always / none, depth 1: $(ratio kvs-always-d1 kvs-none-d1)"
-echo "kvs always, depth $DEPTH / depth 1 (group commit): $(ratio "kvs-always-d$DEPTH" kvs-always-d1)"
+for s in "${kvs_settings[@]}"; do wrow "kvs $(label "$s"), depth $DEPTH" "kvs-$s-d$DEPTH"; done
+for s in "${kvs_settings[@]}"; do wrow "kvs $(label "$s"), depth 1" "kvs-$s-d1"; done
+for b in "" before-; do
+  [ -z "$b" ] || [ -n "$BEFORE" ] || continue
+  w=${b:+before, }
+  if setting everysec && setting none; then
+    r=$(ratio "kvs-${b}everysec-d$DEPTH" "kvs-${b}none-d$DEPTH")
+    echo "kvs ${w}everysec / none, depth $DEPTH: $r  $(goal "$r" 0.9)"
+  fi
+  if setting always && setting none; then
+    r=$(ratio "kvs-${b}always-d$DEPTH" "kvs-${b}none-d$DEPTH")
+    echo "kvs ${w}always / none, depth $DEPTH: $r  $(goal "$r" 0.5)"
+    echo "kvs ${w}always / none, depth 1: $(ratio "kvs-${b}always-d1" "kvs-${b}none-d1")"
+  fi
+  if setting always; then
+    echo "kvs ${w}always, depth $DEPTH / depth 1 (group commit):" \
+      "$(ratio "kvs-${b}always-d$DEPTH" "kvs-${b}always-d1")"
+  fi
+done
+if [ -n "$BEFORE" ]; then
+  for s in "${kvs_settings[@]}"; do
+    [ "${s#before-}" = "$s" ] || continue
+    echo "kvs $s, this build / before, depth $DEPTH: $(ratio "kvs-$s-d$DEPTH" "kvs-before-$s-d$DEPTH")"
+  done
+fi
 if [ "$redis" = 1 ]; then
   echo "Redis everysec / no, depth $DEPTH: $(ratio "redis-everysec-d$DEPTH" "redis-no-d$DEPTH")"
   echo "Redis always / no, depth $DEPTH: $(ratio "redis-always-d$DEPTH" "redis-no-d$DEPTH")"
@@ -562,18 +621,22 @@ if [ "$redis" = 1 ]; then
     echo "kvs / Redis, ${s%%:*} vs ${s##*:}, depth 1: $(ratio "kvs-${s%%:*}-d1" "redis-${s##*:}-d1")"
   done
 fi
-echo "disk: 4 KiB O_DSYNC write $(median <"$root/res/dsync-us") us ($DSYNC_WRITES writes);" \
-  "sequential write $(median <"$root/res/seqwrite-mbs") MB/s ($SEQ_MB MiB + fdatasync)"
-echo "recovery ($REPLAY_RECORDS records, durability $REPLAY_DURABILITY, kill -9):" \
-  "$r_changes changes, $((r_bytes / 1000000)) MB replayed in $r_secs s: $replay_mbs MB/s;" \
-  "restart to listening $up_secs s"
-echo "  log out of the cache before the replay: $cache_how ($cache_left bytes still cached)"
-echo "  CPU time of the restarted member when it listened: $cpu_secs s:" \
-  "$(awk -v b="$r_bytes" -v s="$cpu_secs" 'BEGIN {printf "%.0f", b / s / 1e6}') MB a CPU-second"
-echo "  replay with the log cached: $w_secs s: $warm_mbs MB/s"
-echo "  dd sequential read of the log ($((wal_bytes / 1000000)) MB): $dd_mbs MB/s;" \
-  "log out of the cache before it: $dd_how ($dd_left bytes still cached)"
-r=$(awk -v a="$replay_mbs" -v b="$dd_mbs" 'BEGIN {printf "%.2f", a / b}')
-echo "  replay / dd: $r  $(goal "$r" 0.5)"
-echo "throughput during snapshots: $snapshot_figure  $(goal "$snap_ratio" 0.85)"
+if part settings; then
+  echo "disk: 4 KiB O_DSYNC write $(median <"$root/res/dsync-us") us ($DSYNC_WRITES writes);" \
+    "sequential write $(median <"$root/res/seqwrite-mbs") MB/s ($SEQ_MB MiB + fdatasync)"
+fi
+if part recovery; then
+  echo "recovery ($REPLAY_RECORDS records, durability $REPLAY_DURABILITY, kill -9):" \
+    "$r_changes changes, $((r_bytes / 1000000)) MB replayed in $r_secs s: $replay_mbs MB/s;" \
+    "restart to listening $up_secs s"
+  echo "  log out of the cache before the replay: $cache_how ($cache_left bytes still cached)"
+  echo "  CPU time of the restarted member when it listened: $cpu_secs s:" \
+    "$(awk -v b="$r_bytes" -v s="$cpu_secs" 'BEGIN {printf "%.0f", b / s / 1e6}') MB a CPU-second"
+  echo "  replay with the log cached: $w_secs s: $warm_mbs MB/s"
+  echo "  dd sequential read of the log ($((wal_bytes / 1000000)) MB): $dd_mbs MB/s;" \
+    "log out of the cache before it: $dd_how ($dd_left bytes still cached)"
+  r=$(awk -v a="$replay_mbs" -v b="$dd_mbs" 'BEGIN {printf "%.2f", a / b}')
+  echo "  replay / dd: $r  $(goal "$r" 0.5)"
+fi
+part snapshots && echo "throughput during snapshots: $snapshot_figure  $(goal "$snap_ratio" 0.85)"
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
