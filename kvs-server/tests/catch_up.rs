@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest};
-use mlx5::sim::fabric::Fabric;
 use prometheus_parse::{Scrape, Value};
 
 mod support;
@@ -101,6 +100,8 @@ fn a_backup_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
 /// The test, with the backup stopped by `stop`.
 fn restart_catches_up(tag: &str, stop: impl FnOnce(&mut ServerProcess)) {
     let fabric = format!("kvs-catch-up-{tag}-{}", std::process::id());
+    // Dropped after the members: their fabric goes with them.
+    let _fabric = test_support::FabricGuard(fabric.clone());
     let root = support::temp_dir(&format!("catch-up-{tag}"));
     let (d0, d1) = (root.join("m0"), root.join("m1"));
     let metrics = {
@@ -216,5 +217,4 @@ fn restart_catches_up(tag: &str, stop: impl FnOnce(&mut ServerProcess)) {
     }
     drop(c);
     drop(cc);
-    Fabric::remove_if_unused(&fabric);
 }

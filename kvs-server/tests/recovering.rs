@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use kvs_client::{Client, ControlClient, ControlOptions, KvError, OwnedReply, SubmitError};
 use kvs_proto::control::{ControlReply, ControlRequest, MemberStatus, RecoveryProgress};
-use mlx5::sim::fabric::Fabric;
 
 mod support;
 use support::{answer, client_of, ServerProcess};
@@ -203,6 +202,8 @@ fn check_refusals(seen: &Seen) {
 #[test]
 fn a_restarted_member_says_how_far_its_recovery_got_then_serves() {
     let fabric = format!("kvs-recovering-{}", std::process::id());
+    // Dropped after the members: their fabric goes with them.
+    let _fabric = test_support::FabricGuard(fabric.clone());
     let dir = support::temp_dir("recovering");
     let mut m = member(&fabric, dir.path());
     let t = Instant::now();
@@ -265,5 +266,4 @@ fn a_restarted_member_says_how_far_its_recovery_got_then_serves() {
     if took_seconds(&out) > 1.5 {
         assert!(!lines.is_empty(), "{out}");
     }
-    Fabric::remove_if_unused(&fabric);
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use kvs_client::{ControlClient, OwnedReply};
 use kvs_proto::control::{ControlReply, ControlRequest, MigrationStatus};
 use kvs_proto::MemberId;
-use mlx5::sim::fabric::Fabric;
 
 mod support;
 
@@ -40,6 +39,8 @@ fn migration(cc: &mut ControlClient, at: SocketAddr) -> Option<MigrationStatus> 
 #[test]
 fn a_source_killed_mid_migration_keeps_the_records_it_gave_away() {
     let fabric = format!("kvs-source-restart-{}", std::process::id());
+    // Dropped after the members: their fabric goes with them.
+    let _fabric = test_support::FabricGuard(fabric.clone());
     let root = support::temp_dir("source-restart");
     let (d0, d1) = (root.join("m0"), root.join("m1"));
     let mut a = member(&fabric, &d0, "127.0.0.1:0", None);
@@ -127,5 +128,4 @@ fn a_source_killed_mid_migration_keeps_the_records_it_gave_away() {
     }
     drop(c);
     drop(cc);
-    Fabric::remove_if_unused(&fabric);
 }
