@@ -251,6 +251,7 @@ impl Server {
     /// takes their records with it).
     pub fn hand_off(&self, within: Duration) -> bool {
         self.cluster.drained.store(false, Ordering::Release);
+        self.cluster.stopping.store(true, Ordering::Release);
         self.cluster.drain.store(true, Ordering::Release);
         if let Some(w) = self.wakers.last() {
             w.wake();

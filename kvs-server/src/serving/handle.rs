@@ -361,8 +361,8 @@ impl Handler {
         self
     }
 
-    /// The member drains: the records of slots its maps take away stay
-    /// from now on (see [`crate::serving::retained`]).
+    /// The member drains to stop: the records of slots its maps take away
+    /// stay from now on (see [`crate::serving::retained`]).
     pub fn retain(&mut self) {
         self.retained.start();
     }

@@ -10,9 +10,9 @@
 //! its copies anew), the records of a slot it lost stay, not served; then
 //! those of the slots it did not get back go.
 //!
-//! A member that drains (SIGTERM, `kvs-admin drain`) keeps the records of
-//! the copies the drain takes away the same way, on disk and in memory,
-//! until it restarts: the restarted member catches up on them.
+//! A member that drains to stop (SIGTERM) keeps the records of the copies
+//! the drain takes away the same way, on disk, for the restarted member to
+//! catch up on them. (`kvs-admin drain` leaves a running member empty.)
 
 /// The slots kept (see the [module docs](self)).
 #[derive(Debug, Default)]
@@ -32,7 +32,7 @@ impl Retained {
         }
     }
 
-    /// Slots are kept from now on (the member drains).
+    /// Slots are kept from now on (the member drains to stop).
     pub fn start(&mut self) {
         self.on = true;
     }

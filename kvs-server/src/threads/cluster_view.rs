@@ -25,6 +25,10 @@ pub(crate) struct Shared {
     /// moved its slots to their backups.
     pub drain: AtomicBool,
     pub drained: AtomicBool,
+    /// The drain is the process's stop (SIGTERM, [`crate::Server::hand_off`]):
+    /// the workers keep the copies it takes away, on disk, for the restart
+    /// to catch up from. A drain `kvs-admin drain` asks for empties them.
+    pub stopping: AtomicBool,
     /// Fault injection (tests): the control thread neither sends nor takes
     /// the control group's messages, as if a partition cut it off from the
     /// group while clients and backups still reach it.

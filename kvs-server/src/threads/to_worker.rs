@@ -33,7 +33,7 @@ pub(crate) enum ToWorker {
     },
     /// The hand-over or drain is over (or off): writes are taken again.
     Thaw,
-    /// This member drains (to stop, or until it restarts): the records of
+    /// This member drains to stop (SIGTERM): the records of
     /// the slots its maps take away from now on stay, not served, so that
     /// a restart from its data dir catches up on them rather than copying
     /// them whole ([`crate::serving::retained`]).

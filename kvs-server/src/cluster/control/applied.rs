@@ -67,9 +67,11 @@ impl State {
         if self.shared.drain.swap(false, Ordering::AcqRel) {
             tracing::info!(target: LOG, "draining: this member stops serving and hands its slots over");
             self.replication.start_drain(now);
-            // The copies the drain takes away stay on disk, for a restart
-            // to catch up from.
-            crate::replication::hand_over::send(&self.workers, || ToWorker::Retain);
+            if self.shared.stopping.load(Ordering::Acquire) {
+                // The process stops: the copies the drain takes away stay
+                // on disk, for its restart to catch up from.
+                crate::replication::hand_over::send(&self.workers, || ToWorker::Retain);
+            }
         }
         let quiet = self
             .drain_turns
