@@ -12,8 +12,7 @@
 //! from them as the last acknowledged write left it.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
@@ -44,12 +43,8 @@ fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) {
 /// The founder's copies so far: (whole, whole bytes, catch-ups, their
 /// bytes), parsed from its metrics endpoint by a Prometheus parser.
 fn copies(metrics: SocketAddr) -> (f64, f64, f64, f64) {
-    let mut s = TcpStream::connect(metrics).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET /metrics HTTP/1.1\r\nHost: kvs\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (_, body) = raw.split_once("\r\n\r\n").expect("a head");
+    let (code, _, body) = support::http_get(metrics, "/metrics");
+    assert_eq!(code, 200, "{body}");
     let samples = Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
         .unwrap()
         .samples;

@@ -19,30 +19,8 @@ use support::{connect, temp_dir, test_config, write_file};
 const TOKEN: &str = "metrics-test-token-1";
 const CLUSTER_TOKEN: &str = "metrics-cluster-token-1";
 
-/// One HTTP request; the status code, headers and body.
-fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: kvs\r\nAccept: */*\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a head");
-    let code = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status line");
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.strip_prefix("Content-Length: "))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("a length");
-    assert_eq!(length, body.len());
-    (code, head.to_string(), body.to_string())
-}
-
 fn scrape(addr: SocketAddr) -> Vec<Sample> {
-    let (code, head, body) = get(addr, "/metrics");
+    let (code, head, body) = support::http_get(addr, "/metrics");
     assert_eq!(code, 200, "{head}");
     assert!(
         head.contains("Content-Type: text/plain; version=0.0.4"),
@@ -212,7 +190,7 @@ fn the_endpoint_reports_what_was_done() {
     assert!(!s.iter().any(|x| x.metric.starts_with("kvs_log")), "{s:?}");
 
     // Other paths and methods.
-    let (code, _, body) = get(m, "/");
+    let (code, _, body) = support::http_get(m, "/");
     assert_eq!(code, 404, "{body}");
     let mut raw = TcpStream::connect(m).unwrap();
     raw.write_all(b"DELETE /metrics HTTP/1.1\r\n\r\n").unwrap();

@@ -104,15 +104,13 @@ impl History {
         for (i, b) in h.iter_mut().enumerate() {
             *b = self.ring[i];
         }
-        let stream = u64::from_le_bytes(h[0..8].try_into().expect("8 bytes"));
-        let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-        let slot = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes")) as usize;
-        let klen = u16::from_le_bytes(h[20..22].try_into().expect("2 bytes")) as usize;
-        if self.stream[slot] == stream {
+        let e = Entry::read(&h);
+        let slot = e.slot as usize;
+        if self.stream[slot] == e.stream {
             let c = &mut self.complete_after[slot];
-            *c = (*c).max(seq);
+            *c = (*c).max(e.seq);
         }
-        self.ring.drain(..ENTRY_HEADER + klen);
+        self.ring.drain(..ENTRY_HEADER + e.key_len);
     }
 
     /// The keys slot `slot`'s stream wrote after a backup's position `at`,
@@ -134,17 +132,36 @@ impl History {
         let mut ring: &[u8] = self.ring.make_contiguous();
         while ring.len() >= ENTRY_HEADER {
             let (h, rest) = ring.split_at(ENTRY_HEADER);
-            let klen = u16::from_le_bytes([h[20], h[21]]) as usize;
-            let (key, rest) = rest.split_at(klen);
+            let e = Entry::read(h.try_into().expect("a whole header"));
+            let (key, rest) = rest.split_at(e.key_len);
             ring = rest;
-            let s = u64::from_le_bytes(h[0..8].try_into().expect("8 bytes"));
-            let seq = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-            let sl = u32::from_le_bytes(h[16..20].try_into().expect("4 bytes"));
-            if s == stream && sl == slot && seq > at.applied && seq <= last && seen.insert(key) {
+            let after = e.seq > at.applied && e.seq <= last;
+            if e.stream == stream && e.slot == slot && after && seen.insert(key) {
                 keys.push(key.to_vec());
             }
         }
         Some(keys)
+    }
+}
+
+/// An entry's header, read.
+struct Entry {
+    stream: u64,
+    seq: u64,
+    slot: u32,
+    key_len: usize,
+}
+
+impl Entry {
+    fn read(h: &[u8; ENTRY_HEADER]) -> Entry {
+        let le64 =
+            |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().expect("8 bytes"));
+        Entry {
+            stream: le64(0..8),
+            seq: le64(8..16),
+            slot: u32::from_le_bytes([h[16], h[17], h[18], h[19]]),
+            key_len: usize::from(u16::from_le_bytes([h[20], h[21]])),
+        }
     }
 }
 

@@ -870,8 +870,15 @@ mod tests {
         assert_eq!(st.position(1), None, "none until every record is in");
         assert_eq!(st.get(1, b"a"), Some(&b"1"[..]), "the copy stays");
         // The keys written after 2, as they are at 5, then write 6.
-        let mut gone = msg(Kind::Fill, P, 5, b"a", b"");
-        gone[field_offset()..field_offset() + 4].copy_from_slice(&FILL_ABSENT.to_le_bytes());
+        let mut gone = Vec::new();
+        let h = Replicate::new_checked(&msg(Kind::Fill, P, 5, b"a", b""))
+            .unwrap()
+            .header();
+        let h = Header {
+            offset: FILL_ABSENT,
+            ..h
+        };
+        write_replicate(&mut gone, &h, b"a", b"");
         apply(&mut r, &m, &mut st, &gone).unwrap();
         apply(&mut r, &m, &mut st, &msg(Kind::Fill, P, 5, b"c", b"3")).unwrap();
         apply(&mut r, &m, &mut st, &msg(Kind::Put, P, 6, b"d", b"4")).unwrap();
@@ -886,11 +893,6 @@ mod tests {
             keys,
             [(b"b", b"2"), (b"c", b"3"), (b"d", b"4")].map(|(k, v)| (k.to_vec(), v.to_vec()))
         );
-    }
-
-    /// Where the header's `offset` is (a fill's flags).
-    fn field_offset() -> usize {
-        24
     }
 
     #[test]

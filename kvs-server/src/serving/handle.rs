@@ -4,8 +4,8 @@
 
 use copyrpc::clock::Clock;
 use kvs_proto::proto::{
-    begin_response, finish_response, push_scan_record, response_header, routed_by, Op, Redirect,
-    Request, Status, FLAG_MAP_NEWER, FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER,
+    begin_response, finish_response, push_scan_record, response_header, routed_by, write_response,
+    Op, Redirect, Request, Status, FLAG_MAP_NEWER, FLAG_TRUNCATED, REDIRECT_LEN, RESPONSE_HEADER,
     SCAN_RECORD_HEADER,
 };
 use kvs_proto::replica::{Kind, Replicate};
@@ -602,11 +602,7 @@ impl Handler {
             // The answer carries where this copy stands.
             self.slot_state
                 .ask(&msg.header(), &self.map, &self.store)
-                .map(|at| {
-                    begin_response(out, Status::Ok, 0);
-                    out.extend_from_slice(&at.to_le_bytes());
-                    finish_response(out, 0);
-                })
+                .map(|at| write_response(out, Status::Ok, &at.to_le_bytes(), max_response))
         } else {
             self.slot_state
                 .apply(&msg, &self.map, &mut self.store, &mut self.dedup)

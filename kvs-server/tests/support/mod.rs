@@ -450,3 +450,27 @@ pub fn client_with(s: &ServerProcess, fabric: &str, opts: ClientOptions) -> Clie
         }
     }
 }
+
+/// One HTTP request; the status code, headers and body.
+pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: kvs\r\nAccept: */*\r\n\r\n");
+    std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a head");
+    let code = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status line");
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a length");
+    assert_eq!(length, body.len());
+    (code, head.to_string(), body.to_string())
+}
