@@ -76,8 +76,11 @@ pub(crate) fn recover(
     let snap_size = std::fs::metadata(&snap).map(|m| m.len()).ok();
     let mut logs = files::logs(dir, worker)?;
     let total = snap_size.unwrap_or(0) + logs.iter().map(|(_, p)| size(p)).sum::<u64>();
+    let mut store = Store::new(slots, usize::MAX);
+    // Built once at the end: see `store::reindex`.
+    store.defer_index();
     let mut v = Replay {
-        store: Store::new(slots, usize::MAX),
+        store,
         skip: None,
         changes: 0,
         progress: Progress::new(worker, total, t, counters),
@@ -127,6 +130,7 @@ pub(crate) fn recover(
         writer = Some((*gen, replayed.append()?));
     }
     let (gen, writer) = writer.expect("at least one log");
+    v.store.build_index();
     found.changes = v.changes;
     found.bytes = v.progress.total();
     found.took = t.elapsed();

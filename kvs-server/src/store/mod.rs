@@ -27,6 +27,7 @@ pub(crate) mod index_key;
 pub mod memory;
 pub(crate) mod position;
 pub(crate) mod record;
+mod reindex;
 
 use std::collections::BTreeMap;
 
@@ -181,6 +182,9 @@ pub struct Store {
     limit: usize,
     /// Slots being imported.
     importing: u32,
+    /// While a recovery replays: new keys are not put in `order`, which
+    /// is built whole once the replay ends ([`reindex`]).
+    unindexed: bool,
     /// Every change to the records, as records of the worker's durable
     /// log ([`change`]), until the worker writes them at its turn's end;
     /// `None`: no log (`durability = "none"`).
@@ -237,6 +241,7 @@ impl Store {
             used: 0,
             limit,
             importing: 0,
+            unindexed: false,
             journal: None,
             exports: Vec::new(),
         }
@@ -615,7 +620,9 @@ impl Store {
             j.push_with(c.kind(), |out| c.encode(out))
                 .expect("a change fits a log record");
         }
-        self.order.insert(key, Place { slot, life });
+        if !self.unindexed {
+            self.order.insert(key, Place { slot, life });
+        }
         Pulled::Taken
     }
 
@@ -653,11 +660,16 @@ impl Store {
     #[inline]
     fn index(&mut self, key: &[u8], slot: u32, life: u32) {
         self.keys += 1;
-        self.order.insert(IndexKey::new(key), Place { slot, life });
+        if !self.unindexed {
+            self.order.insert(IndexKey::new(key), Place { slot, life });
+        }
     }
 
     /// Keys of the ordered index whose slot no longer holds them.
     pub fn stale_keys(&self) -> usize {
+        if self.unindexed {
+            return 0;
+        }
         self.order.len() - self.keys
     }
 

@@ -63,6 +63,14 @@ fn dump(s: &Store) -> Vec<(u32, Vec<u8>, Vec<u8>, bool)> {
         })
         .collect();
     v.sort();
+    // The ordered index holds the same keys (a recovery builds it whole).
+    let mut by_key: Vec<_> = v
+        .iter()
+        .map(|(_, k, v, _)| (k.clone(), v.clone()))
+        .collect();
+    by_key.sort();
+    let scanned: Vec<_> = s.scan(b"").map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+    assert_eq!(scanned, by_key, "the scan and the slots disagree");
     v
 }
 
