@@ -88,7 +88,7 @@ pub(crate) fn recover(
     let mut found = Recovered::default();
     let (snap_gen, snapshot_bytes) = match snap_size {
         Some(bytes) => {
-            let (head, changes) = load_snapshot(&snap, &mut v)?;
+            let (head, changes) = load_snapshot(&snap, bytes, &mut v)?;
             found.snapshot_changes = changes;
             v.skip = Some(Skip {
                 gen: head.gen,
@@ -185,14 +185,21 @@ fn logs_after(
     }
 }
 
-/// Loads the snapshot at `path` into the replay's store: its head, and
-/// the changes it held.
-fn load_snapshot(path: &Path, v: &mut Replay<'_>) -> Result<(Head, u64), WalError> {
+/// Loads the snapshot at `path`, of `snapshot_bytes` bytes, into the
+/// replay's store: its head, and the changes it held.
+fn load_snapshot(
+    path: &Path,
+    snapshot_bytes: u64,
+    v: &mut Replay<'_>,
+) -> Result<(Head, u64), WalError> {
     let mut s = LoadSnapshot {
         replay: v,
         head: None,
         end: None,
         changes: 0,
+        slot: None,
+        slots_before: 0,
+        snapshot_bytes,
     };
     let replayed = Log::open(path, SNAPSHOT_FORMAT)?.replay(&mut s)?;
     let end = replayed.end();
@@ -285,6 +292,40 @@ struct LoadSnapshot<'a, 'b> {
     head: Option<Head>,
     end: Option<End>,
     changes: u64,
+    /// The slot of the last change.
+    slot: Option<u32>,
+    /// Slots seen (the last one's changes may go on).
+    slots_before: u32,
+    /// The snapshot's size.
+    snapshot_bytes: u64,
+}
+
+/// Changes a snapshot's load reads before it guesses slots' sizes.
+const GUESS_AFTER: u64 = 1024;
+
+impl LoadSnapshot<'_, '_> {
+    /// A snapshot holds its slots one after another: at a slot's first
+    /// change, room is made in its table for the records it will likely
+    /// hold once the logs are replayed too, guessed from the slots before
+    /// it (slots are hashed, so their sizes are even), scaled by the bytes
+    /// of snapshot and logs over the snapshot's. The guess saves the
+    /// table's growths; a wrong one costs memory for the table alone (its
+    /// buckets, not records).
+    fn expect(&mut self, slot: u32) {
+        if self.slot.replace(slot) == Some(slot) {
+            return;
+        }
+        self.slots_before += 1;
+        if self.changes < GUESS_AFTER || self.slots_before < 2 || self.snapshot_bytes == 0 {
+            return;
+        }
+        let total = self.replay.progress.total() as f64;
+        let per_slot = self.changes as f64 / f64::from(self.slots_before - 1);
+        let logs_too = total / self.snapshot_bytes as f64;
+        self.replay
+            .store
+            .reserve(slot, (per_slot * logs_too) as usize);
+    }
 }
 
 impl Visit for LoadSnapshot<'_, '_> {
@@ -319,7 +360,9 @@ impl Visit for LoadSnapshot<'_, '_> {
                 Ok(())
             }
             _ => {
-                Change::decode(kind, payload)?.apply(&mut self.replay.store)?;
+                let c = Change::decode(kind, payload)?;
+                c.apply(&mut self.replay.store)?;
+                self.expect(c.slot());
                 self.changes += 1;
                 Ok(())
             }

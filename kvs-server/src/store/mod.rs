@@ -450,6 +450,15 @@ impl Store {
             .unwrap_or_default()
     }
 
+    /// Makes room in slot `slot` (if the store holds it) for `records`
+    /// records in all, so that they go in without its table growing: for a
+    /// recovery that expects them.
+    pub(crate) fn reserve(&mut self, slot: u32, records: usize) {
+        if let Some(sl) = self.slot_mut(slot) {
+            sl.map.reserve(records);
+        }
+    }
+
     /// Takes every record of slot `slot` out of the store (a slot given
     /// away), touching no other slot's.
     pub fn take_slot(&mut self, slot: u32) -> SlotRecords {

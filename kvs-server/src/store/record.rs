@@ -153,6 +153,15 @@ impl Records {
         }
     }
 
+    /// Makes room for `records` records in all, so that they go in
+    /// without the table growing (each growth hashes every key again,
+    /// reading every record).
+    pub fn reserve(&mut self, records: usize) {
+        let hasher = &self.hasher;
+        let more = records.saturating_sub(self.table.len());
+        self.table.reserve(more, |r| hasher.hash_one(r.key()));
+    }
+
     /// Removes `key`'s record.
     pub fn remove(&mut self, key: &[u8]) -> Option<Record> {
         let h = self.hash(key);
@@ -206,6 +215,22 @@ mod tests {
         let mut keys: Vec<_> = r.iter().map(|r| r.key().to_vec()).collect();
         keys.sort();
         assert_eq!(keys, vec![b"".to_vec(), b"k1".to_vec()]);
+    }
+
+    #[test]
+    fn a_table_with_room_made_does_not_grow_for_that_many() {
+        let mut r = Records::default();
+        r.insert_if_absent(b"first", b"1");
+        r.reserve(1000);
+        let cap = r.table.capacity();
+        assert!(cap >= 1000);
+        for i in 0..999u32 {
+            r.insert_if_absent(format!("user{i}").as_bytes(), b"v");
+        }
+        assert_eq!((r.len(), r.table.capacity()), (1000, cap));
+        // Room for fewer than it holds is no change.
+        r.reserve(10);
+        assert_eq!(r.table.capacity(), cap);
     }
 
     #[test]
