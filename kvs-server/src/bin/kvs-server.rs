@@ -211,6 +211,7 @@ fn main() {
     // A thread's panic ends the process: a server with a dead thread keeps
     // its lease and serves none of that thread's slots.
     kvs_server::abort_on_panic();
+    grow_heaps_in_large_steps();
     let a = Args::parse();
     let mut cfg = match &a.config {
         // Checked once the flags are in (Server::start).
@@ -475,6 +476,28 @@ fn raise_open_file_limit() -> u64 {
         }
     }
     r.rlim_cur
+}
+
+/// How much more than it needs glibc's malloc asks of the kernel when a
+/// heap grows.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const HEAP_STEP: libc::c_int = 64 << 20;
+
+/// Has glibc's malloc grow its heaps [`HEAP_STEP`] at a time rather than
+/// 128 KiB (its default `M_TOP_PAD`). A worker thread allocates from a heap
+/// of its own (an arena), which grows by an `mprotect(2)` per step: a
+/// recovery allocating a record per change made one per 128 KiB, a fifth
+/// of its CPU time in the kernel's address-space updates (300,000 records
+/// of 1 KiB: 1.4 CPU-seconds, 1.1 with this). A step costs address space
+/// only: pages are touched, and counted, as records fill them. A heap keeps
+/// up to this much free at its top instead of handing it back.
+fn grow_heaps_in_large_steps() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets a parameter of the allocator (taking its
+    // lock); no memory is handed over.
+    unsafe {
+        libc::mallopt(libc::M_TOP_PAD, HEAP_STEP);
+    }
 }
 
 /// Bytes as MiB with one decimal.
