@@ -17,12 +17,15 @@
 #  the figures are medians, and a ratio is the median of the ratios within
 #  each repetition. While our cluster runs, its log writes are counted and
 #  its worker threads sampled (running, sleeping, waiting for the disk).
-#  4. Recovery: one member (one worker, durability REPLAY_DURABILITY) takes
-#     REPLAY_RECORDS records (about 1 KiB each), is killed (kill -9) and
-#     started again; its replay ("N changes (M bytes) replayed from PATH in
-#     S s") and the CPU time its start took, beside dd's sequential read of
-#     the same log, both with the log out of the page cache when that can
-#     be done (said in the output), and a second replay with the log cached.
+#  4. Recovery: one member (REPLAY_WORKERS workers, durability
+#     REPLAY_DURABILITY) takes REPLAY_RECORDS records (about 1 KiB each), is
+#     killed (kill -9) and started again, REPLAY_RUNS times; each time its
+#     recovery (each worker's line "N changes from snapshot G and M from the
+#     logs (B bytes) recovered from DIR in S s": bytes summed, the slowest
+#     worker's seconds, as the workers recover at once) and the CPU time its
+#     start took, beside dd's sequential read of the same files, both with
+#     the files out of the page cache when that can be done (said in the
+#     output), and a second recovery with the files cached. Medians.
 #  5. Throughput during snapshots: YCSB-A for SNAP_SECS seconds without a
 #     snapshot, while every member snapshots again and again, and without
 #     again (durability everysec).
@@ -30,8 +33,10 @@
 #   bash scripts/bench-durability.sh
 #   RUNS=5 RECORDS=100000 OPS=600000 DEPTH=64 bash scripts/bench-durability.sh
 #   RUNS=1 RECORDS=2000 OPS=20000 SECS1=1 REPLAY_RECORDS=20000 bash scripts/bench-durability.sh
+#   PARTS=recovery REPLAY_RUNS=5 bash scripts/bench-durability.sh
 #   RUNS=5 SETTINGS="none always" PARTS=settings BEFORE=/tmp/old-bin bash scripts/bench-durability.sh
 # Also: THREADS, WORKERS, SECS1, SNAP_SECS, DSYNC_WRITES, SEQ_MB, REPLAY_RECORDS,
+# REPLAY_WORKERS (default WORKERS), REPLAY_RUNS (default RUNS),
 # REPLAY_DURABILITY (everysec or always), SKIP_REDIS=1; TMPDIR picks the
 # disk (the data dirs, Redis's dir and dd's file all live under it).
 # SETTINGS: the durability settings of 1-3 (none everysec always; Redis
@@ -55,6 +60,8 @@ SNAP_SECS=${SNAP_SECS:-10}
 DSYNC_WRITES=${DSYNC_WRITES:-1000}
 SEQ_MB=${SEQ_MB:-512}
 REPLAY_RECORDS=${REPLAY_RECORDS:-300000}
+REPLAY_WORKERS=${REPLAY_WORKERS:-$WORKERS}
+REPLAY_RUNS=${REPLAY_RUNS:-$RUNS}
 REPLAY_DURABILITY=${REPLAY_DURABILITY:-everysec}
 SKIP_REDIS=${SKIP_REDIS:-0}
 SETTINGS=${SETTINGS:-none everysec always}
@@ -428,23 +435,38 @@ uncache() { # file
 cached() {
   if command -v fincore >/dev/null; then fincore -bn -o RES "$1" | awk '{print $1}'; else echo "?"; fi
 }
-# The recovery line of a member's log ("N changes from snapshot G and M from
-# the logs (B bytes) recovered from DIR in S s") -> "changes bytes seconds"
+# The recovery lines of a member's log (a worker's: "N changes from
+# snapshot G and M from the logs (B bytes) recovered from DIR in S s") ->
+# "changes bytes seconds": summed over the workers, the slowest one's
+# seconds (they recover at once).
 replayed() {
   sed -n 's/.* \([0-9]*\) changes from snapshot [0-9]* and \([0-9]*\) from the logs (\([0-9]*\) bytes) recovered from .* in \([0-9.]*\) s.*/\1 \2 \3 \4/p' "$1" |
-    tail -n1 | awk '{print $1 + $2, $3, $4}'
+    awk '{c += $1 + $2; b += $3; if ($4 > s) s = $4} END {if (NR) print c, b, s}'
 }
-# A worker's files: its snapshot (if any) and its logs.
-worker_files() { ls "$rdir"/data/worker-0.snap "$rdir"/data/worker-0.*.log 2>/dev/null; }
+# Waits (up to 10 s) until each worker's recovery line is in LOG: the
+# member says it listens once they recovered, but its log lines may reach
+# the file later.
+wait_replayed() { # log
+  local i
+  for ((i = 0; i < 100; i++)); do
+    [ "$(grep -c ' recovered from ' "$1")" -ge "$REPLAY_WORKERS" ] && return 0
+    sleep 0.1
+  done
+}
+# The workers' files: their snapshots (if any) and their logs.
+worker_files() { ls "$rdir"/data/worker-*.snap "$rdir"/data/worker-*.*.log 2>/dev/null; }
+# MB/s of BYTES in SECONDS.
+mbs() { awk -v b="$1" -v s="$2" 'BEGIN {printf "%.0f\n", b / s / 1e6}'; }
 
 if part recovery; then
-  echo "-- recovery: one member, 1 worker, durability $REPLAY_DURABILITY, $REPLAY_RECORDS records"
+  echo "-- recovery: one member, $REPLAY_WORKERS workers, durability $REPLAY_DURABILITY," \
+    "$REPLAY_RECORDS records, $REPLAY_RUNS restarts"
   n=$((n + 1))
   fabric="$fabric_base-$n"
   rbase=$(free_ports)
   rdir="$root/replay"
   start_replay_member() { # log what timeout [--bootstrap]
-    "$S" --listen "127.0.0.1:$rbase" --fabric "$fabric" --device sim1 --workers 1 \
+    "$S" --listen "127.0.0.1:$rbase" --fabric "$fabric" --device sim1 --workers "$REPLAY_WORKERS" \
       --stats-interval 0 --data-dir "$rdir" --durability "$REPLAY_DURABILITY" "${@:4}" >"$1" 2>&1 &
     rm_pid=$!
     pids+=("$rm_pid")
@@ -456,10 +478,7 @@ if part recovery; then
     die_log "$root/load.out" "loading the recovery member failed"
   stop "$rm_pid"
   rm -rf /dev/shm/mlx5sim-"$fabric"*
-  mapfile -t wal < <(worker_files)
-  [ "${#wal[@]}" -gt 0 ] || die "no snapshot or log in $rdir/data after the load"
-  wal_bytes=$(stat -c %s "${wal[@]}" | awk '{s += $1} END {print s}')
-  uncache_all() { # -> "how bytes-left" over the worker's files
+  uncache_all() { # -> "how bytes-left" over the workers' files
     local f how left total=0 hows=""
     for f in "${wal[@]}"; do
       read -r how left <<<"$(uncache "$f")"
@@ -469,33 +488,52 @@ if part recovery; then
     done
     echo "$hows $total"
   }
-  read -r cache_how cache_left <<<"$(uncache_all)"
-  t0=$(date +%s.%N)
-  start_replay_member "$root/replay-1.log" "the recovery member, restarted" 600
-  t1=$(date +%s.%N)
-  # CPU time the restarted member has used (its start, nearly all of it the
-  # replay): a rate per CPU-second does not depend on the machine's load.
-  cpu_secs=$(awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$rm_pid/stat")
-  read -r r_changes r_bytes r_secs <<<"$(replayed "$root/replay-1.log")"
-  [ -n "${r_secs:-}" ] || die_log "$root/replay-1.log" "no replay line in the restarted member's log"
-  up_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
-  # The same log again, now in the page cache (the replay just read it).
-  stop "$rm_pid"
-  rm -rf /dev/shm/mlx5sim-"$fabric"*
-  start_replay_member "$root/replay-2.log" "the recovery member, restarted again" 600
-  read -r _ _ w_secs <<<"$(replayed "$root/replay-2.log")"
-  [ -n "${w_secs:-}" ] || die_log "$root/replay-2.log" "no replay line in the restarted member's log"
-  stop "$rm_pid"
-  rm -rf /dev/shm/mlx5sim-"$fabric"*
-  mapfile -t wal < <(worker_files)
-  read -r dd_how dd_left <<<"$(uncache_all)"
-  dd_s=0
-  for f in "${wal[@]}"; do
-    dd_s=$(awk -v a="$dd_s" -v b="$(dd if="$f" of=/dev/null bs=1M 2>&1 | dd_secs)" 'BEGIN {print a + b}')
+  for i in $(seq "$REPLAY_RUNS"); do
+    # A start may leave a snapshot it began (cut short by the kill, and
+    # removed at the next start) or finished: the files are looked at anew.
+    mapfile -t wal < <(worker_files)
+    [ "${#wal[@]}" -gt 0 ] || die "no snapshot or log in $rdir/data after the load"
+    read -r cache_how cache_left <<<"$(uncache_all)"
+    t0=$(date +%s.%N)
+    start_replay_member "$root/replay-1.log" "the recovery member, restarted" 600
+    t1=$(date +%s.%N)
+    # CPU time the restarted member has used (its start, nearly all of it
+    # the replay): a rate per CPU-second does not depend on the machine's
+    # load.
+    cpu_secs=$(awk -v hz="$(getconf CLK_TCK)" '{sub(/.*\) /, ""); printf "%.2f", ($12 + $13) / hz}' "/proc/$rm_pid/stat")
+    wait_replayed "$root/replay-1.log"
+    read -r r_changes r_bytes r_secs <<<"$(replayed "$root/replay-1.log")"
+    [ -n "${r_secs:-}" ] || die_log "$root/replay-1.log" "no recovery line in the restarted member's log"
+    up_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}')
+    # The same files again, now in the page cache (the replay just read them).
+    stop "$rm_pid"
+    rm -rf /dev/shm/mlx5sim-"$fabric"*
+    start_replay_member "$root/replay-2.log" "the recovery member, restarted again" 600
+    wait_replayed "$root/replay-2.log"
+    read -r _ w_bytes w_secs <<<"$(replayed "$root/replay-2.log")"
+    [ -n "${w_secs:-}" ] || die_log "$root/replay-2.log" "no recovery line in the restarted member's log"
+    stop "$rm_pid"
+    rm -rf /dev/shm/mlx5sim-"$fabric"*
+    mapfile -t wal < <(worker_files)
+    wal_bytes=$(stat -c %s "${wal[@]}" | awk '{s += $1} END {print s}')
+    read -r dd_how dd_left <<<"$(uncache_all)"
+    dd_s=0
+    for f in "${wal[@]}"; do
+      dd_s=$(awk -v a="$dd_s" -v b="$(dd if="$f" of=/dev/null bs=1M 2>&1 | dd_secs)" 'BEGIN {print a + b}')
+    done
+    replay_mbs=$(mbs "$r_bytes" "$r_secs")
+    dd_mbs=$(mbs "$wal_bytes" "$dd_s")
+    echo "$replay_mbs" >>"$root/res/replay-mbs"
+    echo "$r_secs" >>"$root/res/replay-secs"
+    echo "$up_secs" >>"$root/res/replay-up"
+    echo "$cpu_secs" >>"$root/res/replay-cpu"
+    mbs "$r_bytes" "$cpu_secs" >>"$root/res/replay-cpu-mbs"
+    mbs "$w_bytes" "$w_secs" >>"$root/res/replay-warm-mbs"
+    echo "$dd_mbs" >>"$root/res/replay-dd-mbs"
+    awk -v a="$replay_mbs" -v b="$dd_mbs" 'BEGIN {printf "%.2f\n", a / b}' >>"$root/res/replay-ratio"
+    printf '  restart %s: %s changes, %s MB in %s s: %s MB/s (%s CPU-s); cached %s s; dd %s MB/s\n' \
+      "$i" "$r_changes" "$((r_bytes / 1000000))" "$r_secs" "$replay_mbs" "$cpu_secs" "$w_secs" "$dd_mbs"
   done
-  dd_mbs=$(awk -v b="$wal_bytes" -v s="$dd_s" 'BEGIN {printf "%.0f", b / s / 1e6}')
-  replay_mbs=$(awk -v b="$r_bytes" -v s="$r_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
-  warm_mbs=$(awk -v b="$r_bytes" -v s="$w_secs" 'BEGIN {printf "%.0f", b / s / 1e6}')
 fi
 
 # --- 5: throughput during a snapshot -----------------------------------------
@@ -626,16 +664,20 @@ if part settings; then
     "sequential write $(median <"$root/res/seqwrite-mbs") MB/s ($SEQ_MB MiB + fdatasync)"
 fi
 if part recovery; then
-  echo "recovery ($REPLAY_RECORDS records, durability $REPLAY_DURABILITY, kill -9):" \
-    "$r_changes changes, $((r_bytes / 1000000)) MB replayed in $r_secs s: $replay_mbs MB/s;" \
-    "restart to listening $up_secs s"
-  echo "  log out of the cache before the replay: $cache_how ($cache_left bytes still cached)"
-  echo "  CPU time of the restarted member when it listened: $cpu_secs s:" \
-    "$(awk -v b="$r_bytes" -v s="$cpu_secs" 'BEGIN {printf "%.0f", b / s / 1e6}') MB a CPU-second"
-  echo "  replay with the log cached: $w_secs s: $warm_mbs MB/s"
-  echo "  dd sequential read of the log ($((wal_bytes / 1000000)) MB): $dd_mbs MB/s;" \
-    "log out of the cache before it: $dd_how ($dd_left bytes still cached)"
-  r=$(awk -v a="$replay_mbs" -v b="$dd_mbs" 'BEGIN {printf "%.2f", a / b}')
+  # The medians, each over the REPLAY_RUNS restarts; the ratio is the median
+  # of each restart's replay rate over its dd's.
+  rcol() { median <"$root/res/replay-$1"; }
+  echo "recovery ($REPLAY_RECORDS records, $REPLAY_WORKERS workers, durability $REPLAY_DURABILITY," \
+    "kill -9; medians of $REPLAY_RUNS restarts): $r_changes changes, $((r_bytes / 1000000)) MB" \
+    "recovered in $(rcol secs) s: $(rcol mbs) MB/s ($(paste -sd' ' "$root/res/replay-mbs"));" \
+    "restart to listening $(rcol up) s"
+  echo "  files out of the cache before the replay: $cache_how ($cache_left bytes still cached)"
+  echo "  CPU time of the restarted member when it listened: $(rcol cpu) s:" \
+    "$(rcol cpu-mbs) MB a CPU-second"
+  echo "  replay with the files cached: $(rcol warm-mbs) MB/s"
+  echo "  dd sequential read of the files ($((wal_bytes / 1000000)) MB): $(rcol dd-mbs) MB/s" \
+    "($(paste -sd' ' "$root/res/replay-dd-mbs")); out of the cache before it: $dd_how ($dd_left bytes still cached)"
+  r="$(rcol ratio) ($(paste -sd' ' "$root/res/replay-ratio"))"
   echo "  replay / dd: $r  $(goal "$r" 0.5)"
 fi
 part snapshots && echo "throughput during snapshots: $snapshot_figure  $(goal "$snap_ratio" 0.85)"
