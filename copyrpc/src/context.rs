@@ -157,6 +157,9 @@ pub struct Context<U, F, T: Transport = Mlx5> {
     recvq: Fifo<Arrived>,
     on_response: F,
     epoch: u64,
+    /// Replies hold their endpoint back from `flush_unheld` (see
+    /// [`Context::set_hold_replies`]).
+    hold_replies: bool,
     cfg: ContextBuilder,
     max_resp: u64,
 }

@@ -107,6 +107,11 @@ pub(crate) struct Ep<U, T: Transport> {
     pub read_inflight: bool,
     pub want_read: bool,
     pub dirty: bool,
+    /// A reply written while the context held replies
+    /// ([`crate::Context::set_hold_replies`]) holds the endpoint back from
+    /// [`crate::Context::flush_unheld`] until the poll after epoch
+    /// `held_at - 1` (0: never held).
+    pub held_at: u64,
     pub consumed_dirty: bool,
     /// The application's tag ([`crate::Context::set_tag`]).
     pub tag: u32,

@@ -1,5 +1,6 @@
 //! `Context::flush`: one endpoint's messages sent before the others', which
-//! wait for the next poll.
+//! wait for the next poll; `Context::flush_unheld`: the endpoints no held
+//! reply holds back.
 
 #[macro_use]
 mod support;
@@ -68,4 +69,66 @@ on_rc_and_dc!(
     flush_sends_one_endpoint_and_the_poll_the_rest_on,
     flush_sends_one_endpoint_and_the_poll_the_rest,
     flush_sends_one_endpoint_and_the_poll_the_rest_over_dc
+);
+
+/// Three endpoints, a call on each, answered while the server holds
+/// replies: endpoint 0's held, endpoint 1's early, endpoint 2's held then
+/// early.
+fn flush_unheld_leaves_the_held_endpoints_to_the_poll_on<T: Transport>() {
+    let mut w = world_t::<T>(
+        "flush-unheld",
+        ExecMode::Inline,
+        ContextBuilder::new().ring_size(1 << 14),
+        3,
+    );
+    let (c, s): (Vec<_>, Vec<_>) = w.pairs.iter().copied().unzip();
+    for (u, &ep) in c.iter().enumerate() {
+        w.client.call(ep, b"ask", 16, u as u64).unwrap();
+        w.client.call(ep, b"ask", 16, 10 + u as u64).unwrap();
+    }
+    w.client.poll();
+    w.server.poll();
+    let mut reqs = Vec::new();
+    while let Some(h) = w.server.recv() {
+        reqs.push(h);
+    }
+    assert_eq!(reqs.len(), 6);
+    w.server.set_hold_replies(true);
+    for h in reqs {
+        let ep = s.iter().position(|&e| e == h.endpoint()).unwrap();
+        let first = w.server.stats(s[ep]).replies == 0;
+        match (ep, first) {
+            (0, _) | (2, true) => w.server.reply(h, b"held").unwrap(),
+            // An early reply behind a held one waits with it.
+            _ => w.server.reply_early(h, b"early").unwrap(),
+        }
+    }
+    w.server.flush_unheld();
+    for _ in 0..4 {
+        w.client.poll();
+    }
+    assert_eq!(answered(&w), [1, 11]);
+    // The poll sends the held ones; after it nothing is held.
+    w.server.poll();
+    for _ in 0..4 {
+        w.client.poll();
+    }
+    assert_eq!(answered(&w), [0, 1, 2, 10, 11, 12]);
+    w.client.call(c[0], b"again", 16, 20).unwrap();
+    w.client.poll();
+    w.server.poll();
+    let h = w.server.recv().unwrap();
+    w.server.set_hold_replies(false);
+    w.server.reply(h, b"free").unwrap();
+    w.server.flush_unheld();
+    for _ in 0..4 {
+        w.client.poll();
+    }
+    assert_eq!(answered(&w).len(), 7);
+    check(&w);
+}
+on_rc_and_dc!(
+    flush_unheld_leaves_the_held_endpoints_to_the_poll_on,
+    flush_unheld_leaves_the_held_endpoints_to_the_poll,
+    flush_unheld_leaves_the_held_endpoints_to_the_poll_over_dc
 );

@@ -228,6 +228,7 @@ impl ContextBuilder {
             recvq: Fifo::with_capacity(1024),
             on_response,
             epoch: 0,
+            hold_replies: false,
             cfg: self,
             max_resp,
         })

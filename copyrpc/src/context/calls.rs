@@ -130,6 +130,41 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         len: usize,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), ReplyError> {
+        let hold = self.hold_replies;
+        self.write_reply(h, len, fill, hold)
+    }
+
+    /// [`reply_with`](Self::reply_with), for a reply that may leave ahead of
+    /// the held ones: it does not hold its endpoint back from
+    /// [`flush_unheld`](Self::flush_unheld), even while the context holds
+    /// replies ([`set_hold_replies`](Self::set_hold_replies)). An endpoint
+    /// an earlier reply of this poll held stays held: its messages leave in
+    /// the order they were written.
+    #[inline]
+    pub fn reply_early_with(
+        &mut self,
+        h: RecvHandle,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), ReplyError> {
+        self.write_reply(h, len, fill, false)
+    }
+
+    /// [`reply_early_with`](Self::reply_early_with) of `payload`.
+    #[inline]
+    pub fn reply_early(&mut self, h: RecvHandle, payload: &[u8]) -> Result<(), ReplyError> {
+        self.write_reply(h, payload.len(), |b| copy_small(b, payload), false)
+    }
+
+    /// Writes a reply; `hold`: it holds its endpoint until the next poll.
+    #[inline(always)]
+    fn write_reply(
+        &mut self,
+        h: RecvHandle,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        hold: bool,
+    ) -> Result<(), ReplyError> {
         let Some(e) = live_mut(&mut self.eps, h.ep, h.gen) else {
             return Err(ReplyError::Closed(CloseReason::Local));
         };
@@ -146,6 +181,9 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         e.resp_reservation -= h.allowance;
         e.write_message_with(h.call_id | RESPONSE_FLAG, 0, len, fill);
         e.stats.replies += 1;
+        if hold {
+            e.held_at = self.epoch + 1;
+        }
         if !e.dirty {
             e.dirty = true;
             self.dirty.push(h.ep);

@@ -88,6 +88,7 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
             read_inflight: false,
             want_read: false,
             dirty: false,
+            held_at: 0,
             consumed_dirty: false,
             tag: 0,
             stats: EndpointStats::default(),

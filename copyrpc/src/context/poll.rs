@@ -90,6 +90,52 @@ impl<U, F: FnMut(U, Result<&[u8], CallFailed>), T: Transport> Context<U, F, T> {
         }
     }
 
+    /// Whether replies written from now on hold their endpoint back from
+    /// [`flush_unheld`](Self::flush_unheld) until the next poll (off at
+    /// first). A reply that [`reply_early_with`](Self::reply_early_with)
+    /// writes never holds.
+    ///
+    /// What it is for: a server that makes its changes durable before the
+    /// replies that depend on them leave, while the others (a read of what
+    /// an earlier flush made durable) need not wait. It holds replies,
+    /// writes the ones that depend on nothing pending with
+    /// `reply_early_with`, and at the end of its batch calls
+    /// `flush_unheld`, makes its changes durable, then polls: the held
+    /// endpoints' messages leave then.
+    #[inline]
+    pub fn set_hold_replies(&mut self, hold: bool) {
+        self.hold_replies = hold;
+    }
+
+    /// [`flush`](Self::flush) of every endpoint with messages waiting that
+    /// no reply written since the last poll holds back
+    /// ([`set_hold_replies`](Self::set_hold_replies)). Touches only the
+    /// endpoints with messages waiting, and allocates nothing; they stay on
+    /// the poll's work list, as with `flush`.
+    pub fn flush_unheld(&mut self) {
+        let held = self.epoch + 1;
+        for k in 0..self.dirty.len() {
+            let idx = self.dirty[k];
+            let Some(e) = self.eps[idx as usize].as_mut() else {
+                continue;
+            };
+            if e.held_at == held || e.state != State::Open || !e.dirty {
+                continue;
+            }
+            e.close_batch(true);
+            if let Err(code) = e.post_ready(&mut self.shared) {
+                // As `flush`: a refused post closes the endpoint; the next
+                // poll takes it off the work list.
+                close(
+                    e,
+                    &mut self.shared,
+                    CloseReason::Refused(code),
+                    &mut self.on_response,
+                );
+            }
+        }
+    }
+
     /// Publishes the consumer positions of the endpoints whose requests
     /// were consumed since the last poll.
     #[inline(always)]
