@@ -16,10 +16,14 @@
 //!   write is on disk. A failed write or fsync stops the process (as
 //!   Redis does under `appendfsync always`): its replies must not leave,
 //!   and the members holding copies take over. The turn's writes to the
-//!   backups leave before the commit
-//!   ([`Forwarder::flush_links`](crate::replication::Forwarder::flush_links)),
-//!   so the backups log them while this worker does; a client's answer
-//!   still waits for both.
+//!   backups leave before the commit, so the backups log them while this
+//!   worker does; a client's answer still waits for both. So do the
+//!   replies that need nothing of the commit: reads of what earlier
+//!   commits hold, and the answers to writes of earlier turns that their
+//!   backups acked (`copyrpc::Context::flush_unheld`, in the worker's
+//!   `wait`). Under `everysec` the same order puts the turn's changes in
+//!   the page cache before the replies that depend on them leave: a crash
+//!   of the process alone loses no acknowledged write.
 //!
 //! At start the worker loads its snapshot and replays its logs into an
 //! empty store before it serves ([`recover()`]), logging its progress

@@ -9,9 +9,12 @@
 //! [`drop_unwanted_links`](Forwarder::drop_unwanted_links); then
 //! [`send`](Forwarder::send) for each message, as the write path and the
 //! copies produce them; [`flush_queues`](Forwarder::flush_queues) each turn
-//! something waits; [`flush_links`](Forwarder::flush_links) at the turn's
-//! end, before its log commit; [`tend_links`](Forwarder::tend_links) every
-//! few turns (dials under way, dead connections, retries due).
+//! something waits; [`tend_links`](Forwarder::tend_links) every few turns
+//! (dials under way, dead connections, retries due). A link carries only
+//! this worker's calls, never a reply (the backup sends no requests on
+//! it): the worker's `Context::flush_unheld` at the turn's end sends them
+//! before its log commit, so that the backups log the turn's writes while
+//! it logs them itself.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -85,27 +88,6 @@ impl Forwarder {
                         self.spare.push(b);
                     }
                 }
-            }
-        }
-    }
-
-    /// Sends now what the links carry since the last poll (the turn's
-    /// writes and copies to the backups), ahead of everything else the
-    /// worker wrote, which waits for its next poll ([`Context::flush`]).
-    /// The worker calls it before its turn's log commit, so that the
-    /// backups apply (and log) the turn's writes while it logs them
-    /// itself. A link carries only this worker's calls, never a reply: the
-    /// backup sends no requests on it, and every reply of the worker's
-    /// (to a client, or a backup's ack to its primary) goes on an endpoint
-    /// the acceptor handed over, and leaves only after the commit.
-    pub fn flush_links<F, T>(&mut self, ctx: &mut Context<u64, F, T>)
-    where
-        F: FnMut(u64, Result<&[u8], CallFailed>),
-        T: Transport,
-    {
-        for l in &self.links {
-            if let LinkState::Up(c) = &l.state {
-                ctx.flush(c.endpoint());
             }
         }
     }

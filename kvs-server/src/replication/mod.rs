@@ -28,8 +28,7 @@
 //! A worker's turn calls, in order: [`Forwarder::prepare`] then
 //! [`Forwarder::forward`] for each write its handler applied,
 //! [`Forwarder::on_acks`] after polling its context, [`Forwarder::pump`]
-//! when [`Forwarder::busy`], [`Forwarder::flush_links`] at the turn's end
-//! (before the log's commit); after a new map [`Forwarder::on_install`]; every
+//! when [`Forwarder::busy`]; after a new map [`Forwarder::on_install`]; every
 //! few turns [`Forwarder::chores`] and [`Forwarder::report_quiet`].
 //!
 //! In short, a primary worker's side (the part with I/O): a copyrpc

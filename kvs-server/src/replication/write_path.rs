@@ -90,7 +90,8 @@ impl Forwarder {
 
     /// Forwards the write [`prepare`](Self::prepare)d (answered `answer`
     /// here) to every backup of its slot; the client's answer waits for
-    /// theirs.
+    /// theirs. True if it was answered at once (no backup counted for
+    /// it): then in this turn, before the worker's log commit.
     pub fn forward<F, T>(
         &mut self,
         ctx: &mut Context<u64, F, T>,
@@ -98,7 +99,8 @@ impl Forwarder {
         handle: RecvHandle,
         f: Forward,
         answer: &[u8],
-    ) where
+    ) -> bool
+    where
         F: FnMut(u64, Result<&[u8], CallFailed>),
         T: Transport,
     {
@@ -156,7 +158,7 @@ impl Forwarder {
                 self.write_missed(h, idx, b.owner, why);
             }
         }
-        self.settle(ctx, h, idx);
+        self.settle(ctx, h, idx, false)
     }
 
     /// The backup on `to` did not apply pending write `idx`. If it counts
@@ -182,11 +184,15 @@ impl Forwarder {
     }
 
     /// Answers pending write `idx` if every backup has; whether it did.
+    /// `committed`: the write is in the worker's log (it was made in an
+    /// earlier turn, whose commit is over), so its success may leave ahead
+    /// of this turn's commit ([`Context::reply_early`]).
     pub(super) fn settle<F, T>(
         &mut self,
         ctx: &mut Context<u64, F, T>,
         h: &mut Primary<'_>,
         idx: u32,
+        committed: bool,
     ) -> bool
     where
         F: FnMut(u64, Result<&[u8], CallFailed>),
@@ -197,6 +203,9 @@ impl Forwarder {
         };
         h.slot_state.end_write(p.fp);
         match outcome {
+            Ok(()) if committed => {
+                let _ = ctx.reply_early(p.handle, &p.answer);
+            }
             Ok(()) => {
                 let _ = ctx.reply(p.handle, &p.answer);
             }
@@ -278,7 +287,9 @@ impl Forwarder {
                             self.write_missed(h, idx, owner, why);
                         }
                     }
-                    if self.settle(ctx, h, idx) {
+                    // Acks come with a poll, and the commit of the turn
+                    // that made the write came before it.
+                    if self.settle(ctx, h, idx, true) {
                         answered += 1;
                     }
                 }

@@ -147,6 +147,13 @@ pub struct Handler {
     /// The disk of the worker's log is full: writes are refused with this
     /// message (reads go on).
     pub(crate) disk_full: Option<std::sync::Arc<str>>,
+    /// A write was answered this turn before the worker's log commit (a
+    /// slot without backups, or a write no backup counted for): until the
+    /// commit, reads are answered only after it too, as they may have
+    /// seen that write. (A write that awaits its backups holds its key's
+    /// reads in [`ReadsWaiting`](crate::serving::read_wait::ReadsWaiting)
+    /// instead, and is answered in a later turn, once committed.)
+    pub(crate) answered_uncommitted: bool,
     /// Slots whose records stay, not served, while the member rejoins.
     retained: Retained,
     /// Exports recovered from the log, until the worker holds them.
@@ -258,6 +265,7 @@ impl Handler {
             metrics: RequestMetrics::default(),
             refused_member_ops: 0,
             disk_full: None,
+            answered_uncommitted: false,
             retained,
             exports,
         }
@@ -659,6 +667,8 @@ impl Handler {
     fn wrote(&mut self, slot: u32, key: &[u8], kind: Kind) {
         self.dedup.record(slot, self.id);
         let backed = !self.map.backups(slot).is_empty();
+        // Without backups the write is answered in this turn.
+        self.answered_uncommitted |= !backed;
         if !backed && !self.slot_state.keeps_history() {
             return;
         }
@@ -1210,6 +1220,47 @@ mod tests {
         write_request(&mut req, Op::Put, 1, k, v, v.len() as u32, 0);
         kvs_proto::proto::add_request_id(&mut req, RequestId::new(client, q));
         req
+    }
+
+    #[test]
+    fn a_write_answered_in_its_turn_holds_the_turns_later_reads() {
+        // Without backups a write is answered at once, before the log
+        // commit: the handler says so, and the worker's later reads of the
+        // turn wait for the commit with it.
+        let map = ShardMap::single(addr(), 1, 1).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        let mut out = Vec::new();
+        assert!(!h.answered_uncommitted);
+        assert_eq!(
+            st(&ask(&mut h, Op::Get, b"k", b"", 0, 64)),
+            Status::NotFound
+        );
+        assert!(!h.answered_uncommitted, "a read answers no write");
+        let got = h.handle(&put_with_id(b"k", b"v", 7, 1), 64, &mut out);
+        assert!(matches!(got, Handled::Answered));
+        assert!(h.answered_uncommitted);
+        // The worker clears it after the commit; a refused write is no
+        // write answered.
+        h.answered_uncommitted = false;
+        h.disk_full = Some("full".into());
+        h.handle(&put_with_id(b"k", b"w", 7, 2), 64, &mut out);
+        assert_eq!(st(&out), Status::DiskFull);
+        assert!(!h.answered_uncommitted);
+        // With a backup, the write awaits it (answered in a later turn,
+        // once committed): nothing is answered now.
+        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
+        map.add_member(kvs_proto::Member {
+            addr: "127.0.0.1:7001".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        map.add_backup(0..1, MemberId(1)).unwrap();
+        map.set_backup_ready(0..1, MemberId(1)).unwrap();
+        let mut h = Handler::new(W0, map, 8, 16);
+        let got = h.handle(&put_with_id(b"k", b"v", 7, 1), 64, &mut out);
+        assert!(matches!(got, Handled::Forward(_)));
+        assert!(!h.answered_uncommitted);
     }
 
     #[test]

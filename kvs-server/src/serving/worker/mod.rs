@@ -183,7 +183,7 @@ impl Worker {
             let conns = copyrpc::conn::LiveSet::new().map_err(WorkerFailure::Watch)?;
             Ok((ctx, conns, open_store(&cfg, map.slots(), w, &stats)?))
         });
-        let (ctx, conns, (store, log)) = match parts {
+        let (mut ctx, conns, (store, log)) = match parts {
             Ok(p) => p,
             Err(why) => {
                 let _ = ready.send(Err(fail(why)));
@@ -209,6 +209,9 @@ impl Worker {
         }
         .encode();
         let waker = ctx.waker();
+        // With a log, replies wait for the turn's commit unless written to
+        // leave early (`Context::reply_early`): see `Serving::wait`.
+        ctx.set_hold_replies(log.is_some());
         Some(Serving {
             log,
             huge: HugeReport::new(w, dev.is_software()),
@@ -385,23 +388,28 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         let mut snapshot_tick = None;
         if let Some(l) = self.log.as_mut() {
             self.h.end_turn();
-            // The turn's writes go to their backups first, so that each
-            // backup applies and logs them while this worker logs them:
-            // an update waits for two log commits in a row, not three.
-            // Nothing is acknowledged earlier for it: a client's answer
-            // still leaves only after this commit and every backup's ack,
-            // and a backup acks only after its own commit (the ack is a
-            // reply of its turn, which leaves after that turn's commit).
-            // A crash of the primary and its backups can leave a backup
-            // holding a write the primary's log lost; that write was never
-            // answered, so it is indeterminate: whether it took effect
-            // depends on which copy is promoted, and either is a
+            // What needs nothing of this commit leaves before it: the
+            // turn's writes to their backups (each backup applies and logs
+            // them while this worker logs them: an update waits for two
+            // log commits in a row, not three), the reads of what earlier
+            // commits hold, and the answers to writes of earlier turns
+            // that their backups acked. Every other reply (`Context::
+            // set_hold_replies`) waits for the commit: a write answered in
+            // this turn, a read after it, a backup's ack.
+            //
+            // So a client's write is answered only once this worker's log
+            // and every backup's hold it, and a backup acks only after its
+            // own commit. A crash of the primary and its backups can leave
+            // a backup holding a write the primary's log lost; that write
+            // was never answered, so it is indeterminate: whether it took
+            // effect depends on which copy is promoted, and either is a
             // linearizable outcome. A restarted backup catches up only in
             // the stream of a primary that did not restart (a restarted
             // primary draws new streams), so such a write never outlives
             // its next copy.
-            self.fwd.flush_links(&mut self.ctx);
+            self.ctx.flush_unheld();
             l.commit(&mut self.h.store);
+            self.h.answered_uncommitted = false;
             l.tend(&mut self.h.store);
             snapshot_tick = l.tick();
             if let Some(full) = l.disk_full_changed() {
@@ -467,6 +475,8 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
     #[inline]
     fn serve(&mut self, req: copyrpc::RecvHandle, warmed: Option<Warmed>) {
         let max = req.max_response();
+        // Read before the value borrows the handler (a GET changes it not).
+        let early = !self.h.answered_uncommitted;
         let handled = match self.ctx.request(&req) {
             Some(b) => match self
                 .h
@@ -477,11 +487,20 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                 // after the header.
                 Served::Value(v) => {
                     let out = &self.out;
-                    let _ = self.ctx.reply_with(req, out.len() + v.len(), |ring| {
+                    let fill = |ring: &mut [u8]| {
                         let (head, value) = ring.split_at_mut(out.len());
                         head.copy_from_slice(out);
                         value.copy_from_slice(v);
-                    });
+                    };
+                    let len = out.len() + v.len();
+                    // A value no write of this turn answered before it
+                    // (one awaiting its backups holds its key's reads) is
+                    // in the log already: it need not wait for the commit.
+                    let _ = if early {
+                        self.ctx.reply_early_with(req, len, fill)
+                    } else {
+                        self.ctx.reply_with(req, len, fill)
+                    };
                     self.ops += 1;
                     return;
                 }
@@ -518,8 +537,12 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
                 if let Some(b) = self.ctx.request(&req) {
                     self.fwd.prepare(&mut self.h.primary(), b, f);
                 }
-                self.fwd
-                    .forward(&mut self.ctx, &mut self.h.primary(), req, f, &self.out);
+                if self
+                    .fwd
+                    .forward(&mut self.ctx, &mut self.h.primary(), req, f, &self.out)
+                {
+                    self.h.answered_uncommitted = true;
+                }
             }
             Handled::AwaitWrite { fp } => {
                 // Its key's write awaits its backups: handled again once

@@ -31,7 +31,9 @@ pub(super) fn settle<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallFail
             }
             Handled::Forward(f) => {
                 fwd.prepare(&mut h.primary(), &p.req, f);
-                fwd.forward(ctx, &mut h.primary(), p.handle, f, out);
+                if fwd.forward(ctx, &mut h.primary(), p.handle, f, out) {
+                    h.answered_uncommitted = true;
+                }
             }
             // Still not here (its pull failed), or a write of it in
             // flight: the client asks again.
@@ -56,6 +58,12 @@ pub(super) fn reads_due<T: Transport, F: FnMut(u64, Result<&[u8], copyrpc::CallF
     let mut n = 0;
     for r in due.drain(..) {
         match h.handle(&r.req, r.handle.max_response(), out) {
+            // Its key's write was made in an earlier turn, and committed.
+            Handled::Answered if !h.answered_uncommitted => {
+                let _ = ctx.reply_early(r.handle, out);
+                reads.recycle(r.req);
+                n += 1;
+            }
             Handled::Answered => {
                 let _ = ctx.reply(r.handle, out);
                 reads.recycle(r.req);
