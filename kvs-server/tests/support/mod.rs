@@ -153,11 +153,25 @@ impl ServerProcess {
     }
 
     /// Stops it with SIGSTOP (`stop`), or lets it go on with SIGCONT.
+    /// A stop returns once every thread of the process is stopped: kill(2)
+    /// returns before a thread running on another CPU has taken the
+    /// signal, and it may answer a request meanwhile.
     pub fn pause(&self, stop: bool) {
         let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        let pid = self.child.id();
         // SAFETY: kill(2) with a pid this process spawned and has not reaped.
         unsafe {
-            libc::kill(self.child.id() as libc::pid_t, sig);
+            libc::kill(pid as libc::pid_t, sig);
+        }
+        if stop {
+            let until = Instant::now() + Duration::from_secs(10);
+            while !all_threads_stopped(pid) {
+                assert!(
+                    Instant::now() < until,
+                    "process {pid} did not stop within 10 s"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
     }
 
@@ -473,4 +487,20 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String, String) {
         .expect("a length");
     assert_eq!(length, body.len());
     (code, head.to_string(), body.to_string())
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in its
+/// `/proc` stat; a thread that exits meanwhile counts as stopped).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
+            // The state follows the command's closing parenthesis.
+            st.rfind(')')
+                .and_then(|i| st[i + 1..].split_whitespace().next())
+                .is_some_and(|state| state == "T" || state == "t")
+        })
+    })
 }
