@@ -25,7 +25,7 @@ impl Format {
     }
 
     /// The magic the files start with.
-    pub fn magic(&self) -> &[u8; field::MAGIC.end] {
+    pub const fn magic(&self) -> &[u8; field::MAGIC.end] {
         &self.magic
     }
 

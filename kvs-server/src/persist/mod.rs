@@ -40,6 +40,7 @@
 //! [`Store::journal`]: crate::store::Store::journal
 
 mod files;
+mod next_log;
 mod progress;
 mod records;
 mod recover;
@@ -50,11 +51,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kvs_wal::{FlushTimes, Format, Log, WalError, Writer};
+use kvs_wal::{FlushTimes, Format, WalError, Writer};
 
 use crate::config::{Config, Durability};
 use crate::store::Store;
 
+use next_log::{NextLog, Ready};
 pub(crate) use progress::RecoveryCounters;
 pub(crate) use recover::{recover, Recovered};
 use snapshot::{Outcome, Snapshot};
@@ -131,6 +133,7 @@ pub(crate) fn open(
         auto_percentage: cfg.auto_snapshot_percentage,
         auto_min: cfg.auto_snapshot_min_size,
         snapshot: None,
+        next: None,
         requested: false,
         pending_ask: 0,
         answering: 0,
@@ -179,6 +182,8 @@ pub(crate) struct WorkerLog {
     auto_min: u64,
     /// The snapshot under way.
     snapshot: Option<Snapshot>,
+    /// The log the next snapshot begins, being made ready.
+    next: Option<NextLog>,
     /// `kvs-admin snapshot` asked for one.
     requested: bool,
     /// The snapshot under way was asked for.
@@ -309,24 +314,41 @@ impl WorkerLog {
                 self.snapshot = None;
                 self.ended(o);
             }
+        } else if let Some(n) = self.next.as_mut() {
+            // The old log flushed as far as it was when asked (the
+            // switch flushes the rest), and the new one made.
+            if self.writer.durable() >= n.flush_to {
+                if let Some(made) = n.take() {
+                    let gen = n.gen;
+                    self.next = None;
+                    match made {
+                        Ok(r) => self.begin(gen, r),
+                        Err(e) => self.failed(gen, &e),
+                    }
+                }
+            }
         } else if (self.requested || (self.full.is_none() && self.due()))
             && self.not_before.is_none_or(|t| Instant::now() >= t)
         {
             // An automatic snapshot waits for room; one asked for is tried
             // (and tried again after a failure, until one is in place).
-            self.begin();
+            self.prepare();
         }
     }
 
     /// Asks for a snapshot at the next turn's end; false if one is under
-    /// way already.
+    /// way already (or being readied: it answers this one too).
     pub(crate) fn request_snapshot(&mut self, ask: u64) -> bool {
         if self.snapshot.is_some() {
             // The one under way answers it.
             self.answering = self.answering.max(ask);
             return false;
         }
+        // The one being readied begins after this request: it answers it.
         self.pending_ask = self.pending_ask.max(ask);
+        if self.next.is_some() {
+            return false;
+        }
         self.requested = true;
         self.not_before = None;
         true
@@ -336,6 +358,9 @@ impl WorkerLog {
     /// a snapshot has slots to copy, a millisecond while it waits for its
     /// thread, `None` with no snapshot under way.
     pub(crate) fn tick(&self) -> Option<Duration> {
+        if self.next.is_some() {
+            return Some(Duration::from_millis(1));
+        }
         self.snapshot.as_ref().map(|s| {
             if s.has_work() {
                 Duration::ZERO
@@ -438,34 +463,56 @@ impl WorkerLog {
         self.log_bytes() >= grown.max(self.auto_min)
     }
 
-    /// Begins a snapshot: the log flushed and the next one begun, the
-    /// snapshot's thread started.
+    /// Readies a snapshot's begin off the worker's thread: the next log
+    /// made, and (`everysec`) the log flushed now.
     #[cold]
-    fn begin(&mut self) {
+    fn prepare(&mut self) {
+        let gen = self.gen + 1;
+        let flush_to = self.writer.end();
+        if let Some(s) = &self._syncer {
+            s.sync_now();
+        }
+        match NextLog::start(&self.dir, self.worker, gen, RESERVE_AHEAD, flush_to) {
+            Ok(n) => self.next = Some(n),
+            Err(e) => self.failed(
+                gen,
+                &WalError::Io {
+                    path: files::log_path(&self.dir, self.worker, gen),
+                    source: e,
+                },
+            ),
+        }
+    }
+
+    /// Begins snapshot `gen` on its log, made ready: the old log flushed
+    /// whole (what was written since [`prepare`](Self::prepare) asked),
+    /// the new one takes the writes, the snapshot's thread started.
+    #[cold]
+    fn begin(&mut self, gen: u64, next: Ready) {
         // Kept until the snapshot is in place: a failed one asked for is
         // tried again.
         self.asked = std::mem::take(&mut self.requested);
         // Any snapshot that begins now answers the requests before it.
         self.answering = self.answering.max(self.pending_ask);
-        let (worker, gen) = (self.worker, self.gen + 1);
-        let path = files::log_path(&self.dir, worker, gen);
+        let worker = self.worker;
         // The log must be whole on disk before the next one takes writes:
         // a recovery reads them in order.
-        let next = self.writer.sync().and_then(|()| {
-            Log::open(&path, FORMAT)?
-                .replay(&mut |_: u8, _: &[u8], _: u64| Ok(()))?
-                .append()
-        });
-        let next = match next {
-            Ok(w) => w,
-            Err(e) => return self.failed(gen, &e),
-        };
+        if let Err(e) = self.writer.sync() {
+            return self.failed(gen, &e);
+        }
         self.older += self.writer.end();
         self.flushed.add(&self.writer.flush_times());
-        self.writer = next;
+        self.writer = next.writer;
         self.gen = gen;
-        self.reserved = 0;
-        self.reserve();
+        self.reserved = match next.reserved {
+            Ok(true) => next.upto,
+            Ok(false) => u64::MAX,
+            // The worker asks again, and a full disk is dealt with there.
+            Err(_) => 0,
+        };
+        if self.reserved == 0 {
+            self.reserve();
+        }
         // The old thread's last flush is of a flushed log.
         self._syncer = syncer_for(&self.writer, self.durability, worker);
         match Snapshot::start(self.dir.clone(), worker, gen, self.slots) {

@@ -111,21 +111,27 @@ pub(crate) fn recover(
         let replayed = log.replay(&mut v)?;
         v.progress.done(replayed.end() + replayed.torn_bytes());
         log_bytes += replayed.end();
-        if i < last {
-            // Flushed before the next log began: a tear is damage.
-            if replayed.torn_bytes() > 0 {
+        let torn = replayed.torn_bytes();
+        if torn > 0 {
+            // A log is flushed whole before the next one takes writes, so
+            // only the last log with writes can be torn; empty ones after
+            // it were made ready for a snapshot that did not begin.
+            if !logs[i + 1..].iter().all(|(_, p)| size(p) <= EMPTY) {
                 return Err(cut(path, replayed.end()));
             }
-            continue;
-        }
-        found.torn_bytes = replayed.torn_bytes();
-        if found.torn_bytes > 0 {
+            found.torn_bytes = torn;
             tracing::warn!(
-                "worker {worker}: {}: a torn last write of {} bytes cut off (a crash during the \
-                 write; nothing it held was acknowledged under durability = \"always\")",
+                "worker {worker}: {}: a torn last write of {torn} bytes cut off (a crash during \
+                 the write; nothing it held was acknowledged under durability = \"always\")",
                 path.display(),
-                found.torn_bytes
             );
+        }
+        if i < last {
+            if torn > 0 {
+                // Cut off here too: the next writes go to the newest log.
+                drop(replayed.append()?);
+            }
+            continue;
         }
         writer = Some((*gen, replayed.append()?));
     }
@@ -144,6 +150,9 @@ pub(crate) fn recover(
         found,
     })
 }
+
+/// The size of a log that holds no record: its magic alone.
+const EMPTY: u64 = FORMAT.magic().len() as u64;
 
 /// A file's size (0 if it cannot be read: its reading says why).
 fn size(p: &Path) -> u64 {

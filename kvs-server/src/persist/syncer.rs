@@ -12,6 +12,7 @@ const EVERY: Duration = Duration::from_secs(1);
 
 /// The flushing thread; dropping it stops the thread after a last flush.
 pub(super) struct Syncer {
+    /// A message asks for a flush now; dropped, the thread stops.
     stop: Option<Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -25,7 +26,10 @@ impl Syncer {
             .spawn(move || {
                 let mut failed = false;
                 loop {
-                    let last = !matches!(rx.recv_timeout(EVERY), Err(RecvTimeoutError::Timeout));
+                    // A message asks for a flush now; the channel's close,
+                    // for a last one.
+                    let last =
+                        matches!(rx.recv_timeout(EVERY), Err(RecvTimeoutError::Disconnected));
                     match h.sync() {
                         Ok(_) => failed = false,
                         Err(e) if !failed => {
@@ -48,6 +52,16 @@ impl Syncer {
         Syncer {
             stop: Some(tx),
             thread,
+        }
+    }
+}
+
+impl Syncer {
+    /// Asks for a flush now, not at the second's end (the caller watches
+    /// the log's durable length for it).
+    pub(super) fn sync_now(&self) {
+        if let Some(tx) = &self.stop {
+            let _ = tx.send(());
         }
     }
 }

@@ -188,6 +188,15 @@ fn a_sync_handle_flushes_from_another_thread() {
     );
     assert_eq!(*seen.last().unwrap(), w.end());
     assert_eq!(w.durable(), w.end(), "the writer sees the handle's syncs");
+    // The writer's own sync has nothing left to flush: it does not.
+    let flushes = w.flush_times().count();
+    w.sync().unwrap();
+    assert_eq!(w.flush_times().count(), flushes, "a flush of nothing new");
+    w.push(1, b"one more").unwrap();
+    w.write().unwrap();
+    w.sync().unwrap();
+    assert_eq!(w.flush_times().count(), flushes + 1);
+    assert_eq!(w.durable(), w.end());
     w.rewrite(|b| b.push(2, b"new")).unwrap();
     w.push(3, b"after").unwrap();
     w.write().unwrap();
