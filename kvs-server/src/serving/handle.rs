@@ -1222,6 +1222,20 @@ mod tests {
         req
     }
 
+    /// One slot, on worker 0 of member 0, with a ready backup on member 1.
+    fn backed_up_map() -> ShardMap {
+        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
+        map.add_member(kvs_proto::Member {
+            addr: "127.0.0.1:7001".parse().unwrap(),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        map.add_backup(0..1, MemberId(1)).unwrap();
+        map.set_backup_ready(0..1, MemberId(1)).unwrap();
+        map
+    }
+
     #[test]
     fn a_write_answered_in_its_turn_holds_the_turns_later_reads() {
         // Without backups a write is answered at once, before the log
@@ -1248,15 +1262,7 @@ mod tests {
         assert!(!h.answered_uncommitted);
         // With a backup, the write awaits it (answered in a later turn,
         // once committed): nothing is answered now.
-        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
-        map.add_member(kvs_proto::Member {
-            addr: "127.0.0.1:7001".parse().unwrap(),
-            workers: 1,
-            bulk_port: 0,
-        })
-        .unwrap();
-        map.add_backup(0..1, MemberId(1)).unwrap();
-        map.set_backup_ready(0..1, MemberId(1)).unwrap();
+        let map = backed_up_map();
         let mut h = Handler::new(W0, map, 8, 16);
         let got = h.handle(&put_with_id(b"k", b"v", 7, 1), 64, &mut out);
         assert!(matches!(got, Handled::Forward(_)));
@@ -1270,15 +1276,7 @@ mod tests {
             member: MemberId(1),
             worker: 0,
         };
-        let mut map = ShardMap::single(addr(), 1, 1).unwrap();
-        map.add_member(kvs_proto::Member {
-            addr: "127.0.0.1:7001".parse().unwrap(),
-            workers: 1,
-            bulk_port: 0,
-        })
-        .unwrap();
-        map.add_backup(0..1, MemberId(1)).unwrap();
-        map.set_backup_ready(0..1, MemberId(1)).unwrap();
+        let mut map = backed_up_map();
         map.set_version(2);
         let mut primary = Handler::new(W0, map.clone(), 8, 16);
         let mut backup = Handler::new(b, map.clone(), 8, 16);
