@@ -1,6 +1,7 @@
 //! `kvs-admin forget`: a dead member removed for good, refused while it owns
 //! slots unless `--force` declares their records lost; the cluster goes on
-//! without it and its id is not used again.
+//! without it and its id is not used again. Before that, a migration or a
+//! rebalance that would move its slots (no copy elsewhere) is refused.
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,24 @@ fn a_dead_member_is_forgotten_and_its_slots_need_force() {
         assert!(t.elapsed() < Duration::from_secs(10), "{}", status(&c));
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Its slots have no other copy (replicas = 1): moving them is refused
+    // up front, saying why and what can be done, not started to stall.
+    let last = status(&c)["migration"].clone();
+    for args in [
+        &["migrate", "--slots", "0-15", "--to", "1"][..],
+        &["rebalance"][..],
+    ] {
+        let r = c.admin(args);
+        assert_eq!(r.code(), Some(1), "{args:?}: {r:?}");
+        assert!(
+            r.stderr
+                .contains("slots 0-15 are on member 2, which is Failed")
+                && r.stderr.contains("kvs-admin forget 2 --force"),
+            "{args:?}: {}",
+            r.stderr
+        );
+    }
+    assert_eq!(status(&c)["migration"], last, "nothing started");
     // It owns slots: refused without --force, saying what to do.
     let r = c.admin(&["forget", "2"]);
     assert_eq!(r.code(), Some(1), "{r:?}");

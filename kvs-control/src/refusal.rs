@@ -60,6 +60,26 @@ pub enum Refusal {
         /// Its standing.
         state: MemberState,
     },
+    /// A migration (or a rebalance) that would move slots off a member
+    /// that is not up: their records are there alone (a ready backup
+    /// would have taken them over), and nothing can copy them out.
+    #[error(
+        "slots {first}-{last} are on member {member}, which is {state:?}, and have no ready copy \
+         elsewhere: they cannot move while it is down. Start it again (from its data dir, with \
+         durability, it comes back with its records), or give them up: `kvs-admin forget \
+         {member} --force` hands them, empty, to the members that are up, their records lost",
+        last = .end.saturating_sub(1)
+    )]
+    SourceDown {
+        /// The first of the slots.
+        first: u32,
+        /// One past the last.
+        end: u32,
+        /// The member they are on.
+        member: MemberId,
+        /// Its standing.
+        state: MemberState,
+    },
     /// A rebalance with the slots (and copies) spread evenly already.
     #[error("nothing to move: the slots are spread evenly already")]
     Balanced,

@@ -83,10 +83,25 @@ impl ClusterState {
         if moves.is_empty() && (!spread || self.spread_moves(&self.map).is_empty()) {
             return Err(Refusal::Balanced);
         }
+        // A slot's records are on its owner: one that is down (with no
+        // ready backup, which would have taken over) cannot send them.
+        let chunks = crate::migration::chunks(&self.map, &moves);
+        if let Some((c, state)) = chunks.iter().find_map(|c| {
+            self.member_state(c.from)
+                .filter(|s| *s != MemberState::Up)
+                .map(|s| (c, s))
+        }) {
+            return Err(Refusal::SourceDown {
+                first: c.first,
+                end: c.end,
+                member: c.from,
+                state,
+            });
+        }
         Migration::new(&self.map, &moves, 0, spread)?;
         // The map after it must fit the messages the group carries.
         let mut after = self.map.clone();
-        for c in crate::migration::chunks(&self.map, &moves) {
+        for c in chunks {
             let _ = after.assign(c.first..c.end, c.to, Some(c.from));
             let _ = after.finish_import(c.first..c.end);
         }
@@ -200,6 +215,70 @@ mod tests {
     use super::*;
     use crate::state::fixtures::*;
     use crate::state::*;
+
+    /// Member 2 failed owning slots 42..64 with no copy elsewhere
+    /// (replicas = 1): no migration or rebalance can move them, and the
+    /// refusal says why and what can be done; slots on members that are up
+    /// still move. Once it is up again, they move too.
+    #[test]
+    fn slots_of_a_failed_member_without_a_copy_are_refused_up_front() {
+        let mut s = three();
+        spread(&mut s);
+        let failed = Command::MarkFailed {
+            member: MemberId(2),
+        };
+        assert_eq!(
+            s.apply(&failed, LogPos::new(10, 1)),
+            Applied::Failed(MemberId(2))
+        );
+        assert_eq!(
+            s.map().owner_of_slot(50).member,
+            MemberId(2),
+            "no copy took over"
+        );
+        let off_2 = Command::Migrate {
+            moves: vec![(40, 48, MemberId(0))],
+            at_ms: 1,
+        };
+        let Applied::Refused(why) = s.apply(&off_2, LogPos::new(11, 1)) else {
+            panic!("a migration off a failed member was accepted");
+        };
+        assert_eq!(
+            why,
+            Refusal::SourceDown {
+                first: 42,
+                end: 48,
+                member: MemberId(2),
+                state: MemberState::Failed
+            }
+        );
+        let text = why.to_string();
+        assert!(
+            text.contains("slots 42-47 are on member 2, which is Failed")
+                && text.contains("kvs-admin forget 2 --force"),
+            "{text}"
+        );
+        assert!(!s.migrating());
+        // A rebalance would move some of them too.
+        assert!(matches!(
+            s.apply(&Command::Rebalance { at_ms: 1 }, LogPos::new(12, 1)),
+            Applied::Refused(Refusal::SourceDown { .. })
+        ));
+        // Slots on a member that is up still move.
+        let off_1 = Command::Migrate {
+            moves: vec![(21, 30, MemberId(0))],
+            at_ms: 1,
+        };
+        assert_eq!(s.check_migration(&off_1), Ok(()));
+        let up = Command::MarkUp {
+            member: MemberId(2),
+        };
+        assert_eq!(s.apply(&up, LogPos::new(13, 1)), Applied::Up(MemberId(2)));
+        assert!(matches!(
+            s.apply(&off_2, LogPos::new(14, 1)),
+            Applied::Map(_)
+        ));
+    }
 
     #[test]
     fn with_replicas_a_migration_copies_then_hands_over_on_the_sources_word() {
