@@ -8,6 +8,7 @@
 //! workers' gauges ([`WorkerStats`]) and the setup counters, and encodes them
 //! with `prometheus-client` in the Prometheus text format.
 
+mod cluster;
 mod disk;
 
 use std::sync::{Arc, Mutex};
@@ -121,6 +122,7 @@ impl Collector for Exposition {
         self.encode_disk(&mut enc)?;
         self.encode_setups(&mut enc)?;
         self.encode_cluster(&mut enc)?;
+        self.encode_figures(&mut enc)?;
         self.encode_migration(&mut enc)?;
         self.encode_process(&mut enc)
     }

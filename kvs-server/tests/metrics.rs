@@ -5,58 +5,22 @@
 //! nothing delays no other scrape.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use kvs_client::{AuthToken, ClientOptions, ConnectError, KvError, OwnedReply};
 use kvs_server::{Config, Server};
 use mlx5::sim::fabric::Fabric;
-use prometheus_parse::{Sample, Scrape, Value};
+use prometheus_parse::{Sample, Value};
 
+#[path = "support/scrape.rs"]
+mod scrape;
 mod support;
+use scrape::{scrape, sum};
 use support::{connect, temp_dir, test_config, write_file};
 
 const TOKEN: &str = "metrics-test-token-1";
 const CLUSTER_TOKEN: &str = "metrics-cluster-token-1";
-
-fn scrape(addr: SocketAddr) -> Vec<Sample> {
-    let (code, head, body) = support::http_get(addr, "/metrics");
-    assert_eq!(code, 200, "{head}");
-    assert!(
-        head.contains("Content-Type: text/plain; version=0.0.4"),
-        "{head}"
-    );
-    // Every line is a comment or a sample the parser understood.
-    let lines = body
-        .lines()
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count();
-    let parsed = Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
-        .unwrap()
-        .samples;
-    let buckets: usize = parsed
-        .iter()
-        .map(|s| match &s.value {
-            Value::Histogram(b) => b.len(),
-            _ => 1,
-        })
-        .sum();
-    assert_eq!(buckets, lines, "{body}");
-    parsed
-}
-
-/// The sum of `metric`'s values whose labels include `want`.
-fn sum(samples: &[Sample], metric: &str, want: &[(&str, &str)]) -> f64 {
-    samples
-        .iter()
-        .filter(|s| s.metric == metric)
-        .filter(|s| want.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match &s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            other => panic!("{metric}: {other:?}"),
-        })
-        .sum()
-}
 
 fn ops(samples: &[Sample], op: &str, result: &str) -> f64 {
     sum(

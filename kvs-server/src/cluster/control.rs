@@ -130,6 +130,7 @@ impl OnTransport for Control {
         let (mut state, incoming) = self.into_state();
         // A member that restarts while importing pulls again.
         state.start_imports();
+        state.publish_figures();
         let answer = SetupAnswer {
             workers: state.cfg.workers,
             slots: state.map.slots(),

@@ -14,6 +14,7 @@ use kvs_proto::{MemberId, ShardMap};
 use super::{now_ms, State, LOG};
 use crate::bulk::source_slots::free_elsewhere;
 use crate::migration::import::{Importer, Progress};
+use crate::threads::cluster_view::ClusterFigures;
 use crate::threads::to_worker::ToWorker;
 
 /// How often a member whose address or bulk port the map has wrong asks
@@ -47,8 +48,13 @@ impl State {
             }
         }
         let mut changed = false;
+        let mut applied = false;
         for e in self.group.take_events() {
+            applied = true;
             changed |= self.on_event(e);
+        }
+        if applied {
+            self.publish_figures();
         }
         if changed {
             if let Some(m) = self.group.state().map(|s| s.map().clone()) {
@@ -125,6 +131,19 @@ impl State {
                 false
             }
         }
+    }
+
+    /// Publishes the cluster's figures for the metrics endpoint.
+    pub(super) fn publish_figures(&self) {
+        let Some(s) = self.group.state() else {
+            return;
+        };
+        let f = ClusterFigures::of(s);
+        let mut g = match self.shared.figures.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        *g = f;
     }
 
     /// Publishes and logs who leads now (`l`; none known); the state did
