@@ -173,5 +173,6 @@ pub fn migration(done: u32, total: u32, finished: bool) -> MigrationStatus {
         finished,
         cancelled: false,
         error: None,
+        stalled: None,
     }
 }

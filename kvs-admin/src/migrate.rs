@@ -639,6 +639,7 @@ mod tests {
             finished: false,
             cancelled: false,
             error: None,
+            stalled: None,
         };
         assert_eq!(
             started_text(a("10.0.0.1:7000"), &m, &addrs),

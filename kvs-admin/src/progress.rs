@@ -349,6 +349,7 @@ mod tests {
             finished: false,
             cancelled: false,
             error: None,
+            stalled: None,
         }
     }
 

@@ -701,6 +701,9 @@ fn migration_text(m: &MigrationStatus, members: &[MemberView]) -> String {
     };
     let mut out = format!("migration: {state}\n");
     let _ = writeln!(out, "  {}", progress::summary(m, 30));
+    if let Some(why) = m.stalled.as_ref().filter(|_| !m.finished) {
+        let _ = writeln!(out, "  stalled: {why}");
+    }
     if !m.finished && !m.moves.is_empty() {
         out.push_str("  moves to run (the first one now):\n");
         for &(first, end, to) in &m.moves {
@@ -868,6 +871,7 @@ mod tests {
             finished: false,
             cancelled: false,
             error: None,
+            stalled: Some("waiting for member 1, the chunk's target, marked failed".into()),
         });
         let mut one = st(MemberId(1), 3, &[(8, 5, 100)]);
         // Two of its five keys are backup copies of member 0's slots.
@@ -947,6 +951,10 @@ mod tests {
         );
         assert!(text.contains("  importing 0-7 from member 0"), "{text}");
         assert!(text.contains("migration: running"), "{text}");
+        assert!(
+            text.contains("  stalled: waiting for member 1, the chunk's target, marked failed\n"),
+            "{text}"
+        );
         assert!(text.contains("0-7 -> member 1 (10.0.0.1:7001)"), "{text}");
         assert!(text.contains("2/8 slots"), "{text}");
         assert!(text.contains("imports at targets"), "{text}");

@@ -459,6 +459,12 @@ impl Migration {
         changed
     }
 
+    /// The members the chunk being moved goes from and to, while it runs.
+    pub fn moving(&self) -> Option<(MemberId, MemberId)> {
+        let c = self.current.as_ref().filter(|_| self.running())?;
+        Some((c.chunk.from, c.chunk.to))
+    }
+
     /// Stops after the chunk being pulled.
     pub fn cancel(&mut self) {
         self.cancelled = true;
@@ -493,6 +499,7 @@ impl Migration {
             finished: self.ended_ms.is_some(),
             cancelled: self.cancelled,
             error: self.error.clone(),
+            stalled: None,
         }
     }
 }

@@ -371,6 +371,10 @@ pub struct MigrationStatus {
     pub cancelled: bool,
     /// Why it stopped, if it failed.
     pub error: Option<String>,
+    /// Why it cannot move now, while it runs: the member its chunk moves
+    /// from or to is not up.
+    #[serde(default)]
+    pub stalled: Option<String>,
 }
 
 /// One worker's figures.
@@ -547,6 +551,7 @@ mod tests {
                 finished: false,
                 cancelled: false,
                 error: None,
+                stalled: None,
             }),
             held: (2, 100),
             drained: false,

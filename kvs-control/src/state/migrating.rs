@@ -16,7 +16,32 @@ impl ClusterState {
     /// The migration running, or the last one, as of `now_ms` (Unix
     /// milliseconds).
     pub fn migration_status(&self, now_ms: u64) -> Option<MigrationStatus> {
-        self.migration.as_ref().map(|g| g.status(now_ms))
+        let g = self.migration.as_ref()?;
+        let mut s = g.status(now_ms);
+        s.stalled = g.moving().and_then(|(from, to)| self.stalled_on(from, to));
+        Some(s)
+    }
+
+    /// Why a chunk from `from` to `to` cannot move: one of them is not up.
+    fn stalled_on(&self, from: MemberId, to: MemberId) -> Option<String> {
+        let down = |m: MemberId| {
+            let st = self.member_state(m)?;
+            (st != MemberState::Up).then_some(st)
+        };
+        let (role, m, st) = match (down(from), down(to)) {
+            (Some(st), _) => ("source", from, st),
+            (None, Some(st)) => ("target", to, st),
+            (None, None) => return None,
+        };
+        let st = match st {
+            MemberState::Failed => "marked failed",
+            MemberState::Left => "forgotten",
+            MemberState::Up => "up",
+        };
+        Some(format!(
+            "waiting for member {m}, the chunk's {role}, {st}: start it again, or \
+             `kvs-admin forget {m} --force` to go on without it (records it alone holds are lost)"
+        ))
     }
 
     /// The chunk a migration is copying, if its source may hand it over
@@ -278,6 +303,18 @@ mod tests {
             s.apply(&off_2, LogPos::new(14, 1)),
             Applied::Map(_)
         ));
+        assert_eq!(s.migration_status(2).unwrap().stalled, None);
+        // The source fails while its chunk is pulled: status says what the
+        // migration waits for.
+        s.apply(&failed, LogPos::new(15, 1));
+        let st = s.migration_status(2).unwrap();
+        assert!(!st.finished, "{st:?}");
+        let why = st.stalled.expect("a stalled migration says why");
+        assert!(
+            why.starts_with("waiting for member 2, the chunk's source, marked failed")
+                && why.contains("kvs-admin forget 2 --force"),
+            "{why}"
+        );
     }
 
     #[test]
