@@ -185,6 +185,9 @@ pub struct Args {
         value_parser = parse_seconds
     )]
     pub timeout: Duration,
+    /// Completions and man pages.
+    #[command(flatten)]
+    pub docs: cli_docs::DocsFlags,
     /// What to do.
     #[command(subcommand)]
     pub cmd: Command,

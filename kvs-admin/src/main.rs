@@ -46,7 +46,9 @@ use crate::error::AdminError;
 use crate::progress::Pace;
 
 fn main() {
+    cli_docs::serve::<Args>();
     let a = Args::parse();
+    a.docs.alone::<Args>();
     kvs_client::log_to_stderr();
     if let Err(e) = run(&a) {
         eprintln!("kvs-admin: {e}");

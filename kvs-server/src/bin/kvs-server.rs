@@ -202,6 +202,9 @@ struct Args {
     /// object per line for log shippers. Config key `log_format`.
     #[arg(long, value_name = "plain|json")]
     log_format: Option<kvs_server::logging::LogFormat>,
+    /// Completions and man pages.
+    #[command(flatten)]
+    docs: cli_docs::DocsFlags,
 }
 
 /// Starts the server the config file and flags describe, prints its stats
@@ -212,7 +215,9 @@ fn main() {
     // its lease and serves none of that thread's slots.
     kvs_server::abort_on_panic();
     grow_heaps_in_large_steps();
+    cli_docs::serve::<Args>();
     let a = Args::parse();
+    a.docs.alone::<Args>();
     let mut cfg = match &a.config {
         // Checked once the flags are in (Server::start).
         Some(p) => Config::read(p).unwrap_or_else(|e| die(&e.to_string())),

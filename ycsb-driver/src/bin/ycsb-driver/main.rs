@@ -105,6 +105,9 @@ struct Args {
     /// Writes the latency percentiles (CSV) here.
     #[arg(long)]
     csv: Option<PathBuf>,
+    /// Completions and man pages.
+    #[command(flatten)]
+    docs: cli_docs::DocsFlags,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -140,7 +143,9 @@ fn die(m: &dyn std::fmt::Display) -> ! {
 }
 
 fn main() {
+    cli_docs::serve::<Args>();
     let a = Args::parse_from(java_args());
+    a.docs.alone::<Args>();
     // The log of the embedded server and of the libraries (the software
     // device standing in for a NIC, say): warnings and errors, on stderr;
     // RUST_LOG raises it.
