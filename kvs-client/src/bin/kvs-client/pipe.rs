@@ -1,0 +1,281 @@
+//! `--pipe`: commands from stdin, one per line in the shell's syntax, with
+//! `--depth` requests in flight on one connection, as `redis-cli --pipe`
+//! loads a file. Answers are printed in the order of the lines: a GET's
+//! value (or `(not found)`), a SCAN's records, and `(error) line N: ...`
+//! for a line that failed; PUTs and DELs that succeed print nothing. A
+//! summary goes to stderr at the end.
+//!
+//! stdin is read on a thread of its own, so that a slow producer never
+//! keeps the answers of the requests in flight from being read.
+
+use std::io::{BufRead, Write};
+use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
+use std::time::{Duration, Instant};
+
+use copyrpc::transport::Transport;
+use kvs_client::{Client, Reply, SubmitError};
+
+use crate::syntax::{self, Command};
+
+/// A line's outcome, kept until the lines before it are printed.
+enum Outcome {
+    /// Not answered yet.
+    Pending,
+    /// PUT or DEL done, or a line with no command: nothing to print.
+    Quiet,
+    /// GET or DEL of a missing key.
+    NotFound,
+    /// What to print (a value, `(not found)`, records).
+    Print(String),
+    /// The line failed.
+    Failed(String),
+}
+
+/// What `--pipe` counted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// Lines with a command (blank lines and `#` comments are skipped).
+    pub commands: u64,
+    /// Commands answered OK (a GET or DEL of a missing key included).
+    pub ok: u64,
+    /// Of those, keys not found.
+    pub not_found: u64,
+    /// Lines that failed: syntax errors and failed requests.
+    pub errors: u64,
+}
+
+/// Runs the lines of `input` through `c` with `depth` in flight, printing
+/// to `out`; what was counted.
+pub fn run<X: Transport>(
+    c: &mut Client<u64, X>,
+    input: Box<dyn BufRead + Send>,
+    depth: usize,
+    out: &mut dyn Write,
+) -> std::io::Result<Summary> {
+    let depth = depth.max(1);
+    let lines = read_lines(input, depth * 4);
+    let mut p = Pipe {
+        window: (0..depth).map(|_| Outcome::Pending).collect(),
+        head: 0,
+        next: 0,
+        summary: Summary::default(),
+        out,
+    };
+    let mut held: Option<(u64, Command)> = None;
+    let mut eof = false;
+    loop {
+        // Fill the window: the line held back by a busy endpoint first.
+        while p.next - p.head < depth as u64 {
+            let (n, cmd) = match held.take() {
+                Some(h) => h,
+                None => match lines.try_recv() {
+                    Ok((n, line)) => match p.parse(n, &line) {
+                        Some(cmd) => (n, cmd),
+                        None => continue,
+                    },
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        eof = true;
+                        break;
+                    }
+                },
+            };
+            match submit(c, &cmd, n) {
+                Ok(()) => {}
+                Err(SubmitError::Busy(_)) => {
+                    held = Some((n, cmd));
+                    break;
+                }
+                Err(e) => p.settle(n, Outcome::Failed(e.to_string())),
+            }
+        }
+        let in_flight = p.next - p.head;
+        if eof && held.is_none() && in_flight == 0 {
+            break;
+        }
+        if in_flight > 0 || held.is_some() {
+            let _ = c.wait(Duration::from_millis(1), |n, r| p.settle(n, outcome(r)));
+        } else if !eof {
+            // Nothing in flight: wait for the next line.
+            match lines.recv_timeout(Duration::from_millis(100)) {
+                Ok((n, line)) => {
+                    if let Some(cmd) = p.parse(n, &line) {
+                        held = Some((n, cmd));
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => eof = true,
+            }
+        }
+        p.print_done()?;
+    }
+    p.print_done()?;
+    p.out.flush()?;
+    Ok(p.summary)
+}
+
+/// The window of lines in flight or answered but not printed:
+/// `head..next`, each at `window[n % depth]`.
+struct Pipe<'a> {
+    window: Vec<Outcome>,
+    head: u64,
+    next: u64,
+    summary: Summary,
+    out: &'a mut dyn Write,
+}
+
+impl Pipe<'_> {
+    /// Takes line `n` into the window (every line takes a place, so that
+    /// the answers print in order): its command, or `None` if it has none
+    /// (blank, a comment, or a syntax error: settled at once).
+    fn parse(&mut self, n: u64, line: &[u8]) -> Option<Command> {
+        debug_assert_eq!(n, self.next, "lines enter in order");
+        self.next = n + 1;
+        let words = match syntax::words(line) {
+            Ok(w) => w,
+            Err(e) => return self.settle_now(n, Outcome::Failed(e.to_string())),
+        };
+        if words.is_empty() || words[0].first() == Some(&b'#') {
+            self.put(n, Outcome::Quiet);
+            return None;
+        }
+        match Command::parse(words) {
+            Ok(c) => {
+                self.summary.commands += 1;
+                self.put(n, Outcome::Pending);
+                Some(c)
+            }
+            Err(e) => self.settle_now(n, Outcome::Failed(e.to_string())),
+        }
+    }
+
+    /// A line that failed before it was sent.
+    fn settle_now(&mut self, n: u64, o: Outcome) -> Option<Command> {
+        self.summary.commands += 1;
+        self.settle(n, o);
+        None
+    }
+
+    /// Line `n`'s answer.
+    fn settle(&mut self, n: u64, o: Outcome) {
+        match &o {
+            Outcome::Failed(_) => self.summary.errors += 1,
+            Outcome::NotFound => {
+                self.summary.ok += 1;
+                self.summary.not_found += 1;
+            }
+            _ => self.summary.ok += 1,
+        }
+        self.put(n, o);
+    }
+
+    /// Line `n`'s place in the window.
+    fn put(&mut self, n: u64, o: Outcome) {
+        let d = self.window.len() as u64;
+        self.window[(n % d) as usize] = o;
+    }
+
+    /// Prints the answered lines at the window's head, in order.
+    fn print_done(&mut self) -> std::io::Result<()> {
+        let d = self.window.len() as u64;
+        while self.head < self.next {
+            let slot = &mut self.window[(self.head % d) as usize];
+            match std::mem::replace(slot, Outcome::Pending) {
+                Outcome::Pending => break,
+                Outcome::Quiet => {}
+                Outcome::NotFound => writeln!(self.out, "(not found)")?,
+                Outcome::Print(s) => writeln!(self.out, "{s}")?,
+                Outcome::Failed(e) => writeln!(self.out, "(error) line {}: {e}", self.head + 1)?,
+            }
+            self.head += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Sends `cmd`, tagged with its line.
+fn submit<X: Transport>(
+    c: &mut Client<u64, X>,
+    cmd: &Command,
+    n: u64,
+) -> Result<(), SubmitError<u64>> {
+    match cmd {
+        Command::Get(k) => c.get(k, n),
+        Command::Put(k, v) => c.put(k, v, n),
+        Command::Del(k) => c.delete(k, n),
+        Command::Scan(s, count) => c.scan(s, *count, n),
+    }
+}
+
+/// What to print of an answer.
+fn outcome(r: Result<Reply<'_>, kvs_client::KvError>) -> Outcome {
+    match r {
+        Ok(Reply::Value(v)) => Outcome::Print(syntax::show(v)),
+        Ok(Reply::Done) => Outcome::Quiet,
+        Ok(Reply::NotFound) => Outcome::NotFound,
+        Ok(Reply::Scan(s)) => {
+            let mut lines: Vec<String> = s
+                .iter()
+                .map(|(k, v)| format!("{} {}", syntax::show(k), syntax::show(v)))
+                .collect();
+            if !s.complete() {
+                lines.push("(incomplete: more records may follow)".into());
+            }
+            Outcome::Print(lines.join("\n"))
+        }
+        Err(e) => Outcome::Failed(e.to_string()),
+    }
+}
+
+/// Reads `input`'s lines (numbered from 0, without their line ends) on a
+/// thread of its own, at most `ahead` before they are taken.
+fn read_lines(mut input: Box<dyn BufRead + Send>, ahead: usize) -> Receiver<(u64, Vec<u8>)> {
+    let (tx, rx) = sync_channel(ahead);
+    std::thread::Builder::new()
+        .name("kvs-client-stdin".into())
+        .spawn(move || {
+            let mut n = 0u64;
+            loop {
+                let mut line = Vec::new();
+                match input.read_until(b'\n', &mut line) {
+                    Ok(0) => return,
+                    Ok(_) => {
+                        while matches!(line.last(), Some(b'\n' | b'\r')) {
+                            line.pop();
+                        }
+                        if tx.send((n, line)).is_err() {
+                            return;
+                        }
+                        n += 1;
+                    }
+                    Err(e) => {
+                        eprintln!("kvs-client: reading stdin: {e}");
+                        return;
+                    }
+                }
+            }
+        })
+        .expect("spawn the stdin reader");
+    rx
+}
+
+/// The summary line, as stderr gets it.
+pub fn summary_line(s: &Summary, took: Duration) -> String {
+    let secs = took.as_secs_f64().max(1e-9);
+    format!(
+        "{} commands: {} ok ({} not found), {} errors in {:.2} s ({:.0}/s)",
+        s.commands,
+        s.ok,
+        s.not_found,
+        s.errors,
+        secs,
+        s.commands as f64 / secs
+    )
+}
+
+/// Measures a run.
+pub fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let t = Instant::now();
+    let r = f();
+    (r, t.elapsed())
+}
