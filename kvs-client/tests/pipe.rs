@@ -31,23 +31,24 @@ fn pipe(c: &Cluster, args: &[&str]) -> Child {
 /// once its stdin is closed.
 fn finish(mut child: Child) -> (String, String, Option<i32>) {
     drop(child.stdin.take());
-    let mut out = String::new();
-    let mut err = String::new();
     let mut so = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
         so.read_to_string(&mut s).unwrap();
         s
     });
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    out.push_str(&reader.join().unwrap());
+    let err = stderr_of(&mut child);
+    let out = reader.join().unwrap();
     let status = child.wait().unwrap();
     (out, err, status.code())
+}
+
+/// All a child prints on stderr, until it closes it.
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    let mut e = child.stderr.take().unwrap();
+    e.read_to_string(&mut err).unwrap();
+    err
 }
 
 #[test]
@@ -155,13 +156,7 @@ fn a_hundred_thousand_lines_are_all_answered_during_a_migration() {
         },
     );
     drop(stdin);
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     let out = reader.join().unwrap();
     let code = child.wait().unwrap().code();
 
