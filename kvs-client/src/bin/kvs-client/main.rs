@@ -177,7 +177,7 @@ fn run<X: Transport>(a: &Args, dev: &Device, opts: ClientOptions) -> i32 {
             syntax::Command::Scan(start.clone().into_bytes(), *count)
         }
         None if a.pipe => {
-            let input = Box::new(std::io::BufReader::new(std::io::stdin()));
+            let input = Box::new(std::io::stdin());
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             let (s, took) =
                 pipe::timed(|| pipe::run(&mut c, input, usize::from(a.depth), &mut out));

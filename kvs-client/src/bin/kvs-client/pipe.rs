@@ -8,8 +8,9 @@
 //! stdin is read on a thread of its own, so that a slow producer never
 //! keeps the answers of the requests in flight from being read.
 
-use std::io::{BufRead, Write};
-use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use copyrpc::transport::Transport;
@@ -48,12 +49,12 @@ pub struct Summary {
 /// to `out`; what was counted.
 pub fn run<X: Transport>(
     c: &mut Client<u64, X>,
-    input: Box<dyn BufRead + Send>,
+    input: Box<dyn Read + Send>,
     depth: usize,
     out: &mut dyn Write,
 ) -> std::io::Result<Summary> {
     let depth = depth.max(1);
-    let lines = read_lines(input, depth * 4);
+    let batches = read_lines(input);
     let mut p = Pipe {
         window: (0..depth).map(|_| Outcome::Pending).collect(),
         head: 0,
@@ -61,23 +62,29 @@ pub fn run<X: Transport>(
         summary: Summary::default(),
         out,
     };
+    // Lines read and not yet in the window, numbered.
+    let mut queue: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+    let mut read = 0u64;
     let mut held: Option<(u64, Command)> = None;
     let mut eof = false;
     loop {
+        if queue.is_empty() && !eof {
+            match batches.try_recv() {
+                Ok(b) => queue.extend(number(b, &mut read)),
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => eof = true,
+            }
+        }
         // Fill the window: the line held back by a busy endpoint first.
         while p.next - p.head < depth as u64 {
             let (n, cmd) = match held.take() {
                 Some(h) => h,
-                None => match lines.try_recv() {
-                    Ok((n, line)) => match p.parse(n, &line) {
+                None => match queue.pop_front() {
+                    Some((n, line)) => match p.parse(n, &line) {
                         Some(cmd) => (n, cmd),
                         None => continue,
                     },
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        eof = true;
-                        break;
-                    }
+                    None => break,
                 },
             };
             match submit(c, &cmd, n) {
@@ -90,21 +97,22 @@ pub fn run<X: Transport>(
             }
         }
         let in_flight = p.next - p.head;
-        if eof && held.is_none() && in_flight == 0 {
+        if eof && queue.is_empty() && held.is_none() && in_flight == 0 {
             break;
         }
         if in_flight > 0 || held.is_some() {
-            let _ = c.wait(Duration::from_millis(1), |n, r| p.settle(n, outcome(r)));
-        } else if !eof {
-            // Nothing in flight: wait for the next line.
-            match lines.recv_timeout(Duration::from_millis(100)) {
-                Ok((n, line)) => {
-                    if let Some(cmd) = p.parse(n, &line) {
-                        held = Some((n, cmd));
-                    }
-                }
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
-                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => eof = true,
+            // Answers to read (and requests to send): spin, as a client
+            // with requests in flight does.
+            c.poll(|n, r| p.settle(n, outcome(r)));
+        } else if queue.is_empty() && !eof {
+            // Nothing in flight, nothing read: what was answered goes out
+            // before waiting for the input.
+            p.print_done()?;
+            p.out.flush()?;
+            match batches.recv_timeout(Duration::from_millis(100)) {
+                Ok(b) => queue.extend(number(b, &mut read)),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => eof = true,
             }
         }
         p.print_done()?;
@@ -227,31 +235,53 @@ fn outcome(r: Result<Reply<'_>, kvs_client::KvError>) -> Outcome {
     }
 }
 
-/// Reads `input`'s lines (numbered from 0, without their line ends) on a
-/// thread of its own, at most `ahead` before they are taken.
-fn read_lines(mut input: Box<dyn BufRead + Send>, ahead: usize) -> Receiver<(u64, Vec<u8>)> {
-    let (tx, rx) = sync_channel(ahead);
+/// `batch`'s lines, numbered on from `*read`.
+fn number(batch: Vec<Vec<u8>>, read: &mut u64) -> impl Iterator<Item = (u64, Vec<u8>)> + '_ {
+    batch.into_iter().map(move |l| {
+        *read += 1;
+        (*read - 1, l)
+    })
+}
+
+/// The most lines handed over at once.
+const BATCH: usize = 1024;
+
+/// Reads `input`'s lines (without their line ends) on a thread of its own
+/// and hands them over in batches: up to [`BATCH`] lines, or what the
+/// input had ready (a slow producer's lines are not held back for more),
+/// at most a few batches ahead of the pipe.
+fn read_lines(input: Box<dyn Read + Send>) -> Receiver<Vec<Vec<u8>>> {
+    let (tx, rx) = sync_channel(4);
+    let mut input = BufReader::with_capacity(64 << 10, input);
     std::thread::Builder::new()
         .name("kvs-client-stdin".into())
         .spawn(move || {
-            let mut n = 0u64;
+            let mut batch = Vec::with_capacity(BATCH);
             loop {
                 let mut line = Vec::new();
-                match input.read_until(b'\n', &mut line) {
-                    Ok(0) => return,
-                    Ok(_) => {
-                        while matches!(line.last(), Some(b'\n' | b'\r')) {
-                            line.pop();
-                        }
-                        if tx.send((n, line)).is_err() {
-                            return;
-                        }
-                        n += 1;
-                    }
+                let got = match input.read_until(b'\n', &mut line) {
+                    Ok(n) => n,
                     Err(e) => {
                         eprintln!("kvs-client: reading stdin: {e}");
+                        0
+                    }
+                };
+                if got > 0 {
+                    while matches!(line.last(), Some(b'\n' | b'\r')) {
+                        line.pop();
+                    }
+                    batch.push(line);
+                }
+                // Nothing more buffered: the next read may block.
+                let dry = got == 0 || input.buffer().is_empty();
+                if (batch.len() >= BATCH || dry) && !batch.is_empty() {
+                    let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                    if tx.send(full).is_err() {
                         return;
                     }
+                }
+                if got == 0 {
+                    return;
                 }
             }
         })
