@@ -2,11 +2,16 @@
  * rdma-core oracle for the mlx5::prm module (tests/oracle.rs).
  *
  * Everything here is computed by the C compiler from rdma-core's public header
- * <infiniband/mlx5dv.h> (Debian: libibverbs-dev): struct sizes and field
- * offsets, enum values, and the header's own inline helpers
- * (mlx5dv_set_ctrl_seg, mlx5dv_set_data_seg, mlx5dv_get_cqe_*). Only static
- * inline functions of the header are used, so nothing links against
- * libibverbs.
+ * <infiniband/mlx5dv.h> (Debian: libibverbs-dev) and the <infiniband/tm_types.h>
+ * it includes: struct sizes and field offsets, enum values, and the header's
+ * own inline helpers (mlx5dv_set_ctrl_seg, mlx5dv_set_data_seg,
+ * mlx5dv_get_cqe_*). Only static inline functions of the header are used, so
+ * nothing links against libibverbs.
+ *
+ * The few tag-matching constants libmlx5 keeps to itself (the TM segment's
+ * opcodes and flags, the CQE's app and app_op values) are copied below from
+ * rdma-core 44's providers/mlx5, with the functions that use them; their table
+ * names carry a "provider:" prefix so the Rust side says which is which.
  *
  * build.rs compiles this file twice on x86 targets: once plainly (everything
  * but the SSE variant) and once with -DORACLE_X86_ONLY -mssse3 (only
@@ -19,6 +24,8 @@
 #include <string.h>
 
 #include <infiniband/mlx5dv.h>
+#include <infiniband/tm_types.h>
+#include <infiniband/verbs.h>
 
 /* mlx5dv_set_ctrl_seg's arguments (tests/oracle.rs's OracleCtrl). */
 struct oracle_ctrl {
@@ -35,6 +42,42 @@ struct oracle_ctrl {
 #ifndef ORACLE_X86_ONLY
 
 /* ------------------------------------------------------------------------ */
+/* Tag-matching constants private to libmlx5                                  */
+/* ------------------------------------------------------------------------ */
+
+/* rdma-core 44, providers/mlx5/mlx5.h: the command of a struct
+ * mlx5_wqe_tm_seg (set_tm_seg stores it as `op << 4`) and its flags. */
+enum {
+	ORACLE_MLX5_TM_OPCODE_NOP	= 0x00,
+	ORACLE_MLX5_TM_OPCODE_APPEND	= 0x01,
+	ORACLE_MLX5_TM_OPCODE_REMOVE	= 0x02,
+};
+
+enum {
+	ORACLE_MLX5_SRQ_FLAG_TM_SW_CNT	= (1 << 6),
+	ORACLE_MLX5_SRQ_FLAG_TM_CQE_REQ	= (1 << 7),
+};
+
+/* rdma-core 44, providers/mlx5/cq.c: struct mlx5_cqe64's app and app_op. */
+enum {
+	ORACLE_MLX5_CQE_APP_TAG_MATCHING = 1,
+};
+
+enum {
+	ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED = 0x1,
+	ORACLE_MLX5_CQE_APP_OP_TM_EXPECTED = 0x2,
+	ORACLE_MLX5_CQE_APP_OP_TM_UNEXPECTED = 0x3,
+	ORACLE_MLX5_CQE_APP_OP_TM_NO_TAG = 0x4,
+	ORACLE_MLX5_CQE_APP_OP_TM_APPEND = 0x5,
+	ORACLE_MLX5_CQE_APP_OP_TM_REMOVE = 0x6,
+	ORACLE_MLX5_CQE_APP_OP_TM_NOOP = 0x7,
+	ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV = 0x9,
+	ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_MSG = 0xA,
+	ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_MSG_SW_RDNV = 0xB,
+	ORACLE_MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED = 0xC,
+};
+
+/* ------------------------------------------------------------------------ */
 /* Sizes, offsets and enum values                                            */
 /* ------------------------------------------------------------------------ */
 
@@ -49,6 +92,8 @@ struct oracle_entry {
 	{ "offsetof:" #st "." #f, (int64_t)offsetof(struct st, f) },           \
 	{ "fieldsize:" #st "." #f, (int64_t)sizeof(((struct st *)0)->f) }
 #define VALUE(v) { #v, (int64_t)(v) }
+/* A libmlx5-private constant copied above: "provider:NAME". */
+#define PROVIDER_VALUE(v) { "provider:" #v, (int64_t)(ORACLE_##v) }
 
 static const struct oracle_entry oracle_entries[] = {
 	/* struct mlx5_wqe_ctrl_seg */
@@ -130,6 +175,45 @@ static const struct oracle_entry oracle_entries[] = {
 	FIELD(mlx5_cqe64, signature),
 	FIELD(mlx5_cqe64, op_own),
 
+	/* The tag-matching forms of struct mlx5_cqe64's leading union */
+	FIELD(mlx5_cqe64, tm_cqe),
+	FIELD(mlx5_cqe64, tm_cqe.success),
+	FIELD(mlx5_cqe64, tm_cqe.hw_phase_cnt),
+	FIELD(mlx5_cqe64, tm_cqe.rsvd0),
+	FIELD(mlx5_cqe64, tmh),
+	FIELD(mlx5_cqe64, tmh.opcode),
+	FIELD(mlx5_cqe64, tmh.reserved),
+	FIELD(mlx5_cqe64, tmh.app_ctx),
+	FIELD(mlx5_cqe64, tmh.tag),
+
+	/* struct mlx5_tm_cqe */
+	SIZE(mlx5_tm_cqe),
+	FIELD(mlx5_tm_cqe, success),
+	FIELD(mlx5_tm_cqe, hw_phase_cnt),
+	FIELD(mlx5_tm_cqe, rsvd0),
+
+	/* struct mlx5_wqe_tm_seg */
+	SIZE(mlx5_wqe_tm_seg),
+	FIELD(mlx5_wqe_tm_seg, opcode),
+	FIELD(mlx5_wqe_tm_seg, flags),
+	FIELD(mlx5_wqe_tm_seg, index),
+	FIELD(mlx5_wqe_tm_seg, rsvd0),
+	FIELD(mlx5_wqe_tm_seg, sw_cnt),
+	FIELD(mlx5_wqe_tm_seg, rsvd1),
+	FIELD(mlx5_wqe_tm_seg, append_tag),
+	FIELD(mlx5_wqe_tm_seg, append_mask),
+
+	/* struct ibv_tmh, struct ibv_rvh (infiniband/tm_types.h) */
+	SIZE(ibv_tmh),
+	FIELD(ibv_tmh, opcode),
+	FIELD(ibv_tmh, reserved),
+	FIELD(ibv_tmh, app_ctx),
+	FIELD(ibv_tmh, tag),
+	SIZE(ibv_rvh),
+	FIELD(ibv_rvh, va),
+	FIELD(ibv_rvh, rkey),
+	FIELD(ibv_rvh, len),
+
 	/* struct mlx5_err_cqe */
 	SIZE(mlx5_err_cqe),
 	FIELD(mlx5_err_cqe, rsvd0),
@@ -155,6 +239,7 @@ static const struct oracle_entry oracle_entries[] = {
 	VALUE(MLX5_OPCODE_ATOMIC_MASKED_CS),
 	VALUE(MLX5_OPCODE_ATOMIC_MASKED_FA),
 	VALUE(MLX5_OPCODE_LOCAL_INVAL),
+	VALUE(MLX5_OPCODE_TAG_MATCHING),
 
 	/* CQE opcodes */
 	VALUE(MLX5_CQE_REQ),
@@ -199,6 +284,30 @@ static const struct oracle_entry oracle_entries[] = {
 	VALUE(MLX5DV_CQE_RES_FORMAT_HASH),
 	VALUE(MLX5DV_CQE_RES_FORMAT_CSUM),
 	VALUE(MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX),
+
+	/* Tag matching: the header's, then libmlx5's own */
+	VALUE(IBV_TMH_NO_TAG),
+	VALUE(IBV_TMH_RNDV),
+	VALUE(IBV_TMH_FIN),
+	VALUE(IBV_TMH_EAGER),
+	VALUE(MLX5_TMC_SUCCESS),
+	PROVIDER_VALUE(MLX5_TM_OPCODE_NOP),
+	PROVIDER_VALUE(MLX5_TM_OPCODE_APPEND),
+	PROVIDER_VALUE(MLX5_TM_OPCODE_REMOVE),
+	PROVIDER_VALUE(MLX5_SRQ_FLAG_TM_SW_CNT),
+	PROVIDER_VALUE(MLX5_SRQ_FLAG_TM_CQE_REQ),
+	PROVIDER_VALUE(MLX5_CQE_APP_TAG_MATCHING),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_CONSUMED),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_EXPECTED),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_UNEXPECTED),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_NO_TAG),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_APPEND),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_REMOVE),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_NOOP),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_CONSUMED_MSG),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_CONSUMED_MSG_SW_RDNV),
+	PROVIDER_VALUE(MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED),
 
 	/* Miscellaneous */
 	VALUE(MLX5_EXTENDED_UD_AV),
@@ -333,6 +442,224 @@ void oracle_srq_next_seg(uint8_t out[16], uint16_t next_wqe_index)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Tag matching: the wire headers and the command QP's WQE                    */
+/* ------------------------------------------------------------------------ */
+
+/* struct ibv_tmh, as a sender fills it: the reserved bytes zero ("must be
+ * zero", tm_types.h), the user data and tag big-endian as declared. */
+void oracle_tmh(uint8_t out[16], uint8_t opcode, uint32_t app_ctx, uint64_t tag)
+{
+	struct ibv_tmh h;
+
+	memcpy(&h, out, sizeof(h));
+	h.opcode = opcode;
+	memset(h.reserved, 0, sizeof(h.reserved));
+	h.app_ctx = htobe32(app_ctx);
+	h.tag = htobe64(tag);
+	memcpy(out, &h, sizeof(h));
+}
+
+/* struct ibv_rvh. */
+void oracle_rvh(uint8_t out[16], uint64_t va, uint32_t rkey, uint32_t len)
+{
+	struct ibv_rvh h;
+
+	memcpy(&h, out, sizeof(h));
+	h.va = htobe64(va);
+	h.rkey = htobe32(rkey);
+	h.len = htobe32(len);
+	memcpy(out, &h, sizeof(h));
+}
+
+/* One tag-list operation (tests/oracle.rs's OracleTmOp): what
+ * ibv_post_srq_ops takes in a struct ibv_ops_wr, plus the list index libmlx5
+ * picks and the command QP's state. */
+struct oracle_tm_op {
+	uint64_t tag;
+	uint64_t mask;
+	uint64_t sge_addr;
+	uint32_t sge_length;
+	uint32_t sge_lkey;
+	uint32_t unexpected_cnt;
+	uint32_t qpn;
+	uint16_t index;
+	uint16_t cur_post;
+	uint8_t op;		/* ORACLE_MLX5_TM_OPCODE_* */
+	uint8_t signaled;	/* IBV_OPS_SIGNALED */
+	uint8_t sync;		/* IBV_OPS_TM_SYNC */
+	uint8_t num_sge;
+};
+
+static void oracle_ops_wr(struct ibv_ops_wr *wr, struct ibv_sge *sge,
+			  const struct oracle_tm_op *a)
+{
+	memset(wr, 0, sizeof(*wr));
+	wr->flags = (a->signaled ? IBV_OPS_SIGNALED : 0) |
+		    (a->sync ? IBV_OPS_TM_SYNC : 0);
+	wr->tm.unexpected_cnt = a->unexpected_cnt;
+	wr->tm.add.tag = a->tag;
+	wr->tm.add.mask = a->mask;
+	sge->addr = a->sge_addr;
+	sge->length = a->sge_length;
+	sge->lkey = a->sge_lkey;
+	wr->tm.add.sg_list = sge;
+	wr->tm.add.num_sge = a->num_sge;
+}
+
+/* rdma-core 44's set_tm_seg (providers/mlx5/qp.c), statement for statement. */
+static void oracle_set_tm_seg(struct mlx5_wqe_tm_seg *tmseg, int op,
+			      struct ibv_ops_wr *wr, int index)
+{
+	tmseg->flags = 0;
+	if (wr->flags & IBV_OPS_SIGNALED)
+		tmseg->flags |= ORACLE_MLX5_SRQ_FLAG_TM_CQE_REQ;
+	if (wr->flags & IBV_OPS_TM_SYNC) {
+		tmseg->flags |= ORACLE_MLX5_SRQ_FLAG_TM_SW_CNT;
+		tmseg->sw_cnt = htobe16(wr->tm.unexpected_cnt);
+	}
+	tmseg->opcode = op << 4;
+	if (op == ORACLE_MLX5_TM_OPCODE_NOP)
+		return;
+	tmseg->index = htobe16(index);
+	if (op == ORACLE_MLX5_TM_OPCODE_REMOVE)
+		return;
+	tmseg->append_tag = htobe64(wr->tm.add.tag);
+	tmseg->append_mask = htobe64(wr->tm.add.mask);
+}
+
+/* The TM segment set_tm_seg writes, over whatever `out` holds (it leaves
+ * the bytes a command does not use as they were). */
+void oracle_tm_seg(uint8_t out[32], const struct oracle_tm_op *a)
+{
+	struct mlx5_wqe_tm_seg seg;
+	struct ibv_ops_wr wr;
+	struct ibv_sge sge;
+
+	oracle_ops_wr(&wr, &sge, a);
+	memcpy(&seg, out, sizeof(seg));
+	oracle_set_tm_seg(&seg, a->op, &wr, a->index);
+	memcpy(out, &seg, sizeof(seg));
+}
+
+/* One WQE of rdma-core 44's mlx5_post_srq_ops (providers/mlx5/qp.c): the
+ * control segment, the TM segment and, for an append, the data segment (the
+ * end-of-list one, set_data_ptr_seg_end, for an empty buffer), over `out`
+ * (a 64-byte basic block). Returns the WQE's size in 16-byte units. */
+unsigned oracle_tm_wqe(uint8_t out[64], const struct oracle_tm_op *a)
+{
+	struct mlx5_wqe_ctrl_seg ctrl;
+	struct mlx5_wqe_tm_seg tm;
+	struct mlx5_wqe_data_seg data;
+	struct ibv_ops_wr wr;
+	struct ibv_sge sge;
+	uint32_t zero = 0;
+	unsigned size;
+
+	oracle_ops_wr(&wr, &sge, a);
+	memcpy(&ctrl, out, sizeof(ctrl));
+	memcpy(&tm, out + 16, sizeof(tm));
+	memcpy(&data, out + 48, sizeof(data));
+
+	/* *(uint32_t *)(seg + 8) = 0: signature, stream id and fm_ce_se. */
+	memcpy((uint8_t *)&ctrl + 8, &zero, sizeof(zero));
+	ctrl.imm = 0;
+	ctrl.fm_ce_se = 0;
+	size = sizeof(ctrl) / 16;
+
+	oracle_set_tm_seg(&tm, a->op, &wr, a->index);
+	size += sizeof(tm) / 16;
+	if (a->op == ORACLE_MLX5_TM_OPCODE_APPEND) {
+		if (wr.tm.add.num_sge && wr.tm.add.sg_list->length) {
+			/* set_data_ptr_seg(seg, sg_list, 0) */
+			data.byte_count = htobe32(wr.tm.add.sg_list->length);
+			data.lkey = htobe32(wr.tm.add.sg_list->lkey);
+			data.addr = htobe64(wr.tm.add.sg_list->addr);
+		} else {
+			/* set_data_ptr_seg_end */
+			data.byte_count = 0;
+			data.lkey = htobe32(MLX5_INVALID_LKEY);
+			data.addr = 0;
+		}
+		size += sizeof(data) / 16;
+	}
+
+	ctrl.opmod_idx_opcode = htobe32(MLX5_OPCODE_TAG_MATCHING |
+					((a->cur_post & 0xffff) << 8));
+	ctrl.qpn_ds = htobe32(size | (a->qpn << 8));
+
+	memcpy(out, &ctrl, sizeof(ctrl));
+	memcpy(out + 16, &tm, sizeof(tm));
+	memcpy(out + 48, &data, sizeof(data));
+	return size;
+}
+
+/* What libmlx5 makes of a tag-matching CQE's app_op (rdma-core 44,
+ * providers/mlx5/cq.c), one bit per finding (tests/oracle.rs mirrors them). */
+enum {
+	TM_NAMES_TAG = 1 << 0,		/* handle_tag_matching: tm_list[app_info] */
+	TM_ENDS_TAG = 1 << 1,		/* ... and mlx5_cqe_app_op_tm_is_complete */
+	TM_RNDV_INCOMPLETE = 1 << 2,	/* status IBV_WC_TM_RNDV_INCOMPLETE */
+	TM_LIST_OP = 1 << 3,		/* a command QP's completion */
+	TM_SRQ_WQE = 1 << 4,		/* an SRQ WQE at wqe_counter */
+	TM_WC_MATCH = 1 << 5,		/* mlx5_cq_read_wc_flags: IBV_WC_TM_MATCH */
+	TM_WC_DATA_VALID = 1 << 6,	/* ...: IBV_WC_TM_DATA_VALID */
+};
+
+/* mlx5_cqe_app_op_tm_is_complete. */
+static int oracle_tm_is_complete(int op)
+{
+	return op != ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED &&
+	       op != ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV;
+}
+
+/* The switches of handle_tag_matching and mlx5_cq_read_wc_flags over
+ * app_op, their case lists as in rdma-core 44. */
+uint32_t oracle_tm_app_op(uint8_t app_op)
+{
+	uint32_t bits = 0;
+
+	switch (app_op) {
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_MSG_SW_RDNV:
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV:
+	case ORACLE_MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED:
+		bits |= TM_RNDV_INCOMPLETE;
+		__attribute__((fallthrough));
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_MSG:
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED:
+	case ORACLE_MLX5_CQE_APP_OP_TM_EXPECTED:
+		bits |= TM_NAMES_TAG;
+		if (oracle_tm_is_complete(app_op))
+			bits |= TM_ENDS_TAG;
+		break;
+	case ORACLE_MLX5_CQE_APP_OP_TM_REMOVE:
+	case ORACLE_MLX5_CQE_APP_OP_TM_APPEND:
+	case ORACLE_MLX5_CQE_APP_OP_TM_NOOP:
+		bits |= TM_LIST_OP;
+		break;
+	case ORACLE_MLX5_CQE_APP_OP_TM_UNEXPECTED:
+	case ORACLE_MLX5_CQE_APP_OP_TM_NO_TAG:
+		bits |= TM_SRQ_WQE;
+		break;
+	}
+
+	switch (app_op) {
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_MSG_SW_RDNV:
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_MSG:
+	case ORACLE_MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED:
+		bits |= TM_WC_MATCH | TM_WC_DATA_VALID;
+		break;
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV:
+	case ORACLE_MLX5_CQE_APP_OP_TM_CONSUMED:
+		bits |= TM_WC_MATCH;
+		break;
+	case ORACLE_MLX5_CQE_APP_OP_TM_EXPECTED:
+		bits |= TM_WC_DATA_VALID;
+		break;
+	}
+	return bits;
+}
+
+/* ------------------------------------------------------------------------ */
 /* CQ arm                                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -403,6 +730,13 @@ enum {
 	CQE64_APP,
 	CQE64_APP_OP,
 	CQE64_APP_INFO,
+	CQE64_IS_TM,		/* app == MLX5_CQE_APP_TAG_MATCHING */
+	CQE64_TM_SUCCESS,	/* tm_cqe.success */
+	CQE64_TM_SUCCEEDED,	/* tm_cqe.success & MLX5_TMC_SUCCESS */
+	CQE64_TM_HW_PHASE_CNT,	/* tm_cqe.hw_phase_cnt */
+	CQE64_TMH_OPCODE,	/* tmh.opcode */
+	CQE64_TMH_APP_CTX,	/* tmh.app_ctx (ibv_wc_tm_info.priv) */
+	CQE64_TMH_TAG,		/* tmh.tag (ibv_wc_tm_info.tag) */
 	CQE64_NFIELDS
 };
 
@@ -444,6 +778,15 @@ void oracle_cqe64(const uint8_t in[64], uint64_t out[CQE64_NFIELDS])
 	out[CQE64_APP] = cqe.app;
 	out[CQE64_APP_OP] = cqe.app_op;
 	out[CQE64_APP_INFO] = be16toh(cqe.app_info);
+	/* As rdma-core's cq.c reads them. */
+	out[CQE64_IS_TM] = cqe.app == ORACLE_MLX5_CQE_APP_TAG_MATCHING;
+	out[CQE64_TM_SUCCESS] = be32toh(cqe.tm_cqe.success);
+	out[CQE64_TM_SUCCEEDED] =
+		(be32toh(cqe.tm_cqe.success) & MLX5_TMC_SUCCESS) != 0;
+	out[CQE64_TM_HW_PHASE_CNT] = be16toh(cqe.tm_cqe.hw_phase_cnt);
+	out[CQE64_TMH_OPCODE] = cqe.tmh.opcode;
+	out[CQE64_TMH_APP_CTX] = be32toh(cqe.tmh.app_ctx);
+	out[CQE64_TMH_TAG] = be64toh(cqe.tmh.tag);
 }
 
 /* Indices into oracle_err_cqe's output; tests/oracle.rs mirrors them. */

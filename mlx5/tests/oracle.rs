@@ -12,11 +12,12 @@ use std::ops::Range;
 use test_support::Rng;
 
 use mlx5::prm::{
-    cq_doorbell_bytes, cqe_res_format, ctrl_flags, op_own, AddressVector, ArmCmd, AtomicSeg, CqArm,
-    CqDbRec, CqDoorbell, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg, DataSeg, DatagramSeg, ErrCqe,
-    InlineSeg, RaddrSeg, SrqNextSeg, Syndrome, WqeOpcode, CQ_ARM_DB, CQ_DB_REQ_NOT,
+    cq_doorbell_bytes, cqe_res_format, ctrl_flags, op_own, tm_flags, AddressVector, ArmCmd,
+    AtomicSeg, CqArm, CqDbRec, CqDoorbell, Cqe64, CqeFormat, CqeOpcode, Ctrl, CtrlSeg, DataSeg,
+    DatagramSeg, ErrCqe, InlineSeg, RaddrSeg, Rvh, SrqNextSeg, Syndrome, TmAppOp, TmCmd, TmOpcode,
+    TmSeg, Tmh, TmhOpcode, WqeOpcode, CQE_APP_TAG_MATCHING, CQ_ARM_DB, CQ_DB_REQ_NOT,
     CQ_DB_REQ_NOT_SOL, CQ_DOORBELL, EXTENDED_AV, INLINE_SEG, INVALID_LKEY, RCV_DBR, SEND_WQE_BB,
-    SEND_WQE_SHIFT, SND_DBR,
+    SEND_WQE_SHIFT, SND_DBR, TMC_SUCCESS,
 };
 
 // ---------------------------------------------------------------------------
@@ -39,6 +40,11 @@ extern "C" {
     fn oracle_atomic_seg(out: *mut u8, swap_add: u64, compare: u64);
     fn oracle_inline_seg(out: *mut u8, len: u32);
     fn oracle_srq_next_seg(out: *mut u8, next_wqe_index: u16);
+    fn oracle_tmh(out: *mut u8, opcode: u8, app_ctx: u32, tag: u64);
+    fn oracle_rvh(out: *mut u8, va: u64, rkey: u32, len: u32);
+    fn oracle_tm_seg(out: *mut u8, a: *const OracleTmOp);
+    fn oracle_tm_wqe(out: *mut u8, a: *const OracleTmOp) -> u32;
+    fn oracle_tm_app_op(app_op: u8) -> u32;
     fn oracle_cqe64_nfields() -> usize;
     fn oracle_cqe64(input: *const u8, out: *mut u64);
     fn oracle_err_cqe_nfields() -> usize;
@@ -83,6 +89,40 @@ struct OracleAv {
     rgid: [u8; 16],
 }
 
+/// `struct oracle_tm_op` of oracle.c: one tag-list operation as
+/// `ibv_post_srq_ops` takes it, with the list index and the command QP's
+/// state.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct OracleTmOp {
+    tag: u64,
+    mask: u64,
+    sge_addr: u64,
+    sge_length: u32,
+    sge_lkey: u32,
+    /// `ibv_ops_wr.tm.unexpected_cnt` (32 bits; the segment keeps 16).
+    unexpected_cnt: u32,
+    qpn: u32,
+    index: u16,
+    cur_post: u16,
+    /// A `MLX5_TM_OPCODE_*`.
+    op: u8,
+    signaled: u8,
+    sync: u8,
+    num_sge: u8,
+}
+
+/// Bits of `oracle_tm_app_op`'s answer (the enum in oracle.c).
+mod tm_bits {
+    pub const NAMES_TAG: u32 = 1 << 0;
+    pub const ENDS_TAG: u32 = 1 << 1;
+    pub const RNDV_INCOMPLETE: u32 = 1 << 2;
+    pub const LIST_OP: u32 = 1 << 3;
+    pub const SRQ_WQE: u32 = 1 << 4;
+    pub const WC_MATCH: u32 = 1 << 5;
+    pub const WC_DATA_VALID: u32 = 1 << 6;
+}
+
 #[cfg(mlx5_oracle_x86)]
 extern "C" {
     fn oracle_x86_ctrl_seg(out: *mut u8, a: *const OracleCtrl);
@@ -115,7 +155,14 @@ mod c64 {
     pub const APP: usize = 22;
     pub const APP_OP: usize = 23;
     pub const APP_INFO: usize = 24;
-    pub const N: usize = 25;
+    pub const IS_TM: usize = 25;
+    pub const TM_SUCCESS: usize = 26;
+    pub const TM_SUCCEEDED: usize = 27;
+    pub const TM_HW_PHASE_CNT: usize = 28;
+    pub const TMH_OPCODE: usize = 29;
+    pub const TMH_APP_CTX: usize = 30;
+    pub const TMH_TAG: usize = 31;
+    pub const N: usize = 32;
 }
 
 /// Indices into `oracle_err_cqe`'s output (the enum in oracle.c).
@@ -283,6 +330,9 @@ fn struct_sizes_match_len() {
     assert_eq!(ErrCqe::<&[u8]>::LEN, t.sizeof("mlx5_err_cqe"));
     assert_eq!(DatagramSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_av"));
     assert_eq!(DatagramSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_datagram_seg"));
+    assert_eq!(Tmh::<&[u8]>::LEN, t.sizeof("ibv_tmh"));
+    assert_eq!(Rvh::<&[u8]>::LEN, t.sizeof("ibv_rvh"));
+    assert_eq!(TmSeg::<&[u8]>::LEN, t.sizeof("mlx5_wqe_tm_seg"));
 }
 
 // ---------------------------------------------------------------------------
@@ -691,6 +741,7 @@ fn wqe_opcodes_match() {
             (AtomicMaskedCs, "MLX5_OPCODE_ATOMIC_MASKED_CS"),
             (AtomicMaskedFa, "MLX5_OPCODE_ATOMIC_MASKED_FA"),
             (LocalInval, "MLX5_OPCODE_LOCAL_INVAL"),
+            (TagMatching, "MLX5_OPCODE_TAG_MATCHING"),
         ],
     );
 }
@@ -1170,6 +1221,13 @@ fn rust_cqe64(b: &[u8; 64]) -> [u64; c64::N] {
     o[c64::APP] = c.app().into();
     o[c64::APP_OP] = c.app_op().into();
     o[c64::APP_INFO] = c.app_info().into();
+    o[c64::IS_TM] = c.is_tag_matching().into();
+    o[c64::TM_SUCCESS] = c.tm_success().into();
+    o[c64::TM_SUCCEEDED] = c.tm_succeeded().into();
+    o[c64::TM_HW_PHASE_CNT] = c.tm_hw_phase_cnt().into();
+    o[c64::TMH_OPCODE] = c.tmh().opcode_raw().into();
+    o[c64::TMH_APP_CTX] = c.tmh().app_ctx().into();
+    o[c64::TMH_TAG] = c.tmh().tag();
     o
 }
 
@@ -1592,5 +1650,548 @@ fn cq_ring_arm_writes_what_mlx5_arm_cq_writes() {
         assert_eq!(&db.as_slice()[4..8], &rec[4..8]);
         assert_eq!(&uar.as_slice()[..64], &page[..]);
         drop(ring);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tag matching: the wire headers, the command QP's WQE, the CQE's TM fields
+// ---------------------------------------------------------------------------
+
+#[test]
+fn tmh_offsets() {
+    let t = Table::load();
+    let st = "ibv_tmh";
+    let n = Tmh::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> Tmh<&mut [u8]> {
+        Tmh::new_unchecked(b)
+    }
+    let r = |b: &[u8]| Tmh::new_unchecked(b.to_vec());
+    let (v32, v64) = (0x8192_a3b4u32, 0x8192_a3b4_c5d6_e7f8u64);
+    let eager = u8::from(TmhOpcode::Eager);
+    // Setters, one field at a time and through the whole-header writer.
+    assert_lands(&t, st, "opcode", n, eager.into(), |b| {
+        w(b).set_opcode(TmhOpcode::Eager)
+    });
+    assert_lands(&t, st, "app_ctx", n, v32.into(), |b| w(b).set_app_ctx(v32));
+    assert_lands(&t, st, "tag", n, v64, |b| w(b).set_tag(v64));
+    assert_lands(&t, st, "opcode", n, eager.into(), |b| {
+        w(b).set(TmhOpcode::Eager, 0, 0)
+    });
+    assert_lands(&t, st, "app_ctx", n, v32.into(), |b| {
+        w(b).set(TmhOpcode::NoTag, v32, 0)
+    });
+    assert_lands(&t, st, "tag", n, v64, |b| {
+        w(b).set(TmhOpcode::NoTag, 0, v64)
+    });
+    assert_zeroes(&t, st, "reserved", n, |b| {
+        w(b).set(TmhOpcode::Eager, u32::MAX, u64::MAX)
+    });
+    // Getters.
+    assert_reads(&t, st, "opcode", n, |b| r(b).opcode_raw().into());
+    assert_reads(&t, st, "app_ctx", n, |b| r(b).app_ctx().into());
+    assert_reads(&t, st, "tag", n, |b| r(b).tag());
+}
+
+#[test]
+fn rvh_offsets() {
+    let t = Table::load();
+    let st = "ibv_rvh";
+    let n = Rvh::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> Rvh<&mut [u8]> {
+        Rvh::new_unchecked(b)
+    }
+    let r = |b: &[u8]| Rvh::new_unchecked(b.to_vec());
+    let (v32, v64) = (0x8192_a3b4u32, 0x8192_a3b4_c5d6_e7f8u64);
+    assert_lands(&t, st, "va", n, v64, |b| w(b).set(v64, 0, 0));
+    assert_lands(&t, st, "rkey", n, v32.into(), |b| w(b).set(0, v32, 0));
+    assert_lands(&t, st, "len", n, v32.into(), |b| w(b).set(0, 0, v32));
+    assert_reads(&t, st, "va", n, |b| r(b).va());
+    assert_reads(&t, st, "rkey", n, |b| r(b).rkey().into());
+    assert_reads(&t, st, "len", n, |b| r(b).len().into());
+}
+
+#[test]
+fn tm_seg_offsets() {
+    let t = Table::load();
+    let st = "mlx5_wqe_tm_seg";
+    let n = TmSeg::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> TmSeg<&mut [u8]> {
+        TmSeg::new_unchecked(b)
+    }
+    let r = |b: &[u8]| TmSeg::new_unchecked(b.to_vec());
+    let (v8, v16, v64) = (0xa5u8, 0xa3b4u16, 0x8192_a3b4_c5d6_e7f8u64);
+    // The command sits in the opcode byte's high nibble (set_tm_seg: op << 4).
+    let remove = u64::from(u8::from(TmOpcode::Remove)) << 4;
+    // Setters, one field at a time.
+    assert_lands(&t, st, "opcode", n, remove, |b| {
+        w(b).set_opcode(TmOpcode::Remove)
+    });
+    assert_lands(&t, st, "flags", n, v8.into(), |b| w(b).set_flags(v8));
+    assert_lands(&t, st, "index", n, v16.into(), |b| w(b).set_index(v16));
+    assert_lands(&t, st, "sw_cnt", n, v16.into(), |b| w(b).set_sw_cnt(v16));
+    assert_lands(&t, st, "append_tag", n, v64, |b| w(b).set_append_tag(v64));
+    assert_lands(&t, st, "append_mask", n, v64, |b| w(b).set_append_mask(v64));
+    // The whole-segment writer, one field at a time.
+    let cmd = |opcode, flags, index, sw_cnt, append_tag, append_mask| TmCmd {
+        opcode,
+        flags,
+        index,
+        sw_cnt,
+        append_tag,
+        append_mask,
+    };
+    let nop = TmOpcode::Nop;
+    assert_lands(&t, st, "opcode", n, remove, |b| {
+        w(b).set(&cmd(TmOpcode::Remove, 0, 0, 0, 0, 0))
+    });
+    assert_lands(&t, st, "flags", n, v8.into(), |b| {
+        w(b).set(&cmd(nop, v8, 0, 0, 0, 0))
+    });
+    assert_lands(&t, st, "index", n, v16.into(), |b| {
+        w(b).set(&cmd(nop, 0, v16, 0, 0, 0))
+    });
+    assert_lands(&t, st, "sw_cnt", n, v16.into(), |b| {
+        w(b).set(&cmd(nop, 0, 0, v16, 0, 0))
+    });
+    assert_lands(&t, st, "append_tag", n, v64, |b| {
+        w(b).set(&cmd(nop, 0, 0, 0, v64, 0))
+    });
+    assert_lands(&t, st, "append_mask", n, v64, |b| {
+        w(b).set(&cmd(nop, 0, 0, 0, 0, v64))
+    });
+    for f in ["rsvd0", "rsvd1"] {
+        assert_zeroes(&t, st, f, n, |b| {
+            w(b).set(&cmd(
+                TmOpcode::Append,
+                0xff,
+                0xffff,
+                0xffff,
+                u64::MAX,
+                u64::MAX,
+            ))
+        });
+    }
+    // Getters.
+    assert_reads(&t, st, "opcode", n, |b| r(b).opcode_raw().into());
+    assert_reads(&t, st, "flags", n, |b| r(b).flags().into());
+    assert_reads(&t, st, "index", n, |b| r(b).index().into());
+    assert_reads(&t, st, "sw_cnt", n, |b| r(b).sw_cnt().into());
+    assert_reads(&t, st, "append_tag", n, |b| r(b).append_tag());
+    assert_reads(&t, st, "append_mask", n, |b| r(b).append_mask());
+}
+
+#[test]
+fn cqe64_tm_offsets() {
+    let t = Table::load();
+    let st = "mlx5_cqe64";
+    let n = Cqe64::<&[u8]>::LEN;
+    fn w(b: &mut [u8]) -> Cqe64<&mut [u8]> {
+        Cqe64::new_unchecked(b)
+    }
+    let r = |b: &[u8]| Cqe64::new_unchecked(b.to_vec());
+    let (v8, v16, v32, v64) = (0xa5u8, 0xa3b4u16, 0x8192_a3b4u32, 0x8192_a3b4_c5d6_e7f8u64);
+    // The TMH a match scatters into the CQE is the union's `tmh`, a whole
+    // struct ibv_tmh at the same offsets.
+    assert_eq!(t.range(st, "tmh").len(), t.sizeof("ibv_tmh"));
+    for f in ["opcode", "reserved", "app_ctx", "tag"] {
+        let (cqe, tmh) = (t.range(st, &format!("tmh.{f}")), t.range("ibv_tmh", f));
+        assert_eq!(cqe.start - t.range(st, "tmh").start, tmh.start, "{f}");
+        assert_eq!(cqe.len(), tmh.len(), "{f}");
+    }
+    // The union's forms end before srqn_uidx.
+    assert!(t.range(st, "tmh").end <= t.range(st, "srqn_uidx").start);
+    assert!(t.range(st, "tm_cqe").end <= t.range(st, "srqn_uidx").start);
+    assert_eq!(t.range(st, "tm_cqe").len(), t.sizeof("mlx5_tm_cqe"));
+    for f in ["success", "hw_phase_cnt", "rsvd0"] {
+        let (cqe, tm) = (
+            t.range(st, &format!("tm_cqe.{f}")),
+            t.range("mlx5_tm_cqe", f),
+        );
+        assert_eq!(cqe.start - t.range(st, "tm_cqe").start, tm.start, "{f}");
+        assert_eq!(cqe.len(), tm.len(), "{f}");
+    }
+    // Setters.
+    assert_lands(&t, st, "app", n, v8.into(), |b| w(b).set_app(v8));
+    assert_lands(&t, st, "app_op", n, v8.into(), |b| w(b).set_app_op(v8));
+    assert_lands(&t, st, "app_info", n, v16.into(), |b| {
+        w(b).set_app_info(v16)
+    });
+    assert_lands(&t, st, "tm_cqe.success", n, v32.into(), |b| {
+        w(b).set_tm_success(v32)
+    });
+    assert_lands(&t, st, "tm_cqe.hw_phase_cnt", n, v16.into(), |b| {
+        w(b).set_tm_hw_phase_cnt(v16)
+    });
+    let rndv = u8::from(TmhOpcode::Rndv);
+    assert_lands(&t, st, "tmh.opcode", n, rndv.into(), |b| {
+        w(b).tmh_mut().set_opcode(TmhOpcode::Rndv)
+    });
+    assert_lands(&t, st, "tmh.app_ctx", n, v32.into(), |b| {
+        w(b).tmh_mut().set_app_ctx(v32)
+    });
+    assert_lands(&t, st, "tmh.tag", n, v64, |b| w(b).tmh_mut().set_tag(v64));
+    // set_tm_op writes app and app_op, nothing else.
+    let mut b = [0u8; 64];
+    w(&mut b).set_tm_op(TmAppOp::MsgCompletionCanceled);
+    let mut want = [0u8; 64];
+    want[t.range(st, "app")][0] = t.get("provider:MLX5_CQE_APP_TAG_MATCHING") as u8;
+    want[t.range(st, "app_op")][0] =
+        t.get("provider:MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED") as u8;
+    assert_eq!(b, want);
+    // Getters.
+    assert_reads(&t, st, "tm_cqe.success", n, |b| r(b).tm_success().into());
+    assert_reads(&t, st, "tm_cqe.hw_phase_cnt", n, |b| {
+        r(b).tm_hw_phase_cnt().into()
+    });
+    assert_reads(&t, st, "tmh.opcode", n, |b| r(b).tmh().opcode_raw().into());
+    assert_reads(&t, st, "tmh.app_ctx", n, |b| r(b).tmh().app_ctx().into());
+    assert_reads(&t, st, "tmh.tag", n, |b| r(b).tmh().tag());
+}
+
+#[test]
+fn tmh_random_vs_c_struct() {
+    let mut rng = Rng(0x0007_3a4e);
+    for i in 0..ITERS {
+        // Mostly the four operations, sometimes any byte (the view writes
+        // only the typed ones; the getter reads any).
+        let known = rng.u8() < 224;
+        let op = TmhOpcode::ALL[rng.u64() as usize % TmhOpcode::ALL.len()];
+        let raw = if known { u8::from(op) } else { rng.u8() };
+        let (app_ctx, tag) = (rng.edgy_u64() as u32, rng.edgy_u64());
+        let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        Tmh::new_unchecked(&mut r[..]).set(op, app_ctx, tag);
+        // SAFETY: the C helper writes only the 16-byte header into `c`.
+        unsafe { oracle_tmh(c.as_mut_ptr(), op.into(), app_ctx, tag) };
+        assert_eq!(r, c, "iteration {i}: {op:?} {app_ctx:#x} {tag:#x}");
+        // And what the C struct holds, the getters read.
+        // SAFETY: as above.
+        unsafe { oracle_tmh(c.as_mut_ptr(), raw, app_ctx, tag) };
+        let h = Tmh::new_checked(&c[..]).unwrap();
+        assert_eq!((h.opcode_raw(), h.app_ctx(), h.tag()), (raw, app_ctx, tag));
+        assert_eq!(h.opcode(), TmhOpcode::from_u8(raw));
+        assert_eq!(h.opcode().is_some(), raw <= 3, "{raw}");
+    }
+}
+
+#[test]
+fn rvh_random_vs_c_struct() {
+    let mut rng = Rng(0x0004_7a4e);
+    for i in 0..ITERS {
+        let (va, rkey, len) = (rng.edgy_u64(), rng.edgy_u64() as u32, rng.edgy_u64() as u32);
+        let (mut r, mut c) = ([0u8; 16], [0u8; 16]);
+        rng.fill(&mut r);
+        rng.fill(&mut c);
+        Rvh::new_unchecked(&mut r[..]).set(va, rkey, len);
+        // SAFETY: the C helper writes only the 16-byte header into `c`.
+        unsafe { oracle_rvh(c.as_mut_ptr(), va, rkey, len) };
+        assert_eq!(r, c, "iteration {i}: {va:#x} {rkey:#x} {len:#x}");
+        let h = Rvh::new_checked(&r[..]).unwrap();
+        assert_eq!((h.va(), h.rkey(), h.len()), (va, rkey, len));
+        assert_eq!(h.is_empty(), len == 0);
+    }
+}
+
+/// A random tag-list operation, for C and for Rust.
+fn random_tm_op(rng: &mut Rng) -> (OracleTmOp, TmCmd) {
+    let op = TmOpcode::ALL[rng.u64() as usize % TmOpcode::ALL.len()];
+    let (signaled, sync) = (rng.u8() & 1 == 1, rng.u8() & 1 == 1);
+    // The verbs field is 32 bits wide; the segment keeps the low 16.
+    let unexpected_cnt = if rng.u8() < 200 {
+        u32::from(rng.edgy_u64() as u16)
+    } else {
+        rng.u32()
+    };
+    let (index, tag, mask) = (rng.edgy_u64() as u16, rng.edgy_u64(), rng.edgy_u64());
+    let c = OracleTmOp {
+        tag,
+        mask,
+        sge_addr: rng.edgy_u64(),
+        sge_length: if rng.u8() < 32 { 0 } else { rng.u32() },
+        sge_lkey: rng.u32(),
+        unexpected_cnt,
+        qpn: if rng.u8() < 200 {
+            rng.u32() & 0x00ff_ffff
+        } else {
+            rng.u32()
+        },
+        index,
+        cur_post: rng.edgy_u64() as u16,
+        op: op.into(),
+        signaled: signaled.into(),
+        sync: sync.into(),
+        num_sge: if rng.u8() < 32 { 0 } else { 1 },
+    };
+    let mut cmd = match op {
+        TmOpcode::Append => TmCmd::append(index, tag, mask),
+        TmOpcode::Remove => TmCmd::remove(index),
+        TmOpcode::Nop => TmCmd::nop(),
+    };
+    if signaled {
+        cmd = cmd.signaled();
+    }
+    if sync {
+        cmd = cmd.sync(unexpected_cnt as u16);
+    }
+    (c, cmd)
+}
+
+#[test]
+fn tm_seg_random_vs_set_tm_seg() {
+    let mut rng = Rng(0x0075_e6a0);
+    for i in 0..ITERS {
+        let (c_op, cmd) = random_tm_op(&mut rng);
+        // Ours writes every byte (over garbage); set_tm_seg leaves what the
+        // command does not use as it was (zero here, as TmCmd's
+        // constructors leave it).
+        let mut r = [0u8; 32];
+        rng.fill(&mut r);
+        TmSeg::new_unchecked(&mut r[..]).set(&cmd);
+        let mut c = [0u8; 32];
+        // SAFETY: the C helper writes only the 32-byte segment into `c`, and
+        // reads `c_op`, which lives across the call.
+        unsafe { oracle_tm_seg(c.as_mut_ptr(), &c_op) };
+        assert_eq!(r, c, "iteration {i}: {c_op:x?}");
+        // Over the same garbage, set_tm_seg's bytes are ours.
+        let mut g = [0u8; 32];
+        rng.fill(&mut g);
+        let mut c = g;
+        // SAFETY: as above.
+        unsafe { oracle_tm_seg(c.as_mut_ptr(), &c_op) };
+        for (k, (&cb, &gb)) in c.iter().zip(&g).enumerate() {
+            if cb != gb {
+                assert_eq!(r[k], cb, "iteration {i}: byte {k}");
+            }
+        }
+        let s = TmSeg::new_checked(&r[..]).unwrap();
+        assert_eq!(s.get(), Some(cmd));
+        assert_eq!(
+            s.flags() & tm_flags::CQE_REQ != 0,
+            c_op.signaled == 1,
+            "iteration {i}"
+        );
+    }
+}
+
+#[test]
+fn tm_command_wqes_match_mlx5_post_srq_ops() {
+    let mut rng = Rng(0x0c3d_0a90);
+    for i in 0..ITERS {
+        let (c_op, cmd) = random_tm_op(&mut rng);
+        let mut c = [0u8; 64];
+        rng.fill(&mut c);
+        // SAFETY: the C helper writes at most the 64-byte basic block `c`, and
+        // reads `c_op`, which lives across the call.
+        let c_ds = unsafe { oracle_tm_wqe(c.as_mut_ptr(), &c_op) };
+        // The same WQE from our segments: control, TM, and for an append
+        // the buffer (the end-of-list data segment for an empty one).
+        let append = cmd.opcode == TmOpcode::Append;
+        let ds: u8 = if append { 4 } else { 3 };
+        let mut r = [0u8; 64];
+        rng.fill(&mut r);
+        CtrlSeg::new_unchecked(&mut r[..16]).set_all(Ctrl {
+            wqe_index: c_op.cur_post,
+            opcode: WqeOpcode::TagMatching.into(),
+            qpn: c_op.qpn,
+            ds,
+            ..Ctrl::default()
+        });
+        TmSeg::new_unchecked(&mut r[16..48]).set(&cmd);
+        if append {
+            let d = &mut DataSeg::new_unchecked(&mut r[48..]);
+            if c_op.num_sge > 0 && c_op.sge_length > 0 {
+                d.set(c_op.sge_length, c_op.sge_lkey, c_op.sge_addr);
+            } else {
+                d.set(0, INVALID_LKEY, 0);
+            }
+        }
+        assert_eq!(c_ds, u32::from(ds), "iteration {i}: {c_op:x?}");
+        let n = usize::from(ds) * 16;
+        // set_tm_seg leaves unused bytes as they were: compare those zeroed.
+        let (mut rz, mut cz) = (r, c);
+        let mut blank = [0u8; 32];
+        TmSeg::new_unchecked(&mut blank[..]).set(&cmd);
+        for k in 0..32 {
+            if blank[k] == 0 {
+                rz[16 + k] = 0;
+                cz[16 + k] = 0;
+            }
+        }
+        assert_eq!(rz[..n], cz[..n], "iteration {i}: {c_op:x?}");
+        // Outside the TM segment, every byte is what rdma-core writes.
+        assert_eq!(r[..16], c[..16], "iteration {i}: control");
+        assert_eq!(r[48..n], c[48..n], "iteration {i}: data");
+        let ctrl = CtrlSeg::new_checked(&r[..16]).unwrap();
+        assert_eq!(ctrl.opcode(), Some(WqeOpcode::TagMatching));
+        assert_eq!(
+            ctrl.fm_ce_se(),
+            0,
+            "a command asks for its CQE in its TM flags"
+        );
+    }
+}
+
+#[test]
+fn cqe64_tm_random_getters_vs_rdma_core() {
+    let t = Table::load();
+    let app_at = t.range("mlx5_cqe64", "app").start;
+    let app_op_at = t.range("mlx5_cqe64", "app_op").start;
+    let mut rng = Rng(0x0c9e_6a7e);
+    for i in 0..ITERS {
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        // Mostly tag-matching CQEs, with an operation this crate knows.
+        if rng.u8() < 192 {
+            b[app_at] = CQE_APP_TAG_MATCHING;
+            if rng.u8() < 224 {
+                b[app_op_at] = TmAppOp::ALL[rng.u64() as usize % TmAppOp::ALL.len()].into();
+            }
+        }
+        let (r, c) = (rust_cqe64(&b), c_cqe64(&b));
+        assert_eq!(r, c, "iteration {i}: cqe {b:02x?}");
+        let v = Cqe64::new_checked(&b[..]).unwrap();
+        match v.tm_op() {
+            Some(op) => {
+                assert_eq!(c[c64::IS_TM], 1);
+                assert_eq!(u64::from(u8::from(op)), c[c64::APP_OP]);
+            }
+            None => assert!(c[c64::IS_TM] == 0 || TmAppOp::from_u8(b[app_op_at]).is_none()),
+        }
+    }
+}
+
+#[test]
+fn cqe64_tm_random_setters_vs_rdma_core() {
+    let mut rng = Rng(0x05e7_6a7e);
+    for i in 0..ITERS {
+        let mut b = [0u8; 64];
+        rng.fill(&mut b);
+        let op = TmAppOp::ALL[rng.u64() as usize % TmAppOp::ALL.len()];
+        let app_info = rng.edgy_u64() as u16;
+        let mut v = Cqe64::new_unchecked(&mut b[..]);
+        v.set_tm_op(op);
+        v.set_app_info(app_info);
+        // The union holds one form or the other.
+        if op.is_list_op() {
+            let (success, phase) = (rng.edgy_u64() as u32, rng.edgy_u64() as u16);
+            v.set_tm_success(success);
+            v.set_tm_hw_phase_cnt(phase);
+            let c = c_cqe64(&b);
+            assert_eq!(
+                [
+                    c[c64::TM_SUCCESS],
+                    c[c64::TM_HW_PHASE_CNT],
+                    c[c64::TM_SUCCEEDED]
+                ],
+                [
+                    success.into(),
+                    phase.into(),
+                    u64::from(success & TMC_SUCCESS != 0)
+                ],
+                "iteration {i}"
+            );
+        } else {
+            let tmh_op = TmhOpcode::ALL[rng.u64() as usize % TmhOpcode::ALL.len()];
+            let (app_ctx, tag) = (rng.edgy_u64() as u32, rng.edgy_u64());
+            v.tmh_mut().set(tmh_op, app_ctx, tag);
+            let c = c_cqe64(&b);
+            assert_eq!(
+                [c[c64::TMH_OPCODE], c[c64::TMH_APP_CTX], c[c64::TMH_TAG]],
+                [u8::from(tmh_op).into(), app_ctx.into(), tag],
+                "iteration {i}"
+            );
+        }
+        let c = c_cqe64(&b);
+        assert_eq!(
+            [c[c64::IS_TM], c[c64::APP_OP], c[c64::APP_INFO]],
+            [1, u8::from(op).into(), app_info.into()],
+            "iteration {i}"
+        );
+    }
+}
+
+#[test]
+fn tm_constants_match() {
+    let t = Table::load();
+    check_enum(
+        &t,
+        TmhOpcode::ALL,
+        &[
+            (TmhOpcode::NoTag, "IBV_TMH_NO_TAG"),
+            (TmhOpcode::Rndv, "IBV_TMH_RNDV"),
+            (TmhOpcode::Fin, "IBV_TMH_FIN"),
+            (TmhOpcode::Eager, "IBV_TMH_EAGER"),
+        ],
+    );
+    // libmlx5's own (copied into oracle.c from rdma-core's providers/mlx5).
+    check_enum(
+        &t,
+        TmOpcode::ALL,
+        &[
+            (TmOpcode::Nop, "provider:MLX5_TM_OPCODE_NOP"),
+            (TmOpcode::Append, "provider:MLX5_TM_OPCODE_APPEND"),
+            (TmOpcode::Remove, "provider:MLX5_TM_OPCODE_REMOVE"),
+        ],
+    );
+    use TmAppOp::*;
+    check_enum(
+        &t,
+        TmAppOp::ALL,
+        &[
+            (Consumed, "provider:MLX5_CQE_APP_OP_TM_CONSUMED"),
+            (Expected, "provider:MLX5_CQE_APP_OP_TM_EXPECTED"),
+            (Unexpected, "provider:MLX5_CQE_APP_OP_TM_UNEXPECTED"),
+            (NoTag, "provider:MLX5_CQE_APP_OP_TM_NO_TAG"),
+            (Append, "provider:MLX5_CQE_APP_OP_TM_APPEND"),
+            (Remove, "provider:MLX5_CQE_APP_OP_TM_REMOVE"),
+            (Noop, "provider:MLX5_CQE_APP_OP_TM_NOOP"),
+            (
+                ConsumedSwRndv,
+                "provider:MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV",
+            ),
+            (ConsumedMsg, "provider:MLX5_CQE_APP_OP_TM_CONSUMED_MSG"),
+            (
+                ConsumedMsgSwRndv,
+                "provider:MLX5_CQE_APP_OP_TM_CONSUMED_MSG_SW_RDNV",
+            ),
+            (
+                MsgCompletionCanceled,
+                "provider:MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED",
+            ),
+        ],
+    );
+    let eq = |rust: i64, name: &str| assert_eq!(rust, t.get(name), "{name}");
+    eq(TMC_SUCCESS.into(), "MLX5_TMC_SUCCESS");
+    eq(tm_flags::SW_CNT.into(), "provider:MLX5_SRQ_FLAG_TM_SW_CNT");
+    eq(
+        tm_flags::CQE_REQ.into(),
+        "provider:MLX5_SRQ_FLAG_TM_CQE_REQ",
+    );
+    eq(
+        CQE_APP_TAG_MATCHING.into(),
+        "provider:MLX5_CQE_APP_TAG_MATCHING",
+    );
+}
+
+#[test]
+fn tm_app_op_meanings_match_libmlx5() {
+    use tm_bits::*;
+    for v in 0..=255u8 {
+        // SAFETY: a pure C function of its argument.
+        let c = unsafe { oracle_tm_app_op(v) };
+        let Some(op) = TmAppOp::from_u8(v) else {
+            assert_eq!(c, 0, "libmlx5 handles app_op {v:#x}, which TmAppOp lacks");
+            continue;
+        };
+        let bit = |b: bool, m: u32| if b { m } else { 0 };
+        let ours = bit(op.names_tag(), NAMES_TAG)
+            | bit(op.ends_tag(), ENDS_TAG)
+            | bit(op.is_rndv_incomplete(), RNDV_INCOMPLETE)
+            | bit(op.is_list_op(), LIST_OP)
+            | bit(op.uses_srq_wqe(), SRQ_WQE)
+            | bit(op.is_match(), WC_MATCH)
+            | bit(op.is_data_valid(), WC_DATA_VALID);
+        assert_eq!(ours, c, "{op:?}: ours {ours:#09b}, libmlx5 {c:#09b}");
     }
 }

@@ -128,6 +128,10 @@ byte_enum! {
         AtomicMaskedFa = 0x15,
         /// `MLX5_OPCODE_LOCAL_INVAL`
         LocalInval = 0x1b,
+        /// `MLX5_OPCODE_TAG_MATCHING`: a tag-list command on a TM-SRQ's
+        /// command QP (control segment, [`TmSeg`](super::TmSeg), and for an
+        /// append the buffer's [`DataSeg`](super::DataSeg)).
+        TagMatching = 0x28,
     }
 }
 
@@ -205,10 +209,212 @@ byte_enum! {
     }
 }
 
+/// Flags of a tag-matching WQE segment's `flags` byte
+/// (`MLX5_SRQ_FLAG_TM_*`; rdma-core `providers/mlx5/mlx5.h`, not in the
+/// public header).
+pub mod tm_flags {
+    /// The command produces a CQE (`MLX5_SRQ_FLAG_TM_CQE_REQ`). A command
+    /// WQE's control segment leaves `fm_ce_se` zero: this flag, not
+    /// [`CQ_UPDATE`](super::ctrl_flags::CQ_UPDATE), asks for its completion.
+    pub const CQE_REQ: u8 = 1 << 7;
+    /// `sw_cnt` holds the number of unexpected messages software has
+    /// handled (`MLX5_SRQ_FLAG_TM_SW_CNT`). Once the NIC deems a message
+    /// unexpected it matches no new tags until software reports, with this
+    /// count, that it has caught up; the NIC's own count comes back in a
+    /// command CQE's `tm_cqe.hw_phase_cnt`.
+    pub const SW_CNT: u8 = 1 << 6;
+}
+
+/// The CQE's `app` when the completion comes from tag matching
+/// (`MLX5_CQE_APP_TAG_MATCHING`; rdma-core `providers/mlx5/cq.c`): its
+/// `app_op` is then a [`TmAppOp`].
+pub const CQE_APP_TAG_MATCHING: u8 = 1;
+
+/// The success bit of a tag-list command's CQE, in `tm_cqe.success`
+/// (`MLX5_TMC_SUCCESS`). A REMOVE without it failed: the tag had already
+/// been consumed by a message.
+pub const TMC_SUCCESS: u32 = 0x8000_0000;
+
+byte_enum! {
+    /// Operation of a tag-matching header (`enum ibv_tmh_op`), the first byte
+    /// of a [`Tmh`](super::Tmh).
+    TmhOpcode {
+        /// No tag: the message bypasses matching and lands in the SRQ
+        /// (`IBV_TMH_NO_TAG`).
+        NoTag = 0,
+        /// Rendezvous request: a [`Rvh`](super::Rvh) naming the sender's
+        /// buffer follows the header (then optional data for software), and
+        /// the receiver fetches the data with an RDMA READ (`IBV_TMH_RNDV`).
+        Rndv = 1,
+        /// Rendezvous finished: the request's header and RVH sent back with
+        /// this opcode once the receiver has read the data; the sender's
+        /// buffer is free from then on (`IBV_TMH_FIN`).
+        Fin = 2,
+        /// Eager: the payload follows the header (`IBV_TMH_EAGER`).
+        Eager = 3,
+    }
+}
+
+byte_enum! {
+    /// Tag-list command of a [`TmSeg`](super::TmSeg) (`MLX5_TM_OPCODE_*`;
+    /// rdma-core `providers/mlx5/mlx5.h`). The segment carries it in the high
+    /// nibble of its `opcode` byte.
+    TmOpcode {
+        /// No list change; with [`tm_flags::SW_CNT`] a sync of the
+        /// unexpected-message count (`MLX5_TM_OPCODE_NOP`).
+        Nop = 0x00,
+        /// Add a tag and its buffer to the list (`MLX5_TM_OPCODE_APPEND`).
+        Append = 0x01,
+        /// Remove a tag from the list (`MLX5_TM_OPCODE_REMOVE`).
+        Remove = 0x02,
+    }
+}
+
+byte_enum! {
+    /// A tag-matching CQE's `app_op` (`MLX5_CQE_APP_OP_TM_*`; rdma-core
+    /// `providers/mlx5/cq.c`). The command QP's completions
+    /// ([`is_list_op`](TmAppOp::is_list_op)) and [`TmAppOp::Consumed`] come
+    /// with the CQE opcode `NO_PACKET`, the others with a receive opcode
+    /// (as rdma-core's `mlx5_cq_read_wc_opcode` reads them).
+    TmAppOp {
+        /// A message matched a tag; its data completes later with
+        /// [`TmAppOp::Expected`] (`MLX5_CQE_APP_OP_TM_CONSUMED`).
+        Consumed = 0x1,
+        /// The data of a message that matched earlier has arrived
+        /// (`MLX5_CQE_APP_OP_TM_EXPECTED`).
+        Expected = 0x2,
+        /// A tagged message matched no tag and landed in an SRQ WQE
+        /// (`MLX5_CQE_APP_OP_TM_UNEXPECTED`).
+        Unexpected = 0x3,
+        /// A message without a tag landed in an SRQ WQE
+        /// (`MLX5_CQE_APP_OP_TM_NO_TAG`).
+        NoTag = 0x4,
+        /// An append command completed (`MLX5_CQE_APP_OP_TM_APPEND`).
+        Append = 0x5,
+        /// A remove command completed; see [`TMC_SUCCESS`]
+        /// (`MLX5_CQE_APP_OP_TM_REMOVE`).
+        Remove = 0x6,
+        /// A NOP (sync) command completed (`MLX5_CQE_APP_OP_TM_NOOP`).
+        Noop = 0x7,
+        /// A rendezvous request matched, and software must fetch the data
+        /// (`MLX5_CQE_APP_OP_TM_CONSUMED_SW_RDNV`).
+        ConsumedSwRndv = 0x9,
+        /// A message matched and its data arrived, in one CQE
+        /// (`MLX5_CQE_APP_OP_TM_CONSUMED_MSG`).
+        ConsumedMsg = 0xa,
+        /// A rendezvous request matched in one CQE, and software must fetch
+        /// the data (`MLX5_CQE_APP_OP_TM_CONSUMED_MSG_SW_RDNV`).
+        ConsumedMsgSwRndv = 0xb,
+        /// A matched message's transfer was cancelled; software must fetch
+        /// the data (`MLX5_CQE_APP_OP_TM_MSG_COMPLETION_CANCELED`).
+        MsgCompletionCanceled = 0xc,
+    }
+}
+
+impl TmAppOp {
+    /// True for the completions of a matched message: `app_info` holds the
+    /// index of the tag-list entry it matched (rdma-core reads
+    /// `tm_list[app_info]` for these).
+    #[inline(always)]
+    pub const fn names_tag(self) -> bool {
+        matches!(
+            self,
+            TmAppOp::Consumed
+                | TmAppOp::Expected
+                | TmAppOp::ConsumedSwRndv
+                | TmAppOp::ConsumedMsg
+                | TmAppOp::ConsumedMsgSwRndv
+                | TmAppOp::MsgCompletionCanceled
+        )
+    }
+    /// True for the last completion of a matched message, after which its
+    /// tag-list entry is free: every [`names_tag`](Self::names_tag) opcode but
+    /// the two first-of-two ones, [`TmAppOp::Consumed`] and
+    /// [`TmAppOp::ConsumedSwRndv`] (rdma-core
+    /// `mlx5_cqe_app_op_tm_is_complete`). `false` for the others.
+    #[inline(always)]
+    pub const fn ends_tag(self) -> bool {
+        self.names_tag() && !matches!(self, TmAppOp::Consumed | TmAppOp::ConsumedSwRndv)
+    }
+    /// True when software must complete a rendezvous itself
+    /// (`IBV_WC_TM_RNDV_INCOMPLETE`).
+    #[inline(always)]
+    pub const fn is_rndv_incomplete(self) -> bool {
+        matches!(
+            self,
+            TmAppOp::ConsumedSwRndv | TmAppOp::ConsumedMsgSwRndv | TmAppOp::MsgCompletionCanceled
+        )
+    }
+    /// True for the completion of a command-QP WQE (append, remove, NOP): it
+    /// carries `tm_cqe.success` and `tm_cqe.hw_phase_cnt`.
+    #[inline(always)]
+    pub const fn is_list_op(self) -> bool {
+        matches!(self, TmAppOp::Append | TmAppOp::Remove | TmAppOp::Noop)
+    }
+    /// True when the message landed in an SRQ WQE, named by the CQE's
+    /// `wqe_counter`, with its tag-matching header in front of the data.
+    #[inline(always)]
+    pub const fn uses_srq_wqe(self) -> bool {
+        matches!(self, TmAppOp::Unexpected | TmAppOp::NoTag)
+    }
+    /// True when the completion reports a match (`IBV_WC_TM_MATCH`): the
+    /// CQE's [`tmh`](super::Cqe64::tmh) holds the message's header.
+    #[inline(always)]
+    pub const fn is_match(self) -> bool {
+        matches!(
+            self,
+            TmAppOp::Consumed
+                | TmAppOp::ConsumedSwRndv
+                | TmAppOp::ConsumedMsg
+                | TmAppOp::ConsumedMsgSwRndv
+                | TmAppOp::MsgCompletionCanceled
+        )
+    }
+    /// True when the completion reports the data in place
+    /// (`IBV_WC_TM_DATA_VALID`).
+    #[inline(always)]
+    pub const fn is_data_valid(self) -> bool {
+        matches!(
+            self,
+            TmAppOp::Expected
+                | TmAppOp::ConsumedMsg
+                | TmAppOp::ConsumedMsgSwRndv
+                | TmAppOp::MsgCompletionCanceled
+        )
+    }
+}
+
 impl CqeOpcode {
     /// True for the two error opcodes, whose CQE has the [`ErrCqe`](super::ErrCqe) layout.
     #[inline(always)]
     pub const fn is_error(self) -> bool {
         matches!(self, CqeOpcode::ReqErr | CqeOpcode::RespErr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_matched_message_ends_its_tag_once() {
+        // Two CQEs (match, then data) or one: exactly one frees the tag.
+        for seq in [
+            &[TmAppOp::Consumed, TmAppOp::Expected][..],
+            &[TmAppOp::ConsumedSwRndv, TmAppOp::Expected][..],
+            &[TmAppOp::ConsumedMsg][..],
+            &[TmAppOp::ConsumedMsgSwRndv][..],
+            &[TmAppOp::MsgCompletionCanceled][..],
+        ] {
+            assert!(seq.iter().all(|op| op.names_tag()), "{seq:?}");
+            assert_eq!(seq.iter().filter(|op| op.ends_tag()).count(), 1, "{seq:?}");
+            assert!(seq[0].is_match(), "{seq:?}");
+            assert!(seq[seq.len() - 1].is_data_valid(), "{seq:?}");
+        }
+        // The rest never name a tag, and every operation has one role.
+        for &op in TmAppOp::ALL {
+            let roles = [op.names_tag(), op.is_list_op(), op.uses_srq_wqe()];
+            assert_eq!(roles.iter().filter(|&&r| r).count(), 1, "{op:?}");
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! 64-byte completion queue entry (`struct mlx5_cqe64`).
 
-use super::{be16, be32, be64, put16, put32, put64, view, CqeFormat, CqeOpcode, Field};
+use super::{
+    be16, be32, be64, put16, put32, put64, view, CqeFormat, CqeOpcode, Field, TmAppOp, Tmh,
+    CQE_APP_TAG_MATCHING, TMC_SUCCESS,
+};
 
 mod field {
     use super::Field;
@@ -24,6 +27,13 @@ mod field {
     pub const OP_OWN: usize = 63;
     /// Data scattered to the CQE (format 1) lands in the first 32 bytes.
     pub const INLINE32: Field = 0..32;
+    // The tag-matching forms of the first 32 bytes (a union in the header).
+    /// `tmh`: the matched message's tag-matching header.
+    pub const TMH: Field = 0..16;
+    /// `tm_cqe.success`.
+    pub const TM_SUCCESS: Field = 0..4;
+    /// `tm_cqe.hw_phase_cnt`.
+    pub const TM_HW_PHASE_CNT: Field = 4..6;
 }
 
 /// Offset of `signature` (the validity iteration count in the enhanced
@@ -101,20 +111,63 @@ impl<T: AsRef<[u8]>> Cqe64<T> {
     pub fn imm_inval_pkey(&self) -> u32 {
         be32(self.b(), field::IMM_INVAL_PKEY)
     }
-    /// `app`.
+    /// `app`: which offload produced the CQE ([`CQE_APP_TAG_MATCHING`]), or 0.
     #[inline]
     pub fn app(&self) -> u8 {
         self.b()[field::APP]
     }
-    /// `app_op`.
+    /// `app_op`: the offload's operation ([`TmAppOp`] for tag matching).
     #[inline]
     pub fn app_op(&self) -> u8 {
         self.b()[field::APP_OP]
     }
-    /// `app_info`.
+    /// `app_info`: for a tag-matching CQE whose [`TmAppOp::names_tag`], the
+    /// index of the tag-list entry the message matched.
     #[inline]
     pub fn app_info(&self) -> u16 {
         be16(self.b(), field::APP_INFO)
+    }
+    /// True when tag matching produced the CQE (`app` is
+    /// [`CQE_APP_TAG_MATCHING`]).
+    #[inline]
+    pub fn is_tag_matching(&self) -> bool {
+        self.app() == CQE_APP_TAG_MATCHING
+    }
+    /// The tag-matching operation: `None` unless tag matching produced the
+    /// CQE and its `app_op` is one this crate knows.
+    #[inline]
+    pub fn tm_op(&self) -> Option<TmAppOp> {
+        if self.is_tag_matching() {
+            TmAppOp::from_u8(self.app_op())
+        } else {
+            None
+        }
+    }
+    /// The tag-matching header the NIC scattered into the CQE on a match
+    /// (`tmh`, the first 16 bytes; [`TmAppOp::is_match`]).
+    #[inline]
+    pub fn tmh(&self) -> Tmh<&[u8]> {
+        Tmh::new_unchecked(&self.b()[field::TMH])
+    }
+    /// `tm_cqe.success` (raw word) of a tag-list command's CQE
+    /// ([`TmAppOp::is_list_op`]).
+    #[inline]
+    pub fn tm_success(&self) -> u32 {
+        be32(self.b(), field::TM_SUCCESS)
+    }
+    /// True when a tag-list command succeeded ([`TMC_SUCCESS`] in
+    /// `tm_cqe.success`; rdma-core checks it for a remove).
+    #[inline]
+    pub fn tm_succeeded(&self) -> bool {
+        self.tm_success() & TMC_SUCCESS != 0
+    }
+    /// `tm_cqe.hw_phase_cnt` of a tag-list command's CQE: the NIC's count of
+    /// unexpected messages, which software compares with the count it last
+    /// reported ([`tm_flags::SW_CNT`](super::tm_flags::SW_CNT)) to tell
+    /// whether it must sync.
+    #[inline]
+    pub fn tm_hw_phase_cnt(&self) -> u16 {
+        be16(self.b(), field::TM_HW_PHASE_CNT)
     }
     /// Bytes transferred (receive) or read (READ/atomic requester).
     #[inline]
@@ -228,6 +281,43 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Cqe64<T> {
     pub fn set_imm_inval_pkey(&mut self, v: u32) {
         put32(self.m(), field::IMM_INVAL_PKEY, v)
     }
+    /// Sets `app`.
+    #[inline]
+    pub fn set_app(&mut self, v: u8) {
+        self.m()[field::APP] = v
+    }
+    /// Sets `app_op`.
+    #[inline]
+    pub fn set_app_op(&mut self, v: u8) {
+        self.m()[field::APP_OP] = v
+    }
+    /// Sets `app_info`.
+    #[inline]
+    pub fn set_app_info(&mut self, v: u16) {
+        put16(self.m(), field::APP_INFO, v)
+    }
+    /// Marks the CQE as tag matching's, with operation `op`: `app` and
+    /// `app_op`.
+    #[inline]
+    pub fn set_tm_op(&mut self, op: TmAppOp) {
+        self.set_app(CQE_APP_TAG_MATCHING);
+        self.set_app_op(op.into());
+    }
+    /// The tag-matching header in the first 16 bytes, to write.
+    #[inline]
+    pub fn tmh_mut(&mut self) -> Tmh<&mut [u8]> {
+        Tmh::new_unchecked(&mut self.m()[field::TMH])
+    }
+    /// Sets `tm_cqe.success` (raw word).
+    #[inline]
+    pub fn set_tm_success(&mut self, v: u32) {
+        put32(self.m(), field::TM_SUCCESS, v)
+    }
+    /// Sets `tm_cqe.hw_phase_cnt`.
+    #[inline]
+    pub fn set_tm_hw_phase_cnt(&mut self, v: u16) {
+        put16(self.m(), field::TM_HW_PHASE_CNT, v)
+    }
     /// Sets `byte_cnt`.
     #[inline]
     pub fn set_byte_cnt(&mut self, v: u32) {
@@ -281,5 +371,43 @@ mod tests {
         c.set_sop_drop_qpn(0x0900_1234);
         assert_eq!(c.qpn(), 0x1234);
         assert_eq!(c.s_wqe_opcode(), 9);
+    }
+
+    #[test]
+    fn tag_matching_fields() {
+        let mut b = [0u8; 64];
+        let mut c = Cqe64::new_checked(&mut b[..]).unwrap();
+        assert!(!c.is_tag_matching());
+        c.set_app_op(TmAppOp::Expected.into());
+        assert_eq!(c.tm_op(), None, "app_op alone is not tag matching");
+        c.set_tm_op(TmAppOp::ConsumedMsg);
+        c.set_app_info(0x0102);
+        c.tmh_mut().set(
+            crate::prm::TmhOpcode::Eager,
+            0xa1b2_c3d4,
+            0x1122_3344_5566_7788,
+        );
+        assert!(c.is_tag_matching());
+        assert_eq!(c.tm_op(), Some(TmAppOp::ConsumedMsg));
+        assert_eq!(c.app_info(), 0x0102);
+        assert_eq!(
+            (c.tmh().app_ctx(), c.tmh().tag()),
+            (0xa1b2_c3d4, 0x1122_3344_5566_7788)
+        );
+        assert_eq!(&b[40..44], &[1, 0x0a, 0x01, 0x02]);
+        assert_eq!(&b[..4], &[3, 0, 0, 0]);
+
+        // A command's CQE: the success bit and the NIC's count, same bytes.
+        let mut c = Cqe64::new_checked(&mut b[..]).unwrap();
+        c.set_tm_op(TmAppOp::Remove);
+        c.set_tm_success(0);
+        c.set_tm_hw_phase_cnt(0xbeef);
+        assert!(!c.tm_succeeded());
+        c.set_tm_success(TMC_SUCCESS);
+        assert!(c.tm_succeeded());
+        assert_eq!(c.tm_hw_phase_cnt(), 0xbeef);
+        assert_eq!(&b[..6], &[0x80, 0, 0, 0, 0xbe, 0xef]);
+        b[41] = 0x08; // no such operation
+        assert_eq!(Cqe64::new_unchecked(&b[..]).tm_op(), None);
     }
 }

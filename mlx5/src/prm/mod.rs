@@ -1,5 +1,6 @@
 //! Hardware formats of the mlx5 PRM: zero-copy views over WQE segments, CQEs,
-//! mini CQEs and doorbell records, and the constants of `mlx5dv.h`.
+//! mini CQEs and doorbell records, the tag-matching headers a message carries
+//! on the wire, and the constants of `mlx5dv.h`.
 //!
 //! This module is the only place in the workspace that knows byte offsets. Each
 //! format is a view type over any `T: AsRef<[u8]>` (read) / `AsMut<[u8]>` (write),
@@ -19,7 +20,10 @@ mod err_cqe;
 mod inline;
 mod mini_cqe;
 mod raddr;
+mod rvh;
 mod srq_next;
+mod tm_seg;
+mod tmh;
 
 pub use atomic::AtomicSeg;
 pub use consts::*;
@@ -33,7 +37,10 @@ pub use err_cqe::ErrCqe;
 pub use inline::InlineSeg;
 pub use mini_cqe::{MiniCqe, MINI_PER_BASIC_SLOT, MINI_PER_ENHANCED_SLOT};
 pub use raddr::RaddrSeg;
+pub use rvh::Rvh;
 pub use srq_next::SrqNextSeg;
+pub use tm_seg::{TmCmd, TmSeg};
+pub use tmh::Tmh;
 
 /// A byte range inside a format.
 pub(crate) type Field = core::ops::Range<usize>;
