@@ -7,7 +7,6 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use copyrpc::transport::DeviceSpec;
 use kvs_client::{ControlClient, ControlOptions};
 use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_proto::MemberId;
@@ -95,6 +94,45 @@ fn failed_lines_print_in_place_and_the_summary_counts_them() {
 }
 
 #[test]
+fn each_line_sees_what_the_lines_before_it_did() {
+    // Two copies of each slot: a write's answer waits for its backup.
+    let c = Cluster::start_with("pipe-order", 2, 2);
+    let mut child = pipe(&c, &["--depth", "64"]);
+    // Two hundred keys, each written, read, written again, read, deleted
+    // and read, the keys' lines interleaved so that many are in flight.
+    let mut input = String::new();
+    let mut want = String::new();
+    for step in 0..6 {
+        for i in 0..200 {
+            input.push_str(&match step {
+                0 => format!("put k{i} first-{i}\n"),
+                1 | 3 | 5 => format!("get k{i}\n"),
+                2 => format!("put k{i} second-{i}\n"),
+                _ => format!("del k{i}\n"),
+            });
+            match step {
+                1 => want.push_str(&format!("first-{i}\n")),
+                3 => want.push_str(&format!("second-{i}\n")),
+                5 => want.push_str("(not found)\n"),
+                _ => {}
+            }
+        }
+    }
+    // A scan sees every line before it, and the lines after it wait.
+    input.push_str("put z1 a\nput z2 b\nscan z 10\nput z3 c\nscan z 10\n");
+    want.push_str("z1 a\nz2 b\nz1 a\nz2 b\nz3 c\n");
+    child
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let (out, err, code) = finish(child);
+    assert_eq!(out, want, "stderr: {err}");
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
 fn a_hundred_thousand_lines_are_all_answered_during_a_migration() {
     const KEYS: u32 = 40_000;
     const DELETED: u32 = 10_000;
@@ -113,14 +151,7 @@ fn a_hundred_thousand_lines_are_all_answered_during_a_migration() {
     stdin.write_all(lines.as_bytes()).unwrap();
 
     // Half the slots move to member 1 while the rest of the file goes in.
-    let dev = DeviceSpec {
-        name: "sim0",
-        fabric: Some(&c.fabric),
-        software: "sim0",
-    }
-    .open()
-    .unwrap();
-    let mut cc: ControlClient = ControlClient::new(&dev, ControlOptions::default()).unwrap();
+    let mut cc: ControlClient = ControlClient::new(&c.device(), ControlOptions::default()).unwrap();
     let r = cc.request(
         c.addr(0),
         &ControlRequest::Migrate {

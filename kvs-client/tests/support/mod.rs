@@ -6,6 +6,8 @@ use std::net::SocketAddr;
 use std::process::Command;
 use std::time::Duration;
 
+use kvs_client::ControlClient;
+use kvs_proto::control::{ControlReply, ControlRequest};
 use kvs_server::{Config, Server};
 
 /// Servers of one cluster on a fabric of the test's own (device `sim1`,
@@ -21,6 +23,12 @@ impl Cluster {
     /// through the first; returns once every member serves the same map,
     /// one that includes them all.
     pub fn start(tag: &str, members: usize) -> Cluster {
+        Cluster::start_with(tag, members, 1)
+    }
+
+    /// [`start`](Self::start) keeping `replicas` copies of each slot;
+    /// returns once every slot has them.
+    pub fn start_with(tag: &str, members: usize, replicas: u8) -> Cluster {
         let fabric = format!("kvs-client-{tag}-{}", std::process::id());
         let config = |join: Option<SocketAddr>| Config {
             listen: "127.0.0.1:0".parse().unwrap(),
@@ -31,6 +39,7 @@ impl Cluster {
             max_value: 2048,
             stats_interval_s: 0,
             join: join.map(|a| a.to_string()),
+            replicas,
             ..Config::default()
         };
         let first = Server::start(config(None)).expect("start the first server");
@@ -49,7 +58,34 @@ impl Cluster {
                 v >= version && servers.iter().all(|x| x.map_version() == v)
             },
         );
-        Cluster { fabric, servers }
+        let c = Cluster { fabric, servers };
+        if replicas > 1 {
+            let mut cc: ControlClient =
+                ControlClient::new(&c.device(), Default::default()).unwrap();
+            test_support::wait_until(
+                "every slot has its copies",
+                Duration::from_secs(30),
+                Duration::from_millis(10),
+                || match cc.request(c.addr(0), &ControlRequest::Status) {
+                    Ok(ControlReply::Status(s)) => {
+                        s.group.is_some_and(|g| g.under_replicated_slots == 0)
+                    }
+                    _ => false,
+                },
+            );
+        }
+        c
+    }
+
+    /// Device `sim0` of the cluster's fabric.
+    pub fn device(&self) -> mlx5::device::Context {
+        copyrpc::transport::DeviceSpec {
+            name: "sim0",
+            fabric: Some(&self.fabric),
+            software: "sim0",
+        }
+        .open()
+        .expect("open sim0")
     }
 
     /// The address of member `i`.

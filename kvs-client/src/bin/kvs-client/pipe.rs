@@ -5,10 +5,14 @@
 //! for a line that failed; PUTs and DELs that succeed print nothing. A
 //! summary goes to stderr at the end.
 //!
+//! The lines take effect in their order, as on one connection to Redis
+//! (each line sees what the lines before it did), while lines on
+//! different keys are in flight at once ([`Order`]).
+//!
 //! stdin is read on a thread of its own, so that a slow producer never
 //! keeps the answers of the requests in flight from being read.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
@@ -66,6 +70,7 @@ pub fn run<X: Transport>(
     let mut queue: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut read = 0u64;
     let mut held: Option<(u64, Command)> = None;
+    let mut order = Order::new(depth);
     let mut eof = false;
     loop {
         if queue.is_empty() && !eof {
@@ -87,8 +92,12 @@ pub fn run<X: Transport>(
                     None => break,
                 },
             };
+            if !order.may_send(&cmd) {
+                held = Some((n, cmd));
+                break;
+            }
             match submit(c, &cmd, n) {
-                Ok(()) => {}
+                Ok(()) => order.sent(n, cmd),
                 Err(SubmitError::Busy(_)) => {
                     held = Some((n, cmd));
                     break;
@@ -103,7 +112,10 @@ pub fn run<X: Transport>(
         if in_flight > 0 || held.is_some() {
             // Answers to read (and requests to send): spin, as a client
             // with requests in flight does.
-            c.poll(|n, r| p.settle(n, outcome(r)));
+            c.poll(|n, r| {
+                order.answered(n);
+                p.settle(n, outcome(r));
+            });
         } else if queue.is_empty() && !eof {
             // Nothing in flight, nothing read: what was answered goes out
             // before waiting for the input.
@@ -120,6 +132,86 @@ pub fn run<X: Transport>(
     p.print_done()?;
     p.out.flush()?;
     Ok(p.summary)
+}
+
+/// What a line in flight touches.
+enum Flight {
+    /// Nothing (its place in the window is free or settled).
+    None,
+    /// One key.
+    Key(Vec<u8>),
+    /// Any key: a SCAN.
+    Scan,
+}
+
+/// The lines' order kept while they are in flight: a command waits while
+/// an earlier one on its key is unanswered (a GET after a PUT of its key
+/// sees it; a PUT after a GET does not change what the GET reads), and a
+/// SCAN waits for every earlier command and holds back every later one.
+/// Commands on other keys go out at once, up to the depth.
+struct Order {
+    /// Each line in flight, at `flights[n % depth]`.
+    flights: Vec<Flight>,
+    /// The commands in flight on each key.
+    keys: HashMap<Vec<u8>, u32>,
+    /// Commands in flight.
+    sent: usize,
+    /// Whether one of them is a SCAN.
+    scanning: bool,
+}
+
+impl Order {
+    fn new(depth: usize) -> Order {
+        Order {
+            flights: (0..depth).map(|_| Flight::None).collect(),
+            keys: HashMap::new(),
+            sent: 0,
+            scanning: false,
+        }
+    }
+
+    /// Whether `cmd` may go out now.
+    fn may_send(&self, cmd: &Command) -> bool {
+        match cmd {
+            _ if self.scanning => false,
+            Command::Scan(..) => self.sent == 0,
+            _ => !self.keys.contains_key(cmd.key()),
+        }
+    }
+
+    /// Line `n`'s `cmd` went out.
+    fn sent(&mut self, n: u64, cmd: Command) {
+        let d = self.flights.len() as u64;
+        self.sent += 1;
+        self.flights[(n % d) as usize] = match cmd {
+            Command::Scan(..) => {
+                self.scanning = true;
+                Flight::Scan
+            }
+            Command::Get(k) | Command::Put(k, _) | Command::Del(k) => {
+                *self.keys.entry(k.clone()).or_insert(0) += 1;
+                Flight::Key(k)
+            }
+        };
+    }
+
+    /// Line `n` was answered.
+    fn answered(&mut self, n: u64) {
+        let d = self.flights.len() as u64;
+        match std::mem::replace(&mut self.flights[(n % d) as usize], Flight::None) {
+            Flight::None => return,
+            Flight::Scan => self.scanning = false,
+            Flight::Key(k) => {
+                if let Some(c) = self.keys.get_mut(&k) {
+                    *c -= 1;
+                    if *c == 0 {
+                        self.keys.remove(&k);
+                    }
+                }
+            }
+        }
+        self.sent -= 1;
+    }
 }
 
 /// The window of lines in flight or answered but not printed:

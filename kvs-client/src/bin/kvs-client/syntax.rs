@@ -170,6 +170,13 @@ fn single_quoted(line: &[u8], mut i: usize) -> Result<(Vec<u8>, usize), SyntaxEr
 }
 
 impl Command {
+    /// The key it reads or writes (a SCAN: where it starts).
+    pub fn key(&self) -> &[u8] {
+        match self {
+            Command::Get(k) | Command::Put(k, _) | Command::Del(k) | Command::Scan(k, _) => k,
+        }
+    }
+
     /// The command of `words` (its first word, in any case, names it).
     pub fn parse(words: Vec<Vec<u8>>) -> Result<Command, SyntaxError> {
         let mut it = words.into_iter();
