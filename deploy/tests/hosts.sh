@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Test hosts for the deploy roles: four Debian containers booted with
-# systemd-nspawn (two storage hosts, two load hosts), each with its own network
-# namespace and address on a private bridge that only they and this machine
-# reach, sshd with a key made here, and one software-device fabric directory
-# bind-mounted into all three (the stand-in for the RDMA network).
+# Test hosts for the deploy roles: five Debian containers booted with
+# systemd-nspawn (two storage hosts, two load hosts, a monitoring host), each
+# with its own network namespace and address on a private bridge that only
+# they and this machine reach, sshd with a key made here, and one
+# software-device fabric directory bind-mounted into all of them (the stand-in
+# for the RDMA network).
 #
 #   hosts.sh up     build the image (once), boot the hosts, write the inventory
 #   hosts.sh reset HOST...  reset the named hosts at once, the hard way, and
@@ -24,24 +25,30 @@ FABRIC=${KVS_DEPLOY_FABRIC:-deploytest}
 FABRIC_DIR=/dev/shm/mlx5sim-$FABRIC
 # The uid the servers and the drivers run as: one fabric belongs to one uid.
 SERVICE_UID=990
-HOSTS=("kvs1:11" "kvs2:12" "load1:21" "load2:22")
+HOSTS=("kvs1:11" "kvs2:12" "load1:21" "load2:22" "mon1:31")
 MIRROR=${KVS_DEPLOY_MIRROR:-http://deb.debian.org/debian}
-PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,openssh-server,iproute2,openmpi-bin
+# The hosts have no route out: what the roles install must be in the image
+# (Open MPI for ycsb, Prometheus for monitoring), so that apt finds it there.
+PACKAGES=systemd,systemd-sysv,dbus,python3,python3-apt,openssh-server,iproute2,openmpi-bin,prometheus
 
 say() { printf '[hosts] %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
 image() {
   local img=$STATE/image
-  if [ -f "$img/etc/os-release" ]; then return; fi
+  # Built again when the package list changed.
+  if [ -f "$img/etc/os-release" ] && [ "$(cat "$STATE/image.packages" 2>/dev/null)" = "$PACKAGES" ]; then return; fi
   say "building the Debian bookworm image (mmdebstrap, about a minute)"
-  rm -rf "$img.tmp"
+  rm -rf "$img" "$img.tmp"
   mmdebstrap --variant=minbase --include="$PACKAGES" bookworm "$img.tmp" "$MIRROR" \
     </dev/null >"$STATE/mmdebstrap.log" 2>&1 ||
     { tail -20 "$STATE/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $STATE/mmdebstrap.log)"; }
   # Host keys are made per host below.
   rm -f "$img.tmp"/etc/ssh/ssh_host_*
+  # Prometheus runs only where the monitoring role enables it.
+  rm -f "$img.tmp"/etc/systemd/system/multi-user.target.wants/prometheus.service
   mv "$img.tmp" "$img"
+  echo "$PACKAGES" >"$STATE/image.packages"
 }
 
 bridge() {
@@ -128,6 +135,9 @@ all:
       hosts:
         load1: {ansible_host: $NET.21}
         load2: {ansible_host: $NET.22}
+    monitoring:
+      hosts:
+        mon1: {ansible_host: $NET.31}
 YAML
   cat >"$STATE/inventory/group_vars/all.yml" <<YAML
 ---
@@ -156,6 +166,9 @@ ycsb_uid: $SERVICE_UID
 # Two driver ranks on each load host: mpirun on load1 starts load2's over
 # ssh, and the report is merged from all four.
 ycsb_ranks_per_host: 2
+# Prometheus scrapes and evaluates the alert rules every 5 s (the test waits
+# for an alert to fire).
+monitoring_scrape_interval: 5s
 YAML
 }
 
@@ -225,18 +238,28 @@ host_ip() {
 }
 
 down_hosts() {
-  local pids=()
+  local pids=() names=() i
   for h in "${HOSTS[@]}"; do
     local f=$STATE/${h%%:*}.pid
     [ -f "$f" ] || continue
     local pid
     pid=$(cat "$f")
     # SIGTERM asks the container's systemd to power off.
-    kill -TERM "$pid" 2>/dev/null && pids+=("$pid")
+    kill -TERM "$pid" 2>/dev/null && { pids+=("$pid"); names+=("${h%%:*}"); }
     rm -f "$f"
   done
-  for pid in "${pids[@]}"; do
+  for i in "${!pids[@]}"; do
+    local pid=${pids[$i]}
     for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null || continue
+    # Not powered off in 30 s (seen on a busy machine): kill the container's
+    # init, systemd-nspawn's child, which ends every process of the container,
+    # and let systemd-nspawn exit and remove its veth. Killing systemd-nspawn
+    # alone would leave the container running, and its veth would stop the
+    # next boot of that host ("Failed to add new veth interfaces").
+    say "${names[$i]} did not power off within 30 s: killing it"
+    pkill -KILL -P "$pid" 2>/dev/null || true
+    for _ in $(seq 10); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
     kill -KILL "$pid" 2>/dev/null || true
   done
 }

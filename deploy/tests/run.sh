@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The deploy roles' test, molecule-style, on real systemd hosts:
 #   lint       ansible-lint on deploy/, --syntax-check on every playbook
-#   create     four systemd-nspawn containers (hosts.sh up)
+#   create     five systemd-nspawn containers (hosts.sh up)
 #   converge   site.yml -e kvs_server_bootstrap=true: the cluster forms over
-#              both storage hosts
+#              both storage hosts, and Prometheus runs on mon1
 #   verify     verify.yml, and every /metrics parsed by a Prometheus parser
+#   monitoring  Prometheus on mon1 (the monitoring role) scrapes both storage
+#              hosts (every target up), finds a series of every metric its
+#              alert rules read, and fires no kvs alert
 #   benchmark  benchmark.yml: YCSB workload A with dataintegrity from both load
 #              hosts (four MPI ranks under one mpirun); every operation in the
 #              fetched report OK
@@ -27,6 +30,10 @@
 #   leader restart  the control group's leader's server restarts alone: it
 #              resumes its member, every host sees one cluster and map, and
 #              every slot has its two copies again
+#   alert      the server of the member that does not lead the control group
+#              stopped: Prometheus fires KvsMemberDown for its host and
+#              KvsMemberFailed for its member; started again, it is a member
+#              again, KvsMemberDown resolves and the cluster settles
 #   restart all  every storage host at once, the hard way, with the records
 #              on disk (kvs_server_durability: always, the whole run): a known
 #              set of records loaded and read back (YCSB workload C with
@@ -48,7 +55,9 @@ STATE=${KVS_DEPLOY_STATE:-/var/tmp/kvs-deploy-test}
 export KVS_DEPLOY_STATE=$STATE
 INV=$STATE/inventory
 NET=${KVS_DEPLOY_NET:-10.77.0}
-KVS1=$NET.11 KVS2=$NET.12 LOAD1=$NET.21 LOAD2=$NET.22
+KVS1=$NET.11 KVS2=$NET.12 LOAD1=$NET.21 LOAD2=$NET.22 MON1=$NET.31
+# Prometheus on mon1 (the monitoring role), through its HTTP API.
+PROM=http://$MON1:9090
 LOGS=$STATE/logs
 export ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
 
@@ -169,6 +178,17 @@ step "verify"
 play verify tests/verify.yml
 /usr/bin/python3 tests/scrape.py "$KVS1:9477" "$KVS2:9477"
 
+step "monitoring"
+# Prometheus on mon1 scrapes both storage hosts every 5 s (the test's
+# inventory): every target of job kvs up (the first scrapes may take a
+# moment), a series for every kvs metric the alert rules read (a renamed
+# metric would leave a rule silent for ever), and a healthy cluster fires none.
+/usr/bin/python3 tests/prometheus.py "$PROM" targets kvs1 kvs2 --timeout 60 ||
+  fail "Prometheus on mon1 does not scrape both storage hosts"
+/usr/bin/python3 tests/prometheus.py "$PROM" inputs roles/monitoring/files/kvs-alerts.yml --timeout 30 ||
+  fail "Prometheus has no series of some metric the alert rules read"
+/usr/bin/python3 tests/prometheus.py "$PROM" quiet --timeout 1 || fail "kvs alerts fire on a healthy cluster"
+
 step "benchmark"
 ops=20000
 play benchmark benchmark.yml -e "ycsb_report_dir=$STATE/reports" \
@@ -183,7 +203,7 @@ on "$LOAD2" "journalctl -u ssh --no-pager | grep -q 'Accepted publickey for ycsb
 
 step "idempotence"
 play site-2 site.yml
-for h in kvs1 kvs2 load1 load2 localhost; do
+for h in kvs1 kvs2 load1 load2 mon1 localhost; do
   [ "$(changed site-2 "$h")" = 0 ] || fail "the second site.yml changed $h: $(grep -E 'changed:' "$LOGS/site-2.log" | head)"
 done
 echo "second site.yml: no change"
@@ -274,7 +294,7 @@ step "release"
 bins=${KVS_DEPLOY_BINARIES:-$PWD/../target/release}
 rel=$STATE/release
 rm -rf "$rel" && mkdir -p "$rel"
-tar -C "$bins" -czf "$rel/kvs.tar.gz" kvs-server kvs-admin
+tar -C "$bins" -czf "$rel/kvs.tar.gz" kvs-server kvs-admin kvs-client
 tar -C "$bins" -czf "$rel/ycsb.tar.gz" ycsb-driver
 /usr/bin/python3 -m http.server --bind "$NET.1" --directory "$rel" 8999 >"$LOGS/http.log" 2>&1 &
 jobs_bg+=($!)
@@ -286,7 +306,7 @@ play site-4 site.yml "${release[@]}"
 grep -q "GET /kvs.tar.gz" "$LOGS/http.log" || fail "no host downloaded the release"
 play verify-3 tests/verify.yml
 play site-5 site.yml "${release[@]}"
-for h in kvs1 kvs2 load1 load2 localhost; do
+for h in kvs1 kvs2 load1 load2 mon1 localhost; do
   [ "$(changed site-5 "$h")" = 0 ] || fail "the second site.yml from the release changed $h"
 done
 echo "installed from the release tarballs: the cluster formed again, and a second run changed nothing"
@@ -305,6 +325,39 @@ play verify-4 tests/verify.yml
 cid_after=$(admin "$KVS2" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["cluster_id"])')
 [ "$cid_after" = "$cid" ] || fail "the cluster changed from $cid to $cid_after when member $leader's host restarted"
 echo "the leader's host (member $leader) restarted: one cluster ($cid), one map on every host"
+
+step "alert"
+# A storage host's server stopped (not killed: systemd would start a killed
+# one again within 2 s), the one that does not lead the control group (with
+# two members the leader is the only voter: without it nothing commits, and
+# no member could be marked failed), for as long as KvsMemberDown's 30 s
+# `for:` and a scrape and an evaluation (5 s each) take: Prometheus fires
+# KvsMemberDown for that host, and KvsMemberFailed for its member, which the
+# other's copy of the control state shows failed. Started again, the server
+# resumes its member (reloading its records), KvsMemberDown resolves, and the
+# cluster settles.
+read -r member addr <<<"$(admin "$KVS1" | /usr/bin/python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+print(*next((m["member"], m["addr"]) for m in s["members"] if m["state"] == "up" and m["member"] != s["leader"]))')"
+[ -n "$addr" ] || fail "kvs-admin status names no member up but the leader"
+case "$addr" in
+  "$KVS1:7000") name=kvs1 ;;
+  "$KVS2:7000") name=kvs2 ;;
+  *) fail "member $member is at $addr, no storage host's address" ;;
+esac
+t=$SECONDS
+on "${addr%:*}" systemctl stop kvs-server
+/usr/bin/python3 tests/prometheus.py "$PROM" firing KvsMemberDown host="$name" --timeout 90 ||
+  fail "KvsMemberDown did not fire for $name within 90 s of its server's stop"
+/usr/bin/python3 tests/prometheus.py "$PROM" firing KvsMemberFailed member="$member" --timeout 30 ||
+  fail "KvsMemberFailed did not fire for member $member ($name)"
+echo "KvsMemberDown ($name) and KvsMemberFailed (member $member) fired $((SECONDS - t)) s after $name's server stopped"
+on "${addr%:*}" systemctl start kvs-server
+/usr/bin/python3 tests/prometheus.py "$PROM" resolved KvsMemberDown host="$name" --timeout 60 ||
+  fail "KvsMemberDown for $name did not resolve once its server started again"
+settle "$KVS1" 120
+echo "$name's server started again: the alert resolved, every member up and every slot with its two copies (step: $((SECONDS - t)) s)"
 
 step "restart all"
 # Every storage host's server at once, the hard way. The records are on disk
