@@ -27,9 +27,11 @@ fn pipe(c: &Cluster, args: &[&str]) -> Child {
 }
 
 /// Everything a child printed on stdout and stderr, and its exit status,
-/// once its stdin is closed.
-fn finish(mut child: Child) -> (String, String, Option<i32>) {
-    drop(child.stdin.take());
+/// once `input` is written to its stdin and stdin is closed.
+fn finish(mut child: Child, input: &str) -> (String, String, Option<i32>) {
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
     let mut so = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -53,7 +55,7 @@ fn stderr_of(child: &mut Child) -> String {
 #[test]
 fn failed_lines_print_in_place_and_the_summary_counts_them() {
     let c = Cluster::start("pipe-lines", 2);
-    let mut child = pipe(&c, &["--depth", "4"]);
+    let child = pipe(&c, &["--depth", "4"]);
     let input = "put a 1\n\
                  get a\n\
                  # a comment\n\
@@ -66,13 +68,7 @@ fn failed_lines_print_in_place_and_the_summary_counts_them() {
                  put \"sp ace\" \"x y\\x00\"\r\n\
                  get \"sp ace\"\n\
                  scan a 2\n";
-    child
-        .stdin
-        .as_mut()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let (out, err, code) = finish(child);
+    let (out, err, code) = finish(child, input);
     assert_eq!(
         out,
         "1\n\
@@ -97,7 +93,7 @@ fn failed_lines_print_in_place_and_the_summary_counts_them() {
 fn each_line_sees_what_the_lines_before_it_did() {
     // Two copies of each slot: a write's answer waits for its backup.
     let c = Cluster::start_with("pipe-order", 2, 2);
-    let mut child = pipe(&c, &["--depth", "64"]);
+    let child = pipe(&c, &["--depth", "64"]);
     // Two hundred keys, each written, read, written again, read, deleted
     // and read, the keys' lines interleaved so that many are in flight.
     let mut input = String::new();
@@ -121,13 +117,7 @@ fn each_line_sees_what_the_lines_before_it_did() {
     // A scan sees every line before it, and the lines after it wait.
     input.push_str("put z1 a\nput z2 b\nscan z 10\nput z3 c\nscan z 10\n");
     want.push_str("z1 a\nz2 b\nz1 a\nz2 b\nz3 c\n");
-    child
-        .stdin
-        .as_mut()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let (out, err, code) = finish(child);
+    let (out, err, code) = finish(child, &input);
     assert_eq!(out, want, "stderr: {err}");
     assert_eq!(code, Some(0), "{err}");
 }
