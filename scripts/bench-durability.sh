@@ -35,6 +35,8 @@
 #   RUNS=1 RECORDS=2000 OPS=20000 SECS1=1 REPLAY_RECORDS=20000 bash scripts/bench-durability.sh
 #   PARTS=recovery REPLAY_RUNS=5 bash scripts/bench-durability.sh
 #   RUNS=5 SETTINGS="none always" PARTS=settings BEFORE=/tmp/old-bin bash scripts/bench-durability.sh
+# SERVER_ARGS: more kvs-server flags for the clusters' members (parts 1
+# and 5), e.g. SERVER_ARGS="--snapshot-rate 0".
 # Also: THREADS, WORKERS, SECS1, SNAP_SECS, DSYNC_WRITES, SEQ_MB, REPLAY_RECORDS,
 # REPLAY_WORKERS (default WORKERS), REPLAY_RUNS (default RUNS),
 # REPLAY_DURABILITY (everysec or always), SKIP_REDIS=1; TMPDIR picks the
@@ -202,7 +204,7 @@ cluster_up() {
     log="$root/c$n-m$m.log"
     mkdir -p "$dir"
     "$server" --listen "127.0.0.1:$((base + m))" --fabric "$fabric" --device sim1 --workers "$WORKERS" \
-      --stats-interval 0 --data-dir "$dir" --durability "$dur" "${how[@]}" >"$log" 2>&1 &
+      --stats-interval 0 --data-dir "$dir" --durability "$dur" "${how[@]}" ${SERVER_ARGS:-} >"$log" 2>&1 &
     pids+=($!)
     members+=($!)
     wait_up "$log" $! "member $m (durability $1)" 30

@@ -8,6 +8,7 @@
 //! durability = "everysec"   # none, everysec or always: the records' logs on disk (needs data_dir)
 //! auto_snapshot_percentage = 100  # snapshot when the logs outgrow the last snapshot by this much (0: only on request)
 //! auto_snapshot_min_size = "64M"  # ... and hold at least this many bytes
+//! snapshot_rate = "32M"     # per worker: bytes of records a snapshot copies a second (0: no limit)
 //! catch_up_history = "16M"  # per worker: recent writes' keys a restarted backup catches up from (0: whole copies)
 //! bootstrap = false         # true: an empty data_dir starts a new cluster (once, to create it)
 //! control_voters = 3        # members that vote in the control group (the first ones)
@@ -188,6 +189,13 @@ pub struct Config {
     /// unit: `"64M"`), as `auto-aof-rewrite-min-size`.
     #[serde(deserialize_with = "crate::store::memory::deserialize_bytes")]
     pub auto_snapshot_min_size: u64,
+    /// The most bytes of records a worker's snapshot copies a second (an
+    /// integer, or a string with a unit: `"32M"`), so that a snapshot
+    /// spreads its cost on the worker and the disk instead of taking them
+    /// in one burst, as Cassandra's compaction throughput does; 0: as fast
+    /// as the disk takes them.
+    #[serde(deserialize_with = "crate::store::memory::deserialize_bytes")]
+    pub snapshot_rate: u64,
     /// With `durability`: bytes of each worker's history of its last
     /// writes' keys (as a Redis master's `repl-backlog-size`). A backup
     /// restarted from its files whose copy of a slot stands within it gets
@@ -298,6 +306,7 @@ impl Default for Config {
             durability: Durability::None,
             auto_snapshot_percentage: 100,
             auto_snapshot_min_size: 64 << 20,
+            snapshot_rate: 32 << 20,
             catch_up_history: 16 << 20,
             control_voters: 3,
             member_timeout_ms: 1000,

@@ -109,6 +109,12 @@ struct Args {
     /// unit (64M, 1G); default 64M. Config key `auto_snapshot_min_size`.
     #[arg(long, value_name = "BYTES", value_parser = kvs_server::store::memory::parse_bytes)]
     auto_snapshot_min_size: Option<u64>,
+    /// The most bytes of records each worker's snapshot copies a second,
+    /// in bytes or with a unit (32M, 1G): a snapshot's cost spread out
+    /// rather than taken at once; 0: no limit. Default 32M. Config key
+    /// `snapshot_rate`.
+    #[arg(long, value_name = "BYTES", value_parser = kvs_server::store::memory::parse_bytes)]
+    snapshot_rate: Option<u64>,
     /// The address clients and members reach this server at, when it is not
     /// `--listen` (behind NAT, or listening on 0.0.0.0). Config key
     /// `advertise`.
@@ -288,6 +294,9 @@ fn apply_flags(a: Args, cfg: &mut Config) {
     }
     if let Some(v) = a.auto_snapshot_min_size {
         cfg.auto_snapshot_min_size = v;
+    }
+    if let Some(v) = a.snapshot_rate {
+        cfg.snapshot_rate = v;
     }
     if a.advertise.is_some() {
         cfg.advertise = a.advertise;

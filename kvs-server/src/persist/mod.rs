@@ -132,6 +132,7 @@ pub(crate) fn open(
         snapshot_bytes: opened.snapshot_bytes,
         auto_percentage: cfg.auto_snapshot_percentage,
         auto_min: cfg.auto_snapshot_min_size,
+        snapshot_rate: cfg.snapshot_rate,
         snapshot: None,
         next: None,
         requested: false,
@@ -180,6 +181,8 @@ pub(crate) struct WorkerLog {
     snapshot_bytes: u64,
     auto_percentage: u32,
     auto_min: u64,
+    /// `snapshot_rate`: a snapshot's pace.
+    snapshot_rate: u64,
     /// The snapshot under way.
     snapshot: Option<Snapshot>,
     /// The log the next snapshot begins, being made ready.
@@ -365,7 +368,8 @@ impl WorkerLog {
             if s.has_work() {
                 Duration::ZERO
             } else {
-                Duration::from_millis(1)
+                s.paced_for()
+                    .clamp(Duration::from_micros(100), Duration::from_millis(1))
             }
         })
     }
@@ -515,7 +519,13 @@ impl WorkerLog {
         }
         // The old thread's last flush is of a flushed log.
         self._syncer = syncer_for(&self.writer, self.durability, worker);
-        match Snapshot::start(self.dir.clone(), worker, gen, self.slots) {
+        match Snapshot::start(
+            self.dir.clone(),
+            worker,
+            gen,
+            self.slots,
+            self.snapshot_rate,
+        ) {
             Ok(s) => {
                 tracing::info!(
                     "worker {worker}: snapshot {gen} begins ({} bytes of logs; the last \

@@ -18,6 +18,9 @@
 //! than that is copied in one step: the pause grows with the slot), and
 //! the disk's writes happen on the other thread. When that thread falls
 //! behind (a slow disk), the worker copies nothing until it catches up.
+//! The steps are paced to `snapshot_rate` bytes a second (a step's worth
+//! ahead at most), so that a snapshot's cost to the worker's turns and to
+//! the disk is spread over its length rather than taken at once.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -94,6 +97,10 @@ pub(super) struct Snapshot {
     /// The snapshot's file, for errors.
     path: PathBuf,
     started: Instant,
+    /// The pace: the most bytes of copies a second (0: none).
+    rate: u64,
+    /// Bytes of copies made so far.
+    bytes: u64,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -110,7 +117,14 @@ impl Snapshot {
     /// Starts snapshot `gen` of worker `worker`'s `slots` slots, into
     /// `dir`; its log `gen` must have begun. `Err`: its thread could not
     /// start.
-    pub fn start(dir: PathBuf, worker: u16, gen: u64, slots: u32) -> std::io::Result<Snapshot> {
+    /// `rate`: the most bytes of copies a second (0: no limit).
+    pub fn start(
+        dir: PathBuf,
+        worker: u16,
+        gen: u64,
+        slots: u32,
+        rate: u64,
+    ) -> std::io::Result<Snapshot> {
         let (to_writer, rx) = mpsc::sync_channel(QUEUE);
         let (tx, from_writer) = mpsc::channel();
         let path = files::snapshot_path(&dir, worker);
@@ -139,6 +153,8 @@ impl Snapshot {
             thread: Some(thread),
             path,
             started: Instant::now(),
+            rate,
+            bytes: 0,
         })
     }
 
@@ -148,9 +164,15 @@ impl Snapshot {
     }
 
     /// Whether a step would copy something now (else it waits for the
-    /// thread).
+    /// thread, or for its pace).
     pub fn has_work(&self) -> bool {
-        self.outbox.is_empty() && !self.copied
+        self.outbox.is_empty() && !self.copied && self.paced_for().is_zero()
+    }
+
+    /// How long until the pace allows the next step (zero: now): the
+    /// copies may be a step ahead of `rate` bytes a second since the start.
+    pub fn paced_for(&self) -> Duration {
+        pace(self.bytes, self.rate, self.started.elapsed())
     }
 
     /// One step, at a turn's end (the turn's changes handed to the log):
@@ -182,10 +204,12 @@ impl Snapshot {
             .pop()
             .unwrap_or_else(|| Batch::new(SNAPSHOT_FORMAT));
         let first = self.next;
+        let before = chunk.len();
         while self.next < self.slots && chunk.len() < STEP_BYTES {
             self.records += store.copy_slot(self.next, &mut chunk);
             self.next += 1;
         }
+        self.bytes += (chunk.len() - before) as u64;
         if let Some(j) = store.journal() {
             let mark = Copied {
                 gen: self.gen,
@@ -254,6 +278,16 @@ impl Snapshot {
     }
 }
 
+/// How long after `elapsed` a copy that has made `bytes` may make its next
+/// step at `rate` bytes a second (0: no limit), a step ahead at most.
+fn pace(bytes: u64, rate: u64, elapsed: Duration) -> Duration {
+    if rate == 0 {
+        return Duration::ZERO;
+    }
+    let due = bytes.saturating_sub(STEP_BYTES as u64) as f64 / rate as f64;
+    Duration::from_secs_f64(due).saturating_sub(elapsed)
+}
+
 impl Drop for Snapshot {
     fn drop(&mut self) {
         // The thread sees the channel close and removes its partial file.
@@ -309,4 +343,27 @@ fn write(
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pace_lets_a_step_ahead_then_holds_to_the_rate() {
+        let step = STEP_BYTES as u64;
+        let ms = Duration::from_millis;
+        // No limit, and the first step of any pace, go at once.
+        assert_eq!(pace(1 << 40, 0, ms(0)), Duration::ZERO);
+        assert_eq!(pace(0, 1 << 20, ms(0)), Duration::ZERO);
+        assert_eq!(pace(step, 1 << 20, ms(0)), Duration::ZERO);
+        // At 1 MiB/s, a step more than one ahead waits for its time.
+        let rate = 1 << 20;
+        let wait = pace(step + (1 << 20), rate, ms(0));
+        assert!((wait.as_secs_f64() - 1.0).abs() < 1e-9, "{wait:?}");
+        let wait = pace(step + (1 << 20), rate, ms(400));
+        assert!((wait.as_secs_f64() - 0.6).abs() < 1e-9, "{wait:?}");
+        assert_eq!(pace(step + (1 << 20), rate, ms(1000)), Duration::ZERO);
+        assert_eq!(pace(step + (1 << 20), rate, ms(5000)), Duration::ZERO);
+    }
 }
