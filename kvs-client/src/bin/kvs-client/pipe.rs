@@ -30,7 +30,7 @@ enum Outcome {
     Quiet,
     /// GET or DEL of a missing key.
     NotFound,
-    /// What to print (a value, `(not found)`, records).
+    /// What to print: a value, or records.
     Print(String),
     /// The line failed.
     Failed(String),
