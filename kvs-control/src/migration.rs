@@ -459,10 +459,16 @@ impl Migration {
         changed
     }
 
-    /// The members the chunk being moved goes from and to, while it runs.
+    /// The members the chunk being moved goes from and to, or the next
+    /// one's (a chunk whose member failed waits in the queue), while it
+    /// runs.
     pub fn moving(&self) -> Option<(MemberId, MemberId)> {
-        let c = self.current.as_ref().filter(|_| self.running())?;
-        Some((c.chunk.from, c.chunk.to))
+        if !self.running() {
+            return None;
+        }
+        let c = self.current.as_ref().map(|c| &c.chunk);
+        let c = c.or_else(|| self.todo.front())?;
+        Some((c.from, c.to))
     }
 
     /// Stops after the chunk being pulled.

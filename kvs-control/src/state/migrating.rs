@@ -299,8 +299,13 @@ mod tests {
             member: MemberId(2),
         };
         assert_eq!(s.apply(&up, LogPos::new(13, 1)), Applied::Up(MemberId(2)));
+        // Member 2's slots alone, one chunk from it.
+        let only_2 = Command::Migrate {
+            moves: vec![(42, 48, MemberId(0))],
+            at_ms: 1,
+        };
         assert!(matches!(
-            s.apply(&off_2, LogPos::new(14, 1)),
+            s.apply(&only_2, LogPos::new(14, 1)),
             Applied::Map(_)
         ));
         assert_eq!(s.migration_status(2).unwrap().stalled, None);
