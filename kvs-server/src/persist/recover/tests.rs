@@ -13,8 +13,10 @@ fn config(data_dir: &Path) -> Config {
     Config {
         data_dir: Some(data_dir.to_path_buf()),
         durability: Durability::Always,
-        // Snapshots only when a test asks.
+        // Snapshots only when a test asks, as fast as they go (the tests
+        // step the turns themselves).
         auto_snapshot_percentage: 0,
+        snapshot_rate: 0,
         ..Config::default()
     }
 }
