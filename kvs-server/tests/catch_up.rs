@@ -92,6 +92,122 @@ fn a_backup_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
     });
 }
 
+/// A metrics endpoint's address, free now.
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// The primary of every slot stops as systemd stops it (SIGTERM: its
+/// drain hands each slot over to a backup and drops its copies, which it
+/// keeps on disk), records change while it is down, and it restarts from
+/// its data dir: its kept copies stand where the new primaries' terms
+/// began, so each catches up. Three members of one worker each (the group
+/// places a rejoining member's copies on its workers afresh, so with more
+/// than one a kept copy can be on another worker than its slot's new
+/// backup, and that copy is whole), `replicas = 3`, every member a voter.
+#[test]
+fn a_primary_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
+    let fabric = format!("kvs-catch-up-primary-{}", std::process::id());
+    let _fabric = test_support::FabricGuard(fabric.clone());
+    let root = support::temp_dir("catch-up-primary");
+    let dirs = [root.join("m0"), root.join("m1"), root.join("m2")];
+    let metrics = [free_addr(), free_addr()];
+    let config = root.join("member.toml");
+    std::fs::write(&config, "member_timeout_ms = 500\n").unwrap();
+    let config = config.to_str().unwrap();
+    let start = |dir: &Path, listen: &str, join: Option<SocketAddr>, metrics: Option<SocketAddr>| {
+        let m = metrics.map(|m| m.to_string());
+        let mut extra = vec!["--config", config, "--replicas", "3", "--durability", "always"];
+        if let Some(m) = m.as_deref() {
+            extra.extend(["--metrics-listen", m]);
+        }
+        support::member_process_with(&fabric, dir, listen, 1, join, &extra)
+    };
+    let mut a = start(&dirs[0], "127.0.0.1:0", None, None);
+    let a_addr = a.addr;
+    let b = start(&dirs[1], "127.0.0.1:0", Some(a_addr), Some(metrics[0]));
+    let c3 = start(&dirs[2], "127.0.0.1:0", Some(a_addr), Some(metrics[1]));
+    let mut cc = support::control_client(&fabric);
+    let healthy = |cc: &mut ControlClient| {
+        group_view(cc, b.addr).is_some_and(|g| {
+            g.members.len() == 3
+                && g.members.iter().all(|m| m.state == "up")
+                && g.under_replicated_slots == 0
+                && g.applied == g.commit
+        })
+    };
+    wait("every slot on three members", Duration::from_secs(60), || {
+        healthy(&mut cc)
+    });
+
+    let mut want: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
+    let mut c = support::connect(a_addr, &fabric, Default::default()).unwrap();
+    for i in 0..RECORDS {
+        let (k, v) = (format!("r{i}"), value(i, 0));
+        let r = c.wait_for(|c, t| c.put(k.as_bytes(), &v, t));
+        assert_eq!(r, Ok(OwnedReply::Done), "{k}");
+        want.insert(k, Some(v));
+    }
+    drop(c);
+    let total = |m: &[SocketAddr]| {
+        m.iter().map(|&m| copies(m)).fold((0.0, 0.0, 0.0, 0.0), |t, c| {
+            (t.0 + c.0, t.1 + c.1, t.2 + c.2, t.3 + c.3)
+        })
+    };
+    let before = total(&metrics);
+
+    // The founder, every slot's primary, drains and stops; the others
+    // write on.
+    assert!(a.term(Duration::from_secs(30)), "{}", a.printed());
+    let mut c = support::connect(b.addr, &fabric, Default::default()).unwrap();
+    for i in (0..RECORDS).step_by(40) {
+        let k = format!("r{i}");
+        let v = value(i, 1);
+        want.insert(k.clone(), Some(v.clone()));
+        assert_eq!(
+            c.wait_for(|c, t| c.put(k.as_bytes(), &v, t)),
+            Ok(OwnedReply::Done),
+            "{k}"
+        );
+    }
+
+    // Back from its data dir: every slot's ready backup again.
+    let a = start(&dirs[0], &a_addr.to_string(), None, None);
+    let t = std::time::Instant::now();
+    while !healthy(&mut cc) {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the founder not every slot's ready backup within 60 s:\n{}",
+            a.printed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let after = total(&metrics);
+    let (whole, whole_bytes) = (after.0 - before.0, after.1 - before.1);
+    let (catch_ups, catch_up_bytes) = (after.2 - before.2, after.3 - before.3);
+    eprintln!(
+        "after the primary's restart: {whole} whole copies ({whole_bytes} bytes), \
+         {catch_ups} catch-ups ({catch_up_bytes} bytes)"
+    );
+    assert_eq!(
+        whole,
+        0.0,
+        "a slot was copied whole: {after:?}\n{}\n---\n{}\n---\n{}",
+        a.printed(),
+        b.printed(),
+        c3.printed()
+    );
+    assert!(catch_ups > 0.0 && catch_up_bytes > 0.0, "{after:?}");
+    for (k, v) in &want {
+        let got = c.wait_for(|c, t| c.get(k.as_bytes(), t)).unwrap();
+        let expect = v.clone().map_or(OwnedReply::NotFound, OwnedReply::Value);
+        assert_eq!(got, expect, "{k}");
+    }
+    drop(c);
+    drop(cc);
+}
+
 /// The test, with the backup stopped by `stop`.
 fn restart_catches_up(tag: &str, stop: impl FnOnce(&mut ServerProcess)) {
     let fabric = format!("kvs-catch-up-{tag}-{}", std::process::id());

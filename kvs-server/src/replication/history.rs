@@ -3,10 +3,20 @@
 //! copy of the slot (as a Redis replica's partial resync takes the
 //! master's backlog instead of a full sync).
 //!
-//! Each slot's writes form a *stream*: a number drawn when this worker
-//! became the slot's primary, and the writes' sequence numbers in it. A
-//! backup's complete copy stands at a position in that stream
-//! ([`Position`]). The history keeps, for the last `capacity` bytes of
+//! Each slot's writes form a *stream*: a number naming one primary's term,
+//! and the writes' sequence numbers in it. A backup's complete copy stands
+//! at a position in that stream ([`Position`]).
+//!
+//! A primary whose term begins from a complete copy at write `n` of a
+//! known stream `s` (a backup promoted by a hand-over or a failover)
+//! names its stream [`successor`]`(s, n)`; otherwise (a slot's first
+//! primary, or a copy whose stream is not known) it draws one. Every copy
+//! that stands at the same write of the same stream when the primary
+//! changes (the old primary, the backups that stay) names the new stream
+//! the same way, with no message: it holds exactly the writes the new
+//! primary's term continues from, so it can catch up later, as a backup
+//! restarted from its files does. A copy at another write names another
+//! stream, which no primary's term has: it is copied whole. The history keeps, for the last `capacity` bytes of
 //! writes, the stream, slot, number and key of each; a write's value is
 //! not kept, since a catch-up sends each key's value as it is when the
 //! catch-up begins (a key written again since then is sent once, and a key
@@ -76,6 +86,25 @@ impl History {
         self.stream[slot as usize] = 0;
     }
 
+    /// This worker becomes slot `slot`'s primary with a complete copy at
+    /// write `seq` of stream `stream` (0: not known): its stream is
+    /// `stream`'s [`successor`] after `seq` (drawn at its first use if
+    /// `stream` is not known), complete from `seq` on.
+    pub fn continue_stream(&mut self, slot: u32, stream: u64, seq: u64) {
+        if !self.keeps() {
+            return;
+        }
+        let i = slot as usize;
+        self.stream[i] = successor(stream, seq);
+        self.complete_after[i] = seq;
+    }
+
+    /// Slot `slot`'s stream as this worker's, without drawing one (0: none
+    /// drawn, or no history is kept).
+    pub fn current(&self, slot: u32) -> u64 {
+        self.stream.get(slot as usize).copied().unwrap_or(0)
+    }
+
     /// Keeps write `seq` of `key` in slot `slot`'s stream (drawn if
     /// needed). The oldest writes go to make room; a key larger than the
     /// whole history ends what the slot's stream can catch up from.
@@ -142,6 +171,24 @@ impl History {
         }
         Some(keys)
     }
+}
+
+/// The stream of the primary whose term continues stream `stream` after
+/// its write `seq` (0, not known, if `stream` is not): a function of the
+/// two alone, so that every copy standing there names it alike (see the
+/// [module docs](self)). Streams are drawn at random and the mix spreads
+/// `(stream, seq)` over 64 bits: two terms share a name by chance only.
+pub fn successor(stream: u64, seq: u64) -> u64 {
+    if stream == 0 {
+        return 0;
+    }
+    // splitmix64's finalizer; the odd constant keeps seq 0 from mixing to 0.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    mix(stream ^ mix(seq.wrapping_add(0x9e37_79b9_7f4a_7c15))).max(1)
 }
 
 /// An entry's header, read.
@@ -230,6 +277,44 @@ mod tests {
         assert_eq!(h.keys_since(0, old, 2), None);
         assert_eq!(h.keys_since(0, new, 2), Some(vec![b"new".to_vec()]));
         assert_eq!(h.keys_since(0, Position { applied: 0, ..new }, 2), None);
+    }
+
+    #[test]
+    fn a_continued_stream_catches_up_a_copy_that_stood_where_it_began() {
+        let mut h = History::new(2, 1 << 10);
+        let old = h.stream(0, 0);
+        // Promoted at write 7 of the old stream: writes 8 and 9 follow.
+        h.end_stream(0);
+        h.continue_stream(0, old, 7);
+        let new = h.current(0);
+        assert_eq!(new, successor(old, 7));
+        assert_ne!(new, old);
+        assert_ne!(new, successor(old, 6), "another write, another stream");
+        assert_ne!(new, successor(successor(old, 7), 7), "a second term");
+        h.push(0, 8, b"a");
+        h.push(0, 9, b"b");
+        let stood = Position {
+            stream: successor(old, 7),
+            applied: 7,
+        };
+        assert_eq!(
+            h.keys_since(0, stood, 9),
+            Some(vec![b"a".to_vec(), b"b".to_vec()])
+        );
+        // A copy that held a write 7 the new term does not (it stood at 8
+        // of the old stream) names another stream.
+        let ahead = Position {
+            stream: successor(old, 8),
+            applied: 8,
+        };
+        assert_eq!(h.keys_since(0, ahead, 9), None);
+        assert_eq!(h.keys_since(0, Position { applied: 6, ..stood }, 9), None);
+        // An unknown stream is continued by a drawn one.
+        h.end_stream(1);
+        h.continue_stream(1, 0, 3);
+        assert_eq!(h.current(1), 0);
+        assert_ne!(h.stream(1, 3), 0);
+        assert_eq!(successor(0, 3), 0);
     }
 
     #[test]

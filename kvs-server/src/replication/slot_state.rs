@@ -30,7 +30,7 @@
 use kvs_proto::replica::{CatchUp, CopyBegin, Header, Kind, Replicate, FILL_ABSENT};
 use kvs_proto::{MemberId, Owner, ShardMap, Ticket};
 
-use super::history::History;
+use super::history::{successor, History};
 use super::refusal::{ApplyError, Refusal};
 use crate::bulk::TransferError;
 use crate::dedup::{Dedup, IdMap};
@@ -43,9 +43,11 @@ struct Follow {
     primary: Owner,
     /// The last write applied.
     applied: u64,
-    /// The primary's stream, as its copy's begin named it (0: not known,
-    /// as after a hand-over or a failover; the copy's position is not
-    /// kept then).
+    /// The primary's stream, as its copy's begin named it, or as this
+    /// copy names the stream of a new primary whose term continues the one
+    /// it followed ([`successor`]); 0: not known (a copy begun without one,
+    /// or still arriving when the primary changed): the copy's position is
+    /// not kept then.
     stream: u64,
 }
 
@@ -108,6 +110,9 @@ pub(crate) struct SlotState {
     /// ([`record_positions`](Self::record_positions)).
     due: Vec<u32>,
     is_due: Vec<bool>,
+    /// The slots the last [`install`](Self::install) left this worker no
+    /// copy of: where their records stood (known streams only), by slot.
+    parted: Vec<(u32, Position)>,
 }
 
 impl SlotState {
@@ -127,6 +132,7 @@ impl SlotState {
             history: History::new(slots, 0),
             due: Vec::new(),
             is_due: vec![false; slots as usize],
+            parted: Vec::new(),
         }
     }
 
@@ -160,11 +166,43 @@ impl SlotState {
         self.history.stream(slot, seq)
     }
 
+    /// Where slot `slot`'s records stand, if the last
+    /// [`install`](Self::install) left this worker no copy of the slot (as
+    /// its primary or its backup): the position that records kept anyway
+    /// (a member draining to stop keeps them) catch up from later. A
+    /// primary's records stand in the stream of a new primary whose term
+    /// began where this one's ended.
+    pub fn parted(&self, slot: u32) -> Option<Position> {
+        let i = self.parted.binary_search_by_key(&slot, |&(s, _)| s).ok()?;
+        Some(self.parted[i].1)
+    }
+
     /// As `slot`'s primary: the keys a backup whose copy stands at `at`
     /// lacks, up to the last write; `None` if it needs a whole copy.
     pub fn lacks(&mut self, slot: u32, at: Position) -> Option<Vec<Vec<u8>>> {
         let last = self.seq[slot as usize];
         self.history.keys_since(slot, at, last)
+    }
+
+    /// Slot `slot` is not followed any more: its position is not recorded
+    /// at the turn's end.
+    fn undue(&mut self, slot: u32) {
+        if std::mem::take(&mut self.is_due[slot as usize]) {
+            self.due.retain(|&s| s != slot);
+        }
+    }
+
+    /// As slot `slot`'s backup: where its complete copy stands in a known
+    /// stream.
+    fn stands_following(&self, slot: u32) -> Option<Position> {
+        let i = slot as usize;
+        match (self.follow[i], &self.copy[i]) {
+            (Some(f), None) if f.stream != 0 => Some(Position {
+                stream: f.stream,
+                applied: f.applied,
+            }),
+            _ => None,
+        }
     }
 
     /// As a backup: slot `slot`'s copy's position moved (or ended).
@@ -181,18 +219,14 @@ impl SlotState {
     /// positions of the copies that moved go to `store`, after the changes
     /// they cover. Only a complete copy that knows its stream has one.
     pub fn record_positions(&mut self, store: &mut Store) {
-        for s in self.due.drain(..) {
-            let i = s as usize;
-            self.is_due[i] = false;
-            let p = match (self.follow[i], &self.copy[i]) {
-                (Some(f), None) if f.stream != 0 => Some(Position {
-                    stream: f.stream,
-                    applied: f.applied,
-                }),
-                _ => None,
-            };
-            store.set_position(s, p);
+        // Taken out and put back: the turn allocates nothing.
+        let mut due = std::mem::take(&mut self.due);
+        for &s in &due {
+            self.is_due[s as usize] = false;
+            store.set_position(s, self.stands_following(s));
         }
+        due.clear();
+        self.due = due;
     }
 
     /// The next write's number for `slot`, as its primary.
@@ -330,41 +364,77 @@ impl SlotState {
     }
 
     /// The map changed from `old` to `new`: a backup promoted to primary
-    /// numbers its writes on from the last it applied; a slot this worker
-    /// no longer backs up is not followed any more; a primary that handed
-    /// its slot over (it is a backup now) follows the new primary from its
-    /// own last write, and a backup that stays follows the new primary from
-    /// where it is (a hand-over leaves every copy the same; after a
-    /// failover the new primary copies the others anew, and a write that
-    /// does not follow is refused either way).
+    /// numbers its writes on from the last it applied, in the stream that
+    /// continues the one its copy followed ([`successor`]); a slot this
+    /// worker no longer backs up is not followed any more; a primary that
+    /// handed its slot over (it is a backup now) follows the new primary
+    /// from its own last write, and a backup that stays follows the new
+    /// primary from where it is, each naming the new primary's stream as
+    /// the successor of where it stands (a hand-over leaves every copy the
+    /// same; after a failover the new primary copies the others anew, and
+    /// a write that does not follow is refused either way). A primary that
+    /// leaves the slot altogether (a drain to stop keeps its records) has
+    /// its position there too ([`parted`](Self::parted)).
     pub fn install(&mut self, old: &ShardMap, new: &ShardMap) {
+        self.parted.clear();
         for s in 0..new.slots().min(self.seq.len() as u32) {
             let i = s as usize;
             let backs = new.backups(s).iter().any(|b| b.owner == self.me);
             let primary = new.owner_of_slot(s) == self.me;
             let was = old.owner_of_slot(s) == self.me;
-            if primary && !was {
-                self.seq[i] = self.follow[i].map_or(0, |f| f.applied);
-            }
-            if primary != was {
-                // A stream is one primary's term.
+            // Where this worker's copy stands when the primary changes, and
+            // so what it names the next term's stream: a stream is one
+            // primary's term.
+            let next = if was && !primary {
+                let next = successor(self.history.current(s), self.seq[i]);
                 self.history.end_stream(s);
+                next
+            } else {
+                0
+            };
+            if primary && !was {
+                // A complete copy continues its stream.
+                let from = self.follow[i].filter(|_| self.copy[i].is_none());
+                self.seq[i] = self.follow[i].map_or(0, |f| f.applied);
+                self.history.end_stream(s);
+                self.history
+                    .continue_stream(s, from.map_or(0, |f| f.stream), self.seq[i]);
             }
             if !backs {
+                if !primary {
+                    // No copy here any more: where the records stand, for
+                    // the worker to keep with them if it keeps them.
+                    let stood = if was {
+                        (next != 0).then_some(Position {
+                            stream: next,
+                            applied: self.seq[i],
+                        })
+                    } else {
+                        self.stands_following(s)
+                    };
+                    if let Some(p) = stood {
+                        self.parted.push((s, p));
+                    }
+                }
+                // Nothing followed: no position to record at the turn's end.
+                self.undue(s);
                 self.follow[i] = None;
                 self.copy[i] = None;
             } else if was && !primary {
                 self.follow[i] = Some(Follow {
                     primary: new.owner_of_slot(s),
                     applied: self.seq[i],
-                    stream: 0,
+                    stream: next,
                 });
                 self.position_moved(s);
             } else if let Some(f) = self.follow[i].as_mut() {
                 if f.primary == old.owner_of_slot(s) && f.primary != new.owner_of_slot(s) {
-                    // The new primary's stream is not the old one's.
                     f.primary = new.owner_of_slot(s);
-                    f.stream = 0;
+                    // A copy still arriving stands nowhere yet.
+                    f.stream = match self.copy[i] {
+                        None => successor(f.stream, f.applied),
+                        Some(_) => 0,
+                    };
                     self.position_moved(s);
                 }
             }
@@ -530,12 +600,8 @@ impl SlotState {
     fn stands(&self, slot: u32, store: &Store) -> Option<Position> {
         let i = slot as usize;
         match (self.follow[i], &self.copy[i]) {
-            (Some(f), None) if f.stream != 0 => Some(Position {
-                stream: f.stream,
-                applied: f.applied,
-            }),
             (None, None) => store.position(slot),
-            _ => None,
+            _ => self.stands_following(slot),
         }
     }
 
@@ -728,13 +794,18 @@ mod tests {
     const TICKET: Ticket = Ticket::from_bytes([9; 16]);
 
     fn begin(primary: Owner, seq: u64) -> Vec<u8> {
+        begin_in(primary, seq, STREAM)
+    }
+
+    /// A copy's begin at write `seq` of `stream`.
+    fn begin_in(primary: Owner, seq: u64, stream: u64) -> Vec<u8> {
         let c = CopyBegin {
             ticket: TICKET,
             first: 0,
             end: 4,
             records: 1,
             bytes: 2,
-            stream: STREAM,
+            stream,
         };
         msg(Kind::CopyBegin, primary, seq, &c.ticket.bytes(), &c.value())
     }
@@ -1060,6 +1131,84 @@ mod tests {
             !e.await_map() && e.to_string().contains("not slot 1's primary"),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn every_copy_that_stood_at_the_last_write_names_the_new_primarys_stream() {
+        const T: Owner = Owner {
+            member: MemberId(2),
+            worker: 0,
+        };
+        let mut m = map();
+        m.add_member(Member {
+            addr: SocketAddr::from(([10, 0, 0, 3], 7000)),
+            workers: 1,
+            bulk_port: 0,
+        })
+        .unwrap();
+        m.add_backup(0..4, MemberId(2)).unwrap();
+        m.set_backup_ready(0..4, MemberId(1)).unwrap();
+        m.set_backup_ready(0..4, MemberId(2)).unwrap();
+        m.set_version(2);
+        let mut p = SlotState::new(P, 4);
+        let mut b = SlotState::new(B, 4);
+        let mut t = SlotState::new(T, 4);
+        for r in [&mut p, &mut b, &mut t] {
+            r.keep_history(1 << 10);
+        }
+        let (mut sb, mut st) = (Store::new(4, usize::MAX), Store::new(4, usize::MAX));
+        // The primary's two writes; the backup has both, the third copy
+        // only the first.
+        let stream = p.stream(1);
+        for (seq, key) in [(1, b"a"), (2, b"b")] {
+            assert_eq!(p.next_seq(1), seq);
+            p.remember(1, seq, key);
+        }
+        for (r, store, writes) in [(&mut b, &mut sb, 2), (&mut t, &mut st, 1)] {
+            apply(r, &m, store, &begin_in(P, 0, stream)).unwrap();
+            let _ = apply(r, &m, store, &msg(Kind::CopyEnd, P, 0, b"", b""));
+            r.take_starts().unwrap();
+            r.pulled(&TICKET, Ok(()), store);
+            apply(r, &m, store, &msg(Kind::CopyEnd, P, 0, b"", b"")).unwrap();
+            for seq in 1..=writes {
+                apply(r, &m, store, &msg(Kind::Put, P, seq, b"k", b"v")).unwrap();
+            }
+        }
+        // A failover to the backup: the old primary keeps nothing, the
+        // third copy stays.
+        let mut failed = m.clone();
+        failed.promote(1, MemberId(1)).unwrap();
+        failed.set_version(3);
+        p.install(&m, &failed);
+        b.install(&m, &failed);
+        t.install(&m, &failed);
+        let new = b.stream(1);
+        assert_eq!(new, successor(stream, 2));
+        assert_eq!(b.next_seq(1), 3);
+        assert_eq!(
+            p.parted(1),
+            Some(Position {
+                stream: new,
+                applied: 2
+            }),
+            "the old primary stood at its last write"
+        );
+        assert_eq!(p.parted(2), None, "a slot it kept");
+        let asked = |r: &SlotState, map: &ShardMap, store: &Store| {
+            let a = msg(Kind::CopyAsk, B, new, b"", b"");
+            r.ask(&Replicate::new_checked(&a).unwrap().header(), map, store)
+                .unwrap()
+        };
+        assert_eq!(asked(&t, &failed, &st), 0, "a write behind: another stream");
+        // The new primary's writes after 2 are all the old one lacks.
+        b.remember(1, 3, b"c");
+        let at = p.parted(1).unwrap();
+        assert_eq!(b.lacks(1, at), Some(vec![b"c".to_vec()]));
+        let behind = Position {
+            stream: successor(stream, 1),
+            applied: 1,
+        };
+        assert_eq!(b.lacks(1, behind), None);
     }
 
     #[test]

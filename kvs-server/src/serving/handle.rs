@@ -291,6 +291,10 @@ impl Handler {
             let was = self.map.owner_of_slot(s) == self.me;
             let is = map.owner_of_slot(s) == self.me;
             let backs = |m: &ShardMap| m.backups(s).iter().any(|b| b.owner == self.me);
+            if is && !was {
+                // A primary's copy stands in no stream but its own.
+                self.store.set_position(s, None);
+            }
             let kept = (is || backs(&map)) && self.retained.release(s);
             if kept && is {
                 // Kept records of a slot now served from here: stale.
@@ -307,6 +311,9 @@ impl Handler {
             } else if (was || backs(&self.map)) && !is && !backs(&map) {
                 if !self.retained.keep(s) {
                     self.store.drop_slot(s);
+                } else if let Some(p) = self.slot_state.parted(s) {
+                    // Kept: the records can catch up from where they stand.
+                    self.store.set_position(s, Some(p));
                 }
                 self.dedup.forget(s);
             } else if is {
