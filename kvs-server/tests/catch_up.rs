@@ -116,14 +116,22 @@ fn a_primary_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
     let config = root.join("member.toml");
     std::fs::write(&config, "member_timeout_ms = 500\n").unwrap();
     let config = config.to_str().unwrap();
-    let start = |dir: &Path, listen: &str, join: Option<SocketAddr>, metrics: Option<SocketAddr>| {
-        let m = metrics.map(|m| m.to_string());
-        let mut extra = vec!["--config", config, "--replicas", "3", "--durability", "always"];
-        if let Some(m) = m.as_deref() {
-            extra.extend(["--metrics-listen", m]);
-        }
-        support::member_process_with(&fabric, dir, listen, 1, join, &extra)
-    };
+    let start =
+        |dir: &Path, listen: &str, join: Option<SocketAddr>, metrics: Option<SocketAddr>| {
+            let m = metrics.map(|m| m.to_string());
+            let mut extra = vec![
+                "--config",
+                config,
+                "--replicas",
+                "3",
+                "--durability",
+                "always",
+            ];
+            if let Some(m) = m.as_deref() {
+                extra.extend(["--metrics-listen", m]);
+            }
+            support::member_process_with(&fabric, dir, listen, 1, join, &extra)
+        };
     let mut a = start(&dirs[0], "127.0.0.1:0", None, None);
     let a_addr = a.addr;
     let b = start(&dirs[1], "127.0.0.1:0", Some(a_addr), Some(metrics[0]));
@@ -137,9 +145,11 @@ fn a_primary_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
                 && g.applied == g.commit
         })
     };
-    wait("every slot on three members", Duration::from_secs(60), || {
-        healthy(&mut cc)
-    });
+    wait(
+        "every slot on three members",
+        Duration::from_secs(60),
+        || healthy(&mut cc),
+    );
 
     let mut want: BTreeMap<String, Option<Vec<u8>>> = BTreeMap::new();
     let mut c = support::connect(a_addr, &fabric, Default::default()).unwrap();
@@ -151,9 +161,11 @@ fn a_primary_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
     }
     drop(c);
     let total = |m: &[SocketAddr]| {
-        m.iter().map(|&m| copies(m)).fold((0.0, 0.0, 0.0, 0.0), |t, c| {
-            (t.0 + c.0, t.1 + c.1, t.2 + c.2, t.3 + c.3)
-        })
+        m.iter()
+            .map(|&m| copies(m))
+            .fold((0.0, 0.0, 0.0, 0.0), |t, c| {
+                (t.0 + c.0, t.1 + c.1, t.2 + c.2, t.3 + c.3)
+            })
     };
     let before = total(&metrics);
 

@@ -308,7 +308,11 @@ mod tests {
             applied: 8,
         };
         assert_eq!(h.keys_since(0, ahead, 9), None);
-        assert_eq!(h.keys_since(0, Position { applied: 6, ..stood }, 9), None);
+        let before = Position {
+            applied: 6,
+            ..stood
+        };
+        assert_eq!(h.keys_since(0, before, 9), None, "before the term began");
         // An unknown stream is continued by a drawn one.
         h.end_stream(1);
         h.continue_stream(1, 0, 3);
