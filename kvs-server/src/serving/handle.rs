@@ -744,6 +744,12 @@ impl Handler {
                 self.map_answer(out, Status::Ok, max_response);
                 return None;
             }
+            // Whatever their key: they are not routed by slot.
+            Op::Control | Op::Raft | Op::Pull => {
+                let m = "control requests go to the control endpoint, not a worker";
+                error(out, Status::BadRequest, m, max_response);
+                return None;
+            }
             _ if !self.leased => {
                 self.unavailable(out, max_response);
                 return None;
@@ -886,17 +892,15 @@ impl Handler {
                 };
                 status(out, st);
             }
-            Op::Map | Op::Scan => unreachable!("answered above"),
+            Op::Map | Op::Scan | Op::Control | Op::Raft | Op::Pull => {
+                unreachable!("answered in admit")
+            }
             Op::Replicate => error(
                 out,
                 Status::BadRequest,
                 "a malformed replication message",
                 max_response,
             ),
-            Op::Control | Op::Raft | Op::Pull => {
-                let m = "control requests go to the control endpoint, not a worker";
-                error(out, Status::BadRequest, m, max_response)
-            }
         }
         None
     }
@@ -1497,8 +1501,11 @@ mod tests {
         let m = ask(&mut h, Op::Map, b"", b"", 0, 1024);
         let r = Response::new_checked(&m).unwrap();
         assert_eq!(ShardMap::decode(r.payload()).unwrap(), map);
-        // Control requests are not a worker's.
+        // Control requests are not a worker's, whatever slot their key is
+        // in (not redirected).
         let c = ask(&mut h, Op::Control, b"", b"{}", 2, 1024);
+        assert_eq!(st(&c), Status::BadRequest);
+        let c = ask(&mut h, Op::Control, o, b"{}", 2, 1024);
         assert_eq!(st(&c), Status::BadRequest);
         // Garbage: a clear error, whatever the allowance.
         for max in [0, 3, RESPONSE_HEADER, 64] {
