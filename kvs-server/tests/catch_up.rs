@@ -92,6 +92,16 @@ fn a_backup_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
     });
 }
 
+/// Every record of `want` reads back through `c` as the last
+/// acknowledged write left it (`None`: deleted).
+fn reads_back(c: &mut kvs_client::Client<u64>, want: &BTreeMap<String, Option<Vec<u8>>>) {
+    for (k, v) in want {
+        let got = c.wait_for(|c, t| c.get(k.as_bytes(), t)).unwrap();
+        let expect = v.clone().map_or(OwnedReply::NotFound, OwnedReply::Value);
+        assert_eq!(got, expect, "{k}");
+    }
+}
+
 /// A metrics endpoint's address, free now.
 fn free_addr() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -213,11 +223,7 @@ fn a_primary_stopped_and_restarted_catches_up_instead_of_a_whole_copy() {
         c3.printed()
     );
     assert!(catch_ups > 0.0 && catch_up_bytes > 0.0, "{after:?}");
-    for (k, v) in &want {
-        let got = c.wait_for(|c, t| c.get(k.as_bytes(), t)).unwrap();
-        let expect = v.clone().map_or(OwnedReply::NotFound, OwnedReply::Value);
-        assert_eq!(got, expect, "{k}");
-    }
+    reads_back(&mut c, &want);
     drop(c);
     drop(cc);
 }
@@ -335,11 +341,7 @@ fn restart_catches_up(tag: &str, stop: impl FnOnce(&mut ServerProcess)) {
     });
     drop(c);
     let mut c = support::connect(b.addr, &fabric, Default::default()).unwrap();
-    for (k, v) in &want {
-        let got = c.wait_for(|c, t| c.get(k.as_bytes(), t)).unwrap();
-        let expect = v.clone().map_or(OwnedReply::NotFound, OwnedReply::Value);
-        assert_eq!(got, expect, "{k}");
-    }
+    reads_back(&mut c, &want);
     drop(c);
     drop(cc);
 }

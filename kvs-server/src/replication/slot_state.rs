@@ -1060,12 +1060,15 @@ mod tests {
             .contains("does not back slot 1 up"));
     }
 
-    #[test]
-    fn after_a_hand_over_the_old_primary_and_the_backups_follow_the_new_one() {
-        const T: Owner = Owner {
-            member: MemberId(2),
-            worker: 0,
-        };
+    /// The third member's worker.
+    const T: Owner = Owner {
+        member: MemberId(2),
+        worker: 0,
+    };
+
+    /// [`map`] with a third member: `P` primary of every slot, `B` and `T`
+    /// ready backups.
+    fn three_copies() -> ShardMap {
         let mut m = map();
         m.add_member(Member {
             addr: SocketAddr::from(([10, 0, 0, 3], 7000)),
@@ -1077,6 +1080,12 @@ mod tests {
         m.set_backup_ready(0..4, MemberId(1)).unwrap();
         m.set_backup_ready(0..4, MemberId(2)).unwrap();
         m.set_version(2);
+        m
+    }
+
+    #[test]
+    fn after_a_hand_over_the_old_primary_and_the_backups_follow_the_new_one() {
+        let m = three_copies();
         let (mut p, mut b, mut t) = (
             SlotState::new(P, 4),
             SlotState::new(B, 4),
@@ -1135,21 +1144,7 @@ mod tests {
 
     #[test]
     fn every_copy_that_stood_at_the_last_write_names_the_new_primarys_stream() {
-        const T: Owner = Owner {
-            member: MemberId(2),
-            worker: 0,
-        };
-        let mut m = map();
-        m.add_member(Member {
-            addr: SocketAddr::from(([10, 0, 0, 3], 7000)),
-            workers: 1,
-            bulk_port: 0,
-        })
-        .unwrap();
-        m.add_backup(0..4, MemberId(2)).unwrap();
-        m.set_backup_ready(0..4, MemberId(1)).unwrap();
-        m.set_backup_ready(0..4, MemberId(2)).unwrap();
-        m.set_version(2);
+        let m = three_copies();
         let mut p = SlotState::new(P, 4);
         let mut b = SlotState::new(B, 4);
         let mut t = SlotState::new(T, 4);
