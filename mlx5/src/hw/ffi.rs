@@ -832,6 +832,7 @@ pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
 pub const MLX5DV_OBJ_QP: u64 = 1 << 0;
 pub const MLX5DV_OBJ_CQ: u64 = 1 << 1;
 pub const MLX5DV_OBJ_SRQ: u64 = 1 << 2;
+pub const MLX5DV_SRQ_MASK_SRQN: u64 = 1 << 0;
 pub const MLX5DV_CONTEXT_MASK_CQE_COMPRESION: u64 = 1 << 0;
 pub const MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE: u64 = 1 << 0;
 pub const MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE: u64 = 1 << 2;
@@ -991,6 +992,7 @@ pub fn all_constants() -> Vec<(&'static str, i64)> {
         ("MLX5DV_OBJ_QP", MLX5DV_OBJ_QP as i64),
         ("MLX5DV_OBJ_CQ", MLX5DV_OBJ_CQ as i64),
         ("MLX5DV_OBJ_SRQ", MLX5DV_OBJ_SRQ as i64),
+        ("MLX5DV_SRQ_MASK_SRQN", MLX5DV_SRQ_MASK_SRQN as i64),
         (
             "MLX5DV_CONTEXT_MASK_CQE_COMPRESION",
             MLX5DV_CONTEXT_MASK_CQE_COMPRESION as i64,

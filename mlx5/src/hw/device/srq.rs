@@ -84,7 +84,13 @@ impl HwSrq {
             return Err(HwError::NotMlx5(self.s.pd.c.name.clone()));
         }
         let m = self.s.pd.c.v.mlx5.as_ref().map_err(Clone::clone)?;
-        let mut out = mlx5dv_srq::default();
+        // The SRQ number comes back only when asked for (rdma-core's
+        // `mlx5dv_get_srq` fills `srqn` if the caller set its mask bit, and
+        // leaves in `comp_mask` the fields it filled).
+        let mut out = mlx5dv_srq {
+            comp_mask: MLX5DV_SRQ_MASK_SRQN,
+            ..Default::default()
+        };
         let mut obj = mlx5dv_obj::default();
         obj.srq.in_ = self.s.srq.as_ptr() as *mut c_void;
         obj.srq.out = &mut out as *mut _ as *mut c_void;
@@ -92,6 +98,12 @@ impl HwSrq {
         verb("mlx5dv_init_obj(SRQ)", unsafe {
             (m.init_obj)(&mut obj, MLX5DV_OBJ_SRQ)
         })?;
+        if out.comp_mask & MLX5DV_SRQ_MASK_SRQN == 0 {
+            return Err(HwError::Verb {
+                verb: "mlx5dv_init_obj(SRQ) (no SRQ number)",
+                errno: libc::EOPNOTSUPP,
+            });
+        }
         Ok(out)
     }
 
