@@ -113,6 +113,22 @@ pub(crate) struct SlotState {
     /// The slots the last [`install`](Self::install) left this worker no
     /// copy of: where their records stood (known streams only), by slot.
     parted: Vec<(u32, Position)>,
+    /// As a primary: the slots whose position is not journaled since their
+    /// last write, and how quiet each is.
+    unpositioned: Vec<u32>,
+    quiet: Vec<Quiet>,
+}
+
+/// How far a primary slot is from having its position journaled
+/// ([`SlotState::position_quiet`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Quiet {
+    /// Journaled since its last write (or not this worker's primary slot).
+    Positioned,
+    /// Written since the last pass.
+    Written,
+    /// Not written since the last pass: journaled at the next.
+    Waiting,
 }
 
 impl SlotState {
@@ -133,6 +149,8 @@ impl SlotState {
             due: Vec::new(),
             is_due: vec![false; slots as usize],
             parted: Vec::new(),
+            unpositioned: Vec::new(),
+            quiet: vec![Quiet::Positioned; slots as usize],
         }
     }
 
@@ -154,15 +172,64 @@ impl SlotState {
     pub fn remember(&mut self, slot: u32, seq: u64, key: &[u8]) {
         if self.history.keeps() {
             self.history.push(slot, seq, key);
+            self.written(slot);
         }
     }
 
-    /// As `slot`'s primary: its stream (0: no history is kept).
+    /// As `slot`'s primary: it was written (or its term began), so its
+    /// position is journaled anew once it is quiet
+    /// ([`position_quiet`](Self::position_quiet)).
+    #[inline]
+    fn written(&mut self, slot: u32) {
+        let q = &mut self.quiet[slot as usize];
+        if *q == Quiet::Positioned {
+            self.unpositioned.push(slot);
+        }
+        *q = Quiet::Written;
+    }
+
+    /// As a primary, between turns (now and then): journals to `store`
+    /// where the records of each slot written since its last position, and
+    /// not written since the last call, stand: the position a new primary's
+    /// term would continue from (`successor` of this term's stream at its
+    /// last write), so that if this worker dies its records catch up in
+    /// that term. Only quiet slots: a slot's position follows every change
+    /// to it in the log (recovery drops a position that changes follow),
+    /// and a position a turn costs a log record a slot a turn.
+    pub fn position_quiet(&mut self, store: &mut Store) {
+        let mut list = std::mem::take(&mut self.unpositioned);
+        list.retain(|&s| {
+            let i = s as usize;
+            if self.quiet[i] == Quiet::Written {
+                self.quiet[i] = Quiet::Waiting;
+                return true;
+            }
+            self.quiet[i] = Quiet::Positioned;
+            // Still this worker's primary slot: its stream has not ended.
+            let stream = self.history.current(s);
+            if stream != 0 && self.follow[i].is_none() {
+                let p = Position {
+                    stream: successor(stream, self.seq[i]),
+                    applied: self.seq[i],
+                };
+                store.set_position(s, Some(p));
+            }
+            false
+        });
+        self.unpositioned = list;
+    }
+
+    /// As `slot`'s primary: its stream (0: no history is kept). Asked for
+    /// a copy to a backup: the slot's position is journaled too, once it is
+    /// quiet, written or not.
     pub fn stream(&mut self, slot: u32) -> u64 {
         if !self.history.keeps() {
             return 0;
         }
         let seq = self.seq[slot as usize];
+        if self.quiet[slot as usize] == Quiet::Positioned {
+            self.written(slot);
+        }
         self.history.stream(slot, seq)
     }
 
@@ -399,6 +466,10 @@ impl SlotState {
                 self.history.end_stream(s);
                 self.history
                     .continue_stream(s, from.map_or(0, |f| f.stream), self.seq[i]);
+                if self.history.keeps() {
+                    // Where the term begins, once the slot is quiet.
+                    self.written(s);
+                }
             }
             if !backs {
                 if !primary {
@@ -418,6 +489,13 @@ impl SlotState {
                 }
                 // Nothing followed: no position to record at the turn's end.
                 self.undue(s);
+                self.follow[i] = None;
+                self.copy[i] = None;
+            } else if was && !primary && next == 0 && self.history.keeps() {
+                // No stream of its own: this worker numbered no write of
+                // the slot since it started (it restarted). Its records
+                // stand where its files say, not at a number of this
+                // process: it follows no one until a copy begins.
                 self.follow[i] = None;
                 self.copy[i] = None;
             } else if was && !primary {
@@ -1204,6 +1282,64 @@ mod tests {
             applied: 1,
         };
         assert_eq!(b.lacks(1, behind), None);
+    }
+
+    #[test]
+    fn a_primary_journals_where_a_quiet_slot_stands_for_the_next_term() {
+        let m = three_copies();
+        let mut p = SlotState::new(P, 4);
+        p.keep_history(1 << 10);
+        let mut st = Store::new(4, usize::MAX);
+        let stream = p.stream(1);
+        for seq in 1..=2 {
+            assert_eq!(p.next_seq(1), seq);
+            p.remember(1, seq, b"k");
+        }
+        // Written since the last pass: not yet.
+        p.position_quiet(&mut st);
+        assert_eq!(st.position(1), None);
+        // Quiet for a pass: where a successor's term would begin.
+        p.position_quiet(&mut st);
+        let at = Position {
+            stream: successor(stream, 2),
+            applied: 2,
+        };
+        assert_eq!(st.position(1), Some(at));
+        // Written again: the position waits for the next quiet pass.
+        assert_eq!(p.next_seq(1), 3);
+        p.remember(1, 3, b"k");
+        p.position_quiet(&mut st);
+        assert_eq!(st.position(1), Some(at));
+        p.position_quiet(&mut st);
+        assert_eq!(st.position(1).map(|p| p.applied), Some(3));
+        // The backup promoted at write 3 continues in the stream that
+        // position names: this worker's records catch up in its term.
+        let mut b = SlotState::new(B, 4);
+        b.keep_history(1 << 10);
+        let mut sb = Store::new(4, usize::MAX);
+        apply(&mut b, &m, &mut sb, &begin_in(P, 0, stream)).unwrap();
+        let _ = apply(&mut b, &m, &mut sb, &msg(Kind::CopyEnd, P, 0, b"", b""));
+        b.take_starts().unwrap();
+        b.pulled(&TICKET, Ok(()), &mut sb);
+        apply(&mut b, &m, &mut sb, &msg(Kind::CopyEnd, P, 0, b"", b"")).unwrap();
+        for seq in 1..=3 {
+            apply(&mut b, &m, &mut sb, &msg(Kind::Put, P, seq, b"k", b"v")).unwrap();
+        }
+        let mut failed = m.clone();
+        failed.promote(1, MemberId(1)).unwrap();
+        failed.set_version(3);
+        b.install(&m, &failed);
+        assert_eq!(b.stream(1), st.position(1).unwrap().stream);
+        assert_eq!(b.lacks(1, st.position(1).unwrap()), Some(vec![]));
+        // A slot written and then no longer led is not journaled: its
+        // records' position comes with the map that took it (`parted`).
+        assert_eq!(p.next_seq(1), 4);
+        p.remember(1, 4, b"k");
+        p.install(&m, &failed);
+        p.position_quiet(&mut st);
+        p.position_quiet(&mut st);
+        assert_eq!(st.position(1).map(|p| p.applied), Some(3));
+        assert_eq!(p.parted(1).map(|p| p.applied), Some(4));
     }
 
     #[test]

@@ -395,6 +395,13 @@ impl Handler {
         }
     }
 
+    /// Between turns (the worker's chores, with a log): the primary slots
+    /// quiet since their last write record where their records stand
+    /// ([`SlotState::position_quiet`]).
+    pub fn position_quiet(&mut self) {
+        self.slot_state.position_quiet(&mut self.store);
+    }
+
     /// The turn's end, before the worker's log commit: the backups' copies
     /// whose position moved record it after the changes it covers.
     #[inline]

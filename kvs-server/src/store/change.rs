@@ -247,6 +247,14 @@ impl<'a> Change<'a> {
         if self.slot() >= store.slots() {
             return Err(Unapplied::Slot(self.slot()));
         }
+        if self.changes_records() {
+            // A position is journaled after the changes it covers: one
+            // that changes follow was cut from its turn (a torn write) or
+            // outdated, and says nothing of the records now. (A backup's
+            // records ahead of its position would catch up anyway; a
+            // primary's would hold writes no other copy has.)
+            store.set_position(self.slot(), None);
+        }
         match *self {
             Change::Put { slot, key, value } => {
                 store.put(slot, key, value).map_err(|_| Unapplied::Memory)?;
@@ -280,6 +288,22 @@ impl<'a> Change<'a> {
             } => store.set_position(slot, (stream != 0).then_some(Position { stream, applied })),
         }
         Ok(())
+    }
+}
+
+impl Change<'_> {
+    /// Whether the change adds, removes or alters records of its slot (or
+    /// starts it over).
+    fn changes_records(&self) -> bool {
+        matches!(
+            self,
+            Change::Put { .. }
+                | Change::Delete { .. }
+                | Change::Patch { .. }
+                | Change::Pulled { .. }
+                | Change::BeginImport { .. }
+                | Change::BeginCopy { .. }
+        )
     }
 }
 
@@ -478,6 +502,34 @@ mod tests {
         assert_eq!(replayed.bytes(), live.bytes());
         assert!(!replayed.importing(3));
         assert_eq!(replayed.position(5), Some(at));
+    }
+
+    #[test]
+    fn a_replayed_position_that_changes_follow_is_dropped() {
+        let at = Change::Position {
+            slot: 2,
+            stream: 77,
+            applied: 12,
+        };
+        let put = Change::Put {
+            slot: 2,
+            key: b"k",
+            value: b"v",
+        };
+        let mut s = Store::new(4, usize::MAX);
+        for c in [put, at] {
+            c.apply(&mut s).unwrap();
+        }
+        assert!(s.position(2).is_some(), "after the changes it covers");
+        // A change after it (its turn's position was cut off, say): the
+        // records are no longer where the position says.
+        put.apply(&mut s).unwrap();
+        assert_eq!(s.position(2), None);
+        at.apply(&mut s).unwrap();
+        Change::EndCopy { slot: 2 }.apply(&mut s).unwrap();
+        assert!(s.position(2).is_some(), "no record changed");
+        Change::Delete { slot: 2, key: b"k" }.apply(&mut s).unwrap();
+        assert_eq!(s.position(2), None);
     }
 
     #[test]

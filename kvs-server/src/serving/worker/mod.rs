@@ -652,6 +652,9 @@ impl<T: Transport, F: OnAck> Serving<T, F> {
         if self.h.frozen.is_some_and(|f| !f.reported) {
             self.fwd.report_quiet(&mut self.h.primary());
         }
+        if self.log.is_some() {
+            self.h.position_quiet();
+        }
         if !self.maps.is_empty() {
             for handle in self.maps.expired(Instant::now()) {
                 fenced(&mut self.ctx, handle, &mut self.out);
