@@ -89,6 +89,8 @@ fn put_records(at: SocketAddr, fabric: &str, n: u32) {
 #[test]
 fn a_migration_to_a_paused_member_holds_still_until_it_runs_again() {
     let fabric = format!("kvs-cluster-metrics-m-{}", std::process::id());
+    // Dropped after the members: their fabric goes with them.
+    let _fabric = test_support::FabricGuard(fabric.clone());
     let root = support::temp_dir("cluster-metrics-m");
     let (ma, mb) = (metrics_port(), metrics_port());
     let a = member(&fabric, &root.join("m0"), None, ma, &[]);
@@ -138,6 +140,8 @@ fn a_migration_to_a_paused_member_holds_still_until_it_runs_again() {
 #[test]
 fn a_killed_member_shows_failed_with_the_slots_it_leaves_short() {
     let fabric = format!("kvs-cluster-metrics-f-{}", std::process::id());
+    // Dropped after the members: their fabric goes with them.
+    let _fabric = test_support::FabricGuard(fabric.clone());
     let root = support::temp_dir("cluster-metrics-f");
     let (ma, mb, mc) = (metrics_port(), metrics_port(), metrics_port());
     let three = ["--replicas", "3"];

@@ -109,3 +109,14 @@ impl Cluster {
         c
     }
 }
+
+impl Drop for Cluster {
+    /// Stops the servers, then removes the cluster's fabric from
+    /// `/dev/shm` (nothing else uses it).
+    fn drop(&mut self) {
+        for s in self.servers.drain(..).rev() {
+            s.shutdown();
+        }
+        drop(test_support::FabricGuard(self.fabric.clone()));
+    }
+}
