@@ -205,9 +205,10 @@ impl SlotState {
                 return true;
             }
             self.quiet[i] = Quiet::Positioned;
-            // Still this worker's primary slot: its stream has not ended.
+            // Still this worker's primary slot (its stream has not ended),
+            // and its records all here (not still being imported).
             let stream = self.history.current(s);
-            if stream != 0 && self.follow[i].is_none() {
+            if stream != 0 && self.follow[i].is_none() && !store.importing(s) {
                 let p = Position {
                     stream: successor(stream, self.seq[i]),
                     applied: self.seq[i],
@@ -1331,6 +1332,14 @@ mod tests {
         b.install(&m, &failed);
         assert_eq!(b.stream(1), st.position(1).unwrap().stream);
         assert_eq!(b.lacks(1, st.position(1).unwrap()), Some(vec![]));
+        // A slot still being imported has no position: its records are
+        // not all here.
+        assert_eq!(p.next_seq(3), 1);
+        p.remember(3, 1, b"i");
+        st.begin_import(3);
+        p.position_quiet(&mut st);
+        p.position_quiet(&mut st);
+        assert_eq!(st.position(3), None);
         // A slot written and then no longer led is not journaled: its
         // records' position comes with the map that took it (`parted`).
         assert_eq!(p.next_seq(1), 4);

@@ -312,8 +312,11 @@ impl Handler {
                 if !self.retained.keep(s) {
                     self.store.drop_slot(s);
                 } else if let Some(p) = self.slot_state.parted(s) {
-                    // Kept: the records can catch up from where they stand.
-                    self.store.set_position(s, Some(p));
+                    // Kept: the records can catch up from where they stand
+                    // (if they are all here: not still being imported).
+                    if !self.store.importing(s) {
+                        self.store.set_position(s, Some(p));
+                    }
                 }
                 self.dedup.forget(s);
             } else if is {
