@@ -51,16 +51,100 @@ pub(crate) fn failover(map: &mut ShardMap, member: MemberId, up: impl Fn(MemberI
 /// the primary): never dropped as one too many, and not counted.
 pub(crate) type Kept = Option<(Range<u32>, MemberId)>;
 
+/// A member that restarted, and the slots whose copies its files kept on
+/// each of its workers (copies that know their place in their primary's
+/// writes, so a catch-up can complete them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Rejoining {
+    /// The member.
+    pub member: MemberId,
+    /// `(first, end, worker)` runs, in order, apart.
+    runs: Vec<(u32, u32, u16)>,
+}
+
+impl Rejoining {
+    /// `member`'s kept `runs` as it named them, in a map of `slots` slots:
+    /// empty runs, runs past the slots and runs that overlap one before
+    /// them are left out (a member's proposal is not trusted to be sane).
+    pub fn new(member: MemberId, runs: &[(u32, u32, u16)], slots: u32) -> Rejoining {
+        let mut sorted: Vec<(u32, u32, u16)> = runs
+            .iter()
+            .copied()
+            .filter(|&(first, end, _)| first < end && end <= slots)
+            .collect();
+        sorted.sort_unstable();
+        let mut out: Vec<(u32, u32, u16)> = Vec::with_capacity(sorted.len());
+        for r in sorted {
+            if out.last().is_none_or(|l| l.1 <= r.0) {
+                out.push(r);
+            }
+        }
+        Rejoining { member, runs: out }
+    }
+
+    /// The worker that kept `slot`, if one did.
+    fn worker(&self, slot: u32) -> Option<u16> {
+        let i = self.runs.partition_point(|r| r.1 <= slot);
+        self.runs.get(i).filter(|r| r.0 <= slot).map(|r| r.2)
+    }
+
+    /// Whether every slot of `slots` was kept.
+    fn keeps_all(&self, slots: &Range<u32>) -> bool {
+        let i = self.runs.partition_point(|r| r.1 <= slots.start);
+        let mut at = slots.start;
+        for r in &self.runs[i..] {
+            if r.0 > at || at >= slots.end {
+                break;
+            }
+            at = r.1;
+        }
+        at >= slots.end
+    }
+
+    /// `run` cut where a kept run begins or ends, so each part is kept
+    /// whole or not at all.
+    fn split(&self, run: Range<u32>) -> Vec<Range<u32>> {
+        let mut cuts: Vec<u32> = self
+            .runs
+            .iter()
+            .flat_map(|r| [r.0, r.1])
+            .filter(|c| run.start < *c && *c < run.end)
+            .collect();
+        cuts.push(run.end);
+        let mut at = run.start;
+        cuts.into_iter()
+            .map(|c| {
+                let part = at..c;
+                at = c;
+                part
+            })
+            .collect()
+    }
+}
+
 /// Drops and adds backups so every slot that is not being imported has
 /// `replicas - 1` of them on members in `up`, as the [module
 /// documentation](self) says, besides the backup `kept`; `zone` gives a
 /// member's zone (`None`: a zone of its own). Returns whether the map
 /// changed.
+#[cfg(test)]
 pub(crate) fn reconcile(
     map: &mut ShardMap,
     replicas: usize,
     up: &[MemberId],
     kept: &Kept,
+    zone: impl Fn(MemberId) -> Option<String>,
+) -> bool {
+    reconcile_rejoining(map, replicas, up, (kept, None), zone)
+}
+
+/// As [`reconcile`], the backups it adds also preferring, for the slots
+/// `rejoining` kept copies of, that member and the worker that kept each.
+pub(crate) fn reconcile_rejoining(
+    map: &mut ShardMap,
+    replicas: usize,
+    up: &[MemberId],
+    (kept, rejoining): (&Kept, Option<&Rejoining>),
     zone: impl Fn(MemberId) -> Option<String>,
 ) -> bool {
     let want = replicas.saturating_sub(1);
@@ -126,21 +210,47 @@ pub(crate) fn reconcile(
         if !up.contains(&map.owner_of_slot(run.start).member) {
             continue;
         }
-        let primary = map.owner_of_slot(run.start);
-        let mut holders: Vec<MemberId> = std::iter::once(primary.member)
-            .chain(map.backups(run.start).iter().map(|b| b.owner.member))
-            .collect();
-        for _ in counted(map, run.start)..want {
-            let Some(m) = pick(up, &holders, primary.member, &zone) else {
-                break;
-            };
-            if map.add_backup(run.clone(), m).is_err() {
-                break;
-            }
-            holders.push(m);
+        let parts = match rejoining {
+            Some(r) => r.split(run),
+            None => vec![run],
+        };
+        for part in parts {
+            let want = want - counted(map, part.start);
+            add_backups(map, part, want, up, rejoining, &zone);
         }
     }
     *map != before
+}
+
+/// Gives the slots of `run` (one primary, one backup set) `n` more backups,
+/// picked from `up`; `rejoining`'s member first where it kept them all, on
+/// the workers that kept them.
+fn add_backups(
+    map: &mut ShardMap,
+    run: Range<u32>,
+    n: usize,
+    up: &[MemberId],
+    rejoining: Option<&Rejoining>,
+    zone: &impl Fn(MemberId) -> Option<String>,
+) {
+    let primary = map.owner_of_slot(run.start);
+    let mut holders: Vec<MemberId> = std::iter::once(primary.member)
+        .chain(map.backups(run.start).iter().map(|b| b.owner.member))
+        .collect();
+    let prefer = rejoining.filter(|r| r.keeps_all(&run)).map(|r| r.member);
+    for _ in 0..n {
+        let Some(m) = pick(up, &holders, primary.member, zone, prefer) else {
+            break;
+        };
+        let kept = rejoining.filter(|r| r.member == m);
+        if map
+            .add_backup_on(run.clone(), m, |s| kept.and_then(|r| r.worker(s)))
+            .is_err()
+        {
+            break;
+        }
+        holders.push(m);
+    }
 }
 
 /// Backup moves that even out how many slots the members in `up` back
@@ -251,12 +361,14 @@ fn runs_where(map: &ShardMap, pred: impl Fn(&ShardMap, u32) -> bool) -> Vec<Rang
 
 /// The next backup for a slot held by `holders` (its primary first): the
 /// first member in `up` after `primary` in ring order that holds no copy,
-/// preferring one whose zone holds none.
+/// preferring one whose zone holds none; `prefer` before all, if it may
+/// be picked and its zone holds none.
 fn pick(
     up: &[MemberId],
     holders: &[MemberId],
     primary: MemberId,
     zone: &impl Fn(MemberId) -> Option<String>,
+    prefer: Option<MemberId>,
 ) -> Option<MemberId> {
     let mut ring: Vec<MemberId> = up
         .iter()
@@ -266,9 +378,9 @@ fn pick(
     ring.sort_unstable_by_key(|&m| m.0.wrapping_sub(primary.0).wrapping_sub(1));
     let taken: Vec<String> = holders.iter().filter_map(|&h| zone(h)).collect();
     let fresh = |m: MemberId| zone(m).is_none_or(|z| !taken.contains(&z));
-    ring.iter()
-        .copied()
-        .find(|&m| fresh(m))
+    prefer
+        .filter(|&p| ring.contains(&p) && fresh(p))
+        .or_else(|| ring.iter().copied().find(|&m| fresh(m)))
         .or_else(|| ring.first().copied())
 }
 
@@ -299,6 +411,60 @@ mod tests {
             m.assign(i * per..(i + 1) * per, MemberId(i as u16), None)
                 .unwrap();
         }
+    }
+
+    #[test]
+    fn a_rejoining_member_gets_back_the_copies_it_kept_on_their_workers() {
+        let all = [MemberId(0), MemberId(1), MemberId(2), MemberId(3)];
+        let mut m = map(4, 40);
+        spread(&mut m);
+        reconcile(&mut m, 2, &all, &None, |_| None);
+        for i in 0..4 {
+            m.set_backup_ready(0..40, MemberId(i)).unwrap();
+        }
+        m.set_version(2);
+        // Member 1 (primary of 10..20, backup of 0..10) restarts: 10..20
+        // go to member 2, and its backups are dropped.
+        let mut without = m.clone();
+        assert_eq!(failover(&mut m, MemberId(1), |_| true), 10);
+        m.set_version(3);
+        failover(&mut without, MemberId(1), |_| true);
+        without.set_version(3);
+        // It kept 0..10 on worker 1 and 12..18 on worker 0; the rest of
+        // what it names is no run (empty, past the slots, overlapping).
+        let kept = [(0, 10, 1), (12, 18, 0), (50, 60, 0), (5, 3, 0), (14, 16, 1)];
+        let r = Rejoining::new(MemberId(1), &kept, 40);
+        assert_eq!(r.runs, [(0, 10, 1), (12, 18, 0)]);
+        assert!(reconcile_rejoining(
+            &mut m,
+            2,
+            &all,
+            (&None, Some(&r)),
+            |_| None
+        ));
+        reconcile(&mut without, 2, &all, &None, |_| None);
+        let backup = |m: &ShardMap, s: u32| {
+            let b = m.backups(s)[0].owner;
+            (b.member.0, b.worker)
+        };
+        // 0..10: member 1 either way (next on the ring), but each slot on
+        // the worker that kept it, not dealt in blocks.
+        assert!((0..10).all(|s| backup(&m, s) == (1, 1)));
+        assert_eq!(backup(&without, 0), (1, 0));
+        // 12..18: member 1 on worker 0 instead of member 3 (the next after
+        // member 2 on the ring); 10..12 and 18..20 as without.
+        assert!((12..18).all(|s| backup(&m, s) == (1, 0)), "{m:?}");
+        assert!((10..20).all(|s| backup(&without, s).0 == 3));
+        for s in [10, 11, 18, 19] {
+            assert_eq!(backup(&m, s).0, 3, "slot {s}");
+        }
+        // A zone that holds a copy already is still avoided: members 1 and
+        // 2 in one rack, 12..18 go elsewhere.
+        let mut z = without.clone();
+        failover(&mut z, MemberId(3), |_| true);
+        let rack = |x: MemberId| Some(if x.0 == 1 || x.0 == 2 { "a" } else { "b" }.to_string());
+        reconcile_rejoining(&mut z, 2, &all, (&None, Some(&r)), rack);
+        assert!((12..18).all(|s| z.backups(s)[0].owner.member != MemberId(1)));
     }
 
     #[test]

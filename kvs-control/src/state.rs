@@ -37,7 +37,7 @@ use crate::limits::REPLICAS;
 use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::migration::Migration;
-use crate::replication;
+use crate::replication::{self, Rejoining};
 use kvs_proto::ClusterId;
 
 /// The cluster's configuration.
@@ -176,6 +176,12 @@ impl ClusterState {
     /// Brings every slot's backups to `replicas - 1` on members that are
     /// up ([`replication::reconcile`]); a new map if that changed any.
     pub(super) fn reconcile(&mut self, at: LogPos) -> bool {
+        self.reconcile_rejoining(at, None)
+    }
+
+    /// As [`reconcile`](Self::reconcile), the backups it adds preferring
+    /// the copies a member that `rejoining` kept.
+    fn reconcile_rejoining(&mut self, at: LogPos, rejoining: Option<&Rejoining>) -> bool {
         let up: Vec<MemberId> = self.up_members().collect();
         let mut map = self.map.clone();
         let zones: Vec<Option<String>> = self.members.iter().map(|s| s.zone.clone()).collect();
@@ -185,7 +191,8 @@ impl ClusterState {
             .as_ref()
             .filter(|g| g.running())
             .and_then(Migration::kept);
-        if !replication::reconcile(&mut map, usize::from(self.replicas), &up, &kept, zone) {
+        let replicas = usize::from(self.replicas);
+        if !replication::reconcile_rejoining(&mut map, replicas, &up, (&kept, rejoining), zone) {
             return false;
         }
         self.set_map(map, at);
@@ -195,6 +202,16 @@ impl ClusterState {
     /// Fails `member`'s slots over to their ready backups and drops its
     /// copies ([`replication::failover`]), then refills the backups.
     pub(super) fn fail_over(&mut self, member: MemberId, at: LogPos) {
+        self.fail_over_then(member, at, None);
+    }
+
+    /// As [`fail_over`](Self::fail_over) for a member that restarted: the
+    /// backups it is given again prefer the copies it kept.
+    pub(super) fn fail_over_rejoining(&mut self, member: MemberId, at: LogPos, kept: &Rejoining) {
+        self.fail_over_then(member, at, Some(kept));
+    }
+
+    fn fail_over_then(&mut self, member: MemberId, at: LogPos, rejoining: Option<&Rejoining>) {
         let mut map = self.map.clone();
         let up: Vec<MemberId> = self.up_members().filter(|&m| m != member).collect();
         replication::failover(&mut map, member, |m| up.contains(&m));
@@ -203,7 +220,7 @@ impl ClusterState {
         }
         // A chunk being copied from or to it gives up or waits.
         self.step_migration(at, None);
-        self.reconcile(at);
+        self.reconcile_rejoining(at, rejoining);
     }
 
     /// The committed shard map.

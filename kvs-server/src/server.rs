@@ -25,7 +25,7 @@ use crate::replication::copy_in::Copies;
 use crate::replication::proposals::Replication;
 use crate::serving::recovering::{Recovering, WhileRecovering};
 use crate::serving::setup::{accept, SetupStats, Tokens};
-use crate::serving::worker::Worker;
+use crate::serving::worker::{Ready, Worker};
 use crate::start_error::StartError;
 use crate::threads::cluster_view::Shared;
 use crate::threads::lease::Lease;
@@ -104,6 +104,7 @@ impl Server {
             version: AtomicU32::new(map.version()),
             ..Shared::default()
         });
+        let rejoining = (joined.how == How::Resumed).then_some(workers.kept);
         let (ctl_tx, ctl_rx) = mpsc::channel::<PendingConnection>();
         let (ready_tx, ready_rx) = mpsc::channel();
         let c = Control {
@@ -123,7 +124,7 @@ impl Server {
             rails: common.rails.clone(),
             stop: common.stop.clone(),
             ready: ready_tx,
-            replication: Replication::new(report_rx, joined.how == How::Resumed),
+            replication: Replication::new(report_rx, rejoining),
         };
         let (control_thread, control_waker) = spawn_control(c, ready_rx, &common.stop)?;
         let mut wakers: Vec<Waker> = workers.links.iter().map(|(_, w)| w.clone()).collect();
@@ -420,7 +421,14 @@ struct Workers {
     threads: Vec<JoinHandle<()>>,
     /// Their gauges and published requests.
     stats: Vec<Arc<WorkerStats>>,
+    /// What their files kept: `(first, end, worker)` runs of slots whose
+    /// copies know their place in their primaries' writes.
+    kept: KeptRuns,
 }
+
+/// `(first, end, worker)` runs of slots a member's files kept a copy of
+/// that knows its place in its primary's writes.
+type KeptRuns = Vec<(u32, u32, u16)>;
 
 /// Starts the workers ([`spawn_workers`]) of member `me` (its id and its
 /// cluster's) on `map`, while the setup socket (`acceptor`, admitting by
@@ -465,7 +473,7 @@ fn spawn_workers(
     let (member, cluster) = me;
     let mut txs = Vec::new();
     let mut workers = Vec::new();
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(u16, Waker), StartError>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<Ready, StartError>>();
     let clock = Clock::new();
     for (w, st) in (0..cfg.workers).zip(stats.iter().cloned()) {
         let (tx, rx) = mpsc::channel::<ToWorker>();
@@ -496,8 +504,8 @@ fn spawn_workers(
         );
     }
     drop(ready_tx);
-    let wakers = match await_workers(cfg.workers, &ready_rx, &common.stop) {
-        Ok(wakers) => wakers,
+    let (wakers, kept) = match await_workers(cfg.workers, &ready_rx, &common.stop) {
+        Ok(ready) => ready,
         Err(e) => {
             for w in workers {
                 let _ = w.join();
@@ -516,21 +524,27 @@ fn spawn_workers(
         links: txs.into_iter().zip(wakers).collect(),
         threads: workers,
         stats,
+        kept,
     })
 }
 
 /// The wakers of the `n` workers, in their order, as each says it is ready
-/// (fewer if a thread ended before it said so); the first worker that
-/// fails raises `stop` and its error is returned.
+/// (fewer if a thread ended before it said so), and the `(first, end,
+/// worker)` runs of slots their files kept, in slot order; the first
+/// worker that fails raises `stop` and its error is returned.
 fn await_workers(
     n: u16,
-    ready: &mpsc::Receiver<Result<(u16, Waker), StartError>>,
+    ready: &mpsc::Receiver<Result<Ready, StartError>>,
     stop: &AtomicBool,
-) -> Result<Vec<Waker>, StartError> {
+) -> Result<(Vec<Waker>, KeptRuns), StartError> {
     let mut wakers: Vec<Option<Waker>> = vec![None; n as usize];
+    let mut kept = Vec::new();
     for _ in 0..n {
         match ready.recv() {
-            Ok(Ok((w, waker))) => wakers[w as usize] = Some(waker),
+            Ok(Ok(r)) => {
+                kept.extend(r.kept.iter().map(|k| (k.start, k.end, r.worker)));
+                wakers[usize::from(r.worker)] = Some(r.waker);
+            }
             Ok(Err(e)) => {
                 stop.store(true, Ordering::Release);
                 return Err(e);
@@ -538,7 +552,8 @@ fn await_workers(
             Err(_) => break,
         }
     }
-    Ok(wakers.into_iter().flatten().collect())
+    kept.sort_unstable();
+    Ok((wakers.into_iter().flatten().collect(), kept))
 }
 
 /// Starts the control thread `c` and waits until it is ready: returns the

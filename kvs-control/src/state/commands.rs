@@ -10,6 +10,7 @@ use crate::limits::{MEMBER_TIMEOUT_MS, REPLICAS};
 use crate::log_pos::LogPos;
 use crate::member_state::MemberState;
 use crate::refusal::Refusal;
+use crate::replication::Rejoining;
 
 impl ClusterState {
     /// Applies a command committed at `at`: a `match` of one
@@ -61,16 +62,11 @@ impl ClusterState {
                 }
                 state => Applied::Refused(Refusal::NotFailed { member, state }),
             },
-            &Command::Restarted { member, nonce } => match self.member_state(member) {
-                Some(MemberState::Up | MemberState::Failed) => {
-                    let st = &mut self.members[member.index()];
-                    st.state = MemberState::Up;
-                    st.drained = false;
-                    self.fail_over(member, at);
-                    Applied::Restarted { member, nonce }
-                }
-                state => Applied::Refused(Refusal::NotRestartable { member, state }),
-            },
+            Command::Restarted {
+                member,
+                nonce,
+                kept,
+            } => self.restarted(*member, *nonce, kept, at),
             &Command::HandOver {
                 first,
                 end,
@@ -115,6 +111,29 @@ impl ClusterState {
                 }
             }
             state => Applied::Refused(Refusal::NotUp { member, state }),
+        }
+    }
+
+    /// A `Restarted` command: `member`, up or failed, is up again and not
+    /// drained; its slots go to their ready backups and its copies are
+    /// dropped; the backups it is given again prefer what it `kept`.
+    fn restarted(
+        &mut self,
+        member: MemberId,
+        nonce: u64,
+        kept: &[(u32, u32, u16)],
+        at: LogPos,
+    ) -> Applied {
+        match self.member_state(member) {
+            Some(MemberState::Up | MemberState::Failed) => {
+                let st = &mut self.members[member.index()];
+                st.state = MemberState::Up;
+                st.drained = false;
+                let rejoining = Rejoining::new(member, kept, self.map.slots());
+                self.fail_over_rejoining(member, at, &rejoining);
+                Applied::Restarted { member, nonce }
+            }
+            state => Applied::Refused(Refusal::NotRestartable { member, state }),
         }
     }
 
@@ -384,6 +403,51 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_member_gets_its_copies_back_on_the_workers_that_kept_them() {
+        let mut s = three();
+        spread(&mut s);
+        s.apply(&Command::SetReplicas { replicas: 3 }, LogPos::new(10, 1));
+        let since = s.map().version();
+        for m in 0..3 {
+            s.apply(
+                &ready_cmd(MemberId(m), vec![0..64], since),
+                LogPos::new(11, 1),
+            );
+        }
+        assert_eq!(s.under_replicated(), 0);
+        // Member 0 restarts, having kept 21..42 on worker 1 and 42..64 on
+        // worker 0 (the reverse of how they were dealt), and 0..21, which
+        // it led, on worker 1. The command goes through its encoding.
+        let kept = vec![(0, 21, 1), (21, 42, 1), (42, 64, 0)];
+        let restart = Command::Restarted {
+            member: MemberId(0),
+            nonce: 3,
+            kept,
+        };
+        let restart = Command::decode(&restart.encode()).unwrap();
+        s.apply(&restart, LogPos::new(12, 1));
+        let worker = |s: &ClusterState, slot: u32| s.map().backup_set(slot).of(MemberId(0));
+        assert!((0..64).all(|x| worker(&s, x).is_some_and(|b| !b.ready)));
+        assert!((0..42).all(|x| worker(&s, x).unwrap().owner.worker == 1));
+        assert!((42..64).all(|x| worker(&s, x).unwrap().owner.worker == 0));
+        // One from before members named their kept copies: dealt in
+        // blocks.
+        let old = br#"{"command":"restarted","member":0,"nonce":4}"#;
+        let old = Command::decode(old).unwrap();
+        assert_eq!(
+            old,
+            Command::Restarted {
+                member: MemberId(0),
+                nonce: 4,
+                kept: Vec::new()
+            }
+        );
+        s.apply(&old, LogPos::new(13, 1));
+        assert_eq!(worker(&s, 21).unwrap().owner.worker, 0);
+        assert_eq!(worker(&s, 63).unwrap().owner.worker, 1);
+    }
+
+    #[test]
     fn replicas_place_backups_fail_over_and_refill() {
         let mut s = three();
         spread(&mut s);
@@ -454,7 +518,8 @@ mod tests {
             s.apply(
                 &Command::Restarted {
                     member: MemberId(0),
-                    nonce: 7
+                    nonce: 7,
+                    kept: Vec::new(),
                 },
                 LogPos::new(16, 1)
             ),
@@ -494,6 +559,7 @@ mod tests {
         let back = Command::Restarted {
             member: MemberId(1),
             nonce: 9,
+            kept: Vec::new(),
         };
         s.apply(&back, LogPos::new(21, 1));
         assert!(!s.drained(MemberId(1)));

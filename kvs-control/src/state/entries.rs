@@ -125,15 +125,25 @@ pub enum Command {
         /// The member.
         member: MemberId,
     },
-    /// A member started again without the records it held (the store is in
-    /// memory): its slots go to their ready backups and its copies are
-    /// dropped, as if it had failed, and it stays up. It serves nothing
-    /// until this entry is applied; `nonce` tells it which start it was.
+    /// A member started again: its slots go to their ready backups and its
+    /// copies are dropped, as if it had failed, and it stays up. It serves
+    /// nothing until this entry is applied; `nonce` tells it which start it
+    /// was. The records it recovered from its files count for nothing here:
+    /// the backups it is given again are copies to make, which `kept`
+    /// shortens.
     Restarted {
         /// The member.
         member: MemberId,
         /// Its start's random number.
         nonce: u64,
+        /// Where its files kept a copy that knows its place in its
+        /// primary's writes: `(first, end, worker)`, slots `first..end` on
+        /// that worker. A backup of those slots given to the member goes to
+        /// that worker, and the member is preferred for it, so the copy is
+        /// a catch-up and not a whole one. Empty from a member without
+        /// files, and from one built before members named them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        kept: Vec<(u32, u32, u16)>,
     },
     /// The group's `member_timeout` becomes `ms` milliseconds (within
     /// [`MEMBER_TIMEOUT_MS`](crate::MEMBER_TIMEOUT_MS)): every member derives its timing from it

@@ -114,6 +114,19 @@ impl ShardMap {
     /// another backup, and one being imported (a migration's target pulls
     /// records its backups would not see). The caller sets the version.
     pub fn add_backup(&mut self, slots: Range<u32>, member: MemberId) -> Result<(), BadMap> {
+        self.add_backup_on(slots, member, |_| None)
+    }
+
+    /// As [`add_backup`](Self::add_backup), but slot `s` goes to worker
+    /// `worker(s)` where that names one of the member's workers (the
+    /// worker that kept a copy of it, say), and the others are dealt in
+    /// blocks as there.
+    pub fn add_backup_on(
+        &mut self,
+        slots: Range<u32>,
+        member: MemberId,
+        worker: impl Fn(u32) -> Option<u16>,
+    ) -> Result<(), BadMap> {
         self.check_range(&slots)?;
         let workers = self
             .members
@@ -139,7 +152,9 @@ impl ShardMap {
             self.backups[i].push(Backup {
                 owner: Owner {
                     member,
-                    worker: block_worker(s - first, n, workers),
+                    worker: worker(s)
+                        .filter(|&w| w < workers)
+                        .unwrap_or_else(|| block_worker(s - first, n, workers)),
                 },
                 ready: false,
             });
@@ -355,6 +370,30 @@ mod tests {
         assert_eq!(m.epoch(0), 6);
         assert!(m.add_backup(0..1, MemberId(1)).is_err(), "importing");
         round_trip(&m);
+    }
+
+    #[test]
+    fn a_backup_goes_to_the_worker_asked_for_where_there_is_one() {
+        let mut m = three();
+        // Slots 0..4 asked on worker 1, slot 5 on worker 7 (member 1 has
+        // two): the rest, and slot 5, dealt in blocks over 0..8.
+        m.add_backup_on(0..8, MemberId(1), |s| match s {
+            0..=3 => Some(1),
+            5 => Some(7),
+            _ => None,
+        })
+        .unwrap();
+        m.set_version(2);
+        let workers: Vec<u16> = (0..8).map(|s| m.backups(s)[0].owner.worker).collect();
+        assert_eq!(workers, [1, 1, 1, 1, 1, 1, 1, 1]);
+        m.add_backup_on(0..8, MemberId(2), |s| (s >= 4).then_some(0))
+            .unwrap();
+        m.set_version(3);
+        let workers: Vec<u16> = (0..8).map(|s| m.backups(s)[1].owner.worker).collect();
+        assert_eq!(workers, [0, 0, 0, 0, 0, 0, 0, 0]);
+        round_trip(&m);
+        // The same refusals as without.
+        assert!(m.add_backup_on(0..1, MemberId(0), |_| Some(0)).is_err());
     }
 
     #[test]

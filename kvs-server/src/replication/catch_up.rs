@@ -38,6 +38,14 @@ impl CopyJob {
         self.retry_at = now;
         self.from = at.checked_sub(1);
         self.whole = self.from.is_none();
+        if self.whole {
+            tracing::debug!(
+                "slot {}: member {}'s copy stands nowhere in this term's writes; \
+                 copying it whole",
+                self.slot,
+                self.to.member
+            );
+        }
     }
 
     /// A refusal of this copy's message `why`: an ask refused too often,

@@ -164,6 +164,11 @@ impl Forwarder {
             }
         }
         if let Some(why) = a.refused {
+            if a.not_yet {
+                // The backup's member waits for its restart to be applied:
+                // asked again, as if never asked.
+                return self.fail_copy(i, now);
+            }
             // Expected while the backup installs the map: quiet.
             if !why.contains("Fenced") || why.contains("pull failed") {
                 tracing::warn!("copy of slot {} to member {}: {why}", j.slot, j.to.member);

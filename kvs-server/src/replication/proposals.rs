@@ -115,6 +115,9 @@ pub(crate) struct Replication {
     asks: Vec<Ask>,
     /// This start's number, until its `Restarted` entry is applied.
     restart: Option<u64>,
+    /// The runs of slots the workers' files kept (`(first, end, worker)`),
+    /// named in the `Restarted` entry.
+    kept: Vec<(u32, u32, u16)>,
     restart_asked: Option<Instant>,
     drain: Drain,
     /// The workers are frozen by a drain that is over.
@@ -128,12 +131,17 @@ pub(crate) struct Replication {
 
 impl Replication {
     /// Reports from `reports`; `restarted`: the member resumed from its data
-    /// dir (and holds none of the records it had).
-    pub fn new(reports: Receiver<ToControl>, restarted: bool) -> Replication {
+    /// dir, with what its workers' files kept (`(first, end, worker)` runs
+    /// of slots whose copies know their place in their primaries' writes).
+    pub fn new(
+        reports: Receiver<ToControl>,
+        restarted: Option<Vec<(u32, u32, u16)>>,
+    ) -> Replication {
         Replication {
             reports,
             asks: Vec::new(),
-            restart: restarted.then(crate::random::nonce),
+            restart: restarted.is_some().then(crate::random::nonce),
+            kept: restarted.unwrap_or_default(),
             restart_asked: None,
             drain: Drain::Idle,
             thaw: false,
@@ -178,6 +186,7 @@ impl Replication {
     pub fn restarted(&mut self, member: MemberId, nonce: u64, me: MemberId) -> bool {
         if member == me && self.restart == Some(nonce) {
             self.restart = None;
+            self.kept = Vec::new();
             self.rejoined = true;
             return true;
         }
@@ -299,6 +308,7 @@ impl Replication {
                 let cmd = Command::Restarted {
                     member: group.me(),
                     nonce: n,
+                    kept: self.kept.clone(),
                 };
                 let _ = group.propose_anywhere(&cmd);
             }
@@ -440,7 +450,7 @@ mod tests {
     fn a_drain_proposes_once_every_worker_is_quiet_or_the_wait_is_over() {
         let ms = Duration::from_millis;
         let (_tx, rx) = std::sync::mpsc::channel();
-        let mut r = Replication::new(rx, false);
+        let mut r = Replication::new(rx, None);
         let t0 = Instant::now();
         assert_eq!(r.drain_step(t0, true, 2), DrainStep::Wait);
         r.start_drain(t0);
@@ -506,7 +516,7 @@ mod tests {
         let map = ShardMap::single(a, 8, 1).unwrap();
         let mut group = kvs_control::Group::bootstrap(dir.path(), map, founding, cfg, now).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
-        let mut r = Replication::new(rx, true);
+        let mut r = Replication::new(rx, Some(Vec::new()));
         let ready = ToControl::BackupReady {
             member: MemberId(1),
             slots: vec![0, 1],

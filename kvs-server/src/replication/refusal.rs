@@ -59,6 +59,13 @@ pub(crate) enum Refusal {
     /// Not a refusal yet: the copy's snapshot is being pulled (ask again).
     #[error("slot {slot}: pulling the copy's snapshot")]
     Pulling { slot: u32 },
+    /// Not a refusal yet: this member restarted with records, and takes
+    /// no copy until the group has applied its restart, whose map places
+    /// its copies on the workers that kept them (ask again). A copy begun
+    /// before would be dropped by that map, and a catch-up cut short
+    /// leaves no position to catch up from the next time.
+    #[error("slot {slot}: this member's restart is not applied yet; its copies wait for it")]
+    Rejoining { slot: u32 },
     /// The copy's pull failed (the primary starts a new copy).
     #[error("slot {slot}: the copy's pull failed: {why}")]
     PullFailed { slot: u32, why: String },
@@ -85,9 +92,10 @@ pub(crate) enum Refusal {
 }
 
 impl Refusal {
-    /// Not a refusal yet: the copy's pull goes on (the sender asks again).
+    /// Not a refusal yet: the copy's pull goes on, or this member's
+    /// restart is not applied yet (the sender asks again).
     pub fn not_yet(&self) -> bool {
-        matches!(self, Refusal::Pulling { .. })
+        matches!(self, Refusal::Pulling { .. } | Refusal::Rejoining { .. })
     }
 
     /// Not a refusal yet: the message waits for this backup's map to catch

@@ -15,6 +15,7 @@ use kvs_proto::{MemberId, Owner, RequestId, ShardMap};
 pub use crate::role::Role;
 
 use crate::dedup::{Dedup, Seen};
+use crate::replication::refusal::Refusal;
 use crate::replication::slot_state::{fingerprint, SlotState};
 pub use crate::replication::write_path::Forward;
 use crate::replication::Primary;
@@ -605,7 +606,8 @@ impl Handler {
 
     /// A replication message from a slot's primary: applied as its backup,
     /// or refused (`Fenced`, saying why; `TryAgain` while a copy's pull
-    /// goes on).
+    /// goes on, and to a copy's begin while the member's restart is not
+    /// applied).
     fn replicate(&mut self, req: &[u8], max_response: usize, out: &mut Vec<u8>) {
         let msg = match Replicate::new_checked(req) {
             Ok(m) => m,
@@ -616,17 +618,22 @@ impl Handler {
             // primary fails the write and has the slot copied anew.
             let h = msg.header();
             if h.kind.is_write() || matches!(h.kind, Kind::CopyBegin | Kind::CatchUp | Kind::Fill) {
-                let why = crate::replication::refusal::Refusal::DiskFull {
+                let why = Refusal::DiskFull {
                     slot: h.slot,
                     why: m.to_string(),
                 };
                 return error(out, Status::Fenced, &why.to_string(), max_response);
             }
         }
-        let applied = if msg.header().kind == Kind::CopyAsk {
+        let h = msg.header();
+        let applied = if self.retained.keeping()
+            && matches!(h.kind, Kind::CopyAsk | Kind::CopyBegin | Kind::CatchUp)
+        {
+            Err(Refusal::Rejoining { slot: h.slot })
+        } else if h.kind == Kind::CopyAsk {
             // The answer carries where this copy stands.
             self.slot_state
-                .ask(&msg.header(), &self.map, &self.store)
+                .ask(&h, &self.map, &self.store)
                 .map(|at| write_response(out, Status::Ok, &at.to_le_bytes(), max_response))
         } else {
             self.slot_state
@@ -1254,7 +1261,65 @@ mod tests {
         .unwrap();
         map.add_backup(0..1, MemberId(1)).unwrap();
         map.set_backup_ready(0..1, MemberId(1)).unwrap();
+        map.set_version(2);
         map
+    }
+
+    /// The backup's worker in [`backed_up_map`].
+    const B0: Owner = Owner {
+        member: MemberId(1),
+        worker: 0,
+    };
+
+    #[test]
+    fn a_restarted_backup_takes_no_copy_until_its_restart_is_applied() {
+        use kvs_proto::replica::{write_replicate, CopyBegin, Header};
+        let b = B0;
+        let map = backed_up_map();
+        // Started from its files, with records of the slot.
+        let mut store = Store::new(1, usize::MAX);
+        store.put(0, b"k", b"kept").unwrap();
+        let mut backup = Handler::with_store(b, map.clone(), 8, 16, store, Retained::new(true));
+        let hdr = |kind| Header {
+            kind,
+            slot: 0,
+            epoch: map.epoch(0),
+            primary: W0,
+            seq: 9,
+            offset: 0,
+            id: RequestId::default(),
+        };
+        let begin = CopyBegin {
+            ticket: Ticket::from_bytes([3; 16]),
+            first: 0,
+            end: 1,
+            records: 0,
+            bytes: 0,
+            stream: 9,
+        };
+        let (mut ask_msg, mut begin_msg, mut out) = (Vec::new(), Vec::new(), Vec::new());
+        write_replicate(&mut ask_msg, &hdr(Kind::CopyAsk), &[], &[]);
+        write_replicate(
+            &mut begin_msg,
+            &hdr(Kind::CopyBegin),
+            &begin.ticket.bytes(),
+            &begin.value(),
+        );
+        // Asked, and a whole copy begun: try again, the records untouched.
+        for m in [&ask_msg, &begin_msg] {
+            backup.handle(m, 256, &mut out);
+            let r = Response::new_checked(&out).unwrap();
+            assert_eq!(r.status(), Status::TryAgain);
+            let why = String::from_utf8_lossy(r.payload());
+            assert!(why.contains("restart is not applied"), "{why}");
+        }
+        assert_eq!(backup.store.get(0, b"k"), Some(&b"kept"[..]));
+        // Once it is, the copy goes on.
+        backup.end_retention();
+        backup.handle(&ask_msg, 256, &mut out);
+        assert_eq!(st(&out), Status::Ok);
+        backup.handle(&begin_msg, 256, &mut out);
+        assert_eq!(st(&out), Status::Ok);
     }
 
     #[test]
@@ -1293,12 +1358,8 @@ mod tests {
     #[test]
     fn many_writes_in_flight_sent_again_after_a_failover_are_not_applied_again() {
         use kvs_proto::replica::{write_replicate, CopyBegin, Header};
-        let b = Owner {
-            member: MemberId(1),
-            worker: 0,
-        };
-        let mut map = backed_up_map();
-        map.set_version(2);
+        let b = B0;
+        let map = backed_up_map();
         let mut primary = Handler::new(W0, map.clone(), 8, 16);
         let mut backup = Handler::new(b, map.clone(), 8, 16);
         let mut out = Vec::new();

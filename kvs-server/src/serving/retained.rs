@@ -32,6 +32,12 @@ impl Retained {
         }
     }
 
+    /// Whether slots are kept now: from a start that recovered records
+    /// until the member's restart is applied, and while it drains to stop.
+    pub fn keeping(&self) -> bool {
+        self.on
+    }
+
     /// Slots are kept from now on (the member drains to stop).
     pub fn start(&mut self) {
         self.on = true;

@@ -11,6 +11,8 @@
 //! stream. It is journaled after the changes it covers, so a log cut
 //! anywhere recovers a position no later than its records.
 
+use std::ops::Range;
+
 use super::change::Change;
 use super::{Position, Slot, Store};
 
@@ -43,6 +45,18 @@ impl Store {
     pub(crate) fn position(&self, slot: u32) -> Option<Position> {
         self.slot(slot).and_then(|s| s.position)
     }
+
+    /// The runs of consecutive slots that have a position, in order.
+    pub(crate) fn positioned(&self) -> Vec<Range<u32>> {
+        let mut out: Vec<Range<u32>> = Vec::new();
+        for slot in (0..self.slots()).filter(|&s| self.position(s).is_some()) {
+            match out.last_mut() {
+                Some(r) if r.end == slot => r.end += 1,
+                _ => out.push(slot..slot + 1),
+            }
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -65,5 +79,19 @@ mod tests {
         assert_eq!(s.position(2), None);
         s.set_position(2, None);
         assert_eq!(s.journal().unwrap().records(), 2, "the drop only");
+    }
+
+    #[test]
+    fn positioned_slots_come_in_runs() {
+        let mut s = Store::new(8, usize::MAX);
+        assert!(s.positioned().is_empty());
+        let p = Position {
+            stream: 1,
+            applied: 2,
+        };
+        for slot in [0, 1, 2, 5, 7] {
+            s.set_position(slot, Some(p));
+        }
+        assert_eq!(s.positioned(), [0..3, 5..6, 7..8]);
     }
 }

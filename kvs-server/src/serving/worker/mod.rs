@@ -5,6 +5,7 @@
 //! writes it backs up ([`crate::replication`]), and sleeps
 //! when idle.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -58,6 +59,29 @@ const SWEEP: usize = 1024;
 /// closes its endpoints.
 const DRAIN: Duration = Duration::from_millis(200);
 
+/// What a worker tells the server once its context is built and its
+/// records are loaded.
+pub(crate) struct Ready {
+    /// Its number.
+    pub worker: u16,
+    /// How to wake it.
+    pub waker: Waker,
+    /// The runs of slots its files kept a copy of that knows its place in
+    /// its primary's writes (what the member names when its restart is
+    /// proposed).
+    pub kept: Vec<Range<u32>>,
+}
+
+impl Ready {
+    fn new(worker: u16, waker: Waker, kept: Vec<Range<u32>>) -> Ready {
+        Ready {
+            worker,
+            waker,
+            kept,
+        }
+    }
+}
+
 /// One worker thread: what it was given at start.
 pub(crate) struct Worker {
     /// Who it is: its member and number.
@@ -83,7 +107,7 @@ pub(crate) struct Worker {
     pub stop: Arc<AtomicBool>,
     pub stats: Arc<WorkerStats>,
     /// The worker's number and waker once its context is built.
-    pub ready: Sender<Result<(u16, Waker), StartError>>,
+    pub ready: Sender<Result<Ready, StartError>>,
     /// Times requests for the metrics (the server's one calibrated clock).
     pub clock: Clock,
 }
@@ -196,8 +220,9 @@ impl Worker {
         }
         // Exports under way at the stop are held for their targets again
         // before the control thread looks for them.
+        let kept = store.positioned();
         let h = handler(me, map, &cfg, store, log.is_some(), clock, &source_slots);
-        let _ = ready.send(Ok((w, ctx.waker())));
+        let _ = ready.send(Ok(Ready::new(w, ctx.waker(), kept)));
         drop(ready);
 
         // The setup answer: how many workers (connections to make) and slots.
