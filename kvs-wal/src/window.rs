@@ -4,6 +4,12 @@
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
+/// How far ahead of what it has read a window asks the kernel to read the
+/// file: the disk reads the next chunks while the caller works on this
+/// one. The kernel's own read-ahead (128 KiB by default) leaves a replay
+/// waiting for each chunk's last pages.
+const AHEAD: u64 = 8 << 20;
+
 /// Bytes `[start, end)` of `buf` are the file's from [`Window::offset`].
 #[derive(Debug)]
 pub(crate) struct Window<'a> {
@@ -15,6 +21,8 @@ pub(crate) struct Window<'a> {
     read: u64,
     /// Where reading stops: the file's size when it was opened.
     size: u64,
+    /// How far the kernel was asked to read ahead.
+    advised: u64,
 }
 
 impl<'a> Window<'a> {
@@ -28,6 +36,7 @@ impl<'a> Window<'a> {
             end: 0,
             read: from,
             size,
+            advised: from,
         }
     }
 
@@ -76,8 +85,22 @@ impl<'a> Window<'a> {
             }
             self.end += got;
             self.read += got as u64;
+            self.read_ahead();
         }
         Ok(&self.buf[self.start..self.end])
+    }
+
+    /// Asks the kernel to read up to [`AHEAD`] past what was read, once
+    /// half of that has been read since it last asked (a hint: an error
+    /// only means it reads no further ahead than it would have).
+    fn read_ahead(&mut self) {
+        let until = (self.read + AHEAD).min(self.size);
+        if until <= self.advised || until - self.advised < AHEAD / 2 && until < self.size {
+            return;
+        }
+        let from = self.advised.max(self.read);
+        will_need(self.file, from, until - from);
+        self.advised = until;
     }
 
     /// Drops the first `n` bytes available.
@@ -85,6 +108,19 @@ impl<'a> Window<'a> {
         assert!(n <= self.end - self.start, "consumed bytes not read");
         self.start += n;
     }
+}
+
+/// posix_fadvise(2) `WILLNEED` of `len` bytes of `file` from `off`: the
+/// kernel starts reading them into the page cache and returns.
+#[allow(unsafe_code)]
+fn will_need(file: &File, off: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(len)) = (i64::try_from(off), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: posix_fadvise takes a descriptor, which `file` keeps open
+    // for the call, and three integers; it touches no memory of ours.
+    unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
 }
 
 #[cfg(test)]
