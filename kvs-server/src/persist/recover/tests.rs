@@ -77,16 +77,36 @@ fn dump(s: &Store) -> Vec<(u32, Vec<u8>, Vec<u8>, bool)> {
 }
 
 /// The files of `data_dir` copied into a fresh dir: what a crash at this
-/// moment leaves (every write was flushed under `always`).
+/// moment leaves (every write was flushed under `always`). The snapshot's
+/// threads may rename, write or remove files meanwhile, and a copy taken
+/// across such a step is no state a crash leaves: the copy is taken again
+/// until the files' names and sizes are the same after it as before.
 fn crash_copy(data_dir: &Path) -> TempDir {
-    let d = TempDir::new("kvs-server", "crash-copy");
-    let to = files::dir(d.path());
-    std::fs::create_dir_all(&to).unwrap();
-    for e in std::fs::read_dir(files::dir(data_dir)).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    let from = files::dir(data_dir);
+    let listing = || {
+        let mut l: Vec<(std::ffi::OsString, u64)> = std::fs::read_dir(&from)
+            .unwrap()
+            .filter_map(|e| {
+                let e = e.unwrap();
+                Some((e.file_name(), e.metadata().ok()?.len()))
+            })
+            .collect();
+        l.sort();
+        l
+    };
+    for _ in 0..1000 {
+        let d = TempDir::new("kvs-server", "crash-copy");
+        let to = files::dir(d.path());
+        std::fs::create_dir_all(&to).unwrap();
+        let before = listing();
+        let copied = before
+            .iter()
+            .all(|(name, _)| std::fs::copy(from.join(name), to.join(name)).is_ok());
+        if copied && listing() == before {
+            return d;
+        }
     }
-    d
+    panic!("the files of {} never stood still", from.display());
 }
 
 fn counters() -> RecoveryCounters {
