@@ -594,6 +594,33 @@ const EVENT_ROUNDS: u32 = 2000;
 const FIRST_REPLY_DELAY: Duration = Duration::from_millis(300);
 
 /// One end of the event test: both CQs on a completion channel.
+/// Spawns `test`'s child in `role` on `fabric` and connects a [`Sleeper`]
+/// on `sim0` to it: the child, its lines after its info line, the sleeper,
+/// and the child's buffer (address, key).
+fn sleeper_and_peer(
+    test: &str,
+    role: &str,
+    fabric: &str,
+) -> (
+    KillOnDrop,
+    impl Iterator<Item = String>,
+    Sleeper,
+    (u64, u32),
+) {
+    let mut child = spawn(test, role, fabric, 0);
+    let mut lines = child_lines(&mut child);
+    let (peer, raddr, rkey) = parse_info(&lines.next().expect("peer info"));
+    let me = Sleeper::new(fabric, "sim0");
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        info_line(&me.qp.conn_info(), me.mr.addr(), me.mr.rkey())
+    )
+    .unwrap();
+    connect(&me.qp, peer, RtsAttr::default());
+    (child, lines, me, (raddr, rkey))
+}
+
 struct Sleeper {
     chan: CompletionChannel,
     mr: mlx5::device::Mr,
@@ -749,17 +776,8 @@ fn processes_sleep_on_completion_events_and_none_is_lost() {
     }
     let fabric = format!("mpev-{}", std::process::id());
     let test = "processes_sleep_on_completion_events_and_none_is_lost";
-    let mut child = spawn(test, "event-peer", &fabric, 0);
-    let mut lines = child_lines(&mut child);
-    let (peer, raddr, rkey) = parse_info(&lines.next().expect("peer info"));
-    let mut me = Sleeper::new(&fabric, "sim0");
-    writeln!(
-        child.stdin.as_mut().unwrap(),
-        "{}",
-        info_line(&me.qp.conn_info(), me.mr.addr(), me.mr.rkey())
-    )
-    .unwrap();
-    connect(&me.qp, peer, RtsAttr::default());
+    let (mut child, mut lines, mut me, (raddr, rkey)) =
+        sleeper_and_peer(test, "event-peer", &fabric);
     let _ = lines.next(); // the peer is in RTS
     let t0 = Instant::now();
     let mut first = Duration::ZERO;
@@ -785,6 +803,83 @@ fn processes_sleep_on_completion_events_and_none_is_lost() {
     );
     // Both slept on events (most waits find the peer's answer not there yet).
     assert!(me.events > 0 && peer_events > 0);
+    drop(me);
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// The child of `a_stopped_consumer_does_not_block_delivery_into_its_cq`:
+/// stops itself halfway through an arm of its receive CQ, and once let go
+/// reports the message that arrived meanwhile and the events it got.
+fn stopped_armer(fabric: &str) {
+    let mut me = Sleeper::new(fabric, "sim1");
+    println!(
+        "{}",
+        info_line(&me.qp.conn_info(), me.mr.addr(), me.mr.rkey())
+    );
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let (peer, _, _) = parse_info(&line);
+    connect(&me.qp, peer, RtsAttr::default());
+    mlx5::sim::device::stop_in_next_arm();
+    println!("DONE arming");
+    // Stops in here until the parent's SIGCONT.
+    me.rcq.arm(false).unwrap();
+    let imm = me.poll_recv().expect("the message delivered while stopped");
+    let mut events = 0;
+    while me.chan.wait(Duration::from_millis(200)).unwrap().is_some() {
+        events += 1;
+    }
+    println!("DONE {imm} {events}");
+}
+
+/// Waits until child `pid` is stopped (by a signal).
+fn wait_stopped(pid: u32) {
+    let mut status = 0;
+    // SAFETY: waitpid(2) on a child this process spawned and has not
+    // reaped, with a valid status pointer; WUNTRACED reports a stop without
+    // reaping anything.
+    let r = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WUNTRACED) };
+    assert_eq!(r, pid as libc::pid_t, "waitpid");
+    assert!(libc::WIFSTOPPED(status), "the child stopped ({status:#x})");
+}
+
+/// A process stopped (SIGSTOP) in its consumer path — here halfway through
+/// arming its receive CQ — does not stop another process's NIC from
+/// delivering into that CQ, as a paused host does not stop its NIC: the
+/// sender's WRITE_IMM lands, its receive CQE is written, and the arm's
+/// event is raised once (by the sender, which found the CQ armed), not
+/// again when the stopped process goes on and finds the CQE there.
+#[test]
+fn a_stopped_consumer_does_not_block_delivery_into_its_cq() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("stopped-armer") => return stopped_armer(&std::env::var("MLX5_MP_FABRIC").unwrap()),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mpstop-{}", std::process::id());
+    let test = "a_stopped_consumer_does_not_block_delivery_into_its_cq";
+    let (mut child, mut lines, mut me, (raddr, rkey)) =
+        sleeper_and_peer(test, "stopped-armer", &fabric);
+    assert_eq!(lines.next().as_deref(), Some("DONE arming"));
+    wait_stopped(child.id());
+    // The send runs this process's NIC inline: it returns once the message
+    // and its receive CQE are delivered.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        me.send(raddr, rkey, 7);
+        let _ = tx.send(());
+        me
+    });
+    let delivered = rx.recv_timeout(Duration::from_secs(10));
+    // SAFETY: kill(2) with a pid this process spawned and has not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+    assert!(
+        delivered.is_ok(),
+        "delivery into a stopped process's CQ waited 10 s for that process"
+    );
+    let me = sender.join().unwrap();
+    assert_eq!(lines.next().as_deref(), Some("DONE 7 1"));
+    assert!(child.wait().unwrap().success());
     drop(me);
     Fabric::remove_if_unused(&fabric);
 }

@@ -12,8 +12,23 @@
 //! of a solicited WQE, or an error CQE), or at once when such a CQE is
 //! already there, unconsumed as of the arm's consumer index. Raising it
 //! disarms the CQ, counts the event in its registry entry and wakes the
-//! waiters of its completion channel (a futex in the registry). Writing CQEs
-//! costs one extra load for this: the armed state, once per write.
+//! waiters of its completion channel (a futex in the registry).
+//!
+//! Producers (the NICs of every process that completes work into the CQ)
+//! serialise among themselves with the CQ's lock. The consumer never takes
+//! it: a process may be stopped anywhere in its consumer path (`SIGSTOP`, a
+//! debugger, a descheduled VM), and a paused host does not stop a NIC that
+//! delivers into its memory. Polling only writes the consumer index to the
+//! doorbell record, which producers read; arming publishes the armed state
+//! in the arm word (after the arm's consumer index) and then looks at the
+//! producer index, while a producer publishes its producer index and then
+//! looks at the arm word. Each side does its store and its load
+//! sequentially consistent, so at least one of them sees the other's store;
+//! both ask the same question (is a CQE the arm wants there, not consumed as
+//! of the arm's consumer index?), and whichever takes the arm word from
+//! armed to disarmed (a compare-exchange) raises the event: one per arm,
+//! exactly when the arm asks for it. A CQ on no completion channel cannot be
+//! armed; its producers skip all of this and pay nothing for it.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -198,6 +213,8 @@ struct CqView<'a> {
     cnt: u32,
     size: usize,
     zip: u32,
+    /// The CQ is on a completion channel: it may be armed.
+    armable: bool,
 }
 
 impl CqView<'_> {
@@ -226,6 +243,31 @@ impl CqView<'_> {
         self.e.ci_seen.store(ci, Ordering::Relaxed);
         self.cnt.saturating_sub(used(ci))
     }
+    /// Publishes producer index `pi` (the CQEs before it are written), with
+    /// the CQ's lock held; returns the arm word as it is after that (0 if
+    /// the CQ cannot be armed), for [`fire_if_wanted`].
+    #[inline(always)]
+    fn publish(&self, pi: u32) -> u32 {
+        if !self.armable {
+            // Release: producers that take the lock next read `pi` after
+            // the CQEs it covers (the lock orders them anyway); no consumer
+            // arms this CQ, so there is no arm word to look at.
+            self.e.pi.store(pi, Ordering::Release);
+            return 0;
+        }
+        // SeqCst store, then SeqCst load: the producer's half of the
+        // handshake with `arm`, which stores the arm word and then loads
+        // `pi`, both SeqCst. In the single order of SeqCst operations one
+        // store comes first, so either this load sees the arm or the arm's
+        // load sees this `pi`: an arm and a CQE that race are never both
+        // missed. (Release/acquire alone would allow exactly that: each
+        // load may pass the other side's store.) The store is also a
+        // release: the CQEs and `notable_pi` written before it are seen by
+        // an arm that reads this `pi`.
+        self.e.pi.store(pi, Ordering::SeqCst);
+        self.e.arm.load(Ordering::SeqCst)
+    }
+
     /// Writes 64 bytes (plus the preceding half for 128-byte CQEs), validity
     /// bytes last.
     fn write(&self, n: u32, cqe: &[u8; 64], pre: Option<&[u8; 64]>, op_own: u8) {
@@ -275,6 +317,9 @@ fn view(fab: &Fabric, cqn: u32) -> Option<CqView<'_>> {
         cnt,
         size,
         zip: e.zip.load(Ordering::Relaxed),
+        // Relaxed: set before the entry went LIVE, which the Acquire load
+        // of `state` above ordered before this load.
+        armable: e.chan.load(Ordering::Relaxed) != 0,
     })
 }
 
@@ -374,15 +419,13 @@ fn write_plain_held(cq: &CqView<'_>, cqe: &[u8; 64], pre: Option<&[u8; 64]>) -> 
         (oo & !op_own::OWNER_MASK) | (cq.pass(pi) & 1) as u8,
     );
     let next = pi.wrapping_add(1);
-    cq.e.pi.store(next, Ordering::Release);
-    let notable = is_notable(oo);
-    if notable {
+    if is_notable(oo) {
+        // Relaxed: published by the store of `pi` that follows (a release).
         cq.e.notable_pi.store(next, Ordering::Relaxed);
     }
-    match cq.e.arm.load(Ordering::Relaxed) {
-        0 => {}
-        ARMED_SOLICITED if !notable => {}
-        _ => raise(cq.fab, cq.e),
+    let armed = cq.publish(next);
+    if armed & ARM_CMD != 0 {
+        fire_if_wanted(cq.fab, cq.e, armed, next);
     }
     true
 }
@@ -394,18 +437,84 @@ fn is_notable(oo: u8) -> bool {
     oo & op_own::SE_MASK != 0 || matches!(oo >> 4, 13 | 14)
 }
 
-/// Raises CQ `e`'s event: disarms it, counts the event and wakes the waiters
-/// of its channel. Called with the CQ's lock held.
+/// The command bits of [`CqEntry::arm`] ([`ARMED_NEXT`],
+/// [`ARMED_SOLICITED`]; 0: not armed). The bits above count arms.
+const ARM_CMD: u32 = 0b11;
+/// One arm, in the count of [`CqEntry::arm`].
+const ARM_ONE: u32 = ARM_CMD + 1;
+
+/// Whether CQ `e`, with producer index `pi`, holds a CQE that an arm
+/// (`cmd`: [`ARMED_NEXT`] or [`ARMED_SOLICITED`]) asks for and that was not
+/// consumed as of the arm's consumer index `ci`.
+fn wanted(e: &CqEntry, cmd: u32, ci: u32, pi: u32) -> bool {
+    let unconsumed = pi.wrapping_sub(ci) & 0x00ff_ffff;
+    if unconsumed == 0 || cmd == ARMED_NEXT {
+        return unconsumed != 0;
+    }
+    // Relaxed: a producer wrote it under the lock this producer holds, or
+    // the arm reads it after its SeqCst (so acquire) load of `pi`, which
+    // the store of `pi` that published it released. A value newer than
+    // that `pi` belongs to a producer that stored `pi` after the arm in the
+    // SeqCst order, and so sees the arm and asks this itself.
+    let d = e.notable_pi.load(Ordering::Relaxed).wrapping_sub(ci) & 0x00ff_ffff;
+    d != 0 && d <= unconsumed
+}
+
+/// A producer that found CQ `e` armed (arm word `armed`) after publishing
+/// producer index `pi`: raises the event if a CQE the arm asks for is
+/// there, unconsumed as of the arm's consumer index. A CQE the consumer
+/// took before it armed raises nothing, as on a NIC, which compares the
+/// arm's consumer index with its producer index.
 #[cold]
 #[inline(never)]
+fn fire_if_wanted(fab: &Fabric, e: &CqEntry, armed: u32, pi: u32) {
+    // Relaxed: the consumer stored it before the arm word, and the SeqCst
+    // load that read `armed` is an acquire of that store: this is the
+    // arm's index or a later arm's (whose arm word then differs from
+    // `armed`, so `fire` does nothing; that arm asks for itself).
+    let ci = e.arm_ci.load(Ordering::Relaxed);
+    if wanted(e, armed & ARM_CMD, ci, pi) {
+        fire(fab, e, armed);
+    }
+}
+
+/// Raises CQ `e`'s event for the arm whose arm word is `armed`, unless
+/// someone did already: the consumer's [`arm`] and every producer that saw
+/// the arm may try, and the one whose compare-exchange disarms it raises
+/// the event. The count in the word's high bits makes the exchange fail for
+/// an arm that was taken and armed again since `armed` was read (the count
+/// would have to wrap, 2^30 arms, in between).
+#[cold]
+#[inline(never)]
+fn fire(fab: &Fabric, e: &CqEntry, armed: u32) {
+    // Relaxed: the exchange only decides who raises; what the event
+    // publishes (the CQEs) is ordered by the release increments in `raise`.
+    if e.arm
+        .compare_exchange(
+            armed,
+            armed & !ARM_CMD,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+    {
+        raise(fab, e);
+    }
+}
+
+/// Raises CQ `e`'s event (disarmed by [`fire`]): counts the event and
+/// wakes the waiters of its channel.
 fn raise(fab: &Fabric, e: &CqEntry) {
-    e.arm.store(0, Ordering::Relaxed);
+    // Release: a waiter that reads the new count (Acquire) sees the CQEs
+    // written before it.
     e.events.fetch_add(1, Ordering::Release);
     let ch = e.chan.load(Ordering::Relaxed) as usize;
     if ch == 0 || ch > MAX_CHANS {
         return;
     }
     let c = &fab.reg().chans[ch - 1];
+    // Release: a waiter that sees the channel's word move looks at the
+    // CQs' event counts next, and must see this one's.
     c.seq.fetch_add(1, Ordering::Release);
     futex_wake(&c.seq);
 }
@@ -414,11 +523,17 @@ fn raise(fab: &Fabric, e: &CqEntry) {
 /// CQ doorbell from the CQ's UAR page and arms the CQ, or raises its event at
 /// once when a CQE the arm asks for is already there, unconsumed as of the
 /// arm's consumer index. A doorbell naming another CQ, or with an unknown
-/// command, is ignored, as is an arm of a CQ in error.
+/// command, is ignored, as is an arm of a CQ in error or on no channel.
+///
+/// This is the consumer's side: it takes no lock, so a process stopped
+/// anywhere in here holds up no producer (see the module's notes).
 pub(crate) fn arm(fab: &Fabric, cqn: u32) {
     let Some(cq) = view(fab, cqn) else {
         return;
     };
+    if !cq.armable {
+        return;
+    }
     let Some(seg) = fab.segment(cq.e.seg.load(Ordering::Relaxed)) else {
         return;
     };
@@ -440,31 +555,40 @@ pub(crate) fn arm(fab: &Fabric, cqn: u32) {
     if to & 0x00ff_ffff != cqn & 0x00ff_ffff {
         return;
     }
-    let _g = cq.e.lock.lock(fab.member());
+    // Relaxed: only the flag matters. An overrun that races with this arm
+    // leaves a CQ in error armed (no producer writes into it again), or
+    // raises the event for CQEs already in it: either as if the arm had come
+    // just before the overrun.
     if cq.e.overrun.load(Ordering::Relaxed) != 0 {
         return;
     }
+    // Relaxed: kept for inspection only; nothing orders on it.
     cq.e.arm_sn.store(word.sn(), Ordering::Relaxed);
-    let pi = cq.e.pi.load(Ordering::Relaxed);
     let ci = word.ci();
-    // CQEs software had not consumed when it armed.
-    let unconsumed = pi.wrapping_sub(ci) & 0x00ff_ffff;
-    let fire = unconsumed != 0
-        && match cmd {
-            ArmCmd::Next => true,
-            ArmCmd::Solicited => {
-                let d = cq.e.notable_pi.load(Ordering::Relaxed).wrapping_sub(ci) & 0x00ff_ffff;
-                d != 0 && d <= unconsumed
-            }
-        };
-    if fire {
-        raise(fab, cq.e);
-    } else {
-        let armed = match cmd {
-            ArmCmd::Next => ARMED_NEXT,
-            ArmCmd::Solicited => ARMED_SOLICITED,
-        };
-        cq.e.arm.store(armed, Ordering::Relaxed);
+    // Relaxed: published by the SeqCst (so release) update of the arm word
+    // below, to the producers whose load of the arm word reads it.
+    cq.e.arm_ci.store(ci, Ordering::Relaxed);
+    let cmd_bits = match cmd {
+        ArmCmd::Next => ARMED_NEXT,
+        ArmCmd::Solicited => ARMED_SOLICITED,
+    };
+    // SeqCst: the consumer's half of the handshake with `CqView::publish`
+    // (store the arm word, then load `pi`, both SeqCst). An arm replaces one
+    // still pending, and counts one more arm in the high bits, which a
+    // producer's clearing of the command bits leaves alone.
+    let next = |v: u32| (v & !ARM_CMD).wrapping_add(ARM_ONE) | cmd_bits;
+    let prev =
+        cq.e.arm
+            .fetch_update(Ordering::SeqCst, Ordering::Relaxed, |v| Some(next(v)));
+    let armed = next(match prev {
+        Ok(v) | Err(v) => v,
+    });
+    stop_here_if_asked();
+    // SeqCst: see above. Also an acquire: a producer's CQEs and
+    // `notable_pi` written before the `pi` it reads are seen by `wanted`.
+    let pi = cq.e.pi.load(Ordering::SeqCst);
+    if wanted(cq.e, cmd_bits, ci, pi) {
+        fire(fab, cq.e, armed);
     }
 }
 
@@ -503,18 +627,9 @@ fn write_run(fab: &Fabric, cqn: u32, run: &[PendingCqe]) -> bool {
             }
         }
     }
-    cq.e.pi.store(pi, Ordering::Release);
-    match cq.e.arm.load(Ordering::Relaxed) {
-        0 => {}
-        _ if pi == start => {}
-        ARMED_SOLICITED => {
-            // A solicited or error CQE among those just written.
-            let d = cq.e.notable_pi.load(Ordering::Relaxed).wrapping_sub(start);
-            if d != 0 && d <= pi.wrapping_sub(start) {
-                raise(fab, cq.e);
-            }
-        }
-        _ => raise(fab, cq.e),
+    let armed = cq.publish(pi);
+    if armed & ARM_CMD != 0 && pi != start {
+        fire_if_wanted(fab, cq.e, armed, pi);
     }
     ok
 }
@@ -530,6 +645,8 @@ fn write_plain(cq: &CqView<'_>, pi: &mut u32, c: &PendingCqe) -> Option<usize> {
     cq.write(*pi, &c.cqe, c.pre.as_ref(), op_own_of(cq, *pi, c));
     *pi = pi.wrapping_add(1);
     if is_notable(c.cqe[OP_OWN]) {
+        // Relaxed: published by the store of `pi` at the end of the run (a
+        // release).
         cq.e.notable_pi.store(*pi, Ordering::Relaxed);
     }
     Some(1)
@@ -619,4 +736,33 @@ fn write_basic(cq: &CqView<'_>, pi: &mut u32, run: &[PendingCqe]) -> Option<usiz
     cq.write(t, &title, None, op_own);
     *pi = pi.wrapping_add(n as u32);
     Some(n)
+}
+
+/// Set by [`stop_in_next_arm`]: the next [`arm`] stops this process halfway.
+#[cfg(any(test, feature = "test-hooks"))]
+static STOP_IN_ARM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Test support: the next arm of a CQ by this process stops the process
+/// (`SIGSTOP` to itself) halfway through, as a scheduler or a debugger may
+/// stop it anywhere in its consumer path, until another process sends
+/// `SIGCONT`.
+#[cfg(any(test, feature = "test-hooks"))]
+pub(crate) fn stop_in_next_arm() {
+    // Relaxed: only the flag's own value matters; nothing is published
+    // with it.
+    STOP_IN_ARM.store(true, Ordering::Relaxed);
+}
+
+/// Stops this process if `stop_in_next_arm` asked for it (with test hooks).
+#[inline(always)]
+fn stop_here_if_asked() {
+    #[cfg(any(test, feature = "test-hooks"))]
+    // Relaxed: see `stop_in_next_arm`.
+    if STOP_IN_ARM.swap(false, Ordering::Relaxed) {
+        // SAFETY: raise(3) has no preconditions; SIGSTOP cannot be caught,
+        // and the process resumes here on SIGCONT.
+        unsafe {
+            libc::raise(libc::SIGSTOP);
+        }
+    }
 }

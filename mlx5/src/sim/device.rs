@@ -5,8 +5,8 @@
 //! This module holds the context (opening a device, its address and port,
 //! the NIC's execution mode); each object has a file of its own, as `dct`
 //! does: `pd`, `mr`, `cq`, `srq` and `qp` (RC QPs and DCIs). The test hooks
-//! (`hooks`: `live_qps`, `hold_cq_lock_forever`) exist with the
-//! `test-hooks` feature only, which this crate's own tests turn on.
+//! (`hooks`: `live_qps`, `hold_cq_lock_forever`, `stop_in_next_arm`) exist
+//! with the `test-hooks` feature only, which this crate's own tests turn on.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -29,7 +29,7 @@ mod srq;
 
 pub use cq::SimCq;
 #[cfg(any(test, feature = "test-hooks"))]
-pub use hooks::{hold_cq_lock_forever, live_qps};
+pub use hooks::{hold_cq_lock_forever, live_qps, stop_in_next_arm};
 pub use mr::SimMr;
 pub use pd::SimPd;
 pub use qp::SimQp;

@@ -12,13 +12,19 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version in the low
-/// byte). Version 10: one-way cuts between ports (a mask per port, a count
-/// in the header) and the answer-lost state of a QP's stalled WQE (version
-/// 9: tables of 65536 QPs and 131072 MRs, a claim cursor per table in the
-/// header, and MRs and queues carved out of shared segments; version 8: a QP entry has a kind (RC, DCI or DCT), a DC access key and a
-/// DCI's stream counts; version 7: owners are fabric tokens, `sim::member`,
-/// not pids).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d0a;
+/// byte). Version 11: the same offsets, other rules: a CQ's consumer arms
+/// it without its lock (an arm count above the command bits of
+/// [`CqEntry::arm`], the arm's consumer index in [`CqEntry::arm_ci`], in
+/// what was padding), and a QP's own RQ is claimed by compare-exchange on
+/// [`QpEntry::rq_ci`], without a lock (a process of version 10 would take
+/// the locks these processes skip). Version 10: one-way cuts between ports
+/// (a mask per port, a count in the header) and the answer-lost state of a
+/// QP's stalled WQE (version 9: tables of 65536 QPs and 131072 MRs, a claim
+/// cursor per table in the header, and MRs and queues carved out of shared
+/// segments; version 8: a QP entry has a kind (RC, DCI or DCT), a DC access
+/// key and a DCI's stream counts; version 7: owners are fabric tokens,
+/// `sim::member`, not pids).
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d0b;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = crate::types::error::SIM_DEVICES;
 /// Shared-memory segments per fabric. Small memory regions and queues share
@@ -220,7 +226,10 @@ pub struct CqEntry {
     /// The completion channel the CQ's events go to: its slot + 1; 0: none.
     pub chan: AtomicU32,
     _pad0: [u32; 2],
-    /// Serialises CQE production (and arming).
+    /// Serialises CQE production among producers (the NICs that complete
+    /// work into the CQ). The CQ's consumer never takes it: arming is a
+    /// handshake on `pi` and `arm` (see `sim::cqe_out`), so a consumer
+    /// stopped anywhere holds up no producer.
     pub lock: ShmLock,
     /// NIC producer index.
     pub pi: AtomicU32,
@@ -234,8 +243,11 @@ pub struct CqEntry {
     /// The consumer index last read from the doorbell record: the NIC reads
     /// the record again only when this says the CQ may be full.
     pub ci_seen: AtomicU32,
-    /// [`ARMED_NEXT`], [`ARMED_SOLICITED`], or 0 (not armed). Read once per
-    /// write of CQEs, with the lock held.
+    /// The arm word: in its low two bits [`ARMED_NEXT`], [`ARMED_SOLICITED`],
+    /// or 0 (not armed); above them, the arms so far (wrapping). Only the
+    /// consumer's arm sets it; a producer, or the arm itself, that raises the
+    /// event clears the low bits with a compare-exchange. Read once per write
+    /// of CQEs on a CQ that has a channel.
     pub arm: AtomicU32,
     /// Completion events raised so far.
     pub events: AtomicU32,
@@ -244,7 +256,11 @@ pub struct CqEntry {
     pub notable_pi: AtomicU32,
     /// The arm sequence number of the last arm.
     pub arm_sn: AtomicU32,
-    _pad1: [u32; 6],
+    /// The consumer index of the last arm (written before the arm word): a
+    /// producer that sees the arm raises its event only for a CQE that was
+    /// not consumed as of this index.
+    pub arm_ci: AtomicU32,
+    _pad1: [u32; 5],
 }
 
 /// [`CqEntry::arm`]: an event at the next CQE.
@@ -398,9 +414,11 @@ pub struct QpEntry {
     pub replay: AtomicU64,
     _pad1: [u32; 4],
     // Responder side: written by the peer's NIC as it consumes receives.
-    /// Serialises RQ consumption.
-    pub rq_lock: ShmLock,
-    /// RQ WQEs consumed by the NIC.
+    /// Unused since layout version 11 (it was the RQ's lock): kept so that
+    /// the entry's bytes stay where they were.
+    _retired_rq_lock: AtomicU32,
+    /// RQ WQEs consumed by the NIC; the NIC that takes a WQE, or flushes it,
+    /// claims it with a compare-exchange (no lock).
     pub rq_ci: AtomicU32,
     _pad2: [u32; 14],
 }
@@ -569,7 +587,8 @@ const _: () = {
     assert!(std::mem::offset_of!(SrqEntry, lock) == 64);
     assert!(std::mem::size_of::<SrqEntry>() == 128);
     assert!(std::mem::offset_of!(QpEntry, exec_lock) == 128);
-    assert!(std::mem::offset_of!(QpEntry, rq_lock) == 192);
+    assert!(std::mem::offset_of!(QpEntry, _retired_rq_lock) == 192);
+    assert!(std::mem::offset_of!(QpEntry, rq_ci) == 196);
     assert!(std::mem::size_of::<QpEntry>() == 256);
     // Slots fit the numbering: MR keys keep 8 bits of generation in 32, and
     // object numbers (QPNs, CQNs, SRQNs) keep at least 8 of 24.

@@ -26,6 +26,10 @@ const YIELD_EVERY: u32 = 128;
 /// file-lock probe: a system call).
 const CHECK_EVERY: u32 = 4096;
 
+// `lock_contended` counts spins in a wrapping `u32`: the periods must divide
+// 2^32 for the counts to stay in step across the wrap.
+const _: () = assert!(YIELD_EVERY.is_power_of_two() && CHECK_EVERY.is_power_of_two());
+
 /// A lock word in shared memory (0: free; otherwise the holder's token).
 #[repr(C)]
 #[derive(Debug, Default)]
@@ -71,7 +75,11 @@ impl ShmLock {
                     return ShmGuard { lock: self };
                 }
             } else {
-                spins += 1;
+                // Wrapping: a holder that is alive but stopped (SIGSTOP, a
+                // debugger) keeps its lock for as long as it likes, and 2^32
+                // spins take only a couple of minutes. Both periods divide
+                // 2^32, so the checks keep their rhythm across the wrap.
+                spins = spins.wrapping_add(1);
                 if spins % CHECK_EVERY == 0 && cur != token && !me.alive(cur) {
                     // The holder died inside its critical section.
                     let _ =

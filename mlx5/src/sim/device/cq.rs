@@ -87,6 +87,7 @@ impl SimContext {
         e.events.store(0, Ordering::Relaxed);
         e.notable_pi.store(0, Ordering::Relaxed);
         e.arm_sn.store(0, Ordering::Relaxed);
+        e.arm_ci.store(0, Ordering::Relaxed);
         e.chan
             .store(channel.map_or(0, SimChannel::tag), Ordering::Relaxed);
         e.flags.store(

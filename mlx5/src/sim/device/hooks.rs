@@ -34,3 +34,11 @@ pub fn hold_cq_lock_forever(ctx: &SimContext, cqn: u32) -> bool {
     std::mem::forget(e.lock.lock(fab.member()));
     true
 }
+
+/// Test support: the next arm of a CQ ([`CqRing::arm`](crate::cq::CqRing::arm))
+/// in this process stops the process (`SIGSTOP` to itself) halfway through,
+/// as a `SIGSTOP` from outside may land there, until another process sends
+/// `SIGCONT`. Tests of a consumer paused in its consumer path call it.
+pub fn stop_in_next_arm() {
+    crate::sim::cqe_out::stop_in_next_arm();
+}

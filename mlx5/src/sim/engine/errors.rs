@@ -5,8 +5,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::{Qp, RunResult, Stall, Wqe};
-use crate::doorbell::load_dbrec;
-use crate::prm::{CqeOpcode, ErrCqe, Syndrome, RCV_DBR};
+use crate::prm::{CqeOpcode, ErrCqe, Syndrome};
 use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
 use crate::sim::registry::{qp_state, QpEntry, NO_RETRY};
@@ -346,19 +345,15 @@ fn flush_rq(x: &mut Exec<'_>, qp: &Qp<'_>, report: &mut FlushReport) -> usize {
     if qp.rq.is_none() {
         return 0;
     }
-    let _g = e.rq_lock.lock(x.fab.member());
-    // SAFETY: the doorbell record lies in the QP's segment.
-    let pi = unsafe { load_dbrec(qp.dbrec, RCV_DBR) } as u16;
-    let mut ci = e.rq_ci.load(Ordering::Relaxed);
     let cqn = e.recv_cqn.load(Ordering::Relaxed);
     let mut n = 0;
-    while ci as u16 != pi {
+    // One WQE at a time, each claimed as the peer's NIC claims a receive
+    // (no lock: see `claim_rq_wqe`).
+    while let Some(ci) = super::rq::claim_rq_wqe(e, qp.dbrec) {
         let c = err_cqe(false, qp.qpn, ci as u16, 0, Syndrome::WrFlush, 0, 0);
         x.push_cqe(cqn, &c, report);
-        ci = ci.wrapping_add(1);
         n += 1;
     }
-    e.rq_ci.store(ci, Ordering::Release);
     n
 }
 

@@ -24,6 +24,7 @@ mod fast_path;
 mod memory;
 mod requester;
 mod responder;
+mod rq;
 mod streams;
 
 use std::ptr::NonNull;

@@ -11,7 +11,6 @@ use super::{qp_by_num, Qp};
 use crate::doorbell::load_dbrec;
 use crate::prm::{
     ctrl_flags, op_own, Cqe64, CqeOpcode, CtrlSeg, DataSeg, SrqNextSeg, Syndrome, INVALID_LKEY,
-    RCV_DBR,
 };
 use crate::sim::cqe_out::{FlushReport, PendingCqe};
 use crate::sim::exec::Exec;
@@ -214,14 +213,9 @@ pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
             r.dbrec_off.load(Ordering::Relaxed),
         )
         .ok_or(Fail::rnr(delay_us))?;
-        let _g = r.rq_lock.lock(fab.member());
-        // SAFETY: the QP doorbell record.
-        let posted = unsafe { load_dbrec(db, RCV_DBR) } as u16;
-        let ci = r.rq_ci.load(Ordering::Relaxed);
-        if ci as u16 == posted {
+        let Some(ci) = super::rq::claim_rq_wqe(r, db) else {
             return Err(Fail::rnr(delay_us));
-        }
-        r.rq_ci.store(ci.wrapping_add(1), Ordering::Relaxed);
+        };
         let slot = (ci & (cnt - 1)) as usize;
         Ok(Recv {
             idx: ci as u16,
