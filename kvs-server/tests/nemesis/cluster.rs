@@ -557,11 +557,22 @@ fn addresses() -> std::io::Result<(SocketAddr, [Proxy; 2])> {
     let listen = std::net::TcpListener::bind(SocketAddr::new(PRIVATE_IP, 0))?.local_addr()?;
     let public: SocketAddr = "127.0.0.1:0".parse().expect("an address");
     let setup = Proxy::start(public, |_| listen)?;
-    // The bulk port the member binds on its private IP must be free there:
-    // the proxy's port is free on 127.0.0.1, and almost surely on
-    // 127.0.0.2, where nothing but the members listens.
-    let bulk = Proxy::start(public, |at| SocketAddr::new(PRIVATE_IP, at.port()))?;
-    Ok((listen, [setup, bulk]))
+    // The bulk port the member binds on its private IP must be free there,
+    // and the proxy's port is only known free on 127.0.0.1: a port the
+    // members started so far listen on at the private IP (seen: "bulk_port
+    // 127.0.0.2:43139: Address already in use"), or this member's own
+    // setup port, is passed over.
+    for _ in 0..100 {
+        let bulk = Proxy::start(public, |at| SocketAddr::new(PRIVATE_IP, at.port()))?;
+        let port = bulk.addr().port();
+        if port != listen.port() && std::net::TcpListener::bind((PRIVATE_IP, port)).is_ok() {
+            return Ok((listen, [setup, bulk]));
+        }
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::AddrInUse,
+        "no port free both on 127.0.0.1 and on the members' IP in 100 tries",
+    ))
 }
 
 impl Drop for Cluster {
