@@ -107,17 +107,23 @@ struct Ask {
     last: Instant,
 }
 
+/// A start from the data dir, until the group applies it.
+#[derive(Debug)]
+struct Restart {
+    /// The start's random number.
+    nonce: u64,
+    /// The runs of slots the workers' files kept (`(first, end, worker)`).
+    kept: Vec<(u32, u32, u16)>,
+}
+
 /// The reports being pursued, and the restart in progress (see the
 /// [module docs](self)).
 #[derive(Debug)]
 pub(crate) struct Replication {
     reports: Receiver<ToControl>,
     asks: Vec<Ask>,
-    /// This start's number, until its `Restarted` entry is applied.
-    restart: Option<u64>,
-    /// The runs of slots the workers' files kept (`(first, end, worker)`),
-    /// named in the `Restarted` entry.
-    kept: Vec<(u32, u32, u16)>,
+    /// This start's `Restarted` entry, until it is applied.
+    restart: Option<Restart>,
     restart_asked: Option<Instant>,
     drain: Drain,
     /// The workers are frozen by a drain that is over.
@@ -140,8 +146,10 @@ impl Replication {
         Replication {
             reports,
             asks: Vec::new(),
-            restart: restarted.is_some().then(crate::random::nonce),
-            kept: restarted.unwrap_or_default(),
+            restart: restarted.map(|kept| Restart {
+                nonce: crate::random::nonce(),
+                kept,
+            }),
             restart_asked: None,
             drain: Drain::Idle,
             thaw: false,
@@ -184,9 +192,8 @@ impl Replication {
     /// The entry `Restarted { member, nonce }` was applied: whether it was
     /// this start's.
     pub fn restarted(&mut self, member: MemberId, nonce: u64, me: MemberId) -> bool {
-        if member == me && self.restart == Some(nonce) {
+        if member == me && self.restart.as_ref().is_some_and(|r| r.nonce == nonce) {
             self.restart = None;
-            self.kept = Vec::new();
             self.rejoined = true;
             return true;
         }
@@ -299,7 +306,7 @@ impl Replication {
         quiet: bool,
     ) {
         self.drive_drain(group, workers, now, quiet);
-        if let Some(n) = self.restart {
+        if let Some(r) = &self.restart {
             if self
                 .restart_asked
                 .is_none_or(|t| now.duration_since(t) >= AGAIN)
@@ -307,8 +314,8 @@ impl Replication {
                 self.restart_asked = Some(now);
                 let cmd = Command::Restarted {
                     member: group.me(),
-                    nonce: n,
-                    kept: self.kept.clone(),
+                    nonce: r.nonce,
+                    kept: r.kept.clone(),
                 };
                 let _ = group.propose_anywhere(&cmd);
             }
@@ -529,7 +536,7 @@ mod tests {
         let kept = r.reports.try_recv();
         assert!(kept.is_ok(), "a copy reported before the restart");
         tx.send(kept.unwrap()).unwrap();
-        let n = r.restart.unwrap();
+        let n = r.restart.as_ref().unwrap().nonce;
         assert!(r.restarted(MemberId(0), n, MemberId(0)));
         r.drive(&mut group, &[], (now, 0), true);
         assert!(

@@ -1265,6 +1265,18 @@ mod tests {
         map
     }
 
+    /// The begin of an empty copy of slot 0 in stream `stream`.
+    fn copy_of_slot_0(stream: u64) -> kvs_proto::replica::CopyBegin {
+        kvs_proto::replica::CopyBegin {
+            ticket: Ticket::from_bytes([3; 16]),
+            first: 0,
+            end: 1,
+            records: 0,
+            bytes: 0,
+            stream,
+        }
+    }
+
     /// The backup's worker in [`backed_up_map`].
     const B0: Owner = Owner {
         member: MemberId(1),
@@ -1273,7 +1285,7 @@ mod tests {
 
     #[test]
     fn a_restarted_backup_takes_no_copy_until_its_restart_is_applied() {
-        use kvs_proto::replica::{write_replicate, CopyBegin, Header};
+        use kvs_proto::replica::{write_replicate, Header};
         let b = B0;
         let map = backed_up_map();
         // Started from its files, with records of the slot.
@@ -1289,14 +1301,7 @@ mod tests {
             offset: 0,
             id: RequestId::default(),
         };
-        let begin = CopyBegin {
-            ticket: Ticket::from_bytes([3; 16]),
-            first: 0,
-            end: 1,
-            records: 0,
-            bytes: 0,
-            stream: 9,
-        };
+        let begin = copy_of_slot_0(9);
         let (mut ask_msg, mut begin_msg, mut out) = (Vec::new(), Vec::new(), Vec::new());
         write_replicate(&mut ask_msg, &hdr(Kind::CopyAsk), &[], &[]);
         write_replicate(
@@ -1357,7 +1362,7 @@ mod tests {
 
     #[test]
     fn many_writes_in_flight_sent_again_after_a_failover_are_not_applied_again() {
-        use kvs_proto::replica::{write_replicate, CopyBegin, Header};
+        use kvs_proto::replica::{write_replicate, Header};
         let b = B0;
         let map = backed_up_map();
         let mut primary = Handler::new(W0, map.clone(), 8, 16);
@@ -1373,14 +1378,7 @@ mod tests {
             offset: 0,
             id,
         };
-        let c = CopyBegin {
-            ticket: Ticket::from_bytes([3; 16]),
-            first: 0,
-            end: 1,
-            records: 0,
-            bytes: 0,
-            stream: 0,
-        };
+        let c = copy_of_slot_0(0);
         write_replicate(
             &mut msg,
             &hdr(Kind::CopyBegin, 0, RequestId::default()),
