@@ -172,6 +172,7 @@ impl Ep {
     fn retire_sends(&mut self) {
         let sq = &mut self.sq;
         self.scq.poll(usize::MAX, |c| {
+            assert_ok(c);
             sq.complete(c, |_, _| {});
         });
     }
@@ -221,6 +222,7 @@ impl Ep {
         let mut last = 0;
         let rq = &mut self.rq;
         self.rcq.poll(usize::MAX, |c| {
+            assert_ok(c);
             mlx5::cq::CompletionSource::complete(rq, c, |_, _| {});
             last = c.imm();
             n += 1;
@@ -234,6 +236,20 @@ impl Ep {
         }
         self.rq.ring_doorbell();
     }
+}
+
+/// Stops the benchmark at an error CQE. A peer that is gone, or a queue
+/// that is flushed, must end the run loudly: taking a flush CQE as a
+/// message and posting its receive again would loop forever (the QP is in
+/// error, so the new receive is flushed at once).
+fn assert_ok(c: &Completion<'_>) {
+    assert!(
+        !c.is_error(),
+        "error CQE: QP {:#x}, syndrome {:?}, WQE {}",
+        c.qpn(),
+        c.syndrome_raw(),
+        c.wqe_counter()
+    );
 }
 
 /// Streaming: the sender keeps up to WINDOW messages in flight; the receiver
@@ -268,7 +284,9 @@ fn rate_receiver(ep: &mut Ep, n: u64) {
         let (k, _) = ep.recv();
         got += k;
         since += k;
-        if since >= 32 || (got == n && since > 0) {
+        // The last credit goes out however the final poll lands: the
+        // sender waits for a credit of `n`.
+        if since >= 32 || (got >= n && since > 0) {
             since = 0;
             ep.send(8, 64, got as u32);
             ep.sq.ring_doorbell();
@@ -486,7 +504,9 @@ fn posting_loop(n: u64) {
         }
         let b0 = ep.ctx.as_sim().expect("software device").sim_busy_ns();
         let t = Instant::now();
-        for _ in 0..64 {
+        // Exactly `n` messages, as the peer receives exactly `n` and then
+        // leaves: a message past them would find its QP gone.
+        for _ in 0..64.min(n - i) {
             ep.send(32, 0, i as u32);
             ep.sq.ring_doorbell();
             i += 1;
