@@ -50,6 +50,7 @@ pub mod rq;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod sq;
+pub mod tm;
 mod types;
 pub mod wqe_table;
 pub mod wr;

@@ -9,6 +9,7 @@
 //! | [`OrderedDense`] | SQ, DCI | every WQE since the previous CQE; each has user data, the signaled one gets `Some(cqe)` |
 //! | [`OrderedSparse`] | SQ, DCI | the signaled WQE's data; the free space of the unsignaled ones before it |
 //! | [`Unordered`] | DCI streams | only the WQE it names; slots carry generation tags |
+//! | [`CommandFifo`] | TM-SRQ command QP | the oldest signaled WQE outstanding, whatever counter the CQE names; the space of the unsignaled ones before it |
 //! | [`OrderedRecv`] | RQ, SRQ | the receive WQE it names; exact free count |
 //! | [`UnorderedRecv`] | TM-SRQ | the receive WQE it names; generation tags, no exact free count |
 //!
@@ -203,6 +204,59 @@ impl<U> SendTable for OrderedSparse<U> {
             }
             None => 0,
         }
+    }
+    fn outstanding(&self) -> u16 {
+        self.0.pi.wrapping_sub(self.0.ci)
+    }
+}
+
+/// First-in, first-out: the command QP of a tag-matching SRQ. Only commands
+/// that ask for a CQE carry user data (`post(Some(u))`; the command's own
+/// `CQE_REQ` flag must agree), and each CQE retires the oldest of them
+/// still outstanding, with the space of the commands before it. The CQE's
+/// `wqe_counter` is not read: rdma-core matches command CQEs to commands in
+/// order, never by counter, and so does this table.
+#[derive(Debug)]
+pub struct CommandFifo<U>(OrderedCore<U>);
+
+impl<U> SendTable for CommandFifo<U> {
+    type Input = Option<U>;
+    type Output = U;
+    const ALWAYS_SIGNALED: bool = false;
+
+    fn with_capacity(wqe_cnt: u16) -> Self {
+        Self(OrderedCore::new(wqe_cnt))
+    }
+    #[inline(always)]
+    fn has_room(&self, pi: u16, bbs: u16) -> bool {
+        self.0.has_room(pi, bbs)
+    }
+    #[inline(always)]
+    fn wants_signal(input: &Option<U>) -> bool {
+        input.is_some()
+    }
+    #[inline(always)]
+    fn record(&mut self, start: u16, end: u16, input: Option<Option<U>>, _signaled: bool) {
+        self.0.record(start, end, input.flatten())
+    }
+    fn retire<F: FnMut(U, Option<&Completion<'_>>)>(
+        &mut self,
+        c: &Completion<'_>,
+        mut f: F,
+    ) -> usize {
+        let core = &mut self.0;
+        let mut pos = core.ci;
+        while pos != core.pi {
+            let s = &mut core.slots[usize::from(pos & core.mask)];
+            let end = s.end;
+            if let Some(d) = s.data.take() {
+                core.ci = end;
+                f(d, Some(c));
+                return 1;
+            }
+            pos = end;
+        }
+        0
     }
     fn outstanding(&self) -> u16 {
         self.0.pi.wrapping_sub(self.0.ci)

@@ -26,6 +26,7 @@ mod mr;
 mod pd;
 mod qp;
 mod srq;
+mod tm;
 
 pub use cq::SimCq;
 #[cfg(any(test, feature = "test-hooks"))]
@@ -34,6 +35,7 @@ pub use mr::SimMr;
 pub use pd::SimPd;
 pub use qp::SimQp;
 pub use srq::SimSrq;
+pub use tm::{SimTmSrq, SIM_TM_CAPS};
 
 /// The software device's DCI stream limits (`dci_streams_caps`): up to 16
 /// streams, and up to 16 errored streams survived. Its NIC keeps each

@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use super::sync::ShmLock;
 
 /// Magic number of a registry file ("mlx5sim" + layout version in the low
-/// byte). Version 11: the same offsets, other rules: a CQ's consumer arms
+/// byte). Version 12: an SRQ entry describes a tag-matching SRQ too (its
+/// tag list's place and size and its CQ, in what was padding; the list's
+/// counters beside the consumer state), and a QP on it executes
+/// tag-matching commands. Version 11: the same offsets, other rules: a CQ's consumer arms
 /// it without its lock (an arm count above the command bits of
 /// [`CqEntry::arm`], the arm's consumer index in [`CqEntry::arm_ci`], in
 /// what was padding), and a QP's own RQ is claimed by compare-exchange on
@@ -24,7 +27,7 @@ use super::sync::ShmLock;
 /// segments; version 8: a QP entry has a kind (RC, DCI or DCT), a DC access
 /// key and a DCI's stream counts; version 7: owners are fabric tokens,
 /// `sim::member`, not pids).
-pub const MAGIC: u64 = 0x6d6c_7835_7369_6d0b;
+pub const MAGIC: u64 = 0x6d6c_7835_7369_6d0c;
 /// Simulated devices per fabric (`sim0` .. `sim7`).
 pub const MAX_DEVS: usize = crate::types::error::SIM_DEVICES;
 /// Shared-memory segments per fabric. Small memory regions and queues share
@@ -313,15 +316,65 @@ pub struct SrqEntry {
     pub buf_off: AtomicU64,
     /// Offset of the doorbell record.
     pub dbrec_off: AtomicU64,
-    _pad0: [u32; 4],
-    /// Serialises consumption by many senders.
+    /// A tag-matching SRQ's tag-list entries ([`TagSlot`]s, `max_num_tags +
+    /// 1`); 0: a plain SRQ.
+    pub tm_slots: AtomicU32,
+    /// A tag-matching SRQ's CQ: its receive completions and the CQEs of its
+    /// list commands go there, whatever QP they came through.
+    pub tm_cqn: AtomicU32,
+    /// Offset of the tag list in the segment.
+    pub tm_off: AtomicU64,
+    /// Serialises consumption by many senders, and a tag-matching SRQ's list
+    /// commands with the messages that match against the list.
     pub lock: ShmLock,
     /// Index of the next WQE the NIC consumes (follows the `next` links).
     pub head: AtomicU32,
     /// WQEs consumed (compared with the doorbell-record counter).
     pub consumed: AtomicU32,
-    _pad1: [u32; 13],
+    /// Tag matching: the entry the next append fills (the index the last
+    /// append named; 0 at first).
+    pub tm_next: AtomicU32,
+    /// Tag matching: unexpected tagged messages the NIC delivered (16 bits,
+    /// wrapping; the CQEs' `hw_phase_cnt`).
+    pub tm_hw_cnt: AtomicU32,
+    /// Tag matching: the count of them software last reported handled
+    /// (`SW_CNT`). Entries appended while it differs from `tm_hw_cnt` do
+    /// not match until a command brings the two level.
+    pub tm_sw_cnt: AtomicU32,
+    /// Tag matching: appends so far; an entry's `seq` orders the list.
+    pub tm_seq: AtomicU32,
+    _pad1: [u32; 9],
 }
+
+/// One entry of a tag-matching SRQ's tag list, in the SRQ's segment. Read
+/// and written with the SRQ's lock held.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct TagSlot {
+    /// [`TAG_FREE`] or [`TAG_POSTED`].
+    pub state: AtomicU32,
+    /// Whether the entry may match: software's count of handled unexpected
+    /// messages equalled the NIC's when it was appended, or since.
+    pub active: AtomicU32,
+    /// The append's place in the list (earlier appends match first).
+    pub seq: AtomicU64,
+    /// The tag.
+    pub tag: AtomicU64,
+    /// The mask: the tag bits a message's tag must match.
+    pub mask: AtomicU64,
+    /// The buffer a matching message lands in.
+    pub addr: AtomicU64,
+    /// Its length.
+    pub len: AtomicU32,
+    /// Its lkey.
+    pub lkey: AtomicU32,
+    _pad: [u32; 4],
+}
+
+/// [`TagSlot::state`]: no tag.
+pub const TAG_FREE: u32 = 0;
+/// [`TagSlot::state`]: appended, waiting for a message.
+pub const TAG_POSTED: u32 = 1;
 
 /// A QP: its memory, attributes and the NIC's execution state. The setup
 /// (read by every NIC), the requester state (written by the owner's NIC) and the
@@ -586,6 +639,7 @@ const _: () = {
     assert!(std::mem::size_of::<ChanEntry>() == 64);
     assert!(std::mem::offset_of!(SrqEntry, lock) == 64);
     assert!(std::mem::size_of::<SrqEntry>() == 128);
+    assert!(std::mem::size_of::<TagSlot>() == 64);
     assert!(std::mem::offset_of!(QpEntry, exec_lock) == 128);
     assert!(std::mem::offset_of!(QpEntry, _retired_rq_lock) == 192);
     assert!(std::mem::offset_of!(QpEntry, rq_ci) == 196);

@@ -1,9 +1,10 @@
 //! The WQE builder: segments are written in place into the reserved BBs; `post`
 //! writes the control segment and records the WQE in the table.
 
-use super::{write_atomic_seg, write_data_seg, write_raddr_seg, Payload, SendQueue};
+use super::{write_atomic_seg, write_data_seg, write_raddr_seg, Payload, SendQueue, Sge};
 use crate::prm::{
-    ctrl_flags, AddressVector, Ctrl, CtrlSeg, DatagramSeg, InlineSeg, WqeOpcode, WQE_SEG_UNIT,
+    ctrl_flags, tm_flags, AddressVector, Ctrl, CtrlSeg, DataSeg, DatagramSeg, InlineSeg, TmCmd,
+    TmSeg, WqeOpcode, WQE_SEG_UNIT,
 };
 use crate::wqe_table::SendTable;
 
@@ -24,6 +25,9 @@ pub struct WqeBuilder<'a, T> {
     force_signal: bool,
     /// A DCI's stream (0 for every other WQE).
     stream: u16,
+    /// A tag-matching command: whether it asks for a CQE (its segment's
+    /// `CQE_REQ`, which replaces the control segment's `CQ_UPDATE`).
+    tm_signal: Option<bool>,
 }
 
 impl<'a, T: SendTable> WqeBuilder<'a, T> {
@@ -41,6 +45,7 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
             imm: 0,
             force_signal: false,
             stream: 0,
+            tm_signal: None,
         }
     }
 
@@ -55,6 +60,21 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
             self.off += 16;
         }
         self.stream = stream;
+    }
+
+    /// Puts a tag-matching command's segment, and for an APPEND its
+    /// buffer's data segment (`buf`, written whatever its length).
+    #[inline]
+    pub(super) fn put_tm(&mut self, cmd: &TmCmd, buf: Option<Sge>) {
+        let seg = self.sq.seg(self.start, self.off, TmSeg::<()>::LEN);
+        TmSeg::new_unchecked(seg).set(cmd);
+        self.off += TmSeg::<()>::LEN;
+        if let Some(b) = buf {
+            let seg = self.sq.seg16(self.start, self.off);
+            DataSeg::new_unchecked(&mut seg[..]).set(b.len, b.lkey, b.addr);
+            self.off += 16;
+        }
+        self.tm_signal = Some(cmd.flags & tm_flags::CQE_REQ != 0);
     }
 
     #[inline(always)]
@@ -147,11 +167,17 @@ impl<'a, T: SendTable> WqeBuilder<'a, T> {
     #[inline(always)]
     pub fn post(self, input: T::Input) -> u16 {
         debug_assert_eq!(self.off, usize::from(self.ds) * WQE_SEG_UNIT);
-        let signaled = self.force_signal
-            || T::ALWAYS_SIGNALED
-            || T::wants_signal(&input)
-            || self.sq.interval_says_signal(self.bbs);
-        let flags = self.flags | if signaled { ctrl_flags::CQ_UPDATE } else { 0 };
+        let (signaled, cq_update) = match self.tm_signal {
+            Some(s) => (s, false),
+            None => {
+                let s = self.force_signal
+                    || T::ALWAYS_SIGNALED
+                    || T::wants_signal(&input)
+                    || self.sq.interval_says_signal(self.bbs);
+                (s, s)
+            }
+        };
+        let flags = self.flags | if cq_update { ctrl_flags::CQ_UPDATE } else { 0 };
         let (start, bbs, qpn) = (self.start, self.bbs, self.sq.qpn);
         let ctrl = self.sq.seg16(start, 0);
         CtrlSeg::new_unchecked(ctrl).set_all(Ctrl {

@@ -28,10 +28,18 @@ pub use dc::DcSends;
 use crate::cq::{Completion, CompletionSource};
 use crate::doorbell::{store_dbrec, DeviceNotify};
 use crate::prm::{
-    ctrl_flags, AtomicSeg, Ctrl, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, WqeOpcode, MAX_WQE_DS,
-    SEND_WQE_BB, SND_DBR, WQE_SEG_UNIT,
+    ctrl_flags, AtomicSeg, Ctrl, CtrlSeg, DataSeg, InlineSeg, RaddrSeg, TmCmd, TmOpcode, WqeOpcode,
+    INVALID_LKEY, MAX_WQE_DS, SEND_WQE_BB, SND_DBR, WQE_SEG_UNIT,
 };
 use crate::wqe_table::SendTable;
+
+/// The data segment of an APPEND without a buffer (rdma-core's
+/// `set_data_ptr_seg_end`).
+const LIST_END: Sge = Sge {
+    addr: 0,
+    len: 0,
+    lkey: INVALID_LKEY,
+};
 
 /// One scatter/gather entry: local address, length, lkey.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -365,6 +373,27 @@ impl<T: SendTable> SendQueue<T> {
     #[inline(always)]
     pub fn nop(&mut self) -> Result<WqeBuilder<'_, T>, SqError> {
         self.begin(WqeOpcode::Nop, 1, 0)
+    }
+
+    /// A tag-matching command for a TM-SRQ's command QP (opcode
+    /// `TAG_MATCHING`, a [`TmSeg`](crate::prm::TmSeg), and for an APPEND
+    /// the data segment of `buf`, or the end-of-list segment when `buf` is
+    /// `None`). The command asks for its CQE with
+    /// [`tm_flags::CQE_REQ`](crate::prm::tm_flags::CQE_REQ) in `cmd`, which
+    /// alone decides whether the WQE is signaled:
+    /// [`signaled`](WqeBuilder::signaled) and the signal interval do not
+    /// apply, and the control segment's `fm_ce_se` stays zero, as rdma-core
+    /// writes it.
+    #[inline]
+    pub fn tm_command(
+        &mut self,
+        cmd: &TmCmd,
+        buf: Option<&Sge>,
+    ) -> Result<WqeBuilder<'_, T>, SqError> {
+        let append = cmd.opcode == TmOpcode::Append;
+        let mut b = self.begin(WqeOpcode::TagMatching, if append { 4 } else { 3 }, 0)?;
+        b.put_tm(cmd, append.then_some(buf.copied().unwrap_or(LIST_END)));
+        Ok(b)
     }
 
     /// RDMA WRITE of `data` to `raddr` under `rkey`.

@@ -6,6 +6,9 @@
 //! (`mlx5::device::QpCaps`, …).
 
 pub(crate) mod error;
+mod tm;
+
+pub use tm::{TmCaps, TmSrqAttr};
 
 /// Memory-region access flags (the values of `IBV_ACCESS_*`).
 pub mod access {

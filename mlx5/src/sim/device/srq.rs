@@ -1,6 +1,7 @@
 //! Shared receive queues.
 
 use std::any::Any;
+use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -8,7 +9,7 @@ use super::pd::SimPd;
 use super::SimContext;
 use crate::rq::{RqMemory, Srq, SrqTopology};
 use crate::sim::fabric::{FabricError, Segment};
-use crate::sim::registry::{self, LIVE, MAX_SRQS};
+use crate::sim::registry::{self, TagSlot, LIVE, MAX_SRQS};
 use crate::types::error::DeviceError;
 
 impl SimContext {
@@ -19,6 +20,19 @@ impl SimContext {
         wqe_cnt: u32,
         max_sge: u32,
     ) -> Result<SimSrq, DeviceError> {
+        self.create_srq_in(pd, wqe_cnt, max_sge, None)
+    }
+
+    /// Creates an SRQ; with `tm` (`(entries, cqn)`), a tag-matching one
+    /// whose tag list of `entries` entries follows the doorbell record in
+    /// its segment and whose completions go to CQ `cqn`.
+    pub(super) fn create_srq_in(
+        &self,
+        pd: &SimPd,
+        wqe_cnt: u32,
+        max_sge: u32,
+        tm: Option<(u32, u32)>,
+    ) -> Result<SimSrq, DeviceError> {
         let cnt = wqe_cnt.max(2).next_power_of_two();
         if cnt > 32768 || max_sge > 63 {
             return Err(DeviceError::Invalid(format!(
@@ -28,7 +42,10 @@ impl SimContext {
         let stride = (16 * (1 + max_sge.max(1))).next_power_of_two().max(32);
         let fab = &self.d.fab;
         let buf_len = (cnt * stride) as usize;
-        let seg = fab.alloc_segment(buf_len + 64)?;
+        // The tag list after the doorbell record's 64 bytes.
+        let (tm_slots, tm_cqn) = tm.unwrap_or((0, 0));
+        let tm_off = buf_len + 64;
+        let seg = fab.alloc_segment(tm_off + tm_slots as usize * size_of::<TagSlot>())?;
         let r = fab.reg();
         let slot = r
             .claim_srq()
@@ -46,6 +63,13 @@ impl SimContext {
         e.dbrec_off.store(buf_len as u64, Ordering::Relaxed);
         e.head.store(0, Ordering::Relaxed);
         e.consumed.store(0, Ordering::Relaxed);
+        e.tm_slots.store(tm_slots, Ordering::Relaxed);
+        e.tm_cqn.store(tm_cqn, Ordering::Relaxed);
+        e.tm_off.store(tm_off as u64, Ordering::Relaxed);
+        for c in [&e.tm_next, &e.tm_hw_cnt, &e.tm_sw_cnt, &e.tm_seq] {
+            c.store(0, Ordering::Relaxed);
+        }
+        // A new segment is zeroed: every entry is TAG_FREE.
         e.state.store(LIVE, Ordering::Release);
         Ok(SimSrq {
             inner: Arc::new(SrqInner {

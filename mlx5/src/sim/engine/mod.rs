@@ -26,6 +26,7 @@ mod requester;
 mod responder;
 mod rq;
 mod streams;
+mod tm;
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -299,7 +300,10 @@ fn run_wqes(
         // What the WQE's error CQE reports, if it failed for good.
         let (syndrome, vendor) = match outcome {
             Ok(done) => {
-                if w.flags & ctrl_flags::CQ_UPDATE != 0 {
+                // A tag-matching command asks for its CQE in its own
+                // segment, and wrote it (see `tm`).
+                if w.flags & ctrl_flags::CQ_UPDATE != 0 && w.opcode != WqeOpcode::TagMatching as u8
+                {
                     let c = req_cqe(qp.qpn, w.idx, w.opcode, done.byte_cnt);
                     x.push_cqe_at(send_cqn, &c, done.reveal, report);
                 }
@@ -368,6 +372,9 @@ fn execute_wqe(x: &mut Exec<'_>, qp: &Qp<'_>, w: &Wqe<'_>) -> Result<Done, Fail>
         fast_path::write(x, qp, body, Some(w.imm))
     } else if w.opcode == WqeOpcode::RdmaWrite as u8 {
         fast_path::write(x, qp, body, None)
+    } else if w.opcode == WqeOpcode::TagMatching as u8 {
+        // A command for the NIC itself: nothing crosses the wire.
+        return tm::command(x, qp, body, w.idx);
     } else {
         None
     };

@@ -1,0 +1,231 @@
+//! Tag matching on the data path: software's side of a tag-matching SRQ's
+//! tag list ([`TmSrq`]), which posts the list commands on the SRQ's command
+//! QP and turns their CQEs into [`TmEvent`]s.
+//!
+//! Call order, for the thread that owns the SRQ's CQ:
+//! 1. [`TmSrq::add`] appends a tag with its buffer, [`TmSrq::remove`] takes
+//!    one back, [`TmSrq::sync`] reports the unexpected messages handled;
+//!    each posts one command WQE. [`TmSrq::ring_doorbell`] hands them to the
+//!    NIC.
+//! 2. Each CQE polled from the SRQ's CQ that [`is_list_cqe`] accepts goes to
+//!    [`TmSrq::complete`], which retires the oldest command waiting for a
+//!    CQE (the NIC executes commands in order and does not name them) and
+//!    reports what became of it.
+//!
+//! Every command asks for its CQE except a [`sync`](TmSrq::sync) posted
+//! with `signaled = false`; an unsignaled command keeps its send-queue
+//! space until a later command's CQE.
+//!
+//! A tag's entry in the list is free again once the CQEs it waits for have
+//! come (see `list`): an APPEND's own, and the REMOVE's that took it back.
+
+mod list;
+
+pub use list::TagHandle;
+
+use crate::cq::Completion;
+use crate::prm::{TmAppOp, TmCmd};
+use crate::sq::{SendQueue, Sge, SqError};
+use crate::wqe_table::CommandFifo;
+use list::TagList;
+
+/// A command waiting for its CQE, as the command queue's table keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmOp(Op);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Append(TagHandle),
+    Remove(TagHandle),
+    Sync,
+}
+
+/// The send queue of a TM-SRQ's command QP, as [`TmSrq`] uses it.
+pub type CommandQueue = SendQueue<CommandFifo<TmOp>>;
+
+/// What a list command's CQE reports.
+#[derive(Debug, PartialEq, Eq)]
+pub enum TmEvent<U> {
+    /// The NIC has appended `tag`.
+    Added {
+        /// The tag.
+        tag: TagHandle,
+        /// The NIC's unexpected count differs from the one software had
+        /// reported when it appended the tag: messages have gone
+        /// unexpected since, and the tag will not match until a
+        /// [`sync`](TmSrq::sync) reports them handled
+        /// (`IBV_WC_TM_SYNC_REQ`).
+        sync_req: bool,
+    },
+    /// A REMOVE of `tag` has completed.
+    Removed {
+        /// The tag.
+        tag: TagHandle,
+        /// The NIC took the tag out of its list. False: a message had
+        /// consumed it first (`IBV_WC_TM_ERR`), and that message's CQEs
+        /// report it.
+        removed: bool,
+        /// What [`add`](TmSrq::add) attached, once the entry is free.
+        data: Option<U>,
+        /// As in [`TmEvent::Added`].
+        sync_req: bool,
+    },
+    /// A signaled [`sync`](TmSrq::sync) has completed.
+    Synced,
+}
+
+/// Errors of [`TmSrq`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TmError {
+    /// Every entry of the tag list is in use (rdma-core's `ENOMEM`, "tag
+    /// matching list is full").
+    #[error("tag list full: {max} tags in use")]
+    ListFull {
+        /// The list's size in tags.
+        max: u16,
+    },
+    /// The tag is not in the list, or a REMOVE of it is already posted.
+    #[error("tag {0:?} is not in the list")]
+    NotInList(TagHandle),
+    /// A tagged buffer of more than one SGE (a ConnectX takes one).
+    #[error("a tagged buffer takes one SGE, not {0}")]
+    TooManySges(usize),
+    /// The command queue has no room: poll the SRQ's CQ.
+    #[error("command queue: {0}")]
+    Queue(#[from] SqError),
+    /// A list command's CQE came that no command waits for, or of another
+    /// kind than the oldest command waiting.
+    #[error("a list CQE ({got:?}) that no command waits for (oldest: {want:?})")]
+    Unexpected {
+        /// The CQE's operation.
+        got: Option<TmAppOp>,
+        /// The oldest command waiting.
+        want: Option<TmOp>,
+    },
+}
+
+/// Whether `c` is the CQE of a tag-list command (APPEND, REMOVE, NOP).
+pub fn is_list_cqe(c: &Completion<'_>) -> bool {
+    !c.is_error() && c.cqe().tm_op().is_some_and(TmAppOp::is_list_op)
+}
+
+/// Software's side of a tag-matching SRQ's tag list (see the module notes
+/// for the call order). `U` is what each tag carries for its owner.
+#[derive(Debug)]
+pub struct TmSrq<U> {
+    cmd: CommandQueue,
+    list: TagList<U>,
+    max_tags: u16,
+    /// The unexpected count software last reported.
+    unexp_out: u16,
+}
+
+impl<U> TmSrq<U> {
+    /// Tag list bookkeeping for a TM-SRQ created with `max_tags` tags, on
+    /// the send queue of its command QP.
+    pub fn new(cmd: CommandQueue, max_tags: u16) -> Self {
+        TmSrq {
+            cmd,
+            list: TagList::new(max_tags),
+            max_tags,
+            unexp_out: 0,
+        }
+    }
+
+    /// Appends `tag` under `mask` (the tag bits a message's tag must match;
+    /// the others are cleared from `tag`) with the buffer a matching
+    /// message lands in (`None`: none), carrying `data`.
+    pub fn add(&mut self, tag: u64, mask: u64, buf: &[Sge], data: U) -> Result<TagHandle, TmError> {
+        if buf.len() > 1 {
+            return Err(TmError::TooManySges(buf.len()));
+        }
+        let (h, next) = self
+            .list
+            .next_append()
+            .ok_or(TmError::ListFull { max: self.max_tags })?;
+        let cmd = TmCmd::append(next, tag & mask, mask).signaled();
+        self.cmd
+            .tm_command(&cmd, buf.first())?
+            .post(Some(TmOp(Op::Append(h))));
+        let got = self.list.appended(data, self.unexp_out, true);
+        debug_assert_eq!(got, h);
+        Ok(got)
+    }
+
+    /// Takes `tag` back. Its [`TmEvent::Removed`] says whether a message
+    /// consumed it first.
+    pub fn remove(&mut self, tag: TagHandle) -> Result<(), TmError> {
+        if !self.list.in_use(tag) {
+            return Err(TmError::NotInList(tag));
+        }
+        let cmd = TmCmd::remove(tag.index()).signaled();
+        let b = self.cmd.tm_command(&cmd, None)?;
+        if !self.list.removing(tag, true) {
+            return Err(TmError::NotInList(tag));
+        }
+        b.post(Some(TmOp(Op::Remove(tag))));
+        Ok(())
+    }
+
+    /// Reports `unexpected` unexpected messages handled (the count of
+    /// unexpected-message CQEs software has dealt with, wrapping at 16
+    /// bits). With `signaled` a [`TmEvent::Synced`] follows.
+    pub fn sync(&mut self, unexpected: u16, signaled: bool) -> Result<(), TmError> {
+        let cmd = TmCmd::nop().sync(unexpected);
+        let cmd = if signaled { cmd.signaled() } else { cmd };
+        self.cmd
+            .tm_command(&cmd, None)?
+            .post(signaled.then_some(TmOp(Op::Sync)));
+        self.unexp_out = unexpected;
+        Ok(())
+    }
+
+    /// Hands the commands posted so far to the NIC.
+    pub fn ring_doorbell(&mut self) {
+        self.cmd.ring_doorbell();
+    }
+
+    /// Tags in the list (appended, and not yet free again).
+    pub fn tags_in_use(&self) -> usize {
+        self.list.used()
+    }
+
+    /// Retires the oldest command waiting for a CQE with list CQE `c` (see
+    /// [`is_list_cqe`]) and returns what became of it.
+    pub fn complete(&mut self, c: &Completion<'_>) -> Result<TmEvent<U>, TmError> {
+        let cqe = c.cqe();
+        let got = cqe.tm_op();
+        let mut op = None;
+        self.cmd.complete(c, |o, _| op = Some(o));
+        let unexpected = TmError::Unexpected { got, want: op };
+        let (Some(TmOp(op)), Some(got)) = (op, got) else {
+            return Err(unexpected);
+        };
+        let sync_req = |list: &TagList<U>, h| cqe.tm_hw_phase_cnt() != list.phase(h);
+        match (op, got) {
+            (Op::Append(tag), TmAppOp::Append) => {
+                let sync_req = sync_req(&self.list, tag);
+                // An append's CQE comes before anything can free its entry.
+                self.list.release(tag);
+                Ok(TmEvent::Added { tag, sync_req })
+            }
+            (Op::Remove(tag), TmAppOp::Remove) => {
+                let sync_req = sync_req(&self.list, tag);
+                let removed = cqe.tm_succeeded();
+                let mut data = self.list.release(tag);
+                if removed {
+                    // The tag's consumption: the REMOVE took it back.
+                    data = self.list.release(tag);
+                }
+                Ok(TmEvent::Removed {
+                    tag,
+                    removed,
+                    data,
+                    sync_req,
+                })
+            }
+            (Op::Sync, TmAppOp::Noop) => Ok(TmEvent::Synced),
+            _ => Err(unexpected),
+        }
+    }
+}
