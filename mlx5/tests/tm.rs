@@ -9,22 +9,14 @@ mod support;
 use std::time::{Duration, Instant};
 
 use mlx5::cq::{Completion, CqRing};
-use mlx5::device::{CqAttr, ExecMode, FaultPlan, QpState, TmSrqAttr};
+use mlx5::device::{CqAttr, ExecMode, QpState, TmSrqAttr};
 use mlx5::prm::{CqeOpcode, Syndrome, TmAppOp, TmCmd, CQE_APP_TAG_MATCHING};
 use mlx5::sim::device::{SimContext, SimCq, SimPd, SimTmSrq, SIM_TM_CAPS};
 use mlx5::sq::{SendQueue, Sge, SqConfig};
 use mlx5::tm::{is_list_cqe, TagHandle, TmError, TmEvent, TmSrq};
 use mlx5::wqe_table::{CommandFifo, OrderedSparse};
+use support::tm_world::{fabric_name, modes};
 use support::FabricGuard;
-
-/// The NIC inline, and deferred under three scheduler seeds.
-fn modes() -> Vec<ExecMode> {
-    let deferred = (1..=3).map(|seed| ExecMode::Deferred {
-        seed,
-        faults: FaultPlan::default(),
-    });
-    std::iter::once(ExecMode::Inline).chain(deferred).collect()
-}
 
 struct Tm {
     ctx: SimContext,
@@ -35,11 +27,7 @@ struct Tm {
 }
 
 fn tm_srq(tag: &str, mode: ExecMode, max_num_tags: u32) -> Tm {
-    let seed = match mode {
-        ExecMode::Deferred { seed, .. } => seed,
-        _ => 0,
-    };
-    let name = format!("tm-{}-{tag}-{seed}", std::process::id());
+    let name = fabric_name(tag, &mode);
     let g = FabricGuard(name.clone());
     let ctx = SimContext::open_in_mode(&name, "sim0", mode).unwrap();
     let pd = ctx.alloc_pd();

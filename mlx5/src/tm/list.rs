@@ -42,6 +42,8 @@ struct Entry<U> {
     removing: bool,
     /// Software's unexpected count when it was appended.
     phase: u16,
+    /// Bytes of its buffer.
+    cap: u32,
     /// What the user attached.
     data: Option<U>,
 }
@@ -68,6 +70,7 @@ impl<U> TagList<U> {
                 expect: 0,
                 removing: false,
                 phase: 0,
+                cap: 0,
                 data: None,
             })
             .collect();
@@ -85,9 +88,10 @@ impl<U> TagList<U> {
         (next != NONE).then_some((TagHandle(self.head), next))
     }
 
-    /// Takes the head entry for an APPEND that was posted (with `signaled`
-    /// its CQE is awaited too), at software's unexpected count `phase`.
-    pub(super) fn appended(&mut self, data: U, phase: u16, signaled: bool) -> TagHandle {
+    /// Takes the head entry for an APPEND of a buffer of `cap` bytes that
+    /// was posted (with `signaled` its CQE is awaited too), at software's
+    /// unexpected count `phase`.
+    pub(super) fn appended(&mut self, data: U, cap: u32, phase: u16, signaled: bool) -> TagHandle {
         let h = self.head;
         let e = &mut self.entries[usize::from(h)];
         self.head = e.next;
@@ -95,6 +99,7 @@ impl<U> TagList<U> {
         e.expect = 1 + u8::from(signaled);
         e.removing = false;
         e.phase = phase;
+        e.cap = cap;
         e.data = Some(data);
         TagHandle(h)
     }
@@ -117,6 +122,11 @@ impl<U> TagList<U> {
     /// Software's unexpected count when `h` was appended.
     pub(super) fn phase(&self, h: TagHandle) -> u16 {
         self.entries[usize::from(h.0)].phase
+    }
+
+    /// Bytes of `h`'s buffer.
+    pub(super) fn cap(&self, h: TagHandle) -> u32 {
+        self.entries[usize::from(h.0)].cap
     }
 
     /// Whether `h` is in use (appended and not yet freed).
@@ -160,7 +170,7 @@ mod tests {
         for i in 0..3u16 {
             let (h, next) = l.next_append().unwrap();
             assert_eq!(h.index(), named, "append {i} fills the named entry");
-            assert_eq!(l.appended(i, 0, true), h);
+            assert_eq!(l.appended(i, 0, 0, true), h);
             named = next;
         }
         assert_eq!(l.next_append(), None, "the spare stays free");
@@ -170,8 +180,8 @@ mod tests {
     #[test]
     fn a_freed_entry_goes_to_the_tail_and_is_named_in_turn() {
         let mut l = TagList::new(2);
-        let a = l.appended('a', 0, true);
-        let b = l.appended('b', 0, true);
+        let a = l.appended('a', 0, 0, true);
+        let b = l.appended('b', 0, 0, true);
         assert_eq!(l.next_append(), None);
         // The APPEND's CQE, then a REMOVE (signaled) and its success.
         assert_eq!(l.release(a), None);
@@ -182,7 +192,7 @@ mod tests {
         assert!(!l.in_use(a));
         // The head (the spare, entry 2) now names entry 0.
         assert_eq!(l.next_append(), Some((TagHandle(2), a.index())));
-        let c = l.appended('c', 5, false);
+        let c = l.appended('c', 0, 5, false);
         assert_eq!((c.index(), l.phase(c)), (2, 5));
         assert_eq!(l.next_append(), None);
         assert!(l.in_use(b) && l.in_use(c));

@@ -1,30 +1,40 @@
-//! Tag matching on the data path: software's side of a tag-matching SRQ's
-//! tag list ([`TmSrq`]), which posts the list commands on the SRQ's command
-//! QP and turns their CQEs into [`TmEvent`]s.
+//! Tag matching on the data path: software's side of a tag-matching SRQ
+//! ([`TmSrq`]). It posts the list commands on the SRQ's command QP, and
+//! turns the CQEs of the SRQ's CQ (the commands', and the received
+//! messages') into [`TmEvent`]s.
 //!
 //! Call order, for the thread that owns the SRQ's CQ:
 //! 1. [`TmSrq::add`] appends a tag with its buffer, [`TmSrq::remove`] takes
 //!    one back, [`TmSrq::sync`] reports the unexpected messages handled;
 //!    each posts one command WQE. [`TmSrq::ring_doorbell`] hands them to the
-//!    NIC.
-//! 2. Each CQE polled from the SRQ's CQ that [`is_list_cqe`] accepts goes to
-//!    [`TmSrq::complete`], which retires the oldest command waiting for a
-//!    CQE (the NIC executes commands in order and does not name them) and
-//!    reports what became of it.
+//!    NIC. Buffers for unexpected messages are posted to the SRQ itself
+//!    (`rq::Srq`, an unordered table), as for any SRQ.
+//! 2. Each CQE polled from the SRQ's CQ that [`is_tm_cqe`] accepts goes to
+//!    [`TmSrq::complete`]:
+//!    - a command's CQE retires the oldest command waiting for one (the NIC
+//!      executes commands in order and does not name them): `Added`,
+//!      `Removed`, `Synced`;
+//!    - a matched message's CQE names its tag: `Matched`, whose last CQE
+//!      frees the tag's entry and hands back what `add` attached;
+//!    - a message that landed in an SRQ WQE: `Unexpected` or `NoTag`; the
+//!      caller retires that WQE from the SRQ's table with the same CQE.
+//!    Error CQEs are not tag matching's: the caller handles them as for any
+//!    queue.
 //!
 //! Every command asks for its CQE except a [`sync`](TmSrq::sync) posted
 //! with `signaled = false`; an unsignaled command keeps its send-queue
 //! space until a later command's CQE.
 //!
 //! A tag's entry in the list is free again once the CQEs it waits for have
-//! come (see `list`): an APPEND's own, and the REMOVE's that took it back.
+//! come (see `list`): its APPEND's, its REMOVE's, and the last CQE of the
+//! message that took it.
 
 mod list;
 
 pub use list::TagHandle;
 
 use crate::cq::Completion;
-use crate::prm::{TmAppOp, TmCmd};
+use crate::prm::{CqeOpcode, TmAppOp, TmCmd};
 use crate::sq::{SendQueue, Sge, SqError};
 use crate::wqe_table::CommandFifo;
 use list::TagList;
@@ -72,7 +82,73 @@ pub enum TmEvent<U> {
     },
     /// A signaled [`sync`](TmSrq::sync) has completed.
     Synced,
+    /// A completion of a message that matched `tag`: one CQE for a message
+    /// the NIC takes in at once, two for a longer message or a rendezvous
+    /// (the match, then the data).
+    Matched {
+        /// The tag.
+        tag: TagHandle,
+        /// The message's header, on the CQE that reports the match
+        /// (`IBV_WC_TM_MATCH`).
+        info: Option<TagInfo>,
+        /// Bytes of the message, on the CQE that reports the data in the
+        /// buffer (`IBV_WC_TM_DATA_VALID`): the payload of an eager
+        /// message, the length read for a rendezvous, the request's own
+        /// length when software must complete the rendezvous.
+        len: Option<u32>,
+        /// `len` exceeds the buffer: what did not fit was dropped.
+        truncated: bool,
+        /// Software must complete a rendezvous: the request (header,
+        /// `Rvh`, any data) is in the buffer as far as it fits
+        /// (`IBV_WC_TM_RNDV_INCOMPLETE`).
+        rndv_incomplete: bool,
+        /// The immediate of a SEND with immediate.
+        imm: Option<u32>,
+        /// What [`add`](TmSrq::add) attached, on the tag's last CQE (the
+        /// entry is free again); `None` before it, or while a REMOVE of the
+        /// tag waits for its CQE (which hands it back then).
+        data: Option<U>,
+    },
+    /// A tagged message that matched no tag landed, header and all, in SRQ
+    /// WQE `wqe` (retire it from the SRQ's table). Count it as handled with
+    /// [`sync`](TmSrq::sync) once it is matched in software: until then
+    /// tags appended later do not match.
+    Unexpected {
+        /// The SRQ WQE.
+        wqe: u16,
+        /// Bytes of the message, header included.
+        len: u32,
+        /// The immediate of a SEND with immediate.
+        imm: Option<u32>,
+        /// Unexpected messages not yet reported handled are close to what
+        /// the NIC's 16-bit count tells apart: sync now
+        /// (`IBV_WC_TM_SYNC_REQ`).
+        sync_req: bool,
+    },
+    /// A message without a tag (NO_TAG, or a rendezvous FIN) landed, header
+    /// and all, in SRQ WQE `wqe`.
+    NoTag {
+        /// The SRQ WQE.
+        wqe: u16,
+        /// Bytes of the message, header included.
+        len: u32,
+        /// The immediate of a SEND with immediate.
+        imm: Option<u32>,
+    },
 }
+
+/// A matched message's tag-matching header, as the CQE reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TagInfo {
+    /// The message's tag.
+    pub tag: u64,
+    /// The sender's application context (`app_ctx`).
+    pub app_ctx: u32,
+}
+
+/// Unexpected messages software may leave unreported before the NIC's
+/// count could be mistaken (rdma-core's `MLX5_TM_MAX_SYNC_DIFF`).
+const MAX_SYNC_DIFF: u16 = 0x3fff;
 
 /// Errors of [`TmSrq`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -109,6 +185,12 @@ pub fn is_list_cqe(c: &Completion<'_>) -> bool {
     !c.is_error() && c.cqe().tm_op().is_some_and(TmAppOp::is_list_op)
 }
 
+/// Whether `c` comes from tag matching: a list command's or a received
+/// message's CQE, which [`TmSrq::complete`] takes. Error CQEs do not.
+pub fn is_tm_cqe(c: &Completion<'_>) -> bool {
+    !c.is_error() && c.cqe().tm_op().is_some()
+}
+
 /// Software's side of a tag-matching SRQ's tag list (see the module notes
 /// for the call order). `U` is what each tag carries for its owner.
 #[derive(Debug)]
@@ -118,6 +200,8 @@ pub struct TmSrq<U> {
     max_tags: u16,
     /// The unexpected count software last reported.
     unexp_out: u16,
+    /// Unexpected messages seen.
+    unexp_in: u16,
 }
 
 impl<U> TmSrq<U> {
@@ -129,6 +213,7 @@ impl<U> TmSrq<U> {
             list: TagList::new(max_tags),
             max_tags,
             unexp_out: 0,
+            unexp_in: 0,
         }
     }
 
@@ -147,7 +232,8 @@ impl<U> TmSrq<U> {
         self.cmd
             .tm_command(&cmd, buf.first())?
             .post(Some(TmOp(Op::Append(h))));
-        let got = self.list.appended(data, self.unexp_out, true);
+        let cap = buf.first().map_or(0, |b| b.len);
+        let got = self.list.appended(data, cap, self.unexp_out, true);
         debug_assert_eq!(got, h);
         Ok(got)
     }
@@ -190,9 +276,77 @@ impl<U> TmSrq<U> {
         self.list.used()
     }
 
-    /// Retires the oldest command waiting for a CQE with list CQE `c` (see
-    /// [`is_list_cqe`]) and returns what became of it.
+    /// Unexpected messages completed so far (wrapping at 16 bits): the
+    /// count to [`sync`](Self::sync) once software has dealt with them.
+    pub fn unexpected_seen(&self) -> u16 {
+        self.unexp_in
+    }
+
+    /// What tag-matching CQE `c` (see [`is_tm_cqe`]) reports: a list
+    /// command's completion (retiring the oldest command waiting for one)
+    /// or a received message's.
     pub fn complete(&mut self, c: &Completion<'_>) -> Result<TmEvent<U>, TmError> {
+        match c.cqe().tm_op() {
+            Some(op) if op.is_list_op() => self.complete_command(c),
+            Some(op) => self.complete_message(c, op),
+            None => Err(TmError::Unexpected {
+                got: None,
+                want: None,
+            }),
+        }
+    }
+
+    /// A received message's CQE.
+    fn complete_message(&mut self, c: &Completion<'_>, op: TmAppOp) -> Result<TmEvent<U>, TmError> {
+        let cqe = c.cqe();
+        let imm = (cqe.opcode() == Some(CqeOpcode::RespSendImm)).then(|| cqe.imm_inval_pkey());
+        let len = cqe.byte_cnt();
+        if op.uses_srq_wqe() {
+            let wqe = cqe.wqe_counter();
+            if op == TmAppOp::NoTag {
+                return Ok(TmEvent::NoTag { wqe, len, imm });
+            }
+            self.unexp_in = self.unexp_in.wrapping_add(1);
+            let sync_req = self.unexp_in.wrapping_sub(self.unexp_out) > MAX_SYNC_DIFF;
+            return Ok(TmEvent::Unexpected {
+                wqe,
+                len,
+                imm,
+                sync_req,
+            });
+        }
+        let tag = TagHandle(cqe.app_info());
+        if !self.list.in_use(tag) {
+            // rdma-core: "got idx which wasn't added".
+            return Err(TmError::Unexpected {
+                got: Some(op),
+                want: None,
+            });
+        }
+        let info = op.is_match().then(|| TagInfo {
+            tag: cqe.tmh().tag(),
+            app_ctx: cqe.tmh().app_ctx(),
+        });
+        let len = op.is_data_valid().then_some(len);
+        let truncated = len.is_some_and(|n| n > self.list.cap(tag)) && !op.is_rndv_incomplete();
+        let data = if op.ends_tag() {
+            self.list.release(tag)
+        } else {
+            None
+        };
+        Ok(TmEvent::Matched {
+            tag,
+            info,
+            len,
+            truncated,
+            rndv_incomplete: op.is_rndv_incomplete(),
+            imm,
+            data,
+        })
+    }
+
+    /// A list command's CQE: retires the oldest command waiting for one.
+    fn complete_command(&mut self, c: &Completion<'_>) -> Result<TmEvent<U>, TmError> {
         let cqe = c.cqe();
         let got = cqe.tm_op();
         let mut op = None;

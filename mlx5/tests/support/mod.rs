@@ -15,6 +15,10 @@ use mlx5::wqe_table::SendTable;
 #[allow(unused_imports)]
 pub use test_support::Rng;
 
+/// A tag-matching receiver and a sender (the TM-SRQ tests).
+#[cfg(feature = "sim")]
+pub mod tm_world;
+
 /// Removes its fabric when dropped, if nothing uses it any more. (The
 /// shared crate's guard needs mlx5 with its software device, which mlx5's
 /// own builds without it must not get.)

@@ -54,6 +54,20 @@ impl SgList {
         // SAFETY: entries below `n` were written by `push`.
         unsafe { self.items[i].assume_init_ref() }
     }
+    /// The list's bytes from offset `off` on (empty past its end).
+    pub(super) fn skip(&self, mut off: u64) -> SgList {
+        let mut out = SgList::new();
+        for i in 0..self.n {
+            let s = self.get(i);
+            if off >= s.len {
+                off -= s.len;
+                continue;
+            }
+            out.push(s.ptr.wrapping_add(off as usize), s.len - off);
+            off = 0;
+        }
+        out
+    }
 }
 
 /// Largest write whose cache lines the device demotes after writing them.

@@ -10,6 +10,7 @@ use super::responder::{
     access_fault, complete_recv, complete_recv_err, recv_sges, remote_access, responder,
     scatter_to_cqe, solicited, take_recv, RecvDone,
 };
+use super::tm;
 use super::{Done, Qp};
 use crate::prm::{
     AtomicSeg, CqeOpcode, DataSeg, InlineSeg, RaddrSeg, Syndrome, WqeOpcode, INVALID_LKEY,
@@ -54,7 +55,7 @@ pub(super) fn execute(
 /// port has a link model. A DCI's WQE that connects to its DCT first sends
 /// the connect packet and then the data without waiting (a half
 /// handshake): the data goes one latency later.
-fn reveal_push(x: &Exec<'_>, qp: &Qp<'_>, len: u64) -> Option<Reveal> {
+pub(super) fn reveal_push(x: &Exec<'_>, qp: &Qp<'_>, len: u64) -> Option<Reveal> {
     if !x.links {
         return None;
     }
@@ -144,6 +145,9 @@ fn send(x: &mut Exec<'_>, qp: &Qp<'_>, body: &[u8], imm: Option<u32>) -> Result<
     let mut src = SgList::new();
     gather(x.fab, qp, body, AFTER_CTRL, 0, &mut src)?;
     let (rslot, r) = responder(x, qp)?;
+    if let Some(s) = tm::srq_of(x, r) {
+        return tm::deliver(x, qp, (body, imm, &src), (rslot, r, s));
+    }
     let rv = take_recv(x, r)?;
     let len = src.total;
     let mut dst = SgList::new();
@@ -278,9 +282,17 @@ pub(super) fn again(
     opcode: u8,
     u: Unanswered,
 ) -> Result<Done, Fail> {
-    responder(x, qp)?;
+    let (_, r) = responder(x, qp)?;
     if answer::lost(x, qp) {
         return Err(Fail::unanswered(qp.e.timeout_us.load(Ordering::Relaxed), u));
+    }
+    if opcode == WqeOpcode::Send as u8 || opcode == WqeOpcode::SendImm as u8 {
+        // A rendezvous request whose FIN is still owed sends the FIN.
+        let mut src = SgList::new();
+        gather(x.fab, qp, body, AFTER_CTRL, 0, &mut src)?;
+        if let Some(out) = tm::fin_again(x, qp, r, &src, u) {
+            return out;
+        }
     }
     if opcode == WqeOpcode::AtomicCs as u8 || opcode == WqeOpcode::AtomicFa as u8 {
         let mut dst = SgList::new();

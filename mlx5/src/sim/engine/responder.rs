@@ -17,7 +17,7 @@ use crate::sim::exec::Exec;
 use crate::sim::fabric::{in_segment, Fabric};
 use crate::sim::link;
 use crate::sim::registry::{
-    qp_kind, qp_state, slot_of, QpEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
+    qp_kind, qp_state, slot_of, QpEntry, SrqEntry, CQ_SCATTER_TO_CQE, LIVE, MAX_CQS, MAX_SRQS,
 };
 use crate::types::access;
 
@@ -125,6 +125,13 @@ pub(super) struct Recv {
     srqn: u32,
 }
 
+impl Recv {
+    /// The WQE's index: its CQE's `wqe_counter`.
+    pub(super) fn idx(&self) -> u16 {
+        self.idx
+    }
+}
+
 /// A receive queue's WQE buffer (`cnt` × `stride` bytes) and doorbell record
 /// in segment `seg`, resolved in this process.
 fn queue_mem(
@@ -142,21 +149,17 @@ fn queue_mem(
     ))
 }
 
-/// Takes the next receive WQE of responder `r` (its SRQ's or its own RQ's),
-/// or answers RNR with the responder's delay.
-pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
-    let fab = x.fab;
-    let delay_us = r.min_rnr_us.load(Ordering::Relaxed);
-    if x.faults.take_rnr() {
-        return Err(Fail::rnr(delay_us));
-    }
-    let srqn = r.srqn.load(Ordering::Relaxed);
-    let seg = r.seg.load(Ordering::Relaxed);
-    if srqn != u32::MAX {
-        let s = &fab.reg().srqs[slot_of(srqn, MAX_SRQS)];
-        if s.state.load(Ordering::Acquire) != LIVE || s.srqn.load(Ordering::Relaxed) != srqn {
-            return Err(Fail::rnr(delay_us));
-        }
+/// An SRQ's WQE buffer and doorbell record, resolved in this process.
+pub(super) struct SrqMem {
+    buf: NonNull<u8>,
+    db: NonNull<u8>,
+    cnt: u32,
+    stride: usize,
+}
+
+impl SrqMem {
+    /// SRQ `s`'s memory, if its segment is there.
+    pub(super) fn of(fab: &Fabric, s: &SrqEntry) -> Option<SrqMem> {
         let cnt = s.cnt.load(Ordering::Relaxed);
         let stride = s.stride.load(Ordering::Relaxed) as usize;
         let (buf, db) = queue_mem(
@@ -166,14 +169,24 @@ pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
             cnt,
             stride,
             s.dbrec_off.load(Ordering::Relaxed),
-        )
-        .ok_or(Fail::rnr(delay_us))?;
-        let _g = s.lock.lock(fab.member());
+        )?;
+        Some(SrqMem {
+            buf,
+            db,
+            cnt,
+            stride,
+        })
+    }
+
+    /// Takes the next WQE software posted to SRQ `s` (number `srqn`), with
+    /// the SRQ's lock held; `None` if there is none.
+    pub(super) fn take(&self, s: &SrqEntry, srqn: u32) -> Option<Recv> {
+        let (buf, cnt, stride) = (self.buf, self.cnt, self.stride);
         // SAFETY: the SRQ doorbell record.
-        let posted = unsafe { load_dbrec(db, 0) } as u16;
+        let posted = unsafe { load_dbrec(self.db, 0) } as u16;
         let consumed = s.consumed.load(Ordering::Relaxed);
         if consumed as u16 == posted {
-            return Err(Fail::rnr(delay_us));
+            return None;
         }
         let idx = (s.head.load(Ordering::Relaxed) & (cnt - 1)) as u16;
         // SAFETY: WQE `idx` inside the SRQ buffer.
@@ -191,13 +204,34 @@ pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
             buf.as_ptr()
                 .wrapping_add((u32::from(next) & (cnt - 1)) as usize * stride),
         );
-        Ok(Recv {
+        Some(Recv {
             idx,
             // SAFETY: after the next segment, inside the WQE.
             segs: unsafe { wqe.add(SrqNextSeg::<()>::LEN) },
             seg_bytes: stride - SrqNextSeg::<()>::LEN,
             srqn,
         })
+    }
+}
+
+/// Takes the next receive WQE of responder `r` (its SRQ's or its own RQ's),
+/// or answers RNR with the responder's delay.
+pub(super) fn take_recv(x: &mut Exec<'_>, r: &QpEntry) -> Result<Recv, Fail> {
+    let fab = x.fab;
+    let delay_us = r.min_rnr_us.load(Ordering::Relaxed);
+    if x.faults.take_rnr() {
+        return Err(Fail::rnr(delay_us));
+    }
+    let srqn = r.srqn.load(Ordering::Relaxed);
+    let seg = r.seg.load(Ordering::Relaxed);
+    if srqn != u32::MAX {
+        let s = &fab.reg().srqs[slot_of(srqn, MAX_SRQS)];
+        if s.state.load(Ordering::Acquire) != LIVE || s.srqn.load(Ordering::Relaxed) != srqn {
+            return Err(Fail::rnr(delay_us));
+        }
+        let m = SrqMem::of(fab, s).ok_or(Fail::rnr(delay_us))?;
+        let _g = s.lock.lock(fab.member());
+        m.take(s, srqn).ok_or(Fail::rnr(delay_us))
     } else {
         let cnt = r.rq_cnt.load(Ordering::Relaxed);
         if cnt == 0 {

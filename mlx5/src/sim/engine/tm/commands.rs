@@ -1,4 +1,4 @@
-//! The NIC's side of a tag-matching SRQ's list commands: the tag-matching
+//! A tag-matching SRQ's list commands: the tag-matching
 //! WQEs (opcode 0x28) of a QP on the SRQ (its command QP), executed in the
 //! QP's order with the SRQ's lock held, so that they serialise with the
 //! messages that match against the list.
@@ -26,17 +26,16 @@
 
 use std::sync::atomic::Ordering;
 
-use super::errors::Fail;
-use super::{Done, Qp};
-use crate::prm::TmAppOp;
+use super::super::errors::Fail;
+use super::super::{Done, Qp};
+use super::{tag_list, tm_srq};
 use crate::prm::{
-    tm_flags, Cqe64, CqeOpcode, CtrlSeg, DataSeg, Syndrome, TmCmd, TmOpcode, TmSeg,
+    tm_flags, Cqe64, CqeOpcode, CtrlSeg, DataSeg, Syndrome, TmAppOp, TmCmd, TmOpcode, TmSeg,
     CQE_APP_TAG_MATCHING, INVALID_LKEY, TMC_SUCCESS,
 };
 use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
-use crate::sim::fabric::in_segment;
-use crate::sim::registry::{slot_of, SrqEntry, TagSlot, LIVE, MAX_SRQS, TAG_FREE, TAG_POSTED};
+use crate::sim::registry::{SrqEntry, TagSlot, TAG_FREE, TAG_POSTED};
 
 /// Where the tag-matching segment starts.
 const TM_SEG: usize = CtrlSeg::<()>::LEN;
@@ -45,7 +44,7 @@ const TM_DATA: usize = TM_SEG + TmSeg::<()>::LEN;
 
 /// Executes the tag-matching WQE `body` (counter `wqe_counter`) of `qp`,
 /// which must be a QP on a tag-matching SRQ.
-pub(super) fn command(
+pub(in crate::sim::engine) fn command(
     x: &mut Exec<'_>,
     qp: &Qp<'_>,
     body: &[u8],
@@ -104,31 +103,6 @@ pub(super) fn command(
         x.push_cqe(s.tm_cqn.load(Ordering::Relaxed), &c, &mut report);
     }
     Ok(Done::now(0))
-}
-
-/// The live tag-matching SRQ `srqn`.
-fn tm_srq<'f>(x: &Exec<'f>, srqn: u32) -> Option<&'f SrqEntry> {
-    if srqn == u32::MAX {
-        return None;
-    }
-    let s = &x.fab.reg().srqs[slot_of(srqn, MAX_SRQS)];
-    (s.state.load(Ordering::Acquire) == LIVE
-        && s.srqn.load(Ordering::Relaxed) == srqn
-        && s.tm_slots.load(Ordering::Relaxed) != 0)
-        .then_some(s)
-}
-
-/// SRQ `s`'s tag list, in its segment.
-fn tag_list<'f>(x: &Exec<'f>, s: &SrqEntry) -> Option<&'f [TagSlot]> {
-    let n = s.tm_slots.load(Ordering::Relaxed) as usize;
-    let seg = x.fab.segment(s.seg.load(Ordering::Relaxed))?;
-    let len = (n * std::mem::size_of::<TagSlot>()) as u64;
-    let p = in_segment(seg, s.tm_off.load(Ordering::Relaxed), len)?;
-    // SAFETY: `n` entries inside the SRQ's segment, which lives as long as
-    // the fabric mapping; the offset is 64-byte aligned (after the doorbell
-    // record's 64 bytes, behind a WQE buffer of power-of-two size), and the
-    // entries are atomics.
-    Some(unsafe { std::slice::from_raw_parts(p.as_ptr() as *const TagSlot, n) })
 }
 
 /// Takes software's count of handled unexpected messages; when it reaches
