@@ -74,6 +74,23 @@ static const struct abi_row rows[] = {
 	S(ibv_srq_attr) F(ibv_srq_attr, max_wr) F(ibv_srq_attr, max_sge) F(ibv_srq_attr, srq_limit)
 	S(ibv_srq_init_attr) F(ibv_srq_init_attr, srq_context) F(ibv_srq_init_attr, attr)
 
+	S(ibv_tm_cap) F(ibv_tm_cap, max_num_tags) F(ibv_tm_cap, max_ops)
+	S(ibv_srq_init_attr_ex)
+	F(ibv_srq_init_attr_ex, srq_context) F(ibv_srq_init_attr_ex, attr) F(ibv_srq_init_attr_ex, comp_mask)
+	F(ibv_srq_init_attr_ex, srq_type) F(ibv_srq_init_attr_ex, pd) F(ibv_srq_init_attr_ex, xrcd)
+	F(ibv_srq_init_attr_ex, cq) F(ibv_srq_init_attr_ex, tm_cap)
+	S(ibv_tm_caps)
+	F(ibv_tm_caps, max_rndv_hdr_size) F(ibv_tm_caps, max_num_tags) F(ibv_tm_caps, flags)
+	F(ibv_tm_caps, max_ops) F(ibv_tm_caps, max_sge)
+	/* Read as a prefix: the provider fills the attr_size bytes it is given. */
+	PREFIX(ibv_device_attr_ex)
+	F(ibv_device_attr_ex, orig_attr) F(ibv_device_attr_ex, comp_mask) F(ibv_device_attr_ex, tm_caps)
+	/* Reached by offset from the ibv_context it ends with (verbs.h's
+	 * verbs_get_ctx_op). */
+	PREFIX(verbs_context)
+	F(verbs_context, context) F(verbs_context, sz) F(verbs_context, create_srq_ex)
+	F(verbs_context, query_device_ex)
+
 	S(ibv_cq_init_attr_ex)
 	F(ibv_cq_init_attr_ex, cqe) F(ibv_cq_init_attr_ex, cq_context) F(ibv_cq_init_attr_ex, channel)
 	F(ibv_cq_init_attr_ex, comp_vector) F(ibv_cq_init_attr_ex, wc_flags) F(ibv_cq_init_attr_ex, comp_mask)
@@ -108,7 +125,7 @@ static const struct abi_row rows[] = {
 	F(ibv_context_ops, _compat_create_ah) F(ibv_context_ops, _compat_destroy_ah) F(ibv_context_ops, _compat_attach_mcast)
 	F(ibv_context_ops, _compat_detach_mcast) F(ibv_context_ops, _compat_async_event)
 	PREFIX(ibv_context)
-	F(ibv_context, device) F(ibv_context, ops)
+	F(ibv_context, device) F(ibv_context, ops) F(ibv_context, abi_compat)
 	S(ibv_sge) F(ibv_sge, addr) F(ibv_sge, length) F(ibv_sge, lkey)
 	{ "ibv_rdma_wr.", 0, (long)sizeof(((struct ibv_send_wr *)0)->wr.rdma) },
 	A("ibv_rdma_wr.remote_addr", ibv_send_wr, wr.rdma, remote_addr)
@@ -214,6 +231,8 @@ struct abi_const {
 
 #define C(n) { #n, (long long)(n) },
 static const struct abi_const consts[] = {
+	C(IBV_SRQT_TM) C(IBV_SRQ_INIT_ATTR_TYPE) C(IBV_SRQ_INIT_ATTR_PD) C(IBV_SRQ_INIT_ATTR_CQ)
+	C(IBV_SRQ_INIT_ATTR_TM) C(IBV_TM_CAP_RC)
 	C(IBV_QPS_RESET) C(IBV_QPS_INIT) C(IBV_QPS_RTR) C(IBV_QPS_RTS) C(IBV_QPS_ERR)
 	C(IBV_QP_STATE) C(IBV_QP_ACCESS_FLAGS) C(IBV_QP_PKEY_INDEX) C(IBV_QP_PORT) C(IBV_QP_AV)
 	C(IBV_QP_PATH_MTU) C(IBV_QP_TIMEOUT) C(IBV_QP_RETRY_CNT) C(IBV_QP_RNR_RETRY) C(IBV_QP_RQ_PSN)

@@ -8,8 +8,10 @@
 //! (docs/testing.md).
 
 use mlx5::cq::Compression;
-use mlx5::device::{access, Context, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr};
-use mlx5::hw::HwError;
+use mlx5::device::{
+    access, Context, CqAttr, DeviceError, QpCaps, QpState, RtrAttr, RtsAttr, TmCaps, TmSrqAttr,
+};
+use mlx5::hw::{HwContext, HwError};
 
 #[test]
 #[ignore = "needs MLX5_TEST_DEVICE naming an RDMA device"]
@@ -107,5 +109,37 @@ fn control_path_on_a_real_device() {
                 Err(DeviceError::Invalid(_))
             ));
         }
+    }
+}
+
+/// Kernel soft-RoCE has no tag matching: its capabilities say so, the
+/// device API refuses a TM-SRQ naming the device, and the verb itself,
+/// asked anyway through the provider's `verbs_context`, fails with
+/// `EOPNOTSUPP` (rxe creates basic SRQs only).
+#[test]
+#[ignore = "needs MLX5_TEST_DEVICE naming an RDMA device without tag matching (rxe)"]
+fn a_device_without_tag_matching_says_so() {
+    let dev = std::env::var("MLX5_TEST_DEVICE").expect("MLX5_TEST_DEVICE");
+    let ctx = Context::open(&dev).unwrap();
+    assert_eq!(ctx.tm_caps().unwrap(), TmCaps::default());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let e = ctx
+        .create_tm_srq(&pd, &cq, &TmSrqAttr::default())
+        .unwrap_err();
+    assert!(
+        matches!(e, DeviceError::NoTagMatching(ref d) if *d == dev),
+        "{e}"
+    );
+    assert!(e.to_string().contains("has no tag matching"), "{e}");
+
+    let hw = HwContext::open(&dev).unwrap();
+    let hpd = hw.alloc_pd().unwrap();
+    let hcq = hw.create_cq(256, 64, Compression::Off).unwrap();
+    match hw.create_tm_srq(&hpd, &hcq, &TmSrqAttr::default()) {
+        Err(HwError::Verb { verb, errno }) => {
+            assert_eq!((verb, errno), ("ibv_create_srq_ex", libc::EOPNOTSUPP));
+        }
+        other => panic!("{other:?}"),
     }
 }

@@ -358,3 +358,48 @@ fn the_command_table_retires_oldest_first() {
     assert_eq!(got, [10, 11]);
     assert_eq!(t.outstanding(), 0);
 }
+
+/// Through the device API: the software device's capabilities, a TM-SRQ
+/// whose command queue is handed out once, attributes past the
+/// capabilities refused.
+#[test]
+fn the_device_api_makes_tm_srqs() {
+    use mlx5::device::{Context, DeviceError};
+    let name = fabric_name("api", &ExecMode::Inline);
+    let _g = FabricGuard(name.clone());
+    let ctx = Context::open_in(&name, "sim0").unwrap();
+    assert_eq!(ctx.tm_caps().unwrap(), SIM_TM_CAPS);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let attr = TmSrqAttr {
+        max_num_tags: 8,
+        ..TmSrqAttr::default()
+    };
+    let h = ctx.create_tm_srq(&pd, &cq, &attr).unwrap();
+    assert_eq!(h.max_num_tags(), 8);
+    let mut tm = h.tm_srq::<u32>().unwrap();
+    assert!(matches!(h.tm_srq::<u32>(), Err(DeviceError::Taken(_))));
+    // QPs that receive tagged messages go on the SRQ.
+    let srq = h.srq();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, Some(&srq), &mlx5::device::QpCaps::default())
+        .unwrap();
+    assert_eq!(qp.state(), QpState::Reset);
+    let mut ring = cq.ring().unwrap();
+    tm.add(1, !0, &[], 1).unwrap();
+    tm.ring_doorbell();
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.is_empty() {
+        assert!(Instant::now() < deadline);
+        ctx.progress();
+        ring.poll(1, |c| got.push(tm.complete(c).unwrap()));
+    }
+    assert_eq!(got, [added(0)]);
+    let too_many = TmSrqAttr {
+        max_ops: SIM_TM_CAPS.max_ops + 1,
+        ..TmSrqAttr::default()
+    };
+    let e = ctx.create_tm_srq(&pd, &cq, &too_many).unwrap_err();
+    assert!(matches!(e, DeviceError::Invalid(_)), "{e}");
+}

@@ -37,6 +37,7 @@ mod pd;
 mod qp;
 mod seam;
 mod srq;
+mod tm;
 
 pub use crate::types::error::DeviceError;
 pub use crate::types::*;
@@ -48,3 +49,4 @@ pub use mr::Mr;
 pub use pd::Pd;
 pub use qp::{HwQpHandle, Qp};
 pub use srq::SrqHandle;
+pub use tm::TmSrqHandle;

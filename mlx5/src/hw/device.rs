@@ -38,6 +38,7 @@ mod mr;
 mod pd;
 mod qp;
 mod srq;
+mod tm;
 
 pub use context::HwContext;
 pub use cq::HwCq;
@@ -48,6 +49,7 @@ pub(in crate::hw) use pd::PdInner;
 pub use qp::HwQp;
 pub(in crate::hw) use qp::QpInner;
 pub use srq::HwSrq;
+pub use tm::HwTmSrq;
 
 pub(super) fn verb(name: &'static str, rc: c_int) -> Result<(), HwError> {
     if rc == 0 {

@@ -317,6 +317,137 @@ abi_struct!(ibv_srq_init_attr {
     attr: ibv_srq_attr,
 });
 
+abi_struct!(
+    /// `struct ibv_tm_cap`: a tag-matching SRQ's list size and outstanding
+    /// list operations.
+    ibv_tm_cap {
+        max_num_tags: u32,
+        max_ops: u32,
+    }
+);
+
+abi_struct!(
+    /// `struct ibv_srq_init_attr_ex`, for `create_srq_ex` (a TM-SRQ).
+    ibv_srq_init_attr_ex {
+        srq_context: *mut c_void,
+        attr: ibv_srq_attr,
+        comp_mask: u32,
+        srq_type: u32,
+        pd: *mut ibv_pd,
+        xrcd: *mut c_void,
+        cq: *mut ibv_cq,
+        tm_cap: ibv_tm_cap,
+    }
+);
+
+abi_struct!(
+    /// `struct ibv_tm_caps`: a device's tag matching (all zero without).
+    ibv_tm_caps {
+        max_rndv_hdr_size: u32,
+        max_num_tags: u32,
+        flags: u32,
+        max_ops: u32,
+        max_sge: u32,
+    }
+);
+
+/// `struct ibv_device_attr_ex` up to and including `tm_caps`: the provider
+/// fills `attr_size` bytes, so a caller may pass a prefix (rdma-core keeps
+/// the struct append-only for that). The members between are not read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    _between: [u8; DEVICE_ATTR_EX_TM_CAPS - DEVICE_ATTR_EX_AFTER_COMP_MASK],
+    pub tm_caps: ibv_tm_caps,
+}
+
+/// Where `ibv_device_attr_ex.tm_caps` sits.
+const DEVICE_ATTR_EX_TM_CAPS: usize = 348;
+/// Where the member after `ibv_device_attr_ex.comp_mask` starts.
+const DEVICE_ATTR_EX_AFTER_COMP_MASK: usize = 236;
+
+impl Default for ibv_device_attr_ex {
+    fn default() -> Self {
+        // SAFETY: integers and arrays of them: all-zero is valid.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+/// `verbs_context.query_device_ex`.
+pub type QueryDeviceExFn =
+    unsafe extern "C" fn(*mut ibv_context, *const c_void, *mut ibv_device_attr_ex, usize) -> c_int;
+/// `verbs_context.create_srq_ex`.
+pub type CreateSrqExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_srq_init_attr_ex) -> *mut ibv_srq;
+
+/// Where `struct verbs_context`'s members sit in rdma-core 44's headers.
+/// The struct ends with the `ibv_context` applications hold and grows
+/// towards lower addresses (a new verb goes first), so a member's distance
+/// before that `ibv_context` never changes: at run time only those
+/// distances are used (`hw::vctx`); the absolute offsets are for the ABI
+/// test.
+pub mod verbs_context {
+    /// `context`: the `ibv_context` the struct ends with.
+    pub const CONTEXT: usize = 320;
+    /// `sz`: the struct's size as the provider built it.
+    pub const SZ: usize = 312;
+    /// `create_srq_ex`.
+    pub const CREATE_SRQ_EX: usize = 280;
+    /// `query_device_ex`.
+    pub const QUERY_DEVICE_EX: usize = 216;
+    /// `sizeof(struct ibv_context)`.
+    pub const IBV_CONTEXT_LEN: usize = 328;
+    /// `ibv_context.abi_compat`: `UINTPTR_MAX` when the context sits in a
+    /// `verbs_context` (`__VERBS_ABI_IS_EXTENDED`).
+    pub const ABI_COMPAT: usize = 320;
+}
+
+/// `IBV_SRQT_TM`: `ibv_srq_init_attr_ex.srq_type` of a tag-matching SRQ.
+pub const IBV_SRQT_TM: u32 = 2;
+/// `enum ibv_srq_init_attr_mask` bits.
+pub mod srq_init_attr_mask {
+    pub const TYPE: u32 = 1 << 0;
+    pub const PD: u32 = 1 << 1;
+    pub const CQ: u32 = 1 << 3;
+    pub const TM: u32 = 1 << 4;
+}
+/// `IBV_TM_CAP_RC`: tag matching on RC QPs.
+pub const IBV_TM_CAP_RC: u32 = 1 << 0;
+
+/// The rows of the members this crate reaches by offset rather than by
+/// field, for the ABI test.
+#[cfg(feature = "rdma-core-oracle")]
+fn by_offset_rows() -> Vec<LayoutRow> {
+    use verbs_context as v;
+    let p = std::mem::size_of::<usize>();
+    vec![
+        ("verbs_context.", 0, 0),
+        ("verbs_context.context", v::CONTEXT, v::IBV_CONTEXT_LEN),
+        ("verbs_context.sz", v::SZ, p),
+        ("verbs_context.create_srq_ex", v::CREATE_SRQ_EX, p),
+        ("verbs_context.query_device_ex", v::QUERY_DEVICE_EX, p),
+        ("ibv_context.abi_compat", v::ABI_COMPAT, p),
+        ("ibv_device_attr_ex.", 0, 0),
+        (
+            "ibv_device_attr_ex.orig_attr",
+            0,
+            std::mem::size_of::<ibv_device_attr>(),
+        ),
+        (
+            "ibv_device_attr_ex.comp_mask",
+            std::mem::offset_of!(ibv_device_attr_ex, comp_mask),
+            4,
+        ),
+        (
+            "ibv_device_attr_ex.tm_caps",
+            std::mem::offset_of!(ibv_device_attr_ex, tm_caps),
+            std::mem::size_of::<ibv_tm_caps>(),
+        ),
+    ]
+}
+
 abi_struct!(ibv_cq_init_attr_ex {
     cqe: u32,
     cq_context: *mut c_void,
@@ -693,6 +824,10 @@ pub fn all_layouts() -> Vec<LayoutRow> {
         ibv_qp_init_attr::layout(),
         ibv_srq_attr::layout(),
         ibv_srq_init_attr::layout(),
+        ibv_tm_cap::layout(),
+        ibv_srq_init_attr_ex::layout(),
+        ibv_tm_caps::layout(),
+        by_offset_rows(),
         ibv_cq_init_attr_ex::layout(),
         ibv_gid_entry::layout(),
         ibv_pd::layout(),
@@ -853,6 +988,15 @@ pub const MLX5DV_DCTYPE_DCI: u32 = 2;
 #[cfg(feature = "rdma-core-oracle")]
 pub fn all_constants() -> Vec<(&'static str, i64)> {
     vec![
+        ("IBV_SRQT_TM", i64::from(IBV_SRQT_TM)),
+        (
+            "IBV_SRQ_INIT_ATTR_TYPE",
+            i64::from(srq_init_attr_mask::TYPE),
+        ),
+        ("IBV_SRQ_INIT_ATTR_PD", i64::from(srq_init_attr_mask::PD)),
+        ("IBV_SRQ_INIT_ATTR_CQ", i64::from(srq_init_attr_mask::CQ)),
+        ("IBV_SRQ_INIT_ATTR_TM", i64::from(srq_init_attr_mask::TM)),
+        ("IBV_TM_CAP_RC", i64::from(IBV_TM_CAP_RC)),
         ("IBV_QPS_RESET", i64::from(qp_state::RESET)),
         ("IBV_QPS_INIT", i64::from(qp_state::INIT)),
         ("IBV_QPS_RTR", i64::from(qp_state::RTR)),

@@ -28,13 +28,14 @@ pub mod abi {
     pub use super::ffi::{all_constants, all_layouts, LayoutRow};
 }
 mod loader;
+mod vctx;
 pub mod verbs;
 
 pub use channel::{HwChannel, HwWaker};
 pub use dc::HwDct;
 pub use device::{
     list_devices, query_device, DeviceInfo, GidInfo, HwContext, HwCq, HwMr, HwPd, HwQp, HwSrq,
-    Mlx5Caps, PortInfo,
+    HwTmSrq, Mlx5Caps, PortInfo,
 };
 pub use loader::{HwError, Verbs};
 pub use verbs::{VerbsCq, VerbsQp, VerbsSrq};

@@ -18,8 +18,9 @@
 //!      frees the tag's entry and hands back what `add` attached;
 //!    - a message that landed in an SRQ WQE: `Unexpected` or `NoTag`; the
 //!      caller retires that WQE from the SRQ's table with the same CQE.
-//!    Error CQEs are not tag matching's: the caller handles them as for any
-//!    queue.
+//!
+//! Error CQEs are not tag matching's: the caller handles them as for any
+//! queue.
 //!
 //! Every command asks for its CQE except a [`sync`](TmSrq::sync) posted
 //! with `signaled = false`; an unsignaled command keeps its send-queue

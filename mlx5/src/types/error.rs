@@ -40,6 +40,12 @@ pub enum DeviceError {
     /// A data-path object rejected the memory it was given.
     #[error("queue memory: {0}")]
     Queue(String),
+    /// A tag-matching SRQ was asked of a device without tag matching.
+    #[error(
+        "{0} has no tag matching (its tm_caps.max_num_tags is 0): it takes a ConnectX with tag \
+         matching, or the software device"
+    )]
+    NoTagMatching(String),
     /// The hardware backend failed.
     #[error(transparent)]
     Hw(#[from] HwError),

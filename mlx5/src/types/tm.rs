@@ -46,14 +46,12 @@ impl Default for TmSrqAttr {
 }
 
 impl TmSrqAttr {
-    /// Checks the attributes against a device's capabilities, as rdma-core
-    /// and the kernel refuse them (`EINVAL`); a device without tag matching
-    /// refuses every one.
-    pub fn check(&self, caps: &TmCaps) -> Result<(), DeviceError> {
+    /// Checks the attributes against the capabilities of `device`, as
+    /// rdma-core and the kernel refuse them (`EINVAL`); a device without
+    /// tag matching refuses every one.
+    pub fn check(&self, device: &str, caps: &TmCaps) -> Result<(), DeviceError> {
         if caps.max_num_tags == 0 {
-            return Err(DeviceError::Invalid(
-                "the device has no tag matching (tm_caps.max_num_tags = 0)".into(),
-            ));
+            return Err(DeviceError::NoTagMatching(device.to_owned()));
         }
         if self.max_num_tags == 0 || self.max_num_tags > caps.max_num_tags {
             return Err(DeviceError::Invalid(format!(

@@ -1,5 +1,6 @@
-//! A tag-matching receiver and a sender on the software device, for the
-//! TM-SRQ tests: the receiver's QP on a TM-SRQ (its tag list driven by
+//! A tag-matching receiver and a sender on the software device, built
+//! through the device API (`Context::create_tm_srq`), for the TM-SRQ
+//! tests: the receiver's QP on a TM-SRQ (its tag list driven by
 //! `mlx5::tm::TmSrq`, its unexpected buffers in the SRQ), the sender's QP
 //! with its own RQ (where a rendezvous FIN lands), connected across two
 //! devices of one fabric.
@@ -7,10 +8,12 @@
 use std::time::{Duration, Instant};
 
 use mlx5::cq::{Completion, CompletionSource, CqRing};
-use mlx5::device::{access, CqAttr, ExecMode, FaultPlan, QpCaps, RtrAttr, RtsAttr, TmSrqAttr};
+use mlx5::device::{
+    access, Context, Cq, CqAttr, ExecMode, FaultPlan, Mr, Pd, Qp, QpCaps, RtrAttr, RtsAttr,
+    TmSrqAttr, TmSrqHandle,
+};
 use mlx5::prm::{Rvh, Tmh, TmhOpcode};
 use mlx5::rq::{RecvQueue, Srq};
-use mlx5::sim::device::{SimContext, SimCq, SimMr, SimPd, SimQp, SimTmSrq};
 use mlx5::sq::{Payload, SendQueue, Sge, SqConfig};
 use mlx5::tm::{is_tm_cqe, TmEvent, TmSrq};
 use mlx5::wqe_table::{OrderedRecv, OrderedSparse, UnorderedRecv};
@@ -44,8 +47,8 @@ pub fn fabric_name(tag: &str, mode: &ExecMode) -> String {
 
 /// A receiver on a TM-SRQ and a sender.
 pub struct World {
-    pub rx: SimContext,
-    pub tx: SimContext,
+    pub rx: Context,
+    pub tx: Context,
     /// The receiver's CQ: the TM-SRQ's, and its QP's.
     pub rcq: CqRing,
     /// The sender's CQ (send and receive).
@@ -53,20 +56,20 @@ pub struct World {
     pub tm: TmSrq<u32>,
     pub srq: Srq<UnorderedRecv<u32>>,
     pub sq: SendQueue<OrderedSparse<u32>>,
-    pub srq_h: SimTmSrq,
+    pub srq_h: TmSrqHandle,
     /// The sender's own RQ: FINs land here.
     pub fin_rq: RecvQueue<OrderedRecv<u32>>,
     /// The sender's data: headers and payloads are built here.
-    pub src: SimMr,
+    pub src: Mr,
     /// The receiver's tagged buffers.
-    pub tagged: SimMr,
+    pub tagged: Mr,
     /// The unexpected-message buffers.
-    pub bounce: SimMr,
+    pub bounce: Mr,
     /// The sender's FIN buffers.
-    pub fins: SimMr,
-    pub rqp: SimQp,
-    pub sqp: SimQp,
-    _objs: (SimCq, SimCq, SimPd, SimPd),
+    pub fins: Mr,
+    pub rqp: Qp,
+    pub sqp: Qp,
+    _objs: (Cq, Cq, Pd, Pd),
     _g: FabricGuard,
 }
 
@@ -76,9 +79,9 @@ impl World {
     pub fn new(tag: &str, mode: ExecMode, max_tags: u32, sender_reads: bool) -> World {
         let name = fabric_name(tag, &mode);
         let g = FabricGuard(name.clone());
-        let rx = SimContext::open_in_mode(&name, "sim0", mode).unwrap();
-        let tx = SimContext::open_in_mode(&name, "sim1", mode).unwrap();
-        let (rpd, spd) = (rx.alloc_pd(), tx.alloc_pd());
+        let rx = Context::open_in_mode(&name, "sim0", mode).unwrap();
+        let tx = Context::open_in_mode(&name, "sim1", mode).unwrap();
+        let (rpd, spd) = (rx.alloc_pd().unwrap(), tx.alloc_pd().unwrap());
         let rcq = rx.create_cq(&CqAttr::default()).unwrap();
         let scq = tx.create_cq(&CqAttr::default()).unwrap();
         let attr = TmSrqAttr {
@@ -88,9 +91,8 @@ impl World {
         };
         let srq_h = rx.create_tm_srq(&rpd, &rcq, &attr).unwrap();
         let caps = QpCaps::default();
-        let rqp = rx
-            .create_qp(&rpd, &rcq, &rcq, Some(srq_h.srq()), &caps)
-            .unwrap();
+        let on = srq_h.srq();
+        let rqp = rx.create_qp(&rpd, &rcq, &rcq, Some(&on), &caps).unwrap();
         let sqp = tx.create_qp(&spd, &scq, &scq, None, &caps).unwrap();
         let read = if sender_reads { access::REMOTE_READ } else { 0 };
         for (p, q, acc) in [(&rqp, &sqp, 0), (&sqp, &rqp, read)] {
@@ -98,16 +100,9 @@ impl World {
             p.to_rtr(&RtrAttr::new(q.conn_info(), acc)).unwrap();
             p.to_rts(&RtsAttr::default()).unwrap();
         }
-        let cmd = srq_h
-            .cmd_qp()
-            .send_queue(SqConfig {
-                signal_interval: 0,
-                ..SqConfig::default()
-            })
-            .unwrap();
-        let tm = TmSrq::new(cmd, max_tags as u16);
+        let tm = srq_h.tm_srq().unwrap();
         let bounce = rpd.alloc_mr(BOUNCE * BOUNCES, access::LOCAL_WRITE).unwrap();
-        let mut srq = srq_h.srq().srq::<UnorderedRecv<u32>>().unwrap();
+        let mut srq = on.srq::<UnorderedRecv<u32>>().unwrap();
         // A free-list SRQ keeps one WQE out of use (as rdma-core's does).
         for i in 0..BOUNCES - 1 {
             let s = sge(&bounce, i * BOUNCE, BOUNCE);
@@ -258,7 +253,7 @@ impl Completion64 {
 }
 
 /// Runs both NICs once.
-fn drive(rx: &SimContext, tx: &SimContext) {
+fn drive(rx: &Context, tx: &Context) {
     rx.progress();
     tx.progress();
 }
@@ -275,7 +270,7 @@ fn poll(cq: &mut CqRing, n: usize, drive: impl Fn(), mut f: impl FnMut(&Completi
 }
 
 /// `len` bytes of `mr` at offset `at`.
-pub fn sge(mr: &SimMr, at: usize, len: usize) -> Sge {
+pub fn sge(mr: &Mr, at: usize, len: usize) -> Sge {
     Sge {
         addr: mr.addr() + at as u64,
         len: len as u32,

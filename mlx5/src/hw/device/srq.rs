@@ -27,13 +27,20 @@ impl HwPd {
         let srq = nonnull("ibv_create_srq", unsafe {
             (p.c.v.create_srq)(p.pd.as_ptr(), &mut a)
         })?;
-        Ok(HwSrq {
+        Ok(HwSrq::own(p, srq))
+    }
+}
+
+impl HwSrq {
+    /// The handle of SRQ `srq`, created on PD `pd`; destroyed with it.
+    pub(in crate::hw) fn own(pd: &Arc<PdInner>, srq: NonNull<ibv_srq>) -> HwSrq {
+        HwSrq {
             s: Arc::new(SrqInner {
-                pd: p.clone(),
+                pd: pd.clone(),
                 srq,
                 taken: AtomicBool::new(false),
             }),
-        })
+        }
     }
 }
 

@@ -44,7 +44,7 @@ impl SimContext {
         cq: &SimCq,
         attr: &TmSrqAttr,
     ) -> Result<SimTmSrq, DeviceError> {
-        attr.check(&SIM_TM_CAPS)?;
+        attr.check(self.name(), &SIM_TM_CAPS)?;
         let srq = self.create_srq_in(
             pd,
             attr.wqe_cnt,
@@ -63,7 +63,11 @@ impl SimContext {
         cmd.to_init()?;
         cmd.to_rtr(&RtrAttr::new(cmd.conn_info(), 0))?;
         cmd.to_rts(&RtsAttr::default())?;
-        Ok(SimTmSrq { srq, cmd })
+        Ok(SimTmSrq {
+            srq,
+            cmd,
+            max_num_tags: attr.max_num_tags,
+        })
     }
 }
 
@@ -73,6 +77,7 @@ impl SimContext {
 pub struct SimTmSrq {
     srq: SimSrq,
     cmd: SimQp,
+    max_num_tags: u32,
 }
 
 impl SimTmSrq {
@@ -85,5 +90,9 @@ impl SimTmSrq {
     /// are posted on.
     pub fn cmd_qp(&self) -> &SimQp {
         &self.cmd
+    }
+    /// Tags the list holds.
+    pub fn max_num_tags(&self) -> u32 {
+        self.max_num_tags
     }
 }

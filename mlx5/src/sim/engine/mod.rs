@@ -24,6 +24,7 @@ mod fast_path;
 mod memory;
 mod requester;
 mod responder;
+mod reveal;
 mod rq;
 mod streams;
 mod tm;

@@ -10,6 +10,7 @@ use super::responder::{
     access_fault, complete_recv, complete_recv_err, recv_sges, remote_access, responder,
     scatter_to_cqe, solicited, take_recv, RecvDone,
 };
+use super::reveal::{reveal_pull, reveal_push};
 use super::tm;
 use super::{Done, Qp};
 use crate::prm::{
@@ -17,8 +18,6 @@ use crate::prm::{
 };
 use crate::sim::exec::Exec;
 use crate::sim::fabric::Fabric;
-use crate::sim::link::{Port, Reveal};
-use crate::sim::registry::QpEntry;
 use crate::types::access;
 
 /// Where the segments after the control segment start (a SEND's gather list,
@@ -48,44 +47,6 @@ pub(super) fn execute(
         WqeOpcode::RdmaRead => read(x, qp, body),
         WqeOpcode::AtomicCs | WqeOpcode::AtomicFa => atomic(x, qp, body, op),
         _ => Err(Fail::local(Syndrome::LocalQpOp)),
-    }
-}
-
-/// When the completions of `len` bytes that `qp` sends may appear, if its
-/// port has a link model. A DCI's WQE that connects to its DCT first sends
-/// the connect packet and then the data without waiting (a half
-/// handshake): the data goes one latency later.
-pub(super) fn reveal_push(x: &Exec<'_>, qp: &Qp<'_>, len: u64) -> Option<Reveal> {
-    if !x.links {
-        return None;
-    }
-    Port::of(x.fab.reg(), qp.dev).map(|p| {
-        let connect = if qp.connects() { p.latency_ns() } else { 0 };
-        p.push(x.clock.ns() + connect, len)
-    })
-}
-
-/// When the requester of a READ of `len` bytes from responder `r` has its
-/// data, if either port has a link model: the responder's port sends the
-/// data, after the request crossed.
-fn reveal_pull(x: &Exec<'_>, qp: &Qp<'_>, r: &QpEntry, len: u64) -> Option<u64> {
-    if !x.links {
-        return None;
-    }
-    let reg = x.fab.reg();
-    let now = x.clock.ns();
-    let req = Port::of(reg, qp.dev);
-    match Port::of(reg, r.dev.load(Ordering::Relaxed)) {
-        Some(p) => {
-            let request = req.map_or(p.latency_ns(), |q| q.latency_ns());
-            // A DCI's connect packet goes first (see `reveal_push`).
-            let connect = if qp.connects() { request } else { 0 };
-            Some(p.pull(now + connect, request, len))
-        }
-        None => req.map(|q| {
-            let connect = if qp.connects() { q.latency_ns() } else { 0 };
-            q.push(now + connect, 0).requester
-        }),
     }
 }
 

@@ -43,10 +43,10 @@ use std::sync::atomic::Ordering;
 
 use super::super::errors::{err_cqe, Fail, RetryKind, Unanswered};
 use super::super::memory::{resolve, resolve_remote, sg_copy, SgList};
-use super::super::requester::reveal_push;
 use super::super::responder::{
     complete_recv, recv_sges, remote_access, solicited, take_recv, RecvDone, SrqMem,
 };
+use super::super::reveal::reveal_push;
 use super::super::{qp_by_num, Done, Qp};
 use super::{srq_of, tag_list};
 use crate::prm::{
