@@ -114,8 +114,10 @@ fn control_path_on_a_real_device() {
 
 /// Kernel soft-RoCE has no tag matching: its capabilities say so, the
 /// device API refuses a TM-SRQ naming the device, and the verb itself,
-/// asked anyway through the provider's `verbs_context`, fails with
-/// `EOPNOTSUPP` (rxe creates basic SRQs only).
+/// asked anyway through the provider's `verbs_context` (rdma-core 44's rxe
+/// provider has `create_srq_ex`: the error names the verb, not a missing
+/// one), fails with `EOPNOTSUPP` in the kernel (rxe creates basic SRQs
+/// only).
 #[test]
 #[ignore = "needs MLX5_TEST_DEVICE naming an RDMA device without tag matching (rxe)"]
 fn a_device_without_tag_matching_says_so() {

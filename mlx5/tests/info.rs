@@ -36,6 +36,10 @@ fn listing_devices_creates_no_fabric() {
     let ctx = mlx5::sim::device::SimContext::open_in(&fabric, "sim0").unwrap();
     let out = info(&fabric, &["--device", "sim1"]);
     assert!(out.contains("hca_id: sim1"), "{out}");
+    assert!(
+        out.contains("tag_matching:    255 tags, 32768 outstanding ops, 1 SGE"),
+        "{out}"
+    );
     drop(ctx);
     mlx5::sim::fabric::Fabric::remove_if_unused(&fabric);
 }

@@ -1,7 +1,8 @@
 //! Two processes on one fabric, as two hosts on one network: a million
 //! WRITE_IMM messages with every byte checked, a peer process that dies, two
-//! processes that sleep on completion events between messages, and a port
-//! one process takes down and up under another's traffic.
+//! processes that sleep on completion events between messages, a port one
+//! process takes down and up under another's traffic, and tagged messages
+//! matched against another process's tag list.
 //!
 //! The test binary runs itself again as the peer (`MLX5_MP_ROLE` tells the
 //! child what to do); connection details travel over the child's stdin/stdout.
@@ -881,5 +882,170 @@ fn a_stopped_consumer_does_not_block_delivery_into_its_cq() {
     assert_eq!(lines.next().as_deref(), Some("DONE 7 1"));
     assert!(child.wait().unwrap().success());
     drop(me);
+    Fabric::remove_if_unused(&fabric);
+}
+
+/// Tagged messages matched by tag: the receiving process's tag list, SRQ
+/// and buffers in its segments, matched and filled by the sending process's
+/// NIC.
+const TM_TAGS: u64 = 32;
+/// Unexpected messages (tags nobody appended).
+const TM_UNEXPECTED: u64 = 8;
+/// Bytes of each tagged buffer.
+const TM_BUF: usize = 512;
+
+/// The payload of tagged message `i`.
+fn tm_payload(i: u64) -> Vec<u8> {
+    (0..100 + i as usize * 7).map(|k| msg_byte(i, k)).collect()
+}
+
+/// The receiving process of the tag-matching test: appends `TM_TAGS` tags,
+/// then reports what each message did ("DONE tm ...").
+fn tm_receiver(fabric: &str) {
+    use mlx5::device::TmSrqAttr;
+    use mlx5::tm::{TmEvent, TmSrq};
+    use mlx5::wqe_table::UnorderedRecv;
+    let ctx = Context::open_in(fabric, "sim1").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let attr = TmSrqAttr {
+        wqe_cnt: 16,
+        max_num_tags: 64,
+        ..TmSrqAttr::default()
+    };
+    let h = ctx.create_tm_srq(&pd, &cq, &attr).unwrap();
+    let on = h.srq();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, Some(&on), &QpCaps::default())
+        .unwrap();
+    let mut ring = cq.ring().unwrap();
+    let bufs = pd
+        .alloc_mr(TM_BUF * (TM_TAGS as usize + 16), access::LOCAL_WRITE)
+        .unwrap();
+    let mut srq = on.srq::<UnorderedRecv<u64>>().unwrap();
+    for i in 0..15u64 {
+        let at = TM_BUF * (TM_TAGS as usize + i as usize);
+        let s = Sge {
+            addr: bufs.addr() + at as u64,
+            len: TM_BUF as u32,
+            lkey: bufs.lkey(),
+        };
+        srq.post(&[s], i).unwrap();
+    }
+    srq.ring_doorbell();
+    let mut tm: TmSrq<u64> = h.tm_srq().unwrap();
+    for i in 0..TM_TAGS {
+        let s = Sge {
+            addr: bufs.addr() + (i as usize * TM_BUF) as u64,
+            len: TM_BUF as u32,
+            lkey: bufs.lkey(),
+        };
+        tm.add(0x5000 + i, !0, &[s], i).unwrap();
+    }
+    tm.ring_doorbell();
+    let (mut added, mut matched, mut unexpected, mut bad) = (0, 0, 0, 0);
+    println!("{}", info_line(&qp.conn_info(), 0, 0));
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+    let (peer, _, _) = parse_info(&line);
+    connect(&qp, peer, RtsAttr::default());
+    println!("DONE rts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while matched + unexpected < TM_TAGS + TM_UNEXPECTED && Instant::now() < deadline {
+        ctx.progress();
+        ring.poll(usize::MAX, |c| match tm.complete(c) {
+            Ok(TmEvent::Added { .. }) => added += 1,
+            Ok(TmEvent::Matched {
+                data: Some(i),
+                len: Some(n),
+                ..
+            }) => {
+                let want = tm_payload(i);
+                let ok = n as usize == want.len()
+                    && bufs.to_vec(i as usize * TM_BUF, want.len()) == want;
+                matched += 1;
+                bad += u64::from(!ok);
+            }
+            Ok(TmEvent::Unexpected { wqe, len, .. }) => {
+                let mut wr = 0;
+                srq.complete(c, |w, _| wr = w);
+                let at = TM_BUF * (TM_TAGS as usize + wr as usize);
+                let hdr = bufs.to_vec(at, 16);
+                let tag = mlx5::prm::Tmh::new_unchecked(&hdr[..]).tag();
+                let want = tm_payload(tag - 0x9000 + TM_TAGS);
+                let ok = len as usize == 16 + want.len()
+                    && bufs.to_vec(at + 16, want.len()) == want
+                    && usize::from(wqe) < 16;
+                unexpected += 1;
+                bad += u64::from(!ok);
+            }
+            other => panic!("{other:?}"),
+        });
+    }
+    println!("DONE tm added {added} matched {matched} unexpected {unexpected} bad {bad}");
+}
+
+#[test]
+fn another_process_matches_tagged_messages_against_a_tag_list() {
+    match std::env::var("MLX5_MP_ROLE").as_deref() {
+        Ok("tm_receiver") => return tm_receiver(&std::env::var("MLX5_MP_FABRIC").unwrap()),
+        Ok(_) => return,
+        Err(_) => {}
+    }
+    let fabric = format!("mp-tm-{}", std::process::id());
+    let test = "another_process_matches_tagged_messages_against_a_tag_list";
+    let mut child = spawn(test, "tm_receiver", &fabric, 0);
+    let mut lines = child_lines(&mut child);
+    let (peer, _, _) = parse_info(&lines.next().expect("receiver info"));
+    let ctx = Context::open_in(&fabric, "sim0").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let src = pd.alloc_mr(1 << 16, 0).unwrap();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        info_line(&qp.conn_info(), 0, 0)
+    )
+    .unwrap();
+    connect(&qp, peer, RtsAttr::default());
+    assert_eq!(lines.next().as_deref(), Some("DONE rts"));
+    let mut sq = qp
+        .send_queue::<OrderedSparse<u64>>(SqConfig::default())
+        .unwrap();
+    let mut ring = cq.ring().unwrap();
+    // Tags 0..TM_TAGS in reverse, then TM_UNEXPECTED nobody appended.
+    let tags = (0..TM_TAGS).rev().map(|i| (0x5000 + i, i));
+    let strays = (0..TM_UNEXPECTED).map(|k| (0x9000 + k, TM_TAGS + k));
+    for (n, (tag, i)) in tags.chain(strays).enumerate() {
+        let mut hdr = [0u8; 16];
+        mlx5::prm::Tmh::new_unchecked(&mut hdr[..]).set(mlx5::prm::TmhOpcode::Eager, 1, tag);
+        let at = n * 1024;
+        src.write(at, &hdr);
+        src.write(at + 16, &tm_payload(i));
+        let s = Sge {
+            addr: src.addr() + at as u64,
+            len: (16 + tm_payload(i).len()) as u32,
+            lkey: src.lkey(),
+        };
+        sq.send(Payload::Sges(&[s])).unwrap().post(Some(i));
+        sq.ring_doorbell();
+    }
+    let mut done = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while done < TM_TAGS + TM_UNEXPECTED {
+        assert!(Instant::now() < deadline, "{done} sends completed");
+        ctx.progress();
+        ring.poll(usize::MAX, |c| {
+            assert!(!c.is_error(), "{c:?}");
+            done += sq.complete(c, |_, _| {}) as u64;
+        });
+    }
+    let want =
+        format!("DONE tm added {TM_TAGS} matched {TM_TAGS} unexpected {TM_UNEXPECTED} bad 0");
+    assert_eq!(lines.next(), Some(want));
+    drop(child);
     Fabric::remove_if_unused(&fabric);
 }

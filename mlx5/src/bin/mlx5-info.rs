@@ -3,6 +3,7 @@
 //! BlueFlame size, max inline); and the software devices.
 
 use clap::Parser;
+use mlx5::device::TmCaps;
 use mlx5::hw::{self, HwContext, HwError};
 
 /// List RDMA devices (hardware through rdma-core, and the software mlx5 device).
@@ -49,6 +50,21 @@ fn formats(f: u32) -> String {
     v.join("|")
 }
 
+/// A device's tag matching, as `ibv_devinfo -v` puts it.
+fn tm(t: &TmCaps) -> String {
+    if t.max_num_tags == 0 {
+        return "not supported".into();
+    }
+    format!(
+        "{} tags, {} outstanding ops, {} SGE, rendezvous header {} B{}",
+        t.max_num_tags,
+        t.max_ops,
+        t.max_sge,
+        t.max_rndv_hdr_size,
+        if t.rc { ", RC" } else { "" }
+    )
+}
+
 fn show_hw(name: &str) -> Result<(), HwError> {
     let d = hw::query_device(name)?;
     println!(
@@ -85,6 +101,7 @@ fn show_hw(name: &str) -> Result<(), HwError> {
             Err(e) => println!("    blueflame/inline: probe failed: {e}"),
         }
     }
+    println!("    tag_matching:    {}", tm(&d.tm));
     for p in &d.ports {
         println!("    port: {}", p.num);
         println!(
@@ -170,6 +187,7 @@ fn show_sim(fabric: &str, name: &str) {
             println!("    scatter_to_cqe:  32 B (64 B CQEs), 64 B (128 B CQEs)");
             println!("    blueflame:       256 B per half (an ordinary page)");
             println!("    max_inline:      per QP (QpCaps::max_inline, default 256 B)");
+            println!("    tag_matching:    {}", tm(&c.tm_caps()));
             println!("    exec_mode:       {:?}", c.exec_mode());
         }
         Err(e) => println!("{name}: {e}"),

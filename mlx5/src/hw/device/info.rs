@@ -8,6 +8,7 @@ use super::{nonnull, verb};
 use crate::hw::ctx::Ctx;
 use crate::hw::ffi::*;
 use crate::hw::loader::{verbs, HwError, Verbs};
+use crate::types::TmCaps;
 
 /// A GID table entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +78,9 @@ pub struct DeviceInfo {
     pub ports: Vec<PortInfo>,
     /// mlx5 capabilities (mlx5 devices only).
     pub mlx5: Option<Mlx5Caps>,
+    /// Tag matching (all zero without: `ibv_devinfo -v`'s "tag matching
+    /// not supported").
+    pub tm: TmCaps,
 }
 
 /// The device list, freed on drop.
@@ -269,5 +273,6 @@ pub fn query_device(name: &str) -> Result<DeviceInfo, HwError> {
         max_srq_wr: a.max_srq_wr,
         ports,
         mlx5: if c.is_mlx5 { Some(mlx5_caps(c)?) } else { None },
+        tm: super::tm::tm_caps_of(c)?,
     })
 }
