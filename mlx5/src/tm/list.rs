@@ -104,16 +104,21 @@ impl<U> TagList<U> {
         TagHandle(h)
     }
 
+    /// Whether a REMOVE of `h` may be posted: it is in the list, and no
+    /// REMOVE of it is posted yet.
+    pub(super) fn removable(&self, h: TagHandle) -> bool {
+        self.entries
+            .get(usize::from(h.0))
+            .is_some_and(|e| e.expect != 0 && !e.removing)
+    }
+
     /// Marks `h` as being removed by a posted REMOVE (with `signaled` its
-    /// CQE is awaited). False if `h` is not in the list, or is being
-    /// removed already.
+    /// CQE is awaited). False if it was not [`removable`](Self::removable).
     pub(super) fn removing(&mut self, h: TagHandle, signaled: bool) -> bool {
-        let Some(e) = self.entries.get_mut(usize::from(h.0)) else {
-            return false;
-        };
-        if e.expect == 0 || e.removing {
+        if !self.removable(h) {
             return false;
         }
+        let e = &mut self.entries[usize::from(h.0)];
         e.removing = true;
         e.expect += u8::from(signaled);
         true

@@ -242,15 +242,15 @@ impl<U> TmSrq<U> {
     /// Takes `tag` back. Its [`TmEvent::Removed`] says whether a message
     /// consumed it first.
     pub fn remove(&mut self, tag: TagHandle) -> Result<(), TmError> {
-        if !self.list.in_use(tag) {
+        // Checked before the WQE is built: building may pad the ring.
+        if !self.list.removable(tag) {
             return Err(TmError::NotInList(tag));
         }
         let cmd = TmCmd::remove(tag.index()).signaled();
-        let b = self.cmd.tm_command(&cmd, None)?;
-        if !self.list.removing(tag, true) {
-            return Err(TmError::NotInList(tag));
-        }
-        b.post(Some(TmOp(Op::Remove(tag))));
+        self.cmd
+            .tm_command(&cmd, None)?
+            .post(Some(TmOp(Op::Remove(tag))));
+        self.list.removing(tag, true);
         Ok(())
     }
 
