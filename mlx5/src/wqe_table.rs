@@ -217,7 +217,7 @@ impl<U> SendTable for OrderedSparse<U> {
 /// `wqe_counter` is not read: rdma-core matches command CQEs to commands in
 /// order, never by counter, and so does this table.
 #[derive(Debug)]
-pub struct CommandFifo<U>(OrderedCore<U>);
+pub struct CommandFifo<U>(OrderedSparse<U>);
 
 impl<U> SendTable for CommandFifo<U> {
     type Input = Option<U>;
@@ -225,7 +225,7 @@ impl<U> SendTable for CommandFifo<U> {
     const ALWAYS_SIGNALED: bool = false;
 
     fn with_capacity(wqe_cnt: u16) -> Self {
-        Self(OrderedCore::new(wqe_cnt))
+        Self(OrderedSparse::with_capacity(wqe_cnt))
     }
     #[inline(always)]
     fn has_room(&self, pi: u16, bbs: u16) -> bool {
@@ -233,18 +233,20 @@ impl<U> SendTable for CommandFifo<U> {
     }
     #[inline(always)]
     fn wants_signal(input: &Option<U>) -> bool {
-        input.is_some()
+        OrderedSparse::<U>::wants_signal(input)
     }
     #[inline(always)]
-    fn record(&mut self, start: u16, end: u16, input: Option<Option<U>>, _signaled: bool) {
-        self.0.record(start, end, input.flatten())
+    fn record(&mut self, start: u16, end: u16, input: Option<Option<U>>, signaled: bool) {
+        self.0.record(start, end, input, signaled)
     }
+    /// The oldest outstanding WQE with data (a signaled command) takes the
+    /// CQE, whatever counter it names.
     fn retire<F: FnMut(U, Option<&Completion<'_>>)>(
         &mut self,
         c: &Completion<'_>,
         mut f: F,
     ) -> usize {
-        let core = &mut self.0;
+        let core = &mut (self.0).0;
         let mut pos = core.ci;
         while pos != core.pi {
             let s = &mut core.slots[usize::from(pos & core.mask)];
@@ -259,7 +261,7 @@ impl<U> SendTable for CommandFifo<U> {
         0
     }
     fn outstanding(&self) -> u16 {
-        self.0.pi.wrapping_sub(self.0.ci)
+        self.0.outstanding()
     }
 }
 

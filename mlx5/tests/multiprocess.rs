@@ -87,6 +87,33 @@ fn spawn(test: &str, role: &str, fabric: &str, n: u64) -> KillOnDrop {
     KillOnDrop(child)
 }
 
+/// This process's side of a two-process test: device sim0 of `fabric`,
+/// a PD, one CQ and an RC QP completing on it, whose address goes to
+/// `child`.
+fn parent_qp(
+    fabric: &str,
+    child: &mut std::process::Child,
+) -> (
+    Context,
+    mlx5::device::Pd,
+    mlx5::device::Cq,
+    mlx5::device::Qp,
+) {
+    let ctx = Context::open_in(fabric, "sim0").unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
+        .unwrap();
+    writeln!(
+        child.stdin.as_mut().unwrap(),
+        "{}",
+        info_line(&qp.conn_info(), 0, 0)
+    )
+    .unwrap();
+    (ctx, pd, cq, qp)
+}
+
 fn messages() -> u64 {
     std::env::var("MLX5_MP_N")
         .ok()
@@ -333,18 +360,7 @@ fn a_peer_process_that_dies() {
     let mut child = spawn("a_peer_process_that_dies", "dying", &fabric, 0);
     let mut lines = child_lines(&mut child);
     let (peer, raddr, rkey) = parse_info(&lines.next().unwrap());
-    let ctx = Context::open_in(&fabric, "sim0").unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
-    let qp = ctx
-        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
-        .unwrap();
-    writeln!(
-        child.stdin.as_mut().unwrap(),
-        "{}",
-        info_line(&qp.conn_info(), 0, 0)
-    )
-    .unwrap();
+    let (ctx, pd, cq, qp) = parent_qp(&fabric, &mut child);
     qp.to_init().unwrap();
     qp.to_rtr(&RtrAttr::new(peer, 0)).unwrap();
     qp.to_rts(&RtsAttr {
@@ -997,19 +1013,8 @@ fn another_process_matches_tagged_messages_against_a_tag_list() {
     let mut child = spawn(test, "tm_receiver", &fabric, 0);
     let mut lines = child_lines(&mut child);
     let (peer, _, _) = parse_info(&lines.next().expect("receiver info"));
-    let ctx = Context::open_in(&fabric, "sim0").unwrap();
-    let pd = ctx.alloc_pd().unwrap();
+    let (ctx, pd, cq, qp) = parent_qp(&fabric, &mut child);
     let src = pd.alloc_mr(1 << 16, 0).unwrap();
-    let cq = ctx.create_cq(&CqAttr::default()).unwrap();
-    let qp = ctx
-        .create_qp(&pd, &cq, &cq, None, &QpCaps::default())
-        .unwrap();
-    writeln!(
-        child.stdin.as_mut().unwrap(),
-        "{}",
-        info_line(&qp.conn_info(), 0, 0)
-    )
-    .unwrap();
     connect(&qp, peer, RtsAttr::default());
     assert_eq!(lines.next().as_deref(), Some("DONE rts"));
     let mut sq = qp

@@ -20,19 +20,51 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// The one CQE of a message that matched `tag` and landed whole.
-fn whole(tag: TagHandle, id: u32, key: u64, len: u32, data: u32) -> TmEvent<u32> {
+/// A `Matched` event of `tag`: its header `(tag, app_ctx)` if the CQE
+/// reports the match, its length if it reports the data, and the tag's data
+/// if it is the tag's last; nothing cut, no rendezvous left to software.
+fn matched(
+    tag: TagHandle,
+    info: Option<(u64, u32)>,
+    len: Option<u32>,
+    data: Option<u32>,
+) -> TmEvent<u32> {
     TmEvent::Matched {
         tag,
-        info: Some(TagInfo {
-            tag: key,
-            app_ctx: id,
-        }),
-        len: Some(len),
+        info: info.map(|(tag, app_ctx)| TagInfo { tag, app_ctx }),
+        len,
         truncated: false,
         rndv_incomplete: false,
         imm: None,
-        data: Some(data),
+        data,
+    }
+}
+
+/// The one CQE of a message that matched `tag` and landed whole.
+fn whole(tag: TagHandle, id: u32, key: u64, len: u32, data: u32) -> TmEvent<u32> {
+    matched(tag, Some((key, id)), Some(len), Some(data))
+}
+
+/// `e` with its `truncated` and `rndv_incomplete` flags set as given.
+fn flagged(e: TmEvent<u32>, cut: bool, rndv: bool) -> TmEvent<u32> {
+    match e {
+        TmEvent::Matched {
+            tag,
+            info,
+            len,
+            imm,
+            data,
+            ..
+        } => TmEvent::Matched {
+            tag,
+            info,
+            len,
+            truncated: cut,
+            rndv_incomplete: rndv,
+            imm,
+            data,
+        },
+        e => e,
     }
 }
 
@@ -95,28 +127,8 @@ fn a_long_eager_message_completes_with_the_match_and_then_the_data() {
         let p = pattern(6000, 9);
         w.eager(77, &p, 0, 1);
         let ev = w.events(2);
-        let info = Some(TagInfo {
-            tag: 77,
-            app_ctx: 1,
-        });
-        let first = TmEvent::Matched {
-            tag: h,
-            info,
-            len: None,
-            truncated: false,
-            rndv_incomplete: false,
-            imm: None,
-            data: None,
-        };
-        let second = TmEvent::Matched {
-            tag: h,
-            info: None,
-            len: Some(6000),
-            truncated: false,
-            rndv_incomplete: false,
-            imm: None,
-            data: Some(5),
-        };
+        let first = matched(h, Some((77, 1)), None, None);
+        let second = matched(h, None, Some(6000), Some(5));
         assert_eq!(ev, [first, second], "{mode:?}");
         assert_eq!(w.tagged.to_vec(0, 6000), p);
         w.sender(1);
@@ -281,15 +293,7 @@ fn a_remove_before_the_message_wins_and_after_it_fails() {
         w.tm.remove(h).unwrap();
         w.tm.ring_doorbell();
         let first = w.events(2);
-        let matched = TmEvent::Matched {
-            tag: h,
-            info: Some(TagInfo { tag: 4, app_ctx: 2 }),
-            len: Some(16),
-            truncated: false,
-            rndv_incomplete: false,
-            imm: None,
-            data: None,
-        };
+        let matched = matched(h, Some((4, 2)), Some(16), None);
         let late = TmEvent::Removed {
             tag: h,
             removed: false,
@@ -313,15 +317,7 @@ fn an_eager_message_longer_than_its_buffer_is_cut_to_it() {
         let p = pattern(100, 4);
         w.eager(1, &p, 0, 1);
         let ev = w.events(1);
-        let want = TmEvent::Matched {
-            tag: h,
-            info: Some(TagInfo { tag: 1, app_ctx: 1 }),
-            len: Some(100),
-            truncated: true,
-            rndv_incomplete: false,
-            imm: None,
-            data: Some(1),
-        };
+        let want = flagged(matched(h, Some((1, 1)), Some(100), Some(1)), true, false);
         assert_eq!(ev, [want], "{mode:?}");
         assert_eq!(w.tagged.to_vec(0, 64), p[..64]);
         assert_eq!(
@@ -348,27 +344,8 @@ fn a_rendezvous_is_read_by_the_nic_and_answered_with_a_fin() {
         w.src.write(8192, &data);
         w.rndv(0xabc, (8192, 20000), 0, 42);
         let ev = w.events(2);
-        let first = TmEvent::Matched {
-            tag: h,
-            info: Some(TagInfo {
-                tag: 0xabc,
-                app_ctx: 42,
-            }),
-            len: None,
-            truncated: false,
-            rndv_incomplete: false,
-            imm: None,
-            data: None,
-        };
-        let second = TmEvent::Matched {
-            tag: h,
-            info: None,
-            len: Some(20000),
-            truncated: false,
-            rndv_incomplete: false,
-            imm: None,
-            data: Some(6),
-        };
+        let first = matched(h, Some((0xabc, 42)), None, None);
+        let second = matched(h, None, Some(20000), Some(6));
         assert_eq!(ev, [first, second], "{mode:?}");
         assert_eq!(w.tagged.to_vec(4096, 20000), data);
         let s = w.sender(2);
@@ -429,15 +406,7 @@ fn a_rendezvous_larger_than_the_buffer_is_left_to_software() {
         w.post_fin_receives(1);
         let h = add(&mut w, 2, (0, 64), 3);
         w.rndv(2, (8192, 10000), 0, 8);
-        let want = TmEvent::Matched {
-            tag: h,
-            info: Some(TagInfo { tag: 2, app_ctx: 8 }),
-            len: Some(32),
-            truncated: false,
-            rndv_incomplete: true,
-            imm: None,
-            data: Some(3),
-        };
+        let want = flagged(matched(h, Some((2, 8)), Some(32), Some(3)), false, true);
         assert_eq!(w.events(1), [want], "{mode:?}");
         let req = w.tagged.to_vec(0, 32);
         assert_eq!(
