@@ -54,8 +54,8 @@ enum Op {
 /// The send queue of a TM-SRQ's command QP, as [`TmSrq`] uses it.
 pub type CommandQueue = SendQueue<CommandFifo<TmOp>>;
 
-/// What a list command's CQE reports.
-#[derive(Debug, PartialEq, Eq)]
+/// What a CQE of a TM-SRQ's CQ reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TmEvent<U> {
     /// The NIC has appended `tag`.
     Added {

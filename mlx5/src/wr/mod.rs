@@ -20,11 +20,13 @@
 
 mod direct;
 mod status;
+mod tm;
 mod verbs;
 
 use std::collections::HashMap;
 
 pub use status::{WcOpcode, WcStatus};
+pub use tm::{TmId, TmWc};
 
 use crate::device::{Context, CqAttr, DeviceError, Pd, Qp, QpCaps};
 use crate::sq::Sge;

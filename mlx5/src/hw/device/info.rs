@@ -273,6 +273,6 @@ pub fn query_device(name: &str) -> Result<DeviceInfo, HwError> {
         max_srq_wr: a.max_srq_wr,
         ports,
         mlx5: if c.is_mlx5 { Some(mlx5_caps(c)?) } else { None },
-        tm: super::tm::tm_caps_of(c)?,
+        tm: crate::hw::vctx::tm_caps(c)?,
     })
 }

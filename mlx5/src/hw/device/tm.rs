@@ -10,52 +10,21 @@
 
 use super::context::HwContext;
 use super::cq::HwCq;
+use super::nonnull;
 use super::pd::HwPd;
 use super::qp::HwQp;
 use super::srq::HwSrq;
-use super::{nonnull, verb};
-use crate::hw::ctx::Ctx;
 use crate::hw::ffi::*;
 use crate::hw::loader::HwError;
 use crate::hw::vctx;
 use crate::types::{QpCaps, RtrAttr, RtsAttr, TmCaps, TmSrqAttr};
 
-/// Context `c`'s tag-matching capabilities; all zero when the device has
-/// none, or when the provider has no `query_device_ex` (as verbs.h's inline
-/// reports then).
-pub(super) fn tm_caps_of(c: &Ctx) -> Result<TmCaps, HwError> {
-    let Some(query) = vctx::query_device_ex(c) else {
-        return Ok(TmCaps::default());
-    };
-    let mut a = ibv_device_attr_ex::default();
-    // SAFETY: a live context; `a` is valid for the size given, a prefix the
-    // provider fills and no more.
-    let rc = unsafe {
-        query(
-            c.ctx.as_ptr(),
-            std::ptr::null(),
-            &mut a,
-            std::mem::size_of::<ibv_device_attr_ex>(),
-        )
-    };
-    if rc == libc::EOPNOTSUPP || rc == libc::ENOSYS {
-        return Ok(TmCaps::default());
-    }
-    verb("ibv_query_device_ex", rc)?;
-    let t = a.tm_caps;
-    Ok(TmCaps {
-        max_rndv_hdr_size: t.max_rndv_hdr_size,
-        max_num_tags: t.max_num_tags,
-        rc: t.flags & IBV_TM_CAP_RC != 0,
-        max_ops: t.max_ops,
-        max_sge: t.max_sge,
-    })
-}
-
 impl HwContext {
-    /// The device's tag-matching capabilities (see [`tm_caps_of`]).
+    /// The device's tag-matching capabilities; all zero when it has none,
+    /// or when the provider has no `query_device_ex` (as verbs.h's inline
+    /// reports then).
     pub fn tm_caps(&self) -> Result<TmCaps, HwError> {
-        tm_caps_of(&self.c)
+        vctx::tm_caps(&self.c)
     }
 
     /// Creates a tag-matching SRQ on `pd` whose completions go to `cq` (a
