@@ -35,12 +35,33 @@ fn wait(what: &str, most: Duration, done: impl FnMut() -> bool) -> Duration {
     test_support::wait_until(what, most, Duration::from_millis(5), done)
 }
 
-/// Starts a migration at the leader.
-fn start_migration(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: MemberId) {
-    let r = cc
-        .request(leader, &ControlRequest::Migrate { first, end, to })
-        .unwrap();
-    assert!(matches!(r, ControlReply::Started(_)), "{r:?}");
+/// Starts a migration at the leader, asked at `leader` and found as
+/// `kvs-admin` finds it: following `Keeper` answers (a member that is not
+/// the leader names it; under load leadership can move again after the
+/// test learned it) and waiting out `NoLeader`. Returns where it started.
+fn start_migration(
+    cc: &mut ControlClient,
+    leader: SocketAddr,
+    first: u32,
+    end: u32,
+    to: MemberId,
+) -> SocketAddr {
+    let mut at = leader;
+    for _ in 0..100 {
+        match cc
+            .request(at, &ControlRequest::Migrate { first, end, to })
+            .unwrap()
+        {
+            ControlReply::Started(_) => return at,
+            ControlReply::Keeper { addr } if addr.ip().is_unspecified() => {
+                at = SocketAddr::new(at.ip(), addr.port());
+            }
+            ControlReply::Keeper { addr } => at = addr,
+            ControlReply::NoLeader => std::thread::sleep(Duration::from_millis(50)),
+            r => panic!("migrating {first}..{end} to {to:?}: {r:?}"),
+        }
+    }
+    panic!("no leader took the migration of {first}..{end}");
 }
 
 /// Waits until the member at `at` says the migration is over, without error.
@@ -54,8 +75,8 @@ fn migration_over(cc: &mut ControlClient, at: SocketAddr) {
 
 /// Starts a migration at the leader and waits for its end.
 fn migrate(cc: &mut ControlClient, leader: SocketAddr, first: u32, end: u32, to: MemberId) {
-    start_migration(cc, leader, first, end, to);
-    migration_over(cc, leader);
+    let at = start_migration(cc, leader, first, end, to);
+    migration_over(cc, at);
 }
 
 /// Preloaded records: `p{i}`, 1 KiB each.
