@@ -137,6 +137,18 @@ pub enum ProtocolError {
     /// A malformed CTS entry.
     #[error("CTS entry: {0}")]
     Cts(#[from] CtsError),
+    /// An eager message that fits no receive: a position not ahead of
+    /// the receives, a tag other than the receive's, a receive of several
+    /// buffers, more bytes than its buffer, or a header that is not eager.
+    #[error("eager message for position {pos} on rail {rail}: {why}")]
+    Eager {
+        /// The rail.
+        rail: usize,
+        /// The FIFO position its header names.
+        pos: u64,
+        /// What does not fit.
+        why: &'static str,
+    },
 }
 
 /// Why a communicator closed. Once closed, every call returns

@@ -5,7 +5,7 @@
 use mlx5::device::ConnInfo;
 
 /// The current layout version of [`CommInfo`].
-pub const COMM_INFO_VERSION: u32 = 1;
+pub const COMM_INFO_VERSION: u32 = 2;
 
 /// One side's communicator, as its peer needs it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -16,6 +16,10 @@ pub struct CommInfo {
     pub depth: u32,
     /// Bytes per `size_q` unit (both sides must agree).
     pub granularity: u32,
+    /// Largest eager message this side sends and takes over tag matching
+    /// (0: none). Both sides use the smaller of the two, and only if every
+    /// rail of both has an eager QP.
+    pub eager_max: u32,
     /// Per rail (rail 0 first).
     pub rails: Vec<RailInfo>,
 }
@@ -39,6 +43,9 @@ pub struct RailInfo {
     pub records_addr: u64,
     /// See `records_addr`.
     pub records_rkey: u32,
+    /// The eager QP, on the rail's TM-SRQ (where the device has tag
+    /// matching).
+    pub eager_qp: Option<QpInfo>,
 }
 
 /// A QP of a [`RailInfo`].
@@ -63,6 +70,18 @@ impl RailInfo {
 }
 
 impl CommInfo {
+    /// The eager threshold both sides use with `peer`: the smaller of the
+    /// two, if every rail of both has an eager QP; else 0 (no eager
+    /// messages).
+    pub(crate) fn eager_with(&self, peer: &CommInfo) -> u32 {
+        let all = |i: &CommInfo| i.rails.iter().all(|r| r.eager_qp.is_some());
+        if all(self) && all(peer) {
+            self.eager_max.min(peer.eager_max)
+        } else {
+            0
+        }
+    }
+
     /// Checks that a peer's record fits this side's.
     pub(crate) fn check_peer(&self, peer: &CommInfo) -> Result<(), String> {
         if peer.version != COMM_INFO_VERSION {

@@ -13,8 +13,9 @@
 //!
 //! Per rail: a PD, a send CQ and a receive CQ, **one SRQ** holding generic
 //! zero-length receives that every QP of the rail draws from, **one CTS QP**
-//! and `qps_per_rail` **data QPs**. A communicator is bidirectional: either
-//! side may send and receive.
+//! and `qps_per_rail` **data QPs**; where the device has tag matching, a
+//! **TM-SRQ** with its own CQ, bounce buffers and **one eager QP**. A
+//! communicator is bidirectional: either side may send and receive.
 //!
 //! # The protocol
 //!
@@ -52,6 +53,20 @@
 //!    the mask; the receive completes when every rail in the mask has
 //!    signaled. The sender's request completes when each active rail's
 //!    signal completed.
+//!
+//! 5. **Eager transfers** (where every rail of both sides has tag matching,
+//!    and [`Config::eager_max`] is not 0 on either side; both use the
+//!    smaller value). A single-buffer `isend` of at most that many bytes
+//!    does not wait for a CTS: it SENDs a tag-matching header (`EAGER`,
+//!    `app_ctx` = tag, tag = FIFO position) and the data on rail
+//!    `position % rails`'s eager QP. A single-buffer `irecv` appends a tag
+//!    for its position with its buffer to that rail's TM-SRQ, so the NIC
+//!    places the data; a buffer larger than the threshold also writes its
+//!    CTS (the sender picks the path by its size), and the tag is removed if
+//!    the CTS path completes it. A message that beats its receive waits in
+//!    a bounce buffer for its `irecv`. Positions sent eagerly leave their
+//!    FIFO slot's entry older than the sender expects: `isend` takes any
+//!    older entry for "not yet".
 //!
 //! Peer bytes are input: an immediate for an unknown or completed slot, a
 //! duplicate, a mask that is not a subset of the rails, immediates of one
@@ -100,6 +115,7 @@ mod buffer;
 mod comm;
 pub mod conn;
 pub mod cts;
+mod eager;
 mod error;
 pub mod imm;
 mod info;
@@ -113,7 +129,9 @@ mod regcache;
 mod request;
 
 pub use buffer::{Buffer, Span};
-pub use comm::{pair, Comm, Config, PendingComm, Stats, MAX_RAILS, MAX_SIZE};
+pub use comm::{
+    pair, Comm, Config, PendingComm, Stats, DEFAULT_EAGER_MAX, MAX_EAGER, MAX_RAILS, MAX_SIZE,
+};
 pub use error::{CloseReason, CtsError, Error, ProtocolError, SetupError};
 pub use info::{CommInfo, QpInfo, RailInfo, COMM_INFO_VERSION};
 pub use policy::{PolicyKind, SplitPolicy, Telemetry};

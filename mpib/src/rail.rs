@@ -15,6 +15,7 @@ use mlx5::device::{access, Context, Mr, QpCaps, RtrAttr, RtsAttr};
 use mlx5::wr::{CqId, Domain, QpId, SrqId};
 
 use crate::cts::{ENTRY_LEN, MAX_BUFFERS};
+use crate::eager::EagerRail;
 use crate::error::SetupError;
 use crate::info::{QpInfo, RailInfo};
 use crate::record::RECORD_LEN;
@@ -30,6 +31,8 @@ pub(crate) struct Sizing {
     pub qps: usize,
     pub srq_high: usize,
     pub send_requests: usize,
+    /// Largest eager message (0: no tag matching).
+    pub eager_max: usize,
 }
 
 /// Where the peer's inbox on this rail is.
@@ -54,6 +57,8 @@ pub(crate) struct Rail {
     /// Receives posted on the SRQ and not yet consumed (as far as polled).
     pub srq_outstanding: u32,
     pub peer: PeerRail,
+    /// Tag matching for eager messages, where the device has it.
+    pub eager: Option<EagerRail>,
     depth: usize,
 }
 
@@ -103,6 +108,7 @@ impl Rail {
         let staging = dom
             .pd()
             .alloc_mr(s.depth * (ENTRY_LEN + RECORD_LEN), access::LOCAL_WRITE)?;
+        let eager = EagerRail::new(&mut dom, scq, (s.depth, s.eager_max, s.send_requests))?;
         Ok(Rail {
             dom,
             scq,
@@ -115,6 +121,7 @@ impl Rail {
             staging,
             srq_outstanding: 0,
             peer: PeerRail::default(),
+            eager,
             depth: s.depth,
         })
     }
@@ -149,6 +156,7 @@ impl Rail {
             fifo_rkey: self.inbox.rkey(),
             records_addr: self.inbox.addr() + (self.depth * ENTRY_LEN) as u64,
             records_rkey: self.inbox.rkey(),
+            eager_qp: self.eager.as_ref().map(|e| e.info(&self.dom)),
         }
     }
 
@@ -174,6 +182,14 @@ impl Rail {
             };
             qp.connect(&RtrAttr::new(peer.conn(p), access::REMOTE_WRITE), &rts)?;
         }
+        if let (Some(e), Some(q)) = (&self.eager, peer.eager_qp) {
+            let rts = RtsAttr {
+                sq_psn: self.dom.qp(e.qp).conn_info().psn,
+                retry_cnt: TRANSPORT_RETRIES,
+                ..RtsAttr::default()
+            };
+            e.connect(&self.dom, peer, q, rts)?;
+        }
         self.peer = PeerRail {
             fifo_addr: peer.fifo_addr,
             fifo_rkey: peer.fifo_rkey,
@@ -193,7 +209,11 @@ impl Rail {
     /// Moves every QP to ERR: nothing more is sent, and the peer's writes
     /// into this side's memory stop.
     pub fn shut(&self) {
-        for &q in std::iter::once(&self.cts_qp).chain(&self.data_qps) {
+        let eager = self.eager.as_ref().map(|e| e.qp);
+        for q in std::iter::once(self.cts_qp)
+            .chain(self.data_qps.iter().copied())
+            .chain(eager)
+        {
             let _ = self.dom.qp(q).to_err();
         }
     }

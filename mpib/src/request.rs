@@ -169,6 +169,17 @@ pub(crate) struct RecvSlot {
     pub first_imm: u32,
     /// Received sizes, once done.
     pub sizes: [u32; MAX_BUFFERS],
+    /// The tag this receive appended for an eager message (its FIFO
+    /// position), while it is in the list.
+    pub tm_tag: Option<mlx5::tm::TagHandle>,
+    /// The transfer's tag (an eager message's `app_ctx` must equal it).
+    pub tag: u32,
+    /// The one buffer of a single-buffer receive: (address, bytes), and
+    /// its lkey on each rail, for an eager message.
+    pub buf: (u64, u64),
+    pub lkeys: [u32; 2],
+    /// The receive's FIFO position.
+    pub pos: u64,
 }
 
 impl RecvSlot {
@@ -181,6 +192,11 @@ impl RecvSlot {
         seen: 0,
         first_imm: 0,
         sizes: [0; MAX_BUFFERS],
+        tm_tag: None,
+        tag: 0,
+        buf: (0, 0),
+        lkeys: [0; 2],
+        pos: 0,
     };
 }
 

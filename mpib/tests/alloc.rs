@@ -43,9 +43,15 @@ fn allocs() -> u64 {
 
 #[test]
 fn steady_state_transfers_allocate_nothing() {
-    for policy in [PolicyKind::Adaptive, PolicyKind::Static(0.5)] {
+    let runs = [
+        (PolicyKind::Adaptive, 0),
+        (PolicyKind::Static(0.5), 0),
+        (PolicyKind::Static(0.5), mpib::DEFAULT_EAGER_MAX),
+    ];
+    for (policy, eager_max) in runs {
         let c = Config {
             policy,
+            eager_max,
             ..Config::default()
         };
         let mut w = world("alloc", ExecMode::Inline, 2, &c);
@@ -76,7 +82,17 @@ fn steady_state_transfers_allocate_nothing() {
         let before = allocs();
         run(&mut w, 2000);
         let n = allocs() - before;
-        assert_eq!(n, 0, "{n} allocations in 2000 transfers ({policy:?})");
-        assert!(w.a.stats().fast_path >= 1000 && w.a.stats().record_path >= 1000);
+        assert_eq!(
+            n, 0,
+            "{n} allocations in 2000 transfers ({policy:?}, eager up to {eager_max} B)"
+        );
+        // One buffer: the fast path, or eager over tag matching.
+        let st = w.a.stats();
+        let single = if eager_max == 0 {
+            st.fast_path
+        } else {
+            st.eager_sends
+        };
+        assert!(single >= 1000 && st.record_path >= 1000, "{st:?}");
     }
 }

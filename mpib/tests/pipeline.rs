@@ -29,6 +29,30 @@ fn thousands_of_transfers_never_meet_an_empty_srq() {
     assert!(a.fast_path > 500 && a.record_path > 500, "{a:?}");
 }
 
+/// Thousands of pipelined transfers, eager ones (one buffer up to the
+/// threshold, over tag matching, no CTS) among CTS ones, every byte checked:
+/// both paths carry traffic, and messages that beat their receive are
+/// parked and delivered.
+#[test]
+fn eager_and_cts_transfers_interleave() {
+    let c = Config {
+        eager_max: mpib::DEFAULT_EAGER_MAX,
+        ..pipeline::srq_config()
+    };
+    let mut w = world("eager", ExecMode::Inline, 2, &c);
+    let run = Run {
+        seed: 11,
+        count: 3000,
+        window: pipeline::WINDOW,
+        grouped: true,
+        patience: SIM_PATIENCE,
+    };
+    pipeline::pipeline(&mut w.a, &mut w.b, &run, || {});
+    let (a, b) = (w.a.stats(), w.b.stats());
+    assert!(a.eager_sends > 500 && a.record_path > 500, "{a:?}");
+    assert_eq!(b.eager_recvs, a.eager_sends, "{b:?}");
+}
+
 /// A short run in `w`: `count` transfers, `window` in flight.
 fn short_run(w: &mut World, seed: u64, count: u64, window: usize, grouped: bool) {
     let run = Run {
@@ -58,6 +82,8 @@ fn deferred_runs(seeds: std::ops::Range<u64>) {
             depth: 4 + rng.below(5) as usize,
             qps_per_rail: 1 + rng.below(2) as usize,
             granularity: [1u32, 128, 4096][rng.below(3) as usize],
+            // No eager transfers, some, or most (over tag matching).
+            eager_max: [0, 1024, mpib::DEFAULT_EAGER_MAX][rng.below(3) as usize],
             ..Config::default()
         };
         let mode = ExecMode::Deferred {

@@ -1,5 +1,7 @@
 //! Transfers on two software devices per side: every split, grouped
-//! receives, both size paths, one rail, and the rail-selection rules.
+//! receives, both size paths, one rail, and the rail-selection rules. The
+//! CTS protocol itself, as on rxe (which runs the same bodies and has no tag
+//! matching): eager transfers are off here; `tests/eager.rs` has them.
 
 mod support;
 
@@ -8,16 +10,21 @@ use mpib::{Config, PolicyKind};
 use support::transfers;
 use support::*;
 
-fn cfg(policy: PolicyKind) -> Config {
+/// The default configuration without eager transfers.
+fn base() -> Config {
     Config {
-        policy,
+        eager_max: 0,
         ..Config::default()
     }
 }
 
+fn cfg(policy: PolicyKind) -> Config {
+    Config { policy, ..base() }
+}
+
 #[test]
 fn every_split_delivers_every_byte() {
-    let mut w = world("split", ExecMode::Inline, 2, &Config::default());
+    let mut w = world("split", ExecMode::Inline, 2, &base());
     transfers::every_split(&mut w.a, &mut w.b, &[1, 64, 100, 4096, 65_536, 1_000_003]);
 }
 
@@ -47,7 +54,7 @@ fn beyond_size_q_takes_the_record_path() {
     let c = Config {
         granularity: 1,
         policy: PolicyKind::Static(0.5),
-        ..Config::default()
+        ..base()
     };
     let mut w = world("big", ExecMode::Inline, 2, &c);
     transfers::beyond_size_q(&mut w.a, &mut w.b);
@@ -55,13 +62,13 @@ fn beyond_size_q_takes_the_record_path() {
 
 #[test]
 fn one_rail() {
-    let mut w = world("one", ExecMode::Inline, 1, &Config::default());
+    let mut w = world("one", ExecMode::Inline, 1, &base());
     transfers::one_rail(&mut w.a, &mut w.b, 200);
 }
 
 #[test]
 fn cts_alternates_devices_and_signals_by_parity() {
-    let mut w = world("cts", ExecMode::Inline, 2, &Config::default());
+    let mut w = world("cts", ExecMode::Inline, 2, &base());
     transfers::cts_by_parity(&mut w.a, &mut w.b);
 }
 
@@ -70,7 +77,7 @@ fn data_qps_round_robin_one_per_request() {
     let c = Config {
         qps_per_rail: 3,
         depth: 16,
-        ..Config::default()
+        ..base()
     };
     let mut w = world("rr", ExecMode::Inline, 2, &c);
     transfers::round_robin_whole_requests(&mut w.a, &mut w.b);

@@ -7,6 +7,7 @@
 //! ```text
 //! mpib-bench --spawn                                     # both processes on this host (software device)
 //! mpib-bench --spawn --link-gbps 24,8 --policy adaptive  # two rails of unequal speed
+//! mpib-bench --spawn --latency --sizes 8,4K              # ping-pong: half round trips
 //! mpib-bench server --listen 0.0.0.0:7100 --devices mlx5_0,mlx5_1
 //! mpib-bench client --connect host:7100 --devices mlx5_0,mlx5_1
 //! mpirun -np 2 mpib-bench mpi                            # feature `mpi`: rank 0 sends to rank 1
@@ -23,6 +24,9 @@ use mlx5::sim::fabric::{fabric_name_from_env, Fabric};
 use mlx5::sim::link::Link;
 use mpib::conn::{connect_with, Listener};
 use mpib::{Buffer, CloseReason, Comm, Config, Error, PolicyKind, Request};
+
+#[path = "mpib-bench/latency.rs"]
+mod latency;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -84,6 +88,11 @@ struct Common {
     /// FIFO slots: receives the receiver keeps posted.
     #[arg(long, default_value_t = 32)]
     depth: usize,
+    /// Largest single-buffer transfer sent eagerly over tag matching, with
+    /// no CTS (where both sides' devices have it; 0: never). Both sides
+    /// use the smaller of their two values.
+    #[arg(long, default_value_t = mpib::DEFAULT_EAGER_MAX)]
+    eager_max: usize,
 }
 
 /// What the sender is told.
@@ -116,6 +125,11 @@ struct SendArgs {
     /// Transfers in flight (at most --depth).
     #[arg(long)]
     window: Option<usize>,
+    /// Ping-pong instead of streaming: the receiver sends each transfer
+    /// back, and each size prints the half round trip (median and p99), as
+    /// ucx_perftest's tag_lat does.
+    #[arg(long)]
+    latency: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -140,7 +154,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 /// A failure, said plainly; the process exits 1.
 #[derive(Debug, thiserror::Error)]
-enum BenchError {
+pub(crate) enum BenchError {
     #[error("{0}")]
     Usage(String),
     #[error("device {name}: {source}")]
@@ -187,6 +201,7 @@ fn config(c: &Common, policy: PolicyKind) -> Config {
         qps_per_rail: c.qps,
         depth: c.depth,
         policy,
+        eager_max: c.eager_max,
         ..Config::default()
     }
 }
@@ -234,14 +249,21 @@ fn serve(c: &Common, listen: SocketAddr, once: bool) -> Result<(), BenchError> {
     println!("listening {}", listener.local_addr()?);
     loop {
         let pending = listener.accept_pending()?;
-        let max = pending
-            .private_data()
-            .try_into()
+        // The largest size, then 1 if the sender wants its transfers back.
+        let data = pending.private_data();
+        let max = data
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes)
-            .map_err(|_| BenchError::Usage("sender sent no size".into()))?;
+            .ok_or_else(|| BenchError::Usage("sender sent no size".into()))?;
+        let echo = data.get(8) == Some(&1);
         // The sender's policy is its own business; the receiver's is unused.
         let mut comm = pending.establish(&devs, &config(c, PolicyKind::default()), &[])?;
-        receive(&mut comm, max)?;
+        if echo {
+            latency::echo(&mut comm, max)?;
+        } else {
+            receive(&mut comm, max)?;
+        }
         if once {
             return Ok(());
         }
@@ -311,10 +333,16 @@ fn send_main(a: &SendArgs) -> Result<(), BenchError> {
     }
     let devs = open_rails(&common, 0)?;
     let max = a.sizes.iter().copied().max().unwrap_or(0);
-    let (mut comm, _) = connect_with(addr, &devs, &config(&common, a.policy), &max.to_le_bytes())
+    let mut private = max.to_le_bytes().to_vec();
+    private.push(u8::from(a.latency));
+    let (mut comm, _) = connect_with(addr, &devs, &config(&common, a.policy), &private)
         .map_err(|source| BenchError::Connect { addr, source })?;
     print_header(a, &devs);
-    let r = run_sizes(&mut comm, a);
+    let r = if a.latency {
+        latency::run(&mut comm, &a.sizes, a.duration)
+    } else {
+        run_sizes(&mut comm, a)
+    };
     comm.close();
     drop(comm);
     if let Some(mut ch) = child {
@@ -364,6 +392,7 @@ fn spawn_receiver(c: &Common) -> Result<(std::process::Child, SocketAddr), Bench
         .args(["--rails", &c.rails.to_string()])
         .args(["--qps", &c.qps.to_string()])
         .args(["--depth", &c.depth.to_string()])
+        .args(["--eager-max", &c.eager_max.to_string()])
         .stdout(Stdio::piped());
     if let Some(f) = &c.fabric {
         cmd.args(["--fabric", f]);
@@ -392,13 +421,18 @@ fn print_header(a: &SendArgs, devs: &[Context]) {
         let g: Vec<String> = a.link_gbps.iter().map(|g| format!("{g}")).collect();
         format!("links {} Gbit/s", g.join(" + "))
     };
+    let mode = if a.latency {
+        "ping-pong".to_owned()
+    } else {
+        format!("window {}", window(a))
+    };
     println!(
-        "# mpib-bench: {} rail(s) ({}), policy {:?}, {} QPs per rail, window {}, {links}, {} s per size",
+        "# mpib-bench: {} rail(s) ({}), policy {:?}, {} QPs per rail, {mode}, eager up to {} B, {links}, {} s per size",
         a.common.rails,
         names.join("+"),
         a.policy,
         a.common.qps,
-        window(a),
+        a.common.eager_max,
         a.duration
     );
 }
@@ -498,6 +532,11 @@ fn memcpy_gbps(size: usize, secs: f64) -> f64 {
 fn mpi_main(a: &SendArgs) -> Result<(), BenchError> {
     use mpi::collective::CommunicatorCollectives;
     use mpi::traits::Communicator;
+    if a.latency {
+        return Err(BenchError::Usage(
+            "--latency runs between two processes of --spawn, or server and client".into(),
+        ));
+    }
     let universe =
         mpi::initialize().ok_or_else(|| BenchError::Usage("MPI is initialised already".into()))?;
     let world = universe.world();

@@ -7,6 +7,7 @@
 //! | `send` | `isend`: the split, the fast and record paths, send completions |
 //! | `recv` | `irecv`, `test`: CTS entries, immediates, mask learning, SRQ refill |
 
+mod eager;
 mod recv;
 mod send;
 mod setup;
@@ -24,7 +25,7 @@ use crate::regcache::{RegCache, RegStats, Region};
 use crate::request::{RecvSlot, SendPool};
 
 use setup::Resolved;
-pub use setup::{pair, Config, PendingComm};
+pub use setup::{pair, Config, PendingComm, DEFAULT_EAGER_MAX, MAX_EAGER};
 
 /// Most bytes one buffer of a transfer may have (the records carry 32-bit
 /// sizes; one work request moves at most 2 GiB).
@@ -69,6 +70,13 @@ pub struct Stats {
     /// Fewest receives left on each rail's SRQ after an immediate was polled
     /// (never 0 while the water marks keep ahead of the peer).
     pub srq_min_outstanding: [u32; 2],
+    /// Sends that went eagerly over tag matching (no CTS).
+    pub eager_sends: u64,
+    /// Receives an eager message completed.
+    pub eager_recvs: u64,
+    /// Eager messages that came before their tag could match (parked in a
+    /// bounce buffer, or matched in software).
+    pub unexpected: u64,
 }
 
 /// A dual-rail (or single-rail) communicator with one peer. See the crate
@@ -86,6 +94,11 @@ pub struct Comm {
     recv_pos: u64,
     slots: Vec<RecvSlot>,
     wcs: Vec<Wc>,
+    /// The eager threshold both sides use (0: no tag matching).
+    eager: u64,
+    /// Eager messages that came before their receive.
+    parked: Vec<eager::Parked>,
+    tm_wcs: Vec<mlx5::wr::TmWc>,
     regs: RegCache,
     liveness: Liveness,
     closed: Option<CloseReason>,
@@ -264,6 +277,7 @@ impl Comm {
         }
         self.calls = self.calls.wrapping_add(1);
         self.poll_recvs();
+        self.poll_eager();
         self.poll_sends();
         self.refill();
         if self.calls % LIVENESS_EVERY == 0 && self.closed.is_none() && self.liveness.peer_gone() {

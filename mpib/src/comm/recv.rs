@@ -32,17 +32,22 @@ impl Comm {
         if self.slots[s].state != SlotState::Idle {
             return Ok(None);
         }
+        let eager = self.is_eager_recv(bufs);
+        // A receive that takes an eager message only needs no CTS: no
+        // sender takes the CTS path into it.
+        if eager && bufs[0].len <= self.eager {
+            return self.irecv_eager_only(bufs, tag, slot, pos);
+        }
         let nrails = self.rails.len();
         let r = s % nrails;
         let mut desc = [CtsBuffer::default(); MAX_BUFFERS];
-        let mut posted = [0u32; MAX_BUFFERS];
+
         for (i, b) in bufs.iter().enumerate() {
             desc[i] = CtsBuffer {
                 addr: b.addr,
                 size: b.len as u32,
                 rkeys: b.rkeys,
             };
-            posted[i] = b.len as u32;
         }
         let mut raw = [0u8; ENTRY_LEN];
         if let Some(mut e) = CtsEntry::new_checked(&mut raw[..]) {
@@ -77,26 +82,68 @@ impl Comm {
                 why: why.to_string(),
             });
         }
-        let st = &mut self.slots[s];
-        st.gen = st.gen.wrapping_add(1);
-        st.state = SlotState::Active;
-        st.nreqs = bufs.len() as u8;
-        st.posted = posted;
-        st.expected = 0;
-        st.seen = 0;
-        st.first_imm = 0;
-        st.sizes = [0; MAX_BUFFERS];
-        let gen = st.gen;
-        self.recv_pos += 1;
-        self.stats.recvs += 1;
+        let gen = self.activate(bufs, tag, slot, pos);
         self.stats.cts[r] += 1;
         self.stats.cts_signaled[r] += u64::from(signaled);
+        if eager {
+            // A sender may still send it eagerly: its tag too.
+            self.recv_eager(s, pos)?;
+        }
         Ok(Some(Request {
             comm: self.id,
             kind: Kind::Recv,
             index: u16::from(slot),
             gen,
         }))
+    }
+
+    /// Whether a receive of `bufs` may take an eager message.
+    fn is_eager_recv(&self, bufs: &[Span]) -> bool {
+        self.eager > 0 && bufs.len() == 1
+    }
+
+    /// `irecv` of one buffer no larger than the eager threshold: only a tag
+    /// (or a message that came first), no CTS.
+    fn irecv_eager_only(
+        &mut self,
+        bufs: &[Span],
+        tag: u32,
+        slot: u8,
+        pos: u64,
+    ) -> Result<Option<Request>, Error> {
+        let gen = self.activate(bufs, tag, slot, pos);
+        self.recv_eager(usize::from(slot), pos)?;
+        Ok(Some(Request {
+            comm: self.id,
+            kind: Kind::Recv,
+            index: u16::from(slot),
+            gen,
+        }))
+    }
+
+    /// Makes slot `slot` the Active receive of `bufs` at position `pos`;
+    /// returns its generation.
+    fn activate(&mut self, bufs: &[Span], tag: u32, slot: u8, pos: u64) -> u32 {
+        let st = &mut self.slots[usize::from(slot)];
+        st.gen = st.gen.wrapping_add(1);
+        st.state = SlotState::Active;
+        st.nreqs = bufs.len() as u8;
+        st.posted = [0; MAX_BUFFERS];
+        for (p, b) in st.posted.iter_mut().zip(bufs) {
+            *p = b.len as u32;
+        }
+        st.expected = 0;
+        st.seen = 0;
+        st.first_imm = 0;
+        st.sizes = [0; MAX_BUFFERS];
+        st.tm_tag = None;
+        st.tag = tag;
+        st.buf = (bufs[0].addr, bufs[0].len);
+        st.lkeys = bufs[0].lkeys;
+        st.pos = pos;
+        self.recv_pos += 1;
+        self.stats.recvs += 1;
+        st.gen
     }
 
     /// Makes progress and reports whether `req` is done: `Ok(Some(sizes))`
@@ -267,6 +314,8 @@ impl Comm {
             }
         }
         st.state = SlotState::Done;
+        // An eager message can no longer come for it.
+        self.drop_tag(usize::from(slot));
         Ok(())
     }
 

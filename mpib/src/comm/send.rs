@@ -44,6 +44,9 @@ impl Comm {
         if self.sends.in_use() == self.res.sizing.send_requests {
             return Ok(None);
         }
+        if self.is_eager(bufs) {
+            return self.isend_eager(&bufs[0], tag);
+        }
         let depth = self.res.depth as u64;
         let pos = self.send_pos;
         let slot = (pos % depth) as u8;
@@ -57,7 +60,10 @@ impl Comm {
         let head = u64::from_le_bytes([
             raw[0], raw[1], raw[2], raw[3], raw[4], raw[5], raw[6], raw[7],
         ]);
-        if head == old {
+        // With eager transfers, positions sent eagerly leave their slot's
+        // last CTS older than `old` (or never replace it): any older head
+        // is "not yet".
+        if head == old || (self.eager > 0 && head < seq) {
             return Ok(None);
         }
         // The head changed: read the whole entry once, then judge the copy.
@@ -66,7 +72,7 @@ impl Comm {
         let Some(e) = CtsEntry::new_checked(&raw[..]) else {
             return Err(Error::Invalid("entry"));
         };
-        if e.seq() == seq && e.seq_tail() == old {
+        if e.seq() == seq && (e.seq_tail() == old || (self.eager > 0 && e.seq_tail() < seq)) {
             // Still being written.
             return Ok(None);
         }

@@ -38,7 +38,16 @@ pub struct Config {
     /// Sends outstanding at once (the send request pool). Default:
     /// `2 * depth`.
     pub send_requests: Option<usize>,
+    /// Largest single-buffer transfer sent eagerly over tag matching, with
+    /// no CTS round trip, where every rail of both sides has it (0: never).
+    /// Both sides use the smaller value. Default [`DEFAULT_EAGER_MAX`].
+    pub eager_max: usize,
 }
+
+/// The default [`Config::eager_max`].
+pub const DEFAULT_EAGER_MAX: usize = 8192;
+/// The largest [`Config::eager_max`].
+pub const MAX_EAGER: usize = 64 * 1024;
 
 impl Default for Config {
     fn default() -> Self {
@@ -50,6 +59,7 @@ impl Default for Config {
             srq_low: None,
             srq_high: None,
             send_requests: None,
+            eager_max: DEFAULT_EAGER_MAX,
         }
     }
 }
@@ -93,6 +103,12 @@ impl Config {
         if !(1..=4096).contains(&send_requests) {
             return bad(format!("{send_requests} send requests (1..=4096)"));
         }
+        if self.eager_max > MAX_EAGER {
+            return bad(format!(
+                "eager_max {} (at most {MAX_EAGER})",
+                self.eager_max
+            ));
+        }
         Ok(Resolved {
             depth: self.depth,
             granularity: self.granularity,
@@ -103,6 +119,7 @@ impl Config {
                 qps: self.qps_per_rail,
                 srq_high,
                 send_requests,
+                eager_max: self.eager_max,
             },
         })
     }
@@ -142,6 +159,7 @@ impl PendingComm {
             version: COMM_INFO_VERSION,
             depth: res.depth as u32,
             granularity: res.granularity,
+            eager_max: cfg.eager_max as u32,
             rails: rails.iter().map(Rail::info).collect(),
         };
         Ok(PendingComm {
@@ -183,6 +201,9 @@ impl PendingComm {
             recv_pos: 0,
             slots: vec![RecvSlot::IDLE; self.res.depth],
             wcs: Vec::with_capacity(POLL_BATCH),
+            eager: u64::from(self.info.eager_with(peer)),
+            parked: Vec::with_capacity(crate::eager::BOUNCES * n),
+            tm_wcs: Vec::with_capacity(POLL_BATCH),
             regs: RegCache::default(),
             liveness,
             closed: None,
@@ -200,6 +221,9 @@ impl PendingComm {
                 srq_posted: [srq_posted, if n == 2 { srq_posted } else { 0 }],
                 srq_consumed: [0; 2],
                 srq_min_outstanding: [self.res.srq_high as u32; 2],
+                eager_sends: 0,
+                eager_recvs: 0,
+                unexpected: 0,
             },
             cfg: self.cfg,
             res: self.res,

@@ -63,6 +63,8 @@ pub const CFG: Config = Config {
     srq_low: None,
     srq_high: None,
     send_requests: None,
+    // The fake peer offers no eager QP: the CTS path, whatever this says.
+    eager_max: 0,
 };
 
 /// A victim communicator on `vdevs` connected to a raw peer on `fdevs`.
@@ -101,6 +103,7 @@ pub fn victim(vdevs: &[Context], fdevs: &[Context], patience: Duration) -> (Comm
             fifo_rkey: mem.rkey(),
             records_addr: mem.addr() + 8 * ENTRY_LEN as u64,
             records_rkey: mem.rkey(),
+            eager_qp: None,
         });
         rails.push(FakeRail {
             dom,
@@ -114,6 +117,7 @@ pub fn victim(vdevs: &[Context], fdevs: &[Context], patience: Duration) -> (Comm
         version: COMM_INFO_VERSION,
         depth: 8,
         granularity: 128,
+        eager_max: 0,
         rails: infos,
     };
     let comm = p.connect(&finfo).unwrap();

@@ -193,6 +193,9 @@ pub fn srq_config() -> Config {
         policy: PolicyKind::Adaptive,
         depth: 32,
         qps_per_rail: 2,
+        // The immediates' SRQ is what this watches: every transfer takes
+        // the CTS path.
+        eager_max: 0,
         ..Config::default()
     }
 }
