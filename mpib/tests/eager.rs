@@ -3,7 +3,8 @@
 //! (parked in a bounce buffer, or arriving while the receive's tag cannot
 //! match yet) are delivered; a receive larger than the threshold takes an
 //! eager message or a CTS transfer, whichever the sender picks; peers
-//! without tag matching keep the CTS path. Inline and deferred.
+//! without tag matching keep the CTS path; an eager message that fits no
+//! receive is refused with its reason. Inline and deferred.
 
 mod support;
 
@@ -196,5 +197,78 @@ fn a_cts_transfer_in_a_slot_used_only_eagerly_waits_for_its_cts() {
         let (sent, got) = wait_both(a, &s, b, &r);
         assert_eq!((sent.total(), got.total()), (200, 200));
         assert_eq!(dst[1].to_vec(0, 100).unwrap(), pattern(91, 100));
+    }
+}
+
+/// An eager message that fits no receive closes the receiver's
+/// communicator with the reason: a tag other than the receive's, or more
+/// bytes than its buffer, whether it came before its receive or matched
+/// its tag.
+#[test]
+fn an_eager_message_that_fits_no_receive_is_refused() {
+    use mpib::{CloseReason, Error, ProtocolError};
+    // (sent bytes, its tag, receive buffer, receive's tag, receive first)
+    let cases = [
+        (64, 5, 64, 7, true, "its tag is not the receive's"),
+        (64, 5, 64, 7, false, "its tag is not the receive's"),
+        (
+            1000,
+            1,
+            100,
+            1,
+            true,
+            "more bytes than the receive's buffer",
+        ),
+        (
+            1000,
+            1,
+            100,
+            1,
+            false,
+            "more bytes than the receive's buffer",
+        ),
+    ];
+    for (k, (len, stag, posted, rtag, recv_first, why)) in cases.into_iter().enumerate() {
+        let mut w = world(&format!("bad{k}"), ExecMode::Inline, 1, &eager_config());
+        let src = w.a.alloc_buffer(len).unwrap();
+        let dst = w.b.alloc_buffer(posted).unwrap();
+        let r = if recv_first {
+            Some(w.b.irecv(&[dst.all()], rtag).unwrap().unwrap())
+        } else {
+            None
+        };
+        let s = w.a.isend(&[src.all()], stag).unwrap().unwrap();
+        // The message came first: it is refused when its receive comes.
+        let r = match r {
+            Some(r) => Ok(r),
+            None => {
+                wait_all(&mut w.a, &mut w.b, &[s]);
+                w.b.progress();
+                w.b.irecv(&[dst.all()], rtag).map(Option::unwrap)
+            }
+        };
+        let mut err = None;
+        match r {
+            Err(e) => err = Some(e),
+            Ok(r) => {
+                for _ in 0..STEPS {
+                    w.a.progress();
+                    match w.b.test(&r) {
+                        Ok(None) => continue,
+                        Ok(Some(sz)) => panic!("case {k}: completed with {sz:?}"),
+                        Err(e) => {
+                            err = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        match err {
+            Some(Error::Closed(CloseReason::Protocol(ProtocolError::Eager { why: w, .. }))) => {
+                assert_eq!(w, why, "case {k}")
+            }
+            other => panic!("case {k}: {other:?}"),
+        }
     }
 }
