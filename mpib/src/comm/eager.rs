@@ -209,33 +209,14 @@ impl Comm {
             return;
         }
         let mut out = std::mem::take(&mut self.tm_wcs);
-        for r in 0..self.rails.len() {
-            let Some(tm) = self.rails[r].eager.as_ref().map(|e| e.tm) else {
-                continue;
-            };
-            loop {
-                out.clear();
-                let n = match self.rails[r].dom.poll_tm(tm, super::POLL_BATCH, &mut out) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        self.shut(CloseReason::Post {
-                            rail: r,
-                            why: e.to_string(),
-                        });
-                        break;
-                    }
-                };
-                for w in &out {
-                    if self.closed.is_none() {
-                        self.on_tm(r, w);
-                    }
-                }
-                if n < super::POLL_BATCH || self.closed.is_some() {
-                    break;
-                }
-            }
-        }
-        out.clear();
+        self.drain_each(
+            &mut out,
+            |rail, out| {
+                let tm = rail.eager.as_ref()?.tm;
+                Some(rail.dom.poll_tm(tm, super::POLL_BATCH, out))
+            },
+            |c, r, w| c.on_tm(r, w),
+        );
         self.tm_wcs = out;
     }
 

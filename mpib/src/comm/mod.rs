@@ -13,7 +13,7 @@ mod send;
 mod setup;
 
 use mlx5::device::Context;
-use mlx5::wr::{CqId, Wc};
+use mlx5::wr::{CqId, PostError, Wc};
 
 use crate::buffer::{Buffer, Span};
 use crate::cts::MAX_BUFFERS;
@@ -237,15 +237,32 @@ impl Comm {
     /// Polls the CQ `cq` picks on every rail, in batches, and hands each
     /// completion to `on` until the communicator closes. A failed poll closes
     /// it.
-    fn drain(&mut self, cq: fn(&Rail) -> CqId, mut on: impl FnMut(&mut Comm, usize, &Wc)) {
+    fn drain(&mut self, cq: fn(&Rail) -> CqId, on: impl FnMut(&mut Comm, usize, &Wc)) {
         let mut wcs = std::mem::take(&mut self.wcs);
+        self.drain_each(
+            &mut wcs,
+            |rail, out| Some(rail.dom.poll_cq(cq(rail), POLL_BATCH, out)),
+            on,
+        );
+        self.wcs = wcs;
+    }
+
+    /// Polls every rail with `poll` (`None`: nothing to poll on that rail)
+    /// until a poll returns less than a batch, handing each item to `on`,
+    /// in `buf`; a poll that fails closes the communicator.
+    fn drain_each<T>(
+        &mut self,
+        buf: &mut Vec<T>,
+        poll: impl Fn(&mut Rail, &mut Vec<T>) -> Option<Result<usize, PostError>>,
+        mut on: impl FnMut(&mut Comm, usize, &T),
+    ) {
         for r in 0..self.rails.len() {
             loop {
-                wcs.clear();
-                let rail = &mut self.rails[r];
-                let n = match rail.dom.poll_cq(cq(rail), POLL_BATCH, &mut wcs) {
-                    Ok(n) => n,
-                    Err(e) => {
+                buf.clear();
+                let n = match poll(&mut self.rails[r], buf) {
+                    None => break,
+                    Some(Ok(n)) => n,
+                    Some(Err(e)) => {
                         self.shut(CloseReason::Post {
                             rail: r,
                             why: e.to_string(),
@@ -253,19 +270,18 @@ impl Comm {
                         break;
                     }
                 };
-                for wc in &wcs {
+                for item in buf.iter() {
                     if self.closed.is_some() {
                         break;
                     }
-                    on(self, r, wc);
+                    on(self, r, item);
                 }
                 if n < POLL_BATCH || self.closed.is_some() {
                     break;
                 }
             }
         }
-        wcs.clear();
-        self.wcs = wcs;
+        buf.clear();
     }
 
     /// Polls every rail's completions, refills the SRQs and reads the
