@@ -15,6 +15,11 @@ RAILS=${RAILS:-1}
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing: apt-get install ucx-utils"; exit 1; }
 cargo build -q --release -p mpib --bin mpib-bench
 B=target/release/mpib-bench
+# As scripts/bench-mpib.sh: glibc's `rep movsb` path is ~30x slower than its
+# vector loop on these VMs, for every program measured here alike.
+if [ -z "${MPIB_BENCH_KEEP_REP_MOVSB:-}" ]; then
+  export GLIBC_TUNABLES=glibc.cpu.x86_rep_movsb_threshold=4294967295
+fi
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
