@@ -5,13 +5,15 @@
 # machine, same run. Half round trips (ping-pong), medians of RUNS runs.
 #   bash scripts/bench-mpib-latency.sh      (needs: apt-get install ucx-utils)
 # Knobs: RUNS (3), SIZES (8 64 1024 4096 16384), DUR (seconds per size, 1),
-# RAILS (1).
+# RAILS (1), LATE=1 (the answer's receive posted after the send: its CTS
+# is not there ahead of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 SIZES=${SIZES:-"8 64 1024 4096 16384"}
 DUR=${DUR:-1}
 RAILS=${RAILS:-1}
+LATE=${LATE:-}
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest missing: apt-get install ucx-utils"; exit 1; }
 cargo build -q --release -p mpib --bin mpib-bench
 B=target/release/mpib-bench
@@ -27,7 +29,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 mpib() {
   local list
   list=$(echo "$SIZES" | tr ' ' ',')
-  "$B" --spawn --latency --rails "$RAILS" --sizes "$list" --duration "$DUR" --eager-max "$1" 2>/dev/null |
+  "$B" --spawn --latency ${LATE:+--late-recv} --rails "$RAILS" --sizes "$list" --duration "$DUR" --eager-max "$1" 2>/dev/null |
     sed -nE 's/^([0-9]+) B: ([0-9.]+) us p50.*/\1 \2/p'
 }
 

@@ -130,7 +130,7 @@ mod request;
 
 pub use buffer::{Buffer, Span};
 pub use comm::{
-    pair, Comm, Config, PendingComm, Stats, DEFAULT_EAGER_MAX, MAX_EAGER, MAX_RAILS, MAX_SIZE,
+    pair, Comm, Config, PendingComm, Stats, MAX_EAGER, MAX_RAILS, MAX_SIZE, SUGGESTED_EAGER_MAX,
 };
 pub use error::{CloseReason, CtsError, Error, ProtocolError, SetupError};
 pub use info::{CommInfo, QpInfo, RailInfo, COMM_INFO_VERSION};

@@ -46,7 +46,7 @@ fn steady_state_transfers_allocate_nothing() {
     let runs = [
         (PolicyKind::Adaptive, 0),
         (PolicyKind::Static(0.5), 0),
-        (PolicyKind::Static(0.5), mpib::DEFAULT_EAGER_MAX),
+        (PolicyKind::Static(0.5), mpib::SUGGESTED_EAGER_MAX),
     ];
     for (policy, eager_max) in runs {
         let c = Config {

@@ -36,7 +36,7 @@ fn thousands_of_transfers_never_meet_an_empty_srq() {
 #[test]
 fn eager_and_cts_transfers_interleave() {
     let c = Config {
-        eager_max: mpib::DEFAULT_EAGER_MAX,
+        eager_max: mpib::SUGGESTED_EAGER_MAX,
         ..pipeline::srq_config()
     };
     let mut w = world("eager", ExecMode::Inline, 2, &c);
@@ -83,7 +83,7 @@ fn deferred_runs(seeds: std::ops::Range<u64>) {
             qps_per_rail: 1 + rng.below(2) as usize,
             granularity: [1u32, 128, 4096][rng.below(3) as usize],
             // No eager transfers, some, or most (over tag matching).
-            eager_max: [0, 1024, mpib::DEFAULT_EAGER_MAX][rng.below(3) as usize],
+            eager_max: [0, 1024, mpib::SUGGESTED_EAGER_MAX][rng.below(3) as usize],
             ..Config::default()
         };
         let mode = ExecMode::Deferred {

@@ -89,9 +89,9 @@ struct Common {
     #[arg(long, default_value_t = 32)]
     depth: usize,
     /// Largest single-buffer transfer sent eagerly over tag matching, with
-    /// no CTS (where both sides' devices have it; 0: never). Both sides
-    /// use the smaller of their two values.
-    #[arg(long, default_value_t = mpib::DEFAULT_EAGER_MAX)]
+    /// no CTS (where both sides' devices have it; 0: never, the default).
+    /// Both sides use the smaller of their two values. 8192 is a start.
+    #[arg(long, default_value_t = 0)]
     eager_max: usize,
 }
 
@@ -130,6 +130,11 @@ struct SendArgs {
     /// ucx_perftest's tag_lat does.
     #[arg(long)]
     latency: bool,
+    /// With --latency: post the receive of the answer after sending, not
+    /// before, so its CTS (without eager transfers) is not there ahead of
+    /// the answer.
+    #[arg(long, requires = "latency")]
+    late_recv: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -339,7 +344,7 @@ fn send_main(a: &SendArgs) -> Result<(), BenchError> {
         .map_err(|source| BenchError::Connect { addr, source })?;
     print_header(a, &devs);
     let r = if a.latency {
-        latency::run(&mut comm, &a.sizes, a.duration)
+        latency::run(&mut comm, &a.sizes, a.duration, a.late_recv)
     } else {
         run_sizes(&mut comm, a)
     };

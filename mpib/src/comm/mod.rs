@@ -25,7 +25,7 @@ use crate::regcache::{RegCache, RegStats, Region};
 use crate::request::{RecvSlot, SendPool};
 
 use setup::Resolved;
-pub use setup::{pair, Config, PendingComm, DEFAULT_EAGER_MAX, MAX_EAGER};
+pub use setup::{pair, Config, PendingComm, MAX_EAGER, SUGGESTED_EAGER_MAX};
 
 /// Most bytes one buffer of a transfer may have (the records carry 32-bit
 /// sizes; one work request moves at most 2 GiB).

@@ -40,12 +40,19 @@ pub struct Config {
     pub send_requests: Option<usize>,
     /// Largest single-buffer transfer sent eagerly over tag matching, with
     /// no CTS round trip, where every rail of both sides has it (0: never).
-    /// Both sides use the smaller value. Default [`DEFAULT_EAGER_MAX`].
+    /// Both sides use the smaller value. Default 0: off, as UCX's
+    /// `UCX_RC_MLX5_TM_ENABLE` is. On the software device a CTS costs
+    /// nothing to wait for (data lands the moment the doorbell rings) while
+    /// the tag list's work does, so eager transfers are slower there; on a
+    /// NIC they save a CTS's one-way latency when a receive is posted late,
+    /// which no machine here can measure. [`SUGGESTED_EAGER_MAX`] is a
+    /// threshold to turn them on with.
     pub eager_max: usize,
 }
 
-/// The default [`Config::eager_max`].
-pub const DEFAULT_EAGER_MAX: usize = 8192;
+/// A [`Config::eager_max`] to turn eager transfers on with: one 8 KiB
+/// buffer.
+pub const SUGGESTED_EAGER_MAX: usize = 8192;
 /// The largest [`Config::eager_max`].
 pub const MAX_EAGER: usize = 64 * 1024;
 
@@ -59,7 +66,7 @@ impl Default for Config {
             srq_low: None,
             srq_high: None,
             send_requests: None,
-            eager_max: DEFAULT_EAGER_MAX,
+            eager_max: 0,
         }
     }
 }

@@ -44,34 +44,45 @@ fn send(comm: &mut Comm, buf: &mpib::Buffer, len: u64) -> Result<Request, Error>
     }
 }
 
-/// One round trip of `len` bytes: its time.
+/// One round trip of `len` bytes: its time. The answer's receive is
+/// posted before the send, or with `late` after it (the answer's sender
+/// then meets no CTS until it arrives, unless it sends eagerly).
 fn round_trip(
     comm: &mut Comm,
     (out, back): (&mpib::Buffer, &mpib::Buffer),
     len: u64,
+    late: bool,
 ) -> Result<Duration, Error> {
     let t = Instant::now();
-    let r = post_recv(comm, back)?;
+    let early = if late {
+        None
+    } else {
+        Some(post_recv(comm, back)?)
+    };
     let s = send(comm, out, len)?;
+    let r = match early {
+        Some(r) => r,
+        None => post_recv(comm, back)?,
+    };
     wait(comm, &s)?;
     wait(comm, &r)?;
     Ok(t.elapsed())
 }
 
 /// The sender: each size's half round trip, median and 99th percentile.
-pub(crate) fn run(comm: &mut Comm, sizes: &[u64], secs: f64) -> Result<(), BenchError> {
+pub(crate) fn run(comm: &mut Comm, sizes: &[u64], secs: f64, late: bool) -> Result<(), BenchError> {
     let max = sizes.iter().copied().max().unwrap_or(0).max(1) as usize;
     let (out, back) = (comm.alloc_buffer(max)?, comm.alloc_buffer(max)?);
     let mut samples: Vec<u64> = Vec::with_capacity(MAX_SAMPLES);
     for &len in sizes {
         let eager_before = comm.stats().eager_sends;
         for _ in 0..WARMUP {
-            round_trip(comm, (&out, &back), len)?;
+            round_trip(comm, (&out, &back), len, late)?;
         }
         samples.clear();
         let end = Instant::now() + Duration::from_secs_f64(secs);
         while samples.len() < MAX_SAMPLES && (samples.len() < 100 || Instant::now() < end) {
-            let t = round_trip(comm, (&out, &back), len)?;
+            let t = round_trip(comm, (&out, &back), len, late)?;
             samples.push(t.as_nanos() as u64);
         }
         samples.sort_unstable();
