@@ -349,11 +349,9 @@ impl Comm {
             return Err(bad("its receive is not waiting for an eager message"));
         }
         self.drop_tag(s);
-        match self.unpark(s, p) {
-            Ok(()) => Ok(()),
-            // `unpark` closed the communicator and said why.
-            Err(_) => Ok(()),
-        }
+        // A refusal closes the communicator with its reason, in `unpark`.
+        let _ = self.unpark(s, p);
+        Ok(())
     }
 
     /// Tells rail `r`'s NIC that software has dealt with every unexpected

@@ -33,15 +33,14 @@ impl Comm {
             return Ok(None);
         }
         let eager = self.is_eager_recv(bufs);
-        // A receive that takes an eager message only needs no CTS: no
-        // sender takes the CTS path into it.
+        // A buffer within the threshold needs no CTS: no sender takes the
+        // CTS path into it.
         if eager && bufs[0].len <= self.eager {
             return self.irecv_eager_only(bufs, tag, slot, pos);
         }
         let nrails = self.rails.len();
         let r = s % nrails;
         let mut desc = [CtsBuffer::default(); MAX_BUFFERS];
-
         for (i, b) in bufs.iter().enumerate() {
             desc[i] = CtsBuffer {
                 addr: b.addr,

@@ -48,12 +48,11 @@ use super::super::responder::{
 };
 use super::super::reveal::reveal_push;
 use super::super::{qp_by_num, Done, Qp};
-use super::{srq_of, tag_list};
+use super::{push, srq_of, tag_list};
 use crate::prm::{
     op_own, Cqe64, CqeOpcode, Rvh, Syndrome, TmAppOp, Tmh, TmhOpcode, CQE_APP_TAG_MATCHING,
     INVALID_LKEY,
 };
-use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
 use crate::sim::registry::{QpEntry, SrqEntry, TagSlot, TAG_FREE, TAG_POSTED};
 use crate::types::access;
@@ -137,10 +136,7 @@ pub(in crate::sim::engine) fn deliver(
         se: solicited(qp, body),
         hdr: [0; TMH_RVH],
     };
-    let mut h = SgList::new();
-    h.push(m.hdr.as_mut_ptr(), TMH_RVH as u64);
-    // SAFETY: the gather list is resolved; `h` is a local buffer.
-    unsafe { sg_copy(src, &h, m.len.min(TMH_RVH as u64)) };
+    m.hdr = header(src);
     let mem = SrqMem::of(x.fab, s).ok_or(Fail::rnr(delay_us))?;
     let list = tag_list(x, s).ok_or(Fail::rnr(delay_us))?;
     let kind = m.kind();
@@ -190,6 +186,17 @@ fn fin_owed(qp: &Qp<'_>, f: Fail, u: Unanswered) -> Fail {
         },
         f => f,
     }
+}
+
+/// A message's first bytes (gathered in `src`): its header and, for a
+/// rendezvous, its `Rvh`; zeros past its end.
+fn header(src: &SgList) -> [u8; TMH_RVH] {
+    let mut hdr = [0u8; TMH_RVH];
+    let mut h = SgList::new();
+    h.push(hdr.as_mut_ptr(), TMH_RVH as u64);
+    // SAFETY: the gather list is resolved; `h` is a local buffer.
+    unsafe { sg_copy(src, &h, src.total.min(TMH_RVH as u64)) };
+    hdr
 }
 
 /// The entry of `list` a message with `tag` goes to: the earliest appended
@@ -405,11 +412,7 @@ pub(in crate::sim::engine) fn fin_again(
     if u.replay != FIN_OWED || srq_of(x, r).is_none() {
         return None;
     }
-    let mut hdr = [0u8; TMH_RVH];
-    let mut h = SgList::new();
-    h.push(hdr.as_mut_ptr(), TMH_RVH as u64);
-    // SAFETY: the gather list is resolved; `h` is a local buffer.
-    unsafe { sg_copy(src, &h, src.total.min(TMH_RVH as u64)) };
+    let mut hdr = header(src);
     hdr[0] = TmhOpcode::Fin.into();
     Some(match send_fin(x, qp, r, &hdr) {
         Ok(()) => Ok(Done::now(u.byte_cnt)),
@@ -450,11 +453,4 @@ fn cqe(
     };
     c.set_op_own(((opcode as u8) << 4) | se);
     b
-}
-
-/// Writes CQE `c` to TM-SRQ `s`'s CQ. An overrun puts that CQ in error on
-/// its own; the message was delivered.
-fn push(x: &mut Exec<'_>, s: &SrqEntry, c: &[u8; 64]) {
-    let mut report = FlushReport::default();
-    x.push_cqe(s.tm_cqn.load(Ordering::Relaxed), c, &mut report);
 }

@@ -28,12 +28,11 @@ use std::sync::atomic::Ordering;
 
 use super::super::errors::Fail;
 use super::super::{Done, Qp};
-use super::{tag_list, tm_srq};
+use super::{push, tag_list, tm_srq};
 use crate::prm::{
     tm_flags, Cqe64, CqeOpcode, CtrlSeg, DataSeg, Syndrome, TmAppOp, TmCmd, TmOpcode, TmSeg,
     CQE_APP_TAG_MATCHING, INVALID_LKEY, TMC_SUCCESS,
 };
-use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
 use crate::sim::registry::{SrqEntry, TagSlot, TAG_FREE, TAG_POSTED};
 
@@ -98,9 +97,7 @@ pub(in crate::sim::engine) fn command(
     };
     if cmd.flags & tm_flags::CQE_REQ != 0 {
         let c = list_cqe(s, qp.qpn, wqe_counter, (op, entry, ok));
-        let mut report = FlushReport::default();
-        // An overrun puts the CQ in error on its own; the command is done.
-        x.push_cqe(s.tm_cqn.load(Ordering::Relaxed), &c, &mut report);
+        push(x, s, &c);
     }
     Ok(Done::now(0))
 }

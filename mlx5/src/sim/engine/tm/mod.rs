@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 pub(super) use arrival::{deliver, fin_again};
 pub(super) use commands::command;
 
+use crate::sim::cqe_out::FlushReport;
 use crate::sim::exec::Exec;
 use crate::sim::fabric::in_segment;
 use crate::sim::registry::{slot_of, QpEntry, SrqEntry, TagSlot, LIVE, MAX_SRQS};
@@ -44,4 +45,12 @@ fn tag_list<'f>(x: &Exec<'f>, s: &SrqEntry) -> Option<&'f [TagSlot]> {
     // record's 64 bytes, behind a WQE buffer of power-of-two size), and the
     // entries are atomics.
     Some(unsafe { std::slice::from_raw_parts(p.as_ptr() as *const TagSlot, n) })
+}
+
+/// Writes CQE `c` to TM-SRQ `s`'s CQ, where its commands' and its
+/// messages' completions go. An overrun puts that CQ in error on its own;
+/// the work it completes is done.
+fn push(x: &mut Exec<'_>, s: &SrqEntry, c: &[u8; 64]) {
+    let mut report = FlushReport::default();
+    x.push_cqe(s.tm_cqn.load(Ordering::Relaxed), c, &mut report);
 }
